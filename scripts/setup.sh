@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs the Debian packages longattn needs, only those missing.
+# Idempotent and quiet when everything is present.
+#   scripts/setup.sh build   - compiler-side: OpenBLAS, LAPACK
+#   scripts/setup.sh test    - plus python3-numpy, python3-torch, pytest, matplotlib
+set -u
+want=(libopenblas-dev libopenblas0-pthread liblapack-dev)
+if [ "${1:-build}" = test ] || [ "${1:-build}" = all ]; then
+    want+=(python3-numpy python3-torch python3-pytest python3-matplotlib clang)
+fi
+missing=()
+for p in "${want[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+    echo "setup: missing Debian packages: ${missing[*]} (run as root to install)" >&2
+    exit 0
+fi
+echo "setup: installing ${missing[*]}" >&2
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -q >&2 || true
+apt-get install -y -q --no-install-recommends "${missing[@]}" >&2 || {
+    echo "setup: apt-get install failed for: ${missing[*]}" >&2; exit 1; }

@@ -1,0 +1,153 @@
+/* Internal helpers shared by every backend: errors, tensor checks, element
+ * access, overflow-checked sizes, workspace, threads, BLAS. Not installed. */
+#ifndef LA_INTERNAL_H
+#define LA_INTERNAL_H
+
+#include "longattn.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <string.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- errors ------------------------------------------------------------ */
+/* Record a printf-style message in the thread-local buffer and return s.
+ * Use as: return la_err(LA_ERR_SHAPE, "q: expected rank 4, got %d", n); */
+la_status la_err(la_status s, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+/* Clear the thread-local message (called on success paths of entry points). */
+void la_err_clear(void);
+
+#define LA_TRY(expr)                          \
+    do {                                      \
+        la_status la_try_s_ = (expr);         \
+        if (la_try_s_ != LA_OK) return la_try_s_; \
+    } while (0)
+
+/* ---- context ----------------------------------------------------------- */
+struct la_context {
+    int threads;            /* 0 = all cores */
+    la_alloc_fn alloc;
+    la_free_fn free_fn;
+    void *alloc_user;
+    void *cuda_stream;
+};
+/* Threads to use for a CPU op (>= 1). ctx may be NULL (= all cores). */
+int la_ctx_threads(const la_context *ctx);
+/* Workspace from the context's allocator (malloc when ctx is NULL).
+ * Returns NULL on failure (and sets LA_ERR_NOMEM message). */
+void *la_ws_alloc(const la_context *ctx, size_t bytes);
+void la_ws_free(const la_context *ctx, void *p);
+/* Product of sizes with overflow check; returns LA_ERR_OVERFLOW with a
+ * message naming `what` if a*b (in bytes or elements) overflows. */
+la_status la_mul_size(size_t a, size_t b, size_t *out, const char *what);
+
+/* ---- tensor checks ----------------------------------------------------- */
+/* dtype mask helpers */
+#define LA_DT(x) (1u << (x))
+#define LA_DT_FLOAT (LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16))
+
+/* Checks: t non-NULL, data non-NULL, rank == ndim, dtype in mask, device
+ * as given, extents > 0 (unless allow_empty), strides >= 0 and the
+ * addressed span computable without overflow. Message names `name`. */
+la_status la_check_tensor(const la_tensor *t, const char *name, int ndim, unsigned dtype_mask,
+                          la_device dev, bool allow_empty);
+/* Check t->ne[axis] == want; message "name: dim AXIS is X, expected WANT (why)". */
+la_status la_check_dim(const la_tensor *t, const char *name, int axis, int64_t want,
+                       const char *why);
+/* "[2, 3, 4]" into buf. */
+const char *la_shape_str(const la_tensor *t, char *buf, size_t n);
+/* Total elements (product of extents). */
+int64_t la_numel(const la_tensor *t);
+/* Whether an output view overlaps memory with an input view (conservative:
+ * byte-range intersection). */
+bool la_tensors_overlap(const la_tensor *a, const la_tensor *b);
+
+/* ---- element access (CPU) ---------------------------------------------- */
+static inline float la_bf16_to_f32(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t la_f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* NaN */
+    u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+/* Load element at flat element offset `off` of a float tensor as f32. */
+static inline float la_load_f32(const la_tensor *t, int64_t off) {
+    switch (t->dtype) {
+    case LA_F32: return ((const float *)t->data)[off];
+    case LA_F64: return (float)((const double *)t->data)[off];
+    case LA_BF16: return la_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    case LA_I32: return (float)((const int32_t *)t->data)[off];
+    default: return NAN;
+    }
+}
+static inline void la_store_f32(la_tensor *t, int64_t off, float x) {
+    switch (t->dtype) {
+    case LA_F32: ((float *)t->data)[off] = x; break;
+    case LA_F64: ((double *)t->data)[off] = (double)x; break;
+    case LA_BF16: ((uint16_t *)t->data)[off] = la_f32_to_bf16(x); break;
+    default: break;
+    }
+}
+static inline int64_t la_off2(const la_tensor *t, int64_t i0, int64_t i1) {
+    return i0 * t->nb[0] + i1 * t->nb[1];
+}
+static inline int64_t la_off3(const la_tensor *t, int64_t i0, int64_t i1, int64_t i2) {
+    return i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2];
+}
+static inline int64_t la_off4(const la_tensor *t, int64_t i0, int64_t i1, int64_t i2,
+                              int64_t i3) {
+    return i0 * t->nb[0] + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+}
+
+/* Gather the [N, D] panel of (b, h) of a [B,N,H,D] view into dst (f32,
+ * row stride ld >= D). Any float dtype, any strides. */
+void la_gather_bnhd(const la_tensor *t, int64_t b, int64_t h, float *dst, int64_t ld);
+/* Scatter an [N, D] f32 panel (row stride ld) into (b, h) of a [B,N,H,D] view. */
+void la_scatter_bnhd(la_tensor *t, int64_t b, int64_t h, const float *src, int64_t ld);
+/* Same for row ranges [n0, n0+n). */
+void la_gather_bnhd_rows(const la_tensor *t, int64_t b, int64_t h, int64_t n0, int64_t n,
+                         float *dst, int64_t ld);
+void la_scatter_bnhd_rows(la_tensor *t, int64_t b, int64_t h, int64_t n0, int64_t n,
+                          const float *src, int64_t ld);
+
+/* ---- feature maps ------------------------------------------------------ */
+static inline float la_feature_apply(la_feature f, float x) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY: return x;
+    case LA_FEATURE_RELU: return x > 0.f ? x : 0.f;
+    case LA_FEATURE_RELU_EPS: return (x > 0.f ? x : 0.f) + 1e-6f;
+    case LA_FEATURE_RELU1: return (x > 0.f ? x : 0.f) + 1.f;
+    case LA_FEATURE_ELU1: return x >= 0.f ? x + 1.f : expf(x);
+    }
+    return x;
+}
+la_status la_check_feature(la_feature f, const char *name);
+
+/* ---- BLAS -------------------------------------------------------------- */
+/* Row-major C[M,N] = alpha * op(A)[M,K] op(B)[K,N] + beta * C.
+ * Uses cblas_sgemm when the build found a BLAS, else a blocked C loop.
+ * Always single-threaded inside (callers parallelize with OpenMP). */
+void la_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha,
+              const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
+              int64_t ldc);
+/* Name of the BLAS in use ("openblas", "cblas", "builtin"). */
+const char *la_blas_name(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,96 @@
+/* Minimal test harness shared by the C tests (header-only).
+ * Every test binary prints, as its last line, "N passed, N failed".
+ * Reference implementations live in the test files themselves, written
+ * plainly in float64, never calling the optimized code path. */
+#ifndef LA_TEST_UTIL_H
+#define LA_TEST_UTIL_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "longattn.h"
+
+typedef struct la_test_state {
+    int passed, failed;
+} la_test_state;
+
+static la_test_state la_test_g; /* per-binary counters (tests only) */
+
+#define CHECK(cond, ...)                                                     \
+    do {                                                                     \
+        if (cond) {                                                          \
+            la_test_g.passed++;                                              \
+        } else {                                                             \
+            la_test_g.failed++;                                              \
+            fprintf(stderr, "FAIL %s:%d: ", __FILE__, __LINE__);              \
+            fprintf(stderr, __VA_ARGS__);                                    \
+            fprintf(stderr, "\n");                                           \
+        }                                                                    \
+    } while (0)
+
+#define CHECK_OK(expr)                                                       \
+    do {                                                                     \
+        la_status s_ = (expr);                                               \
+        CHECK(s_ == LA_OK, "%s -> %s: %s", #expr, la_status_string(s_),      \
+              la_last_error());                                              \
+    } while (0)
+
+#define CHECK_STATUS(expr, want)                                             \
+    do {                                                                     \
+        la_status s_ = (expr);                                               \
+        CHECK(s_ == (want), "%s -> %s (want %s): %s", #expr,                 \
+              la_status_string(s_), la_status_string(want), la_last_error()); \
+        CHECK(s_ == LA_OK || strlen(la_last_error()) > 0,                    \
+              "%s: error without a message", #expr);                         \
+    } while (0)
+
+static inline int la_test_finish(void) {
+    printf("%d passed, %d failed\n", la_test_g.passed, la_test_g.failed);
+    return la_test_g.failed ? 1 : 0;
+}
+
+/* splitmix64-based RNG, seeded from time unless LA_TEST_SEED is set; the
+ * seed is printed so a failure can be replayed. */
+typedef struct la_rng { uint64_t s; } la_rng;
+static inline uint64_t la_rng_next(la_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static inline double la_rng_uniform(la_rng *r) { return (la_rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
+static inline double la_rng_normal(la_rng *r) {
+    double u1 = la_rng_uniform(r), u2 = la_rng_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+static inline la_rng la_test_rng(const char *name) {
+    const char *e = getenv("LA_TEST_SEED");
+    uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&seed;
+    printf("# %s: LA_TEST_SEED=%llu\n", name, (unsigned long long)seed);
+    la_rng r = {seed};
+    return r;
+}
+static inline void la_fill_normal(la_rng *r, float *x, int64_t n, double scale) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)(la_rng_normal(r) * scale);
+}
+static inline void la_fill_nan(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = NAN;
+}
+/* Relative error max|a-b| / max(max|b|, tiny) over n values; any NaN in a
+ * (unwritten output) gives INFINITY. */
+static inline double la_rel_err(const float *a, const double *ref, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isnan(a[i]) && !isnan(ref[i])) return INFINITY;
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > md) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / (mr > 1e-30 ? mr : 1e-30);
+}
+#endif
