@@ -8,6 +8,27 @@
 extern "C" {
 #endif
 /* Declarations are added here as kernels land (one .cu per op). */
+/* ---- linear family (cuda-linear): devmem.cu, softmax.cu, linear.cu, mhla.cu, focused.cu ---- */
+la_status la_cuda_probe(int *available);
+la_status la_softmax_attention_cuda(const la_softmax_params *p, const la_tensor *q,
+                                    const la_tensor *k, const la_tensor *v, la_tensor *out,
+                                    la_tensor *lse, la_context *ctx);
+la_status la_linear_attention_cuda(const la_linear_params *p, const la_tensor *q,
+                                   const la_tensor *k, const la_tensor *v, la_tensor *out,
+                                   const la_tensor *S_in, const la_tensor *z_in,
+                                   la_tensor *S_out, la_tensor *z_out, la_context *ctx);
+la_status la_focused_attention_cuda(const la_focused_params *p, const la_tensor *q,
+                                    const la_tensor *k, const la_tensor *v,
+                                    const la_tensor *conv, const la_tensor *conv_bias,
+                                    const la_tensor *softplus_param, const la_tensor *focus,
+                                    la_tensor *out, la_context *ctx);
+la_status la_mhla_forward_cuda(const la_mhla_params *p, const la_tensor *q, const la_tensor *k,
+                               const la_tensor *v, const la_tensor *mixing, la_tensor *out,
+                               la_context *ctx);
+la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p, const la_tensor *q,
+                                      const la_tensor *k, const la_tensor *v,
+                                      const la_tensor *mixing, la_tensor *out, la_context *ctx);
+/* ---- end linear family ---- */
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,113 @@
+/* Shared helpers of the CUDA backend: error checking, element loads/stores on
+ * strided views of any float dtype, the stream of a context, stream-ordered
+ * workspace. Internal; included by src/cuda/*.cu only. */
+#ifndef LA_CUDA_COMMON_CUH
+#define LA_CUDA_COMMON_CUH
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+#include "core/internal.h"
+
+/* Turn a CUDA error into LA_ERR_DEVICE with the CUDA error string and the
+ * call site; returns from the enclosing function (which returns la_status). */
+#define LA_CU(call)                                                                  \
+    do {                                                                             \
+        cudaError_t la_cu_e_ = (call);                                               \
+        if (la_cu_e_ != cudaSuccess)                                                 \
+            return la_err(LA_ERR_DEVICE, "CUDA: %s (%s) at %s:%d", #call,            \
+                          cudaGetErrorString(la_cu_e_), __FILE__, __LINE__);         \
+    } while (0)
+
+/* After a kernel launch: catch launch-configuration errors (no sync). */
+#define LA_CU_LAUNCH(what)                                                           \
+    do {                                                                             \
+        cudaError_t la_cu_e_ = cudaGetLastError();                                   \
+        if (la_cu_e_ != cudaSuccess)                                                 \
+            return la_err(LA_ERR_DEVICE, "CUDA: launch of %s failed (%s)", what,     \
+                          cudaGetErrorString(la_cu_e_));                             \
+    } while (0)
+
+static inline cudaStream_t la_cu_stream(const la_context *ctx) {
+    return ctx ? (cudaStream_t)ctx->cuda_stream : (cudaStream_t)0;
+}
+
+/* ---- element access on device -------------------------------------------
+ * A view as the kernels see it: base pointer, dtype, strides in elements. */
+struct la_cu_view {
+    const void *data;
+    int dt;           /* la_dtype */
+    int64_t nb[4];
+};
+
+static inline la_cu_view la_cu_view_of(const la_tensor *t) {
+    la_cu_view v;
+    v.data = t ? t->data : nullptr;
+    v.dt = t ? (int)t->dtype : 0;
+    for (int i = 0; i < 4; i++) v.nb[i] = (t && i < t->ndim) ? t->nb[i] : 0;
+    return v;
+}
+
+__device__ __forceinline__ float la_cu_ld(const void *p, int dt, int64_t off) {
+    switch (dt) {
+    case LA_F32: return ((const float *)p)[off];
+    case LA_BF16: return __bfloat162float(((const __nv_bfloat16 *)p)[off]);
+    case LA_F64: return (float)((const double *)p)[off];
+    case LA_F16: return __half2float(((const __half *)p)[off]);
+    default: return __int_as_float(0x7fc00000);
+    }
+}
+__device__ __forceinline__ void la_cu_st(void *p, int dt, int64_t off, float x) {
+    switch (dt) {
+    case LA_F32: ((float *)p)[off] = x; break;
+    case LA_BF16: ((__nv_bfloat16 *)p)[off] = __float2bfloat16_rn(x); break;
+    case LA_F64: ((double *)p)[off] = (double)x; break;
+    case LA_F16: ((__half *)p)[off] = __float2half_rn(x); break;
+    default: break;
+    }
+}
+__device__ __forceinline__ float la_cu_ld4(const la_cu_view &v, int64_t i0, int64_t i1,
+                                           int64_t i2, int64_t i3) {
+    return la_cu_ld(v.data, v.dt, i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
+}
+
+/* Feature maps of SPEC §2 (same formulas as la_feature_apply). */
+__device__ __forceinline__ float la_cu_feature(int f, float x) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY: return x;
+    case LA_FEATURE_RELU: return fmaxf(x, 0.f);
+    case LA_FEATURE_RELU_EPS: return fmaxf(x, 0.f) + 1e-6f;
+    case LA_FEATURE_RELU1: return fmaxf(x, 0.f) + 1.f;
+    case LA_FEATURE_ELU1: return x >= 0.f ? x + 1.f : expf(x);
+    }
+    return x;
+}
+
+static inline int64_t la_cu_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+/* Stream-ordered device workspace (cudaMallocAsync: no synchronization). */
+struct la_cu_ws {
+    void *p = nullptr;
+    cudaStream_t s = 0;
+    ~la_cu_ws() {
+        if (p) cudaFreeAsync(p, s);
+    }
+};
+static inline la_status la_cu_ws_alloc(la_cu_ws *w, size_t bytes, cudaStream_t s,
+                                       const char *what) {
+    w->s = s;
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMallocAsync(&w->p, bytes, s);
+    if (e != cudaSuccess) {
+        w->p = nullptr;
+        cudaGetLastError();
+        return la_err(e == cudaErrorMemoryAllocation ? LA_ERR_NOMEM : LA_ERR_DEVICE,
+                      "CUDA workspace for %s (%zu bytes): %s", what, bytes,
+                      cudaGetErrorString(e));
+    }
+    return LA_OK;
+}
+
+#endif
