@@ -1,0 +1,259 @@
+/* .npy reader/writer. The reader trusts nothing: every header field is
+ * parsed by a small strict parser of the Python-literal dict, and the data
+ * length must equal the shape's element count times the item size. */
+#include "npy.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+typedef struct {
+    const char *p, *end;
+} cursor;
+
+static void skip_ws(cursor *c) {
+    while (c->p < c->end && (*c->p == ' ' || *c->p == '\t' || *c->p == '\n' || *c->p == '\r')) c->p++;
+}
+static bool eat(cursor *c, char ch) {
+    skip_ws(c);
+    if (c->p < c->end && *c->p == ch) {
+        c->p++;
+        return true;
+    }
+    return false;
+}
+/* Python string literal in ' or " quotes, no escapes needed for npy. */
+static bool parse_str(cursor *c, char *out, size_t n) {
+    skip_ws(c);
+    if (c->p >= c->end || (*c->p != '\'' && *c->p != '"')) return false;
+    char q = *c->p++;
+    size_t i = 0;
+    while (c->p < c->end && *c->p != q) {
+        if (*c->p == '\\' || i + 1 >= n) return false;
+        out[i++] = *c->p++;
+    }
+    if (c->p >= c->end) return false;
+    c->p++;
+    out[i] = '\0';
+    return true;
+}
+static bool parse_word(cursor *c, const char *w) {
+    skip_ws(c);
+    size_t n = strlen(w);
+    if ((size_t)(c->end - c->p) >= n && memcmp(c->p, w, n) == 0) {
+        c->p += n;
+        return true;
+    }
+    return false;
+}
+static bool parse_uint(cursor *c, int64_t *v) {
+    skip_ws(c);
+    if (c->p >= c->end || *c->p < '0' || *c->p > '9') return false;
+    int64_t x = 0;
+    while (c->p < c->end && *c->p >= '0' && *c->p <= '9') {
+        if (__builtin_mul_overflow(x, 10, &x) || __builtin_add_overflow(x, *c->p - '0', &x)) return false;
+        c->p++;
+    }
+    if (c->p < c->end && *c->p == 'L') c->p++; /* Python 2 long suffix */
+    *v = x;
+    return true;
+}
+
+la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_array *out) {
+    const unsigned char *b = (const unsigned char *)buf;
+    if (!name) name = "<npy>";
+    if (!out) return la_err(LA_ERR_ARG, "la_npy_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!buf || len < 10) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (only %zu bytes)", name, len);
+    if (memcmp(b, "\x93NUMPY", 6) != 0) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (bad magic)", name);
+    int major = b[6], minor = b[7];
+    size_t hlen, hstart;
+    if (major == 1) {
+        hlen = (size_t)b[8] | ((size_t)b[9] << 8);
+        hstart = 10;
+    } else if (major == 2 || major == 3) {
+        if (len < 12) return la_err(LA_ERR_FORMAT, "%s: truncated .npy header", name);
+        hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
+        hstart = 12;
+    } else {
+        return la_err(LA_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are)", name, major, minor);
+    }
+    if (minor != 0) return la_err(LA_ERR_FORMAT, "%s: unsupported .npy version %d.%d", name, major, minor);
+    if (hlen > len - hstart) return la_err(LA_ERR_FORMAT, "%s: header length %zu exceeds file size %zu", name, hlen, len);
+    cursor c = {(const char *)b + hstart, (const char *)b + hstart + hlen};
+    for (const char *q = c.p; q < c.end; q++)
+        if (*q == '\0') return la_err(LA_ERR_FORMAT, "%s: NUL byte inside the header", name);
+
+    char descr[32] = {0};
+    int have_descr = 0, have_fortran = 0, have_shape = 0, fortran = 0;
+    int ndim = 0;
+    int64_t shape[LA_NPY_MAX_DIMS];
+    if (!eat(&c, '{')) return la_err(LA_ERR_FORMAT, "%s: header is not a dict", name);
+    for (;;) {
+        if (eat(&c, '}')) break;
+        char key[32];
+        if (!parse_str(&c, key, sizeof key)) return la_err(LA_ERR_FORMAT, "%s: header: expected a key", name);
+        if (!eat(&c, ':')) return la_err(LA_ERR_FORMAT, "%s: header: expected ':' after '%s'", name, key);
+        if (strcmp(key, "descr") == 0) {
+            if (have_descr || !parse_str(&c, descr, sizeof descr))
+                return la_err(LA_ERR_FORMAT, "%s: header: bad 'descr' (only simple dtypes are supported)", name);
+            have_descr = 1;
+        } else if (strcmp(key, "fortran_order") == 0) {
+            if (have_fortran) return la_err(LA_ERR_FORMAT, "%s: header: duplicate fortran_order", name);
+            if (parse_word(&c, "False")) fortran = 0;
+            else if (parse_word(&c, "True")) fortran = 1;
+            else return la_err(LA_ERR_FORMAT, "%s: header: fortran_order must be True or False", name);
+            have_fortran = 1;
+        } else if (strcmp(key, "shape") == 0) {
+            if (have_shape || !eat(&c, '(')) return la_err(LA_ERR_FORMAT, "%s: header: bad 'shape'", name);
+            for (;;) {
+                if (eat(&c, ')')) break;
+                if (ndim >= LA_NPY_MAX_DIMS)
+                    return la_err(LA_ERR_FORMAT, "%s: shape has more than %d dimensions", name, LA_NPY_MAX_DIMS);
+                if (!parse_uint(&c, &shape[ndim]))
+                    return la_err(LA_ERR_FORMAT, "%s: header: shape entries must be non-negative integers", name);
+                ndim++;
+                if (!eat(&c, ',')) {
+                    if (!eat(&c, ')')) return la_err(LA_ERR_FORMAT, "%s: header: unterminated shape", name);
+                    break;
+                }
+            }
+            have_shape = 1;
+        } else {
+            return la_err(LA_ERR_FORMAT, "%s: header: unknown key '%s'", name, key);
+        }
+        if (!eat(&c, ',')) {
+            if (!eat(&c, '}')) return la_err(LA_ERR_FORMAT, "%s: header: expected ',' or '}'", name);
+            break;
+        }
+    }
+    skip_ws(&c);
+    if (c.p != c.end) return la_err(LA_ERR_FORMAT, "%s: header: trailing characters after the dict", name);
+    if (!have_descr || !have_fortran || !have_shape)
+        return la_err(LA_ERR_FORMAT, "%s: header lacks %s", name,
+                      !have_descr ? "'descr'" : !have_fortran ? "'fortran_order'" : "'shape'");
+    if (fortran) return la_err(LA_ERR_FORMAT, "%s: fortran_order=True arrays are not supported (save with C order)", name);
+
+    size_t item;
+    if (strcmp(descr, "<f4") == 0) { out->dtype = LA_F32; item = 4; }
+    else if (strcmp(descr, "<f8") == 0) { out->dtype = LA_F64; item = 8; }
+    else if (strcmp(descr, "<i4") == 0) { out->dtype = LA_I32; item = 4; }
+    else if (descr[0] == '>')
+        return la_err(LA_ERR_FORMAT, "%s: big-endian dtype '%s' (only little-endian is supported)", name, descr);
+    else
+        return la_err(LA_ERR_FORMAT, "%s: dtype '%s' not supported (float32 '<f4', float64 '<f8', int32 '<i4')", name, descr);
+
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++)
+        if (__builtin_mul_overflow(count, (size_t)shape[i], &count))
+            return la_err(LA_ERR_OVERFLOW, "%s: shape element count overflows", name);
+    size_t nbytes;
+    if (__builtin_mul_overflow(count, item, &nbytes)) return la_err(LA_ERR_OVERFLOW, "%s: shape byte size overflows", name);
+    size_t avail = len - hstart - hlen;
+    if (avail != nbytes)
+        return la_err(LA_ERR_FORMAT, "%s: data is %zu bytes but shape and dtype need %zu", name, avail, nbytes);
+    void *data = malloc(nbytes ? nbytes : 1);
+    if (!data) return la_err(LA_ERR_NOMEM, "%s: cannot allocate %zu bytes", name, nbytes);
+    memcpy(data, b + hstart + hlen, nbytes);
+    out->ndim = ndim;
+    for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
+    out->data = data;
+    out->nbytes = nbytes;
+    return LA_OK;
+}
+
+la_status la_npy_read(const char *path, la_npy_array *out) {
+    if (!path || !out) return la_err(LA_ERR_ARG, "la_npy_read: NULL argument");
+    memset(out, 0, sizeof *out);
+    FILE *f = fopen(path, "rb");
+    if (!f) return la_err(LA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return la_err(LA_ERR_IO, "%s: cannot seek", path); }
+    long sz = ftell(f);
+    if (sz < 0) { fclose(f); return la_err(LA_ERR_IO, "%s: cannot size (not a regular file?)", path); }
+    rewind(f);
+    unsigned char *buf = (unsigned char *)malloc((size_t)sz + 1);
+    if (!buf) { fclose(f); return la_err(LA_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, sz); }
+    size_t got = fread(buf, 1, (size_t)sz, f);
+    fclose(f);
+    if (got != (size_t)sz) { free(buf); return la_err(LA_ERR_IO, "%s: short read", path); }
+    la_status s = la_npy_parse(buf, (size_t)sz, path, out);
+    free(buf);
+    return s;
+}
+
+la_status la_npy_write_raw(const char *path, la_dtype dtype, int ndim, const int64_t *shape,
+                           const void *data) {
+    const char *descr;
+    size_t item;
+    switch (dtype) {
+    case LA_F32: descr = "<f4"; item = 4; break;
+    case LA_F64: descr = "<f8"; item = 8; break;
+    case LA_I32: descr = "<i4"; item = 4; break;
+    default: return la_err(LA_ERR_DTYPE, "%s: cannot write dtype %s", path, la_dtype_name(dtype));
+    }
+    if (ndim < 0 || ndim > LA_NPY_MAX_DIMS) return la_err(LA_ERR_SHAPE, "%s: bad rank %d", path, ndim);
+    char hdr[512];
+    int n = snprintf(hdr, sizeof hdr, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
+    size_t count = 1;
+    for (int i = 0; i < ndim; i++) {
+        n += snprintf(hdr + n, sizeof hdr - (size_t)n, "%lld%s", (long long)shape[i], (ndim == 1 || i < ndim - 1) ? ", " : "");
+        if (__builtin_mul_overflow(count, (size_t)shape[i], &count)) return la_err(LA_ERR_OVERFLOW, "%s: size overflows", path);
+    }
+    n += snprintf(hdr + n, sizeof hdr - (size_t)n, "), }");
+    /* pad with spaces so that magic+len+header is a multiple of 64, ending in \n */
+    size_t total = 10 + (size_t)n + 1;
+    size_t pad = (64 - total % 64) % 64;
+    for (size_t i = 0; i < pad; i++) hdr[n++] = ' ';
+    hdr[n++] = '\n';
+    FILE *f = fopen(path, "wb");
+    if (!f) return la_err(LA_ERR_IO, "%s: cannot create: %s", path, strerror(errno));
+    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(n & 0xff), (unsigned char)(n >> 8)};
+    size_t nbytes = count * item;
+    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)n, f) == (size_t)n &&
+             (nbytes == 0 || fwrite(data, 1, nbytes, f) == nbytes);
+    ok = (fclose(f) == 0) && ok;
+    if (!ok) {
+        unlink(path);
+        return la_err(LA_ERR_IO, "%s: write failed: %s", path, strerror(errno));
+    }
+    return LA_OK;
+}
+
+la_status la_npy_write(const char *path, la_dtype dtype, int ndim, const int64_t *shape,
+                       const void *data) {
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return la_err(LA_ERR_ARG, "%s: path too long", path);
+    la_status s = la_npy_write_raw(tmp, dtype, ndim, shape, data);
+    if (s != LA_OK) return s;
+    if (rename(tmp, path) != 0) {
+        unlink(tmp);
+        return la_err(LA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+    }
+    return LA_OK;
+}
+
+void la_npy_free(la_npy_array *a) {
+    if (!a) return;
+    free(a->data);
+    a->data = NULL;
+}
+
+la_status la_npy_to_f32(la_npy_array *a, const char *name) {
+    if (a->dtype == LA_F32) return LA_OK;
+    if (a->dtype != LA_F64)
+        return la_err(LA_ERR_DTYPE, "%s: dtype %s, expected float32 or float64", name, la_dtype_name(a->dtype));
+    size_t n = a->nbytes / 8;
+    float *f = (float *)malloc(n ? n * 4 : 1);
+    if (!f) return la_err(LA_ERR_NOMEM, "%s: cannot allocate", name);
+    const double *d = (const double *)a->data;
+    for (size_t i = 0; i < n; i++) f[i] = (float)d[i];
+    free(a->data);
+    a->data = f;
+    a->dtype = LA_F32;
+    a->nbytes = n * 4;
+    return LA_OK;
+}
