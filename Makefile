@@ -139,7 +139,7 @@ FUZZ_SECONDS ?= 20
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
 	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	    tests/fuzz/fuzz_npy.c src/core/npy.c src/core/status.c -o $(BUILD)/fuzz/fuzz_npy -lm
+	    tests/fuzz/fuzz_npy.c src/core/npy.c src/core/status.c src/core/tensor.c -o $(BUILD)/fuzz/fuzz_npy -lm
 	@mkdir -p $(BUILD)/fuzz/corpus && cp tests/fuzz/corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
 

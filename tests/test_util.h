@@ -70,7 +70,9 @@ static inline double la_rng_normal(la_rng *r) {
 }
 static inline la_rng la_test_rng(const char *name) {
     const char *e = getenv("LA_TEST_SEED");
-    uint64_t seed = e ? strtoull(e, NULL, 0) : (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&seed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    uint64_t seed = e ? strtoull(e, NULL, 0) : ((uint64_t)ts.tv_sec * 1000003u) ^ (uint64_t)ts.tv_nsec;
     printf("# %s: LA_TEST_SEED=%llu\n", name, (unsigned long long)seed);
     la_rng r = {seed};
     return r;

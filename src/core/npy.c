@@ -6,6 +6,7 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -168,12 +169,12 @@ la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_arr
 la_status la_npy_read(const char *path, la_npy_array *out) {
     if (!path || !out) return la_err(LA_ERR_ARG, "la_npy_read: NULL argument");
     memset(out, 0, sizeof *out);
+    struct stat st;
+    if (stat(path, &st) != 0) return la_err(LA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
+    if (!S_ISREG(st.st_mode)) return la_err(LA_ERR_IO, "%s: not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f) return la_err(LA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (fseek(f, 0, SEEK_END) != 0) { fclose(f); return la_err(LA_ERR_IO, "%s: cannot seek", path); }
-    long sz = ftell(f);
-    if (sz < 0) { fclose(f); return la_err(LA_ERR_IO, "%s: cannot size (not a regular file?)", path); }
-    rewind(f);
+    long sz = (long)st.st_size;
     unsigned char *buf = (unsigned char *)malloc((size_t)sz + 1);
     if (!buf) { fclose(f); return la_err(LA_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, sz); }
     size_t got = fread(buf, 1, (size_t)sz, f);
