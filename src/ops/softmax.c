@@ -1,0 +1,88 @@
+/* Softmax attention (SPEC §1): public entry point. Validates the views and
+ * dispatches to the backend of the tensors' device. */
+#include <float.h>
+
+#include "core/internal.h"
+#include "cpu/softmax_cpu.h"
+
+/* Head dims beyond this are rejected: tile buffers scale with them and the
+ * BLAS interface takes int extents. */
+#define LA_SOFTMAX_MAX_HEAD_DIM 65536
+
+la_status la_softmax_params_init(la_softmax_params *p) {
+    if (!p) return la_err(LA_ERR_ARG, "la_softmax_params_init: p is NULL");
+    p->causal = 0;
+    p->scale = 0.f;
+    return LA_OK;
+}
+
+la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
+                               const la_tensor *k, const la_tensor *v, la_tensor *out,
+                               la_tensor *lse, la_context *ctx) {
+    char sq[96], sk[96];
+    if (!p) return la_err(LA_ERR_ARG, "softmax: params is NULL");
+    if (!q) return la_err(LA_ERR_ARG, "softmax: q is NULL");
+    const la_device dev = q->device;
+    if (dev != LA_DEVICE_CPU && dev != LA_DEVICE_CUDA)
+        return la_err(LA_ERR_DEVICE, "q: unknown device %d", (int)dev);
+    LA_TRY(la_check_tensor(q, "q", 4, LA_DT_FLOAT, dev, false));
+    LA_TRY(la_check_tensor(k, "k", 4, LA_DT_FLOAT, dev, false));
+    LA_TRY(la_check_tensor(v, "v", 4, LA_DT_FLOAT, dev, false));
+    LA_TRY(la_check_tensor(out, "out", 4, LA_DT_FLOAT, dev, false));
+    if (lse) LA_TRY(la_check_tensor(lse, "lse", 3, LA_DT_FLOAT, dev, false));
+
+    const int64_t B = q->ne[0], Nq = q->ne[1], H = q->ne[2], D = q->ne[3];
+    const int64_t Nk = k->ne[1], Hk = k->ne[2], Dv = v->ne[3];
+    if (k->ne[0] != B)
+        return la_err(LA_ERR_SHAPE, "k: batch %lld in %s, but q %s has B=%lld",
+                      (long long)k->ne[0], la_shape_str(k, sk, sizeof sk),
+                      la_shape_str(q, sq, sizeof sq), (long long)B);
+    if (k->ne[3] != D)
+        return la_err(LA_ERR_SHAPE, "k: head dim %lld in %s, but q %s has D=%lld",
+                      (long long)k->ne[3], la_shape_str(k, sk, sizeof sk),
+                      la_shape_str(q, sq, sizeof sq), (long long)D);
+    if (H % Hk != 0)
+        return la_err(LA_ERR_SHAPE,
+                      "k: %lld kv heads in %s do not divide the %lld query heads of q %s (GQA "
+                      "needs H %% Hk == 0)",
+                      (long long)Hk, la_shape_str(k, sk, sizeof sk), (long long)H,
+                      la_shape_str(q, sq, sizeof sq));
+    LA_TRY(la_check_dim(v, "v", 0, B, "(batch of q)"));
+    LA_TRY(la_check_dim(v, "v", 1, Nk, "(keys of k)"));
+    LA_TRY(la_check_dim(v, "v", 2, Hk, "(kv heads of k)"));
+    if (D > LA_SOFTMAX_MAX_HEAD_DIM || Dv > LA_SOFTMAX_MAX_HEAD_DIM)
+        return la_err(LA_ERR_SHAPE, "softmax: head dims D=%lld, Dv=%lld exceed the maximum %d",
+                      (long long)D, (long long)Dv, LA_SOFTMAX_MAX_HEAD_DIM);
+    LA_TRY(la_check_dim(out, "out", 0, B, "(batch of q)"));
+    LA_TRY(la_check_dim(out, "out", 1, Nq, "(queries of q)"));
+    LA_TRY(la_check_dim(out, "out", 2, H, "(heads of q)"));
+    LA_TRY(la_check_dim(out, "out", 3, Dv, "(head dim of v)"));
+    if (lse) {
+        LA_TRY(la_check_dim(lse, "lse", 0, B, "(batch of q)"));
+        LA_TRY(la_check_dim(lse, "lse", 1, Nq, "(queries of q)"));
+        LA_TRY(la_check_dim(lse, "lse", 2, H, "(heads of q)"));
+    }
+    if (!isfinite(p->scale))
+        return la_err(LA_ERR_ARG, "scale: %g is not finite (0 = default D^-1/2)", (double)p->scale);
+    const float scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)D);
+
+    const la_tensor *ins[3] = {q, k, v};
+    const char *names[3] = {"q", "k", "v"};
+    for (int i = 0; i < 3; i++) {
+        if (la_tensors_overlap(out, ins[i]))
+            return la_err(LA_ERR_ARG, "out: overlaps input %s in memory (outputs must not alias inputs)", names[i]);
+        if (lse && la_tensors_overlap(lse, ins[i]))
+            return la_err(LA_ERR_ARG, "lse: overlaps input %s in memory (outputs must not alias inputs)", names[i]);
+    }
+    if (lse && la_tensors_overlap(lse, out))
+        return la_err(LA_ERR_ARG, "lse: overlaps out in memory");
+
+    if (dev == LA_DEVICE_CUDA) {
+        /* The CUDA backend adds its dispatch here (la_softmax_attention_cuda
+         * under LA_WITH_CUDA). */
+        return la_err(LA_ERR_UNSUPPORTED, "softmax: no CUDA implementation in this build (q is on cuda)");
+    }
+    la_status s = la_softmax_cpu(p->causal != 0, scale, q, k, v, out, lse, ctx);
+    if (s == LA_OK) la_err_clear();
+    return s;
+}
