@@ -8,6 +8,7 @@ item size) is refused with a ValueError rather than copied behind the
 caller's back.
 """
 import ctypes
+import os
 import sys
 import threading
 
@@ -122,6 +123,10 @@ def ptr(t):
 # ---------------------------------------------------------------------------
 _num_threads = 0  # 0 = all cores; set by set_num_threads()
 
+# Testing aid: LONGATTN_POISON=1 fills every new output with NaN (floats) or
+# -7 (int32) before the C call, so tests see any element the C code skips.
+_POISON = os.environ.get("LONGATTN_POISON", "") not in ("", "0")
+
 
 def set_num_threads(n):
     """Threads used by CPU operators from now on (0 = all cores)."""
@@ -233,9 +238,15 @@ class Call:
         if is_torch(x):
             torch = _torch()
             dt = x.dtype if dtype is None else getattr(torch, dtype)
-            return torch.empty(shape, dtype=dt, device=x.device)
+            out = torch.empty(shape, dtype=dt, device=x.device)
+            if _POISON:
+                out.fill_(float("nan") if out.is_floating_point() else -7)
+            return out
         dt = x.dtype if dtype is None else np.dtype(dtype)
-        return np.empty(shape, dtype=dt)
+        out = np.empty(shape, dtype=dt)
+        if _POISON:
+            out.fill(np.nan if out.dtype.kind == "f" else -7)
+        return out
 
     def out(self, shape, name, dtype=None):
         """(array, view pointer) of a new output."""

@@ -18,6 +18,7 @@ if os.path.join(ROOT, "python") not in sys.path:
 BUILD = os.environ.get("LA_BUILD", "build")
 os.environ.setdefault("LONGATTN_LIB", os.path.join(ROOT, BUILD, "liblongattn.so"))
 LIB = os.environ["LONGATTN_LIB"]
+os.environ.setdefault("LONGATTN_POISON", "1")  # outputs start as NaN: checks full writes
 
 import torch  # noqa: E402
 

@@ -1,0 +1,149 @@
+"""Cross-cutting behaviour of the Python layer: no leaks (RSS stable over
+many calls, no reference cycles), autograd wrappers (forward works, backward
+raises NotImplementedError), threads, CUDA-without-CUDA error."""
+import gc
+import threading
+
+import numpy as np
+import pytest
+import torch
+
+from test_py_common import gen, needs, randn, rel_err, rss_kb
+import longattn
+
+
+def _calls(n, fn):
+    for _ in range(n):
+        fn()
+
+
+@needs("softmax_attention", "linear_attention")
+def test_rss_stable_over_many_calls():
+    g = gen(21)
+    q, k, v = randn(g, 1, 32, 2, 16), randn(g, 1, 32, 2, 16), randn(g, 1, 32, 2, 16)
+    qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
+
+    def one():
+        longattn.softmax_attention(q, k, v, return_lse=True)
+        longattn.softmax_attention(qn, kn, vn)
+        longattn.linear_attention(q, k, v, causal=True, output_final_state=True)
+        try:
+            longattn.softmax_attention(q, k[:, :3], v)
+        except ValueError:
+            pass
+
+    _calls(300, one)  # warm up allocator pools
+    gc.collect()
+    before = rss_kb()
+    _calls(2000, one)
+    gc.collect()
+    grown = rss_kb() - before
+    # 2000 iterations allocate ~8000 outputs of ~4 KiB each: a leak of the
+    # outputs, views or contexts would grow RSS by tens of MiB.
+    assert grown < 8 * 1024, "RSS grew by %d KiB over 2000 iterations" % grown
+
+
+@needs("softmax_attention", "linear_attention")
+def test_no_reference_cycles():
+    g = gen(22)
+    q, k, v = randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8)
+    gc.collect()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for _ in range(20):
+            longattn.softmax_attention(q, k, v, return_lse=True)
+            longattn.softmax_attention(q.numpy(), k.numpy(), v.numpy())
+            longattn.linear_attention(q, k, v, causal=True, output_final_state=True)
+            qg = q.clone().requires_grad_(True)
+            longattn.softmax_attention(qg, k, v).sum()
+            try:
+                longattn.softmax_attention(q, k[:, :3], v)
+            except ValueError:
+                pass
+        gc.collect()
+        cyclic = list(gc.garbage)
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert not cyclic, "objects only reachable through cycles: %r" % (
+        [type(o).__name__ for o in cyclic[:20]],)
+
+
+@needs("softmax_attention")
+def test_autograd_forward_has_grad_fn_and_backward_raises():
+    g = gen(23)
+    q, k, v = randn(g, 1, 20, 2, 8), randn(g, 1, 20, 2, 8), randn(g, 1, 20, 2, 8)
+    qg = q.clone().requires_grad_(True)
+    o, lse = longattn.softmax_attention(qg, k, v, return_lse=True)
+    assert o.requires_grad and o.grad_fn is not None
+    assert type(o.grad_fn).__name__.startswith("SoftmaxAttentionFunction")
+    assert rel_err(o.detach(), longattn.softmax_attention(q, k, v)) == 0
+    with pytest.raises(NotImplementedError, match="softmax_attention: backward is not"):
+        o.sum().backward()
+    with torch.no_grad():
+        assert not longattn.softmax_attention(qg, k, v).requires_grad
+
+
+@needs("linear_attention")
+def test_autograd_linear_with_state_keeps_return_structure():
+    g = gen(24)
+    q, k, v = randn(g, 1, 20, 2, 8), randn(g, 1, 20, 2, 8), randn(g, 1, 20, 2, 4)
+    vg = v.clone().requires_grad_(True)
+    o, (S, z) = longattn.linear_attention(q, k, vg, causal=True, output_final_state=True)
+    o0, (S0, z0) = longattn.linear_attention(q, k, v, causal=True, output_final_state=True)
+    assert torch.equal(o.detach(), o0) and torch.equal(S, S0) and torch.equal(z, z0)
+    assert o.requires_grad
+    with pytest.raises(NotImplementedError, match="linear_attention"):
+        o.sum().backward()
+
+
+@needs("softmax_attention")
+def test_concurrent_threads_give_the_same_results():
+    g = gen(25)
+    q, k, v = randn(g, 2, 200, 2, 32), randn(g, 2, 200, 2, 32), randn(g, 2, 200, 2, 32)
+    want = longattn.softmax_attention(q, k, v, causal=True)
+    errs = []
+
+    def worker():
+        try:
+            for _ in range(10):
+                o = longattn.softmax_attention(q, k, v, causal=True)
+                if not torch.equal(o, want):
+                    errs.append("mismatch")
+                try:
+                    longattn.softmax_attention(q, k[..., :5], v)
+                except ValueError as e:  # thread-local message of this call
+                    if "5" not in e.message:
+                        errs.append(e.message)
+        except Exception as e:  # pragma: no cover
+            errs.append(repr(e))
+
+    ts = [threading.Thread(target=worker) for _ in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errs, errs
+
+
+@needs("softmax_attention")
+def test_outputs_follow_the_first_input():
+    g = gen(26)
+    q, k, v = randn(g, 1, 9, 1, 4), randn(g, 1, 9, 1, 4), randn(g, 1, 9, 1, 4)
+    # mixed kinds: the output is of q's kind
+    assert isinstance(longattn.softmax_attention(q.numpy(), k, v), np.ndarray)
+    assert isinstance(longattn.softmax_attention(q, k.numpy(), v.numpy()), torch.Tensor)
+
+
+@needs("softmax_attention")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-GPU error path")
+def test_cuda_request_without_cuda_is_a_clear_error(monkeypatch):
+    # A CPU-only machine cannot make a CUDA tensor; check the path that
+    # answers for one, with a stand-in object that looks like a CUDA tensor.
+    import longattn._tensor as T
+    if longattn.cuda_available():
+        pytest.skip("library sees a GPU")
+    c = T.Call("softmax_attention", torch.zeros(1))
+    c.cuda = True
+    with pytest.raises(RuntimeError, match="without CUDA or sees no GPU"):
+        c.run("la_softmax_attention", None, None, None, None, None, None)
