@@ -1,0 +1,535 @@
+/* MHLA on the CPU (SPEC §5). Views and options arrive validated from
+ * src/ops/mhla.c. Plain float64 references live in tests/cpu/test_mhla*.c.
+ *
+ * Non-causal, per (batch, head), three phases, each an OpenMP loop:
+ *   1. block summaries   [S_b | z_b] = Σ_{j∈b} k̃_j [v_j | 1]ᵀ       (GEMM per tile)
+ *   2. mixing            [S̃ | z̃]    = W · [S | z]                   (one GEMM, M×M by M×d(dv+1))
+ *   3. outputs           [num | den] = q̃_t [S̃_i | z̃_i]              (GEMM per tile)
+ * Cost O(N·d·dv + M²·d·dv), memory O(M·d·dv) per (batch, head); no N×N.
+ *
+ * Causal (1-D chunks of C tokens): phase 1 as above per chunk, phase 2 a
+ * strictly lower triangular mixing GEMM (row blocks skip the zero upper
+ * part), phase 3 adds W[i,i] times the masked intra-chunk product.
+ *
+ * Decoding keeps the finished summaries and the open block (see
+ * mhla_cpu.h); a block's inter-block mixture is formed once when it starts. */
+#include "cpu/mhla_cpu.h"
+
+#include <stdlib.h>
+#include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#define NC_TILE 256  /* token rows gathered per GEMM, non-causal               */
+#define C_TILE 64    /* token rows per tile in the causal and decode paths     */
+#define MIX_ROWS 64  /* rows of the causal mixing GEMM per task                */
+#define MIX_COLS 1040 /* columns of the mixing GEMMs per task (multiple of 16) */
+
+static inline int thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
+
+/* ---- geometry ------------------------------------------------------------ */
+void la_mhla_geom_init(la_mhla_geom *geom, int ndim, const int64_t *grid,
+                       const int64_t *blocks) {
+    int off = 3 - ndim;
+    geom->M = 1;
+    geom->N = 1;
+    geom->max_block = 1;
+    geom->equal_blocks = 1;
+    for (int a = 0; a < 3; a++) {
+        geom->n[a] = a < off ? 1 : grid[a - off];
+        geom->g[a] = a < off ? 1 : blocks[a - off];
+        geom->M *= geom->g[a];
+        geom->N *= geom->n[a];
+        /* largest run along an axis: ceil(n/g) */
+        geom->max_block *= (geom->n[a] + geom->g[a] - 1) / geom->g[a];
+        if (geom->n[a] % geom->g[a]) geom->equal_blocks = 0;
+    }
+}
+
+/* Extent of one block: first coordinate and length on each axis. */
+typedef struct blk_box {
+    int64_t lo[3], len[3], size;
+} blk_box;
+
+static void block_box(const la_mhla_geom *g, int64_t blk, blk_box *bx) {
+    int64_t beta[3];
+    beta[2] = blk % g->g[2];
+    beta[1] = (blk / g->g[2]) % g->g[1];
+    beta[0] = blk / (g->g[2] * g->g[1]);
+    bx->size = 1;
+    for (int a = 0; a < 3; a++) {
+        bx->lo[a] = la_mhla_block_lo(beta[a], g->n[a], g->g[a]);
+        bx->len[a] = la_mhla_block_lo(beta[a] + 1, g->n[a], g->g[a]) - bx->lo[a];
+        bx->size *= bx->len[a];
+    }
+}
+
+/* Token indices (raster order of the whole grid) of positions [p0, p0+n) of
+ * a block, positions counted in raster order inside the block. */
+static void block_tokens(const la_mhla_geom *g, const blk_box *bx, int64_t p0, int64_t n,
+                         int64_t *idx) {
+    for (int64_t r = 0; r < n; r++) {
+        int64_t p = p0 + r;
+        int64_t iw = p % bx->len[2];
+        int64_t ih = (p / bx->len[2]) % bx->len[1];
+        int64_t it = p / (bx->len[2] * bx->len[1]);
+        idx[r] = ((bx->lo[0] + it) * g->n[1] + bx->lo[1] + ih) * g->n[2] + bx->lo[2] + iw;
+    }
+}
+
+/* ---- gather / scatter ------------------------------------------------------ */
+/* Rows of head (b,h) of a [B,N,H,D] view into dst (row stride ld): row r is
+ * token idx[r] (or n0 + r when idx is NULL). With feat, applies φ and then
+ * the scale. */
+static void gather_rows(const la_tensor *t, int64_t b, int64_t h, const int64_t *idx,
+                        int64_t n0, int64_t n, float *dst, int64_t ld, int feat,
+                        la_feature f, float scale) {
+    const int64_t D = t->ne[3];
+    if (t->dtype == LA_F32) {
+        const float *base = (const float *)t->data + b * t->nb[0] + h * t->nb[2];
+        const int64_t s1 = t->nb[1], s3 = t->nb[3];
+        for (int64_t r = 0; r < n; r++) {
+            const float *src = base + (idx ? idx[r] : n0 + r) * s1;
+            float *d = dst + r * ld;
+            if (s3 == 1)
+                memcpy(d, src, (size_t)D * sizeof(float));
+            else
+                for (int64_t j = 0; j < D; j++) d[j] = src[j * s3];
+        }
+    } else {
+        for (int64_t r = 0; r < n; r++) {
+            int64_t tok = idx ? idx[r] : n0 + r;
+            float *d = dst + r * ld;
+            for (int64_t j = 0; j < D; j++) d[j] = la_load_f32(t, la_off4(t, b, tok, h, j));
+        }
+    }
+    if (!feat) return;
+    for (int64_t r = 0; r < n; r++) {
+        float *d = dst + r * ld;
+        for (int64_t j = 0; j < D; j++) d[j] = la_feature_apply(f, d[j]);
+        if (scale != 1.0f)
+            for (int64_t j = 0; j < D; j++) d[j] *= scale;
+    }
+}
+
+/* Values augmented with a column of ones: [v | 1], row stride Dv+1. */
+static void gather_values(const la_tensor *v, int64_t b, int64_t h, const int64_t *idx,
+                          int64_t n0, int64_t n, float *dst) {
+    const int64_t Dv = v->ne[3], E = Dv + 1;
+    gather_rows(v, b, h, idx, n0, n, dst, E, 0, LA_FEATURE_IDENTITY, 1.0f);
+    for (int64_t r = 0; r < n; r++) dst[r * E + Dv] = 1.0f;
+}
+
+enum { NORM_NONE = 0, NORM_COLUMN = 1, NORM_GIVEN = 2 };
+
+/* Write output rows of head (b,h): o rows hold the numerator in columns
+ * [0, Dv) and q̃·z̃ in column Dv. NORM_COLUMN divides by (o[Dv] + eps),
+ * NORM_GIVEN by (den[r] + eps), NORM_NONE writes the numerator. */
+static void store_rows(la_tensor *out, int64_t b, int64_t h, const int64_t *idx, int64_t n0,
+                       int64_t n, const float *o, int64_t ld, int mode, const float *den,
+                       float eps) {
+    const int64_t Dv = out->ne[3];
+    for (int64_t r = 0; r < n; r++) {
+        const float *src = o + r * ld;
+        int64_t tok = idx ? idx[r] : n0 + r;
+        float inv = 1.0f;
+        if (mode == NORM_COLUMN) inv = 1.0f / (src[Dv] + eps);
+        if (mode == NORM_GIVEN) inv = 1.0f / (den[r] + eps);
+        if (out->dtype == LA_F32) {
+            float *dst = (float *)out->data + la_off4(out, b, tok, h, 0);
+            const int64_t s3 = out->nb[3];
+            for (int64_t j = 0; j < Dv; j++) dst[j * s3] = src[j] * inv;
+        } else {
+            for (int64_t j = 0; j < Dv; j++)
+                la_store_f32(out, la_off4(out, b, tok, h, j), src[j] * inv);
+        }
+    }
+}
+
+/* Mixing [Hw, M, M] (any float dtype, any strides) into f32. When tril,
+ * keep only the strictly lower part (b < i) of the leading m×m corner, and
+ * put the diagonal in diag[Hw, m]. */
+static void load_mixing(const la_tensor *w, int64_t m, int tril, float *dst, float *diag) {
+    int64_t Hw = w->ndim == 3 ? w->ne[0] : 1;
+    for (int64_t hw = 0; hw < Hw; hw++)
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < m; j++) {
+                int64_t off = w->ndim == 3 ? la_off3(w, hw, i, j) : la_off2(w, i, j);
+                float x = la_load_f32(w, off);
+                if (tril && j == i) diag[hw * m + i] = x;
+                dst[(hw * m + i) * m + j] = (!tril || j < i) ? x : 0.0f;
+            }
+}
+
+/* ---- workspace ------------------------------------------------------------- */
+/* Round an element count up to 16 floats (64 bytes). */
+static inline int64_t rup16(int64_t x) { return (x + 15) & ~(int64_t)15; }
+
+/* A list of sub-buffers carved out of one allocation, each 64-byte aligned;
+ * sizes are overflow-checked. */
+typedef struct ws_plan {
+    size_t total;
+    la_status st;
+} ws_plan;
+
+static size_t ws_take(ws_plan *pl, size_t count, size_t elem, const char *what) {
+    size_t bytes = 0, off;
+    if (pl->st != LA_OK) return 0;
+    if ((pl->st = la_mul_size(count, elem, &bytes, what)) != LA_OK) return 0;
+    bytes = (bytes + 63) & ~(size_t)63;
+    off = pl->total;
+    if (pl->total > SIZE_MAX - bytes) {
+        pl->st = la_err(LA_ERR_OVERFLOW, "mhla: workspace size overflows (%s)", what);
+        return 0;
+    }
+    pl->total += bytes;
+    return off;
+}
+
+/* count = a·b·c·d elements, overflow-checked. */
+static size_t ws_count(ws_plan *pl, int64_t a, int64_t b, int64_t c, int64_t d,
+                       const char *what) {
+    size_t x = 1;
+    const int64_t f[4] = {a, b, c, d};
+    for (int i = 0; i < 4 && pl->st == LA_OK; i++) pl->st = la_mul_size(x, (size_t)f[i], &x, what);
+    return pl->st == LA_OK ? x : 0;
+}
+
+/* ---- non-causal forward -------------------------------------------------- */
+la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
+                              const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                              const la_tensor *mixing, la_tensor *out, la_context *ctx) {
+    const int64_t B = q->ne[0], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
+    const int64_t M = geom->M, E = Dv + 1, SE = D * E;
+    const int64_t Hw = mixing->ndim == 3 ? H : 1;
+    const int rv = p->normalize == LA_MHLA_NORM_RELEASED_VISION;
+    const int64_t L = rv ? geom->max_block : 0; /* block size (all equal in rv) */
+    const int nt = la_ctx_threads(ctx);
+    const int64_t tile = NC_TILE;
+
+    ws_plan pl = {0, LA_OK};
+    size_t nS = ws_count(&pl, B, H, M, SE, "mhla: block summaries [B,H,M,D,Dv+1]");
+    size_t oS = ws_take(&pl, nS, sizeof(float), "mhla: block summaries");
+    size_t oSt = ws_take(&pl, nS, sizeof(float), "mhla: mixed summaries");
+    size_t oW = ws_take(&pl, ws_count(&pl, Hw, M, M, 1, "mhla: mixing"), sizeof(float),
+                        "mhla: mixing");
+    size_t nR = rv ? ws_count(&pl, B, H, M, L, "mhla: released_vision denominators") : 1;
+    size_t oR = ws_take(&pl, nR, sizeof(float), "mhla: denominators");
+    size_t oRt = ws_take(&pl, nR, sizeof(float), "mhla: mixed denominators");
+    /* per thread: q̃ and k̃ tiles, [v|1] and output tiles, token indices */
+    const int64_t qsz = rup16(tile * D), vsz = rup16(tile * E);
+    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + 2 * tile, (int64_t)sizeof(float), 1, 1,
+                          "mhla: per-thread tiles");
+    size_t oT = ws_take(&pl, (size_t)nt, per, "mhla: per-thread tiles");
+    if (pl.st != LA_OK) return pl.st;
+
+    char *ws = (char *)la_ws_alloc(ctx, pl.total);
+    if (!ws) return la_err(LA_ERR_NOMEM, "mhla: cannot allocate %zu bytes of workspace", pl.total);
+    float *S = (float *)(ws + oS), *St = (float *)(ws + oSt), *W = (float *)(ws + oW);
+    float *R = (float *)(ws + oR), *Rt = (float *)(ws + oRt);
+    load_mixing(mixing, M, 0, W, NULL);
+
+    /* Phase 1: block summaries (and, for released_vision, q̃_{b,w}·z_b). */
+    const int64_t ntask = B * H * M;
+#pragma omp parallel num_threads(nt)
+    {
+        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
+        float *kt = qt + qsz, *vt = kt + qsz;
+        int64_t *idx = (int64_t *)(vt + 2 * vsz);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntask; task++) {
+            const int64_t b = task / (H * M), h = (task / M) % H, blk = task % M;
+            float *Sb = S + task * SE;
+            blk_box bx;
+            block_box(geom, blk, &bx);
+            for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+                int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+                block_tokens(geom, &bx, p0, n, idx);
+                gather_rows(k, b, h, idx, 0, n, kt, D, 1, p->feature, 1.0f);
+                gather_values(v, b, h, idx, 0, n, vt);
+                la_sgemm(true, false, D, E, n, 1.0f, kt, D, vt, E, p0 ? 1.0f : 0.0f, Sb, E);
+            }
+            if (rv) {
+                /* r_b[w] = q̃_{b,w}·z_b, z_b = column Dv of [S_b | z_b] */
+                float *Rb = R + task * L;
+                for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+                    int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+                    block_tokens(geom, &bx, p0, n, idx);
+                    gather_rows(q, b, h, idx, 0, n, qt, D, 1, p->feature, p->scale_q);
+                    for (int64_t r = 0; r < n; r++) {
+                        float acc = 0.0f;
+                        for (int64_t d = 0; d < D; d++) acc += qt[r * D + d] * Sb[d * E + Dv];
+                        Rb[p0 + r] = acc;
+                    }
+                }
+            }
+        }
+    }
+
+    /* Phase 2: [S̃ | z̃] = W·[S | z], one GEMM per (batch, head), split in
+     * column tiles so that few heads still keep every thread busy. */
+    const int64_t ncol = (SE + MIX_COLS - 1) / MIX_COLS;
+    const int64_t nmix = B * H * ncol;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t task = 0; task < nmix; task++) {
+        const int64_t bh = task / ncol, c0 = (task % ncol) * MIX_COLS;
+        const int64_t cw = SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS;
+        const float *Wh = W + (Hw == 1 ? 0 : bh % H) * M * M;
+        la_sgemm(false, false, M, cw, M, 1.0f, Wh, M, S + bh * M * SE + c0, SE, 0.0f,
+                 St + bh * M * SE + c0, SE);
+    }
+    if (rv) {
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t bh = 0; bh < B * H; bh++) {
+            const float *Wh = W + (Hw == 1 ? 0 : bh % H) * M * M;
+            la_sgemm(false, false, M, L, M, 1.0f, Wh, M, R + bh * M * L, L, 0.0f,
+                     Rt + bh * M * L, L);
+        }
+    }
+
+    /* Phase 3: outputs q̃_t·[S̃_i | z̃_i] per block tile. */
+    const int mode = rv ? NORM_GIVEN
+                        : (p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE);
+#pragma omp parallel num_threads(nt)
+    {
+        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
+        float *ot = qt + 2 * qsz + vsz;
+        int64_t *idx = (int64_t *)(ot + vsz);
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < ntask; task++) {
+            const int64_t b = task / (H * M), h = (task / M) % H, blk = task % M;
+            const float *Sti = St + task * SE;
+            blk_box bx;
+            block_box(geom, blk, &bx);
+            for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+                int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+                block_tokens(geom, &bx, p0, n, idx);
+                gather_rows(q, b, h, idx, 0, n, qt, D, 1, p->feature, p->scale_q);
+                la_sgemm(false, false, n, E, D, 1.0f, qt, D, Sti, E, 0.0f, ot, E);
+                store_rows(out, b, h, idx, 0, n, ot, E, mode, rv ? Rt + task * L + p0 : NULL,
+                           p->eps);
+            }
+        }
+    }
+    la_ws_free(ctx, ws);
+    return LA_OK;
+}
+
+/* ---- causal: one tile of queries against its own open block ---------------
+ * ot[na, E] += w_ii · mask(q̃ k̃ᵀ) [v | 1] over the key rows of the block that
+ * precede or equal each query, given as tiles [k0, k0+nk) of the same rows
+ * source. Shared by the chunkwise forward and the decode state. */
+static void masked_tile(const float *qt, int64_t na, const float *kt, int64_t nk,
+                        const float *vt, int64_t D, int64_t E, int diag, float wii, float *A,
+                        float *ot) {
+    la_sgemm(false, true, na, nk, D, 1.0f, qt, D, kt, D, 0.0f, A, nk);
+    if (diag) /* same first row: key s is visible to query r iff s <= r */
+        for (int64_t r = 0; r < na; r++)
+            for (int64_t s = r + 1; s < nk; s++) A[r * nk + s] = 0.0f;
+    la_sgemm(false, false, na, E, nk, wii, A, nk, vt, E, 1.0f, ot, E);
+}
+
+/* ---- causal chunkwise forward --------------------------------------------- */
+la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_tensor *q,
+                                     const la_tensor *k, const la_tensor *v,
+                                     const la_tensor *mixing, la_tensor *out,
+                                     la_context *ctx) {
+    const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
+    const int64_t C = p->chunk, nc = (N + C - 1) / C;
+    const int64_t E = Dv + 1, SE = D * E;
+    const int64_t Hw = mixing->ndim == 3 ? H : 1;
+    const int nt = la_ctx_threads(ctx);
+    const int64_t tile = C < C_TILE ? C : C_TILE;
+    const int mode = p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
+
+    ws_plan pl = {0, LA_OK};
+    size_t nS = ws_count(&pl, B, H, nc, SE, "mhla causal: chunk summaries [B,H,N/C,D,Dv+1]");
+    size_t oS = ws_take(&pl, nS, sizeof(float), "mhla causal: chunk summaries");
+    size_t oHm = ws_take(&pl, nS, sizeof(float), "mhla causal: mixtures");
+    size_t oW = ws_take(&pl, ws_count(&pl, Hw, nc, nc, 1, "mhla causal: mixing"),
+                        sizeof(float), "mhla causal: mixing");
+    size_t oWd = ws_take(&pl, ws_count(&pl, Hw, nc, 1, 1, "mhla causal: mixing diagonal"),
+                         sizeof(float), "mhla causal: mixing diagonal");
+    const int64_t qsz = rup16(tile * D), vsz = rup16(tile * E), asz = rup16(tile * tile);
+    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + asz, (int64_t)sizeof(float), 1, 1,
+                          "mhla causal: per-thread tiles");
+    size_t oT = ws_take(&pl, (size_t)nt, per, "mhla causal: per-thread tiles");
+    if (pl.st != LA_OK) return pl.st;
+    char *ws = (char *)la_ws_alloc(ctx, pl.total);
+    if (!ws) return la_err(LA_ERR_NOMEM, "mhla causal: cannot allocate %zu bytes of workspace",
+                           pl.total);
+    float *S = (float *)(ws + oS), *Hm = (float *)(ws + oHm);
+    float *Wl = (float *)(ws + oW), *Wd = (float *)(ws + oWd);
+    load_mixing(mixing, nc, 1, Wl, Wd);
+
+    /* Phase 1: chunk summaries; the last chunk's is never mixed (b < i). */
+    const int64_t nsum = B * H * (nc - 1);
+#pragma omp parallel num_threads(nt)
+    {
+        float *kt = (float *)(ws + oT + (size_t)thread_id() * per) + qsz;
+        float *vt = kt + qsz;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < nsum; task++) {
+            const int64_t bh = task / (nc - 1), c = task % (nc - 1);
+            const int64_t b = bh / H, h = bh % H;
+            float *Sc = S + (bh * nc + c) * SE;
+            const int64_t s0 = c * C, s1 = (s0 + C < N) ? s0 + C : N;
+            for (int64_t a0 = s0; a0 < s1; a0 += tile) {
+                int64_t n = s1 - a0 < tile ? s1 - a0 : tile;
+                gather_rows(k, b, h, NULL, a0, n, kt, D, 1, p->feature, 1.0f);
+                gather_values(v, b, h, NULL, a0, n, vt);
+                la_sgemm(true, false, D, E, n, 1.0f, kt, D, vt, E, a0 > s0 ? 1.0f : 0.0f, Sc, E);
+            }
+        }
+    }
+
+    /* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b | z_b]. Row block [r0, r1) needs
+     * only b < r1 − 1, so the upper triangle is skipped at block granularity. */
+    const int64_t nrb = (nc + MIX_ROWS - 1) / MIX_ROWS, ncol = (SE + MIX_COLS - 1) / MIX_COLS;
+    const int64_t nmix = B * H * nrb * ncol;
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+    for (int64_t task = 0; task < nmix; task++) {
+        const int64_t bh = task / (nrb * ncol), rb = (task / ncol) % nrb, cb = task % ncol;
+        const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+        const int64_t c0 = cb * MIX_COLS, cw = SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS;
+        const float *Wh = Wl + (Hw == 1 ? 0 : bh % H) * nc * nc;
+        float *dst = Hm + (bh * nc + r0) * SE + c0;
+        const int64_t K = r1 - 1;
+        if (K <= 0) {
+            for (int64_t r = r0; r < r1; r++) memset(dst + (r - r0) * SE, 0, (size_t)cw * sizeof(float));
+            continue;
+        }
+        la_sgemm(false, false, r1 - r0, cw, K, 1.0f, Wh + r0 * nc, nc, S + bh * nc * SE + c0, SE,
+                 0.0f, dst, SE);
+    }
+
+    /* Phase 3: outputs, chunk by chunk, query tiles against key tiles. */
+    const int64_t nout = B * H * nc;
+#pragma omp parallel num_threads(nt)
+    {
+        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
+        float *kt = qt + qsz, *vt = kt + qsz, *ot = vt + vsz, *A = ot + vsz;
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < nout; task++) {
+            const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
+            const int64_t hw = Hw == 1 ? 0 : h;
+            const float wii = Wd[hw * nc + c];
+            const float *Hc = Hm + (bh * nc + c) * SE;
+            const int64_t s0 = c * C, s1 = (s0 + C < N) ? s0 + C : N;
+            for (int64_t a0 = s0; a0 < s1; a0 += tile) {
+                int64_t na = s1 - a0 < tile ? s1 - a0 : tile;
+                gather_rows(q, b, h, NULL, a0, na, qt, D, 1, p->feature, p->scale_q);
+                la_sgemm(false, false, na, E, D, 1.0f, qt, D, Hc, E, 0.0f, ot, E);
+                for (int64_t k0 = s0; k0 <= a0; k0 += tile) {
+                    int64_t nk = k0 == a0 ? na : tile;
+                    gather_rows(k, b, h, NULL, k0, nk, kt, D, 1, p->feature, 1.0f);
+                    gather_values(v, b, h, NULL, k0, nk, vt);
+                    masked_tile(qt, na, kt, nk, vt, D, E, k0 == a0, wii, A, ot);
+                }
+                store_rows(out, b, h, NULL, a0, na, ot, E, mode, NULL, p->eps);
+            }
+        }
+    }
+    la_ws_free(ctx, ws);
+    return LA_OK;
+}
+
+/* ---- decoding --------------------------------------------------------------
+ * Append n tokens of head (b,h), starting at token position pos0. Tokens are
+ * taken in segments that stay inside one block; a segment starting a block
+ * first closes the previous block (P → S) and forms the new block's mixture
+ * once. Inside a segment: out = q̃·(mix + w_ii P) + w_ii·mask(q̃k̃ᵀ)[v|1], then
+ * P += k̃ᵀ[v|1]. One token at a time takes a plain-loop path. */
+static void state_append_head(la_mhla_state *st, int64_t b, int64_t h, int64_t pos0,
+                              const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                              la_tensor *out, float *ws) {
+    const int64_t C = st->p.chunk, D = st->D, Dv = st->Dv, E = Dv + 1, SE = D * E, M = st->M;
+    const int64_t bh = b * st->H + h;
+    const int64_t n = q->ne[1];
+    const int mode = st->p.normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
+    float *Sbh = st->S + bh * M * SE, *P = st->P + bh * SE, *mix = st->mix + bh * SE;
+    const float *W = st->W + (st->Hw == 1 ? 0 : h) * M * M;
+    const int64_t tile = C < C_TILE ? C : C_TILE;
+    float *qt = ws, *kt = qt + tile * D, *vt = kt + tile * D, *ot = vt + tile * E;
+    float *A = ot + tile * E;
+
+    int64_t pos = pos0, r = 0;
+    while (r < n) {
+        const int64_t blk = pos / C, off = pos % C;
+        if (off == 0) {
+            if (blk > 0) memcpy(Sbh + (blk - 1) * SE, P, (size_t)SE * sizeof(float));
+            if (blk == 0)
+                memset(mix, 0, (size_t)SE * sizeof(float));
+            else /* formed once per block: O(blk·d·dv) */
+                la_sgemm(false, false, 1, SE, blk, 1.0f, W + blk * M, M, Sbh, SE, 0.0f, mix, SE);
+            memset(P, 0, (size_t)SE * sizeof(float));
+        }
+        const int64_t seg = C - off < n - r ? C - off : n - r;
+        const float wii = W[blk * M + blk];
+        for (int64_t a0 = 0; a0 < seg; a0 += tile) {
+            const int64_t na = seg - a0 < tile ? seg - a0 : tile;
+            const int64_t row = r + a0; /* row in the input/output views */
+            gather_rows(q, b, h, NULL, row, na, qt, D, 1, st->p.feature, st->p.scale_q);
+            gather_rows(k, b, h, NULL, row, na, kt, D, 1, st->p.feature, 1.0f);
+            gather_values(v, b, h, NULL, row, na, vt);
+            if (na == 1) {
+                /* decode: P += k̃ [v|1]ᵀ, then o = q̃ (mix + w_ii P) */
+                for (int64_t d = 0; d < D; d++) {
+                    const float kd = kt[d];
+                    float *Pd = P + d * E;
+                    for (int64_t j = 0; j < E; j++) Pd[j] += kd * vt[j];
+                }
+                for (int64_t j = 0; j < E; j++) ot[j] = 0.0f;
+                for (int64_t d = 0; d < D; d++) {
+                    const float qd = qt[d];
+                    const float *Md = mix + d * E, *Pd = P + d * E;
+                    for (int64_t j = 0; j < E; j++) ot[j] += qd * (Md[j] + wii * Pd[j]);
+                }
+            } else {
+                la_sgemm(false, false, na, E, D, 1.0f, qt, D, mix, E, 0.0f, ot, E);
+                la_sgemm(false, false, na, E, D, wii, qt, D, P, E, 1.0f, ot, E);
+                masked_tile(qt, na, kt, na, vt, D, E, 1, wii, A, ot);
+                la_sgemm(true, false, D, E, na, 1.0f, kt, D, vt, E, 1.0f, P, E);
+            }
+            store_rows(out, b, h, NULL, row, na, ot, E, mode, NULL, st->p.eps);
+        }
+        r += seg;
+        pos += seg;
+    }
+}
+
+la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const la_tensor *k,
+                                   const la_tensor *v, la_tensor *out, la_context *ctx) {
+    const int64_t B = st->B, H = st->H, D = st->D, E = st->Dv + 1, C = st->p.chunk;
+    const int64_t n = q->ne[1];
+    const int64_t tile = C < C_TILE ? C : C_TILE;
+    const int nt = la_ctx_threads(ctx);
+    ws_plan pl = {0, LA_OK};
+    size_t per = ws_count(&pl, tile, 2 * D + 2 * E + tile, (int64_t)sizeof(float), 1,
+                          "mhla state: tiles");
+    size_t oT = ws_take(&pl, (size_t)nt, per, "mhla state: per-thread tiles");
+    if (pl.st != LA_OK) return pl.st;
+    char *ws = (char *)la_ws_alloc(ctx, pl.total);
+    if (!ws) return la_err(LA_ERR_NOMEM, "mhla state: cannot allocate %zu bytes", pl.total);
+
+    /* Threads only pay off when there is real work: the per-token cost is
+     * ~2·d·(dv+1) per head, plus the block mixture when a block starts. */
+    const int64_t pos0 = st->len;
+    const int64_t blocks_started = (pos0 + n + C - 1) / C - (pos0 + C - 1) / C;
+    const double work = (double)B * H * D * E * ((double)n * 4 + (double)blocks_started * (double)((pos0 + n) / C + 1));
+    const int use = (B * H > 1 && work > 3e5) ? nt : 1;
+#pragma omp parallel for num_threads(use) schedule(dynamic, 1)
+    for (int64_t bh = 0; bh < B * H; bh++)
+        state_append_head(st, bh / H, bh % H, pos0, q, k, v, out,
+                          (float *)(ws + oT + (size_t)thread_id() * per));
+    st->len += n;
+    la_ws_free(ctx, ws);
+    return LA_OK;
+}
