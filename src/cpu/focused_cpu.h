@@ -1,0 +1,38 @@
+/* Focused linear attention (SPEC §4) on the CPU, and the per-token feature
+ * maps that the analysis tools (src/ops/attn_map.c) share with it. */
+#ifndef LA_FOCUSED_CPU_H
+#define LA_FOCUSED_CPU_H
+
+#include "core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Arguments already validated by la_focused_attention (src/ops/focused.c):
+ * q,k [B,N,H,D], v [B,N,H,Dv], out [B,N,H,Dv] on the host, N = map_h*map_w,
+ * conv [Cc,k,k] (odd k, Cc = D for flatten, H*D for blog) or NULL,
+ * conv_bias [D] or NULL, softplus_param [H*D] or NULL, focus [H] or NULL. */
+la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const la_tensor *k,
+                         const la_tensor *v, const la_tensor *conv, const la_tensor *conv_bias,
+                         const la_tensor *softplus_param, const la_tensor *focus, la_tensor *out,
+                         la_context *ctx);
+
+/* softplus(s) = ln(1 + e^s), written so that it neither overflows for large s
+ * nor loses everything for very negative s. */
+static inline double la_softplus(double s) {
+    return s > 0 ? s + log1p(exp(-s)) : log1p(exp(s));
+}
+
+/* The FLatten focusing function for one token over all C channels:
+ *   x' = (ReLU(x) + 1e-6) * inv_sp      (inv_sp = 1/softplus(s), NULL = 1/ln 2)
+ *   f_p(x') = ||x'|| * x'^p / ||x'^p||
+ * x'^p / ||x'^p|| does not change when x' is scaled, so it is formed from
+ * x'/max(x') to keep x'^p finite for any p. Every x' is >= 1e-6*inv_sp > 0. */
+void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, double p,
+                          double *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
