@@ -204,9 +204,8 @@ def focused_attention(q, k, v, variant="flatten", map=None, conv=None, conv_bias
 
 def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, focus=None,
                        variant="flatten", map=None, p=3.0, eps=1e-6):
-    if map is None:
-        raise ValueError("focused_attention: map=(Hm, Wm) is required (Hm*Wm == N)")
-    hw = _dims(map, "focused_attention: map")
+    # map None: the library answers that the map is required
+    hw = (0, 0) if map is None else _dims(map, "focused_attention: map")
     if len(hw) != 2:
         raise ValueError("focused_attention: map %r must be (Hm, Wm)" % (map,))
     prm = L.la_focused_params()
