@@ -1,0 +1,198 @@
+/* Timing driver for the CUDA linear family through the public C API.
+ * B = 1, H = 12, D = Dv = 128, bf16 [B,N,H,D] contiguous, random inputs.
+ * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
+ * prints the median, the byte floor (Q,K,V read once, O written once, over
+ * 4.2 TB/s) and the FLOP floor (over 760 TFLOP/s).
+ *
+ *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu build-gpu/liblongattn.a \
+ *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_linear
+ *   build-gpu/bench_gpu_linear [quick]
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "longattn.h"
+
+#define CK(x)                                                                            \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static const double BW = 4.2e12, FL = 760e12;
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    float u = (h & 0xffffff) / 16777216.f - 0.5f;
+    x[i] = __float2bfloat16(u * 2.f * scale);
+}
+
+struct buf {
+    void *p = nullptr;
+    size_t n = 0;
+};
+static buf make(size_t n, unsigned seed) {
+    buf b;
+    b.n = n;
+    CK(cudaMalloc(&b.p, n * 2));
+    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)b.p, n, seed, 1.f);
+    CK(cudaGetLastError());
+    return b;
+}
+
+static la_tensor view(void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
+    la_tensor t;
+    int64_t ne[4] = {B, N, H, D};
+    la_tensor_init(&t, p, LA_BF16, LA_DEVICE_CUDA, 4, ne);
+    return t;
+}
+
+static double time_ms(const std::function<la_status()> &f, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (f() != LA_OK) {
+            fprintf(stderr, "call failed: %s\n", la_last_error());
+            return NAN;
+        }
+    std::vector<float> ts;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms);
+    }
+    CK(cudaDeviceSynchronize());
+    std::sort(ts.begin(), ts.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ts[ts.size() / 2];
+}
+
+static void report(const char *op, const char *shape, double ms, double bytes, double flops) {
+    double fb = bytes / BW * 1e3, ff = flops / FL * 1e3;
+    double floor_ms = std::max(fb, ff);
+    printf("%-22s %-26s %9.4f ms   byte-floor %7.4f  flop-floor %7.4f  x%.2f of floor  %6.1f TFLOP/s\n",
+           op, shape, ms, fb, ff, ms / floor_ms, flops / (ms * 1e-3) / 1e12);
+    fflush(stdout);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    const int64_t B = 1, H = 12, D = 128, Dv = 128;
+    std::vector<int64_t> Ns = {4096, 8192, 16384, 32768, 65536, 131072};
+    if (quick) Ns = {4096, 32768, 131072};
+    const int64_t Nmax = 131072;
+    buf q = make(B * Nmax * H * D, 1), k = make(B * Nmax * H * D, 2), v = make(B * Nmax * H * Dv, 3),
+        o = make(B * Nmax * H * Dv, 4);
+    float *Wd;
+    const int64_t Mmax = 2048;
+    CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
+    {
+        std::vector<float> w(Mmax * Mmax);
+        for (size_t i = 0; i < w.size(); i++) w[i] = 0.01f + (float)((i * 7919) % 1000) / 1000.f;
+        CK(cudaMemcpy(Wd, w.data(), sizeof(float) * w.size(), cudaMemcpyHostToDevice));
+    }
+    char shape[64];
+    for (int64_t N : Ns) {
+        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
+                  to = view(o.p, B, N, H, Dv);
+        const double io = 2.0 * B * N * H * (2 * D + 2 * Dv);
+        const double fl_lin = 4.0 * B * N * H * D * Dv;
+        snprintf(shape, sizeof shape, "N=%lld", (long long)N);
+        {
+            la_linear_params p;
+            la_linear_params_init(&p);
+            report("linear", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20), io, fl_lin);
+            p.causal = 1;
+            p.normalize = 0;
+            report("linear-causal nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+            p.normalize = 1;
+            report("linear-causal norm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+        }
+        for (int64_t M : {16, 150}) {
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = 1;
+            p.grid[0] = N;
+            p.blocks[0] = M;
+            la_tensor W;
+            int64_t nw[2] = {M, M};
+            la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+            snprintf(shape, sizeof shape, "N=%lld M=%lld", (long long)N, (long long)M);
+            report("mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20), io,
+                   fl_lin + 2.0 * H * M * M * D * Dv);
+        }
+        {
+            la_mhla_causal_params p;
+            la_mhla_causal_params_init(&p);
+            const int64_t M = (N + 63) / 64;
+            la_tensor W;
+            int64_t nw[2] = {M, M};
+            la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+            if (M <= Mmax)
+                report("mhla-causal", shape, time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 5), io,
+                       fl_lin + 2.0 * B * N * H * 64 * (D + Dv) + 1.0 * H * M * M * D * Dv);
+        }
+        {
+            la_focused_params p;
+            la_focused_params_init(&p);
+            p.map_h = N / 128;
+            p.map_w = 128;
+            snprintf(shape, sizeof shape, "N=%lld map %lldx128", (long long)N, (long long)(N / 128));
+            report("focused-flatten noconv", shape, time_ms([&] { return la_focused_attention(&p, &tq, &tk, &tv, 0, 0, 0, 0, &to, 0); }, 10), io, fl_lin);
+        }
+        if (N <= 16384) {
+            la_softmax_params p;
+            la_softmax_params_init(&p);
+            snprintf(shape, sizeof shape, "N=%lld", (long long)N);
+            const double fl = 4.0 * B * N * N * H * D;
+            report("softmax", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, 0); }, 3), io, fl);
+            p.causal = 1;
+            report("softmax-causal", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, 0); }, 3), io, fl / 2);
+        }
+    }
+    /* video grid 21x30x50 */
+    {
+        const int64_t N = 21 * 30 * 50;
+        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
+                  to = view(o.p, B, N, H, Dv);
+        const double io = 2.0 * B * N * H * (2 * D + 2 * Dv);
+        const int64_t bl[2][3] = {{3, 5, 10}, {7, 3, 5}};
+        for (int c = 0; c < 2; c++) {
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = 3;
+            p.grid[0] = 21; p.grid[1] = 30; p.grid[2] = 50;
+            for (int a = 0; a < 3; a++) p.blocks[a] = bl[c][a];
+            const int64_t M = bl[c][0] * bl[c][1] * bl[c][2];
+            la_tensor W;
+            int64_t nw[2] = {M, M};
+            la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+            snprintf(shape, sizeof shape, "21x30x50 / %lldx%lldx%lld", (long long)bl[c][0], (long long)bl[c][1], (long long)bl[c][2]);
+            report("mhla video", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20), io,
+                   4.0 * N * H * D * Dv + 2.0 * H * M * M * D * Dv);
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,38 @@
+/* Linear attention (SPEC §3) on CUDA: one block, all weights 1, through the
+ * linear-family engine (linfam.cu). Non-causal: summary, sum, output.
+ * Causal: chunk summaries, prefix scan with the state in/out, output with
+ * the masked intra-chunk term. Views validated by src/ops/linear.c. */
+#include "cuda_ops.h"
+#include "linfam.cuh"
+
+extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const la_tensor *q,
+                                              const la_tensor *k, const la_tensor *v,
+                                              la_tensor *out, const la_tensor *S_in,
+                                              const la_tensor *z_in, la_tensor *S_out,
+                                              la_tensor *z_out, la_context *ctx) {
+    lf_problem P = {};
+    P.B = q->ne[0];
+    P.N = q->ne[1];
+    P.H = q->ne[2];
+    P.D = q->ne[3];
+    P.Dv = v->ne[3];
+    P.q = la_cu_view_of(q);
+    P.k = la_cu_view_of(k);
+    P.v = la_cu_view_of(v);
+    P.out = la_cu_view_of(out);
+    P.fq = {(int)p->feature, 1.f, p->scale_q, 0.f, nullptr, nullptr, nullptr};
+    P.fk = {(int)p->feature, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    P.n[0] = P.n[1] = 1;
+    P.n[2] = P.N;
+    P.g[0] = P.g[1] = P.g[2] = 1;
+    P.chunk = p->causal ? p->chunk : 0;
+    P.use_w = 0;
+    P.norm = p->normalize ? LF_NORM_PER_QUERY : LF_NORM_NONE;
+    P.eps = p->eps;
+    P.den_scale = 1.f;
+    P.S_in = la_cu_view_of(S_in);
+    P.z_in = la_cu_view_of(z_in);
+    P.S_out = la_cu_view_of(S_out);
+    P.z_out = la_cu_view_of(z_out);
+    return lf_run(&P, la_cu_stream(ctx));
+}

@@ -1,0 +1,58 @@
+/* The linear-attention engine shared by linear.cu, mhla.cu and focused.cu.
+ *
+ * Every operator of the family is one instance of
+ *     S_b = Σ_{j∈b} φk(k_j) v_jᵀ,  z_b = Σ_{j∈b} φk(k_j)      (block summaries, fp32)
+ *     P_i = Σ_b W[i,b] S_b   (non-causal: all b; causal: b < i, plus the open chunk)
+ *     o_t = φq(q_t)ᵀ P_i  [/ (φq(q_t)ᵀ z̃_i · a + eps)]
+ * with linear attention as one block and W = 1 (non-causal) or a prefix sum
+ * (causal, W = 1 below the diagonal, with an optional state (S, z) in/out).
+ *
+ * Passes (all on the context's stream, no synchronization):
+ *   1. summary: per (head, block segment, 64×64 tile of d×dv) partial S and z;
+ *   2. mix:     P = W · partials (a small batched GEMM; the sum of a block's
+ *               segments is folded into it), or the causal prefix scan;
+ *   3. output:  per (head, 64-token tile, 64-column tile of dv): φq(Q) P_i,
+ *               plus the masked intra-chunk term in causal mode.
+ * This is the portable fp32 CUDA-core path: any D, Dv, strides and dtypes. */
+#ifndef LA_CUDA_LINFAM_CUH
+#define LA_CUDA_LINFAM_CUH
+
+#include "common.cuh"
+
+enum { LF_FEAT_FLATTEN = 100 };
+
+/* φ(x) = feature(pre·x)·post, or (kind LF_FEAT_FLATTEN) the focused map
+ * (x'·tok_m[b·N+t])^p · tok_r[b·N+t] with x' = (relu(x)+1e-6)·inv_sp[c],
+ * tok_m = 1/max_c x' and tok_r = ‖x'‖/‖(x'·tok_m)^p‖ (focused.cu computes them). */
+struct lf_feat {
+    int kind;
+    float pre, post;
+    float p;
+    const float *inv_sp; /* [H*D], device */
+    const float *tok_r;  /* [B*N], device */
+    const float *tok_m;  /* [B*N], device */
+};
+
+enum { LF_NORM_PER_QUERY = 0, LF_NORM_NONE = 1, LF_NORM_RELEASED_VISION = 2 };
+
+struct lf_problem {
+    int64_t B, N, H, D, Dv;
+    la_cu_view q, k, v, out; /* [B,N,H,D] views */
+    lf_feat fq, fk;
+    /* token grid, always 3 axes (1-D = {1,1,N}); blocks per axis */
+    int64_t n[3], g[3];
+    int64_t chunk;           /* > 0: causal, 1-D chunks of this many tokens */
+    int use_w;               /* 0: every weight is 1 (linear attention)     */
+    la_cu_view W;            /* nb[0] per head (0 if shared), nb[1] row, nb[2] col */
+    int norm;                /* LF_NORM_*                                   */
+    float eps, den_scale;    /* o = num·a/(den·a + eps), a = den_scale      */
+    la_cu_view S_in, z_in, S_out, z_out; /* causal linear state; data NULL = absent */
+    /* focused flatten: o += DWC(v), one [Dv,k,k] kernel (conv, nb[0..2]) shared
+     * by the heads over the map_h × map_w map, plus bias [Dv]; data NULL = none */
+    la_cu_view conv, bias;
+    int64_t ksize, map_h, map_w;
+};
+
+la_status lf_run(const lf_problem *P, cudaStream_t st);
+
+#endif

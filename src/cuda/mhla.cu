@@ -1,0 +1,85 @@
+/* MHLA (SPEC §5) on CUDA through the linear-family engine (linfam.cu):
+ * non-causal over 1-D/2-D/3-D block grids with shared or per-head mixing and
+ * the three normalize modes; causal chunkwise (§5.4). Views validated by
+ * src/ops/mhla.c. The decoding state (la_mhla_state) stays on the CPU. */
+#include "cuda_ops.h"
+#include "linfam.cuh"
+
+static la_cu_view mixing_view(const la_tensor *W) {
+    la_cu_view m = la_cu_view_of(W);
+    if (W->ndim == 2) { /* shared: no head stride */
+        m.nb[2] = W->nb[1];
+        m.nb[1] = W->nb[0];
+        m.nb[0] = 0;
+    }
+    return m;
+}
+
+static void fill_common(lf_problem *P, const la_tensor *q, const la_tensor *k,
+                        const la_tensor *v, const la_tensor *mixing, la_tensor *out) {
+    P->B = q->ne[0];
+    P->N = q->ne[1];
+    P->H = q->ne[2];
+    P->D = q->ne[3];
+    P->Dv = v->ne[3];
+    P->q = la_cu_view_of(q);
+    P->k = la_cu_view_of(k);
+    P->v = la_cu_view_of(v);
+    P->out = la_cu_view_of(out);
+    P->use_w = 1;
+    P->W = mixing_view(mixing);
+    P->den_scale = 1.f;
+}
+
+extern "C" la_status la_mhla_forward_cuda(const la_mhla_params *p, const la_tensor *q,
+                                          const la_tensor *k, const la_tensor *v,
+                                          const la_tensor *mixing, la_tensor *out,
+                                          la_context *ctx) {
+    lf_problem P = {};
+    fill_common(&P, q, k, v, mixing, out);
+    P.fq = {(int)p->feature, 1.f, p->scale_q, 0.f, nullptr, nullptr, nullptr};
+    P.fk = {(int)p->feature, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    const int nd = p->grid_ndim;
+    for (int a = 0; a < 3; a++) P.n[a] = P.g[a] = 1;
+    for (int a = 0; a < nd; a++) {
+        P.n[3 - nd + a] = p->grid[a];
+        P.g[3 - nd + a] = p->blocks[a];
+    }
+    if (nd == 1 && p->grid[0] == 0) P.n[2] = P.N;
+    if (P.n[0] * P.n[1] * P.n[2] != P.N)
+        return la_err(LA_ERR_SHAPE, "mhla: token grid has %lld tokens, but q has N=%lld",
+                      (long long)(P.n[0] * P.n[1] * P.n[2]), (long long)P.N);
+    P.chunk = 0;
+    P.norm = p->normalize == LA_MHLA_NORM_NONE              ? LF_NORM_NONE
+             : p->normalize == LA_MHLA_NORM_RELEASED_VISION ? LF_NORM_RELEASED_VISION
+                                                            : LF_NORM_PER_QUERY;
+    if (P.norm == LF_NORM_RELEASED_VISION)
+        for (int a = 0; a < 3; a++)
+            if (P.n[a] % P.g[a] != 0)
+                return la_err(LA_ERR_ARG,
+                              "normalize=released_vision needs equal blocks: grid axis of %lld "
+                              "tokens is not divisible by %lld blocks",
+                              (long long)P.n[a], (long long)P.g[a]);
+    P.eps = p->eps;
+    return lf_run(&P, la_cu_stream(ctx));
+}
+
+extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
+                                                 const la_tensor *q, const la_tensor *k,
+                                                 const la_tensor *v, const la_tensor *mixing,
+                                                 la_tensor *out, la_context *ctx) {
+    lf_problem P = {};
+    fill_common(&P, q, k, v, mixing, out);
+    const float sq = p->scale_q != 0.f ? p->scale_q : 1.f / sqrtf((float)P.D);
+    P.fq = {(int)p->feature, 1.f, sq, 0.f, nullptr, nullptr, nullptr};
+    P.fk = {(int)p->feature, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    P.n[0] = P.n[1] = 1;
+    P.n[2] = P.N;
+    P.g[0] = P.g[1] = P.g[2] = 1;
+    P.chunk = p->chunk;
+    if (p->normalize == LA_MHLA_NORM_RELEASED_VISION)
+        return la_err(LA_ERR_ARG, "normalize: released_vision is not defined for causal MHLA");
+    P.norm = p->normalize == LA_MHLA_NORM_PER_QUERY ? LF_NORM_PER_QUERY : LF_NORM_NONE;
+    P.eps = p->eps;
+    return lf_run(&P, la_cu_stream(ctx));
+}

@@ -1,0 +1,494 @@
+/* GPU tests of the linear family (softmax, linear, MHLA, focused): every CUDA
+ * operator against the CPU path on the same fresh random inputs (the CPU
+ * path has its own float64-reference tests in tests/cpu/). Runs on the GPU
+ * machine only (tests/cuda/run_gpu_tests.sh); without a device it skips.
+ *
+ * Each case: inputs drawn with the printed seed, converted to the dtype under
+ * test (the CPU sees the very same rounded values), device outputs poisoned
+ * with 0xFF bytes (NaN in f32 and bf16) before the call, then compared in
+ * full: rel = max|gpu − cpu| / max|cpu| ≤ 1e-5 (fp32; 1e-4 for huge N) or
+ * 1e-2 (bf16), and no NaN left anywhere.
+ *
+ * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
+#include "test_util.h"
+
+#include <stdbool.h>
+
+#include "core/devmem.h"
+#include "core/internal.h"
+
+static la_rng rng;
+static bool small_only;
+
+/* ---- tensors staged on host and device ----------------------------------- */
+typedef struct tb {
+    la_tensor host, dev;     /* same layout                                */
+    int64_t lne[4];          /* logical extents                            */
+    int ndim;
+    int perm;                /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
+    size_t bytes;
+} tb;
+
+static size_t dsz(la_dtype dt) { return la_dtype_size(dt); }
+
+static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
+    if (dt == LA_F32) ((float *)p)[off] = x;
+    else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
+}
+static float get_elem(const void *p, la_dtype dt, int64_t off) {
+    if (dt == LA_F32) return ((const float *)p)[off];
+    return la_bf16_to_f32(((const uint16_t *)p)[off]);
+}
+
+static int64_t phys_off(const tb *t, const int64_t *i) {
+    int64_t o = 0;
+    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
+    return o;
+}
+static void unravel(const tb *t, int64_t e, int64_t *i) {
+    for (int a = t->ndim - 1; a >= 0; a--) {
+        i[a] = e % t->lne[a];
+        e /= t->lne[a];
+    }
+}
+static int64_t tb_numel(const tb *t) {
+    int64_t n = 1;
+    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
+    return n;
+}
+
+/* vals: logical row-major values (NULL: poison). */
+static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
+    memset(t, 0, sizeof *t);
+    t->ndim = ndim;
+    t->perm = perm && ndim == 4;
+    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
+    int64_t n = tb_numel(t);
+    t->bytes = (size_t)n * dsz(dt);
+    void *h = malloc(t->bytes);
+    int64_t nb[4];
+    if (t->perm) { /* buffer [B,H,N,D] */
+        const int64_t *e4 = t->lne;
+        nb[3] = 1;
+        nb[1] = e4[3];           /* N stride */
+        nb[2] = e4[1] * e4[3];   /* H stride */
+        nb[0] = e4[2] * e4[1] * e4[3];
+    } else {
+        int64_t s = 1;
+        for (int a = ndim - 1; a >= 0; a--) {
+            nb[a] = s;
+            s *= ne[a];
+        }
+    }
+    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
+    if (vals) {
+        int64_t idx[4];
+        for (int64_t e = 0; e < n; e++) {
+            unravel(t, e, idx);
+            set_elem(h, dt, phys_off(t, idx), vals[e]);
+        }
+    } else {
+        memset(h, 0xff, t->bytes);
+    }
+    void *d = NULL;
+    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
+        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
+        exit(1);
+    }
+    la_dev_upload(d, h, t->bytes);
+    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
+}
+static void tb_free(tb *t) {
+    free(t->host.data);
+    la_dev_free(t->dev.data);
+}
+/* Logical values of the host (cpu) or device copy. */
+static float *tb_read(const tb *t, bool device) {
+    int64_t n = tb_numel(t);
+    void *h = malloc(t->bytes);
+    if (device) la_dev_download(h, t->dev.data, t->bytes);
+    else memcpy(h, t->host.data, t->bytes);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    int64_t idx[4];
+    for (int64_t e = 0; e < n; e++) {
+        unravel(t, e, idx);
+        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
+    }
+    free(h);
+    return out;
+}
+static float *randv(int64_t n, double scale) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    la_fill_normal(&rng, x, n, scale);
+    return x;
+}
+static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
+    int64_t n = 1;
+    for (int a = 0; a < ndim; a++) n *= ne[a];
+    float *v = randv(n, scale);
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, v);
+    free(v);
+    return t;
+}
+static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, NULL);
+    return t;
+}
+
+/* Compare the device result of t with its host (CPU) result. */
+static double compare(const tb *t, const char *what, double tol) {
+    la_dev_synchronize();
+    int64_t n = tb_numel(t);
+    float *g = tb_read(t, true), *c = tb_read(t, false);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    int cpu_nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ref[i] = c[i];
+        if (isnan(c[i])) cpu_nan++;
+    }
+    double rel = la_rel_err(g, ref, n);
+    int64_t gnan = 0;
+    for (int64_t i = 0; i < n; i++) gnan += !isfinite(g[i]);
+    CHECK(cpu_nan == 0, "%s: CPU output has %d NaN", what, cpu_nan);
+    CHECK(gnan == 0, "%s: GPU output has %lld non-finite values (unwritten?)", what, (long long)gnan);
+    CHECK(rel <= tol, "%s: rel err %.3g > %.1g", what, rel, tol);
+    printf("  %-72s rel %.2e %s\n", what, rel, rel <= tol && gnan == 0 ? "ok" : "FAIL");
+    free(g);
+    free(c);
+    free(ref);
+    return rel;
+}
+static double tol_of(la_dtype dt, int64_t N) {
+    return dt == LA_BF16 ? 1e-2 : (N > 20000 ? 1e-4 : 1e-5);
+}
+static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
+
+/* ---- softmax -------------------------------------------------------------- */
+static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, int64_t D,
+                      int64_t Dv, int causal, la_dtype dt, int perm) {
+    int64_t nq[4] = {B, Nq, H, D}, nk[4] = {B, Nk, Hk, D}, nv[4] = {B, Nk, Hk, Dv},
+            no[4] = {B, Nq, H, Dv}, nl[3] = {B, Nq, H};
+    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nk, dt, perm, 1.0),
+       v = tb_rand(4, nv, dt, perm, 1.0);
+    tb o = tb_poison(4, no, dt, perm), l = tb_poison(3, nl, LA_F32, 0);
+    la_softmax_params p;
+    la_softmax_params_init(&p);
+    p.causal = causal;
+    CHECK_OK(la_softmax_attention(&p, &q.host, &k.host, &v.host, &o.host, &l.host, NULL));
+    CHECK_OK(la_softmax_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, &l.dev, NULL));
+    char what[160];
+    snprintf(what, sizeof what, "softmax %s B%lld Nq%lld Nk%lld H%lld/%lld D%lld Dv%lld c%d p%d",
+             dtn(dt), (long long)B, (long long)Nq, (long long)Nk, (long long)H, (long long)Hk,
+             (long long)D, (long long)Dv, causal, perm);
+    compare(&o, what, tol_of(dt, Nk));
+    /* lse may hold −inf for rows that see nothing: compare finite parts */
+    {
+        la_dev_synchronize();
+        int64_t n = B * Nq * H;
+        float *g = tb_read(&l, true), *c = tb_read(&l, false);
+        double md = 0;
+        int bad = 0;
+        for (int64_t i = 0; i < n; i++) {
+            if (isinf(c[i]) && c[i] < 0) {
+                bad += !(isinf(g[i]) && g[i] < 0);
+                continue;
+            }
+            if (!isfinite(g[i])) bad++;
+            double d = fabs((double)g[i] - c[i]) / fmax(1.0, fabs(c[i]));
+            if (d > md) md = d;
+        }
+        CHECK(bad == 0 && md <= 1e-5, "%s lse: %d mismatched, max err %.3g", what, bad, md);
+        free(g);
+        free(c);
+    }
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&l);
+}
+
+/* ---- linear --------------------------------------------------------------- */
+static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_feature f,
+                     int causal, int normalize, int64_t chunk, int state, la_dtype dt, int perm) {
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
+    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
+       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
+    tb Si, zi, So, zo;
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.feature = f;
+    p.causal = causal;
+    p.normalize = normalize;
+    p.chunk = chunk;
+    p.scale_q = 0.7f;
+    if (state) {
+        Si = tb_rand(4, nS, LA_F32, 0, 1.0);
+        float *zv = randv(B * H * D, 1.0);
+        for (int64_t i = 0; i < B * H * D; i++) zv[i] = fabsf(zv[i]) * 5.f; /* keep den > 0 */
+        tb_make(&zi, 3, nz, LA_F32, 0, zv);
+        free(zv);
+        So = tb_poison(4, nS, LA_F32, 0);
+        zo = tb_poison(3, nz, LA_F32, 0);
+    }
+    if (normalize && (f == LA_FEATURE_IDENTITY)) p.feature = LA_FEATURE_RELU_EPS; /* den > 0 */
+    CHECK_OK(la_linear_attention(&p, &q.host, &k.host, &v.host, &o.host,
+                                 state ? &Si.host : NULL, state ? &zi.host : NULL,
+                                 state ? &So.host : NULL, state ? &zo.host : NULL, NULL));
+    CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, state ? &Si.dev : NULL,
+                                 state ? &zi.dev : NULL, state ? &So.dev : NULL,
+                                 state ? &zo.dev : NULL, NULL));
+    char what[160];
+    snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
+             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
+             la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm);
+    compare(&o, what, tol_of(dt, N));
+    if (state) {
+        char w2[200];
+        snprintf(w2, sizeof w2, "%s S_out", what);
+        compare(&So, w2, tol_of(LA_F32, N));
+        snprintf(w2, sizeof w2, "%s z_out", what);
+        compare(&zo, w2, tol_of(LA_F32, N));
+        tb_free(&Si); tb_free(&zi); tb_free(&So); tb_free(&zo);
+    }
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+}
+
+/* ---- MHLA ----------------------------------------------------------------- */
+static tb make_mixing(int64_t M, int64_t H, int per_head, int causal) {
+    int64_t nw[3] = {H, M, M};
+    int64_t n = (per_head ? H : 1) * M * M;
+    float *w = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)(0.05 + la_rng_uniform(&rng));
+    (void)causal;
+    tb t;
+    tb_make(&t, per_head ? 3 : 2, per_head ? nw : nw + 1, LA_F32, 0, w);
+    free(w);
+    return t;
+}
+
+static void t_mhla(int64_t B, int nd, const int64_t *grid, const int64_t *blocks, int64_t H,
+                   int64_t D, int64_t Dv, la_mhla_normalize norm, int per_head, la_dtype dt,
+                   int perm, double in_scale) {
+    int64_t N = 1, M = 1;
+    for (int a = 0; a < nd; a++) {
+        N *= grid[a];
+        M *= blocks[a];
+    }
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
+    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
+       v = tb_rand(4, nv, dt, perm, in_scale), o = tb_poison(4, nv, dt, perm);
+    tb W = make_mixing(M, H, per_head, 0);
+    la_mhla_params p;
+    la_mhla_params_init(&p);
+    p.grid_ndim = nd;
+    for (int a = 0; a < nd; a++) {
+        p.grid[a] = grid[a];
+        p.blocks[a] = blocks[a];
+    }
+    p.normalize = norm;
+    p.scale_q = 0.9f;
+    CHECK_OK(la_mhla_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, NULL));
+    CHECK_OK(la_mhla_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, NULL));
+    char what[160], gs[64] = "", bs[64] = "";
+    for (int a = 0; a < nd; a++) {
+        snprintf(gs + strlen(gs), sizeof gs - strlen(gs), "%s%lld", a ? "x" : "", (long long)grid[a]);
+        snprintf(bs + strlen(bs), sizeof bs - strlen(bs), "%s%lld", a ? "x" : "", (long long)blocks[a]);
+    }
+    snprintf(what, sizeof what, "mhla %s B%lld grid %s blocks %s H%lld D%lld Dv%lld norm%d ph%d p%d",
+             dtn(dt), (long long)B, gs, bs, (long long)H, (long long)D, (long long)Dv, (int)norm,
+             per_head, perm);
+    compare(&o, what, tol_of(dt, N));
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
+}
+
+static void t_mhla_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, int64_t chunk,
+                          la_mhla_normalize norm, int per_head, la_dtype dt, int perm) {
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
+    int64_t M = (N + chunk - 1) / chunk + 1; /* one spare row/col: must be ignored */
+    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
+       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
+    tb W = make_mixing(M, H, per_head, 1);
+    la_mhla_causal_params p;
+    la_mhla_causal_params_init(&p);
+    p.chunk = chunk;
+    p.normalize = norm;
+    if (norm == LA_MHLA_NORM_PER_QUERY) p.feature = LA_FEATURE_RELU_EPS;
+    CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, NULL));
+    CHECK_OK(la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, NULL));
+    char what[160];
+    snprintf(what, sizeof what, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d",
+             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
+             (long long)chunk, (int)norm, per_head, perm);
+    compare(&o, what, tol_of(dt, N));
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
+}
+
+/* ---- focused -------------------------------------------------------------- */
+static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm, int64_t H,
+                      int64_t D, int64_t Dv, int64_t ks, int with_params, la_dtype dt, int perm,
+                      double in_scale) {
+    int64_t N = Hm * Wm;
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
+    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
+       v = tb_rand(4, nv, dt, perm, in_scale), o = tb_poison(4, nv, dt, perm);
+    const int blog = var == LA_FOCUSED_BLOG;
+    int64_t Cc = blog ? H * D : D;
+    int64_t ncv[3] = {Cc, ks, ks}, nb1[1] = {D}, nsp[1] = {H * D}, nf[1] = {H};
+    tb conv, bias, sp, foc;
+    if (ks) conv = tb_rand(3, ncv, LA_F32, 0, 0.3);
+    if (ks && !blog) bias = tb_rand(1, nb1, LA_F32, 0, 0.3);
+    if (with_params) {
+        sp = tb_rand(1, nsp, LA_F32, 0, 1.0);
+        foc = tb_rand(1, nf, LA_F32, 0, 1.0);
+    }
+    la_focused_params p;
+    la_focused_params_init(&p);
+    p.variant = var;
+    p.map_h = Hm;
+    p.map_w = Wm;
+    const la_tensor *hc = ks ? &conv.host : NULL, *dc = ks ? &conv.dev : NULL;
+    const la_tensor *hb = (ks && !blog) ? &bias.host : NULL, *db = (ks && !blog) ? &bias.dev : NULL;
+    const la_tensor *hs = with_params ? &sp.host : NULL, *ds = with_params ? &sp.dev : NULL;
+    const la_tensor *hf = with_params ? &foc.host : NULL, *df = with_params ? &foc.dev : NULL;
+    CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, hc, hb, hs, hf, &o.host, NULL));
+    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, df, &o.dev, NULL));
+    char what[160];
+    snprintf(what, sizeof what, "focused-%s %s B%lld map %lldx%lld H%lld D%lld Dv%lld k%lld prm%d p%d",
+             blog ? "blog" : "flatten", dtn(dt), (long long)B, (long long)Hm, (long long)Wm,
+             (long long)H, (long long)D, (long long)Dv, (long long)ks, with_params, perm);
+    compare(&o, what, tol_of(dt, N));
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+    if (ks) tb_free(&conv);
+    if (ks && !blog) tb_free(&bias);
+    if (with_params) { tb_free(&sp); tb_free(&foc); }
+}
+
+/* bf16 at N = 256K with inputs of scale 10: outputs finite (no overflow). */
+static void t_no_overflow(void) {
+    const int64_t N = 262144, H = 2, D = 64;
+    int64_t nq[4] = {1, N, H, D};
+    tb q = tb_rand(4, nq, LA_BF16, 0, 10.0), k = tb_rand(4, nq, LA_BF16, 0, 10.0),
+       v = tb_rand(4, nq, LA_BF16, 0, 10.0), o = tb_poison(4, nq, LA_BF16, 0);
+    const char *names[4] = {"linear", "linear-causal", "mhla 512x512/8x8", "focused-flatten 512x512"};
+    for (int c = 0; c < 4; c++) {
+        la_dev_memset(o.dev.data, 0xff, o.bytes);
+        la_status s;
+        if (c < 2) {
+            la_linear_params p;
+            la_linear_params_init(&p);
+            p.causal = c;
+            s = la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, NULL, NULL, NULL, NULL, NULL);
+        } else if (c == 2) {
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = 2;
+            p.grid[0] = p.grid[1] = 512;
+            p.blocks[0] = p.blocks[1] = 8;
+            tb W = make_mixing(64, H, 0, 0);
+            s = la_mhla_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, NULL);
+            la_dev_synchronize();
+            tb_free(&W);
+        } else {
+            la_focused_params p;
+            la_focused_params_init(&p);
+            p.map_h = p.map_w = 512;
+            s = la_focused_attention(&p, &q.dev, &k.dev, &v.dev, NULL, NULL, NULL, NULL, &o.dev, NULL);
+        }
+        CHECK(s == LA_OK, "%s bf16 N=256K: %s", names[c], la_last_error());
+        la_dev_synchronize();
+        float *g = tb_read(&o, true);
+        int64_t bad = 0;
+        for (int64_t i = 0; i < N * H * D; i++) bad += !isfinite(g[i]);
+        CHECK(bad == 0, "%s bf16 N=256K scale 10: %lld non-finite outputs", names[c], (long long)bad);
+        printf("  %-72s %s\n", names[c], bad ? "FAIL (non-finite)" : "finite ok");
+        free(g);
+    }
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+}
+
+int main(void) {
+    rng = la_test_rng("test_cuda_linear");
+    small_only = getenv("LA_CUDA_SMALL") != NULL;
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("# no CUDA device: skipped\n");
+        return la_test_finish();
+    }
+    const la_dtype dts[2] = {LA_F32, LA_BF16};
+    for (int di = 0; di < 2; di++) {
+        la_dtype dt = dts[di];
+        printf("# softmax %s\n", dtn(dt));
+        t_softmax(1, 1, 1, 1, 1, 1, 1, 0, dt, 0);
+        t_softmax(2, 63, 63, 2, 1, 16, 17, 1, dt, 1);
+        t_softmax(1, 65, 130, 4, 2, 63, 64, 1, dt, 0);
+        t_softmax(1, 130, 65, 2, 2, 64, 32, 1, dt, 1); /* Nq > Nk: empty rows */
+        t_softmax(2, 1000, 1000, 2, 2, 128, 128, 0, dt, 1);
+        if (!small_only) t_softmax(1, 1000, 1000, 3, 1, 128, 96, 1, dt, 0);
+
+        printf("# linear %s\n", dtn(dt));
+        const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                     LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+        for (int f = 0; f < 5; f++) t_linear(1, 65, 2, 16, 17, feats[f], 0, f != 0, 64, 0, dt, f & 1);
+        t_linear(1, 1, 1, 1, 1, LA_FEATURE_RELU, 0, 1, 64, 0, dt, 0);
+        t_linear(2, 63, 3, 63, 64, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
+        t_linear(2, 1000, 2, 128, 128, LA_FEATURE_RELU, 0, 1, 64, 0, dt, 0);
+        t_linear(1, 1000, 2, 64, 32, LA_FEATURE_RELU, 0, 0, 64, 0, dt, 1);
+        /* causal, with and without state, odd chunks */
+        t_linear(1, 1, 1, 1, 1, LA_FEATURE_RELU, 1, 1, 64, 0, dt, 0);
+        t_linear(2, 63, 2, 16, 17, LA_FEATURE_ELU1, 1, 1, 64, 1, dt, 1);
+        t_linear(1, 65, 3, 63, 64, LA_FEATURE_RELU, 1, 0, 64, 1, dt, 0);
+        t_linear(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 1, 64, 1, dt, 1);
+        t_linear(1, 1000, 2, 64, 32, LA_FEATURE_RELU, 1, 0, 7, 0, dt, 0);
+        t_linear(1, 300, 1, 32, 48, LA_FEATURE_ELU1, 1, 1, 100, 1, dt, 0);
+
+        printf("# mhla %s\n", dtn(dt));
+        int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {65}, b1b[1] = {5};
+        int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, g2b[2] = {15, 17}, b2b[2] = {4, 3};
+        int64_t g3[3] = {21, 30, 50}, b3a[3] = {3, 5, 10}, b3b[3] = {7, 3, 5};
+        for (int nm = 0; nm < 3; nm++) {
+            t_mhla(1, 2, g2, b2, 2, 16, 17, (la_mhla_normalize)nm, nm == 1, dt, nm & 1, 1.0);
+            if (nm != 2) {
+                t_mhla(2, 1, g1, b1, 2, 64, 64, (la_mhla_normalize)nm, 0, dt, 1, 1.0);
+                t_mhla(1, 1, g1b, b1b, 3, 63, 64, (la_mhla_normalize)nm, 1, dt, 0, 1.0);
+                t_mhla(1, 2, g2b, b2b, 2, 128, 128, (la_mhla_normalize)nm, 1, dt, 1, 1.0);
+            }
+            if (!small_only) {
+                t_mhla(1, 3, g3, b3a, 2, 64, 64, (la_mhla_normalize)nm, nm != 1, dt, 0, 1.0);
+                t_mhla(1, 3, g3, b3b, 2, 64, 64, (la_mhla_normalize)nm, nm == 1, dt, 1, 1.0);
+            }
+        }
+        printf("# mhla causal %s\n", dtn(dt));
+        t_mhla_causal(1, 1, 1, 1, 1, 64, LA_MHLA_NORM_NONE, 0, dt, 0);
+        t_mhla_causal(2, 63, 2, 16, 17, 64, LA_MHLA_NORM_NONE, 1, dt, 1);
+        t_mhla_causal(1, 1000, 2, 64, 64, 64, LA_MHLA_NORM_NONE, 0, dt, 0);
+        t_mhla_causal(1, 1000, 2, 63, 32, 64, LA_MHLA_NORM_PER_QUERY, 1, dt, 1);
+        t_mhla_causal(1, 300, 2, 32, 32, 7, LA_MHLA_NORM_PER_QUERY, 0, dt, 0);
+        t_mhla_causal(1, 300, 1, 32, 32, 100, LA_MHLA_NORM_NONE, 1, dt, 0);
+
+        printf("# focused %s\n", dtn(dt));
+        t_focused(LA_FOCUSED_FLATTEN, 1, 1, 1, 1, 1, 1, 0, 0, dt, 0, 1.0);
+        t_focused(LA_FOCUSED_FLATTEN, 2, 7, 9, 2, 16, 16, 5, 1, dt, 1, 1.0);
+        t_focused(LA_FOCUSED_FLATTEN, 1, 13, 5, 3, 63, 40, 0, 1, dt, 0, 1.0);
+        t_focused(LA_FOCUSED_FLATTEN, 1, 32, 32, 2, 64, 64, 3, 0, dt, 1, 1.0);
+        t_focused(LA_FOCUSED_BLOG, 1, 1, 1, 1, 1, 1, 0, 0, dt, 0, 1.0);
+        t_focused(LA_FOCUSED_BLOG, 2, 7, 9, 2, 16, 17, 3, 1, dt, 1, 1.0);
+        t_focused(LA_FOCUSED_BLOG, 1, 32, 32, 2, 64, 64, 5, 0, dt, 0, 1.0);
+        t_focused(LA_FOCUSED_BLOG, 1, 13, 5, 3, 63, 40, 0, 1, dt, 1, 1.0);
+    }
+    if (!small_only) {
+        printf("# long sequences\n");
+        for (int di = 0; di < 2; di++) {
+            la_dtype dt = dts[di];
+            int64_t gl[1] = {131072}, bl[1] = {16};
+            t_linear(1, 131072, 2, 64, 64, LA_FEATURE_RELU, 0, 1, 64, 0, dt, 0);
+            t_linear(1, 131072, 2, 64, 64, LA_FEATURE_ELU1, 1, 1, 64, 1, dt, 1);
+            t_mhla(1, 1, gl, bl, 2, 64, 64, LA_MHLA_NORM_PER_QUERY, 1, dt, 0, 1.0);
+            t_mhla_causal(1, 16384, 2, 64, 64, 64, LA_MHLA_NORM_NONE, 0, dt, 0);
+            t_focused(LA_FOCUSED_FLATTEN, 1, 256, 512, 2, 64, 64, 5, 1, dt, 0, 1.0);
+            t_softmax(1, 4096, 4096, 2, 2, 128, 128, 1, dt, 0);
+        }
+        printf("# bf16 N = 256K, inputs of scale 10\n");
+        t_no_overflow();
+    }
+    return la_test_finish();
+}
