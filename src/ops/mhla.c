@@ -1,7 +1,8 @@
 /* MHLA public entry points (SPEC §5): validate every view and option, then
- * dispatch to the CPU backend (src/cpu/mhla_cpu.c). Tensors on CUDA are
- * answered LA_ERR_UNSUPPORTED until a CUDA kernel lands: its dispatch goes
- * where the "CUDA" comments are. */
+ * dispatch to the CPU backend (src/cpu/mhla_cpu.c) or, for tensors on CUDA
+ * in a CUDA build, to src/cuda/mhla.cu (forward passes only). Everything
+ * else on CUDA (the decoding state, init, project, or any call in a build
+ * without CUDA) is answered LA_ERR_UNSUPPORTED with a message. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -109,10 +110,13 @@ static la_status check_scalars(const char *op, la_feature f, float eps, float sc
 }
 
 static la_status cuda_unsupported(const char *op) {
-    /* CUDA: dispatch to la_<op>_cuda(...) here once src/cuda/mhla.cu exists. */
-    return la_err(LA_ERR_UNSUPPORTED,
-                  "%s: tensors are on CUDA but MHLA has no CUDA kernel in this build yet "
-                  "(use CPU tensors)", op);
+#ifdef LA_WITH_CUDA
+    return la_err(LA_ERR_UNSUPPORTED, "%s: tensors on CUDA are not supported here (the MHLA "
+                  "decoding state, init and project run on the CPU; pass CPU tensors)", op);
+#else
+    return la_err(LA_ERR_UNSUPPORTED, "%s: tensors are on CUDA but this build has no CUDA "
+                  "backend (rebuild with nvcc, or pass CPU tensors)", op);
+#endif
 }
 
 /* ---- non-causal -------------------------------------------------------------- */
