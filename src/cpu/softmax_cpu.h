@@ -9,9 +9,13 @@ extern "C" {
 #endif
 
 /* Tile sizes: a task owns LA_SOFTMAX_BQ query rows of one head and walks the
- * keys LA_SOFTMAX_BK at a time. The score tile BQ×BK (128 KiB) stays in L2. */
-#define LA_SOFTMAX_BQ 128
+ * keys LA_SOFTMAX_BK at a time. The score tile BQ×BK (256 KiB) stays in L2. */
+#ifndef LA_SOFTMAX_BQ
+#define LA_SOFTMAX_BQ 256
+#endif
+#ifndef LA_SOFTMAX_BK
 #define LA_SOFTMAX_BK 256
+#endif
 
 /* Views already validated by la_softmax_attention (src/ops/softmax.c):
  * q [B,Nq,H,D], k [B,Nk,Hk,D], v [B,Nk,Hk,Dv], out [B,Nq,H,Dv], lse [B,Nq,H]
