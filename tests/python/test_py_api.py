@@ -32,6 +32,28 @@ def test_rss_stable_over_many_calls():
         except ValueError:
             pass
 
+    W = np.full((64, 64), 0.01, np.float32)
+    kc = randn(g, 40, 16)
+
+    def states():
+        # C-side states freed by close() and by garbage collection (__del__)
+        if longattn.has_op("MHLADecoder"):
+            with longattn.MHLADecoder(W, 1, 2, 16, chunk=4) as dec:
+                dec.append(q[:, :5], k[:, :5], v[:, :5])
+            longattn.MHLADecoder(W, 1, 2, 16, chunk=4)
+        if longattn.has_op("IndexCache"):
+            c = longattn.IndexCache(16, capacity=4096, block=8)  # 256 KiB of keys
+            c.append(kc)
+            longattn.IndexCache(16, capacity=4096, block=8).close()
+
+    _calls(100, states)
+    gc.collect()
+    before = rss_kb()
+    _calls(2000, states)
+    gc.collect()
+    grown = rss_kb() - before
+    assert grown < 16 * 1024, "RSS grew by %d KiB over 2000 state create/free" % grown
+
     _calls(300, one)  # warm up allocator pools
     gc.collect()
     before = rss_kb()
