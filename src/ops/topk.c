@@ -1,0 +1,68 @@
+/* Row-wise top-k (the selection step of SPEC §6/§7 as its own operator). */
+#include <stdint.h>
+
+#include "core/internal.h"
+#include "cpu/sparse_cpu.h"
+#ifdef LA_WITH_CUDA
+#include "cuda/cuda_ops.h"
+#endif
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx) {
+    if (!scores) return la_err(LA_ERR_ARG, "topk: scores is NULL");
+    if (!idx) return la_err(LA_ERR_ARG, "topk: idx (output) is NULL");
+    if (scores->device == LA_DEVICE_CUDA || idx->device == LA_DEVICE_CUDA)
+#ifdef LA_WITH_CUDA
+        return la_topk_cuda(scores, idx, ctx); /* validates the CUDA views */
+#else
+        return la_err(LA_ERR_UNSUPPORTED, "topk: no CUDA implementation in this build (%s is on cuda)",
+                      scores->device == LA_DEVICE_CUDA ? "scores" : "idx");
+#endif
+    LA_TRY(la_check_tensor(scores, "scores", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
+    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CPU, false));
+    const int64_t R = scores->ne[0], L = scores->ne[1], k = idx->ne[1];
+    LA_TRY(la_check_dim(idx, "idx", 0, R, "(rows of scores)"));
+    if (L > INT32_MAX) {
+        char sb[96];
+        return la_err(LA_ERR_SHAPE, "scores: %s has more columns than the int32 index range",
+                      la_shape_str(scores, sb, sizeof sb));
+    }
+    if (la_tensors_overlap(idx, scores))
+        return la_err(LA_ERR_ARG, "idx: overlaps scores in memory (outputs must not alias inputs)");
+
+    const int nth = la_ctx_threads(ctx);
+    /* rows that are not contiguous f32 are converted into a row buffer first */
+    const int direct = scores->dtype == LA_F32 && scores->nb[1] == 1;
+    size_t ws_one = la_topk_row_ws_bytes(L) + (size_t)k * 4u + (direct ? 0u : (size_t)L * 4u) + 64u;
+    size_t ws_bytes;
+    LA_TRY(la_mul_size((size_t)nth, ws_one, &ws_bytes, "topk: workspace"));
+    char *ws = la_ws_alloc(ctx, ws_bytes);
+    if (!ws) return LA_ERR_NOMEM;
+
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
+    for (int64_t r = 0; r < R; r++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        char *my = ws + (size_t)tid * ws_one;
+        int32_t *o = (int32_t *)(my + la_topk_row_ws_bytes(L));
+        const float *row;
+        if (direct) {
+            row = (const float *)scores->data + r * scores->nb[0];
+        } else {
+            float *buf = (float *)(o + k);
+            for (int64_t s = 0; s < L; s++) buf[s] = la_load_f32(scores, la_off2(scores, r, s));
+            row = buf;
+        }
+        la_topk_row(row, L, k, o, my);
+        int32_t *dst = (int32_t *)idx->data;
+        for (int64_t j = 0; j < k; j++) dst[la_off2(idx, r, j)] = o[j];
+    }
+    la_ws_free(ctx, ws);
+    la_err_clear();
+    return LA_OK;
+}
