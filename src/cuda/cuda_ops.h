@@ -29,6 +29,22 @@ la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p, const la_t
                                       const la_tensor *k, const la_tensor *v,
                                       const la_tensor *mixing, la_tensor *out, la_context *ctx);
 /* ---- end linear family ---- */
+/* ---- sparse family (cuda-sparse): dsa.cu, topk.cu, hisa.cu, sparse_attn.cu ---- */
+la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                              const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                              la_tensor *idx, la_tensor *scores, la_context *ctx);
+la_status la_hisa_indexer_cuda(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                               const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                               la_tensor *idx, la_context *ctx);
+la_status la_blocksparse_indexer_cuda(const la_index_params *p, const la_tensor *q,
+                                      const la_tensor *k, const la_tensor *w,
+                                      const la_tensor *start, const la_tensor *end,
+                                      la_tensor *idx, la_context *ctx);
+la_status la_topk_cuda(const la_tensor *scores, la_tensor *idx, la_context *ctx);
+la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, const la_tensor *q,
+                                   const la_tensor *kv, const la_tensor *idx, la_tensor *out,
+                                   la_tensor *lse, la_context *ctx);
+/* ---- end sparse family ---- */
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,197 @@
+/* Benchmark of the CUDA sparse family through the public API (device
+ * tensors, cudaEvents, medians of N timed calls after warm-up).
+ *   bench_gpu_sparse [quick]
+ * Shapes (issue 7): HI=64, dI=128, k=2048, B=128, m=64, Tq=1024 queries at
+ * the end of an L-token context (causal default ranges), bf16 q/k, f32 w;
+ * top-k alone over 1024 x 64K f32; sparse MLA attention Tq=4096, Hq=128,
+ * k=2048, Dqk=576, Dv=512, bf16.
+ * Floors: bytes / 4.2 TB/s and FLOPs / 760 TFLOP/s (measured ceilings). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+
+#include "longattn.h"
+
+#define CK(x)                                                                          \
+    do {                                                                               \
+        cudaError_t e_ = (x);                                                          \
+        if (e_ != cudaSuccess) {                                                       \
+            fprintf(stderr, "CUDA %s at %s:%d: %s\n", #x, __FILE__, __LINE__,          \
+                    cudaGetErrorString(e_));                                           \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+#define LK(x)                                                                          \
+    do {                                                                               \
+        la_status s_ = (x);                                                            \
+        if (s_ != LA_OK) {                                                             \
+            fprintf(stderr, "%s -> %s: %s\n", #x, la_status_string(s_), la_last_error()); \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+__global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u = ((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f; /* uniform(-1,1) */
+        float f = u * scale * 1.7320508f;
+        uint32_t b = __float_as_uint(f);
+        p[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        p[i] = (((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f) * scale * 1.7320508f;
+    }
+}
+__global__ void fill_idx(int32_t *p, size_t n, int64_t L, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 31;
+        p[i] = (int32_t)(z % (uint64_t)L);
+    }
+}
+
+template <typename F>
+static double median_ms(F &&f, int warm, int iters) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < warm; i++) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    for (int i = 0; i < iters; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return t[t.size() / 2];
+}
+
+static void *dmalloc(size_t n) {
+    void *p;
+    CK(cudaMalloc(&p, n));
+    return p;
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    /* keep the stream-ordered pool's memory between calls (the library's
+     * workspace comes from cudaMallocAsync) */
+    cudaMemPool_t pool;
+    CK(cudaDeviceGetDefaultMemPool(&pool, 0));
+    uint64_t thr = UINT64_MAX;
+    CK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &thr));
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("# device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    const double BW = 4.2e12, PEAK = 760e12;
+
+    /* ---- top-k alone: 1024 x 64K f32 ---- */
+    {
+        const int64_t R = 1024, L = 65536, K = 2048;
+        float *sc = (float *)dmalloc(R * L * 4);
+        int32_t *ix = (int32_t *)dmalloc(R * K * 4);
+        fill_f32<<<1024, 256>>>(sc, R * L, 7, 1.f);
+        la_tensor ts, ti;
+        int64_t ne[2] = {R, L}, ni[2] = {R, K};
+        la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
+        la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+        double ms = median_ms([&] { LK(la_topk(&ts, &ti, NULL)); }, 3, 20);
+        double floor_ms = R * L * 4.0 / BW * 1e3;
+        printf("topk     R=%lld L=%lld k=%lld: %.3f ms (read-once floor %.3f ms, %.0f GB/s effective)\n",
+               (long long)R, (long long)L, (long long)K, ms, floor_ms, R * L * 4.0 / ms / 1e6);
+        CK(cudaFree(sc));
+        CK(cudaFree(ix));
+    }
+
+    /* ---- indexers ---- */
+    const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
+    std::vector<int64_t> Ls = {8192, 16384, 32768, 65536, 131072, 262144};
+    if (quick) Ls = {8192, 65536};
+    printf("%-8s %8s %10s %10s %10s %10s %8s\n", "op", "L", "ms", "TFLOP/s", "floor_ms", "hisa_x", "");
+    for (int64_t L : Ls) {
+        uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
+        float *w = (float *)dmalloc(T * HI * 4);
+        int32_t *ix = (int32_t *)dmalloc(T * K * 4);
+        fill_bf16<<<1024, 256>>>(q, T * HI * dI, 1, 1.f);
+        fill_bf16<<<1024, 256>>>(k, L * dI, 2, 1.f);
+        fill_f32<<<64, 256>>>(w, T * HI, 3, 1.f / sqrtf((float)(HI * dI)));
+        la_tensor tq, tk, tw, ti;
+        int64_t nq[3] = {T, HI, dI}, nk[2] = {L, dI}, nw[2] = {T, HI}, ni[2] = {T, K};
+        la_tensor_init(&tq, q, LA_BF16, LA_DEVICE_CUDA, 3, nq);
+        la_tensor_init(&tk, k, LA_BF16, LA_DEVICE_CUDA, 2, nk);
+        la_tensor_init(&tw, w, LA_F32, LA_DEVICE_CUDA, 2, nw);
+        la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+        la_index_params p;
+        la_index_params_init(&p);
+        const int it = L >= 131072 ? 5 : 10;
+        double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, it);
+        /* causal: query t sees L - T + t + 1 keys */
+        double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
+        double fl = 2.0 * HI * dI * keys;
+        double floor_ms = std::max(fl / PEAK, (L * dI * 2.0 + T * HI * dI * 2.0 + T * (double)L * 8) / BW) * 1e3;
+        printf("%-8s %8lld %10.3f %10.1f %10.3f %10s\n", "dsa", (long long)L, dsa, fl / dsa / 1e9, floor_ms, "");
+        double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+        const int64_t nb = (L + 127) / 128, mk = std::min<int64_t>(64, nb);
+        double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
+        printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
+        double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+        printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);
+        CK(cudaFree(q));
+        CK(cudaFree(k));
+        CK(cudaFree(w));
+        CK(cudaFree(ix));
+    }
+
+    /* ---- sparse MLA attention ---- */
+    {
+        const int64_t Tq = quick ? 1024 : 4096, Hq = 128, Dqk = 576, Dv = 512, KK = 2048, L = 65536;
+        uint16_t *q = (uint16_t *)dmalloc(Tq * Hq * Dqk * 2), *kv = (uint16_t *)dmalloc(L * Dqk * 2);
+        uint16_t *o = (uint16_t *)dmalloc(Tq * Hq * Dv * 2);
+        float *lse = (float *)dmalloc(Tq * Hq * 4);
+        int32_t *ix = (int32_t *)dmalloc(Tq * KK * 4);
+        fill_bf16<<<1024, 256>>>(q, Tq * Hq * Dqk, 11, 1.f);
+        fill_bf16<<<1024, 256>>>(kv, L * Dqk, 12, 1.f);
+        fill_idx<<<1024, 256>>>(ix, Tq * KK, L, 13);
+        la_tensor tq, tkv, ti, to, tl;
+        int64_t nq[3] = {Tq, Hq, Dqk}, nkv[2] = {L, Dqk}, ni[2] = {Tq, KK}, no[3] = {Tq, Hq, Dv}, nl[2] = {Tq, Hq};
+        la_tensor_init(&tq, q, LA_BF16, LA_DEVICE_CUDA, 3, nq);
+        la_tensor_init(&tkv, kv, LA_BF16, LA_DEVICE_CUDA, 2, nkv);
+        la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+        la_tensor_init(&to, o, LA_BF16, LA_DEVICE_CUDA, 3, no);
+        la_tensor_init(&tl, lse, LA_F32, LA_DEVICE_CUDA, 2, nl);
+        la_sparse_attn_params p;
+        la_sparse_attn_params_init(&p);
+        double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL)); }, 2, 10);
+        double fl = 2.0 * Tq * Hq * KK * (double)(Dqk + Dv);
+        printf("sparse_mla Tq=%lld Hq=%lld k=%lld L=%lld: %.3f ms, %.1f TFLOP/s (floor %.3f ms)\n",
+               (long long)Tq, (long long)Hq, (long long)KK, (long long)L, ms, fl / ms / 1e9, fl / PEAK * 1e3);
+        CK(cudaFree(q));
+        CK(cudaFree(kv));
+        CK(cudaFree(o));
+        CK(cudaFree(lse));
+        CK(cudaFree(ix));
+    }
+    return 0;
+}

@@ -1,0 +1,474 @@
+/* DSA indexer on the GPU (SPEC §6): scores I(t,s) = sum_h w[t,h] ReLU(q[t,h].k[s])
+ * over the valid range, then the exact row top-k (topk.cu).
+ *
+ * Two score kernels:
+ *  - sc_exact_kernel: plain fp32 FMAs, any float dtype and strides (the
+ *    reference-grade path; f32/f64 inputs use it, so fp32 index sets match
+ *    the CPU's).
+ *  - sc_mma_kernel: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate).
+ *    The GEMM is laid out with keys as M and heads as N: a warp keeps the
+ *    A fragments of its 16*MT keys in registers for the whole CTA and streams
+ *    each query's [HI, dI] block through shared memory (B operand). In that
+ *    layout a thread's accumulators hold, for one key, heads 8j+2q(+1), so
+ *    the ReLU-weighted head sum is 2*HI/8 FMAs in registers plus two
+ *    shuffles over the quad: the T*HI*L intermediate never leaves registers.
+ * The same kernel, in gather mode, scores HISA's candidate tokens; per key
+ * the arithmetic is identical, so HISA == DSA bit for bit when every block
+ * is kept. */
+#include "cuda_ops.h"
+#include "sparse_common.cuh"
+
+/* ------------------------------------------------------------------------ */
+/* exact fp32 kernel                                                          */
+/* ------------------------------------------------------------------------ */
+#define SC_EX_THREADS 128
+
+/* Key row of output column p for query t; -1 if the column is not valid. */
+__device__ __forceinline__ int64_t sc_key_of(const la_sp_score_args &a, int64_t t, int64_t p,
+                                             int64_t lo, int64_t hi) {
+    if (a.blocks) {
+        if (p >= a.m * a.B) return -1;
+        int32_t b = a.blocks[t * a.blocks_ld + p / a.B];
+        if (b < 0) return -1;
+        int64_t s = (int64_t)b * a.B + p % a.B;
+        return (s >= lo && s < hi && s < a.Lk) ? s : -1;
+    }
+    return (p >= lo && p < hi && p < a.Lk) ? p : -1;
+}
+
+__global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_args a) {
+    __shared__ float qs[SC_EX_THREADS];
+    const int64_t t = blockIdx.y;
+    const int64_t p = (int64_t)blockIdx.x * SC_EX_THREADS + threadIdx.x;
+    int64_t lo, hi;
+    la_sp_row_range(a.range, t, &lo, &hi);
+    const int64_t s = p < a.ncols ? sc_key_of(a, t, p, lo, hi) : -1;
+    float score = 0.f;
+    for (int64_t h = 0; h < a.HI; h++) {
+        float dot = 0.f;
+        for (int64_t d0 = 0; d0 < a.dI; d0 += SC_EX_THREADS) {
+            __syncthreads();
+            if (d0 + threadIdx.x < a.dI)
+                qs[threadIdx.x] =
+                    la_cu_ld(a.q, a.q_dt, t * a.q_nb0 + h * a.q_nb1 + (d0 + threadIdx.x) * a.q_nb2);
+            __syncthreads();
+            if (s >= 0) {
+                const int64_t dn = min((int64_t)SC_EX_THREADS, a.dI - d0);
+                for (int64_t d = 0; d < dn; d++)
+                    dot = fmaf(qs[d], la_cu_ld(a.k, a.k_dt, s * a.k_nb0 + (d0 + d) * a.k_nb1), dot);
+            }
+        }
+        const float wv = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
+        score = fmaf(wv, fmaxf(dot, 0.f), score);
+    }
+    if (p >= a.ncols) return;
+    if (s < 0) score = -INFINITY;
+    else if (a.force_ends && (s == lo || s == hi - 1)) score = INFINITY;
+    a.out[t * a.out_ld + p] = score;
+}
+
+/* ------------------------------------------------------------------------ */
+/* bf16 tensor-core kernel                                                    */
+/* ------------------------------------------------------------------------ */
+#define SC_WARPS 8
+#define SC_THREADS (SC_WARPS * 32)
+#define SC_QGROUP 64 /* queries per CTA in dense mode (K fragments reused) */
+
+__device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+__device__ __forceinline__ void sc_ldsm_x4(uint32_t *r, const void *p) {
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(sa));
+}
+__device__ __forceinline__ void sc_cp16(void *sdst, const void *gsrc) {
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gsrc));
+}
+__device__ __forceinline__ void sc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+__device__ __forceinline__ void sc_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
+
+/* One query's [HI, dI] bf16 block into shared memory; 16-byte chunk c of
+ * row h lands at chunk c ^ (h & 7) so ldmatrix reads 8 rows conflict-free. */
+template <int HI, int DI>
+__device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, int64_t t,
+                                          __nv_bfloat16 *qs, float *ws) {
+    constexpr int CPR = DI / 8; /* chunks per row */
+    const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
+    for (int i = threadIdx.x; i < HI * CPR; i += SC_THREADS) {
+        int h = i / CPR, c = i % CPR;
+        sc_cp16(qs + h * DI + ((c ^ (h & 7)) * 8), q + h * a.q_nb1 + c * 8);
+    }
+    for (int h = threadIdx.x; h < HI; h += SC_THREADS)
+        ws[h] = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
+    sc_cp_commit();
+}
+
+template <int HI, int DI, int MT, bool GATHER>
+__global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args a) {
+    constexpr int NT = HI / 8, KS = DI / 16;
+    constexpr int KEYS = SC_WARPS * 16 * MT;
+    __shared__ __align__(128) __nv_bfloat16 qs[2][HI * DI];
+    __shared__ float ws[2][HI];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    const int64_t p0 = (int64_t)blockIdx.x * KEYS + warp * 16 * MT; /* first column of the warp */
+    int64_t t0, t1;
+    if (GATHER) {
+        t0 = blockIdx.y;
+        t1 = t0 + 1;
+    } else {
+        t0 = (int64_t)blockIdx.y * SC_QGROUP;
+        t1 = min(a.T, t0 + SC_QGROUP);
+    }
+
+    sc_load_q<HI, DI>(a, t0, qs[0], ws[0]);
+
+    /* A fragments: this warp's keys, all of dI, kept in registers. In gather
+     * mode the keys are the query's candidates (range checked in the
+     * epilogue; here only "is there a row to read"). */
+    uint32_t af[MT][KS][4];
+    {
+        int64_t lo = 0, hi = a.Lk;
+        if (GATHER) la_sp_row_range(a.range, t0, &lo, &hi);
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+#pragma unroll
+            for (int half = 0; half < 2; half++) {
+                const int64_t p = p0 + mt * 16 + g + 8 * half;
+                int64_t s;
+                if (GATHER) s = p < a.ncols ? sc_key_of(a, t0, p, lo, hi) : -1;
+                else s = p < a.Lk ? p : -1;
+                const __nv_bfloat16 *kr = (const __nv_bfloat16 *)a.k + (s >= 0 ? s : 0) * a.k_nb0;
+#pragma unroll
+                for (int ks = 0; ks < KS; ks++) {
+                    uint32_t lo2 = 0, hi2 = 0;
+                    if (s >= 0) {
+                        lo2 = *(const uint32_t *)(kr + ks * 16 + 2 * qd);
+                        hi2 = *(const uint32_t *)(kr + ks * 16 + 8 + 2 * qd);
+                    }
+                    af[mt][ks][half] = lo2;
+                    af[mt][ks][2 + half] = hi2;
+                }
+            }
+        }
+    }
+
+    for (int64_t t = t0; t < t1; t++) {
+        const int buf = (int)((t - t0) & 1);
+        sc_cp_wait_all();
+        __syncthreads(); /* q(t) visible; everyone is done with the other buffer */
+        if (t + 1 < t1) sc_load_q<HI, DI>(a, t + 1, qs[buf ^ 1], ws[buf ^ 1]);
+
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.f;
+
+        const __nv_bfloat16 *qb = qs[buf];
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+#pragma unroll
+            for (int jp = 0; jp < NT / 2; jp++) {
+                const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
+                const int c = 2 * ks + ((lane >> 3) & 1);
+                uint32_t b[4];
+                sc_ldsm_x4(b, qb + h * DI + ((c ^ (h & 7)) * 8));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) {
+                    sc_mma(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
+                    sc_mma(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
+                }
+            }
+        }
+        /* ReLU-weighted head sum: this thread has heads 8j+2qd, 8j+2qd+1 of
+         * keys g and g+8 of each m-tile */
+        const float *wb = ws[buf];
+        float part[MT][2];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++) {
+            float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                const float2 wv = *(const float2 *)(wb + 8 * j + 2 * qd);
+                s0 = fmaf(wv.x, fmaxf(acc[mt][j][0], 0.f), s0);
+                s0 = fmaf(wv.y, fmaxf(acc[mt][j][1], 0.f), s0);
+                s1 = fmaf(wv.x, fmaxf(acc[mt][j][2], 0.f), s1);
+                s1 = fmaf(wv.y, fmaxf(acc[mt][j][3], 0.f), s1);
+            }
+            s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+            s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+            s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+            part[mt][0] = s0;
+            part[mt][1] = s1;
+        }
+        /* lane qd of the quad stores key (mt = qd/2, row g + 8*(qd&1)) */
+        if (qd / 2 < MT) {
+            const int mt = qd / 2, hh = qd & 1;
+            const float v = MT == 2 ? (mt == 0 ? part[0][hh] : part[MT - 1][hh]) : part[0][hh];
+            const int64_t p = p0 + mt * 16 + g + 8 * hh;
+            if (p < a.ncols) {
+                int64_t lo, hi;
+                la_sp_row_range(a.range, t, &lo, &hi);
+                const int64_t s = sc_key_of(a, t, p, lo, hi);
+                float o = v;
+                if (s < 0) o = -INFINITY;
+                else if (a.force_ends && (s == lo || s == hi - 1)) o = INFINITY;
+                a.out[t * a.out_ld + p] = o;
+            }
+        }
+    }
+}
+
+bool la_sp_scores_fast_shape(int64_t HI, int64_t dI) {
+    return (HI == 64 || HI == 32 || HI == 16) && (dI == 128 || dI == 64);
+}
+
+template <int HI, int DI>
+static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
+    if (a.blocks) {
+        constexpr int KEYS = SC_WARPS * 16 * 1;
+        dim3 grid((unsigned)la_cu_cdiv(a.ncols, KEYS), (unsigned)a.T);
+        sc_mma_kernel<HI, DI, 1, true><<<grid, SC_THREADS, 0, s>>>(a);
+    } else {
+        constexpr int KEYS = SC_WARPS * 16 * 2;
+        dim3 grid((unsigned)la_cu_cdiv(a.ncols, KEYS), (unsigned)la_cu_cdiv(a.T, SC_QGROUP));
+        sc_mma_kernel<HI, DI, 2, false><<<grid, SC_THREADS, 0, s>>>(a);
+    }
+    LA_CU_LAUNCH("indexer scores (bf16 mma)");
+    return LA_OK;
+}
+
+la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    if (a.T > 65535 * (int64_t)SC_QGROUP || a.ncols > (int64_t)INT32_MAX * 128)
+        return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
+                      (long long)a.T, (long long)a.ncols);
+    const bool fast = a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&
+                      la_sp_scores_fast_shape(a.HI, a.dI) && a.q_nb2 == 1 &&
+                      a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 &&
+                      ((uintptr_t)a.q & 15) == 0 && a.k_nb1 == 1 && a.k_nb0 % 2 == 0 &&
+                      ((uintptr_t)a.k & 3) == 0 && (a.blocks ? a.T <= 65535 : true);
+    if (fast) {
+        if (a.HI == 64 && a.dI == 128) return sc_launch_mma<64, 128>(a, s);
+        if (a.HI == 64 && a.dI == 64) return sc_launch_mma<64, 64>(a, s);
+        if (a.HI == 32 && a.dI == 128) return sc_launch_mma<32, 128>(a, s);
+        if (a.HI == 32 && a.dI == 64) return sc_launch_mma<32, 64>(a, s);
+        if (a.HI == 16 && a.dI == 128) return sc_launch_mma<16, 128>(a, s);
+        if (a.HI == 16 && a.dI == 64) return sc_launch_mma<16, 64>(a, s);
+    }
+    if (a.T > 65535)
+        return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
+                      (long long)a.T);
+    dim3 grid((unsigned)la_cu_cdiv(a.ncols, SC_EX_THREADS), (unsigned)a.T);
+    sc_exact_kernel<<<grid, SC_EX_THREADS, 0, s>>>(a);
+    LA_CU_LAUNCH("indexer scores (exact fp32)");
+    return LA_OK;
+}
+
+/* ---- strided -> contiguous bf16 ------------------------------------------ */
+__global__ void sp_pack_kernel(const void *src, int dt, int64_t n1, int64_t n2, int64_t nb0,
+                               int64_t nb1, int64_t nb2, __nv_bfloat16 *dst, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i2 = i % n2, r = i / n2, i1 = r % n1, i0 = r / n1;
+        dst[i] = __float2bfloat16_rn(la_cu_ld(src, dt, i0 * nb0 + i1 * nb1 + i2 * nb2));
+    }
+}
+la_status la_sp_pack_bf16(const void *src, int dt, int64_t n0, int64_t n1, int64_t n2,
+                          int64_t nb0, int64_t nb1, int64_t nb2, __nv_bfloat16 *dst,
+                          cudaStream_t s) {
+    const int64_t total = n0 * n1 * n2;
+    if (total == 0) return LA_OK;
+    int64_t blocks = la_cu_cdiv(total, 256);
+    if (blocks > 65535 * 16) blocks = 65535 * 16;
+    sp_pack_kernel<<<(unsigned)blocks, 256, 0, s>>>(src, dt, n1, n2, nb0, nb1, nb2, dst, total);
+    LA_CU_LAUNCH("pack bf16");
+    return LA_OK;
+}
+
+/* ---- la_dsa_indexer on CUDA ---------------------------------------------- */
+/* Fill the score args from the public views (q, k, w, start, end). */
+void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_tensor *k,
+                           const la_tensor *w, const la_tensor *start, const la_tensor *end) {
+    memset(a, 0, sizeof *a);
+    a->q = q->data;
+    a->q_dt = q->dtype;
+    a->q_nb0 = q->nb[0];
+    a->q_nb1 = q->nb[1];
+    a->q_nb2 = q->nb[2];
+    a->k = k->data;
+    a->k_dt = k->dtype;
+    a->k_nb0 = k->nb[0];
+    a->k_nb1 = k->nb[1];
+    a->w = w->data;
+    a->w_dt = w->dtype;
+    a->w_nb0 = w->nb[0];
+    a->w_nb1 = w->nb[1];
+    a->T = q->ne[0];
+    a->HI = q->ne[1];
+    a->dI = q->ne[2];
+    a->Lk = k->ne[0];
+    a->range.start = start ? (const int32_t *)start->data : nullptr;
+    a->range.start_nb = start ? start->nb[0] : 0;
+    a->range.end = end ? (const int32_t *)end->data : nullptr;
+    a->range.end_nb = end ? end->nb[0] : 0;
+    a->range.T = q->ne[0];
+    a->range.L = k->ne[0];
+    a->range.blk = 1;
+}
+
+/* bf16 inputs whose rows the tensor-core kernel can't read directly are
+ * packed into contiguous workspace copies. */
+la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cudaStream_t s) {
+    if (a->q_dt != LA_BF16 || a->k_dt != LA_BF16 || !la_sp_scores_fast_shape(a->HI, a->dI))
+        return LA_OK;
+    const bool q_ok = a->q_nb2 == 1 && a->q_nb1 % 8 == 0 && a->q_nb0 % 8 == 0 &&
+                      ((uintptr_t)a->q & 15) == 0;
+    const bool k_ok = a->k_nb1 == 1 && a->k_nb0 % 2 == 0 && ((uintptr_t)a->k & 3) == 0;
+    if (!q_ok) {
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)(a->T * a->HI), (size_t)a->dI * 2, &bytes, "q copy"));
+        LA_TRY(la_cu_ws_alloc(qw, bytes, s, "bf16 copy of q"));
+        LA_TRY(la_sp_pack_bf16(a->q, a->q_dt, a->T, a->HI, a->dI, a->q_nb0, a->q_nb1, a->q_nb2,
+                               (__nv_bfloat16 *)qw->p, s));
+        a->q = qw->p;
+        a->q_nb0 = a->HI * a->dI;
+        a->q_nb1 = a->dI;
+        a->q_nb2 = 1;
+    }
+    if (!k_ok) {
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)a->Lk, (size_t)a->dI * 2, &bytes, "k copy"));
+        LA_TRY(la_cu_ws_alloc(kw, bytes, s, "bf16 copy of k"));
+        LA_TRY(la_sp_pack_bf16(a->k, a->k_dt, 1, a->Lk, a->dI, 0, a->k_nb0, a->k_nb1,
+                               (__nv_bfloat16 *)kw->p, s));
+        a->k = kw->p;
+        a->k_nb0 = a->dI;
+        a->k_nb1 = 1;
+    }
+    return LA_OK;
+}
+
+/* ---- validation of CUDA views (mirrors src/ops/dsa.c; the range values live
+ * on the device, so they are clamped by the kernels instead of checked) ---- */
+la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *w, const la_tensor *start,
+                                  const la_tensor *end, const la_tensor *idx) {
+    char sq[96], sk[96], sw[96];
+    if (!p) return la_err(LA_ERR_ARG, "%s: params is NULL", op);
+    if (!q) return la_err(LA_ERR_ARG, "%s: q is NULL", op);
+    if (!k) return la_err(LA_ERR_ARG, "%s: k is NULL", op);
+    if (!w) return la_err(LA_ERR_ARG, "%s: w is NULL", op);
+    if (!idx) return la_err(LA_ERR_ARG, "%s: idx (output) is NULL", op);
+    if (p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3)
+        return la_err(LA_ERR_UNSUPPORTED, "%s: fp8 e4m3 q/k (k_scale/q_scale) are not implemented on CUDA yet", op);
+    const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16);
+    LA_TRY(la_check_tensor(q, "q", 3, fl, LA_DEVICE_CUDA, false));
+    LA_TRY(la_check_tensor(k, "k", 2, fl, LA_DEVICE_CUDA, false));
+    LA_TRY(la_check_tensor(w, "w", 2, fl, LA_DEVICE_CUDA, false));
+    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
+    const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
+    la_shape_str(q, sq, sizeof sq);
+    la_shape_str(k, sk, sizeof sk);
+    la_shape_str(w, sw, sizeof sw);
+    if (k->ne[1] != dI)
+        return la_err(LA_ERR_SHAPE, "k: [L,dI] = %s has dI=%lld, but q [T,HI,dI] = %s has dI=%lld", sk,
+                      (long long)k->ne[1], sq, (long long)dI);
+    if (w->ne[0] != T || w->ne[1] != HI)
+        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q [T,HI,dI] = %s", sw,
+                      (long long)T, (long long)HI, sq);
+    if (p->topk <= 0) return la_err(LA_ERR_ARG, "topk: %lld, must be > 0", (long long)p->topk);
+    if (L > INT32_MAX)
+        return la_err(LA_ERR_SHAPE, "k: %lld keys in %s exceed the int32 index range", (long long)L, sk);
+    if (HI > 65536 || dI > 65536) return la_err(LA_ERR_SHAPE, "q: %s has HI or dI above 65536", sq);
+    LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));
+    LA_TRY(la_check_dim(idx, "idx", 1, p->topk, "(topk)"));
+    const la_tensor *rng[2] = {start, end};
+    const char *rname[2] = {"start", "end"};
+    for (int i = 0; i < 2; i++) {
+        if (!rng[i]) continue;
+        LA_TRY(la_check_tensor(rng[i], rname[i], 1, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
+        LA_TRY(la_check_dim(rng[i], rname[i], 0, T, "(queries of q)"));
+    }
+    const la_tensor *ins[5] = {q, k, w, start, end};
+    const char *names[5] = {"q", "k", "w", "start", "end"};
+    for (int i = 0; i < 5; i++)
+        if (ins[i] && la_tensors_overlap(idx, ins[i]))
+            return la_err(LA_ERR_ARG, "idx: overlaps input %s in memory (outputs must not alias inputs)", names[i]);
+    return LA_OK;
+}
+
+extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q,
+                                         const la_tensor *k, const la_tensor *w,
+                                         const la_tensor *start, const la_tensor *end,
+                                         la_tensor *idx, la_tensor *scores, la_context *ctx) {
+    LA_TRY(la_sp_validate_idx_cuda("dsa", p, q, k, w, start, end, idx));
+    if (scores) {
+        LA_TRY(la_check_tensor(scores, "scores", 2, LA_DT(LA_F32), LA_DEVICE_CUDA, false));
+        LA_TRY(la_check_dim(scores, "scores", 0, q->ne[0], "(queries of q)"));
+        LA_TRY(la_check_dim(scores, "scores", 1, k->ne[0], "(keys of k)"));
+        const la_tensor *ins[6] = {q, k, w, start, end, idx};
+        const char *names[6] = {"q", "k", "w", "start", "end", "idx"};
+        for (int i = 0; i < 6; i++)
+            if (ins[i] && la_tensors_overlap(scores, ins[i]))
+                return la_err(LA_ERR_ARG, "scores: overlaps %s in memory (outputs must not alias)", names[i]);
+    }
+    if (p->topk > LA_SP_TOPK_MAX)
+        return la_err(LA_ERR_UNSUPPORTED, "topk: %lld exceeds the CUDA top-k maximum %d",
+                      (long long)p->topk, LA_SP_TOPK_MAX);
+    if (scores && scores->nb[1] != 1)
+        return la_err(LA_ERR_UNSUPPORTED,
+                      "scores: the CUDA indexer writes f32 rows with unit column stride; got %s "
+                      "with column stride %lld",
+                      la_dtype_name(scores->dtype), (long long)scores->nb[1]);
+    cudaStream_t s = la_cu_stream(ctx);
+    la_sp_score_args a;
+    la_sp_fill_score_args(&a, q, k, w, start, end);
+    la_cu_ws qw, kw, sw;
+    LA_TRY(la_sp_prepare_bf16(&a, &qw, &kw, s));
+    const int64_t T = a.T, L = a.Lk;
+    float *sc;
+    int64_t ld;
+    if (scores) {
+        sc = (float *)scores->data;
+        ld = scores->nb[0];
+    } else {
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)T, (size_t)L * 4, &bytes, "score rows"));
+        LA_TRY(la_cu_ws_alloc(&sw, bytes, s, "indexer score rows"));
+        sc = (float *)sw.p;
+        ld = L;
+    }
+    a.ncols = L;
+    a.out = sc;
+    a.out_ld = ld;
+    LA_TRY(la_sp_scores(a, s));
+    la_sp_topk_args t;
+    memset(&t, 0, sizeof t);
+    t.scores = sc;
+    t.ld = ld;
+    t.cs = 1;
+    t.R = T;
+    t.L = L;
+    t.use_range = 1;
+    t.range = a.range;
+    t.k = idx->ne[1];
+    t.out = (int32_t *)idx->data;
+    t.out_ld = idx->nb[0];
+    t.out_cs = idx->nb[1];
+    (void)p;
+    LA_TRY(la_sp_topk(t, s));
+    la_err_clear();
+    return LA_OK;
+}

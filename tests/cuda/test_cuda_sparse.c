@@ -1,0 +1,488 @@
+/* GPU tests of the sparse family (DSA, HISA, block-sparse, top-k, sparse MLA
+ * attention): each CUDA operator against float64 references written here
+ * (score rows, attention out/lse) and against the CPU path (index sets; the
+ * CPU top-k follows the SPEC ordering and has its own tests in tests/cpu/).
+ * Inputs are fresh random draws (seed printed); outputs are poisoned
+ * (0xFF bytes: NaN / -1) before each call and checked fully written.
+ *   fp32: scores rel <= 1e-5 (norm-wise over the row set), index sets equal
+ *   bf16: scores vs the f64 reference on the dequantized inputs; index sets
+ *         vs the CPU on the same bf16 inputs (agreement), recall vs the fp32
+ *         set of the unrounded inputs >= 0.99
+ *   HISA == DSA exactly when m*B >= L; block-sparse == CPU exactly.
+ * Runs on the GPU machine only; without a device it skips.
+ * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer). */
+#include "test_util.h"
+
+#include <stdbool.h>
+
+#include "core/devmem.h"
+#include "core/internal.h"
+
+static la_rng rng;
+static bool small_only;
+
+/* ---- device staging --------------------------------------------------------- */
+typedef struct dbuf {
+    void *d;
+    size_t bytes;
+} dbuf;
+
+static dbuf dalloc(size_t bytes) {
+    dbuf b = {NULL, bytes};
+    if (la_dev_malloc(&b.d, bytes ? bytes : 4) != LA_OK) {
+        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
+        exit(2);
+    }
+    return b;
+}
+static void dfree(dbuf *b) {
+    la_dev_free(b->d);
+    b->d = NULL;
+}
+/* Upload n floats as dtype dt (f32 or bf16); returns the device buffer and
+ * optionally rounds `vals` in place to what the device sees. */
+static dbuf dput(float *vals, int64_t n, la_dtype dt) {
+    size_t es = la_dtype_size(dt);
+    void *h = malloc((size_t)n * es + 4);
+    for (int64_t i = 0; i < n; i++) {
+        if (dt == LA_F32) ((float *)h)[i] = vals[i];
+        else {
+            uint16_t b = la_f32_to_bf16(vals[i]);
+            ((uint16_t *)h)[i] = b;
+            vals[i] = la_bf16_to_f32(b);
+        }
+    }
+    dbuf b = dalloc((size_t)n * es);
+    la_dev_upload(b.d, h, (size_t)n * es);
+    free(h);
+    return b;
+}
+static dbuf dput_i32(const int32_t *v, int64_t n) {
+    dbuf b = dalloc((size_t)n * 4);
+    la_dev_upload(b.d, v, (size_t)n * 4);
+    return b;
+}
+static void dget_f32(float *dst, const dbuf *b, int64_t n, la_dtype dt) {
+    if (dt == LA_F32) {
+        la_dev_download(dst, b->d, (size_t)n * 4);
+        return;
+    }
+    uint16_t *h = malloc((size_t)n * 2 + 2);
+    la_dev_download(h, b->d, (size_t)n * 2);
+    for (int64_t i = 0; i < n; i++) dst[i] = la_bf16_to_f32(h[i]);
+    free(h);
+}
+static void tset(la_tensor *t, void *data, la_dtype dt, la_device dev, int nd, int64_t a, int64_t b,
+                 int64_t c) {
+    int64_t ne[3] = {a, b, c};
+    la_tensor_init(t, data, dt, dev, nd, ne);
+}
+
+/* ---- references --------------------------------------------------------------- */
+static void ranges_of(int64_t T, int64_t L, const int32_t *st, const int32_t *en, int64_t t,
+                      int64_t *lo, int64_t *hi) {
+    int64_t s = st ? st[t] : 0, e = en ? en[t] : L - T + t + 1;
+    if (e < 0) e = 0;
+    if (e > L) e = L;
+    if (s > e) s = e;
+    *lo = s;
+    *hi = e;
+}
+/* f64 score rows; -inf outside the range */
+static void ref_scores(const float *q, const float *k, const float *w, int64_t T, int64_t HI,
+                       int64_t dI, int64_t L, const int32_t *st, const int32_t *en, double *out) {
+    for (int64_t t = 0; t < T; t++) {
+        int64_t lo, hi;
+        ranges_of(T, L, st, en, t, &lo, &hi);
+        for (int64_t s = 0; s < L; s++) {
+            if (s < lo || s >= hi) {
+                out[t * L + s] = -INFINITY;
+                continue;
+            }
+            double acc = 0;
+            for (int64_t h = 0; h < HI; h++) {
+                double d = 0;
+                for (int64_t i = 0; i < dI; i++) d += (double)q[(t * HI + h) * dI + i] * k[s * dI + i];
+                acc += (double)w[t * HI + h] * (d > 0 ? d : 0);
+            }
+            out[t * L + s] = acc;
+        }
+    }
+}
+/* max |a-b| over finite ref entries / max |ref|; -inf must match exactly */
+static double score_err(const float *a, const double *ref, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isinf(ref[i])) {
+            if (!(isinf(a[i]) && a[i] < 0)) return INFINITY;
+            continue;
+        }
+        if (isnan(a[i])) return INFINITY;
+        double d = fabs(a[i] - ref[i]);
+        if (d > md) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    return md / (mr > 1e-30 ? mr : 1e-30);
+}
+/* fraction of b's valid entries present in a's row set (per row, averaged over
+ * all valid entries); exact equality <=> 1 and same counts */
+static double overlap(const int32_t *a, const int32_t *b, int64_t T, int64_t k, int64_t L) {
+    int64_t hit = 0, tot = 0;
+    char *mark = calloc((size_t)L + 1, 1);
+    for (int64_t t = 0; t < T; t++) {
+        for (int64_t j = 0; j < k; j++)
+            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 1;
+        for (int64_t j = 0; j < k; j++)
+            if (b[t * k + j] >= 0) {
+                tot++;
+                hit += b[t * k + j] < L && mark[b[t * k + j]];
+            }
+        for (int64_t j = 0; j < k; j++)
+            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 0;
+    }
+    free(mark);
+    return tot ? (double)hit / (double)tot : 1.0;
+}
+static int64_t count_diff(const int32_t *a, const int32_t *b, int64_t n) {
+    int64_t d = 0;
+    for (int64_t i = 0; i < n; i++) d += a[i] != b[i];
+    return d;
+}
+
+/* ---- top-k ---------------------------------------------------------------- */
+static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
+    const int64_t cs = strided ? 3 : 1;
+    float *x = malloc((size_t)(R * L * cs) * 4);
+    for (int64_t i = 0; i < R * L * cs; i++) {
+        double u = la_rng_normal(&rng);
+        x[i] = ties ? (float)floor(u * 4) : (float)u;
+        if (la_rng_uniform(&rng) < 0.1) x[i] = -INFINITY;
+        if (ties == 2) x[i] = 1.5f; /* every score equal */
+    }
+    dbuf ds = dput(x, R * L * cs, LA_F32);
+    dbuf di = dalloc((size_t)(R * k) * 4);
+    la_dev_memset(di.d, 0xff, di.bytes);
+    la_dev_memset(di.d, 0x7f, di.bytes / 2);
+    la_tensor ts, ti, hs, hi;
+    int64_t ne[2] = {R, L}, nb[2] = {L * cs, cs};
+    la_tensor_init_strided(&ts, ds.d, LA_F32, LA_DEVICE_CUDA, 2, ne, nb);
+    la_tensor_init_strided(&hs, x, LA_F32, LA_DEVICE_CPU, 2, ne, nb);
+    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, R, k, 0);
+    int32_t *ig = malloc((size_t)(R * k) * 4), *ic = malloc((size_t)(R * k) * 4);
+    tset(&hi, ic, LA_I32, LA_DEVICE_CPU, 2, R, k, 0);
+    CHECK_OK(la_topk(&ts, &ti, NULL));
+    CHECK_OK(la_topk(&hs, &hi, NULL));
+    la_dev_download(ig, di.d, di.bytes);
+    int64_t d = count_diff(ig, ic, R * k);
+    CHECK(d == 0, "topk R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU",
+          (long long)R, (long long)L, (long long)k, ties, strided, (long long)d, (long long)(R * k));
+    dfree(&ds);
+    dfree(&di);
+    free(x);
+    free(ig);
+    free(ic);
+}
+
+/* ---- DSA / HISA / block-sparse ------------------------------------------------ */
+typedef struct idx_case {
+    int64_t T, HI, dI, L, topk, B, m;
+    int ranges;    /* 0 causal default, 1 random ragged [start, end) */
+    int permuted;  /* q passed as a permuted view of a [HI,T,dI] buffer */
+    la_dtype dt;
+} idx_case;
+
+static void test_indexers(idx_case c) {
+    const int64_t T = c.T, HI = c.HI, dI = c.dI, L = c.L, K = c.topk;
+    float *q = malloc((size_t)(T * HI * dI) * 4), *k = malloc((size_t)(L * dI) * 4),
+          *w = malloc((size_t)(T * HI) * 4);
+    float *q0 = malloc((size_t)(T * HI * dI) * 4), *k0 = malloc((size_t)(L * dI) * 4);
+    la_fill_normal(&rng, q, T * HI * dI, 1.0);
+    la_fill_normal(&rng, k, L * dI, 1.0);
+    la_fill_normal(&rng, w, T * HI, 1.0 / sqrt((double)HI * dI));
+    memcpy(q0, q, (size_t)(T * HI * dI) * 4);
+    memcpy(k0, k, (size_t)(L * dI) * 4);
+    int32_t *st = NULL, *en = NULL;
+    if (c.ranges) {
+        st = malloc((size_t)T * 4);
+        en = malloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t a = (int64_t)(la_rng_uniform(&rng) * L), b = (int64_t)(la_rng_uniform(&rng) * (L + 1));
+            if (a > b) { int64_t x = a; a = b; b = x; }
+            if (t % 7 == 3) b = a; /* empty range */
+            if (t % 5 == 1) { a = 0; b = L; }
+            st[t] = (int32_t)a;
+            en[t] = (int32_t)b;
+        }
+    }
+    /* device copies (bf16 rounds q, k in place: the CPU then sees the same values) */
+    float *qperm = malloc((size_t)(T * HI * dI) * 4);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < HI; h++)
+            for (int64_t i = 0; i < dI; i++)
+                qperm[(h * T + t) * dI + i] = q[(t * HI + h) * dI + i];
+    dbuf dq = c.permuted ? dput(qperm, T * HI * dI, c.dt) : dput(q, T * HI * dI, c.dt);
+    if (c.permuted) /* rounded values back into q's layout */
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < HI; h++)
+                for (int64_t i = 0; i < dI; i++)
+                    q[(t * HI + h) * dI + i] = qperm[(h * T + t) * dI + i];
+    dbuf dk = dput(k, L * dI, c.dt);
+    dbuf dw = dput(w, T * HI, LA_F32);
+    dbuf dst = {0}, den = {0};
+    if (c.ranges) {
+        dst = dput_i32(st, T);
+        den = dput_i32(en, T);
+    }
+    la_tensor tq, tk, tw, ts, te, hq, hk, hw, hs, he;
+    if (c.permuted) {
+        int64_t ne[3] = {T, HI, dI}, nb[3] = {dI, T * dI, 1};
+        la_tensor_init_strided(&tq, dq.d, c.dt, LA_DEVICE_CUDA, 3, ne, nb);
+    } else
+        tset(&tq, dq.d, c.dt, LA_DEVICE_CUDA, 3, T, HI, dI);
+    tset(&tk, dk.d, c.dt, LA_DEVICE_CUDA, 2, L, dI, 0);
+    tset(&tw, dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
+    tset(&hq, q, LA_F32, LA_DEVICE_CPU, 3, T, HI, dI);
+    tset(&hk, k, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
+    tset(&hw, w, LA_F32, LA_DEVICE_CPU, 2, T, HI, 0);
+    if (c.ranges) {
+        tset(&ts, dst.d, LA_I32, LA_DEVICE_CUDA, 1, T, 0, 0);
+        tset(&te, den.d, LA_I32, LA_DEVICE_CUDA, 1, T, 0, 0);
+        tset(&hs, st, LA_I32, LA_DEVICE_CPU, 1, T, 0, 0);
+        tset(&he, en, LA_I32, LA_DEVICE_CPU, 1, T, 0, 0);
+    }
+    const la_tensor *gs = c.ranges ? &ts : NULL, *ge = c.ranges ? &te : NULL;
+    const la_tensor *cs_ = c.ranges ? &hs : NULL, *ce = c.ranges ? &he : NULL;
+    la_index_params p;
+    la_index_params_init(&p);
+    p.topk = K;
+    p.block = c.B;
+    p.block_topk = c.m;
+
+    dbuf didx = dalloc((size_t)(T * K) * 4), dsc = dalloc((size_t)(T * L) * 4);
+    la_tensor ti, tsc, hi;
+    tset(&ti, didx.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+    tset(&tsc, dsc.d, LA_F32, LA_DEVICE_CUDA, 2, T, L, 0);
+    int32_t *ig = malloc((size_t)(T * K) * 4), *ic = malloc((size_t)(T * K) * 4),
+            *ih = malloc((size_t)(T * K) * 4);
+    float *sg = malloc((size_t)(T * L) * 4);
+    double *sr = malloc((size_t)(T * L) * 8);
+    tset(&hi, ic, LA_I32, LA_DEVICE_CPU, 2, T, K, 0);
+    char tag[160];
+    snprintf(tag, sizeof tag, "T=%lld HI=%lld dI=%lld L=%lld k=%lld B=%lld m=%lld ranges=%d perm=%d %s",
+             (long long)T, (long long)HI, (long long)dI, (long long)L, (long long)K, (long long)c.B,
+             (long long)c.m, c.ranges, c.permuted, la_dtype_name(c.dt));
+
+    /* DSA: score rows vs f64, index set vs CPU (same rounded inputs) */
+    la_dev_memset(didx.d, 0x7f, didx.bytes);
+    la_dev_memset(dsc.d, 0xff, dsc.bytes);
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, NULL));
+    la_dev_download(ig, didx.d, didx.bytes);
+    la_dev_download(sg, dsc.d, dsc.bytes);
+    ref_scores(q, k, w, T, HI, dI, L, st, en, sr);
+    double e = score_err(sg, sr, T * L);
+    const double tol = c.dt == LA_F32 ? 1e-5 : 1e-4;
+    CHECK(e <= tol, "dsa scores %s: rel err %.3g > %.1g", tag, e, tol);
+    CHECK_OK(la_dsa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL, NULL));
+    int64_t d = count_diff(ig, ic, T * K);
+    double ov = overlap(ig, ic, T, K, L);
+    if (c.dt == LA_F32)
+        CHECK(d == 0, "dsa idx %s: %lld entries differ from the CPU (overlap %.6f)", tag, (long long)d, ov);
+    else
+        CHECK(ov >= 0.999, "dsa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", tag, ov);
+    if (c.dt == LA_BF16) {
+        /* recall against the fp32 set of the unrounded inputs */
+        int32_t *i32 = malloc((size_t)(T * K) * 4);
+        la_tensor h0q, h0k, h0i;
+        tset(&h0q, q0, LA_F32, LA_DEVICE_CPU, 3, T, HI, dI);
+        tset(&h0k, k0, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
+        tset(&h0i, i32, LA_I32, LA_DEVICE_CPU, 2, T, K, 0);
+        CHECK_OK(la_dsa_indexer(&p, &h0q, &h0k, &hw, cs_, ce, &h0i, NULL, NULL));
+        double rc = overlap(ig, i32, T, K, L);
+        printf("  dsa %s: bf16 recall vs fp32 set %.4f, agreement with CPU-bf16 %.6f\n", tag, rc, ov);
+        if (K >= 256 && L >= 2 * K) CHECK(rc >= 0.99, "dsa %s: bf16 recall %.4f < 0.99", tag, rc);
+        free(i32);
+    }
+    memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
+
+    /* HISA vs CPU; HISA == DSA when m*B >= L */
+    la_dev_memset(didx.d, 0x7f, didx.bytes);
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+    la_dev_download(ig, didx.d, didx.bytes);
+    CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
+    d = count_diff(ig, ic, T * K);
+    ov = overlap(ig, ic, T, K, L);
+    if (c.dt == LA_F32)
+        CHECK(d == 0, "hisa idx %s: %lld entries differ from the CPU (overlap %.6f)", tag, (long long)d, ov);
+    else
+        CHECK(ov >= 0.99, "hisa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", tag, ov);
+    if (c.m * (c.B < L ? c.B : L) >= L) {
+        d = count_diff(ig, ih, T * K);
+        CHECK(d == 0, "hisa == dsa %s (m*B >= L): %lld entries differ", tag, (long long)d);
+    }
+    /* block-sparse vs CPU */
+    if (K >= c.B) {
+        la_dev_memset(didx.d, 0x7f, didx.bytes);
+        CHECK_OK(la_blocksparse_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+        la_dev_download(ig, didx.d, didx.bytes);
+        CHECK_OK(la_blocksparse_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
+        d = count_diff(ig, ic, T * K);
+        if (c.dt == LA_F32)
+            CHECK(d == 0, "blocksparse idx %s: %lld entries differ from the CPU", tag, (long long)d);
+        else
+            CHECK(overlap(ig, ic, T, K, L) >= 0.98, "blocksparse idx %s: agreement %.4f", tag,
+                  overlap(ig, ic, T, K, L));
+    }
+    dfree(&dq); dfree(&dk); dfree(&dw); dfree(&didx); dfree(&dsc);
+    if (c.ranges) { dfree(&dst); dfree(&den); }
+    free(q); free(k); free(w); free(q0); free(k0); free(qperm); free(st); free(en);
+    free(ig); free(ic); free(ih); free(sg); free(sr);
+}
+
+/* ---- sparse attention ----------------------------------------------------------- */
+static void test_sparse_attn(int64_t T, int64_t Hq, int64_t Hkv, int64_t Dqk, int64_t Dv,
+                             int64_t L, int64_t K, la_dtype dt) {
+    float *q = malloc((size_t)(T * Hq * Dqk) * 4), *kv = malloc((size_t)(L * Hkv * Dqk) * 4);
+    la_fill_normal(&rng, q, T * Hq * Dqk, 1.0);
+    la_fill_normal(&rng, kv, L * Hkv * Dqk, 1.0);
+    int32_t *ix = malloc((size_t)(T * K) * 4);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++) {
+            double u = la_rng_uniform(&rng);
+            int32_t v = (int32_t)(la_rng_uniform(&rng) * L);
+            if (u < 0.05) v = -1;
+            else if (u < 0.08) v = (int32_t)(L + 3); /* >= L: skipped */
+            if (t == T - 1 && T > 1) v = (j & 1) ? -1 : (int32_t)L; /* all invalid */
+            ix[t * K + j] = v;
+        }
+    dbuf dq = dput(q, T * Hq * Dqk, dt), dkv = dput(kv, L * Hkv * Dqk, dt), di = dput_i32(ix, T * K);
+    dbuf dout = dalloc((size_t)(T * Hq * Dv) * la_dtype_size(dt)), dl = dalloc((size_t)(T * Hq) * 4);
+    la_dev_memset(dout.d, 0xff, dout.bytes);
+    la_dev_memset(dl.d, 0xff, dl.bytes);
+    la_tensor tq, tkv, ti, to, tl;
+    tset(&tq, dq.d, dt, LA_DEVICE_CUDA, 3, T, Hq, Dqk);
+    if (Hkv == 1) tset(&tkv, dkv.d, dt, LA_DEVICE_CUDA, 2, L, Dqk, 0);
+    else tset(&tkv, dkv.d, dt, LA_DEVICE_CUDA, 3, L, Hkv, Dqk);
+    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+    tset(&to, dout.d, dt, LA_DEVICE_CUDA, 3, T, Hq, Dv);
+    tset(&tl, dl.d, LA_F32, LA_DEVICE_CUDA, 2, T, Hq, 0);
+    la_sparse_attn_params p;
+    la_sparse_attn_params_init(&p);
+    p.dv = Dv;
+    CHECK_OK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL));
+    float *og = malloc((size_t)(T * Hq * Dv) * 4), *lg = malloc((size_t)(T * Hq) * 4);
+    dget_f32(og, &dout, T * Hq * Dv, dt);
+    dget_f32(lg, &dl, T * Hq, LA_F32);
+    double *oref = malloc((size_t)(T * Hq * Dv) * 8), *lref = malloc((size_t)(T * Hq) * 8);
+    const double scale = 1.0 / sqrt((double)Dqk);
+    double *sc = malloc((size_t)K * 8);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hq; h++) {
+            const int64_t hk = h * Hkv / Hq;
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < K; j++) {
+                int32_t s = ix[t * K + j];
+                sc[j] = -INFINITY;
+                if (s < 0 || s >= L) continue;
+                double dot = 0;
+                for (int64_t d = 0; d < Dqk; d++)
+                    dot += (double)q[(t * Hq + h) * Dqk + d] * kv[(s * Hkv + hk) * Dqk + d];
+                sc[j] = dot * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            double l = 0;
+            double *o = oref + (t * Hq + h) * Dv;
+            for (int64_t d = 0; d < Dv; d++) o[d] = 0;
+            for (int64_t j = 0; j < K; j++) {
+                if (isinf(sc[j])) continue;
+                double pj = exp(sc[j] - mx);
+                l += pj;
+                int32_t s = ix[t * K + j];
+                for (int64_t d = 0; d < Dv; d++) o[d] += pj * kv[(s * Hkv + hk) * Dqk + d];
+            }
+            for (int64_t d = 0; d < Dv; d++) o[d] = l > 0 ? o[d] / l : 0.0;
+            lref[t * Hq + h] = l > 0 ? mx + log(l) : -INFINITY;
+        }
+    double eo = la_rel_err(og, oref, T * Hq * Dv);
+    double el = 0;
+    bool lse_ok = true;
+    for (int64_t i = 0; i < T * Hq; i++) {
+        if (isinf(lref[i])) {
+            lse_ok &= isinf(lg[i]) && lg[i] < 0;
+            continue;
+        }
+        if (isnan(lg[i])) lse_ok = false;
+        double d = fabs(lg[i] - lref[i]);
+        if (d > el) el = d;
+    }
+    const double tol = dt == LA_F32 ? 1e-5 : 1e-2;
+    CHECK(eo <= tol, "sparse attn T=%lld Hq=%lld Hkv=%lld Dqk=%lld Dv=%lld L=%lld k=%lld %s: out rel err %.3g",
+          (long long)T, (long long)Hq, (long long)Hkv, (long long)Dqk, (long long)Dv, (long long)L,
+          (long long)K, la_dtype_name(dt), eo);
+    CHECK(lse_ok && el <= (dt == LA_F32 ? 1e-4 : 1e-3),
+          "sparse attn %s Hq=%lld Dqk=%lld: lse abs err %.3g (ok=%d)", la_dtype_name(dt), (long long)Hq,
+          (long long)Dqk, el, (int)lse_ok);
+    if (T > 1) {
+        bool zero = true;
+        for (int64_t i = (T - 1) * Hq * Dv; i < T * Hq * Dv; i++) zero &= og[i] == 0.f;
+        CHECK(zero, "sparse attn: all-invalid row must give o = 0");
+    }
+    printf("  sparse attn T=%lld Hq=%lld Hkv=%lld Dqk=%lld Dv=%lld L=%lld k=%lld %s: out %.2e lse %.2e\n",
+           (long long)T, (long long)Hq, (long long)Hkv, (long long)Dqk, (long long)Dv, (long long)L,
+           (long long)K, la_dtype_name(dt), eo, el);
+    dfree(&dq); dfree(&dkv); dfree(&di); dfree(&dout); dfree(&dl);
+    free(q); free(kv); free(ix); free(og); free(lg); free(oref); free(lref); free(sc);
+}
+
+int main(void) {
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("# no CUDA device: skipped\n0 passed, 0 failed\n");
+        return 0;
+    }
+    rng = la_test_rng("test_cuda_sparse");
+    small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
+
+    /* top-k: odd sizes, ties, masked entries, k > valid, strided rows */
+    test_topk(3, 1, 1, 0, 0);
+    test_topk(5, 63, 16, 0, 0);
+    test_topk(7, 65, 100, 1, 0);
+    test_topk(4, 1000, 64, 1, 1);
+    test_topk(3, 5000, 2048, 2, 0);
+    if (!small_only) {
+        test_topk(33, 70001, 2048, 0, 0);
+        test_topk(9, 70001, 2048, 1, 0);
+        test_topk(5, 262144, 2048, 0, 0);
+        test_topk(8, 30000, 1000, 2, 1);
+    }
+
+    /* indexers: {T, HI, dI, L, topk, B, m, ranges, permuted, dtype} */
+    idx_case cs[] = {
+        {1, 1, 1, 1, 4, 2, 1, 0, 0, LA_F32},
+        {63, 4, 16, 65, 16, 8, 2, 1, 0, LA_F32},
+        {65, 3, 63, 1000, 64, 16, 3, 1, 1, LA_F32},
+        {33, 64, 128, 1000, 64, 16, 8, 0, 0, LA_F32},
+        {17, 8, 32, 300, 512, 16, 64, 1, 0, LA_F32},   /* m*B >= L: HISA == DSA */
+        {65, 64, 128, 1000, 64, 16, 100, 1, 0, LA_BF16}, /* fast path, HISA == DSA */
+        {63, 64, 128, 777, 64, 16, 8, 1, 1, LA_BF16},    /* fast path, permuted q */
+        {20, 32, 64, 500, 32, 8, 5, 0, 0, LA_BF16},
+        {5, 5, 20, 200, 16, 8, 3, 0, 0, LA_BF16},        /* bf16, generic path */
+    };
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) test_indexers(cs[i]);
+    if (!small_only) {
+        idx_case big[] = {
+            {129, 64, 128, 8192, 2048, 128, 8, 0, 0, LA_BF16},
+            {64, 64, 128, 4100, 2048, 128, 64, 1, 0, LA_BF16}, /* m*B >= L */
+            {40, 16, 64, 3000, 256, 64, 6, 1, 0, LA_F32},
+        };
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_indexers(big[i]);
+    }
+
+    /* sparse attention: fast path (bf16 576/512) and the exact path */
+    test_sparse_attn(3, 64, 1, 576, 512, 300, 100, LA_BF16);
+    test_sparse_attn(4, 4, 2, 63, 16, 65, 33, LA_F32);
+    test_sparse_attn(2, 3, 1, 16, 1, 10, 7, LA_F32);
+    test_sparse_attn(3, 64, 1, 576, 512, 300, 70, LA_F32); /* f32: exact path */
+    if (!small_only) test_sparse_attn(5, 128, 1, 576, 512, 5000, 2048, LA_BF16);
+    return la_test_finish();
+}
