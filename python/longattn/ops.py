@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _lib as L
 from ._errors import call
-from ._tensor import Call, is_torch, is_numpy, _torch
+from ._tensor import Call, is_torch, _torch
 
 __all__ = [
     "softmax_attention", "linear_attention", "mhla", "mhla_causal", "mhla_init",
