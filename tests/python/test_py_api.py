@@ -17,8 +17,18 @@ def _calls(n, fn):
         fn()
 
 
+@pytest.fixture
+def one_thread():
+    """Leak tests make thousands of tiny calls: one CPU thread keeps them
+    quick on a busy machine (an OpenMP team per tiny call is pure overhead)."""
+    old = longattn.get_num_threads()
+    longattn.set_num_threads(1)
+    yield
+    longattn.set_num_threads(old)
+
+
 @needs("softmax_attention", "linear_attention")
-def test_rss_stable_over_many_calls():
+def test_rss_stable_over_many_calls(one_thread):
     g = gen(21)
     q, k, v = randn(g, 1, 32, 2, 16), randn(g, 1, 32, 2, 16), randn(g, 1, 32, 2, 16)
     qn, kn, vn = q.numpy(), k.numpy(), v.numpy()
@@ -66,7 +76,7 @@ def test_rss_stable_over_many_calls():
 
 
 @needs("softmax_attention", "linear_attention")
-def test_no_reference_cycles():
+def test_no_reference_cycles(one_thread):
     g = gen(22)
     q, k, v = randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8)
     gc.collect()
@@ -169,3 +179,32 @@ def test_cuda_request_without_cuda_is_a_clear_error(monkeypatch):
     c.cuda = True
     with pytest.raises(RuntimeError, match="without CUDA or sees no GPU"):
         c.run("la_softmax_attention", None, None, None, None, None, None)
+
+
+def _autograd_cases(g):
+    q, k, v = randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8), randn(g, 1, 16, 2, 8)
+    W4 = torch.full((4, 4), 0.25)
+    idx = torch.arange(8, dtype=torch.int32).repeat(16, 1)
+    return [
+        ("softmax_attention", lambda x: longattn.softmax_attention(x, k, v)),
+        ("linear_attention", lambda x: longattn.linear_attention(x, k, v, causal=True)),
+        ("mhla", lambda x: longattn.mhla(x, k, v, W4, blocks=4)),
+        ("mhla_causal", lambda x: longattn.mhla_causal(x, k, v, W4, chunk=4)),
+        ("focused_attention", lambda x: longattn.focused_attention(x, k, v, map=(4, 4))),
+        ("sparse_attention", lambda x: longattn.sparse_attention(x[0], k[0, :, 0], idx,
+                                                                 dv=8)[0]),
+    ], q
+
+
+@pytest.mark.parametrize("op", ["softmax_attention", "linear_attention", "mhla",
+                                "mhla_causal", "focused_attention", "sparse_attention"])
+def test_every_attention_op_has_a_forward_only_autograd_wrapper(op):
+    if not longattn.has_op(op):
+        pytest.skip("%s not in the library yet" % op)
+    cases, q = _autograd_cases(gen(27))
+    fn = dict(cases)[op]
+    want = fn(q)
+    o = fn(q.clone().requires_grad_(True))
+    assert o.requires_grad and torch.equal(o.detach(), want)
+    with pytest.raises(NotImplementedError, match="longattn.%s: backward" % op):
+        o.sum().backward()
