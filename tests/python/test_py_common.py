@@ -8,6 +8,7 @@ $LA_BUILD/liblongattn.so (default build/), relative to the repository root.
 import os
 import sys
 import time
+import warnings
 
 import numpy as np
 import pytest
@@ -48,7 +49,11 @@ def needs(*ops):
                               % (LIB, ", ".join(missing)))
 
 
-cuda = pytest.mark.cuda
+# The `cuda` mark (select with `pytest -m cuda` on the GPU machine). It is not
+# registered in an ini file, so silence pytest's unknown-mark warning here.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", pytest.PytestUnknownMarkWarning)
+    cuda = pytest.mark.cuda
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda unavailable")
 
 

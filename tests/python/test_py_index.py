@@ -252,3 +252,21 @@ def test_index_cache_equals_hisa():
     assert torch.equal(got, longattn.hisa_topk(q, k, w, topk=48, block=B, block_topk=3))
     with pytest.raises(ValueError, match="closed"):
         cache.hisa(q, w)
+
+
+@needs("dsa_topk", "hisa_topk", "blocksparse_topk")
+def test_strided_indexer_inputs_equal_contiguous():
+    g = gen(56)
+    T, L, HI, dI = 12, 260, 4, 16
+    q, k, w = inputs(g, T, L, HI, dI)
+    qs = q.transpose(0, 1).contiguous().transpose(0, 1)  # [HI,T,dI] buffer as [T,HI,dI]
+    ks = torch.cat([k, k], dim=1)[:, :dI]  # row stride 2·dI
+    ws = w.t().contiguous().t()
+    assert not (qs.is_contiguous() or ks.is_contiguous() or ws.is_contiguous())
+    a, sa = longattn.dsa_topk(q, k, w, topk=20, return_scores=True)
+    b, sb = longattn.dsa_topk(qs, ks, ws, topk=20, return_scores=True)
+    assert torch.equal(a, b) and rel_err(sb, sa) <= 1e-6
+    assert torch.equal(longattn.hisa_topk(q, k, w, topk=20, block=16, block_topk=3),
+                       longattn.hisa_topk(qs, ks, ws, topk=20, block=16, block_topk=3))
+    assert torch.equal(longattn.blocksparse_topk(q, k, w, topk=32, block=16),
+                       longattn.blocksparse_topk(qs, ks, ws, topk=32, block=16))
