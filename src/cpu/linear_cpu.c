@@ -18,8 +18,8 @@
  *   phase 3  per superblock: outputs (causal: walk its chunks from the
  *            prefix state; the head's last superblock also writes the
  *            final state).
- * When B·H alone gives enough tasks nsplit = 1 and the causal form does a
- * single pass (no phase-1 work). Every product is a la_sgemm on packed f32
+ * When B·H alone gives enough tasks nsplit = 1: one task per head runs all
+ * phases itself (a single pass for the causal form, no barriers between). Every product is a la_sgemm on packed f32
  * panels (la_gather_bnhd_rows: any dtype, any strides). */
 #include "cpu/linear_cpu.h"
 
@@ -163,6 +163,96 @@ static void walk_causal(const job *j, int64_t b, int64_t h, int64_t t0, int64_t 
     }
 }
 
+/* Load the input state of head (b,h) into S, z (zeros where not given). */
+static void load_state(const job *j, int64_t b, int64_t h, const la_tensor *S_in,
+                       const la_tensor *z_in, float *S, float *z) {
+    for (int64_t d = 0; d < j->D; d++) {
+        for (int64_t e = 0; e < j->Dv; e++)
+            S[d * j->Dv + e] = S_in ? la_load_f32(S_in, la_off4(S_in, b, h, d, e)) : 0.f;
+        z[d] = z_in ? la_load_f32(z_in, la_off3(z_in, b, h, d)) : 0.f;
+    }
+}
+
+static void store_state(const job *j, int64_t b, int64_t h, const float *S, const float *z,
+                        la_tensor *S_out, la_tensor *z_out) {
+    if (S_out)
+        for (int64_t d = 0; d < j->D; d++)
+            for (int64_t e = 0; e < j->Dv; e++)
+                la_store_f32(S_out, la_off4(S_out, b, h, d, e), S[d * j->Dv + e]);
+    if (z_out)
+        for (int64_t d = 0; d < j->D; d++) la_store_f32(z_out, la_off3(z_out, b, h, d), z[d]);
+}
+
+/* The whole head bh in one task (nsplit == 1). The input state is read
+ * before the output state of the same head is written, so in/out may alias. */
+static void head_single(const job *j, int64_t bh, const la_tensor *S_in, const la_tensor *z_in,
+                        la_tensor *S_out, la_tensor *z_out, scratch *w) {
+    const int64_t b = bh / j->H, h = bh % j->H;
+    if (j->p->causal) {
+        load_state(j, b, h, S_in, z_in, w->S, w->z);
+        walk_causal(j, b, h, 0, j->N, w);
+        store_state(j, b, h, w->S, w->z, S_out, z_out);
+    } else {
+        memset(w->S, 0, (size_t)(j->D * j->Dv + j->D) * sizeof(float));
+        accumulate_sums(j, b, h, 0, j->N, w->S, w->z, w);
+        apply_noncausal(j, b, h, 0, j->N, w->S, w->z, w);
+    }
+}
+
+/* The three phases over superblocks (nsplit > 1); called by every thread of
+ * the parallel region (orphaned worksharing loops, a barrier after each). */
+static void split_phases(const job *jp, const la_tensor *S_in, const la_tensor *z_in,
+                         la_tensor *S_out, la_tensor *z_out, scratch *w) {
+    const job j = *jp;
+    const bool causal = j.p->causal != 0;
+    const int64_t BH = j.B * j.H, N = j.N, ntasks = BH * j.nsplit;
+    const size_t state_f = (size_t)(j.D * j.Dv + j.D);
+    /* Phase 1: partial sums. Causal: superblock s goes to slot s+1 (slot 0
+     * will hold the input state), the last superblock needs none. */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; t++) {
+        const int64_t bh = t / j.nsplit, s = t % j.nsplit;
+        if (causal && s == j.nsplit - 1) continue;
+        const int64_t slot = causal ? s + 1 : s;
+        float *S = slot_S(&j, bh, slot), *z = slot_z(&j, bh, slot);
+        memset(S, 0, state_f * sizeof(float));
+        const int64_t t0 = s * j.T, t1 = t0 + j.T < N ? t0 + j.T : N;
+        accumulate_sums(&j, bh / j.H, bh % j.H, t0, t1, S, z, w);
+    }
+    /* Phase 2: totals (non-causal) or prefix states from the input state. */
+#pragma omp for schedule(static)
+    for (int64_t bh = 0; bh < BH; bh++) {
+        if (!causal) {
+            float *dst = slot_S(&j, bh, 0);
+            for (int64_t s = 1; s < j.nsplit; s++) {
+                const float *src = slot_S(&j, bh, s);
+                for (size_t x = 0; x < state_f; x++) dst[x] += src[x];
+            }
+            continue;
+        }
+        load_state(&j, bh / j.H, bh % j.H, S_in, z_in, slot_S(&j, bh, 0), slot_z(&j, bh, 0));
+        for (int64_t s = 1; s < j.nsplit; s++) {
+            const float *prev = slot_S(&j, bh, s - 1);
+            float *cur = slot_S(&j, bh, s);
+            for (size_t x = 0; x < state_f; x++) cur[x] += prev[x];
+        }
+    }
+    /* Phase 3: outputs; the last superblock of a head writes its final state. */
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t t = 0; t < ntasks; t++) {
+        const int64_t bh = t / j.nsplit, s = t % j.nsplit;
+        const int64_t b = bh / j.H, h = bh % j.H;
+        const int64_t t0 = s * j.T, t1 = t0 + j.T < N ? t0 + j.T : N;
+        if (!causal) {
+            apply_noncausal(&j, b, h, t0, t1, slot_S(&j, bh, 0), slot_z(&j, bh, 0), w);
+            continue;
+        }
+        memcpy(w->S, slot_S(&j, bh, s), state_f * sizeof(float));
+        walk_causal(&j, b, h, t0, t1, w);
+        if (s == j.nsplit - 1) store_state(&j, b, h, w->S, w->z, S_out, z_out);
+    }
+}
+
 la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
                         const la_tensor *v, la_tensor *out, const la_tensor *S_in,
                         const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out,
@@ -199,6 +289,7 @@ la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_
     LA_TRY(la_mul_size((size_t)D, (size_t)Dv + 1, &state_f, "linear state"));
     LA_TRY(la_mul_size(state_f, (size_t)BH, &slots_f, "linear state slots"));
     LA_TRY(la_mul_size(slots_f, (size_t)j.nsplit, &slots_f, "linear state slots"));
+    if (j.nsplit == 1) slots_f = 0; /* head_single keeps its state in the scratch */
     LA_TRY(la_mul_size((size_t)R, 2 * (size_t)D + 2 * (size_t)Dv + 1, &per_thread, "linear scratch"));
     LA_TRY(la_mul_size((size_t)j.C, (size_t)j.C, &a_f, "linear chunk matrix"));
     per_thread += a_f + state_f;
@@ -212,7 +303,6 @@ la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_
     j.slots = ws;
     float *thread_ws = ws + slots_f;
 
-    const int64_t ntasks = BH * j.nsplit;
 #pragma omp parallel num_threads(nthreads)
     {
         int tid = 0;
@@ -230,62 +320,14 @@ la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_
         w.S = w.a + j.C * j.C;
         w.z = w.S + D * Dv;
 
-        /* Phase 1: partial sums. Causal: superblock s goes to slot s+1 (slot 0
-         * will hold the input state), the last superblock needs none. */
+        if (j.nsplit == 1) {
+            /* One superblock per head: each task does all phases for its head,
+             * with no barrier in between (B·H alone gives enough tasks). */
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < ntasks; t++) {
-            const int64_t bh = t / j.nsplit, s = t % j.nsplit;
-            if (causal && s == j.nsplit - 1) continue;
-            const int64_t slot = causal ? s + 1 : s;
-            float *S = slot_S(&j, bh, slot), *z = slot_z(&j, bh, slot);
-            memset(S, 0, state_f * sizeof(float));
-            const int64_t t0 = s * j.T, t1 = t0 + j.T < N ? t0 + j.T : N;
-            accumulate_sums(&j, bh / j.H, bh % j.H, t0, t1, S, z, &w);
-        }
-        /* Phase 2: totals / prefix states per head. */
-#pragma omp for schedule(static)
-        for (int64_t bh = 0; bh < BH; bh++) {
-            const int64_t b = bh / j.H, h = bh % j.H;
-            if (!causal) {
-                for (int64_t s = 1; s < j.nsplit; s++) {
-                    const float *src = slot_S(&j, bh, s);
-                    float *dst = slot_S(&j, bh, 0);
-                    for (size_t x = 0; x < state_f; x++) dst[x] += src[x];
-                }
-                continue;
-            }
-            float *S0 = slot_S(&j, bh, 0), *z0 = slot_z(&j, bh, 0);
-            for (int64_t d = 0; d < D; d++) {
-                for (int64_t e = 0; e < Dv; e++)
-                    S0[d * Dv + e] = S_in ? la_load_f32(S_in, la_off4(S_in, b, h, d, e)) : 0.f;
-                z0[d] = z_in ? la_load_f32(z_in, la_off3(z_in, b, h, d)) : 0.f;
-            }
-            for (int64_t s = 1; s < j.nsplit; s++) {
-                const float *prev = slot_S(&j, bh, s - 1);
-                float *cur = slot_S(&j, bh, s);
-                for (size_t x = 0; x < state_f; x++) cur[x] += prev[x];
-            }
-        }
-        /* Phase 3: outputs. */
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t t = 0; t < ntasks; t++) {
-            const int64_t bh = t / j.nsplit, s = t % j.nsplit;
-            const int64_t b = bh / j.H, h = bh % j.H;
-            const int64_t t0 = s * j.T, t1 = t0 + j.T < N ? t0 + j.T : N;
-            if (!causal) {
-                apply_noncausal(&j, b, h, t0, t1, slot_S(&j, bh, 0), slot_z(&j, bh, 0), &w);
-                continue;
-            }
-            memcpy(w.S, slot_S(&j, bh, s), state_f * sizeof(float));
-            walk_causal(&j, b, h, t0, t1, &w);
-            if (s == j.nsplit - 1) {
-                if (S_out)
-                    for (int64_t d = 0; d < D; d++)
-                        for (int64_t e = 0; e < Dv; e++)
-                            la_store_f32(S_out, la_off4(S_out, b, h, d, e), w.S[d * Dv + e]);
-                if (z_out)
-                    for (int64_t d = 0; d < D; d++) la_store_f32(z_out, la_off3(z_out, b, h, d), w.z[d]);
-            }
+            for (int64_t bh = 0; bh < BH; bh++)
+                head_single(&j, bh, S_in, z_in, S_out, z_out, &w);
+        } else {
+            split_phases(&j, S_in, z_in, S_out, z_out, &w);
         }
     }
     la_ws_free(ctx, ws);

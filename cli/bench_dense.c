@@ -1,0 +1,200 @@
+/* `longattn bench` family for the dense baselines: softmax attention
+ * (SPEC §1) and linear attention (SPEC §3), causal and not, B = 1, fp32,
+ * across N = nmin..nmax (powers of two). Medians over repeats lasting
+ * cfg->min_time (at least 3 repeats, unless one call takes over 2 s); a
+ * table or JSON lines. First row: the machine's sgemm peak, every thread
+ * running its own 1024³ la_sgemm (single-threaded BLAS, as inside our
+ * kernels), so "% of peak" compares like with like.
+ *
+ * FLOP counts (per batch·head; exp/max/divisions not counted):
+ *   softmax:        2·P·(D + Dv), P = visible (query, key) pairs:
+ *                   N² non-causal, N(N+1)/2 causal
+ *   linear:         4·N·D·(Dv + 1)            (K̃ᵀ[V|1] and Q̃[S|z])
+ *   linear-causal:  4·N·D·(Dv + 1) + N·C·(D + Dv)   (plus the lower-triangular
+ *                   half of the C×C intra-chunk products, C = 64) */
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+typedef struct run_arg {
+    int op; /* 0 softmax, 1 linear */
+    int causal;
+    la_tensor q, k, v, o;
+    la_context *ctx;
+} run_arg;
+
+static la_status run_once(const run_arg *r) {
+    if (r->op == 0) {
+        la_softmax_params p;
+        la_softmax_params_init(&p);
+        p.causal = r->causal;
+        return la_softmax_attention(&p, &r->q, &r->k, &r->v, (la_tensor *)&r->o, NULL, r->ctx);
+    }
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.causal = r->causal;
+    return la_linear_attention(&p, &r->q, &r->k, &r->v, (la_tensor *)&r->o, NULL, NULL, NULL, NULL, r->ctx);
+}
+
+/* Median seconds of repeated calls: a warm-up call first (reported alone if
+ * it took over 2 s), then at least 3 timed calls lasting min_time. */
+static double time_median(const run_arg *r, double min_time, int *reps, la_status *st) {
+    enum { MAXREP = 1000 };
+    double t[MAXREP];
+    double t0 = la_now();
+    *st = run_once(r);
+    double first = la_now() - t0;
+    *reps = 1;
+    if (*st != LA_OK || first > 2.0) return first;
+    int n = 0;
+    double start = la_now();
+    while (n < MAXREP && (n < 3 || la_now() - start < min_time)) {
+        t0 = la_now();
+        *st = run_once(r);
+        t[n++] = la_now() - t0;
+        if (*st != LA_OK) return 0;
+    }
+    *reps = n;
+    return median(t, n);
+}
+
+/* Aggregate GFLOP/s of `threads` concurrent single-threaded 1024³ sgemms
+ * (median over repeats lasting min_time). */
+static double sgemm_peak(int threads, double min_time) {
+    const int64_t n = 1024;
+    float *buf = malloc(sizeof(float) * (size_t)(3 * n * n) * (size_t)threads);
+    if (!buf) return 0;
+    fill(buf, (size_t)(3 * n * n) * (size_t)threads, 7);
+    double t[200];
+    int reps = 0;
+    double start = la_now();
+    while (reps < 200 && (reps < 4 || la_now() - start < min_time)) {
+        double t0 = la_now();
+#pragma omp parallel num_threads(threads)
+        {
+            int id = 0;
+#ifdef _OPENMP
+            id = omp_get_thread_num();
+#endif
+            float *A = buf + (size_t)id * (size_t)(3 * n * n), *B = A + n * n, *C = B + n * n;
+            la_sgemm(false, false, n, n, n, 1.f, A, n, B, n, 0.f, C, n);
+        }
+        t[reps++] = la_now() - t0;
+    }
+    free(buf);
+    /* the first call pays BLAS buffer setup: drop it */
+    return 2.0 * n * n * n * threads / median(t + 1, reps - 1) * 1e-9;
+}
+
+int la_bench_dense(const la_bench_cfg *cfg) {
+    const char *names[4] = {"softmax", "softmax-causal", "linear", "linear-causal"};
+    int sel[4], any = 0;
+    for (int i = 0; i < 4; i++) any |= sel[i] = la_bench_selected(cfg, names[i]);
+    const int want_peak = la_bench_selected(cfg, "sgemm_peak") || any;
+    if (!want_peak) return 0;
+    const int64_t H = cfg->H, D = cfg->D, Dv = cfg->D, C = 64;
+
+    la_context *ctx = NULL;
+    if (la_context_create(&ctx) != LA_OK) return la_cli_status(LA_ERR_NOMEM, "bench dense");
+    la_context_set_threads(ctx, cfg->threads);
+    int threads = 1;
+    la_context_get_threads(ctx, &threads);
+
+    int steps = 1;
+    for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2)
+        for (int i = 0; i < 4; i++) steps += sel[i];
+    la_progress pr;
+    la_progress_start(&pr, "bench dense", steps);
+
+    const double peak = sgemm_peak(threads, cfg->min_time);
+    if (cfg->json)
+        fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,"
+                "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
+    else
+        fprintf(cfg->out, "-- softmax / linear attention (SPEC §1, §3), fp32, B=1, H=%lld, D=Dv=%lld, "
+                "threads=%d, BLAS %s\n%-15s 1024^3 on each of %d thread(s)  %8.2f GFLOP/s\n",
+                (long long)H, (long long)D, threads, la_blas_name(), "sgemm_peak", threads, peak);
+    fflush(cfg->out);
+    la_progress_step(&pr, 1);
+
+    int rc = 0;
+    if (any) {
+        size_t n = (size_t)cfg->nmax * (size_t)(H * D);
+        float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4);
+        if (!q || !k || !v || !o) {
+            free(q), free(k), free(v), free(o);
+            la_context_destroy(ctx);
+            return la_cli_fail("bench dense: out of memory for N=%lld", (long long)cfg->nmax);
+        }
+        fill(q, n, 1), fill(k, n, 2), fill(v, n, 3);
+        run_arg r;
+        r.ctx = ctx;
+        int64_t ne[4] = {1, 1, H, D};
+        la_tensor_init(&r.q, q, LA_F32, LA_DEVICE_CPU, 4, ne);
+        la_tensor_init(&r.k, k, LA_F32, LA_DEVICE_CPU, 4, ne);
+        la_tensor_init(&r.v, v, LA_F32, LA_DEVICE_CPU, 4, ne);
+        la_tensor_init(&r.o, o, LA_F32, LA_DEVICE_CPU, 4, ne);
+        for (int64_t N = cfg->nmin; N <= cfg->nmax && !rc; N *= 2) {
+            r.q.ne[1] = r.k.ne[1] = r.v.ne[1] = r.o.ne[1] = N;
+            for (int i = 0; i < 4 && !rc; i++) {
+                if (!sel[i]) continue;
+                r.op = i / 2;
+                r.causal = i % 2;
+                int reps = 0;
+                la_status st;
+                double s = time_median(&r, cfg->min_time, &reps, &st);
+                if (st != LA_OK) {
+                    rc = la_cli_status(st, names[i]);
+                    break;
+                }
+                double flops;
+                if (r.op == 0) {
+                    double pairs = r.causal ? 0.5 * (double)N * (double)(N + 1) : (double)N * (double)N;
+                    flops = 2.0 * H * pairs * (double)(D + Dv);
+                } else {
+                    flops = 4.0 * H * (double)N * D * (Dv + 1);
+                    if (r.causal) flops += (double)H * N * C * (D + Dv);
+                }
+                const double gf = flops / s * 1e-9;
+                if (cfg->json)
+                    fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"threads\":%d,"
+                            "\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f,\"pct_peak\":%.2f,"
+                            "\"repeats\":%d}\n",
+                            names[i], (long long)N, (long long)H, (long long)D, threads, s * 1e3,
+                            N / s, gf, peak > 0 ? 100 * gf / peak : 0, reps);
+                else
+                    fprintf(cfg->out, "%-15s N=%-7lld H=%-3lld D=%-4lld %11.3f ms %9.3f Mtok/s %8.2f GFLOP/s "
+                            "%5.1f%% of peak\n", names[i], (long long)N, (long long)H, (long long)D,
+                            s * 1e3, N / s * 1e-6, gf, peak > 0 ? 100 * gf / peak : 0);
+                fflush(cfg->out);
+                la_progress_step(&pr, 1);
+            }
+        }
+        free(q), free(k), free(v), free(o);
+    }
+    la_progress_end(&pr);
+    la_context_destroy(ctx);
+    return rc;
+}
