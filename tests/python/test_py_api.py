@@ -208,3 +208,44 @@ def test_every_attention_op_has_a_forward_only_autograd_wrapper(op):
     assert o.requires_grad and torch.equal(o.detach(), want)
     with pytest.raises(NotImplementedError, match="longattn.%s: backward" % op):
         o.sum().backward()
+
+
+@needs("linear_attention")
+def test_context_allocator_callbacks(one_thread):
+    """la_context_set_allocator through ctypes callbacks: the library's
+    workspace comes from the Python-provided allocator and is all returned."""
+    import ctypes
+    from longattn import _lib
+    from longattn._tensor import Context, view
+    libc = ctypes.CDLL(None)
+    libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+    libc.free.argtypes = [ctypes.c_void_p]
+    live, calls = {}, [0]
+
+    def alloc(n, user):
+        p = libc.malloc(n)
+        live[p] = n
+        calls[0] += 1
+        return p
+
+    def free(p, user):
+        live.pop(p, None)
+        libc.free(p)
+
+    af, ff = _lib.la_alloc_fn(alloc), _lib.la_free_fn(free)
+    ctx = Context()
+    assert _lib.lib.la_context_set_allocator(ctx.handle, af, ff, None) == 0
+    ctx.prepare(None)
+    g = gen(28)
+    q, k, v = randn(g, 1, 200, 2, 16), randn(g, 1, 200, 2, 16), randn(g, 1, 200, 2, 8)
+    out = torch.empty(1, 200, 2, 8)
+    p = _lib.la_linear_params()
+    _lib.lib.la_linear_params_init(ctypes.byref(p))
+    p.causal = 1
+    tv = [view(x, n) for x, n in ((q, "q"), (k, "k"), (v, "v"), (out, "out"))]
+    s = _lib.lib.la_linear_attention(ctypes.byref(p), *[ctypes.byref(t) for t in tv],
+                                     None, None, None, None, ctx.handle)
+    assert s == 0, _lib.lib.la_last_error()
+    assert calls[0] > 0 and not live
+    assert rel_err(out, longattn.linear_attention(q, k, v, causal=True)) == 0
+    del ctx
