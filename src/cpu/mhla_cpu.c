@@ -85,6 +85,28 @@ static void block_tokens(const la_mhla_geom *g, const blk_box *bx, int64_t p0, i
 }
 
 /* ---- gather / scatter ------------------------------------------------------ */
+/* x[0..n) = scale·φ(x), one loop per map so that each vectorizes (a switch
+ * inside the loop would not). Same arithmetic as la_feature_apply. */
+static void feature_row(float *x, int64_t n, la_feature f, float scale) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY: break;
+    case LA_FEATURE_RELU:
+        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.f ? x[i] : 0.f;
+        break;
+    case LA_FEATURE_RELU_EPS:
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] > 0.f ? x[i] : 0.f) + 1e-6f;
+        break;
+    case LA_FEATURE_RELU1:
+        for (int64_t i = 0; i < n; i++) x[i] = (x[i] > 0.f ? x[i] : 0.f) + 1.f;
+        break;
+    case LA_FEATURE_ELU1:
+        for (int64_t i = 0; i < n; i++) x[i] = la_feature_apply(LA_FEATURE_ELU1, x[i]);
+        break;
+    }
+    if (scale != 1.0f)
+        for (int64_t i = 0; i < n; i++) x[i] *= scale;
+}
+
 /* Rows of head (b,h) of a [B,N,H,D] view into dst (row stride ld): row r is
  * token idx[r] (or n0 + r when idx is NULL). With feat, applies φ and then
  * the scale. */
@@ -110,13 +132,8 @@ static void gather_rows(const la_tensor *t, int64_t b, int64_t h, const int64_t 
             for (int64_t j = 0; j < D; j++) d[j] = la_load_f32(t, la_off4(t, b, tok, h, j));
         }
     }
-    if (!feat) return;
-    for (int64_t r = 0; r < n; r++) {
-        float *d = dst + r * ld;
-        for (int64_t j = 0; j < D; j++) d[j] = la_feature_apply(f, d[j]);
-        if (scale != 1.0f)
-            for (int64_t j = 0; j < D; j++) d[j] *= scale;
-    }
+    if (feat)
+        for (int64_t r = 0; r < n; r++) feature_row(dst + r * ld, D, f, scale);
 }
 
 /* Values augmented with a column of ones: [v | 1], row stride Dv+1. */
@@ -465,10 +482,15 @@ static void state_append_head(la_mhla_state *st, int64_t b, int64_t h, int64_t p
         const int64_t blk = pos / C, off = pos % C;
         if (off == 0) {
             if (blk > 0) memcpy(Sbh + (blk - 1) * SE, P, (size_t)SE * sizeof(float));
-            if (blk == 0)
-                memset(mix, 0, (size_t)SE * sizeof(float));
-            else /* formed once per block: O(blk·d·dv) */
-                la_sgemm(false, false, 1, SE, blk, 1.0f, W + blk * M, M, Sbh, SE, 0.0f, mix, SE);
+            /* formed once per block: O(blk·d·dv), a stream over the finished
+             * summaries (axpy per block keeps mix in L1; a 1-row GEMM would
+             * pack all of S first) */
+            memset(mix, 0, (size_t)SE * sizeof(float));
+            for (int64_t b2 = 0; b2 < blk; b2++) {
+                const float wb = W[blk * M + b2];
+                const float *Sb = Sbh + b2 * SE;
+                for (int64_t x = 0; x < SE; x++) mix[x] += wb * Sb[x];
+            }
             memset(P, 0, (size_t)SE * sizeof(float));
         }
         const int64_t seg = C - off < n - r ? C - off : n - r;
@@ -524,7 +546,7 @@ la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const 
     const int64_t pos0 = st->len;
     const int64_t blocks_started = (pos0 + n + C - 1) / C - (pos0 + C - 1) / C;
     const double work = (double)B * H * D * E * ((double)n * 4 + (double)blocks_started * (double)((pos0 + n) / C + 1));
-    const int use = (B * H > 1 && work > 3e5) ? nt : 1;
+    const int use = (B * H > 1 && work > 2e6) ? nt : 1; /* ~0.5 ms of work */
 #pragma omp parallel for num_threads(use) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; bh++)
         state_append_head(st, bh / H, bh % H, pos0, q, k, v, out,

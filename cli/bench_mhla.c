@@ -1,0 +1,192 @@
+/* `longattn bench` family for MHLA (SPEC §5): non-causal MHLA on a 1-D grid
+ * with M = 16 blocks, causal chunkwise MHLA (C = 64, M = N/C), and decoding
+ * (time per token against context length 1K..64K). Medians over repeats
+ * lasting cfg->min_time; a table or JSON lines.
+ *
+ * Flop model (per batch·head, E = Dv+1 for the normalizer column):
+ *   mhla:        4·N·D·E (summaries + outputs) + 2·M²·D·E (mixing)
+ *   mhla-causal: 4·N·D·E + 2·N·C·(D+E)/2 (masked intra-chunk) + M²·D·E (triangular mixing)
+ *   mhla-decode: 4·D·E per token (+ 2·i·D·E once per block, amortized over C). */
+#include <stdlib.h>
+
+#include "cli.h"
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static double median(double *x, int n) {
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+static void report(const la_bench_cfg *cfg, const char *op, int64_t N, int64_t M, double sec,
+                   double flops, const char *extra) {
+    const int64_t H = cfg->H, D = cfg->D;
+    if (cfg->json)
+        fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"M\":%lld,"
+                "\"threads\":%d,\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f%s%s}\n",
+                op, (long long)N, (long long)H, (long long)D, (long long)M, cfg->threads,
+                sec * 1e3, N / sec, flops / sec * 1e-9, extra ? "," : "", extra ? extra : "");
+    else
+        fprintf(cfg->out, "%-12s N=%-7lld H=%-3lld D=%-4lld M=%-5lld %10.3f ms %10.3f Mtok/s %8.2f GFLOP/s\n",
+                op, (long long)N, (long long)H, (long long)D, (long long)M, sec * 1e3,
+                N / sec * 1e-6, flops / sec * 1e-9);
+    fflush(cfg->out);
+}
+
+/* Repeat fn until min_time has passed (at least 3 times); median seconds. */
+typedef la_status (*run_fn)(void *);
+static double time_median(run_fn fn, void *arg, double min_time, la_status *st) {
+    double t[512];
+    int n = 0;
+    double start = la_now();
+    *st = fn(arg); /* warm-up */
+    while (*st == LA_OK && n < 512 && (n < 3 || la_now() - start < min_time)) {
+        double t0 = la_now();
+        *st = fn(arg);
+        t[n++] = la_now() - t0;
+    }
+    return n ? median(t, n) : 0;
+}
+
+typedef struct run_arg {
+    la_mhla_params p;
+    la_mhla_causal_params cp;
+    la_tensor q, k, v, w, o;
+    la_context *ctx;
+} run_arg;
+
+static la_status run_nc(void *a) {
+    run_arg *r = (run_arg *)a;
+    return la_mhla_forward(&r->p, &r->q, &r->k, &r->v, &r->w, &r->o, r->ctx);
+}
+static la_status run_c(void *a) {
+    run_arg *r = (run_arg *)a;
+    return la_mhla_causal_forward(&r->cp, &r->q, &r->k, &r->v, &r->w, &r->o, r->ctx);
+}
+
+int la_bench_mhla(const la_bench_cfg *cfg) {
+    const int do_nc = la_bench_selected(cfg, "mhla"), do_c = la_bench_selected(cfg, "mhla-causal");
+    const int do_d = la_bench_selected(cfg, "mhla-decode");
+    if (!do_nc && !do_c && !do_d) return 0;
+    const int64_t H = cfg->H, D = cfg->D, E = D + 1, C = 64, Mnc = 16;
+    const int64_t dmax = cfg->nmax > 65536 ? cfg->nmax : 65536; /* decode contexts 1K..64K */
+    const int64_t nall = (cfg->nmax > dmax ? cfg->nmax : dmax) + 512;
+    size_t n = (size_t)(nall * H * D);
+    float *q = malloc(n * 4), *k = malloc(n * 4), *v = malloc(n * 4), *o = malloc(n * 4);
+    const int64_t Mc = nall / C + 1;
+    float *W = malloc(sizeof(float) * (size_t)(Mc * Mc));
+    if (!q || !k || !v || !o || !W) {
+        free(q), free(k), free(v), free(o), free(W);
+        return la_cli_fail("bench mhla: out of memory for N=%lld", (long long)nall);
+    }
+    fill(q, n, 1), fill(k, n, 2), fill(v, n, 3);
+    run_arg r;
+    la_context_create(&r.ctx);
+    la_context_set_threads(r.ctx, cfg->threads);
+    int64_t ne[4] = {1, 1, H, D};
+    la_tensor_init(&r.q, q, LA_F32, LA_DEVICE_CPU, 4, ne);
+    la_tensor_init(&r.k, k, LA_F32, LA_DEVICE_CPU, 4, ne);
+    la_tensor_init(&r.v, v, LA_F32, LA_DEVICE_CPU, 4, ne);
+    la_tensor_init(&r.o, o, LA_F32, LA_DEVICE_CPU, 4, ne);
+    int steps = 0;
+    for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2) steps += do_nc + do_c;
+    for (int64_t c = 1024; c <= dmax; c *= 4) steps += do_d;
+    la_progress pr;
+    la_progress_start(&pr, "bench mhla", steps);
+    if (!cfg->json)
+        fprintf(cfg->out, "-- MHLA (SPEC §5), fp32, B=1, threads=%d; non-causal M=%lld 1-D blocks, "
+                "causal C=%lld M=N/C\n", cfg->threads, (long long)Mnc, (long long)C);
+    int rc = 0;
+    la_status st = LA_OK;
+    for (int64_t N = cfg->nmin; N <= cfg->nmax && !rc; N *= 2) {
+        r.q.ne[1] = r.k.ne[1] = r.v.ne[1] = r.o.ne[1] = N;
+        if (do_nc && N >= Mnc) {
+            int64_t wne[2] = {Mnc, Mnc}, bl[1] = {Mnc};
+            la_tensor_init(&r.w, W, LA_F32, LA_DEVICE_CPU, 2, wne);
+            la_mhla_init(LA_MHLA_INIT_LOCALITY, 1, bl, &r.w);
+            la_mhla_params_init(&r.p);
+            r.p.blocks[0] = Mnc;
+            double s = time_median(run_nc, &r, cfg->min_time, &st);
+            if (st != LA_OK) { rc = la_cli_status(st, "bench mhla"); break; }
+            report(cfg, "mhla", N, Mnc, s, (double)H * (4.0 * N * D * E + 2.0 * Mnc * Mnc * D * E), NULL);
+        }
+        if (do_nc) la_progress_step(&pr, 1);
+        if (do_c) {
+            const int64_t M = (N + C - 1) / C;
+            int64_t wne[2] = {M, M}, bl[1] = {M};
+            la_tensor_init(&r.w, W, LA_F32, LA_DEVICE_CPU, 2, wne);
+            la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, bl, &r.w);
+            la_mhla_causal_params_init(&r.cp);
+            double s = time_median(run_c, &r, cfg->min_time, &st);
+            if (st != LA_OK) { rc = la_cli_status(st, "bench mhla-causal"); break; }
+            report(cfg, "mhla-causal", N, M, s,
+                   (double)H * (4.0 * N * D * E + (double)N * C * (D + E) + (double)M * M * D * E), NULL);
+            la_progress_step(&pr, 1);
+        }
+    }
+    if (do_d && !rc) {
+        /* one state, prefilled to each context, then 4·C decoded tokens timed
+         * one by one: median = a token inside a block, mean = amortized
+         * (includes the once-per-block mixture), max = a block start. */
+        const int64_t M = nall / C;
+        int64_t wne[2] = {M, M}, bl[1] = {M};
+        la_tensor_init(&r.w, W, LA_F32, LA_DEVICE_CPU, 2, wne);
+        la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, bl, &r.w);
+        la_mhla_causal_params_init(&r.cp);
+        la_mhla_state *sp = NULL;
+        st = la_mhla_state_create(&r.cp, 1, H, D, D, &r.w, &sp);
+        int64_t len = 0;
+        for (int64_t c = 1024; c <= dmax && st == LA_OK; c *= 4) {
+            la_tensor tq = r.q, tk = r.k, tv = r.v, to = r.o;
+            tq.ne[1] = tk.ne[1] = tv.ne[1] = to.ne[1] = c - len;
+            st = la_mhla_state_append(sp, &tq, &tk, &tv, &to, r.ctx); /* prefill */
+            len = c;
+            enum { STEPS = 256 };
+            double t[STEPS], sum = 0, mx = 0;
+            for (int i = 0; i < STEPS && st == LA_OK; i++) {
+                la_tensor q1 = r.q, k1 = r.k, v1 = r.v, o1 = r.o;
+                q1.ne[1] = k1.ne[1] = v1.ne[1] = o1.ne[1] = 1;
+                q1.data = q + i * H * D, k1.data = k + i * H * D, v1.data = v + i * H * D;
+                o1.data = o + i * H * D;
+                double t0 = la_now();
+                st = la_mhla_state_append(sp, &q1, &k1, &v1, &o1, r.ctx);
+                t[i] = la_now() - t0;
+                sum += t[i];
+                mx = t[i] > mx ? t[i] : mx;
+            }
+            len += STEPS;
+            if (st != LA_OK) break;
+            double med = median(t, STEPS), mean = sum / STEPS;
+            char extra[160];
+            snprintf(extra, sizeof extra, "\"context\":%lld,\"us_per_token_median\":%.3f,"
+                     "\"us_per_token_mean\":%.3f,\"us_block_start_max\":%.3f",
+                     (long long)c, med * 1e6, mean * 1e6, mx * 1e6);
+            if (cfg->json)
+                report(cfg, "mhla-decode", c, c / C + 1, mean, (double)H * 4.0 * D * E, extra);
+            else
+                fprintf(cfg->out, "%-12s ctx=%-7lld H=%-3lld D=%-4lld M=%-5lld %8.2f us/token median "
+                        "%8.2f mean (amortized) %9.1f max (block start)\n", "mhla-decode",
+                        (long long)c, (long long)H, (long long)D, (long long)(c / C + 1),
+                        med * 1e6, mean * 1e6, mx * 1e6);
+            la_progress_step(&pr, 1);
+        }
+        if (st != LA_OK) rc = la_cli_status(st, "bench mhla-decode");
+        la_mhla_state_destroy(sp);
+    }
+    la_progress_end(&pr);
+    la_context_destroy(r.ctx);
+    free(q), free(k), free(v), free(o), free(W);
+    return rc;
+}
