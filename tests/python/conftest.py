@@ -1,0 +1,6 @@
+"""pytest configuration for the Python tests: the `cuda` mark (GPU-machine
+tests, skipped where torch sees no CUDA device)."""
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cuda: needs a CUDA GPU (run on the GPU machine, not in CI)")
