@@ -132,6 +132,21 @@ static la_status run_linear(int causal, bufs *x, la_context *ctx) {
     return la_linear_attention(&p, &x->Q, &x->K, &x->V, &x->O, NULL, NULL, NULL, NULL, ctx);
 }
 
+/* Minimum wall time of up to 3 causal calls; a call over 0.3 s (where the
+ * first-call set-up no longer matters) is measured once. */
+static double best_time(la_status (*fn)(int, bufs *, la_context *), bufs *x, la_context *ctx,
+                        la_status *st) {
+    double best = INFINITY;
+    for (int r = 0; r < 3 && best > 0.3; r++) {
+        double t0 = la_now();
+        *st = fn(1, x, ctx);
+        double t = la_now() - t0;
+        if (*st != LA_OK) return 0;
+        best = t < best ? t : best;
+    }
+    return best;
+}
+
 int la_demo_dense(FILE *f, int quick) {
     int failed = 0;
     uint64_t seed = 0x9e3779b97f4a7c15ull;
@@ -185,15 +200,11 @@ int la_demo_dense(FILE *f, int quick) {
             failed++;
             break;
         }
-        /* warm up once (first-touch, BLAS buffers), then time one call */
-        run_linear(1, &x, ctx);
-        double t0 = la_now();
-        la_status s1 = run_linear(1, &x, ctx);
-        double tl = la_now() - t0;
-        if (N <= 2048) run_softmax(1, &x, ctx);
-        t0 = la_now();
-        la_status s2 = run_softmax(1, &x, ctx);
-        double ts = la_now() - t0;
+        /* best of a few calls (the first pays first-touch and BLAS set-up;
+         * the minimum is the estimate least disturbed by other processes) */
+        la_status s1 = LA_OK, s2 = LA_OK;
+        double tl = best_time(run_linear, &x, ctx, &s1);
+        double ts = best_time(run_softmax, &x, ctx, &s2);
         if (s1 != LA_OK || s2 != LA_OK) {
             fprintf(f, "    N=%lld failed: %s\n", (long long)N, la_last_error());
             failed++;

@@ -40,8 +40,10 @@ typedef struct panel {
     int64_t ld;
 } panel;
 
+/* Read in place when rows are f32 with unit inner stride and a row stride
+ * the BLAS interface (int) can take. */
 static bool view_is_direct(const la_tensor *t) {
-    return t->dtype == LA_F32 && t->nb[3] == 1 && t->nb[1] >= t->ne[3];
+    return t->dtype == LA_F32 && t->nb[3] == 1 && t->nb[1] >= t->ne[3] && t->nb[1] <= INT32_MAX;
 }
 
 static panel direct_panel(const la_tensor *t, int64_t b, int64_t h) {
