@@ -159,7 +159,7 @@ la_status la_softmax_cpu(int causal, float scale, const la_tensor *q, const la_t
     size_t per_thread, t1, t2, ws_bytes;
     LA_TRY(la_mul_size((size_t)BQ, (size_t)D + (size_t)BK + (size_t)Dv + 2, &per_thread,
                        "softmax scratch"));
-    per_thread = (per_thread + 15) & ~(size_t)15; /* 64-byte aligned slices */
+    per_thread = (per_thread + 15) & ~(size_t)15; /* slices 64 bytes apart: no false sharing */
     LA_TRY(la_mul_size(per_thread, (size_t)nthreads, &t1, "softmax scratch"));
 
     /* Packed panels, in groups of `group` (b, kv head) pairs. */
