@@ -23,6 +23,12 @@ extern void dgesdd_(const char *jobz, const int *m, const int *n, double *a, con
                     double *work, const int *lwork, int *iwork, int *info, size_t jobz_len);
 #endif
 
+#ifdef LA_BLAS_OPENBLAS
+void openblas_set_num_threads(int);
+int openblas_get_num_threads(void);
+int openblas_get_num_procs(void);
+#endif
+
 static inline double feat(la_feature f, double x) {
     switch (f) {
     case LA_FEATURE_IDENTITY: return x;
@@ -201,6 +207,16 @@ la_status la_map_rank_entropy_cpu(const la_tensor *map, double rtol, int64_t *ra
         for (int64_t j = 0; j < C; j++)
             A[i * C + j] = map->dtype == LA_F64 ? ((const double *)map->data)[la_off2(map, i, j)]
                                                 : la_load_f32(map, la_off2(map, i, j));
+#ifdef LA_BLAS_OPENBLAS
+    /* la_context_create pins OpenBLAS to one thread (our kernels call it from
+     * inside OpenMP regions). dgesdd is called from outside any region and
+     * its bidiagonalization is memory-bound BLAS-2, so let it use every core
+     * for this call and put the setting back afterwards. (The setting is
+     * process-wide: a concurrent la_* call on another thread may see BLAS
+     * threads meanwhile; that costs speed, never correctness.) */
+    const int blas_threads_before = openblas_get_num_threads();
+    openblas_set_num_threads(openblas_get_num_procs());
+#endif
     int info = 0, lwork = -1, one = 1;
     double wq = 0.0, dummy = 0.0;
     dgesdd_("N", &m, &n, A, &m, sv, &dummy, &one, &dummy, &one, &wq, &lwork, iwork, &info, 1);
@@ -221,6 +237,9 @@ la_status la_map_rank_entropy_cpu(const la_tensor *map, double rtol, int64_t *ra
                             info > 0 ? ": no convergence" : "");
         }
     }
+#ifdef LA_BLAS_OPENBLAS
+    openblas_set_num_threads(blas_threads_before);
+#endif
     if (st == LA_OK) {
         /* singular values come sorted, largest first */
         int64_t r = 0;

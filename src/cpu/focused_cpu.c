@@ -1,6 +1,7 @@
 /* Focused linear attention on the CPU (SPEC §4, both variants).
  *
- * Per batch element the work is three passes over the tokens:
+ * Per batch element: v is read once into contiguous f32 rows, then three
+ * passes over the tokens:
  *   1. feature maps over all C = H*d channels of each token (the flatten
  *      norms span every head, so a token's whole row is needed at once);
  *      blog: phi(K) then the depthwise conv over the Hm x Wm map, times focus.
@@ -38,8 +39,9 @@ void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, doub
     /* integer powers (p = 3 is the default) by multiplication: exact and fast */
     const int ip = (p == floor(p) && p >= 1 && p <= 8) ? (int)p : 0;
     double np2 = 0.0;
+    const double inv_mx = 1.0 / mx;
     for (int64_t c = 0; c < C; c++) {
-        double u = out[c] / mx, up;
+        double u = out[c] * inv_mx, up;
         if (ip) {
             up = u;
             for (int e = 1; e < ip; e++) up *= u;
@@ -81,11 +83,14 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     const int64_t sz = D * Dv + D; /* one partial: S then z */
 
     /* workspace sizes, overflow-checked */
-    size_t nc, feat, part, thr, tmp, wsz;
+    size_t nc, nv, feat, part, thr, tmp, wsz;
     LA_TRY(la_mul_size((size_t)N, (size_t)C, &nc, "focused: N*H*D"));
+    LA_TRY(la_mul_size((size_t)N, (size_t)(H * Dv), &nv, "focused: N*H*Dv"));
     LA_TRY(la_mul_size(nc, 2, &feat, "focused: feature workspace"));
+    if (feat + nv < feat) return la_err(LA_ERR_OVERFLOW, "focused: workspace size overflows");
+    feat += nv;
     LA_TRY(la_mul_size((size_t)(H * nchunk), (size_t)sz, &part, "focused: partial sums"));
-    size_t per_thread = (size_t)chunk * (size_t)Dv + (size_t)FOC_TILE * (size_t)(D + Dv + 1);
+    size_t per_thread = (size_t)FOC_TILE * (size_t)(D + Dv + 1);
     LA_TRY(la_mul_size(per_thread, (size_t)nt, &thr, "focused: thread workspace"));
     size_t params = (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H;
     tmp = feat + part + thr + params + (size_t)H * (size_t)sz;
@@ -105,7 +110,8 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
 
     float *F1 = ws;                         /* flatten: q~ [N,C];  blog: phi(K) [N,C] */
     float *F2 = F1 + nc;                    /* flatten: k~ [N,C];  blog: K^ [N,C]     */
-    float *P = F2 + nc;                     /* partials [H][nchunk][sz]               */
+    float *F3 = F2 + nc;                    /* v as f32 [N, H*Dv] (contiguous rows)  */
+    float *P = F3 + nv;                     /* partials [H][nchunk][sz]               */
     float *Sz = P + (size_t)(H * nchunk) * sz; /* summaries [H][sz]                 */
     float *TW = Sz + (size_t)H * sz;        /* per-thread buffers                     */
     float *Wc = TW + (size_t)nt * per_thread; /* conv weights [k*k][Cc]              */
@@ -125,7 +131,17 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     const double qscale = 1.0 / sqrt((double)D); /* blog: q <- q * d^-1/2 */
     const double p_focus = p->p;
     const float eps = p->eps;
+    const int64_t HDv = H * Dv;
     for (int64_t b = 0; b < B; b++) {
+        /* ---- v of this batch element as contiguous f32 rows: read once,
+         * then used by the summaries (pass 2) and the flatten conv (pass 3) */
+        #pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t task = 0; task < H * nchunk; task++) {
+            const int64_t h = task / nchunk, n0 = (task % nchunk) * chunk;
+            const int64_t len = (n0 + chunk <= N) ? chunk : N - n0;
+            la_gather_bnhd_rows(v, b, h, n0, len, F3 + (size_t)n0 * HDv + h * Dv, HDv);
+        }
+
         /* ---- pass 1: feature maps -------------------------------------- */
         if (!blog) {
             #pragma omp parallel for num_threads(nt) schedule(static)
@@ -183,11 +199,10 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
         for (int64_t task = 0; task < H * nchunk; task++) {
             const int64_t h = task / nchunk, ci = task % nchunk;
             const int64_t n0 = ci * chunk, len = (n0 + chunk <= N) ? chunk : N - n0;
-            float *vt = TW + (size_t)LA_TID() * per_thread; /* [chunk, Dv] */
             float *part = P + (size_t)task * sz;
-            la_gather_bnhd_rows(v, b, h, n0, len, vt, Dv);
             const float *kt = F2 + (size_t)n0 * C + h * D;
-            la_sgemm(true, false, D, Dv, len, 1.0f, kt, C, vt, Dv, 0.0f, part, Dv);
+            const float *vt = F3 + (size_t)n0 * HDv + h * Dv;
+            la_sgemm(true, false, D, Dv, len, 1.0f, kt, C, vt, HDv, 0.0f, part, Dv);
             float *zp = part + D * Dv;
             for (int64_t j = 0; j < D; j++) zp[j] = 0.f;
             for (int64_t n = 0; n < len; n++)
@@ -239,19 +254,17 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
                     /* o += DWC(v): one [D,1,k,k] kernel shared by all heads,
                      * over this head's v on the map, plus the bias */
                     const int64_t n = n0 + i, y = n / Wm, x = n % Wm;
-                    for (int64_t j = 0; j < D; j++) {
-                        float acc = bias[j];
-                        for (int64_t a = 0; a < ks; a++) {
-                            const int64_t yy = y + a - r;
-                            if (yy < 0 || yy >= Hm) continue;
-                            for (int64_t bb = 0; bb < ks; bb++) {
-                                const int64_t xx = x + bb - r;
-                                if (xx < 0 || xx >= Wm) continue;
-                                acc += Wc[(a * ks + bb) * D + j] *
-                                       la_load_f32(v, la_off4(v, b, yy * Wm + xx, h, j));
-                            }
+                    for (int64_t j = 0; j < D; j++) o[j] += bias[j];
+                    for (int64_t a = 0; a < ks; a++) {
+                        const int64_t yy = y + a - r;
+                        if (yy < 0 || yy >= Hm) continue;
+                        for (int64_t bb = 0; bb < ks; bb++) {
+                            const int64_t xx = x + bb - r;
+                            if (xx < 0 || xx >= Wm) continue;
+                            const float *w = Wc + (a * ks + bb) * D;
+                            const float *src = F3 + (size_t)(yy * Wm + xx) * HDv + h * Dv;
+                            for (int64_t j = 0; j < D; j++) o[j] += w[j] * src[j];
                         }
-                        o[j] += acc;
                     }
                 }
             }
