@@ -21,7 +21,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, H, D = 1, 12, 128
 BW, FL = 4.2e12, 760e12
 quick = "--quick" in sys.argv
+fla_only = "--fla" in sys.argv   # flash-linear-attention alone (Triton autotuning is slow)
 Ns = [4096, 32768, 131072] if quick else [4096, 8192, 16384, 32768, 65536, 131072]
+if fla_only:
+    Ns = [8192, 32768]
 
 
 def bench(fn):
@@ -46,7 +49,7 @@ def try_import(path, mod):
         return None
 
 
-fla_mod = try_import(os.path.join(ROOT, "peers/fla"), "fla.ops.linear_attn")
+fla_mod = try_import(os.path.join(ROOT, "peers/fla"), "fla.ops.linear_attn") if fla_only else None
 fbla_mod = try_import(os.path.join(ROOT, "peers/fbla"), "flash_bla.ops.linear_attn.fused")
 
 
@@ -93,6 +96,9 @@ def official_mhla_core(q, k, v, Wconv, eps=1e-6):
 
 def main():
     dev = "cuda"
+    if fla_only and fla_mod is None:
+        print("# fla not available")
+        return
     torch.manual_seed(0)
     print(f"# torch {torch.__version__} triton {triton.__version__} {torch.cuda.get_device_name()}")
     for N in Ns:
@@ -101,6 +107,11 @@ def main():
         v = torch.randn_like(q)
         shape = f"N={N}"
         lin_fl = 4.0 * B * N * H * D * D
+        if fla_only:
+            for norm in (False, True):
+                ms = bench(lambda: fla_mod.chunk_linear_attn(q, k, v, normalize=norm))
+                report(f"fla chunk_linear_attn norm={int(norm)}", shape, ms, N, lin_fl)
+            continue
         # SDPA flash, [B,H,N,D]
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -141,6 +152,8 @@ def main():
                 report("official MHLA4DiT core M=16", shape, ms, N, lin_fl)
         del q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
+    if fla_only:
+        return
     # video grid 21x30x50 (N = 31500): einsum MHLA over 150 blocks of 7x6x5
     N = 21 * 30 * 50
     q = torch.randn(B, N, H, D, device=dev, dtype=torch.bfloat16)

@@ -4,6 +4,12 @@
  * reads are broadcasts or consecutive words. */
 #include "linfam.cuh"
 
+#include <mma.h>
+
+#include <algorithm>
+#include <cstdlib>
+using namespace nvcuda;
+
 namespace {
 
 constexpr int TILE = 64;   /* d×dv tile of a summary, token×dv tile of an output */
@@ -422,6 +428,228 @@ __global__ void __launch_bounds__(NT) lf_output_kernel(lf_args a, int64_t tpb) {
     }
 }
 
+
+/* ==== bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows contiguous) ====
+ * Same passes as above, with the two products on tensor cores (WMMA bf16,
+ * fp32 accumulation): φ(K)ᵀV per segment and φ(Q)·S̃ per token tile. φ is
+ * applied in fp32 at load time and rounded to bf16 for the product (the
+ * inputs are bf16 already); summaries, mixing and denominators stay fp32. */
+constexpr int FD = 128;       /* D = Dv                         */
+constexpr int FT = 64;        /* tokens per tile                */
+constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
+constexpr int OLD = FD + 4;   /* fp32 smem row stride           */
+
+__device__ __forceinline__ void lf_load_row8(const la_cu_view &x, int64_t b, int64_t t, int64_t h,
+                                             int c8, float f[8]) {
+    const __nv_bfloat16 *p = (const __nv_bfloat16 *)x.data + b * x.nb[0] + t * x.nb[1] + h * x.nb[2] + c8;
+    uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        float2 ff = __bfloat1622float2(h2[i]);
+        f[2 * i] = ff.x;
+        f[2 * i + 1] = ff.y;
+    }
+}
+__device__ __forceinline__ uint4 lf_pack8(const float f[8]) {
+    uint4 u;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    return u;
+}
+
+/* grid (K, 1, BH), 256 threads: warp w owns rows d ∈ [16w, 16w+16) of S. */
+__global__ void __launch_bounds__(NT, 2) lf_fast_summary_kernel(lf_args a) {
+    const lf_problem &P = a.P;
+    const int64_t bh = blockIdx.z, b = bh / P.H, h = bh % P.H;
+    const int64_t kseg = blockIdx.x, blk = kseg / a.segs, s = kseg % a.segs;
+    const int tid = threadIdx.x, warp = tid / 32;
+    __shared__ __align__(128) __nv_bfloat16 Ks[FT * FLD];
+    __shared__ __align__(128) __nv_bfloat16 Vs[FT * FLD];
+    __shared__ int64_t tok[FT];
+
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t w0 = s * a.seg, w1 = min(total, w0 + a.seg);
+
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++) wmma::fill_fragment(acc[j], 0.f);
+    float zacc = 0.f;
+    for (int64_t wt = w0; wt < w1; wt += FT) {
+        if (tid < FT) tok[tid] = (wt + tid < w1) ? lf_token(a.G, lo, cnt, wt + tid) : -1;
+        __syncthreads();
+        /* two rounds of 2 × (8 + 8) values per thread: all loads of a round
+         * are issued before the first use */
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+            float kf[2][8], vf[2][8];
+#pragma unroll
+            for (int u = 0; u < 2; u++) { /* 64 rows × 16 chunks of 8 = 1024 per operand */
+                const int e = tid + (2 * half + u) * NT, r = e / 16, c8 = (e % 16) * 8;
+                const int64_t t = tok[r];
+                if (t >= 0) {
+                    lf_load_row8(P.k, b, t, h, c8, kf[u]);
+                    lf_load_row8(P.v, b, t, h, c8, vf[u]);
+                } else {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) kf[u][i] = vf[u][i] = 0.f;
+                }
+            }
+#pragma unroll
+            for (int u = 0; u < 2; u++) {
+                const int e = tid + (2 * half + u) * NT, r = e / 16, c8 = (e % 16) * 8;
+                const int64_t t = tok[r];
+                if (t >= 0)
+#pragma unroll
+                    for (int i = 0; i < 8; i++)
+                        kf[u][i] = la_cu_feature(P.fk.kind, kf[u][i] * P.fk.pre) * P.fk.post;
+                *(uint4 *)&Ks[r * FLD + c8] = lf_pack8(kf[u]);
+                *(uint4 *)&Vs[r * FLD + c8] = lf_pack8(vf[u]);
+            }
+        }
+        __syncthreads();
+#pragma unroll
+        for (int kk = 0; kk < FT; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa;
+            wmma::load_matrix_sync(fa, &Ks[kk * FLD + 16 * warp], FLD);
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, &Vs[kk * FLD + 16 * j], FLD);
+                wmma::mma_sync(acc[j], fa, fb, acc[j]);
+            }
+        }
+        if (tid < FD)
+            for (int r = 0; r < FT; r++) zacc += __bfloat162float(Ks[r * FLD + tid]);
+        __syncthreads();
+    }
+    float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+        wmma::store_matrix_sync(dst + (16 * warp) * FD + 16 * j, acc[j], FD, wmma::mem_row_major);
+    if (tid < FD) dst[FD * FD + tid] = zacc;
+}
+
+/* grid (M·groups, 1, BH): a CTA loads its block's S̃ (bf16) and z̃ once, then
+ * runs `tpc` tiles of 64 tokens. Warp w: rows 16(w%4).., columns 64(w/4)... */
+constexpr size_t LF_FAST_OUT_SMEM =
+    sizeof(__nv_bfloat16) * (FD * FLD + FT * FLD) + sizeof(float) * (FT * OLD + FD + FT) + sizeof(int64_t) * FT;
+__global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t tpb, int64_t tpc) {
+    const lf_problem &P = a.P;
+    extern __shared__ __align__(128) unsigned char fsm[];
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)fsm;     /* [FD][FLD] */
+    __nv_bfloat16 *Qs = Ss + FD * FLD;            /* [FT][FLD] */
+    float *Os = (float *)(Qs + FT * FLD);         /* [FT][OLD] */
+    float *zs = Os + FT * OLD;                    /* [FD]      */
+    float *den = zs + FD;                         /* [FT]      */
+    int64_t *tok = (int64_t *)(den + FT);         /* [FT]      */
+
+    const int64_t bh = blockIdx.z, b = bh / P.H, h = bh % P.H;
+    const int64_t groups = (tpb + tpc - 1) / tpc;
+    const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
+    const int tid = threadIdx.x, warp = tid / 32;
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t wbeg = g * tpc * FT;
+    if (wbeg >= total) return;
+    const int64_t wend = min(total, wbeg + tpc * FT);
+
+    const float *mrow = a.mix + ((size_t)bh * a.M + blk) * a.L;
+    for (int e = tid; e < FD * FD / 4; e += NT) {
+        const int r = (e * 4) / FD, c = (e * 4) % FD;
+        float4 m4 = *(const float4 *)&mrow[r * FD + c];
+        *(__nv_bfloat162 *)&Ss[r * FLD + c] = __floats2bfloat162_rn(m4.x, m4.y);
+        *(__nv_bfloat162 *)&Ss[r * FLD + c + 2] = __floats2bfloat162_rn(m4.z, m4.w);
+    }
+    if (tid < FD) zs[tid] = mrow[FD * FD + tid];
+    const float num_scale = (P.norm == LF_NORM_PER_QUERY) ? P.den_scale : 1.f;
+
+    for (int64_t wt = wbeg; wt < wend; wt += FT) {
+        const int64_t nrows = min((int64_t)FT, wend - wt);
+        if (tid < FT) tok[tid] = tid < nrows ? lf_token(a.G, lo, cnt, wt + tid) : -1;
+        __syncthreads();
+        float qf[4][8];
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = tid + u * NT, r = e / 16, c8 = (e % 16) * 8;
+            if (tok[r] >= 0) lf_load_row8(P.q, b, tok[r], h, c8, qf[u]);
+            else
+#pragma unroll
+                for (int i = 0; i < 8; i++) qf[u][i] = 0.f;
+        }
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = tid + u * NT, r = e / 16, c8 = (e % 16) * 8;
+            const int64_t t = tok[r];
+            if (t >= 0)
+#pragma unroll
+                for (int i = 0; i < 8; i++)
+                    qf[u][i] = la_cu_feature(P.fq.kind, qf[u][i] * P.fq.pre) * P.fq.post;
+            *(uint4 *)&Qs[r * FLD + c8] = lf_pack8(qf[u]);
+        }
+        __syncthreads();
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[j], 0.f);
+            const int r0 = 16 * (warp % 4), c0 = 64 * (warp / 4);
+#pragma unroll
+            for (int kk = 0; kk < FD; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+                wmma::load_matrix_sync(fa, &Qs[r0 * FLD + kk], FLD);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                    wmma::load_matrix_sync(fb, &Ss[kk * FLD + c0 + 16 * j], FLD);
+                    wmma::mma_sync(acc[j], fa, fb, acc[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wmma::store_matrix_sync(&Os[r0 * OLD + c0 + 16 * j], acc[j], OLD, wmma::mem_row_major);
+        }
+        if (tid < FT) {
+            float dn = 1.f;
+            if (P.norm == LF_NORM_PER_QUERY) {
+                float d = 0.f;
+                for (int c = 0; c < FD; c++) d = fmaf(__bfloat162float(Qs[tid * FLD + c]), zs[c], d);
+                dn = d * P.den_scale + P.eps;
+            } else if (P.norm == LF_NORM_RELEASED_VISION) {
+                float sacc = 0.f;
+                const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wt + tid;
+                if (tid < nrows)
+                    for (int64_t bb = 0; bb < a.M; bb++)
+                        sacc = fmaf(lf_w(P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
+                dn = sacc + P.eps;
+            }
+            den[tid] = num_scale / dn;
+        }
+        __syncthreads();
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int e = tid + u * NT, r = e / 16, c8 = (e % 16) * 8;
+            const int64_t t = tok[r];
+            if (t < 0) continue;
+            float o[8];
+            const float sc = den[r];
+#pragma unroll
+            for (int i = 0; i < 8; i++) o[i] = Os[r * OLD + c8 + i] * sc;
+            *(uint4 *)((__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + t * P.out.nb[1] +
+                       h * P.out.nb[2] + c8) = lf_pack8(o);
+        }
+        /* the next tile rewrites tok/Qs/Os only after its first barrier */
+        __syncthreads();
+    }
+}
+
+static bool lf_view_fast(const la_cu_view &x) {
+    return x.dt == LA_BF16 && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
+           x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
+}
 }  // namespace
 
 la_status lf_run(const lf_problem *P, cudaStream_t st) {
@@ -444,6 +672,16 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
                    la_cu_cdiv(P->n[2], P->g[2]);
         a.seg = 512;
     }
+    /* tensor-core path: non-causal, D = Dv = 128, bf16 rows, no fused conv */
+    const bool fast = !causal && P->D == 128 && P->Dv == 128 && !P->conv.data &&
+                      P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
+                      lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
+                      lf_view_fast(P->out) && getenv("LA_CUDA_NO_FAST") == nullptr;
+    if (fast) {
+        /* segments of a multiple of 64 tokens, sized for ~2 CTAs per SM */
+        const int64_t want = la_cu_cdiv(a.M * a.maxcnt * BH, 264);
+        a.seg = std::min<int64_t>(4096, std::max<int64_t>(256, la_cu_cdiv(want, 64) * 64));
+    }
     a.segs = la_cu_cdiv(a.maxcnt, a.seg);
     a.K = a.M * a.segs;
     a.L = P->D * P->Dv + P->D;
@@ -463,7 +701,10 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
     a.r = nr ? a.mix + nmix : nullptr;
 
     const int64_t dtiles = la_cu_cdiv(P->D, TILE), vtiles = la_cu_cdiv(P->Dv, TILE);
-    lf_summary_kernel<<<dim3((unsigned)a.K, (unsigned)(dtiles * vtiles), (unsigned)BH), NT, 0,
+    if (fast)
+        lf_fast_summary_kernel<<<dim3((unsigned)a.K, 1, (unsigned)BH), NT, 0, st>>>(a);
+    else
+        lf_summary_kernel<<<dim3((unsigned)a.K, (unsigned)(dtiles * vtiles), (unsigned)BH), NT, 0,
                         st>>>(a);
     LA_CU_LAUNCH("lf_summary_kernel");
     if (causal && !P->use_w) {
@@ -481,6 +722,16 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
         LA_CU_LAUNCH("lf_rv_kernel");
     }
     const int64_t tpb = la_cu_cdiv(a.maxcnt, TILE);
+    if (fast) {
+        const int64_t tpc = 4, groups = la_cu_cdiv(tpb, tpc);
+        LA_CU(cudaFuncSetAttribute(lf_fast_output_kernel,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)LF_FAST_OUT_SMEM));
+        lf_fast_output_kernel<<<dim3((unsigned)(a.M * groups), 1, (unsigned)BH), NT,
+                                LF_FAST_OUT_SMEM, st>>>(a, tpb, tpc);
+        LA_CU_LAUNCH("lf_fast_output_kernel");
+        return LA_OK;
+    }
     lf_output_kernel<<<dim3((unsigned)(a.M * tpb), (unsigned)vtiles, (unsigned)BH), NT, 0, st>>>(
         a, tpb);
     LA_CU_LAUNCH("lf_output_kernel");

@@ -334,7 +334,14 @@ static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
     int64_t Cc = blog ? H * D : D;
     int64_t ncv[3] = {Cc, ks, ks}, nb1[1] = {D}, nsp[1] = {H * D}, nf[1] = {H};
     tb conv, bias, sp, foc;
-    if (ks) conv = tb_rand(3, ncv, LA_F32, 0, 0.3);
+    if (ks) { /* blog: positive weights keep K^ > 0, so q~·z^ (the denominator) is far from
+                * 0 and the comparison is well conditioned */
+        float *w = randv(Cc * ks * ks, 0.3);
+        if (blog)
+            for (int64_t i = 0; i < Cc * ks * ks; i++) w[i] = fabsf(w[i]) + 0.01f;
+        tb_make(&conv, 3, ncv, LA_F32, 0, w);
+        free(w);
+    }
     if (ks && !blog) bias = tb_rand(1, nb1, LA_F32, 0, 0.3);
     if (with_params) {
         sp = tb_rand(1, nsp, LA_F32, 0, 1.0);
@@ -457,6 +464,12 @@ int main(void) {
                 t_mhla(1, 3, g3, b3b, 2, 64, 64, (la_mhla_normalize)nm, nm == 1, dt, 1, 1.0);
             }
         }
+        /* D = Dv = 128 with bf16 rows takes the tensor-core path: every mode */
+        for (int nm = 0; nm < 3; nm++) {
+            t_mhla(1, 2, g2, b2, 3, 128, 128, (la_mhla_normalize)nm, nm != 1, dt, nm & 1, 1.0);
+            if (!small_only)
+                t_mhla(1, 3, g3, b3b, 2, 128, 128, (la_mhla_normalize)nm, nm == 1, dt, 0, 1.0);
+        }
         printf("# mhla causal %s\n", dtn(dt));
         t_mhla_causal(1, 1, 1, 1, 1, 64, LA_MHLA_NORM_NONE, 0, dt, 0);
         t_mhla_causal(2, 63, 2, 16, 17, 64, LA_MHLA_NORM_NONE, 1, dt, 1);
@@ -486,6 +499,8 @@ int main(void) {
             t_mhla_causal(1, 16384, 2, 64, 64, 64, LA_MHLA_NORM_NONE, 0, dt, 0);
             t_focused(LA_FOCUSED_FLATTEN, 1, 256, 512, 2, 64, 64, 5, 1, dt, 0, 1.0);
             t_softmax(1, 4096, 4096, 2, 2, 128, 128, 1, dt, 0);
+            t_linear(1, 131072, 2, 128, 128, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
+            t_mhla(1, 1, gl, bl, 2, 128, 128, LA_MHLA_NORM_NONE, 0, dt, 0, 1.0);
         }
         printf("# bf16 N = 256K, inputs of scale 10\n");
         t_no_overflow();
