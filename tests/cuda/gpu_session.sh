@@ -26,8 +26,10 @@ if [ "$MODE" = bench ] || [ "$MODE" = all ]; then
   echo "# ours done at $(( $(date +%s) - t0 )) s"
   timeout 150 python3 bench/gpu_linear.py ${Q:+--quick} > "$OUT/bench_peers.log" 2>&1
   echo "# peers done at $(( $(date +%s) - t0 )) s"
-  timeout 120 python3 bench/gpu_linear.py --fla >> "$OUT/bench_peers.log" 2>&1
-  echo "# fla done at $(( $(date +%s) - t0 )) s"
+  if [ "${LA_BENCH_FLA:-0}" = 1 ]; then
+    timeout 120 python3 bench/gpu_linear.py --fla >> "$OUT/bench_peers.log" 2>&1
+    echo "# fla done at $(( $(date +%s) - t0 )) s"
+  fi
   cat "$OUT/bench_ours.log"
   cat "$OUT/bench_peers.log"
 fi
