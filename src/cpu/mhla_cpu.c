@@ -162,7 +162,10 @@ static void store_rows(la_tensor *out, int64_t b, int64_t h, const int64_t *idx,
         if (out->dtype == LA_F32) {
             float *dst = (float *)out->data + la_off4(out, b, tok, h, 0);
             const int64_t s3 = out->nb[3];
-            for (int64_t j = 0; j < Dv; j++) dst[j * s3] = src[j] * inv;
+            if (s3 == 1)
+                for (int64_t j = 0; j < Dv; j++) dst[j] = src[j] * inv;
+            else
+                for (int64_t j = 0; j < Dv; j++) dst[j * s3] = src[j] * inv;
         } else {
             for (int64_t j = 0; j < Dv; j++)
                 la_store_f32(out, la_off4(out, b, tok, h, j), src[j] * inv);
@@ -219,120 +222,150 @@ static size_t ws_count(ws_plan *pl, int64_t a, int64_t b, int64_t c, int64_t d,
     return pl->st == LA_OK ? x : 0;
 }
 
+/* ---- scheduling ------------------------------------------------------------ */
+/* Every phase of a head depends only on that head's own summaries. When the
+ * heads alone balance the threads, one task per head runs all its phases:
+ * no barrier between phases (a barrier costs a whole time slice when another
+ * process holds the other core). Otherwise each phase is spread over blocks
+ * and column tiles, with a barrier between phases. */
+static int whole_heads(int64_t BH, int nt) { return BH % nt == 0 || BH >= 4 * (int64_t)nt; }
+
 /* ---- non-causal forward -------------------------------------------------- */
+typedef struct nc_job {
+    const la_mhla_params *p;
+    const la_mhla_geom *geom;
+    const la_tensor *q, *k, *v;
+    la_tensor *out;
+    int64_t H, D, Dv, E, SE, M, Hw, L, tile;
+    int rv, mode;
+    float *S, *St, *W, *R, *Rt; /* [B,H,M,SE] ×2, [Hw,M,M], [B,H,M,L] ×2 */
+} nc_job;
+
+/* Per-thread tiles: q̃, k̃ [tile, D], [v|1] and output [tile, E], indices. */
+typedef struct tiles {
+    float *q, *k, *v, *o, *a;
+    int64_t *idx;
+} tiles;
+
+/* Phase 1 for task = (b·H + h)·M + blk: [S_b | z_b] and, for
+ * released_vision, r_b[w] = q̃_{b,w}·z_b. */
+static void nc_summary(const nc_job *j, int64_t task, tiles *w) {
+    const int64_t D = j->D, E = j->E, M = j->M, tile = j->tile;
+    const int64_t bh = task / M, b = bh / j->H, h = bh % j->H;
+    float *Sb = j->S + task * j->SE;
+    blk_box bx;
+    block_box(j->geom, task % M, &bx);
+    for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+        int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+        block_tokens(j->geom, &bx, p0, n, w->idx);
+        gather_rows(j->k, b, h, w->idx, 0, n, w->k, D, 1, j->p->feature, 1.0f);
+        gather_values(j->v, b, h, w->idx, 0, n, w->v);
+        la_sgemm(true, false, D, E, n, 1.0f, w->k, D, w->v, E, p0 ? 1.0f : 0.0f, Sb, E);
+    }
+    if (!j->rv) return;
+    float *Rb = j->R + task * j->L;
+    for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+        int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+        block_tokens(j->geom, &bx, p0, n, w->idx);
+        gather_rows(j->q, b, h, w->idx, 0, n, w->q, D, 1, j->p->feature, j->p->scale_q);
+        for (int64_t r = 0; r < n; r++) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < D; d++) acc += w->q[r * D + d] * Sb[d * E + j->Dv];
+            Rb[p0 + r] = acc;
+        }
+    }
+}
+
+/* Phase 2 for head bh, columns [c0, c0+cw) of [S | z]: S̃ = W·S (and, with
+ * rv_too, the released_vision denominators R̃ = W·R). */
+static void nc_mix(const nc_job *j, int64_t bh, int64_t c0, int64_t cw, int rv_too) {
+    const int64_t M = j->M, SE = j->SE;
+    const float *Wh = j->W + (j->Hw == 1 ? 0 : bh % j->H) * M * M;
+    la_sgemm(false, false, M, cw, M, 1.0f, Wh, M, j->S + bh * M * SE + c0, SE, 0.0f,
+             j->St + bh * M * SE + c0, SE);
+    if (rv_too)
+        la_sgemm(false, false, M, j->L, M, 1.0f, Wh, M, j->R + bh * M * j->L, j->L, 0.0f,
+                 j->Rt + bh * M * j->L, j->L);
+}
+
+/* Phase 3 for task = (b·H + h)·M + blk: outputs q̃_t·[S̃_i | z̃_i]. */
+static void nc_output(const nc_job *j, int64_t task, tiles *w) {
+    const int64_t D = j->D, E = j->E, M = j->M, tile = j->tile;
+    const int64_t bh = task / M, b = bh / j->H, h = bh % j->H;
+    const float *Sti = j->St + task * j->SE;
+    blk_box bx;
+    block_box(j->geom, task % M, &bx);
+    for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
+        int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
+        block_tokens(j->geom, &bx, p0, n, w->idx);
+        gather_rows(j->q, b, h, w->idx, 0, n, w->q, D, 1, j->p->feature, j->p->scale_q);
+        la_sgemm(false, false, n, E, D, 1.0f, w->q, D, Sti, E, 0.0f, w->o, E);
+        store_rows(j->out, b, h, w->idx, 0, n, w->o, E, j->mode,
+                   j->rv ? j->Rt + task * j->L + p0 : NULL, j->p->eps);
+    }
+}
+
 la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                               const la_tensor *q, const la_tensor *k, const la_tensor *v,
                               const la_tensor *mixing, la_tensor *out, la_context *ctx) {
-    const int64_t B = q->ne[0], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
-    const int64_t M = geom->M, E = Dv + 1, SE = D * E;
-    const int64_t Hw = mixing->ndim == 3 ? H : 1;
-    const int rv = p->normalize == LA_MHLA_NORM_RELEASED_VISION;
-    const int64_t L = rv ? geom->max_block : 0; /* block size (all equal in rv) */
+    nc_job j = {.p = p, .geom = geom, .q = q, .k = k, .v = v, .out = out};
+    const int64_t B = q->ne[0];
+    j.H = q->ne[2], j.D = q->ne[3], j.Dv = v->ne[3], j.E = j.Dv + 1, j.SE = j.D * j.E;
+    j.M = geom->M, j.Hw = mixing->ndim == 3 ? j.H : 1, j.tile = NC_TILE;
+    j.rv = p->normalize == LA_MHLA_NORM_RELEASED_VISION;
+    j.L = j.rv ? geom->max_block : 0; /* block size (all equal in rv) */
+    j.mode = j.rv ? NORM_GIVEN : (p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE);
+    const int64_t H = j.H, M = j.M, SE = j.SE, BH = B * H, tile = j.tile;
     const int nt = la_ctx_threads(ctx);
-    const int64_t tile = NC_TILE;
 
     ws_plan pl = {0, LA_OK};
     size_t nS = ws_count(&pl, B, H, M, SE, "mhla: block summaries [B,H,M,D,Dv+1]");
     size_t oS = ws_take(&pl, nS, sizeof(float), "mhla: block summaries");
     size_t oSt = ws_take(&pl, nS, sizeof(float), "mhla: mixed summaries");
-    size_t oW = ws_take(&pl, ws_count(&pl, Hw, M, M, 1, "mhla: mixing"), sizeof(float),
+    size_t oW = ws_take(&pl, ws_count(&pl, j.Hw, M, M, 1, "mhla: mixing"), sizeof(float),
                         "mhla: mixing");
-    size_t nR = rv ? ws_count(&pl, B, H, M, L, "mhla: released_vision denominators") : 1;
+    size_t nR = j.rv ? ws_count(&pl, B, H, M, j.L, "mhla: released_vision denominators") : 1;
     size_t oR = ws_take(&pl, nR, sizeof(float), "mhla: denominators");
     size_t oRt = ws_take(&pl, nR, sizeof(float), "mhla: mixed denominators");
-    /* per thread: q̃ and k̃ tiles, [v|1] and output tiles, token indices */
-    const int64_t qsz = rup16(tile * D), vsz = rup16(tile * E);
+    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.E);
     size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + 2 * tile, (int64_t)sizeof(float), 1, 1,
                           "mhla: per-thread tiles");
     size_t oT = ws_take(&pl, (size_t)nt, per, "mhla: per-thread tiles");
     if (pl.st != LA_OK) return pl.st;
-
     char *ws = (char *)la_ws_alloc(ctx, pl.total);
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla: cannot allocate %zu bytes of workspace", pl.total);
-    float *S = (float *)(ws + oS), *St = (float *)(ws + oSt), *W = (float *)(ws + oW);
-    float *R = (float *)(ws + oR), *Rt = (float *)(ws + oRt);
-    load_mixing(mixing, M, 0, W, NULL);
+    j.S = (float *)(ws + oS), j.St = (float *)(ws + oSt), j.W = (float *)(ws + oW);
+    j.R = (float *)(ws + oR), j.Rt = (float *)(ws + oRt);
+    load_mixing(mixing, M, 0, j.W, NULL);
 
-    /* Phase 1: block summaries (and, for released_vision, q̃_{b,w}·z_b). */
-    const int64_t ntask = B * H * M;
-#pragma omp parallel num_threads(nt)
-    {
-        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
-        float *kt = qt + qsz, *vt = kt + qsz;
-        int64_t *idx = (int64_t *)(vt + 2 * vsz);
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < ntask; task++) {
-            const int64_t b = task / (H * M), h = (task / M) % H, blk = task % M;
-            float *Sb = S + task * SE;
-            blk_box bx;
-            block_box(geom, blk, &bx);
-            for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
-                int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
-                block_tokens(geom, &bx, p0, n, idx);
-                gather_rows(k, b, h, idx, 0, n, kt, D, 1, p->feature, 1.0f);
-                gather_values(v, b, h, idx, 0, n, vt);
-                la_sgemm(true, false, D, E, n, 1.0f, kt, D, vt, E, p0 ? 1.0f : 0.0f, Sb, E);
-            }
-            if (rv) {
-                /* r_b[w] = q̃_{b,w}·z_b, z_b = column Dv of [S_b | z_b] */
-                float *Rb = R + task * L;
-                for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
-                    int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
-                    block_tokens(geom, &bx, p0, n, idx);
-                    gather_rows(q, b, h, idx, 0, n, qt, D, 1, p->feature, p->scale_q);
-                    for (int64_t r = 0; r < n; r++) {
-                        float acc = 0.0f;
-                        for (int64_t d = 0; d < D; d++) acc += qt[r * D + d] * Sb[d * E + Dv];
-                        Rb[p0 + r] = acc;
-                    }
-                }
-            }
-        }
-    }
-
-    /* Phase 2: [S̃ | z̃] = W·[S | z], one GEMM per (batch, head), split in
-     * column tiles so that few heads still keep every thread busy. */
+    const int per_head = whole_heads(BH, nt);
     const int64_t ncol = (SE + MIX_COLS - 1) / MIX_COLS;
-    const int64_t nmix = B * H * ncol;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t task = 0; task < nmix; task++) {
-        const int64_t bh = task / ncol, c0 = (task % ncol) * MIX_COLS;
-        const int64_t cw = SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS;
-        const float *Wh = W + (Hw == 1 ? 0 : bh % H) * M * M;
-        la_sgemm(false, false, M, cw, M, 1.0f, Wh, M, S + bh * M * SE + c0, SE, 0.0f,
-                 St + bh * M * SE + c0, SE);
-    }
-    if (rv) {
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-        for (int64_t bh = 0; bh < B * H; bh++) {
-            const float *Wh = W + (Hw == 1 ? 0 : bh % H) * M * M;
-            la_sgemm(false, false, M, L, M, 1.0f, Wh, M, R + bh * M * L, L, 0.0f,
-                     Rt + bh * M * L, L);
-        }
-    }
-
-    /* Phase 3: outputs q̃_t·[S̃_i | z̃_i] per block tile. */
-    const int mode = rv ? NORM_GIVEN
-                        : (p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE);
 #pragma omp parallel num_threads(nt)
     {
-        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
-        float *ot = qt + 2 * qsz + vsz;
-        int64_t *idx = (int64_t *)(ot + vsz);
+        tiles w;
+        w.q = (float *)(ws + oT + (size_t)thread_id() * per);
+        w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = NULL;
+        w.idx = (int64_t *)(w.o + vsz);
+        if (per_head) {
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < ntask; task++) {
-            const int64_t b = task / (H * M), h = (task / M) % H, blk = task % M;
-            const float *Sti = St + task * SE;
-            blk_box bx;
-            block_box(geom, blk, &bx);
-            for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
-                int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
-                block_tokens(geom, &bx, p0, n, idx);
-                gather_rows(q, b, h, idx, 0, n, qt, D, 1, p->feature, p->scale_q);
-                la_sgemm(false, false, n, E, D, 1.0f, qt, D, Sti, E, 0.0f, ot, E);
-                store_rows(out, b, h, idx, 0, n, ot, E, mode, rv ? Rt + task * L + p0 : NULL,
-                           p->eps);
+            for (int64_t bh = 0; bh < BH; bh++) {
+                for (int64_t blk = 0; blk < M; blk++) nc_summary(&j, bh * M + blk, &w);
+                nc_mix(&j, bh, 0, SE, j.rv);
+                for (int64_t blk = 0; blk < M; blk++) nc_output(&j, bh * M + blk, &w);
             }
+        } else {
+            /* 1: summaries per block; 2: mixing in column tiles (few heads
+             * still keep every thread busy); 3: outputs per block */
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * M; task++) nc_summary(&j, task, &w);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * ncol; task++) {
+                const int64_t c0 = (task % ncol) * MIX_COLS;
+                nc_mix(&j, task / ncol, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS,
+                       j.rv && c0 == 0);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * M; task++) nc_output(&j, task, &w);
         }
     }
     la_ws_free(ctx, ws);
@@ -354,27 +387,83 @@ static void masked_tile(const float *qt, int64_t na, const float *kt, int64_t nk
 }
 
 /* ---- causal chunkwise forward --------------------------------------------- */
+typedef struct c_job {
+    const la_mhla_causal_params *p;
+    const la_tensor *q, *k, *v;
+    la_tensor *out;
+    int64_t N, H, D, E, SE, C, nc, Hw, tile;
+    int mode;
+    float *S, *Hm, *Wl, *Wd; /* [B,H,nc,SE] ×2, strictly lower W [Hw,nc,nc], diag [Hw,nc] */
+} c_job;
+
+/* Phase 1: [S_c | z_c] of chunk c of head bh. */
+static void c_summary(const c_job *j, int64_t bh, int64_t c, tiles *w) {
+    const int64_t D = j->D, E = j->E, C = j->C, tile = j->tile;
+    const int64_t b = bh / j->H, h = bh % j->H;
+    float *Sc = j->S + (bh * j->nc + c) * j->SE;
+    const int64_t s0 = c * C, s1 = (s0 + C < j->N) ? s0 + C : j->N;
+    for (int64_t a0 = s0; a0 < s1; a0 += tile) {
+        int64_t n = s1 - a0 < tile ? s1 - a0 : tile;
+        gather_rows(j->k, b, h, NULL, a0, n, w->k, D, 1, j->p->feature, 1.0f);
+        gather_values(j->v, b, h, NULL, a0, n, w->v);
+        la_sgemm(true, false, D, E, n, 1.0f, w->k, D, w->v, E, a0 > s0 ? 1.0f : 0.0f, Sc, E);
+    }
+}
+
+/* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b | z_b] for rows [r0, r1), columns
+ * [c0, c0+cw). Row i needs only b < i, so the block needs b < r1 − 1: the
+ * upper triangle is skipped at block granularity. */
+static void c_mix(const c_job *j, int64_t bh, int64_t r0, int64_t r1, int64_t c0, int64_t cw) {
+    const int64_t nc = j->nc, SE = j->SE;
+    const float *Wh = j->Wl + (j->Hw == 1 ? 0 : bh % j->H) * nc * nc;
+    float *dst = j->Hm + (bh * nc + r0) * SE + c0;
+    la_sgemm(false, false, r1 - r0, cw, r1 - 1, 1.0f, Wh + r0 * nc, nc, j->S + bh * nc * SE + c0,
+             SE, 0.0f, dst, SE); /* K = 0 (the first row alone) writes zeros */
+}
+
+/* Phase 3: outputs of chunk c of head bh, query tiles against key tiles. */
+static void c_output(const c_job *j, int64_t bh, int64_t c, tiles *w) {
+    const int64_t D = j->D, E = j->E, C = j->C, tile = j->tile;
+    const int64_t b = bh / j->H, h = bh % j->H;
+    const float wii = j->Wd[(j->Hw == 1 ? 0 : h) * j->nc + c];
+    const float *Hc = j->Hm + (bh * j->nc + c) * j->SE;
+    const int64_t s0 = c * C, s1 = (s0 + C < j->N) ? s0 + C : j->N;
+    for (int64_t a0 = s0; a0 < s1; a0 += tile) {
+        int64_t na = s1 - a0 < tile ? s1 - a0 : tile;
+        gather_rows(j->q, b, h, NULL, a0, na, w->q, D, 1, j->p->feature, j->p->scale_q);
+        la_sgemm(false, false, na, E, D, 1.0f, w->q, D, Hc, E, 0.0f, w->o, E);
+        for (int64_t k0 = s0; k0 <= a0; k0 += tile) {
+            int64_t nk = k0 == a0 ? na : tile;
+            gather_rows(j->k, b, h, NULL, k0, nk, w->k, D, 1, j->p->feature, 1.0f);
+            gather_values(j->v, b, h, NULL, k0, nk, w->v);
+            masked_tile(w->q, na, w->k, nk, w->v, D, E, k0 == a0, wii, w->a, w->o);
+        }
+        store_rows(j->out, b, h, NULL, a0, na, w->o, E, j->mode, NULL, j->p->eps);
+    }
+}
+
 la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_tensor *q,
                                      const la_tensor *k, const la_tensor *v,
                                      const la_tensor *mixing, la_tensor *out,
                                      la_context *ctx) {
-    const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
-    const int64_t C = p->chunk, nc = (N + C - 1) / C;
-    const int64_t E = Dv + 1, SE = D * E;
-    const int64_t Hw = mixing->ndim == 3 ? H : 1;
+    c_job j = {.p = p, .q = q, .k = k, .v = v, .out = out};
+    const int64_t B = q->ne[0];
+    j.N = q->ne[1], j.H = q->ne[2], j.D = q->ne[3], j.E = v->ne[3] + 1, j.SE = j.D * j.E;
+    j.C = p->chunk, j.nc = (j.N + j.C - 1) / j.C, j.Hw = mixing->ndim == 3 ? j.H : 1;
+    j.tile = j.C < C_TILE ? j.C : C_TILE;
+    j.mode = p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
+    const int64_t H = j.H, nc = j.nc, SE = j.SE, BH = B * H, tile = j.tile;
     const int nt = la_ctx_threads(ctx);
-    const int64_t tile = C < C_TILE ? C : C_TILE;
-    const int mode = p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
 
     ws_plan pl = {0, LA_OK};
     size_t nS = ws_count(&pl, B, H, nc, SE, "mhla causal: chunk summaries [B,H,N/C,D,Dv+1]");
     size_t oS = ws_take(&pl, nS, sizeof(float), "mhla causal: chunk summaries");
     size_t oHm = ws_take(&pl, nS, sizeof(float), "mhla causal: mixtures");
-    size_t oW = ws_take(&pl, ws_count(&pl, Hw, nc, nc, 1, "mhla causal: mixing"),
+    size_t oW = ws_take(&pl, ws_count(&pl, j.Hw, nc, nc, 1, "mhla causal: mixing"),
                         sizeof(float), "mhla causal: mixing");
-    size_t oWd = ws_take(&pl, ws_count(&pl, Hw, nc, 1, 1, "mhla causal: mixing diagonal"),
+    size_t oWd = ws_take(&pl, ws_count(&pl, j.Hw, nc, 1, 1, "mhla causal: mixing diagonal"),
                          sizeof(float), "mhla causal: mixing diagonal");
-    const int64_t qsz = rup16(tile * D), vsz = rup16(tile * E), asz = rup16(tile * tile);
+    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.E), asz = rup16(tile * tile);
     size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + asz, (int64_t)sizeof(float), 1, 1,
                           "mhla causal: per-thread tiles");
     size_t oT = ws_take(&pl, (size_t)nt, per, "mhla causal: per-thread tiles");
@@ -382,76 +471,38 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
     char *ws = (char *)la_ws_alloc(ctx, pl.total);
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla causal: cannot allocate %zu bytes of workspace",
                            pl.total);
-    float *S = (float *)(ws + oS), *Hm = (float *)(ws + oHm);
-    float *Wl = (float *)(ws + oW), *Wd = (float *)(ws + oWd);
-    load_mixing(mixing, nc, 1, Wl, Wd);
+    j.S = (float *)(ws + oS), j.Hm = (float *)(ws + oHm);
+    j.Wl = (float *)(ws + oW), j.Wd = (float *)(ws + oWd);
+    load_mixing(mixing, nc, 1, j.Wl, j.Wd);
 
-    /* Phase 1: chunk summaries; the last chunk's is never mixed (b < i). */
-    const int64_t nsum = B * H * (nc - 1);
-#pragma omp parallel num_threads(nt)
-    {
-        float *kt = (float *)(ws + oT + (size_t)thread_id() * per) + qsz;
-        float *vt = kt + qsz;
-#pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < nsum; task++) {
-            const int64_t bh = task / (nc - 1), c = task % (nc - 1);
-            const int64_t b = bh / H, h = bh % H;
-            float *Sc = S + (bh * nc + c) * SE;
-            const int64_t s0 = c * C, s1 = (s0 + C < N) ? s0 + C : N;
-            for (int64_t a0 = s0; a0 < s1; a0 += tile) {
-                int64_t n = s1 - a0 < tile ? s1 - a0 : tile;
-                gather_rows(k, b, h, NULL, a0, n, kt, D, 1, p->feature, 1.0f);
-                gather_values(v, b, h, NULL, a0, n, vt);
-                la_sgemm(true, false, D, E, n, 1.0f, kt, D, vt, E, a0 > s0 ? 1.0f : 0.0f, Sc, E);
-            }
-        }
-    }
-
-    /* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b | z_b]. Row block [r0, r1) needs
-     * only b < r1 − 1, so the upper triangle is skipped at block granularity. */
+    const int per_head = whole_heads(BH, nt);
     const int64_t nrb = (nc + MIX_ROWS - 1) / MIX_ROWS, ncol = (SE + MIX_COLS - 1) / MIX_COLS;
-    const int64_t nmix = B * H * nrb * ncol;
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-    for (int64_t task = 0; task < nmix; task++) {
-        const int64_t bh = task / (nrb * ncol), rb = (task / ncol) % nrb, cb = task % ncol;
-        const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
-        const int64_t c0 = cb * MIX_COLS, cw = SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS;
-        const float *Wh = Wl + (Hw == 1 ? 0 : bh % H) * nc * nc;
-        float *dst = Hm + (bh * nc + r0) * SE + c0;
-        const int64_t K = r1 - 1;
-        if (K <= 0) {
-            for (int64_t r = r0; r < r1; r++) memset(dst + (r - r0) * SE, 0, (size_t)cw * sizeof(float));
-            continue;
-        }
-        la_sgemm(false, false, r1 - r0, cw, K, 1.0f, Wh + r0 * nc, nc, S + bh * nc * SE + c0, SE,
-                 0.0f, dst, SE);
-    }
-
-    /* Phase 3: outputs, chunk by chunk, query tiles against key tiles. */
-    const int64_t nout = B * H * nc;
 #pragma omp parallel num_threads(nt)
     {
-        float *qt = (float *)(ws + oT + (size_t)thread_id() * per);
-        float *kt = qt + qsz, *vt = kt + qsz, *ot = vt + vsz, *A = ot + vsz;
+        tiles w;
+        w.q = (float *)(ws + oT + (size_t)thread_id() * per);
+        w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = w.o + vsz, w.idx = NULL;
+        if (per_head) {
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < nout; task++) {
-            const int64_t bh = task / nc, c = task % nc, b = bh / H, h = bh % H;
-            const int64_t hw = Hw == 1 ? 0 : h;
-            const float wii = Wd[hw * nc + c];
-            const float *Hc = Hm + (bh * nc + c) * SE;
-            const int64_t s0 = c * C, s1 = (s0 + C < N) ? s0 + C : N;
-            for (int64_t a0 = s0; a0 < s1; a0 += tile) {
-                int64_t na = s1 - a0 < tile ? s1 - a0 : tile;
-                gather_rows(q, b, h, NULL, a0, na, qt, D, 1, p->feature, p->scale_q);
-                la_sgemm(false, false, na, E, D, 1.0f, qt, D, Hc, E, 0.0f, ot, E);
-                for (int64_t k0 = s0; k0 <= a0; k0 += tile) {
-                    int64_t nk = k0 == a0 ? na : tile;
-                    gather_rows(k, b, h, NULL, k0, nk, kt, D, 1, p->feature, 1.0f);
-                    gather_values(v, b, h, NULL, k0, nk, vt);
-                    masked_tile(qt, na, kt, nk, vt, D, E, k0 == a0, wii, A, ot);
-                }
-                store_rows(out, b, h, NULL, a0, na, ot, E, mode, NULL, p->eps);
+            for (int64_t bh = 0; bh < BH; bh++) {
+                /* the last chunk's summary is never mixed (b < i) */
+                for (int64_t c = 0; c + 1 < nc; c++) c_summary(&j, bh, c, &w);
+                for (int64_t r0 = 0; r0 < nc; r0 += MIX_ROWS)
+                    c_mix(&j, bh, r0, r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc, 0, SE);
+                for (int64_t c = 0; c < nc; c++) c_output(&j, bh, c, &w);
             }
+        } else {
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * (nc - 1); task++)
+                c_summary(&j, task / (nc - 1), task % (nc - 1), &w);
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * nrb * ncol; task++) {
+                const int64_t rb = (task / ncol) % nrb, c0 = (task % ncol) * MIX_COLS;
+                const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+                c_mix(&j, task / (nrb * ncol), r0, r1, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * nc; task++) c_output(&j, task / nc, task % nc, &w);
         }
     }
     la_ws_free(ctx, ws);

@@ -370,12 +370,16 @@ int main(void) {
         run_case(&rng, &c, ctx);
     }
 
-    printf("threads: 1 and 3 give the same as 2\n");
-    for (int th = 1; th <= 3; th += 2) {
+    /* B·H = 3: whole-head tasks with 1 and 3 threads, phase-by-phase
+     * scheduling (blocks and column tiles) with 2 */
+    printf("threads 1, 2, 3 (both schedules)\n");
+    for (int th = 1; th <= 3; th++) {
         la_context_set_threads(ctx, th);
         nc_case c = {.B = 1, .H = 3, .D = 16, .Dv = 8, .nd = 3, .grid = {6, 10, 10},
                      .blocks = {3, 5, 2}, .f = LA_FEATURE_ELU1, .norm = 0, .scale = 1.0f,
                      .per_head = 1, .dt = LA_F32};
+        run_case(&rng, &c, ctx);
+        c.norm = 2, c.per_head = 0; /* 6x10x10 in 3x5x2 blocks: equal sizes */
         run_case(&rng, &c, ctx);
     }
     la_context_set_threads(ctx, 2);
