@@ -160,7 +160,7 @@ static int run_plot(const char *script, const char *json, const char *png) {
 
 static const la_opt collapse_opts[] = {
     {"nmin", LA_OPT_VALUE, "256", "smallest sequence length (power of two, >= 64)"},
-    {"nmax", LA_OPT_VALUE, "4096", "largest sequence length (power of two, <= 8192)"},
+    {"nmax", LA_OPT_VALUE, "2048", "largest sequence length (power of two, <= 8192; 4096 adds ~2 min of SVDs on 2 cores)"},
     {"d", LA_OPT_VALUE, "64", "head dimension"},
     {"clusters", LA_OPT_VALUE, "8", "cluster centres on the token map"},
     {"noise", LA_OPT_VALUE, "0.5", "within-cluster spread of the features"},
@@ -179,8 +179,9 @@ int la_cmd_collapse(int argc, char **argv) {
         "--nmin to --nmax (powers of two) and each variant (softmax, linear, focused-flatten,\n"
         "MHLA with M = 4, 16, 64 blocks), the numerical rank (float64 SVD) and mean row\n"
         "entropy of one head's N x N attention map on clustered tokens on a 2-D map.\n"
-        "Writes --json-out and a --png plot. The SVD of the largest map dominates the\n"
-        "run (about 13 s per map at N=4096 on 2 cores).";
+        "Writes --json-out and a --png plot. The float64 SVD of the largest map dominates:\n"
+        "the default (--nmax 2048) takes ~15 s on 2 cores; --nmax 4096 (docs/COLLAPSE.md)\n"
+        "adds six 4096x4096 SVDs, ~2 min of CPU time in all.";
     la_args a;
     int rc = la_args_parse(collapse_opts, nopt, "collapse", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;

@@ -45,7 +45,10 @@ def main(argv):
         rs = sorted((r for r in rows if r["variant"] == v), key=lambda r: r["N"])
         Ns = [r["N"] for r in rs]
         color, marker = style.get(v, (None, "x"))
-        ax1.plot(Ns, [r["rank"] for r in rs], marker=marker, color=color, label=v)
+        # softmax is drawn wide and underneath: it is full rank, and MHLA with
+        # many blocks lies on top of it
+        wide = dict(lw=4, alpha=0.35, zorder=1) if v == "softmax" else dict(zorder=3)
+        ax1.plot(Ns, [r["rank"] for r in rs], marker=marker, color=color, label=v, **wide)
         if v == "linear" or v.startswith("mhla"):
             ax1.plot(Ns, [r["rank_bound"] for r in rs], ls="--", lw=0.8, color=color, alpha=0.6)
         ax2.plot(Ns, [r["entropy"] for r in rs], marker=marker, color=color, label=v)

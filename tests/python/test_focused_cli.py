@@ -368,3 +368,36 @@ def test_attn_map_bad_input(tmp_path):
     res = run("run", "attn-map", "--q", q, "--k", k, "--variant", "mhla", "--mixing", w,
               "--grid", "3x4", "--blocks", "2x2", "--out", out)
     assert res.returncode == 0 and out.exists() and res.stdout.startswith("rank=")
+
+
+# ---------------------------------------------------------------------------
+# longattn collapse: a small run, JSON shape and the rank bounds
+# ---------------------------------------------------------------------------
+def test_collapse_small(tmp_path):
+    import json
+    js, png = tmp_path / "c.json", tmp_path / "c.png"
+    res = run("collapse", "--nmin", 64, "--nmax", 128, "--d", 16, "--json-out", js, "--png", png)
+    assert res.returncode == 0, res.stderr
+    data = json.loads(js.read_text())
+    rows = {(r["N"], r["variant"]): r for r in data["results"]}
+    assert len(rows) == 2 * 6
+    for N in (64, 128):
+        assert rows[(N, "linear")]["rank"] <= 16
+        assert rows[(N, "focused-flatten")]["rank"] <= 16
+        assert rows[(N, "mhla-4")]["rank"] > rows[(N, "linear")]["rank"]
+        assert rows[(N, "mhla-4")]["rank"] <= rows[(N, "mhla-4")]["rank_bound"]
+        assert rows[(N, "softmax")]["rank"] <= N
+        for r in data["results"]:
+            assert 0 <= r["entropy"] <= r["ln_N"] + 1e-9
+    try:
+        import matplotlib  # noqa: F401
+        assert png.exists() and png.read_bytes()[:4] == b"\x89PNG"
+    except ImportError:
+        assert "matplotlib" in res.stderr
+
+
+def test_collapse_bad_options(tmp_path):
+    for args in (["--nmin", 100], ["--nmax", 32], ["--variants", "nothing"], ["--d", 0]):
+        res = run("collapse", *args, "--json-out", tmp_path / "c.json", "--png", "none")
+        assert res.returncode == 2 and res.stderr.strip(), (args, res.stderr)
+        assert not (tmp_path / "c.json").exists()
