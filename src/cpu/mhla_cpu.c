@@ -21,7 +21,7 @@
 #include <omp.h>
 #endif
 
-#define NC_TILE 256  /* token rows gathered per GEMM, non-causal               */
+#define NC_TILE 512  /* token rows gathered per GEMM, non-causal               */
 #define C_TILE 64    /* token rows per tile in the causal and decode paths     */
 #define MIX_ROWS 64  /* rows of the causal mixing GEMM per task                */
 #define MIX_COLS 1040 /* columns of the mixing GEMMs per task (multiple of 16) */
@@ -236,31 +236,67 @@ typedef struct nc_job {
     const la_mhla_geom *geom;
     const la_tensor *q, *k, *v;
     la_tensor *out;
-    int64_t H, D, Dv, E, SE, M, Hw, L, tile;
+    int64_t H, D, Dv, SE, M, Hw, L, tile;
     int rv, mode;
+    /* per block, S_b [D,Dv] followed by z_b [D] (SE = D·Dv + D floats), so
+     * that the mixing is one GEMM over whole rows [S_b z_b] */
     float *S, *St, *W, *R, *Rt; /* [B,H,M,SE] ×2, [Hw,M,M], [B,H,M,L] ×2 */
 } nc_job;
 
-/* Per-thread tiles: q̃, k̃ [tile, D], [v|1] and output [tile, E], indices. */
+/* Per-thread tiles: q̃, k̃ [tile, D], values and outputs [tile, Dv] (causal:
+ * [tile, Dv+1]), the masked product [tile, tile] (causal), denominators,
+ * token indices. */
 typedef struct tiles {
-    float *q, *k, *v, *o, *a;
+    float *q, *k, *v, *o, *a, *den;
     int64_t *idx;
 } tiles;
 
-/* Phase 1 for task = (b·H + h)·M + blk: [S_b | z_b] and, for
- * released_vision, r_b[w] = q̃_{b,w}·z_b. */
+/* Dot product with 8 independent partial sums: a plain float reduction is
+ * one dependent chain (the compiler may not reorder it without -ffast-math). */
+static inline float dot8(const float *a, const float *b, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l] * b[i + l];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* Rows n0.. of head (b,h) as a plain f32 matrix with row stride nb[1], when
+ * the view allows (f32, unit last stride): GEMMs then read or write the
+ * tensor in place instead of through a packed copy. NULL otherwise. */
+static float *direct_rows(const la_tensor *t, int64_t b, int64_t h, int64_t n0) {
+    if (t->dtype != LA_F32 || t->nb[3] != 1) return NULL;
+    return (float *)t->data + b * t->nb[0] + n0 * t->nb[1] + h * t->nb[2];
+}
+
+/* Whether every block is one contiguous run of tokens (a 1-D grid). */
+static int runs_are_blocks(const la_mhla_geom *g) { return g->n[0] == 1 && g->n[1] == 1; }
+
+/* Phase 1 for task = (b·H + h)·M + blk: S_b = K̃ᵀV (GEMM), z_b = Σ k̃ and, for
+ * released_vision, r_b[w] = q̃_{b,w}·z_b. (z is kept out of the GEMM: an
+ * extra ones column makes OpenBLAS take its slow edge path, ~30% here.) */
 static void nc_summary(const nc_job *j, int64_t task, tiles *w) {
-    const int64_t D = j->D, E = j->E, M = j->M, tile = j->tile;
+    const int64_t D = j->D, Dv = j->Dv, M = j->M, tile = j->tile;
     const int64_t bh = task / M, b = bh / j->H, h = bh % j->H;
-    float *Sb = j->S + task * j->SE;
+    float *Sb = j->S + task * j->SE, *zb = Sb + D * Dv;
     blk_box bx;
     block_box(j->geom, task % M, &bx);
+    memset(zb, 0, (size_t)D * sizeof(float));
     for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
         int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
         block_tokens(j->geom, &bx, p0, n, w->idx);
         gather_rows(j->k, b, h, w->idx, 0, n, w->k, D, 1, j->p->feature, 1.0f);
-        gather_values(j->v, b, h, w->idx, 0, n, w->v);
-        la_sgemm(true, false, D, E, n, 1.0f, w->k, D, w->v, E, p0 ? 1.0f : 0.0f, Sb, E);
+        const float *vr = runs_are_blocks(j->geom) ? direct_rows(j->v, b, h, w->idx[0]) : NULL;
+        int64_t ldv = vr ? j->v->nb[1] : Dv;
+        if (!vr) {
+            gather_rows(j->v, b, h, w->idx, 0, n, w->v, Dv, 0, LA_FEATURE_IDENTITY, 1.0f);
+            vr = w->v;
+        }
+        la_sgemm(true, false, D, Dv, n, 1.0f, w->k, D, vr, ldv, p0 ? 1.0f : 0.0f, Sb, Dv);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t d = 0; d < D; d++) zb[d] += w->k[r * D + d];
     }
     if (!j->rv) return;
     float *Rb = j->R + task * j->L;
@@ -268,16 +304,13 @@ static void nc_summary(const nc_job *j, int64_t task, tiles *w) {
         int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
         block_tokens(j->geom, &bx, p0, n, w->idx);
         gather_rows(j->q, b, h, w->idx, 0, n, w->q, D, 1, j->p->feature, j->p->scale_q);
-        for (int64_t r = 0; r < n; r++) {
-            float acc = 0.0f;
-            for (int64_t d = 0; d < D; d++) acc += w->q[r * D + d] * Sb[d * E + j->Dv];
-            Rb[p0 + r] = acc;
-        }
+        for (int64_t r = 0; r < n; r++) Rb[p0 + r] = dot8(w->q + r * D, zb, D);
     }
 }
 
-/* Phase 2 for head bh, columns [c0, c0+cw) of [S | z]: S̃ = W·S (and, with
- * rv_too, the released_vision denominators R̃ = W·R). */
+/* Phase 2 for head bh, columns [c0, c0+cw) of the rows [S_b z_b]:
+ * [S̃ z̃] = W·[S z] (and, with rv_too, the released_vision denominators
+ * R̃ = W·R). */
 static void nc_mix(const nc_job *j, int64_t bh, int64_t c0, int64_t cw, int rv_too) {
     const int64_t M = j->M, SE = j->SE;
     const float *Wh = j->W + (j->Hw == 1 ? 0 : bh % j->H) * M * M;
@@ -288,20 +321,37 @@ static void nc_mix(const nc_job *j, int64_t bh, int64_t c0, int64_t cw, int rv_t
                  j->Rt + bh * M * j->L, j->L);
 }
 
-/* Phase 3 for task = (b·H + h)·M + blk: outputs q̃_t·[S̃_i | z̃_i]. */
+/* Phase 3 for task = (b·H + h)·M + blk: outputs q̃_t·S̃_i, divided by
+ * q̃_t·z̃_i + eps (per_query) or the released_vision denominator. */
 static void nc_output(const nc_job *j, int64_t task, tiles *w) {
-    const int64_t D = j->D, E = j->E, M = j->M, tile = j->tile;
+    const int64_t D = j->D, Dv = j->Dv, M = j->M, tile = j->tile;
     const int64_t bh = task / M, b = bh / j->H, h = bh % j->H;
-    const float *Sti = j->St + task * j->SE;
+    const float *Sti = j->St + task * j->SE, *zti = Sti + D * Dv;
     blk_box bx;
     block_box(j->geom, task % M, &bx);
     for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
         int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
         block_tokens(j->geom, &bx, p0, n, w->idx);
         gather_rows(j->q, b, h, w->idx, 0, n, w->q, D, 1, j->p->feature, j->p->scale_q);
-        la_sgemm(false, false, n, E, D, 1.0f, w->q, D, Sti, E, 0.0f, w->o, E);
-        store_rows(j->out, b, h, w->idx, 0, n, w->o, E, j->mode,
-                   j->rv ? j->Rt + task * j->L + p0 : NULL, j->p->eps);
+        /* 1-D grid, f32 output: the GEMM writes the output rows in place */
+        float *orow = runs_are_blocks(j->geom) ? direct_rows(j->out, b, h, w->idx[0]) : NULL;
+        const int64_t ldo = orow ? j->out->nb[1] : Dv;
+        la_sgemm(false, false, n, Dv, D, 1.0f, w->q, D, Sti, Dv, 0.0f, orow ? orow : w->o, ldo);
+        const float *den = NULL;
+        if (j->rv) {
+            den = j->Rt + task * j->L + p0;
+        } else if (j->mode == NORM_GIVEN) {
+            for (int64_t r = 0; r < n; r++) w->den[r] = dot8(w->q + r * D, zti, D);
+            den = w->den;
+        }
+        if (!orow) {
+            store_rows(j->out, b, h, w->idx, 0, n, w->o, Dv, j->mode, den, j->p->eps);
+        } else if (den) {
+            for (int64_t r = 0; r < n; r++) {
+                const float inv = 1.0f / (den[r] + j->p->eps);
+                for (int64_t e = 0; e < Dv; e++) orow[r * ldo + e] *= inv;
+            }
+        }
     }
 }
 
@@ -310,16 +360,16 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                               const la_tensor *mixing, la_tensor *out, la_context *ctx) {
     nc_job j = {.p = p, .geom = geom, .q = q, .k = k, .v = v, .out = out};
     const int64_t B = q->ne[0];
-    j.H = q->ne[2], j.D = q->ne[3], j.Dv = v->ne[3], j.E = j.Dv + 1, j.SE = j.D * j.E;
+    j.H = q->ne[2], j.D = q->ne[3], j.Dv = v->ne[3], j.SE = j.D * j.Dv + j.D;
     j.M = geom->M, j.Hw = mixing->ndim == 3 ? j.H : 1, j.tile = NC_TILE;
     j.rv = p->normalize == LA_MHLA_NORM_RELEASED_VISION;
     j.L = j.rv ? geom->max_block : 0; /* block size (all equal in rv) */
-    j.mode = j.rv ? NORM_GIVEN : (p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE);
+    j.mode = p->normalize == LA_MHLA_NORM_NONE ? NORM_NONE : NORM_GIVEN;
     const int64_t H = j.H, M = j.M, SE = j.SE, BH = B * H, tile = j.tile;
     const int nt = la_ctx_threads(ctx);
 
     ws_plan pl = {0, LA_OK};
-    size_t nS = ws_count(&pl, B, H, M, SE, "mhla: block summaries [B,H,M,D,Dv+1]");
+    size_t nS = ws_count(&pl, B, H, M, SE, "mhla: block summaries [B,H,M,D·Dv+D]");
     size_t oS = ws_take(&pl, nS, sizeof(float), "mhla: block summaries");
     size_t oSt = ws_take(&pl, nS, sizeof(float), "mhla: mixed summaries");
     size_t oW = ws_take(&pl, ws_count(&pl, j.Hw, M, M, 1, "mhla: mixing"), sizeof(float),
@@ -327,8 +377,8 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
     size_t nR = j.rv ? ws_count(&pl, B, H, M, j.L, "mhla: released_vision denominators") : 1;
     size_t oR = ws_take(&pl, nR, sizeof(float), "mhla: denominators");
     size_t oRt = ws_take(&pl, nR, sizeof(float), "mhla: mixed denominators");
-    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.E);
-    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + 2 * tile, (int64_t)sizeof(float), 1, 1,
+    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.Dv);
+    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + 3 * tile, (int64_t)sizeof(float), 1, 1,
                           "mhla: per-thread tiles");
     size_t oT = ws_take(&pl, (size_t)nt, per, "mhla: per-thread tiles");
     if (pl.st != LA_OK) return pl.st;
@@ -346,6 +396,7 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
         w.q = (float *)(ws + oT + (size_t)thread_id() * per);
         w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = NULL;
         w.idx = (int64_t *)(w.o + vsz);
+        w.den = (float *)(w.idx + tile);
         if (per_head) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bh = 0; bh < BH; bh++) {
@@ -482,6 +533,7 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
         tiles w;
         w.q = (float *)(ws + oT + (size_t)thread_id() * per);
         w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = w.o + vsz, w.idx = NULL;
+        w.den = NULL;
         if (per_head) {
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bh = 0; bh < BH; bh++) {
