@@ -598,6 +598,41 @@ static void test_bad_input(void) {
     free(q); free(k); free(v); free(o); free(w);
 }
 
+/* Same inputs, 1 thread vs all threads: bitwise identical outputs (fixed
+ * token chunks, float64 partial sums added in chunk order). */
+static void test_thread_independence(la_rng *rng) {
+    const int64_t Hm = 40, Wm = 50, N = Hm * Wm, H = 3, D = 16, n = N * H * D;
+    float *q = malloc(4 * n), *k = malloc(4 * n), *v = malloc(4 * n);
+    float *o1 = malloc(4 * n), *o2 = malloc(4 * n), w[16 * 9];
+    la_fill_normal(rng, q, n, 1);
+    la_fill_normal(rng, k, n, 1);
+    la_fill_normal(rng, v, n, 1);
+    la_fill_normal(rng, w, 16 * 9, 0.3);
+    la_tensor tq, tk, tv, ta, tb, tc;
+    view4(&tq, q, LA_F32, 1, N, H, D);
+    view4(&tk, k, LA_F32, 1, N, H, D);
+    view4(&tv, v, LA_F32, 1, N, H, D);
+    view4(&ta, o1, LA_F32, 1, N, H, D);
+    view4(&tb, o2, LA_F32, 1, N, H, D);
+    int64_t nc[3] = {16, 3, 3};
+    la_tensor_init(&tc, w, LA_F32, LA_DEVICE_CPU, 3, nc);
+    la_context *c1 = NULL, *cn = NULL;
+    la_context_create(&c1);
+    la_context_create(&cn);
+    la_context_set_threads(c1, 1);
+    la_context_set_threads(cn, 0);
+    la_focused_params p;
+    la_focused_params_init(&p);
+    p.map_h = Hm;
+    p.map_w = Wm;
+    CHECK_OK(la_focused_attention(&p, &tq, &tk, &tv, &tc, NULL, NULL, NULL, &ta, c1));
+    CHECK_OK(la_focused_attention(&p, &tq, &tk, &tv, &tc, NULL, NULL, NULL, &tb, cn));
+    CHECK(memcmp(o1, o2, 4 * (size_t)n) == 0, "flatten: 1 thread and all threads differ");
+    la_context_destroy(c1);
+    la_context_destroy(cn);
+    free(q); free(k); free(v); free(o1); free(o2);
+}
+
 int main(void) {
     la_rng rng = la_test_rng("test_focused");
     la_context *ctx = NULL;
@@ -648,6 +683,7 @@ int main(void) {
         la_context_destroy(c1);
     }
 
+    test_thread_independence(&rng);
     test_blog_defects(&rng);
     test_bad_input();
     la_context_destroy(ctx);
