@@ -27,7 +27,7 @@ typedef float vf __attribute__((vector_size(LA_IDX_VW * 4)));
 typedef float vf_u __attribute__((vector_size(LA_IDX_VW * 4), aligned(4))); /* unaligned access */
 typedef int32_t vi __attribute__((vector_size(LA_IDX_VW * 4)));
 
-static inline vf relu_v(vf a) {
+static inline __attribute__((always_inline)) vf relu_v(vf a) {
     const vf zero = {0};
     const vi pos = a > zero; /* all ones where a > 0 (false for NaN) */
     return (vf)((vi)a & pos);
