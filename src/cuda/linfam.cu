@@ -477,7 +477,9 @@ __global__ void __launch_bounds__(NT, 2) lf_fast_summary_kernel(lf_args a) {
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[8];
 #pragma unroll
     for (int j = 0; j < 8; j++) wmma::fill_fragment(acc[j], 0.f);
-    float zacc = 0.f;
+    /* a thread always loads the same 8 columns ((tid % 16)·8): it sums its
+     * own φ(k) values (rounded as they enter the product) for z */
+    float zp[8] = {};
     for (int64_t wt = w0; wt < w1; wt += FT) {
         if (tid < FT) tok[tid] = (wt + tid < w1) ? lf_token(a.G, lo, cnt, wt + tid) : -1;
         __syncthreads();
@@ -506,6 +508,8 @@ __global__ void __launch_bounds__(NT, 2) lf_fast_summary_kernel(lf_args a) {
 #pragma unroll
                     for (int i = 0; i < 8; i++)
                         kf[u][i] = la_cu_feature(P.fk.kind, kf[u][i] * P.fk.pre) * P.fk.post;
+#pragma unroll
+                for (int i = 0; i < 8; i++) zp[i] += __bfloat162float(__float2bfloat16_rn(kf[u][i]));
                 *(uint4 *)&Ks[r * FLD + c8] = lf_pack8(kf[u]);
                 *(uint4 *)&Vs[r * FLD + c8] = lf_pack8(vf[u]);
             }
@@ -522,15 +526,22 @@ __global__ void __launch_bounds__(NT, 2) lf_fast_summary_kernel(lf_args a) {
                 wmma::mma_sync(acc[j], fa, fb, acc[j]);
             }
         }
-        if (tid < FD)
-            for (int r = 0; r < FT; r++) zacc += __bfloat162float(Ks[r * FLD + tid]);
         __syncthreads();
     }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
 #pragma unroll
     for (int j = 0; j < 8; j++)
         wmma::store_matrix_sync(dst + (16 * warp) * FD + 16 * j, acc[j], FD, wmma::mem_row_major);
-    if (tid < FD) dst[FD * FD + tid] = zacc;
+    /* z: column c is held by the 16 threads with tid % 16 == c / 8 (Ks is free now) */
+    float *zbuf = (float *)Ks; /* [NT][8] */
+#pragma unroll
+    for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
+    __syncthreads();
+    if (tid < FD) {
+        float z = 0.f;
+        for (int m = 0; m < NT / 16; m++) z += zbuf[((tid / 8) + 16 * m) * 8 + tid % 8];
+        dst[FD * FD + tid] = z;
+    }
 }
 
 /* grid (M·groups, 1, BH): a CTA loads its block's S̃ (bf16) and z̃ once, then
@@ -559,11 +570,19 @@ __global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t t
     const int64_t wend = min(total, wbeg + tpc * FT);
 
     const float *mrow = a.mix + ((size_t)bh * a.M + blk) * a.L;
-    for (int e = tid; e < FD * FD / 4; e += NT) {
-        const int r = (e * 4) / FD, c = (e * 4) % FD;
-        float4 m4 = *(const float4 *)&mrow[r * FD + c];
-        *(__nv_bfloat162 *)&Ss[r * FLD + c] = __floats2bfloat162_rn(m4.x, m4.y);
-        *(__nv_bfloat162 *)&Ss[r * FLD + c + 2] = __floats2bfloat162_rn(m4.z, m4.w);
+    {   /* 16 float4 per thread, all in flight before the first store */
+        float4 m4[FD * FD / 4 / NT];
+#pragma unroll
+        for (int u = 0; u < FD * FD / 4 / NT; u++) {
+            const int e = tid + u * NT;
+            m4[u] = *(const float4 *)&mrow[e * 4];
+        }
+#pragma unroll
+        for (int u = 0; u < FD * FD / 4 / NT; u++) {
+            const int e = tid + u * NT, r = (e * 4) / FD, c = (e * 4) % FD;
+            *(__nv_bfloat162 *)&Ss[r * FLD + c] = __floats2bfloat162_rn(m4[u].x, m4[u].y);
+            *(__nv_bfloat162 *)&Ss[r * FLD + c + 2] = __floats2bfloat162_rn(m4[u].z, m4[u].w);
+        }
     }
     if (tid < FD) zs[tid] = mrow[FD * FD + tid];
     const float num_scale = (P.norm == LF_NORM_PER_QUERY) ? P.den_scale : 1.f;
@@ -612,13 +631,18 @@ __global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t t
             for (int j = 0; j < 4; j++)
                 wmma::store_matrix_sync(&Os[r0 * OLD + c0 + 16 * j], acc[j], OLD, wmma::mem_row_major);
         }
-        if (tid < FT) {
+        if (P.norm == LF_NORM_PER_QUERY) { /* 4 threads per row, 32 columns each */
+            const int r = tid >> 2, q4 = tid & 3;
+            float d = 0.f;
+#pragma unroll 8
+            for (int c = 0; c < FD / 4; c++)
+                d = fmaf(__bfloat162float(Qs[r * FLD + q4 * (FD / 4) + c]), zs[q4 * (FD / 4) + c], d);
+            d += __shfl_xor_sync(0xffffffffu, d, 1);
+            d += __shfl_xor_sync(0xffffffffu, d, 2);
+            if (q4 == 0) den[r] = num_scale / (d * P.den_scale + P.eps);
+        } else if (tid < FT) {
             float dn = 1.f;
-            if (P.norm == LF_NORM_PER_QUERY) {
-                float d = 0.f;
-                for (int c = 0; c < FD; c++) d = fmaf(__bfloat162float(Qs[tid * FLD + c]), zs[c], d);
-                dn = d * P.den_scale + P.eps;
-            } else if (P.norm == LF_NORM_RELEASED_VISION) {
+            if (P.norm == LF_NORM_RELEASED_VISION) {
                 float sacc = 0.f;
                 const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wt + tid;
                 if (tid < nrows)
@@ -723,7 +747,7 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
     }
     const int64_t tpb = la_cu_cdiv(a.maxcnt, TILE);
     if (fast) {
-        const int64_t tpc = 4, groups = la_cu_cdiv(tpb, tpc);
+        const int64_t tpc = 8, groups = la_cu_cdiv(tpb, tpc);
         LA_CU(cudaFuncSetAttribute(lf_fast_output_kernel,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)LF_FAST_OUT_SMEM));
