@@ -1,10 +1,10 @@
 /* MHLA on the CPU (SPEC §5). Views and options arrive validated from
  * src/ops/mhla.c. Plain float64 references live in tests/cpu/test_mhla*.c.
  *
- * Non-causal, per (batch, head), three phases, each an OpenMP loop:
- *   1. block summaries   [S_b | z_b] = Σ_{j∈b} k̃_j [v_j | 1]ᵀ       (GEMM per tile)
- *   2. mixing            [S̃ | z̃]    = W · [S | z]                   (one GEMM, M×M by M×d(dv+1))
- *   3. outputs           [num | den] = q̃_t [S̃_i | z̃_i]              (GEMM per tile)
+ * Non-causal, per (batch, head), three phases:
+ *   1. block summaries   S_b = Σ_{j∈b} k̃_j v_jᵀ, z_b = Σ_{j∈b} k̃_j     (GEMM per tile)
+ *   2. mixing            [S̃ z̃] = W · [S z]        (one GEMM, M×M by M×(d·dv+d))
+ *   3. outputs           q̃_t S̃_i, divided by q̃_t·z̃_i + eps         (GEMM per tile)
  * Cost O(N·d·dv + M²·d·dv), memory O(M·d·dv) per (batch, head); no N×N.
  *
  * Causal (1-D chunks of C tokens): phase 1 as above per chunk, phase 2 a
@@ -12,7 +12,8 @@
  * part), phase 3 adds W[i,i] times the masked intra-chunk product.
  *
  * Decoding keeps the finished summaries and the open block (see
- * mhla_cpu.h); a block's inter-block mixture is formed once when it starts. */
+ * mhla_cpu.h), stored augmented as [S | z] (d×(dv+1)); a block's inter-block
+ * mixture is formed once when it starts. */
 #include "cpu/mhla_cpu.h"
 
 #include <stdlib.h>
@@ -263,6 +264,16 @@ static inline float dot8(const float *a, const float *b, int64_t n) {
     return s;
 }
 
+static inline float sum8(const float *a, int64_t n) {
+    float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) acc[l] += a[i + l];
+    float s = ((acc[0] + acc[1]) + (acc[2] + acc[3])) + ((acc[4] + acc[5]) + (acc[6] + acc[7]));
+    for (; i < n; i++) s += a[i];
+    return s;
+}
+
 /* Rows n0.. of head (b,h) as a plain f32 matrix with row stride nb[1], when
  * the view allows (f32, unit last stride): GEMMs then read or write the
  * tensor in place instead of through a packed copy. NULL otherwise. */
@@ -442,54 +453,92 @@ typedef struct c_job {
     const la_mhla_causal_params *p;
     const la_tensor *q, *k, *v;
     la_tensor *out;
-    int64_t N, H, D, E, SE, C, nc, Hw, tile;
-    int mode;
-    float *S, *Hm, *Wl, *Wd; /* [B,H,nc,SE] ×2, strictly lower W [Hw,nc,nc], diag [Hw,nc] */
+    int64_t N, H, D, Dv, SE, C, nc, Hw, tile;
+    int per_query;
+    float *Wl, *Wd; /* strictly lower W [Hw,nc,nc], its diagonal [Hw,nc] */
 } c_job;
+/* A head's chunk summaries are rows [S_c z_c] of SE = D·Dv + D floats
+ * (S_c [D,Dv], z_c [D]); its mixtures Hm have the same layout. */
 
-/* Phase 1: [S_c | z_c] of chunk c of head bh. */
-static void c_summary(const c_job *j, int64_t bh, int64_t c, tiles *w) {
-    const int64_t D = j->D, E = j->E, C = j->C, tile = j->tile;
+/* Phase 1: S_c = K̃ᵀV and z_c = Σ k̃ of chunk c of head bh, into row c of Sh. */
+static void c_summary(const c_job *j, int64_t bh, int64_t c, float *Sh, tiles *w) {
+    const int64_t D = j->D, Dv = j->Dv, C = j->C, tile = j->tile;
     const int64_t b = bh / j->H, h = bh % j->H;
-    float *Sc = j->S + (bh * j->nc + c) * j->SE;
+    float *Sc = Sh + c * j->SE, *zc = Sc + D * Dv;
     const int64_t s0 = c * C, s1 = (s0 + C < j->N) ? s0 + C : j->N;
+    memset(zc, 0, (size_t)D * sizeof(float));
     for (int64_t a0 = s0; a0 < s1; a0 += tile) {
         int64_t n = s1 - a0 < tile ? s1 - a0 : tile;
         gather_rows(j->k, b, h, NULL, a0, n, w->k, D, 1, j->p->feature, 1.0f);
-        gather_values(j->v, b, h, NULL, a0, n, w->v);
-        la_sgemm(true, false, D, E, n, 1.0f, w->k, D, w->v, E, a0 > s0 ? 1.0f : 0.0f, Sc, E);
+        const float *vr = direct_rows(j->v, b, h, a0);
+        const int64_t ldv = vr ? j->v->nb[1] : Dv;
+        if (!vr) {
+            gather_rows(j->v, b, h, NULL, a0, n, w->v, Dv, 0, LA_FEATURE_IDENTITY, 1.0f);
+            vr = w->v;
+        }
+        la_sgemm(true, false, D, Dv, n, 1.0f, w->k, D, vr, ldv, a0 > s0 ? 1.0f : 0.0f, Sc, Dv);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t d = 0; d < D; d++) zc[d] += w->k[r * D + d];
     }
 }
 
-/* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b | z_b] for rows [r0, r1), columns
- * [c0, c0+cw). Row i needs only b < i, so the block needs b < r1 − 1: the
- * upper triangle is skipped at block granularity. */
-static void c_mix(const c_job *j, int64_t bh, int64_t r0, int64_t r1, int64_t c0, int64_t cw) {
+/* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b z_b] for rows [r0, r1), columns
+ * [c0, c0+cw), from the head's summaries Sh into dst (row r0, column c0, row
+ * stride SE). Row i needs only b < i, so the block needs b < r1 − 1: the upper
+ * triangle is skipped at block granularity. */
+static void c_mix(const c_job *j, int64_t bh, int64_t r0, int64_t r1, int64_t c0, int64_t cw,
+                  const float *Sh, float *dst) {
     const int64_t nc = j->nc, SE = j->SE;
     const float *Wh = j->Wl + (j->Hw == 1 ? 0 : bh % j->H) * nc * nc;
-    float *dst = j->Hm + (bh * nc + r0) * SE + c0;
-    la_sgemm(false, false, r1 - r0, cw, r1 - 1, 1.0f, Wh + r0 * nc, nc, j->S + bh * nc * SE + c0,
-             SE, 0.0f, dst, SE); /* K = 0 (the first row alone) writes zeros */
+    la_sgemm(false, false, r1 - r0, cw, r1 - 1, 1.0f, Wh + r0 * nc, nc, Sh + c0, SE, 0.0f, dst,
+             SE); /* K = 0 (the first row alone) writes zeros */
 }
 
-/* Phase 3: outputs of chunk c of head bh, query tiles against key tiles. */
-static void c_output(const c_job *j, int64_t bh, int64_t c, tiles *w) {
-    const int64_t D = j->D, E = j->E, C = j->C, tile = j->tile;
+/* Phase 3: outputs of chunk c of head bh, query tiles against key tiles:
+ *   o   = q̃·S̃_c + w_cc · mask(q̃ k̃ᵀ) V
+ *   den = q̃·z̃_c + w_cc · rowsum(mask(q̃ k̃ᵀ))       (per_query)
+ * With f32 unit-stride views the GEMMs read v and write out in place. */
+static void c_output(const c_job *j, int64_t bh, int64_t c, const float *Hh, tiles *w) {
+    const int64_t D = j->D, Dv = j->Dv, C = j->C, tile = j->tile;
     const int64_t b = bh / j->H, h = bh % j->H;
     const float wii = j->Wd[(j->Hw == 1 ? 0 : h) * j->nc + c];
-    const float *Hc = j->Hm + (bh * j->nc + c) * j->SE;
+    const float *Hc = Hh + c * j->SE, *zc = Hc + D * Dv;
     const int64_t s0 = c * C, s1 = (s0 + C < j->N) ? s0 + C : j->N;
     for (int64_t a0 = s0; a0 < s1; a0 += tile) {
         int64_t na = s1 - a0 < tile ? s1 - a0 : tile;
         gather_rows(j->q, b, h, NULL, a0, na, w->q, D, 1, j->p->feature, j->p->scale_q);
-        la_sgemm(false, false, na, E, D, 1.0f, w->q, D, Hc, E, 0.0f, w->o, E);
+        float *orow = direct_rows(j->out, b, h, a0);
+        const int64_t ldo = orow ? j->out->nb[1] : Dv;
+        float *o = orow ? orow : w->o;
+        la_sgemm(false, false, na, Dv, D, 1.0f, w->q, D, Hc, Dv, 0.0f, o, ldo);
+        if (j->per_query)
+            for (int64_t r = 0; r < na; r++) w->den[r] = dot8(w->q + r * D, zc, D);
         for (int64_t k0 = s0; k0 <= a0; k0 += tile) {
-            int64_t nk = k0 == a0 ? na : tile;
+            const int64_t nk = k0 == a0 ? na : tile;
             gather_rows(j->k, b, h, NULL, k0, nk, w->k, D, 1, j->p->feature, 1.0f);
-            gather_values(j->v, b, h, NULL, k0, nk, w->v);
-            masked_tile(w->q, na, w->k, nk, w->v, D, E, k0 == a0, wii, w->a, w->o);
+            la_sgemm(false, true, na, nk, D, 1.0f, w->q, D, w->k, D, 0.0f, w->a, nk);
+            if (k0 == a0) /* same first row: key s is visible to query r iff s <= r */
+                for (int64_t r = 0; r < na; r++)
+                    for (int64_t s2 = r + 1; s2 < nk; s2++) w->a[r * nk + s2] = 0.0f;
+            const float *vr = direct_rows(j->v, b, h, k0);
+            const int64_t ldv = vr ? j->v->nb[1] : Dv;
+            if (!vr) {
+                gather_rows(j->v, b, h, NULL, k0, nk, w->v, Dv, 0, LA_FEATURE_IDENTITY, 1.0f);
+                vr = w->v;
+            }
+            la_sgemm(false, false, na, Dv, nk, wii, w->a, nk, vr, ldv, 1.0f, o, ldo);
+            if (j->per_query)
+                for (int64_t r = 0; r < na; r++) w->den[r] += wii * sum8(w->a + r * nk, nk);
         }
-        store_rows(j->out, b, h, NULL, a0, na, w->o, E, j->mode, NULL, j->p->eps);
+        if (!orow) {
+            store_rows(j->out, b, h, NULL, a0, na, w->o, Dv,
+                       j->per_query ? NORM_GIVEN : NORM_NONE, w->den, j->p->eps);
+        } else if (j->per_query) {
+            for (int64_t r = 0; r < na; r++) {
+                const float inv = 1.0f / (w->den[r] + j->p->eps);
+                for (int64_t e = 0; e < Dv; e++) orow[r * ldo + e] *= inv;
+            }
+        }
     }
 }
 
@@ -499,62 +548,79 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
                                      la_context *ctx) {
     c_job j = {.p = p, .q = q, .k = k, .v = v, .out = out};
     const int64_t B = q->ne[0];
-    j.N = q->ne[1], j.H = q->ne[2], j.D = q->ne[3], j.E = v->ne[3] + 1, j.SE = j.D * j.E;
+    j.N = q->ne[1], j.H = q->ne[2], j.D = q->ne[3], j.Dv = v->ne[3], j.SE = j.D * j.Dv + j.D;
     j.C = p->chunk, j.nc = (j.N + j.C - 1) / j.C, j.Hw = mixing->ndim == 3 ? j.H : 1;
     j.tile = j.C < C_TILE ? j.C : C_TILE;
-    j.mode = p->normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
+    j.per_query = p->normalize == LA_MHLA_NORM_PER_QUERY;
     const int64_t H = j.H, nc = j.nc, SE = j.SE, BH = B * H, tile = j.tile;
     const int nt = la_ctx_threads(ctx);
 
+    /* Whole-head tasks keep one head's summaries per thread and mix them in
+     * place (bottom-up, through a row-block buffer): nt·(nc + 64) rows of
+     * workspace instead of 2·B·H·nc, which at large N is the difference
+     * between a reused heap block and tens of MB of fresh pages per call. */
+    const int per_head = whole_heads(BH, nt);
     ws_plan pl = {0, LA_OK};
-    size_t nS = ws_count(&pl, B, H, nc, SE, "mhla causal: chunk summaries [B,H,N/C,D,Dv+1]");
+    size_t nS = per_head ? ws_count(&pl, nt, nc + MIX_ROWS, SE, 1, "mhla causal: chunk summaries")
+                         : ws_count(&pl, BH, nc, SE, 1, "mhla causal: chunk summaries [B,H,N/C,D·Dv+D]");
     size_t oS = ws_take(&pl, nS, sizeof(float), "mhla causal: chunk summaries");
-    size_t oHm = ws_take(&pl, nS, sizeof(float), "mhla causal: mixtures");
+    size_t oHm = ws_take(&pl, per_head ? 1 : nS, sizeof(float), "mhla causal: mixtures");
     size_t oW = ws_take(&pl, ws_count(&pl, j.Hw, nc, nc, 1, "mhla causal: mixing"),
                         sizeof(float), "mhla causal: mixing");
     size_t oWd = ws_take(&pl, ws_count(&pl, j.Hw, nc, 1, 1, "mhla causal: mixing diagonal"),
                          sizeof(float), "mhla causal: mixing diagonal");
-    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.E), asz = rup16(tile * tile);
-    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + asz, (int64_t)sizeof(float), 1, 1,
-                          "mhla causal: per-thread tiles");
+    const int64_t qsz = rup16(tile * j.D), vsz = rup16(tile * j.Dv), asz = rup16(tile * tile);
+    size_t per = ws_count(&pl, 2 * qsz + 2 * vsz + asz + rup16(tile), (int64_t)sizeof(float), 1,
+                          1, "mhla causal: per-thread tiles");
     size_t oT = ws_take(&pl, (size_t)nt, per, "mhla causal: per-thread tiles");
     if (pl.st != LA_OK) return pl.st;
     char *ws = (char *)la_ws_alloc(ctx, pl.total);
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla causal: cannot allocate %zu bytes of workspace",
                            pl.total);
-    j.S = (float *)(ws + oS), j.Hm = (float *)(ws + oHm);
+    float *S = (float *)(ws + oS), *Hm = (float *)(ws + oHm);
     j.Wl = (float *)(ws + oW), j.Wd = (float *)(ws + oWd);
     load_mixing(mixing, nc, 1, j.Wl, j.Wd);
 
-    const int per_head = whole_heads(BH, nt);
     const int64_t nrb = (nc + MIX_ROWS - 1) / MIX_ROWS, ncol = (SE + MIX_COLS - 1) / MIX_COLS;
 #pragma omp parallel num_threads(nt)
     {
         tiles w;
         w.q = (float *)(ws + oT + (size_t)thread_id() * per);
         w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = w.o + vsz, w.idx = NULL;
-        w.den = NULL;
+        w.den = w.a + asz;
         if (per_head) {
+            float *Sh = S + (size_t)thread_id() * (size_t)((nc + MIX_ROWS) * SE);
+            float *tmp = Sh + nc * SE;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bh = 0; bh < BH; bh++) {
                 /* the last chunk's summary is never mixed (b < i) */
-                for (int64_t c = 0; c + 1 < nc; c++) c_summary(&j, bh, c, &w);
-                for (int64_t r0 = 0; r0 < nc; r0 += MIX_ROWS)
-                    c_mix(&j, bh, r0, r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc, 0, SE);
-                for (int64_t c = 0; c < nc; c++) c_output(&j, bh, c, &w);
+                for (int64_t c = 0; c + 1 < nc; c++) c_summary(&j, bh, c, Sh, &w);
+                /* in place, last row block first: block [r0, r1) reads rows
+                 * < r1 − 1, which no later-written block has touched yet */
+                for (int64_t rb = nrb - 1; rb >= 0; rb--) {
+                    const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+                    c_mix(&j, bh, r0, r1, 0, SE, Sh, tmp);
+                    memcpy(Sh + r0 * SE, tmp, (size_t)((r1 - r0) * SE) * sizeof(float));
+                }
+                for (int64_t c = 0; c < nc; c++) c_output(&j, bh, c, Sh, &w);
             }
         } else {
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t task = 0; task < BH * (nc - 1); task++)
-                c_summary(&j, task / (nc - 1), task % (nc - 1), &w);
-#pragma omp for schedule(dynamic, 1)
-            for (int64_t task = 0; task < BH * nrb * ncol; task++) {
-                const int64_t rb = (task / ncol) % nrb, c0 = (task % ncol) * MIX_COLS;
-                const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
-                c_mix(&j, task / (nrb * ncol), r0, r1, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS);
+            for (int64_t task = 0; task < BH * (nc - 1); task++) {
+                const int64_t bh = task / (nc - 1);
+                c_summary(&j, bh, task % (nc - 1), S + bh * nc * SE, &w);
             }
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t task = 0; task < BH * nc; task++) c_output(&j, task / nc, task % nc, &w);
+            for (int64_t task = 0; task < BH * nrb * ncol; task++) {
+                const int64_t bh = task / (nrb * ncol), rb = (task / ncol) % nrb;
+                const int64_t c0 = (task % ncol) * MIX_COLS;
+                const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+                c_mix(&j, bh, r0, r1, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS, S + bh * nc * SE,
+                      Hm + (bh * nc + r0) * SE + c0);
+            }
+#pragma omp for schedule(dynamic, 1)
+            for (int64_t task = 0; task < BH * nc; task++)
+                c_output(&j, task / nc, task % nc, Hm + (task / nc) * nc * SE, &w);
         }
     }
     la_ws_free(ctx, ws);
