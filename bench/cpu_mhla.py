@@ -11,8 +11,9 @@
    and C = 256, with our causal linear attention beside it.
 3. Decoding: time per token vs context (1K..64K) through la_mhla_state
    (`longattn bench --ops mhla-decode --json`: median token inside a block,
-   median block start, amortized per token) against softmax decoding (one query attending to the
-   whole KV cache: softmax(q Kᵀ/√D) V in torch), which grows linearly.
+   median block start, amortized per token) against softmax decoding (one
+   query attending to the whole KV cache: softmax(q Kᵀ/√D) V in torch on one
+   thread), which grows linearly.
 
 Rounds interleave the implementations and report medians, so a busy machine
 slows all of them alike. Usage:
@@ -130,6 +131,35 @@ def main():
             t["ours"] / t["linear"], err))
         sys.stdout.flush()
 
+    # Same comparison on one thread, timed in process CPU time (time.process_time),
+    # which a busy machine does not inflate: the efficiency ratio without noise.
+    print("\nOne thread, process CPU time per call (insensitive to other processes):\n")
+    print("| N | ours MHLA ms | PyTorch MHLA ms | ours linear attn ms | PyTorch / ours | ours MHLA / linear |")
+    print("|---|---|---|---|---|---|")
+    torch.set_num_threads(1)
+    longattn.set_num_threads(1)
+    N = 16384
+    q, k, v = [torch.randn(B, N, H, D, generator=g) for _ in range(3)]
+    W = torch.from_numpy(np.asarray(longattn.mhla_init((M,)), dtype=np.float32))
+    fns = {"ours": lambda: longattn.mhla(q, k, v, W),
+           "torch": lambda: torch_mhla(q, k, v, W, M),
+           "linear": lambda: longattn.linear_attention(q, k, v, feature="relu_eps")}
+    ct = {key: [] for key in fns}
+    for f in fns.values():
+        f()
+    for _ in range(5 if args.quick else 15):
+        for key, f in fns.items():
+            t0 = time.process_time()
+            f()
+            ct[key].append(time.process_time() - t0)
+    ct = {key: float(np.median(x)) for key, x in ct.items()}
+    print("| %d | %.2f | %.2f | %.2f | %.2fx | %.2fx |" % (
+        N, ct["ours"] * 1e3, ct["torch"] * 1e3, ct["linear"] * 1e3, ct["torch"] / ct["ours"],
+        ct["ours"] / ct["linear"]))
+    torch.set_num_threads(th)
+    longattn.set_num_threads(th)
+    sys.stdout.flush()
+
     # ---- 2. causal throughput vs N -----------------------------------------
     print("\n### Causal MHLA throughput vs N (M = N/C, uniform_causal W), %d threads\n" % th)
     print("| N | MHLA C=64 ms | Mtok/s | MHLA C=256 ms | Mtok/s | causal linear attn ms | Mtok/s |")
@@ -162,8 +192,9 @@ def main():
     if r.returncode != 0 or not rows:
         print("(longattn bench failed: %s)" % r.stderr.strip())
         return 1
-    print("| context | MHLA us/token (median, inside a block) | MHLA block start us (median) | MHLA us/token amortized | softmax decode us/token (torch) |")
+    print("| context | MHLA us/token (median, inside a block) | MHLA block start us (median) | MHLA us/token amortized | softmax decode us/token (torch, 1 thread) |")
     print("|---|---|---|---|---|")
+    torch.set_num_threads(1)  # one query: a thread pool only adds wake-ups
     for row in rows:
         ctx = row["context"]
         Kc = torch.randn(1, H, ctx, D, generator=g)
@@ -173,11 +204,11 @@ def main():
         f = lambda: torch.softmax(torch.matmul(q1, Kc.transpose(-1, -2)) * sc, -1) @ Vc
         f()
         ts = []
-        for _ in range(50):
+        for _ in range(200):
             t0 = time.perf_counter()
             f()
             ts.append(time.perf_counter() - t0)
-        print("| %d | %.2f | %.2f | %.0f | %.1f |" % (
+        print("| %d | %.2f | %.0f | %.2f | %.1f |" % (
             ctx, row["us_per_token_median"], row["us_block_start_median"], row["us_per_token_amortized"],
             np.median(ts) * 1e6))
     first, last = rows[0], rows[-1]

@@ -710,12 +710,14 @@ la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const 
     char *ws = (char *)la_ws_alloc(ctx, pl.total);
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla state: cannot allocate %zu bytes", pl.total);
 
-    /* Threads only pay off when there is real work: the per-token cost is
-     * ~2·d·(dv+1) per head, plus the block mixture when a block starts. */
+    /* Work: ~4·d·(dv+1) per token and head, plus the block mixture when a
+     * block starts. */
     const int64_t pos0 = st->len;
     const int64_t blocks_started = (pos0 + n + C - 1) / C - (pos0 + C - 1) / C;
     const double work = (double)B * H * D * E * ((double)n * 4 + (double)blocks_started * (double)((pos0 + n) / C + 1));
-    const int use = (B * H > 1 && work > 2e6) ? nt : 1; /* ~0.5 ms of work */
+    /* ~2 ms of work: below that, waking a thread team costs more than it
+     * saves (a whole time slice when another process shares the cores) */
+    const int use = (B * H > 1 && work > 8e6) ? nt : 1;
 #pragma omp parallel for num_threads(use) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; bh++)
         state_append_head(st, bh / H, bh % H, pos0, q, k, v, out,
