@@ -6,9 +6,21 @@
 #include "sparse_ref.h"
 
 enum { ROW_NORMAL, ROW_TIES, ROW_MASKED, ROW_MOSTLY_MASKED, ROW_ASC, ROW_DESC, ROW_CONST,
-       ROW_ZEROS, ROW_INF, NROWKINDS };
+       ROW_ZEROS, ROW_INF, ROW_RELU, ROW_FOOL_SAMPLE, NROWKINDS };
 static const char *kind_name[] = {"normal", "ties", "masked", "mostly_masked", "ascending",
-                                  "descending", "constant", "signed_zeros", "with_inf"};
+                                  "descending", "constant", "signed_zeros", "with_inf", "relu_sums",
+                                  "fool_sample"};
+
+/* Whether position i lies in one of the even-numbered sampled runs of
+ * topk_cpu.c (128 runs of 16 at (j·(L−16))/127): high values only there make
+ * the sampled threshold too high, forcing the full-row fallback. */
+static int in_even_sample_run(int64_t i, int64_t L) {
+    for (int64_t j = 0; j < 128; j += 2) {
+        const int64_t at = (j * (L - 16)) / 127;
+        if (i >= at && i < at + 16) return 1;
+    }
+    return 0;
+}
 
 static float row_value(la_rng *r, int kind, int64_t i, int64_t L) {
     switch (kind) {
@@ -27,6 +39,16 @@ static float row_value(la_rng *r, int kind, int64_t i, int64_t L) {
         double u = la_rng_uniform(r);
         return u < 0.01 ? INFINITY : (float)la_rng_normal(r);
     }
+    case ROW_RELU: { /* like indexer scores: a sum of a few ReLUs, many exact zeros */
+        double a = 0;
+        for (int h = 0; h < 3; h++) {
+            double d = la_rng_normal(r) - 1.0;
+            a += d > 0 ? d : 0;
+        }
+        return (float)a;
+    }
+    case ROW_FOOL_SAMPLE:
+        return in_even_sample_run(i, L) ? 2.f + (float)la_rng_uniform(r) : (float)(0.1 * la_rng_normal(r));
     }
     return 0.f;
 }
