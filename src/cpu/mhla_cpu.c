@@ -147,9 +147,10 @@ static void gather_values(const la_tensor *v, int64_t b, int64_t h, const int64_
 
 enum { NORM_NONE = 0, NORM_COLUMN = 1, NORM_GIVEN = 2 };
 
-/* Write output rows of head (b,h): o rows hold the numerator in columns
- * [0, Dv) and q̃·z̃ in column Dv. NORM_COLUMN divides by (o[Dv] + eps),
- * NORM_GIVEN by (den[r] + eps), NORM_NONE writes the numerator. */
+/* Write output rows of head (b,h) from o (row stride ld), numerator in
+ * columns [0, Dv). NORM_COLUMN divides by (o[Dv] + eps) (the augmented form
+ * of the decoder, q̃·z̃ in column Dv), NORM_GIVEN by (den[r] + eps),
+ * NORM_NONE writes the numerator. */
 static void store_rows(la_tensor *out, int64_t b, int64_t h, const int64_t *idx, int64_t n0,
                        int64_t n, const float *o, int64_t ld, int mode, const float *den,
                        float eps) {
