@@ -4,6 +4,9 @@
 
 #include "core/internal.h"
 #include "cpu/softmax_cpu.h"
+#ifdef LA_WITH_CUDA
+#include "cuda/cuda_ops.h"
+#endif
 
 /* Head dims beyond this are rejected: tile buffers scale with them and the
  * BLAS interface takes int extents. */
@@ -78,9 +81,13 @@ la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
         return la_err(LA_ERR_ARG, "lse: overlaps out in memory");
 
     if (dev == LA_DEVICE_CUDA) {
-        /* The CUDA backend adds its dispatch here (la_softmax_attention_cuda
-         * under LA_WITH_CUDA). */
+#ifdef LA_WITH_CUDA
+        la_status s = la_softmax_attention_cuda(p, q, k, v, out, lse, ctx);
+        if (s == LA_OK) la_err_clear();
+        return s;
+#else
         return la_err(LA_ERR_UNSUPPORTED, "softmax: no CUDA implementation in this build (q is on cuda)");
+#endif
     }
     la_status s = la_softmax_cpu(p->causal != 0, scale, q, k, v, out, lse, ctx);
     if (s == LA_OK) la_err_clear();
