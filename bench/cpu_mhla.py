@@ -182,6 +182,33 @@ def main():
             t["lin"] * 1e3, N / t["lin"] * 1e-6))
         sys.stdout.flush()
 
+    print("\nOne thread, process CPU time per token (insensitive to other processes):\n")
+    print("| N | MHLA C=64 us/token | MHLA C=256 us/token | causal linear attn us/token |")
+    print("|---|---|---|---|")
+    torch.set_num_threads(1)
+    longattn.set_num_threads(1)
+    for N in Nc:
+        q, k, v = [torch.randn(B, N, H, D, generator=g) for _ in range(3)]
+        Ws = {C: torch.from_numpy(np.asarray(longattn.mhla_init(((N + C - 1) // C,),
+                                                                kind="uniform_causal"),
+                                             dtype=np.float32)) for C in (64, 256)}
+        fns = {"c64": lambda: longattn.mhla_causal(q, k, v, Ws[64], chunk=64),
+               "c256": lambda: longattn.mhla_causal(q, k, v, Ws[256], chunk=256),
+               "lin": lambda: longattn.linear_attention(q, k, v, causal=True)}
+        ct = {key: [] for key in fns}
+        for f in fns.values():
+            f()
+        for _ in range(3 if N >= 65536 else 7):
+            for key, f in fns.items():
+                t0 = time.process_time()
+                f()
+                ct[key].append(time.process_time() - t0)
+        ct = {key: float(np.median(x)) / N * 1e6 for key, x in ct.items()}
+        print("| %d | %.3f | %.3f | %.3f |" % (N, ct["c64"], ct["c256"], ct["lin"]))
+        sys.stdout.flush()
+    torch.set_num_threads(th)
+    longattn.set_num_threads(th)
+
     # ---- 3. decoding --------------------------------------------------------
     print("\n### Decoding: time per token vs context, B=1 H=4 D=64, C=64, %d threads\n" % th)
     exe = os.path.join(ROOT, args.build, "longattn")
