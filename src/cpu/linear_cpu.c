@@ -28,31 +28,52 @@
 #include <omp.h>
 #endif
 
-/* x[0..n) = scale·φ(x) (loops per map so that they vectorize). */
-static void apply_feature(la_feature f, float *x, int64_t n, float scale) {
+/* dst[0..n) = scale·φ(src) (loops per map so that they vectorize; src may be dst). */
+static void apply_feature(la_feature f, const float *src, float *dst, int64_t n, float scale) {
     switch (f) {
     case LA_FEATURE_IDENTITY:
-        for (int64_t i = 0; i < n; i++) x[i] = scale * x[i];
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * src[i];
         break;
     case LA_FEATURE_RELU:
-        for (int64_t i = 0; i < n; i++) x[i] = scale * (x[i] > 0.f ? x[i] : 0.f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * (src[i] > 0.f ? src[i] : 0.f);
         break;
     case LA_FEATURE_RELU_EPS:
-        for (int64_t i = 0; i < n; i++) x[i] = scale * ((x[i] > 0.f ? x[i] : 0.f) + 1e-6f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * ((src[i] > 0.f ? src[i] : 0.f) + 1e-6f);
         break;
     case LA_FEATURE_RELU1:
-        for (int64_t i = 0; i < n; i++) x[i] = scale * ((x[i] > 0.f ? x[i] : 0.f) + 1.f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * ((src[i] > 0.f ? src[i] : 0.f) + 1.f);
         break;
     case LA_FEATURE_ELU1:
         /* x+1 for x >= 0, exp(x) below: never 1+expm1 (rounds to 0 in bf16). */
-        for (int64_t i = 0; i < n; i++) x[i] = scale * la_feature_apply(LA_FEATURE_ELU1, x[i]);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * la_feature_apply(LA_FEATURE_ELU1, src[i]);
         break;
     }
+}
+
+/* f32 rows with unit inner stride and an int-sized row stride >= the row
+ * length: read in place (V) or in one pass with φ (Q, K). */
+static bool rows_direct(const la_tensor *t) {
+    return t->dtype == LA_F32 && t->nb[3] == 1 && t->nb[1] >= t->ne[3] && t->nb[1] <= INT32_MAX;
+}
+
+/* dst (n × D, packed) = scale·φ(rows [t0, t0+n) of head (b,h)). */
+static void gather_feature(const la_tensor *t, int64_t b, int64_t h, int64_t t0, int64_t n,
+                           la_feature f, float scale, float *dst) {
+    const int64_t D = t->ne[3];
+    if (rows_direct(t)) {
+        const float *src = (const float *)t->data + la_off4(t, b, t0, h, 0);
+        for (int64_t r = 0; r < n; r++) apply_feature(f, src + r * t->nb[1], dst + r * D, D, scale);
+        return;
+    }
+    la_gather_bnhd_rows(t, b, h, t0, n, dst, D);
+    apply_feature(f, dst, dst, n * D, scale);
 }
 
 /* Per-thread scratch. */
 typedef struct scratch {
     float *q, *k, *v; /* R×D, R×D, R×Dv packed rows */
+    const float *vp;  /* the V rows in use: w->v, or the tensor itself */
+    int64_t vld;      /* their row stride */
     float *o;         /* R×Dv                       */
     float *a;         /* C×C (causal)               */
     float *den;       /* R                          */
@@ -75,18 +96,22 @@ static float *slot_S(const job *j, int64_t bh, int64_t s) {
 }
 static float *slot_z(const job *j, int64_t bh, int64_t s) { return slot_S(j, bh, s) + j->D * j->Dv; }
 
-/* Gather rows [t0, t0+n) of head (b,h): q̃ into w->q (if want_q), k̃ into w->k, v into w->v. */
+/* Rows [t0, t0+n) of head (b,h): q̃ into w->q (if want_q), k̃ into w->k and
+ * v at w->vp / w->vld (if want_kv; in place when possible). */
 static void load_rows(const job *j, int64_t b, int64_t h, int64_t t0, int64_t n, bool want_q,
                       bool want_kv, scratch *w) {
-    const int64_t D = j->D, Dv = j->Dv;
-    if (want_q) {
-        la_gather_bnhd_rows(j->q, b, h, t0, n, w->q, D);
-        apply_feature(j->p->feature, w->q, n * D, j->p->scale_q);
-    }
+    const la_feature f = j->p->feature;
+    if (want_q) gather_feature(j->q, b, h, t0, n, f, j->p->scale_q, w->q);
     if (want_kv) {
-        la_gather_bnhd_rows(j->k, b, h, t0, n, w->k, D);
-        apply_feature(j->p->feature, w->k, n * D, 1.f);
-        la_gather_bnhd_rows(j->v, b, h, t0, n, w->v, Dv);
+        gather_feature(j->k, b, h, t0, n, f, 1.f, w->k);
+        if (rows_direct(j->v)) {
+            w->vp = (const float *)j->v->data + la_off4(j->v, b, t0, h, 0);
+            w->vld = j->v->nb[1];
+        } else {
+            la_gather_bnhd_rows(j->v, b, h, t0, n, w->v, j->Dv);
+            w->vp = w->v;
+            w->vld = j->Dv;
+        }
     }
 }
 
@@ -97,7 +122,7 @@ static void accumulate_sums(const job *j, int64_t b, int64_t h, int64_t t0, int6
     for (int64_t r0 = t0; r0 < t1; r0 += LA_LINEAR_BLOCK) {
         const int64_t n = t1 - r0 < LA_LINEAR_BLOCK ? t1 - r0 : LA_LINEAR_BLOCK;
         load_rows(j, b, h, r0, n, false, true, w);
-        la_sgemm(true, false, D, Dv, n, 1.f, w->k, D, w->v, Dv, 1.f, S, Dv);
+        la_sgemm(true, false, D, Dv, n, 1.f, w->k, D, w->vp, w->vld, 1.f, S, Dv);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) z[d] += w->k[r * D + d];
     }
@@ -153,10 +178,10 @@ static void walk_causal(const job *j, int64_t b, int64_t h, int64_t t0, int64_t 
                 w->den[r] = s;
             }
         /* num = A V + Q̃ S (state of the tokens before this chunk) */
-        la_sgemm(false, false, n, Dv, n, 1.f, w->a, C, w->v, Dv, 0.f, w->o, Dv);
+        la_sgemm(false, false, n, Dv, n, 1.f, w->a, C, w->vp, w->vld, 0.f, w->o, Dv);
         la_sgemm(false, false, n, Dv, D, 1.f, w->q, D, w->S, Dv, 1.f, w->o, Dv);
         /* state += this chunk */
-        la_sgemm(true, false, D, Dv, n, 1.f, w->k, D, w->v, Dv, 1.f, w->S, Dv);
+        la_sgemm(true, false, D, Dv, n, 1.f, w->k, D, w->vp, w->vld, 1.f, w->S, Dv);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) w->z[d] += w->k[r * D + d];
         finish_rows(j, b, h, c0, n, w);
