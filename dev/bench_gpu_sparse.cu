@@ -96,6 +96,8 @@ static void *dmalloc(size_t n) {
 
 int main(int argc, char **argv) {
     const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    /* "one": each op once at L = 64K (for ncu kernel timings) */
+    const bool one = argc > 1 && !strcmp(argv[1], "one");
     /* keep the stream-ordered pool's memory between calls (the library's
      * workspace comes from cudaMallocAsync) */
     cudaMemPool_t pool;
@@ -117,7 +119,7 @@ int main(int argc, char **argv) {
         int64_t ne[2] = {R, L}, ni[2] = {R, K};
         la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
-        double ms = median_ms([&] { LK(la_topk(&ts, &ti, NULL)); }, 3, 20);
+        double ms = median_ms([&] { LK(la_topk(&ts, &ti, NULL)); }, one ? 0 : 3, one ? 1 : 20);
         double floor_ms = R * L * 4.0 / BW * 1e3;
         printf("topk     R=%lld L=%lld k=%lld: %.3f ms (read-once floor %.3f ms, %.0f GB/s effective)\n",
                (long long)R, (long long)L, (long long)K, ms, floor_ms, R * L * 4.0 / ms / 1e6);
@@ -129,6 +131,7 @@ int main(int argc, char **argv) {
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
     std::vector<int64_t> Ls = {8192, 16384, 32768, 65536, 131072, 262144};
     if (quick) Ls = {8192, 65536};
+    if (one) Ls = {65536};
     printf("%-8s %8s %10s %10s %10s %10s %8s\n", "op", "L", "ms", "TFLOP/s", "floor_ms", "hisa_x", "");
     for (int64_t L : Ls) {
         uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
@@ -145,18 +148,18 @@ int main(int argc, char **argv) {
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
         la_index_params p;
         la_index_params_init(&p);
-        const int it = L >= 131072 ? 5 : 10;
-        double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, it);
+        const int it = one ? 1 : (L >= 131072 ? 5 : 10);
+        double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL)); }, one ? 0 : 2, it);
         /* causal: query t sees L - T + t + 1 keys */
         double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
         double fl = 2.0 * HI * dI * keys;
         double floor_ms = std::max(fl / PEAK, (L * dI * 2.0 + T * HI * dI * 2.0 + T * (double)L * 8) / BW) * 1e3;
         printf("%-8s %8lld %10.3f %10.1f %10.3f %10s\n", "dsa", (long long)L, dsa, fl / dsa / 1e9, floor_ms, "");
-        double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+        double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         const int64_t nb = (L + 127) / 128, mk = std::min<int64_t>(64, nb);
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
-        double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+        double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);
         CK(cudaFree(q));
         CK(cudaFree(k));
@@ -166,7 +169,7 @@ int main(int argc, char **argv) {
 
     /* ---- sparse MLA attention ---- */
     {
-        const int64_t Tq = quick ? 1024 : 4096, Hq = 128, Dqk = 576, Dv = 512, KK = 2048, L = 65536;
+        const int64_t Tq = (quick || one) ? 1024 : 4096, Hq = 128, Dqk = 576, Dv = 512, KK = 2048, L = 65536;
         uint16_t *q = (uint16_t *)dmalloc(Tq * Hq * Dqk * 2), *kv = (uint16_t *)dmalloc(L * Dqk * 2);
         uint16_t *o = (uint16_t *)dmalloc(Tq * Hq * Dv * 2);
         float *lse = (float *)dmalloc(Tq * Hq * 4);
@@ -183,7 +186,7 @@ int main(int argc, char **argv) {
         la_tensor_init(&tl, lse, LA_F32, LA_DEVICE_CUDA, 2, nl);
         la_sparse_attn_params p;
         la_sparse_attn_params_init(&p);
-        double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL)); }, 2, 10);
+        double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL)); }, one ? 0 : 2, one ? 1 : 10);
         double fl = 2.0 * Tq * Hq * KK * (double)(Dqk + Dv);
         printf("sparse_mla Tq=%lld Hq=%lld k=%lld L=%lld: %.3f ms, %.1f TFLOP/s (floor %.3f ms)\n",
                (long long)Tq, (long long)Hq, (long long)KK, (long long)L, ms, fl / ms / 1e9, fl / PEAK * 1e3);

@@ -28,9 +28,11 @@ __device__ __forceinline__ int64_t sc_key_of(const la_sp_score_args &a, int64_t 
                                              int64_t lo, int64_t hi) {
     if (a.blocks) {
         if (p >= a.m * a.B) return -1;
-        int32_t b = a.blocks[t * a.blocks_ld + p / a.B];
+        /* candidate slots are < 2^31 (checked by the launcher): 32-bit division */
+        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu;
+        int32_t b = a.blocks[t * a.blocks_ld + bi];
         if (b < 0) return -1;
-        int64_t s = (int64_t)b * a.B + p % a.B;
+        int64_t s = (int64_t)b * a.B + (pu - bi * Bu);
         return (s >= lo && s < hi && s < a.Lk) ? s : -1;
     }
     return (p >= lo && p < hi && p < a.Lk) ? p : -1;
@@ -111,7 +113,7 @@ __device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, int64_t t,
 }
 
 template <int HI, int DI, int MT, bool GATHER>
-__global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args a) {
+__global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args a, int qgroup) {
     constexpr int NT = HI / 8, KS = DI / 16;
     constexpr int KEYS = SC_WARPS * 16 * MT;
     __shared__ __align__(128) __nv_bfloat16 qs[2][HI * DI];
@@ -124,8 +126,8 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
         t0 = blockIdx.y;
         t1 = t0 + 1;
     } else {
-        t0 = (int64_t)blockIdx.y * SC_QGROUP;
-        t1 = min(a.T, t0 + SC_QGROUP);
+        t0 = (int64_t)blockIdx.y * qgroup;
+        t1 = min(a.T, t0 + qgroup);
     }
 
     sc_load_q<HI, DI>(a, t0, qs[0], ws[0]);
@@ -230,6 +232,112 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
     }
 }
 
+/* HISA stage 2: one CTA per (query, slice of the m*B candidates). The
+ * candidate key rows are gathered into shared memory with cp.async, three
+ * 128-row stages deep (zero-filled when invalid), and read as A fragments
+ * with ldmatrix; the query block stays in shared memory. Per key the
+ * arithmetic is the dense kernel's (same k-step order, same epilogue). */
+#define SG_STAGES 3
+#define SG_ROWS (SC_WARPS * 16)
+__device__ __forceinline__ void sc_cp16z(void *sdst, const void *gsrc, int src_bytes) {
+    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
+                 "r"(src_bytes));
+}
+template <int DI>
+__device__ __forceinline__ void sg_load_chunk(const la_sp_score_args &a, int64_t t, int64_t c,
+                                              int64_t lo, int64_t hi, __nv_bfloat16 *ks) {
+    constexpr int CPR = DI / 8;                   /* 16-byte chunks per row */
+    constexpr int TPR = SC_THREADS / SG_ROWS;     /* threads per row (2) */
+    const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
+    const int64_t p = c * SG_ROWS + r;
+    const int64_t s = p < a.ncols ? sc_key_of(a, t, p, lo, hi) : -1;
+    const bool ok = s >= 0;
+    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.k + (ok ? s : 0) * a.k_nb0;
+#pragma unroll
+    for (int ch = part; ch < CPR; ch += TPR)
+        sc_cp16z(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
+}
+
+template <int HI, int DI>
+__global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_args a, int64_t chunks_per_cta) {
+    constexpr int NT = HI / 8, KS = DI / 16;
+    extern __shared__ __align__(128) unsigned char sg_smem[];
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)sg_smem;
+    __nv_bfloat16 *kst = qs + HI * DI;
+    __shared__ float ws[HI];
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    const int64_t t = blockIdx.y;
+    const int64_t nchunks = (a.ncols + SG_ROWS - 1) / SG_ROWS;
+    const int64_t c0 = (int64_t)blockIdx.x * chunks_per_cta;
+    const int64_t c1 = min(nchunks, c0 + chunks_per_cta);
+    if (c0 >= c1) return;
+    int64_t lo, hi;
+    la_sp_row_range(a.range, t, &lo, &hi);
+    sc_load_q<HI, DI>(a, t, qs, ws); /* commits group 0 */
+    for (int st = 0; st < SG_STAGES - 1; st++) {
+        if (c0 + st < c1) sg_load_chunk<DI>(a, t, c0 + st, lo, hi, kst + st * SG_ROWS * DI);
+        sc_cp_commit();
+    }
+    for (int64_t c = c0; c < c1; c++) {
+        const int stage = (int)((c - c0) % SG_STAGES);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(SG_STAGES - 2));
+        __syncthreads();
+        {
+            const int64_t cn = c + SG_STAGES - 1;
+            if (cn < c1)
+                sg_load_chunk<DI>(a, t, cn, lo, hi, kst + ((cn - c0) % SG_STAGES) * SG_ROWS * DI);
+            sc_cp_commit();
+        }
+        const __nv_bfloat16 *kb = kst + stage * SG_ROWS * DI;
+        float acc[NT][4];
+#pragma unroll
+        for (int j = 0; j < NT; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t af[4];
+            {
+                const int r = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
+                const int ch = 2 * ks + (lane >> 4);
+                sc_ldsm_x4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
+            }
+#pragma unroll
+            for (int jp = 0; jp < NT / 2; jp++) {
+                const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
+                const int ch = 2 * ks + ((lane >> 3) & 1);
+                uint32_t b[4];
+                sc_ldsm_x4(b, qs + h * DI + ((ch ^ (h & 7)) * 8));
+                sc_mma(acc[2 * jp], af, b[0], b[1]);
+                sc_mma(acc[2 * jp + 1], af, b[2], b[3]);
+            }
+        }
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const float2 wv = *(const float2 *)(ws + 8 * j + 2 * qd);
+            s0 = fmaf(wv.x, fmaxf(acc[j][0], 0.f), s0);
+            s0 = fmaf(wv.y, fmaxf(acc[j][1], 0.f), s0);
+            s1 = fmaf(wv.x, fmaxf(acc[j][2], 0.f), s1);
+            s1 = fmaf(wv.y, fmaxf(acc[j][3], 0.f), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        if (qd < 2) {
+            const int64_t p = c * SG_ROWS + 16 * warp + g + 8 * qd;
+            if (p < a.ncols) {
+                const int64_t s = sc_key_of(a, t, p, lo, hi);
+                a.out[t * a.out_ld + p] = s < 0 ? -INFINITY : (qd == 0 ? s0 : s1);
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+}
+
 bool la_sp_scores_fast_shape(int64_t HI, int64_t dI) {
     return (HI == 64 || HI == 32 || HI == 16) && (dI == 128 || dI == 64);
 }
@@ -237,13 +345,27 @@ bool la_sp_scores_fast_shape(int64_t HI, int64_t dI) {
 template <int HI, int DI>
 static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
     if (a.blocks) {
-        constexpr int KEYS = SC_WARPS * 16 * 1;
-        dim3 grid((unsigned)la_cu_cdiv(a.ncols, KEYS), (unsigned)a.T);
-        sc_mma_kernel<HI, DI, 1, true><<<grid, SC_THREADS, 0, s>>>(a);
+        /* ~4 CTAs' worth of work per SM slot: slices of the candidate row */
+        const int64_t nchunks = la_cu_cdiv(a.ncols, SG_ROWS);
+        int64_t split = la_cu_cdiv(132 * 2 * 4, a.T);
+        if (split > nchunks) split = nchunks;
+        if (split < 1) split = 1;
+        const int64_t per = la_cu_cdiv(nchunks, split);
+        const size_t smem = (size_t)(HI * DI + SG_STAGES * SG_ROWS * DI) * 2;
+        LA_CU(cudaFuncSetAttribute(sc_gather_kernel<HI, DI>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
+        sc_gather_kernel<HI, DI><<<grid, SC_THREADS, smem, s>>>(a, per);
     } else {
         constexpr int KEYS = SC_WARPS * 16 * 2;
-        dim3 grid((unsigned)la_cu_cdiv(a.ncols, KEYS), (unsigned)la_cu_cdiv(a.T, SC_QGROUP));
-        sc_mma_kernel<HI, DI, 2, false><<<grid, SC_THREADS, 0, s>>>(a);
+        /* up to SC_QGROUP queries per CTA (K fragments reused), fewer when
+         * there are few key tiles (HISA's block scores) so the grid fills
+         * the GPU */
+        const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
+        int64_t qg = ntiles * a.T / (132 * 4);
+        qg = qg < 1 ? 1 : (qg > SC_QGROUP ? SC_QGROUP : qg);
+        dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
+        sc_mma_kernel<HI, DI, 2, false><<<grid, SC_THREADS, 0, s>>>(a, (int)qg);
     }
     LA_CU_LAUNCH("indexer scores (bf16 mma)");
     return LA_OK;
@@ -251,7 +373,7 @@ static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
 
 la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
-    if (a.T > 65535 * (int64_t)SC_QGROUP || a.ncols > (int64_t)INT32_MAX * 128)
+    if (a.T > 65535 || a.ncols > (int64_t)INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
                       (long long)a.T, (long long)a.ncols);
     const bool fast = a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&

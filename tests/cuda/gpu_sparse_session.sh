@@ -13,8 +13,9 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu 
 echo "# $(date -u +%FT%TZ) $(cat $OUT/gpu.txt)"
 t0=$(date +%s)
 make BUILD=$B SKIP_DEPS=1 -j16 cuda-tests > "$OUT/build.log" 2>&1 || { echo "BUILD FAILED"; grep -E "error" "$OUT/build.log" | head -20; tail -5 "$OUT/build.log"; exit 1; }
-nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/bench_gpu_sparse.cu $B/liblongattn.a \
-  -Xcompiler -fopenmp -o $B/bench_gpu_sparse >> "$OUT/build.log" 2>&1 || { echo "BENCH BUILD FAILED"; tail -20 "$OUT/build.log"; }
+# link the bench with BLAS/LAPACK when the library was built with them
+NV="nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/bench_gpu_sparse.cu $B/liblongattn.a -Xcompiler -fopenmp -o $B/bench_gpu_sparse"
+$NV -lopenblas -llapack >> "$OUT/build.log" 2>&1 || $NV >> "$OUT/build.log" 2>&1 || { echo "BENCH BUILD FAILED"; tail -20 "$OUT/build.log"; }
 echo "# build: $(( $(date +%s) - t0 )) s"
 rc=0
 T=$B/tests/cuda/test_cuda_sparse

@@ -314,7 +314,10 @@ static void test_indexers(idx_case c) {
     if (c.dt == LA_F32)
         CHECK(d == 0, "hisa idx %s: %lld entries differ from the CPU (overlap %.6f)", tag, (long long)d, ov);
     else
-        CHECK(ov >= 0.99, "hisa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", tag, ov);
+        /* the GPU keeps bf16 block means (so the block scores run on tensor
+         * cores), the CPU fp32 ones: near-tied blocks may flip, and a flipped
+         * block changes up to B tokens of a row. Seen: 0.9875-1.0. */
+        CHECK(ov >= 0.97, "hisa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", tag, ov);
     if (c.m * (c.B < L ? c.B : L) >= L) {
         d = count_diff(ig, ih, T * K);
         CHECK(d == 0, "hisa == dsa %s (m*B >= L): %lld entries differ", tag, (long long)d);
@@ -449,6 +452,8 @@ int main(void) {
     test_topk(7, 65, 100, 1, 0);
     test_topk(4, 1000, 64, 1, 1);
     test_topk(3, 5000, 2048, 2, 0);
+    test_topk(2, 9000, 300, 0, 1);   /* sampled-threshold path, strided */
+    test_topk(3, 20000, 2048, 0, 0); /* sampled-threshold path */
     if (!small_only) {
         test_topk(33, 70001, 2048, 0, 0);
         test_topk(9, 70001, 2048, 1, 0);
