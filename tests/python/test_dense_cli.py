@@ -48,6 +48,11 @@ def rel_err(got, ref):
     return np.abs(got - ref).max() / max(np.abs(ref).max(), 1e-30)
 
 
+def assert_close(got, ref, tol=1e-5):
+    e = rel_err(got, ref)
+    assert e < tol, f"rel err {e:.3g} > {tol} (replay with LA_TEST_SEED={SEED})"
+
+
 # ---------------------------------------------------------------- softmax
 def torch_sdpa(q, k, v, causal):
     """q [B,H,N,D] float64 tensors -> [B,H,N,Dv] with torch's SDPA."""
@@ -91,9 +96,9 @@ def test_softmax_vs_sdpa(tmp_path, causal, B, N, H, Hk, D, Dv):
     tk = torch.from_numpy(k).double().permute(0, 2, 1, 3).repeat_interleave(H // Hk, 1)
     tv = torch.from_numpy(v).double().permute(0, 2, 1, 3).repeat_interleave(H // Hk, 1)
     ref = torch_sdpa(tq, tk, tv, causal).permute(0, 2, 1, 3).numpy()
-    assert rel_err(o, ref) < 1e-5
+    assert_close(o, ref)
     _, ref_lse = softmax_explicit(q, k, v, causal, D ** -0.5)
-    assert rel_err(lse, ref_lse) < 1e-5
+    assert_close(lse, ref_lse)
 
 
 @pytest.mark.parametrize("Nq,Nk", [(40, 100), (100, 40), (1, 77)])
@@ -106,11 +111,11 @@ def test_softmax_causal_bottom_right(tmp_path, Nq, Nk):
         "--causal", "--scale", "0.3", "--out", tmp_path / "o.npy", "--lse", tmp_path / "l.npy")
     o, lse = np.load(tmp_path / "o.npy"), np.load(tmp_path / "l.npy")
     ref_o, ref_lse = softmax_explicit(q, k, v, True, 0.3)
-    assert rel_err(o, ref_o) < 1e-5
+    assert_close(o, ref_o)
     dead = np.isneginf(ref_lse)  # rows that see no key (Nq > Nk)
     assert (np.isneginf(lse) == dead).all()
     assert (o[dead] == 0).all() if dead.any() else True
-    assert rel_err(lse[~dead], ref_lse[~dead]) < 1e-5
+    assert_close(lse[~dead], ref_lse[~dead])
 
 
 # ----------------------------------------------------------------- linear
@@ -173,7 +178,7 @@ def test_linear_vs_torch(tmp_path, feature, causal, normalize):
     args += [] if normalize else ["--no-normalize"]
     run(*args)
     ref, _, _ = linear_torch(q, k, v, feature, causal, normalize, scale=0.5)
-    assert rel_err(np.load(tmp_path / "o.npy"), ref) < 1e-5
+    assert_close(np.load(tmp_path / "o.npy"), ref)
 
 
 def test_linear_defaults_and_eps(tmp_path):
@@ -181,10 +186,10 @@ def test_linear_defaults_and_eps(tmp_path):
     paths = [save(tmp_path, n, a) for n, a in (("q", q), ("k", k), ("v", v))]
     run("linear", "--q", paths[0], "--k", paths[1], "--v", paths[2], "--out", tmp_path / "o.npy")
     ref, _, _ = linear_torch(q, k, v, "relu", False, True)  # defaults: relu, normalize, eps 1e-6, scale 1
-    assert rel_err(np.load(tmp_path / "o.npy"), ref) < 1e-5
+    assert_close(np.load(tmp_path / "o.npy"), ref)
     run("linear", "--q", paths[0], "--k", paths[1], "--v", paths[2], "--eps", "10", "--out", tmp_path / "o.npy")
     ref, _, _ = linear_torch(q, k, v, "relu", False, True, eps=10.0)
-    assert rel_err(np.load(tmp_path / "o.npy"), ref) < 1e-5
+    assert_close(np.load(tmp_path / "o.npy"), ref)
 
 
 @pytest.mark.parametrize("normalize", [True, False])
@@ -204,14 +209,16 @@ def test_linear_state_files(tmp_path, normalize):
     S_a, z_a = np.load(f"{P}.S.npy"), np.load(f"{P}.z.npy")
     assert S_a.shape == (2, 2, 12, 10) and z_a.shape == (2, 2, 12) and S_a.dtype == np.float32
     _, rS, rz = linear_torch(q[:, :a], k[:, :a], v[:, :a], "elu1", True, normalize)
-    assert rel_err(S_a, rS) < 1e-5 and rel_err(z_a, rz) < 1e-5
+    assert_close(S_a, rS)
+    assert_close(z_a, rz)
     run("linear", "--q", tmp_path / "qb.npy", "--k", tmp_path / "kb.npy", "--v", tmp_path / "vb.npy",
         "--feature", "elu1", "--causal", *norm, "--chunk", "16", "--state-in", P, "--state-out", P,
         "--out", tmp_path / "ob.npy")
     o = np.concatenate([np.load(tmp_path / "oa.npy"), np.load(tmp_path / "ob.npy")], axis=1)
     ref, rS, rz = linear_torch(q, k, v, "elu1", True, normalize)
-    assert rel_err(o, ref) < 1e-5
-    assert rel_err(np.load(f"{P}.S.npy"), rS) < 1e-5 and rel_err(np.load(f"{P}.z.npy"), rz) < 1e-5
+    assert_close(o, ref)
+    assert_close(np.load(f"{P}.S.npy"), rS)
+    assert_close(np.load(f"{P}.z.npy"), rz)
     # an explicit state from elsewhere (float64 files are accepted)
     rng = np.random.default_rng(SEED + 5)
     S0 = rng.standard_normal((2, 2, 12, 10))
@@ -221,7 +228,7 @@ def test_linear_state_files(tmp_path, normalize):
     run("linear", "--q", tmp_path / "qb.npy", "--k", tmp_path / "kb.npy", "--v", tmp_path / "vb.npy",
         "--feature", "elu1", "--causal", *norm, "--state-in", tmp_path / "s0", "--out", tmp_path / "o0.npy")
     ref, _, _ = linear_torch(q[:, a:], k[:, a:], v[:, a:], "elu1", True, normalize, S0=S0, z0=z0)
-    assert rel_err(np.load(tmp_path / "o0.npy"), ref) < 1e-5
+    assert_close(np.load(tmp_path / "o0.npy"), ref)
 
 
 # -------------------------------------------------------------- bad input
