@@ -711,13 +711,13 @@ la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const 
     char *ws = (char *)la_ws_alloc(ctx, pl.total);
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla state: cannot allocate %zu bytes", pl.total);
 
-    /* Work: ~4·d·(dv+1) per token and head, plus the block mixture when a
-     * block starts. */
+    /* Threads only for many heads or tokens: ~4·d·(dv+1) flops per token and
+     * head above ~2 ms of work. Below that, waking a thread team costs more
+     * than it saves (a whole time slice when another process shares the
+     * cores). The block-start mixture is a memory-bound stream that a second
+     * core speeds up little, so it does not count. */
     const int64_t pos0 = st->len;
-    const int64_t blocks_started = (pos0 + n + C - 1) / C - (pos0 + C - 1) / C;
-    const double work = (double)B * H * D * E * ((double)n * 4 + (double)blocks_started * (double)((pos0 + n) / C + 1));
-    /* ~2 ms of work: below that, waking a thread team costs more than it
-     * saves (a whole time slice when another process shares the cores) */
+    const double work = (double)B * H * D * E * 4.0 * (double)n;
     const int use = (B * H > 1 && work > 8e6) ? nt : 1;
 #pragma omp parallel for num_threads(use) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; bh++)
