@@ -239,9 +239,15 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
             int32_t *dst = (int32_t *)idx->data;
             for (int64_t j = 0; j < topk; j++)
                 dst[la_off2(idx, t, j)] = o[j] >= 0 ? (int32_t)(o[j] + s0) : -1;
-            if (scores)
+            if (scores && scores->dtype == LA_F32 && scores->nb[1] == 1) {
+                float *srow = (float *)scores->data + t * scores->nb[0];
+                for (int64_t s = 0; s < s0; s++) srow[s] = -INFINITY;
+                memcpy(srow + s0, row + s0, sizeof(float) * (size_t)(s1 - s0));
+                for (int64_t s = s1; s < L; s++) srow[s] = -INFINITY;
+            } else if (scores) {
                 for (int64_t s = 0; s < L; s++)
                     la_store_f32(scores, la_off2(scores, t, s), (s >= s0 && s < s1) ? row[s] : -INFINITY);
+            }
         }
     }
 

@@ -426,7 +426,7 @@ int main(void) {
         {9, 4, 63, 129, 16, 1, 16, 1, 0, 0},    /* m = 1: both forced -> the lower */
         {9, 4, 63, 129, 16, 2, 2048, 1, 0, 1},  /* forced weakest blocks, topk > range */
         {20, 8, 64, 1000, 64, 4, 100, 0, 0, 0}, /* B does not divide L (tail of 40) */
-        {20, 8, 64, 1000, 100, 3, 300, 1, 0, 1},
+        {20, 8, 64, 1000, 100, 3, 300, 0, 0, 1},     /* weakest end blocks, causal ranges */
         {12, 5, 7, 1000, 7, 20, 140, 1, 0, 0},  /* odd B */
         {16, 64, 128, 1000, 128, 8, 2048, 0, 0, 0},  /* m·B >= L: equals DSA */
         {16, 6, 24, 1000, 32, 40, 256, 1, 0, 0},     /* m covers every range: equals DSA */
