@@ -5,7 +5,7 @@
  *
  * Flop model (per batch·head, E = Dv+1 for the normalizer column):
  *   mhla:        4·N·D·E (summaries + outputs) + 2·M²·D·E (mixing)
- *   mhla-causal: 4·N·D·E + 2·N·C·(D+E)/2 (masked intra-chunk) + M²·D·E (triangular mixing)
+ *   mhla-causal: 4·N·D·E + 2·N·C·(D+E)/2 (masked intra-chunk) (+ M²·D·E triangular mixing, -w)
  *   mhla-decode: 4·D·E per token (+ 2·i·D·E once per block, amortized over C). */
 #include <stdlib.h>
 
@@ -76,10 +76,81 @@ static la_status run_c(void *a) {
     return la_mhla_causal_forward(&r->cp, &r->q, &r->k, &r->v, &r->w, &r->o, r->ctx);
 }
 
+/* Causal mixing [M,M]: uniform_causal (every row constant below the
+ * diagonal, so the library mixes by running sums, O(M·d·dv)), or, with
+ * general, the same with the entries of each row made unequal (the GEMM /
+ * stream over all earlier summaries, O(M²·d·dv)). */
+static void causal_mixing(la_tensor *w, float *buf, int64_t M, int general) {
+    int64_t wne[2] = {M, M}, bl[1] = {M};
+    la_tensor_init(w, buf, LA_F32, LA_DEVICE_CPU, 2, wne);
+    la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, bl, w);
+    if (general)
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t b = 0; b < i; b++) buf[i * M + b] *= 1.0f + 0.25f * (float)((7 * b + i) % 4);
+}
+
+/* Decode rows for one mixing kind: one state, prefilled to each context
+ * (1K, 4K, 16K, 64K), then 8·C tokens appended one by one and timed: the
+ * median token inside a block, the median block start (which forms the new
+ * block's mixture once), and the amortized cost per token. */
+static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M, int general,
+                        const float *q, const float *k, const float *v, float *o, int64_t dmax,
+                        la_progress *pr) {
+    const int64_t H = cfg->H, D = cfg->D, E = D + 1, C = 64;
+    const char *name = general ? "mhla-decode-w" : "mhla-decode";
+    causal_mixing(&r->w, W, M, general);
+    la_mhla_causal_params_init(&r->cp);
+    la_mhla_state *sp = NULL;
+    la_status st = la_mhla_state_create(&r->cp, 1, H, D, D, &r->w, &sp);
+    int64_t len = 0;
+    for (int64_t c = 1024; c <= dmax && st == LA_OK; c *= 4) {
+        la_tensor tq = r->q, tk = r->k, tv = r->v, to = r->o;
+        tq.ne[1] = tk.ne[1] = tv.ne[1] = to.ne[1] = c - len;
+        st = la_mhla_state_append(sp, &tq, &tk, &tv, &to, r->ctx); /* prefill */
+        len = c;
+        enum { STEPS = 512 };
+        double tin[STEPS], tst[STEPS];
+        int nin = 0, nst = 0;
+        for (int i = 0; i < STEPS && st == LA_OK; i++) {
+            la_tensor q1 = r->q, k1 = r->k, v1 = r->v, o1 = r->o;
+            q1.ne[1] = k1.ne[1] = v1.ne[1] = o1.ne[1] = 1;
+            q1.data = (float *)q + i * H * D, k1.data = (float *)k + i * H * D;
+            v1.data = (float *)v + i * H * D, o1.data = o + i * H * D;
+            const int starts_block = (len + i) % C == 0;
+            double t0 = la_now();
+            st = la_mhla_state_append(sp, &q1, &k1, &v1, &o1, r->ctx);
+            double dt = la_now() - t0;
+            if (starts_block) tst[nst++] = dt;
+            else tin[nin++] = dt;
+        }
+        len += STEPS;
+        if (st != LA_OK) break;
+        /* medians, so that a preempted token does not count; amortized =
+         * (C−1) in-block tokens plus one block start, per C tokens */
+        const double med = median(tin, nin), mst = median(tst, nst);
+        const double amort = ((double)(C - 1) * med + mst) / (double)C;
+        char extra[240];
+        snprintf(extra, sizeof extra, "\"mixing\":\"%s\",\"context\":%lld,\"us_per_token_median\":%.3f,"
+                 "\"us_block_start_median\":%.3f,\"us_per_token_amortized\":%.3f",
+                 general ? "general" : "uniform_causal", (long long)c, med * 1e6, mst * 1e6, amort * 1e6);
+        if (cfg->json)
+            report(cfg, name, c, c / C + 1, amort, (double)H * 4.0 * D * E, extra);
+        else
+            fprintf(cfg->out, "%-13s ctx=%-7lld H=%-3lld D=%-4lld M=%-5lld %8.2f us/token median "
+                    "%9.1f us block start %8.2f us/token amortized\n", name, (long long)c,
+                    (long long)H, (long long)D, (long long)(c / C + 1), med * 1e6, mst * 1e6,
+                    amort * 1e6);
+        la_progress_step(pr, 1);
+    }
+    la_mhla_state_destroy(sp);
+    return st == LA_OK ? 0 : la_cli_status(st, name);
+}
+
 int la_bench_mhla(const la_bench_cfg *cfg) {
-    const int do_nc = la_bench_selected(cfg, "mhla"), do_c = la_bench_selected(cfg, "mhla-causal");
-    const int do_d = la_bench_selected(cfg, "mhla-decode");
-    if (!do_nc && !do_c && !do_d) return 0;
+    const int do_nc = la_bench_selected(cfg, "mhla");
+    const int do_c[2] = {la_bench_selected(cfg, "mhla-causal"), la_bench_selected(cfg, "mhla-causal-w")};
+    const int do_d[2] = {la_bench_selected(cfg, "mhla-decode"), la_bench_selected(cfg, "mhla-decode-w")};
+    if (!do_nc && !do_c[0] && !do_c[1] && !do_d[0] && !do_d[1]) return 0;
     const int64_t H = cfg->H, D = cfg->D, E = D + 1, C = 64, Mnc = 16;
     const int64_t dmax = cfg->nmax > 65536 ? cfg->nmax : 65536; /* decode contexts 1K..64K */
     const int64_t nall = (cfg->nmax > dmax ? cfg->nmax : dmax) + 512;
@@ -101,13 +172,14 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
     la_tensor_init(&r.v, v, LA_F32, LA_DEVICE_CPU, 4, ne);
     la_tensor_init(&r.o, o, LA_F32, LA_DEVICE_CPU, 4, ne);
     int steps = 0;
-    for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2) steps += do_nc + do_c;
-    for (int64_t c = 1024; c <= dmax; c *= 4) steps += do_d;
+    for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2) steps += do_nc + do_c[0] + do_c[1];
+    for (int64_t c = 1024; c <= dmax; c *= 4) steps += do_d[0] + do_d[1];
     la_progress pr;
     la_progress_start(&pr, "bench mhla", steps);
     if (!cfg->json)
-        fprintf(cfg->out, "-- MHLA (SPEC §5), fp32, B=1, threads=%d; non-causal M=%lld 1-D blocks, "
-                "causal C=%lld M=N/C\n", cfg->threads, (long long)Mnc, (long long)C);
+        fprintf(cfg->out, "-- MHLA (SPEC §5), fp32, B=1, threads=%d; non-causal M=%lld 1-D blocks; "
+                "causal C=%lld M=N/C, W uniform_causal (-w: a general W)\n", cfg->threads,
+                (long long)Mnc, (long long)C);
     int rc = 0;
     la_status st = LA_OK;
     for (int64_t N = cfg->nmin; N <= cfg->nmax && !rc; N *= 2) {
@@ -123,74 +195,24 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
             report(cfg, "mhla", N, Mnc, s, (double)H * (4.0 * N * D * E + 2.0 * Mnc * Mnc * D * E), NULL);
         }
         if (do_nc) la_progress_step(&pr, 1);
-        if (do_c) {
+        for (int general = 0; general < 2 && !rc; general++) {
+            if (!do_c[general]) continue;
             const int64_t M = (N + C - 1) / C;
-            int64_t wne[2] = {M, M}, bl[1] = {M};
-            la_tensor_init(&r.w, W, LA_F32, LA_DEVICE_CPU, 2, wne);
-            la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, bl, &r.w);
+            causal_mixing(&r.w, W, M, general);
             la_mhla_causal_params_init(&r.cp);
             double s = time_median(run_c, &r, cfg->min_time, &st);
-            if (st != LA_OK) { rc = la_cli_status(st, "bench mhla-causal"); break; }
-            report(cfg, "mhla-causal", N, M, s,
-                   (double)H * (4.0 * N * D * E + (double)N * C * (D + E) + (double)M * M * D * E), NULL);
+            const char *name = general ? "mhla-causal-w" : "mhla-causal";
+            if (st != LA_OK) { rc = la_cli_status(st, name); break; }
+            /* flops: the running-sum mixing is O(M·d·dv) and not counted */
+            report(cfg, name, N, M, s,
+                   (double)H * (4.0 * N * D * E + (double)N * C * (D + E) +
+                                (general ? (double)M * M * D * E : 0.0)),
+                   general ? "\"mixing\":\"general\"" : "\"mixing\":\"uniform_causal\"");
             la_progress_step(&pr, 1);
         }
     }
-    if (do_d && !rc) {
-        /* one state, prefilled to each context, then 8·C decoded tokens timed
-         * one by one: the median token inside a block, the median block start
-         * (which forms the new block's mixture once, O(M·d·dv)), and the
-         * amortized cost per token. */
-        const int64_t M = nall / C;
-        int64_t wne[2] = {M, M}, bl[1] = {M};
-        la_tensor_init(&r.w, W, LA_F32, LA_DEVICE_CPU, 2, wne);
-        la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, bl, &r.w);
-        la_mhla_causal_params_init(&r.cp);
-        la_mhla_state *sp = NULL;
-        st = la_mhla_state_create(&r.cp, 1, H, D, D, &r.w, &sp);
-        int64_t len = 0;
-        for (int64_t c = 1024; c <= dmax && st == LA_OK; c *= 4) {
-            la_tensor tq = r.q, tk = r.k, tv = r.v, to = r.o;
-            tq.ne[1] = tk.ne[1] = tv.ne[1] = to.ne[1] = c - len;
-            st = la_mhla_state_append(sp, &tq, &tk, &tv, &to, r.ctx); /* prefill */
-            len = c;
-            enum { STEPS = 512 };
-            double tin[STEPS], tst[STEPS];
-            int nin = 0, nst = 0;
-            for (int i = 0; i < STEPS && st == LA_OK; i++) {
-                la_tensor q1 = r.q, k1 = r.k, v1 = r.v, o1 = r.o;
-                q1.ne[1] = k1.ne[1] = v1.ne[1] = o1.ne[1] = 1;
-                q1.data = q + i * H * D, k1.data = k + i * H * D, v1.data = v + i * H * D;
-                o1.data = o + i * H * D;
-                const int starts_block = (len + i) % C == 0;
-                double t0 = la_now();
-                st = la_mhla_state_append(sp, &q1, &k1, &v1, &o1, r.ctx);
-                double dt = la_now() - t0;
-                if (starts_block) tst[nst++] = dt;
-                else tin[nin++] = dt;
-            }
-            len += STEPS;
-            if (st != LA_OK) break;
-            /* medians, so that a preempted token does not count; amortized =
-             * (C−1) in-block tokens plus one block start, per C tokens */
-            const double med = median(tin, nin), mst = median(tst, nst);
-            const double amort = ((double)(C - 1) * med + mst) / (double)C;
-            char extra[200];
-            snprintf(extra, sizeof extra, "\"context\":%lld,\"us_per_token_median\":%.3f,"
-                     "\"us_block_start_median\":%.3f,\"us_per_token_amortized\":%.3f",
-                     (long long)c, med * 1e6, mst * 1e6, amort * 1e6);
-            if (cfg->json)
-                report(cfg, "mhla-decode", c, c / C + 1, amort, (double)H * 4.0 * D * E, extra);
-            else
-                fprintf(cfg->out, "%-12s ctx=%-7lld H=%-3lld D=%-4lld M=%-5lld %8.2f us/token median "
-                        "%9.1f us block start %8.2f us/token amortized\n", "mhla-decode",
-                        (long long)c, (long long)H, (long long)D, (long long)(c / C + 1),
-                        med * 1e6, mst * 1e6, amort * 1e6);
-            la_progress_step(&pr, 1);
-        }
-        if (st != LA_OK) rc = la_cli_status(st, "bench mhla-decode");
-        la_mhla_state_destroy(sp);
-    }
+    for (int general = 0; general < 2 && !rc; general++)
+        if (do_d[general]) rc = bench_decode(cfg, &r, W, nall / C, general, q, k, v, o, dmax, &pr);
     la_progress_end(&pr);
     la_context_destroy(r.ctx);
     free(q), free(k), free(v), free(o), free(W);

@@ -457,6 +457,7 @@ typedef struct c_job {
     int64_t N, H, D, Dv, SE, C, nc, Hw, tile;
     int per_query;
     float *Wl, *Wd; /* strictly lower W [Hw,nc,nc], its diagonal [Hw,nc] */
+    int row_constant; /* every row's W[i,b], b < i, are equal (all heads) */
 } c_job;
 /* A head's chunk summaries are rows [S_c z_c] of SE = D·Dv + D floats
  * (S_c [D,Dv], z_c [D]); its mixtures Hm have the same layout. */
@@ -493,6 +494,38 @@ static void c_mix(const c_job *j, int64_t bh, int64_t r0, int64_t r1, int64_t c0
     const float *Wh = j->Wl + (j->Hw == 1 ? 0 : bh % j->H) * nc * nc;
     la_sgemm(false, false, r1 - r0, cw, r1 - 1, 1.0f, Wh + r0 * nc, nc, Sh + c0, SE, 0.0f, dst,
              SE); /* K = 0 (the first row alone) writes zeros */
+}
+
+/* Whether, in every head's strictly lower W, each row i holds one value c_i
+ * (W[i,b] equal for all b < i, exactly): uniform_causal, 1/(i+1), is. */
+static int lower_rows_constant(const float *Wl, int64_t Hw, int64_t nc) {
+    for (int64_t hw = 0; hw < Hw; hw++)
+        for (int64_t i = 2; i < nc; i++) {
+            const float *row = Wl + (hw * nc + i) * nc;
+            for (int64_t b = 1; b < i; b++)
+                if (row[b] != row[0]) return 0;
+        }
+    return 1;
+}
+
+/* Phase 2 for a row-constant W: Hm[i] = c_i · Σ_{b<i} [S_b z_b], a running
+ * sum over the chunks, O(nc·SE) instead of the GEMM's O(nc²·SE); the same
+ * numbers up to rounding. Columns [c0, c0+cw) of a head's rows; src and dst
+ * may be the same rows (in place). run, cur: cw floats of scratch. */
+static void c_mix_prefix(const c_job *j, int64_t bh, int64_t c0, int64_t cw, const float *src,
+                         float *dst, float *run, float *cur) {
+    const int64_t nc = j->nc, SE = j->SE;
+    const float *Wh = j->Wl + (j->Hw == 1 ? 0 : bh % j->H) * nc * nc;
+    memset(run, 0, (size_t)cw * sizeof(float));
+    for (int64_t i = 0; i < nc; i++) {
+        const float ci = i > 0 ? Wh[i * nc] : 0.0f;
+        const int more = i + 1 < nc; /* the last chunk's summary is never formed */
+        if (more) memcpy(cur, src + i * SE + c0, (size_t)cw * sizeof(float));
+        float *d = dst + i * SE + c0;
+        for (int64_t x = 0; x < cw; x++) d[x] = ci * run[x];
+        if (more)
+            for (int64_t x = 0; x < cw; x++) run[x] += cur[x];
+    }
 }
 
 /* Phase 3: outputs of chunk c of head bh, query tiles against key tiles:
@@ -581,6 +614,7 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
     float *S = (float *)(ws + oS), *Hm = (float *)(ws + oHm);
     j.Wl = (float *)(ws + oW), j.Wd = (float *)(ws + oWd);
     load_mixing(mixing, nc, 1, j.Wl, j.Wd);
+    j.row_constant = lower_rows_constant(j.Wl, j.Hw, nc);
 
     const int64_t nrb = (nc + MIX_ROWS - 1) / MIX_ROWS, ncol = (SE + MIX_COLS - 1) / MIX_COLS;
 #pragma omp parallel num_threads(nt)
@@ -598,10 +632,15 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
                 for (int64_t c = 0; c + 1 < nc; c++) c_summary(&j, bh, c, Sh, &w);
                 /* in place, last row block first: block [r0, r1) reads rows
                  * < r1 − 1, which no later-written block has touched yet */
-                for (int64_t rb = nrb - 1; rb >= 0; rb--) {
-                    const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
-                    c_mix(&j, bh, r0, r1, 0, SE, Sh, tmp);
-                    memcpy(Sh + r0 * SE, tmp, (size_t)((r1 - r0) * SE) * sizeof(float));
+                if (j.row_constant) { /* tmp holds >= 2 rows (MIX_ROWS >= 2) */
+                    c_mix_prefix(&j, bh, 0, SE, Sh, Sh, tmp, tmp + SE);
+                } else {
+                    for (int64_t rb = nrb - 1; rb >= 0; rb--) {
+                        const int64_t r0 = rb * MIX_ROWS;
+                        const int64_t r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+                        c_mix(&j, bh, r0, r1, 0, SE, Sh, tmp);
+                        memcpy(Sh + r0 * SE, tmp, (size_t)((r1 - r0) * SE) * sizeof(float));
+                    }
                 }
                 for (int64_t c = 0; c < nc; c++) c_output(&j, bh, c, Sh, &w);
             }
@@ -611,13 +650,23 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
                 const int64_t bh = task / (nc - 1);
                 c_summary(&j, bh, task % (nc - 1), S + bh * nc * SE, &w);
             }
+            if (j.row_constant) {
+                float run[MIX_COLS], cur[MIX_COLS];
 #pragma omp for schedule(dynamic, 1)
-            for (int64_t task = 0; task < BH * nrb * ncol; task++) {
-                const int64_t bh = task / (nrb * ncol), rb = (task / ncol) % nrb;
-                const int64_t c0 = (task % ncol) * MIX_COLS;
-                const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
-                c_mix(&j, bh, r0, r1, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS, S + bh * nc * SE,
-                      Hm + (bh * nc + r0) * SE + c0);
+                for (int64_t task = 0; task < BH * ncol; task++) {
+                    const int64_t bh = task / ncol, c0 = (task % ncol) * MIX_COLS;
+                    c_mix_prefix(&j, bh, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS,
+                                 S + bh * nc * SE, Hm + bh * nc * SE, run, cur);
+                }
+            } else {
+#pragma omp for schedule(dynamic, 1)
+                for (int64_t task = 0; task < BH * nrb * ncol; task++) {
+                    const int64_t bh = task / (nrb * ncol), rb = (task / ncol) % nrb;
+                    const int64_t c0 = (task % ncol) * MIX_COLS;
+                    const int64_t r0 = rb * MIX_ROWS, r1 = r0 + MIX_ROWS < nc ? r0 + MIX_ROWS : nc;
+                    c_mix(&j, bh, r0, r1, c0, SE - c0 < MIX_COLS ? SE - c0 : MIX_COLS,
+                          S + bh * nc * SE, Hm + (bh * nc + r0) * SE + c0);
+                }
             }
 #pragma omp for schedule(dynamic, 1)
             for (int64_t task = 0; task < BH * nc; task++)
@@ -642,7 +691,9 @@ static void state_append_head(la_mhla_state *st, int64_t b, int64_t h, int64_t p
     const int64_t n = q->ne[1];
     const int mode = st->p.normalize == LA_MHLA_NORM_PER_QUERY ? NORM_COLUMN : NORM_NONE;
     float *Sbh = st->S + bh * M * SE, *P = st->P + bh * SE, *mix = st->mix + bh * SE;
+    float *T = st->T + bh * SE;
     const float *W = st->W + (st->Hw == 1 ? 0 : h) * M * M;
+    const unsigned char *rowc = st->row_const + (st->Hw == 1 ? 0 : h) * M;
     const int64_t tile = C < C_TILE ? C : C_TILE;
     float *qt = ws, *kt = qt + tile * D, *vt = kt + tile * D, *ot = vt + tile * E;
     float *A = ot + tile * E;
@@ -651,15 +702,26 @@ static void state_append_head(la_mhla_state *st, int64_t b, int64_t h, int64_t p
     while (r < n) {
         const int64_t blk = pos / C, off = pos % C;
         if (off == 0) {
-            if (blk > 0) memcpy(Sbh + (blk - 1) * SE, P, (size_t)SE * sizeof(float));
-            /* formed once per block: O(blk·d·dv), a stream over the finished
-             * summaries (axpy per block keeps mix in L1; a 1-row GEMM would
-             * pack all of S first) */
-            memset(mix, 0, (size_t)SE * sizeof(float));
-            for (int64_t b2 = 0; b2 < blk; b2++) {
-                const float wb = W[blk * M + b2];
-                const float *Sb = Sbh + b2 * SE;
-                for (int64_t x = 0; x < SE; x++) mix[x] += wb * Sb[x];
+            /* close the previous block: keep its summary, add it to the total */
+            if (blk > 0) {
+                memcpy(Sbh + (blk - 1) * SE, P, (size_t)SE * sizeof(float));
+                for (int64_t x = 0; x < SE; x++) T[x] += P[x];
+            }
+            /* the new block's mixture, formed once */
+            if (blk == 0) {
+                memset(mix, 0, (size_t)SE * sizeof(float));
+            } else if (rowc[blk]) { /* W[blk,b] = c for all b < blk: c·Σ S_b, O(d·dv) */
+                const float c = W[blk * M];
+                for (int64_t x = 0; x < SE; x++) mix[x] = c * T[x];
+            } else {
+                /* O(blk·d·dv): a stream over the finished summaries (axpy per
+                 * block keeps mix in L1; a 1-row GEMM would pack all of S) */
+                memset(mix, 0, (size_t)SE * sizeof(float));
+                for (int64_t b2 = 0; b2 < blk; b2++) {
+                    const float wb = W[blk * M + b2];
+                    const float *Sb = Sbh + b2 * SE;
+                    for (int64_t x = 0; x < SE; x++) mix[x] += wb * Sb[x];
+                }
             }
             memset(P, 0, (size_t)SE * sizeof(float));
         }

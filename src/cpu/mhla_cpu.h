@@ -57,7 +57,9 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
  *   S    [M, D, Dv+1]  finished block summaries [S_b | z_b], b < len/C
  *   P    [D, Dv+1]     the open block's running summary
  *   mix  [D, Dv+1]     Σ_{b<i} W[i,b] [S_b | z_b] for the open block i,
- *                      formed once when block i starts.
+ *                      formed once when block i starts: O(i·d·dv), or
+ *                      O(d·dv) from the running total T when row i of W is
+ *                      constant below the diagonal (uniform_causal).
  * The open block i = ⌊(len−1)/C⌋ (none when len = 0). When len is a
  * multiple of C the open block is full; it moves into S when the next token
  * arrives. */
@@ -70,6 +72,9 @@ struct la_mhla_state {
     float *S;                 /* [B, H, M, D, Dv+1]                    */
     float *P;                 /* [B, H, D, Dv+1]                       */
     float *mix;               /* [B, H, D, Dv+1]                       */
+    float *T;                 /* [B, H, D, Dv+1] Σ of the finished S_b */
+    unsigned char *row_const; /* [Hw, M]: W[i,b] equal for all b < i,
+                                 so mix_i = W[i,0]·T (uniform_causal) */
 };
 
 /* Append n tokens (views validated, len + n <= M·C checked). */

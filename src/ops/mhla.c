@@ -290,7 +290,9 @@ la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_
     st->S = (float *)malloc(bS);
     st->P = (float *)calloc(1, bP);
     st->mix = (float *)calloc(1, bP);
-    if (!st->W || !st->S || !st->P || !st->mix) {
+    st->T = (float *)calloc(1, bP);
+    st->row_const = (unsigned char *)malloc((size_t)(Hw * M));
+    if (!st->W || !st->S || !st->P || !st->mix || !st->T || !st->row_const) {
         la_mhla_state_destroy(st);
         return la_err(LA_ERR_NOMEM, "%s: cannot allocate %zu bytes of block summaries "
                       "(B=%lld H=%lld M=%lld D=%lld Dv=%lld)", op, bS, (long long)B,
@@ -301,6 +303,17 @@ la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_
             for (int64_t j = 0; j < M; j++)
                 st->W[(hw * M + i) * M + j] = la_load_f32(
                     mixing, mixing->ndim == 3 ? la_off3(mixing, hw, i, j) : la_off2(mixing, i, j));
+    /* Touch every page of the summaries now: a first touch while decoding
+     * (zeroing a fresh, possibly huge, page) would be a latency spike of a
+     * block start. */
+    memset(st->S, 0, bS);
+    for (int64_t hw = 0; hw < Hw; hw++)
+        for (int64_t i = 0; i < M; i++) {
+            const float *row = st->W + (hw * M + i) * M;
+            unsigned char c = 1;
+            for (int64_t j = 1; j < i && c; j++) c = row[j] == row[0];
+            st->row_const[hw * M + i] = c;
+        }
     *state = st;
     la_err_clear();
     return LA_OK;
@@ -344,6 +357,8 @@ la_status la_mhla_state_destroy(la_mhla_state *st) {
     free(st->S);
     free(st->P);
     free(st->mix);
+    free(st->T);
+    free(st->row_const);
     free(st);
     return LA_OK;
 }

@@ -54,6 +54,9 @@ typedef struct c_case {
     float scale; /* 0 = default D^-1/2 */
     int layout;
     la_dtype dt;
+    int wkind; /* 0 random W; 1 constant below the diagonal in every row
+                  (uniform_causal-like, a per-head scale: the running-sum
+                  paths); 2 the same with one row broken (mixed paths) */
 } c_case;
 
 /* Forward vs reference; then decode token by token, and prefill + decode
@@ -69,6 +72,14 @@ static void run_case(la_rng *rng, const c_case *c, la_context *ctx) {
     tv_make(&od, B, N, H, Dv, c->dt, c->layout ? 1 : 0, NULL, 0);
     mixing_t w;
     mix_make(&w, Hw, M, c->per_head ? 3 : 2, rng, 0);
+    if (c->wkind)
+        for (int64_t h = 0; h < Hw; h++)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t j = 0; j <= i; j++)
+                    w.f[(h * M + i) * M + j] =
+                        (float)((h + 1.0) / (i + 1.0)) * (j == i ? 0.5f : 1.0f);
+    if (c->wkind == 2 && M > 3) w.f[(Hw - 1) * M * M + 3 * M + 1] *= 1.5f; /* row 3, last head */
+    mix_sync(&w);
     /* The upper triangle and everything past ceil(N/C) must be ignored: make
      * them NaN in the operator's copy (the reference never reads them). */
     for (int64_t h = 0; h < Hw; h++)
@@ -91,10 +102,11 @@ static void run_case(la_rng *rng, const c_case *c, la_context *ctx) {
     tv_read(&o, got);
     const double tol = c->dt == LA_BF16 ? 1e-2 : 1e-5;
     double err = la_rel_err(got, ref, n_out);
-    printf("  N=%-5lld C=%-4lld M=%-4lld B=%lld H=%lld D=%-3lld Dv=%-3lld %s %-9s %-8s %s%s "
+    printf("  N=%-5lld C=%-4lld M=%-4lld B=%lld H=%lld D=%-3lld Dv=%-3lld %s%s %-9s %-8s %s%s "
            "scale=%-7.4g rel=%.2e",
            (long long)N, (long long)C, (long long)M, (long long)B, (long long)H, (long long)D,
            (long long)Dv, c->per_head ? "W[H,M,M]" : "W[M,M]  ",
+           c->wkind == 1 ? " const-rows" : c->wkind == 2 ? " mixed-rows" : "",
            c->norm == LA_MHLA_NORM_PER_QUERY ? "per_query" : "none", la_feature_name(c->f),
            la_dtype_name(c->dt), c->layout ? " strided" : "", scale, err);
     CHECK(err <= tol, "causal N=%lld C=%lld: rel err %.3e > %.0e", (long long)N, (long long)C, err, tol);
@@ -206,19 +218,23 @@ int main(void) {
     printf("causal forward, decode, prefill+decode\n");
     const c_case cases[] = {
         /* B  N    H  D    Dv  C    +M ph feature                norm scale layout dt */
-        {2, 1, 3, 16, 8, 64, 0, 0, LA_FEATURE_RELU, 1, 0, 0, LA_F32},
-        {2, 63, 3, 1, 3, 64, 0, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32},
-        {2, 65, 2, 16, 24, 64, 2, 0, LA_FEATURE_RELU_EPS, 0, 0, 0, LA_F32},
-        {1, 65, 2, 63, 17, 1, 0, 1, LA_FEATURE_ELU1, 0, 0.5f, 1, LA_F32},
-        {2, 100, 2, 64, 32, 7, 3, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32},
-        {1, 200, 2, 16, 24, 70, 0, 0, LA_FEATURE_RELU1, 0, 0, 0, LA_F32},
-        {1, 300, 2, 32, 16, 150, 1, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32},
-        {1, 130, 2, 16, 8, 200, 0, 0, LA_FEATURE_IDENTITY, 1, 0, 0, LA_F32},
-        {1, 1000, 2, 64, 32, 64, 0, 0, LA_FEATURE_RELU, 1, 0, 1, LA_F32},
-        {1, 1000, 1, 128, 64, 16, 0, 1, LA_FEATURE_ELU1, 0, 0, 0, LA_F32},
-        {1, 1000, 2, 16, 48, 128, 0, 1, LA_FEATURE_RELU_EPS, 0, 0, 1, LA_F32},
-        {1, 90, 2, 32, 16, 13, 0, 0, LA_FEATURE_RELU1, 0, 0, 1, LA_F64},
-        {1, 90, 2, 32, 16, 13, 0, 1, LA_FEATURE_RELU1, 0, 0, 0, LA_BF16},
+        {2, 1, 3, 16, 8, 64, 0, 0, LA_FEATURE_RELU, 1, 0, 0, LA_F32, 0},
+        {2, 63, 3, 1, 3, 64, 0, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32, 0},
+        {2, 65, 2, 16, 24, 64, 2, 0, LA_FEATURE_RELU_EPS, 0, 0, 0, LA_F32, 0},
+        {1, 65, 2, 63, 17, 1, 0, 1, LA_FEATURE_ELU1, 0, 0.5f, 1, LA_F32, 0},
+        {2, 100, 2, 64, 32, 7, 3, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32, 0},
+        {1, 200, 2, 16, 24, 70, 0, 0, LA_FEATURE_RELU1, 0, 0, 0, LA_F32, 0},
+        {1, 300, 2, 32, 16, 150, 1, 1, LA_FEATURE_RELU, 1, 0, 1, LA_F32, 0},
+        {1, 130, 2, 16, 8, 200, 0, 0, LA_FEATURE_IDENTITY, 1, 0, 0, LA_F32, 0},
+        {1, 1000, 2, 64, 32, 64, 0, 0, LA_FEATURE_RELU, 1, 0, 1, LA_F32, 0},
+        {1, 1000, 1, 128, 64, 16, 0, 1, LA_FEATURE_ELU1, 0, 0, 0, LA_F32, 0},
+        {1, 1000, 2, 16, 48, 128, 0, 1, LA_FEATURE_RELU_EPS, 0, 0, 1, LA_F32, 0},
+        {1, 90, 2, 32, 16, 13, 0, 0, LA_FEATURE_RELU1, 0, 0, 1, LA_F64, 0},
+        {1, 90, 2, 32, 16, 13, 0, 1, LA_FEATURE_RELU1, 0, 0, 0, LA_BF16, 0},
+        /* row-constant W: running-sum mixing in the forward and the decoder */
+        {2, 1000, 2, 32, 24, 16, 2, 1, LA_FEATURE_RELU, 1, 0, 0, LA_F32, 1},
+        {1, 700, 1, 64, 64, 64, 0, 0, LA_FEATURE_RELU, 0, 0, 1, LA_F32, 1},
+        {2, 300, 2, 16, 8, 7, 1, 1, LA_FEATURE_ELU1, 0, 0, 0, LA_F32, 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(&rng, &cases[i], ctx);
     la_context_set_threads(ctx, 1);
