@@ -7,10 +7,13 @@
    (einsums over block views) vs our own non-causal linear attention
    (la_linear_attention, same feature map): the goals are >= 4x faster than
    PyTorch and within 1.3x of linear attention.
-2. Causal MHLA (SPEC §5.4) throughput vs N (M = N/C) for C = 64 (default)
-   and C = 256, with our causal linear attention beside it.
-3. Decoding: time per token vs context (1K..64K) through la_mhla_state
-   (`longattn bench --ops mhla-decode --json`: median token inside a block,
+2. Causal MHLA (SPEC §5.4) throughput vs N (M = N/C): uniform_causal W
+   (rows constant below the diagonal, which the library mixes by running
+   sums) at C = 64 (default) and C = 256, and a general W at C = 64 (the
+   O(M²·d·dv) mixing GEMM), with our causal linear attention beside them.
+3. Decoding: time per token vs context (1K..64K) through la_mhla_state, for
+   uniform_causal and a general W (`longattn bench --ops
+   mhla-decode,mhla-decode-w --json`: median token inside a block,
    median block start, amortized per token) against softmax decoding (one
    query attending to the whole KV cache: softmax(q Kᵀ/√D) V in torch on one
    thread), which grows linearly.
@@ -161,40 +164,44 @@ def main():
     sys.stdout.flush()
 
     # ---- 2. causal throughput vs N -----------------------------------------
-    print("\n### Causal MHLA throughput vs N (M = N/C, uniform_causal W), %d threads\n" % th)
-    print("| N | MHLA C=64 ms | Mtok/s | MHLA C=256 ms | Mtok/s | causal linear attn ms | Mtok/s |")
-    print("|---|---|---|---|---|---|---|")
+    # uniform_causal W (rows constant below the diagonal: mixed by running
+    # sums) at C = 64 and 256, a general W at C = 64 (the O(M²·d·dv) GEMM).
+    def causal_w(N, C, general):
+        Mc = (N + C - 1) // C
+        W = np.asarray(longattn.mhla_init((Mc,), kind="uniform_causal"), dtype=np.float32)
+        if general:
+            i, b = np.tril_indices(Mc, -1)
+            W[i, b] *= 1.0 + 0.25 * ((7 * b + i) % 4)
+        return torch.from_numpy(W)
+
+    def causal_fns(q, k, v, N):
+        Ws = {"c64": causal_w(N, 64, False), "c256": causal_w(N, 256, False),
+              "c64w": causal_w(N, 64, True)}
+        return {"c64": lambda: longattn.mhla_causal(q, k, v, Ws["c64"], chunk=64),
+                "c256": lambda: longattn.mhla_causal(q, k, v, Ws["c256"], chunk=256),
+                "c64w": lambda: longattn.mhla_causal(q, k, v, Ws["c64w"], chunk=64),
+                "lin": lambda: longattn.linear_attention(q, k, v, causal=True)}
+
+    print("\n### Causal MHLA throughput vs N (M = N/C), %d threads\n" % th)
+    print("W uniform_causal (constant rows: running-sum mixing) at C = 64 and 256; a general W at C = 64.\n")
+    print("| N | uniform C=64 ms | Mtok/s | uniform C=256 ms | Mtok/s | general W C=64 ms | Mtok/s | causal linear attn ms | Mtok/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
     Nc = [1024, 4096, 16384] if args.quick else [1024, 4096, 16384, 65536]
     for N in Nc:
         q, k, v = [torch.randn(B, N, H, D, generator=g) for _ in range(3)]
-        Ws = {}
-        for C in (64, 256):
-            Mc = (N + C - 1) // C
-            Ws[C] = torch.from_numpy(np.asarray(longattn.mhla_init((Mc,), kind="uniform_causal"),
-                                                dtype=np.float32))
-        t = median_times({
-            "c64": lambda: longattn.mhla_causal(q, k, v, Ws[64], chunk=64),
-            "c256": lambda: longattn.mhla_causal(q, k, v, Ws[256], chunk=256),
-            "lin": lambda: longattn.linear_attention(q, k, v, causal=True),
-        }, rounds=3, min_time=args.min_time / 2)
-        print("| %d | %.2f | %.3f | %.2f | %.3f | %.2f | %.3f |" % (
-            N, t["c64"] * 1e3, N / t["c64"] * 1e-6, t["c256"] * 1e3, N / t["c256"] * 1e-6,
-            t["lin"] * 1e3, N / t["lin"] * 1e-6))
+        t = median_times(causal_fns(q, k, v, N), rounds=3, min_time=args.min_time / 2)
+        print("| %d | " % N + " | ".join("%.2f | %.3f" % (t[key] * 1e3, N / t[key] * 1e-6)
+                                         for key in ("c64", "c256", "c64w", "lin")) + " |")
         sys.stdout.flush()
 
-    print("\nOne thread, process CPU time per token (insensitive to other processes):\n")
-    print("| N | MHLA C=64 us/token | MHLA C=256 us/token | causal linear attn us/token |")
-    print("|---|---|---|---|")
+    print("\nOne thread, process CPU time per token in µs (insensitive to other processes):\n")
+    print("| N | uniform C=64 | uniform C=256 | general W C=64 | causal linear attn |")
+    print("|---|---|---|---|---|")
     torch.set_num_threads(1)
     longattn.set_num_threads(1)
     for N in Nc:
         q, k, v = [torch.randn(B, N, H, D, generator=g) for _ in range(3)]
-        Ws = {C: torch.from_numpy(np.asarray(longattn.mhla_init(((N + C - 1) // C,),
-                                                                kind="uniform_causal"),
-                                             dtype=np.float32)) for C in (64, 256)}
-        fns = {"c64": lambda: longattn.mhla_causal(q, k, v, Ws[64], chunk=64),
-               "c256": lambda: longattn.mhla_causal(q, k, v, Ws[256], chunk=256),
-               "lin": lambda: longattn.linear_attention(q, k, v, causal=True)}
+        fns = causal_fns(q, k, v, N)
         ct = {key: [] for key in fns}
         for f in fns.values():
             f()
@@ -204,7 +211,7 @@ def main():
                 f()
                 ct[key].append(time.process_time() - t0)
         ct = {key: float(np.median(x)) / N * 1e6 for key, x in ct.items()}
-        print("| %d | %.3f | %.3f | %.3f |" % (N, ct["c64"], ct["c256"], ct["lin"]))
+        print("| %d | %.3f | %.3f | %.3f | %.3f |" % (N, ct["c64"], ct["c256"], ct["c64w"], ct["lin"]))
         sys.stdout.flush()
     torch.set_num_threads(th)
     longattn.set_num_threads(th)
@@ -212,18 +219,21 @@ def main():
     # ---- 3. decoding --------------------------------------------------------
     print("\n### Decoding: time per token vs context, B=1 H=4 D=64, C=64, %d threads\n" % th)
     exe = os.path.join(ROOT, args.build, "longattn")
-    r = subprocess.run([exe, "bench", "--ops", "mhla-decode", "--json", "--threads", str(th),
-                        "--d", str(D), "--heads", str(H)], capture_output=True, text=True,
+    r = subprocess.run([exe, "bench", "--ops", "mhla-decode,mhla-decode-w", "--json", "--threads",
+                        str(th), "--d", str(D), "--heads", str(H)], capture_output=True, text=True,
                        timeout=600)
     rows = [json.loads(l) for l in r.stdout.splitlines() if l.startswith("{")]
     if r.returncode != 0 or not rows:
         print("(longattn bench failed: %s)" % r.stderr.strip())
         return 1
-    print("| context | MHLA us/token (median, inside a block) | MHLA block start us (median) | MHLA us/token amortized | softmax decode us/token (torch, 1 thread) |")
-    print("|---|---|---|---|---|")
+    uni = {row["context"]: row for row in rows if row["mixing"] == "uniform_causal"}
+    gen = {row["context"]: row for row in rows if row["mixing"] == "general"}
+    print("Per token: median of tokens inside a block; block start: median of first tokens of a block;")
+    print("amortized = (63 inside + 1 start) / 64.\n")
+    print("| context | uniform W: inside µs | start µs | amortized µs | general W: inside µs | start µs | amortized µs | softmax decode µs (torch, 1 thread) |")
+    print("|---|---|---|---|---|---|---|---|")
     torch.set_num_threads(1)  # one query: a thread pool only adds wake-ups
-    for row in rows:
-        ctx = row["context"]
+    for ctx in sorted(uni):
         Kc = torch.randn(1, H, ctx, D, generator=g)
         Vc = torch.randn(1, H, ctx, D, generator=g)
         q1 = torch.randn(1, H, 1, D, generator=g)
@@ -235,14 +245,19 @@ def main():
             t0 = time.perf_counter()
             f()
             ts.append(time.perf_counter() - t0)
-        print("| %d | %.2f | %.0f | %.2f | %.1f |" % (
-            ctx, row["us_per_token_median"], row["us_block_start_median"], row["us_per_token_amortized"],
-            np.median(ts) * 1e6))
-    first, last = rows[0], rows[-1]
-    print("\nmedian token at %dK vs %dK context: %.2fx; amortized: %.2fx" % (
-        last["context"] // 1024, first["context"] // 1024,
-        last["us_per_token_median"] / first["us_per_token_median"],
-        last["us_per_token_amortized"] / first["us_per_token_amortized"]))
+        cells = []
+        for d in (uni, gen):
+            row = d.get(ctx)
+            cells.append("%.2f | %.0f | %.2f" % (row["us_per_token_median"], row["us_block_start_median"],
+                                                 row["us_per_token_amortized"]) if row else "— | — | —")
+        print("| %d | %s | %s | %.1f |" % (ctx, cells[0], cells[1], np.median(ts) * 1e6))
+    lo, hi = min(uni), max(uni)
+    for name, d in (("uniform W", uni), ("general W", gen)):
+        if lo in d and hi in d:
+            print("\n%s: at %dK vs %dK context, token inside a block %.2fx, amortized %.2fx" % (
+                name, hi // 1024, lo // 1024,
+                d[hi]["us_per_token_median"] / d[lo]["us_per_token_median"],
+                d[hi]["us_per_token_amortized"] / d[lo]["us_per_token_amortized"]))
     return 0
 
 
