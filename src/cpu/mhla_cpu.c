@@ -115,6 +115,18 @@ static void gather_rows(const la_tensor *t, int64_t b, int64_t h, const int64_t 
                         int64_t n0, int64_t n, float *dst, int64_t ld, int feat,
                         la_feature f, float scale) {
     const int64_t D = t->ne[3];
+    if (t->dtype == LA_F32 && t->nb[3] == 1 && feat && scale == 1.0f &&
+        (f == LA_FEATURE_RELU || f == LA_FEATURE_RELU_EPS)) {
+        /* the common case in one pass: load, φ, store */
+        const float *base = (const float *)t->data + b * t->nb[0] + h * t->nb[2];
+        const float add = f == LA_FEATURE_RELU_EPS ? 1e-6f : 0.0f;
+        for (int64_t r = 0; r < n; r++) {
+            const float *src = base + (idx ? idx[r] : n0 + r) * t->nb[1];
+            float *d = dst + r * ld;
+            for (int64_t j = 0; j < D; j++) d[j] = (src[j] > 0.f ? src[j] : 0.f) + add;
+        }
+        return;
+    }
     if (t->dtype == LA_F32) {
         const float *base = (const float *)t->data + b * t->nb[0] + h * t->nb[2];
         const int64_t s1 = t->nb[1], s3 = t->nb[3];
