@@ -77,9 +77,9 @@ def openblas_core():
     return "?"
 
 
-def sgemm_peak(exe, threads):
+def sgemm_peak(exe, threads, min_time=1.0):
     r = subprocess.run([exe, "bench", "--json", "--ops", "sgemm_peak", "--threads", str(threads),
-                        "--min-time", "1", "--nmin", "1024", "--nmax", "1024"],
+                        "--min-time", str(min_time), "--nmin", "1024", "--nmax", "1024"],
                        capture_output=True, text=True, timeout=600)
     for line in r.stdout.splitlines():
         if line.startswith("{") and '"sgemm_peak"' in line:
@@ -122,25 +122,34 @@ def main():
     print(f"# {machine()}\n# {longattn.build_info()}, OpenBLAS core {openblas_core()}, "
           f"torch {torch.__version__}, threads={args.threads}, load average {load0[0]:.2f}")
 
-    peak = sgemm_peak(exe, args.threads)
-    print(f"sgemm peak (la_sgemm 1024^3 per thread): {peak:.1f} GFLOP/s")
+    # The sgemm peak is measured inside the same interleaved rounds as the
+    # indexers (one short `longattn bench --ops sgemm_peak` per round), so a
+    # shared machine's load weighs on both sides of the "% of peak" alike.
+    peaks = []
+
+    def peak_round():
+        peaks.append(sgemm_peak(exe, args.threads, 0.3))
 
     g = torch.Generator().manual_seed(0)
     T, HI, dI, K, B, M = 256, 64, 128, 2048, 128, 64
     rows = []
     Ls = [65536] if args.quick else [65536, 131072]
-    rounds = 3 if args.quick else 5
+    rounds = 3 if args.quick else 7
     for L in Ls:
         q = torch.randn(T, HI, dI, generator=g)
         k = torch.randn(L, dI, generator=g)
         w = torch.rand(T, HI, generator=g) / np.sqrt(HI * dI)
         fns = {"dsa": lambda: longattn.dsa_topk(q, k, w, topk=K),
-               "hisa": lambda: longattn.hisa_topk(q, k, w, topk=K, block=B, block_topk=M)}
+               "hisa": lambda: longattn.hisa_topk(q, k, w, topk=K, block=B, block_topk=M),
+               "sgemm": peak_round}
+        first = len(peaks)
         res = median_times(fns, rounds, 0)
         ends = np.clip(L - T + np.arange(T) + 1, 0, L)
         flops = 2.0 * HI * dI * float(ends.sum())
         td, th = res["dsa"][0], res["hisa"][0]
+        peak = float(np.median(peaks[first:]))  # the sgemm peak under this L's conditions
         rows.append(dict(L=L, dsa_ms=td * 1e3, hisa_ms=th * 1e3, speedup=td / th, dsa_gflops=flops / td * 1e-9,
+                         peak=peak,
                          dsa_all=[round(x * 1e3, 1) for x in res["dsa"][1]],
                          hisa_all=[round(x * 1e3, 1) for x in res["hisa"][1]]))
         print(f"L={L:6d}: dsa {td * 1e3:9.1f} ms ({flops / td * 1e-9:6.1f} GFLOP/s, "
@@ -148,6 +157,8 @@ def main():
               f"hisa {td / th:5.2f}x faster")
         del q, k, w
 
+    peak = float(np.median(peaks))
+    print(f"sgemm peak (la_sgemm 1024^3 per thread, median of {len(peaks)} interleaved rounds): {peak:.1f} GFLOP/s")
     R, Lk = 256, 65536
     scores = torch.randn(R, Lk, generator=g)
     res = median_times({"ours": lambda: longattn.topk(scores, K),
@@ -176,14 +187,15 @@ def main():
              f"Command: `{cmd}` (medians of interleaved rounds after a warm-up).", "",
              f"Indexers: T = {T} queries (bottom-right causal: the last {T} positions of an L-token "
              f"prefix), HI = {HI}, dI = {dI}, topk = {K}; HISA B = {B}, m = {M}; random N(0,1) q, k.", "",
-             "| L | DSA (ms) | DSA GFLOP/s | % of sgemm peak | HISA (ms) | HISA speedup | goal |",
-             "|---:|---:|---:|---:|---:|---:|---|"]
+             "| L | DSA (ms) | DSA GFLOP/s | sgemm peak (same rounds) | DSA % of peak | HISA (ms) | HISA speedup | goal |",
+             "|---:|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         ok = "met" if r["speedup"] >= goal[r["L"]] else "NOT met"
-        lines.append(f"| {r['L']} | {r['dsa_ms']:.1f} | {r['dsa_gflops']:.1f} | "
-                     f"{100 * r['dsa_gflops'] / peak:.0f}% | {r['hisa_ms']:.1f} | {r['speedup']:.2f}x | "
+        lines.append(f"| {r['L']} | {r['dsa_ms']:.1f} | {r['dsa_gflops']:.1f} | {r['peak']:.1f} | "
+                     f"{100 * r['dsa_gflops'] / r['peak']:.0f}% | {r['hisa_ms']:.1f} | {r['speedup']:.2f}x | "
                      f">= {goal[r['L']]}x: {ok} |")
-    lines += ["", f"sgemm peak: {peak:.1f} GFLOP/s (`longattn bench --ops sgemm_peak`: each of the "
+    lines += ["", f"sgemm peak: median over the same interleaved rounds as each row (overall {peak:.1f} GFLOP/s; "
+              f"`longattn bench --ops sgemm_peak`: each of the "
               f"{args.threads} threads runs its own single-threaded 1024^3 `la_sgemm`, OpenBLAS). The DSA "
               "indexer does not call BLAS: its fused AVX-512 kernel (src/cpu/dsa_cpu.c) keeps an 8-head x "
               "32-key block of dot products in registers and folds w·ReLU into the scores before leaving "
