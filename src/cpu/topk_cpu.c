@@ -119,9 +119,10 @@ static uint32_t select_desc(const uint32_t *a, int64_t n, int64_t r, uint32_t *t
 }
 
 /* Stable LSD radix sort of (key, pos) by descending key: sorts d = mx − key
- * ascending in as few passes of at most TOPK_SORT_BITS bits as the range of
- * d needs, the digit width balanced over the passes (a 24-bit range, typical
- * of a top-k tail, takes 2 passes of 12 bits). The sorted pairs end in (k, p). */
+ * ascending in as few passes of at most TOPK_SORT_BITS (and about log2(c))
+ * bits as the range of d needs, the digit width balanced over the passes (a
+ * 24-bit range, typical of a top-k tail, takes 2 passes of 12 bits). The
+ * sorted pairs end in (k, p). */
 #define TOPK_SORT_BITS 12
 static void sort_desc(uint32_t *k, int32_t *p, uint32_t *tk, int32_t *tp, int64_t c) {
     uint32_t mn = k[0], mx = k[0];
@@ -131,10 +132,14 @@ static void sort_desc(uint32_t *k, int32_t *p, uint32_t *tk, int32_t *tp, int64_
     }
     if (mn == mx) return; /* all tied: already in position order */
     const int bits = 32 - __builtin_clz(mx - mn);
-    const int passes = (bits + TOPK_SORT_BITS - 1) / TOPK_SORT_BITS;
+    /* digits no wider than log2(c) + 1: clearing and scanning 2^width counters
+     * must not cost more than the c elements themselves */
+    int maxw = 64 - __builtin_clzll((unsigned long long)c) + 1;
+    maxw = maxw < 4 ? 4 : (maxw > TOPK_SORT_BITS ? TOPK_SORT_BITS : maxw);
+    const int passes = (bits + maxw - 1) / maxw;
     const int width = (bits + passes - 1) / passes;
     const uint32_t mask = (1u << width) - 1;
-    uint32_t hist[(32 + TOPK_SORT_BITS - 1) / TOPK_SORT_BITS][1 << TOPK_SORT_BITS];
+    uint32_t hist[8][1 << TOPK_SORT_BITS]; /* passes <= 32/4 */
     for (int ps = 0; ps < passes; ps++) memset(hist[ps], 0, sizeof(uint32_t) * ((size_t)mask + 1));
     for (int64_t e = 0; e < c; e++) {
         const uint32_t d = mx - k[e];
