@@ -140,87 +140,83 @@ def main():
     exe = ROOT / args.build / "longattn"
     if not exe.exists():
         sys.exit(f"{exe} not found: build first (make BUILD={args.build})")
-    cmd = [str(exe), "bench", "--json", "--ops", "sgemm_peak," + ",".join(OPS), "--threads", str(args.threads),
-           "--nmin", str(args.nmin), "--nmax", str(args.nmax), "--heads", str(args.heads), "--d", str(args.d),
-           "--min-time", str(args.min_time)]
-    print("#", " ".join(cmd), file=sys.stderr)
+    def ours_at(N, threads, ops):
+        """One `longattn bench --json` call at a single N: its sgemm peak (measured
+        right before the kernels, so both see the same machine load) and rows."""
+        cmd = [str(exe), "bench", "--json", "--ops", "sgemm_peak," + ",".join(ops), "--threads", str(threads),
+               "--nmin", str(N), "--nmax", str(N), "--heads", str(args.heads), "--d", str(args.d),
+               "--min-time", str(args.min_time)]
+        print("#", " ".join(cmd), file=sys.stderr)
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            sys.exit(f"longattn bench failed ({r.returncode}): {r.stderr}")
+        recs = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+        return next(x for x in recs if x["op"] == "sgemm_peak"), {x["op"]: x for x in recs if x["op"] != "sgemm_peak"}
+
     t_start = time.time()
     try:
         load0 = " ".join(open("/proc/loadavg").read().split()[:3])
     except OSError:
         load0 = "?"
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"longattn bench failed ({r.returncode}): {r.stderr}")
-    ours, peak = {}, None
-    for line in r.stdout.splitlines():
-        if not line.startswith("{"):
-            continue
-        rec = json.loads(line)
-        if rec["op"] == "sgemm_peak":
-            peak = rec
-        else:
-            ours[(rec["op"], rec["N"])] = rec
-
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     H, D = args.heads, args.d
     mem = args.torch_mem_gb * 2**30
-    theirs = {}
+    ours, peaks, theirs = {}, {}, {}
     Ns = []
     N = args.nmin
     while N <= args.nmax:
         Ns.append(N)
         N *= 2
-    if not args.skip_torch:
-        for N in Ns:
-            q, k, v = (torch.randn(1, H, N, D) for _ in range(3))
-            for op in OPS:
-                causal = op.endswith("causal")
-                fn = torch_softmax(q, k, v, causal, mem) if op.startswith("softmax") else \
-                    torch_linear(q, k, v, causal, mem)
-                if fn is None:
-                    theirs[(op, N)] = None
-                    print(f"# torch {op} N={N}: skipped (temporaries over {args.torch_mem_gb} GB)", file=sys.stderr)
-                    continue
-                with torch.no_grad():
-                    s, reps = timed(fn, args.min_time)
-                theirs[(op, N)] = s
-                print(f"# torch {op} N={N}: {s * 1e3:.2f} ms ({reps} runs)", file=sys.stderr)
-            del q, k, v
+    # Per N: our kernels (and the sgemm peak), then PyTorch, back to back.
+    for N in Ns:
+        peak, recs = ours_at(N, args.threads, OPS)
+        peaks[N] = peak
+        for op, rec in recs.items():
+            ours[(op, N)] = rec
+        if args.skip_torch:
+            continue
+        q, k, v = (torch.randn(1, H, N, D) for _ in range(3))
+        for op in OPS:
+            causal = op.endswith("causal")
+            fn = torch_softmax(q, k, v, causal, mem) if op.startswith("softmax") else \
+                torch_linear(q, k, v, causal, mem)
+            if fn is None:
+                theirs[(op, N)] = None
+                print(f"# torch {op} N={N}: skipped (temporaries over {args.torch_mem_gb} GB)", file=sys.stderr)
+                continue
+            with torch.no_grad():
+                s, reps = timed(fn, args.min_time)
+            theirs[(op, N)] = s
+            print(f"# torch {op} N={N}: {s * 1e3:.2f} ms ({reps} runs)", file=sys.stderr)
+        del q, k, v
     # One thread, N = 4096: the same kernels without the barrier waits that a
     # loaded machine inflicts on a multi-threaded run.
-    one = subprocess.run([str(exe), "bench", "--json", "--ops", "sgemm_peak,softmax,softmax-causal,linear,linear-causal",
-                          "--threads", "1", "--nmin", "4096", "--nmax", "4096", "--heads", str(args.heads),
-                          "--d", str(args.d), "--min-time", str(args.min_time)], capture_output=True, text=True)
-    single = [json.loads(x) for x in one.stdout.splitlines() if x.startswith("{")] if one.returncode == 0 else []
+    peak1, single = ours_at(4096, 1, OPS)
     elapsed = time.time() - t_start
 
-    lines = []
-    pk = peak["gflops"] if peak else float("nan")
-    lines.append(f"sgemm peak ({peak['threads'] if peak else '?'} threads, each its own single-threaded "
-                 f"1024³ `cblas_sgemm`, {peak['blas'] if peak else '?'}): **{pk:.1f} GFLOP/s**")
-    lines.append("")
-    lines.append("| op | N | longattn ms | torch ms | torch / longattn | longattn GFLOP/s | % of sgemm peak |")
-    lines.append("|---|---:|---:|---:|---:|---:|---:|")
+    peak = peaks[Ns[0]]
+    lines = [f"sgemm peak: {peak['threads']} threads, each its own single-threaded 1024³ `cblas_sgemm` ({peak['blas']}), "
+             f"measured in the same `longattn bench` call as each N's rows (it moves with the machine's load).", "",
+             "| op | N | longattn ms | torch ms | torch / longattn | longattn GFLOP/s | sgemm peak then | % of peak |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for op in OPS:
         for N in Ns:
             o = ours.get((op, N))
             t = theirs.get((op, N))
+            pk = peaks[N]["gflops"]
             ms = o["ms"] / 1e3 if o else None
             ratio = f"{t / ms:.1f}×" if (t is not None and ms) else "—"
             gf = flops(op, N, H, D) / ms * 1e-9 if ms else None
             lines.append(f"| {op} | {N} | {fmt_ms(ms)} | {fmt_ms(t)} | {ratio} | "
-                         f"{'—' if gf is None else f'{gf:.1f}'} | "
+                         f"{'—' if gf is None else f'{gf:.1f}'} | {pk:.1f} | "
                          f"{'—' if gf is None else f'{100 * gf / pk:.0f}%'} |")
-    if single:
-        pk1 = next((x["gflops"] for x in single if x["op"] == "sgemm_peak"), float("nan"))
-        lines += ["", f"One thread, N = 4096 (sgemm peak {pk1:.1f} GFLOP/s):", "",
-                  "| op | longattn ms | GFLOP/s | % of 1-thread sgemm peak |", "|---|---:|---:|---:|"]
-        for x in single:
-            if x["op"] != "sgemm_peak":
-                gf = flops(x["op"], x["N"], H, D) / (x["ms"] / 1e3) * 1e-9
-                lines.append(f"| {x['op']} | {fmt_ms(x['ms'] / 1e3)} | {gf:.1f} | {100 * gf / pk1:.0f}% |")
+    pk1 = peak1["gflops"]
+    lines += ["", f"One thread, N = 4096 (sgemm peak {pk1:.1f} GFLOP/s):", "",
+              "| op | longattn ms | GFLOP/s | % of 1-thread sgemm peak |", "|---|---:|---:|---:|"]
+    for op, x in single.items():
+        gf = flops(op, x["N"], H, D) / (x["ms"] / 1e3) * 1e-9
+        lines.append(f"| {op} | {fmt_ms(x['ms'] / 1e3)} | {gf:.1f} | {100 * gf / pk1:.0f}% |")
     table = "\n".join(lines)
     print(table)
 
@@ -236,14 +232,14 @@ def main():
 - Date: {date}
 - Machine: {machine()}, {os.cpu_count()} cores ({platform.machine()}); load average at the start / end of the run: {load0} / {' '.join(load)}
 - Command: `/usr/bin/python3 bench/cpu_dense.py --threads {args.threads} --nmin {args.nmin} --nmax {args.nmax} --heads {H} --d {D} --min-time {args.min_time} --write-perf` ({elapsed:.0f} s)
-- Shapes: B=1, H={H}, D=Dv={D}, float32, {args.threads} threads for both sides. longattn: `longattn bench --json` (median of
-  repeats lasting ≥ {args.min_time} s; a single call when one takes over 2 s). PyTorch {tv} (Debian), same process run:
+- Shapes: B=1, H={H}, D=Dv={D}, float32, {args.threads} threads for both sides. longattn: `longattn bench --json` per N (median of
+  repeats lasting ≥ {args.min_time} s; a single call when one takes over 2 s), then PyTorch {tv} (Debian) on the same N:
   softmax = scaled_dot_product_attention (math path on this version: materializes the N×N scores), linear = plain
   einsum formulations (causal through cumsum of the per-token k vᵀ); φ = relu, normalized, eps 1e-6. "—": PyTorch
   skipped because its temporaries would exceed {args.torch_mem_gb:g} GB.
 - FLOP counts (exp/max/division not counted): softmax 2·H·P·(D+Dv) with P = N² (causal N(N+1)/2);
   linear 4·H·N·D·(Dv+1); linear-causal adds H·N·C·(D+Dv) (half of the C×C intra-chunk products, C = 64).
-- BLAS: {peak['blas'] if peak else '?'} (Debian libopenblas0-pthread 0.3.21; it identifies this Zen 5 CPU as Haswell and
+- BLAS: {peak['blas']} (Debian libopenblas0-pthread 0.3.21; it identifies this Zen 5 CPU as Haswell and
   uses AVX2 kernels. With `OPENBLAS_CORETYPE=SkylakeX` it runs AVX-512 kernels: measured on one thread in CPU time,
   sgemm 1024³ 219 vs 119 GFLOP/s, softmax N=4096 D=64 160 vs 99 GFLOP/s, i.e. 73% instead of 83% of a peak
   that is 1.8× higher.)
