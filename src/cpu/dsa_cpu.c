@@ -174,6 +174,49 @@ void la_idx_score_rows(const float *qT, const float *wp, int64_t HIp, int64_t dI
     }
 }
 
+/* Few queries (decode, T <= DSA_QG): every key panel serves one query group
+ * only, so pack it where it is used, into a per-thread buffer that stays in
+ * L2, instead of writing and re-reading a packed copy of all of k. Only the
+ * tiles some query's range meets are packed. Same kernel, same scores. */
+static void score_rows_local(const float *qT, const float *wp, int64_t HIp, int64_t dI, int64_t nq,
+                             const int64_t *r0, const int64_t *r1, const la_tensor *k, int64_t ntk,
+                             float *sc, int64_t ldsc, float *panels, int nth) {
+    const int64_t L = k->ne[0];
+    const int64_t ngk = (ntk + DSA_KC_TILES - 1) / DSA_KC_TILES;
+    const int64_t tile = dI * LA_IDX_VW;
+#pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
+    for (int64_t gk = 0; gk < ngk; gk++) {
+        int tid = 0;
+#ifdef _OPENMP
+        tid = omp_get_thread_num();
+#endif
+        float *panel = panels + (size_t)tid * (size_t)(DSA_KC_TILES * tile);
+        const int64_t j0 = gk * DSA_KC_TILES, j1 = j0 + DSA_KC_TILES < ntk ? j0 + DSA_KC_TILES : ntk;
+        int64_t lo = j1, hi = j0; /* tiles of this panel that some query needs */
+        for (int64_t i = 0; i < nq; i++) {
+            if (r0[i] >= r1[i]) continue;
+            const int64_t a = r0[i] / LA_IDX_VW > j0 ? r0[i] / LA_IDX_VW : j0;
+            const int64_t b = la_idx_ntiles(r1[i]) < j1 ? la_idx_ntiles(r1[i]) : j1;
+            if (a < b) {
+                lo = a < lo ? a : lo;
+                hi = b > hi ? b : hi;
+            }
+        }
+        if (lo >= hi) continue;
+        const int64_t s0 = lo * LA_IDX_VW, n = (hi * LA_IDX_VW < L ? hi * LA_IDX_VW : L) - s0;
+        la_idx_pack_keys(k, s0, n, panel);
+        for (int64_t i = 0; i < nq; i++) {
+            if (r0[i] >= r1[i]) continue;
+            int64_t a = r0[i] / LA_IDX_VW, b = la_idx_ntiles(r1[i]);
+            if (a < lo) a = lo;
+            if (b > hi) b = hi;
+            if (a >= b) continue;
+            la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HIp, dI, panel + (a - lo) * tile, b - a,
+                               sc + i * ldsc + a * LA_IDX_VW);
+        }
+    }
+}
+
 /* ---- the flat scan -------------------------------------------------------------- */
 #define DSA_CHUNK_BYTES ((size_t)64 << 20) /* score rows per query chunk   */
 
@@ -192,8 +235,14 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
     if (Tc < DSA_QG) Tc = DSA_QG;
     if (Tc > T) Tc = T;
 
+    /* decode-sized batches pack key panels where they are used (see score_rows_local) */
+    const int local = T <= DSA_QG;
     size_t kt_bytes, sc_bytes, q_bytes, w_bytes, tk_bytes, o_bytes;
-    LA_TRY(la_mul_size((size_t)Lpad, (size_t)dI * 4u, &kt_bytes, "dsa: packed keys"));
+    if (local)
+        LA_TRY(la_mul_size((size_t)nth, (size_t)(DSA_KC_TILES * LA_IDX_VW) * (size_t)dI * 4u, &kt_bytes,
+                           "dsa: key panels"));
+    else
+        LA_TRY(la_mul_size((size_t)Lpad, (size_t)dI * 4u, &kt_bytes, "dsa: packed keys"));
     LA_TRY(la_mul_size((size_t)Tc, (size_t)Lpad * 4u, &sc_bytes, "dsa: score rows"));
     LA_TRY(la_mul_size((size_t)Tc, (size_t)dI * (size_t)HIp * 4u, &q_bytes, "dsa: packed queries"));
     LA_TRY(la_mul_size((size_t)Tc, (size_t)HIp * 4u, &w_bytes, "dsa: packed weights"));
@@ -212,7 +261,7 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
     }
 
 #pragma omp parallel for num_threads(nth) schedule(static)
-    for (int64_t j = 0; j < ntk; j++) {
+    for (int64_t j = 0; j < (local ? 0 : ntk); j++) {
         const int64_t s0 = j * LA_IDX_VW;
         la_idx_pack_keys(P->k, s0, L - s0 < LA_IDX_VW ? L - s0 : LA_IDX_VW, kT + j * dI * LA_IDX_VW);
     }
@@ -223,7 +272,10 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
         for (int64_t i = 0; i < nq; i++)
             la_idx_pack_queries(P->q, P->w, c0 + i, 1, HIp, qT + i * dI * HIp, wp + i * HIp);
 
-        la_idx_score_rows(qT, wp, HIp, dI, nq, P->start + c0, P->end + c0, kT, ntk, sc, Lpad, nth);
+        if (local)
+            score_rows_local(qT, wp, HIp, dI, nq, P->start + c0, P->end + c0, P->k, ntk, sc, Lpad, kT, nth);
+        else
+            la_idx_score_rows(qT, wp, HIp, dI, nq, P->start + c0, P->end + c0, kT, ntk, sc, Lpad, nth);
 
         /* top-k of each row over its valid range, then the optional score rows */
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
