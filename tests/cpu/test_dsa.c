@@ -348,6 +348,8 @@ int main(void) {
         {12, 5, 7, 1000, 300, 0, LA_F32, 0, 1},     /* exact ties */
         {12, 3, 2, 129, 129, 1, LA_F32, 1, 1},      /* exact ties, many */
         {4, 64, 128, 5000, 2048, 0, LA_F32, 0, 0},  /* the kernel's full head/tile path */
+        {6, 8, 64, 3000, 100, 1, LA_F32, 1, 0},     /* decode-sized batch: panels packed per work item */
+        {1, 16, 32, 2000, 64, 2, LA_BF16, 1, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) run_case(&rng, &cases[i], ctx);
     la_context_set_threads(ctx, 1);
