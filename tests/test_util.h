@@ -48,6 +48,26 @@ static la_test_state la_test_g; /* per-binary counters (tests only) */
               "%s: error without a message", #expr);                         \
     } while (0)
 
+/* Calls whose tensors claim to be on CUDA while their memory is on the host.
+ * A build without CUDA refuses them with LA_ERR_UNSUPPORTED. A CUDA build
+ * would launch kernels on host pointers, so all-CUDA calls are made only in
+ * builds without CUDA (tests/cuda covers the real thing); mixed-device calls
+ * are refused before any launch: LA_ERR_DEVICE (CUDA build) or
+ * LA_ERR_UNSUPPORTED (build without CUDA). */
+static inline int la_test_built_with_cuda(void) { return strstr(la_build_info(), "cuda=yes") != NULL; }
+#define CHECK_CUDA_REFUSED(expr)                                             \
+    do {                                                                     \
+        if (!la_test_built_with_cuda()) CHECK_STATUS(expr, LA_ERR_UNSUPPORTED); \
+    } while (0)
+#define CHECK_MIXED_DEVICE(expr)                                             \
+    do {                                                                     \
+        la_status s_ = (expr);                                               \
+        CHECK(s_ == LA_ERR_DEVICE || s_ == LA_ERR_UNSUPPORTED,               \
+              "%s -> %s (want DEVICE or UNSUPPORTED): %s", #expr,            \
+              la_status_string(s_), la_last_error());                        \
+        CHECK(strlen(la_last_error()) > 0, "%s: error without a message", #expr); \
+    } while (0)
+
 static inline int la_test_finish(void) {
     printf("%d passed, %d failed\n", la_test_g.passed, la_test_g.failed);
     return la_test_g.failed ? 1 : 0;

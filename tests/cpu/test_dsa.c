@@ -315,7 +315,7 @@ static void bad_inputs(la_context *ctx) {
     CHECK_STATUS(la_dsa_indexer(&p, &q2, &tk, &tw, NULL, NULL, &ti, NULL, ctx), LA_ERR_SHAPE);
     la_tensor q3 = tq;
     q3.device = LA_DEVICE_CUDA;
-    CHECK_STATUS(la_dsa_indexer(&p, &q3, &tk, &tw, NULL, NULL, &ti, NULL, ctx), LA_ERR_UNSUPPORTED);
+    CHECK_MIXED_DEVICE(la_dsa_indexer(&p, &q3, &tk, &tw, NULL, NULL, &ti, NULL, ctx));
     CHECK(strstr(la_last_error(), "cuda") != NULL, "cuda message: %s", la_last_error());
     CHECK_STATUS(la_dsa_indexer(&p, &tq, NULL, &tw, NULL, NULL, &ti, NULL, ctx), LA_ERR_ARG);
     CHECK_STATUS(la_dsa_indexer(NULL, &tq, &tk, &tw, NULL, NULL, &ti, NULL, ctx), LA_ERR_ARG);

@@ -391,7 +391,7 @@ static void bad_inputs(la_context *ctx) {
     CHECK_STATUS(la_blocksparse_indexer(&p, &in.tq, &in.tk, &in.tw, &in.ts, &in.te, &ti, ctx), LA_ERR_ARG);
     la_tensor q3 = in.tq;
     q3.device = LA_DEVICE_CUDA;
-    CHECK_STATUS(la_hisa_indexer(&p, &q3, &in.tk, &in.tw, NULL, NULL, &ti, ctx), LA_ERR_UNSUPPORTED);
+    CHECK_MIXED_DEVICE(la_hisa_indexer(&p, &q3, &in.tk, &in.tw, NULL, NULL, &ti, ctx));
     /* cache */
     la_index_cache *cache = NULL;
     CHECK_STATUS(la_index_cache_create(0, 8, 10, &cache), LA_ERR_ARG);

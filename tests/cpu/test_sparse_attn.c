@@ -204,7 +204,7 @@ static void bad_inputs(la_context *ctx) {
     CHECK_STATUS(la_sparse_attention(&p, &tq, &k4, &ti, &to, &tl, ctx), LA_ERR_SHAPE);
     la_tensor q3 = tq;
     q3.device = LA_DEVICE_CUDA;
-    CHECK_STATUS(la_sparse_attention(&p, &q3, &tkv, &ti, &to, &tl, ctx), LA_ERR_UNSUPPORTED);
+    CHECK_MIXED_DEVICE(la_sparse_attention(&p, &q3, &tkv, &ti, &to, &tl, ctx));
     p.scale = NAN;
     CHECK_STATUS(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, ctx), LA_ERR_ARG);
     p.scale = 0.f;
