@@ -62,11 +62,33 @@ static void gather_feature(const la_tensor *t, int64_t b, int64_t h, int64_t t0,
     const int64_t D = t->ne[3];
     if (rows_direct(t)) {
         const float *src = (const float *)t->data + la_off4(t, b, t0, h, 0);
-        for (int64_t r = 0; r < n; r++) apply_feature(f, src + r * t->nb[1], dst + r * D, D, scale);
+        for (int64_t r = 0; r < n; r++) {
+            /* one head's rows are short and a page apart in [B,N,H,D]: the
+             * hardware prefetcher loses them at every page, so ask ahead */
+            if (r + 8 < n)
+                for (int64_t x = 0; x < D; x += 16) __builtin_prefetch(src + (r + 8) * t->nb[1] + x);
+            apply_feature(f, src + r * t->nb[1], dst + r * D, D, scale);
+        }
         return;
     }
     la_gather_bnhd_rows(t, b, h, t0, n, dst, D);
     apply_feature(f, dst, dst, n * D, scale);
+}
+
+/* Σ a[i]·b[i], vectorized (the reduction order differs from a plain loop;
+ * fine in fp32 at these lengths). */
+static inline float dot(const float *a, const float *b, int64_t n) {
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+static inline float sum(const float *a, int64_t n) {
+    float s = 0.f;
+#pragma omp simd reduction(+ : s)
+    for (int64_t i = 0; i < n; i++) s += a[i];
+    return s;
 }
 
 /* Per-thread scratch. */
@@ -151,9 +173,7 @@ static void apply_noncausal(const job *j, int64_t b, int64_t h, int64_t t0, int6
         la_sgemm(false, false, n, Dv, D, 1.f, w->q, D, S, Dv, 0.f, w->o, Dv);
         if (j->p->normalize)
             for (int64_t r = 0; r < n; r++) {
-                float s = 0.f;
-                for (int64_t d = 0; d < D; d++) s += w->q[r * D + d] * z[d];
-                w->den[r] = s;
+                w->den[r] = dot(w->q + r * D, z, D);
             }
         finish_rows(j, b, h, r0, n, w);
     }
@@ -172,10 +192,7 @@ static void walk_causal(const job *j, int64_t b, int64_t h, int64_t t0, int64_t 
             for (int64_t c = r + 1; c < n; c++) w->a[r * C + c] = 0.f;
         if (j->p->normalize)
             for (int64_t r = 0; r < n; r++) {
-                float s = 0.f;
-                for (int64_t d = 0; d < D; d++) s += w->q[r * D + d] * w->z[d];
-                for (int64_t c = 0; c <= r; c++) s += w->a[r * C + c];
-                w->den[r] = s;
+                w->den[r] = dot(w->q + r * D, w->z, D) + sum(w->a + r * C, r + 1);
             }
         /* num = A V + Q̃ S (state of the tokens before this chunk) */
         la_sgemm(false, false, n, Dv, n, 1.f, w->a, C, w->vp, w->vld, 0.f, w->o, Dv);
