@@ -11,24 +11,6 @@
 
 #include "cli.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-static void fill(float *x, size_t n, uint64_t seed) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-    }
-}
 
 static void report(const la_bench_cfg *cfg, const char *op, int64_t N, int64_t M, double sec,
                    double flops, const char *extra) {
@@ -45,19 +27,11 @@ static void report(const la_bench_cfg *cfg, const char *op, int64_t N, int64_t M
     fflush(cfg->out);
 }
 
-/* Repeat fn until min_time has passed (at least 3 times); median seconds. */
+/* Median seconds of fn(arg) (la_bench_time_median: warm-up, >= 3 repeats). */
 typedef la_status (*run_fn)(void *);
 static double time_median(run_fn fn, void *arg, double min_time, la_status *st) {
-    double t[512];
-    int n = 0;
-    double start = la_now();
-    *st = fn(arg); /* warm-up */
-    while (*st == LA_OK && n < 512 && (n < 3 || la_now() - start < min_time)) {
-        double t0 = la_now();
-        *st = fn(arg);
-        t[n++] = la_now() - t0;
-    }
-    return n ? median(t, n) : 0;
+    int reps;
+    return la_bench_time_median(fn, arg, min_time, &reps, st);
 }
 
 typedef struct run_arg {
@@ -127,7 +101,7 @@ static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M
         if (st != LA_OK) break;
         /* medians, so that a preempted token does not count; amortized =
          * (C−1) in-block tokens plus one block start, per C tokens */
-        const double med = median(tin, nin), mst = median(tst, nst);
+        const double med = la_bench_median(tin, nin), mst = la_bench_median(tst, nst);
         const double amort = ((double)(C - 1) * med + mst) / (double)C;
         char extra[240];
         snprintf(extra, sizeof extra, "\"mixing\":\"%s\",\"context\":%lld,\"us_per_token_median\":%.3f,"
@@ -162,7 +136,7 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
         free(q), free(k), free(v), free(o), free(W);
         return la_cli_fail("bench mhla: out of memory for N=%lld", (long long)nall);
     }
-    fill(q, n, 1), fill(k, n, 2), fill(v, n, 3);
+    la_bench_fill(q, n, 1), la_bench_fill(k, n, 2), la_bench_fill(v, n, 3);
     run_arg r;
     la_context_create(&r.ctx);
     la_context_set_threads(r.ctx, cfg->threads);

@@ -23,31 +23,13 @@
 
 #include "cli.h"
 
-static int cmp_double(const void *a, const void *b) {
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-static void fill(float *x, size_t n, uint64_t seed) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-    }
-}
 
 /* Roughly N(0,1) scores (sum of 4 uniforms), as torch.randn rows. */
 static void fill_normal(float *x, size_t n, uint64_t seed) {
     float *u = malloc(sizeof(float) * 4096);
     for (size_t i = 0; i < n; i += 1024) {
         const size_t m = n - i < 1024 ? n - i : 1024;
-        fill(u, 4 * m, seed + i);
+        la_bench_fill(u, 4 * m, seed + i);
         for (size_t j = 0; j < m; j++) x[i + j] = (u[4 * j] + u[4 * j + 1] + u[4 * j + 2] + u[4 * j + 3]) * 0.866f;
     }
     free(u);
@@ -76,50 +58,21 @@ static la_status run_once(int op, bench_in *b) {
     }
 }
 
-static double time_median(int op, bench_in *b, double min_time, int *reps, la_status *st) {
-    enum { MAXREP = 1000 };
-    double t[MAXREP];
-    double t0 = la_now();
-    *st = run_once(op, b);
-    const double first = la_now() - t0;
-    *reps = 1;
-    if (*st != LA_OK || first > 2.0) return first;
-    int n = 0;
-    const double start = la_now();
-    while (n < MAXREP && (n < 3 || la_now() - start < min_time)) {
-        t0 = la_now();
-        *st = run_once(op, b);
-        t[n++] = la_now() - t0;
-        if (*st != LA_OK) return 0;
-    }
-    *reps = n;
-    return median(t, n);
+typedef struct timed_call {
+    int op;
+    bench_in *b;
+} timed_call;
+
+static la_status call_op(void *arg) {
+    const timed_call *c = (const timed_call *)arg;
+    return run_once(c->op, c->b);
 }
 
-static double sgemm_peak(int threads, double min_time) {
-    const int64_t n = 1024;
-    float *buf = malloc(sizeof(float) * (size_t)(3 * n * n) * (size_t)threads);
-    if (!buf) return 0;
-    fill(buf, (size_t)(3 * n * n) * (size_t)threads, 7);
-    double t[200];
-    int reps = 0;
-    const double start = la_now();
-    while (reps < 200 && (reps < 4 || la_now() - start < min_time)) {
-        const double t0 = la_now();
-#pragma omp parallel num_threads(threads)
-        {
-            int id = 0;
-#ifdef _OPENMP
-            id = omp_get_thread_num();
-#endif
-            float *A = buf + (size_t)id * (size_t)(3 * n * n), *B = A + n * n, *C = B + n * n;
-            la_sgemm(false, false, n, n, n, 1.f, A, n, B, n, 0.f, C, n);
-        }
-        t[reps++] = la_now() - t0;
-    }
-    free(buf);
-    return 2.0 * n * n * n * threads / median(t + 1, reps - 1) * 1e-9;
+static double time_median(int op, bench_in *b, double min_time, int *reps, la_status *st) {
+    timed_call c = {op, b};
+    return la_bench_time_median(call_op, &c, min_time, reps, st);
 }
+
 
 int la_bench_sparse(const la_bench_cfg *cfg) {
     int sel[NOPS], any = 0;
@@ -145,7 +98,7 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
         for (int i = 0; i < NOPS; i++) steps += sel[i];
     la_progress pr;
     la_progress_start(&pr, "bench sparse", steps);
-    const double peak = sgemm_peak(threads, cfg->min_time);
+    const double peak = la_bench_sgemm_peak(threads, cfg->min_time);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,\"gflops\":%.3f,"
                 "\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
@@ -173,9 +126,9 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
     if ((need_idx && (!q || !k || !w)) || (sel[OP_TOPK] && !sc) || (sel[OP_SATTN] && (!sq || !skv || !so || !sidx)) || !idx)
         rc = la_cli_fail("bench sparse: out of memory for L=%lld", (long long)Lmax);
     if (!rc) {
-        if (q) fill(q, nq, 1), fill(k, nk, 2), fill(w, nw, 3);
+        if (q) la_bench_fill(q, nq, 1), la_bench_fill(k, nk, 2), la_bench_fill(w, nw, 3);
         if (sc) fill_normal(sc, nsc, 4);
-        if (sq) fill(sq, nsq, 5), fill(skv, nkv, 6);
+        if (sq) la_bench_fill(sq, nsq, 5), la_bench_fill(skv, nkv, 6);
     }
     double dsa_ms = 0;
     for (int64_t L = cfg->nmin; L <= cfg->nmax && !rc; L *= 2) {

@@ -150,6 +150,15 @@ void la_progress_start(la_progress *p, const char *label, int64_t total);
 void la_progress_step(la_progress *p, int64_t inc);
 void la_progress_end(la_progress *p);
 double la_now(void);
+/* Bench helpers (cli/bench_util.c). */
+double la_bench_median(double *x, int n);          /* sorts x */
+void la_bench_fill(float *x, size_t n, uint64_t seed); /* uniform [-1,1) */
+/* Median seconds of call(arg): one warm-up call (returned alone if it took
+ * over 2 s), then at least 3 timed calls lasting min_time. */
+double la_bench_time_median(la_status (*call)(void *), void *arg, double min_time, int *reps,
+                            la_status *st);
+/* GFLOP/s of `threads` concurrent single-threaded 1024^3 la_sgemm calls. */
+double la_bench_sgemm_peak(int threads, double min_time);
 /* Bench helper: whether op name passes the cfg->ops filter. */
 int la_bench_selected(const la_bench_cfg *cfg, const char *op);
 

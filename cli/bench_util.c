@@ -1,0 +1,78 @@
+/* Helpers shared by the `longattn bench` families: deterministic inputs,
+ * medians of repeated calls, and the machine's sgemm peak. */
+#include <stdlib.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "cli.h"
+
+static int cmp_double(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double la_bench_median(double *x, int n) {
+    if (n <= 0) return 0;
+    qsort(x, (size_t)n, sizeof(double), cmp_double);
+    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
+}
+
+/* Uniform values in [-1, 1) from a splitmix64 stream: reproducible inputs
+ * without touching the C library's global rand() state. */
+void la_bench_fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) {
+        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
+    }
+}
+
+double la_bench_time_median(la_status (*call)(void *), void *arg, double min_time, int *reps,
+                            la_status *st) {
+    enum { MAXREP = 1000 };
+    double t[MAXREP];
+    double t0 = la_now();
+    *st = call(arg);
+    const double first = la_now() - t0;
+    *reps = 1;
+    /* the first call is a warm-up; a single call over 2 s is reported alone */
+    if (*st != LA_OK || first > 2.0) return first;
+    int n = 0;
+    const double start = la_now();
+    while (n < MAXREP && (n < 3 || la_now() - start < min_time)) {
+        t0 = la_now();
+        *st = call(arg);
+        t[n++] = la_now() - t0;
+        if (*st != LA_OK) return 0;
+    }
+    *reps = n;
+    return la_bench_median(t, n);
+}
+
+double la_bench_sgemm_peak(int threads, double min_time) {
+    const int64_t n = 1024;
+    float *buf = malloc(sizeof(float) * (size_t)(3 * n * n) * (size_t)threads);
+    if (!buf) return 0;
+    la_bench_fill(buf, (size_t)(3 * n * n) * (size_t)threads, 7);
+    double t[200];
+    int reps = 0;
+    const double start = la_now();
+    while (reps < 200 && (reps < 4 || la_now() - start < min_time)) {
+        const double t0 = la_now();
+#pragma omp parallel num_threads(threads)
+        {
+            int id = 0;
+#ifdef _OPENMP
+            id = omp_get_thread_num();
+#endif
+            float *A = buf + (size_t)id * (size_t)(3 * n * n), *B = A + n * n, *C = B + n * n;
+            la_sgemm(false, false, n, n, n, 1.f, A, n, B, n, 0.f, C, n);
+        }
+        t[reps++] = la_now() - t0;
+    }
+    free(buf);
+    /* the first call pays BLAS buffer setup: drop it */
+    return 2.0 * n * n * n * threads / la_bench_median(t + 1, reps - 1) * 1e-9;
+}
