@@ -35,7 +35,16 @@ int la_cmd_bench(int argc, char **argv) {
     cfg.threads = a.threads;
     cfg.ops = la_args_get(&a, "ops");
     cfg.out = stdout;
-    if (!cfg.json) printf("longattn bench — %s, threads=%d\n", la_build_info(), cfg.threads);
+    if (!cfg.json) {
+        la_context *c = NULL;
+        int th = cfg.threads;
+        if (la_context_create(&c) == LA_OK) {
+            la_context_set_threads(c, cfg.threads);
+            la_context_get_threads(c, &th);
+            la_context_destroy(c);
+        }
+        printf("longattn bench — %s, threads=%d\n", la_build_info(), th);
+    }
     int rc = 0;
     if (la_bench_dense) rc |= la_bench_dense(&cfg);
     if (la_bench_mhla) rc |= la_bench_mhla(&cfg);
