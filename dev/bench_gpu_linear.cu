@@ -6,7 +6,11 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_linear
- *   build-gpu/bench_gpu_linear [quick]
+ *   build-gpu/bench_gpu_linear [quick|noncausal|profile N]
+ * noncausal: N = 4K, 32K, 128K, only non-causal linear and MHLA (M = 16, 150)
+ * and the video grid: the tensor-core path; LA_CUDA_LINFAM_PATH=old|new picks
+ * its version (tests/cuda/gpu_linear2.sh times both). profile N: one call each of
+ * linear, MHLA M = 16 and M = 150 at N (for ncu).
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -98,7 +102,9 @@ static void report(const char *op, const char *shape, double ms, double bytes, d
 }
 
 int main(int argc, char **argv) {
-    const bool quick = argc > 1 && !strcmp(argv[1], "quick");
+    const bool nc_only = argc > 1 && !strcmp(argv[1], "noncausal");
+    const bool quick = nc_only || (argc > 1 && !strcmp(argv[1], "quick"));
+    printf("# LA_CUDA_LINFAM_PATH=%s\n", getenv("LA_CUDA_LINFAM_PATH") ? getenv("LA_CUDA_LINFAM_PATH") : "(default)");
     const int64_t B = 1, H = 12, D = 128, Dv = 128;
     std::vector<int64_t> Ns = {4096, 8192, 16384, 32768, 65536, 131072};
     if (quick) Ns = {4096, 32768, 131072};
@@ -114,6 +120,35 @@ int main(int argc, char **argv) {
         CK(cudaMemcpy(Wd, w.data(), sizeof(float) * w.size(), cudaMemcpyHostToDevice));
     }
     char shape[64];
+    if (argc > 2 && !strcmp(argv[1], "profile")) { /* one call of each, for ncu */
+        const int64_t N = atoll(argv[2]);
+        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
+                  to = view(o.p, B, N, H, Dv);
+        la_linear_params pl;
+        la_linear_params_init(&pl);
+        la_status st = la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0);
+        for (int64_t M : {16, 150}) {
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = 1;
+            p.grid[0] = N;
+            p.blocks[0] = M;
+            la_tensor W;
+            int64_t nw[2] = {M, M};
+            la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+            if (st == LA_OK) st = la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0);
+        }
+        CK(cudaDeviceSynchronize());
+        printf("profile N=%lld: %s\n", (long long)N, st == LA_OK ? "ok" : la_last_error());
+        return st == LA_OK ? 0 : 1;
+    }
+    if (nc_only) { /* the byte ceiling: a device-to-device copy (bytes read + written) */
+        const size_t nb = (size_t)B * Nmax * H * D * 2;
+        const double ms = time_ms([&] {
+            return cudaMemcpyAsync(o.p, q.p, nb, cudaMemcpyDeviceToDevice) == cudaSuccess ? LA_OK : LA_ERR_DEVICE;
+        }, 20);
+        printf("copy %.0f MB: %.4f ms = %.2f TB/s (read + write)\n", nb / 1e6, ms, 2.0 * nb / (ms * 1e-3) / 1e12);
+    }
     for (int64_t N : Ns) {
         la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
                   to = view(o.p, B, N, H, Dv);
@@ -124,11 +159,13 @@ int main(int argc, char **argv) {
             la_linear_params p;
             la_linear_params_init(&p);
             report("linear", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20), io, fl_lin);
-            p.causal = 1;
             p.normalize = 0;
-            report("linear-causal nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+            if (nc_only)
+                report("linear nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20), io, fl_lin);
+            p.causal = 1;
+            if (!nc_only) report("linear-causal nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
             p.normalize = 1;
-            report("linear-causal norm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+            if (!nc_only) report("linear-causal norm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
         }
         for (int64_t M : {16, 150}) {
             la_mhla_params p;
@@ -150,11 +187,11 @@ int main(int argc, char **argv) {
             la_tensor W;
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
-            if (M <= Mmax)
+            if (M <= Mmax && !nc_only)
                 report("mhla-causal", shape, time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 5), io,
                        fl_lin + 2.0 * B * N * H * 64 * (D + Dv) + 1.0 * H * M * M * D * Dv);
         }
-        {
+        if (!nc_only) {
             la_focused_params p;
             la_focused_params_init(&p);
             p.map_h = N / 128;
@@ -162,7 +199,7 @@ int main(int argc, char **argv) {
             snprintf(shape, sizeof shape, "N=%lld map %lldx128", (long long)N, (long long)(N / 128));
             report("focused-flatten noconv", shape, time_ms([&] { return la_focused_attention(&p, &tq, &tk, &tv, 0, 0, 0, 0, &to, 0); }, 10), io, fl_lin);
         }
-        if (N <= 16384) {
+        if (N <= 16384 && !nc_only) {
             la_softmax_params p;
             la_softmax_params_init(&p);
             snprintf(shape, sizeof shape, "N=%lld", (long long)N);

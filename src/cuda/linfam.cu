@@ -7,7 +7,9 @@
 #include <mma.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
+#include <cstring>
 using namespace nvcuda;
 
 namespace {
@@ -670,6 +672,488 @@ __global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t t
     }
 }
 
+/* ==== v3: the same tensor-core path with pipelined loads (default; the v2
+ * kernels above stay as LA_CUDA_LINFAM_PATH=old) ===========================
+ * v2 loaded each 64-token tile through registers and waited for it before
+ * the product (≤ 16 KB in flight per SM: latency-bound near 1 TB/s) and mixed
+ * with one waited-for load per summary row. v3:
+ *   summary: K and V tiles land in shared memory by cp.async, TS stages deep
+ *            (two tiles in flight while the tensor cores work on the third);
+ *            each thread applies φ to the K chunks it copied itself (rows
+ *            past the segment end become 0), z = φ(K)ᵀ·1 is one more MMA;
+ *   mix:     float4 rows of the partials, 4 loads in flight per thread, the
+ *            weights of 32 summaries at a time in shared memory; writes S̃ in
+ *            bf16 (the precision the output product uses) and z̃ in fp32;
+ *   output:  S̃ (bf16) and the Q tiles by cp.async, TS stages; each warp
+ *            computes its own rows' denominators (2 lanes per row, the lanes
+ *            that later write that row) and writes O from a 1 KB per-warp
+ *            staging tile with 16-byte stores. */
+constexpr int TS = 3; /* pipeline stages */
+
+__device__ __forceinline__ void lf_cp16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0; /* 0: nothing read, 16 zero bytes written */
+    const size_t gp = __cvta_generic_to_global(gmem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void lf_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int Pending> __device__ __forceinline__ void lf_cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+/* Token of in-box position w, with 32-bit divisions (positions < 2^31). */
+struct lf_boxi {
+    int64_t base;    /* token of position 0        */
+    int64_t s0, s1;  /* token strides of axes 0, 1 */
+    unsigned c1, c2; /* box extents of axes 1, 2   */
+    bool flat;       /* one row: consecutive tokens */
+};
+__device__ __forceinline__ lf_boxi lf_boxi_of(const lf_geom &G, const int64_t lo[3],
+                                              const int64_t cnt[3]) {
+    lf_boxi x;
+    x.s1 = G.n[2];
+    x.s0 = G.n[1] * G.n[2];
+    x.base = lo[0] * x.s0 + lo[1] * x.s1 + lo[2];
+    x.c1 = (unsigned)cnt[1];
+    x.c2 = (unsigned)cnt[2];
+    x.flat = cnt[0] * cnt[1] == 1;
+    return x;
+}
+__device__ __forceinline__ int64_t lf_tok(const lf_boxi &x, unsigned w) {
+    if (x.flat) return x.base + w;
+    const unsigned i2 = w % x.c2, r = w / x.c2, i1 = r % x.c1, i0 = r / x.c1;
+    return x.base + i0 * x.s0 + i1 * x.s1 + i2;
+}
+
+/* φ applied in place to 8 bf16 values (fp32 math, rounded back to bf16). */
+__device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_feat &f) {
+    uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+    float x[8];
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 ff = __bfloat1622float2(h2[i]);
+        x[2 * i] = la_cu_feature(f.kind, ff.x * f.pre) * f.post;
+        x[2 * i + 1] = la_cu_feature(f.kind, ff.y * f.pre) * f.post;
+    }
+    *(uint4 *)p = lf_pack8(x);
+}
+
+constexpr int LF_TC_STAGE = 2 * FT * FLD; /* bf16 elements of one summary stage (K, V) */
+constexpr size_t LF_TC_SUM_SMEM = sizeof(__nv_bfloat16) * TS * LF_TC_STAGE;
+constexpr size_t LF_TC_OUT_SMEM =
+    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 256 + TS * FT);
+
+/* grid (K, BH), 256 threads, 2 CTAs per SM: warp w owns rows d ∈ 32(w%4) + [0, 32)
+ * and columns 64(w/4) + [0, 64) of the segment's S (2×4 fragments: 6 fragment
+ * loads per 8 MMAs) and rows 32(w%4) + 16(w/4) + [0, 16) of z (one fragment,
+ * every column = z). A thread copies chunk (tid % 16) of rows tid/16 + 16u,
+ * u < 4, of each tile. */
+__global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
+    const lf_problem &P = a.P;
+    extern __shared__ __align__(128) unsigned char lf_tc_sm[];
+    __nv_bfloat16 *sm = (__nv_bfloat16 *)lf_tc_sm;
+    const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int64_t kseg = blockIdx.x, blk = kseg / a.segs, s = kseg % a.segs;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const lf_boxi bx = lf_boxi_of(a.G, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t w0 = min(total, s * a.seg), w1 = min(total, w0 + a.seg);
+    const int nt = (int)((w1 - w0 + FT - 1) / FT);
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + c8;
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + c8;
+
+    auto issue = [&](int t) { /* tile t into stage t % TS; always one group */
+        if (t < nt) {
+            __nv_bfloat16 *Ks = sm + (t % TS) * LF_TC_STAGE, *Vs = Ks + FT * FLD;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t w = w0 + (int64_t)t * FT + r;
+                const bool ok = w < w1;
+                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+                lf_cp16(&Ks[r * FLD + c8], kb + tk * P.k.nb[1], ok);
+                lf_cp16(&Vs[r * FLD + c8], vb + tk * P.v.nb[1], ok);
+            }
+        }
+        lf_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS - 1; t++) issue(t);
+
+    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4), zhalf = warp / 4;
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4], accz;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.f);
+    wmma::fill_fragment(accz, 0.f);
+    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> ones;
+    wmma::fill_fragment(ones, __float2bfloat16(1.f));
+    const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
+
+    for (int t = 0; t < nt; t++) {
+        lf_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
+        __nv_bfloat16 *Ks = sm + (t % TS) * LF_TC_STAGE, *Vs = Ks + FT * FLD;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int r = r0 + 16 * u;
+            __nv_bfloat16 *p = &Ks[r * FLD + c8];
+            if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
+            else if (!phi_id) lf_phi8_inplace(p, P.fk);
+        }
+        __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
+        issue(t + TS - 1); /* into the stage of tile t-1 */
+#pragma unroll
+        for (int kk = 0; kk < FT; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ks[kk * FLD + rb + 16 * i], FLD);
+            if (zhalf == 0) wmma::mma_sync(accz, fa[0], ones, accz);
+            else wmma::mma_sync(accz, fa[1], ones, accz);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, &Vs[kk * FLD + cb + 16 * j], FLD);
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
+            }
+        }
+    }
+    float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            wmma::store_matrix_sync(dst + (rb + 16 * i) * FD + cb + 16 * j, acc[i][j], FD,
+                                    wmma::mem_row_major);
+    lf_cp_wait<0>();
+    __syncthreads(); /* the stages are free */
+    float *zb = (float *)lf_tc_sm + warp * 256;
+    wmma::store_matrix_sync(zb, accz, 16, wmma::mem_row_major);
+    __syncwarp();
+    if (lane < 16) dst[FD * FD + rb + 16 * zhalf + lane] = zb[lane * 16];
+}
+
+/* grid (ceil(M/RI), ceil(L/4/NT), BH): S̃_i = Σ_kk w(i, kk) partial_kk over
+ * the K = M·segs partials (w = W[i, kk/segs], or 1 without W); a thread owns
+ * one float4 column group and RI rows. The row groups of one column slice
+ * are neighbours in launch order, so they share its partials through L2. */
+constexpr int MK = 32;
+template <int RI, int U>
+__global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz) {
+    const lf_problem &P = a.P;
+    const int64_t bh = blockIdx.z, h = bh % P.H;
+    const int64_t i0 = (int64_t)blockIdx.x * RI;
+    const int64_t L4 = a.L / 4, x4 = (int64_t)blockIdx.y * NT + threadIdx.x;
+    __shared__ float ws[MK][RI];
+    float4 acc[RI];
+#pragma unroll
+    for (int r = 0; r < RI; r++) acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+    const float4 *src = (const float4 *)(a.sum + (size_t)bh * a.K * a.L) + x4;
+    for (int64_t k0 = 0; k0 < a.K; k0 += MK) {
+        for (int e = threadIdx.x; e < MK * RI; e += NT) {
+            const int kk = e / RI, r = e % RI;
+            const int64_t i = i0 + r, k = k0 + kk;
+            float w = 0.f;
+            if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, h, i, k / a.segs) : 1.f;
+            ws[kk][r] = w;
+        }
+        __syncthreads();
+        if (x4 < L4) {
+            const int kn = (int)min((int64_t)MK, a.K - k0);
+            int kk = 0;
+            for (; kk + U <= kn; kk += U) { /* U loads in flight */
+                float4 sv[U];
+#pragma unroll
+                for (int u = 0; u < U; u++) sv[u] = __ldg(src + (size_t)(k0 + kk + u) * L4);
+#pragma unroll
+                for (int u = 0; u < U; u++)
+#pragma unroll
+                    for (int r = 0; r < RI; r++) {
+                        const float w = ws[kk + u][r];
+                        acc[r].x = fmaf(w, sv[u].x, acc[r].x);
+                        acc[r].y = fmaf(w, sv[u].y, acc[r].y);
+                        acc[r].z = fmaf(w, sv[u].z, acc[r].z);
+                        acc[r].w = fmaf(w, sv[u].w, acc[r].w);
+                    }
+            }
+            for (; kk < kn; kk++) {
+                const float4 sv = __ldg(src + (size_t)(k0 + kk) * L4);
+#pragma unroll
+                for (int r = 0; r < RI; r++) {
+                    const float w = ws[kk][r];
+                    acc[r].x = fmaf(w, sv.x, acc[r].x);
+                    acc[r].y = fmaf(w, sv.y, acc[r].y);
+                    acc[r].z = fmaf(w, sv.z, acc[r].z);
+                    acc[r].w = fmaf(w, sv.w, acc[r].w);
+                }
+            }
+        }
+        __syncthreads();
+    }
+    if (x4 >= L4) return;
+    const int64_t DD = (int64_t)FD * FD;
+#pragma unroll
+    for (int r = 0; r < RI; r++) {
+        const int64_t i = i0 + r;
+        if (i >= a.M) break;
+        if (x4 * 4 < DD) {
+            uint2 u;
+            *(__nv_bfloat162 *)&u.x = __floats2bfloat162_rn(acc[r].x, acc[r].y);
+            *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc[r].z, acc[r].w);
+            *(uint2 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = u;
+        } else {
+            *(float4 *)(Pz + ((size_t)bh * a.M + i) * FD + (x4 * 4 - DD)) = acc[r];
+        }
+    }
+}
+
+/* grid (M·groups, BH), 256 threads, 2 CTAs per SM: a CTA copies its block's S̃
+ * (bf16) once, then runs up to `tpc` tiles of 64 tokens through TS stages.
+ * A thread copies chunk (tid % 16) of rows tid/16 + 16u of each Q tile, applies
+ * φ to it in place and forms its part of the row's φ(q)·z̃ (z̃ of its 8
+ * columns stays in registers; the 16 threads of a row are 16 neighbouring
+ * lanes, a 4-step shuffle sums them). Warp w: rows 32(w%2).., columns
+ * 32(w/2)..: 4 fragment loads per 4 MMAs; lane l finishes row l/2, columns
+ * 8(l%2).. of each 16×16 fragment through a per-warp staging tile. */
+__global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
+                                                             const float *Pz, int64_t groups,
+                                                             int64_t tpc) {
+    const lf_problem &P = a.P;
+    extern __shared__ __align__(128) unsigned char lf_tc_sm[];
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;   /* [FD][FLD]      */
+    __nv_bfloat16 *Qst = Ss + FD * FLD;                /* TS × [FT][FLD] */
+    float *wbufs = (float *)(Qst + TS * FT * FLD);     /* 8 × [16][16]   */
+    float *dens = wbufs + 8 * 256;                     /* TS × [FT]      */
+
+    const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const lf_boxi bx = lf_boxi_of(a.G, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t wbeg = g * tpc * FT;
+    if (wbeg >= total) return; /* whole CTA */
+    const int64_t wend = min(total, wbeg + tpc * FT);
+    const int nt = (int)((wend - wbeg + FT - 1) / FT);
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const __nv_bfloat16 *qb = (const __nv_bfloat16 *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + c8;
+
+    {   /* S̃ joins the first copy group */
+        const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * FD * FD;
+#pragma unroll
+        for (int u = 0; u < FD * FD / 8 / NT; u++) {
+            const int e = tid + u * NT, r = e / 16, c = (e % 16) * 8;
+            lf_cp16(&Ss[r * FLD + c], src + r * FD + c, true);
+        }
+    }
+    auto issue = [&](int t) {
+        if (t < nt) {
+            __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t w = wbeg + (int64_t)t * FT + r;
+                const bool ok = w < wend;
+                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+                lf_cp16(&Qs[r * FLD + c8], qb + tk * P.q.nb[1], ok);
+            }
+        }
+        lf_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS - 1; t++) issue(t);
+
+    const bool phi_id = P.fq.kind == LA_FEATURE_IDENTITY && P.fq.pre == 1.f && P.fq.post == 1.f;
+    const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
+    float zr[8]; /* z̃ of this thread's 8 columns */
+    {
+        const float4 *zp = (const float4 *)(Pz + ((size_t)bh * a.M + blk) * FD + c8);
+        const float4 z0 = zp[0], z1 = zp[1];
+        zr[0] = z0.x; zr[1] = z0.y; zr[2] = z0.z; zr[3] = z0.w;
+        zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
+    }
+    const int rw = 32 * (warp % 2), cw = 32 * (warp / 2), half = lane % 2;
+    float *wbuf = wbufs + warp * 256;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
+
+    for (int t = 0; t < nt; t++) {
+        lf_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
+        __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
+        float *den = dens + (t % TS) * FT; /* output scale per row */
+        const int64_t wt = wbeg + (int64_t)t * FT;
+        if (per_query || !phi_id) {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                __nv_bfloat16 *p = &Qs[r * FLD + c8];
+                uint4 uq = *(const uint4 *)p;
+                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&uq;
+                float x[8];
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    const float2 ff = __bfloat1622float2(h2[i]);
+                    x[2 * i] = ff.x;
+                    x[2 * i + 1] = ff.y;
+                }
+                if (!phi_id) {
+#pragma unroll
+                    for (int i = 0; i < 8; i++) x[i] = la_cu_feature(P.fq.kind, x[i] * P.fq.pre) * P.fq.post;
+                    *(uint4 *)p = lf_pack8(x);
+                }
+                if (per_query) {
+                    float d = 0.f;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
+                    d += __shfl_xor_sync(0xffffffffu, d, 8);
+                    d += __shfl_xor_sync(0xffffffffu, d, 4);
+                    d += __shfl_xor_sync(0xffffffffu, d, 2);
+                    d += __shfl_xor_sync(0xffffffffu, d, 1);
+                    if ((tid & 15) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
+                }
+            }
+        }
+        if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, 16 lanes per row */
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t wpos = wt + r;
+                float sacc = 0.f;
+                if (wpos < wend) {
+                    const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
+                    for (int64_t bb = tid & 15; bb < a.M; bb += 16)
+                        sacc = fmaf(lf_w(P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
+                }
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 8);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 4);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 2);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 1);
+                if ((tid & 15) == 0) den[r] = 1.f / (sacc + P.eps);
+            }
+        }
+        __syncthreads(); /* tile t, its scales (and S̃) complete; tile t-1 consumed */
+        issue(t + TS - 1); /* into the stage of tile t-1 */
+
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::fill_fragment(acc[i][j], 0.f);
+#pragma unroll
+        for (int kk = 0; kk < FD; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Qs[(rw + 16 * i) * FLD + kk], FLD);
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Ss[kk * FLD + cw + 16 * j], FLD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+        }
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int row = rw + 16 * i + lane / 2;
+            const int64_t wpos = wt + row;
+            const bool valid = wpos < wend;
+            const int64_t tk = valid ? lf_tok(bx, (unsigned)wpos) : 0;
+            const float dn = (per_query || rv) ? den[row] : 1.f;
+            __nv_bfloat16 *orow = out + tk * P.out.nb[1] + cw + half * 8;
+#pragma unroll
+            for (int j = 0; j < 2; j++) {
+                wmma::store_matrix_sync(wbuf, acc[i][j], 16, wmma::mem_row_major);
+                __syncwarp();
+                const float4 x0 = *(const float4 *)&wbuf[(lane / 2) * 16 + half * 8];
+                const float4 x1 = *(const float4 *)&wbuf[(lane / 2) * 16 + half * 8 + 4];
+                const float o[8] = {x0.x * dn, x0.y * dn, x0.z * dn, x0.w * dn,
+                                    x1.x * dn, x1.y * dn, x1.z * dn, x1.w * dn};
+                if (valid) *(uint4 *)(orow + 16 * j) = lf_pack8(o);
+                __syncwarp();
+            }
+        }
+    }
+}
+
+/* Host side of v3: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
+ * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32. */
+la_status lf_run_tc(lf_args &a, cudaStream_t st) {
+    const lf_problem &P = a.P;
+    const int64_t BH = P.B * P.H;
+    int dev = 0, nsm = 132;
+    LA_CU(cudaGetDevice(&dev));
+    LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
+    /* summary: about two waves of CTAs, segments of a multiple of 64 tokens, ≥ 256 */
+    {
+        const int64_t segs = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
+        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), 64) * 64);
+        a.segs = la_cu_cdiv(a.maxcnt, a.seg);
+    }
+    a.K = a.M * a.segs;
+    a.L = P.D * P.Dv + P.D;
+    const int64_t tpb = la_cu_cdiv(a.maxcnt, FT);
+    const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
+                                                       2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
+    const int64_t groups = la_cu_cdiv(tpb, tpc);
+    if (BH > 65535 || a.K > INT32_MAX || a.M * groups > INT32_MAX)
+        return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: grid too large (B*H = %lld, M = %lld)",
+                      (long long)BH, (long long)a.M);
+    size_t nsum, nP, nz, nr, bytes;
+    LA_TRY(la_mul_size((size_t)BH, (size_t)a.K, &nsum, "CUDA summaries"));
+    LA_TRY(la_mul_size(nsum, (size_t)a.L, &nsum, "CUDA summaries"));
+    LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)(P.D * P.Dv), &nP, "CUDA mixed summaries"));
+    LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)P.D, &nz, "CUDA mixed summaries"));
+    nr = 0;
+    if (P.norm == LF_NORM_RELEASED_VISION)
+        LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)a.maxcnt, &nr, "CUDA released_vision"));
+    /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv = 16384) */
+    LA_TRY(la_mul_size(nsum + nP / 2 + nz + nr, sizeof(float), &bytes, "CUDA workspace"));
+    la_cu_ws ws;
+    LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "linear-family summaries"));
+    a.sum = (float *)ws.p;
+    __nv_bfloat16 *Pb = (__nv_bfloat16 *)(a.sum + nsum);
+    float *Pz = a.sum + nsum + nP / 2;
+    a.mix = nullptr;
+    a.r = nr ? Pz + nz : nullptr;
+    if (getenv("LA_CUDA_LINFAM_VERBOSE"))
+        fprintf(stderr, "linfam: path=new BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n",
+                (long long)BH, (long long)a.M, (long long)a.maxcnt, (long long)a.seg,
+                (long long)a.segs, (long long)tpc, (long long)groups);
+
+    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)LF_TC_SUM_SMEM));
+    lf_tc_summary_kernel<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
+    LA_CU_LAUNCH("lf_tc_summary_kernel");
+    const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
+    if (a.M == 1) /* linear attention: a sum of the segments */
+        lf_tc_mix_kernel<1, 8><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
+    else if (a.M <= 64) /* small M: occupancy first */
+        lf_tc_mix_kernel<8, 4><<<dim3((unsigned)la_cu_cdiv(a.M, 8), xs, (unsigned)BH), NT, 0, st>>>(
+            a, Pb, Pz);
+    else /* large M: fewer re-reads of the partials */
+        lf_tc_mix_kernel<16, 4><<<dim3((unsigned)la_cu_cdiv(a.M, 16), xs, (unsigned)BH), NT, 0, st>>>(
+            a, Pb, Pz);
+    LA_CU_LAUNCH("lf_tc_mix_kernel");
+    if (nr) {
+        lf_rv_kernel<<<dim3((unsigned)la_cu_cdiv(a.maxcnt, NT / 32), (unsigned)a.M, (unsigned)BH),
+                       NT, 0, st>>>(a);
+        LA_CU_LAUNCH("lf_rv_kernel");
+    }
+    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)LF_TC_OUT_SMEM));
+    lf_tc_output_kernel<<<dim3((unsigned)(a.M * groups), (unsigned)BH), NT, LF_TC_OUT_SMEM, st>>>(
+        a, Pb, Pz, groups, tpc);
+    LA_CU_LAUNCH("lf_tc_output_kernel");
+    return LA_OK;
+}
+
 static bool lf_view_fast(const la_cu_view &x) {
     return x.dt == LA_BF16 && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
            x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
@@ -701,6 +1185,13 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
                       P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
                       lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
                       lf_view_fast(P->out) && getenv("LA_CUDA_NO_FAST") == nullptr;
+    /* LA_CUDA_LINFAM_PATH=old keeps the v2 tensor-core kernels (timing, fallback) */
+    const char *path = getenv("LA_CUDA_LINFAM_PATH");
+    const bool v3 = !(path && !strcmp(path, "old"));
+    if (fast && v3 && a.maxcnt < INT32_MAX) return lf_run_tc(a, st);
+    if (getenv("LA_CUDA_LINFAM_VERBOSE"))
+        fprintf(stderr, "linfam: path=%s M=%lld maxcnt=%lld\n", fast ? "old" : "portable",
+                (long long)a.M, (long long)a.maxcnt);
     if (fast) {
         /* segments of a multiple of 64 tokens, sized for ~2 CTAs per SM */
         const int64_t want = la_cu_cdiv(a.M * a.maxcnt * BH, 264);

@@ -9,7 +9,8 @@
  * full: rel = max|gpu − cpu| / max|cpu| ≤ 1e-5 (fp32; 1e-4 for huge N) or
  * 1e-2 (bf16), and no NaN left anywhere.
  *
- * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
+ * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer);
+ * LA_CUDA_TC_ONLY=1 only the bf16 tensor-core path cases (t_tc_paths). */
 #include "test_util.h"
 
 #include <stdbool.h>
@@ -412,6 +413,56 @@ static void t_no_overflow(void) {
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
 }
 
+/* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in both
+ * versions, selected by LA_CUDA_LINFAM_PATH: v3 (new, pipelined; the default)
+ * and v2 (old). Odd N (tiles and segments with tails), B = 2, several heads,
+ * permuted [B,H,N,D] views, every feature map, all normalize modes, shared and
+ * per-head mixing, 1-D/2-D/3-D grids; long sequences (N = 31500 video grid,
+ * 32K incl. M = 150, 128K) for v3 unless LA_CUDA_SMALL.
+ * (LA_CUDA_LINFAM_VERBOSE=1 prints the path each call takes, on stderr.) */
+static void t_tc_paths(void) {
+    const char *paths[2] = {"new", "old"};
+    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+    const la_dtype dt = LA_BF16;
+    for (int pi = 0; pi < 2; pi++) {
+        setenv("LA_CUDA_LINFAM_PATH", paths[pi], 1);
+        printf("# tensor-core path %s (bf16, D = Dv = 128)\n", paths[pi]);
+        const int64_t Ns[4] = {1, 63, 65, 1000};
+        for (int ni = 0; ni < 4; ni++)
+            for (int f = 0; f < 5; f++)
+                t_linear(ni == 3 ? 2 : 1, Ns[ni], ni == 1 ? 3 : 2, 128, 128, feats[f], 0, f != 0, 64,
+                         0, dt, (f + ni) & 1);
+        t_linear(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 0, 0, 64, 0, dt, 1); /* no normalize */
+        int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {65}, b1b[1] = {5}, g1c[1] = {1}, b1c[1] = {1};
+        int64_t g1d[1] = {63}, b1d[1] = {7};
+        int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, g2b[2] = {15, 17}, b2b[2] = {4, 3};
+        int64_t g3[3] = {21, 30, 50}, b3a[3] = {3, 5, 10}, b3b[3] = {7, 3, 5};
+        for (int nm = 0; nm < 3; nm++) {
+            const la_mhla_normalize n = (la_mhla_normalize)nm;
+            if (nm != 2) t_mhla(2, 1, g1, b1, 2, 128, 128, n, nm == 1, dt, 1, 1.0);
+            t_mhla(1, 1, g1b, b1b, 3, 128, 128, n, nm != 1, dt, 0, 1.0);
+            t_mhla(1, 1, g1c, b1c, 1, 128, 128, n, 0, dt, 0, 1.0);
+            t_mhla(1, 1, g1d, b1d, 2, 128, 128, n, 1, dt, 1, 1.0);
+            t_mhla(1, 2, g2, b2, 3, 128, 128, n, nm != 0, dt, nm & 1, 1.0);
+            if (nm != 2) /* released_vision needs equal blocks */
+                t_mhla(1, 2, g2b, b2b, 2, 128, 128, n, nm == 0, dt, 1, 1.0);
+            if (!small_only && pi == 0) /* 3-D video grid, N = 31500 (v2 was validated before) */
+                t_mhla(1, 3, g3, nm == 1 ? b3b : b3a, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
+        }
+        if (!small_only && pi == 0) { /* long sequences, v3 only */
+            int64_t gl[1] = {32768}, bl[1] = {16}, bm[1] = {150}, gh[1] = {131072};
+            t_linear(1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
+            t_linear(1, 131072, 2, 128, 128, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, dt, 0);
+            for (int nm = 0; nm < 3; nm++)
+                t_mhla(1, 1, gl, bl, 2, 128, 128, (la_mhla_normalize)nm, nm != 1, dt, nm & 1, 1.0);
+            t_mhla(1, 1, gl, bm, 2, 128, 128, LA_MHLA_NORM_PER_QUERY, 1, dt, 0, 1.0);
+            t_mhla(1, 1, gh, bl, 2, 128, 128, LA_MHLA_NORM_NONE, 0, dt, 1, 1.0);
+        }
+    }
+    unsetenv("LA_CUDA_LINFAM_PATH");
+}
+
 int main(void) {
     rng = la_test_rng("test_cuda_linear");
     small_only = getenv("LA_CUDA_SMALL") != NULL;
@@ -419,6 +470,11 @@ int main(void) {
     la_cuda_available(&avail);
     if (!avail) {
         printf("# no CUDA device: skipped\n");
+        return la_test_finish();
+    }
+    /* LA_CUDA_TC_ONLY=1: only the tensor-core path cases (both versions) */
+    if (getenv("LA_CUDA_TC_ONLY")) {
+        t_tc_paths();
         return la_test_finish();
     }
     const la_dtype dts[2] = {LA_F32, LA_BF16};
@@ -488,6 +544,7 @@ int main(void) {
         t_focused(LA_FOCUSED_BLOG, 1, 32, 32, 2, 64, 64, 5, 0, dt, 0, 1.0);
         t_focused(LA_FOCUSED_BLOG, 1, 13, 5, 3, 63, 40, 0, 1, dt, 1, 1.0);
     }
+    t_tc_paths();
     if (!small_only) {
         printf("# long sequences\n");
         for (int di = 0; di < 2; di++) {

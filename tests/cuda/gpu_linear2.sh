@@ -1,0 +1,83 @@
+#!/bin/bash
+# One device call for the v3 tensor-core path of the linear family (non-causal,
+# bf16, D = Dv = 128): build, correctness of both versions (new = v3, old = v2)
+# against the CPU path, old-vs-new timings, sanitizers on the small cases.
+#   bash tests/cuda/gpu_linear2.sh
+# Logs under $OUT (the device tool's output folder); a short summary last.
+# Each step has its own timeout so that the whole script ends within ~200 s.
+OUT=${OUT:-/tmp/la_gpu_out}
+mkdir -p "$OUT"
+B=build-gpu
+T=$B/tests/cuda/test_cuda_linear
+t0=$(date +%s)
+el() { echo $(( $(date +%s) - t0 )); }
+echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1)"
+timeout 100 make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1 \
+  || { echo "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20; tail -5 "$OUT/build.log"; exit 1; }
+BLAS_LIBS=$(for l in openblas lapack; do ls /usr/lib/x86_64-linux-gnu/lib$l.so >/dev/null 2>&1 && echo -l$l; done)
+nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu $B/liblongattn.a -Xcompiler -fopenmp \
+  $BLAS_LIBS -ldl -o $B/bench_gpu_linear >> "$OUT/build.log" 2>&1 || echo "BENCH BUILD FAILED"
+echo "# build: $(el) s"
+
+# 1. tensor-core cases, both versions, small and long (N up to 128K), path trace on stderr
+LA_CUDA_TC_ONLY=1 LA_CUDA_LINFAM_VERBOSE=1 timeout 90 $T > "$OUT/tc.log" 2> "$OUT/tc_paths.log"
+tc_rc=$?
+echo "tc cases: rc=$tc_rc  $(tail -1 "$OUT/tc.log")  calls: new=$(grep -c 'path=new' "$OUT/tc_paths.log") old=$(grep -c 'path=old' "$OUT/tc_paths.log") portable=$(grep -c 'path=portable' "$OUT/tc_paths.log")  ($(el) s)"
+grep -E "FAIL" "$OUT/tc.log" | head -20
+grep -v '^linfam:' "$OUT/tc_paths.log" | head -10
+grep -m3 'path=new' "$OUT/tc_paths.log" | tail -1; grep 'path=new' "$OUT/tc_paths.log" | sort -u | grep 'maxcnt=32768\|maxcnt=131072\|maxcnt=2048 ' | head -4
+
+# 2. timings, old then new then old again (spread)
+for p in old new old2 new2; do
+  LA_CUDA_LINFAM_PATH=${p%2} timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1
+done
+echo "# bench done ($(el) s)"
+
+# 3. every small case of the suite (the D = 128 bf16 ones take the default path)
+LA_CUDA_SMALL=1 timeout 45 $T > "$OUT/small.log" 2>&1
+echo "small suite: rc=$?  $(tail -1 "$OUT/small.log")  ($(el) s)"
+grep -E "FAIL" "$OUT/small.log" | head -10
+
+# 4. memcheck, then per-kernel times and DRAM bytes (ncu, N = 32K: linear, MHLA M = 16,
+#    M = 150, one call each, both versions), then racecheck, while time is left
+DEADLINE=${LA_GPU_DEADLINE:-170}
+san() {
+  local tool=$1
+  left=$(( DEADLINE - $(el) ))
+  [ $left -lt 15 ] && { echo "compute-sanitizer $tool: skipped (time)"; return; }
+  [ $left -gt 45 ] && left=45
+  LA_CUDA_SMALL=1 LA_CUDA_TC_ONLY=1 timeout $left compute-sanitizer --tool $tool --error-exitcode 3 $T \
+    > "$OUT/sanitizer_$tool.log" 2>&1
+  echo "compute-sanitizer $tool: rc=$?  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)  $(grep -E 'passed, ' "$OUT/sanitizer_$tool.log" | tail -1)  ($(el) s)"
+}
+command -v compute-sanitizer >/dev/null && san memcheck
+if command -v ncu >/dev/null && [ $(( DEADLINE - $(el) )) -gt 30 ]; then
+  for p in new old; do
+    LA_CUDA_LINFAM_PATH=$p timeout 25 ncu --clock-control none --kernel-name regex:'lf_' \
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+      --csv $B/bench_gpu_linear profile 32768 > "$OUT/ncu_$p.csv" 2> "$OUT/ncu_$p.err"
+    echo "ncu $p: rc=$? ($(el) s)"
+    grep -E '"(gpu__time_duration.sum|dram__bytes_read.sum|dram__bytes_write.sum)"' "$OUT/ncu_$p.csv" \
+      | awk -F'","' '{n=$5; gsub(/\(anonymous namespace\)::/,"",n); sub(/\(.*/,"",n); gsub(/"/,"",$NF); printf "  %-24s %-22s %s %s\n", n, $(NF-2), $NF, $(NF-1)}' | head -40
+  done
+fi
+command -v compute-sanitizer >/dev/null && san racecheck
+
+# 5. what the compiler made of the v2/v3 kernels: instruction counts from the SASS
+if command -v cuobjdump >/dev/null; then
+  cuobjdump --dump-sass $B/obj/src/cuda/linfam.o > "$OUT/linfam.sass" 2>/dev/null
+  awk '/Function :/{f=$3} f ~ /lf_tc_|lf_fast_/ {for (i=1;i<=NF;i++) if ($i ~ /^(HMMA|LDSM|LDGSTS|LDG|STG|LDL|STL|LDS|STS)/) {split($i,a,"."); c[f" "a[1]]++}} END {for (k in c) print k, c[k]}' \
+    "$OUT/linfam.sass" | sed -E 's/_ZN[^ ]*(lf_[a-z_]+)[^ ]* / \1 /' | sort > "$OUT/sass_counts.txt"
+  cat "$OUT/sass_counts.txt"
+fi
+
+echo "==== bench, ms (old = v2, new = v3; two runs each) ===="
+head -2 "$OUT/bench_new.log"
+awk 'FNR==1{f++} / ms / && !/^copy/{k=substr($0,1,49); i=index($0," ms "); v=substr($0,50,i-50)+0; t[k,f]=v; if (f==1) ord[++n]=k;
+     if (f==2) { fl[k]=substr($0,index($0,"byte-floor")+11,8)+0 } }
+     END {printf "%-49s %8s %8s %8s %8s %7s %8s\n","case","old","new","old2","new2","speedup","floor";
+          for (i=1;i<=n;i++){k=ord[i]; printf "%-49s %8.4f %8.4f %8.4f %8.4f %7.2f %8.4f\n",k,t[k,1],t[k,2],t[k,3],t[k,4],(t[k,1]+t[k,3])/(t[k,2]+t[k,4]+1e-9),fl[k]}}' \
+  "$OUT/bench_old.log" "$OUT/bench_new.log" "$OUT/bench_old2.log" "$OUT/bench_new2.log"
+( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=linfam.sass * && find . -maxdepth 1 -type f ! -name logs.tgz -delete )
+echo "# total $(el) s"
+exit $tc_rc
