@@ -5,6 +5,16 @@
 #ifdef LA_HAVE_CBLAS
 #include <cblas.h>
 #endif
+#ifdef LA_BLAS_OPENBLAS
+#include <pthread.h>
+/* Kernels call la_sgemm on single tiles from inside OpenMP regions: a
+ * multi-threaded OpenBLAS there would oversubscribe the cores. Pin it to one
+ * thread once per process, also for callers that pass ctx = NULL (the
+ * context constructor does the same). */
+void openblas_set_num_threads(int);
+static pthread_once_t la_blas_once = PTHREAD_ONCE_INIT;
+static void la_blas_single_thread(void) { openblas_set_num_threads(1); }
+#endif
 
 const char *la_blas_name(void) {
 #ifdef LA_BLAS_NAME
@@ -24,6 +34,9 @@ void la_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float
               const float *A, int64_t lda, const float *B, int64_t ldb, float beta, float *C,
               int64_t ldc) {
     if (M <= 0 || N <= 0) return;
+#ifdef LA_BLAS_OPENBLAS
+    pthread_once(&la_blas_once, la_blas_single_thread);
+#endif
 #ifdef LA_HAVE_CBLAS
     if (K <= 0) {
         for (int64_t i = 0; i < M; i++)
