@@ -112,7 +112,7 @@ $(BUILD)/longattn.pc:
 	@mkdir -p $(BUILD)
 	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: longattn\nDescription: attention over long sequences (MHLA, focused linear attention, HISA)\nVersion: 0.1.0\nLibs: -L$${libdir} -llongattn\nLibs.private: $(LDLIBS)\nCflags: -I$${includedir}\n' > $@
 
-$(BUILD)/tests/%: tests/%.c tests/test_util.h $(BUILD)/liblongattn.a
+$(BUILD)/tests/%: tests/%.c tests/test_util.h $(wildcard tests/*/*.h) $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblongattn.a $(LDLIBS)
 
