@@ -19,25 +19,6 @@
 
 #include "cli.h"
 
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *x, int n) {
-    qsort(x, (size_t)n, sizeof(double), cmp_double);
-    return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
-}
-
-static void fill(float *x, size_t n, uint64_t seed) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-    }
-}
-
 typedef struct run_arg {
     int op; /* 0 softmax, 1 linear */
     int causal;
@@ -58,54 +39,10 @@ static la_status run_once(const run_arg *r) {
     return la_linear_attention(&p, &r->q, &r->k, &r->v, (la_tensor *)&r->o, NULL, NULL, NULL, NULL, r->ctx);
 }
 
-/* Median seconds of repeated calls: a warm-up call first (reported alone if
- * it took over 2 s), then at least 3 timed calls lasting min_time. */
-static double time_median(const run_arg *r, double min_time, int *reps, la_status *st) {
-    enum { MAXREP = 1000 };
-    double t[MAXREP];
-    double t0 = la_now();
-    *st = run_once(r);
-    double first = la_now() - t0;
-    *reps = 1;
-    if (*st != LA_OK || first > 2.0) return first;
-    int n = 0;
-    double start = la_now();
-    while (n < MAXREP && (n < 3 || la_now() - start < min_time)) {
-        t0 = la_now();
-        *st = run_once(r);
-        t[n++] = la_now() - t0;
-        if (*st != LA_OK) return 0;
-    }
-    *reps = n;
-    return median(t, n);
-}
+static la_status run_call(void *arg) { return run_once((const run_arg *)arg); }
 
-/* Aggregate GFLOP/s of `threads` concurrent single-threaded 1024³ sgemms
- * (median over repeats lasting min_time). */
-static double sgemm_peak(int threads, double min_time) {
-    const int64_t n = 1024;
-    float *buf = malloc(sizeof(float) * (size_t)(3 * n * n) * (size_t)threads);
-    if (!buf) return 0;
-    fill(buf, (size_t)(3 * n * n) * (size_t)threads, 7);
-    double t[200];
-    int reps = 0;
-    double start = la_now();
-    while (reps < 200 && (reps < 4 || la_now() - start < min_time)) {
-        double t0 = la_now();
-#pragma omp parallel num_threads(threads)
-        {
-            int id = 0;
-#ifdef _OPENMP
-            id = omp_get_thread_num();
-#endif
-            float *A = buf + (size_t)id * (size_t)(3 * n * n), *B = A + n * n, *C = B + n * n;
-            la_sgemm(false, false, n, n, n, 1.f, A, n, B, n, 0.f, C, n);
-        }
-        t[reps++] = la_now() - t0;
-    }
-    free(buf);
-    /* the first call pays BLAS buffer setup: drop it */
-    return 2.0 * n * n * n * threads / median(t + 1, reps - 1) * 1e-9;
+static double time_median(const run_arg *r, double min_time, int *reps, la_status *st) {
+    return la_bench_time_median(run_call, (void *)r, min_time, reps, st);
 }
 
 int la_bench_dense(const la_bench_cfg *cfg) {
@@ -128,7 +65,7 @@ int la_bench_dense(const la_bench_cfg *cfg) {
     la_progress pr;
     la_progress_start(&pr, "bench dense", steps);
 
-    const double peak = sgemm_peak(threads, cfg->min_time);
+    const double peak = la_bench_sgemm_peak(threads, cfg->min_time);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,"
                 "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
@@ -148,7 +85,7 @@ int la_bench_dense(const la_bench_cfg *cfg) {
             la_context_destroy(ctx);
             return la_cli_fail("bench dense: out of memory for N=%lld", (long long)cfg->nmax);
         }
-        fill(q, n, 1), fill(k, n, 2), fill(v, n, 3);
+        la_bench_fill(q, n, 1), la_bench_fill(k, n, 2), la_bench_fill(v, n, 3);
         run_arg r;
         r.ctx = ctx;
         int64_t ne[4] = {1, 1, H, D};
