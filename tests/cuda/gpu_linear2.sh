@@ -33,7 +33,7 @@ for p in old new old2 new2; do
 done
 echo "# bench done ($(el) s)"
 
-# 3. every small case of the suite (the D = 128 bf16 ones take the default path)
+# 3. every small case of the suite (the D = 128 bf16 ones outside t_tc_paths take the default path)
 LA_CUDA_SMALL=1 timeout 45 $T > "$OUT/small.log" 2>&1
 echo "small suite: rc=$?  $(tail -1 "$OUT/small.log")  ($(el) s)"
 grep -E "FAIL" "$OUT/small.log" | head -10
@@ -67,7 +67,7 @@ command -v compute-sanitizer >/dev/null && san racecheck
 if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-sass $B/obj/src/cuda/linfam.o > "$OUT/linfam.sass" 2>/dev/null
   awk '/Function :/{f=$3} f ~ /lf_tc_|lf_fast_/ {for (i=1;i<=NF;i++) if ($i ~ /^(HMMA|LDSM|LDGSTS|LDG|STG|LDL|STL|LDS|STS)/) {split($i,a,"."); c[f" "a[1]]++}} END {for (k in c) print k, c[k]}' \
-    "$OUT/linfam.sass" | sed -E 's/_ZN[^ ]*(lf_[a-z_]+)[^ ]* / \1 /' | sort > "$OUT/sass_counts.txt"
+    "$OUT/linfam.sass" | sed -E 's/^_ZN[0-9]+_GLOBAL__N__[0-9a-f_]+_linfam_cu_[0-9a-f]+[0-9]+(lf_[a-z_]+)[^ ]* / \1 /' | sort > "$OUT/sass_counts.txt"
   cat "$OUT/sass_counts.txt"
 fi
 
@@ -78,6 +78,6 @@ awk 'FNR==1{f++} / ms / && !/^copy/{k=substr($0,1,49); i=index($0," ms "); v=sub
      END {printf "%-49s %8s %8s %8s %8s %7s %8s\n","case","old","new","old2","new2","speedup","floor";
           for (i=1;i<=n;i++){k=ord[i]; printf "%-49s %8.4f %8.4f %8.4f %8.4f %7.2f %8.4f\n",k,t[k,1],t[k,2],t[k,3],t[k,4],(t[k,1]+t[k,3])/(t[k,2]+t[k,4]+1e-9),fl[k]}}' \
   "$OUT/bench_old.log" "$OUT/bench_new.log" "$OUT/bench_old2.log" "$OUT/bench_new2.log"
-( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz --exclude=linfam.sass * && find . -maxdepth 1 -type f ! -name logs.tgz -delete )
+( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz * && find . -maxdepth 1 -type f ! -name logs.tgz -delete )
 echo "# total $(el) s"
 exit $tc_rc

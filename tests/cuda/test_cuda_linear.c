@@ -414,8 +414,8 @@ static void t_no_overflow(void) {
 }
 
 /* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in both
- * versions, selected by LA_CUDA_LINFAM_PATH: v3 (new, pipelined; the default)
- * and v2 (old). Odd N (tiles and segments with tails), B = 2, several heads,
+ * versions, selected by LA_CUDA_LINFAM_PATH: v3 (new, pipelined; opt-in) and
+ * v2 (old, the default). Odd N (tiles and segments with tails), B = 2, several heads,
  * permuted [B,H,N,D] views, every feature map, all normalize modes, shared and
  * per-head mixing, 1-D/2-D/3-D grids; long sequences (N = 31500 video grid,
  * 32K incl. M = 150, 128K) for v3 unless LA_CUDA_SMALL.
@@ -429,10 +429,16 @@ static void t_tc_paths(void) {
         setenv("LA_CUDA_LINFAM_PATH", paths[pi], 1);
         printf("# tensor-core path %s (bf16, D = Dv = 128)\n", paths[pi]);
         const int64_t Ns[4] = {1, 63, 65, 1000};
+        /* N = 1 with φ = identity and no normalization is ill-conditioned for this
+         * path: o = (q·k) v, and the bf16 rounding of S̃ = k vᵀ errs by ~2^-9 Σ|q_d k_d|
+         * |v|, unbounded against |q·k| (a float64 model of the rounding exceeds
+         * rel 1e-2 in ~10% of draws; seen once on the H200, both versions alike):
+         * relu there; identity is kept from N = 63 on */
         for (int ni = 0; ni < 4; ni++)
             for (int f = 0; f < 5; f++)
-                t_linear(ni == 3 ? 2 : 1, Ns[ni], ni == 1 ? 3 : 2, 128, 128, feats[f], 0, f != 0, 64,
-                         0, dt, (f + ni) & 1);
+                t_linear(ni == 3 ? 2 : 1, Ns[ni], ni == 1 ? 3 : 2, 128, 128,
+                         (ni == 0 && f == 0) ? LA_FEATURE_RELU : feats[f], 0, f != 0, 64, 0, dt,
+                         (f + ni) & 1);
         t_linear(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 0, 0, 64, 0, dt, 1); /* no normalize */
         int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {65}, b1b[1] = {5}, g1c[1] = {1}, b1c[1] = {1};
         int64_t g1d[1] = {63}, b1d[1] = {7};
