@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device call for the v3 tensor-core path of the linear family (non-causal,
 # bf16, D = Dv = 128): build, correctness of both versions (new = v3, old = v2)
-# against the CPU path, old-vs-new timings, sanitizers on the small cases.
+# against the CPU path, old-vs-new timings, the per-head read pattern (rowread),
+# ncu (per-kernel bytes/times; stall reasons of v3), sanitizers on the small cases.
 #   bash tests/cuda/gpu_linear2.sh
 # Logs under $OUT (the device tool's output folder); a short summary last.
 # Each step has its own timeout so that the whole script ends within ~200 s.
@@ -31,6 +32,7 @@ grep -m3 'path=new' "$OUT/tc_paths.log" | tail -1; grep 'path=new' "$OUT/tc_path
 for p in old new old2 new2; do
   LA_CUDA_LINFAM_PATH=${p%2} timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1
 done
+timeout 20 $B/bench_gpu_linear rowread > "$OUT/rowread.log" 2>&1; cat "$OUT/rowread.log"
 echo "# bench done ($(el) s)"
 
 # 3. every small case of the suite (the D = 128 bf16 ones outside t_tc_paths take the default path)
@@ -40,7 +42,7 @@ grep -E "FAIL" "$OUT/small.log" | head -10
 
 # 4. memcheck, then per-kernel times and DRAM bytes (ncu, N = 32K: linear, MHLA M = 16,
 #    M = 150, one call each, both versions), then racecheck, while time is left
-DEADLINE=${LA_GPU_DEADLINE:-170}
+DEADLINE=${LA_GPU_DEADLINE:-200}
 san() {
   local tool=$1
   left=$(( DEADLINE - $(el) ))
@@ -60,6 +62,15 @@ if command -v ncu >/dev/null && [ $(( DEADLINE - $(el) )) -gt 30 ]; then
     grep -E '"(gpu__time_duration.sum|dram__bytes_read.sum|dram__bytes_write.sum)"' "$OUT/ncu_$p.csv" \
       | awk -F'","' '{n=$5; gsub(/\(anonymous namespace\)::/,"",n); sub(/\(.*/,"",n); gsub(/"/,"",$NF); printf "  %-24s %-22s %s %s\n", n, $(NF-2), $NF, $(NF-1)}' | head -40
   done
+fi
+# stall reasons of one v3 summary and one v3 output launch (linear, N = 32K)
+if command -v ncu >/dev/null && [ $(( DEADLINE - $(el) )) -gt 45 ]; then
+  LA_CUDA_LINFAM_PATH=new timeout 40 ncu --clock-control none --set full --import-source no \
+    --kernel-name regex:'lf_tc_(summary|output)' --launch-count 2 \
+    $B/bench_gpu_linear profile 32768 > "$OUT/ncu_full.txt" 2>&1
+  echo "ncu --set full: rc=$? ($(el) s)"
+  grep -E "lf_tc_|Duration|DRAM Throughput|Memory Throughput|Warp Cycles Per Issued|Issue Slots Busy|Achieved Occupancy|stall|Stall" \
+    "$OUT/ncu_full.txt" | cut -c1-160 | head -24
 fi
 command -v compute-sanitizer >/dev/null && san racecheck
 
