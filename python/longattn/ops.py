@@ -506,7 +506,10 @@ def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None
     Keys are mean-pooled over blocks of `block` tokens; per query the
     `block_topk` best blocks meeting [start_t, end_t) are kept (the first and
     last always), then the top `topk` tokens inside them as in dsa_topk. When
-    block_topk·block >= end_t - start_t this equals dsa_topk exactly.
+    the kept blocks are all blocks meeting the range, i.e. block_topk >=
+    ceil(end_t/block) - floor(start_t/block) (for block-aligned starts, as in
+    causal prefill: block_topk·block >= end_t - start_t), this equals
+    dsa_topk exactly (docs/SPARSE.md).
 
     Shapes: q [T, HI, dI], k [L, dI], w [T, HI], start/end int32 [T] ->
     idx int32 [T, topk].
