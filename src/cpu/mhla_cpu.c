@@ -617,7 +617,7 @@ static int64_t tile_ahead(const la_mhla_geom *g, int64_t blk, int64_t p, int64_t
     return n;
 }
 
-/* Row pointers of head h for the tokens idx[0..n) of a [B,N,H,·] view. */
+/* Start of head h of batch b in a [B,N,H,·] view (token rows nb[1] apart). */
 static inline const float *head_base(const la_tensor *t, int64_t b, int64_t h) {
     return (const float *)t->data + b * t->nb[0] + h * t->nb[2];
 }
