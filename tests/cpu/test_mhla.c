@@ -445,7 +445,7 @@ int main(void) {
 
     /* B·H = 3: whole-head tasks with 1 and 3 threads, phase-by-phase
      * scheduling (blocks and column tiles) with 2 */
-    printf("threads 1, 2, 3 (both schedules)\n");
+    printf("threads 1, 2, 3 (both GEMM-path schedules, AVX-512 head groups)\n");
     for (int th = 1; th <= 3; th++) {
         la_context_set_threads(ctx, th);
         nc_case c = {.B = 1, .H = 3, .D = 16, .Dv = 8, .nd = 3, .grid = {6, 10, 10},
@@ -454,6 +454,14 @@ int main(void) {
         run_case(&rng, &c, ctx);
         c.norm = 2, c.per_head = 0; /* 6x10x10 in 3x5x2 blocks: equal sizes */
         run_case(&rng, &c, ctx);
+        /* AVX-512 path: tasks of all 3 heads (30 blocks), and of fewer heads
+         * when blocks alone are too few for the threads (2 blocks) */
+        c.f = LA_FEATURE_RELU_EPS, c.norm = 0, c.D = 20, c.Dv = 36;
+        run_case(&rng, &c, ctx);
+        nc_case c2 = {.B = 1, .H = 3, .D = 16, .Dv = 24, .nd = 1, .grid = {150}, .blocks = {2},
+                      .f = LA_FEATURE_RELU1, .norm = th == 2 ? 2 : 0, .scale = 0.5f,
+                      .per_head = 1, .dt = LA_F32, .buf_mode = th == 3 ? 1 : 0};
+        run_case(&rng, &c2, ctx);
     }
     la_context_set_threads(ctx, 2);
 
