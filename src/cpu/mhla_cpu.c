@@ -494,10 +494,9 @@ static void col_sums(const float *const *rows, int64_t n, int64_t len, __m512 lo
 /* Whether the fast kernels apply: f32 q, k, v with unit-stride rows and a
  * relu-family or identity feature. (out may be anything: rows that cannot be
  * written in place go through the tile buffer and store_rows.) */
-static int nc_fast_ok(const la_mhla_params *p, const la_tensor *q, const la_tensor *k,
-                      const la_tensor *v) {
+static int nc_fast_ok(la_feature f, const la_tensor *q, const la_tensor *k, const la_tensor *v) {
     float lo, c;
-    return fast_feature(p->feature, &lo, &c) && q->dtype == LA_F32 && k->dtype == LA_F32 &&
+    return fast_feature(f, &lo, &c) && q->dtype == LA_F32 && k->dtype == LA_F32 &&
            v->dtype == LA_F32 && q->nb[3] == 1 && k->nb[3] == 1 && v->nb[3] == 1;
 }
 #endif /* __AVX512F__ */
@@ -806,6 +805,15 @@ static void nc_output(const nc_job *j, int64_t task, tiles *w) {
     }
 }
 
+int la_mhla_fast_ok(la_feature f, const la_tensor *q, const la_tensor *k, const la_tensor *v) {
+#ifdef NC_FAST
+    return nc_fast_ok(f, q, k, v);
+#else
+    (void)f, (void)q, (void)k, (void)v;
+    return 0;
+#endif
+}
+
 la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                               const la_tensor *q, const la_tensor *k, const la_tensor *v,
                               const la_tensor *mixing, la_tensor *out, la_context *ctx) {
@@ -839,7 +847,7 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
     j.R = (float *)(ws + oR), j.Rt = (float *)(ws + oRt);
     load_mixing(mixing, M, 0, j.W, NULL);
 #ifdef NC_FAST
-    j.fast = nc_fast_ok(p, q, k, v);
+    j.fast = nc_fast_ok(p->feature, q, k, v);
 #endif
 
     const int per_head = whole_heads(BH, nt);

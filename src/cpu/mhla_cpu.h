@@ -46,6 +46,12 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                               const la_tensor *q, const la_tensor *k, const la_tensor *v,
                               const la_tensor *mixing, la_tensor *out, la_context *ctx);
 
+/* Whether la_mhla_forward_cpu runs these views through its AVX-512 kernels
+ * (f32 q, k, v with unit-stride rows, φ relu/relu_eps/relu1/identity, a
+ * build with AVX-512). Non-causal linear attention uses them too: it is MHLA
+ * with W = all ones. */
+int la_mhla_fast_ok(la_feature f, const la_tensor *q, const la_tensor *k, const la_tensor *v);
+
 /* Causal chunkwise forward (SPEC §5.4). p->scale_q already resolved (> 0 or
  * given), p->chunk >= 1, mixing at least ceil(N/chunk) square. */
 la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_tensor *q,
