@@ -20,7 +20,11 @@
  *            final state).
  * When B·H alone gives enough tasks nsplit = 1: one task per head runs all
  * phases itself (a single pass for the causal form, no barriers between). Every product is a la_sgemm on packed f32
- * panels (la_gather_bnhd_rows: any dtype, any strides). */
+ * panels (la_gather_bnhd_rows: any dtype, any strides).
+ *
+ * Exception: non-causal with f32 unit-stride rows and a relu-family or
+ * identity φ on an AVX-512 build goes to la_mhla_forward_cpu as MHLA with
+ * W = all ones (its register-blocked kernels; see la_linear_cpu). */
 #include "cpu/linear_cpu.h"
 #include "cpu/mhla_cpu.h"
 
