@@ -6,6 +6,9 @@
  *   2. mixing            [S̃ z̃] = W · [S z]        (one GEMM, M×M by M×(d·dv+d))
  *   3. outputs           q̃_t S̃_i, divided by q̃_t·z̃_i + eps         (GEMM per tile)
  * Cost O(N·d·dv + M²·d·dv), memory O(M·d·dv) per (batch, head); no N×N.
+ * With f32 rows, a relu-family or identity φ and AVX-512, phases 1 and 3 run
+ * as register-blocked kernels instead of GEMMs ("non-causal AVX-512
+ * kernels" below); non-causal linear attention uses them too (W = ones).
  *
  * Causal (1-D chunks of C tokens): phase 1 as above per chunk, phase 2 a
  * strictly lower triangular mixing GEMM (row blocks skip the zero upper
@@ -257,7 +260,9 @@ static int whole_heads(int64_t BH, int nt) { return BH % nt == 0 || BH >= 4 * (i
  * 10 loads, all from L1 (~230 GFLOP/s on one core here, the FMA peak).
  *
  * φ is applied on the fly to the broadcast scalars, φ0(x) = max(x, lo) with
- * lo = 0 (relu family) or −inf (identity): no φ(K) or φ(Q) copy. The additive
+ * lo = 0 (relu family) or −inf (identity): tiles are packed as they are
+ * (pack_rows), no φ(K) or φ(Q) copy. (vmaxps returns lo for a NaN x: relu
+ * maps NaN to 0 as the GEMM path's x > 0 ? x : 0 does.) The additive
  * constant c of relu_eps and relu1, φ(x) = φ0(x) + c, is folded into
  * per-block corrections rather than added per element:
  *   S_b = Σ φ0(k) vᵀ + c·1·(Σ v)ᵀ,         z_b = Σ φ0(k) + c·n_b,
@@ -270,7 +275,7 @@ static int whole_heads(int64_t BH, int nt) { return BH % nt == 0 || BH >= 4 * (i
 #include <math.h>
 #define NC_FAST 1
 #define NC_HG 8 /* heads per fast task at most (per-thread scratch: NC_HG·Dv floats) */
-#define FT 64 /* tokens per tile: k and v tiles (2×16 KB at d = 64) stay in L1 */
+#define FT 64 /* tokens per tile: packed k and v tiles (2×16 KB at d = 64) stay in L1 */
 
 /* Which features the fast kernels take: φ(x) = max(x, lo) + c. (elu1 needs
  * an exp per element: the GEMM path.) */
@@ -292,10 +297,11 @@ static inline __mmask16 tail_mask(int64_t n) {
 /* Software prefetch. A head's rows are 4·D-byte pieces of longer token rows
  * (the other heads' data in between), which the hardware prefetchers follow
  * poorly: ~14 GB/s per core here against ~39 GB/s for a plain stream. So the
- * cache lines of the next tile's rows are listed (continuing into the head's
- * next block), and the kernels issue one of them per inner iteration, spread
- * over the passes of a tile, into L1 (prefetcht0: N = 16K, one thread,
- * 12.1 ms without, 8.4 with; into L2 9.6, two tiles ahead 8.7). */
+ * cache lines of the next tile's rows (all heads of the task; continuing
+ * into the next block) are listed, and the kernels issue one of them per
+ * inner iteration, spread over the passes of a tile, into L1 (prefetcht0:
+ * N = 16K, one thread, before tiles were packed: 12.1 ms without, 8.4 with;
+ * into L2 9.6, two tiles ahead 8.7; after packing L1 and L2 within noise). */
 #define PF_CAP 2048
 typedef struct pf_list {
     const char *line[PF_CAP];
@@ -622,13 +628,13 @@ static inline const float *head_base(const la_tensor *t, int64_t b, int64_t h) {
 }
 
 /* Phase 1, fast path (see "non-causal AVX-512 kernels"): S_b and z_b of
- * block blk of batch b for heads [h0, h1), from the k and v rows in place.
- * Each tile of FT tokens is done for all these heads before the next, so
- * the tile's token rows (the heads side by side) are read as one stretch of
- * memory, which the hardware prefetchers follow (N = 16K, H = 4, one
- * thread: 8.6 ms head by head, 6.4 ms for the same work on H = 1); the
- * next tile's lines are also prefetched in software. The constant c of φ is
- * added once per block at the end. (w->o holds Σv per head.) */
+ * block blk of batch b for heads [h0, h1). Each tile of FT tokens is done
+ * for all these heads before the next (the heads' rows lie side by side in
+ * memory), one head at a time from a packed copy in L1 (pack_rows); the
+ * next tile's lines are prefetched meanwhile. N = 16K, H = 4, one thread:
+ * 8.6 ms head by head from the rows in place, 7.8 ms like this, 6.0 ms with
+ * every input row in L1. The constant c of φ is added once per block at the
+ * end. (w->k, w->v: packed tiles; w->o: Σv per head.) */
 static void nc_summary_fast(const nc_job *j, int64_t b, int64_t blk, int64_t h0, int64_t h1,
                             tiles *w) {
     const int64_t D = j->D, Dv = j->Dv, M = j->M, H = j->H;
@@ -684,7 +690,7 @@ static void nc_summary_fast(const nc_job *j, int64_t b, int64_t blk, int64_t h0,
 }
 
 /* Phase 3, fast path: outputs of block blk of batch b for heads [h0, h1),
- * tile by tile as in phase 1, from the q rows in place; written in place
+ * tile by tile as in phase 1 (q packed into w->q); written in place
  * when out is f32 with unit-stride rows (streaming stores when every row is
  * 64-byte aligned and Dv a multiple of 16), else through w->o and
  * store_rows. Row r gets fac = scale/(q̃·z̃ + eps) (per_query),
