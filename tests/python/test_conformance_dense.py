@@ -680,6 +680,8 @@ def kernel_map(qt, kt, Wtok=None):
     ("linear", 33, 5, ["--feature", "elu1"]),
     ("mhla", 48, 3, ["--grid", "6x8", "--blocks", "2x3"]),
     ("mhla", 35, 4, ["--blocks", "5", "--feature", "relu1"]),
+    ("mhla", 63, 3, ["--grid", "7x9", "--blocks", "2x3"]),
+    ("mhla", 60, 3, ["--grid", "3x4x5", "--blocks", "2x2x3", "--feature", "elu1"]),
     ("focused-flatten", 36, 4, ["--map", "6x6"]),
     ("focused-flatten", 35, 3, ["--map", "5x7", "--p", "2", "--softplus-param", "S"]),
     ("focused-blog", 30, 4, ["--map", "5x6"]),
