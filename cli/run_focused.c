@@ -107,11 +107,12 @@ int la_run_focused(int argc, char **argv) {
     if (conv.data) {
         const int64_t ks = conv.ne[1], want = blog ? H * D : D;
         const char *path = la_args_get(&a, "conv");
-        if (conv.ne[2] != ks || ks % 2 == 0 || conv.ne[0] != want)
+        if (conv.ne[2] != ks || ks % 2 == 0 || conv.ne[0] != want || ks > p.map_h || ks > p.map_w)
             return la_cli_end(&c, la_cli_fail(
-                "--conv %s: shape [%lld, %lld, %lld]: expected %s [%lld, k, k] with k odd", path,
-                (long long)conv.ne[0], (long long)conv.ne[1], (long long)conv.ne[2],
-                blog ? "blog" : "flatten", (long long)want));
+                "--conv %s: shape [%lld, %lld, %lld]: expected %s [%lld, k, k] with k odd and at "
+                "most the %lldx%lld map", path, (long long)conv.ne[0], (long long)conv.ne[1],
+                (long long)conv.ne[2], blog ? "blog" : "flatten", (long long)want,
+                (long long)p.map_h, (long long)p.map_w));
     }
     /* --focus: a number for every head, or a file [H] */
     memset(&focus, 0, sizeof focus);

@@ -84,8 +84,9 @@ la_status la_focused_attention(const la_focused_params *p, const la_tensor *q,
         if (ks % 2 == 0)
             return la_err(LA_ERR_SHAPE, "conv: kernel %lldx%lld is even-sized (zero padding k//2 "
                           "keeps the map only for odd k)", (long long)ks, (long long)ks);
-        /* a kernel larger than the map is fine: zero padding k//2 defines it
-         * (as torch's Conv2d(padding=k//2) does, e.g. on a 1xW map) */
+        if (ks > p->map_h || ks > p->map_w)
+            return la_err(LA_ERR_SHAPE, "conv: kernel %lldx%lld is larger than the %lldx%lld map",
+                          (long long)ks, (long long)ks, (long long)p->map_h, (long long)p->map_w);
         if (blog) {
             LA_TRY(la_check_dim(conv, "conv", 0, C, "blog: one k x k kernel per channel H*D"));
         } else {

@@ -563,9 +563,9 @@ def ref_blog(q, k, v, Hm, Wm, conv=None, focus=None, eps=1e-6):
     (2, 2, 4, 4, 7, 9, 5, True, True, None, []),        # full module: DWC 5x5 + bias, learned s
     (1, 3, 5, 5, 8, 8, 3, False, True, "2", []),
     (1, 2, 4, 3, 5, 13, 0, True, False, "4", ["--eps", "0.01"]),  # no conv: Dv != D allowed
-    (1, 2, 3, 3, 1, 65, 3, False, False, None, []),      # kernel taller than the map
-    (1, 2, 2, 2, 1, 1, 5, True, True, None, []),         # 1x1 map, 5x5 kernel: only the centre tap
-    (1, 1, 3, 3, 3, 4, 5, False, True, None, []),
+    (1, 2, 3, 3, 3, 65, 3, False, False, None, []),      # kernel as tall as the map
+    (1, 2, 2, 2, 1, 1, 1, True, True, None, []),         # 1x1 map, 1x1 kernel
+    (1, 1, 3, 3, 5, 4, 3, False, True, None, []),
 ])
 def test_focused_flatten(tmp_path, B, H, D, Dv, Hm, Wm, kk, sp, bias, p, extra):
     N = Hm * Wm
@@ -617,10 +617,10 @@ def test_focused_flatten_norm_spans_heads(tmp_path):
     (1, 1, 1, 1, 1, 1, 0, None),
     (2, 2, 4, 3, 7, 9, 3, None),
     (1, 3, 5, 5, 6, 6, 5, "arr"),
-    (1, 2, 3, 2, 1, 63, 3, "num"),
+    (1, 2, 3, 2, 3, 63, 3, "num"),
     (1, 2, 4, 4, 5, 5, 0, "arr"),
-    (1, 1, 2, 2, 1, 1, 3, None),
-    (1, 2, 2, 3, 2, 3, 5, "num"),
+    (1, 1, 2, 2, 1, 1, 1, None),
+    (1, 2, 2, 3, 5, 5, 5, "num"),
 ])
 def test_focused_blog(tmp_path, B, H, D, Dv, Hm, Wm, kk, focus):
     N = Hm * Wm
@@ -809,6 +809,11 @@ def test_bad_inputs(tmp_path):
         (["focused", "--q", q, "--k", k, "--v", v, "--map", "2x4", "--variant", "fancy", "--out", o],
          ["--variant", "fancy"]),
         (["focused", "--q", q, "--k", k, "--v", v, "--map", "2x4", "--conv", W3h, "--out", o], ["--conv", "W3h.npy", "[3, 4, 4]"]),
+        # issue 3: an even-sized kernel, or one larger than the map, is bad input
+        (["focused", "--q", q, "--k", k, "--v", v, "--map", "2x4",
+          "--conv", save(tmp_path, "c3", np.ones((4, 3, 3))), "--out", o], ["--conv", "c3.npy"]),
+        (["focused", "--q", q, "--k", k, "--v", v, "--map", "2x4",
+          "--conv", save(tmp_path, "c2", np.ones((4, 2, 2))), "--out", o], ["--conv", "c2.npy"]),
         (["focused", "--q", q, "--k", k, "--v", v, "--map", "2x4", "--softplus-param", W4, "--out", o],
          ["--softplus-param", "W4.npy", "[4, 4]"]),
         (["attn-map", "--variant", "softmax", "--q", q, "--k", k, "--out", o], ["q.npy", "--q", "[1, 8, 2, 4]"]),
@@ -1000,7 +1005,7 @@ def test_blog_default_focus_and_eps(tmp_path):
     r = rng("blog-focus")
     N, H, D = 6, 2, 2
     q, k, v = r.standard_normal((3, 1, N, H, D))
-    conv = np.full((H * D, 3, 3), 2e-8)
+    conv = np.full((H * D, 1, 1), 2e-8)
     args = ["focused", "--variant", "blog", "--q", save(tmp_path, "q", q), "--k", save(tmp_path, "k", k),
             "--v", save(tmp_path, "v", v), "--map", "2x3", "--conv", save(tmp_path, "c", conv)]
     cli(*args, "--out", tmp_path / "o.npy")

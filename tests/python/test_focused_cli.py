@@ -307,6 +307,7 @@ BAD = [
     # extra args, substring expected in the message
     (["--map", "4x4"], "--map"),
     (["--map", "5x4", "--conv", ("conv", (8, 2, 2))], "--conv"),          # even kernel
+    (["--map", "4x5", "--conv", ("conv", (8, 5, 5))], "--conv"),          # larger than the map
     (["--map", "4x5", "--conv", ("conv", (16, 3, 3))], "--conv"),         # [C,k,k] to flatten
     (["--map", "4x5", "--conv", ("conv", (8, 3, 1))], "--conv"),          # not square
     (["--map", "4x5", "--conv", ("conv", (8, 2, 3, 3))], "--conv"),       # [D,2,k,k]
