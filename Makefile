@@ -5,6 +5,7 @@
 #   make test         build and run every test (installs missing Debian packages)
 #   make demo         build and run `longattn demo`
 #   make test-asan    the C tests under ASan + UBSan
+#   make test-portable the C tests built without -march=native (no AVX-512 paths)
 #   make fuzz         libFuzzer target for the .npy reader (short run)
 #   make install PREFIX=/usr/local
 #
@@ -83,7 +84,7 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 CUDA_TEST_SRCS := $(wildcard tests/cuda/test_*.c)
 CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
 
-.PHONY: all lib cli tests test demo clean install test-asan fuzz deps cuda-tests info
+.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -129,10 +130,16 @@ demo: all
 	$(BUILD)/longattn demo
 
 # Sanitizer build of the C tests in a separate tree.
+# -march=native so the sanitizers also watch the AVX-512 kernels.
 test-asan:
-	$(MAKE) BUILD=build-asan CUDA=0 OPT="-O1 -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
-	    LDLIBS_EXTRA= tests
+	$(MAKE) BUILD=build-asan CUDA=0 OPT="-O1 -march=native -fno-omit-frame-pointer -fsanitize=address,undefined -fno-sanitize-recover=undefined" \
+	    tests
 	LA_ASAN=1 ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 LA_SKIP_PYTHON=1 bash tests/run_all.sh build-asan
+
+# The portable paths (no AVX-512, no -march=native), as on other CPUs.
+test-portable:
+	$(MAKE) BUILD=build-portable CUDA=0 OPT="-O2" tests
+	LA_SKIP_PYTHON=1 bash tests/run_all.sh build-portable
 
 # libFuzzer target for the .npy reader (needs clang).
 FUZZ_SECONDS ?= 20
@@ -152,4 +159,4 @@ install: all
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/longattn.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
 
 clean:
-	rm -rf build build-asan
+	rm -rf build build-asan build-portable

@@ -270,11 +270,11 @@ static int whole_heads(int64_t BH, int nt) { return BH % nt == 0 || BH >= 4 * (i
  * Token rows are reached through row pointers, so any block shape (2-D, 3-D
  * grids) and any row stride works; rows must be unit-stride f32 (else the
  * GEMM path below runs, which is also the path without AVX-512). */
+#define NC_HG 8 /* heads per fast task at most (per-thread scratch: NC_HG·Dv floats) */
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #include <math.h>
 #define NC_FAST 1
-#define NC_HG 8 /* heads per fast task at most (per-thread scratch: NC_HG·Dv floats) */
 #define FT 64 /* tokens per tile: packed k and v tiles (2×16 KB at d = 64) stay in L1 */
 
 /* Which features the fast kernels take: φ(x) = max(x, lo) + c. (elu1 needs
@@ -863,6 +863,7 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
     int64_t hg = H < NC_HG ? H : NC_HG;
     while (hg > 1 && B * M * ((H + hg - 1) / hg) < 4 * (int64_t)nt) hg = (hg + 1) / 2;
     const int64_t ng = (H + hg - 1) / hg;
+    (void)ng; /* used by the AVX-512 path only */
 #pragma omp parallel num_threads(nt)
     {
         tiles w;

@@ -171,7 +171,7 @@ static void run_case(la_rng *rng, const hcase *c, int sparse, la_context *ctx) {
     for (int64_t t = 0; t < T && !bad; t++) {
         int amb_set, amb_order;
         const double tolrel = c->integer ? 0.0 : 1e-4;
-        double tolb;
+        double tolb = 0.0;
         const int64_t nk = ref_kept(&in, t, B, m, tolrel, kept, kscore, &tolb, &amb_set, &amb_order);
         const int64_t s0 = in.s0[t], s1 = in.s1[t];
         const int64_t nblk = s0 < s1 ? (s1 + B - 1) / B - s0 / B : 0;
