@@ -6,7 +6,7 @@
 set -u
 want=(libopenblas-dev libopenblas0-pthread liblapack-dev)
 if [ "${1:-build}" = test ] || [ "${1:-build}" = all ]; then
-    want+=(python3-numpy python3-torch python3-pytest python3-matplotlib python3-venv python3-pip python3-setuptools python3-wheel clang pkg-config)
+    want+=(python3-numpy python3-torch python3-pytest python3-matplotlib python3-venv python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev pkg-config)
 fi
 missing=()
 for p in "${want[@]}"; do
