@@ -588,6 +588,9 @@ static void nc_summary(const nc_job *j, int64_t task, tiles *w) {
     blk_box bx;
     block_box(j->geom, task % M, &bx);
     memset(zb, 0, (size_t)D * sizeof(float));
+    /* an empty block (more blocks than tokens on an axis) has S_b = 0; the
+     * first tile's GEMM (beta 0) initializes S_b otherwise */
+    if (bx.size == 0) memset(Sb, 0, (size_t)(D * Dv) * sizeof(float));
     for (int64_t p0 = 0; p0 < bx.size; p0 += tile) {
         int64_t n = bx.size - p0 < tile ? bx.size - p0 : tile;
         block_tokens(j->geom, &bx, p0, n, w->idx);
@@ -650,6 +653,8 @@ static void nc_summary_fast(const nc_job *j, int64_t b, int64_t blk, int64_t h0,
         float *Sb = j->S + ((b * H + h) * M + blk) * j->SE;
         memset(Sb + D * Dv, 0, (size_t)D * sizeof(float));
         memset(w->o + (h - h0) * Dv, 0, (size_t)Dv * sizeof(float));
+        /* empty block: S_b = 0 (else the first tile initializes it) */
+        if (bx.size == 0) memset(Sb, 0, (size_t)(D * Dv) * sizeof(float));
     }
     for (int64_t p0 = 0; p0 < bx.size; p0 += FT) {
         const int64_t n = bx.size - p0 < FT ? bx.size - p0 : FT;

@@ -35,9 +35,10 @@ static la_status mhla_block_ids(const la_mhla_params *m, int64_t N, int64_t *blk
         nb[a] = m->blocks[a];
         if (g[a] <= 0)
             return la_err(LA_ERR_ARG, "mhla.grid[%d]=%lld must be positive", a, (long long)g[a]);
-        if (nb[a] < 1 || nb[a] > g[a])
-            return la_err(LA_ERR_ARG, "mhla.blocks[%d]=%lld must be in [1, grid[%d]=%lld]", a,
-                          (long long)nb[a], a, (long long)g[a]);
+        /* more blocks than tokens is valid (SPEC §5.1: some blocks stay empty) */
+        if (nb[a] < 1 || nb[a] > ((int64_t)1 << 31))
+            return la_err(LA_ERR_ARG, "mhla.blocks[%d]=%lld must be in [1, 2^31]", a,
+                          (long long)nb[a]);
         if (prod > INT64_MAX / g[a] || M > INT64_MAX / nb[a])
             return la_err(LA_ERR_OVERFLOW, "mhla: grid or block count overflows");
         prod *= g[a];

@@ -143,6 +143,7 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
     if (nd < 1 || nd > 3)
         return la_err(LA_ERR_ARG, "%s: grid_ndim = %d, expected 1, 2 or 3", op, nd);
     int64_t grid[3], blocks[3], prod = 1, Mg = 1;
+    int has_empty = 0;
     for (int a = 0; a < nd; a++) {
         grid[a] = (nd == 1 && p->grid[0] == 0) ? N : p->grid[a];
         blocks[a] = p->blocks[a];
@@ -169,11 +170,16 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
         if (blocks[a] <= 0)
             return la_err(LA_ERR_ARG, "%s: blocks[%d] = %lld must be >= 1 (set the block grid)",
                           op, a, (long long)blocks[a]);
-        if (blocks[a] > grid[a])
-            return la_err(LA_ERR_SHAPE, "%s: blocks[%d] = %lld is larger than grid[%d] = %lld "
-                          "(every block needs a token)", op, a, (long long)blocks[a], a,
-                          (long long)grid[a]);
-        Mg *= blocks[a]; /* <= N, no overflow */
+        /* more blocks than tokens on an axis is valid (SPEC §5.1 assigns
+         * tokens by floor(c*g/n): some blocks are empty, S_b = 0), but the
+         * block count must stay addressable */
+        if (blocks[a] > ((int64_t)1 << 31))
+            return la_err(LA_ERR_SHAPE, "%s: blocks[%d] = %lld is too large", op, a,
+                          (long long)blocks[a]);
+        if (Mg > ((int64_t)1 << 31) / blocks[a])
+            return la_err(LA_ERR_OVERFLOW, "%s: the block grid has more than 2^31 blocks", op);
+        if (blocks[a] > grid[a]) has_empty = 1;
+        Mg *= blocks[a];
     }
     if (Mg != M)
         return la_err(LA_ERR_SHAPE, "%s: mixing %s has M = %lld but the block grid has %lld blocks",
@@ -189,6 +195,9 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
     }
     if (q->device == LA_DEVICE_CUDA) {
 #ifdef LA_WITH_CUDA
+        if (has_empty)
+            return la_err(LA_ERR_UNSUPPORTED, "%s: the CUDA backend needs a token in every block "
+                          "(blocks <= grid on each axis); empty blocks work on the CPU", op);
         la_mhla_params pc = *p;
         for (int a = 0; a < nd; a++) pc.grid[a] = grid[a];
         LA_TRY(la_mhla_forward_cuda(&pc, q, k, v, mixing, out, ctx));

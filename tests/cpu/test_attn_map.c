@@ -429,7 +429,9 @@ static void test_bad_input(void) {
     p.mhla.grid[1] = 5;
     CHECK_STATUS(la_attention_map(&p, &tq, &tk, &tw, NULL, &to, NULL), LA_ERR_SHAPE);
     p.mhla.grid[1] = 4;
-    p.mhla.blocks[0] = 4;
+    p.mhla.blocks[0] = 4; /* more blocks than rows is valid (empty blocks), but M = 8 != 4 */
+    CHECK_STATUS(la_attention_map(&p, &tq, &tk, &tw, NULL, &to, NULL), LA_ERR_SHAPE);
+    p.mhla.blocks[0] = 0;
     CHECK_STATUS(la_attention_map(&p, &tq, &tk, &tw, NULL, &to, NULL), LA_ERR_ARG);
     p.mhla.blocks[0] = 2;
     p.mhla.grid_ndim = 4;

@@ -54,8 +54,8 @@ int main(void) {
     b = p, b.grid_ndim = 3, b.grid[0] = 1, b.grid[1] = 3, b.grid[2] = 3, b.blocks[2] = 1;
     b.blocks[0] = 1, b.blocks[1] = 2;
     EXPECT(la_mhla_forward(&b, &q.t, &k.t, &v.t, &w2.t, &o.t, ctx), LA_ERR_SHAPE, "grid 1x3x3");
-    b = p, b.blocks[0] = 4, b.blocks[1] = 1;
-    EXPECT(la_mhla_forward(&b, &q.t, &k.t, &v.t, &w2.t, &o.t, ctx), LA_ERR_SHAPE, "larger than grid");
+    b = p, b.blocks[0] = 4, b.blocks[1] = 1; /* empty blocks are valid; M = 4 != 2 is not */
+    EXPECT(la_mhla_forward(&b, &q.t, &k.t, &v.t, &w2.t, &o.t, ctx), LA_ERR_SHAPE, "block grid has 4 blocks");
     b = p, b.blocks[1] = 0;
     EXPECT(la_mhla_forward(&b, &q.t, &k.t, &v.t, &w2.t, &o.t, ctx), LA_ERR_ARG, "blocks[1]");
     b = p, b.blocks[0] = -2;

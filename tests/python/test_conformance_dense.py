@@ -322,6 +322,12 @@ def dims(s):
     (2, 2, 3, 5, "8x12", "4x4", True, "released_vision", None, []),
     (1, 1, 4, 3, "4x6x6", "2x3x3", False, "released_vision", "relu", ["--eps", "0.01"]),
     (1, 2, 3, 2, "12", "12", False, "per_query", "identity", ["--eps", "0.25", "--scale", "2"]),
+    # more blocks than tokens on an axis: §5.1's floor(c*g/n) leaves some blocks empty (S_b = 0)
+    (1, 2, 4, 3, "1", "4", False, None, None, []),
+    (2, 1, 3, 2, "3", "5", True, "none", None, []),
+    (1, 2, 4, 4, "2x3", "4x2", False, None, None, []),
+    (1, 1, 3, 3, "2x1x3", "3x2x2", True, None, "relu", []),
+    (1, 2, 3, 2, "5", "7", False, "per_query", "elu1", []),          # the GEMM path
 ])
 def test_mhla(tmp_path, B, H, D, Dv, grid, blocks, per_head, normalize, feature, extra):
     g, bl = dims(grid), dims(blocks)

@@ -354,7 +354,6 @@ def test_attn_map_bad_input(tmp_path):
         (["--k", k, "--variant", "mhla"], "--mixing"),
         (["--k", k, "--variant", "mhla", "--mixing", w, "--grid", "3x5", "--blocks", "2x2"], "--grid"),
         (["--k", k, "--variant", "mhla", "--mixing", w, "--grid", "3x4", "--blocks", "2x1"], "mixing"),
-        (["--k", k, "--variant", "mhla", "--mixing", w, "--grid", "3x4", "--blocks", "4x1"], "blocks"),
         (["--k", k, "--variant", "focused-flatten", "--map", "5x5"], "--map"),
         (["--k", k, "--variant", "linear", "--feature", "tanh"], "--feature"),
         (["--k", k, "--variant", "sparse"], "--variant"),

@@ -295,7 +295,7 @@ def test_mhla_bad_input(rng, tmp_path):
         (base + ["--mixing", fw4, "--grid", "7x9", "--blocks", "2x3"], "block grid has 6"),
         (base + ["--mixing", fw6, "--grid", "7x8", "--blocks", "2x3"], "grid 7x8"),
         (base + ["--mixing", fw6, "--grid", "62"], "N = 63"),
-        (base + ["--mixing", fw6, "--grid", "7x9", "--blocks", "8x1"], "larger than grid"),
+        (base + ["--mixing", fw6, "--grid", "7x9", "--blocks", "8x1"], "block grid has 8"),
         (base + ["--mixing", fw6, "--grid", "7x9", "--blocks", "2x3", "--normalize",
                  "released_vision"], "equal block sizes"),
         (base + ["--mixing", fw6, "--grid", "7x9", "--blocks", "2x3x1"], "rank"),
