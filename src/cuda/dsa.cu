@@ -17,6 +17,7 @@
  * is kept. */
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
+#include "ops/sparse_validate.h"
 
 /* ------------------------------------------------------------------------ */
 /* exact fp32 kernel                                                          */
@@ -482,53 +483,17 @@ la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cu
     return LA_OK;
 }
 
-/* ---- validation of CUDA views (mirrors src/ops/dsa.c; the range values live
- * on the device, so they are clamped by the kernels instead of checked) ---- */
+/* ---- validation of CUDA views: the checks of src/ops/sparse_validate.h on
+ * LA_DEVICE_CUDA (the range values live on the device, so they are clamped
+ * by the kernels instead of checked) ---- */
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx) {
-    char sq[96], sk[96], sw[96];
-    if (!p) return la_err(LA_ERR_ARG, "%s: params is NULL", op);
-    if (!q) return la_err(LA_ERR_ARG, "%s: q is NULL", op);
-    if (!k) return la_err(LA_ERR_ARG, "%s: k is NULL", op);
-    if (!w) return la_err(LA_ERR_ARG, "%s: w is NULL", op);
-    if (!idx) return la_err(LA_ERR_ARG, "%s: idx (output) is NULL", op);
+    LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
     if (p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3)
         return la_err(LA_ERR_UNSUPPORTED, "%s: fp8 e4m3 q/k (k_scale/q_scale) are not implemented on CUDA yet", op);
     const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16);
-    LA_TRY(la_check_tensor(q, "q", 3, fl, LA_DEVICE_CUDA, false));
-    LA_TRY(la_check_tensor(k, "k", 2, fl, LA_DEVICE_CUDA, false));
-    LA_TRY(la_check_tensor(w, "w", 2, fl, LA_DEVICE_CUDA, false));
-    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
-    const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
-    la_shape_str(q, sq, sizeof sq);
-    la_shape_str(k, sk, sizeof sk);
-    la_shape_str(w, sw, sizeof sw);
-    if (k->ne[1] != dI)
-        return la_err(LA_ERR_SHAPE, "k: [L,dI] = %s has dI=%lld, but q [T,HI,dI] = %s has dI=%lld", sk,
-                      (long long)k->ne[1], sq, (long long)dI);
-    if (w->ne[0] != T || w->ne[1] != HI)
-        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q [T,HI,dI] = %s", sw,
-                      (long long)T, (long long)HI, sq);
-    if (p->topk <= 0) return la_err(LA_ERR_ARG, "topk: %lld, must be > 0", (long long)p->topk);
-    if (L > INT32_MAX)
-        return la_err(LA_ERR_SHAPE, "k: %lld keys in %s exceed the int32 index range", (long long)L, sk);
-    if (HI > 65536 || dI > 65536) return la_err(LA_ERR_SHAPE, "q: %s has HI or dI above 65536", sq);
-    LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));
-    LA_TRY(la_check_dim(idx, "idx", 1, p->topk, "(topk)"));
-    const la_tensor *rng[2] = {start, end};
-    const char *rname[2] = {"start", "end"};
-    for (int i = 0; i < 2; i++) {
-        if (!rng[i]) continue;
-        LA_TRY(la_check_tensor(rng[i], rname[i], 1, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
-        LA_TRY(la_check_dim(rng[i], rname[i], 0, T, "(queries of q)"));
-    }
-    const la_tensor *ins[5] = {q, k, w, start, end};
-    const char *names[5] = {"q", "k", "w", "start", "end"};
-    for (int i = 0; i < 5; i++)
-        if (ins[i] && la_tensors_overlap(idx, ins[i]))
-            return la_err(LA_ERR_ARG, "idx: overlaps input %s in memory (outputs must not alias inputs)", names[i]);
-    return LA_OK;
+    return la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CUDA, fl);
 }
 
 extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q,

@@ -15,6 +15,7 @@
  * reference-grade path). */
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
+#include "ops/sparse_validate.h"
 
 /* ------------------------------------------------------------------------ */
 /* exact kernel: one CTA per (t, h), 4 warps each with its own online state  */
@@ -338,52 +339,9 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
 extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, const la_tensor *q,
                                               const la_tensor *kv, const la_tensor *idx,
                                               la_tensor *out, la_tensor *lse, la_context *ctx) {
-    char sq[96], sk[96];
-    if (!p) return la_err(LA_ERR_ARG, "sparse-attn: params is NULL");
-    if (!q || !kv || !idx || !out) return la_err(LA_ERR_ARG, "sparse-attn: q, kv, idx and out must not be NULL");
+    /* la_sparse_attention checked that p, q, kv, idx and out are non-NULL */
     const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16);
-    LA_TRY(la_check_tensor(q, "q", 3, fl, LA_DEVICE_CUDA, false));
-    if (kv->ndim != 2 && kv->ndim != 3)
-        return la_err(LA_ERR_SHAPE, "kv: rank %d, expected [L,Dqk] or [L,Hkv,Dqk]", kv->ndim);
-    LA_TRY(la_check_tensor(kv, "kv", kv->ndim, fl, LA_DEVICE_CUDA, false));
-    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
-    LA_TRY(la_check_tensor(out, "out", 3, fl, LA_DEVICE_CUDA, false));
-    if (lse) LA_TRY(la_check_tensor(lse, "lse", 2, fl, LA_DEVICE_CUDA, false));
-    {
-        const int64_t T = q->ne[0], Hq = q->ne[1], Dqk = q->ne[2];
-        const int64_t Dkv = kv->ne[kv->ndim - 1], Hkv = kv->ndim == 3 ? kv->ne[1] : 1;
-        la_shape_str(q, sq, sizeof sq);
-        la_shape_str(kv, sk, sizeof sk);
-        if (Dkv != Dqk)
-            return la_err(LA_ERR_SHAPE, "kv: %s has Dqk=%lld, but q [T,Hq,Dqk] = %s has Dqk=%lld", sk,
-                          (long long)Dkv, sq, (long long)Dqk);
-        if (Hkv > Hq)
-            return la_err(LA_ERR_SHAPE, "kv: %s has %lld kv heads, more than the %lld query heads of q %s",
-                          sk, (long long)Hkv, (long long)Hq, sq);
-        if (kv->ne[0] > INT32_MAX)
-            return la_err(LA_ERR_SHAPE, "kv: %s has more keys than the int32 index range", sk);
-        if (p->dv <= 0 || p->dv > Dqk)
-            return la_err(LA_ERR_ARG, "dv: %lld, must be in 1..Dqk = %lld", (long long)p->dv, (long long)Dqk);
-        if (!isfinite(p->scale))
-            return la_err(LA_ERR_ARG, "scale: %g is not finite (0 = default Dqk^-1/2)", (double)p->scale);
-        LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));
-        LA_TRY(la_check_dim(out, "out", 0, T, "(queries of q)"));
-        LA_TRY(la_check_dim(out, "out", 1, Hq, "(heads of q)"));
-        LA_TRY(la_check_dim(out, "out", 2, p->dv, "(dv)"));
-        if (lse) {
-            LA_TRY(la_check_dim(lse, "lse", 0, T, "(queries of q)"));
-            LA_TRY(la_check_dim(lse, "lse", 1, Hq, "(heads of q)"));
-        }
-        const la_tensor *ins[3] = {q, kv, idx};
-        const char *names[3] = {"q", "kv", "idx"};
-        for (int i = 0; i < 3; i++) {
-            if (la_tensors_overlap(out, ins[i]))
-                return la_err(LA_ERR_ARG, "out: overlaps input %s in memory", names[i]);
-            if (lse && la_tensors_overlap(lse, ins[i]))
-                return la_err(LA_ERR_ARG, "lse: overlaps input %s in memory", names[i]);
-        }
-        if (lse && la_tensors_overlap(lse, out)) return la_err(LA_ERR_ARG, "lse: overlaps out in memory");
-    }
+    LA_TRY(la_sparse_attn_check_views(p, q, kv, idx, out, lse, LA_DEVICE_CUDA, fl));
     cudaStream_t st = la_cu_stream(ctx);
     smla_args a;
     memset(&a, 0, sizeof a);

@@ -5,6 +5,7 @@
 
 #include "core/internal.h"
 #include "cpu/sparse_cpu.h"
+#include "ops/sparse_validate.h"
 #ifdef LA_WITH_CUDA
 #include "cuda/cuda_ops.h"
 #endif
@@ -28,30 +29,24 @@ void la_idx_problem_free(la_idx_problem *P) {
 
 static int on_cuda(const la_tensor *t) { return t && t->device == LA_DEVICE_CUDA; }
 
-la_status la_idx_validate(const char *op, const la_index_params *p, const la_tensor *q,
-                          const la_tensor *k, const la_tensor *w, const la_tensor *start,
-                          const la_tensor *end, const la_tensor *idx, la_idx_problem *P) {
-    char sq[96], sk[96], sw[96];
-    memset(P, 0, sizeof *P);
+la_status la_idx_check_args(const char *op, const la_index_params *p, const la_tensor *q,
+                            const la_tensor *k, const la_tensor *w, const la_tensor *idx) {
     if (!p) return la_err(LA_ERR_ARG, "%s: params is NULL", op);
     if (!q) return la_err(LA_ERR_ARG, "%s: q is NULL", op);
     if (!k) return la_err(LA_ERR_ARG, "%s: k is NULL", op);
     if (!w) return la_err(LA_ERR_ARG, "%s: w is NULL", op);
     if (!idx) return la_err(LA_ERR_ARG, "%s: idx (output) is NULL", op);
-    const la_tensor *all[6] = {q, k, w, start, end, idx};
-    const char *names[6] = {"q", "k", "w", "start", "end", "idx"};
-    for (int i = 0; i < 6; i++)
-        if (on_cuda(all[i]))
-            /* The CUDA backend adds its dispatch here (under LA_WITH_CUDA). */
-            return la_err(LA_ERR_UNSUPPORTED, "%s: no CUDA implementation in this build (%s is on cuda)",
-                          op, names[i]);
-    if (p->k_scale || p->q_scale)
-        return la_err(LA_ERR_UNSUPPORTED, "%s: k_scale/q_scale (fp8 inputs) are GPU-only; the CPU takes f32/f64/bf16",
-                      op);
-    LA_TRY(la_check_tensor(q, "q", 3, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(k, "k", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(w, "w", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CPU, false));
+    return LA_OK;
+}
+
+la_status la_idx_check_views(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                             const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                             const la_tensor *idx, la_device dev, unsigned float_mask) {
+    char sq[96], sk[96], sw[96];
+    LA_TRY(la_check_tensor(q, "q", 3, float_mask, dev, false));
+    LA_TRY(la_check_tensor(k, "k", 2, float_mask, dev, false));
+    LA_TRY(la_check_tensor(w, "w", 2, float_mask, dev, false));
+    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), dev, false));
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
     la_shape_str(q, sq, sizeof sq);
     la_shape_str(k, sk, sizeof sk);
@@ -74,13 +69,36 @@ la_status la_idx_validate(const char *op, const la_index_params *p, const la_ten
     const char *rname[2] = {"start", "end"};
     for (int i = 0; i < 2; i++) {
         if (!rng[i]) continue;
-        LA_TRY(la_check_tensor(rng[i], rname[i], 1, LA_DT(LA_I32), LA_DEVICE_CPU, false));
+        LA_TRY(la_check_tensor(rng[i], rname[i], 1, LA_DT(LA_I32), dev, false));
         LA_TRY(la_check_dim(rng[i], rname[i], 0, T, "(queries of q)"));
     }
     const la_tensor *ins[5] = {q, k, w, start, end};
+    const char *names[5] = {"q", "k", "w", "start", "end"};
     for (int i = 0; i < 5; i++)
         if (ins[i] && la_tensors_overlap(idx, ins[i]))
             return la_err(LA_ERR_ARG, "idx: overlaps input %s in memory (outputs must not alias inputs)", names[i]);
+    return LA_OK;
+}
+
+la_status la_idx_validate(const char *op, const la_index_params *p, const la_tensor *q,
+                          const la_tensor *k, const la_tensor *w, const la_tensor *start,
+                          const la_tensor *end, const la_tensor *idx, la_idx_problem *P) {
+    char sk[96];
+    memset(P, 0, sizeof *P);
+    LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
+    const la_tensor *all[6] = {q, k, w, start, end, idx};
+    const char *names[6] = {"q", "k", "w", "start", "end", "idx"};
+    for (int i = 0; i < 6; i++)
+        if (on_cuda(all[i]))
+            /* the public entry points dispatch CUDA calls before validating */
+            return la_err(LA_ERR_UNSUPPORTED, "%s: no CUDA implementation in this build (%s is on cuda)",
+                          op, names[i]);
+    if (p->k_scale || p->q_scale)
+        return la_err(LA_ERR_UNSUPPORTED, "%s: k_scale/q_scale (fp8 inputs) are GPU-only; the CPU takes f32/f64/bf16",
+                      op);
+    LA_TRY(la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CPU, LA_DT_FLOAT));
+    const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
+    la_shape_str(k, sk, sizeof sk);
 
     size_t bytes;
     LA_TRY(la_mul_size((size_t)T, 2 * sizeof(int64_t), &bytes, "ranges"));
