@@ -143,7 +143,6 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
     if (nd < 1 || nd > 3)
         return la_err(LA_ERR_ARG, "%s: grid_ndim = %d, expected 1, 2 or 3", op, nd);
     int64_t grid[3], blocks[3], prod = 1, Mg = 1;
-    int has_empty = 0;
     for (int a = 0; a < nd; a++) {
         grid[a] = (nd == 1 && p->grid[0] == 0) ? N : p->grid[a];
         blocks[a] = p->blocks[a];
@@ -178,7 +177,6 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
                           (long long)blocks[a]);
         if (Mg > ((int64_t)1 << 31) / blocks[a])
             return la_err(LA_ERR_OVERFLOW, "%s: the block grid has more than 2^31 blocks", op);
-        if (blocks[a] > grid[a]) has_empty = 1;
         Mg *= blocks[a];
     }
     if (Mg != M)
@@ -195,9 +193,10 @@ la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_
     }
     if (q->device == LA_DEVICE_CUDA) {
 #ifdef LA_WITH_CUDA
-        if (has_empty)
-            return la_err(LA_ERR_UNSUPPORTED, "%s: the CUDA backend needs a token in every block "
-                          "(blocks <= grid on each axis); empty blocks work on the CPU", op);
+        for (int a = 0; a < nd; a++)
+            if (blocks[a] > grid[a])
+                return la_err(LA_ERR_UNSUPPORTED, "%s: the CUDA backend needs a token in every "
+                              "block (blocks <= grid on each axis); empty blocks work on the CPU", op);
         la_mhla_params pc = *p;
         for (int a = 0; a < nd; a++) pc.grid[a] = grid[a];
         LA_TRY(la_mhla_forward_cuda(&pc, q, k, v, mixing, out, ctx));
