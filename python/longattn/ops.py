@@ -379,7 +379,38 @@ def mhla_project(mixing, causal=False):
     return mixing
 
 
-class MHLADecoder:
+class _CHandle:
+    """Owner of one C state object: close() (or the with-block, or garbage
+    collection) frees it through self._destroy; _live() refuses a closed one."""
+
+    _handle = None
+    _closed_message = "the state has been closed"
+
+    def _live(self):
+        if not self._handle:
+            raise ValueError(self._closed_message)
+        return self._handle
+
+    def close(self):
+        """Free the C state now (also done when the object is collected)."""
+        h, self._handle = self._handle, None
+        if h:
+            self._destroy(h)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+class MHLADecoder(_CHandle):
     """Decoding state of causal MHLA (wraps la_mhla_state, SPEC §5.4).
 
     Holds every finished block's summary plus the open block; append()
@@ -400,6 +431,8 @@ class MHLADecoder:
         100
     """
 
+    _closed_message = "MHLADecoder: the state has been closed"
+
     def __init__(self, mixing, batch, heads, head_dim, value_dim=None, chunk=64,
                  feature="relu", normalize="none", eps=1e-6, scale=None):
         from ._tensor import view
@@ -414,10 +447,6 @@ class MHLADecoder:
              self.value_dim, ctypes.byref(t), ctypes.byref(h))
         self._handle = h
 
-    def _live(self):
-        if not self._handle:
-            raise ValueError("MHLADecoder: the state has been closed")
-        return self._handle
 
     def append(self, q, k, v):
         """Append n tokens: q, k [B, n, H, D], v [B, n, H, Dv] -> out [B, n, H, Dv]."""
@@ -437,23 +466,6 @@ class MHLADecoder:
     def __len__(self):
         return self.length
 
-    def close(self):
-        """Free the C state now (also done when the object is collected)."""
-        h, self._handle = self._handle, None
-        if h:
-            self._destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # ---------------------------------------------------------------------------
@@ -558,7 +570,7 @@ def topk(scores, k):
     return idx
 
 
-class IndexCache:
+class IndexCache(_CHandle):
     """Decode-time HISA key cache (wraps la_index_cache, SPEC §7): keeps the
     keys and their pooled block means incrementally.
 
@@ -570,6 +582,8 @@ class IndexCache:
         >>> idx = cache.hisa(q, w, topk=256, block_topk=8)   # as hisa_topk(q, k, w, ...)
     """
 
+    _closed_message = "IndexCache: the cache has been closed"
+
     def __init__(self, dim, capacity, block=128):
         self._handle = None
         self._destroy = L.lib.la_index_cache_destroy
@@ -578,10 +592,6 @@ class IndexCache:
         call("la_index_cache_create", self.dim, self.block, self.capacity, ctypes.byref(h))
         self._handle = h
 
-    def _live(self):
-        if not self._handle:
-            raise ValueError("IndexCache: the cache has been closed")
-        return self._handle
 
     def append(self, k):
         """Append keys k [n, dI] (CPU) at the end."""
@@ -611,22 +621,6 @@ class IndexCache:
               c.view(start, "start", True), c.view(end, "end", True), vi)
         return idx
 
-    def close(self):
-        h, self._handle = self._handle, None
-        if h:
-            self._destroy(h)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
-    def __del__(self):
-        try:
-            self.close()
-        except Exception:
-            pass
 
 
 # ---------------------------------------------------------------------------
