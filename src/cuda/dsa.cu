@@ -77,19 +77,6 @@ __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_arg
 #define SC_THREADS (SC_WARPS * 32)
 #define SC_QGROUP 64 /* queries per CTA in dense mode (K fragments reused) */
 
-__device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void sc_ldsm_x4(uint32_t *r, const void *p) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(sa));
-}
 __device__ __forceinline__ void sc_cp16(void *sdst, const void *gsrc) {
     uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gsrc));
@@ -185,11 +172,11 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
                 const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
                 const int c = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                sc_ldsm_x4(b, qb + h * DI + ((c ^ (h & 7)) * 8));
+                la_sp_ldsm_x4(b, qb + h * DI + ((c ^ (h & 7)) * 8));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    sc_mma(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
-                    sc_mma(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
+                    la_sp_mma_bf16(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
+                    la_sp_mma_bf16(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
                 }
             }
         }
@@ -240,11 +227,6 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
  * arithmetic is the dense kernel's (same k-step order, same epilogue). */
 #define SG_STAGES 3
 #define SG_ROWS (SC_WARPS * 16)
-__device__ __forceinline__ void sc_cp16z(void *sdst, const void *gsrc, int src_bytes) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 template <int DI>
 __device__ __forceinline__ void sg_load_chunk(const la_sp_score_args &a, int64_t t, int64_t c,
                                               int64_t lo, int64_t hi, __nv_bfloat16 *ks) {
@@ -257,7 +239,7 @@ __device__ __forceinline__ void sg_load_chunk(const la_sp_score_args &a, int64_t
     const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.k + (ok ? s : 0) * a.k_nb0;
 #pragma unroll
     for (int ch = part; ch < CPR; ch += TPR)
-        sc_cp16z(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
+        la_sp_cp16z(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
 }
 
 template <int HI, int DI>
@@ -303,16 +285,16 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
             {
                 const int r = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int ch = 2 * ks + (lane >> 4);
-                sc_ldsm_x4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
+                la_sp_ldsm_x4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
             }
 #pragma unroll
             for (int jp = 0; jp < NT / 2; jp++) {
                 const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
                 const int ch = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                sc_ldsm_x4(b, qs + h * DI + ((ch ^ (h & 7)) * 8));
-                sc_mma(acc[2 * jp], af, b[0], b[1]);
-                sc_mma(acc[2 * jp + 1], af, b[2], b[3]);
+                la_sp_ldsm_x4(b, qs + h * DI + ((ch ^ (h & 7)) * 8));
+                la_sp_mma_bf16(acc[2 * jp], af, b[0], b[1]);
+                la_sp_mma_bf16(acc[2 * jp + 1], af, b[2], b[3]);
             }
         }
         float s0 = 0.f, s1 = 0.f;

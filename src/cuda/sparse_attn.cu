@@ -109,30 +109,11 @@ __global__ void __launch_bounds__(SX_WARPS * 32) smla_exact_kernel(smla_args a) 
 #define SM_SMEM_P (SM_HEADS * SM_KEYS * 2)
 #define SM_SMEM (SM_SMEM_Q + 2 * SM_SMEM_KV + SM_SMEM_P + 2 * 64 * 4 * 3)
 
-__device__ __forceinline__ void sm_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-__device__ __forceinline__ void sm_ldsm_x4(uint32_t *r, const void *p) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(sa));
-}
 __device__ __forceinline__ void sm_ldsm_x4_t(uint32_t *r, const void *p) {
     uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(sa));
-}
-/* 16-byte async copy; src_bytes 0 zero-fills the destination */
-__device__ __forceinline__ void sm_cp16(void *sdst, const void *gsrc, int src_bytes) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
 }
 /* element offset of (row, 16-byte chunk c) in a swizzled tile */
 __device__ __forceinline__ int sm_sw(int row, int c, int cpr) {
@@ -147,7 +128,7 @@ __device__ __forceinline__ void sm_load_kv(const smla_args &a, int64_t t, int64_
     const bool ok = s >= 0 && s < a.L;
     if (!ok) s = 0;
     const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + s * a.kv_nb0;
-    for (int c = c0; c < SM_CPR; c += 4) sm_cp16(kvs + sm_sw(r, c, SM_CPR), src + c * 8, ok ? 16 : 0);
+    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + sm_sw(r, c, SM_CPR), src + c * 8, ok ? 16 : 0);
     if (c0 == 0) valid[r] = ok;
 }
 
@@ -170,7 +151,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
         const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0 + h0 * a.q_nb1;
         for (int i = threadIdx.x; i < SM_HEADS * SM_CPR; i += SM_THREADS) {
             int r = i / SM_CPR, c = i % SM_CPR;
-            sm_cp16(qs + sm_sw(r, c, SM_CPR), q + r * a.q_nb1 + c * 8, 16);
+            la_sp_cp16z(qs + sm_sw(r, c, SM_CPR), q + r * a.q_nb1 + c * 8, 16);
         }
     }
     if (ntiles > 0) sm_load_kv(a, t, 0, kvs0, valid);
@@ -205,16 +186,16 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
             {
                 const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int c = 2 * ks + (lane >> 4);
-                sm_ldsm_x4(af, qs + sm_sw(r, c, SM_CPR));
+                la_sp_ldsm_x4(af, qs + sm_sw(r, c, SM_CPR));
             }
 #pragma unroll
             for (int np = 0; np < 2; np++) {
                 const int key = 32 * ch + 16 * np + (lane & 7) + (lane >> 4) * 8;
                 const int c = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                sm_ldsm_x4(b, kvs + sm_sw(key, c, SM_CPR));
-                sm_mma(s[2 * np], af, b[0], b[1]);
-                sm_mma(s[2 * np + 1], af, b[2], b[3]);
+                la_sp_ldsm_x4(b, kvs + sm_sw(key, c, SM_CPR));
+                la_sp_mma_bf16(s[2 * np], af, b[0], b[1]);
+                la_sp_mma_bf16(s[2 * np + 1], af, b[2], b[3]);
             }
         }
         /* scale, mask, partial row max */
@@ -292,7 +273,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
             {
                 const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int c = 2 * kk + (lane >> 4);
-                sm_ldsm_x4(pf, ps + sm_sw(r, c, 8));
+                la_sp_ldsm_x4(pf, ps + sm_sw(r, c, 8));
             }
             const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
 #pragma unroll
@@ -300,8 +281,8 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
                 const int c = (256 * ch + 16 * jp) / 8 + (lane >> 4);
                 uint32_t b[4];
                 sm_ldsm_x4_t(b, kvs + sm_sw(key, c, SM_CPR));
-                sm_mma(o[2 * jp], pf, b[0], b[1]);
-                sm_mma(o[2 * jp + 1], pf, b[2], b[3]);
+                la_sp_mma_bf16(o[2 * jp], pf, b[0], b[1]);
+                la_sp_mma_bf16(o[2 * jp + 1], pf, b[2], b[3]);
             }
         }
     }
