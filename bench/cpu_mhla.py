@@ -33,25 +33,14 @@ import time
 import numpy as np
 import torch
 
+from benchlib import cpu_model, interleaved_times
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def median_times(fns, rounds, min_time):
     """fns: dict name -> callable. Interleaved rounds; returns name -> median seconds."""
-    for f in fns.values():
-        f()  # warm-up
-    times = {k: [] for k in fns}
-    start = time.perf_counter()
-    r = 0
-    while r < rounds or time.perf_counter() - start < min_time:
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-        r += 1
-        if r >= 200:
-            break
-    return {k: float(np.median(v)) for k, v in times.items()}
+    return {k: float(np.median(v)) for k, v in interleaved_times(fns, rounds, min_time).items()}
 
 
 def torch_mhla(q, k, v, W, M, eps=1e-6):
@@ -76,15 +65,7 @@ def rel(a, b):
 
 
 def machine():
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return "%s, %d cores visible, %s" % (cpu, os.cpu_count(), platform.platform())
+    return "%s, %d cores visible, %s" % (cpu_model(), os.cpu_count(), platform.platform())
 
 
 def main():

@@ -26,10 +26,11 @@ import os
 import platform
 import subprocess
 import sys
-import time
 
 import numpy as np
 import torch
+
+from benchlib import cpu_model, interleaved_times
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SECTION = "## CPU: sparse family"
@@ -38,32 +39,11 @@ SECTION = "## CPU: sparse family"
 def median_times(fns, rounds, min_time):
     """fns: dict name -> callable. Interleaved rounds after one warm-up each;
     returns name -> (median seconds, all times)."""
-    for f in fns.values():
-        f()
-    times = {k: [] for k in fns}
-    start = time.perf_counter()
-    r = 0
-    while r < rounds or time.perf_counter() - start < min_time:
-        for k, f in fns.items():
-            t0 = time.perf_counter()
-            f()
-            times[k].append(time.perf_counter() - t0)
-        r += 1
-        if r >= 200:
-            break
-    return {k: (float(np.median(v)), v) for k, v in times.items()}
+    return {k: (float(np.median(v)), v) for k, v in interleaved_times(fns, rounds, min_time).items()}
 
 
 def machine():
-    cpu = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
+    return f"{cpu_model()}, {os.cpu_count()} logical CPUs, {platform.system()} {platform.release()}"
 
 
 def openblas_core():
