@@ -9,6 +9,9 @@
 #include <stdarg.h>
 #include <stdbool.h>
 #include <string.h>
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 #ifdef __cplusplus
 extern "C" {
@@ -39,6 +42,15 @@ struct la_context {
     void *alloc_user;
     void *cuda_stream;
 };
+/* This thread's number inside an OpenMP parallel region (0 outside one, or
+ * without OpenMP): the index of its slice of a per-thread workspace. */
+static inline int la_thread_id(void) {
+#ifdef _OPENMP
+    return omp_get_thread_num();
+#else
+    return 0;
+#endif
+}
 /* Threads to use for a CPU op (>= 1). ctx may be NULL (= all cores). */
 int la_ctx_threads(const la_context *ctx);
 /* Workspace from the context's allocator (malloc when ctx is NULL).

@@ -8,12 +8,6 @@
 
 #include "cpu/focused_cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#define LA_TID() omp_get_thread_num()
-#else
-#define LA_TID() 0
-#endif
 
 #ifdef LA_HAVE_LAPACK
 /* Fortran LAPACK, declared here (no lapacke.h needed). The trailing size_t
@@ -119,7 +113,7 @@ la_status la_attn_map_cpu(const la_attn_map_params *p, const la_tensor *q, const
 
     #pragma omp parallel for num_threads(nt) schedule(dynamic, 16)
     for (int64_t t = 0; t < N; t++) {
-        double *row = R + (size_t)LA_TID() * N;
+        double *row = R + (size_t)la_thread_id() * N;
         const double *qr = Qt + t * D;
         for (int64_t s = 0; s < N; s++) row[s] = 0.0;
         for (int64_t j = 0; j < D; j++) {

@@ -186,10 +186,7 @@ static void score_rows_local(const float *qT, const float *wp, int64_t HIp, int6
     const int64_t tile = dI * LA_IDX_VW;
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
     for (int64_t gk = 0; gk < ngk; gk++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = la_thread_id();
         float *panel = panels + (size_t)tid * (size_t)(DSA_KC_TILES * tile);
         const int64_t j0 = gk * DSA_KC_TILES, j1 = j0 + DSA_KC_TILES < ntk ? j0 + DSA_KC_TILES : ntk;
         int64_t lo = j1, hi = j0; /* tiles of this panel that some query needs */
@@ -280,10 +277,7 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
         /* top-k of each row over its valid range, then the optional score rows */
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
         for (int64_t i = 0; i < nq; i++) {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
+            const int tid = la_thread_id();
             const int64_t t = c0 + i, s0 = P->start[t], s1 = P->end[t];
             const float *row = sc + i * Lpad;
             int32_t *o = orow + (int64_t)tid * topk;

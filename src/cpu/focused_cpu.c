@@ -16,12 +16,6 @@
  */
 #include "cpu/focused_cpu.h"
 
-#ifdef _OPENMP
-#include <omp.h>
-#define LA_TID() omp_get_thread_num()
-#else
-#define LA_TID() 0
-#endif
 
 #define FOC_TILE 64 /* output rows per task in pass 3 */
 
@@ -146,7 +140,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
         if (!blog) {
             #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t n = 0; n < N; n++) {
-                double *x = DW + C + (size_t)LA_TID() * 2 * C, *y = x + C;
+                double *x = DW + C + (size_t)la_thread_id() * 2 * C, *y = x + C;
                 for (int w = 0; w < 2; w++) {
                     const la_tensor *t = w ? k : q;
                     float *dst = (w ? F2 : F1) + (size_t)n * C;
@@ -225,7 +219,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
         for (int64_t task = 0; task < H * ntile; task++) {
             const int64_t h = task / ntile, n0 = (task % ntile) * FOC_TILE;
             const int64_t len = (n0 + FOC_TILE <= N) ? FOC_TILE : N - n0;
-            float *tw = TW + (size_t)LA_TID() * per_thread;
+            float *tw = TW + (size_t)la_thread_id() * per_thread;
             float *qt = tw;                        /* blog q~ [TILE, D] */
             float *ot = qt + FOC_TILE * D;         /* [TILE, Dv]        */
             const float *qp;

@@ -35,13 +35,6 @@ static int cmp_i32(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-static inline int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 typedef struct stage3_item {
     int64_t b;      /* key block                         */
@@ -131,7 +124,7 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar_pre, int64_t B,
         la_idx_score_rows(qT, wp, HIp, dI, nq, br0, br1, kbT, ntb, bsc, nbpad, nth);
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 4)
         for (int64_t i = 0; i < nq; i++) {
-            const int tid = thread_id();
+            const int tid = la_thread_id();
             const int64_t nblk = br1[i] - br0[i];
             int32_t *kr = kept + i * mk;
             nkept[i] = 0;
@@ -190,7 +183,7 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar_pre, int64_t B,
 
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
         for (int64_t it = 0; it < nitems; it++) {
-            const int tid = thread_id();
+            const int tid = la_thread_id();
             const int64_t b = items[it].b, kb0 = b * B;
             const int64_t cnt = L - kb0 < B ? L - kb0 : B;
             float *panel = packs + (size_t)tid * (size_t)ntile_blk * LA_IDX_VW * (size_t)(dI + 1);
@@ -211,7 +204,7 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar_pre, int64_t B,
         /* token top-k over each query's candidate row */
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 4)
         for (int64_t i = 0; i < nq; i++) {
-            const int tid = thread_id();
+            const int tid = la_thread_id();
             const int64_t t = c0 + i;
             int32_t *o = orow + (int64_t)tid * (topk > mk ? topk : mk);
             la_topk_row(cand + i * ncand, nkept[i] * B, topk, o,

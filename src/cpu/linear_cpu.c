@@ -381,10 +381,7 @@ la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_
 
 #pragma omp parallel num_threads(nthreads)
     {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = la_thread_id();
         float *base = thread_ws + (size_t)tid * per_thread;
         scratch w;
         w.q = base;

@@ -30,13 +30,6 @@
 #define MIX_ROWS 64  /* rows of the causal mixing GEMM per task                */
 #define MIX_COLS 1040 /* columns of the mixing GEMMs per task (multiple of 16) */
 
-static inline int thread_id(void) {
-#ifdef _OPENMP
-    return omp_get_thread_num();
-#else
-    return 0;
-#endif
-}
 
 /* ---- geometry ------------------------------------------------------------ */
 void la_mhla_geom_init(la_mhla_geom *geom, int ndim, const int64_t *grid,
@@ -872,7 +865,7 @@ la_status la_mhla_forward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
 #pragma omp parallel num_threads(nt)
     {
         tiles w;
-        w.q = (float *)(ws + oT + (size_t)thread_id() * per);
+        w.q = (float *)(ws + oT + (size_t)la_thread_id() * per);
         w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = NULL;
         w.idx = (int64_t *)(w.o + vsz);
         w.den = (float *)(w.idx + tile);
@@ -1108,11 +1101,11 @@ la_status la_mhla_causal_forward_cpu(const la_mhla_causal_params *p, const la_te
 #pragma omp parallel num_threads(nt)
     {
         tiles w;
-        w.q = (float *)(ws + oT + (size_t)thread_id() * per);
+        w.q = (float *)(ws + oT + (size_t)la_thread_id() * per);
         w.k = w.q + qsz, w.v = w.k + qsz, w.o = w.v + vsz, w.a = w.o + vsz, w.idx = NULL;
         w.den = w.a + asz;
         if (per_head) {
-            float *Sh = S + (size_t)thread_id() * (size_t)((nc + MIX_ROWS) * SE);
+            float *Sh = S + (size_t)la_thread_id() * (size_t)((nc + MIX_ROWS) * SE);
             float *tmp = Sh + nc * SE;
 #pragma omp for schedule(dynamic, 1)
             for (int64_t bh = 0; bh < BH; bh++) {
@@ -1272,7 +1265,7 @@ la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const 
 #pragma omp parallel for num_threads(use) schedule(dynamic, 1)
     for (int64_t bh = 0; bh < B * H; bh++)
         state_append_head(st, bh / H, bh % H, pos0, q, k, v, out,
-                          (float *)(ws + oT + (size_t)thread_id() * per));
+                          (float *)(ws + oT + (size_t)la_thread_id() * per));
     st->len += n;
     la_ws_free(ctx, ws);
     return LA_OK;

@@ -191,10 +191,7 @@ la_status la_softmax_cpu(int causal, float scale, const la_tensor *q, const la_t
         const int64_t ntasks = gn * rep * nqt;
 #pragma omp parallel num_threads(nthreads)
         {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
+            const int tid = la_thread_id();
             float *base = ws + (size_t)tid * per_thread;
             scratch w = {base, base + BQ * D, base + BQ * (D + BK), base + BQ * (D + BK + Dv),
                          base + BQ * (D + BK + Dv) + BQ};

@@ -52,10 +52,7 @@ la_status la_sparse_attn_cpu(const la_tensor *q, const la_tensor *kv, const la_t
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) collapse(2)
     for (int64_t t = 0; t < T; t++) {
         for (int64_t g = 0; g < Hkv; g++) {
-            int tid = 0;
-#ifdef _OPENMP
-            tid = omp_get_thread_num();
-#endif
+            const int tid = la_thread_id();
             const int64_t h0 = first_head(g, Hq, Hkv), h1 = first_head(g + 1, Hq, Hkv);
             const int64_t G = h1 - h0;
             if (G <= 0) continue; /* kv head used by no query head */

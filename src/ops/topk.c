@@ -44,10 +44,7 @@ la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx) {
 
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)
     for (int64_t r = 0; r < R; r++) {
-        int tid = 0;
-#ifdef _OPENMP
-        tid = omp_get_thread_num();
-#endif
+        const int tid = la_thread_id();
         char *my = ws + (size_t)tid * ws_one;
         int32_t *o = (int32_t *)(my + la_topk_row_ws_bytes(L));
         const float *row;
