@@ -18,15 +18,29 @@ double la_bench_median(double *x, int n) {
     return n % 2 ? x[n / 2] : 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
+uint64_t la_rng64_next(la_rng64 *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+double la_rng64_uniform(la_rng64 *r) {
+    return (double)(la_rng64_next(r) >> 11) * (1.0 / 9007199254740992.0);
+}
+
+double la_rng64_normal(la_rng64 *r) {
+    double u1 = la_rng64_uniform(r), u2 = la_rng64_uniform(r);
+    if (u1 < 1e-300) u1 = 1e-300;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
 /* Uniform values in [-1, 1) from a splitmix64 stream: reproducible inputs
  * without touching the C library's global rand() state. */
 void la_bench_fill(float *x, size_t n, uint64_t seed) {
-    for (size_t i = 0; i < n; i++) {
-        uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        x[i] = (float)(((z ^ (z >> 31)) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
-    }
+    la_rng64 r = {seed};
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((la_rng64_next(&r) >> 40) * (1.0 / 16777216.0)) * 2.0f - 1.0f;
 }
 
 double la_bench_time_median(la_status (*call)(void *), void *arg, double min_time, int *reps,

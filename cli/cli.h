@@ -150,6 +150,15 @@ void la_progress_start(la_progress *p, const char *label, int64_t total);
 void la_progress_step(la_progress *p, int64_t inc);
 void la_progress_end(la_progress *p);
 double la_now(void);
+/* splitmix64 random numbers (cli/bench_util.c): demos, benches and studies
+ * are deterministic for a given seed, with no global generator state. */
+typedef struct la_rng64 {
+    uint64_t s;
+} la_rng64;
+uint64_t la_rng64_next(la_rng64 *r);
+double la_rng64_uniform(la_rng64 *r); /* [0, 1), 53 bits */
+double la_rng64_normal(la_rng64 *r);  /* N(0,1), Box-Muller from two uniforms */
+
 /* Bench helpers (cli/bench_util.c). */
 double la_bench_median(double *x, int n);          /* sorts x */
 void la_bench_fill(float *x, size_t n, uint64_t seed); /* uniform [-1,1) */

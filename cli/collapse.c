@@ -16,19 +16,6 @@
 extern char **environ;
 
 /* ---- the token generator (documented in docs/COLLAPSE.md) --------------- */
-typedef struct rng64 { uint64_t s; } rng64;
-static uint64_t rng_next(rng64 *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(rng64 *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
-static double rng_normal(rng64 *r) {
-    double u1 = rng_uniform(r), u2 = rng_uniform(r);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
 
 typedef struct gen_cfg {
     int64_t clusters;     /* cluster centres on the map                  */
@@ -45,13 +32,13 @@ typedef struct gen_cfg {
  * independent noisy reads of x: q = x + 0.3 xi', k = x + 0.3 xi''. */
 static void gen_tokens(const gen_cfg *g, int64_t Hm, int64_t Wm, int64_t d, float *q, float *k,
                        double *scratch /* clusters*(2+d) */) {
-    rng64 r = {g->seed * 0x100000001b3ull + (uint64_t)(Hm * Wm)};
+    la_rng64 r = {g->seed * 0x100000001b3ull + (uint64_t)(Hm * Wm)};
     const int64_t C = g->clusters;
     double *pos = scratch, *mu = scratch + 2 * C;
     for (int64_t c = 0; c < C; c++) {
-        pos[2 * c] = rng_uniform(&r) * (double)Hm;
-        pos[2 * c + 1] = rng_uniform(&r) * (double)Wm;
-        for (int64_t j = 0; j < d; j++) mu[c * d + j] = rng_normal(&r);
+        pos[2 * c] = la_rng64_uniform(&r) * (double)Hm;
+        pos[2 * c + 1] = la_rng64_uniform(&r) * (double)Wm;
+        for (int64_t j = 0; j < d; j++) mu[c * d + j] = la_rng64_normal(&r);
     }
     for (int64_t y = 0; y < Hm; y++)
         for (int64_t x = 0; x < Wm; x++) {
@@ -62,11 +49,11 @@ static void gen_tokens(const gen_cfg *g, int64_t Hm, int64_t Wm, int64_t d, floa
                 double dy = (double)y + 0.5 - pos[2 * c], dx = (double)x + 0.5 - pos[2 * c + 1];
                 if (dy * dy + dx * dx < bd) { bd = dy * dy + dx * dx; best = c; }
             }
-            const int gauss = rng_uniform(&r) < g->gauss_frac;
+            const int gauss = la_rng64_uniform(&r) < g->gauss_frac;
             for (int64_t j = 0; j < d; j++) {
-                double xv = gauss ? rng_normal(&r) : mu[best * d + j] + g->noise * rng_normal(&r);
-                q[n * d + j] = (float)(xv + 0.3 * rng_normal(&r));
-                k[n * d + j] = (float)(xv + 0.3 * rng_normal(&r));
+                double xv = gauss ? la_rng64_normal(&r) : mu[best * d + j] + g->noise * la_rng64_normal(&r);
+                q[n * d + j] = (float)(xv + 0.3 * la_rng64_normal(&r));
+                k[n * d + j] = (float)(xv + 0.3 * la_rng64_normal(&r));
             }
         }
 }

@@ -5,31 +5,20 @@
 
 #include "cli.h"
 
-/* splitmix64 normal numbers: the demo is deterministic. */
-static double demo_normal(uint64_t *s) {
-    double u[2];
-    for (int i = 0; i < 2; i++) {
-        uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        u[i] = ((z ^ (z >> 31)) >> 11) * (1.0 / 9007199254740992.0);
-    }
-    return sqrt(-2.0 * log(u[0] + 1e-300)) * cos(6.283185307179586 * u[1]);
-}
-
 typedef struct demo_qkv {
     float *q, *k, *v, *o;
     la_tensor tq, tk, tv, to;
 } demo_qkv;
 
 static int qkv_make(demo_qkv *x, int64_t B, int64_t N, int64_t H, int64_t D, uint64_t seed) {
+    la_rng64 rng = {seed};
     size_t n = (size_t)(B * N * H * D);
     x->q = malloc(n * 4), x->k = malloc(n * 4), x->v = malloc(n * 4), x->o = malloc(n * 4);
     if (!x->q || !x->k || !x->v || !x->o) return 0;
     for (size_t i = 0; i < n; i++) {
-        x->q[i] = (float)demo_normal(&seed);
-        x->k[i] = (float)demo_normal(&seed);
-        x->v[i] = (float)demo_normal(&seed);
+        x->q[i] = (float)la_rng64_normal(&rng);
+        x->k[i] = (float)la_rng64_normal(&rng);
+        x->v[i] = (float)la_rng64_normal(&rng);
         x->o[i] = NAN;
     }
     int64_t ne[4] = {B, N, H, D};

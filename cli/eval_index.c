@@ -22,31 +22,16 @@
 #include "eval_index.h"
 
 /* ---- generator -------------------------------------------------------------- */
-typedef struct rng64 {
-    uint64_t s;
-} rng64;
-static inline uint64_t rng_next(rng64 *r) {
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static inline double rng_unif(rng64 *r) { return (double)(rng_next(r) >> 11) * (1.0 / 9007199254740992.0); }
-static inline double rng_normal(rng64 *r) {
-    double u1 = rng_unif(r), u2 = rng_unif(r);
-    if (u1 < 1e-300) u1 = 1e-300;
-    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
-}
-static rng64 rng_for(uint64_t seed, uint64_t stream) {
-    rng64 r = {seed * 0x2545f4914f6cdd1dull ^ (stream + 1) * 0x9e3779b97f4a7c15ull};
-    rng_next(&r);
+static la_rng64 rng_for(uint64_t seed, uint64_t stream) {
+    la_rng64 r = {seed * 0x2545f4914f6cdd1dull ^ (stream + 1) * 0x9e3779b97f4a7c15ull};
+    la_rng64_next(&r);
     return r;
 }
 /* Random unit vector. */
-static void unit_vec(rng64 *r, float *v, int64_t n) {
+static void unit_vec(la_rng64 *r, float *v, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
-        v[i] = (float)rng_normal(r);
+        v[i] = (float)la_rng64_normal(r);
         s += (double)v[i] * v[i];
     }
     const float inv = (float)(1.0 / sqrt(s > 0 ? s : 1));
@@ -105,12 +90,12 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
         la_evgen_free(g);
         return la_cli_fail("eval-index: out of memory generating L = %lld", (long long)L);
     }
-    rng64 r = rng_for(c->seed, 0);
+    la_rng64 r = rng_for(c->seed, 0);
     for (int64_t j = 0; j < P; j++) unit_vec(&r, topics + j * dI, dI);
     /* contiguous spans, each of one topic */
     for (int64_t s = 0; s < L;) {
-        int64_t len = c->span_min + (int64_t)(rng_unif(&r) * (double)(c->span_max - c->span_min + 1));
-        int topic = (int)(rng_unif(&r) * (double)P);
+        int64_t len = c->span_min + (int64_t)(la_rng64_uniform(&r) * (double)(c->span_max - c->span_min + 1));
+        int topic = (int)(la_rng64_uniform(&r) * (double)P);
         for (int64_t e = s; e < s + len && e < L; e++) span_topic[e] = topic;
         s += len;
     }
@@ -118,9 +103,9 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
     const float nk = c->sigma_k / sqrtf((float)dI);
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < L; s++) {
-        rng64 rr = rng_for(c->seed, 1000 + (uint64_t)s);
+        la_rng64 rr = rng_for(c->seed, 1000 + (uint64_t)s);
         const float *u = topics + (int64_t)span_topic[s] * dI;
-        for (int64_t d = 0; d < dI; d++) g->k[s * dI + d] = c->alpha * u[d] + nk * (float)rng_normal(&rr);
+        for (int64_t d = 0; d < dI; d++) g->k[s * dI + d] = c->alpha * u[d] + nk * (float)la_rng64_normal(&rr);
     }
     /* queries: t = (rep·kinds + kind)·ndepth + depth, at the end of the sequence (bottom-right causal) */
     float *v = malloc(sizeof(float) * (size_t)dI);
@@ -137,7 +122,7 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
         g->needle[t] = p;
         g->depth_i[t] = di;
         g->kind[t] = kind;
-        rng64 rq = rng_for(c->seed, 0x10000000ull + (uint64_t)t);
+        la_rng64 rq = rng_for(c->seed, 0x10000000ull + (uint64_t)t);
         /* attended topics: a span needle's own topic first; an isolated needle's topic never */
         int att[16];
         const int na = c->attend < 16 ? c->attend : 16;
@@ -145,7 +130,7 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
             int tp;
             int ok;
             do {
-                tp = (a == 0 && kind == LA_NEEDLE_SPAN) ? span_topic[p] : (int)(rng_unif(&rq) * (double)P);
+                tp = (a == 0 && kind == LA_NEEDLE_SPAN) ? span_topic[p] : (int)(la_rng64_uniform(&rq) * (double)P);
                 ok = !(kind == LA_NEEDLE_ISOLATED && tp == span_topic[p]);
                 for (int b = 0; b < a; b++) ok &= att[b] != tp;
             } while (!ok);
@@ -154,12 +139,12 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
         unit_vec(&rq, v, dI); /* the needle's direction */
         for (int64_t h = 0; h < HI; h++) {
             const float *u = topics + (int64_t)att[h % na] * dI;
-            const float cs = (float)(0.5 + rng_unif(&rq));
+            const float cs = (float)(0.5 + la_rng64_uniform(&rq));
             float *qr = g->q + (t * HI + h) * dI;
-            for (int64_t d = 0; d < dI; d++) qr[d] = cs * u[d] + c->gamma * v[d] + nq * (float)rng_normal(&rq);
-            g->w[t * HI + h] = (float)((0.5 + rng_unif(&rq)) / sqrt((double)HI * (double)dI));
+            for (int64_t d = 0; d < dI; d++) qr[d] = cs * u[d] + c->gamma * v[d] + nq * (float)la_rng64_normal(&rq);
+            g->w[t * HI + h] = (float)((0.5 + la_rng64_uniform(&rq)) / sqrt((double)HI * (double)dI));
         }
-        for (int64_t d = 0; d < dI; d++) g->k[p * dI + d] = c->beta * v[d] + nk * (float)rng_normal(&rq);
+        for (int64_t d = 0; d < dI; d++) g->k[p * dI + d] = c->beta * v[d] + nk * (float)la_rng64_normal(&rq);
     }
     free(v);
     free(topics);
