@@ -121,15 +121,7 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
                                                la_context *ctx) {
     cudaStream_t st = la_cu_stream(ctx);
     lf_problem P = {};
-    P.B = q->ne[0];
-    P.N = q->ne[1];
-    P.H = q->ne[2];
-    P.D = q->ne[3];
-    P.Dv = v->ne[3];
-    P.q = la_cu_view_of(q);
-    P.k = la_cu_view_of(k);
-    P.v = la_cu_view_of(v);
-    P.out = la_cu_view_of(out);
+    lf_set_qkvo(&P, q, k, v, out);
     P.n[0] = P.n[1] = 1;
     P.n[2] = P.N;
     P.g[0] = P.g[1] = P.g[2] = 1;

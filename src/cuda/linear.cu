@@ -11,15 +11,7 @@ extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const l
                                               const la_tensor *z_in, la_tensor *S_out,
                                               la_tensor *z_out, la_context *ctx) {
     lf_problem P = {};
-    P.B = q->ne[0];
-    P.N = q->ne[1];
-    P.H = q->ne[2];
-    P.D = q->ne[3];
-    P.Dv = v->ne[3];
-    P.q = la_cu_view_of(q);
-    P.k = la_cu_view_of(k);
-    P.v = la_cu_view_of(v);
-    P.out = la_cu_view_of(out);
+    lf_set_qkvo(&P, q, k, v, out);
     P.fq = {(int)p->feature, 1.f, p->scale_q, 0.f, nullptr, nullptr, nullptr};
     P.fk = {(int)p->feature, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
     P.n[0] = P.n[1] = 1;

@@ -55,4 +55,18 @@ struct lf_problem {
 
 la_status lf_run(const lf_problem *P, cudaStream_t st);
 
+/* Extents and views of q, k [B,N,H,D], v and out [B,N,H,Dv] into P. */
+static inline void lf_set_qkvo(lf_problem *P, const la_tensor *q, const la_tensor *k,
+                               const la_tensor *v, const la_tensor *out) {
+    P->B = q->ne[0];
+    P->N = q->ne[1];
+    P->H = q->ne[2];
+    P->D = q->ne[3];
+    P->Dv = v->ne[3];
+    P->q = la_cu_view_of(q);
+    P->k = la_cu_view_of(k);
+    P->v = la_cu_view_of(v);
+    P->out = la_cu_view_of(out);
+}
+
 #endif

@@ -17,15 +17,7 @@ static la_cu_view mixing_view(const la_tensor *W) {
 
 static void fill_common(lf_problem *P, const la_tensor *q, const la_tensor *k,
                         const la_tensor *v, const la_tensor *mixing, la_tensor *out) {
-    P->B = q->ne[0];
-    P->N = q->ne[1];
-    P->H = q->ne[2];
-    P->D = q->ne[3];
-    P->Dv = v->ne[3];
-    P->q = la_cu_view_of(q);
-    P->k = la_cu_view_of(k);
-    P->v = la_cu_view_of(v);
-    P->out = la_cu_view_of(out);
+    lf_set_qkvo(P, q, k, v, out);
     P->use_w = 1;
     P->W = mixing_view(mixing);
     P->den_scale = 1.f;
