@@ -97,6 +97,27 @@ static inline la_rng la_test_rng(const char *name) {
     la_rng r = {seed};
     return r;
 }
+/* Feature maps of SPEC §2 in float64, written out for the references. */
+static inline double la_ref_feature(la_feature f, double x) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY: return x;
+    case LA_FEATURE_RELU: return x > 0 ? x : 0;
+    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0) + 1e-6;
+    case LA_FEATURE_RELU1: return (x > 0 ? x : 0) + 1;
+    case LA_FEATURE_ELU1: return x >= 0 ? x + 1 : exp(x);
+    }
+    return NAN;
+}
+/* f rounded to the nearest bf16 (ties to even), kept as float: what a bf16
+ * input holds. */
+static inline float la_round_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    u &= 0xffff0000u;
+    memcpy(&f, &u, 4);
+    return f;
+}
 static inline void la_fill_normal(la_rng *r, float *x, int64_t n, double scale) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)(la_rng_normal(r) * scale);
 }

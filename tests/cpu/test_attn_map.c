@@ -4,17 +4,6 @@
 #include "core/internal.h" /* bf16 helpers */
 #include "test_util.h"
 
-static double feat_ref(la_feature f, double x) {
-    switch (f) {
-    case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0 ? x : 0;
-    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0) + 1e-6;
-    case LA_FEATURE_RELU1: return (x > 0 ? x : 0) + 1;
-    case LA_FEATURE_ELU1: return x >= 0 ? x + 1 : exp(x);
-    }
-    return x;
-}
-
 /* f_p of one token over its D channels, straight from the formula */
 static void flatten_ref(const double *x, const double *sp, int64_t D, double p, double *y) {
     double n2 = 0, np2 = 0;
@@ -53,12 +42,12 @@ static void ref_map(const map_case *c, const double *q, const double *k, int64_t
                 break;
             case LA_MAP_LINEAR:
             case LA_MAP_MHLA:
-                qt[n * D + j] = (c->scale > 0 ? (double)(float)c->scale : 1) * feat_ref(c->feature, qr[j]);
-                kt[n * D + j] = feat_ref(c->feature, kr[j]);
+                qt[n * D + j] = (c->scale > 0 ? (double)(float)c->scale : 1) * la_ref_feature(c->feature, qr[j]);
+                kt[n * D + j] = la_ref_feature(c->feature, kr[j]);
                 break;
             case LA_MAP_FOCUSED_BLOG:
-                qt[n * D + j] = feat_ref(LA_FEATURE_RELU1, qr[j] / sqrt((double)D));
-                kt[n * D + j] = feat_ref(LA_FEATURE_RELU1, kr[j]);
+                qt[n * D + j] = la_ref_feature(LA_FEATURE_RELU1, qr[j] / sqrt((double)D));
+                kt[n * D + j] = la_ref_feature(LA_FEATURE_RELU1, kr[j]);
                 break;
             default: break;
             }

@@ -11,15 +11,6 @@
  * strided views; outputs poisoned and checked fully written; bad inputs. */
 #include "sparse_ref.h"
 
-static float round_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 /* Store values[n] (logical [a,b,c] row-major) into a buffer of dtype dt with
  * strides nb (elements); returns the buffer. */
 static void *store(const float *v, la_dtype dt, int ndim, const int64_t *ne, const int64_t *nb,
@@ -64,11 +55,11 @@ static void run_case(la_rng *rng, const dsa_case *c, la_context *ctx) {
     for (int64_t i = 0; i < T * HI; i++)
         w[i] = c->integer ? (float)((int)(la_rng_uniform(rng) * 4) - 1) : (float)(la_rng_normal(rng) / sqrt((double)HI * dI));
     if (c->dt == LA_BF16)
-        for (int64_t i = 0; i < T * HI * dI; i++) q[i] = round_bf16(q[i]);
+        for (int64_t i = 0; i < T * HI * dI; i++) q[i] = la_round_bf16(q[i]);
     if (c->dt == LA_BF16)
-        for (int64_t i = 0; i < L * dI; i++) k[i] = round_bf16(k[i]);
+        for (int64_t i = 0; i < L * dI; i++) k[i] = la_round_bf16(k[i]);
     if (c->dt == LA_BF16)
-        for (int64_t i = 0; i < T * HI; i++) w[i] = round_bf16(w[i]);
+        for (int64_t i = 0; i < T * HI; i++) w[i] = la_round_bf16(w[i]);
 
     /* views */
     la_tensor tq, tk, tw, ts, te, ti, tsc;

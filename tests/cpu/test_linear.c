@@ -10,17 +10,6 @@
 #include "dense_views.h"
 
 /* ---- float64 references ---------------------------------------------------- */
-static double phi(la_feature f, double x) {
-    switch (f) {
-    case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0 ? x : 0;
-    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0) + 1e-6;
-    case LA_FEATURE_RELU1: return (x > 0 ? x : 0) + 1;
-    case LA_FEATURE_ELU1: return x >= 0 ? x + 1 : exp(x);
-    }
-    return NAN;
-}
-
 /* q,k [B,N,H,D], v [B,N,H,Dv] logical f32 values; S0 [B,H,D,Dv], z0 [B,H,D]
  * (NULL = zero). Non-causal: sums over all tokens; causal: the token-by-token
  * recurrence S_t = S_{t-1} + k̃_t v_tᵀ. Final state into Sf, zf (if non-NULL). */
@@ -46,7 +35,7 @@ static void ref_linear(const la_linear_params *p, int64_t B, int64_t N, int64_t 
                     const float *qr = q + ((b * N + t) * H + h) * D;
                     if (pass == 0 || p->causal)
                         for (int64_t d = 0; d < D; d++) {
-                            double kd = phi(p->feature, kr[d]);
+                            double kd = la_ref_feature(p->feature, kr[d]);
                             z[d] += kd;
                             for (int64_t e = 0; e < Dv; e++) {
                                 S[d * Dv + e] += kd * vr[e];
@@ -56,7 +45,7 @@ static void ref_linear(const la_linear_params *p, int64_t B, int64_t N, int64_t 
                     if (pass == 1) {
                         double den = 0;
                         for (int64_t d = 0; d < D; d++) {
-                            qt[d] = p->scale_q * phi(p->feature, qr[d]);
+                            qt[d] = p->scale_q * la_ref_feature(p->feature, qr[d]);
                             den += qt[d] * z[d];
                         }
                         double *orow = o + ((b * N + t) * H + h) * Dv;

@@ -49,7 +49,7 @@ static void ref_mhla(const tview *q, const tview *k, const tview *v, const doubl
             memset(z, 0, sizeof(double) * M * D);
             for (int64_t t = 0; t < N; t++)
                 for (int64_t d = 0; d < D; d++) {
-                    double kd = ref_feat(f, tv_get(k, b, t, h, d));
+                    double kd = la_ref_feature(f, tv_get(k, b, t, h, d));
                     z[blk[t] * D + d] += kd;
                     for (int64_t e = 0; e < Dv; e++)
                         S[(blk[t] * D + d) * Dv + e] += kd * tv_get(v, b, t, h, e);
@@ -68,7 +68,7 @@ static void ref_mhla(const tview *q, const tview *k, const tview *v, const doubl
             }
             for (int64_t t = 0; t < N; t++) {
                 const int64_t i = blk[t];
-                for (int64_t d = 0; d < D; d++) qt[d] = scale * ref_feat(f, tv_get(q, b, t, h, d));
+                for (int64_t d = 0; d < D; d++) qt[d] = scale * la_ref_feature(f, tv_get(q, b, t, h, d));
                 double den = 1;
                 if (norm == LA_MHLA_NORM_PER_QUERY) {
                     den = eps;
@@ -79,7 +79,7 @@ static void ref_mhla(const tview *q, const tview *k, const tview *v, const doubl
                         int64_t u = at[j * L + pos[t]]; /* same position in block j */
                         double r = 0;
                         for (int64_t d = 0; d < D; d++)
-                            r += scale * ref_feat(f, tv_get(q, b, u, h, d)) * z[j * D + d];
+                            r += scale * la_ref_feature(f, tv_get(q, b, u, h, d)) * z[j * D + d];
                         den += Wh[i * M + j] * r;
                     }
                 }
@@ -112,7 +112,7 @@ static void ref_mhla_pairwise(const tview *q, const tview *k, const tview *v, co
                 for (int64_t s = 0; s < N; s++) {
                     double a = 0;
                     for (int64_t d = 0; d < D; d++)
-                        a += scale * ref_feat(f, tv_get(q, b, t, h, d)) * ref_feat(f, tv_get(k, b, s, h, d));
+                        a += scale * la_ref_feature(f, tv_get(q, b, t, h, d)) * la_ref_feature(f, tv_get(k, b, s, h, d));
                     a *= Wh[bt * M + ref_block_of(nd, grid, blocks, s)];
                     den += a;
                     for (int64_t e = 0; e < Dv; e++) num[e] += a * tv_get(v, b, s, h, e);
@@ -139,7 +139,7 @@ static void ref_linear_groups(const tview *q, const tview *k, const tview *v, co
                     if (group && group[s] != group[t]) continue;
                     double a = 0;
                     for (int64_t d = 0; d < D; d++)
-                        a += ref_feat(f, tv_get(q, b, t, h, d)) * ref_feat(f, tv_get(k, b, s, h, d));
+                        a += la_ref_feature(f, tv_get(q, b, t, h, d)) * la_ref_feature(f, tv_get(k, b, s, h, d));
                     den += a;
                     for (int64_t e = 0; e < Dv; e++) num[e] += a * tv_get(v, b, s, h, e);
                 }

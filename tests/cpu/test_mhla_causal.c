@@ -17,10 +17,10 @@ static void ref_causal(const tview *q, const tview *k, const tview *v, const dou
         for (int64_t h = 0; h < H; h++) {
             const double *Wh = W + (Hw == 1 ? 0 : h) * Mw * Mw;
             for (int64_t s = 0; s < N; s++)
-                for (int64_t d = 0; d < D; d++) kf[s * D + d] = ref_feat(f, tv_get(k, b, s, h, d));
+                for (int64_t d = 0; d < D; d++) kf[s * D + d] = la_ref_feature(f, tv_get(k, b, s, h, d));
             for (int64_t t = 0; t < N; t++) {
                 double qf[1024];
-                for (int64_t d = 0; d < D; d++) qf[d] = scale * ref_feat(f, tv_get(q, b, t, h, d));
+                for (int64_t d = 0; d < D; d++) qf[d] = scale * la_ref_feature(f, tv_get(q, b, t, h, d));
                 double den = 0;
                 memset(num, 0, sizeof(double) * Dv);
                 for (int64_t s = 0; s <= t; s++) {

@@ -122,17 +122,6 @@ static inline void mix_make(mixing_t *w, int64_t Hw, int64_t M, int rank, la_rng
 
 static inline void mix_free(mixing_t *w) { free(w->f), free(w->d); }
 
-static inline double ref_feat(la_feature f, double x) {
-    switch (f) {
-    case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0 ? x : 0;
-    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0) + 1e-6;
-    case LA_FEATURE_RELU1: return (x > 0 ? x : 0) + 1;
-    case LA_FEATURE_ELU1: return x >= 0 ? x + 1 : exp(x);
-    }
-    return NAN;
-}
-
 static inline const char *dims_str(int nd, const int64_t *d, char *buf, size_t n) {
     int o = 0;
     for (int a = 0; a < nd && o < (int)n; a++)

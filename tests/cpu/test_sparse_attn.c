@@ -9,15 +9,6 @@
 
 #include "test_util.h"
 
-static float round_bf16(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    u &= 0xffff0000u;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 typedef struct sa_case {
     int64_t T, Hq, Hkv, Dqk, dv, L, K; /* Hkv = 0: MQA [L,Dqk] */
     double invalid;                    /* fraction of invalid indices */
@@ -45,8 +36,8 @@ static void run_case(la_rng *rng, const sa_case *c, la_context *ctx) {
     for (int64_t i = 0; i < T * Hq * D; i++) q[i] = (float)la_rng_normal(rng);
     for (int64_t i = 0; i < Lbuf * Hkv * D; i++) kv[i] = i < L * Hkv * D ? (float)la_rng_normal(rng) : NAN;
     if (c->dt == LA_BF16) {
-        for (int64_t i = 0; i < T * Hq * D; i++) q[i] = round_bf16(q[i]);
-        for (int64_t i = 0; i < L * Hkv * D; i++) kv[i] = round_bf16(kv[i]);
+        for (int64_t i = 0; i < T * Hq * D; i++) q[i] = la_round_bf16(q[i]);
+        for (int64_t i = 0; i < L * Hkv * D; i++) kv[i] = la_round_bf16(kv[i]);
     }
     const int32_t bad_ix[5] = {-1, -5, (int32_t)L, (int32_t)L + 100, INT32_MAX};
     for (int64_t t = 0; t < T; t++)
