@@ -7,10 +7,10 @@
 #endif
 #ifdef LA_BLAS_OPENBLAS
 #include <pthread.h>
-/* Kernels call la_sgemm on single tiles from inside OpenMP regions: a
- * multi-threaded OpenBLAS there would oversubscribe the cores. Pin it to one
- * thread once per process, also for callers that pass ctx = NULL (the
- * context constructor does the same). */
+/* Kernels parallelize over batch x heads x tiles with OpenMP and call
+ * la_sgemm on single tiles from inside those regions: a multi-threaded
+ * OpenBLAS there would oversubscribe the cores. Pin it to one thread once
+ * per process, on the first la_sgemm (whatever context, or none). */
 void openblas_set_num_threads(int);
 static pthread_once_t la_blas_once = PTHREAD_ONCE_INIT;
 static void la_blas_single_thread(void) { openblas_set_num_threads(1); }

@@ -7,12 +7,6 @@
 
 #include "internal.h"
 
-#ifdef LA_BLAS_OPENBLAS
-/* Our kernels parallelize over batch × heads × tiles with OpenMP and call
- * BLAS on single tiles from inside those regions; a multi-threaded BLAS
- * there would oversubscribe the cores. */
-void openblas_set_num_threads(int);
-#endif
 
 static void *default_alloc(size_t n, void *u) { (void)u; return malloc(n ? n : 1); }
 static void default_free(void *p, void *u) { (void)u; free(p); }
@@ -24,9 +18,6 @@ la_status la_context_create(la_context **ctx) {
     c->threads = 0;
     c->alloc = default_alloc;
     c->free_fn = default_free;
-#ifdef LA_BLAS_OPENBLAS
-    openblas_set_num_threads(1);
-#endif
     *ctx = c;
     return LA_OK;
 }
