@@ -317,6 +317,307 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* v2 bf16 kernel (Dqk 576 / Dv 512, any Hq): S by wgmma, P.V by 64x64 tiles  */
+/* ------------------------------------------------------------------------ */
+/* Why: the kernel above is shared-memory bound (per warp per 64-key tile 176
+ * ldmatrix.x4: each K/V fragment feeds only the 16 heads of one warp).
+ * v2 keeps the CTA = (query, 64 heads), 8 warps = 2 warpgroups, 64-key tiles,
+ * 2-stage cp.async gather, but
+ *  - S = Q K^T: warpgroup j computes all 64 heads x keys 32j..32j+31 with
+ *    wgmma m64n32k16 (36 per tile), Q and K read by the tensor cores straight
+ *    from shared memory (128-byte swizzle, K-major): per tile 2 x 36 x 3 KB =
+ *    216 KB of smem reads instead of 8 x 108 ldmatrix.x4 = 442 KB. The
+ *    accumulator layout (warp w%4: rows 16(w%4)+g, +8; per n8 block cols
+ *    8n+2q, +1) is the mma.sync one, so the softmax code is unchanged.
+ *    LA_CUDA_SMLA_PATH=mma computes the same S with mma.sync + ldmatrix.
+ *  - O: warp w owns all 64 heads x Dv columns 64w..64w+63 (4 x 8 m16n8
+ *    tiles, 128 fp32 registers): per tile 16 ldmatrix.x4 of P + 16 of V per
+ *    warp (was 4 + 64), i.e. 128 KB instead of 278 KB.
+ * Shared layout of Q and each kv buffer: 9 blocks of 64 dims, each
+ * [64 rows][128 B] with 16-byte chunk c of row r at c ^ (r & 7) (the SW128
+ * pattern wgmma expects; blocks 1024-byte aligned). */
+#define V2_HEADS 64
+#define V2_KEYS 64
+#define V2_THREADS 256
+#define V2_TILE_B (64 * SM_DQK * 2)          /* 73728: Q, or one kv buffer */
+#define V2_P_B (V2_HEADS * V2_KEYS * 2)     /* 8192 */
+#define V2_RED_B ((128 + 128 + 64 + 128) * 4) /* red_max, red_sum, alpha, valid */
+#define V2_SMEM (3 * V2_TILE_B + V2_P_B + V2_RED_B + 1024) /* + alignment slack */
+
+/* element offset of (row, 16-byte chunk c of 72) in a v2 tile */
+__device__ __forceinline__ int v2_off(int row, int c) {
+    return (c >> 3) * (64 * 64) + row * 64 + (((c & 7) ^ (row & 7)) << 3);
+}
+
+__device__ __forceinline__ void v2_load_kv(const smla_args &a, int64_t t, int64_t tile,
+                                           __nv_bfloat16 *kvs, int *valid) {
+    const int r = threadIdx.x >> 2, c0 = threadIdx.x & 3;
+    const int64_t i = tile * V2_KEYS + r;
+    int64_t s = i < a.K ? (int64_t)a.idx[t * a.idx_nb0 + i * a.idx_nb1] : -1;
+    const bool ok = s >= 0 && s < a.L;
+    if (!ok) s = 0;
+    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + s * a.kv_nb0;
+#pragma unroll 6
+    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + v2_off(r, c), src + c * 8, ok ? 16 : 0);
+    if (c0 == 0) valid[r] = ok;
+}
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define V2_HAVE_WGMMA 1
+/* smem matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 B
+ * apart (SBO), LBO unused for swizzled K-major (1), base offset 0 (atoms
+ * 1024-byte aligned). */
+__device__ __forceinline__ uint64_t v2_desc(const void *p) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
+           ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void v2_wgmma_n32(float (*d)[4], uint64_t da, uint64_t db) {
+    /* D += A B (scale-d predicate true), no negation, both K-major */
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
+                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
+                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
+                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
+                   "+f"(d[3][3])
+                 : "l"(da), "l"(db));
+}
+#else
+#define V2_HAVE_WGMMA 0
+#endif
+
+template <bool WG>
+__global__ void __launch_bounds__(V2_THREADS, 1) smla_v2_kernel(smla_args a, float scale_log2) {
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    /* wgmma's swizzle works on address bits: align the tiles to 1024 B */
+    unsigned char *smem =
+        smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *kvs0 = (__nv_bfloat16 *)(smem + V2_TILE_B);
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(smem + 3 * V2_TILE_B);
+    float *red_max = (float *)(smem + 3 * V2_TILE_B + V2_P_B); /* [2][64] */
+    float *red_sum = red_max + 128;                            /* [2][64] */
+    float *alpha_s = red_sum + 128;                            /* [64], then final l */
+    int *valid = (int *)(alpha_s + 64);                        /* [2][64] */
+
+    const int64_t t = blockIdx.y, h0 = (int64_t)blockIdx.x * V2_HEADS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    const int rg = warp & 3, ch = warp >> 2; /* S layout: rows 16rg.., keys 32ch.. */
+    const int64_t ntiles = (a.K + V2_KEYS - 1) / V2_KEYS;
+
+    {
+        const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
+        for (int i = threadIdx.x; i < V2_HEADS * SM_CPR; i += V2_THREADS) {
+            const int r = i / SM_CPR, c = i % SM_CPR;
+            const bool ok = h0 + r < a.Hq; /* heads past Hq: zero rows, never stored */
+            la_sp_cp16z(qs + v2_off(r, c), q + (ok ? (h0 + r) * a.q_nb1 + c * 8 : 0), ok ? 16 : 0);
+        }
+    }
+    if (ntiles > 0) v2_load_kv(a, t, 0, kvs0, valid);
+    asm volatile("cp.async.commit_group;\n" ::);
+
+    float o[4][8][4]; /* [m-tile: heads 16mt..][n8: dv 64warp + 8j..][frag] */
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) o[mt][j][e] = 0.f;
+    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    const int row0 = 16 * rg + g; /* S-layout rows: row0, row0 + 8 */
+
+    for (int64_t tile = 0; tile < ntiles; tile++) {
+        const int buf = (int)(tile & 1);
+        __nv_bfloat16 *kvs = kvs0 + buf * (V2_TILE_B / 2);
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        /* cp.async wrote through the generic proxy; wgmma reads through the
+         * async proxy */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* A: tile ready; previous P.V done everywhere */
+        if (tile + 1 < ntiles)
+            v2_load_kv(a, t, tile + 1, kvs0 + (buf ^ 1) * (V2_TILE_B / 2), valid + (buf ^ 1) * 64);
+        asm volatile("cp.async.commit_group;\n" ::);
+
+        float s[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = 0.f;
+#if V2_HAVE_WGMMA
+        if (WG) {
+            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+            for (int kb = 0; kb < SM_DQK / 64; kb++)
+#pragma unroll
+                for (int kk = 0; kk < 4; kk++)
+                    v2_wgmma_n32(s, v2_desc(qs + kb * 4096 + kk * 16),
+                                 v2_desc(kvs + kb * 4096 + ch * 32 * 64 + kk * 16));
+            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        } else
+#endif
+        {
+#pragma unroll 4
+            for (int ks = 0; ks < SM_DQK / 16; ks++) {
+                uint32_t af[4];
+                {
+                    const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
+                    la_sp_ldsm_x4(af, qs + v2_off(r, 2 * ks + (lane >> 4)));
+                }
+#pragma unroll
+                for (int np = 0; np < 2; np++) {
+                    const int key = 32 * ch + 16 * np + (lane & 7) + (lane >> 4) * 8;
+                    uint32_t b[4];
+                    la_sp_ldsm_x4(b, kvs + v2_off(key, 2 * ks + ((lane >> 3) & 1)));
+                    la_sp_mma_bf16(s[2 * np], af, b[0], b[1]);
+                    la_sp_mma_bf16(s[2 * np + 1], af, b[2], b[3]);
+                }
+            }
+        }
+        /* scale, mask, partial row max (as smla_kernel) */
+        const int *vld = valid + buf * 64;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int col = 32 * ch + 8 * j + 2 * qd;
+            const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
+            s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
+            s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
+            s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
+            s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
+            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        }
+        if (qd == 0) {
+            red_max[ch * 64 + row0] = mx[0];
+            red_max[ch * 64 + row0 + 8] = mx[1];
+        }
+        __syncthreads(); /* B */
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            const float mt = fmaxf(red_max[row], red_max[64 + row]);
+            const float mn = fmaxf(m_run[r], mt);
+            m_use[r] = mn == -INFINITY ? 0.f : mn;
+            alpha[r] = exp2f(m_run[r] - m_use[r]);
+            m_run[r] = mn;
+        }
+        if (ch == 0 && qd == 0) {
+            alpha_s[row0] = alpha[0];
+            alpha_s[row0 + 8] = alpha[1];
+        }
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float p0 = exp2f(s[j][0] - m_use[0]), p1 = exp2f(s[j][1] - m_use[0]);
+            const float p2 = exp2f(s[j][2] - m_use[1]), p3 = exp2f(s[j][3] - m_use[1]);
+            sum[0] += p0 + p1;
+            sum[1] += p2 + p3;
+            const int c = 4 * ch + j; /* chunk of 8 keys */
+            *(__nv_bfloat162 *)(ps + sm_sw(row0, c, 8) + 2 * qd) = __floats2bfloat162_rn(p0, p1);
+            *(__nv_bfloat162 *)(ps + sm_sw(row0 + 8, c, 8) + 2 * qd) = __floats2bfloat162_rn(p2, p3);
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
+            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
+        }
+        if (qd == 0) {
+            red_sum[ch * 64 + row0] = sum[0];
+            red_sum[ch * 64 + row0 + 8] = sum[1];
+        }
+        __syncthreads(); /* C: P, row sums and alphas complete */
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            l_run[r] = l_run[r] * alpha[r] + red_sum[row] + red_sum[64 + row];
+        }
+        /* O[all 64 heads, dv 64warp..] = alpha O + P V */
+#pragma unroll
+        for (int mt = 0; mt < 4; mt++) {
+            const float a0 = alpha_s[16 * mt + g], a1 = alpha_s[16 * mt + g + 8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                o[mt][j][0] *= a0;
+                o[mt][j][1] *= a0;
+                o[mt][j][2] *= a1;
+                o[mt][j][3] *= a1;
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < V2_KEYS / 16; kk++) {
+            uint32_t pf[4][4];
+#pragma unroll
+            for (int mt = 0; mt < 4; mt++) {
+                const int r = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8;
+                la_sp_ldsm_x4(pf[mt], ps + sm_sw(r, 2 * kk + (lane >> 4), 8));
+            }
+            const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++) {
+                uint32_t b[4];
+                sm_ldsm_x4_t(b, kvs + v2_off(key, 8 * warp + 2 * jp + (lane >> 4)));
+#pragma unroll
+                for (int mt = 0; mt < 4; mt++) {
+                    la_sp_mma_bf16(o[mt][2 * jp], pf[mt], b[0], b[1]);
+                    la_sp_mma_bf16(o[mt][2 * jp + 1], pf[mt], b[2], b[3]);
+                }
+            }
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    __syncthreads(); /* last P.V done reading alpha_s */
+    if (ch == 0 && qd == 0) {
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            alpha_s[row] = l_run[r];
+            const int64_t h = h0 + row;
+            if (a.lse && h < a.Hq)
+                la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
+                         l_run[r] > 0.f ? (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f
+                                        : -INFINITY);
+        }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int mt = 0; mt < 4; mt++)
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = 16 * mt + g + 8 * r;
+            const int64_t h = h0 + row;
+            if (h >= a.Hq) continue;
+            const float l = alpha_s[row];
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int64_t ob = t * a.out_nb0 + h * a.out_nb1;
+            if (a.out_dt == LA_BF16 && a.out_nb2 == 1) {
+                __nv_bfloat16 *op = (__nv_bfloat16 *)a.out + ob;
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int d = 64 * warp + 8 * j + 2 * qd;
+                    *(__nv_bfloat162 *)(op + d) =
+                        __floats2bfloat162_rn(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
+                }
+            } else {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const int d = 64 * warp + 8 * j + 2 * qd;
+                    la_cu_st(a.out, a.out_dt, ob + d * a.out_nb2, o[mt][j][2 * r] * inv);
+                    la_cu_st(a.out, a.out_dt, ob + (d + 1) * a.out_nb2, o[mt][j][2 * r + 1] * inv);
+                }
+            }
+        }
+}
+
 extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, const la_tensor *q,
                                               const la_tensor *kv, const la_tensor *idx,
                                               la_tensor *out, la_tensor *lse, la_context *ctx) {
@@ -374,7 +675,23 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                       a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
                       a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
                       (a.out_dt == LA_BF16 || a.out_dt == LA_F32);
-    if (fast) {
+    /* LA_CUDA_SMLA_PATH: unset/"wg" = v2 with wgmma S (default), "mma" = v2
+     * with mma.sync S, "old" = smla_kernel, "exact" = the fp32 kernel */
+    const char *path = getenv("LA_CUDA_SMLA_PATH");
+    const bool use_old = path && !strcmp(path, "old"), use_exact = path && !strcmp(path, "exact");
+    const bool v2 = !use_old && !use_exact && a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 &&
+                    a.Dqk == SM_DQK && a.Dv == SM_DV && a.Hkv == 1 && a.q_nb2 == 1 &&
+                    a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
+                    a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
+                    (a.out_dt == LA_BF16 || a.out_dt == LA_F32) && a.Hq <= 65535 * (int64_t)V2_HEADS;
+    if (v2) {
+        const bool wg = !(path && !strcmp(path, "mma"));
+        auto kern = wg ? smla_v2_kernel<true> : smla_v2_kernel<false>;
+        LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, V2_SMEM));
+        dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);
+        kern<<<grid, V2_THREADS, V2_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
+        LA_CU_LAUNCH("sparse MLA attention v2 (bf16)");
+    } else if (fast && !use_exact) {
         LA_CU(cudaFuncSetAttribute(smla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    SM_SMEM));
         dim3 grid((unsigned)(a.Hq / SM_HEADS), (unsigned)a.T);

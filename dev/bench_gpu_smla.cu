@@ -1,0 +1,184 @@
+/* Sparse MLA attention (SPEC §8) on the GPU: v2 kernel vs the first one.
+ *   bench_gpu_smla [iters]
+ * 1. Validation on a mid-size case (Tq=64, Hq=128, k=2048, L=64K, bf16):
+ *    each path (LA_CUDA_SMLA_PATH = wg, mma, old) against the fp32 "exact"
+ *    kernel: normwise and max relative difference of out, max |d lse|.
+ *    A path is marked INVALID past 1e-2 normwise / 5e-2 max (bf16 P and out).
+ * 2. Timing: Tq=4096, Hq=128, k=2048, Dqk=576, Dv=512, bf16, L=64K kv rows,
+ *    random indices; median of CUDA-event timings after 2 warm-ups;
+ *    FLOPs = 2 Tq Hq k (576 + 512). */
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdint.h>
+#include <math.h>
+#include <algorithm>
+#include <vector>
+
+#include "longattn.h"
+
+#define CK(x)                                                                          \
+    do {                                                                               \
+        cudaError_t e_ = (x);                                                          \
+        if (e_ != cudaSuccess) {                                                       \
+            fprintf(stderr, "CUDA %s at %s:%d: %s\n", #x, __FILE__, __LINE__,          \
+                    cudaGetErrorString(e_));                                           \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+__global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        float u = ((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f; /* uniform(-1,1) */
+        float f = u * scale * 1.7320508f;
+        uint32_t b = __float_as_uint(f);
+        p[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    }
+}
+/* random rows of [0, L); about 3% -1 and 1% >= L (skipped) */
+__global__ void fill_idx(int32_t *p, size_t n, int64_t L, uint64_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z ^= z >> 31;
+        uint32_t u = (uint32_t)(z >> 40) % 100u;
+        p[i] = u < 3 ? -1 : u < 4 ? (int32_t)L : (int32_t)(z % (uint64_t)L);
+    }
+}
+
+struct problem {
+    int64_t Tq, Hq, Dqk, Dv, K, L;
+    uint16_t *q, *kv;
+    int32_t *ix;
+    float *o, *lse; /* f32 outputs for validation */
+    uint16_t *ob;   /* bf16 outputs for timing */
+    la_tensor tq, tkv, ti, to, tob, tl;
+};
+
+static void make(problem &P, int64_t Tq, int64_t Hq, int64_t K, int64_t L) {
+    P.Tq = Tq; P.Hq = Hq; P.Dqk = 576; P.Dv = 512; P.K = K; P.L = L;
+    CK(cudaMalloc(&P.q, Tq * Hq * P.Dqk * 2));
+    CK(cudaMalloc(&P.kv, L * P.Dqk * 2));
+    CK(cudaMalloc(&P.ix, Tq * K * 4));
+    CK(cudaMalloc(&P.o, Tq * Hq * P.Dv * 4));
+    CK(cudaMalloc(&P.ob, Tq * Hq * P.Dv * 2));
+    CK(cudaMalloc(&P.lse, Tq * Hq * 4));
+    /* scale 1 on q and kv: logits std ~ sqrt(576)/... = 1 after 1/sqrt(576); q x2 spreads them */
+    fill_bf16<<<1024, 256>>>(P.q, Tq * Hq * P.Dqk, 11 + Tq, 2.f);
+    fill_bf16<<<1024, 256>>>(P.kv, L * P.Dqk, 12 + Tq, 1.f);
+    fill_idx<<<1024, 256>>>(P.ix, Tq * K, L, 13 + Tq);
+    CK(cudaDeviceSynchronize());
+    int64_t nq[3] = {Tq, Hq, P.Dqk}, nkv[2] = {L, P.Dqk}, ni[2] = {Tq, K}, no[3] = {Tq, Hq, P.Dv},
+            nl[2] = {Tq, Hq};
+    la_tensor_init(&P.tq, P.q, LA_BF16, LA_DEVICE_CUDA, 3, nq);
+    la_tensor_init(&P.tkv, P.kv, LA_BF16, LA_DEVICE_CUDA, 2, nkv);
+    la_tensor_init(&P.ti, P.ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+    la_tensor_init(&P.to, P.o, LA_F32, LA_DEVICE_CUDA, 3, no);
+    la_tensor_init(&P.tob, P.ob, LA_BF16, LA_DEVICE_CUDA, 3, no);
+    la_tensor_init(&P.tl, P.lse, LA_F32, LA_DEVICE_CUDA, 2, nl);
+}
+static void release(problem &P) {
+    cudaFree(P.q); cudaFree(P.kv); cudaFree(P.ix); cudaFree(P.o); cudaFree(P.ob); cudaFree(P.lse);
+}
+static bool call(problem &P, const char *path, bool f32out) {
+    setenv("LA_CUDA_SMLA_PATH", path, 1);
+    la_sparse_attn_params p;
+    la_sparse_attn_params_init(&p);
+    la_status s = la_sparse_attention(&p, &P.tq, &P.tkv, &P.ti, f32out ? &P.to : &P.tob, &P.tl, NULL);
+    if (s != LA_OK) {
+        fprintf(stderr, "path %s: %s: %s\n", path, la_status_string(s), la_last_error());
+        return false;
+    }
+    return true;
+}
+
+int main(int argc, char **argv) {
+    const int iters = argc > 1 ? atoi(argv[1]) : 10;
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("# device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
+    const char *paths[] = {"wg", "mma", "old"};
+    bool valid[3] = {false, false, false};
+    {
+        problem P;
+        make(P, 64, 128, 2048, 65536);
+        const size_t no = (size_t)P.Tq * P.Hq * P.Dv, nl = (size_t)P.Tq * P.Hq;
+        std::vector<float> ref(no), refl(nl), o(no), l(nl);
+        if (!call(P, "exact", true)) return 1;
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(ref.data(), P.o, no * 4, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(refl.data(), P.lse, nl * 4, cudaMemcpyDeviceToHost));
+        double rn = 0, rmax = 0;
+        for (size_t i = 0; i < no; i++) { rn += (double)ref[i] * ref[i]; rmax = fmax(rmax, fabs(ref[i])); }
+        for (int pi = 0; pi < 3; pi++) {
+            CK(cudaMemset(P.o, 0xff, no * 4)); /* NaN: unwritten outputs show */
+            CK(cudaMemset(P.lse, 0xff, nl * 4));
+            if (!call(P, paths[pi], true)) continue;
+            cudaError_t e = cudaDeviceSynchronize();
+            if (e != cudaSuccess) {
+                printf("validate %-4s: CUDA error %s\n", paths[pi], cudaGetErrorString(e));
+                return 1; /* the context is gone */
+            }
+            CK(cudaMemcpy(o.data(), P.o, no * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(l.data(), P.lse, nl * 4, cudaMemcpyDeviceToHost));
+            double dn = 0, dmax = 0, dl = 0;
+            bool fin = true;
+            for (size_t i = 0; i < no; i++) {
+                fin &= std::isfinite(o[i]);
+                double d = (double)o[i] - ref[i];
+                dn += d * d;
+                dmax = fmax(dmax, fabs(d));
+            }
+            for (size_t i = 0; i < nl; i++) {
+                if (std::isinf(refl[i]) && std::isinf(l[i])) continue;
+                double d = fabs((double)l[i] - refl[i]);
+                if (!(d <= 1e30)) d = INFINITY;
+                dl = fmax(dl, d);
+            }
+            const double nrel = fin ? sqrt(dn / rn) : INFINITY, mrel = fin ? dmax / rmax : INFINITY;
+            valid[pi] = nrel <= 1e-2 && mrel <= 5e-2 && dl <= 1e-3;
+            printf("validate %-4s vs exact (Tq=64 Hq=128 k=2048 L=64K): out rel %.2e, max rel %.2e, lse %.2e -> %s\n",
+                   paths[pi], nrel, mrel, dl, valid[pi] ? "ok" : "INVALID");
+        }
+        release(P);
+    }
+    {
+        problem P;
+        make(P, 4096, 128, 2048, 65536);
+        const double fl = 2.0 * P.Tq * P.Hq * P.K * (double)(P.Dqk + P.Dv);
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        double old_ms = 0;
+        for (int pi = 2; pi >= 0; pi--) {
+            std::vector<float> t;
+            bool ok = true;
+            for (int i = 0; i < 2 && ok; i++) ok = call(P, paths[pi], false);
+            CK(cudaDeviceSynchronize());
+            for (int i = 0; i < iters && ok; i++) {
+                CK(cudaEventRecord(a));
+                ok = call(P, paths[pi], false);
+                CK(cudaEventRecord(b));
+                CK(cudaEventSynchronize(b));
+                float ms;
+                CK(cudaEventElapsedTime(&ms, a, b));
+                t.push_back(ms);
+            }
+            if (!ok || t.empty()) continue;
+            std::sort(t.begin(), t.end());
+            const double ms = t[t.size() / 2];
+            if (pi == 2) old_ms = ms;
+            printf("time %-4s Tq=4096 Hq=128 k=2048 L=64K bf16: %.3f ms (min %.3f), %.1f TFLOP/s, %.2fx old%s\n",
+                   paths[pi], ms, t[0], fl / ms / 1e9, old_ms > 0 ? old_ms / ms : 0.0,
+                   valid[pi] ? "" : "  [INVALID: not validated]");
+        }
+        release(P);
+    }
+    unsetenv("LA_CUDA_SMLA_PATH");
+    return valid[0] ? 0 : 2;
+}

@@ -1,0 +1,179 @@
+/* GPU tests of sparse MLA attention (SPEC §8), every CUDA path: the v2 kernel
+ * with wgmma S (default), v2 with mma.sync S (LA_CUDA_SMLA_PATH=mma), the
+ * first bf16 kernel (=old) and the fp32 kernel (=exact), each against a
+ * float64 reference on the same bf16-rounded inputs. Cases: odd Tq, Hq = 16,
+ * 80 (partial head group), 64, 128, k = 1, 7, 65, 130, 2048, invalid indices
+ * (-1, >= L), a row with all indices invalid, large logits (online-softmax
+ * rescaling). Prints "N passed, N failed" last. */
+#include "test_util.h"
+
+#include <stdbool.h>
+
+#include "core/devmem.h"
+#include "core/internal.h"
+
+static la_rng rng;
+
+typedef struct dbuf {
+    void *d;
+    size_t bytes;
+} dbuf;
+
+static dbuf dalloc(size_t bytes) {
+    dbuf b = {NULL, bytes};
+    if (la_dev_malloc(&b.d, bytes ? bytes : 4) != LA_OK) {
+        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
+        exit(2);
+    }
+    return b;
+}
+static void dfree(dbuf *b) {
+    la_dev_free(b->d);
+    b->d = NULL;
+}
+/* upload as bf16; vals are rounded in place so the reference sees the same inputs */
+static dbuf dput_bf16(float *vals, int64_t n) {
+    uint16_t *h = malloc((size_t)n * 2 + 2);
+    for (int64_t i = 0; i < n; i++) {
+        h[i] = la_f32_to_bf16(vals[i]);
+        vals[i] = la_bf16_to_f32(h[i]);
+    }
+    dbuf b = dalloc((size_t)n * 2);
+    la_dev_upload(b.d, h, (size_t)n * 2);
+    free(h);
+    return b;
+}
+static void tset(la_tensor *t, void *data, la_dtype dt, int nd, int64_t a, int64_t b, int64_t c) {
+    int64_t ne[3] = {a, b, c};
+    la_tensor_init(t, data, dt, LA_DEVICE_CUDA, nd, ne);
+}
+
+static const char *paths[] = {"wg", "mma", "old", "exact"};
+
+static void test_case(int64_t T, int64_t Hq, int64_t L, int64_t K, double qscale, la_dtype odt) {
+    const int64_t Dqk = 576, Dv = 512;
+    float *q = malloc((size_t)(T * Hq * Dqk) * 4), *kv = malloc((size_t)(L * Dqk) * 4);
+    la_fill_normal(&rng, q, T * Hq * Dqk, qscale);
+    la_fill_normal(&rng, kv, L * Dqk, 1.0);
+    int32_t *ix = malloc((size_t)(T * K) * 4);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++) {
+            double u = la_rng_uniform(&rng);
+            int32_t v = (int32_t)(la_rng_uniform(&rng) * L);
+            if (u < 0.05) v = -1;
+            else if (u < 0.08) v = (int32_t)(L + 3); /* >= L: skipped */
+            if (t == T - 1 && T > 1) v = (j & 1) ? -1 : (int32_t)L; /* all invalid */
+            if (t == 0 && K > 64 && j >= 64) v = -1; /* only the first tile valid */
+            ix[t * K + j] = v;
+        }
+    dbuf dq = dput_bf16(q, T * Hq * Dqk), dkv = dput_bf16(kv, L * Dqk);
+    dbuf di = dalloc((size_t)(T * K) * 4);
+    la_dev_upload(di.d, ix, (size_t)(T * K) * 4);
+    const size_t oes = la_dtype_size(odt);
+    dbuf dout = dalloc((size_t)(T * Hq * Dv) * oes), dl = dalloc((size_t)(T * Hq) * 4);
+
+    /* float64 reference */
+    double *oref = malloc((size_t)(T * Hq * Dv) * 8), *lref = malloc((size_t)(T * Hq) * 8);
+    double *sc = malloc((size_t)K * 8);
+    const double scale = 1.0 / sqrt((double)Dqk);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hq; h++) {
+            double mx = -INFINITY;
+            for (int64_t j = 0; j < K; j++) {
+                int32_t s = ix[t * K + j];
+                sc[j] = -INFINITY;
+                if (s < 0 || s >= L) continue;
+                double dot = 0;
+                for (int64_t d = 0; d < Dqk; d++) dot += (double)q[(t * Hq + h) * Dqk + d] * kv[s * Dqk + d];
+                sc[j] = dot * scale;
+                if (sc[j] > mx) mx = sc[j];
+            }
+            double l = 0, *o = oref + (t * Hq + h) * Dv;
+            for (int64_t d = 0; d < Dv; d++) o[d] = 0;
+            for (int64_t j = 0; j < K; j++) {
+                if (isinf(sc[j])) continue;
+                double pj = exp(sc[j] - mx);
+                l += pj;
+                int32_t s = ix[t * K + j];
+                for (int64_t d = 0; d < Dv; d++) o[d] += pj * kv[s * Dqk + d];
+            }
+            for (int64_t d = 0; d < Dv; d++) o[d] = l > 0 ? o[d] / l : 0.0;
+            lref[t * Hq + h] = l > 0 ? mx + log(l) : -INFINITY;
+        }
+
+    float *og = malloc((size_t)(T * Hq * Dv) * 4), *lg = malloc((size_t)(T * Hq) * 4);
+    uint16_t *hb = malloc((size_t)(T * Hq * Dv) * 2 + 2);
+    for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
+        setenv("LA_CUDA_SMLA_PATH", paths[pi], 1);
+        la_dev_memset(dout.d, 0xff, dout.bytes); /* NaN: unwritten outputs show */
+        la_dev_memset(dl.d, 0xff, dl.bytes);
+        la_tensor tq, tkv, ti, to, tl;
+        tset(&tq, dq.d, LA_BF16, 3, T, Hq, Dqk);
+        tset(&tkv, dkv.d, LA_BF16, 2, L, Dqk, 0);
+        tset(&ti, di.d, LA_I32, 2, T, K, 0);
+        tset(&to, dout.d, odt, 3, T, Hq, Dv);
+        tset(&tl, dl.d, LA_F32, 2, T, Hq, 0);
+        la_sparse_attn_params p;
+        la_sparse_attn_params_init(&p);
+        p.dv = Dv;
+        la_status st = la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL);
+        CHECK(st == LA_OK, "smla path %s: %s", paths[pi], la_last_error());
+        if (st != LA_OK) continue;
+        if (odt == LA_F32) la_dev_download(og, dout.d, (size_t)(T * Hq * Dv) * 4);
+        else {
+            la_dev_download(hb, dout.d, (size_t)(T * Hq * Dv) * 2);
+            for (int64_t i = 0; i < T * Hq * Dv; i++) og[i] = la_bf16_to_f32(hb[i]);
+        }
+        la_dev_download(lg, dl.d, (size_t)(T * Hq) * 4);
+        bool finite = true;
+        for (int64_t i = 0; i < T * Hq * Dv; i++) finite &= isfinite(og[i]) != 0;
+        double eo = finite ? la_rel_err(og, oref, T * Hq * Dv) : INFINITY;
+        double el = 0;
+        bool lse_ok = true;
+        for (int64_t i = 0; i < T * Hq; i++) {
+            if (isinf(lref[i])) {
+                lse_ok &= isinf(lg[i]) && lg[i] < 0;
+                continue;
+            }
+            if (!isfinite(lg[i])) lse_ok = false;
+            else if (fabs(lg[i] - lref[i]) > el) el = fabs(lg[i] - lref[i]);
+        }
+        bool zero = true;
+        if (T > 1)
+            for (int64_t i = (T - 1) * Hq * Dv; i < T * Hq * Dv; i++) zero &= og[i] == 0.f;
+        const double tol = !strcmp(paths[pi], "exact") && odt == LA_F32 ? 1e-4 : 1e-2;
+        CHECK(eo <= tol && lse_ok && el <= 1e-3 && zero,
+              "smla %-5s T=%lld Hq=%lld L=%lld k=%lld qs=%.0f %s: out rel %.3g lse %.3g ok=%d zero=%d",
+              paths[pi], (long long)T, (long long)Hq, (long long)L, (long long)K, qscale,
+              la_dtype_name(odt), eo, el, (int)lse_ok, (int)zero);
+        printf("  smla %-5s T=%lld Hq=%lld L=%lld k=%lld qs=%.0f %s: out rel %.2e lse %.2e\n", paths[pi],
+               (long long)T, (long long)Hq, (long long)L, (long long)K, qscale, la_dtype_name(odt), eo, el);
+    }
+    unsetenv("LA_CUDA_SMLA_PATH");
+    dfree(&dq); dfree(&dkv); dfree(&di); dfree(&dout); dfree(&dl);
+    free(q); free(kv); free(ix); free(og); free(lg); free(hb); free(oref); free(lref); free(sc);
+}
+
+int main(void) {
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("# no CUDA device: skipped\n0 passed, 0 failed\n");
+        return 0;
+    }
+    rng = la_test_rng("test_cuda_smla");
+    const bool small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
+    /* T, Hq, L, k, q scale, out dtype */
+    test_case(1, 64, 300, 1, 1.0, LA_BF16);
+    test_case(3, 16, 50, 1, 1.0, LA_BF16);
+    test_case(7, 16, 50, 7, 1.0, LA_BF16);
+    test_case(3, 64, 300, 100, 1.0, LA_BF16);
+    test_case(5, 80, 1000, 65, 1.0, LA_BF16);   /* partial head group, tile of 1 */
+    test_case(9, 128, 1000, 130, 4.0, LA_F32);  /* large logits, f32 out */
+    test_case(4, 128, 3000, 64, 1.0, LA_BF16);
+    if (!small_only) {
+        test_case(5, 128, 5000, 2048, 1.0, LA_BF16);
+        test_case(3, 64, 70000, 2048, 3.0, LA_BF16);
+    }
+    return la_test_finish();
+}
