@@ -4,6 +4,47 @@
 #include "common.cuh"
 #include "core/devmem.h"
 
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+
+/* One pool per device, created on first use (std::call_once: thread-safe);
+ * immutable afterwards. Failure to create one falls back to the device's
+ * current pool (NULL). */
+cudaMemPool_t la_cu_pool(void) {
+    constexpr int MAXDEV = 64;
+    static std::once_flag once[MAXDEV];
+    static cudaMemPool_t pools[MAXDEV];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= MAXDEV) {
+        cudaGetLastError();
+        return nullptr;
+    }
+    std::call_once(once[dev], [dev] {
+        pools[dev] = nullptr;
+        const char *mode = getenv("LA_CUDA_POOL");
+        if (mode && !strcmp(mode, "default")) return;
+        cudaMemPoolProps props;
+        memset(&props, 0, sizeof props);
+        props.allocType = cudaMemAllocationTypePinned;
+        props.handleTypes = cudaMemHandleTypeNone;
+        props.location.type = cudaMemLocationTypeDevice;
+        props.location.id = dev;
+        cudaMemPool_t p = nullptr;
+        if (cudaMemPoolCreate(&p, &props) != cudaSuccess) {
+            cudaGetLastError();
+            return;
+        }
+        const char *keep = getenv("LA_CUDA_POOL_KEEP_MB");
+        unsigned long long mb = keep ? strtoull(keep, nullptr, 10) : 1024ull;
+        uint64_t thr = (uint64_t)mb << 20; /* the attribute is a cuuint64_t */
+        cudaMemPoolSetAttribute(p, cudaMemPoolAttrReleaseThreshold, &thr);
+        cudaGetLastError();
+        pools[dev] = p;
+    });
+    return pools[dev];
+}
+
 extern "C" {
 
 la_status la_dev_malloc(void **ptr, size_t bytes) {

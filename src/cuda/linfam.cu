@@ -673,13 +673,13 @@ __global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t t
 }
 
 /* ==== v3: the same tensor-core path with pipelined loads ===================
- * Opt-in: LA_CUDA_LINFAM_PATH=new (v2 above stays the default). Run 1 of v3
- * (2026-11-29, H200): 1306 of 1307 CUDA-vs-CPU checks passed, memcheck and
- * racecheck clean, 1.2-1.6x faster than v2; the one failure (rel 1.1e-2 >
- * 1e-2) was the ill-conditioned N = 1, φ = identity, no-normalize case that
- * fails ~10% of draws under the bf16 rounding of S̃ that v2 shares (v2 got
- * 7.8e-3 on its draw); the test case was changed after the run, so v3 waits
- * for a clean run before it becomes the default (dev/NOTES_cuda_linear.md). 
+ * The default since run 5 (2026-11-29, H200: every tensor-core and small case
+ * passed, memcheck/racecheck clean), with raw ldmatrix/mma.sync fragments
+ * (template RAW = v4); LA_CUDA_LINFAM_PATH=v3 keeps the WMMA fragments, =old
+ * runs v2. Run 1 of v3 had one failure (rel 1.1e-2 > 1e-2): the
+ * ill-conditioned N = 1, φ = identity, no-normalize case that fails ~10% of
+ * draws under the bf16 rounding of S̃ that v2 shares; that case now uses relu
+ * (dev/NOTES_cuda_linear.md). 
  * v2 loaded each 64-token tile through registers and waited for it before
  * the product (≤ 16 KB in flight per SM: latency-bound near 1 TB/s) and mixed
  * with one waited-for load per summary row. v3:
@@ -706,6 +706,30 @@ __device__ __forceinline__ void lf_cp16(void *smem, const void *gmem, bool valid
 __device__ __forceinline__ void lf_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
 template <int Pending> __device__ __forceinline__ void lf_cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+/* Raw tensor-core fragments (v4): ldmatrix from the padded rows (FLD = 136
+ * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
+ * 4-bank groups, no conflicts) and mma.sync m16n8k16. WMMA on sm_90 compiled
+ * its fragment loads to plain LDS (no LDSM), ~5× more instructions per MMA:
+ * ncu (run 5) showed the v3 kernels issue-bound (40 % issue slots busy at
+ * 9 cycles per instruction, 1.3–1.4 TB/s) while the same per-head read
+ * pattern alone streams at 4.26 TB/s. */
+__device__ __forceinline__ void lf_ldsm4(uint32_t *r, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void lf_ldsm4t(uint32_t *r, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void lf_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
 /* Token of in-box position w, with 32-bit divisions (positions < 2^31). */
@@ -749,13 +773,14 @@ __device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_feat 
 constexpr int LF_TC_STAGE = 2 * FT * FLD; /* bf16 elements of one summary stage (K, V) */
 constexpr size_t LF_TC_SUM_SMEM = sizeof(__nv_bfloat16) * TS * LF_TC_STAGE;
 constexpr size_t LF_TC_OUT_SMEM =
-    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 256 + TS * FT);
+    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 320 + TS * FT);
 
 /* grid (K, BH), 256 threads, 2 CTAs per SM: warp w owns rows d ∈ 32(w%4) + [0, 32)
  * and columns 64(w/4) + [0, 64) of the segment's S (2×4 fragments: 6 fragment
  * loads per 8 MMAs) and rows 32(w%4) + 16(w/4) + [0, 16) of z (one fragment,
  * every column = z). A thread copies chunk (tid % 16) of rows tid/16 + 16u,
  * u < 4, of each tile. */
+template <bool RAW>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
@@ -793,13 +818,28 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 
     const int rb = 32 * (warp % 4), cb = 64 * (warp / 4), zhalf = warp / 4;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4], accz;
+    float racc[2][8][4], raccz[4]; /* RAW: rows rb + 16i + {g, g+8}, columns cb + 8j + 2t + {0,1} */
+    if constexpr (RAW) {
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+        for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.f);
-    wmma::fill_fragment(accz, 0.f);
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) racc[i][j][e] = 0.f;
+#pragma unroll
+        for (int e = 0; e < 4; e++) raccz[e] = 0.f;
+    } else {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.f);
+        wmma::fill_fragment(accz, 0.f);
+    }
     wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> ones;
     wmma::fill_fragment(ones, __float2bfloat16(1.f));
+    /* ldmatrix: lane l gives the address of row l % 8 of matrix l / 8 */
+    const int lr = lane % 8, lm = lane / 8;
+    const uint32_t ONES2 = 0x3f803f80u; /* two bf16 1.0: the B operand of z = φ(K)ᵀ·1 */
     const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
 
     for (int t = 0; t < nt; t++) {
@@ -814,6 +854,31 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
         }
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
+        if constexpr (RAW) {
+#pragma unroll
+            for (int kk = 0; kk < FT; kk += 16) {
+                /* A = φ(K)ᵀ (m = d, k = token) from [token][d] rows: .trans; matrices
+                 * (m+0,k+0) (m+8,k+0) (m+0,k+8) (m+8,k+8) = a0..a3 */
+                uint32_t af[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    lf_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * FLD + rb + 16 * i + 8 * (lm & 1)]);
+                if (zhalf == 0) lf_mma(raccz, af[0], ONES2, ONES2);
+                else lf_mma(raccz, af[1], ONES2, ONES2);
+#pragma unroll
+                for (int jp = 0; jp < 4; jp++) {
+                    /* B = V (k = token, n = dv), [token][dv] rows: .trans; matrices
+                     * (k+0,n+0) (k+8,n+0) (k+0,n+8) (k+8,n+8) = b0,b1 of n-tiles 2jp, 2jp+1 */
+                    uint32_t bf[4];
+                    lf_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * FLD + cb + 16 * jp + 8 * (lm >> 1)]);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        lf_mma(racc[i][2 * jp], af[i], bf[0], bf[1]);
+                        lf_mma(racc[i][2 * jp + 1], af[i], bf[2], bf[3]);
+                    }
+                }
+            }
+        } else {
 #pragma unroll
         for (int kk = 0; kk < FT; kk += 16) {
             wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2];
@@ -829,14 +894,34 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
             }
         }
+        }
     }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
+    if constexpr (RAW) {
+        const int g = lane / 4, t2 = 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                float *d0 = dst + (rb + 16 * i + g) * FD + cb + 8 * j + t2;
+                *(float2 *)d0 = make_float2(racc[i][j][0], racc[i][j][1]);
+                *(float2 *)(d0 + 8 * FD) = make_float2(racc[i][j][2], racc[i][j][3]);
+            }
+        /* every column of the z product holds z: column 0 (t = 0) is written */
+        if (lane % 4 == 0) {
+            dst[FD * FD + rb + 16 * zhalf + g] = raccz[0];
+            dst[FD * FD + rb + 16 * zhalf + g + 8] = raccz[2];
+        }
+        lf_cp_wait<0>();
+        return; /* no barrier needed: nothing below for RAW */
+    } else {
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < 4; j++)
             wmma::store_matrix_sync(dst + (rb + 16 * i) * FD + cb + 16 * j, acc[i][j], FD,
                                     wmma::mem_row_major);
+    }
     lf_cp_wait<0>();
     __syncthreads(); /* the stages are free */
     float *zb = (float *)lf_tc_sm + warp * 256;
@@ -919,6 +1004,133 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
     }
 }
 
+/* Large M (≥ 32): the mix as a tensor-core GEMM per head, C[M × L] =
+ * Wx[M × K] · partials[K × L] with Wx(i, kk) = W[i, kk/segs] (1 without W),
+ * in tf32 (m16n8k8, fp32 accumulation). The fp32 kernel above does
+ * 2·M·K·L FLOPs on CUDA cores: 9 GFLOP at M = K = 150, N = 32K (488 µs
+ * measured, run 5); on tensor cores the partials' read (M·L·4 B per head)
+ * is the bound. tf32 keeps 10 mantissa bits of W and of the partials (rel.
+ * 2^-11), below the bf16 rounding of S̃ (2^-9) that follows; z̃ (fp32 out)
+ * gets rel. ~5e-4. grid (ceil(M/64), L/128, BH): the M-tiles of one column
+ * slice run next to each other, so they share its partials through L2.
+ * Warp w: rows 32(w%2) + [0,32), columns 32(w/2) + [0,32) of the CTA tile. */
+constexpr int GM = 64, GN = 128, GK = 16, GS = 3; /* tile rows, columns, k; stages */
+constexpr int GLA = GK + 4;  /* W tile row stride (floats): a-fragment loads conflict-free */
+constexpr int GLB = GN + 8;  /* partial tile row stride: b-fragment loads conflict-free    */
+__device__ __forceinline__ uint32_t lf_tf32(float x) {
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r;
+}
+/* Wx [hw][Mp][Kp] fp32, zero past M and K (Mp, Kp multiples of GM, GK): the
+ * expanded weights, one copy per head when W is per head, else one. */
+__global__ void lf_wexp_kernel(lf_args a, float *Wx, int64_t Mp, int64_t Kp) {
+    const lf_problem &P = a.P;
+    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, hw = blockIdx.y;
+    if (e >= Mp * Kp) return;
+    const int64_t i = e / Kp, k = e % Kp;
+    float w = 0.f;
+    if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, hw, i, k / a.segs) : 1.f;
+    Wx[hw * Mp * Kp + e] = w;
+}
+__global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz,
+                                                          const float *Wx, int64_t Mp, int64_t Kp,
+                                                          int w_per_head) {
+    __shared__ __align__(16) float Ws[GS][GM * GLA];
+    __shared__ __align__(16) float Bs[GS][GK * GLB];
+    const int64_t bh = blockIdx.z, h = bh % a.P.H;
+    const int64_t i0 = (int64_t)blockIdx.x * GM, l0 = (int64_t)blockIdx.y * GN;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
+    const int wr = 32 * (warp % 2), wc = 32 * (warp / 2);
+    const float *src = a.sum + (size_t)bh * a.K * a.L + l0;
+    const float *wsrc = Wx + (w_per_head ? h : 0) * Mp * Kp + i0 * Kp;
+    const int nk = (int)(Kp / GK);
+
+    auto load = [&](int kc) { /* chunk kc into stage kc % GS; always one group */
+        if (kc < nk) {
+            const int st = kc % GS;
+            const int64_t k0 = (int64_t)kc * GK;
+            /* partials: GK rows × GN floats = 512 chunks of 16 B, 2 per thread */
+#pragma unroll
+            for (int u = 0; u < GK * GN / 4 / NT; u++) {
+                const int e = tid + u * NT, r = e / (GN / 4), c = (e % (GN / 4)) * 4;
+                const bool ok = k0 + r < a.K && l0 + c < a.L;
+                lf_cp16(&Bs[st][r * GLB + c], ok ? src + (size_t)(k0 + r) * a.L + c : src, ok);
+            }
+            /* weights: GM rows × GK floats = 256 chunks of 16 B, 1 per thread */
+            {
+                const int r = tid / (GK / 4), c = (tid % (GK / 4)) * 4;
+                lf_cp16(&Ws[st][r * GLA + c], wsrc + (size_t)r * Kp + k0 + c, true);
+            }
+        }
+        lf_cp_commit();
+    };
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+#pragma unroll
+    for (int kc = 0; kc < GS - 1; kc++) load(kc);
+    for (int kc = 0; kc < nk; kc++) {
+        lf_cp_wait<GS - 2>(); /* this thread's copies of chunk kc have landed */
+        __syncthreads();      /* everyone's have; chunk kc - 1 is consumed   */
+        load(kc + GS - 1);    /* into the stage of chunk kc - 1              */
+        const int buf = kc % GS;
+        const float *A = Ws[buf], *B = Bs[buf];
+#pragma unroll
+        for (int k8 = 0; k8 < GK; k8 += 8) {
+            uint32_t af[2][4], bf[4][2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const float *ap = A + (wr + 16 * i + g) * GLA + k8 + t;
+                af[i][0] = lf_tf32(ap[0]);
+                af[i][1] = lf_tf32(ap[8 * GLA]);
+                af[i][2] = lf_tf32(ap[4]);
+                af[i][3] = lf_tf32(ap[8 * GLA + 4]);
+            }
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const float *bp = B + (k8 + t) * GLB + wc + 8 * j + g;
+                bf[j][0] = lf_tf32(bp[0]);
+                bf[j][1] = lf_tf32(bp[4 * GLB]);
+            }
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+                    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
+                                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                                 : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
+                                   "+f"(acc[i][j][3])
+                                 : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),
+                                   "r"(bf[j][0]), "r"(bf[j][1]));
+        }
+    }
+    lf_cp_wait<0>();
+    /* c0,c1: row g, columns 2t, 2t+1; c2,c3: row g + 8 */
+    const int64_t DD = (int64_t)FD * FD;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int64_t row = i0 + wr + 16 * i + g + 8 * hr;
+            if (row >= a.M) continue;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t col = l0 + wc + 8 * j + 2 * t;
+                const float x0 = acc[i][j][2 * hr], x1 = acc[i][j][2 * hr + 1];
+                if (col < DD) /* D·Dv is a multiple of 128: a column pair never straddles */
+                    *(__nv_bfloat162 *)(Pb + ((size_t)bh * a.M + row) * DD + col) =
+                        __floats2bfloat162_rn(x0, x1);
+                else if (col < a.L)
+                    *(float2 *)(Pz + ((size_t)bh * a.M + row) * FD + (col - DD)) = make_float2(x0, x1);
+            }
+        }
+}
+
 /* grid (M·groups, BH), 256 threads, 2 CTAs per SM: a CTA copies its block's S̃
  * (bf16) once, then runs up to `tpc` tiles of 64 tokens through TS stages.
  * A thread copies chunk (tid % 16) of rows tid/16 + 16u of each Q tile, applies
@@ -927,6 +1139,7 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
  * lanes, a 4-step shuffle sums them). Warp w: rows 32(w%2).., columns
  * 32(w/2)..: 4 fragment loads per 4 MMAs; lane l finishes row l/2, columns
  * 8(l%2).. of each 16×16 fragment through a per-warp staging tile. */
+template <bool RAW>
 __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
                                                              const float *Pz, int64_t groups,
                                                              int64_t tpc) {
@@ -934,8 +1147,8 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
     __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;   /* [FD][FLD]      */
     __nv_bfloat16 *Qst = Ss + FD * FLD;                /* TS × [FT][FLD] */
-    float *wbufs = (float *)(Qst + TS * FT * FLD);     /* 8 × [16][16]   */
-    float *dens = wbufs + 8 * 256;                     /* TS × [FT]      */
+    float *wbufs = (float *)(Qst + TS * FT * FLD);     /* 8 × [16][16] fp32 (RAW: [16][SLD] bf16) */
+    float *dens = wbufs + 8 * 320;                     /* TS × [FT]      */
 
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
@@ -986,7 +1199,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
     }
     const int rw = 32 * (warp % 2), cw = 32 * (warp / 2), half = lane % 2;
-    float *wbuf = wbufs + warp * 256;
+    float *wbuf = wbufs + warp * 320;
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
@@ -1046,6 +1259,63 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         __syncthreads(); /* tile t, its scales (and S̃) complete; tile t-1 consumed */
         issue(t + TS - 1); /* into the stage of tile t-1 */
 
+        if constexpr (RAW) {
+            /* warp tile: tokens rw + [0,32) × columns cw + [0,32); A = φ(Q) rows
+             * (plain ldmatrix), B = S̃ [d][dv] rows (.trans) */
+            const int lr = lane % 8, lm = lane / 8, g = lane / 4, t2 = 2 * (lane % 4);
+            float acc[2][4][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 4; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+#pragma unroll
+            for (int kk = 0; kk < FD; kk += 16) {
+                uint32_t af[2][4], bf[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    lf_ldsm4(af[i], &Qs[(rw + 16 * i + lr + 8 * (lm & 1)) * FLD + kk + 8 * (lm >> 1)]);
+#pragma unroll
+                for (int jp = 0; jp < 2; jp++)
+                    lf_ldsm4t(bf[jp], &Ss[(kk + lr + 8 * (lm & 1)) * FLD + cw + 16 * jp + 8 * (lm >> 1)]);
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+#pragma unroll
+                    for (int jp = 0; jp < 2; jp++) {
+                        lf_mma(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
+                        lf_mma(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
+                    }
+            }
+            /* scale, round to bf16 into the warp's staging tile [16][SLD], then
+             * 16-byte stores: lane → row lane/2, columns 16(lane%2) + [0,16) */
+            constexpr int SLD = 40; /* 80-B rows: conflict-free bf16x2 writes, 16-B aligned reads */
+            __nv_bfloat16 *stg = (__nv_bfloat16 *)wbuf;
+#pragma unroll
+            for (int i = 0; i < 2; i++) {
+                const int rr = rw + 16 * i;
+                const float d0 = (per_query || rv) ? den[rr + g] : 1.f;
+                const float d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    *(__nv_bfloat162 *)&stg[g * SLD + 8 * j + t2] =
+                        __floats2bfloat162_rn(acc[i][j][0] * d0, acc[i][j][1] * d0);
+                    *(__nv_bfloat162 *)&stg[(g + 8) * SLD + 8 * j + t2] =
+                        __floats2bfloat162_rn(acc[i][j][2] * d1, acc[i][j][3] * d1);
+                }
+                __syncwarp();
+                const int row = rr + lane / 2;
+                const int64_t wpos = wt + row;
+                if (wpos < wend) {
+                    const int64_t tk = lf_tok(bx, (unsigned)wpos);
+                    __nv_bfloat16 *orow = out + tk * P.out.nb[1] + cw + half * 16;
+                    const uint4 *sp = (const uint4 *)&stg[(lane / 2) * SLD + half * 16];
+                    ((uint4 *)orow)[0] = sp[0];
+                    ((uint4 *)orow)[1] = sp[1];
+                }
+                __syncwarp();
+            }
+        } else {
         wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
 #pragma unroll
         for (int i = 0; i < 2; i++)
@@ -1084,12 +1354,13 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                 __syncwarp();
             }
         }
+        }
     }
 }
 
 /* Host side of v3: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
  * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32. */
-la_status lf_run_tc(lf_args &a, cudaStream_t st) {
+la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
     const lf_problem &P = a.P;
     const int64_t BH = P.B * P.H;
     int dev = 0, nsm = 132;
@@ -1119,8 +1390,19 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     nr = 0;
     if (P.norm == LF_NORM_RELEASED_VISION)
         LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)a.maxcnt, &nr, "CUDA released_vision"));
+    nr = (nr + 3) / 4 * 4;
     /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv = 16384) */
-    LA_TRY(la_mul_size(nsum + nP / 2 + nz + nr, sizeof(float), &bytes, "CUDA workspace"));
+    /* large M: the mix runs as a GEMM over expanded weights Wx [hw][Mp][Kp] */
+    const char *mixp = getenv("LA_CUDA_LINFAM_MIX");
+    const bool mix_mma = a.M >= 32 && !(mixp && !strcmp(mixp, "fp32"));
+    const int64_t Mp = la_cu_cdiv(a.M, GM) * GM, Kp = la_cu_cdiv(a.K, GK) * GK;
+    const int64_t hw = (P.use_w && P.W.nb[0] != 0) ? P.H : 1;
+    size_t nwx = 0;
+    if (mix_mma) {
+        LA_TRY(la_mul_size((size_t)hw * Mp, (size_t)Kp, &nwx, "CUDA expanded weights"));
+        if (hw > 65535) return la_err(LA_ERR_UNSUPPORTED, "CUDA MHLA: H = %lld exceeds 65535", (long long)hw);
+    }
+    LA_TRY(la_mul_size(nsum + nP / 2 + nz + nr + nwx, sizeof(float), &bytes, "CUDA workspace"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "linear-family summaries"));
     a.sum = (float *)ws.p;
@@ -1128,17 +1410,23 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     float *Pz = a.sum + nsum + nP / 2;
     a.mix = nullptr;
     a.r = nr ? Pz + nz : nullptr;
+    float *Wx = Pz + nz + nr; /* nwx floats (mix_mma only); nr is rounded to 4: 16-B aligned */
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
-        fprintf(stderr, "linfam: path=new BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n",
+        fprintf(stderr, "linfam: path=%s BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n", raw ? "v4" : "v3",
                 (long long)BH, (long long)a.M, (long long)a.maxcnt, (long long)a.seg,
                 (long long)a.segs, (long long)tpc, (long long)groups);
 
-    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LF_TC_SUM_SMEM));
-    lf_tc_summary_kernel<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
+    auto sum_k = raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
+    LA_CU(cudaFuncSetAttribute(sum_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_SUM_SMEM));
+    sum_k<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
     LA_CU_LAUNCH("lf_tc_summary_kernel");
     const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
-    if (a.M == 1) /* linear attention: a sum of the segments */
+    if (mix_mma) { /* tensor-core GEMM (tf32) over the expanded weights */
+        lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
+        LA_CU_LAUNCH("lf_wexp_kernel");
+        lf_mix_mma_kernel<<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT, 0,
+                            st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
+    } else if (a.M == 1) /* linear attention: a sum of the segments */
         lf_tc_mix_kernel<1, 8><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
     else if (a.M <= 64) /* small M: occupancy first */
         lf_tc_mix_kernel<8, 4><<<dim3((unsigned)la_cu_cdiv(a.M, 8), xs, (unsigned)BH), NT, 0, st>>>(
@@ -1152,9 +1440,9 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
                        NT, 0, st>>>(a);
         LA_CU_LAUNCH("lf_rv_kernel");
     }
-    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LF_TC_OUT_SMEM));
-    lf_tc_output_kernel<<<dim3((unsigned)(a.M * groups), (unsigned)BH), NT, LF_TC_OUT_SMEM, st>>>(
+    auto out_k = raw ? lf_tc_output_kernel<true> : lf_tc_output_kernel<false>;
+    LA_CU(cudaFuncSetAttribute(out_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_OUT_SMEM));
+    out_k<<<dim3((unsigned)(a.M * groups), (unsigned)BH), NT, LF_TC_OUT_SMEM, st>>>(
         a, Pb, Pz, groups, tpc);
     LA_CU_LAUNCH("lf_tc_output_kernel");
     return LA_OK;
@@ -1191,11 +1479,13 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
                       P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
                       lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
                       lf_view_fast(P->out) && getenv("LA_CUDA_NO_FAST") == nullptr;
-    /* LA_CUDA_LINFAM_PATH=new selects the v3 tensor-core kernels (see above);
-     * unset or "old": v2 */
+    /* LA_CUDA_LINFAM_PATH: unset (default) = v4 (v3's pipeline with raw
+     * ldmatrix + mma.sync fragments), "v3" = v3 (WMMA fragments), "old" = v2;
+     * kept selectable for A/B timing (tests/cuda/gpu_linear2.sh). */
     const char *path = getenv("LA_CUDA_LINFAM_PATH");
-    const bool v3 = path && !strcmp(path, "new");
-    if (fast && v3 && a.maxcnt < INT32_MAX) return lf_run_tc(a, st);
+    const bool use_old = path && !strcmp(path, "old");
+    const bool use_v3 = path && !strcmp(path, "v3");
+    if (fast && !use_old && a.maxcnt < INT32_MAX) return lf_run_tc(a, st, !use_v3);
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
         fprintf(stderr, "linfam: path=%s M=%lld maxcnt=%lld\n", fast ? "old" : "portable",
                 (long long)a.M, (long long)a.maxcnt);

@@ -1,8 +1,10 @@
 #!/bin/bash
-# One device call for the v3 tensor-core path of the linear family (non-causal,
-# bf16, D = Dv = 128): build, correctness of both versions (new = v3, old = v2)
-# against the CPU path, old-vs-new timings, the per-head read pattern (rowread),
-# ncu (per-kernel bytes/times; stall reasons of v3), sanitizers on the small cases.
+# One device call for the tensor-core path of the linear family (non-causal,
+# bf16, D = Dv = 128): build, correctness of its versions (default = v4, v3,
+# old = v2) against the CPU path, timings of each (and of the default with the
+# device's default memory pool / the fp32 mix), the per-head read pattern
+# (rowread), ncu per-kernel times, sanitizers on the small cases.
+# LA_SKIP_BUILD=1: the tree is built already (a combined session script).
 #   bash tests/cuda/gpu_linear2.sh
 # Logs under $OUT (the device tool's output folder); a short summary last.
 # Each step has its own timeout so that the whole script ends within ~200 s.
@@ -13,8 +15,10 @@ T=$B/tests/cuda/test_cuda_linear
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader 2>&1)"
+if [ "${LA_SKIP_BUILD:-0}" != 1 ]; then
 timeout 100 make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1 \
   || { echo "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20; tail -5 "$OUT/build.log"; exit 1; }
+fi
 BLAS_LIBS=$(for l in openblas lapack; do ls /usr/lib/x86_64-linux-gnu/lib$l.so >/dev/null 2>&1 && echo -l$l; done)
 nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu $B/liblongattn.a -Xcompiler -fopenmp \
   $BLAS_LIBS -ldl -o $B/bench_gpu_linear >> "$OUT/build.log" 2>&1 || echo "BENCH BUILD FAILED"
@@ -23,14 +27,18 @@ echo "# build: $(el) s"
 # 1. tensor-core cases, both versions, small and long (N up to 128K), path trace on stderr
 LA_CUDA_TC_ONLY=1 LA_CUDA_LINFAM_VERBOSE=1 timeout 90 $T > "$OUT/tc.log" 2> "$OUT/tc_paths.log"
 tc_rc=$?
-echo "tc cases: rc=$tc_rc  $(tail -1 "$OUT/tc.log")  calls: new=$(grep -c 'path=new' "$OUT/tc_paths.log") old=$(grep -c 'path=old' "$OUT/tc_paths.log") portable=$(grep -c 'path=portable' "$OUT/tc_paths.log")  ($(el) s)"
+echo "tc cases: rc=$tc_rc  $(tail -1 "$OUT/tc.log")  calls: v4=$(grep -c 'path=v4' "$OUT/tc_paths.log") v3=$(grep -c 'path=v3' "$OUT/tc_paths.log") old=$(grep -c 'path=old' "$OUT/tc_paths.log") portable=$(grep -c 'path=portable' "$OUT/tc_paths.log")  ($(el) s)"
 grep -E "FAIL" "$OUT/tc.log" | head -20
 grep -v '^linfam:' "$OUT/tc_paths.log" | head -10
-grep -m3 'path=new' "$OUT/tc_paths.log" | tail -1; grep 'path=new' "$OUT/tc_paths.log" | sort -u | grep 'maxcnt=32768\|maxcnt=131072\|maxcnt=2048 ' | head -4
+grep 'path=v4' "$OUT/tc_paths.log" | sort -u | grep 'maxcnt=32768\|maxcnt=131072\|M=150' | head -4
 
-# 2. timings, old then new then old again (spread)
-for p in old new old2 new2; do
-  LA_CUDA_LINFAM_PATH=${p%2} timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1
+# 2. timings: v4 (default), v3, v2, v4 with the device's default pool, v4 with the fp32 mix, v4 again
+for p in new v3 old pool mix new2; do
+  case $p in
+    pool) LA_CUDA_POOL=default timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1 ;;
+    mix) LA_CUDA_LINFAM_MIX=fp32 timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1 ;;
+    *) LA_CUDA_LINFAM_PATH=${p%2} timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1 ;;
+  esac
 done
 timeout 20 $B/bench_gpu_linear rowread > "$OUT/rowread.log" 2>&1; cat "$OUT/rowread.log"
 echo "# bench done ($(el) s)"
@@ -54,7 +62,7 @@ san() {
 }
 command -v compute-sanitizer >/dev/null && san memcheck
 if command -v ncu >/dev/null && [ $(( DEADLINE - $(el) )) -gt 30 ]; then
-  for p in new old; do
+  for p in new; do
     LA_CUDA_LINFAM_PATH=$p timeout 25 ncu --clock-control none --kernel-name regex:'lf_' \
       --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
       --csv $B/bench_gpu_linear profile 32768 > "$OUT/ncu_$p.csv" 2> "$OUT/ncu_$p.err"
@@ -82,13 +90,13 @@ if command -v cuobjdump >/dev/null; then
   cat "$OUT/sass_counts.txt"
 fi
 
-echo "==== bench, ms (old = v2, new = v3; two runs each) ===="
+echo "==== bench, ms (v4 = default; pool = v4 with the device's default pool; mix = v4 with the fp32 mix) ===="
 head -2 "$OUT/bench_new.log"
 awk 'FNR==1{f++} / ms / && !/^copy/{k=substr($0,1,49); i=index($0," ms "); v=substr($0,50,i-50)+0; t[k,f]=v; if (f==1) ord[++n]=k;
-     if (f==2) { fl[k]=substr($0,index($0,"byte-floor")+11,8)+0 } }
-     END {printf "%-49s %8s %8s %8s %8s %7s %8s\n","case","old","new","old2","new2","speedup","floor";
-          for (i=1;i<=n;i++){k=ord[i]; printf "%-49s %8.4f %8.4f %8.4f %8.4f %7.2f %8.4f\n",k,t[k,1],t[k,2],t[k,3],t[k,4],(t[k,1]+t[k,3])/(t[k,2]+t[k,4]+1e-9),fl[k]}}' \
-  "$OUT/bench_old.log" "$OUT/bench_new.log" "$OUT/bench_old2.log" "$OUT/bench_new2.log"
-( cd "$OUT" && tar czf logs.tgz --exclude=logs.tgz * && find . -maxdepth 1 -type f ! -name logs.tgz -delete )
+     if (f==1) { fl[k]=substr($0,index($0,"byte-floor")+11,8)+0 } }
+     END {printf "%-49s %7s %7s %7s %7s %7s %7s %7s %6s\n","case","v4","v3","v2","pool","mix","v4b","floor","xfloor";
+          for (i=1;i<=n;i++){k=ord[i]; m=(t[k,1]<t[k,6]?t[k,1]:t[k,6]); printf "%-49s %7.4f %7.4f %7.4f %7.4f %7.4f %7.4f %7.4f %6.2f\n",k,t[k,1],t[k,2],t[k,3],t[k,4],t[k,5],t[k,6],fl[k],m/(fl[k]+1e-12)}}' \
+  "$OUT/bench_new.log" "$OUT/bench_v3.log" "$OUT/bench_old.log" "$OUT/bench_pool.log" "$OUT/bench_mix.log" "$OUT/bench_new2.log"
+( cd "$OUT" && tar czf logs_linear.tgz --exclude='*.tgz' $(ls | grep -v tgz) && find . -maxdepth 1 -type f ! -name '*.tgz' -delete )
 echo "# total $(el) s"
 exit $tc_rc

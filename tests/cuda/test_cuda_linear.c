@@ -413,19 +413,20 @@ static void t_no_overflow(void) {
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
 }
 
-/* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in both
- * versions, selected by LA_CUDA_LINFAM_PATH: v3 (new, pipelined; opt-in) and
- * v2 (old, the default). Odd N (tiles and segments with tails), B = 2, several heads,
+/* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in its three
+ * versions, selected by LA_CUDA_LINFAM_PATH: v4 (new = the default: pipelined,
+ * raw ldmatrix/mma.sync fragments), v3 (the same pipeline with WMMA fragments)
+ * and v2 (old). Odd N (tiles and segments with tails), B = 2, several heads,
  * permuted [B,H,N,D] views, every feature map, all normalize modes, shared and
  * per-head mixing, 1-D/2-D/3-D grids; long sequences (N = 31500 video grid,
- * 32K incl. M = 150, 128K) for v3 unless LA_CUDA_SMALL.
+ * 32K incl. M = 150, 128K) for the default unless LA_CUDA_SMALL.
  * (LA_CUDA_LINFAM_VERBOSE=1 prints the path each call takes, on stderr.) */
 static void t_tc_paths(void) {
-    const char *paths[2] = {"new", "old"};
+    const char *paths[3] = {"new", "v3", "old"};
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const la_dtype dt = LA_BF16;
-    for (int pi = 0; pi < 2; pi++) {
+    for (int pi = 0; pi < 3; pi++) {
         setenv("LA_CUDA_LINFAM_PATH", paths[pi], 1);
         printf("# tensor-core path %s (bf16, D = Dv = 128)\n", paths[pi]);
         const int64_t Ns[4] = {1, 63, 65, 1000};
@@ -441,7 +442,7 @@ static void t_tc_paths(void) {
                          (f + ni) & 1);
         t_linear(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 0, 0, 64, 0, dt, 1); /* no normalize */
         int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {65}, b1b[1] = {5}, g1c[1] = {1}, b1c[1] = {1};
-        int64_t g1d[1] = {63}, b1d[1] = {7};
+        int64_t g1d[1] = {63}, b1d[1] = {7}, g1e[1] = {1000}, b1e[1] = {70}, b2e[2] = {8, 8};
         int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, g2b[2] = {15, 17}, b2b[2] = {4, 3};
         int64_t g3[3] = {21, 30, 50}, b3a[3] = {3, 5, 10}, b3b[3] = {7, 3, 5};
         for (int nm = 0; nm < 3; nm++) {
@@ -453,10 +454,13 @@ static void t_tc_paths(void) {
             t_mhla(1, 2, g2, b2, 3, 128, 128, n, nm != 0, dt, nm & 1, 1.0);
             if (nm != 2) /* released_vision needs equal blocks */
                 t_mhla(1, 2, g2b, b2b, 2, 128, 128, n, nm == 0, dt, 1, 1.0);
-            if (!small_only && pi == 0) /* 3-D video grid, N = 31500 (v2 was validated before) */
+            /* M >= 32: the mix runs as a tf32 GEMM (two 64-row tiles at M = 70) */
+            t_mhla(1, 1, g1e, b1e, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
+            t_mhla(2, 2, g2, b2e, 1, 128, 128, n, nm == 1, dt, 0, 1.0);
+            if (!small_only && pi == 0) /* 3-D video grid, N = 31500 (v2, v3 were validated before) */
                 t_mhla(1, 3, g3, nm == 1 ? b3b : b3a, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
         }
-        if (!small_only && pi == 0) { /* long sequences, v3 only */
+        if (!small_only && pi == 0) { /* long sequences, the default path only */
             int64_t gl[1] = {32768}, bl[1] = {16}, bm[1] = {150}, gh[1] = {131072};
             t_linear(1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
             t_linear(1, 131072, 2, 128, 128, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, dt, 0);
