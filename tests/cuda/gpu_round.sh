@@ -1,0 +1,30 @@
+#!/bin/bash
+# One device call for several GPU scripts: build once, then run each script
+# with its own log folder and a wall-clock cap.
+#   bash tests/cuda/gpu_round.sh NAME[:SECONDS] ...
+# NAME is tests/cuda/gpu_NAME.sh (e.g. linear2:200 smla:90). Logs go to
+# $OUT/NAME/; each script's own summary is printed under a header.
+OUT=${OUT:-/tmp/la_gpu_out}
+mkdir -p "$OUT"
+t0=$(date +%s)
+echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>&1)"
+if ! timeout 150 make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1; then
+  echo "BUILD FAILED ($(( $(date +%s) - t0 )) s)"
+  grep -E "error" "$OUT/build.log" | head -20
+  tail -5 "$OUT/build.log"
+  exit 1
+fi
+echo "# build: $(( $(date +%s) - t0 )) s"
+rc=0
+for spec in "$@"; do
+  name=${spec%%:*}
+  cap=${spec#*:}
+  [ "$cap" = "$spec" ] && cap=120
+  echo "==== $name (cap $cap s, at $(( $(date +%s) - t0 )) s) ===="
+  mkdir -p "$OUT/$name"
+  OUT="$OUT/$name" LA_SKIP_BUILD=1 timeout "$cap" bash "tests/cuda/gpu_$name.sh" 2>&1 | tail -60
+  r=${PIPESTATUS[0]}
+  [ "$r" -ne 0 ] && { echo "# $name: rc=$r"; rc=1; }
+done
+echo "# round total $(( $(date +%s) - t0 )) s"
+exit $rc
