@@ -6,12 +6,13 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_linear
- *   build-gpu/bench_gpu_linear [quick|noncausal|profile N|rowread]
+ *   build-gpu/bench_gpu_linear [quick|noncausal|scaling|profile N|rowread]
  * noncausal: N = 4K, 32K, 128K, only non-causal linear and MHLA (M = 16, 150)
  * and the video grid: the tensor-core path; LA_CUDA_LINFAM_PATH=old|new picks
  * its version (tests/cuda/gpu_linear2.sh times both). profile N: one call each of
  * linear, MHLA M = 16 and M = 150 at N (for ncu). rowread: read bandwidth of the
- * per-head row pattern against wider rows (rowread_kernel).
+ * per-head row pattern against wider rows (rowread_kernel). scaling: N = 32K,
+ * MHLA over M = 1…256 and linear attention at D = Dv = 64, 128, 256.
  */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
@@ -184,6 +185,34 @@ int main(int argc, char **argv) {
         CK(cudaDeviceSynchronize());
         printf("profile N=%lld: %s\n", (long long)N, st == LA_OK ? "ok" : la_last_error());
         return st == LA_OK ? 0 : 1;
+    }
+    if (argc > 1 && !strcmp(argv[1], "scaling")) { /* issue 6's scaling table at N = 32K */
+        const int64_t N = 32768;
+        for (int64_t M : {1, 4, 16, 64, 150, 256}) {
+            la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
+                      to = view(o.p, B, N, H, Dv);
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = 1;
+            p.grid[0] = N;
+            p.blocks[0] = M;
+            la_tensor W;
+            int64_t nw[2] = {M, M};
+            la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+            snprintf(shape, sizeof shape, "N=%lld M=%lld", (long long)N, (long long)M);
+            report("scaling-M mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20),
+                   2.0 * B * N * H * (2 * D + 2 * Dv), 4.0 * B * N * H * D * Dv + 2.0 * H * M * M * D * Dv);
+        }
+        for (int64_t d : {64, 128, 256}) { /* D = Dv = d (the tensor-core path covers 128 only) */
+            la_tensor tq = view(q.p, B, N, H, d), tk = view(k.p, B, N, H, d), tv = view(v.p, B, N, H, d),
+                      to = view(o.p, B, N, H, d);
+            la_linear_params pl;
+            la_linear_params_init(&pl);
+            snprintf(shape, sizeof shape, "N=%lld D=Dv=%lld", (long long)N, (long long)d);
+            report("scaling-D linear", shape, time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10),
+                   2.0 * B * N * H * 4 * d, 4.0 * B * N * H * d * d);
+        }
+        return 0;
     }
     if (nc_only) { /* the byte ceiling: a device-to-device copy (bytes read + written) */
         const size_t nb = (size_t)B * Nmax * H * D * 2;

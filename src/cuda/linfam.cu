@@ -756,17 +756,56 @@ __device__ __forceinline__ int64_t lf_tok(const lf_boxi &x, unsigned w) {
     return x.base + i0 * x.s0 + i1 * x.s1 + i2;
 }
 
+/* The five feature maps of SPEC §2 in one branch-light form (x = pre·input):
+ *   x ≥ 0: x + c;   x < 0: x (identity), c (relu, relu_eps, relu1), e^x (elu1)
+ * with c = 0, 0, 1e-6, 1, 1. la_cu_feature's switch per element compiled to
+ * ~10 instructions and a branch per value; ncu (run 6) counted ~880 issued
+ * instructions per warp per 64-token tile in the v4 summary kernel, most of
+ * them this. The mode is uniform, so one branch per 8 values remains. */
+struct lf_phimap {
+    int mode; /* 0 identity, 1 relu family, 2 elu1 */
+    float c, pre, post;
+};
+__device__ __forceinline__ lf_phimap lf_phi_of(const lf_feat &f) {
+    lf_phimap r;
+    r.pre = f.pre;
+    r.post = f.post;
+    switch (f.kind) {
+    case LA_FEATURE_RELU: r.mode = 1; r.c = 0.f; break;
+    case LA_FEATURE_RELU_EPS: r.mode = 1; r.c = 1e-6f; break;
+    case LA_FEATURE_RELU1: r.mode = 1; r.c = 1.f; break;
+    case LA_FEATURE_ELU1: r.mode = 2; r.c = 1.f; break;
+    default: r.mode = 0; r.c = 0.f; break;
+    }
+    return r;
+}
+__device__ __forceinline__ void lf_phi8(float *x, const lf_phimap &f) {
+    if (f.mode == 1) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = (fmaxf(x[i] * f.pre, 0.f) + f.c) * f.post;
+    } else if (f.mode == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            const float y = x[i] * f.pre;
+            x[i] = (y >= 0.f ? y + 1.f : expf(y)) * f.post;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = x[i] * f.pre * f.post;
+    }
+}
 /* φ applied in place to 8 bf16 values (fp32 math, rounded back to bf16). */
-__device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_feat &f) {
+__device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phimap &f) {
     uint4 u = *(const uint4 *)p;
     const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
     float x[8];
 #pragma unroll
     for (int i = 0; i < 4; i++) {
         const float2 ff = __bfloat1622float2(h2[i]);
-        x[2 * i] = la_cu_feature(f.kind, ff.x * f.pre) * f.post;
-        x[2 * i + 1] = la_cu_feature(f.kind, ff.y * f.pre) * f.post;
+        x[2 * i] = ff.x;
+        x[2 * i + 1] = ff.y;
     }
+    lf_phi8(x, f);
     *(uint4 *)p = lf_pack8(x);
 }
 
@@ -841,6 +880,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const int lr = lane % 8, lm = lane / 8;
     const uint32_t ONES2 = 0x3f803f80u; /* two bf16 1.0: the B operand of z = φ(K)ᵀ·1 */
     const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
+    const lf_phimap phk = lf_phi_of(P.fk);
 
     for (int t = 0; t < nt; t++) {
         lf_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
@@ -850,7 +890,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             const int r = r0 + 16 * u;
             __nv_bfloat16 *p = &Ks[r * FLD + c8];
             if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
-            else if (!phi_id) lf_phi8_inplace(p, P.fk);
+            else if (!phi_id) lf_phi8_inplace(p, phk);
         }
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
@@ -1190,6 +1230,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     for (int t = 0; t < TS - 1; t++) issue(t);
 
     const bool phi_id = P.fq.kind == LA_FEATURE_IDENTITY && P.fq.pre == 1.f && P.fq.post == 1.f;
+    const lf_phimap phq = lf_phi_of(P.fq);
     const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
     float zr[8]; /* z̃ of this thread's 8 columns */
     {
@@ -1222,8 +1263,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                     x[2 * i + 1] = ff.y;
                 }
                 if (!phi_id) {
-#pragma unroll
-                    for (int i = 0; i < 8; i++) x[i] = la_cu_feature(P.fq.kind, x[i] * P.fq.pre) * P.fq.post;
+                    lf_phi8(x, phq);
                     *(uint4 *)p = lf_pack8(x);
                 }
                 if (per_query) {

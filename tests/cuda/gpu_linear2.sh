@@ -40,7 +40,7 @@ for p in new v3 old pool mix new2; do
     *) LA_CUDA_LINFAM_PATH=${p%2} timeout 20 $B/bench_gpu_linear noncausal > "$OUT/bench_$p.log" 2>&1 ;;
   esac
 done
-timeout 20 $B/bench_gpu_linear rowread > "$OUT/rowread.log" 2>&1; cat "$OUT/rowread.log"
+timeout 40 $B/bench_gpu_linear scaling > "$OUT/scaling.log" 2>&1; cut -c1-110 "$OUT/scaling.log"
 echo "# bench done ($(el) s)"
 
 # 3. every small case of the suite (the D = 128 bf16 ones outside t_tc_paths take the default path)
