@@ -1,23 +1,43 @@
 /* DSA indexer on the GPU (SPEC §6): scores I(t,s) = sum_h w[t,h] ReLU(q[t,h].k[s])
  * over the valid range, then the exact row top-k (topk.cu).
  *
- * Two score kernels:
+ * Score kernels:
  *  - sc_exact_kernel: plain fp32 FMAs, any float dtype and strides (the
  *    reference-grade path; f32/f64 inputs use it, so fp32 index sets match
  *    the CPU's).
- *  - sc_mma_kernel: bf16 tensor cores (mma.sync m16n8k16, fp32 accumulate).
- *    The GEMM is laid out with keys as M and heads as N: a warp keeps the
- *    A fragments of its 16*MT keys in registers for the whole CTA and streams
- *    each query's [HI, dI] block through shared memory (B operand). In that
- *    layout a thread's accumulators hold, for one key, heads 8j+2q(+1), so
- *    the ReLU-weighted head sum is 2*HI/8 FMAs in registers plus two
- *    shuffles over the quad: the T*HI*L intermediate never leaves registers.
+ *  - sc_mma_kernel: tensor cores through mma.sync (bf16 m16n8k16, or fp8
+ *    e4m3 m16n8k32), fp32 accumulate. The GEMM is laid out with keys as M
+ *    and heads as N: a warp keeps the A fragments of its 16*MT keys in
+ *    registers for the whole CTA and streams each query's [HI, dI] block
+ *    through shared memory (B operand). In that layout a thread's
+ *    accumulators hold, for one key, heads 8j+2q(+1), so the ReLU-weighted
+ *    head sum is 2*HI/8 FMAs in registers plus two shuffles over the quad:
+ *    the T*HI*L intermediate never leaves registers. An m16n8k32 e4m3
+ *    fragment holds, byte for byte, what an m16n8k16 bf16 fragment holds (4
+ *    bytes per register at the same row/byte offsets, k doubled), so the
+ *    same ldmatrix addressing serves both; on sm_90 ptxas runs the e4m3
+ *    mma.sync through the f16 tensor-core path (no rate gain over bf16).
+ *  - sc_wgmma_kernel ("DSA v2", HI = 64, dI = 128, bf16 or e4m3): Hopper
+ *    warpgroup MMA, keys (A, m64 per instruction) and two queries' 64 heads
+ *    (B, n128) both from 128-byte-swizzled shared memory; 2 consumer
+ *    warpgroups x 2 m-tiles = 256 keys per CTA; each warpgroup runs its two
+ *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
+ *    the MMAs of the other). Same epilogue arithmetic as sc_mma_kernel.
+ *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
+ * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
+ * (qs); both are positive, so
+ *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):
+ * w·qs is formed when the query block is staged, ks multiplies the head sum.
  * The same kernel, in gather mode, scores HISA's candidate tokens; per key
  * the arithmetic is identical, so HISA == DSA bit for bit when every block
- * is kept. */
+ * is kept (bf16 mma.sync path). */
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
 #include "ops/sparse_validate.h"
+
+#include <cuda_fp8.h>
+#include <stdlib.h>
+#include <string.h>
 
 /* ------------------------------------------------------------------------ */
 /* exact fp32 kernel                                                          */
@@ -71,11 +91,28 @@ __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_arg
 }
 
 /* ------------------------------------------------------------------------ */
-/* bf16 tensor-core kernel                                                    */
+/* mma.sync tensor-core kernel (bf16, or fp8 e4m3)                            */
 /* ------------------------------------------------------------------------ */
 #define SC_WARPS 8
 #define SC_THREADS (SC_WARPS * 32)
 #define SC_QGROUP 64 /* queries per CTA in dense mode (K fragments reused) */
+
+/* fp8 scales of one call (NULL = 1): k_scale [L] (element stride ks_nb),
+ * q_scale [T,HI] (strides qs_nb0, qs_nb1). */
+struct sc_scales {
+    const float *ks;
+    int64_t ks_nb;
+    const float *qs;
+    int64_t qs_nb0, qs_nb1;
+};
+
+/* The head weight the score kernels use: w[t,h], times q_scale[t,h] for fp8. */
+__device__ __forceinline__ float sc_wq(const la_sp_score_args &a, const sc_scales &sc, int64_t t,
+                                       int64_t h) {
+    float wv = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
+    if (sc.qs) wv *= sc.qs[t * sc.qs_nb0 + h * sc.qs_nb1];
+    return wv;
+}
 
 __device__ __forceinline__ void sc_cp16(void *sdst, const void *gsrc) {
     uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
@@ -84,27 +121,43 @@ __device__ __forceinline__ void sc_cp16(void *sdst, const void *gsrc) {
 __device__ __forceinline__ void sc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 __device__ __forceinline__ void sc_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
-/* One query's [HI, dI] bf16 block into shared memory; 16-byte chunk c of
- * row h lands at chunk c ^ (h & 7) so ldmatrix reads 8 rows conflict-free. */
-template <int HI, int DI>
-__device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, int64_t t,
-                                          __nv_bfloat16 *qs, float *ws) {
-    constexpr int CPR = DI / 8; /* chunks per row */
-    const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
+/* c += a·b over 32 bytes of k: bf16 m16n8k16 (EB = 2) or e4m3 m16n8k32 (EB = 1) */
+template <int EB>
+__device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    if constexpr (EB == 2) {
+        la_sp_mma_bf16(c, a, b0, b1);
+    } else {
+        asm volatile(
+            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+            "{%8,%9}, {%0,%1,%2,%3};\n"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
+}
+
+/* One query's [HI, dI] block (EB bytes per element) into shared memory;
+ * 16-byte chunk c of row h lands at chunk c ^ (h & SWZ) so ldmatrix reads 8
+ * rows conflict-free (SWZ = 7 when a row has >= 8 chunks). */
+template <int HI, int DI, int EB>
+__device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, const sc_scales &sc, int64_t t,
+                                          uint8_t *qs, float *ws) {
+    constexpr int RB = DI * EB, CPR = RB / 16, SWZ = (CPR < 8 ? CPR : 8) - 1;
+    const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0 * EB;
     for (int i = threadIdx.x; i < HI * CPR; i += SC_THREADS) {
         int h = i / CPR, c = i % CPR;
-        sc_cp16(qs + h * DI + ((c ^ (h & 7)) * 8), q + h * a.q_nb1 + c * 8);
+        sc_cp16(qs + h * RB + ((c ^ (h & SWZ)) * 16), q + h * a.q_nb1 * EB + c * 16);
     }
-    for (int h = threadIdx.x; h < HI; h += SC_THREADS)
-        ws[h] = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
+    for (int h = threadIdx.x; h < HI; h += SC_THREADS) ws[h] = sc_wq(a, sc, t, h);
     sc_cp_commit();
 }
 
-template <int HI, int DI, int MT, bool GATHER>
-__global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args a, int qgroup) {
-    constexpr int NT = HI / 8, KS = DI / 16;
+template <int HI, int DI, int MT, bool GATHER, int EB>
+__global__ void __launch_bounds__(SC_THREADS, 1)
+    sc_mma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+    constexpr int NT = HI / 8, RB = DI * EB, KS = RB / 32, CPR = RB / 16;
+    constexpr int SWZ = (CPR < 8 ? CPR : 8) - 1;
     constexpr int KEYS = SC_WARPS * 16 * MT;
-    __shared__ __align__(128) __nv_bfloat16 qs[2][HI * DI];
+    __shared__ __align__(128) uint8_t qs[2][HI * RB];
     __shared__ float ws[2][HI];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
@@ -118,11 +171,12 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
         t1 = min(a.T, t0 + qgroup);
     }
 
-    sc_load_q<HI, DI>(a, t0, qs[0], ws[0]);
+    sc_load_q<HI, DI, EB>(a, sc, t0, qs[0], ws[0]);
 
-    /* A fragments: this warp's keys, all of dI, kept in registers. In gather
-     * mode the keys are the query's candidates (range checked in the
-     * epilogue; here only "is there a row to read"). */
+    /* A fragments: this warp's keys, all of dI, kept in registers (bytes
+     * [4qd, 4qd+4) and [16+4qd, 20+4qd) of each 32-byte k-step of rows g and
+     * g+8). In gather mode the keys are the query's candidates (range
+     * checked in the epilogue; here only "is there a row to read"). */
     uint32_t af[MT][KS][4];
     {
         int64_t lo = 0, hi = a.Lk;
@@ -135,13 +189,13 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
                 int64_t s;
                 if (GATHER) s = p < a.ncols ? sc_key_of(a, t0, p, lo, hi) : -1;
                 else s = p < a.Lk ? p : -1;
-                const __nv_bfloat16 *kr = (const __nv_bfloat16 *)a.k + (s >= 0 ? s : 0) * a.k_nb0;
+                const uint8_t *kr = (const uint8_t *)a.k + (s >= 0 ? s : 0) * a.k_nb0 * EB;
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
                     uint32_t lo2 = 0, hi2 = 0;
                     if (s >= 0) {
-                        lo2 = *(const uint32_t *)(kr + ks * 16 + 2 * qd);
-                        hi2 = *(const uint32_t *)(kr + ks * 16 + 8 + 2 * qd);
+                        lo2 = *(const uint32_t *)(kr + ks * 32 + 4 * qd);
+                        hi2 = *(const uint32_t *)(kr + ks * 32 + 16 + 4 * qd);
                     }
                     af[mt][ks][half] = lo2;
                     af[mt][ks][2 + half] = hi2;
@@ -149,12 +203,19 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
             }
         }
     }
+    /* fp8: k_scale of the key this lane stores (see the epilogue) */
+    float ksv[MT];
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        const int64_t p = p0 + mt * 16 + g + 8 * (qd & 1);
+        ksv[mt] = (sc.ks && !GATHER && p < a.Lk) ? sc.ks[p * sc.ks_nb] : 1.f;
+    }
 
     for (int64_t t = t0; t < t1; t++) {
         const int buf = (int)((t - t0) & 1);
         sc_cp_wait_all();
         __syncthreads(); /* q(t) visible; everyone is done with the other buffer */
-        if (t + 1 < t1) sc_load_q<HI, DI>(a, t + 1, qs[buf ^ 1], ws[buf ^ 1]);
+        if (t + 1 < t1) sc_load_q<HI, DI, EB>(a, sc, t + 1, qs[buf ^ 1], ws[buf ^ 1]);
 
         float acc[MT][NT][4];
 #pragma unroll
@@ -164,7 +225,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.f;
 
-        const __nv_bfloat16 *qb = qs[buf];
+        const uint8_t *qb = qs[buf];
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
 #pragma unroll
@@ -172,11 +233,11 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
                 const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
                 const int c = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                la_sp_ldsm_x4(b, qb + h * DI + ((c ^ (h & 7)) * 8));
+                la_sp_ldsm_x4(b, qb + h * RB + ((c ^ (h & SWZ)) * 16));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
-                    la_sp_mma_bf16(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
-                    la_sp_mma_bf16(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
+                    sc_mma<EB>(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
+                    sc_mma<EB>(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
                 }
             }
         }
@@ -206,12 +267,13 @@ __global__ void __launch_bounds__(SC_THREADS, 1) sc_mma_kernel(la_sp_score_args 
         if (qd / 2 < MT) {
             const int mt = qd / 2, hh = qd & 1;
             const float v = MT == 2 ? (mt == 0 ? part[0][hh] : part[MT - 1][hh]) : part[0][hh];
+            const float kv = MT == 2 ? (mt == 0 ? ksv[0] : ksv[MT - 1]) : ksv[0];
             const int64_t p = p0 + mt * 16 + g + 8 * hh;
             if (p < a.ncols) {
                 int64_t lo, hi;
                 la_sp_row_range(a.range, t, &lo, &hi);
                 const int64_t s = sc_key_of(a, t, p, lo, hi);
-                float o = v;
+                float o = sc.ks ? v * kv : v;
                 if (s < 0) o = -INFINITY;
                 else if (a.force_ends && (s == lo || s == hi - 1)) o = INFINITY;
                 a.out[t * a.out_ld + p] = o;
@@ -258,7 +320,7 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
     if (c0 >= c1) return;
     int64_t lo, hi;
     la_sp_row_range(a.range, t, &lo, &hi);
-    sc_load_q<HI, DI>(a, t, qs, ws); /* commits group 0 */
+    sc_load_q<HI, DI, 2>(a, sc_scales{}, t, (uint8_t *)qs, ws); /* commits group 0 */
     for (int st = 0; st < SG_STAGES - 1; st++) {
         if (c0 + st < c1) sg_load_chunk<DI>(a, t, c0 + st, lo, hi, kst + st * SG_ROWS * DI);
         sc_cp_commit();
@@ -325,6 +387,23 @@ bool la_sp_scores_fast_shape(int64_t HI, int64_t dI) {
     return (HI == 64 || HI == 32 || HI == 16) && (dI == 128 || dI == 64);
 }
 
+/* Dense mode of the mma.sync kernel (EB = 2 bf16, 1 fp8 e4m3). */
+template <int HI, int DI, int EB>
+static la_status sc_launch_mma_dense(const la_sp_score_args &a, const sc_scales &sc,
+                                     cudaStream_t s) {
+    constexpr int KEYS = SC_WARPS * 16 * 2;
+    /* up to SC_QGROUP queries per CTA (K fragments reused), fewer when
+     * there are few key tiles (HISA's block scores) so the grid fills
+     * the GPU */
+    const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
+    int64_t qg = ntiles * a.T / (132 * 4);
+    qg = qg < 1 ? 1 : (qg > SC_QGROUP ? SC_QGROUP : qg);
+    dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
+    sc_mma_kernel<HI, DI, 2, false, EB><<<grid, SC_THREADS, 0, s>>>(a, sc, (int)qg);
+    LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 mma)" : "indexer scores (fp8 e4m3 mma)");
+    return LA_OK;
+}
+
 template <int HI, int DI>
 static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
     if (a.blocks) {
@@ -340,15 +419,7 @@ static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
         dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
         sc_gather_kernel<HI, DI><<<grid, SC_THREADS, smem, s>>>(a, per);
     } else {
-        constexpr int KEYS = SC_WARPS * 16 * 2;
-        /* up to SC_QGROUP queries per CTA (K fragments reused), fewer when
-         * there are few key tiles (HISA's block scores) so the grid fills
-         * the GPU */
-        const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
-        int64_t qg = ntiles * a.T / (132 * 4);
-        qg = qg < 1 ? 1 : (qg > SC_QGROUP ? SC_QGROUP : qg);
-        dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-        sc_mma_kernel<HI, DI, 2, false><<<grid, SC_THREADS, 0, s>>>(a, (int)qg);
+        return sc_launch_mma_dense<HI, DI, 2>(a, sc_scales{}, s);
     }
     LA_CU_LAUNCH("indexer scores (bf16 mma)");
     return LA_OK;
@@ -378,6 +449,377 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, SC_EX_THREADS), (unsigned)a.T);
     sc_exact_kernel<<<grid, SC_EX_THREADS, 0, s>>>(a);
     LA_CU_LAUNCH("indexer scores (exact fp32)");
+    return LA_OK;
+}
+
+/* ------------------------------------------------------------------------ */
+/* DSA v2: Hopper warpgroup MMA (wgmma), HI = 64, dI = 128, bf16 or e4m3     */
+/* ------------------------------------------------------------------------ */
+/* CTA = 2 warpgroups (256 threads) over 256 consecutive keys and a group of
+ * queries taken two at a time ("chunks").
+ *   A (keys) : [256 keys x dI], loaded once per CTA; warpgroup wg owns rows
+ *              128*wg .. 128*wg+127 as two m64 tiles (mt = 0, 1).
+ *   B (q)    : one chunk = 2 queries x 64 heads = 128 rows x dI (N = 128),
+ *              4 stages of cp.async.
+ * Both live in shared memory in the canonical K-major, 128-byte-swizzle
+ * layout of wgmma: 128-byte row segments ("atoms" of 64 bf16 / 128 e4m3
+ * along k), 8-row groups 1024 bytes apart (SBO), 16-byte chunk c of row r
+ * stored at chunk c ^ (r & 7); for bf16 the two 128-byte halves of a row
+ * are two separate [rows x 128 B] blocks. One wgmma consumes 32 bytes of k
+ * (k16 bf16, k32 e4m3): its descriptor starts 32*kk bytes into the atom
+ * (the hardware applies the XOR on absolute address bits, hence the
+ * 1024-byte aligned tiles).
+ * Accumulators (per thread, per m-tile, 64 fp32): warp wi of a warpgroup
+ * holds rows 16*wi + g and + 8, columns 8j + 2qd (+1), j = 0..15, i.e.
+ * exactly the mma.sync m16n8 layout repeated over n: column 64*qi + h is
+ * head h of the chunk's query qi. The epilogue is the mma.sync kernel's
+ * (same FMA order, same shuffles), so with equal tensor-core dot products
+ * the two kernels give identical scores.
+ * Pipeline: 4 stages of q chunks; per chunk both m-tiles' wgmma are issued
+ * at once and the first m-tile's epilogue overlaps the second's MMAs. The
+ * stages are handed over with mbarriers (full: all 256 threads' cp.async
+ * copies of the chunk landed and were fenced to the async proxy; empty:
+ * all 256 threads are done with it), not __syncthreads, so the two
+ * warpgroups can drift apart by up to one chunk and one's exposed
+ * epilogue overlaps the other's MMAs. */
+#define V2_WG 2
+#define V2_THREADS (V2_WG * 128)
+#define V2_KEYS (V2_WG * 128)
+#define V2_NQ 2
+#define V2_HI 64
+#define V2_DI 128
+#define V2_STAGES 4
+#define V2_BROWS (V2_NQ * V2_HI)
+
+template <int EB> struct v2_cfg {
+    static constexpr int RB = V2_DI * EB;      /* bytes per row */
+    static constexpr int CPR = RB / 16;        /* 16-byte chunks per row */
+    static constexpr int KSTEPS = RB / 32;     /* wgmma per m-tile and chunk */
+    static constexpr int A_BYTES = V2_KEYS * RB;
+    static constexpr int B_BYTES = V2_BROWS * RB;
+    /* + 1024 for aligning the dynamic shared memory base */
+    static constexpr int SMEM = 1024 + A_BYTES + V2_STAGES * B_BYTES +
+                                V2_STAGES * V2_BROWS * 4 + V2_STAGES * V2_NQ * 2 * 4 +
+                                2 * V2_STAGES * 8; /* mbarriers */
+};
+
+/* byte offset of 16-byte chunk c of row r in a swizzled [R rows x RB] tile */
+__device__ __forceinline__ uint32_t v2_off(int R, int r, int c) {
+    return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+
+/* wgmma shared-memory descriptor: K-major, 128-byte swizzle, SBO = 1024 B
+ * (8 rows x 128 B), LBO unused for swizzled K-major (set to 16 B). */
+__device__ __forceinline__ uint64_t v2_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+
+__device__ __forceinline__ void v2_wgmma_bf16(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void v2_wgmma_e4m3(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+
+template <int EB>
+__device__ __forceinline__ void v2_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
+    if constexpr (EB == 2) v2_wgmma_bf16(d, da, db, scale_d);
+    else v2_wgmma_e4m3(d, da, db, scale_d);
+}
+/* keep the compiler from moving accumulator accesses across wgmma issue/wait */
+__device__ __forceinline__ void v2_reg_fence(float *d) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* issue the KSTEPS wgmma of one m-tile (A rows at a_rows) against the B tile
+ * at b_tile, as one commit group; the first one overwrites the accumulators */
+template <int EB>
+__device__ __forceinline__ void v2_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
+    using C = v2_cfg<EB>;
+    v2_reg_fence(acc);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < C::KSTEPS; kk++) {
+        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
+        v2_wgmma<EB>(acc, v2_desc(a_rows + kb * V2_KEYS * 128 + inner),
+                     v2_desc(b_tile + kb * V2_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void v2_wait(float *acc) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+    v2_reg_fence(acc);
+}
+
+/* mbarriers (CTA scope): arrive = release, try_wait = acquire */
+__device__ __forceinline__ void v2_mbar_init(uint32_t addr, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
+}
+__device__ __forceinline__ void v2_mbar_arrive(uint32_t addr) {
+    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr)
+                 : "memory");
+}
+__device__ __forceinline__ void v2_mbar_wait(uint32_t addr, uint32_t parity) {
+    uint32_t ok;
+    do {
+        asm volatile(
+            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+            "selp.u32 %0, 1, 0, p;\n}\n"
+            : "=r"(ok)
+            : "r"(addr), "r"(parity)
+            : "memory");
+    } while (!ok);
+}
+
+/* Chunk (queries tc, tc+1) into stage st: q rows (zero-filled past t1), the
+ * head weights w·qs (0 past t1) and the two valid ranges (the caller
+ * commits the cp.async group). */
+template <int EB>
+__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
+                                              int64_t tc, int64_t t1, int st, uint8_t *Bs,
+                                              float *ws, int *rng) {
+    using C = v2_cfg<EB>;
+    if (tc < t1) {
+        uint8_t *bt = Bs + st * C::B_BYTES;
+        for (int i = threadIdx.x; i < V2_BROWS * C::CPR; i += V2_THREADS) {
+            const int n = i / C::CPR, c = i % C::CPR;
+            const int64_t t = tc + n / V2_HI;
+            const bool ok = t < t1;
+            const uint8_t *src = (const uint8_t *)a.q +
+                                 ((ok ? t : tc) * a.q_nb0 + (n % V2_HI) * a.q_nb1) * EB + c * 16;
+            la_sp_cp16z(bt + v2_off(V2_BROWS, n, c), src, ok ? 16 : 0);
+        }
+        for (int n = threadIdx.x; n < V2_BROWS; n += V2_THREADS) {
+            const int64_t t = tc + n / V2_HI;
+            ws[st * V2_BROWS + n] = t < t1 ? sc_wq(a, sc, t, n % V2_HI) : 0.f;
+        }
+        if (threadIdx.x < V2_NQ) {
+            const int64_t t = tc + threadIdx.x;
+            int64_t lo = 0, hi = 0;
+            if (t < t1) la_sp_row_range(a.range, t, &lo, &hi);
+            rng[(st * V2_NQ + threadIdx.x) * 2] = (int)lo;
+            rng[(st * V2_NQ + threadIdx.x) * 2 + 1] = (int)hi;
+        }
+    }
+}
+
+/* ReLU-weighted head sums of one m-tile of chunk (tc, tc+1) and the store:
+ * lane qd of each quad writes query qd>>1, key row g + 8*(qd&1) of its warp's
+ * 16 rows (key p, k_scale ksv). */
+__device__ __forceinline__ void v2_epilogue(const la_sp_score_args &a, const sc_scales &sc,
+                                            const float *acc, const float *wst, const int *rst,
+                                            int64_t tc, int64_t t1, int64_t p, float ksv) {
+    const int qd = threadIdx.x & 3;
+    float r[V2_NQ][2];
+#pragma unroll
+    for (int qi = 0; qi < V2_NQ; qi++) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < V2_HI / 8; jj++) {
+            const int j = (V2_HI / 8) * qi + jj;
+            const float2 wv = *(const float2 *)(wst + V2_HI * qi + 8 * jj + 2 * qd);
+            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
+            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
+            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
+            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        r[qi][0] = s0;
+        r[qi][1] = s1;
+    }
+    const int qi = qd >> 1;
+    const float v = qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+    const int64_t t = tc + qi;
+    if (t < t1 && p < a.ncols) {
+        const int64_t lo = rst[2 * qi], hi = rst[2 * qi + 1];
+        float o = sc.ks ? v * ksv : v;
+        if (!(p >= lo && p < hi && p < a.Lk)) o = -INFINITY;
+        a.out[t * a.out_ld + p] = o;
+    }
+}
+
+template <int EB>
+__global__ void __launch_bounds__(V2_THREADS, 1)
+    sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+    using C = v2_cfg<EB>;
+    extern __shared__ uint8_t v2_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(v2_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    uint8_t *As = v2_raw + (base - raw);
+    uint8_t *Bs = As + C::A_BYTES;
+    float *ws = (float *)(Bs + V2_STAGES * C::B_BYTES); /* [stage][128] */
+    int *rng = (int *)(ws + V2_STAGES * V2_BROWS);      /* [stage][query][lo, hi] */
+    /* full[st]: the 256 threads' copies of the stage's chunk landed;
+     * empty[st]: the 256 threads are done reading it */
+    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
+    const uint32_t full_a = Bs_a + V2_STAGES * C::B_BYTES + V2_STAGES * V2_BROWS * 4 +
+                            V2_STAGES * V2_NQ * 2 * 4;
+    const uint32_t empty_a = full_a + V2_STAGES * 8;
+
+    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    const int64_t key0 = (int64_t)blockIdx.x * V2_KEYS;
+    const int64_t t0 = (int64_t)blockIdx.y * qgroup, t1 = min(a.T, t0 + (int64_t)qgroup);
+    const int nchunks = (int)((t1 - t0 + V2_NQ - 1) / V2_NQ);
+
+    if (tid == 0)
+        for (int st = 0; st < V2_STAGES; st++) {
+            v2_mbar_init(full_a + 8 * st, V2_THREADS);
+            v2_mbar_init(empty_a + 8 * st, V2_THREADS);
+        }
+    /* keys -> A tile (zero rows past L), with chunks 0 and 1 in one group */
+    for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
+        const int r = i / C::CPR, c = i % C::CPR;
+        const int64_t s = key0 + r;
+        const bool ok = s < a.Lk;
+        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
+        la_sp_cp16z(As + v2_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+    }
+    v2_load_chunk<EB>(a, sc, t0, t1, 0, Bs, ws, rng);
+    v2_load_chunk<EB>(a, sc, t0 + V2_NQ, t1, 1, Bs, ws, rng);
+    sc_cp_commit();
+    v2_load_chunk<EB>(a, sc, t0 + 2 * V2_NQ, t1, 2, Bs, ws, rng);
+    sc_cp_commit();
+    __syncthreads(); /* barrier inits visible */
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    /* cp.async writes are generic-proxy writes; wgmma reads through the
+     * async proxy: each writer fences before it signals */
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    v2_mbar_arrive(full_a);
+    if (nchunks > 1) v2_mbar_arrive(full_a + 8);
+
+    /* the key this thread stores in each m-tile, and its k_scale */
+    int64_t pk[2];
+    float ksv[2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        pk[mt] = key0 + (wg * 2 + mt) * 64 + 16 * wi + g + 8 * (qd & 1);
+        ksv[mt] = (sc.ks && pk[mt] < a.Lk) ? sc.ks[pk[mt] * sc.ks_nb] : 1.f;
+    }
+    const uint32_t a_mt0 = As_a + (uint32_t)(wg * 2) * 64 * 128;
+    const uint32_t a_mt1 = a_mt0 + 64 * 128;
+
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
+    /* Per chunk i (stage i % 4): wait full -> both m-tiles' wgmma -> the
+     * first epilogue overlaps the second m-tile's MMAs -> release the stage
+     * -> refill the stage of chunk i-1 with chunk i+3 (once every thread has
+     * released chunk i-1) -> signal chunk i+2 (its copies were issued one
+     * chunk ago). The warpgroups only meet at the mbarriers, so one's
+     * epilogue can overlap the other's MMAs; no wgmma group stays pending
+     * across iterations (ptxas would serialize them). */
+    for (int i = 0; i < nchunks; i++) {
+        const int st = i % V2_STAGES;
+        v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
+        const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
+        v2_issue<EB>(acc0, a_mt0, b_tile);
+        v2_issue<EB>(acc1, a_mt1, b_tile);
+        const int64_t tc = t0 + (int64_t)i * V2_NQ;
+        v2_wait<1>(acc0); /* mt0 done; mt1 runs on */
+        v2_epilogue(a, sc, acc0, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[0], ksv[0]);
+        v2_wait<0>(acc1);
+        v2_epilogue(a, sc, acc1, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[1], ksv[1]);
+        v2_mbar_arrive(empty_a + 8 * st);
+        const int cn = i + 3;
+        if (cn < nchunks) {
+            if (i >= 1) /* stage cn % 4 held chunk i-1 */
+                v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
+            v2_load_chunk<EB>(a, sc, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, Bs, ws, rng);
+        }
+        sc_cp_commit();
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory"); /* chunk i+2 landed */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+static int la_sp_num_sms() {
+    static int nsm = 0;
+    if (!nsm) {
+        int dev = 0, n = 0;
+        if (cudaGetDevice(&dev) == cudaSuccess &&
+            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
+            nsm = n;
+        else
+            nsm = 132;
+    }
+    return nsm;
+}
+
+/* Whether the v2 kernel takes these views: HI = 64, dI = 128, q rows and k
+ * rows 16-byte aligned and contiguous along dI, dense DSA mode. */
+static bool v2_ok(const la_sp_score_args &a, int EB) {
+    if (a.HI != V2_HI || a.dI != V2_DI || a.blocks || a.force_ends || a.range.blk != 1) return false;
+    if (a.q_nb2 != 1 || a.k_nb1 != 1) return false;
+    if ((a.q_nb0 * EB) % 16 || (a.q_nb1 * EB) % 16 || (a.k_nb0 * EB) % 16) return false;
+    return ((uintptr_t)a.q & 15) == 0 && ((uintptr_t)a.k & 15) == 0;
+}
+
+template <int EB>
+static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s) {
+    using C = v2_cfg<EB>;
+    const int64_t ntiles = la_cu_cdiv(a.ncols, V2_KEYS);
+    /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
+     * worth of time, not overlapped with 1 CTA per SM); pick the group size
+     * with the fewest (waves x (chunks + 2)) */
+    const int nsm = la_sp_num_sms();
+    static const int cand[] = {128, 96, 64, 48, 32, 24, 16, 8, 4, 2};
+    int qg = 2;
+    double best = 1e300;
+    for (int qc : cand) {
+        if (la_cu_cdiv(a.T, qc) > 65535) continue; /* grid y limit */
+        const int64_t ctas = ntiles * la_cu_cdiv(a.T, qc);
+        const double waves = (double)la_cu_cdiv(ctas, nsm);
+        const double cost = waves * (double)(la_cu_cdiv(qc < a.T ? qc : a.T, V2_NQ) + 2);
+        if (cost < best - 1e-9) {
+            best = cost;
+            qg = qc;
+        }
+    }
+    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               C::SMEM));
+    dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
+    sc_wgmma_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
+    LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
 }
 
@@ -467,29 +909,239 @@ la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cu
 
 /* ---- validation of CUDA views: the checks of src/ops/sparse_validate.h on
  * LA_DEVICE_CUDA (the range values live on the device, so they are clamped
- * by the kernels instead of checked) ---- */
+ * by the kernels instead of checked). fp8 e4m3 q/k (with k_scale/q_scale)
+ * are taken by the flat DSA indexer only (dsa_validate_fp8); HISA and the
+ * block-sparse indexer, which call this, refuse them. ---- */
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx) {
     LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
     if (p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3)
-        return la_err(LA_ERR_UNSUPPORTED, "%s: fp8 e4m3 q/k (k_scale/q_scale) are not implemented on CUDA yet", op);
+        return la_err(LA_ERR_UNSUPPORTED,
+                      "%s: fp8 e4m3 q/k (k_scale/q_scale) are implemented on CUDA for the flat DSA "
+                      "indexer only; %s takes f32/f64/bf16/f16 q and k",
+                      op, op);
     const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16);
     return la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CUDA, fl);
+}
+
+/* fp8 DSA views: q and k both e4m3, w a float dtype, optional f32 scales
+ * k_scale [L] and q_scale [T,HI] on CUDA (NULL = 1). Scale values are
+ * checked on the device afterwards (dsa_check_scale_values). */
+static la_status dsa_validate_fp8(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                                  const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                                  const la_tensor *idx) {
+    const bool q8 = q->dtype == LA_FP8_E4M3, k8 = k->dtype == LA_FP8_E4M3;
+    if (!q8 || !k8) {
+        if (q8 || k8)
+            return la_err(LA_ERR_DTYPE,
+                          "dsa: q is %s and k is %s; the fp8 indexer takes both q and k in fp8_e4m3",
+                          la_dtype_name(q->dtype), la_dtype_name(k->dtype));
+        return la_err(LA_ERR_ARG,
+                      "dsa: %s given but q and k are %s/%s; k_scale/q_scale apply to fp8_e4m3 q/k "
+                      "only (fold other scales into w)",
+                      p->k_scale && p->q_scale ? "k_scale and q_scale" : p->k_scale ? "k_scale" : "q_scale",
+                      la_dtype_name(q->dtype), la_dtype_name(k->dtype));
+    }
+    if (w->dtype == LA_FP8_E4M3)
+        return la_err(LA_ERR_DTYPE, "w: dtype fp8_e4m3 not supported here (w is f32/f64/bf16/f16)");
+    const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16) |
+                        LA_DT(LA_FP8_E4M3);
+    LA_TRY(la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CUDA, fl));
+    if (p->k_scale) {
+        LA_TRY(la_check_tensor(p->k_scale, "k_scale", 1, LA_DT(LA_F32), LA_DEVICE_CUDA, false));
+        LA_TRY(la_check_dim(p->k_scale, "k_scale", 0, k->ne[0], "(keys of k)"));
+        if (la_tensors_overlap(idx, p->k_scale))
+            return la_err(LA_ERR_ARG, "idx: overlaps input k_scale in memory (outputs must not alias inputs)");
+    }
+    if (p->q_scale) {
+        LA_TRY(la_check_tensor(p->q_scale, "q_scale", 2, LA_DT(LA_F32), LA_DEVICE_CUDA, false));
+        LA_TRY(la_check_dim(p->q_scale, "q_scale", 0, q->ne[0], "(queries of q)"));
+        LA_TRY(la_check_dim(p->q_scale, "q_scale", 1, q->ne[1], "(heads of q)"));
+        if (la_tensors_overlap(idx, p->q_scale))
+            return la_err(LA_ERR_ARG, "idx: overlaps input q_scale in memory (outputs must not alias inputs)");
+    }
+    return LA_OK;
+}
+
+/* First scale that is not a positive finite number: (0 << 62 | s) for
+ * k_scale[s], (1 << 62 | t*HI + h) for q_scale[t,h]; atomicMin keeps the
+ * lowest (k_scale first). */
+__global__ void dsa_scale_check_kernel(sc_scales sc, int64_t L, int64_t T, int64_t HI,
+                                       unsigned long long *bad) {
+    const int64_t nk = sc.ks ? L : 0, nq = sc.qs ? T * HI : 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nk + nq;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v;
+        unsigned long long code;
+        if (i < nk) {
+            v = sc.ks[i * sc.ks_nb];
+            code = (unsigned long long)i;
+        } else {
+            const int64_t j = i - nk, t = j / HI, h = j % HI;
+            v = sc.qs[t * sc.qs_nb0 + h * sc.qs_nb1];
+            code = (1ull << 62) | (unsigned long long)j;
+        }
+        if (!(v > 0.f) || isinf(v)) atomicMin(bad, code);
+    }
+}
+
+/* Rejects a zero, negative, infinite or NaN scale with a message naming it.
+ * The values live on the device: one small kernel plus a 8-byte read back
+ * (a stream synchronization, ~10-20 us). Skipped while the stream is being
+ * captured into a CUDA graph (no synchronization allowed there). */
+static la_status dsa_check_scale_values(const sc_scales &sc, int64_t L, int64_t T, int64_t HI,
+                                        cudaStream_t s) {
+    if (!sc.ks && !sc.qs) return LA_OK;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    LA_CU(cudaStreamIsCapturing(s, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return LA_OK;
+    la_cu_ws flag;
+    LA_TRY(la_cu_ws_alloc(&flag, 8, s, "fp8 scale check"));
+    LA_CU(cudaMemsetAsync(flag.p, 0xff, 8, s));
+    const int64_t n = (sc.ks ? L : 0) + (sc.qs ? T * HI : 0);
+    int64_t blocks = la_cu_cdiv(n, 256);
+    if (blocks > 1024) blocks = 1024;
+    if (blocks < 1) blocks = 1;
+    dsa_scale_check_kernel<<<(unsigned)blocks, 256, 0, s>>>(sc, L, T, HI,
+                                                            (unsigned long long *)flag.p);
+    LA_CU_LAUNCH("fp8 scale check");
+    unsigned long long h = 0;
+    LA_CU(cudaMemcpyAsync(&h, flag.p, 8, cudaMemcpyDeviceToHost, s));
+    LA_CU(cudaStreamSynchronize(s));
+    if (h == ~0ull) return LA_OK;
+    const bool is_q = (h >> 62) != 0;
+    const int64_t i = (int64_t)(h & ((1ull << 62) - 1));
+    float v = 0.f;
+    const float *src = is_q ? sc.qs + (i / HI) * sc.qs_nb0 + (i % HI) * sc.qs_nb1 : sc.ks + i * sc.ks_nb;
+    LA_CU(cudaMemcpy(&v, src, 4, cudaMemcpyDeviceToHost));
+    if (is_q)
+        return la_err(LA_ERR_ARG,
+                      "q_scale: q_scale[%lld, %lld] = %g; fp8 scales must be finite and > 0 "
+                      "(amax/448 with amax clamped away from 0)",
+                      (long long)(i / HI), (long long)(i % HI), (double)v);
+    return la_err(LA_ERR_ARG,
+                  "k_scale: k_scale[%lld] = %g; fp8 scales must be finite and > 0 (amax/448 with "
+                  "amax clamped away from 0)",
+                  (long long)i, (double)v);
+}
+
+/* fp8 [n0, n1, n2] view -> contiguous f32 with the row scale folded in
+ * (scale offset i0*s0 + i1*s1; no scale = 1): the generic fallback feeds
+ * the exact fp32 kernel with dequantized inputs. */
+__global__ void dsa_dequant_kernel(const uint8_t *src, int64_t n1, int64_t n2, int64_t nb0,
+                                   int64_t nb1, int64_t nb2, const float *scale, int64_t s0,
+                                   int64_t s1, float *dst, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t i2 = i % n2, r = i / n2, i1 = r % n1, i0 = r / n1;
+        __nv_fp8_e4m3 v;
+        v.__x = src[i0 * nb0 + i1 * nb1 + i2 * nb2];
+        float f = (float)v;
+        if (scale) f *= scale[i0 * s0 + i1 * s1];
+        dst[i] = f;
+    }
+}
+static la_status dsa_dequant(const void *src, int64_t n0, int64_t n1, int64_t n2, int64_t nb0,
+                             int64_t nb1, int64_t nb2, const float *scale, int64_t s0, int64_t s1,
+                             la_cu_ws *ws, cudaStream_t s, const char *what) {
+    size_t bytes;
+    LA_TRY(la_mul_size((size_t)(n0 * n1), (size_t)n2 * 4, &bytes, what));
+    LA_TRY(la_cu_ws_alloc(ws, bytes, s, what));
+    const int64_t total = n0 * n1 * n2;
+    if (total == 0) return LA_OK;
+    int64_t blocks = la_cu_cdiv(total, 256);
+    if (blocks > 65535 * 16) blocks = 65535 * 16;
+    dsa_dequant_kernel<<<(unsigned)blocks, 256, 0, s>>>((const uint8_t *)src, n1, n2, nb0, nb1, nb2,
+                                                        scale, s0, s1, (float *)ws->p, total);
+    LA_CU_LAUNCH("fp8 dequantize");
+    return LA_OK;
+}
+
+/* LA_CUDA_DSA_PATH: unset/"new" = wgmma v2 where it applies; "old" = the
+ * mma.sync kernels (A/B timing); "exact" = the fp32 FMA kernel (on
+ * dequantized copies for fp8). Read per call so tests can switch it. */
+enum { DSA_PATH_NEW = 0, DSA_PATH_OLD = 1, DSA_PATH_EXACT = 2 };
+static int dsa_path() {
+    const char *e = getenv("LA_CUDA_DSA_PATH");
+    if (!e || !*e || !strcmp(e, "new")) return DSA_PATH_NEW;
+    if (!strcmp(e, "old")) return DSA_PATH_OLD;
+    if (!strcmp(e, "exact")) return DSA_PATH_EXACT;
+    return DSA_PATH_NEW;
+}
+
+/* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
+ * with 4-byte loads. */
+static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
+    return la_sp_scores_fast_shape(a.HI, a.dI) && a.q_nb2 == 1 && a.q_nb1 % 16 == 0 &&
+           a.q_nb0 % 16 == 0 && ((uintptr_t)a.q & 15) == 0 && a.k_nb1 == 1 && a.k_nb0 % 4 == 0 &&
+           ((uintptr_t)a.k & 3) == 0;
+}
+
+/* Dense DSA scores (ncols = Lk): picks v2 / mma.sync / exact as above. */
+static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    if (a.T > 65535 * 2 || a.ncols > (int64_t)INT32_MAX)
+        return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
+                      (long long)a.T, (long long)a.ncols);
+    const int path = dsa_path();
+    if (!fp8) {
+        if (path == DSA_PATH_NEW && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && v2_ok(a, 2))
+            return v2_launch<2>(a, sc, s);
+        if (path == DSA_PATH_EXACT) {
+            if (a.T > 65535)
+                return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
+                              (long long)a.T);
+            dim3 grid((unsigned)la_cu_cdiv(a.ncols, SC_EX_THREADS), (unsigned)a.T);
+            sc_exact_kernel<<<grid, SC_EX_THREADS, 0, s>>>(a);
+            LA_CU_LAUNCH("indexer scores (exact fp32)");
+            return LA_OK;
+        }
+        return la_sp_scores(a, s);
+    }
+    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s);
+    if (path != DSA_PATH_EXACT && dsa_fp8_mma_ok(a) && a.T <= 65535) {
+        if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
+        if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);
+        if (a.HI == 32 && a.dI == 128) return sc_launch_mma_dense<32, 128, 1>(a, sc, s);
+        if (a.HI == 32 && a.dI == 64) return sc_launch_mma_dense<32, 64, 1>(a, sc, s);
+        if (a.HI == 16 && a.dI == 128) return sc_launch_mma_dense<16, 128, 1>(a, sc, s);
+        if (a.HI == 16 && a.dI == 64) return sc_launch_mma_dense<16, 64, 1>(a, sc, s);
+    }
+    /* any other fp8 shape/stride: dequantized f32 copies (scales folded in)
+     * through the exact kernel */
+    la_cu_ws qf, kf;
+    LA_TRY(dsa_dequant(a.q, a.T, a.HI, a.dI, a.q_nb0, a.q_nb1, a.q_nb2, sc.qs, sc.qs_nb0,
+                       sc.qs_nb1, &qf, s, "dequantized fp8 q"));
+    LA_TRY(dsa_dequant(a.k, 1, a.Lk, a.dI, 0, a.k_nb0, a.k_nb1, sc.ks, 0, sc.ks_nb, &kf, s,
+                       "dequantized fp8 k"));
+    a.q = qf.p;
+    a.q_dt = LA_F32;
+    a.q_nb0 = a.HI * a.dI;
+    a.q_nb1 = a.dI;
+    a.q_nb2 = 1;
+    a.k = kf.p;
+    a.k_dt = LA_F32;
+    a.k_nb0 = a.dI;
+    a.k_nb1 = 1;
+    return la_sp_scores(a, s); /* f32: the exact kernel; kf/qf are freed in stream order */
 }
 
 extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q,
                                          const la_tensor *k, const la_tensor *w,
                                          const la_tensor *start, const la_tensor *end,
                                          la_tensor *idx, la_tensor *scores, la_context *ctx) {
-    LA_TRY(la_sp_validate_idx_cuda("dsa", p, q, k, w, start, end, idx));
+    LA_TRY(la_idx_check_args("dsa", p, q, k, w, idx));
+    const bool fp8 = p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3;
+    if (fp8) LA_TRY(dsa_validate_fp8(p, q, k, w, start, end, idx));
+    else LA_TRY(la_sp_validate_idx_cuda("dsa", p, q, k, w, start, end, idx));
     if (scores) {
         LA_TRY(la_check_tensor(scores, "scores", 2, LA_DT(LA_F32), LA_DEVICE_CUDA, false));
         LA_TRY(la_check_dim(scores, "scores", 0, q->ne[0], "(queries of q)"));
         LA_TRY(la_check_dim(scores, "scores", 1, k->ne[0], "(keys of k)"));
-        const la_tensor *ins[6] = {q, k, w, start, end, idx};
-        const char *names[6] = {"q", "k", "w", "start", "end", "idx"};
-        for (int i = 0; i < 6; i++)
+        const la_tensor *ins[8] = {q, k, w, start, end, idx, p->k_scale, p->q_scale};
+        const char *names[8] = {"q", "k", "w", "start", "end", "idx", "k_scale", "q_scale"};
+        for (int i = 0; i < 8; i++)
             if (ins[i] && la_tensors_overlap(scores, ins[i]))
                 return la_err(LA_ERR_ARG, "scores: overlaps %s in memory (outputs must not alias)", names[i]);
     }
@@ -504,28 +1156,40 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     cudaStream_t s = la_cu_stream(ctx);
     la_sp_score_args a;
     la_sp_fill_score_args(&a, q, k, w, start, end);
+    sc_scales sc;
+    memset(&sc, 0, sizeof sc);
+    if (p->k_scale) {
+        sc.ks = (const float *)p->k_scale->data;
+        sc.ks_nb = p->k_scale->nb[0];
+    }
+    if (p->q_scale) {
+        sc.qs = (const float *)p->q_scale->data;
+        sc.qs_nb0 = p->q_scale->nb[0];
+        sc.qs_nb1 = p->q_scale->nb[1];
+    }
+    LA_TRY(dsa_check_scale_values(sc, a.Lk, a.T, a.HI, s));
     la_cu_ws qw, kw, sw;
-    LA_TRY(la_sp_prepare_bf16(&a, &qw, &kw, s));
+    if (!fp8) LA_TRY(la_sp_prepare_bf16(&a, &qw, &kw, s));
     const int64_t T = a.T, L = a.Lk;
-    float *sc;
+    float *sc_rows;
     int64_t ld;
     if (scores) {
-        sc = (float *)scores->data;
+        sc_rows = (float *)scores->data;
         ld = scores->nb[0];
     } else {
         size_t bytes;
         LA_TRY(la_mul_size((size_t)T, (size_t)L * 4, &bytes, "score rows"));
         LA_TRY(la_cu_ws_alloc(&sw, bytes, s, "indexer score rows"));
-        sc = (float *)sw.p;
+        sc_rows = (float *)sw.p;
         ld = L;
     }
     a.ncols = L;
-    a.out = sc;
+    a.out = sc_rows;
     a.out_ld = ld;
-    LA_TRY(la_sp_scores(a, s));
+    LA_TRY(dsa_scores(a, sc, fp8, s));
     la_sp_topk_args t;
     memset(&t, 0, sizeof t);
-    t.scores = sc;
+    t.scores = sc_rows;
     t.ld = ld;
     t.cs = 1;
     t.R = T;
@@ -536,7 +1200,6 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     t.out = (int32_t *)idx->data;
     t.out_ld = idx->nb[0];
     t.out_cs = idx->nb[1];
-    (void)p;
     LA_TRY(la_sp_topk(t, s));
     la_err_clear();
     return LA_OK;
