@@ -794,6 +794,29 @@ __device__ __forceinline__ void lf_phi8(float *x, const lf_phimap &f) {
         for (int i = 0; i < 8; i++) x[i] = x[i] * f.pre * f.post;
     }
 }
+/* The relu family with pre = post = 1 (the default feature map) directly on
+ * bf16 pairs: max(x, 0) is exact in bf16, and adding c to a bf16 value is one
+ * correctly rounded addition either way; 1 instruction per 2 values instead
+ * of ~6 per value through fp32. */
+__device__ __forceinline__ bool lf_phi_bf16_ok(const lf_phimap &f) {
+    return f.mode == 1 && f.pre == 1.f && f.post == 1.f;
+}
+__device__ __forceinline__ void lf_phi8_bf16(__nv_bfloat16 *p, const lf_phimap &f) {
+    uint4 u = *(const uint4 *)p;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+    const __nv_bfloat162 z2 = __float2bfloat162_rn(0.f), c2 = __float2bfloat162_rn(f.c);
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        h2[i] = __hmax2(h2[i], z2);
+        if (f.c != 0.f) h2[i] = __hadd2(h2[i], c2);
+    }
+    *(uint4 *)p = u;
+}
+__device__ __forceinline__ void lf_ldsm2t(uint32_t *r, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
+                 : "=r"(r[0]), "=r"(r[1]) : "r"(s));
+}
 /* φ applied in place to 8 bf16 values (fp32 math, rounded back to bf16). */
 __device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phimap &f) {
     uint4 u = *(const uint4 *)p;
@@ -812,7 +835,8 @@ __device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phima
 constexpr int LF_TC_STAGE = 2 * FT * FLD; /* bf16 elements of one summary stage (K, V) */
 constexpr size_t LF_TC_SUM_SMEM = sizeof(__nv_bfloat16) * TS * LF_TC_STAGE;
 constexpr size_t LF_TC_OUT_SMEM =
-    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 320 + TS * FT);
+    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 320 + TS * FT) +
+  sizeof(__nv_bfloat16) * FD * 8; /* Zs: z̃ as a B tile (RAW, per_query) */
 
 /* grid (K, BH), 256 threads, 2 CTAs per SM: warp w owns rows d ∈ 32(w%4) + [0, 32)
  * and columns 64(w/4) + [0, 64) of the segment's S (2×4 fragments: 6 fragment
@@ -881,6 +905,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const uint32_t ONES2 = 0x3f803f80u; /* two bf16 1.0: the B operand of z = φ(K)ᵀ·1 */
     const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
     const lf_phimap phk = lf_phi_of(P.fk);
+    const bool phk_bf16 = RAW && lf_phi_bf16_ok(phk);
 
     for (int t = 0; t < nt; t++) {
         lf_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
@@ -890,6 +915,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             const int r = r0 + 16 * u;
             __nv_bfloat16 *p = &Ks[r * FLD + c8];
             if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
+            else if (phk_bf16) lf_phi8_bf16(p, phk);
             else if (!phi_id) lf_phi8_inplace(p, phk);
         }
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
@@ -1189,6 +1215,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     __nv_bfloat16 *Qst = Ss + FD * FLD;                /* TS × [FT][FLD] */
     float *wbufs = (float *)(Qst + TS * FT * FLD);     /* 8 × [16][16] fp32 (RAW: [16][SLD] bf16) */
     float *dens = wbufs + 8 * 320;                     /* TS × [FT]      */
+    __nv_bfloat16 *Zs = (__nv_bfloat16 *)(dens + TS * FT); /* [FD][8]: hi(z̃), lo(z̃), 0… */
 
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
@@ -1231,6 +1258,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 
     const bool phi_id = P.fq.kind == LA_FEATURE_IDENTITY && P.fq.pre == 1.f && P.fq.post == 1.f;
     const lf_phimap phq = lf_phi_of(P.fq);
+    const bool phq_bf16 = RAW && lf_phi_bf16_ok(phq);
     const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
     float zr[8]; /* z̃ of this thread's 8 columns */
     {
@@ -1238,6 +1266,22 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         const float4 z0 = zp[0], z1 = zp[1];
         zr[0] = z0.x; zr[1] = z0.y; zr[2] = z0.z; zr[3] = z0.w;
         zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
+    }
+    /* RAW, per_query: the denominators come out of the tensor cores as one
+     * more n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
+     * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
+     * after the first barrier of the loop. */
+    const bool mma_den = RAW && per_query;
+    if (mma_den && tid < FD) {
+        const float zv = Pz[((size_t)bh * a.M + blk) * FD + tid];
+        const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
+        const __nv_bfloat16 lo = __float2bfloat16_rn(zv - __bfloat162float(hi));
+        uint4 row = make_uint4(0, 0, 0, 0);
+        __nv_bfloat162 hl;
+        hl.x = hi;
+        hl.y = lo;
+        row.x = *(const uint32_t *)&hl;
+        *(uint4 *)&Zs[tid * 8] = row;
     }
     const int rw = 32 * (warp % 2), cw = 32 * (warp / 2), half = lane % 2;
     float *wbuf = wbufs + warp * 320;
@@ -1248,7 +1292,10 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
         float *den = dens + (t % TS) * FT; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FT;
-        if (per_query || !phi_id) {
+        if (phq_bf16) { /* implies RAW: per_query denominators come from the MMA */
+#pragma unroll
+            for (int u = 0; u < 4; u++) lf_phi8_bf16(&Qs[(r0 + 16 * u) * FLD + c8], phq);
+        } else if ((per_query && !mma_den) || !phi_id) {
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int r = r0 + 16 * u;
@@ -1266,7 +1313,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                     lf_phi8(x, phq);
                     *(uint4 *)p = lf_pack8(x);
                 }
-                if (per_query) {
+                if (per_query && !mma_den) {
                     float d = 0.f;
 #pragma unroll
                     for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
@@ -1303,13 +1350,16 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
             /* warp tile: tokens rw + [0,32) × columns cw + [0,32); A = φ(Q) rows
              * (plain ldmatrix), B = S̃ [d][dv] rows (.trans) */
             const int lr = lane % 8, lm = lane / 8, g = lane / 4, t2 = 2 * (lane % 4);
-            float acc[2][4][4];
+            float acc[2][4][4], dacc[2][4];
 #pragma unroll
-            for (int i = 0; i < 2; i++)
+            for (int i = 0; i < 2; i++) {
 #pragma unroll
                 for (int j = 0; j < 4; j++)
 #pragma unroll
                     for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+#pragma unroll
+                for (int e = 0; e < 4; e++) dacc[i][e] = 0.f;
+            }
 #pragma unroll
             for (int kk = 0; kk < FD; kk += 16) {
                 uint32_t af[2][4], bf[2][4];
@@ -1326,6 +1376,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                         lf_mma(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
                         lf_mma(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
                     }
+                if (mma_den) { /* rows kk + [0,16) of Zs: lanes 0-15 give the addresses */
+                    uint32_t zb[2];
+                    lf_ldsm2t(zb, &Zs[(kk + (lane & 15)) * 8]);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) lf_mma(dacc[i], af[i], zb[0], zb[1]);
+                }
             }
             /* scale, round to bf16 into the warp's staging tile [16][SLD], then
              * 16-byte stores: lane → row lane/2, columns 16(lane%2) + [0,16) */
@@ -1334,8 +1390,16 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 #pragma unroll
             for (int i = 0; i < 2; i++) {
                 const int rr = rw + 16 * i;
-                const float d0 = (per_query || rv) ? den[rr + g] : 1.f;
-                const float d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
+                float d0, d1;
+                if (mma_den) { /* columns 0, 1 of the den tile sit in lane 4g (t = 0) */
+                    const float s0 = __shfl_sync(0xffffffffu, dacc[i][0] + dacc[i][1], lane & ~3);
+                    const float s1 = __shfl_sync(0xffffffffu, dacc[i][2] + dacc[i][3], lane & ~3);
+                    d0 = P.den_scale / (s0 * P.den_scale + P.eps);
+                    d1 = P.den_scale / (s1 * P.den_scale + P.eps);
+                } else {
+                    d0 = (per_query || rv) ? den[rr + g] : 1.f;
+                    d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
+                }
 #pragma unroll
                 for (int j = 0; j < 4; j++) {
                     *(__nv_bfloat162 *)&stg[g * SLD + 8 * j + t2] =
