@@ -815,6 +815,12 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
             qg = qc;
         }
     }
+    /* LA_CUDA_DSA_QG=n forces n queries per CTA (tests: many chunks per CTA
+     * so every pipeline stage is reused; tuning) */
+    if (const char *e = getenv("LA_CUDA_DSA_QG")) {
+        const int f = atoi(e);
+        if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
+    }
     LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                C::SMEM));
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
