@@ -1,8 +1,11 @@
 /* Linear attention (SPEC §3) on CUDA: one block, all weights 1, through the
  * linear-family engine (linfam.cu). Non-causal: summary, sum, output.
  * Causal: chunk summaries, prefix scan with the state in/out, output with
- * the masked intra-chunk term. Views validated by src/ops/linear.c. */
+ * the masked intra-chunk term. Views validated by src/ops/linear.c.
+ * Causal with D = Dv = 128 and bf16 rows goes to the tensor-core kernels of
+ * linear_causal_tc.cu instead (LA_CUDA_CAUSAL_PATH=old keeps it here). */
 #include "cuda_ops.h"
+#include "linear_causal_tc.cuh"
 #include "linfam.cuh"
 
 extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const la_tensor *q,
@@ -10,6 +13,8 @@ extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const l
                                               la_tensor *out, const la_tensor *S_in,
                                               const la_tensor *z_in, la_tensor *S_out,
                                               la_tensor *z_out, la_context *ctx) {
+    if (lct_supported(p, q, k, v, out))
+        return lct_run(p, q, k, v, out, S_in, z_in, S_out, z_out, la_cu_stream(ctx));
     lf_problem P = {};
     lf_set_qkvo(&P, q, k, v, out);
     P.fq = {(int)p->feature, 1.f, p->scale_q, 0.f, nullptr, nullptr, nullptr};

@@ -1,0 +1,167 @@
+/* Timing driver for causal linear attention on CUDA through the public C API:
+ * the tensor-core path (src/cuda/linear_causal_tc.cu, "new") against the
+ * portable fp32 path (LA_CUDA_CAUSAL_PATH=old). B = 1, H = 12, D = Dv = 128,
+ * bf16 [B,N,H,D] contiguous, random inputs, φ = relu (the default), scale 1.
+ * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
+ * prints the median, the byte floor (Q, K, V read once + O written once over
+ * 4.2 TB/s) and the ratio to it, and one "RESULT" line per case for scripts.
+ *
+ *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu build-gpu/liblongattn.a \
+ *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_causal
+ *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new and old; normalize 0/1
+ *   build-gpu/bench_gpu_causal new        new path only (+ identity φ, + with S_out)
+ *   build-gpu/bench_gpu_causal profile N  one call of each normalize mode (for ncu)
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "longattn.h"
+
+#define CK(x)                                                                            \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+static const double BW = 4.2e12;
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    float u = (h & 0xffffff) / 16777216.f - 0.5f;
+    x[i] = __float2bfloat16(u * 2.f * scale);
+}
+
+static void *make(size_t n, unsigned seed) {
+    void *p;
+    CK(cudaMalloc(&p, n * 2));
+    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)p, n, seed, 1.f);
+    CK(cudaGetLastError());
+    return p;
+}
+
+static la_tensor view(void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
+    la_tensor t;
+    int64_t ne[4] = {B, N, H, D};
+    la_tensor_init(&t, p, LA_BF16, LA_DEVICE_CUDA, 4, ne);
+    return t;
+}
+
+static double time_ms(const std::function<la_status()> &f, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (f() != LA_OK) {
+            fprintf(stderr, "call failed: %s\n", la_last_error());
+            return NAN;
+        }
+    std::vector<float> ts;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms);
+    }
+    CK(cudaDeviceSynchronize());
+    std::sort(ts.begin(), ts.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ts[ts.size() / 2];
+}
+
+int main(int argc, char **argv) {
+    const int64_t B = 1, H = 12, D = 128;
+    const int64_t Nmax = 131072;
+    const size_t n = (size_t)B * Nmax * H * D;
+    void *q = make(n, 1), *k = make(n, 2), *v = make(n, 3), *o = make(n, 4);
+    float *S, *z;
+    CK(cudaMalloc(&S, sizeof(float) * B * H * D * D));
+    CK(cudaMalloc(&z, sizeof(float) * B * H * D));
+    CK(cudaMemset(S, 0, sizeof(float) * B * H * D * D));
+    CK(cudaMemset(z, 0, sizeof(float) * B * H * D));
+    la_tensor tS, tz;
+    const int64_t nS[4] = {B, H, D, D}, nz[3] = {B, H, D};
+    la_tensor_init(&tS, S, LA_F32, LA_DEVICE_CUDA, 4, nS);
+    la_tensor_init(&tz, z, LA_F32, LA_DEVICE_CUDA, 3, nz);
+
+    if (argc > 2 && !strcmp(argv[1], "profile")) { /* one call per normalize mode, for ncu */
+        const int64_t N = atoll(argv[2]);
+        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
+                  to = view(o, B, N, H, D);
+        la_linear_params p;
+        la_linear_params_init(&p);
+        p.causal = 1;
+        la_status st = LA_OK;
+        for (int nm = 0; nm < 2 && st == LA_OK; nm++) {
+            p.normalize = nm;
+            st = la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0);
+        }
+        CK(cudaDeviceSynchronize());
+        printf("profile N=%lld: %s\n", (long long)N, st == LA_OK ? "ok" : la_last_error());
+        return st == LA_OK ? 0 : 1;
+    }
+    const bool new_only = argc > 1 && !strcmp(argv[1], "new");
+    printf("# causal linear attention, B=1 H=12 D=Dv=128 bf16, relu, medians of event-timed calls\n");
+    printf("%-34s %-9s %9s   %-10s %s\n", "case", "N", "ms", "byte-floor", "x floor");
+    for (int64_t N : {4096, 32768, 131072}) {
+        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
+                  to = view(o, B, N, H, D);
+        const double fb = 2.0 * B * N * H * D * 4 / BW * 1e3;
+        for (int path = 0; path < (new_only ? 1 : 2); path++) {
+            if (path) setenv("LA_CUDA_CAUSAL_PATH", "old", 1);
+            else unsetenv("LA_CUDA_CAUSAL_PATH");
+            const char *pn = path ? "old" : "new";
+            for (int nm = 0; nm < 2; nm++) {
+                la_linear_params p;
+                la_linear_params_init(&p);
+                p.causal = 1;
+                p.normalize = nm;
+                const int reps = path ? (N > 32768 ? 3 : 5) : 20;
+                const double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps);
+                char name[64];
+                snprintf(name, sizeof name, "linear-causal %s norm=%d", pn, nm);
+                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
+                printf("RESULT path=%s feat=relu norm=%d N=%lld ms=%.5f floor=%.5f\n", pn, nm,
+                       (long long)N, ms, fb);
+                fflush(stdout);
+            }
+            if (path == 0 && N == 32768) { /* variants of the new path */
+                la_linear_params p;
+                la_linear_params_init(&p);
+                p.causal = 1;
+                p.normalize = 0;
+                p.feature = LA_FEATURE_IDENTITY;
+                double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20);
+                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", "linear-causal new identity norm=0",
+                       (long long)N, ms, fb, ms / fb);
+                p.feature = LA_FEATURE_RELU1; /* state out with hi/lo k̃ (inexact φ) */
+                p.normalize = 1;
+                ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, &tS, &tz, &tS, &tz, 0); }, 20);
+                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", "linear-causal new relu1 state i/o",
+                       (long long)N, ms, fb, ms / fb);
+                fflush(stdout);
+            }
+        }
+        unsetenv("LA_CUDA_CAUSAL_PATH");
+    }
+    return 0;
+}

@@ -1,0 +1,255 @@
+/* Host emulation of the kernels of src/cuda/linear_causal_tc.cu, for checking
+ * them where there is no GPU: 256 std::threads per CTA, std::barrier for
+ * __syncthreads / __syncwarp, shuffles through a per-warp array, WMMA by its
+ * definition (each thread computes the whole 16×16 tile, so the opaque
+ * fragment layouts do not matter), cp.async as a synchronous copy (one legal
+ * schedule of it). The kernel text is the real one, cut out of the .cu file by
+ * dev/emu_causal_tc.sh (kern.inc). Each case compares with a float64
+ * reference on the same bf16 inputs: out rel ≤ 1e-2, S_out ≤ 1e-4, z_out
+ * ≤ 1e-5, outputs poisoned (NaN) and checked fully written.
+ * What it does not check: races that only the asynchronous copies or the real
+ * memory model would expose (compute-sanitizer racecheck on the device does),
+ * speed, and the device compiler. Host C++ needs -fno-strict-aliasing for the
+ * kernels' uint4 views of bf16 rows (CUDA device code relies on them). */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+#include <cstring>
+static inline float __int_as_float(int i){float f; memcpy(&f,&i,4); return f;}
+#include <cstring>
+#include "cuda/common.cuh"
+#include <barrier>
+#include <thread>
+#include <vector>
+#include <cmath>
+#include <cstring>
+#include <cstdio>
+#include <type_traits>
+#include <random>
+#undef __global__
+#define __global__
+struct EmuBlock {
+    std::barrier<> *cta;
+    std::barrier<> *warp[8];
+    float xch[8][32];
+    unsigned bx, by;
+    unsigned char *smem;
+};
+thread_local int t_tid;
+thread_local EmuBlock *t_blk;
+static inline int emu_tid() { return t_tid; }
+static inline unsigned emu_bx() { return t_blk->bx; }
+static inline unsigned emu_by() { return t_blk->by; }
+static inline unsigned char *emu_smem() { return t_blk->smem; }
+static inline void emu_syncthreads() { t_blk->cta->arrive_and_wait(); }
+static inline void emu_syncwarp() { t_blk->warp[t_tid / 32]->arrive_and_wait(); }
+#define __syncthreads() emu_syncthreads()
+#define __syncwarp(...) emu_syncwarp()
+static inline float emu_shfl_xor(float v, int o) {
+    int w = t_tid / 32, l = t_tid % 32;
+    t_blk->xch[w][l] = v;
+    emu_syncwarp();
+    float r = t_blk->xch[w][l ^ o];
+    emu_syncwarp();
+    return r;
+}
+#define __shfl_xor_sync(m, v, o) emu_shfl_xor(v, o)
+static inline void cp16(void *s, const void *g, bool valid) {
+    if (valid) memcpy(s, g, 16);
+    else memset(s, 0, 16);
+}
+static inline void cp_commit() {}
+template <int P> static inline void cp_wait() {}
+static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
+#define min(a, b) emu_min(a, b)
+
+namespace nvcuda { namespace wmma {
+struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {}; struct accumulator {};
+enum layout_t { mem_row_major, mem_col_major };
+template <class Use, int M, int N, int K, class T, class L = void> struct fragment { T x[256]; };
+template <class Use, class T, class L>
+void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++)
+            f.x[r * 16 + c] = std::is_same<L, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
+}
+inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm, layout_t l) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
+}
+inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm, layout_t l) {
+    for (int r = 0; r < 16; r++)
+        for (int c = 0; c < 16; c++) (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * 16 + c];
+}
+inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float v) {
+    for (int i = 0; i < 256; i++) f.x[i] = v;
+}
+template <class LA, class LB>
+void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
+              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b, const fragment<accumulator, 16, 16, 16, float> &c) {
+    float A[256], B[256], out[256];
+    for (int i = 0; i < 256; i++) A[i] = __bfloat162float(a.x[i]), B[i] = __bfloat162float(b.x[i]);
+    for (int r = 0; r < 16; r++)
+        for (int cc = 0; cc < 16; cc++) {
+            float s = c.x[r * 16 + cc];
+            for (int k = 0; k < 16; k++) s += A[r * 16 + k] * B[k * 16 + cc];
+            out[r * 16 + cc] = s;
+        }
+    memcpy(d.x, out, sizeof out);
+}
+}}
+
+using namespace nvcuda;
+#include "kern.inc"
+}  // namespace
+
+template <class F>
+static void launch(unsigned gx, unsigned gy, size_t smem, F f) {
+    for (unsigned by = 0; by < gy; by++)
+        for (unsigned bx = 0; bx < gx; bx++) {
+            EmuBlock blk;
+            std::barrier<> cta(256);
+            std::vector<std::barrier<> *> wb;
+            for (int w = 0; w < 8; w++) blk.warp[w] = new std::barrier<>(32);
+            blk.cta = &cta;
+            blk.bx = bx;
+            blk.by = by;
+            std::vector<unsigned char> sm(smem + 16, 0xAB); /* garbage, like real smem */
+            blk.smem = sm.data();
+            std::vector<std::thread> th;
+            for (int t = 0; t < 256; t++)
+                th.emplace_back([&, t] { t_tid = t; t_blk = &blk; f(); });
+            for (auto &x : th) x.join();
+            for (int w = 0; w < 8; w++) delete blk.warp[w];
+        }
+}
+
+/* contiguous f32 view (no library call: the harness links nothing) */
+static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
+    memset(t, 0, sizeof *t);
+    t->data = p;
+    t->dtype = LA_F32;
+    t->device = LA_DEVICE_CPU;
+    t->ndim = ndim;
+    int64_t s = 1;
+    for (int a = ndim - 1; a >= 0; a--) {
+        t->ne[a] = ne[a];
+        t->nb[a] = s;
+        s *= ne[a];
+    }
+}
+
+static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
+    const int64_t D = 128, BH = B * H;
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::vector<__nv_bfloat16> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
+    for (auto &x : q) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : k) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : v) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : o) x = __float2bfloat16_rn(NAN);
+    std::vector<float> Si(BH * D * D), zi(BH * D), So(BH * D * D, NAN), zo(BH * D, NAN);
+    for (auto &x : Si) x = nd(g);
+    for (auto &x : zi) x = fabsf(nd(g)) * 5.f;
+    const float scale = 0.7f, eps = 1e-6f;
+    std::vector<float> Si0 = Si, zi0 = zi;
+    lct_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q.data(); a.k = k.data(); a.v = v.data(); a.o = o.data();
+    int64_t st[3] = {N * H * D, H * D, D};
+    if (perm) { st[0] = H * N * D; st[1] = D; st[2] = N * D; }
+    for (int j = 0; j < 3; j++) a.qs[j] = a.ks[j] = a.vs[j] = a.os[j] = st[j];
+    a.N = N; a.H = H; a.feat = feat; a.normalize = normalize; a.scale_q = scale; a.eps = eps;
+    la_tensor tSi, tzi, tSo, tzo;
+    int64_t nS[4] = {B, H, D, D}, nz[3] = {B, H, D};
+    mk(&tSi, Si.data(), 4, nS);
+    mk(&tzi, zi.data(), 3, nz);
+    mk(&tSo, So.data(), 4, nS);
+    mk(&tzo, zo.data(), 3, nz);
+    if (state) {
+        a.S_in = la_cu_view_of(&tSi); a.z_in = la_cu_view_of(&tzi);
+        a.S_out = la_cu_view_of(alias ? &tSi : &tSo); a.z_out = la_cu_view_of(alias ? &tzi : &tzo);
+    }
+    a.split = state && (feat == LA_FEATURE_RELU_EPS || feat == LA_FEATURE_RELU1 || feat == LA_FEATURE_ELU1);
+    const int64_t tiles = (N + 63) / 64, per_head = std::max<int64_t>(1, (3 * (int64_t)nsm + BH - 1) / BH);
+    a.L = 64 * ((tiles + per_head - 1) / per_head);
+    a.nch = (N + a.L - 1) / a.L;
+    const int64_t ndd = state ? a.nch : a.nch - 1;
+    std::vector<float> ws(BH * a.nch * LS, NAN);
+    a.ws = ws.data();
+    if (ndd > 0) launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] { lct_state_kernel(a); });
+    launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
+    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
+    if (alias) { So = Si; zo = zi; }
+    /* float64 reference on the same bf16 inputs */
+    double md = 0, mr = 0, sd = 0, sr = 0;
+    int64_t bad = 0;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            std::vector<double> S(D * D, 0.0), z(D, 0.0);
+            if (state) {
+                for (int64_t i = 0; i < D * D; i++) S[i] = Si0[(b * H + h) * D * D + i];
+                for (int64_t i = 0; i < D; i++) z[i] = zi0[(b * H + h) * D + i];
+            }
+            for (int64_t t = 0; t < N; t++) {
+                const int64_t off = b * st[0] + t * st[1] + h * st[2];
+                double kt[128], qt[128];
+                for (int d = 0; d < D; d++) {
+                    kt[d] = la_cu_feature(feat, __bfloat162float(k[off + d]));
+                    qt[d] = (double)scale * la_cu_feature(feat, __bfloat162float(q[off + d]));
+                }
+                for (int d = 0; d < D; d++) {
+                    z[d] += kt[d];
+                    for (int e = 0; e < D; e++) S[d * D + e] += kt[d] * __bfloat162float(v[off + e]);
+                }
+                double den = 0;
+                for (int d = 0; d < D; d++) den += qt[d] * z[d];
+                for (int e = 0; e < D; e++) {
+                    double num = 0;
+                    for (int d = 0; d < D; d++) num += qt[d] * S[d * D + e];
+                    double ref = normalize ? num / (den + eps) : num;
+                    float gv = __bfloat162float(o[off + e]);
+                    if (!std::isfinite(gv)) { bad++; continue; }
+                    md = std::max(md, fabs(gv - ref));
+                    mr = std::max(mr, fabs(ref));
+                }
+            }
+            if (state) {
+                for (int64_t i = 0; i < D * D; i++) {
+                    float gv = So[(b * H + h) * D * D + i];
+                    if (!std::isfinite(gv)) { bad++; continue; }
+                    sd = std::max(sd, fabs(gv - S[i]));
+                    sr = std::max(sr, fabs(S[i]));
+                }
+                double zd = 0, zr = 0;
+                for (int64_t i = 0; i < D; i++) {
+                    float gv = zo[(b * H + h) * D + i];
+                    if (!std::isfinite(gv)) { bad++; continue; }
+                    zd = std::max(zd, fabs(gv - z[i]));
+                    zr = std::max(zr, fabs(z[i]));
+                }
+                if (zd / zr > 1e-5) { printf("   z rel %.3g\n", zd / zr); bad++; }
+            }
+        }
+    const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
+    const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
+    printf("B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
+           (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+           a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    int fails = 0;
+    fails += run_case(1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 1);
+    fails += run_case(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 2);     /* L=192: 3 tiles per chunk, 2 chunks */
+    fails += run_case(2, 130, 1, LA_FEATURE_ELU1, 0, 1, 4, 3);      /* L=64, 3 chunks */
+    fails += run_case(1, 150, 1, LA_FEATURE_IDENTITY, 0, 0, 1, 4);  /* L=192: one chunk */
+    fails += run_case(1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 1, 5);  /* L=192, 2 chunks, no state */
+    fails += run_case(1, 100, 1, LA_FEATURE_RELU, 0, 1, 1, 6);
+    fails += run_case(2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 7, 1, 1);   /* permuted, alias in/out */
+    fails += run_case(1, 257, 3, LA_FEATURE_IDENTITY, 0, 1, 2, 8, 1, 0);
+    fails += run_case(1, 64, 1, LA_FEATURE_RELU1, 0, 1, 4, 9, 0, 1);
+    fails += run_case(1, 65, 1, LA_FEATURE_RELU_EPS, 1, 0, 4, 10, 1, 0);
+    printf("%d failed\n", fails);
+    return fails != 0;
+}

@@ -1,0 +1,23 @@
+#!/bin/bash
+# Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
+# kernel text out of src/cuda/linear_causal_tc.cu, compiles it with
+# dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only) and runs the cases.
+#   bash dev/emu_causal_tc.sh [BUILD_DIR]      (~10 s)
+set -e
+O=${1:-build-emu}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+mkdir -p "$O"
+python3 - "$O" <<'PY'
+import re, sys
+s = open("src/cuda/linear_causal_tc.cu").read()
+k = s[s.index("namespace {"):s.index("bool view_ok")]
+k = k[:k.index("/* 16-byte async copy")] + k[k.index("__device__ __forceinline__ void unpack8"):]
+for n in ("lct_sm1", "lct_sm3"):
+    k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];", f"unsigned char *{n} = emu_smem();")
+k = k.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
+k = re.sub(r"__launch_bounds__\([^)]*\)", "", k)
+open(sys.argv[1] + "/kern.inc", "w").write(k)
+PY
+g++ -std=c++20 -O2 -fno-strict-aliasing -w -Iinclude -Isrc -I"$CUDA_INC" -I"$O" dev/emu_causal_tc.cpp \
+    -o "$O/emu_causal_tc" -lpthread
+"$O/emu_causal_tc"

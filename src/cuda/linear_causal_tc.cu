@@ -1,0 +1,620 @@
+/* Causal linear attention (SPEC §3) on bf16 tensor cores (WMMA 16×16×16,
+ * fp32 accumulation) for D = Dv = 128 and bf16 [B,N,H,D] rows.
+ *
+ * With q̃ = scale_q·φ(q), k̃ = φ(k), a head's tokens are cut into state chunks
+ * of L tokens (L a multiple of 64, chosen for about three waves of CTAs; it is
+ * internal: the user's `chunk` only changes rounding, SPEC §3):
+ *
+ *   1. lct_state_kernel, grid (chunks, B·H): ΔS_c = K̃_cᵀV_c (128×128, fp32)
+ *      and Δz_c = Σ k̃ (fp32 sums of the fp32 φ values). K and V tiles of 64
+ *      tokens arrive by cp.async, 3 stages. When S_out is asked for and φ(k)
+ *      is not exact in bf16 (relu_eps, relu1, elu1), k̃ = hi + lo with two
+ *      bf16 halves and two products, so that the returned state keeps fp32
+ *      accuracy (rel ~1e-6 instead of 2^-9).
+ *   2. lct_scan_kernel, grid (⌈16512/4/256⌉, B·H): per entry of (S, z), a
+ *      walk over the chunks writing the exclusive prefix P_c = S_in + Σ_{c'<c}
+ *      ΔS_c' in place of ΔS_c (fp32), and the final state into S_out / z_out.
+ *   3. lct_output_kernel, grid (chunks, B·H), one CTA per SM (179 KB smem):
+ *      the running state S starts as P_c in fp32 accumulators (64 per
+ *      thread) and a bf16 copy S̃ in shared memory; for each tile of 64
+ *      tokens (Q, K, V by cp.async, double-buffered):
+ *          A   = tril(Q̃ K̃ᵀ)               (64×64, fp32 → masked → bf16)
+ *          num = Q̃ S̃ + A V,   den = q̃·z + rowsum(A)     (fp32)
+ *          S  += K̃ᵀ V,        z  += Σ k̃,   S̃ = bf16(S)
+ *      which is the CPU path's chunkwise form (src/cpu/linear_cpu.c) with
+ *      chunk 64 inside a state chunk of L.
+ *
+ * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
+ * bf16 already); states, denominators and all sums are fp32. Bytes at
+ * N = 32K, H = 12: Q, K, V read + O written = 402 MB (+ K, V once more in
+ * pass 1, 201 MB) and 4 × 12 × 32 × 66 KB ≈ 100 MB of chunk states
+ * (dev/NOTES_cuda_causal.md has the budget). */
+#include "linear_causal_tc.cuh"
+
+#include <mma.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+using namespace nvcuda;
+
+namespace {
+
+constexpr int D = 128;          /* D = Dv                                  */
+constexpr int T = 64;           /* tokens per tile                         */
+constexpr int LD = D + 8;       /* bf16 smem row stride of Q/K/V/S̃ tiles   */
+constexpr int NT = 256;         /* threads per CTA                         */
+constexpr int LS = D * D + D;   /* floats of one chunk state (S, then z)   */
+constexpr int ALD = T + 4;      /* fp32 row stride of the A tile           */
+constexpr int BLD = T + 8;      /* bf16 row stride of the masked A tile    */
+constexpr int TILE = T * LD;    /* bf16 elements of one 64-row tile        */
+
+struct lct_args {
+    const __nv_bfloat16 *q, *k, *v;
+    __nv_bfloat16 *o;
+    int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
+    int64_t N, H, L, nch;
+    int feat, normalize, split;
+    float scale_q, eps;
+    float *ws; /* [B·H][nch][LS]: ΔS_c, then (in place) P_c */
+    la_cu_view S_in, z_in, S_out, z_out;
+};
+
+/* 16-byte async copy; invalid: nothing read, 16 zero bytes written */
+__device__ __forceinline__ void cp16(void *smem, const void *gmem, bool valid) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0;
+    const size_t gp = __cvta_generic_to_global(gmem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int Pending> __device__ __forceinline__ void cp_wait() {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
+}
+
+__device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
+    const uint4 u = *(const uint4 *)p;
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h2[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ uint4 pack8(const float x[8]) {
+    uint4 u;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    return u;
+}
+
+/* ---- pass 1: chunk states ------------------------------------------------
+ * grid (chunks with a state to compute, B·H), 256 threads. Warp w owns rows
+ * d ∈ 32(w%4) + [0, 32) and columns 64(w/4) + [0, 64) of ΔS (2×4 fragments).
+ * Thread tid copies 16-byte piece (tid % 16) of rows tid/16 + 16u (u < 4) of
+ * every tile and applies φ to exactly those pieces, so a cp.async.wait_group
+ * of its own copies is all it needs before that. */
+constexpr int TS1 = 3;
+__global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
+    extern __shared__ __align__(128) unsigned char lct_sm1[];
+    __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm1;
+    const int nmat = a.split ? 3 : 2; /* K̃ hi, V[, K̃ lo] per stage */
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
+    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
+    const int nt = (int)((t1 - t0 + T - 1) / T);
+    const int tid = threadIdx.x, warp = tid / 32;
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
+    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+
+    auto issue = [&](int t) { /* tile t into stage t % TS1; always one group */
+        if (t < nt) {
+            __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t tok = t0 + (int64_t)t * T + r;
+                const bool ok = tok < t1;
+                const int64_t tk = ok ? tok : 0;
+                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+            }
+        }
+        cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS1 - 1; t++) issue(t);
+
+    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4);
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.f);
+    float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+
+    for (int t = 0; t < nt; t++) {
+        cp_wait<TS1 - 2>(); /* this thread's copies of tile t have landed */
+        __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int r = r0 + 16 * u;
+            __nv_bfloat16 *p = &Ks[r * LD + c8];
+            float x[8], lo[8];
+            if (t0 + (int64_t)t * T + r < t1) {
+                unpack8(p, x);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    x[i] = la_cu_feature(a.feat, x[i]);
+                    zp[i] += x[i];
+                    lo[i] = x[i] - __bfloat162float(__float2bfloat16_rn(x[i]));
+                }
+            } else { /* past the chunk end: k̃ = 0 (φ(0) need not be 0) */
+#pragma unroll
+                for (int i = 0; i < 8; i++) x[i] = lo[i] = 0.f;
+            }
+            *(uint4 *)p = pack8(x);
+            if (a.split) *(uint4 *)&Kl[r * LD + c8] = pack8(lo);
+        }
+        __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
+        issue(t + TS1 - 1); /* into the stage of tile t-1 */
+#pragma unroll
+        for (int kk = 0; kk < T; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2], fl[2];
+#pragma unroll
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ks[kk * LD + rb + 16 * i], LD);
+            if (a.split)
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fl[i], &Kl[kk * LD + rb + 16 * i], LD);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, &Vs[kk * LD + cb + 16 * j], LD);
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
+                if (a.split)
+#pragma unroll
+                    for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fl[i], fb, acc[i][j]);
+            }
+        }
+    }
+    float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            wmma::store_matrix_sync(dst + (rb + 16 * i) * D + cb + 16 * j, acc[i][j], D,
+                                    wmma::mem_row_major);
+    /* Δz: column col is summed by the 16 threads with tid % 16 == col / 8 */
+    cp_wait<0>();
+    __syncthreads(); /* the stages are free */
+    float *zbuf = (float *)lct_sm1; /* [NT][8] */
+#pragma unroll
+    for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
+    __syncthreads();
+    if (tid < D) {
+        float z = 0.f;
+        for (int m = 0; m < NT / 16; m++) z += zbuf[((tid / 8) + 16 * m) * 8 + tid % 8];
+        dst[D * D + tid] = z;
+    }
+}
+
+/* ---- pass 2: exclusive prefix over the chunks, in place ------------------
+ * grid (⌈LS/4/NT⌉, B·H): a thread owns 4 consecutive entries of (S, z); nd
+ * chunks hold a ΔS (nch − 1, or nch when the final state is asked for). The
+ * input state is read and the output state written by the same thread for
+ * the same entries, so S_in / S_out (and z_in / z_out) may alias. */
+constexpr int SU = 8; /* loads in flight per thread */
+__global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int64_t x4 = (int64_t)blockIdx.x * NT + threadIdx.x;
+    if (x4 >= LS / 4) return;
+    const int64_t x = 4 * x4;
+    const bool isS = x < (int64_t)D * D; /* D·D % 4 == 0: the 4 entries are all S or all z */
+    float st[4];
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        float s = 0.f;
+        if (isS) {
+            const int64_t d = (x + e) / D, dv = (x + e) % D;
+            if (a.S_in.data) s = la_cu_ld4(a.S_in, b, h, d, dv);
+        } else {
+            const int64_t d = x + e - (int64_t)D * D;
+            if (a.z_in.data)
+                s = la_cu_ld(a.z_in.data, a.z_in.dt,
+                             b * a.z_in.nb[0] + h * a.z_in.nb[1] + d * a.z_in.nb[2]);
+        }
+        st[e] = s;
+    }
+    float4 *base = (float4 *)(a.ws + (size_t)bh * a.nch * LS) + x4;
+    const int64_t cs = LS / 4; /* float4 stride between chunks */
+    for (int64_t c0 = 0; c0 < a.nch; c0 += SU) {
+        float4 dv[SU];
+#pragma unroll
+        for (int u = 0; u < SU; u++)
+            dv[u] = (c0 + u < nd) ? base[(c0 + u) * cs] : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int u = 0; u < SU; u++) {
+            if (c0 + u < a.nch) base[(c0 + u) * cs] = make_float4(st[0], st[1], st[2], st[3]);
+            st[0] += dv[u].x;
+            st[1] += dv[u].y;
+            st[2] += dv[u].z;
+            st[3] += dv[u].w;
+        }
+    }
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (isS && a.S_out.data) {
+            const int64_t d = (x + e) / D, dv = (x + e) % D;
+            la_cu_st((void *)a.S_out.data, a.S_out.dt,
+                     b * a.S_out.nb[0] + h * a.S_out.nb[1] + d * a.S_out.nb[2] + dv * a.S_out.nb[3],
+                     st[e]);
+        } else if (!isS && a.z_out.data) {
+            const int64_t d = x + e - (int64_t)D * D;
+            la_cu_st((void *)a.z_out.data, a.z_out.dt,
+                     b * a.z_out.nb[0] + h * a.z_out.nb[1] + d * a.z_out.nb[2], st[e]);
+        }
+    }
+}
+
+/* ---- pass 3: outputs -----------------------------------------------------
+ * grid (nch, B·H), 256 threads, one CTA per SM. Warp w:
+ *   A tile   rows 16(w%4) + [0,16), columns 32(w/4) + [0,32)   (2 fragments)
+ *   O tile   rows 16(w%4) + [0,16), columns 64(w/4) + [0,64)   (4 fragments)
+ *   state S  rows 32(w%4) + [0,32), columns 64(w/4) + [0,64)   (2×4 fragments)
+ * Accumulator fragments leave through a per-warp 16×16 fp32 staging tile. */
+constexpr int TS3 = 2;
+constexpr size_t SM3_STAGES = sizeof(__nv_bfloat16) * TS3 * 3 * TILE; /* Q, K, V */
+constexpr size_t SM3_SS = sizeof(__nv_bfloat16) * D * LD;
+constexpr size_t SM3_AS = sizeof(float) * T * ALD;
+constexpr size_t SM3_AB = sizeof(__nv_bfloat16) * T * BLD;
+constexpr size_t SM3_WB = sizeof(float) * 8 * 256;
+constexpr size_t SM3_ZS = sizeof(float) * D;
+constexpr size_t SM3_ZP = sizeof(float) * 16 * D;
+constexpr size_t SM3_QZ = sizeof(float) * T;
+constexpr size_t SM3_DEN = sizeof(float) * T;
+constexpr size_t LCT_OUT_SMEM =
+    SM3_STAGES + SM3_SS + SM3_AS + SM3_AB + SM3_WB + SM3_ZS + SM3_ZP + SM3_QZ + SM3_DEN;
+static_assert(LCT_OUT_SMEM <= 227 * 1024, "output kernel shared memory");
+static_assert(SM3_STAGES % 32 == 0 && SM3_SS % 32 == 0 && SM3_AS % 32 == 0 && SM3_AB % 32 == 0 &&
+                  SM3_WB % 32 == 0 && SM3_ZS % 32 == 0 && SM3_ZP % 32 == 0,
+              "WMMA pointers must stay 32-byte aligned");
+
+__global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
+    extern __shared__ __align__(128) unsigned char lct_sm3[];
+    unsigned char *p8 = lct_sm3;
+    __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM3_STAGES; /* TS3 × {Q,K,V} */
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM3_SS;     /* [D][LD]       */
+    float *As = (float *)p8;                             p8 += SM3_AS;     /* [T][ALD]      */
+    __nv_bfloat16 *Ab = (__nv_bfloat16 *)p8;             p8 += SM3_AB;     /* [T][BLD]      */
+    float *wbufs = (float *)p8;                          p8 += SM3_WB;     /* 8 × [16][16]  */
+    float *zs = (float *)p8;                             p8 += SM3_ZS;     /* [D] running z */
+    float *zpart = (float *)p8;                          p8 += SM3_ZP;     /* [16][D]       */
+    float *qz = (float *)p8;                             p8 += SM3_QZ;     /* [T] q̃·z       */
+    float *den = (float *)p8;                                              /* [T] 1/(den+eps) */
+
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
+    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
+    const int nt = (int)((t1 - t0 + T - 1) / T);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const bool norm = a.normalize != 0;
+    const __nv_bfloat16 *qb = a.q + b * a.qs[0] + h * a.qs[2] + c8;
+    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
+    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+    __nv_bfloat16 *ob = a.o + b * a.os[0] + h * a.os[2];
+
+    auto issue = [&](int t) { /* tile t into stage t % TS3; always one group */
+        if (t < nt) {
+            __nv_bfloat16 *Qs = stg + (t % TS3) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t tok = t0 + (int64_t)t * T + r;
+                const bool ok = tok < t1;
+                const int64_t tk = ok ? tok : 0;
+                cp16(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
+                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+            }
+        }
+        cp_commit();
+    };
+    issue(0);
+
+    const int ra = 16 * (warp % 4), ca = 32 * (warp / 4); /* A tile */
+    const int ro = 16 * (warp % 4), co = 64 * (warp / 4); /* O tile */
+    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4); /* state  */
+    float *wb = wbufs + warp * 256;
+    const int rr = lane / 2, half = lane % 2; /* lane's row / 8-column half in a fragment */
+
+    /* S̃ = bf16(S) from the state accumulators, through the warp's staging tile */
+    wmma::fragment<wmma::accumulator, 16, 16, 16, float> accS[2][4];
+    auto state_to_smem = [&]() {
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::store_matrix_sync(wb, accS[i][j], 16, wmma::mem_row_major);
+                __syncwarp();
+                float x[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) x[e] = wb[rr * 16 + half * 8 + e];
+                *(uint4 *)&Ss[(rb + 16 * i + rr) * LD + cb + 16 * j + half * 8] = pack8(x);
+                __syncwarp();
+            }
+    };
+    {   /* the state before this chunk: P_c from pass 2 (fp32, global) */
+        const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                wmma::load_matrix_sync(accS[i][j], P + (rb + 16 * i) * D + cb + 16 * j, D,
+                                       wmma::mem_row_major);
+        state_to_smem();
+        if (tid < D) zs[tid] = P[D * D + tid];
+    }
+    __syncthreads(); /* zs (read by the first φ pass) */
+
+    for (int t = 0; t < nt; t++) {
+        cp_wait<0>(); /* this thread's copies of tile t have landed */
+        __nv_bfloat16 *Qs = stg + (t % TS3) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
+        const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
+        /* 1. φ on this thread's pieces: q̃ (scaled) with its part of q̃·z, k̃ with
+         *    its part of this tile's Σ k̃ (fp32 values, before rounding). */
+        float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int r = r0 + 16 * u;
+            const bool valid = tt + r < t1;
+            float x[8], y[8], dq = 0.f;
+            if (valid) {
+                unpack8(&Qs[r * LD + c8], x);
+                unpack8(&Ks[r * LD + c8], y);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    x[i] = la_cu_feature(a.feat, x[i]) * a.scale_q;
+                    dq = fmaf(x[i], zs[c8 + i], dq);
+                    y[i] = la_cu_feature(a.feat, y[i]);
+                    zk[i] += y[i];
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) x[i] = y[i] = 0.f;
+            }
+            *(uint4 *)&Qs[r * LD + c8] = pack8(x);
+            *(uint4 *)&Ks[r * LD + c8] = pack8(y);
+            /* the 16 pieces of row r are 16 neighbouring lanes */
+            dq += __shfl_xor_sync(0xffffffffu, dq, 8);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 4);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 2);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 1);
+            if ((tid & 15) == 0) qz[r] = dq;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) zpart[r0 * D + c8 + i] = zk[i];
+        __syncthreads(); /* S1: tile t mapped; every warp is done with tile t-1 */
+        issue(t + 1);    /* into the stage of tile t-1 */
+
+        /* 2. A = Q̃ K̃ᵀ (fp32, to As); z += this tile's Σ k̃ (nobody reads zs
+         *    before the next φ pass, several barriers away) */
+        {
+            wmma::fragment<wmma::accumulator, 16, 16, 16, float> accA[2];
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::fill_fragment(accA[j], 0.f);
+#pragma unroll
+            for (int kk = 0; kk < D; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+                wmma::load_matrix_sync(fa, &Qs[ra * LD + kk], LD);
+#pragma unroll
+                for (int j = 0; j < 2; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
+                    wmma::load_matrix_sync(fb, &Ks[(ca + 16 * j) * LD + kk], LD);
+                    wmma::mma_sync(accA[j], fa, fb, accA[j]);
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < 2; j++)
+                wmma::store_matrix_sync(&As[ra * ALD + ca + 16 * j], accA[j], ALD, wmma::mem_row_major);
+        }
+        if (tid < D) {
+            float s = 0.f;
+#pragma unroll
+            for (int g = 0; g < 16; g++) s += zpart[g * D + tid];
+            zs[tid] += s;
+        }
+        __syncthreads(); /* S2: As complete */
+
+        /* 3. mask (key ≤ query within the tile), round to bf16, row sums:
+         *    4 threads per row (neighbouring lanes), 16 columns each */
+        {
+            const int r = tid / 4, q4 = tid % 4;
+            float rs = 0.f;
+#pragma unroll
+            for (int g = 0; g < 2; g++) {
+                float x[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int col = q4 * 16 + g * 8 + e;
+                    x[e] = col <= r ? As[r * ALD + col] : 0.f;
+                    rs += x[e];
+                }
+                *(uint4 *)&Ab[r * BLD + q4 * 16 + g * 8] = pack8(x);
+            }
+            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
+            rs += __shfl_xor_sync(0xffffffffu, rs, 2);
+            if (q4 == 0) den[r] = norm ? 1.f / (qz[r] + rs + a.eps) : 1.f;
+        }
+        __syncthreads(); /* S3: Ab, den complete */
+
+        /* 4. num = Q̃ S̃ + A V */
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> accO[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) wmma::fill_fragment(accO[j], 0.f);
+#pragma unroll
+        for (int kk = 0; kk < D; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, &Qs[ro * LD + kk], LD);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, &Ss[kk * LD + co + 16 * j], LD);
+                wmma::mma_sync(accO[j], fa, fb, accO[j]);
+            }
+        }
+#pragma unroll
+        for (int kk = 0; kk < T; kk += 16) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
+            wmma::load_matrix_sync(fa, &Ab[ro * BLD + kk], BLD);
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                wmma::load_matrix_sync(fb, &Vs[kk * LD + co + 16 * j], LD);
+                wmma::mma_sync(accO[j], fa, fb, accO[j]);
+            }
+        }
+        /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
+        const bool more = t + 1 < nt;
+        if (more) {
+#pragma unroll
+            for (int kk = 0; kk < T; kk += 16) {
+                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2];
+#pragma unroll
+                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ks[kk * LD + rb + 16 * i], LD);
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
+                    wmma::load_matrix_sync(fb, &Vs[kk * LD + cb + 16 * j], LD);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) wmma::mma_sync(accS[i][j], fa[i], fb, accS[i][j]);
+                }
+            }
+        }
+        /* 6. outputs: lane rr/half writes 8 columns of row ro + rr per fragment */
+        {
+            const int row = ro + rr;
+            const int64_t tok = tt + row;
+            const float sc = den[row];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                wmma::store_matrix_sync(wb, accO[j], 16, wmma::mem_row_major);
+                __syncwarp();
+                float x[8];
+#pragma unroll
+                for (int e = 0; e < 8; e++) x[e] = wb[rr * 16 + half * 8 + e] * sc;
+                if (tok < t1) *(uint4 *)(ob + tok * a.os[1] + co + 16 * j + half * 8) = pack8(x);
+                __syncwarp();
+            }
+        }
+        if (more) {
+            __syncthreads(); /* S4: every warp is done reading S̃ */
+            state_to_smem(); /* visible to the next tile's products after its S1 */
+        }
+    }
+}
+
+bool view_ok(const la_tensor *t) {
+    return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
+           t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
+           ((uintptr_t)t->data % 16) == 0;
+}
+
+/* Once per device (the answers do not change): the SM count, and the shared
+ * memory limits of the two large kernels raised to what they may use (K1 at
+ * most its hi/lo size). Racing first calls only repeat the same settings. */
+constexpr int LCT_MAXDEV = 64;
+std::atomic<int> lct_nsm[LCT_MAXDEV];
+la_status lct_prepare_device(int dev, int *nsm) {
+    if (dev >= 0 && dev < LCT_MAXDEV && lct_nsm[dev].load() > 0) {
+        *nsm = lct_nsm[dev].load();
+        return LA_OK;
+    }
+    LA_CU(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
+    LA_CU(cudaFuncSetAttribute(lct_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
+    LA_CU(cudaFuncSetAttribute(lct_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)LCT_OUT_SMEM));
+    if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
+    return LA_OK;
+}
+
+}  // namespace
+
+bool lct_supported(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                   const la_tensor *v, const la_tensor *out) {
+    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
+    if (path && !strcmp(path, "old")) return false;
+    return p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
+           view_ok(k) && view_ok(v) && view_ok(out);
+}
+
+la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                  const la_tensor *v, la_tensor *out, const la_tensor *S_in,
+                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, cudaStream_t st) {
+    lct_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (const __nv_bfloat16 *)q->data;
+    a.k = (const __nv_bfloat16 *)k->data;
+    a.v = (const __nv_bfloat16 *)v->data;
+    a.o = (__nv_bfloat16 *)out->data;
+    const la_tensor *ts[4] = {q, k, v, out};
+    int64_t *ss[4] = {a.qs, a.ks, a.vs, a.os};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 3; j++) ss[i][j] = ts[i]->nb[j];
+    const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], BH = B * H;
+    a.N = N;
+    a.H = H;
+    a.feat = (int)p->feature;
+    a.normalize = p->normalize;
+    a.scale_q = p->scale_q;
+    a.eps = p->eps;
+    a.S_in = la_cu_view_of(S_in);
+    a.z_in = la_cu_view_of(z_in);
+    a.S_out = la_cu_view_of(S_out);
+    a.z_out = la_cu_view_of(z_out);
+    /* hi/lo k̃ only where it matters: the returned fp32 state, φ inexact in bf16 */
+    a.split = S_out && (p->feature == LA_FEATURE_RELU_EPS || p->feature == LA_FEATURE_RELU1 ||
+                        p->feature == LA_FEATURE_ELU1);
+
+    /* State chunk L (multiple of 64): about 3 CTAs of the output pass per SM
+     * (one resident per SM), as few chunk states as that allows. */
+    int dev = 0, nsm = 132;
+    LA_CU(cudaGetDevice(&dev));
+    LA_TRY(lct_prepare_device(dev, &nsm));
+    const int64_t tiles = la_cu_cdiv(N, T);
+    const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
+    a.L = T * la_cu_cdiv(tiles, per_head);
+    a.nch = la_cu_cdiv(N, a.L);
+    if (a.nch > INT32_MAX || a.L > INT32_MAX)
+        return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
+    const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
+
+    size_t nf, bytes;
+    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size(nf, (size_t)LS, &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
+    la_cu_ws ws;
+    LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
+    a.ws = (float *)ws.p;
+    if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
+        fprintf(stderr, "linear-causal: path=tc BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d\n",
+                (long long)BH, (long long)N, (long long)a.L, (long long)a.nch, (long long)nd,
+                a.split);
+
+    if (nd > 0) {
+        const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
+        lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        LA_CU_LAUNCH("lct_state_kernel");
+    }
+    lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
+    LA_CU_LAUNCH("lct_scan_kernel");
+    lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
+    LA_CU_LAUNCH("lct_output_kernel");
+    return LA_OK;
+}

@@ -1,0 +1,349 @@
+/* GPU tests of causal linear attention (SPEC §3) on the bf16 tensor-core path
+ * (src/cuda/linear_causal_tc.cu: D = Dv = 128, bf16 rows): the CUDA result
+ * against the CPU path on the same inputs (the CPU path has its float64-
+ * reference tests in tests/cpu/), plus the fallbacks (LA_CUDA_CAUSAL_PATH=old,
+ * D ≠ 128, f32) and a split sequence (state out of the first half into the
+ * second equals one pass).
+ *
+ * Each case: inputs drawn with the printed seed, rounded to bf16 (the CPU sees
+ * the same values), device outputs poisoned with 0xFF bytes (NaN) before the
+ * call, then compared in full: rel = max|gpu − cpu| / max|cpu|
+ *   out (bf16):            ≤ 1e-2
+ *   S_out, z_out (fp32):   ≤ 1e-4 (fp32 sums in a different order, on tensor
+ *                          cores; φ(k) inexact in bf16 goes through hi + lo)
+ * and no NaN left anywhere. Runs on the GPU machine only; without a device it
+ * skips. LA_CUDA_SMALL=1: only N ≤ 1000 (for compute-sanitizer).
+ * LA_CUDA_CAUSAL_VERBOSE=1 prints the path of each call on stderr. */
+#include "test_util.h"
+
+#include <stdbool.h>
+
+#include "core/devmem.h"
+#include "core/internal.h"
+
+static la_rng rng;
+static bool small_only;
+
+/* ---- tensors staged on host and device (as in test_cuda_linear.c) --------- */
+typedef struct tb {
+    la_tensor host, dev; /* same layout                                */
+    int64_t lne[4];      /* logical extents                            */
+    int ndim;
+    int perm;            /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
+    size_t bytes;
+} tb;
+
+static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
+    if (dt == LA_F32) ((float *)p)[off] = x;
+    else ((uint16_t *)p)[off] = la_f32_to_bf16(x);
+}
+static float get_elem(const void *p, la_dtype dt, int64_t off) {
+    if (dt == LA_F32) return ((const float *)p)[off];
+    return la_bf16_to_f32(((const uint16_t *)p)[off]);
+}
+static int64_t phys_off(const tb *t, const int64_t *i) {
+    int64_t o = 0;
+    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
+    return o;
+}
+static void unravel(const tb *t, int64_t e, int64_t *i) {
+    for (int a = t->ndim - 1; a >= 0; a--) {
+        i[a] = e % t->lne[a];
+        e /= t->lne[a];
+    }
+}
+static int64_t tb_numel(const tb *t) {
+    int64_t n = 1;
+    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
+    return n;
+}
+/* vals: logical row-major values (NULL: poison). */
+static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
+    memset(t, 0, sizeof *t);
+    t->ndim = ndim;
+    t->perm = perm && ndim == 4;
+    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
+    int64_t n = tb_numel(t);
+    t->bytes = (size_t)n * la_dtype_size(dt);
+    void *h = malloc(t->bytes);
+    int64_t nb[4];
+    if (t->perm) { /* buffer [B,H,N,D] */
+        nb[3] = 1;
+        nb[1] = ne[3];
+        nb[2] = ne[1] * ne[3];
+        nb[0] = ne[2] * ne[1] * ne[3];
+    } else {
+        int64_t s = 1;
+        for (int a = ndim - 1; a >= 0; a--) {
+            nb[a] = s;
+            s *= ne[a];
+        }
+    }
+    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
+    if (vals) {
+        int64_t idx[4];
+        for (int64_t e = 0; e < n; e++) {
+            unravel(t, e, idx);
+            set_elem(h, dt, phys_off(t, idx), vals[e]);
+        }
+    } else {
+        memset(h, 0xff, t->bytes);
+    }
+    void *d = NULL;
+    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
+        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
+        exit(1);
+    }
+    la_dev_upload(d, h, t->bytes);
+    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
+}
+static void tb_free(tb *t) {
+    free(t->host.data);
+    la_dev_free(t->dev.data);
+}
+/* Logical values of the host (cpu) or device copy. */
+static float *tb_read(const tb *t, bool device) {
+    int64_t n = tb_numel(t);
+    void *h = malloc(t->bytes);
+    if (device) la_dev_download(h, t->dev.data, t->bytes);
+    else memcpy(h, t->host.data, t->bytes);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    int64_t idx[4];
+    for (int64_t e = 0; e < n; e++) {
+        unravel(t, e, idx);
+        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
+    }
+    free(h);
+    return out;
+}
+static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
+    int64_t n = 1;
+    for (int a = 0; a < ndim; a++) n *= ne[a];
+    float *v = malloc(sizeof(float) * (size_t)n);
+    la_fill_normal(&rng, v, n, scale);
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, v);
+    free(v);
+    return t;
+}
+static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, NULL);
+    return t;
+}
+
+/* rel of a (device values) against ref (n values); counts non-finite a. */
+static double rel_of(const float *a, const float *ref, int64_t n, int64_t *nonfinite) {
+    double md = 0, mr = 0;
+    int64_t bad = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) {
+            bad++;
+            continue;
+        }
+        double d = fabs((double)a[i] - ref[i]);
+        if (d > md) md = d;
+        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    }
+    *nonfinite = bad;
+    return md / (mr > 1e-30 ? mr : 1e-30);
+}
+static double worst_out = 0, worst_state = 0;
+static void check_vals(const float *g, const float *c, int64_t n, const char *what, double tol,
+                       bool is_state) {
+    int64_t gbad = 0, cbad = 0;
+    for (int64_t i = 0; i < n; i++) cbad += !isfinite(c[i]);
+    double rel = rel_of(g, c, n, &gbad);
+    CHECK(cbad == 0, "%s: CPU result has %lld non-finite values", what, (long long)cbad);
+    CHECK(gbad == 0, "%s: GPU result has %lld non-finite values (unwritten?)", what, (long long)gbad);
+    CHECK(rel <= tol, "%s: rel err %.3g > %.1g", what, rel, tol);
+    if (is_state && rel > worst_state) worst_state = rel;
+    if (!is_state && rel > worst_out) worst_out = rel;
+    printf("  %-80s rel %.2e %s\n", what, rel, rel <= tol && gbad == 0 ? "ok" : "FAIL");
+}
+/* Device copy of t against its host (CPU) copy. */
+static void compare(const tb *t, const char *what, double tol, bool is_state) {
+    la_dev_synchronize();
+    float *g = tb_read(t, true), *c = tb_read(t, false);
+    check_vals(g, c, tb_numel(t), what, tol, is_state);
+    free(g);
+    free(c);
+}
+
+#define TOL_OUT 1e-2
+#define TOL_STATE 1e-4
+
+static const char *feat_name(la_feature f) { return la_feature_name(f); }
+
+/* One causal call on CPU and GPU. path: NULL = default (new where it
+ * applies), "old" = the portable path. */
+static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_feature f,
+                     int normalize, int64_t chunk, int state, la_dtype dt, int perm,
+                     const char *path) {
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
+    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
+       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
+    tb Si, zi, So, zo;
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.feature = f;
+    p.causal = 1;
+    p.normalize = normalize;
+    p.chunk = chunk;
+    p.scale_q = 0.7f;
+    if (normalize && f == LA_FEATURE_IDENTITY) p.feature = LA_FEATURE_RELU_EPS; /* den > 0 */
+    if (state) {
+        Si = tb_rand(4, nS, LA_F32, 0, 1.0);
+        float *zv = malloc(sizeof(float) * (size_t)(B * H * D));
+        la_fill_normal(&rng, zv, B * H * D, 1.0);
+        for (int64_t i = 0; i < B * H * D; i++) zv[i] = fabsf(zv[i]) * 5.f; /* den > 0 */
+        tb_make(&zi, 3, nz, LA_F32, 0, zv);
+        free(zv);
+        So = tb_poison(4, nS, LA_F32, 0);
+        zo = tb_poison(3, nz, LA_F32, 0);
+    }
+    if (path) setenv("LA_CUDA_CAUSAL_PATH", path, 1);
+    CHECK_OK(la_linear_attention(&p, &q.host, &k.host, &v.host, &o.host,
+                                 state ? &Si.host : NULL, state ? &zi.host : NULL,
+                                 state ? &So.host : NULL, state ? &zo.host : NULL, NULL));
+    CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, state ? &Si.dev : NULL,
+                                 state ? &zi.dev : NULL, state ? &So.dev : NULL,
+                                 state ? &zo.dev : NULL, NULL));
+    la_dev_synchronize();
+    if (path) unsetenv("LA_CUDA_CAUSAL_PATH");
+    char what[200];
+    snprintf(what, sizeof what, "causal %s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d",
+             path ? "[old] " : "", dt == LA_BF16 ? "bf16" : "f32", (long long)B, (long long)N,
+             (long long)H, (long long)D, (long long)Dv, feat_name(p.feature), normalize,
+             (long long)chunk, state, perm);
+    compare(&o, what, dt == LA_BF16 ? TOL_OUT : 1e-4, false);
+    if (state) {
+        char w2[240];
+        snprintf(w2, sizeof w2, "%s S_out", what);
+        compare(&So, w2, TOL_STATE, true);
+        snprintf(w2, sizeof w2, "%s z_out", what);
+        compare(&zo, w2, TOL_STATE, true);
+        tb_free(&Si); tb_free(&zi); tb_free(&So); tb_free(&zo);
+    }
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+}
+
+/* A view of tokens [t0, t0+n) of a [B,N,H,D] device view. */
+static la_tensor token_range(const la_tensor *t, int64_t t0, int64_t n) {
+    la_tensor r = *t;
+    r.data = (char *)t->data + t0 * t->nb[1] * (int64_t)la_dtype_size(t->dtype);
+    r.ne[1] = n;
+    return r;
+}
+
+/* Split sequence on the GPU: tokens [0, N1) with the state out, then [N1, N)
+ * from that state, against one pass over [0, N) (state in and out in both). */
+static void t_split(int64_t N, int64_t N1, la_feature f, int normalize, int perm) {
+    const int64_t B = 1, H = 2, D = 128;
+    int64_t nq[4] = {B, N, H, D}, nS[4] = {B, H, D, D}, nz[3] = {B, H, D};
+    tb q = tb_rand(4, nq, LA_BF16, perm, 1.0), k = tb_rand(4, nq, LA_BF16, perm, 1.0),
+       v = tb_rand(4, nq, LA_BF16, perm, 1.0);
+    tb o1 = tb_poison(4, nq, LA_BF16, perm), o2 = tb_poison(4, nq, LA_BF16, perm);
+    tb Si = tb_rand(4, nS, LA_F32, 0, 1.0);
+    float *zv = malloc(sizeof(float) * (size_t)(B * H * D));
+    la_fill_normal(&rng, zv, B * H * D, 1.0);
+    for (int64_t i = 0; i < B * H * D; i++) zv[i] = fabsf(zv[i]) * 5.f;
+    tb zi;
+    tb_make(&zi, 3, nz, LA_F32, 0, zv);
+    free(zv);
+    tb S1 = tb_poison(4, nS, LA_F32, 0), z1 = tb_poison(3, nz, LA_F32, 0);
+    tb S2 = tb_poison(4, nS, LA_F32, 0), z2 = tb_poison(3, nz, LA_F32, 0);
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.feature = f;
+    p.causal = 1;
+    p.normalize = normalize;
+    /* one pass */
+    CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o1.dev, &Si.dev, &zi.dev, &S1.dev,
+                                 &z1.dev, NULL));
+    /* two halves; the state passes through S2/z2 (in and out alias in the second call) */
+    la_tensor qa = token_range(&q.dev, 0, N1), ka = token_range(&k.dev, 0, N1),
+              va = token_range(&v.dev, 0, N1), oa = token_range(&o2.dev, 0, N1);
+    la_tensor qb = token_range(&q.dev, N1, N - N1), kb = token_range(&k.dev, N1, N - N1),
+              vb = token_range(&v.dev, N1, N - N1), ob = token_range(&o2.dev, N1, N - N1);
+    CHECK_OK(la_linear_attention(&p, &qa, &ka, &va, &oa, &Si.dev, &zi.dev, &S2.dev, &z2.dev, NULL));
+    CHECK_OK(la_linear_attention(&p, &qb, &kb, &vb, &ob, &S2.dev, &z2.dev, &S2.dev, &z2.dev, NULL));
+    la_dev_synchronize();
+    char what[200];
+    snprintf(what, sizeof what, "split %lld = %lld + %lld %s n%d p%d: out", (long long)N,
+             (long long)N1, (long long)(N - N1), feat_name(f), normalize, perm);
+    float *a = tb_read(&o2, true), *b = tb_read(&o1, true);
+    check_vals(a, b, tb_numel(&o1), what, TOL_OUT, false);
+    free(a); free(b);
+    snprintf(what, sizeof what, "split %lld = %lld + %lld %s n%d p%d: S_out", (long long)N,
+             (long long)N1, (long long)(N - N1), feat_name(f), normalize, perm);
+    a = tb_read(&S2, true);
+    b = tb_read(&S1, true);
+    check_vals(a, b, tb_numel(&S1), what, TOL_STATE, true);
+    free(a); free(b);
+    snprintf(what, sizeof what, "split %lld = %lld + %lld %s n%d p%d: z_out", (long long)N,
+             (long long)N1, (long long)(N - N1), feat_name(f), normalize, perm);
+    a = tb_read(&z2, true);
+    b = tb_read(&z1, true);
+    check_vals(a, b, tb_numel(&z1), what, TOL_STATE, true);
+    free(a); free(b);
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o1); tb_free(&o2);
+    tb_free(&Si); tb_free(&zi); tb_free(&S1); tb_free(&z1); tb_free(&S2); tb_free(&z2);
+}
+
+int main(void) {
+    rng = la_test_rng("test_cuda_causal");
+    small_only = getenv("LA_CUDA_SMALL") != NULL;
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("# no CUDA device: skipped\n");
+        return la_test_finish();
+    }
+    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+    const int64_t chunks[4] = {64, 7, 100, 256};
+    const la_dtype bf = LA_BF16;
+
+    /* every feature map × normalize × state, odd lengths (tile and chunk tails),
+     * B = 2 and 1..3 heads, chunk parameters 64 / 7 / 100 / 256, permuted views */
+    printf("# tensor-core path (bf16, D = Dv = 128)\n");
+    const int64_t Ns[5] = {1, 63, 65, 1000, 4096};
+    int cnt = 0;
+    for (int ni = 0; ni < 5; ni++) {
+        if (small_only && Ns[ni] > 1000) continue;
+        for (int f = 0; f < 5; f++)
+            for (int nm = 0; nm < 2; nm++)
+                for (int s = 0; s < 2; s++, cnt++) {
+                    la_feature ff = feats[f];
+                    /* N = 1, identity, no normalization: o = (q̃·k) v is ill-conditioned
+                     * under the bf16 rounding of the products (test_cuda_linear.c, t_tc_paths) */
+                    if (Ns[ni] == 1 && ff == LA_FEATURE_IDENTITY && !nm) ff = LA_FEATURE_RELU;
+                    t_causal(ni == 3 ? 2 : 1, Ns[ni], 1 + cnt % 3, 128, 128, ff, nm,
+                             chunks[cnt % 4], s, bf, cnt & 1, NULL);
+                }
+    }
+    if (!small_only) {
+        printf("# long sequences\n");
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, NULL);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, NULL);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, NULL);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_IDENTITY, 0, 100, 0, bf, 0, NULL);
+        t_causal(1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, NULL);
+    }
+    printf("# split sequences (GPU vs GPU)\n");
+    t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
+    t_split(1000, 64, LA_FEATURE_RELU, 0, 1);
+    t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
+    if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU_EPS, 1, 0);
+
+    printf("# fallbacks (portable path)\n");
+    t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "old");
+    t_causal(1, 65, 2, 128, 128, LA_FEATURE_ELU1, 0, 64, 1, bf, 0, "old");
+    t_causal(1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64   */
+    t_causal(1, 300, 2, 128, 64, LA_FEATURE_RELU, 0, 64, 0, bf, 1, NULL);   /* Dv = 64  */
+    t_causal(1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, LA_F32, 0, NULL); /* f32 */
+
+    printf("# worst rel: out %.2e, state %.2e\n", worst_out, worst_state);
+    return la_test_finish();
+}
