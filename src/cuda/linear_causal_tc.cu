@@ -265,7 +265,9 @@ __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
 /* ---- pass 3: outputs -----------------------------------------------------
  * grid (nch, B·H), 256 threads, one CTA per SM. Warp w:
  *   A tile   rows 16(w%4) + [0,16), columns 32(w/4) + [0,32)   (2 fragments)
- *   O tile   rows 16(w%4) + [0,16), columns 64(w/4) + [0,64)   (4 fragments)
+ *   O tile   rows 32(w%2) + [0,32), columns 32(w/2) + [0,32)   (2×2 fragments: S̃ is
+ *            read twice per tile, Q̃ four times: 128 KB of fragment loads for Q̃S̃,
+ *            against 160 KB with 16×64 warp tiles)
  *   state S  rows 32(w%4) + [0,32), columns 64(w/4) + [0,64)   (2×4 fragments)
  * Accumulator fragments leave through a per-warp 16×16 fp32 staging tile. */
 constexpr int TS3 = 2;
@@ -328,7 +330,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
     issue(0);
 
     const int ra = 16 * (warp % 4), ca = 32 * (warp / 4); /* A tile */
-    const int ro = 16 * (warp % 4), co = 64 * (warp / 4); /* O tile */
+    const int ro = 32 * (warp % 2), co = 32 * (warp / 2); /* O tile */
     const int rb = 32 * (warp % 4), cb = 64 * (warp / 4); /* state  */
     float *wb = wbufs + warp * 256;
     const int rr = lane / 2, half = lane % 2; /* lane's row / 8-column half in a fragment */
@@ -454,30 +456,36 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
         __syncthreads(); /* S3: Ab, den complete */
 
         /* 4. num = Q̃ S̃ + A V */
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> accO[4];
+        wmma::fragment<wmma::accumulator, 16, 16, 16, float> accO[2][2];
 #pragma unroll
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(accO[j], 0.f);
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::fill_fragment(accO[i][j], 0.f);
 #pragma unroll
         for (int kk = 0; kk < D; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, &Qs[ro * LD + kk], LD);
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, &Ss[kk * LD + co + 16 * j], LD);
-                wmma::mma_sync(accO[j], fa, fb, accO[j]);
-            }
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Qs[(ro + 16 * i) * LD + kk], LD);
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Ss[kk * LD + co + 16 * j], LD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(accO[i][j], fa[i], fb[j], accO[i][j]);
         }
 #pragma unroll
         for (int kk = 0; kk < T; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-            wmma::load_matrix_sync(fa, &Ab[ro * BLD + kk], BLD);
+            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
+            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, &Vs[kk * LD + co + 16 * j], LD);
-                wmma::mma_sync(accO[j], fa, fb, accO[j]);
-            }
+            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ab[(ro + 16 * i) * BLD + kk], BLD);
+#pragma unroll
+            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Vs[kk * LD + co + 16 * j], LD);
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+#pragma unroll
+                for (int j = 0; j < 2; j++) wmma::mma_sync(accO[i][j], fa[i], fb[j], accO[i][j]);
         }
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
@@ -496,14 +504,15 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
                 }
             }
         }
-        /* 6. outputs: lane rr/half writes 8 columns of row ro + rr per fragment */
-        {
-            const int row = ro + rr;
+        /* 6. outputs: lane rr/half writes 8 columns of row ro + 16i + rr per fragment */
+#pragma unroll
+        for (int i = 0; i < 2; i++) {
+            const int row = ro + 16 * i + rr;
             const int64_t tok = tt + row;
             const float sc = den[row];
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
-                wmma::store_matrix_sync(wb, accO[j], 16, wmma::mem_row_major);
+            for (int j = 0; j < 2; j++) {
+                wmma::store_matrix_sync(wb, accO[i][j], 16, wmma::mem_row_major);
                 __syncwarp();
                 float x[8];
 #pragma unroll
