@@ -1,7 +1,11 @@
 /* Row-wise exact top-k on the GPU (SPEC §6 ordering): descending score, ties
  * to the lower token index, -1 padding; -inf (and NaN) are not candidates.
  *
- * One CTA per row, a radix select over a 64-bit composite key
+ * Two kernels: tb_kernel (default, described before it below) and the
+ * previous tk_kernel_old (LA_CUDA_TOPK_PATH=old, kept for A/B timing and as
+ * the reference the new one replaced). Both order keys the same way.
+ *
+ * tk_kernel_old: one CTA per row, a radix select over a 64-bit composite key
  *     key = sortable(score) << 32 | ~token
  * which is unique per row, so "ties to the lower index" is just "larger
  * key". Passes of 11 bits over the row (histogram in shared memory) narrow
@@ -108,7 +112,7 @@ __device__ __forceinline__ void tk_find_bin(const uint32_t *hist, int nbins, uin
 }
 
 template <bool GATHER>
-__global__ void __launch_bounds__(TK_THREADS) tk_kernel(la_sp_topk_args a) {
+__global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
     extern __shared__ uint64_t tk_buf[];
     __shared__ uint32_t hist[2048];
     __shared__ uint32_t warp_tot[TK_THREADS / 32];
@@ -370,6 +374,509 @@ __global__ void __launch_bounds__(TK_THREADS) tk_kernel(la_sp_topk_args a) {
         out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tk_buf[i] : -1;
 }
 
+/* ======================================================================== */
+/* Top-k, default path ("v2"): 256 threads, 3 CTAs per SM.                   */
+/*                                                                            */
+/* Phase A puts a superset of the row's top kk keys into shared memory       */
+/* (cand, at most TB_CAP keys):                                               */
+/*  - rows of at most TB_CAP columns: every valid key (one pass);             */
+/*  - longer rows: 4096 sampled keys (512 groups of 8 adjacent columns: one   */
+/*    32-byte sector each) give a threshold tau with about 1.5k + 512 keys    */
+/*    of the row above it; one pass appends every key >= tau, warp-aggregated */
+/*    (one shared atomic per warp per 16 columns per thread). If fewer than k */
+/*    or more than TB_CAP keys pass, the radix passes of the old kernel       */
+/*    (below) narrow the k-th key's bin over the row instead.                 */
+/* Phase B orders the kk largest candidates without a sorting network: a     */
+/* counting sort on an 11-bit digit of (key - min) (the digit's shift makes  */
+/* the candidates' range fit 2048 buckets), then each of the kk + (bucket)   */
+/* keys gets its rank inside its bucket by counting the larger bucket mates.  */
+/* With continuous scores the buckets hold 1-3 keys, so phase B is a handful */
+/* of passes over ~3K shared keys plus two block scans (by counting:          */
+/* ~1K instructions per thread vs ~6K for the 66-stage bitonic sort of 2048   */
+/* 64-bit keys, and ~17 barriers instead of ~70). A bucket larger than        */
+/* TB_LIMIT (many equal scores, far outliers) first narrows the range to the */
+/* keys from the k-th key's bucket up to the bucket of rank 16 (fewer than   */
+/* 16 larger keys, e.g. outliers, share the clamped top bucket; twice at     */
+/* most); if that does not help, a bitonic sort of all candidates orders     */
+/* them (correct, slower). The digit is monotone in the key whatever its    */
+/* base and shift, so bucket order is key order in every case.              */
+/* ======================================================================== */
+#define TB_THREADS 256
+#define TB_WARPS (TB_THREADS / 32)
+#define TB_CAP 6144                        /* candidate keys in shared memory */
+#define TB_LIMIT 48                        /* largest bucket ranked by counting */
+#define TB_TMP (LA_SP_TOPK_MAX + TB_LIMIT) /* scatter target; also holds the samples */
+#define TB_GROUPS 512                      /* sample groups of 8 adjacent columns */
+#define TB_SAMPLES (TB_GROUPS * 8)
+#define TB_ULO 0x00800000u  /* fkey(-FLT_MAX): smaller keys are -inf or NaN */
+#define TB_UINF 0xFF800000u /* fkey(+inf): larger keys are NaN */
+#define TB_SMEM ((TB_CAP + TB_TMP) * sizeof(uint64_t))
+#define TB_FULL 0xffffffffu
+
+static_assert(TB_SAMPLES * sizeof(uint32_t) <= TB_TMP * sizeof(uint64_t), "samples fit in tmp");
+static_assert(TB_CAP + TB_TMP >= 8192, "the bitonic fallback pads TB_CAP keys to 8192");
+static_assert(TB_CAP < 65536, "bucket start and count are packed in 16 bits each");
+
+/* Exclusive block scan of one value per thread; the block total in tot. */
+__device__ __forceinline__ uint32_t tb_excl_scan(uint32_t v, uint32_t *wt, uint32_t &tot) {
+    const int lane = threadIdx.x & 31, wid = threadIdx.x >> 5;
+    uint32_t x = v;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(TB_FULL, x, o);
+        if (lane >= o) x += y;
+    }
+    if (lane == 31) wt[wid] = x;
+    __syncthreads();
+    uint32_t pre = 0, t = 0;
+#pragma unroll
+    for (int w = 0; w < TB_WARPS; w++) {
+        const uint32_t c = wt[w];
+        pre += w < wid ? c : 0u;
+        t += c;
+    }
+    tot = t;
+    __syncthreads(); /* wt is reused */
+    return pre + x - v;
+}
+__device__ __forceinline__ uint32_t tb_sum(uint32_t v, uint32_t *wt) {
+    v = __reduce_add_sync(TB_FULL, v);
+    if ((threadIdx.x & 31) == 0) wt[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint32_t t = 0;
+#pragma unroll
+    for (int w = 0; w < TB_WARPS; w++) t += wt[w];
+    __syncthreads();
+    return t;
+}
+__device__ __forceinline__ uint32_t tb_max(uint32_t v, uint32_t *wt) {
+    v = __reduce_max_sync(TB_FULL, v);
+    if ((threadIdx.x & 31) == 0) wt[threadIdx.x >> 5] = v;
+    __syncthreads();
+    uint32_t t = 0;
+#pragma unroll
+    for (int w = 0; w < TB_WARPS; w++) t = max(t, wt[w]);
+    __syncthreads();
+    return t;
+}
+__device__ __forceinline__ void tb_minmax64(uint64_t &mn, uint64_t &mx, uint64_t *ra, uint64_t *rb) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        mn = min(mn, (uint64_t)__shfl_xor_sync(TB_FULL, (unsigned long long)mn, o));
+        mx = max(mx, (uint64_t)__shfl_xor_sync(TB_FULL, (unsigned long long)mx, o));
+    }
+    if ((threadIdx.x & 31) == 0) {
+        ra[threadIdx.x >> 5] = mn;
+        rb[threadIdx.x >> 5] = mx;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < TB_WARPS; w++) {
+        mn = min(mn, ra[w]);
+        mx = max(mx, rb[w]);
+    }
+    __syncthreads();
+}
+/* Bin of hist[0..nbins) (counted from the top) holding the need-th largest
+ * entry: *bin and *above (entries in higher bins); need <= total. Thread t
+ * owns bins nbins-1-8t .. nbins-8-8t. Ends with a barrier. */
+__device__ __forceinline__ void tb_find_bin(const uint32_t *hist, int nbins, uint32_t need,
+                                            uint32_t *wt, uint32_t *s_bin, uint32_t *s_above) {
+    const int tid = threadIdx.x;
+    uint32_t c[8], loc = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int b = nbins - 1 - (8 * tid + j);
+        c[j] = b >= 0 ? hist[b] : 0u;
+        loc += c[j];
+    }
+    uint32_t tot;
+    uint32_t cum = tb_excl_scan(loc, wt, tot);
+#pragma unroll
+    for (int j = 0; j < 8; j++) {
+        const int b = nbins - 1 - (8 * tid + j);
+        if (b >= 0 && cum < need && cum + c[j] >= need) {
+            *s_bin = (uint32_t)b;
+            *s_above = cum;
+        }
+        cum += c[j];
+    }
+    __syncthreads();
+}
+/* Reserve c slots of the shared counter for this thread (all 32 lanes of
+ * the warp take part): warp prefix sum, one atomic per warp. */
+__device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
+    const int lane = threadIdx.x & 31;
+    uint32_t x = c;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(TB_FULL, x, o);
+        if (lane >= o) x += y;
+    }
+    uint32_t base = 0;
+    if (lane == 31) base = atomicAdd(s_n, x);
+    base = __shfl_sync(TB_FULL, base, 31);
+    return base + x - c;
+}
+__device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo && u <= TB_UINF; }
+
+/* Append every key of columns [lo, hi) with ulo <= fkey <= fkey(+inf) to
+ * cand; *s_n counts them all, only the first TB_CAP are written. Every loop
+ * is uniform over the block (the warp shuffles need all lanes). */
+template <typename TOK>
+__device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t lo, int64_t hi,
+                                          uint32_t ulo, TOK &tok, uint64_t *cand, uint32_t *s_n) {
+    const int tid = threadIdx.x;
+    auto scalar = [&](int64_t s, int64_t e) {
+        for (int64_t b = s; b < e; b += 4 * TB_THREADS) {
+            uint32_t u[4], m = 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t p = b + j * TB_THREADS + tid;
+                u[j] = p < e ? tk_fkey(row[p * cs]) : 0u;
+                m |= (uint32_t)tb_in(u[j], ulo) << j;
+            }
+            if (!__any_sync(TB_FULL, m != 0)) continue;
+            uint32_t pos = tb_reserve(__popc(m), s_n);
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if ((m >> j) & 1u) {
+                    if (pos < TB_CAP)
+                        cand[pos] = ((uint64_t)u[j] << 32) | (uint32_t)~tok(b + j * TB_THREADS + tid);
+                    pos++;
+                }
+        }
+    };
+    if (cs != 1) {
+        scalar(lo, hi);
+        return;
+    }
+    int64_t a = lo;
+    while (a < hi && (((uintptr_t)(row + a)) & 15)) a++;
+    const int64_t nvec = (hi - a) >> 2;
+    scalar(lo, a);
+    const float4 *v = (const float4 *)(row + a);
+    for (int64_t b = 0; b < nvec; b += 4 * TB_THREADS) {
+        float4 x[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int64_t i = b + j * TB_THREADS + tid;
+            x[j] = i < nvec ? __ldg(v + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+        }
+        uint32_t u[16], m = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            u[4 * j] = tk_fkey(x[j].x);
+            u[4 * j + 1] = tk_fkey(x[j].y);
+            u[4 * j + 2] = tk_fkey(x[j].z);
+            u[4 * j + 3] = tk_fkey(x[j].w);
+        }
+#pragma unroll
+        for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
+        if (!__any_sync(TB_FULL, m != 0)) continue;
+        uint32_t pos = tb_reserve(__popc(m), s_n);
+#pragma unroll
+        for (int e = 0; e < 16; e++)
+            if ((m >> e) & 1u) {
+                if (pos < TB_CAP) {
+                    const int64_t p = a + 4 * (b + (e >> 2) * TB_THREADS + tid) + (e & 3);
+                    cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(p);
+                }
+                pos++;
+            }
+    }
+    scalar(a + 4 * nvec, hi);
+}
+
+__device__ __forceinline__ uint32_t tb_digit(uint64_t key, uint64_t mn, int sh) {
+    const uint64_t d = (key - mn) >> sh;
+    return d < 2047 ? (uint32_t)d : 2047u; /* +inf keys beyond the finite max: top bucket */
+}
+
+template <bool GATHER>
+__global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
+    extern __shared__ uint64_t tb_keys[]; /* cand [TB_CAP] then tmp [TB_TMP] */
+    __shared__ uint32_t hist[2048];
+    __shared__ uint32_t wt[TB_WARPS];
+    __shared__ uint64_t ra[TB_WARPS], rb[TB_WARPS];
+    __shared__ uint32_t s_n, s_bin, s_above, s_E, s_hib;
+    uint64_t *cand = tb_keys, *tmp = tb_keys + TB_CAP;
+
+    const int tid = threadIdx.x;
+    const int64_t r = blockIdx.x;
+    int64_t lo = 0, hi = a.L;
+    if (a.use_range) la_sp_row_range(a.range, r, &lo, &hi);
+    const float *row = a.scores + r * a.ld;
+    const int32_t *blocks = GATHER ? a.blocks + r * a.blocks_ld : nullptr;
+    int32_t *out = a.out + r * a.out_ld;
+    auto tok = [&](int64_t p) -> uint32_t {
+        if (GATHER) { /* columns < 2^31: 32-bit division */
+            const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu;
+            return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
+        }
+        return (uint32_t)p;
+    };
+    const int64_t nrow = hi > lo ? hi - lo : 0;
+    const uint32_t k = (uint32_t)a.k;
+    uint32_t nc = 0, kk = 0;
+    bool have = false;
+
+    /* ---- phase A ---- */
+    if (tid == 0) s_n = 0;
+    if (nrow <= TB_CAP) {
+        __syncthreads();
+        tb_filter(row, a.cs, lo, hi, TB_ULO, tok, cand, &s_n);
+        __syncthreads();
+        nc = s_n;
+        kk = min(nc, k);
+        have = true;
+    } else {
+        uint32_t *samp = (uint32_t *)tmp;
+        for (int g = tid; g < TB_GROUPS; g += TB_THREADS) {
+            int64_t p = lo + (int64_t)g * (nrow - 8) / (TB_GROUPS - 1);
+            if (a.cs == 1) { /* start the group on a 32-byte sector */
+                p -= (int64_t)(((uintptr_t)(row + p) >> 2) & 7);
+                if (p < lo) p += 8;
+            }
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const uint32_t u = tk_fkey(row[(p + j) * a.cs]);
+                samp[g * 8 + j] = tb_in(u, TB_ULO) ? u : 0u;
+            }
+        }
+        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+        __syncthreads();
+        uint32_t nv = 0;
+        for (int i = tid; i < TB_SAMPLES; i += TB_THREADS) {
+            const uint32_t u = samp[i];
+            if (u) {
+                atomicAdd(&hist[u >> 21], 1u);
+                nv++;
+            }
+        }
+        nv = tb_sum(nv, wt);
+        /* sample rank rs: ~1.5k + 512 keys of the row above it (4 sigma of
+         * the sampling error inside [k, TB_CAP] for every k <= 2048) */
+        const uint32_t rs = (uint32_t)(((double)k * 1.5 + 512.0) * TB_SAMPLES / (double)nrow) + 1;
+        if (rs < nv) {
+            tb_find_bin(hist, 2048, rs, wt, &s_bin, &s_above);
+            const uint32_t b1 = s_bin, r2 = rs - s_above;
+            for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+            __syncthreads();
+            for (int i = tid; i < TB_SAMPLES; i += TB_THREADS) {
+                const uint32_t u = samp[i];
+                if (u && (u >> 21) == b1) atomicAdd(&hist[(u >> 10) & 2047u], 1u);
+            }
+            __syncthreads();
+            tb_find_bin(hist, 2048, r2, wt, &s_bin, &s_above);
+            const uint32_t tau = (b1 << 21) | (s_bin << 10);
+            tb_filter(row, a.cs, lo, hi, max(tau, TB_ULO), tok, cand, &s_n);
+            __syncthreads();
+            const uint32_t nin = s_n;
+            if (nin >= k && nin <= TB_CAP) {
+                nc = nin;
+                kk = k;
+                have = true;
+            }
+        }
+    }
+    if (!have) {
+        /* radix passes over the row: narrow the k-th key's bin until the bin
+         * and every key above it fit in shared memory, then collect them */
+        uint64_t prefix = 0, mask = 0;
+        uint32_t need = 0;
+        const int shifts[6] = {53, 42, 31, 20, 9, 0};
+        const int widths[6] = {11, 11, 11, 11, 11, 9};
+        for (int pass = 0; pass < 6; pass++) {
+            const int sh = shifts[pass], nbins = 1 << widths[pass];
+            for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+            __syncthreads();
+            const uint64_t pm = mask, pp = prefix;
+            const bool score_digit = sh >= 32;
+            const uint32_t pm32 = (uint32_t)(pm >> 32), pp32 = (uint32_t)(pp >> 32);
+            tk_scan(row, a.cs, lo, hi, [&](int64_t p, float f) {
+                if (!tk_valid(f)) return;
+                uint32_t bin;
+                if (score_digit) {
+                    const uint32_t u = tk_fkey(f);
+                    if ((u & pm32) != pp32) return;
+                    bin = (u >> (sh - 32)) & (uint32_t)(nbins - 1);
+                } else {
+                    const uint64_t key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
+                    if ((key & pm) != pp) return;
+                    bin = (uint32_t)(key >> sh) & (uint32_t)(nbins - 1);
+                }
+                const uint32_t peers = __match_any_sync(__activemask(), bin);
+                if ((threadIdx.x & 31) == (__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
+            });
+            __syncthreads();
+            if (pass == 0) {
+                uint32_t tot = 0;
+                for (int i = tid; i < 2048; i += TB_THREADS) tot += hist[i];
+                tot = tb_sum(tot, wt);
+                kk = min(tot, k);
+                need = kk;
+                if (kk == 0) break;
+            }
+            tb_find_bin(hist, nbins, need, wt, &s_bin, &s_above);
+            const uint32_t bin = s_bin;
+            need -= s_above;
+            prefix |= (uint64_t)bin << sh;
+            mask |= (uint64_t)(nbins - 1) << sh;
+            const uint32_t cnt = hist[bin];
+            __syncthreads(); /* hist is cleared at the next pass */
+            if ((kk - need) + cnt <= TB_CAP) break;
+        }
+        if (kk > 0) {
+            if (tid == 0) s_n = 0;
+            __syncthreads();
+            const uint64_t pm = mask, pp = prefix;
+            const int lane = tid & 31;
+            tk_scan(row, a.cs, lo, hi, [&](int64_t p, float f) {
+                bool in = false;
+                uint64_t key = 0;
+                if (tk_valid(f)) {
+                    key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
+                    in = (key & pm) >= pp; /* in the bin or above it */
+                }
+                const unsigned am = __activemask();
+                const unsigned bi = __ballot_sync(am, in);
+                if (!bi) return;
+                const int leader = __ffs(am) - 1;
+                uint32_t b0 = 0;
+                if (lane == leader) b0 = atomicAdd(&s_n, (uint32_t)__popc(bi));
+                b0 = __shfl_sync(am, b0, leader) + __popc(bi & ((1u << lane) - 1u));
+                if (in && b0 < TB_CAP) cand[b0] = key;
+            });
+            __syncthreads();
+            nc = min(s_n, (uint32_t)TB_CAP);
+        }
+    }
+    if (kk == 0) {
+        for (int64_t i = tid; i < a.k; i += TB_THREADS) out[i * a.out_cs] = -1;
+        return;
+    }
+
+    /* ---- phase B: the kk largest of cand[0..nc), in order ---- */
+    uint64_t thr = 0, mn = 0; /* region: keys >= thr; digit base mn */
+    uint64_t cap = ~0ull;     /* digit range ends here; larger keys share bucket 2047 */
+    int sh = 0;
+    const uint32_t outl = min(kk, 16u);
+    bool ok = false;
+    for (int lvl = 0; lvl < 3; lvl++) {
+        uint64_t lmn = ~0ull, lmx = 0;
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key >= thr) {
+                lmn = min(lmn, key);
+                if ((uint32_t)(key >> 32) != TB_UINF) lmx = max(lmx, key);
+            }
+        }
+        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+        tb_minmax64(lmn, lmx, ra, rb); /* barriers: hist cleared too */
+        lmx = min(lmx, cap);
+        mn = lmn;
+        const uint64_t range = lmx > lmn ? lmx - lmn : 0;
+        sh = range >= 2048 ? 53 - __clzll((long long)range) : 0; /* range >> sh < 2048 */
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key >= thr) atomicAdd(&hist[tb_digit(key, mn, sh)], 1u);
+        }
+        __syncthreads();
+        /* buckets in descending order: start = keys in higher buckets; the
+         * boundary bucket holds rank kk-1; hist[b] = count << 16 | start */
+        uint32_t c[8], loc = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            c[j] = hist[2047 - 8 * tid - j];
+            loc += c[j];
+        }
+        uint32_t tot;
+        uint32_t cum = tb_excl_scan(loc, wt, tot);
+        uint32_t mb = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t bin = 2047 - 8 * tid - j;
+            if (cum < kk) {
+                mb = max(mb, c[j]);
+                if (cum + c[j] >= kk) {
+                    s_bin = bin;
+                    s_E = cum + c[j];
+                }
+                if (cum < outl && cum + c[j] >= outl) s_hib = bin;
+            }
+            hist[bin] = (c[j] << 16) | cum;
+            cum += c[j];
+        }
+        mb = tb_max(mb, wt); /* barriers: s_bin, s_E, hist visible */
+        if (mb <= TB_LIMIT) {
+            ok = true;
+            break;
+        }
+        const uint32_t b = s_bin;
+        if (b == 0 && s_hib == 2047) break; /* neither end of the range can move */
+        /* next level: the keys from the k-th key's bucket up to the bucket
+         * of rank 16 (fewer than 16 keys above it, e.g. far outliers, share
+         * the clamped top bucket): digits over a narrower range */
+        thr = mn + ((uint64_t)b << sh);
+        cap = mn + ((uint64_t)(s_hib + 1) << sh) - 1;
+    }
+    if (ok) {
+        const uint32_t b0 = s_bin, E = s_E;
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key < thr) continue;
+            const uint32_t d = tb_digit(key, mn, sh);
+            if (d >= b0) tmp[atomicAdd(&hist[d], 1u) & 0xFFFFu] = key;
+        }
+        __syncthreads();
+        /* hist[d] = count << 16 | end; rank = start + larger bucket mates */
+        int32_t *ob = (int32_t *)cand;
+        for (uint32_t i = tid; i < E; i += TB_THREADS) {
+            const uint64_t key = tmp[i];
+            const uint32_t h = hist[tb_digit(key, mn, sh)];
+            const uint32_t end = h & 0xFFFFu, st = end - (h >> 16);
+            uint32_t rk = st;
+            for (uint32_t j = st; j < end; j++) rk += tmp[j] > key;
+            if (rk < kk) ob[rk] = (int32_t)~(uint32_t)key;
+        }
+        __syncthreads();
+        for (int64_t i = tid; i < a.k; i += TB_THREADS) out[i * a.out_cs] = i < (int64_t)kk ? ob[i] : -1;
+        return;
+    }
+    /* fallback: bitonic sort of all nc candidates, descending */
+    uint32_t n2 = 1;
+    while (n2 < nc) n2 <<= 1;
+    for (uint32_t i = nc + tid; i < n2; i += TB_THREADS) tb_keys[i] = 0;
+    __syncthreads();
+    for (uint32_t size = 2; size <= n2; size <<= 1) {
+        for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+            for (uint32_t i = tid; i < n2 / 2; i += TB_THREADS) {
+                const uint32_t pos = 2 * i - (i & (stride - 1));
+                const uint64_t x = tb_keys[pos], y = tb_keys[pos + stride];
+                const bool desc = (pos & size) == 0;
+                if ((x < y) == desc) {
+                    tb_keys[pos] = y;
+                    tb_keys[pos + stride] = x;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int64_t i = tid; i < a.k; i += TB_THREADS)
+        out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tb_keys[i] : -1;
+}
+
+/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing). */
+static bool tk_use_old(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("LA_CUDA_TOPK_PATH");
+        v = (e && !strcmp(e, "old")) ? 1 : 0;
+    }
+    return v == 1;
+}
+
 la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
     if (a.k > LA_SP_TOPK_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: k=%lld exceeds the CUDA top-k maximum %d",
@@ -379,15 +886,28 @@ la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
     if (a.R == 0 || a.k == 0) return LA_OK;
     if (a.R > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld rows exceed the grid", (long long)a.R);
-    const size_t smem = TK_BUF * sizeof(uint64_t);
+    if (tk_use_old()) {
+        const size_t smem = TK_BUF * sizeof(uint64_t);
+        if (a.blocks) {
+            LA_CU(cudaFuncSetAttribute(tk_kernel_old<true>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            tk_kernel_old<true><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
+        } else {
+            LA_CU(cudaFuncSetAttribute(tk_kernel_old<false>,
+                                       cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+            tk_kernel_old<false><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
+        }
+        LA_CU_LAUNCH("topk (old)");
+        return LA_OK;
+    }
     if (a.blocks) {
-        LA_CU(cudaFuncSetAttribute(tk_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-        tk_kernel<true><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
+        LA_CU(cudaFuncSetAttribute(tb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)TB_SMEM));
+        tb_kernel<true><<<(unsigned)a.R, TB_THREADS, TB_SMEM, s>>>(a);
     } else {
-        LA_CU(cudaFuncSetAttribute(tk_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
-        tk_kernel<false><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
+        LA_CU(cudaFuncSetAttribute(tb_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)TB_SMEM));
+        tb_kernel<false><<<(unsigned)a.R, TB_THREADS, TB_SMEM, s>>>(a);
     }
     LA_CU_LAUNCH("topk");
     return LA_OK;

@@ -153,11 +153,22 @@ static int64_t count_diff(const int32_t *a, const int32_t *b, int64_t n) {
 static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
     const int64_t cs = strided ? 3 : 1;
     float *x = malloc((size_t)(R * L * cs) * 4);
+    /* ties: 0 normal, 1 quantized (many equal scores), 2 all equal, 3 a few
+     * far outliers (the v2 kernel's range narrowing), 4 mostly -inf (wide
+     * rows with fewer than k valid: the radix fallback), 5 NaN and +inf mixed
+     * in (NaN is never a candidate, +inf is) */
     for (int64_t i = 0; i < R * L * cs; i++) {
         double u = la_rng_normal(&rng);
-        x[i] = ties ? (float)floor(u * 4) : (float)u;
+        x[i] = ties == 1 ? (float)floor(u * 4) : (float)u;
         if (la_rng_uniform(&rng) < 0.1) x[i] = -INFINITY;
         if (ties == 2) x[i] = 1.5f; /* every score equal */
+        if (ties == 3 && la_rng_uniform(&rng) < 1e-4) x[i] = (float)(1e30 * (1.0 + la_rng_uniform(&rng)));
+        if (ties == 4 && la_rng_uniform(&rng) < 0.985) x[i] = -INFINITY;
+        if (ties == 5) {
+            const double v = la_rng_uniform(&rng);
+            if (v < 0.01) x[i] = NAN;
+            else if (v < 0.0105) x[i] = INFINITY;
+        }
     }
     dbuf ds = dput(x, R * L * cs, LA_F32);
     dbuf di = dalloc((size_t)(R * k) * 4);
@@ -187,7 +198,7 @@ static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
 typedef struct idx_case {
     int64_t T, HI, dI, L, topk, B, m;
     int ranges;    /* 0 causal default, 1 random ragged [start, end) */
-    int permuted;  /* q passed as a permuted view of a [HI,T,dI] buffer */
+    int permuted;  /* 1: q passed as a permuted view of a [HI,T,dI] buffer; 2: k rows padded to dI+4 */
     la_dtype dt;
 } idx_case;
 
@@ -220,13 +231,24 @@ static void test_indexers(idx_case c) {
         for (int64_t h = 0; h < HI; h++)
             for (int64_t i = 0; i < dI; i++)
                 qperm[(h * T + t) * dI + i] = q[(t * HI + h) * dI + i];
-    dbuf dq = c.permuted ? dput(qperm, T * HI * dI, c.dt) : dput(q, T * HI * dI, c.dt);
-    if (c.permuted) /* rounded values back into q's layout */
+    dbuf dq = c.permuted == 1 ? dput(qperm, T * HI * dI, c.dt) : dput(q, T * HI * dI, c.dt);
+    if (c.permuted == 1) /* rounded values back into q's layout */
         for (int64_t t = 0; t < T; t++)
             for (int64_t h = 0; h < HI; h++)
                 for (int64_t i = 0; i < dI; i++)
                     q[(t * HI + h) * dI + i] = qperm[(h * T + t) * dI + i];
-    dbuf dk = dput(k, L * dI, c.dt);
+    dbuf dk;
+    const int64_t kld = c.permuted == 2 ? dI + 4 : dI; /* 2: k rows padded (not 16-byte aligned) */
+    if (c.permuted == 2) {
+        float *kp = malloc((size_t)(L * kld) * 4);
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t i = 0; i < kld; i++) kp[s * kld + i] = i < dI ? k[s * dI + i] : NAN;
+        dk = dput(kp, L * kld, c.dt);
+        for (int64_t s = 0; s < L; s++)
+            for (int64_t i = 0; i < dI; i++) k[s * dI + i] = kp[s * kld + i]; /* rounded */
+        free(kp);
+    } else
+        dk = dput(k, L * dI, c.dt);
     dbuf dw = dput(w, T * HI, LA_F32);
     dbuf dst = {0}, den = {0};
     if (c.ranges) {
@@ -234,12 +256,16 @@ static void test_indexers(idx_case c) {
         den = dput_i32(en, T);
     }
     la_tensor tq, tk, tw, ts, te, hq, hk, hw, hs, he;
-    if (c.permuted) {
+    if (c.permuted == 1) {
         int64_t ne[3] = {T, HI, dI}, nb[3] = {dI, T * dI, 1};
         la_tensor_init_strided(&tq, dq.d, c.dt, LA_DEVICE_CUDA, 3, ne, nb);
     } else
         tset(&tq, dq.d, c.dt, LA_DEVICE_CUDA, 3, T, HI, dI);
-    tset(&tk, dk.d, c.dt, LA_DEVICE_CUDA, 2, L, dI, 0);
+    if (c.permuted == 2) {
+        int64_t ne[2] = {L, dI}, nb[2] = {kld, 1};
+        la_tensor_init_strided(&tk, dk.d, c.dt, LA_DEVICE_CUDA, 2, ne, nb);
+    } else
+        tset(&tk, dk.d, c.dt, LA_DEVICE_CUDA, 2, L, dI, 0);
     tset(&tw, dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
     tset(&hq, q, LA_F32, LA_DEVICE_CPU, 3, T, HI, dI);
     tset(&hk, k, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
@@ -454,11 +480,19 @@ int main(void) {
     test_topk(3, 5000, 2048, 2, 0);
     test_topk(2, 9000, 300, 0, 1);   /* sampled-threshold path, strided */
     test_topk(3, 20000, 2048, 0, 0); /* sampled-threshold path */
+    test_topk(3, 6144, 1537, 0, 0);  /* widest row of the direct path, odd k */
+    test_topk(3, 6145, 1537, 0, 1);  /* narrowest sampled row, strided */
+    test_topk(4, 3000, 64, 3, 0);    /* outliers, direct path */
+    test_topk(4, 2000, 100, 5, 0);   /* NaN and +inf */
     if (!small_only) {
         test_topk(33, 70001, 2048, 0, 0);
         test_topk(9, 70001, 2048, 1, 0);
         test_topk(5, 262144, 2048, 0, 0);
         test_topk(8, 30000, 1000, 2, 1);
+        test_topk(6, 65536, 2048, 3, 0); /* outliers above the sampled candidates */
+        test_topk(6, 100000, 2048, 4, 0); /* ~1500 valid < k on wide rows */
+        test_topk(5, 65536, 777, 5, 1);
+        test_topk(7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
     }
 
     /* indexers: {T, HI, dI, L, topk, B, m, ranges, permuted, dtype} */
@@ -472,6 +506,7 @@ int main(void) {
         {63, 64, 128, 777, 64, 16, 8, 1, 1, LA_BF16},    /* fast path, permuted q */
         {20, 32, 64, 500, 32, 8, 5, 0, 0, LA_BF16},
         {5, 5, 20, 200, 16, 8, 3, 0, 0, LA_BF16},        /* bf16, generic path */
+        {9, 64, 128, 600, 32, 16, 40, 1, 2, LA_BF16},    /* k rows not 16-byte aligned (copied), HISA == DSA */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) test_indexers(cs[i]);
     if (!small_only) {
@@ -479,6 +514,11 @@ int main(void) {
             {129, 64, 128, 8192, 2048, 128, 8, 0, 0, LA_BF16},
             {64, 64, 128, 4100, 2048, 128, 64, 1, 0, LA_BF16}, /* m*B >= L */
             {40, 16, 64, 3000, 256, 64, 6, 1, 0, LA_F32},
+            /* the bench's m*B = 8192: sampled top-k on candidate rows (gather mode), exact vs the CPU */
+            {16, 64, 128, 16384, 2048, 128, 64, 0, 0, LA_F32},
+            {16, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32},  /* ragged ranges */
+            {32, 64, 128, 8192, 2048, 128, 64, 0, 0, LA_BF16},  /* every block kept: HISA == DSA, 64 chunks/query */
+            {24, 32, 64, 5000, 300, 64, 20, 1, 2, LA_BF16},      /* HI=32 dI=64, padded k */
         };
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_indexers(big[i]);
     }
