@@ -6,10 +6,21 @@
  *     S = scale·Q Kᵀ (masked → −inf),  m' = max(m, rowmax S),
  *     P = exp(S − m'),  l = l·e^{m−m'} + rowsum P,  O = O·e^{m−m'} + P V,
  * and at the end o = O/l, lse = m + ln l. A row that sees no key gives o = 0
- * and lse = −inf (as the CPU path). This is the correctness path; it runs on
- * CUDA cores, not tensor cores (see docs/PERF.md for its speed). */
+ * and lse = −inf (as the CPU path). This is the general path; it runs on
+ * CUDA cores, not tensor cores (see docs/PERF.md for its speed).
+ *
+ * Dispatch: bf16 q/k/v/out with D = Dv ∈ {64, 128} and rows of D contiguous
+ * and 16-byte aligned take the tensor-core kernel of softmax_tc.cu; the rest
+ * (and everything under LA_CUDA_SOFTMAX_PATH=old) this kernel.
+ * LA_CUDA_SOFTMAX_TC_CFG=N picks a tiling of the tensor-core kernel (dev knob,
+ * see softmax_tc.cuh); LA_CUDA_SOFTMAX_VERBOSE=1 prints the path taken. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cuda_ops.h"
 #include "common.cuh"
+#include "softmax_tc.cuh"
 
 namespace {
 
@@ -154,7 +165,19 @@ __global__ void __launch_bounds__(NT, 1) sm_fwd_kernel(sm_args a) {
     }
 }
 
+bool force_old() {
+    const char *e = getenv("LA_CUDA_SOFTMAX_PATH");
+    return e && !strcmp(e, "old");
+}
+
 }  // namespace
+
+/* 1 when la_softmax_attention_cuda would take the tensor-core kernel for
+ * these views (for the tests; declared there). */
+extern "C" int la_softmax_cuda_tc_path(const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                                       const la_tensor *out) {
+    return !force_old() && la_softmax_tc_applies(q, k, v, out);
+}
 
 extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const la_tensor *q,
                                                const la_tensor *k, const la_tensor *v,
@@ -174,6 +197,14 @@ extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const
     a.Dv = v->ne[3];
     a.scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)a.D);
     a.causal = p->causal != 0;
+    const bool tc = !force_old() && la_softmax_tc_applies(q, k, v, out);
+    const char *cfg_env = getenv("LA_CUDA_SOFTMAX_TC_CFG");
+    const int cfg = cfg_env ? atoi(cfg_env) : 0;
+    if (getenv("LA_CUDA_SOFTMAX_VERBOSE"))
+        fprintf(stderr, "softmax: path=%s cfg=%d B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d\n",
+                tc ? "tc" : "old", tc ? cfg : -1, (long long)a.B, (long long)a.Nq, (long long)a.Nk,
+                (long long)a.H, (long long)a.Hk, (long long)a.D, (long long)a.Dv, a.causal);
+    if (tc) return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, cfg, la_cu_stream(ctx));
     if (a.D > MAX_D)
         return la_err(LA_ERR_UNSUPPORTED, "softmax CUDA: head dim D=%lld exceeds %d",
                       (long long)a.D, MAX_D);

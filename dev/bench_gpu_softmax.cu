@@ -1,0 +1,227 @@
+/* Timing driver for CUDA softmax attention (issue 6) through the public C API.
+ *
+ * 1. Validation: the tensor-core kernel against the general CUDA kernel
+ *    (LA_CUDA_SOFTMAX_PATH=old) on B=1, H=4 (GQA Hk=2), N=2048, D=128 bf16,
+ *    causal and not, with lse: max |tc − old| / max |old| must be ≤ 1e-2 and
+ *    lse within 1e-3; every tiling (LA_CUDA_SOFTMAX_TC_CFG 0, 1, 3, 4; 2 is
+ *    the same kernel as the default 0) is checked.
+ *    Exit status 1 on a mismatch (the timings are still printed).
+ * 2. Timing: B=1, H=12, D=Dv=128 bf16 [B,N,H,D] contiguous, N ∈ {4K, 8K,
+ *    16K, 32K}, causal and not: 3 warm-up calls, then the median of `reps`
+ *    calls each timed with CUDA events. TFLOP/s with FLOPs = 4·N²·H·D
+ *    (half for causal). Lines start with "softmax" and are parsed by
+ *    tests/cuda/gpu_softmax.sh.
+ *
+ *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_softmax.cu build-gpu/liblongattn.a \
+ *        -Xcompiler -fopenmp -lopenblas -llapack -o build-gpu/bench_gpu_softmax
+ *   build-gpu/bench_gpu_softmax [cfgs] [old]
+ * cfgs: also time the other tilings of the tensor-core kernel
+ * (LA_CUDA_SOFTMAX_TC_CFG 1, 3, 4; see src/cuda/softmax_tc.cuh). old: also time the general kernel at
+ * N = 4K (it runs at ~8 TFLOP/s: longer N would take seconds per call).
+ */
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "longattn.h"
+
+#define CK(x)                                                                            \
+    do {                                                                                 \
+        cudaError_t e_ = (x);                                                            \
+        if (e_ != cudaSuccess) {                                                         \
+            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
+            exit(1);                                                                     \
+        }                                                                                \
+    } while (0)
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    float u = (h & 0xffffff) / 16777216.f - 0.5f;
+    x[i] = __float2bfloat16(u * 2.f * scale);
+}
+
+static __nv_bfloat16 *make(size_t n, unsigned seed, float scale) {
+    __nv_bfloat16 *p;
+    CK(cudaMalloc(&p, n * 2));
+    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p, n, seed, scale);
+    CK(cudaGetLastError());
+    return p;
+}
+
+static la_tensor view(void *p, la_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
+    la_tensor t;
+    int64_t ne[4] = {a, b, c, d};
+    la_tensor_init(&t, p, dt, LA_DEVICE_CUDA, nd, ne);
+    return t;
+}
+
+static void set_path(const char *path, const char *cfg) {
+    if (path) setenv("LA_CUDA_SOFTMAX_PATH", path, 1);
+    else unsetenv("LA_CUDA_SOFTMAX_PATH");
+    if (cfg) setenv("LA_CUDA_SOFTMAX_TC_CFG", cfg, 1);
+    else unsetenv("LA_CUDA_SOFTMAX_TC_CFG");
+}
+
+static double time_ms(const std::function<la_status()> &f, int reps) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    for (int i = 0; i < 3; i++)
+        if (f() != LA_OK) {
+            fprintf(stderr, "call failed: %s\n", la_last_error());
+            return NAN;
+        }
+    std::vector<float> ts;
+    for (int i = 0; i < reps; i++) {
+        CK(cudaEventRecord(a));
+        f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms);
+    }
+    CK(cudaDeviceSynchronize());
+    std::sort(ts.begin(), ts.end());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    return ts[ts.size() / 2];
+}
+
+static std::vector<float> download_bf16(const __nv_bfloat16 *d, size_t n) {
+    std::vector<__nv_bfloat16> h(n);
+    CK(cudaMemcpy(h.data(), d, n * 2, cudaMemcpyDeviceToHost));
+    std::vector<float> f(n);
+    for (size_t i = 0; i < n; i++) f[i] = __bfloat162float(h[i]);
+    return f;
+}
+
+/* tc (cfg) vs old on one mid-size case; returns true when they agree */
+static bool validate(const char *cfg, int causal) {
+    const int64_t B = 1, N = 2048, H = 4, Hk = 2, D = 128;
+    __nv_bfloat16 *q = make(B * N * H * D, 11, 1.f), *k = make(B * N * Hk * D, 12, 1.f),
+                  *v = make(B * N * Hk * D, 13, 1.f), *o1, *o2;
+    float *l1, *l2;
+    const size_t no = B * N * H * D, nl = B * N * H;
+    CK(cudaMalloc(&o1, no * 2));
+    CK(cudaMalloc(&o2, no * 2));
+    CK(cudaMalloc(&l1, nl * 4));
+    CK(cudaMalloc(&l2, nl * 4));
+    CK(cudaMemset(o1, 0xff, no * 2));
+    CK(cudaMemset(o2, 0xff, no * 2));
+    CK(cudaMemset(l1, 0xff, nl * 4));
+    CK(cudaMemset(l2, 0xff, nl * 4));
+    la_tensor tq = view(q, LA_BF16, 4, B, N, H, D), tk = view(k, LA_BF16, 4, B, N, Hk, D),
+              tv = view(v, LA_BF16, 4, B, N, Hk, D), to1 = view(o1, LA_BF16, 4, B, N, H, D),
+              to2 = view(o2, LA_BF16, 4, B, N, H, D), tl1 = view(l1, LA_F32, 3, B, N, H, 1),
+              tl2 = view(l2, LA_F32, 3, B, N, H, 1);
+    la_softmax_params p;
+    la_softmax_params_init(&p);
+    p.causal = causal;
+    set_path("old", nullptr);
+    la_status s1 = la_softmax_attention(&p, &tq, &tk, &tv, &to1, &tl1, nullptr);
+    set_path(nullptr, cfg);
+    la_status s2 = la_softmax_attention(&p, &tq, &tk, &tv, &to2, &tl2, nullptr);
+    set_path(nullptr, nullptr);
+    CK(cudaDeviceSynchronize());
+    bool ok = s1 == LA_OK && s2 == LA_OK;
+    if (!ok) printf("validate cfg=%s causal=%d: call failed: %s\n", cfg ? cfg : "0", causal, la_last_error());
+    std::vector<float> a = download_bf16(o1, no), b = download_bf16(o2, no);
+    std::vector<float> la(nl), lb(nl);
+    CK(cudaMemcpy(la.data(), l1, nl * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(lb.data(), l2, nl * 4, cudaMemcpyDeviceToHost));
+    double md = 0, mr = 0, ml = 0;
+    size_t bad = 0;
+    for (size_t i = 0; i < no; i++) {
+        if (!std::isfinite(b[i]) || !std::isfinite(a[i])) {
+            bad++;
+            continue;
+        }
+        md = std::max(md, (double)std::fabs(a[i] - b[i]));
+        mr = std::max(mr, (double)std::fabs(a[i]));
+    }
+    for (size_t i = 0; i < nl; i++) {
+        if (!std::isfinite(lb[i]) || !std::isfinite(la[i])) {
+            bad++;
+            continue;
+        }
+        ml = std::max(ml, std::fabs((double)la[i] - lb[i]) / std::max(1.0, std::fabs((double)la[i])));
+    }
+    const double rel = md / std::max(mr, 1e-30);
+    ok = ok && bad == 0 && rel <= 1e-2 && ml <= 1e-3;
+    printf("validate tc cfg=%s vs old: B1 N2048 H4/2 D128 causal=%d  out rel %.2e  lse err %.1e  "
+           "non-finite %zu  %s\n",
+           cfg ? cfg : "0", causal, rel, ml, bad, ok ? "ok" : "FAIL");
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o1); cudaFree(o2); cudaFree(l1); cudaFree(l2);
+    return ok;
+}
+
+int main(int argc, char **argv) {
+    bool all_cfgs = false, with_old = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "cfgs")) all_cfgs = true;
+        if (!strcmp(argv[i], "old")) with_old = true;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
+
+    bool ok = true;
+    const char *cfgs[4] = {nullptr, "1", "3", "4"};
+    for (int c = 0; c < 4; c++)
+        for (int causal = 0; causal < 2; causal++) ok = validate(cfgs[c], causal) && ok;
+
+    const int64_t B = 1, H = 12, D = 128, Nmax = 32768;
+    __nv_bfloat16 *q = make(B * Nmax * H * D, 1, 1.f), *k = make(B * Nmax * H * D, 2, 1.f),
+                  *v = make(B * Nmax * H * D, 3, 1.f), *o = make(B * Nmax * H * D, 4, 1.f);
+    const int64_t Ns[4] = {4096, 8192, 16384, 32768};
+    const int ncfg = all_cfgs ? 4 : 1;
+    for (int c = 0; c < ncfg; c++) {
+        for (int causal = 0; causal < 2; causal++)
+            for (int64_t N : Ns) {
+                la_tensor tq = view(q, LA_BF16, 4, B, N, H, D), tk = view(k, LA_BF16, 4, B, N, H, D),
+                          tv = view(v, LA_BF16, 4, B, N, H, D), to = view(o, LA_BF16, 4, B, N, H, D);
+                la_softmax_params p;
+                la_softmax_params_init(&p);
+                p.causal = causal;
+                set_path(nullptr, cfgs[c]);
+                const int reps = N >= 16384 ? 10 : 20;
+                const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, nullptr); }, reps);
+                const double fl = 4.0 * B * N * N * H * D * (causal ? 0.5 : 1.0);
+                printf("softmax tc cfg=%s N=%lld causal=%d %9.4f ms %7.1f TFLOP/s\n", cfgs[c] ? cfgs[c] : "0",
+                       (long long)N, causal, ms, fl / (ms * 1e-3) / 1e12);
+                fflush(stdout);
+            }
+    }
+    if (with_old) {
+        const int64_t N = 4096;
+        for (int causal = 0; causal < 2; causal++) {
+            la_tensor tq = view(q, LA_BF16, 4, B, N, H, D), tk = view(k, LA_BF16, 4, B, N, H, D),
+                      tv = view(v, LA_BF16, 4, B, N, H, D), to = view(o, LA_BF16, 4, B, N, H, D);
+            la_softmax_params p;
+            la_softmax_params_init(&p);
+            p.causal = causal;
+            set_path("old", nullptr);
+            const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, nullptr); }, 3);
+            const double fl = 4.0 * B * N * N * H * D * (causal ? 0.5 : 1.0);
+            printf("softmax old N=%lld causal=%d %9.4f ms %7.1f TFLOP/s\n", (long long)N, causal, ms,
+                   fl / (ms * 1e-3) / 1e12);
+        }
+        set_path(nullptr, nullptr);
+    }
+    cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o);
+    printf("# validation %s\n", ok ? "ok" : "FAILED");
+    return ok ? 0 : 1;
+}
