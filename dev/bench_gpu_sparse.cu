@@ -103,6 +103,9 @@ int main(int argc, char **argv) {
     const bool quick = argc > 1 && !strcmp(argv[1], "quick");
     /* "one": each op once at L = 64K (for ncu kernel timings) */
     const bool one = argc > 1 && !strcmp(argv[1], "one");
+    /* "topkhisa": top-k new vs old (+ agreement), DSA and HISA new vs old at
+     * L = 64K and 128K (tests/cuda/gpu_topk_hisa.sh); no sparse MLA */
+    const bool th = argc > 1 && !strcmp(argv[1], "topkhisa");
     /* keep the stream-ordered pool's memory between calls (the library's
      * workspace comes from cudaMallocAsync) */
     cudaMemPool_t pool;
@@ -118,22 +121,39 @@ int main(int argc, char **argv) {
     }
     const double BW = 4.2e12, PEAK = 760e12;
 
-    /* ---- top-k alone: 1024 x 64K f32 ---- */
-    {
-        const int64_t R = 1024, L = 65536, K = 2048;
+    /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows);
+     * the default kernel and the previous one (LA_CUDA_TOPK_PATH=old), with
+     * the number of differing indices between the two ---- */
+    for (int64_t L : {(int64_t)65536, (int64_t)8192}) {
+        if (L == 8192 && !th) continue;
+        const int64_t R = 1024, K = 2048;
         float *sc = (float *)dmalloc(R * L * 4);
-        int32_t *ix = (int32_t *)dmalloc(R * K * 4);
+        int32_t *ix = (int32_t *)dmalloc(R * K * 4), *ix2 = (int32_t *)dmalloc(R * K * 4);
         fill_f32<<<1024, 256>>>(sc, R * L, 7, 1.f);
-        la_tensor ts, ti;
+        la_tensor ts, ti, ti2;
         int64_t ne[2] = {R, L}, ni[2] = {R, K};
         la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+        la_tensor_init(&ti2, ix2, LA_I32, LA_DEVICE_CUDA, 2, ni);
         double ms = median_ms([&] { LK(la_topk(&ts, &ti, NULL)); }, one ? 0 : 3, one ? 1 : 20);
         double floor_ms = R * L * 4.0 / BW * 1e3;
         printf("topk     R=%lld L=%lld k=%lld: %.3f ms (read-once floor %.3f ms, %.0f GB/s effective)\n",
                (long long)R, (long long)L, (long long)K, ms, floor_ms, R * L * 4.0 / ms / 1e6);
+        if (!one) {
+            setenv("LA_CUDA_TOPK_PATH", "old", 1);
+            double mo = median_ms([&] { LK(la_topk(&ts, &ti2, NULL)); }, 3, 20);
+            unsetenv("LA_CUDA_TOPK_PATH");
+            std::vector<int32_t> a(R * K), b(R * K);
+            CK(cudaMemcpy(a.data(), ix, R * K * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(b.data(), ix2, R * K * 4, cudaMemcpyDeviceToHost));
+            int64_t diff = 0;
+            for (int64_t i = 0; i < R * K; i++) diff += a[i] != b[i];
+            printf("topk_old R=%lld L=%lld k=%lld: %.3f ms (new/old %.2fx faster; %lld indices differ)\n",
+                   (long long)R, (long long)L, (long long)K, mo, mo / ms, (long long)diff);
+        }
         CK(cudaFree(sc));
         CK(cudaFree(ix));
+        CK(cudaFree(ix2));
     }
 
     /* ---- indexers ---- */
@@ -141,6 +161,7 @@ int main(int argc, char **argv) {
     std::vector<int64_t> Ls = {8192, 16384, 32768, 65536, 131072, 262144};
     if (quick) Ls = {8192, 65536};
     if (one) Ls = {65536};
+    if (th) Ls = {65536, 131072};
     printf("%-8s %8s %10s %10s %10s %10s %8s\n", "op", "L", "ms", "TFLOP/s", "floor_ms", "hisa_x", "");
     for (int64_t L : Ls) {
         uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
@@ -168,6 +189,22 @@ int main(int argc, char **argv) {
         const int64_t nb = (L + 127) / 128, mk = std::min<int64_t>(64, nb);
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
+        if (th) {
+            /* the previous HISA (stage-2 gather kernel and top-k), and whether
+             * both select the same tokens (same arithmetic: they must) */
+            std::vector<int32_t> a(T * K), b(T * K);
+            CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
+            setenv("LA_CUDA_HISA_PATH", "old", 1);
+            setenv("LA_CUDA_TOPK_PATH", "old", 1);
+            double ho = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+            CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
+            unsetenv("LA_CUDA_HISA_PATH");
+            unsetenv("LA_CUDA_TOPK_PATH");
+            int64_t diff = 0;
+            for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
+            printf("%-8s %8lld %10.3f %10.1f %10s %10.2f  (new %.2fx faster; %lld indices differ)\n", "hisa_old",
+                   (long long)L, ho, hfl / ho / 1e9, "", dsa / ho, ho / hisa, (long long)diff);
+        }
         double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);
         CK(cudaFree(q));
@@ -177,7 +214,7 @@ int main(int argc, char **argv) {
     }
 
     /* ---- sparse MLA attention ---- */
-    {
+    if (!th) {
         const int64_t Tq = (quick || one) ? 1024 : 4096, Hq = 128, Dqk = 576, Dv = 512, KK = 2048, L = 65536;
         uint16_t *q = (uint16_t *)dmalloc(Tq * Hq * Dqk * 2), *kv = (uint16_t *)dmalloc(L * Dqk * 2);
         uint16_t *o = (uint16_t *)dmalloc(Tq * Hq * Dv * 2);

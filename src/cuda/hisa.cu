@@ -251,13 +251,10 @@ static la_status hg_launch(const la_sp_score_args &a, cudaStream_t s) {
     return LA_OK;
 }
 
+/* LA_CUDA_HISA_PATH=old: the previous stage-2 kernel; read per call. */
 static bool hg_use_old(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LA_CUDA_HISA_PATH");
-        v = (e && !strcmp(e, "old")) ? 1 : 0;
-    }
-    return v == 1;
+    const char *e = getenv("LA_CUDA_HISA_PATH");
+    return e && !strcmp(e, "old");
 }
 
 /* Candidate scores: hg_kernel where it applies, else the DSA score kernels

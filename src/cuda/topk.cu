@@ -867,14 +867,11 @@ __global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
         out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tb_keys[i] : -1;
 }
 
-/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing). */
+/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing); read per
+ * call so a benchmark or test can switch it. */
 static bool tk_use_old(void) {
-    static int v = -1;
-    if (v < 0) {
-        const char *e = getenv("LA_CUDA_TOPK_PATH");
-        v = (e && !strcmp(e, "old")) ? 1 : 0;
-    }
-    return v == 1;
+    const char *e = getenv("LA_CUDA_TOPK_PATH");
+    return e && !strcmp(e, "old");
 }
 
 la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
