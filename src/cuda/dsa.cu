@@ -590,7 +590,7 @@ __device__ __forceinline__ void v2_mbar_init(uint32_t addr, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
 }
 __device__ __forceinline__ void v2_mbar_arrive(uint32_t addr) {
-    asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}\n" ::"r"(addr)
+    asm volatile("{\n.reg .b64 mbst;\nmbarrier.arrive.shared::cta.b64 mbst, [%0];\n}\n" ::"r"(addr)
                  : "memory");
 }
 __device__ __forceinline__ void v2_mbar_wait(uint32_t addr, uint32_t parity) {
