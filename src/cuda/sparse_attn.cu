@@ -618,6 +618,309 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v2_kernel(smla_args a, flo
         }
 }
 
+/* ------------------------------------------------------------------------ */
+/* v3 bf16 kernel (LA_CUDA_SMLA_PATH=wgpv): v2's S, P.V also by wgmma        */
+/* ------------------------------------------------------------------------ */
+/* Same CTA = (query, 64 heads), 8 warps = 2 warpgroups, 64-key tiles, smem
+ * layout and S = Q K^T (36 wgmma m64n32k16 per warpgroup) as v2. Changes:
+ *  - P.V by wgmma m64n256k16: warpgroup j owns all 64 heads x Dv 256j..+255
+ *    (the m64n256 accumulator: warp w%4 rows 16(w%4)+g, +8, the same rows as
+ *    its S fragment, 128 fp32 registers). Its own keys 32j..+31 come from
+ *    registers (the S accumulator converted to bf16 is the A fragment, as in
+ *    FA3), the other warpgroup's keys from P in shared memory (K-major, the
+ *    SW128 layout P already had). V is the kv tile read N-major (transpose
+ *    flag): atoms [8 keys][64 dims] of 1024 B, LBO 8192 B (next 64-dim
+ *    block), SBO 1024 B (next 8 keys). No ldmatrix, no mma.sync.
+ *  - Row statistics stay with the thread (its rows are the same in S and O):
+ *    no alpha / row-sum exchange through smem; the running sum is kept per
+ *    thread over its own key columns and reduced once at the end.
+ *  - Lazy rescale: the reference max moves only when the tile max exceeds it
+ *    by more than 8 (log2 domain), so P <= 256 (exact in the final l, O
+ *    normalisation); O is rescaled only when some row of the warp moved.
+ *  - The next tile's gather is issued while the S wgmmas run, with its
+ *    index loaded one tile earlier (no dependent global load at the top of
+ *    the tile). */
+#if V2_HAVE_WGMMA
+/* B N-major (V: keys x dv, dv contiguous), 128-byte swizzle */
+__device__ __forceinline__ uint64_t v3_desc_v(const void *p) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
+    return (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void v3_wgmma_rs(float (*o)[4], const uint32_t *pa, uint64_t db) {
+    /* O(64 x 256) += P(64 x 16, registers) V(16 x 256, N-major smem) */
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
+                 : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]),
+                   "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]),
+                   "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]),
+                   "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
+                   "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]),
+                   "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]),
+                   "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]),
+                   "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3]),
+                   "+f"(o[16][0]), "+f"(o[16][1]), "+f"(o[16][2]), "+f"(o[16][3]), "+f"(o[17][0]), "+f"(o[17][1]), "+f"(o[17][2]), "+f"(o[17][3]),
+                   "+f"(o[18][0]), "+f"(o[18][1]), "+f"(o[18][2]), "+f"(o[18][3]), "+f"(o[19][0]), "+f"(o[19][1]), "+f"(o[19][2]), "+f"(o[19][3]),
+                   "+f"(o[20][0]), "+f"(o[20][1]), "+f"(o[20][2]), "+f"(o[20][3]), "+f"(o[21][0]), "+f"(o[21][1]), "+f"(o[21][2]), "+f"(o[21][3]),
+                   "+f"(o[22][0]), "+f"(o[22][1]), "+f"(o[22][2]), "+f"(o[22][3]), "+f"(o[23][0]), "+f"(o[23][1]), "+f"(o[23][2]), "+f"(o[23][3]),
+                   "+f"(o[24][0]), "+f"(o[24][1]), "+f"(o[24][2]), "+f"(o[24][3]), "+f"(o[25][0]), "+f"(o[25][1]), "+f"(o[25][2]), "+f"(o[25][3]),
+                   "+f"(o[26][0]), "+f"(o[26][1]), "+f"(o[26][2]), "+f"(o[26][3]), "+f"(o[27][0]), "+f"(o[27][1]), "+f"(o[27][2]), "+f"(o[27][3]),
+                   "+f"(o[28][0]), "+f"(o[28][1]), "+f"(o[28][2]), "+f"(o[28][3]), "+f"(o[29][0]), "+f"(o[29][1]), "+f"(o[29][2]), "+f"(o[29][3]),
+                   "+f"(o[30][0]), "+f"(o[30][1]), "+f"(o[30][2]), "+f"(o[30][3]), "+f"(o[31][0]), "+f"(o[31][1]), "+f"(o[31][2]), "+f"(o[31][3])
+                 : "r"(pa[0]), "r"(pa[1]), "r"(pa[2]), "r"(pa[3]), "l"(db));
+}
+__device__ __forceinline__ void v3_wgmma_ss(float (*o)[4], uint64_t da, uint64_t db) {
+    /* O(64 x 256) += P(64 x 16, K-major smem) V(16 x 256, N-major smem) */
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
+                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
+                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
+                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
+                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
+                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]),
+                   "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]),
+                   "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]),
+                   "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
+                   "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]),
+                   "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]),
+                   "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]),
+                   "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3]),
+                   "+f"(o[16][0]), "+f"(o[16][1]), "+f"(o[16][2]), "+f"(o[16][3]), "+f"(o[17][0]), "+f"(o[17][1]), "+f"(o[17][2]), "+f"(o[17][3]),
+                   "+f"(o[18][0]), "+f"(o[18][1]), "+f"(o[18][2]), "+f"(o[18][3]), "+f"(o[19][0]), "+f"(o[19][1]), "+f"(o[19][2]), "+f"(o[19][3]),
+                   "+f"(o[20][0]), "+f"(o[20][1]), "+f"(o[20][2]), "+f"(o[20][3]), "+f"(o[21][0]), "+f"(o[21][1]), "+f"(o[21][2]), "+f"(o[21][3]),
+                   "+f"(o[22][0]), "+f"(o[22][1]), "+f"(o[22][2]), "+f"(o[22][3]), "+f"(o[23][0]), "+f"(o[23][1]), "+f"(o[23][2]), "+f"(o[23][3]),
+                   "+f"(o[24][0]), "+f"(o[24][1]), "+f"(o[24][2]), "+f"(o[24][3]), "+f"(o[25][0]), "+f"(o[25][1]), "+f"(o[25][2]), "+f"(o[25][3]),
+                   "+f"(o[26][0]), "+f"(o[26][1]), "+f"(o[26][2]), "+f"(o[26][3]), "+f"(o[27][0]), "+f"(o[27][1]), "+f"(o[27][2]), "+f"(o[27][3]),
+                   "+f"(o[28][0]), "+f"(o[28][1]), "+f"(o[28][2]), "+f"(o[28][3]), "+f"(o[29][0]), "+f"(o[29][1]), "+f"(o[29][2]), "+f"(o[29][3]),
+                   "+f"(o[30][0]), "+f"(o[30][1]), "+f"(o[30][2]), "+f"(o[30][3]), "+f"(o[31][0]), "+f"(o[31][1]), "+f"(o[31][2]), "+f"(o[31][3])
+                 : "l"(da), "l"(db));
+}
+#endif
+
+__device__ __forceinline__ uint32_t v3_pack(float lo, float hi) {
+    uint32_t r;
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); /* lo in bits 0..15 */
+    return r;
+}
+/* raw index of row threadIdx.x / 4 of a tile (-1 past k) */
+__device__ __forceinline__ int32_t v3_idx(const smla_args &a, int64_t t, int64_t tile) {
+    const int64_t i = tile * V2_KEYS + (threadIdx.x >> 2);
+    return i < a.K ? a.idx[t * a.idx_nb0 + i * a.idx_nb1] : -1;
+}
+__device__ __forceinline__ void v3_gather(const smla_args &a, int32_t s, __nv_bfloat16 *kvs,
+                                          int *valid) {
+    const int r = threadIdx.x >> 2, c0 = threadIdx.x & 3;
+    const bool ok = s >= 0 && s < a.L;
+    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + (ok ? (int64_t)s * a.kv_nb0 : 0);
+#pragma unroll 6
+    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + v2_off(r, c), src + c * 8, ok ? 16 : 0);
+    if (c0 == 0) valid[r] = ok;
+}
+
+__global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, float scale_log2) {
+#if V2_HAVE_WGMMA
+    extern __shared__ __align__(1024) unsigned char smem_raw[];
+    unsigned char *smem =
+        smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
+    __nv_bfloat16 *qs = (__nv_bfloat16 *)smem;
+    __nv_bfloat16 *kvs0 = (__nv_bfloat16 *)(smem + V2_TILE_B);
+    __nv_bfloat16 *ps = (__nv_bfloat16 *)(smem + 3 * V2_TILE_B); /* 1024-B aligned */
+    float *red_max = (float *)(smem + 3 * V2_TILE_B + V2_P_B); /* [2][64] */
+    float *red_sum = red_max + 128;                            /* [2][64], at the end */
+    int *valid = (int *)(red_sum + 128 + 64);                  /* [2][64] */
+
+    const int64_t t = blockIdx.y, h0 = (int64_t)blockIdx.x * V2_HEADS;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    const int rg = warp & 3, ch = warp >> 2; /* rows 16rg+g, +8; S keys 32ch..; O dv 256ch.. */
+    const int64_t ntiles = (a.K + V2_KEYS - 1) / V2_KEYS;
+
+    {
+        const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
+        for (int i = threadIdx.x; i < V2_HEADS * SM_CPR; i += V2_THREADS) {
+            const int r = i / SM_CPR, c = i % SM_CPR;
+            const bool ok = h0 + r < a.Hq;
+            la_sp_cp16z(qs + v2_off(r, c), q + (ok ? (h0 + r) * a.q_nb1 + c * 8 : 0), ok ? 16 : 0);
+        }
+    }
+    if (ntiles > 0) v3_gather(a, v3_idx(a, t, 0), kvs0, valid);
+    asm volatile("cp.async.commit_group;\n" ::);
+    int32_t nidx = v3_idx(a, t, 1); /* index for the gather issued in the next tile */
+
+    float o[32][4]; /* [n8: dv 256ch + 8i..][frag] */
+#pragma unroll
+    for (int i = 0; i < 32; i++)
+#pragma unroll
+        for (int e = 0; e < 4; e++) o[i][e] = 0.f;
+    float m_ref[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
+    const int row0 = 16 * rg + g;
+
+    for (int64_t tile = 0; tile < ntiles; tile++) {
+        const int buf = (int)(tile & 1);
+        __nv_bfloat16 *kvs = kvs0 + buf * (V2_TILE_B / 2);
+        asm volatile("cp.async.wait_group 0;\n" ::);
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* A: tile ready; previous P.V (wgmma waited) done everywhere */
+
+        float s[4][4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) s[j][e] = 0.f;
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kb = 0; kb < SM_DQK / 64; kb++)
+#pragma unroll
+            for (int kk = 0; kk < 4; kk++)
+                v2_wgmma_n32(s, v2_desc(qs + kb * 4096 + kk * 16),
+                             v2_desc(kvs + kb * 4096 + ch * 32 * 64 + kk * 16));
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        /* gather of the next tile while the tensor cores work */
+        if (tile + 1 < ntiles)
+            v3_gather(a, nidx, kvs0 + (buf ^ 1) * (V2_TILE_B / 2), valid + (buf ^ 1) * 64);
+        asm volatile("cp.async.commit_group;\n" ::);
+        nidx = v3_idx(a, t, tile + 2);
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) asm volatile("" : "+f"(s[j][e])::"memory");
+
+        /* scale, mask, partial row max */
+        const int *vld = valid + buf * 64;
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int col = 32 * ch + 8 * j + 2 * qd;
+            const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
+            s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
+            s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
+            s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
+            s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
+            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+        }
+        if (qd == 0) {
+            red_max[ch * 64 + row0] = mx[0];
+            red_max[ch * 64 + row0 + 8] = mx[1];
+        }
+        __syncthreads(); /* B */
+        /* both warpgroups read the same maxima and so keep the same m_ref */
+        float alpha[2], m_use[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+            const int row = row0 + 8 * r;
+            const float mt = fmaxf(red_max[row], red_max[64 + row]);
+            alpha[r] = 1.f;
+            if (mt > m_ref[r] + 8.f) { /* false while mt = -inf */
+                alpha[r] = exp2f(m_ref[r] - mt); /* 0 from m_ref = -inf */
+                m_ref[r] = mt;
+            }
+            m_use[r] = m_ref[r] == -INFINITY ? 0.f : m_ref[r];
+        }
+        uint32_t pa[2][4]; /* A fragments of this warpgroup's keys 32ch + 16u.. */
+        float sum[2] = {0.f, 0.f};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const float p0 = exp2f(s[j][0] - m_use[0]), p1 = exp2f(s[j][1] - m_use[0]);
+            const float p2 = exp2f(s[j][2] - m_use[1]), p3 = exp2f(s[j][3] - m_use[1]);
+            sum[0] += p0 + p1;
+            sum[1] += p2 + p3;
+            const uint32_t lo = v3_pack(p0, p1), hi = v3_pack(p2, p3);
+            pa[j >> 1][2 * (j & 1)] = lo;
+            pa[j >> 1][2 * (j & 1) + 1] = hi;
+            const int c = 4 * ch + j; /* chunk of 8 keys */
+            *(uint32_t *)(ps + sm_sw(row0, c, 8) + 2 * qd) = lo;
+            *(uint32_t *)(ps + sm_sw(row0 + 8, c, 8) + 2 * qd) = hi;
+        }
+#pragma unroll
+        for (int r = 0; r < 2; r++) l_run[r] = l_run[r] * alpha[r] + sum[r];
+        if (__any_sync(0xffffffffu, alpha[0] != 1.f || alpha[1] != 1.f)) {
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                o[i][0] *= alpha[0];
+                o[i][1] *= alpha[0];
+                o[i][2] *= alpha[1];
+                o[i][3] *= alpha[1];
+            }
+        }
+        /* O[64 heads, dv 256ch..] += P V: own keys from registers first */
+        __nv_bfloat16 *vb = kvs + ch * 4 * 4096; /* dv block 4ch, key 0 */
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+        v3_wgmma_rs(o, pa[0], v3_desc_v(vb + (2 * ch) * 16 * 64));
+        v3_wgmma_rs(o, pa[1], v3_desc_v(vb + (2 * ch + 1) * 16 * 64));
+        /* P stores (generic proxy) must be visible to the other warpgroup's wgmma */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* C: P of both warpgroups in smem */
+        {
+            const int u0 = 2 * (ch ^ 1);
+            v3_wgmma_ss(o, v2_desc(ps + u0 * 16), v3_desc_v(vb + u0 * 16 * 64));
+            v3_wgmma_ss(o, v2_desc(ps + (u0 + 1) * 16), v3_desc_v(vb + (u0 + 1) * 16 * 64));
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+#pragma unroll
+        for (int i = 0; i < 32; i++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) asm volatile("" : "+f"(o[i][e])::"memory");
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 1);
+        l_run[r] += __shfl_xor_sync(0xffffffffu, l_run[r], 2);
+    }
+    if (qd == 0) {
+        red_sum[ch * 64 + row0] = l_run[0];
+        red_sum[ch * 64 + row0 + 8] = l_run[1];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        const int row = row0 + 8 * r;
+        const int64_t h = h0 + row;
+        if (h >= a.Hq) continue;
+        const float l = red_sum[row] + red_sum[64 + row];
+        if (a.lse && ch == 0 && qd == 0)
+            la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
+                     l > 0.f ? (m_ref[r] + log2f(l)) * 0.69314718055994531f : -INFINITY);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int64_t ob = t * a.out_nb0 + h * a.out_nb1;
+        if (a.out_dt == LA_BF16 && a.out_nb2 == 1) {
+            __nv_bfloat16 *op = (__nv_bfloat16 *)a.out + ob;
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int d = 256 * ch + 8 * i + 2 * qd;
+                *(__nv_bfloat162 *)(op + d) =
+                    __floats2bfloat162_rn(o[i][2 * r] * inv, o[i][2 * r + 1] * inv);
+            }
+        } else {
+#pragma unroll
+            for (int i = 0; i < 32; i++) {
+                const int d = 256 * ch + 8 * i + 2 * qd;
+                la_cu_st(a.out, a.out_dt, ob + d * a.out_nb2, o[i][2 * r] * inv);
+                la_cu_st(a.out, a.out_dt, ob + (d + 1) * a.out_nb2, o[i][2 * r + 1] * inv);
+            }
+        }
+    }
+#else
+    __trap(); /* built without sm_90a: the host never selects this kernel */
+    (void)a;
+    (void)scale_log2;
+#endif
+}
+
 extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, const la_tensor *q,
                                               const la_tensor *kv, const la_tensor *idx,
                                               la_tensor *out, la_tensor *lse, la_context *ctx) {
@@ -676,7 +979,8 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                       a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
                       (a.out_dt == LA_BF16 || a.out_dt == LA_F32);
     /* LA_CUDA_SMLA_PATH: unset/"wg" = v2 with wgmma S (default), "mma" = v2
-     * with mma.sync S, "old" = smla_kernel, "exact" = the fp32 kernel */
+     * with mma.sync S, "wgpv" = v3 (wgmma S and P.V), "old" = smla_kernel,
+     * "exact" = the fp32 kernel */
     const char *path = getenv("LA_CUDA_SMLA_PATH");
     const bool use_old = path && !strcmp(path, "old"), use_exact = path && !strcmp(path, "exact");
     const bool v2 = !use_old && !use_exact && a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 &&
@@ -684,7 +988,13 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                     a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
                     a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
                     (a.out_dt == LA_BF16 || a.out_dt == LA_F32) && a.Hq <= 65535 * (int64_t)V2_HEADS;
-    if (v2) {
+    if (v2 && path && !strcmp(path, "wgpv")) {
+        LA_CU(cudaFuncSetAttribute(smla_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   V2_SMEM));
+        dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);
+        smla_v3_kernel<<<grid, V2_THREADS, V2_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
+        LA_CU_LAUNCH("sparse MLA attention v3 (bf16, wgmma P.V)");
+    } else if (v2) {
         const bool wg = !(path && !strcmp(path, "mma"));
         auto kern = wg ? smla_v2_kernel<true> : smla_v2_kernel<false>;
         LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, V2_SMEM));

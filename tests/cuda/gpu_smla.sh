@@ -1,6 +1,6 @@
 #!/bin/bash
-# Device script for sparse MLA v2 (issue 7): correctness of every path, then
-# old vs new timing. Assumes `make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests`
+# Device script for sparse MLA v2/v3 (issue 7): correctness of every path
+# (wg, wgpv, mma, old, exact), then validation vs exact and old/mma/wg/wgpv timing. Assumes `make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests`
 # was run (build-gpu/liblongattn.a, build-gpu/tests/cuda/test_cuda_{smla,sparse}).
 #   bash tests/cuda/gpu_smla.sh        (wall ~60-80 s; logs under $OUT)
 OUT=${OUT:-/tmp/la_gpu_out}
@@ -14,7 +14,7 @@ NV="nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc de
 bpid=$!
 rc=0
 timeout 40 $B/tests/cuda/test_cuda_smla > "$OUT/test_cuda_smla.log" 2>&1 || rc=1
-echo "test_cuda_smla (paths wg/mma/old/exact): rc=$rc  $(tail -1 $OUT/test_cuda_smla.log)"
+echo "test_cuda_smla (paths wg/wgpv/mma/old/exact): rc=$rc  $(tail -1 $OUT/test_cuda_smla.log)"
 grep -E "FAIL|error" "$OUT/test_cuda_smla.log" | head -8
 timeout 45 $B/tests/cuda/test_cuda_sparse > "$OUT/test_cuda_sparse.log" 2>&1 || rc=1
 echo "test_cuda_sparse (default path): $(tail -1 $OUT/test_cuda_sparse.log)  [$(( $(date +%s) - t0 )) s]"

@@ -1,5 +1,6 @@
 /* GPU tests of sparse MLA attention (SPEC §8), every CUDA path: the v2 kernel
- * with wgmma S (default), v2 with mma.sync S (LA_CUDA_SMLA_PATH=mma), the
+ * with wgmma S (default), v3 with wgmma S and P.V (LA_CUDA_SMLA_PATH=wgpv),
+ * v2 with mma.sync S (LA_CUDA_SMLA_PATH=mma), the
  * first bf16 kernel (=old) and the fp32 kernel (=exact), each against a
  * float64 reference on the same bf16-rounded inputs. Cases: odd Tq, Hq = 16,
  * 80 (partial head group), 64, 128, k = 1, 7, 65, 130, 2048, invalid indices
@@ -48,7 +49,7 @@ static void tset(la_tensor *t, void *data, la_dtype dt, int nd, int64_t a, int64
     la_tensor_init(t, data, dt, LA_DEVICE_CUDA, nd, ne);
 }
 
-static const char *paths[] = {"wg", "mma", "old", "exact"};
+static const char *paths[] = {"wg", "wgpv", "mma", "old", "exact"};
 
 static void test_case(int64_t T, int64_t Hq, int64_t L, int64_t K, double qscale, la_dtype odt) {
     const int64_t Dqk = 576, Dv = 512;
