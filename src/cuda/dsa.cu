@@ -603,6 +603,7 @@ __device__ __forceinline__ void v2_mbar_wait(uint32_t addr, uint32_t parity) {
             : "r"(addr), "r"(parity)
             : "memory");
     } while (!ok);
+    __syncwarp(); /* lanes may leave the poll at different times; wgmma needs a converged warp */
 }
 
 /* Chunk (queries tc, tc+1) into stage st: q rows (zero-filled past t1), the

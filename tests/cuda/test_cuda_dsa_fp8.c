@@ -564,10 +564,12 @@ int main(void) {
         {65, 64, 128, 1000, 2048, 1, 0, 0, 0, LA_BF16},
         {1, 64, 128, 1000, 7, 0, 0, 0, 3, LA_FP8_E4M3},
         {20, 64, 128, 333, 7, 1, 0, 0, 0, LA_FP8_E4M3},    /* fp8 without scales (= 1) */
-        {17, 64, 128, 300, 7, 1, 1, 0, 3, LA_FP8_E4M3},    /* permuted q: fp8 fallback */
-        {17, 64, 128, 300, 7, 1, 1, 8, 0, LA_BF16},        /* permuted q (packed), padded k rows */
+        {17, 64, 128, 300, 7, 1, 1, 0, 3, LA_FP8_E4M3},    /* permuted q view (strided rows) */
+        {17, 64, 128, 300, 7, 1, 1, 8, 0, LA_BF16},        /* permuted q, padded k rows */
         {20, 64, 128, 333, 7, 0, 0, 2, 0, LA_BF16},        /* k rows 4-byte aligned: mma.sync */
         {20, 64, 128, 333, 7, 0, 0, 16, 3, LA_FP8_E4M3},   /* padded k rows, 16-byte aligned */
+        {20, 64, 128, 333, 7, 1, 0, 4, 3, LA_FP8_E4M3},    /* k rows 4-byte aligned: mma.sync */
+        {20, 64, 128, 333, 7, 1, 0, 1, 3, LA_FP8_E4M3},    /* unaligned k rows: dequantized */
         {33, 32, 64, 500, 7, 1, 0, 0, 3, LA_FP8_E4M3},     /* mma.sync fp8, 64-byte rows */
         {9, 16, 128, 200, 7, 0, 0, 0, 3, LA_FP8_E4M3},
         {63, 5, 20, 100, 7, 1, 0, 0, 3, LA_FP8_E4M3},      /* generic shape: dequantized */
