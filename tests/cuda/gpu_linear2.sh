@@ -87,7 +87,7 @@ if command -v cuobjdump >/dev/null; then
   cuobjdump --dump-sass $B/obj/src/cuda/linfam.o > "$OUT/linfam.sass" 2>/dev/null
   awk '/Function :/{f=$3} f ~ /lf_tc_|lf_fast_/ {for (i=1;i<=NF;i++) if ($i ~ /^(HMMA|LDSM|LDGSTS|LDG|STG|LDL|STL|LDS|STS)/) {split($i,a,"."); c[f" "a[1]]++}} END {for (k in c) print k, c[k]}' \
     "$OUT/linfam.sass" | sed -E 's/^_ZN[0-9]+_GLOBAL__N__[0-9a-f_]+_linfam_cu_[0-9a-f]+[0-9]+(lf_[a-z_]+)[^ ]* / \1 /' | sort > "$OUT/sass_counts.txt"
-  cat "$OUT/sass_counts.txt"
+  echo "sass counts: $OUT/sass_counts.txt"
 fi
 
 echo "==== bench, ms (v4 = default; pool = v4 with the device's default pool; mix = v4 with the fp32 mix) ===="

@@ -27,4 +27,7 @@ for spec in "$@"; do
   [ "$r" -ne 0 ] && { echo "# $name: rc=$r"; rc=1; }
 done
 echo "# round total $(( $(date +%s) - t0 )) s"
+# the device tool brings back a limited number of files: one archive of every log
+( cd "$OUT" && tar czf round_logs.tgz --exclude=round_logs.tgz . 2>/dev/null && \
+  find . -mindepth 1 ! -name round_logs.tgz -delete )
 exit $rc
