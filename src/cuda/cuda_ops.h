@@ -29,6 +29,18 @@ la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p, const la_t
                                       const la_tensor *k, const la_tensor *v,
                                       const la_tensor *mixing, la_tensor *out, la_context *ctx);
 /* ---- end linear family ---- */
+/* ---- MHLA decoding state on CUDA (mhla_decode.cu): called by src/ops/mhla.c ---- */
+/* p as validated (scale_q 0 = D^-1/2); mixing a validated CUDA [M,M] / [H,M,M]
+ * view. *dev_state: an opaque device state (synchronizes once, at creation). */
+la_status la_mhla_state_create_cuda(const la_mhla_causal_params *p, int64_t B, int64_t H,
+                                    int64_t D, int64_t Dv, const la_tensor *mixing,
+                                    void **dev_state);
+/* n = q->ne[1] tokens after pos0 (views validated, capacity checked); no sync. */
+la_status la_mhla_state_append_cuda(void *dev_state, int64_t pos0, const la_tensor *q,
+                                    const la_tensor *k, const la_tensor *v, la_tensor *out,
+                                    la_context *ctx);
+void la_mhla_state_destroy_cuda(void *dev_state);
+/* ---- end MHLA decoding state ---- */
 /* ---- sparse family (cuda-sparse): dsa.cu, topk.cu, hisa.cu, sparse_attn.cu ---- */
 la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                               const la_tensor *w, const la_tensor *start, const la_tensor *end,

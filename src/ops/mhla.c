@@ -1,8 +1,9 @@
 /* MHLA public entry points (SPEC §5): validate every view and option, then
  * dispatch to the CPU backend (src/cpu/mhla_cpu.c) or, for tensors on CUDA
- * in a CUDA build, to src/cuda/mhla.cu (forward passes only). Everything
- * else on CUDA (the decoding state, init, project, or any call in a build
- * without CUDA) is answered LA_ERR_UNSUPPORTED with a message. */
+ * in a CUDA build, to src/cuda/mhla.cu (forward passes) and
+ * src/cuda/mhla_decode.cu (the decoding state, when its mixing is a CUDA
+ * tensor). init and project on CUDA, or any CUDA call in a build without
+ * CUDA, are answered LA_ERR_UNSUPPORTED with a message. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -111,8 +112,8 @@ static la_status check_scalars(const char *op, la_feature f, float eps, float sc
 
 static la_status cuda_unsupported(const char *op) {
 #ifdef LA_WITH_CUDA
-    return la_err(LA_ERR_UNSUPPORTED, "%s: tensors on CUDA are not supported here (the MHLA "
-                  "decoding state, init and project run on the CPU; pass CPU tensors)", op);
+    return la_err(LA_ERR_UNSUPPORTED, "%s: tensors on CUDA are not supported here (MHLA init "
+                  "and project run on the CPU; pass CPU tensors)", op);
 #else
     return la_err(LA_ERR_UNSUPPORTED, "%s: tensors are on CUDA but this build has no CUDA "
                   "backend (rebuild with nvcc, or pass CPU tensors)", op);
@@ -259,6 +260,16 @@ la_status la_mhla_causal_forward(const la_mhla_causal_params *p, const la_tensor
 }
 
 /* ---- decoding state ------------------------------------------------------------ */
+/* The public handle points at the CPU struct (src/cpu/mhla_cpu.h); a box
+ * around it adds the device-side state. A CUDA state (mixing on CUDA) keeps
+ * only p, B, H, D, Dv, M, Hw and len in the CPU struct, its arrays NULL. */
+typedef struct mhla_state_box {
+    struct la_mhla_state s; /* first: &box->s == (la_mhla_state *)box */
+    void *dev;              /* la_mhla_state_create_cuda's state, or NULL */
+} mhla_state_box;
+
+static void *state_dev(const la_mhla_state *st) { return ((const mhla_state_box *)st)->dev; }
+
 la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_t H,
                                int64_t D, int64_t Dv, const la_tensor *mixing,
                                la_mhla_state **state) {
@@ -269,7 +280,35 @@ la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_
     if (B <= 0 || H <= 0 || D <= 0 || Dv <= 0)
         return la_err(LA_ERR_SHAPE, "%s: B=%lld H=%lld D=%lld Dv=%lld must all be > 0", op,
                       (long long)B, (long long)H, (long long)D, (long long)Dv);
-    if (mixing && mixing->device == LA_DEVICE_CUDA) return cuda_unsupported(op);
+    if (mixing && mixing->device == LA_DEVICE_CUDA) {
+#ifdef LA_WITH_CUDA
+        int64_t Mc = 0;
+        LA_TRY(check_mixing(op, mixing, H, LA_DEVICE_CUDA, &Mc));
+        int avail = 0;
+        if (la_cuda_available(&avail) != LA_OK || !avail)
+            return la_err(LA_ERR_UNSUPPORTED, "%s: mixing is on CUDA but no CUDA device is "
+                          "available (pass a CPU mixing for a CPU state)", op);
+        if (Mc > INT64_MAX / p->chunk)
+            return la_err(LA_ERR_OVERFLOW, "%s: capacity M·chunk = %lld·%lld overflows", op,
+                          (long long)Mc, (long long)p->chunk);
+        mhla_state_box *bx = (mhla_state_box *)calloc(1, sizeof(*bx));
+        if (!bx) return la_err(LA_ERR_NOMEM, "%s: out of memory", op);
+        bx->s.p = *p;
+        bx->s.p.scale_q = resolve_scale(p->scale_q, D);
+        bx->s.B = B, bx->s.H = H, bx->s.D = D, bx->s.Dv = Dv, bx->s.M = Mc;
+        bx->s.Hw = mixing->ndim == 3 ? H : 1;
+        la_status sc = la_mhla_state_create_cuda(&bx->s.p, B, H, D, Dv, mixing, &bx->dev);
+        if (sc != LA_OK) {
+            free(bx);
+            return sc;
+        }
+        *state = &bx->s;
+        la_err_clear();
+        return LA_OK;
+#else
+        return cuda_unsupported(op);
+#endif
+    }
     int64_t M = 0;
     LA_TRY(check_mixing(op, mixing, H, LA_DEVICE_CPU, &M));
     if (M > INT64_MAX / p->chunk)
@@ -289,8 +328,9 @@ la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_
     LA_TRY(la_mul_size(nP, sizeof(float), &bP, "mhla state: open block"));
     LA_TRY(la_mul_size(nW, sizeof(float), &bW, "mhla state: mixing"));
 
-    la_mhla_state *st = (la_mhla_state *)calloc(1, sizeof(*st));
-    if (!st) return la_err(LA_ERR_NOMEM, "%s: out of memory", op);
+    mhla_state_box *box = (mhla_state_box *)calloc(1, sizeof(*box));
+    if (!box) return la_err(LA_ERR_NOMEM, "%s: out of memory", op);
+    la_mhla_state *st = &box->s;
     st->p = *p;
     st->p.scale_q = resolve_scale(p->scale_q, D);
     st->B = B, st->H = H, st->D = D, st->Dv = Dv, st->M = M, st->Hw = Hw;
@@ -333,7 +373,18 @@ la_status la_mhla_state_append(la_mhla_state *st, const la_tensor *q, const la_t
     char s1[96];
     if (!st) return la_err(LA_ERR_ARG, "%s: state is NULL", op);
     LA_TRY(check_qkvo(op, q, k, v, out));
-    if (q->device == LA_DEVICE_CUDA) return cuda_unsupported(op);
+    void *dev = state_dev(st);
+    if (dev && q->device != LA_DEVICE_CUDA)
+        return la_err(LA_ERR_DEVICE, "%s: q, k, v and out are on the CPU but this decoding state "
+                      "lives on CUDA (its mixing was a CUDA tensor); pass CUDA tensors", op);
+    if (!dev && q->device == LA_DEVICE_CUDA) {
+#ifdef LA_WITH_CUDA
+        return la_err(LA_ERR_DEVICE, "%s: q is on CUDA but this decoding state lives on the CPU "
+                      "(create it with a CUDA mixing tensor for a device state)", op);
+#else
+        return cuda_unsupported(op);
+#endif
+    }
     if (q->ne[0] != st->B || q->ne[2] != st->H || q->ne[3] != st->D)
         return la_err(LA_ERR_SHAPE, "%s: q is %s but the state holds B=%lld H=%lld D=%lld", op,
                       la_shape_str(q, s1, sizeof s1), (long long)st->B, (long long)st->H,
@@ -347,6 +398,14 @@ la_status la_mhla_state_append(la_mhla_state *st, const la_tensor *q, const la_t
                       "capacity M*chunk = %lld*%lld = %lld (mixing too small)", op, (long long)n,
                       (long long)st->len, (long long)st->M, (long long)st->p.chunk,
                       (long long)cap);
+#ifdef LA_WITH_CUDA
+    if (dev) {
+        LA_TRY(la_mhla_state_append_cuda(dev, st->len, q, k, v, out, ctx));
+        st->len += n;
+        la_err_clear();
+        return LA_OK;
+    }
+#endif
     LA_TRY(la_mhla_state_append_cpu(st, q, k, v, out, ctx));
     la_err_clear();
     return LA_OK;
@@ -367,7 +426,10 @@ la_status la_mhla_state_destroy(la_mhla_state *st) {
     free(st->mix);
     free(st->T);
     free(st->row_const);
-    free(st);
+#ifdef LA_WITH_CUDA
+    if (state_dev(st)) la_mhla_state_destroy_cuda(state_dev(st));
+#endif
+    free((mhla_state_box *)st);
     return LA_OK;
 }
 
