@@ -1070,7 +1070,7 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
     }
 }
 
-/* Large M (≥ 32): the mix as a tensor-core GEMM per head, C[M × L] =
+/* M ≥ 2: the mix as a tensor-core GEMM per head, C[M × L] =
  * Wx[M × K] · partials[K × L] with Wx(i, kk) = W[i, kk/segs] (1 without W),
  * in tf32 (m16n8k8, fp32 accumulation). The fp32 kernel above does
  * 2·M·K·L FLOPs on CUDA cores: 9 GFLOP at M = K = 150, N = 32K (488 µs
@@ -1496,9 +1496,9 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
         LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)a.maxcnt, &nr, "CUDA released_vision"));
     nr = (nr + 3) / 4 * 4;
     /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv = 16384) */
-    /* large M: the mix runs as a GEMM over expanded weights Wx [hw][Mp][Kp] */
+    /* M >= 2: the mix runs as a GEMM over expanded weights Wx [hw][Mp][Kp] */
     const char *mixp = getenv("LA_CUDA_LINFAM_MIX");
-    const bool mix_mma = a.M >= 32 && !(mixp && !strcmp(mixp, "fp32"));
+    const bool mix_mma = a.M >= 2 && !(mixp && !strcmp(mixp, "fp32"));
     const int64_t Mp = la_cu_cdiv(a.M, GM) * GM, Kp = la_cu_cdiv(a.K, GK) * GK;
     const int64_t hw = (P.use_w && P.W.nb[0] != 0) ? P.H : 1;
     size_t nwx = 0;
