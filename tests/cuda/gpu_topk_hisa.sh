@@ -35,12 +35,12 @@ say "# build done at $(el) s"
 
 # 2. correctness
 rc=0
-timeout 100 $B/tests/cuda/test_cuda_sparse > "$OUT/test_cuda_sparse.log" 2>&1 || rc=1
+timeout 110 $B/tests/cuda/test_cuda_sparse > "$OUT/test_cuda_sparse.log" 2>&1 || rc=1
 say "test_cuda_sparse: rc=$rc  $(tail -1 $OUT/test_cuda_sparse.log)  ($(el) s)"
 grep -E "FAIL" "$OUT/test_cuda_sparse.log" | head -8 | tee -a "$S"
 
 # 3. memcheck on the small cases, if there is time
-if [ $(el) -lt 75 ] && command -v compute-sanitizer > /dev/null; then
+if [ $(el) -lt 70 ] && command -v compute-sanitizer > /dev/null; then
   LA_CUDA_SMALL=1 timeout 35 compute-sanitizer --tool memcheck --error-exitcode 3 $B/tests/cuda/test_cuda_sparse > "$OUT/memcheck.log" 2>&1
   src=$?
   say "memcheck (small cases): rc=$src $(grep -E 'ERROR SUMMARY' $OUT/memcheck.log | tail -1) ($(el) s)"

@@ -515,8 +515,8 @@ int main(void) {
             {64, 64, 128, 4100, 2048, 128, 64, 1, 0, LA_BF16}, /* m*B >= L */
             {40, 16, 64, 3000, 256, 64, 6, 1, 0, LA_F32},
             /* the bench's m*B = 8192: sampled top-k on candidate rows (gather mode), exact vs the CPU */
-            {16, 64, 128, 16384, 2048, 128, 64, 0, 0, LA_F32},
-            {16, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32},  /* ragged ranges */
+            {8, 64, 128, 16384, 2048, 128, 64, 0, 0, LA_F32},
+            {8, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32},   /* ragged ranges */
             {32, 64, 128, 8192, 2048, 128, 64, 0, 0, LA_BF16},  /* every block kept: HISA == DSA, 64 chunks/query */
             {24, 32, 64, 5000, 300, 64, 20, 1, 2, LA_BF16},      /* HI=32 dI=64, padded k */
         };
