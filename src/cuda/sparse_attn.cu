@@ -978,9 +978,10 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                       a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
                       a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
                       (a.out_dt == LA_BF16 || a.out_dt == LA_F32);
-    /* LA_CUDA_SMLA_PATH: unset/"wg" = v2 with wgmma S (default), "mma" = v2
-     * with mma.sync S, "wgpv" = v3 (wgmma S and P.V), "old" = smla_kernel,
-     * "exact" = the fp32 kernel */
+    /* LA_CUDA_SMLA_PATH: unset/"wgpv" = v3 (wgmma S and P.V; the default since
+     * run 7 on the H200: 366 TFLOP/s, all paths equal to the fp32 kernel and
+     * the float64 tests), "wg" = v2 with wgmma S (292), "mma" = v2 with
+     * mma.sync S, "old" = smla_kernel (223), "exact" = the fp32 kernel */
     const char *path = getenv("LA_CUDA_SMLA_PATH");
     const bool use_old = path && !strcmp(path, "old"), use_exact = path && !strcmp(path, "exact");
     const bool v2 = !use_old && !use_exact && a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 &&
@@ -988,7 +989,7 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                     a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
                     a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
                     (a.out_dt == LA_BF16 || a.out_dt == LA_F32) && a.Hq <= 65535 * (int64_t)V2_HEADS;
-    if (v2 && path && !strcmp(path, "wgpv")) {
+    if (v2 && (!path || !strcmp(path, "wgpv"))) {
         LA_CU(cudaFuncSetAttribute(smla_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    V2_SMEM));
         dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);

@@ -1,5 +1,5 @@
 /* GPU tests of sparse MLA attention (SPEC §8), every CUDA path: the v2 kernel
- * with wgmma S (default), v3 with wgmma S and P.V (LA_CUDA_SMLA_PATH=wgpv),
+ * with wgmma S (LA_CUDA_SMLA_PATH=wg), v3 with wgmma S and P.V (the default),
  * v2 with mma.sync S (LA_CUDA_SMLA_PATH=mma), the
  * first bf16 kernel (=old) and the fp32 kernel (=exact), each against a
  * float64 reference on the same bf16-rounded inputs. Cases: odd Tq, Hq = 16,
