@@ -1080,7 +1080,11 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
  * gets rel. ~5e-4. grid (ceil(M/64), L/128, BH): the M-tiles of one column
  * slice run next to each other, so they share its partials through L2.
  * Warp w: rows 32(w%2) + [0,32), columns 32(w/2) + [0,32) of the CTA tile. */
-constexpr int GM = 64, GN = 128, GK = 16, GS = 3; /* tile rows, columns, k; stages */
+/* GK = 32, GS = 4 (106 KB dynamic smem, 2 CTAs/SM): with GK = 16, GS = 3 the
+ * ~10 chunks of a CTA at M = 150 ran latency-bound at ~1 TB/s (ncu run 7:
+ * 172 µs for 166 MB); now a CTA's whole K range is in flight after the
+ * prologue. */
+constexpr int GM = 64, GN = 128, GK = 32, GS = 4; /* tile rows, columns, k; stages */
 constexpr int GLA = GK + 4;  /* W tile row stride (floats): a-fragment loads conflict-free */
 constexpr int GLB = GN + 8;  /* partial tile row stride: b-fragment loads conflict-free    */
 __device__ __forceinline__ uint32_t lf_tf32(float x) {
@@ -1102,8 +1106,9 @@ __global__ void lf_wexp_kernel(lf_args a, float *Wx, int64_t Mp, int64_t Kp) {
 __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz,
                                                           const float *Wx, int64_t Mp, int64_t Kp,
                                                           int w_per_head) {
-    __shared__ __align__(16) float Ws[GS][GM * GLA];
-    __shared__ __align__(16) float Bs[GS][GK * GLB];
+    extern __shared__ __align__(16) float lf_mix_sm[];
+    float (*Ws)[GM * GLA] = (float (*)[GM * GLA])lf_mix_sm;             /* [GS][GM·GLA] */
+    float (*Bs)[GK * GLB] = (float (*)[GK * GLB])(lf_mix_sm + GS * GM * GLA); /* [GS][GK·GLB] */
     const int64_t bh = blockIdx.z, h = bh % a.P.H;
     const int64_t i0 = (int64_t)blockIdx.x * GM, l0 = (int64_t)blockIdx.y * GN;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
@@ -1116,16 +1121,17 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
         if (kc < nk) {
             const int st = kc % GS;
             const int64_t k0 = (int64_t)kc * GK;
-            /* partials: GK rows × GN floats = 512 chunks of 16 B, 2 per thread */
+            /* partials: GK rows × GN floats = GK·GN/4 chunks of 16 B */
 #pragma unroll
             for (int u = 0; u < GK * GN / 4 / NT; u++) {
                 const int e = tid + u * NT, r = e / (GN / 4), c = (e % (GN / 4)) * 4;
                 const bool ok = k0 + r < a.K && l0 + c < a.L;
                 lf_cp16(&Bs[st][r * GLB + c], ok ? src + (size_t)(k0 + r) * a.L + c : src, ok);
             }
-            /* weights: GM rows × GK floats = 256 chunks of 16 B, 1 per thread */
-            {
-                const int r = tid / (GK / 4), c = (tid % (GK / 4)) * 4;
+            /* weights: GM rows × GK floats = GM·GK/4 chunks of 16 B */
+#pragma unroll
+            for (int u = 0; u < GM * GK / 4 / NT; u++) {
+                const int e = tid + u * NT, r = e / (GK / 4), c = (e % (GK / 4)) * 4;
                 lf_cp16(&Ws[st][r * GLA + c], wsrc + (size_t)r * Kp + k0 + c, true);
             }
         }
@@ -1528,7 +1534,9 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
     if (mix_mma) { /* tensor-core GEMM (tf32) over the expanded weights */
         lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
         LA_CU_LAUNCH("lf_wexp_kernel");
-        lf_mix_mma_kernel<<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT, 0,
+        constexpr size_t smem = sizeof(float) * GS * (GM * GLA + GK * GLB);
+        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        lf_mix_mma_kernel<<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT, smem,
                             st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
     } else if (a.M == 1) /* linear attention: a sum of the segments */
         lf_tc_mix_kernel<1, 8><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
