@@ -1,6 +1,8 @@
 /* Timing driver for causal linear attention on CUDA through the public C API:
- * the tensor-core path (src/cuda/linear_causal_tc.cu, "new") against the
- * portable fp32 path (LA_CUDA_CAUSAL_PATH=old). B = 1, H = 12, D = Dv = 128,
+ * the tensor-core path (src/cuda/linear_causal_tc.cu: "new" = the default
+ * ldmatrix/mma.sync kernels, "wmma" = LA_CUDA_CAUSAL_PATH=wmma) against the
+ * portable fp32 path (LA_CUDA_CAUSAL_PATH=old). At 32K also per-kernel times
+ * of new and wmma (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
  * bf16 [B,N,H,D] contiguous, random inputs, φ = relu (the default), scale 1.
  * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
  * prints the median, the byte floor (Q, K, V read once + O written once over
@@ -8,7 +10,7 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_causal
- *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new and old; normalize 0/1
+ *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, wmma and old; normalize 0/1
  *   build-gpu/bench_gpu_causal new        new path only (+ identity φ, + with S_out)
  *   build-gpu/bench_gpu_causal profile N  one call of each normalize mode (for ncu)
  */
@@ -126,16 +128,19 @@ int main(int argc, char **argv) {
         la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
                   to = view(o, B, N, H, D);
         const double fb = 2.0 * B * N * H * D * 4 / BW * 1e3;
-        for (int path = 0; path < (new_only ? 1 : 2); path++) {
-            if (path) setenv("LA_CUDA_CAUSAL_PATH", "old", 1);
+        /* path 0: the default (ldmatrix/mma.sync), 1: WMMA (LA_CUDA_CAUSAL_PATH=wmma),
+         * 2: the portable fp32 path (old) */
+        for (int path = 0; path < (new_only ? 1 : 3); path++) {
+            if (path == 2) setenv("LA_CUDA_CAUSAL_PATH", "old", 1);
+            else if (path == 1) setenv("LA_CUDA_CAUSAL_PATH", "wmma", 1);
             else unsetenv("LA_CUDA_CAUSAL_PATH");
-            const char *pn = path ? "old" : "new";
+            const char *pn = path == 2 ? "old" : path == 1 ? "wmma" : "new";
             for (int nm = 0; nm < 2; nm++) {
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
                 p.normalize = nm;
-                const int reps = path ? (N > 32768 ? 3 : 5) : 20;
+                const int reps = path == 2 ? (N > 32768 ? 3 : 5) : 20;
                 const double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps);
                 char name[64];
                 snprintf(name, sizeof name, "linear-causal %s norm=%d", pn, nm);
@@ -143,6 +148,21 @@ int main(int argc, char **argv) {
                 printf("RESULT path=%s feat=relu norm=%d N=%lld ms=%.5f floor=%.5f\n", pn, nm,
                        (long long)N, ms, fb);
                 fflush(stdout);
+            }
+            if (path < 2 && N == 32768) { /* per-kernel times (events, one call each) */
+                la_linear_params p;
+                la_linear_params_init(&p);
+                p.causal = 1;
+                setenv("LA_CUDA_CAUSAL_TIMING", "1", 1);
+                for (int nm = 0; nm < 2; nm++) {
+                    p.normalize = nm;
+                    for (int rep = 0; rep < 2; rep++)
+                        if (la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0) != LA_OK)
+                            printf("error: %s\n", la_last_error());
+                }
+                CK(cudaDeviceSynchronize());
+                unsetenv("LA_CUDA_CAUSAL_TIMING");
+                fflush(stderr);
             }
             if (path == 0 && N == 32768) { /* variants of the new path */
                 la_linear_params p;

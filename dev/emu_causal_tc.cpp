@@ -17,6 +17,7 @@
 static inline float __int_as_float(int i){float f; memcpy(&f,&i,4); return f;}
 #include <cstring>
 #include "cuda/common.cuh"
+#include <atomic>
 #include <barrier>
 #include <thread>
 #include <vector>
@@ -53,6 +54,64 @@ static inline float emu_shfl_xor(float v, int o) {
     return r;
 }
 #define __shfl_xor_sync(m, v, o) emu_shfl_xor(v, o)
+/* ldmatrix .x4 (.trans) and mma.sync m16n8k16 with the PTX ISA fragment
+ * layouts: lanes exchange through per-warp slots between two warp barriers.
+ * ldmatrix: lane l addresses row l % 8 of matrix l / 8; lane t receives row
+ * t / 4, elements 2(t % 4), +1 (trans: rows 2(t % 4), +1 of column t / 4).
+ * mma: a0..a3 = (g, 2c..) (g+8, 2c..) (g, 2c+8..) (g+8, 2c+8..); b0, b1 =
+ * (k 2c.., n g) (k 2c+8.., n g); c0..c3 = (g, 2c) (g, 2c+1) (g+8, 2c)
+ * (g+8, 2c+1), g = lane / 4, c = lane % 4. */
+struct EmuFrag { const void *addr[32]; uint32_t a[32][4], b[32][2]; };
+static EmuFrag emu_frag[8];
+static unsigned char *emu_sm_lo, *emu_sm_hi; /* the CTA's shared memory (one CTA at a time) */
+static std::atomic<int> emu_errors{0};
+static inline float emu_bf(uint32_t v) { uint32_t u = (v & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; }
+static void emu_ldsm(uint32_t *r, const void *p, bool trans) {
+    const int w = t_tid / 32, lane = t_tid % 32;
+    if ((const unsigned char *)p < emu_sm_lo || (const unsigned char *)p + 16 > emu_sm_hi || ((uintptr_t)p & 15))
+        emu_errors++;
+    emu_frag[w].addr[lane] = p;
+    emu_syncwarp();
+    const int g = lane / 4, c = lane % 4;
+    for (int j = 0; j < 4; j++) {
+        if (!trans) {
+            const uint16_t *row = (const uint16_t *)emu_frag[w].addr[8 * j + g];
+            r[j] = (uint32_t)row[2 * c] | ((uint32_t)row[2 * c + 1] << 16);
+        } else {
+            const uint16_t *r0 = (const uint16_t *)emu_frag[w].addr[8 * j + 2 * c],
+                           *r1 = (const uint16_t *)emu_frag[w].addr[8 * j + 2 * c + 1];
+            r[j] = (uint32_t)r0[g] | ((uint32_t)r1[g] << 16);
+        }
+    }
+    emu_syncwarp();
+}
+static inline void lct_ldsm4(uint32_t *r, const void *p) { emu_ldsm(r, p, false); }
+static inline void lct_ldsm4t(uint32_t *r, const void *p) { emu_ldsm(r, p, true); }
+static void lct_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    const int w = t_tid / 32, lane = t_tid % 32;
+    for (int i = 0; i < 4; i++) emu_frag[w].a[lane][i] = a[i];
+    emu_frag[w].b[lane][0] = b0;
+    emu_frag[w].b[lane][1] = b1;
+    emu_syncwarp();
+    auto A = [&](int r, int k) {
+        const uint32_t v = emu_frag[w].a[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
+        return emu_bf((k & 1) ? v >> 16 : v);
+    };
+    auto B = [&](int k, int n) {
+        const uint32_t v = emu_frag[w].b[n * 4 + (k % 8) / 2][k >= 8];
+        return emu_bf((k & 1) ? v >> 16 : v);
+    };
+    const int g = lane / 4, cc = lane % 4;
+    float out[4];
+    for (int e = 0; e < 4; e++) {
+        const int row = g + 8 * (e >> 1), col = 2 * cc + (e & 1);
+        float sum = 0.f;
+        for (int k = 0; k < 16; k++) sum += A(row, k) * B(k, col);
+        out[e] = c[e] + sum;
+    }
+    emu_syncwarp();
+    for (int e = 0; e < 4; e++) c[e] = out[e];
+}
 static inline void cp16(void *s, const void *g, bool valid) {
     if (valid) memcpy(s, g, 16);
     else memset(s, 0, 16);
@@ -115,6 +174,8 @@ static void launch(unsigned gx, unsigned gy, size_t smem, F f) {
             blk.by = by;
             std::vector<unsigned char> sm(smem + 16, 0xAB); /* garbage, like real smem */
             blk.smem = sm.data();
+            emu_sm_lo = sm.data();
+            emu_sm_hi = sm.data() + smem;
             std::vector<std::thread> th;
             for (int t = 0; t < 256; t++)
                 th.emplace_back([&, t] { t_tid = t; t_blk = &blk; f(); });
@@ -138,6 +199,7 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
     }
 }
 
+static int g_mma = 1; /* 1: the default ldmatrix/mma.sync kernels, 0: WMMA */
 static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
     const int64_t D = 128, BH = B * H;
     std::mt19937 g(seed);
@@ -176,13 +238,21 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     const int64_t ndd = state ? a.nch : a.nch - 1;
     std::vector<float> ws(BH * a.nch * LS, NAN);
     a.ws = ws.data();
-    if (ndd > 0) launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] { lct_state_kernel(a); });
+    if (ndd > 0)
+        launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
+            if (!g_mma) lct_state_kernel(a);
+            else if (a.split) lct_state_mma_kernel<true>(a);
+            else lct_state_mma_kernel<false>(a);
+        });
     launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
-    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
+    if (g_mma) launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_kernel(a); });
+    else launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
+    const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
     /* float64 reference on the same bf16 inputs */
     double md = 0, mr = 0, sd = 0, sr = 0;
     int64_t bad = 0;
+    if (ldsm_bad) { printf("   %d ldmatrix addresses outside shared memory or unaligned\n", ldsm_bad); bad++; }
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             std::vector<double> S(D * D, 0.0), z(D, 0.0);
@@ -232,14 +302,15 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
         }
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
     const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
-    printf("B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+    printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
+           g_mma ? "mma " : "wmma", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
            a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
     int fails = 0;
+    for (g_mma = 1; g_mma >= (argc > 1 && !strcmp(argv[1], "mma") ? 1 : 0); g_mma--) {
     fails += run_case(1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 1);
     fails += run_case(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 2);     /* L=192: 3 tiles per chunk, 2 chunks */
     fails += run_case(2, 130, 1, LA_FEATURE_ELU1, 0, 1, 4, 3);      /* L=64, 3 chunks */
@@ -250,6 +321,7 @@ int main(int argc, char **argv) {
     fails += run_case(1, 257, 3, LA_FEATURE_IDENTITY, 0, 1, 2, 8, 1, 0);
     fails += run_case(1, 64, 1, LA_FEATURE_RELU1, 0, 1, 4, 9, 0, 1);
     fails += run_case(1, 65, 1, LA_FEATURE_RELU_EPS, 1, 0, 4, 10, 1, 0);
+    }
     printf("%d failed\n", fails);
     return fails != 0;
 }

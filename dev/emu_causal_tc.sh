@@ -2,7 +2,7 @@
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
 # kernel text out of src/cuda/linear_causal_tc.cu, compiles it with
 # dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only) and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR]      (~10 s)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [mma]]   (both paths; "mma": the default one only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -12,7 +12,7 @@ import re, sys
 s = open("src/cuda/linear_causal_tc.cu").read()
 k = s[s.index("namespace {"):s.index("bool view_ok")]
 k = k[:k.index("/* 16-byte async copy")] + k[k.index("__device__ __forceinline__ void unpack8"):]
-for n in ("lct_sm1", "lct_sm3"):
+for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):
     k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];", f"unsigned char *{n} = emu_smem();")
 k = k.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
 k = re.sub(r"__launch_bounds__\([^)]*\)", "", k)
@@ -20,4 +20,4 @@ open(sys.argv[1] + "/kern.inc", "w").write(k)
 PY
 g++ -std=c++20 -O2 -fno-strict-aliasing -w -Iinclude -Isrc -I"$CUDA_INC" -I"$O" dev/emu_causal_tc.cpp \
     -o "$O/emu_causal_tc" -lpthread
-"$O/emu_causal_tc"
+"$O/emu_causal_tc" ${2:+"$2"}

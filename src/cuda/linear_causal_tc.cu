@@ -75,6 +75,32 @@ template <int Pending> __device__ __forceinline__ void cp_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
 }
 
+
+/* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
+ * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
+ * distinct 4-bank groups) and mma.sync m16n8k16 with the documented layouts
+ * (PTX ISA): g = lane / 4, c = lane % 4;
+ *   A a0..a3 = (g, 2c..+1) (g+8, 2c..+1) (g, 2c+8..+9) (g+8, 2c+8..+9)
+ *   B b0, b1 = (k 2c..+1, n g) (k 2c+8..+9, n g)
+ *   C c0..c3 = (g, 2c) (g, 2c+1) (g+8, 2c) (g+8, 2c+1)
+ * ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8. */
+__device__ __forceinline__ void lct_ldsm4(uint32_t *r, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void lct_ldsm4t(uint32_t *r, const void *p) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
+}
+__device__ __forceinline__ void lct_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
     const uint4 u = *(const uint4 *)p;
     const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
@@ -528,6 +554,431 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
     }
 }
 
+/* ==== default path: ldmatrix + mma.sync fragments (LA_CUDA_CAUSAL_PATH=wmma
+ * selects the WMMA kernels above) ====================================== */
+
+/* The five feature maps in one branch-light form: x ≥ 0: x + c; x < 0: x
+ * (identity), c (relu, relu_eps, relu1), e^x (elu1); the mode is uniform, so
+ * one branch per 8 values instead of la_cu_feature's switch per value (same
+ * results: fmaxf(x, 0) + c, x ≥ 0 ? x + 1 : e^x). */
+struct lct_phi {
+    int mode; /* 0 identity, 1 relu family, 2 elu1 */
+    float c;
+};
+__device__ __forceinline__ lct_phi lct_phi_of(int feat) {
+    lct_phi r;
+    r.mode = feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
+    r.c = feat == LA_FEATURE_RELU_EPS ? 1e-6f : feat == LA_FEATURE_RELU1 ? 1.f : 0.f;
+    return r;
+}
+__device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
+    if (f.mode == 1) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = fmaxf(x[i], 0.f) + f.c;
+    } else if (f.mode == 2) {
+#pragma unroll
+        for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);
+    }
+}
+__device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+    return *(const uint32_t *)&h;
+}
+
+/* ---- pass 1 (mma): chunk states. Same grid, copies and φ ownership as
+ * lct_state_kernel; warp w owns rows 32(w%4) + [0, 32) and columns
+ * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
+ * K̃ᵀ, 4 of V, 16 (32) mma. */
+template <bool SPLIT>
+__global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
+    extern __shared__ __align__(128) unsigned char lct_sm2[];
+    __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm2;
+    const int nmat = SPLIT ? 3 : 2;
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
+    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
+    const int nt = (int)((t1 - t0 + T - 1) / T);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, cq = lane % 4, li = lane % 8, lj = lane / 8;
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const lct_phi ph = lct_phi_of(a.feat);
+    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
+    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+
+    auto issue = [&](int t) {
+        if (t < nt) {
+            __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t tok = t0 + (int64_t)t * T + r;
+                const bool ok = tok < t1;
+                const int64_t tk = ok ? tok : 0;
+                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+            }
+        }
+        cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS1 - 1; t++) issue(t);
+
+    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4);
+    float acc[2][8][4];
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+    float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+
+    for (int t = 0; t < nt; t++) {
+        cp_wait<TS1 - 2>();
+        __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int r = r0 + 16 * u;
+            __nv_bfloat16 *p = &Ks[r * LD + c8];
+            float x[8], lo[8];
+            if (t0 + (int64_t)t * T + r < t1) {
+                unpack8(p, x);
+                lct_phi8(x, ph);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    zp[i] += x[i];
+                    lo[i] = x[i] - __bfloat162float(__float2bfloat16_rn(x[i]));
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 8; i++) x[i] = lo[i] = 0.f;
+            }
+            /* rows past the end: zero-filled by cp.async (k̃ = 0, φ(0) need not be 0) */
+            if (ph.mode != 0 && t0 + (int64_t)t * T + r < t1) *(uint4 *)p = pack8(x);
+            if (SPLIT) *(uint4 *)&Kl[r * LD + c8] = pack8(lo);
+        }
+        __syncthreads();
+        issue(t + TS1 - 1);
+#pragma unroll
+        for (int kk = 0; kk < T; kk += 16) {
+            uint32_t ka[2][4], kl[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; i++)
+                lct_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+            if (SPLIT)
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    lct_ldsm4t(kl[i], &Kl[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++) {
+                uint32_t bv[4];
+                lct_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+                for (int i = 0; i < 2; i++) {
+                    lct_mma(acc[i][2 * jp], ka[i], bv[0], bv[1]);
+                    lct_mma(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
+                }
+                if (SPLIT)
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        lct_mma(acc[i][2 * jp], kl[i], bv[0], bv[1]);
+                        lct_mma(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
+                    }
+            }
+        }
+    }
+    float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
+#pragma unroll
+    for (int i = 0; i < 2; i++)
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+            *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
+            *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
+        }
+    cp_wait<0>();
+    __syncthreads();
+    float *zbuf = (float *)lct_sm2; /* [NT][8] */
+#pragma unroll
+    for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
+    __syncthreads();
+    if (tid < D) {
+        float z = 0.f;
+        for (int m = 0; m < NT / 16; m++) z += zbuf[((tid / 8) + 16 * m) * 8 + tid % 8];
+        dst[D * D + tid] = z;
+    }
+}
+
+/* ---- pass 3 (mma): outputs ------------------------------------------------
+ * grid (nch, B·H), 256 threads, one CTA per SM, 3 stages of Q, K, V.
+ * Warp w: query rows 16r + [0, 16) with r = w (w < 4) or 7 − w (w ≥ 4), so
+ * that the two warps of a scheduler (w, w + 4) together do the same causal
+ * work (r + r' = 3); output columns 64(w/4) + [0, 64); state rows 32(w%4),
+ * columns 64(w/4) (2×8 m16n8 tiles, fp32 in registers all along the chunk).
+ * Per tile, all in registers: A = Q̃K̃ᵀ over key blocks 0..r (diagonal block
+ * masked on the C fragments), its row sums (den), A → bf16 A fragments for
+ * A·V (no shared-memory round trip), Q̃ fragments loaded once for Q̃K̃ᵀ and
+ * Q̃S̃. φ(q) enters unscaled; the outputs take scale_q at the end:
+ * out = s·num / (s·den + eps) (normalize) or s·num. */
+constexpr int TS4 = 3;
+constexpr int OLD = 72; /* bf16 row stride of a warp's 16×64 output staging tile */
+constexpr size_t SM4_STAGES = sizeof(__nv_bfloat16) * TS4 * 3 * TILE;
+constexpr size_t SM4_SS = sizeof(__nv_bfloat16) * D * LD;
+constexpr size_t SM4_OB = sizeof(__nv_bfloat16) * 8 * 16 * OLD;
+constexpr size_t SM4_ZS = sizeof(float) * D;
+constexpr size_t SM4_ZP = sizeof(float) * 16 * D;
+constexpr size_t SM4_QZ = sizeof(float) * T;
+constexpr size_t LCT_OUT4_SMEM = SM4_STAGES + SM4_SS + SM4_OB + SM4_ZS + SM4_ZP + SM4_QZ;
+static_assert(LCT_OUT4_SMEM <= 227 * 1024, "mma output kernel shared memory");
+static_assert(SM4_STAGES % 16 == 0 && SM4_SS % 16 == 0 && SM4_OB % 16 == 0 && SM4_ZS % 16 == 0 &&
+                  SM4_ZP % 16 == 0,
+              "16-byte alignment of the shared-memory regions");
+
+__global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
+    extern __shared__ __align__(128) unsigned char lct_sm4[];
+    unsigned char *p8 = lct_sm4;
+    __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM4_STAGES; /* TS4 × {Q,K,V} */
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM4_SS;     /* [D][LD] S̃    */
+    __nv_bfloat16 *obuf = (__nv_bfloat16 *)p8;           p8 += SM4_OB;     /* 8 × [16][OLD] */
+    float *zs = (float *)p8;                             p8 += SM4_ZS;     /* [D] running z */
+    float *zpart = (float *)p8;                          p8 += SM4_ZP;     /* [16][D]       */
+    float *qz = (float *)p8;                                               /* [T] φ(q)·z    */
+
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
+    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
+    const int nt = (int)((t1 - t0 + T - 1) / T);
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int g = lane / 4, cq = lane % 4, li = lane % 8, lj = lane / 8;
+    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const bool norm = a.normalize != 0;
+    const lct_phi ph = lct_phi_of(a.feat);
+    const __nv_bfloat16 *qb = a.q + b * a.qs[0] + h * a.qs[2] + c8;
+    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
+    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+
+    auto issue = [&](int t) { /* tile t into stage t % TS4; always one group */
+        if (t < nt) {
+            __nv_bfloat16 *Qs = stg + (t % TS4) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t tok = t0 + (int64_t)t * T + r;
+                const bool ok = tok < t1;
+                const int64_t tk = ok ? tok : 0;
+                cp16(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
+                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+            }
+        }
+        cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS4 - 1; t++) issue(t);
+
+    const int r = warp < 4 ? warp : 7 - warp; /* query row block (A and O) */
+    const int co = 64 * (warp / 4);          /* O columns                 */
+    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4); /* state tile  */
+    __nv_bfloat16 *ow = obuf + warp * 16 * OLD;
+
+    float accS[2][8][4];
+    auto state_to_smem = [&]() { /* S̃ = bf16(S), straight from the C fragments */
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+                *(uint32_t *)&Ss[row * LD + col] = lct_pack2(accS[i][j][0], accS[i][j][1]);
+                *(uint32_t *)&Ss[(row + 8) * LD + col] = lct_pack2(accS[i][j][2], accS[i][j][3]);
+            }
+    };
+    {   /* the state before this chunk: P_c from pass 2 (fp32, global) */
+        const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+                const float2 u = *(const float2 *)&P[row * D + col];
+                const float2 w = *(const float2 *)&P[(row + 8) * D + col];
+                accS[i][j][0] = u.x;
+                accS[i][j][1] = u.y;
+                accS[i][j][2] = w.x;
+                accS[i][j][3] = w.y;
+            }
+        state_to_smem();
+        if (tid < D) zs[tid] = P[D * D + tid];
+    }
+    __syncthreads(); /* zs, S̃ */
+
+    for (int t = 0; t < nt; t++) {
+        cp_wait<TS4 - 2>(); /* this thread's copies of tile t have landed */
+        __nv_bfloat16 *Qs = stg + (t % TS4) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
+        const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
+        /* 1. φ on this thread's pieces (unscaled q̃), its part of φ(q)·z, and
+         *    of this tile's Σ k̃ (fp32 values, before rounding) */
+        float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int rr = r0 + 16 * u;
+            float dq = 0.f;
+            if (tt + rr < t1) {
+                float x[8], y[8];
+                unpack8(&Qs[rr * LD + c8], x);
+                unpack8(&Ks[rr * LD + c8], y);
+                lct_phi8(x, ph);
+                lct_phi8(y, ph);
+#pragma unroll
+                for (int i = 0; i < 8; i++) {
+                    dq = fmaf(x[i], zs[c8 + i], dq);
+                    zk[i] += y[i];
+                }
+                if (ph.mode != 0) { /* identity: the tile is φ(tile) already */
+                    *(uint4 *)&Qs[rr * LD + c8] = pack8(x);
+                    *(uint4 *)&Ks[rr * LD + c8] = pack8(y);
+                }
+            }
+            /* rows past the end were zero-filled by cp.async: q̃ = k̃ = 0 there */
+            dq += __shfl_xor_sync(0xffffffffu, dq, 8);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 4);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 2);
+            dq += __shfl_xor_sync(0xffffffffu, dq, 1);
+            if ((tid & 15) == 0) qz[rr] = dq;
+        }
+#pragma unroll
+        for (int i = 0; i < 8; i++) zpart[r0 * D + c8 + i] = zk[i];
+        __syncthreads(); /* S1: tile t mapped, qz, zpart; every warp is done with tile t-1 */
+        issue(t + TS4 - 1); /* into the stage of tile t-1 */
+        if (tid < D) { /* z += this tile's Σ k̃ (read again in the next φ pass, after S4) */
+            float s = 0.f;
+#pragma unroll
+            for (int m = 0; m < 16; m++) s += zpart[m * D + tid];
+            zs[tid] += s;
+        }
+
+        /* 2. Q̃ fragments of the warp's 16 rows, all of D (32 registers) */
+        uint32_t qa[8][4];
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+            lct_ldsm4(qa[kk], &Qs[(16 * r + 8 * (lj & 1) + li) * LD + 16 * kk + 8 * (lj >> 1)]);
+
+        /* 3. A = Q̃K̃ᵀ over key blocks 0..r (8-key n-tiles 0..2r+1) */
+        float sA[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) sA[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int kb4 = 0; kb4 < 4; kb4++)
+                if (kb4 <= r) {
+                    uint32_t bk[4];
+                    lct_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
+                    lct_mma(sA[2 * kb4], qa[kk], bk[0], bk[1]);
+                    lct_mma(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
+                }
+        /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
+        float rs0 = 0.f, rs1 = 0.f;
+        uint32_t pa[4][4];
+#pragma unroll
+        for (int kb4 = 0; kb4 < 4; kb4++) {
+            if (kb4 == r) {
+#pragma unroll
+                for (int hh = 0; hh < 2; hh++) {
+                    const int col = 8 * hh + 2 * cq;
+                    if (col > g) sA[2 * kb4 + hh][0] = 0.f;
+                    if (col + 1 > g) sA[2 * kb4 + hh][1] = 0.f;
+                    if (col > g + 8) sA[2 * kb4 + hh][2] = 0.f;
+                    if (col + 1 > g + 8) sA[2 * kb4 + hh][3] = 0.f;
+                }
+            }
+#pragma unroll
+            for (int hh = 0; hh < 2; hh++) {
+                rs0 += sA[2 * kb4 + hh][0] + sA[2 * kb4 + hh][1];
+                rs1 += sA[2 * kb4 + hh][2] + sA[2 * kb4 + hh][3];
+            }
+            pa[kb4][0] = lct_pack2(sA[2 * kb4][0], sA[2 * kb4][1]);
+            pa[kb4][1] = lct_pack2(sA[2 * kb4][2], sA[2 * kb4][3]);
+            pa[kb4][2] = lct_pack2(sA[2 * kb4 + 1][0], sA[2 * kb4 + 1][1]);
+            pa[kb4][3] = lct_pack2(sA[2 * kb4 + 1][2], sA[2 * kb4 + 1][3]);
+        }
+
+        /* 4. num = Q̃ S̃ + A V (16 rows × 64 columns: 8 n-tiles) */
+        float accO[8][4];
+#pragma unroll
+        for (int j = 0; j < 8; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) accO[j][e] = 0.f;
+#pragma unroll
+        for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+            for (int jp = 0; jp < 4; jp++) {
+                uint32_t bs[4];
+                lct_ldsm4t(bs, &Ss[(16 * kk + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+                lct_mma(accO[2 * jp], qa[kk], bs[0], bs[1]);
+                lct_mma(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
+            }
+#pragma unroll
+        for (int kb4 = 0; kb4 < 4; kb4++)
+            if (kb4 <= r)
+#pragma unroll
+                for (int jp = 0; jp < 4; jp++) {
+                    uint32_t bv[4];
+                    lct_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+                    lct_mma(accO[2 * jp], pa[kb4], bv[0], bv[1]);
+                    lct_mma(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
+                }
+
+        /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
+        const bool more = t + 1 < nt;
+        if (more) {
+#pragma unroll
+            for (int kk = 0; kk < T; kk += 16) {
+                uint32_t ka[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; i++)
+                    lct_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+#pragma unroll
+                for (int jp = 0; jp < 4; jp++) {
+                    uint32_t bv[4];
+                    lct_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        lct_mma(accS[i][2 * jp], ka[i], bv[0], bv[1]);
+                        lct_mma(accS[i][2 * jp + 1], ka[i], bv[2], bv[3]);
+                    }
+                }
+            }
+        }
+
+        /* 6. outputs: row sums over the quad, scale, stage, 16-byte stores */
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 1);
+        rs0 += __shfl_xor_sync(0xffffffffu, rs0, 2);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 1);
+        rs1 += __shfl_xor_sync(0xffffffffu, rs1, 2);
+        const float s = a.scale_q;
+        const float f0 = norm ? s / (s * (qz[16 * r + g] + rs0) + a.eps) : s;
+        const float f1 = norm ? s / (s * (qz[16 * r + g + 8] + rs1) + a.eps) : s;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            *(uint32_t *)&ow[g * OLD + 8 * j + 2 * cq] = lct_pack2(accO[j][0] * f0, accO[j][1] * f0);
+            *(uint32_t *)&ow[(g + 8) * OLD + 8 * j + 2 * cq] = lct_pack2(accO[j][2] * f1, accO[j][3] * f1);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int idx = lane + 32 * u, row = idx / 8, pc = idx % 8;
+            const int64_t tok = tt + 16 * r + row;
+            if (tok < t1)
+                *(uint4 *)(a.o + b * a.os[0] + h * a.os[2] + tok * a.os[1] + co + 8 * pc) =
+                    *(const uint4 *)&ow[row * OLD + 8 * pc];
+        }
+        if (more) {
+            __syncthreads(); /* S4: every warp is done reading S̃ (and its staging tile) */
+            state_to_smem(); /* visible to the next tile's products after its S1 */
+        }
+    }
+}
+
 bool view_ok(const la_tensor *t) {
     return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
            t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
@@ -549,6 +1000,12 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
     LA_CU(cudaFuncSetAttribute(lct_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)LCT_OUT_SMEM));
+    LA_CU(cudaFuncSetAttribute(lct_state_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
+    LA_CU(cudaFuncSetAttribute(lct_state_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
+    LA_CU(cudaFuncSetAttribute(lct_output_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)LCT_OUT4_SMEM));
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
 }
@@ -611,19 +1068,52 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
     a.ws = (float *)ws.p;
+    /* default: ldmatrix + mma.sync kernels; LA_CUDA_CAUSAL_PATH=wmma: the WMMA ones */
+    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
+    const bool wm = path && !strcmp(path, "wmma");
     if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
-        fprintf(stderr, "linear-causal: path=tc BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d\n",
-                (long long)BH, (long long)N, (long long)a.L, (long long)a.nch, (long long)nd,
-                a.split);
+        fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d\n",
+                wm ? "-wmma" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
+                (long long)nd, a.split);
 
+    /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
+    const bool timing = getenv("LA_CUDA_CAUSAL_TIMING") != nullptr;
+    cudaEvent_t ev[4];
+    if (timing)
+        for (int i = 0; i < 4; i++) LA_CU(cudaEventCreate(&ev[i]));
+    if (timing) LA_CU(cudaEventRecord(ev[0], st));
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
-        lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
-        LA_CU_LAUNCH("lct_state_kernel");
+        if (wm) {
+            lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+            LA_CU_LAUNCH("lct_state_kernel");
+        } else {
+            if (a.split)
+                lct_state_mma_kernel<true><<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+            else
+                lct_state_mma_kernel<false><<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+            LA_CU_LAUNCH("lct_state_mma_kernel");
+        }
     }
+    if (timing) LA_CU(cudaEventRecord(ev[1], st));
     lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
     LA_CU_LAUNCH("lct_scan_kernel");
-    lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
-    LA_CU_LAUNCH("lct_output_kernel");
+    if (timing) LA_CU(cudaEventRecord(ev[2], st));
+    if (wm) {
+        lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
+        LA_CU_LAUNCH("lct_output_kernel");
+    } else {
+        lct_output_mma_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+        LA_CU_LAUNCH("lct_output_mma_kernel");
+    }
+    if (timing) {
+        LA_CU(cudaEventRecord(ev[3], st));
+        LA_CU(cudaEventSynchronize(ev[3]));
+        float ms[3];
+        for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
+        fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d state %.4f scan %.4f output %.4f ms\n",
+                wm ? "wmma" : "mma", (long long)N, a.normalize, ms[0], ms[1], ms[2]);
+        for (int i = 0; i < 4; i++) LA_CU(cudaEventDestroy(ev[i]));
+    }
     return LA_OK;
 }

@@ -1,16 +1,18 @@
 #!/bin/bash
 # One device call for the tensor-core causal linear attention
 # (src/cuda/linear_causal_tc.cu): build, correctness against the CPU path,
-# new-vs-old timings, flash-linear-attention's chunk_linear_attn on the same
-# shapes in the same run, ours/fla ratios; memcheck/racecheck on the small
-# cases while time is left.
-#   bash tests/cuda/gpu_causal.sh            (from the repository root, ≤ ~120 s)
+# timings of the default (ldmatrix/mma.sync) path, the WMMA path
+# (LA_CUDA_CAUSAL_PATH=wmma) and the portable one (old), per-kernel times at
+# 32K, flash-linear-attention's chunk_linear_attn on the same shapes in the
+# same run (60 s for Triton's compiles; 32K first), fla/ours ratios;
+# memcheck/racecheck on the small cases while time is left.
+#   bash tests/cuda/gpu_causal.sh            (from the repository root, ≤ 130 s)
 # Logs under $OUT (the device tool's output folder); a short summary last.
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
 B=${LA_GPU_BUILD:-build-gpu}
 T=$B/tests/cuda/test_cuda_causal
-DEADLINE=${LA_GPU_DEADLINE:-115}
+DEADLINE=${LA_GPU_DEADLINE:-128}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { echo $(( DEADLINE - $(el) )); }
@@ -32,17 +34,18 @@ grep -E "^# worst" "$OUT/test.log"
 grep -E "FAIL" "$OUT/test.log" "$OUT/test_paths.log" | head -12
 grep -v '^linear-causal:' "$OUT/test_paths.log" | grep -v FAIL | head -5
 grep 'path=tc' "$OUT/test_paths.log" | grep 'N=32768' | head -2
+echo "# test calls by path: $(grep -o 'path=tc[-a-z]*' "$OUT/test_paths.log" | sort | uniq -c | tr '\n' ' ')"
 
 # 3. timings: ours (new, old), then fla on the same shapes
-timeout 30 $B/bench_gpu_causal > "$OUT/bench.log" 2>&1
+timeout 30 $B/bench_gpu_causal > "$OUT/bench.log" 2> "$OUT/bench_timing.log"
 echo "# bench rc=$? ($(el) s)"
-fla_t=$(( $(left) - 5 ))
-[ $fla_t -gt 45 ] && fla_t=45
+fla_t=$(( $(left) - 6 ))
+[ $fla_t -gt 60 ] && fla_t=60
 if [ -d peers/fla ] && [ $fla_t -gt 10 ]; then
   PYTHONPATH=peers/fla PYTHONUNBUFFERED=1 timeout $fla_t python3 - > "$OUT/fla.log" 2>&1 <<'EOF'
 import torch, triton
 from fla.ops.linear_attn import chunk_linear_attn
-for N in (32768, 4096, 131072):   # 32K first: the number that matters if time runs out
+for N in (32768, 4096, 131072):   # 32K (norm 0, then 1) first: the numbers that matter if time runs out
     q = torch.randn(1, N, 12, 128, device="cuda", dtype=torch.bfloat16)
     k, v = torch.randn_like(q), torch.randn_like(q)
     for norm in (False, True):
@@ -60,14 +63,16 @@ awk '/^RESULT/ { split($0, f, " "); for (i in f) { split(f[i], kv, "="); r[kv[1]
                  key = r["norm"] " " r["N"]; ms[r["path"], key] = r["ms"]; fl[key] = r["floor"]; if (!(key in seen)) { seen[key] = 1; ord[++n] = key } }
      /^FLA/ { split($0, f, " "); for (i in f) { split(f[i], kv, "="); r[kv[1]] = kv[2] }
               fla[r["norm"] " " r["N"]] = r["ms"] }
-     END { printf "%-5s %-7s %8s %8s %8s %8s %8s %8s\n", "norm", "N", "new", "old", "fla", "floor", "xfloor", "fla/new";
+     END { printf "%-5s %-7s %8s %8s %8s %8s %8s %8s %8s\n", "norm", "N", "new", "wmma", "old", "fla", "floor", "xfloor", "fla/new";
            for (i = 1; i <= n; i++) { k = ord[i]; split(k, a, " ");
              g = (k in fla) ? fla[k] : 0;
-             printf "%-5s %-7s %8.4f %8.4f %8s %8.4f %8.2f %8s\n", a[1], a[2], ms["new", k], ms["old", k],
+             printf "%-5s %-7s %8.4f %8.4f %8.4f %8s %8.4f %8.2f %8s\n", a[1], a[2], ms["new", k], ms["wmma", k], ms["old", k],
                     g ? sprintf("%.4f", g) : "-", fl[k], ms["new", k] / fl[k], g ? sprintf("%.2f", g / ms["new", k]) : "-" } }' \
   "$OUT/bench.log" "$OUT/fla.log" 2>/dev/null
+echo "# per kernel at 32K (ms, second call of each):"
+grep '^linear-causal timing' "$OUT/bench_timing.log" | awk 'NR % 2 == 0' | sed 's/^linear-causal timing: /  /'
 grep -E "identity|state i/o" "$OUT/bench.log"
-grep -E "Error|error|failed" "$OUT/bench.log" "$OUT/fla.log" 2>/dev/null | head -4
+grep -E "Error|error|failed" "$OUT/bench.log" "$OUT/bench_timing.log" "$OUT/fla.log" 2>/dev/null | head -4
 
 # 4. sanitizers on the small cases, while time is left
 for tool in memcheck racecheck; do

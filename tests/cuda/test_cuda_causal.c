@@ -1,7 +1,8 @@
 /* GPU tests of causal linear attention (SPEC §3) on the bf16 tensor-core path
  * (src/cuda/linear_causal_tc.cu: D = Dv = 128, bf16 rows): the CUDA result
  * against the CPU path on the same inputs (the CPU path has its float64-
- * reference tests in tests/cpu/), plus the fallbacks (LA_CUDA_CAUSAL_PATH=old,
+ * reference tests in tests/cpu/), the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma),
+ * the fallbacks (LA_CUDA_CAUSAL_PATH=old,
  * D ≠ 128, f32) and a split sequence (state out of the first half into the
  * second equals one pass).
  *
@@ -212,8 +213,8 @@ static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
     la_dev_synchronize();
     if (path) unsetenv("LA_CUDA_CAUSAL_PATH");
     char what[200];
-    snprintf(what, sizeof what, "causal %s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d",
-             path ? "[old] " : "", dt == LA_BF16 ? "bf16" : "f32", (long long)B, (long long)N,
+    snprintf(what, sizeof what, "causal %s%s%s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d",
+             path ? "[" : "", path ? path : "", path ? "] " : "", dt == LA_BF16 ? "bf16" : "f32", (long long)B, (long long)N,
              (long long)H, (long long)D, (long long)Dv, feat_name(p.feature), normalize,
              (long long)chunk, state, perm);
     compare(&o, what, dt == LA_BF16 ? TOL_OUT : 1e-4, false);
@@ -336,6 +337,11 @@ int main(void) {
     t_split(1000, 64, LA_FEATURE_RELU, 0, 1);
     t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
     if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU_EPS, 1, 0);
+
+    printf("# the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma, kept for A/B timings)\n");
+    t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "wmma");
+    t_causal(2, 333, 3, 128, 128, LA_FEATURE_ELU1, 0, 7, 1, bf, 0, "wmma");
+    t_causal(1, 4096, 1, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 0, "wmma");
 
     printf("# fallbacks (portable path)\n");
     t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "old");
