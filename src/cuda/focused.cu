@@ -7,9 +7,30 @@
  *   path: x'^p stays finite for any p). Mean form: o = (q̃S/N)/(q̃z/N + eps),
  *   then o += DWC(v) + bias, fused into the output pass.
  * blog: K̂ = focus[h]·DWConv(relu1(K)) into an fp32 workspace, then normalized
- *   linear attention with φ(q) = relu1(q·D^-1/2) and K̂ taken as is. */
+ *   linear attention with φ(q) = relu1(q·D^-1/2) and K̂ taken as is.
+ *
+ * flatten, bf16 fast path (D = Dv = 128, bf16 rows with unit inner stride and
+ * 16-B aligned rows, H ≤ 32, no conv or an odd conv of k ≤ 9; env
+ * LA_CUDA_FOCUSED_PATH=old forces the path above):
+ *   1. fo_phi_kernel: one warp per (token, q|k) reads the token's C = H·128
+ *      channels once into registers (bf16), two register passes (max of x',
+ *      then Σu², Σu^{2p} with u = x'/max x'), and writes φ = u^p·r,
+ *      r = max·‖u‖/‖u^p‖ (= ‖x'‖/‖x'^p‖·x'^p scaling, overflow-free), as bf16
+ *      [B,N,H,128] workspaces;
+ *   2. the linear-family engine (tensor-core path) on φ(Q), φ(K), V with the
+ *      identity feature and the mean form o = num·a/(den·a + eps), a = 1/N;
+ *   3. fo_dwc_kernel (conv given): o += DWC(v) + bias in place on the bf16 O.
+ *   Bytes (B = 1, H = 12, N = 32K; one [N,H,128] bf16 tensor = 100.7 MB):
+ *   1. reads Q, K, writes φQ, φK: 403 MB; 2. reads φQ, φK, V, writes O: 403 MB;
+ *   3. reads V, O, writes O: 302 MB. See dev/NOTES_cuda_focused.md. */
 #include "cuda_ops.h"
 #include "linfam.cuh"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <algorithm>
 
 namespace {
 
@@ -110,6 +131,300 @@ __global__ void fo_blog_khat_kernel(la_cu_view k, la_cu_view conv, la_cu_view fo
     khat[e] = acc * f;
 }
 
+/* ---- flatten, bf16 fast path ------------------------------------------------ */
+constexpr int PT = 256;      /* threads of fo_phi_kernel (8 warps) */
+constexpr int PHI_MAXC = 4096; /* C = H·128 ≤ 4096: H ≤ 32, ≤ 16 chunks of 8 per lane */
+
+__device__ __forceinline__ void fo_unpack8(const uint4 &u, float *x) {
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h2[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
+}
+__device__ __forceinline__ uint4 fo_pack8(const float *x) {
+    uint4 u;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    return u;
+}
+/* x' = (relu(x) + 1e-6)·inv_sp·scale for the 8 channels of a chunk (inv_sp in
+ * shared memory, two 16-B loads). */
+__device__ __forceinline__ void fo_xprime8(const uint4 &raw, const float *isp8, float scale,
+                                           float *x) {
+    fo_unpack8(raw, x);
+    const float4 s0 = *(const float4 *)isp8, s1 = *(const float4 *)(isp8 + 4);
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) x[e] = (fmaxf(x[e], 0.f) + 1e-6f) * s[e] * scale;
+}
+/* u^p for u in (0, 1]: integer p ≤ 8 by multiplication (ip > 0), else powf. */
+__device__ __forceinline__ float fo_pow(float u, int ip, float p) {
+    if (ip == 3) return u * u * u;
+    if (ip > 0) {
+        float r = u;
+        for (int e = 1; e < ip; e++) r *= u;
+        return r;
+    }
+    return powf(u, p);
+}
+
+/* One warp per (token, q|k) unit u = 2·(b·N + t) + (0 q | 1 k). A lane holds
+ * chunks ch = lane + 32 i (i < R) of 8 channels: c = 8·ch, head c / 128. The
+ * raw bf16 values stay in registers over the three passes. */
+template <int R>
+__global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, int64_t N,
+                                                    int H, const float *inv_sp, float p,
+                                                    __nv_bfloat16 *phq, __nv_bfloat16 *phk,
+                                                    int64_t units) {
+    __shared__ __align__(16) float isp[PHI_MAXC];
+    const int C = H * 128, nch = H * 16;
+    for (int c = threadIdx.x; c < C; c += PT) isp[c] = inv_sp[c];
+    __syncthreads();
+    const int lane = threadIdx.x % 32;
+    const float pf = p;
+    const int ip = (p == floorf(p) && p >= 1.f && p <= 8.f) ? (int)p : 0;
+    for (int64_t u = (int64_t)blockIdx.x * (PT / 32) + threadIdx.x / 32; u < units;
+         u += (int64_t)gridDim.x * (PT / 32)) {
+        const int which = (int)(u & 1);
+        const int64_t bt = u >> 1, b = bt / N, t = bt % N;
+        const void *xd = which ? k.data : q.data;
+        const int64_t n0 = which ? k.nb[0] : q.nb[0], n1 = which ? k.nb[1] : q.nb[1],
+                      n2 = which ? k.nb[2] : q.nb[2];
+        const __nv_bfloat16 *base = (const __nv_bfloat16 *)xd + b * n0 + t * n1;
+        uint4 raw[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int ch = lane + 32 * i;
+            raw[i] = make_uint4(0, 0, 0, 0);
+            if (ch < nch)
+                raw[i] = __ldg((const uint4 *)(base + (int64_t)(ch >> 4) * n2 + (ch & 15) * 8));
+        }
+        /* pass 1: max of x' = (relu(x) + 1e-6)·inv_sp */
+        float mx = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int ch = lane + 32 * i;
+            if (ch < nch) {
+                float v[8];
+                fo_xprime8(raw[i], &isp[ch * 8], 1.f, v);
+#pragma unroll
+                for (int e = 0; e < 8; e++) mx = fmaxf(mx, v[e]);
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        const float inv_m = 1.f / mx;
+        /* pass 2: Σu², Σu^{2p}, u = x'/max ∈ (0, 1] */
+        float s2 = 0.f, sp2 = 0.f;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int ch = lane + 32 * i;
+            if (ch < nch) {
+                float v[8];
+                fo_xprime8(raw[i], &isp[ch * 8], inv_m, v);
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const float uu = v[e];
+                    const float up = fo_pow(uu, ip, pf);
+                    s2 = fmaf(uu, uu, s2);
+                    sp2 = fmaf(up, up, sp2);
+                }
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            s2 += __shfl_xor_sync(0xffffffffu, s2, o);
+            sp2 += __shfl_xor_sync(0xffffffffu, sp2, o);
+        }
+        /* ‖x'‖/‖u^p‖ = max·‖u‖/‖u^p‖; the largest u is ~1, so sp2 ≥ ~1 */
+        const float r = mx * sqrtf(s2) / sqrtf(sp2);
+        /* pass 3: φ = u^p·r as bf16, [B,N,H,128] contiguous */
+        __nv_bfloat16 *dst = (which ? phk : phq) + bt * (int64_t)C;
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            const int ch = lane + 32 * i;
+            if (ch < nch) {
+                float v[8];
+                fo_xprime8(raw[i], &isp[ch * 8], inv_m, v);
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    v[e] = fo_pow(v[e], ip, pf) * r;
+                }
+                *(uint4 *)(dst + ch * 8) = fo_pack8(v);
+            }
+        }
+    }
+}
+
+/* o += DWC(v) + bias in place, bf16 o and v (D = 128), one [128,KS,KS] kernel
+ * shared by the heads. CTA = (b·H + h, map row y, 128 map columns); thread =
+ * 8 channels (c8 = 8·(tid % 16)) × 8 consecutive columns x0 + [0, 8): per tap
+ * row it reads the 8 + KS − 1 v chunks of the window once (L1/L2) and reuses
+ * each for up to KS outputs; weights and bias from shared memory (fp32). */
+constexpr int CT = 256, CX = 8 /* columns per thread */, CW = CX * (CT / 16) /* per CTA */;
+template <int KS>
+__global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out, la_cu_view conv,
+                                                    la_cu_view bias, int64_t H, int64_t map_h,
+                                                    int64_t map_w, int64_t xblocks) {
+    __shared__ __align__(16) float ws[KS * KS * 128];
+    __shared__ __align__(16) float bs[128];
+    for (int e = threadIdx.x; e < KS * KS * 128; e += CT) {
+        const int c = e % 128, tap = e / 128, a = tap / KS, cc = tap % KS;
+        ws[e] = la_cu_ld(conv.data, conv.dt, c * conv.nb[0] + a * conv.nb[1] + cc * conv.nb[2]);
+    }
+    for (int c = threadIdx.x; c < 128; c += CT)
+        bs[c] = bias.data ? la_cu_ld(bias.data, bias.dt, c * bias.nb[0]) : 0.f;
+    __syncthreads();
+    const int64_t bh = blockIdx.y, b = bh / H, h = bh % H;
+    const int64_t y = blockIdx.x / xblocks, xb = blockIdx.x % xblocks;
+    const int c8 = (threadIdx.x % 16) * 8;
+    const int64_t x0 = xb * CW + (threadIdx.x / 16) * CX;
+    if (x0 >= map_w) return;
+    constexpr int RR = KS / 2;
+    float acc[CX][8];
+#pragma unroll
+    for (int j = 0; j < CX; j++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) acc[j][e] = bs[c8 + e];
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)v.data + b * v.nb[0] + h * v.nb[2] + c8;
+#pragma unroll 1
+    for (int a = 0; a < KS; a++) {
+        const int64_t yy = y + a - RR;
+        if (yy < 0 || yy >= map_h) continue;
+        const __nv_bfloat16 *vrow = vb + yy * map_w * v.nb[1];
+#pragma unroll
+        for (int s = 0; s < CX + KS - 1; s++) { /* window column xx = x0 + s − RR */
+            const int64_t xx = x0 + s - RR;
+            if (xx < 0 || xx >= map_w) continue;
+            float vv[8];
+            fo_unpack8(__ldg((const uint4 *)(vrow + xx * v.nb[1])), vv);
+#pragma unroll
+            for (int j = 0; j < CX; j++) {
+                const int cc = s - j; /* tap column of output x0 + j */
+                if (cc < 0 || cc >= KS) continue;
+                const float4 w0 = *(const float4 *)&ws[(a * KS + cc) * 128 + c8];
+                const float4 w1 = *(const float4 *)&ws[(a * KS + cc) * 128 + c8 + 4];
+                acc[j][0] = fmaf(w0.x, vv[0], acc[j][0]);
+                acc[j][1] = fmaf(w0.y, vv[1], acc[j][1]);
+                acc[j][2] = fmaf(w0.z, vv[2], acc[j][2]);
+                acc[j][3] = fmaf(w0.w, vv[3], acc[j][3]);
+                acc[j][4] = fmaf(w1.x, vv[4], acc[j][4]);
+                acc[j][5] = fmaf(w1.y, vv[5], acc[j][5]);
+                acc[j][6] = fmaf(w1.z, vv[6], acc[j][6]);
+                acc[j][7] = fmaf(w1.w, vv[7], acc[j][7]);
+            }
+        }
+    }
+    __nv_bfloat16 *ob = (__nv_bfloat16 *)out.data + b * out.nb[0] + h * out.nb[2] + c8;
+#pragma unroll
+    for (int j = 0; j < CX; j++) {
+        const int64_t xx = x0 + j;
+        if (xx >= map_w) break;
+        uint4 *po = (uint4 *)(ob + (y * map_w + xx) * out.nb[1]);
+        float o[8];
+        fo_unpack8(*po, o);
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[e] += acc[j][e];
+        *po = fo_pack8(o);
+    }
+}
+
+/* bf16, unit inner stride, 16-B aligned rows (uint4 loads and stores). */
+bool fo_view_fast(const la_cu_view &x) {
+    return x.dt == LA_BF16 && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
+           x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
+}
+
+template <int R>
+la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int H,
+                        const float *inv_sp, float p, __nv_bfloat16 *phq, __nv_bfloat16 *phk,
+                        int64_t units, cudaStream_t st) {
+    int dev = 0, nsm = 132;
+    LA_CU(cudaGetDevice(&dev));
+    LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t want = la_cu_cdiv(units, PT / 32);
+    const unsigned grid = (unsigned)std::min<int64_t>(want, (int64_t)nsm * 16);
+    fo_phi_kernel<R><<<grid, PT, 0, st>>>(q, k, N, H, inv_sp, p, phq, phk, units);
+    LA_CU_LAUNCH("fo_phi_kernel");
+    return LA_OK;
+}
+
+template <int KS>
+la_status fo_launch_dwc(const lf_problem &P, const la_cu_view &conv, const la_cu_view &bias,
+                        cudaStream_t st) {
+    const int64_t xblocks = la_cu_cdiv(P.map_w, CW), gx = xblocks * P.map_h;
+    if (gx > 0x7fffffff || P.B * P.H > 65535)
+        return la_err(LA_ERR_UNSUPPORTED, "focused CUDA: conv grid too large");
+    fo_dwc_kernel<KS><<<dim3((unsigned)gx, (unsigned)(P.B * P.H)), CT, 0, st>>>(
+        P.v, P.out, conv, bias, P.H, P.map_h, P.map_w, xblocks);
+    LA_CU_LAUNCH("fo_dwc_kernel");
+    return LA_OK;
+}
+
+/* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps. */
+la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, const la_tensor *conv,
+                          const la_tensor *conv_bias, const la_tensor *softplus_param,
+                          cudaStream_t st) {
+    lf_problem P = P0;
+    const int64_t C = P.H * P.D, BN = P.B * P.N;
+    if (BN == 0 || C == 0) return LA_OK; /* empty output: no launch (a 0-sized grid fails) */
+    size_t nphi, bytes;
+    LA_TRY(la_mul_size((size_t)BN, (size_t)C, &nphi, "focused phi"));
+    /* [inv_sp: C floats, rounded to 16 B][φQ][φK] */
+    const size_t isp_bytes = ((size_t)C * sizeof(float) + 15) / 16 * 16;
+    LA_TRY(la_mul_size(nphi, 2 * sizeof(__nv_bfloat16), &bytes, "focused phi"));
+    if (bytes + isp_bytes < bytes) return la_err(LA_ERR_OVERFLOW, "focused: workspace overflows");
+    la_cu_ws ws;
+    LA_TRY(la_cu_ws_alloc(&ws, bytes + isp_bytes, st, "focused phi(Q), phi(K)"));
+    float *inv_sp = (float *)ws.p;
+    __nv_bfloat16 *phq = (__nv_bfloat16 *)((char *)ws.p + isp_bytes), *phk = phq + nphi;
+    fo_invsp_kernel<<<(unsigned)la_cu_cdiv(C, 256), 256, 0, st>>>(la_cu_view_of(softplus_param),
+                                                                   C, inv_sp);
+    LA_CU_LAUNCH("fo_invsp_kernel");
+    const int64_t units = 2 * BN;
+    const int H = (int)P.H, per_lane = (int)la_cu_cdiv(P.H * 16, 32);
+    if (per_lane <= 2)
+        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+    else if (per_lane <= 4)
+        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+    else if (per_lane <= 8)
+        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+    else
+        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+    /* the engine on φQ, φK (contiguous [B,N,H,128] bf16), identity features */
+    for (int w = 0; w < 2; w++) {
+        la_cu_view &x = w ? P.k : P.q;
+        x.data = w ? phk : phq;
+        x.dt = LA_BF16;
+        x.nb[0] = P.N * C;
+        x.nb[1] = C;
+        x.nb[2] = P.D;
+        x.nb[3] = 1;
+    }
+    P.fq = {LA_FEATURE_IDENTITY, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    P.fk = P.fq;
+    P.den_scale = 1.f / (float)P.N;
+    P.conv = la_cu_view{};
+    P.bias = la_cu_view{};
+    P.ksize = 0;
+    LA_TRY(lf_run(&P, st));
+    if (conv) {
+        const la_cu_view cv = la_cu_view_of(conv), bv = la_cu_view_of(conv_bias);
+        switch (conv->ne[1]) {
+        case 1: return fo_launch_dwc<1>(P, cv, bv, st);
+        case 3: return fo_launch_dwc<3>(P, cv, bv, st);
+        case 5: return fo_launch_dwc<5>(P, cv, bv, st);
+        case 7: return fo_launch_dwc<7>(P, cv, bv, st);
+        default: return fo_launch_dwc<9>(P, cv, bv, st);
+        }
+    }
+    return LA_OK;
+}
+
 }  // namespace
 
 extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const la_tensor *q,
@@ -134,6 +449,15 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
     const int64_t C = P.H * P.D, BN = P.B * P.N;
     la_cu_ws ws;
     if (p->variant == LA_FOCUSED_FLATTEN) {
+        /* bf16 fast path: see the top of this file */
+        const char *path = getenv("LA_CUDA_FOCUSED_PATH");
+        const bool fast = !(path && !strcmp(path, "old")) && P.D == 128 && P.Dv == 128 &&
+                          P.H <= 32 && (!conv || conv->ne[1] <= 9) && fo_view_fast(P.q) &&
+                          fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
+        if (getenv("LA_CUDA_FOCUSED_VERBOSE"))
+            fprintf(stderr, "focused: path=%s N=%lld H=%lld k=%lld\n", fast ? "fast" : "old",
+                    (long long)P.N, (long long)P.H, conv ? (long long)conv->ne[1] : 0LL);
+        if (fast) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, st);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(C + 4 * BN), sizeof(float), &bytes, "focused workspace"));
         LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "focused feature scales"));

@@ -1,0 +1,305 @@
+/* GPU tests of focused linear attention, flatten variant (SPEC §4a), on CUDA:
+ * the CUDA operator against the CPU path on the same inputs (the CPU path has
+ * its own float64-reference tests in tests/cpu/). Covers the bf16 fast path of
+ * src/cuda/focused.cu (D = Dv = 128, bf16 rows: fused φ pass, tensor-core
+ * engine, separate depthwise-conv kernel) and the portable path it falls back
+ * to (f32, other D, H > 32, conv k > 9, LA_CUDA_FOCUSED_PATH=old).
+ * Staging as in tests/cuda/test_cuda_linear.c: inputs rounded to the dtype
+ * under test (the CPU sees the same values), device output poisoned with 0xFF
+ * bytes (NaN) before the call and compared in full: rel = max|gpu − cpu| /
+ * max|cpu| ≤ 1e-2 (bf16) or 1e-5 (f32), and no NaN left anywhere.
+ * LA_CUDA_SMALL=1: only the small cases (for compute-sanitizer).
+ * LA_CUDA_FOCUSED_VERBOSE=1 traces the path taken on stderr. */
+#include "test_util.h"
+
+#include <stdbool.h>
+
+#include "core/devmem.h"
+#include "core/internal.h"
+
+static la_rng rng;
+static bool small_only;
+
+/* ---- tensors staged on host and device ----------------------------------- */
+typedef struct tb {
+    la_tensor host, dev;     /* same layout                                */
+    int64_t lne[4];          /* logical extents                            */
+    int ndim;
+    int perm;                /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
+    size_t bytes;
+} tb;
+
+static size_t dsz(la_dtype dt) { return la_dtype_size(dt); }
+
+static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
+    if (dt == LA_F32) ((float *)p)[off] = x;
+    else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
+}
+static float get_elem(const void *p, la_dtype dt, int64_t off) {
+    if (dt == LA_F32) return ((const float *)p)[off];
+    return la_bf16_to_f32(((const uint16_t *)p)[off]);
+}
+
+static int64_t phys_off(const tb *t, const int64_t *i) {
+    int64_t o = 0;
+    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
+    return o;
+}
+static void unravel(const tb *t, int64_t e, int64_t *i) {
+    for (int a = t->ndim - 1; a >= 0; a--) {
+        i[a] = e % t->lne[a];
+        e /= t->lne[a];
+    }
+}
+static int64_t tb_numel(const tb *t) {
+    int64_t n = 1;
+    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
+    return n;
+}
+
+/* vals: logical row-major values (NULL: poison). */
+static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
+    memset(t, 0, sizeof *t);
+    t->ndim = ndim;
+    t->perm = perm && ndim == 4;
+    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
+    int64_t n = tb_numel(t);
+    t->bytes = (size_t)n * dsz(dt);
+    void *h = malloc(t->bytes);
+    int64_t nb[4];
+    if (t->perm) { /* buffer [B,H,N,D] */
+        const int64_t *e4 = t->lne;
+        nb[3] = 1;
+        nb[1] = e4[3];           /* N stride */
+        nb[2] = e4[1] * e4[3];   /* H stride */
+        nb[0] = e4[2] * e4[1] * e4[3];
+    } else {
+        int64_t s = 1;
+        for (int a = ndim - 1; a >= 0; a--) {
+            nb[a] = s;
+            s *= ne[a];
+        }
+    }
+    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
+    if (vals) {
+        int64_t idx[4];
+        for (int64_t e = 0; e < n; e++) {
+            unravel(t, e, idx);
+            set_elem(h, dt, phys_off(t, idx), vals[e]);
+        }
+    } else {
+        memset(h, 0xff, t->bytes);
+    }
+    void *d = NULL;
+    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
+        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
+        exit(1);
+    }
+    la_dev_upload(d, h, t->bytes);
+    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
+}
+static void tb_free(tb *t) {
+    free(t->host.data);
+    la_dev_free(t->dev.data);
+}
+/* Logical values of the host (cpu) or device copy. */
+static float *tb_read(const tb *t, bool device) {
+    int64_t n = tb_numel(t);
+    void *h = malloc(t->bytes);
+    if (device) la_dev_download(h, t->dev.data, t->bytes);
+    else memcpy(h, t->host.data, t->bytes);
+    float *out = malloc(sizeof(float) * (size_t)n);
+    int64_t idx[4];
+    for (int64_t e = 0; e < n; e++) {
+        unravel(t, e, idx);
+        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
+    }
+    free(h);
+    return out;
+}
+static float *randv(int64_t n, double scale) {
+    float *x = malloc(sizeof(float) * (size_t)n);
+    la_fill_normal(&rng, x, n, scale);
+    return x;
+}
+static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
+    int64_t n = 1;
+    for (int a = 0; a < ndim; a++) n *= ne[a];
+    float *v = randv(n, scale);
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, v);
+    free(v);
+    return t;
+}
+static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
+    tb t;
+    tb_make(&t, ndim, ne, dt, perm, NULL);
+    return t;
+}
+
+/* Compare the device result of t with its host (CPU) result. */
+static double compare(const tb *t, const char *what, double tol) {
+    la_dev_synchronize();
+    int64_t n = tb_numel(t);
+    float *g = tb_read(t, true), *c = tb_read(t, false);
+    double *ref = malloc(sizeof(double) * (size_t)n);
+    int cpu_nan = 0;
+    for (int64_t i = 0; i < n; i++) {
+        ref[i] = c[i];
+        if (isnan(c[i])) cpu_nan++;
+    }
+    double rel = la_rel_err(g, ref, n);
+    int64_t gnan = 0;
+    for (int64_t i = 0; i < n; i++) gnan += !isfinite(g[i]);
+    CHECK(cpu_nan == 0, "%s: CPU output has %d NaN", what, cpu_nan);
+    CHECK(gnan == 0, "%s: GPU output has %lld non-finite values (unwritten?)", what, (long long)gnan);
+    CHECK(rel <= tol, "%s: rel err %.3g > %.1g", what, rel, tol);
+    printf("  %-72s rel %.2e %s\n", what, rel, rel <= tol && gnan == 0 ? "ok" : "FAIL");
+    free(g);
+    free(c);
+    free(ref);
+    return rel;
+}
+static double tol_of(la_dtype dt, int64_t N) {
+    return dt == LA_BF16 ? 1e-2 : (N > 20000 ? 1e-4 : 1e-5);
+}
+static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
+
+/* One flatten case. ks = 0: no conv; bias only with a conv. force_old: the
+ * portable path through LA_CUDA_FOCUSED_PATH=old. */
+static void t_flatten(int64_t B, int64_t Hm, int64_t Wm, int64_t H, int64_t D, int64_t ks,
+                      int with_bias, int with_sp, float pf, la_dtype dt, int perm, int force_old,
+                      double in_scale) {
+    const int64_t N = Hm * Wm;
+    int64_t nq[4] = {B, N, H, D};
+    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
+       v = tb_rand(4, nq, dt, perm, in_scale), o = tb_poison(4, nq, dt, perm);
+    int64_t ncv[3] = {D, ks, ks}, nb1[1] = {D}, nsp[1] = {H * D};
+    tb conv, bias, sp;
+    if (ks) conv = tb_rand(3, ncv, LA_F32, 0, 0.3);
+    if (ks && with_bias) bias = tb_rand(1, nb1, LA_F32, 0, 0.3);
+    if (with_sp) sp = tb_rand(1, nsp, LA_F32, 0, 1.0);
+    la_focused_params p;
+    la_focused_params_init(&p);
+    p.variant = LA_FOCUSED_FLATTEN;
+    p.map_h = Hm;
+    p.map_w = Wm;
+    p.p = pf;
+    const la_tensor *hc = ks ? &conv.host : NULL, *dc = ks ? &conv.dev : NULL;
+    const la_tensor *hb = (ks && with_bias) ? &bias.host : NULL,
+                    *db = (ks && with_bias) ? &bias.dev : NULL;
+    const la_tensor *hs = with_sp ? &sp.host : NULL, *ds = with_sp ? &sp.dev : NULL;
+    CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, hc, hb, hs, NULL, &o.host, NULL));
+    if (force_old) setenv("LA_CUDA_FOCUSED_PATH", "old", 1);
+    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, NULL, &o.dev, NULL));
+    la_dev_synchronize();
+    if (force_old) unsetenv("LA_CUDA_FOCUSED_PATH");
+    char what[200];
+    snprintf(what, sizeof what, "flatten %s B%lld map %lldx%lld H%lld D%lld k%lld bias%d sp%d p=%g perm%d%s",
+             dtn(dt), (long long)B, (long long)Hm, (long long)Wm, (long long)H, (long long)D,
+             (long long)ks, with_bias, with_sp, (double)pf, perm, force_old ? " old" : "");
+    compare(&o, what, tol_of(dt, N));
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+    if (ks) tb_free(&conv);
+    if (ks && with_bias) tb_free(&bias);
+    if (with_sp) tb_free(&sp);
+}
+
+/* The output tensor is a view into a larger poisoned buffer: nothing outside
+ * the view may be written (bf16 fast path: φ workspaces, in-place conv). */
+static void t_flatten_guard(void) {
+    const int64_t Hm = 9, Wm = 7, N = Hm * Wm, H = 3, D = 128, ks = 5;
+    int64_t nq[4] = {1, N, H, D};
+    tb q = tb_rand(4, nq, LA_BF16, 0, 1.0), k = tb_rand(4, nq, LA_BF16, 0, 1.0),
+       v = tb_rand(4, nq, LA_BF16, 0, 1.0);
+    int64_t ncv[3] = {D, ks, ks}, nb1[1] = {D};
+    tb conv = tb_rand(3, ncv, LA_F32, 0, 0.3), bias = tb_rand(1, nb1, LA_F32, 0, 0.3);
+    /* out: [1,N,H,128] view with token stride (H+1)·128 inside a zero buffer */
+    const size_t tot = (size_t)N * (H + 1) * D;
+    uint16_t *hz = calloc(tot, 2);
+    void *dbuf = NULL;
+    if (la_dev_malloc(&dbuf, tot * 2) != LA_OK) { fprintf(stderr, "alloc\n"); exit(1); }
+    la_dev_upload(dbuf, hz, tot * 2);
+    int64_t nb[4] = {(int64_t)tot, (H + 1) * D, D, 1};
+    la_tensor od;
+    la_tensor_init_strided(&od, dbuf, LA_BF16, LA_DEVICE_CUDA, 4, nq, nb);
+    tb o = tb_poison(4, nq, LA_BF16, 0);
+    la_focused_params p;
+    la_focused_params_init(&p);
+    p.map_h = Hm;
+    p.map_w = Wm;
+    CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, &conv.host, &bias.host, NULL,
+                                  NULL, &o.host, NULL));
+    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, &conv.dev, &bias.dev, NULL, NULL,
+                                  &od, NULL));
+    la_dev_synchronize();
+    la_dev_download(hz, dbuf, tot * 2);
+    int64_t outside = 0, bad = 0;
+    double md = 0, mref = 0;
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t h = 0; h <= H; h++)
+            for (int64_t j = 0; j < D; j++) {
+                const uint16_t g = hz[(t * (H + 1) + h) * D + j];
+                if (h == H) { outside += g != 0; continue; }
+                const float gv = la_bf16_to_f32(g);
+                const float cv = la_bf16_to_f32(((uint16_t *)o.host.data)[(t * H + h) * D + j]);
+                if (!isfinite(gv)) bad++;
+                md = fmax(md, fabs((double)gv - cv));
+                mref = fmax(mref, fabs((double)cv));
+            }
+    const double rel = md / (mref > 0 ? mref : 1);
+    CHECK(outside == 0, "flatten strided out: %lld values written outside the view", (long long)outside);
+    CHECK(bad == 0, "flatten strided out: %lld non-finite values", (long long)bad);
+    CHECK(rel <= 1e-2, "flatten strided out: rel err %.3g", rel);
+    printf("  %-72s rel %.2e %s\n", "flatten bf16 strided out (token stride (H+1)*128), guard band",
+           rel, outside == 0 && bad == 0 && rel <= 1e-2 ? "ok" : "FAIL");
+    free(hz);
+    la_dev_free(dbuf);
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&conv); tb_free(&bias);
+}
+
+int main(void) {
+    rng = la_test_rng("test_cuda_focused");
+    small_only = getenv("LA_CUDA_SMALL") != NULL;
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("# no CUDA device: skipped\n");
+        return la_test_finish();
+    }
+    /* B, Hm, Wm, H, D, ks, bias, softplus, p, dtype, perm, force_old, scale */
+    printf("# flatten bf16, D = Dv = 128 (fast path)\n");
+    t_flatten(1, 1, 1, 2, 128, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);     /* N = 1 */
+    t_flatten(1, 1, 1, 2, 128, 1, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);     /* N = 1, 1x1 conv */
+    t_flatten(2, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);     /* N = 63 */
+    t_flatten(1, 7, 9, 3, 128, 0, 0, 1, 2.5f, LA_BF16, 0, 0, 1.0);    /* N = 63, p = 2.5 */
+    t_flatten(1, 5, 13, 4, 128, 3, 1, 1, 2.5f, LA_BF16, 0, 0, 1.0);   /* N = 65 */
+    t_flatten(1, 5, 13, 4, 128, 3, 0, 0, 4.f, LA_BF16, 1, 0, 1.0);    /* conv without bias */
+    t_flatten(1, 1, 65, 2, 128, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);    /* 1 x 65 map */
+    t_flatten(1, 25, 40, 12, 128, 5, 1, 1, 3.f, LA_BF16, 0, 0, 1.0);  /* N = 1000, H = 12 */
+    t_flatten(1, 40, 25, 5, 128, 7, 1, 0, 1.5f, LA_BF16, 1, 0, 1.0);  /* N = 1000, p = 1.5 */
+    t_flatten(1, 16, 20, 2, 128, 9, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* k = 9 */
+    t_flatten(1, 9, 300, 2, 128, 5, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* 3 column blocks */
+    t_flatten(1, 3, 3, 32, 128, 3, 1, 1, 3.f, LA_BF16, 0, 0, 1.0);    /* H = 32: 16 chunks/lane */
+    t_flatten(1, 8, 8, 1, 128, 3, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);     /* H = 1: partial lanes */
+    t_flatten(1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_BF16, 0, 0, 10.0);    /* inputs of scale 10 */
+    t_flatten_guard();
+    if (!small_only) {
+        t_flatten(1, 64, 64, 12, 128, 5, 1, 1, 3.f, LA_BF16, 0, 0, 1.0); /* N = 4096 */
+        t_flatten(1, 64, 64, 12, 128, 0, 0, 0, 4.f, LA_BF16, 1, 0, 1.0); /* no conv, perm */
+        t_flatten(2, 32, 128, 3, 128, 5, 1, 0, 3.f, LA_BF16, 1, 0, 1.0); /* B = 2, N = 4096 */
+    }
+    printf("# flatten, portable path (f32, other D, H > 32, k > 9, forced)\n");
+    t_flatten(1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_F32, 0, 0, 1.0);
+    t_flatten(1, 5, 13, 2, 128, 0, 0, 1, 2.5f, LA_F32, 1, 0, 1.0);
+    t_flatten(1, 7, 9, 3, 64, 5, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);
+    t_flatten(1, 5, 13, 2, 63, 3, 0, 0, 2.f, LA_BF16, 0, 0, 1.0);
+    t_flatten(1, 3, 3, 33, 128, 3, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
+    t_flatten(1, 12, 12, 2, 128, 11, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
+    t_flatten(1, 25, 40, 4, 128, 5, 1, 1, 3.f, LA_BF16, 0, 1, 1.0);
+    if (!small_only) {
+        t_flatten(1, 25, 40, 3, 128, 5, 1, 1, 3.f, LA_F32, 1, 0, 1.0);  /* N = 1000 */
+        t_flatten(1, 64, 64, 4, 128, 5, 1, 0, 3.f, LA_BF16, 0, 1, 1.0); /* N = 4096 forced old */
+    }
+    return la_test_finish();
+}
