@@ -241,11 +241,10 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     if (ndd > 0)
         launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
             if (!g_mma) lct_state_kernel(a);
-            else if (a.split) lct_state_mma_kernel<true>(a);
-            else lct_state_mma_kernel<false>(a);
+            else lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a);
         });
     launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
-    if (g_mma) launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_kernel(a); });
+    if (g_mma) launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
     else launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }

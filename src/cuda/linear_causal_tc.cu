@@ -24,6 +24,13 @@
  *      which is the CPU path's chunkwise form (src/cpu/linear_cpu.c) with
  *      chunk 64 inside a state chunk of L.
  *
+ * Two implementations of passes 1 and 3: the default one with raw ldmatrix +
+ * mma.sync m16n8k16 fragments (lct_state_mma_kernel, lct_output_mma_kernel:
+ * A = tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and
+ * S̃ come straight from the accumulator fragments, φ instantiated per mode),
+ * and the WMMA one described above (LA_CUDA_CAUSAL_PATH=wmma, for A/B
+ * timings). dev/NOTES_cuda_causal.md has the counting.
+ *
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
  * bf16 already); states, denominators and all sums are fp32. Bytes at
  * N = 32K, H = 12: Q, K, V read + O written = 402 MB (+ K, V once more in
@@ -567,15 +574,16 @@ struct lct_phi {
 };
 __device__ __forceinline__ lct_phi lct_phi_of(int feat) {
     lct_phi r;
-    r.mode = feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
+    r.mode = feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1; /* = lct_mode_of */
     r.c = feat == LA_FEATURE_RELU_EPS ? 1e-6f : feat == LA_FEATURE_RELU1 ? 1.f : 0.f;
     return r;
 }
+template <int MODE> /* the kernels are instantiated per mode: no branch at all */
 __device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
-    if (f.mode == 1) {
+    if (MODE == 1) {
 #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = fmaxf(x[i], 0.f) + f.c;
-    } else if (f.mode == 2) {
+    } else if (MODE == 2) {
 #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);
     }
@@ -589,7 +597,7 @@ __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
  * lct_state_kernel; warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-template <bool SPLIT>
+template <int MODE, bool SPLIT>
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     extern __shared__ __align__(128) unsigned char lct_sm2[];
     __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm2;
@@ -642,7 +650,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
             float x[8], lo[8];
             if (t0 + (int64_t)t * T + r < t1) {
                 unpack8(p, x);
-                lct_phi8(x, ph);
+                lct_phi8<MODE>(x, ph);
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     zp[i] += x[i];
@@ -653,7 +661,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                 for (int i = 0; i < 8; i++) x[i] = lo[i] = 0.f;
             }
             /* rows past the end: zero-filled by cp.async (k̃ = 0, φ(0) need not be 0) */
-            if (ph.mode != 0 && t0 + (int64_t)t * T + r < t1) *(uint4 *)p = pack8(x);
+            if (MODE != 0 && t0 + (int64_t)t * T + r < t1) *(uint4 *)p = pack8(x);
             if (SPLIT) *(uint4 *)&Kl[r * LD + c8] = pack8(lo);
         }
         __syncthreads();
@@ -733,6 +741,7 @@ static_assert(SM4_STAGES % 16 == 0 && SM4_SS % 16 == 0 && SM4_OB % 16 == 0 && SM
                   SM4_ZP % 16 == 0,
               "16-byte alignment of the shared-memory regions");
 
+template <int MODE>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     extern __shared__ __align__(128) unsigned char lct_sm4[];
     unsigned char *p8 = lct_sm4;
@@ -813,25 +822,28 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         cp_wait<TS4 - 2>(); /* this thread's copies of tile t have landed */
         __nv_bfloat16 *Qs = stg + (t % TS4) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
         const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
+        const int nvalid = (int)min((int64_t)T, t1 - tt); /* rows of this tile */
         /* 1. φ on this thread's pieces (unscaled q̃), its part of φ(q)·z, and
          *    of this tile's Σ k̃ (fp32 values, before rounding) */
-        float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
+        float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, zq[8];
+#pragma unroll
+        for (int i = 0; i < 8; i++) zq[i] = zs[c8 + i]; /* once, not per row */
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int rr = r0 + 16 * u;
             float dq = 0.f;
-            if (tt + rr < t1) {
+            if (rr < nvalid) {
                 float x[8], y[8];
                 unpack8(&Qs[rr * LD + c8], x);
                 unpack8(&Ks[rr * LD + c8], y);
-                lct_phi8(x, ph);
-                lct_phi8(y, ph);
+                lct_phi8<MODE>(x, ph);
+                lct_phi8<MODE>(y, ph);
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    dq = fmaf(x[i], zs[c8 + i], dq);
+                    dq = fmaf(x[i], zq[i], dq);
                     zk[i] += y[i];
                 }
-                if (ph.mode != 0) { /* identity: the tile is φ(tile) already */
+                if (MODE != 0) { /* identity: the tile is φ(tile) already */
                     *(uint4 *)&Qs[rr * LD + c8] = pack8(x);
                     *(uint4 *)&Ks[rr * LD + c8] = pack8(y);
                 }
@@ -843,8 +855,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             dq += __shfl_xor_sync(0xffffffffu, dq, 1);
             if ((tid & 15) == 0) qz[rr] = dq;
         }
-#pragma unroll
-        for (int i = 0; i < 8; i++) zpart[r0 * D + c8 + i] = zk[i];
+        /* two 16-byte stores (8 scalar ones were 8-way bank conflicts: stride 8 words) */
+        *(float4 *)&zpart[r0 * D + c8] = make_float4(zk[0], zk[1], zk[2], zk[3]);
+        *(float4 *)&zpart[r0 * D + c8 + 4] = make_float4(zk[4], zk[5], zk[6], zk[7]);
         __syncthreads(); /* S1: tile t mapped, qz, zpart; every warp is done with tile t-1 */
         issue(t + TS4 - 1); /* into the stage of tile t-1 */
         if (tid < D) { /* z += this tile's Σ k̃ (read again in the next φ pass, after S4) */
@@ -967,9 +980,8 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int idx = lane + 32 * u, row = idx / 8, pc = idx % 8;
-            const int64_t tok = tt + 16 * r + row;
-            if (tok < t1)
-                *(uint4 *)(a.o + b * a.os[0] + h * a.os[2] + tok * a.os[1] + co + 8 * pc) =
+            if (16 * r + row < nvalid)
+                *(uint4 *)(a.o + b * a.os[0] + h * a.os[2] + (tt + 16 * r + row) * a.os[1] + co + 8 * pc) =
                     *(const uint4 *)&ow[row * OLD + 8 * pc];
         }
         if (more) {
@@ -977,6 +989,23 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             state_to_smem(); /* visible to the next tile's products after its S1 */
         }
     }
+}
+
+/* the instantiation for a φ mode (lct_phi_of: 0 identity, 1 relu family, 2 elu1) */
+typedef void (*lct_kernel_fn)(lct_args);
+lct_kernel_fn lct_state_mma_fn(int mode, bool split) {
+    if (split)
+        return mode == 0 ? lct_state_mma_kernel<0, true>
+               : mode == 1 ? lct_state_mma_kernel<1, true> : lct_state_mma_kernel<2, true>;
+    return mode == 0 ? lct_state_mma_kernel<0, false>
+           : mode == 1 ? lct_state_mma_kernel<1, false> : lct_state_mma_kernel<2, false>;
+}
+lct_kernel_fn lct_output_mma_fn(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<0>
+           : mode == 1 ? lct_output_mma_kernel<1> : lct_output_mma_kernel<2>;
+}
+int lct_mode_of(int feat) {
+    return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
 }
 
 bool view_ok(const la_tensor *t) {
@@ -1000,12 +1029,14 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
     LA_CU(cudaFuncSetAttribute(lct_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                (int)LCT_OUT_SMEM));
-    LA_CU(cudaFuncSetAttribute(lct_state_mma_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
-    LA_CU(cudaFuncSetAttribute(lct_state_mma_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-    LA_CU(cudaFuncSetAttribute(lct_output_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LCT_OUT4_SMEM));
+    for (int m = 0; m < 3; m++) {
+        LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, false), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
+        LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
+        LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)LCT_OUT4_SMEM));
+    }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
 }
@@ -1088,10 +1119,7 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
             lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
             LA_CU_LAUNCH("lct_state_kernel");
         } else {
-            if (a.split)
-                lct_state_mma_kernel<true><<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
-            else
-                lct_state_mma_kernel<false><<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
             LA_CU_LAUNCH("lct_state_mma_kernel");
         }
     }
@@ -1103,7 +1131,7 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
         LA_CU_LAUNCH("lct_output_kernel");
     } else {
-        lct_output_mma_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+        lct_output_mma_fn(lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
         LA_CU_LAUNCH("lct_output_mma_kernel");
     }
     if (timing) {
