@@ -27,6 +27,26 @@ if fla_only:
     Ns = [8192, 32768]
 
 
+def _arg(name, default=None):
+    if name in sys.argv:
+        i = sys.argv.index(name)
+        if i + 1 < len(sys.argv):
+            return sys.argv[i + 1]
+    return default
+
+
+# --peer NAME: one peer only (sdpa, einsum, official, fbla, video), so that a
+# slow Triton compile cannot starve the others (tests/cuda/gpu_peers.sh runs
+# each in its own process with its own timeout); --ns 4096,32768: the sizes.
+only = _arg("--peer")
+if _arg("--ns"):
+    Ns = [int(x) for x in _arg("--ns").split(",")]
+
+
+def want(name):
+    return only is None or only == name
+
+
 def bench(fn):
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
@@ -50,7 +70,7 @@ def try_import(path, mod):
 
 
 fla_mod = try_import(os.path.join(ROOT, "peers/fla"), "fla.ops.linear_attn") if fla_only else None
-fbla_mod = try_import(os.path.join(ROOT, "peers/fbla"), "flash_bla.ops.linear_attn.fused")
+fbla_mod = try_import(os.path.join(ROOT, "peers/fbla"), "flash_bla.ops.linear_attn.fused") if want("fbla") else None
 
 
 def einsum_mhla(q, k, v, W, M, eps=1e-6):
@@ -116,17 +136,18 @@ def main():
         qt, kt, vt = (x.transpose(1, 2) for x in (q, k, v))
         from torch.nn.attention import SDPBackend, sdpa_kernel
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
-            if N <= 65536 or not quick:
+            if want("sdpa") and (N <= 65536 or not quick):
                 ms = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt))
                 report("sdpa-flash", shape, ms, N, 4.0 * B * N * N * H * D)
                 ms = bench(lambda: F.scaled_dot_product_attention(qt, kt, vt, is_causal=True))
                 report("sdpa-flash causal", shape, ms, N, 2.0 * B * N * N * H * D)
-        for M in (16,):
-            W = torch.rand(M, M, device=dev, dtype=torch.bfloat16)
-            ms = bench(lambda: einsum_mhla(q, k, v, W, M))
-            report(f"einsum-mhla M={M}", shape, ms, N, lin_fl)
-        ms = bench(lambda: einsum_linear(q, k, v))
-        report("einsum-linear", shape, ms, N, lin_fl)
+        if want("einsum"):
+            for M in (16,):
+                W = torch.rand(M, M, device=dev, dtype=torch.bfloat16)
+                ms = bench(lambda: einsum_mhla(q, k, v, W, M))
+                report(f"einsum-mhla M={M}", shape, ms, N, lin_fl)
+            ms = bench(lambda: einsum_linear(q, k, v))
+            report("einsum-linear", shape, ms, N, lin_fl)
         if fbla_mod is not None:
             try:
                 qh, kh, vh = (x.transpose(1, 2).contiguous() for x in (F.relu(q), F.relu(k), v))
@@ -141,7 +162,7 @@ def main():
                     report(f"fla chunk_linear_attn norm={int(norm)}", shape, ms, N, lin_fl)
             except Exception as e:
                 print(f"# fla failed: {e!r}")
-        if N == 16384 or N == 32768:
+        if want("official") and (N == 16384 or N == 32768):
             # official core at a square grid: N = 16384 = 128x128, blocks of 32x32 (M=16)
             side = int(N ** 0.5) if N == 16384 else None
             if side:
@@ -155,8 +176,9 @@ def main():
                     print(f"# official MHLA core failed: {e!r}")
         del q, k, v, qt, kt, vt
         torch.cuda.empty_cache()
-    if fla_only:
+    if fla_only or not want("video"):
         return
+    from torch.nn.attention import SDPBackend, sdpa_kernel
     # video grid 21x30x50 (N = 31500): einsum MHLA over 150 blocks of 7x6x5
     N = 21 * 30 * 50
     q = torch.randn(B, N, H, D, device=dev, dtype=torch.bfloat16)
