@@ -35,8 +35,12 @@ grep -E "FAIL" "$OUT/test.log" "$OUT/test_paths.log" | head -12
 grep -v '^linear-causal:' "$OUT/test_paths.log" | grep -v FAIL | head -5
 grep 'path=tc' "$OUT/test_paths.log" | grep 'N=32768' | head -2
 echo "# test calls by path: $(grep -o 'path=tc[-a-z]*' "$OUT/test_paths.log" | sort | uniq -c | tr '\n' ' ')"
+if [ $rc -ne 0 ]; then  # is it the default (mma.sync) path? the small cases once more on WMMA
+  LA_CUDA_CAUSAL_PATH=wmma LA_CUDA_SMALL=1 timeout 20 $T > "$OUT/test_wmma.log" 2>&1
+  echo "  same test (N <= 1000) with LA_CUDA_CAUSAL_PATH=wmma: rc=$?  $(tail -1 "$OUT/test_wmma.log")"
+fi
 
-# 3. timings: ours (new, old), then fla on the same shapes
+# 3. timings: ours (new = mma.sync, wmma, old), then fla on the same shapes
 timeout 30 $B/bench_gpu_causal > "$OUT/bench.log" 2> "$OUT/bench_timing.log"
 echo "# bench rc=$? ($(el) s)"
 fla_t=$(( $(left) - 6 ))
