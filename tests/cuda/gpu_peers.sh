@@ -14,7 +14,8 @@ run() { # name timeout sizes
   echo "# $1: rc=$?"
   grep -E " ms |failed" "$OUT/peer_$1.log" | cut -c1-110
 }
-run sdpa 30 4096,16384,32768
+# SDPA is timed by tests/cuda/gpu_softmax.sh (same shapes); here only when asked: LA_PEERS_SDPA=1
+[ "${LA_PEERS_SDPA:-0}" = 1 ] && run sdpa 30 4096,16384,32768
 run einsum 20 4096,32768,131072
 run official 15 16384
 run video 15 4096
