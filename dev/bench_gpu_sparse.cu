@@ -190,20 +190,23 @@ int main(int argc, char **argv) {
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
-            /* the previous HISA (stage-2 gather kernel and top-k), and whether
-             * both select the same tokens (same arithmetic: they must) */
+            /* HISA per stage-2 path (LA_CUDA_HISA_PATH: old = default =
+             * sc_gather_kernel, hg = hg_kernel), side by side with the DSA,
+             * and the indices each path selects vs the default's (same
+             * arithmetic: must be 0) */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            setenv("LA_CUDA_HISA_PATH", "old", 1);
-            setenv("LA_CUDA_TOPK_PATH", "old", 1);
-            double ho = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
-            CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            unsetenv("LA_CUDA_HISA_PATH");
-            unsetenv("LA_CUDA_TOPK_PATH");
-            int64_t diff = 0;
-            for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
-            printf("%-8s %8lld %10.3f %10.1f %10s %10.2f  (new %.2fx faster; %lld indices differ)\n", "hisa_old",
-                   (long long)L, ho, hfl / ho / 1e9, "", dsa / ho, ho / hisa, (long long)diff);
+            for (const char *path : {"old", "hg"}) {
+                setenv("LA_CUDA_HISA_PATH", path, 1);
+                CK(cudaMemset(ix, 0xff, T * K * 4));
+                double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+                CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
+                unsetenv("LA_CUDA_HISA_PATH");
+                int64_t diff = 0;
+                for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
+                printf("hisa_%-3s %8lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
+                       path, (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa, (long long)diff);
+            }
         }
         double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);

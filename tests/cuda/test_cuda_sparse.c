@@ -330,24 +330,42 @@ static void test_indexers(idx_case c) {
     }
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
 
-    /* HISA vs CPU; HISA == DSA when m*B >= L */
-    la_dev_memset(didx.d, 0x7f, didx.bytes);
-    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
-    la_dev_download(ig, didx.d, didx.bytes);
-    CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
-    d = count_diff(ig, ic, T * K);
-    ov = overlap(ig, ic, T, K, L);
-    if (c.dt == LA_F32)
-        CHECK(d == 0, "hisa idx %s: %lld entries differ from the CPU (overlap %.6f)", tag, (long long)d, ov);
-    else
-        /* the GPU keeps bf16 block means (so the block scores run on tensor
-         * cores), the CPU fp32 ones: near-tied blocks may flip, and a flipped
-         * block changes up to B tokens of a row. Seen: 0.9875-1.0. */
-        CHECK(ov >= 0.97, "hisa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", tag, ov);
-    if (c.m * (c.B < L ? c.B : L) >= L) {
-        d = count_diff(ig, ih, T * K);
-        CHECK(d == 0, "hisa == dsa %s (m*B >= L): %lld entries differ", tag, (long long)d);
+    /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
+     * (LA_CUDA_HISA_PATH: default = sc_gather_kernel, "hg" = hg_kernel),
+     * and every path's indices equal to the first one's (same arithmetic) */
+    static const char *hisa_paths[] = {NULL, "hg"};
+    int32_t *i0 = malloc((size_t)(T * K) * 4);
+    for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
+        char ptag[200];
+        snprintf(ptag, sizeof ptag, "%s path=%s", tag, hisa_paths[pi] ? hisa_paths[pi] : "default");
+        if (hisa_paths[pi]) setenv("LA_CUDA_HISA_PATH", hisa_paths[pi], 1);
+        else unsetenv("LA_CUDA_HISA_PATH");
+        la_dev_memset(didx.d, pi & 1 ? 0xff : 0x7f, didx.bytes); /* poisoned */
+        CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+        la_dev_download(ig, didx.d, didx.bytes);
+        unsetenv("LA_CUDA_HISA_PATH");
+        if (pi == 0) {
+            memcpy(i0, ig, (size_t)(T * K) * 4);
+            CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
+        } else {
+            d = count_diff(ig, i0, T * K);
+            CHECK(d == 0, "hisa %s: %lld entries differ from the default path", ptag, (long long)d);
+        }
+        d = count_diff(ig, ic, T * K);
+        ov = overlap(ig, ic, T, K, L);
+        if (c.dt == LA_F32)
+            CHECK(d == 0, "hisa idx %s: %lld entries differ from the CPU (overlap %.6f)", ptag, (long long)d, ov);
+        else
+            /* the GPU keeps bf16 block means (so the block scores run on tensor
+             * cores), the CPU fp32 ones: near-tied blocks may flip, and a flipped
+             * block changes up to B tokens of a row. Seen: 0.9875-1.0. */
+            CHECK(ov >= 0.97, "hisa idx %s: set agreement with the CPU on the same bf16 inputs %.6f", ptag, ov);
+        if (c.m * (c.B < L ? c.B : L) >= L) {
+            d = count_diff(ig, ih, T * K);
+            CHECK(d == 0, "hisa == dsa %s (m*B >= L): %lld entries differ", ptag, (long long)d);
+        }
     }
+    free(i0);
     /* block-sparse vs CPU */
     if (K >= c.B) {
         la_dev_memset(didx.d, 0x7f, didx.bytes);
@@ -471,8 +489,12 @@ int main(void) {
     }
     rng = la_test_rng("test_cuda_sparse");
     small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
+    /* LA_CUDA_ONLY_INDEXERS=1: only the DSA / HISA / block-sparse cases
+     * (tests/cuda/gpu_hisa.sh) */
+    const bool only_idx = getenv("LA_CUDA_ONLY_INDEXERS") && atoi(getenv("LA_CUDA_ONLY_INDEXERS"));
 
     /* top-k: odd sizes, ties, masked entries, k > valid, strided rows */
+    if (!only_idx) {
     test_topk(3, 1, 1, 0, 0);
     test_topk(5, 63, 16, 0, 0);
     test_topk(7, 65, 100, 1, 0);
@@ -494,6 +516,7 @@ int main(void) {
         test_topk(5, 65536, 777, 5, 1);
         test_topk(7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
     }
+    }
 
     /* indexers: {T, HI, dI, L, topk, B, m, ranges, permuted, dtype} */
     idx_case cs[] = {
@@ -507,6 +530,7 @@ int main(void) {
         {20, 32, 64, 500, 32, 8, 5, 0, 0, LA_BF16},
         {5, 5, 20, 200, 16, 8, 3, 0, 0, LA_BF16},        /* bf16, generic path */
         {9, 64, 128, 600, 32, 16, 40, 1, 2, LA_BF16},    /* k rows not 16-byte aligned (copied), HISA == DSA */
+        {17, 64, 128, 3000, 256, 64, 12, 1, 0, LA_BF16}, /* HISA paths: odd T, ragged, bf16 fast */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) test_indexers(cs[i]);
     if (!small_only) {
@@ -519,10 +543,13 @@ int main(void) {
             {8, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32},   /* ragged ranges */
             {32, 64, 128, 8192, 2048, 128, 64, 0, 0, LA_BF16},  /* every block kept: HISA == DSA, 64 chunks/query */
             {24, 32, 64, 5000, 300, 64, 20, 1, 2, LA_BF16},      /* HI=32 dI=64, padded k */
+            {17, 64, 128, 12000, 2048, 128, 64, 1, 0, LA_BF16},  /* bench shape, odd T, ragged: HISA paths agree */
+            {15, 64, 128, 8500, 2048, 128, 80, 1, 0, LA_BF16},   /* m*B >= L, ragged: HISA == DSA on every path */
         };
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_indexers(big[i]);
     }
 
+    if (only_idx) return la_test_finish();
     /* sparse attention: fast path (bf16 576/512) and the exact path */
     test_sparse_attn(3, 64, 1, 576, 512, 300, 100, LA_BF16);
     test_sparse_attn(4, 4, 2, 63, 16, 65, 33, LA_F32);
