@@ -16,7 +16,7 @@ run() { # name timeout sizes
 }
 # SDPA is timed by tests/cuda/gpu_softmax.sh (same shapes); here only when asked: LA_PEERS_SDPA=1
 [ "${LA_PEERS_SDPA:-0}" = 1 ] && run sdpa 30 4096,16384,32768
-run einsum 20 4096,32768,131072
+run einsum 20 4096,16384,32768
 run official 15 16384
 run video 15 4096
 run fbla 40 32768,4096
