@@ -191,12 +191,13 @@ int main(int argc, char **argv) {
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
             /* HISA per stage-2 path (LA_CUDA_HISA_PATH: old = default =
-             * sc_gather_kernel, hg = hg_kernel), side by side with the DSA,
+             * sc_gather_kernel, hg = hg_kernel, block = block-major wgmma
+             * hb_kernel), side by side with the DSA,
              * and the indices each path selects vs the default's (same
              * arithmetic: must be 0) */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            for (const char *path : {"old", "hg"}) {
+            for (const char *path : {"old", "hg", "block"}) {
                 setenv("LA_CUDA_HISA_PATH", path, 1);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
                 double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
@@ -204,7 +205,7 @@ int main(int argc, char **argv) {
                 unsetenv("LA_CUDA_HISA_PATH");
                 int64_t diff = 0;
                 for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
-                printf("hisa_%-3s %8lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
+                printf("hisa_%-5s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
                        path, (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa, (long long)diff);
             }
         }

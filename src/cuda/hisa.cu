@@ -7,7 +7,8 @@
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
  *      (the DSA score kernels in gather mode; hg_kernel below with
- *      LA_CUDA_HISA_PATH=hg, same per-key arithmetic), then the
+ *      LA_CUDA_HISA_PATH=hg, the block-major hb_kernel with
+ *      LA_CUDA_HISA_PATH=block, same per-key arithmetic), then the
  *      exact top-k with candidate -> token mapping.
  *      Block-sparse: the kept blocks in rank order, each block's valid
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
@@ -252,21 +253,366 @@ static la_status hg_launch(const la_sp_score_args &a, cudaStream_t s) {
     return LA_OK;
 }
 
+/* ---- stage 2, block-major (LA_CUDA_HISA_PATH=block) ------------------------
+ * The loop of the two kernels above inverted: per kept block b, its keys are
+ * loaded once as the wgmma A tile (128 keys = two m64 tiles, keys = M as in
+ * DSA v2) and the queries that kept b stream through as the B operand (2
+ * queries x 64 heads = n128 per chunk), so a (query, kept block) pair moves
+ * the 16 KB query block instead of the 32 KB of gathered key rows.
+ *   1. bucketing (counting sort of the T*m (query, rank) pairs by block):
+ *      hb_count_kernel (counts; -inf rows for ranks with no block),
+ *      hb_scan_kernel (list offsets, slices of <= HB_QS queries, slice ->
+ *      block table), hb_fill_kernel (pair ids e = t*m + r into the lists);
+ *   2. hb_kernel: one CTA (one warpgroup, 2 CTAs per SM) per (slice, tile of
+ *      128 keys of the block); q chunks double-buffered with cp.async, the
+ *      two m-tiles' wgmma issued together, the first epilogue overlapping
+ *      the second m-tile's MMAs (as DSA v2's per-warpgroup loop); the
+ *      other CTA on the SM fills the tensor core during the exposed epilogue.
+ * The shared-memory layout, descriptors, wgmma shape (m64n128k16, 8 k-steps
+ * in order) and the head-sum epilogue are DSA v2's (sc_wgmma_kernel in
+ * dsa.cu, copied here), so every (query, key) score is v2's bit for bit;
+ * each score lands at the candidate column r*B + j of query t (the position
+ * the gather kernels write and the token top-k maps back through kept[]).
+ * Taken for bf16 q/k with HI = 64, dI = 128 (any B: keys of a block are cut
+ * into 128-key tiles, rows past B zero and not stored); other dtypes/shapes
+ * use the default kernel. */
+#define HB_THREADS 128
+#define HB_ROWS 128 /* keys per A tile */
+#define HB_NQ 2     /* queries per chunk */
+#define HB_HI 64
+#define HB_DI 128
+#define HB_BROWS (HB_NQ * HB_HI)
+#define HB_STAGES 2
+#define HB_QS 64 /* queries per slice (CTA) */
+#define HB_RB (HB_DI * 2)
+#define HB_CPR (HB_RB / 16)
+#define HB_A_BYTES (HB_ROWS * HB_RB)
+#define HB_B_BYTES (HB_BROWS * HB_RB)
+#define HB_SMEM                                                                             \
+    (1024 + HB_A_BYTES + HB_STAGES * HB_B_BYTES + HB_STAGES * HB_BROWS * 4 +                \
+     HB_STAGES * HB_NQ * 4 * 8)
+
+/* byte offset of 16-byte chunk c of row r in a swizzled [R rows x 256 B] tile
+ * (two [R x 128 B] halves; chunk c & 7 stored at (c & 7) ^ (r & 7)) */
+__device__ __forceinline__ uint32_t hb_off(int R, int r, int c) {
+    return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
+}
+/* K-major, 128-byte swizzle, SBO = 1024 B (as v2_desc) */
+__device__ __forceinline__ uint64_t hb_desc(uint32_t saddr) {
+    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
+           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
+}
+__device__ __forceinline__ void hb_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
+        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
+        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+        : "l"(da), "l"(db), "r"(scale_d));
+}
+__device__ __forceinline__ void hb_reg_fence(float *d) {
+#pragma unroll
+    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+/* the 8 k-steps of one m-tile (A rows at a_rows, 128-row A tile) against the
+ * B tile, one commit group; the first overwrites the accumulators */
+__device__ __forceinline__ void hb_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
+    hb_reg_fence(acc);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < HB_RB / 32; kk++) {
+        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
+        hb_wgmma(acc, hb_desc(a_rows + kb * HB_ROWS * 128 + inner),
+                 hb_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+template <int N> __device__ __forceinline__ void hb_wait(float *acc) {
+    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+    hb_reg_fence(acc);
+}
+
+/* Per-call bucketing state. */
+struct hb_lists {
+    const int32_t *list; /* pair ids e = t*m + r, grouped by block */
+    const int32_t *boff, *cnt; /* per block: first list entry, number of pairs */
+    const int32_t *sl_blk, *sl_idx; /* per slice: its block, its index in the block */
+    const int32_t *nsl; /* number of slices */
+    int32_t m;
+};
+
+/* chunk ci of the slice (queries qlist[2ci], qlist[2ci+1]; zero rows, w = 0
+ * and t = -1 past nq) into stage st; the caller commits */
+__device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const int32_t *qlist,
+                                              int nq, int32_t m, int ci, int st, uint8_t *Bs,
+                                              float *ws, int64_t *meta) {
+    int64_t tq[HB_NQ], rq[HB_NQ];
+#pragma unroll
+    for (int qi = 0; qi < HB_NQ; qi++) {
+        const int i = HB_NQ * ci + qi;
+        const uint32_t e = i < nq ? (uint32_t)qlist[i] : 0u;
+        tq[qi] = i < nq ? (int64_t)(e / (uint32_t)m) : -1;
+        rq[qi] = (int64_t)(e % (uint32_t)m);
+    }
+    uint8_t *bt = Bs + st * HB_B_BYTES;
+    for (int i = threadIdx.x; i < HB_BROWS * HB_CPR; i += HB_THREADS) {
+        const int n = i / HB_CPR, c = i % HB_CPR;
+        const int64_t t = n < HB_HI ? tq[0] : tq[1];
+        const bool ok = t >= 0;
+        const uint8_t *src = (const uint8_t *)a.q +
+                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * 2 + c * 16;
+        la_sp_cp16z(bt + hb_off(HB_BROWS, n, c), src, ok ? 16 : 0);
+    }
+    for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
+        const int64_t t = n < HB_HI ? tq[0] : tq[1];
+        ws[st * HB_BROWS + n] =
+            t >= 0 ? la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + (n % HB_HI) * a.w_nb1) : 0.f;
+    }
+    if (threadIdx.x < HB_NQ) {
+        const int qi = threadIdx.x;
+        const int64_t t = qi ? tq[1] : tq[0];
+        int64_t lo = 0, hi = 0;
+        if (t >= 0) la_sp_row_range(a.range, t, &lo, &hi);
+        int64_t *mq = meta + (st * HB_NQ + qi) * 4;
+        mq[0] = t;
+        mq[1] = qi ? rq[1] : rq[0];
+        mq[2] = lo;
+        mq[3] = hi;
+    }
+}
+
+/* v2_epilogue's head sums; lane qd stores query qd>>1, in-block key jb
+ * (token s = b*B + jb) at candidate column r*B + jb of its row */
+__device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const float *acc,
+                                            const float *wst, const int64_t *mst, int64_t sb,
+                                            int64_t jb) {
+    const int qd = threadIdx.x & 3;
+    float r[HB_NQ][2];
+#pragma unroll
+    for (int qi = 0; qi < HB_NQ; qi++) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < HB_HI / 8; jj++) {
+            const int j = (HB_HI / 8) * qi + jj;
+            const float2 wv = *(const float2 *)(wst + HB_HI * qi + 8 * jj + 2 * qd);
+            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
+            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
+            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
+            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        r[qi][0] = s0;
+        r[qi][1] = s1;
+    }
+    const int qi = qd >> 1;
+    const float v = qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+    const int64_t *mq = mst + qi * 4;
+    const int64_t t = mq[0];
+    if (t >= 0 && jb < a.B) {
+        const int64_t s = sb + jb, lo = mq[2], hi = mq[3];
+        a.out[t * a.out_ld + mq[1] * a.B + jb] = (s >= lo && s < hi && s < a.Lk) ? v : -INFINITY;
+    }
+}
+
+__global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, hb_lists h) {
+    const int x = blockIdx.x;
+    if (x >= *h.nsl) return;
+    const int b = h.sl_blk[x], q0 = h.sl_idx[x] * HB_QS;
+    const int nq = min(HB_QS, h.cnt[b] - q0);
+    const int32_t *qlist = h.list + h.boff[b] + q0;
+    const int nchunks = (nq + HB_NQ - 1) / HB_NQ;
+    const int64_t j0 = (int64_t)blockIdx.y * HB_ROWS; /* first in-block key of the tile */
+    const int64_t sb = (int64_t)b * a.B;              /* first token of the block */
+
+    extern __shared__ uint8_t hb_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(hb_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    uint8_t *As = hb_raw + (base - raw);
+    uint8_t *Bs = As + HB_A_BYTES;
+    float *ws = (float *)(Bs + HB_STAGES * HB_B_BYTES);   /* [stage][128] */
+    int64_t *meta = (int64_t *)(ws + HB_STAGES * HB_BROWS); /* [stage][query][t, r, lo, hi] */
+    const uint32_t As_a = base, Bs_a = base + HB_A_BYTES;
+
+    const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
+    const int g = lane >> 2, qd = lane & 3;
+    /* keys -> A tile (zero rows past the block or past L), chunk 0: group 0 */
+    for (int i = tid; i < HB_ROWS * HB_CPR; i += HB_THREADS) {
+        const int r = i / HB_CPR, c = i % HB_CPR;
+        const int64_t jb = j0 + r, s = sb + jb;
+        const bool ok = jb < a.B && s < a.Lk;
+        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * 2 + c * 16;
+        la_sp_cp16z(As + hb_off(HB_ROWS, r, c), src, ok ? 16 : 0);
+    }
+    hb_load_chunk(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+    /* in-block key this thread stores in each m-tile */
+    const int64_t jk0 = j0 + 16 * wi + g + 8 * (qd & 1), jk1 = jk0 + 64;
+    const uint32_t a_mt0 = As_a, a_mt1 = As_a + 64 * 128;
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
+    /* chunk c in stage c & 1: wait for it (own copies, fenced to the async
+     * proxy, then the barrier: everyone's copies landed and everyone is
+     * done with chunk c-1, whose stage the copies of chunk c+1 reuse) */
+    for (int c = 0; c < nchunks; c++) {
+        const int st = c & 1;
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        if (c + 1 < nchunks) hb_load_chunk(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
+        hb_issue(acc0, a_mt0, b_tile);
+        hb_issue(acc1, a_mt1, b_tile);
+        const float *wst = ws + st * HB_BROWS;
+        const int64_t *mst = meta + st * HB_NQ * 4;
+        hb_wait<1>(acc0);
+        hb_epilogue(a, acc0, wst, mst, sb, jk0);
+        hb_wait<0>(acc1);
+        hb_epilogue(a, acc1, wst, mst, sb, jk1);
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* counts per block; ranks without a block (-1) get their B columns -inf */
+__global__ void hb_count_kernel(const int32_t *kept, int64_t n, int64_t m, int64_t B, float *out,
+                                int64_t out_ld, int32_t *cnt) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t b = kept[e];
+        if (b >= 0) {
+            atomicAdd(cnt + b, 1);
+        } else {
+            float *o = out + (e / m) * out_ld + (e % m) * B;
+            for (int64_t j = 0; j < B; j++) o[j] = -INFINITY;
+        }
+    }
+}
+/* one CTA: exclusive scans of the counts (list offsets) and of the slice
+ * counts ceil(cnt/HB_QS) (slice -> block table), total slices */
+__global__ void __launch_bounds__(1024) hb_scan_kernel(const int32_t *cnt, int nb, int32_t *boff,
+                                                       int32_t *cur, int32_t *sl_blk,
+                                                       int32_t *sl_idx, int32_t *nsl) {
+    __shared__ int sa[1024], sn[1024];
+    const int tid = threadIdx.x, per = (nb + 1023) / 1024;
+    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
+    int c = 0, k = 0;
+    for (int b = b0; b < b1; b++) {
+        c += cnt[b];
+        k += (cnt[b] + HB_QS - 1) / HB_QS;
+    }
+    sa[tid] = c;
+    sn[tid] = k;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+        const int va = tid >= off ? sa[tid - off] : 0, vn = tid >= off ? sn[tid - off] : 0;
+        __syncthreads();
+        sa[tid] += va;
+        sn[tid] += vn;
+        __syncthreads();
+    }
+    int pc = sa[tid] - c, pn = sn[tid] - k;
+    for (int b = b0; b < b1; b++) {
+        boff[b] = pc;
+        cur[b] = pc;
+        const int ns = (cnt[b] + HB_QS - 1) / HB_QS;
+        for (int i = 0; i < ns; i++) {
+            sl_blk[pn + i] = b;
+            sl_idx[pn + i] = i;
+        }
+        pc += cnt[b];
+        pn += ns;
+    }
+    if (tid == 1023) *nsl = sn[1023];
+}
+__global__ void hb_fill_kernel(const int32_t *kept, int64_t n, int32_t *cur, int32_t *list) {
+    for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
+         e += (int64_t)gridDim.x * blockDim.x) {
+        const int32_t b = kept[e];
+        if (b >= 0) list[atomicAdd(cur + b, 1)] = (int32_t)e;
+    }
+}
+
+/* Whether the block-major kernel takes these views. */
+static bool hb_ok(const la_sp_score_args &a) {
+    if (a.q_dt != LA_BF16 || a.k_dt != LA_BF16 || a.HI != HB_HI || a.dI != HB_DI) return false;
+    if (a.q_nb2 != 1 || a.q_nb1 % 8 || a.q_nb0 % 8 || ((uintptr_t)a.q & 15)) return false;
+    if (a.k_nb1 != 1 || a.k_nb0 % 8 || ((uintptr_t)a.k & 15)) return false;
+    const int64_t nb = (a.Lk + a.B - 1) / a.B;
+    const int64_t npairs = a.T * a.m, nsl = npairs / HB_QS + (nb < npairs ? nb : npairs);
+    return a.m >= 1 && a.blocks_ld == a.m && nb <= 65535 && npairs <= (int64_t)INT32_MAX && nsl <= (int64_t)INT32_MAX &&
+           la_cu_cdiv(a.B, HB_ROWS) <= 65535;
+}
+
+static la_status hb_launch(const la_sp_score_args &a, cudaStream_t s) {
+    const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
+    const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
+    size_t bytes;
+    LA_TRY(la_mul_size((size_t)(3 * nb + 1 + npairs + 2 * slmax), 4, &bytes, "block lists"));
+    la_cu_ws lw;
+    LA_TRY(la_cu_ws_alloc(&lw, bytes, s, "HISA block-major query lists"));
+    int32_t *cnt = (int32_t *)lw.p, *boff = cnt + nb, *cur = boff + nb, *nsl = cur + nb;
+    int32_t *list = nsl + 1, *sl_blk = list + npairs, *sl_idx = sl_blk + slmax;
+    LA_CU(cudaMemsetAsync(cnt, 0, (size_t)nb * 4, s));
+    const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
+    hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
+    LA_CU_LAUNCH("hisa block lists (count)");
+    hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+    LA_CU_LAUNCH("hisa block lists (scan)");
+    hb_fill_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, cur, list);
+    LA_CU_LAUNCH("hisa block lists (fill)");
+    hb_lists h;
+    h.list = list;
+    h.boff = boff;
+    h.cnt = cnt;
+    h.sl_blk = sl_blk;
+    h.sl_idx = sl_idx;
+    h.nsl = nsl;
+    h.m = (int32_t)a.m;
+    LA_CU(cudaFuncSetAttribute(hb_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HB_SMEM));
+    dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
+    hb_kernel<<<grid, HB_THREADS, HB_SMEM, s>>>(a, h);
+    LA_CU_LAUNCH("hisa candidate scores (block-major wgmma)");
+    return LA_OK;
+}
+
 /* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
  *   unset / "old" (default): the DSA score kernels in gather mode
  *     (sc_gather_kernel in dsa.cu; measured 1.101 ms HISA at 64K on H200)
  *   "hg": hg_kernel above (measured slower: 1.206 ms at 64K)
+ *   "block": hb_kernel above (block-major wgmma; bf16, HI = 64, dI = 128;
+ *     other inputs take the default kernel)
  * Any other value is the default. Both give the same scores bit for bit
  * (same fragments, k-step order and epilogue), hence the same indices. */
 static bool hg_use_hg(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
     return e && !strcmp(e, "hg");
 }
+static bool hb_use_block(void) {
+    const char *e = getenv("LA_CUDA_HISA_PATH");
+    return e && !strcmp(e, "block");
+}
 
 /* Candidate scores: the DSA score kernels in gather mode (fp32 exact kernel
  * for other dtypes and shapes), or hg_kernel with LA_CUDA_HISA_PATH=hg. */
 static la_status hs_candidate_scores(const la_sp_score_args &a, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
+    if (hb_use_block() && hb_ok(a)) return hb_launch(a, s);
     if (hg_use_hg() && hg_ok(a)) {
         if (a.HI == 64 && a.dI == 128) return hg_launch<64, 128>(a, s);
         if (a.HI == 64 && a.dI == 64) return hg_launch<64, 64>(a, s);
