@@ -21,60 +21,7 @@
  *        -Xcompiler -fopenmp -lopenblas -ldl -o build-gpu/bench_gpu_decode
  *   build-gpu/bench_gpu_decode [quick]     (quick: L = 4K only)
  */
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <vector>
-
-#include "longattn.h"
-
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-#define LK(x)                                                                            \
-    do {                                                                                 \
-        la_status s_ = (x);                                                              \
-        if (s_ != LA_OK) {                                                               \
-            fprintf(stderr, "%s: %s: %s\n", #x, la_status_string(s_), la_last_error());  \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-static const double BW = 4.2e12;
-
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    float u = (h & 0xffffff) / 16777216.f - 0.5f;
-    x[i] = __float2bfloat16(u * 2.f * scale);
-}
-
-static void *dalloc_fill(size_t n, unsigned seed) {
-    void *p = nullptr;
-    CK(cudaMalloc(&p, n * 2));
-    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)p, n, seed, 1.f);
-    CK(cudaGetLastError());
-    return p;
-}
-
-static void bf16_view(la_tensor *t, void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
-    int64_t ne[4] = {B, N, H, D};
-    la_tensor_init(t, p, LA_BF16, LA_DEVICE_CUDA, 4, ne);
-}
+#include "bench_gpu_common.cuh"
 
 static void run_case(int64_t B, int64_t L, cudaStream_t stream, la_context *ctx) {
     const int64_t H = 12, D = 128, Dv = 128, C = 64, CH = 4096;
@@ -107,13 +54,10 @@ static void run_case(int64_t B, int64_t L, cudaStream_t stream, la_context *ctx)
     }
     /* prefill */
     const int64_t ch = std::min(CH, L);
-    void *q = dalloc_fill((size_t)(B * ch * H * D), 1), *k = dalloc_fill((size_t)(B * ch * H * D), 2),
-         *v = dalloc_fill((size_t)(B * ch * H * Dv), 3), *o = dalloc_fill((size_t)(B * ch * H * Dv), 4);
-    la_tensor tq, tk, tv, to;
-    bf16_view(&tq, q, B, ch, H, D);
-    bf16_view(&tk, k, B, ch, H, D);
-    bf16_view(&tv, v, B, ch, H, Dv);
-    bf16_view(&to, o, B, ch, H, Dv);
+    void *q = make((size_t)(B * ch * H * D), 1), *k = make((size_t)(B * ch * H * D), 2),
+         *v = make((size_t)(B * ch * H * Dv), 3), *o = make((size_t)(B * ch * H * Dv), 4);
+    la_tensor tq = view(q, B, ch, H, D), tk = view(k, B, ch, H, D), tv = view(v, B, ch, H, Dv),
+              to = view(o, B, ch, H, Dv);
     CK(cudaDeviceSynchronize());
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
@@ -126,11 +70,8 @@ static void run_case(int64_t B, int64_t L, cudaStream_t stream, la_context *ctx)
     CK(cudaEventElapsedTime(&ms_pre, e0, e1));
 
     /* single tokens: views of the first token of the chunk */
-    la_tensor q1, k1, v1, o1;
-    bf16_view(&q1, q, B, 1, H, D);
-    bf16_view(&k1, k, B, 1, H, D);
-    bf16_view(&v1, v, B, 1, H, Dv);
-    bf16_view(&o1, o, B, 1, H, Dv);
+    la_tensor q1 = view(q, B, 1, H, D), k1 = view(k, B, 1, H, D), v1 = view(v, B, 1, H, Dv),
+              o1 = view(o, B, 1, H, Dv);
     q1.nb[0] = k1.nb[0] = tq.nb[0];
     v1.nb[0] = o1.nb[0] = tv.nb[0];
     float ms_start = 0, ms_startT = 0;

@@ -15,80 +15,7 @@
  *   build-gpu/bench_gpu_focused            all cases
  *   build-gpu/bench_gpu_focused profile N  one fast call without and one with conv (ncu)
  */
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <vector>
-
-#include "longattn.h"
-
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-static const double BW = 4.2e12;
-
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    float u = (h & 0xffffff) / 16777216.f - 0.5f;
-    x[i] = __float2bfloat16(u * 2.f * scale);
-}
-
-static void *make(size_t n, unsigned seed) {
-    void *p;
-    CK(cudaMalloc(&p, n * 2));
-    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)p, n, seed, 1.f);
-    CK(cudaGetLastError());
-    return p;
-}
-static la_tensor view(void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
-    la_tensor t;
-    int64_t ne[4] = {B, N, H, D};
-    la_tensor_init(&t, p, LA_BF16, LA_DEVICE_CUDA, 4, ne);
-    return t;
-}
-
-static double time_ms(const std::function<la_status()> &f, int reps) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 2; i++)
-        if (f() != LA_OK) {
-            fprintf(stderr, "call failed: %s\n", la_last_error());
-            return NAN;
-        }
-    std::vector<float> ts;
-    for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a));
-        f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms);
-    }
-    CK(cudaDeviceSynchronize());
-    std::sort(ts.begin(), ts.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ts[ts.size() / 2];
-}
+#include "bench_gpu_common.cuh"
 
 int main(int argc, char **argv) {
     const int64_t B = 1, H = 12, D = 128, Nmax = 131072, ks = 5;
@@ -141,13 +68,13 @@ int main(int argc, char **argv) {
         la_linear_params_init(&lp);
         lp.feature = LA_FEATURE_IDENTITY;
         const int reps = 20, reps_old = N > 40000 ? 3 : 7;
-        const double eng = time_ms([&] { return la_linear_attention(&lp, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps);
+        const double eng = time_ms([&] { return la_linear_attention(&lp, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps, 2);
         unsetenv("LA_CUDA_FOCUSED_PATH");
-        const double tn = time_ms([&] { return flatten(N, false); }, reps);
-        const double tnc = time_ms([&] { return flatten(N, true); }, reps);
+        const double tn = time_ms([&] { return flatten(N, false); }, reps, 2);
+        const double tnc = time_ms([&] { return flatten(N, true); }, reps, 2);
         setenv("LA_CUDA_FOCUSED_PATH", "old", 1);
-        const double to_ = time_ms([&] { return flatten(N, false); }, reps_old);
-        const double toc = time_ms([&] { return flatten(N, true); }, reps_old);
+        const double to_ = time_ms([&] { return flatten(N, false); }, reps_old, 2);
+        const double toc = time_ms([&] { return flatten(N, true); }, reps_old, 2);
         unsetenv("LA_CUDA_FOCUSED_PATH");
         int64_t mh, mw;
         map_of(N, mh, mw);

@@ -14,40 +14,7 @@
  * per-head row pattern against wider rows (rowread_kernel). scaling: N = 32K,
  * MHLA over M = 1…256 and linear attention at D = Dv = 64, 128, 256.
  */
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <vector>
-
-#include "longattn.h"
-
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-static const double BW = 4.2e12, FL = 760e12;
-
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    float u = (h & 0xffffff) / 16777216.f - 0.5f;
-    x[i] = __float2bfloat16(u * 2.f * scale);
-}
+#include "bench_gpu_common.cuh"
 
 /* rowread: the read pattern of the per-head kernels. A CTA streams `seg` tokens
  * of `hpc` consecutive heads of a [N, H, 128] bf16 tensor: 256·hpc contiguous
@@ -74,52 +41,6 @@ __global__ void rowread_kernel(const uint4 *x, int64_t N, int H, int hpc, int64_
     if (acc == 0x9e3779b9u) sink[0] = acc; /* keeps the loads; practically never true */
 }
 
-struct buf {
-    void *p = nullptr;
-    size_t n = 0;
-};
-static buf make(size_t n, unsigned seed) {
-    buf b;
-    b.n = n;
-    CK(cudaMalloc(&b.p, n * 2));
-    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>((__nv_bfloat16 *)b.p, n, seed, 1.f);
-    CK(cudaGetLastError());
-    return b;
-}
-
-static la_tensor view(void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
-    la_tensor t;
-    int64_t ne[4] = {B, N, H, D};
-    la_tensor_init(&t, p, LA_BF16, LA_DEVICE_CUDA, 4, ne);
-    return t;
-}
-
-static double time_ms(const std::function<la_status()> &f, int reps) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++)
-        if (f() != LA_OK) {
-            fprintf(stderr, "call failed: %s\n", la_last_error());
-            return NAN;
-        }
-    std::vector<float> ts;
-    for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a));
-        f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms);
-    }
-    CK(cudaDeviceSynchronize());
-    std::sort(ts.begin(), ts.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ts[ts.size() / 2];
-}
-
 static void report(const char *op, const char *shape, double ms, double bytes, double flops) {
     double fb = bytes / BW * 1e3, ff = flops / FL * 1e3;
     double floor_ms = std::max(fb, ff);
@@ -136,8 +57,8 @@ int main(int argc, char **argv) {
     std::vector<int64_t> Ns = {4096, 8192, 16384, 32768, 65536, 131072};
     if (quick) Ns = {4096, 32768, 131072};
     const int64_t Nmax = 131072;
-    buf q = make(B * Nmax * H * D, 1), k = make(B * Nmax * H * D, 2), v = make(B * Nmax * H * Dv, 3),
-        o = make(B * Nmax * H * Dv, 4);
+    void *q = make(B * Nmax * H * D, 1), *k = make(B * Nmax * H * D, 2), *v = make(B * Nmax * H * Dv, 3),
+         *o = make(B * Nmax * H * Dv, 4);
     float *Wd;
     const int64_t Mmax = 2048;
     CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
@@ -155,7 +76,7 @@ int main(int argc, char **argv) {
             const int64_t seg = 1536 / hpc; /* 384 KB per CTA */
             const dim3 grid((unsigned)((N + seg - 1) / seg), (unsigned)(H / hpc));
             const double ms = time_ms([&] {
-                rowread_kernel<<<grid, 256>>>((const uint4 *)q.p, N, (int)H, hpc, seg, sink);
+                rowread_kernel<<<grid, 256>>>((const uint4 *)q, N, (int)H, hpc, seg, sink);
                 return cudaGetLastError() == cudaSuccess ? LA_OK : LA_ERR_DEVICE;
             }, 20);
             const double bytes = 2.0 * N * H * D;
@@ -166,8 +87,8 @@ int main(int argc, char **argv) {
     }
     if (argc > 2 && !strcmp(argv[1], "profile")) { /* one call of each, for ncu */
         const int64_t N = atoll(argv[2]);
-        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
-                  to = view(o.p, B, N, H, Dv);
+        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, Dv),
+                  to = view(o, B, N, H, Dv);
         la_linear_params pl;
         la_linear_params_init(&pl);
         la_status st = la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0);
@@ -189,8 +110,8 @@ int main(int argc, char **argv) {
     if (argc > 1 && !strcmp(argv[1], "scaling")) { /* issue 6's scaling table at N = 32K */
         const int64_t N = 32768;
         for (int64_t M : {1, 4, 16, 64, 150, 256}) {
-            la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
-                      to = view(o.p, B, N, H, Dv);
+            la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, Dv),
+                      to = view(o, B, N, H, Dv);
             la_mhla_params p;
             la_mhla_params_init(&p);
             p.grid_ndim = 1;
@@ -204,8 +125,8 @@ int main(int argc, char **argv) {
                    2.0 * B * N * H * (2 * D + 2 * Dv), 4.0 * B * N * H * D * Dv + 2.0 * H * M * M * D * Dv);
         }
         for (int64_t d : {64, 128, 256}) { /* D = Dv = d (the tensor-core path covers 128 only) */
-            la_tensor tq = view(q.p, B, N, H, d), tk = view(k.p, B, N, H, d), tv = view(v.p, B, N, H, d),
-                      to = view(o.p, B, N, H, d);
+            la_tensor tq = view(q, B, N, H, d), tk = view(k, B, N, H, d), tv = view(v, B, N, H, d),
+                      to = view(o, B, N, H, d);
             la_linear_params pl;
             la_linear_params_init(&pl);
             snprintf(shape, sizeof shape, "N=%lld D=Dv=%lld", (long long)N, (long long)d);
@@ -217,13 +138,13 @@ int main(int argc, char **argv) {
     if (nc_only) { /* the byte ceiling: a device-to-device copy (bytes read + written) */
         const size_t nb = (size_t)B * Nmax * H * D * 2;
         const double ms = time_ms([&] {
-            return cudaMemcpyAsync(o.p, q.p, nb, cudaMemcpyDeviceToDevice) == cudaSuccess ? LA_OK : LA_ERR_DEVICE;
+            return cudaMemcpyAsync(o, q, nb, cudaMemcpyDeviceToDevice) == cudaSuccess ? LA_OK : LA_ERR_DEVICE;
         }, 20);
         printf("copy %.0f MB: %.4f ms = %.2f TB/s (read + write)\n", nb / 1e6, ms, 2.0 * nb / (ms * 1e-3) / 1e12);
     }
     for (int64_t N : Ns) {
-        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
-                  to = view(o.p, B, N, H, Dv);
+        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, Dv),
+                  to = view(o, B, N, H, Dv);
         const double io = 2.0 * B * N * H * (2 * D + 2 * Dv);
         const double fl_lin = 4.0 * B * N * H * D * Dv;
         snprintf(shape, sizeof shape, "N=%lld", (long long)N);
@@ -284,8 +205,8 @@ int main(int argc, char **argv) {
     /* video grid 21x30x50 */
     {
         const int64_t N = 21 * 30 * 50;
-        la_tensor tq = view(q.p, B, N, H, D), tk = view(k.p, B, N, H, D), tv = view(v.p, B, N, H, Dv),
-                  to = view(o.p, B, N, H, Dv);
+        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, Dv),
+                  to = view(o, B, N, H, Dv);
         const double io = 2.0 * B * N * H * (2 * D + 2 * Dv);
         const int64_t bl[2][3] = {{3, 5, 10}, {7, 3, 5}};
         for (int c = 0; c < 2; c++) {

@@ -8,49 +8,8 @@
  *    random indices; median of CUDA-event timings after 2 warm-ups;
  *    FLOPs = 2 Tq Hq k (576 + 512). A path that failed validation is timed
  *    but marked INVALID. Exit 0 only when wg (the default) and wgpv are valid. */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <stdint.h>
-#include <math.h>
-#include <algorithm>
-#include <vector>
-
-#include "longattn.h"
-
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "CUDA %s at %s:%d: %s\n", #x, __FILE__, __LINE__,          \
-                    cudaGetErrorString(e_));                                           \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-
-__global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        float u = ((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f; /* uniform(-1,1) */
-        float f = u * scale * 1.7320508f;
-        uint32_t b = __float_as_uint(f);
-        p[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-    }
-}
-/* random rows of [0, L); about 3% -1 and 1% >= L (skipped) */
-__global__ void fill_idx(int32_t *p, size_t n, int64_t L, uint64_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z ^= z >> 31;
-        uint32_t u = (uint32_t)(z >> 40) % 100u;
-        p[i] = u < 3 ? -1 : u < 4 ? (int32_t)L : (int32_t)(z % (uint64_t)L);
-    }
-}
+#define BENCH_CK_WHERE /* "CUDA <call> at file:line" messages */
+#include "bench_gpu_common.cuh"
 
 struct problem {
     int64_t Tq, Hq, Dqk, Dv, K, L;
@@ -72,7 +31,7 @@ static void make(problem &P, int64_t Tq, int64_t Hq, int64_t K, int64_t L) {
     /* scale 1 on q and kv: logits std ~ sqrt(576)/... = 1 after 1/sqrt(576); q x2 spreads them */
     fill_bf16<<<1024, 256>>>(P.q, Tq * Hq * P.Dqk, 11 + Tq, 2.f);
     fill_bf16<<<1024, 256>>>(P.kv, L * P.Dqk, 12 + Tq, 1.f);
-    fill_idx<<<1024, 256>>>(P.ix, Tq * K, L, 13 + Tq);
+    fill_idx<<<1024, 256>>>(P.ix, Tq * K, L, 13 + Tq, true); /* with -1 and L rows */
     CK(cudaDeviceSynchronize());
     int64_t nq[3] = {Tq, Hq, P.Dqk}, nkv[2] = {L, P.Dqk}, ni[2] = {Tq, K}, no[3] = {Tq, Hq, P.Dv},
             nl[2] = {Tq, Hq};
@@ -153,26 +112,14 @@ int main(int argc, char **argv) {
         problem P;
         make(P, 4096, 128, 2048, 65536);
         const double fl = 2.0 * P.Tq * P.Hq * P.K * (double)(P.Dqk + P.Dv);
-        cudaEvent_t a, b;
-        CK(cudaEventCreate(&a));
-        CK(cudaEventCreate(&b));
         double old_ms = 0, wg_ms = 0;
         for (int pi = NP - 1; pi >= 0; pi--) {
             std::vector<float> t;
             bool ok = true;
             for (int i = 0; i < 2 && ok; i++) ok = call(P, paths[pi], false);
             CK(cudaDeviceSynchronize());
-            for (int i = 0; i < iters && ok; i++) {
-                CK(cudaEventRecord(a));
-                ok = call(P, paths[pi], false);
-                CK(cudaEventRecord(b));
-                CK(cudaEventSynchronize(b));
-                float ms;
-                CK(cudaEventElapsedTime(&ms, a, b));
-                t.push_back(ms);
-            }
+            if (ok) ok = event_times([&] { return call(P, paths[pi], false); }, iters, t); /* sorted */
             if (!ok || t.empty()) continue;
-            std::sort(t.begin(), t.end());
             const double ms = t[t.size() / 2];
             if (pi == P_OLD) old_ms = ms;
             if (pi == P_WG) wg_ms = ms;

@@ -19,85 +19,13 @@
  * (LA_CUDA_SOFTMAX_TC_CFG 1, 3, 4; see src/cuda/softmax_tc.cuh). old: also time the general kernel at
  * N = 4K (it runs at ~8 TFLOP/s: longer N would take seconds per call).
  */
-#include <cuda_runtime.h>
-#include <cuda_bf16.h>
-
-#include <algorithm>
-#include <cmath>
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <functional>
-#include <vector>
-
-#include "longattn.h"
-
-#define CK(x)                                                                            \
-    do {                                                                                 \
-        cudaError_t e_ = (x);                                                            \
-        if (e_ != cudaSuccess) {                                                         \
-            fprintf(stderr, "%s: %s\n", #x, cudaGetErrorString(e_));                     \
-            exit(1);                                                                     \
-        }                                                                                \
-    } while (0)
-
-__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned h = (unsigned)i * 2654435761u ^ seed;
-    h ^= h >> 13;
-    h *= 0x5bd1e995u;
-    h ^= h >> 15;
-    float u = (h & 0xffffff) / 16777216.f - 0.5f;
-    x[i] = __float2bfloat16(u * 2.f * scale);
-}
-
-static __nv_bfloat16 *make(size_t n, unsigned seed, float scale) {
-    __nv_bfloat16 *p;
-    CK(cudaMalloc(&p, n * 2));
-    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p, n, seed, scale);
-    CK(cudaGetLastError());
-    return p;
-}
-
-static la_tensor view(void *p, la_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
-    la_tensor t;
-    int64_t ne[4] = {a, b, c, d};
-    la_tensor_init(&t, p, dt, LA_DEVICE_CUDA, nd, ne);
-    return t;
-}
+#include "bench_gpu_common.cuh"
 
 static void set_path(const char *path, const char *cfg) {
     if (path) setenv("LA_CUDA_SOFTMAX_PATH", path, 1);
     else unsetenv("LA_CUDA_SOFTMAX_PATH");
     if (cfg) setenv("LA_CUDA_SOFTMAX_TC_CFG", cfg, 1);
     else unsetenv("LA_CUDA_SOFTMAX_TC_CFG");
-}
-
-static double time_ms(const std::function<la_status()> &f, int reps) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < 3; i++)
-        if (f() != LA_OK) {
-            fprintf(stderr, "call failed: %s\n", la_last_error());
-            return NAN;
-        }
-    std::vector<float> ts;
-    for (int i = 0; i < reps; i++) {
-        CK(cudaEventRecord(a));
-        f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        ts.push_back(ms);
-    }
-    CK(cudaDeviceSynchronize());
-    std::sort(ts.begin(), ts.end());
-    cudaEventDestroy(a);
-    cudaEventDestroy(b);
-    return ts[ts.size() / 2];
 }
 
 static std::vector<float> download_bf16(const __nv_bfloat16 *d, size_t n) {

@@ -6,89 +6,10 @@
  * top-k alone over 1024 x 64K f32; sparse MLA attention Tq=4096, Hq=128,
  * k=2048, Dqk=576, Dv=512, bf16.
  * Floors: bytes / 4.2 TB/s and FLOPs / 760 TFLOP/s (measured ceilings). */
-#include <cuda_runtime.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <stdint.h>
-#include <math.h>
-#include <algorithm>
-#include <vector>
-
-#include "longattn.h"
+#define BENCH_CK_WHERE /* "CUDA <call> at file:line" and "<call> -> status" messages */
+#include "bench_gpu_common.cuh"
 
 #include <cuda_fp8.h>
-
-#define CK(x)                                                                          \
-    do {                                                                               \
-        cudaError_t e_ = (x);                                                          \
-        if (e_ != cudaSuccess) {                                                       \
-            fprintf(stderr, "CUDA %s at %s:%d: %s\n", #x, __FILE__, __LINE__,          \
-                    cudaGetErrorString(e_));                                           \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-#define LK(x)                                                                          \
-    do {                                                                               \
-        la_status s_ = (x);                                                            \
-        if (s_ != LA_OK) {                                                             \
-            fprintf(stderr, "%s -> %s: %s\n", #x, la_status_string(s_), la_last_error()); \
-            exit(1);                                                                   \
-        }                                                                              \
-    } while (0)
-
-__global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        float u = ((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f; /* uniform(-1,1) */
-        float f = u * scale * 1.7320508f;
-        uint32_t b = __float_as_uint(f);
-        p[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-    }
-}
-__global__ void fill_f32(float *p, size_t n, uint64_t seed, float scale) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        p[i] = (((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f) * scale * 1.7320508f;
-    }
-}
-__global__ void fill_idx(int32_t *p, size_t n, int64_t L, uint64_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z ^= z >> 31;
-        p[i] = (int32_t)(z % (uint64_t)L);
-    }
-}
-
-template <typename F>
-static double median_ms(F &&f, int warm, int iters) {
-    cudaEvent_t a, b;
-    CK(cudaEventCreate(&a));
-    CK(cudaEventCreate(&b));
-    for (int i = 0; i < warm; i++) f();
-    CK(cudaDeviceSynchronize());
-    std::vector<float> t;
-    for (int i = 0; i < iters; i++) {
-        CK(cudaEventRecord(a));
-        f();
-        CK(cudaEventRecord(b));
-        CK(cudaEventSynchronize(b));
-        float ms;
-        CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms);
-    }
-    std::sort(t.begin(), t.end());
-    CK(cudaEventDestroy(a));
-    CK(cudaEventDestroy(b));
-    return t[t.size() / 2];
-}
 
 static void *dmalloc(size_t n) {
     void *p;
@@ -119,8 +40,6 @@ int main(int argc, char **argv) {
         bench_dsa_v2(prop);
         return 0;
     }
-    const double BW = 4.2e12, PEAK = 760e12;
-
     /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows);
      * the default kernel and the previous one (LA_CUDA_TOPK_PATH=old), with
      * the number of differing indices between the two ---- */
@@ -183,7 +102,7 @@ int main(int argc, char **argv) {
         /* causal: query t sees L - T + t + 1 keys */
         double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
         double fl = 2.0 * HI * dI * keys;
-        double floor_ms = std::max(fl / PEAK, (L * dI * 2.0 + T * HI * dI * 2.0 + T * (double)L * 8) / BW) * 1e3;
+        double floor_ms = std::max(fl / FL, (L * dI * 2.0 + T * HI * dI * 2.0 + T * (double)L * 8) / BW) * 1e3;
         printf("%-8s %8lld %10.3f %10.1f %10.3f %10s\n", "dsa", (long long)L, dsa, fl / dsa / 1e9, floor_ms, "");
         double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         const int64_t nb = (L + 127) / 128, mk = std::min<int64_t>(64, nb);
@@ -226,7 +145,7 @@ int main(int argc, char **argv) {
         int32_t *ix = (int32_t *)dmalloc(Tq * KK * 4);
         fill_bf16<<<1024, 256>>>(q, Tq * Hq * Dqk, 11, 1.f);
         fill_bf16<<<1024, 256>>>(kv, L * Dqk, 12, 1.f);
-        fill_idx<<<1024, 256>>>(ix, Tq * KK, L, 13);
+        fill_idx<<<1024, 256>>>(ix, Tq * KK, L, 13, false);
         la_tensor tq, tkv, ti, to, tl;
         int64_t nq[3] = {Tq, Hq, Dqk}, nkv[2] = {L, Dqk}, ni[2] = {Tq, KK}, no[3] = {Tq, Hq, Dv}, nl[2] = {Tq, Hq};
         la_tensor_init(&tq, q, LA_BF16, LA_DEVICE_CUDA, 3, nq);
@@ -239,7 +158,7 @@ int main(int argc, char **argv) {
         double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL)); }, one ? 0 : 2, one ? 1 : 10);
         double fl = 2.0 * Tq * Hq * KK * (double)(Dqk + Dv);
         printf("sparse_mla Tq=%lld Hq=%lld k=%lld L=%lld: %.3f ms, %.1f TFLOP/s (floor %.3f ms)\n",
-               (long long)Tq, (long long)Hq, (long long)KK, (long long)L, ms, fl / ms / 1e9, fl / PEAK * 1e3);
+               (long long)Tq, (long long)Hq, (long long)KK, (long long)L, ms, fl / ms / 1e9, fl / FL * 1e3);
         CK(cudaFree(q));
         CK(cudaFree(kv));
         CK(cudaFree(o));
@@ -260,26 +179,16 @@ int main(int argc, char **argv) {
  * is timed too, so "scores" = total - top-k. Goals: 2.0 ms bf16, 1.2 ms
  * fp8 at L = 64K. */
 __global__ void fill_e4m3(uint8_t *p, size_t n, uint64_t seed) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-        z ^= z >> 31;
-        const float u = ((z >> 40) * (1.0f / 16777216.0f)) * 2.f - 1.f; /* as amax-scaled data: |x| <= 448 */
+    BENCH_GRID_STRIDE(i, n) {
+        const float u = bench_unit(bench_mix(i, seed)) * 2.f - 1.f; /* as amax-scaled data: |x| <= 448 */
         p[i] = (uint8_t)__nv_cvt_float_to_fp8(u * 448.f, __NV_SATFINITE, __NV_E4M3);
     }
 }
 __global__ void fill_pos(float *p, size_t n, uint64_t seed, float scale) { /* scale * [0.5, 1.5) */
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
-        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
-        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-        z ^= z >> 31;
-        p[i] = scale * (0.5f + (z >> 40) * (1.0f / 16777216.0f));
-    }
+    BENCH_GRID_STRIDE(i, n) p[i] = scale * (0.5f + bench_unit(bench_mix(i, seed, false)));
 }
 static void bench_dsa_v2(const cudaDeviceProp &prop) {
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
-    const double PEAK = 760e12;
     const int64_t Ls[3] = {8192, 65536, 131072};
     printf("# DSA v2 / fp8: T=%lld HI=%lld dI=%lld k=%lld causal; %d SMs; median of 10 CUDA-event timings\n",
            (long long)T, (long long)HI, (long long)dI, (long long)K, prop.multiProcessorCount);
@@ -340,7 +249,7 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
         }
         unsetenv("LA_CUDA_DSA_PATH");
         printf("%-10s %7lld floor: %.3f ms at %.0f TFLOP/s bf16, %.3f ms at 2x for fp8 (scores only)\n", "", (long long)L,
-               fl / PEAK * 1e3, PEAK / 1e12, fl / (2 * PEAK) * 1e3);
+               fl / FL * 1e3, FL / 1e12, fl / (2 * FL) * 1e3);
         CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(q8)); CK(cudaFree(k8)); CK(cudaFree(w));
         CK(cudaFree(ks)); CK(cudaFree(qs)); CK(cudaFree(sc)); CK(cudaFree(ix));
     }

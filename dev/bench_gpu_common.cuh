@@ -1,0 +1,190 @@
+/* Helpers shared by the GPU timing drivers dev/bench_gpu_*.cu (one translation
+ * unit each; the device scripts tests/cuda/gpu_*.sh build them with
+ *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_X.cu build-gpu/liblongattn.a ...
+ * and this header is found next to them by #include "bench_gpu_common.cuh").
+ *
+ *   CK(x) / LK(x)      exit(1) with a message on stderr when a CUDA call / a
+ *                      library call fails. A driver that defines
+ *                      BENCH_CK_WHERE before the include gets the
+ *                      "CUDA <call> at file:line: <error>" / "<call> -> ..."
+ *                      forms (bench_gpu_sparse, bench_gpu_smla).
+ *   BW, FL             the byte and FLOP floors' ceilings: 4.2 TB/s, 760 TFLOP/s.
+ *   fill_kernel        32-bit hash -> uniform bf16 in scale·[-1, 1) (linear,
+ *                      causal, focused, softmax, decode); make() allocates n
+ *                      bf16 and fills them with it.
+ *   fill_bf16/f32/idx  splitmix64 hash -> uniform bf16 / f32 in
+ *                      scale·√3·[-1, 1), row indices (sparse, smla).
+ *   view()             la_tensor over device memory ([B,N,H,D] bf16, or any
+ *                      dtype and rank ≤ 4).
+ *   time_ms()          `warm` checked warm-up calls (default 3), then `reps`
+ *                      calls each timed with CUDA events; the median.
+ *   median_ms()        the same for a callable that checks itself (LK):
+ *                      unchecked warm-ups + a device sync, then the median.
+ *   event_times()      the timing loop under both: sorted per-call times.
+ */
+#pragma once
+
+#include <cuda_runtime.h>
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <vector>
+
+#include "longattn.h"
+
+/* (the call's text is stringized by CK / LK themselves, before any macro in it expands) */
+#ifdef BENCH_CK_WHERE
+#define BENCH_CK_FAIL(xs, e_) \
+    fprintf(stderr, "CUDA %s at %s:%d: %s\n", xs, __FILE__, __LINE__, cudaGetErrorString(e_))
+#define BENCH_LK_FAIL(xs, s_) fprintf(stderr, "%s -> %s: %s\n", xs, la_status_string(s_), la_last_error())
+#else
+#define BENCH_CK_FAIL(xs, e_) fprintf(stderr, "%s: %s\n", xs, cudaGetErrorString(e_))
+#define BENCH_LK_FAIL(xs, s_) fprintf(stderr, "%s: %s: %s\n", xs, la_status_string(s_), la_last_error())
+#endif
+
+#define CK(x)                          \
+    do {                               \
+        cudaError_t e_ = (x);          \
+        if (e_ != cudaSuccess) {       \
+            BENCH_CK_FAIL(#x, e_);     \
+            exit(1);                   \
+        }                              \
+    } while (0)
+#define LK(x)                          \
+    do {                               \
+        la_status s_ = (x);            \
+        if (s_ != LA_OK) {             \
+            BENCH_LK_FAIL(#x, s_);     \
+            exit(1);                   \
+        }                              \
+    } while (0)
+
+static constexpr double BW = 4.2e12, FL = 760e12;
+
+/* ---- random inputs ---- */
+
+__global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float scale) {
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    unsigned h = (unsigned)i * 2654435761u ^ seed;
+    h ^= h >> 13;
+    h *= 0x5bd1e995u;
+    h ^= h >> 15;
+    float u = (h & 0xffffff) / 16777216.f - 0.5f;
+    x[i] = __float2bfloat16(u * 2.f * scale);
+}
+
+/* n bf16 on the device, filled by fill_kernel */
+static inline __nv_bfloat16 *make(size_t n, unsigned seed, float scale = 1.f) {
+    __nv_bfloat16 *p = nullptr;
+    CK(cudaMalloc(&p, n * 2));
+    fill_kernel<<<(unsigned)((n + 255) / 256), 256>>>(p, n, seed, scale);
+    CK(cudaGetLastError());
+    return p;
+}
+
+/* splitmix64 of element i; `full` = false stops after the first multiply
+ * (fill_idx, fill_pos) */
+__device__ __forceinline__ uint64_t bench_mix(size_t i, uint64_t seed, bool full = true) {
+    uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull ^ seed;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    if (full) z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return z;
+}
+/* the top 24 bits of z as a uniform float in [0, 1) (exact) */
+__device__ __forceinline__ float bench_unit(uint64_t z) { return (z >> 40) * (1.0f / 16777216.0f); }
+
+#define BENCH_GRID_STRIDE(i, n) \
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+
+/* bf16 (as raw uint16, round to nearest even) uniform in scale·√3·(-1, 1) */
+__global__ void fill_bf16(uint16_t *p, size_t n, uint64_t seed, float scale) {
+    BENCH_GRID_STRIDE(i, n) {
+        float u = bench_unit(bench_mix(i, seed)) * 2.f - 1.f; /* uniform(-1,1) */
+        float f = u * scale * 1.7320508f;
+        uint32_t b = __float_as_uint(f);
+        p[i] = (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint64_t seed, float scale) {
+    BENCH_GRID_STRIDE(i, n) p[i] = (bench_unit(bench_mix(i, seed)) * 2.f - 1.f) * scale * 1.7320508f;
+}
+/* random rows of [0, L); holes: about 3% -1 and 1% = L (rows the kernels skip) */
+__global__ void fill_idx(int32_t *p, size_t n, int64_t L, uint64_t seed, bool holes) {
+    BENCH_GRID_STRIDE(i, n) {
+        const uint64_t z = bench_mix(i, seed, false);
+        const uint32_t u = (uint32_t)(z >> 40) % 100u;
+        p[i] = holes && u < 3 ? -1 : holes && u < 4 ? (int32_t)L : (int32_t)(z % (uint64_t)L);
+    }
+}
+
+/* ---- views ---- */
+
+static inline la_tensor view(void *p, la_dtype dt, int nd, int64_t a, int64_t b, int64_t c, int64_t d) {
+    la_tensor t;
+    int64_t ne[4] = {a, b, c, d};
+    la_tensor_init(&t, p, dt, LA_DEVICE_CUDA, nd, ne);
+    return t;
+}
+/* [B,N,H,D] bf16, contiguous */
+static inline la_tensor view(void *p, int64_t B, int64_t N, int64_t H, int64_t D) {
+    return view(p, LA_BF16, 4, B, N, H, D);
+}
+
+/* ---- timing ---- */
+
+/* `reps` calls of f (returns bool: false stops the loop after that call), each
+ * between two CUDA events on the default stream; ts gets the times in ms,
+ * sorted. Returns false when a call did. */
+template <typename F>
+static bool event_times(F &&f, int reps, std::vector<float> &ts) {
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    bool ok = true;
+    for (int i = 0; i < reps && ok; i++) {
+        CK(cudaEventRecord(a));
+        ok = f();
+        CK(cudaEventRecord(b));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        ts.push_back(ms);
+    }
+    std::sort(ts.begin(), ts.end());
+    CK(cudaEventDestroy(a));
+    CK(cudaEventDestroy(b));
+    return ok;
+}
+
+/* `warm` warm-up calls (NAN and a message if one fails), then the median of
+ * `reps` event-timed calls */
+static inline double time_ms(const std::function<la_status()> &f, int reps, int warm = 3) {
+    for (int i = 0; i < warm; i++)
+        if (f() != LA_OK) {
+            fprintf(stderr, "call failed: %s\n", la_last_error());
+            return NAN;
+        }
+    std::vector<float> ts;
+    event_times([&] { f(); return true; }, reps, ts);
+    CK(cudaDeviceSynchronize());
+    return ts[ts.size() / 2];
+}
+
+/* f checks its own calls (LK): `warm` warm-ups, a device sync, then the
+ * median of `iters` event-timed calls */
+template <typename F>
+static double median_ms(F &&f, int warm, int iters) {
+    for (int i = 0; i < warm; i++) f();
+    CK(cudaDeviceSynchronize());
+    std::vector<float> t;
+    event_times([&] { f(); return true; }, iters, t);
+    return t[t.size() / 2];
+}
