@@ -16,123 +16,9 @@
  * skips. LA_CUDA_SMALL=1: only N ≤ 1000; LA_CUDA_SMALL=2: N ≤ 65 in the
  * main loop (for compute-sanitizer).
  * LA_CUDA_CAUSAL_VERBOSE=1 prints the path of each call on stderr. */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static int small_only; /* LA_CUDA_SMALL: 1 → N ≤ 1000, 2 → N ≤ 65 (sanitizers) */
-
-/* ---- tensors staged on host and device (as in test_cuda_linear.c) --------- */
-typedef struct tb {
-    la_tensor host, dev; /* same layout                                */
-    int64_t lne[4];      /* logical extents                            */
-    int ndim;
-    int perm;            /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
-    size_t bytes;
-} tb;
-
-static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
-    if (dt == LA_F32) ((float *)p)[off] = x;
-    else ((uint16_t *)p)[off] = la_f32_to_bf16(x);
-}
-static float get_elem(const void *p, la_dtype dt, int64_t off) {
-    if (dt == LA_F32) return ((const float *)p)[off];
-    return la_bf16_to_f32(((const uint16_t *)p)[off]);
-}
-static int64_t phys_off(const tb *t, const int64_t *i) {
-    int64_t o = 0;
-    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
-    return o;
-}
-static void unravel(const tb *t, int64_t e, int64_t *i) {
-    for (int a = t->ndim - 1; a >= 0; a--) {
-        i[a] = e % t->lne[a];
-        e /= t->lne[a];
-    }
-}
-static int64_t tb_numel(const tb *t) {
-    int64_t n = 1;
-    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
-    return n;
-}
-/* vals: logical row-major values (NULL: poison). */
-static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
-    memset(t, 0, sizeof *t);
-    t->ndim = ndim;
-    t->perm = perm && ndim == 4;
-    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
-    int64_t n = tb_numel(t);
-    t->bytes = (size_t)n * la_dtype_size(dt);
-    void *h = malloc(t->bytes);
-    int64_t nb[4];
-    if (t->perm) { /* buffer [B,H,N,D] */
-        nb[3] = 1;
-        nb[1] = ne[3];
-        nb[2] = ne[1] * ne[3];
-        nb[0] = ne[2] * ne[1] * ne[3];
-    } else {
-        int64_t s = 1;
-        for (int a = ndim - 1; a >= 0; a--) {
-            nb[a] = s;
-            s *= ne[a];
-        }
-    }
-    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
-    if (vals) {
-        int64_t idx[4];
-        for (int64_t e = 0; e < n; e++) {
-            unravel(t, e, idx);
-            set_elem(h, dt, phys_off(t, idx), vals[e]);
-        }
-    } else {
-        memset(h, 0xff, t->bytes);
-    }
-    void *d = NULL;
-    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(1);
-    }
-    la_dev_upload(d, h, t->bytes);
-    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
-}
-static void tb_free(tb *t) {
-    free(t->host.data);
-    la_dev_free(t->dev.data);
-}
-/* Logical values of the host (cpu) or device copy. */
-static float *tb_read(const tb *t, bool device) {
-    int64_t n = tb_numel(t);
-    void *h = malloc(t->bytes);
-    if (device) la_dev_download(h, t->dev.data, t->bytes);
-    else memcpy(h, t->host.data, t->bytes);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    int64_t idx[4];
-    for (int64_t e = 0; e < n; e++) {
-        unravel(t, e, idx);
-        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
-    }
-    free(h);
-    return out;
-}
-static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
-    int64_t n = 1;
-    for (int a = 0; a < ndim; a++) n *= ne[a];
-    float *v = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, v, n, scale);
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, v);
-    free(v);
-    return t;
-}
-static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, NULL);
-    return t;
-}
 
 /* rel of a (device values) against ref (n values); counts non-finite a. */
 static double rel_of(const float *a, const float *ref, int64_t n, int64_t *nonfinite) {
@@ -296,12 +182,7 @@ static void t_split(int64_t N, int64_t N1, la_feature f, int normalize, int perm
 int main(void) {
     rng = la_test_rng("test_cuda_causal");
     small_only = getenv("LA_CUDA_SMALL") ? (atoi(getenv("LA_CUDA_SMALL")) >= 2 ? 2 : 1) : 0;
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n");
-        return la_test_finish();
-    }
+    if (cuda_test_skip()) return la_test_finish();
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const int64_t chunks[4] = {64, 7, 100, 256};

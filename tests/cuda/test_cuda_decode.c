@@ -12,122 +12,10 @@
  * reduction) or uniform-causal rows (the constant-row path, mix = W[i,0]·T).
  *
  * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static bool small_only;
 
-/* ---- tensors staged on host and device (as tests/cuda/test_cuda_linear.c) -- */
-typedef struct tb {
-    la_tensor host, dev;
-    int64_t lne[4];
-    int ndim;
-    int perm; /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
-    size_t bytes;
-} tb;
-
-static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
-    if (dt == LA_F32) ((float *)p)[off] = x;
-    else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
-}
-static float get_elem(const void *p, la_dtype dt, int64_t off) {
-    if (dt == LA_F32) return ((const float *)p)[off];
-    return la_bf16_to_f32(((const uint16_t *)p)[off]);
-}
-static int64_t phys_off(const tb *t, const int64_t *i) {
-    int64_t o = 0;
-    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
-    return o;
-}
-static void unravel(const tb *t, int64_t e, int64_t *i) {
-    for (int a = t->ndim - 1; a >= 0; a--) {
-        i[a] = e % t->lne[a];
-        e /= t->lne[a];
-    }
-}
-static int64_t tb_numel(const tb *t) {
-    int64_t n = 1;
-    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
-    return n;
-}
-static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
-    memset(t, 0, sizeof *t);
-    t->ndim = ndim;
-    t->perm = perm && ndim == 4;
-    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
-    int64_t n = tb_numel(t);
-    t->bytes = (size_t)n * la_dtype_size(dt);
-    void *h = malloc(t->bytes);
-    int64_t nb[4];
-    if (t->perm) {
-        const int64_t *e4 = t->lne;
-        nb[3] = 1;
-        nb[1] = e4[3];
-        nb[2] = e4[1] * e4[3];
-        nb[0] = e4[2] * e4[1] * e4[3];
-    } else {
-        int64_t s = 1;
-        for (int a = ndim - 1; a >= 0; a--) {
-            nb[a] = s;
-            s *= ne[a];
-        }
-    }
-    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
-    if (vals) {
-        int64_t idx[4];
-        for (int64_t e = 0; e < n; e++) {
-            unravel(t, e, idx);
-            set_elem(h, dt, phys_off(t, idx), vals[e]);
-        }
-    } else {
-        memset(h, 0xff, t->bytes); /* NaN in f32 and bf16 */
-    }
-    void *d = NULL;
-    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(1);
-    }
-    la_dev_upload(d, h, t->bytes);
-    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
-}
-static void tb_free(tb *t) {
-    free(t->host.data);
-    la_dev_free(t->dev.data);
-}
-static float *tb_read(const tb *t, bool device) {
-    int64_t n = tb_numel(t);
-    void *h = malloc(t->bytes);
-    if (device) la_dev_download(h, t->dev.data, t->bytes);
-    else memcpy(h, t->host.data, t->bytes);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    int64_t idx[4];
-    for (int64_t e = 0; e < n; e++) {
-        unravel(t, e, idx);
-        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
-    }
-    free(h);
-    return out;
-}
-static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
-    int64_t n = 1;
-    for (int a = 0; a < ndim; a++) n *= ne[a];
-    float *v = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, v, n, scale);
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, v);
-    free(v);
-    return t;
-}
-static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, NULL);
-    return t;
-}
 /* Tokens [r0, r0+n) of a [B,N,H,X] view. */
 static la_tensor rows(const la_tensor *t, int64_t r0, int64_t n) {
     la_tensor s;
@@ -154,7 +42,6 @@ static tb make_mixing(int64_t M, int64_t H, int per_head, int kind) {
     free(w);
     return t;
 }
-static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
 static const char *normn(la_mhla_normalize n) { return n == LA_MHLA_NORM_NONE ? "none" : "pq"; }
 
 static void cmp(const float *g, const float *c, int64_t n, const char *what, const char *vs,
@@ -326,12 +213,7 @@ done:
 int main(void) {
     rng = la_test_rng("test_cuda_decode");
     small_only = getenv("LA_CUDA_SMALL") != NULL;
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n");
-        return la_test_finish();
-    }
+    if (cuda_test_skip()) return la_test_finish();
     const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
     const la_feature RE = LA_FEATURE_RELU, RP = LA_FEATURE_RELU_EPS, EL = LA_FEATURE_ELU1;
     const la_dtype dts[2] = {LA_F32, LA_BF16};

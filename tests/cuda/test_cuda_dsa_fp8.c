@@ -24,14 +24,8 @@
  * measured error is printed for every case.
  * Runs on the GPU machine only; without a device it skips.
  * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static bool small_only;
 
 /* ---- fp8 e4m3 (fn: no inf, max 448, NaN = S.1111.111) on the host -------- */
@@ -62,34 +56,6 @@ static uint8_t e4m3_enc(float x) {
     return s | best;
 }
 
-/* ---- device staging ---------------------------------------------------------- */
-typedef struct dbuf {
-    void *d;
-    size_t bytes;
-} dbuf;
-static dbuf dalloc(size_t bytes) {
-    dbuf b = {NULL, bytes};
-    if (la_dev_malloc(&b.d, bytes ? bytes : 4) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(2);
-    }
-    return b;
-}
-static void dfree(dbuf *b) {
-    if (b->d) la_dev_free(b->d);
-    b->d = NULL;
-}
-static dbuf dput_raw(const void *h, size_t bytes) {
-    dbuf b = dalloc(bytes);
-    la_dev_upload(b.d, h, bytes);
-    return b;
-}
-static void tset(la_tensor *t, void *data, la_dtype dt, la_device dev, int nd, int64_t a, int64_t b,
-                 int64_t c) {
-    int64_t ne[3] = {a, b, c};
-    la_tensor_init(t, data, dt, dev, nd, ne);
-}
-
 /* ---- cases ---------------------------------------------------------------------- */
 typedef struct dcase {
     int64_t T, HI, dI, L, topk;
@@ -99,16 +65,6 @@ typedef struct dcase {
     int scales;   /* fp8: 3 both, 1 k_scale only, 2 q_scale only, 0 none */
     la_dtype dt;  /* LA_BF16 or LA_FP8_E4M3 */
 } dcase;
-
-static void ranges_of(int64_t T, int64_t L, const int32_t *st, const int32_t *en, int64_t t,
-                      int64_t *lo, int64_t *hi) {
-    int64_t s = st ? st[t] : 0, e = en ? en[t] : L - T + t + 1;
-    if (e < 0) e = 0;
-    if (e > L) e = L;
-    if (s > e) s = e;
-    *lo = s;
-    *hi = e;
-}
 
 /* f64 scores over the valid ranges of the dequantized values the device
  * sees: sum_h w·ReLU(qs·ks·(qv·kv)); -inf outside */
@@ -132,20 +88,6 @@ static void ref_scores(const float *qv, const float *qsc, const float *kv, const
             out[t * L + s] = acc;
         }
     }
-}
-static double score_err(const float *a, const double *ref, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (isinf(ref[i])) {
-            if (!(isinf(a[i]) && a[i] < 0)) return INFINITY;
-            continue;
-        }
-        if (isnan(a[i]) || isinf(a[i])) return INFINITY;
-        double d = fabs(a[i] - ref[i]);
-        if (d > md) md = d;
-        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
-    }
-    return md / (mr > 1e-30 ? mr : 1e-30);
 }
 /* (score desc, index asc) order */
 static int before(float sa, int64_t a, float sb, int64_t b) { return sa > sb || (sa == sb && a < b); }
@@ -221,25 +163,6 @@ static int64_t check_ref_set(const int32_t *ix, const double *ref, int64_t T, in
     }
     free(tmp);
     return bad;
-}
-/* fraction of b's valid entries present in a's rows */
-static double overlap(const int32_t *a, const int32_t *b, int64_t T, int64_t k, int64_t L, int64_t *tot_out) {
-    int64_t hit = 0, tot = 0;
-    char *mark = calloc((size_t)L + 1, 1);
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t j = 0; j < k; j++)
-            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 1;
-        for (int64_t j = 0; j < k; j++)
-            if (b[t * k + j] >= 0) {
-                tot++;
-                hit += b[t * k + j] < L && mark[b[t * k + j]];
-            }
-        for (int64_t j = 0; j < k; j++)
-            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 0;
-    }
-    free(mark);
-    *tot_out = tot;
-    return tot ? (double)hit / (double)tot : 1.0;
 }
 
 static void set_path(const char *path, const char *qg) {
@@ -543,12 +466,7 @@ static void test_bad_inputs(void) {
 }
 
 int main(void) {
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n0 passed, 0 failed\n");
-        return 0;
-    }
+    if (cuda_test_skip()) return la_test_finish();
     rng = la_test_rng("test_cuda_dsa_fp8");
     small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
     test_bad_inputs();

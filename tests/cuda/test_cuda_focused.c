@@ -10,160 +10,9 @@
  * max|cpu| ≤ 1e-2 (bf16) or 1e-5 (f32), and no NaN left anywhere.
  * LA_CUDA_SMALL=1: only the small cases (for compute-sanitizer).
  * LA_CUDA_FOCUSED_VERBOSE=1 traces the path taken on stderr. */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static bool small_only;
-
-/* ---- tensors staged on host and device ----------------------------------- */
-typedef struct tb {
-    la_tensor host, dev;     /* same layout                                */
-    int64_t lne[4];          /* logical extents                            */
-    int ndim;
-    int perm;                /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
-    size_t bytes;
-} tb;
-
-static size_t dsz(la_dtype dt) { return la_dtype_size(dt); }
-
-static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
-    if (dt == LA_F32) ((float *)p)[off] = x;
-    else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
-}
-static float get_elem(const void *p, la_dtype dt, int64_t off) {
-    if (dt == LA_F32) return ((const float *)p)[off];
-    return la_bf16_to_f32(((const uint16_t *)p)[off]);
-}
-
-static int64_t phys_off(const tb *t, const int64_t *i) {
-    int64_t o = 0;
-    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
-    return o;
-}
-static void unravel(const tb *t, int64_t e, int64_t *i) {
-    for (int a = t->ndim - 1; a >= 0; a--) {
-        i[a] = e % t->lne[a];
-        e /= t->lne[a];
-    }
-}
-static int64_t tb_numel(const tb *t) {
-    int64_t n = 1;
-    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
-    return n;
-}
-
-/* vals: logical row-major values (NULL: poison). */
-static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
-    memset(t, 0, sizeof *t);
-    t->ndim = ndim;
-    t->perm = perm && ndim == 4;
-    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
-    int64_t n = tb_numel(t);
-    t->bytes = (size_t)n * dsz(dt);
-    void *h = malloc(t->bytes);
-    int64_t nb[4];
-    if (t->perm) { /* buffer [B,H,N,D] */
-        const int64_t *e4 = t->lne;
-        nb[3] = 1;
-        nb[1] = e4[3];           /* N stride */
-        nb[2] = e4[1] * e4[3];   /* H stride */
-        nb[0] = e4[2] * e4[1] * e4[3];
-    } else {
-        int64_t s = 1;
-        for (int a = ndim - 1; a >= 0; a--) {
-            nb[a] = s;
-            s *= ne[a];
-        }
-    }
-    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
-    if (vals) {
-        int64_t idx[4];
-        for (int64_t e = 0; e < n; e++) {
-            unravel(t, e, idx);
-            set_elem(h, dt, phys_off(t, idx), vals[e]);
-        }
-    } else {
-        memset(h, 0xff, t->bytes);
-    }
-    void *d = NULL;
-    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(1);
-    }
-    la_dev_upload(d, h, t->bytes);
-    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
-}
-static void tb_free(tb *t) {
-    free(t->host.data);
-    la_dev_free(t->dev.data);
-}
-/* Logical values of the host (cpu) or device copy. */
-static float *tb_read(const tb *t, bool device) {
-    int64_t n = tb_numel(t);
-    void *h = malloc(t->bytes);
-    if (device) la_dev_download(h, t->dev.data, t->bytes);
-    else memcpy(h, t->host.data, t->bytes);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    int64_t idx[4];
-    for (int64_t e = 0; e < n; e++) {
-        unravel(t, e, idx);
-        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
-    }
-    free(h);
-    return out;
-}
-static float *randv(int64_t n, double scale) {
-    float *x = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, x, n, scale);
-    return x;
-}
-static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
-    int64_t n = 1;
-    for (int a = 0; a < ndim; a++) n *= ne[a];
-    float *v = randv(n, scale);
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, v);
-    free(v);
-    return t;
-}
-static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, NULL);
-    return t;
-}
-
-/* Compare the device result of t with its host (CPU) result. */
-static double compare(const tb *t, const char *what, double tol) {
-    la_dev_synchronize();
-    int64_t n = tb_numel(t);
-    float *g = tb_read(t, true), *c = tb_read(t, false);
-    double *ref = malloc(sizeof(double) * (size_t)n);
-    int cpu_nan = 0;
-    for (int64_t i = 0; i < n; i++) {
-        ref[i] = c[i];
-        if (isnan(c[i])) cpu_nan++;
-    }
-    double rel = la_rel_err(g, ref, n);
-    int64_t gnan = 0;
-    for (int64_t i = 0; i < n; i++) gnan += !isfinite(g[i]);
-    CHECK(cpu_nan == 0, "%s: CPU output has %d NaN", what, cpu_nan);
-    CHECK(gnan == 0, "%s: GPU output has %lld non-finite values (unwritten?)", what, (long long)gnan);
-    CHECK(rel <= tol, "%s: rel err %.3g > %.1g", what, rel, tol);
-    printf("  %-72s rel %.2e %s\n", what, rel, rel <= tol && gnan == 0 ? "ok" : "FAIL");
-    free(g);
-    free(c);
-    free(ref);
-    return rel;
-}
-static double tol_of(la_dtype dt, int64_t N) {
-    return dt == LA_BF16 ? 1e-2 : (N > 20000 ? 1e-4 : 1e-5);
-}
-static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
 
 /* One flatten case. ks = 0: no conv; bias only with a conv. force_old: the
  * portable path through LA_CUDA_FOCUSED_PATH=old. */
@@ -198,7 +47,7 @@ static void t_flatten(int64_t B, int64_t Hm, int64_t Wm, int64_t H, int64_t D, i
     snprintf(what, sizeof what, "flatten %s B%lld map %lldx%lld H%lld D%lld k%lld bias%d sp%d p=%g perm%d%s",
              dtn(dt), (long long)B, (long long)Hm, (long long)Wm, (long long)H, (long long)D,
              (long long)ks, with_bias, with_sp, (double)pf, perm, force_old ? " old" : "");
-    compare(&o, what, tol_of(dt, N));
+    tb_compare(&o, what, tol_of(dt, N));
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
     if (ks) tb_free(&conv);
     if (ks && with_bias) tb_free(&bias);
@@ -261,12 +110,7 @@ static void t_flatten_guard(void) {
 int main(void) {
     rng = la_test_rng("test_cuda_focused");
     small_only = getenv("LA_CUDA_SMALL") != NULL;
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n");
-        return la_test_finish();
-    }
+    if (cuda_test_skip()) return la_test_finish();
     /* B, Hm, Wm, H, D, ks, bias, softplus, p, dtype, perm, force_old, scale */
     printf("# flatten bf16, D = Dv = 128 (fast path)\n");
     t_flatten(1, 1, 1, 2, 128, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);     /* N = 1 */

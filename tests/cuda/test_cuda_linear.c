@@ -11,160 +11,9 @@
  *
  * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer);
  * LA_CUDA_TC_ONLY=1 only the bf16 tensor-core path cases (t_tc_paths). */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static bool small_only;
-
-/* ---- tensors staged on host and device ----------------------------------- */
-typedef struct tb {
-    la_tensor host, dev;     /* same layout                                */
-    int64_t lne[4];          /* logical extents                            */
-    int ndim;
-    int perm;                /* rank 4: buffer is [B,H,N,D], view [B,N,H,D] */
-    size_t bytes;
-} tb;
-
-static size_t dsz(la_dtype dt) { return la_dtype_size(dt); }
-
-static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
-    if (dt == LA_F32) ((float *)p)[off] = x;
-    else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
-}
-static float get_elem(const void *p, la_dtype dt, int64_t off) {
-    if (dt == LA_F32) return ((const float *)p)[off];
-    return la_bf16_to_f32(((const uint16_t *)p)[off]);
-}
-
-static int64_t phys_off(const tb *t, const int64_t *i) {
-    int64_t o = 0;
-    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
-    return o;
-}
-static void unravel(const tb *t, int64_t e, int64_t *i) {
-    for (int a = t->ndim - 1; a >= 0; a--) {
-        i[a] = e % t->lne[a];
-        e /= t->lne[a];
-    }
-}
-static int64_t tb_numel(const tb *t) {
-    int64_t n = 1;
-    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
-    return n;
-}
-
-/* vals: logical row-major values (NULL: poison). */
-static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int perm, const float *vals) {
-    memset(t, 0, sizeof *t);
-    t->ndim = ndim;
-    t->perm = perm && ndim == 4;
-    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
-    int64_t n = tb_numel(t);
-    t->bytes = (size_t)n * dsz(dt);
-    void *h = malloc(t->bytes);
-    int64_t nb[4];
-    if (t->perm) { /* buffer [B,H,N,D] */
-        const int64_t *e4 = t->lne;
-        nb[3] = 1;
-        nb[1] = e4[3];           /* N stride */
-        nb[2] = e4[1] * e4[3];   /* H stride */
-        nb[0] = e4[2] * e4[1] * e4[3];
-    } else {
-        int64_t s = 1;
-        for (int a = ndim - 1; a >= 0; a--) {
-            nb[a] = s;
-            s *= ne[a];
-        }
-    }
-    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
-    if (vals) {
-        int64_t idx[4];
-        for (int64_t e = 0; e < n; e++) {
-            unravel(t, e, idx);
-            set_elem(h, dt, phys_off(t, idx), vals[e]);
-        }
-    } else {
-        memset(h, 0xff, t->bytes);
-    }
-    void *d = NULL;
-    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(1);
-    }
-    la_dev_upload(d, h, t->bytes);
-    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
-}
-static void tb_free(tb *t) {
-    free(t->host.data);
-    la_dev_free(t->dev.data);
-}
-/* Logical values of the host (cpu) or device copy. */
-static float *tb_read(const tb *t, bool device) {
-    int64_t n = tb_numel(t);
-    void *h = malloc(t->bytes);
-    if (device) la_dev_download(h, t->dev.data, t->bytes);
-    else memcpy(h, t->host.data, t->bytes);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    int64_t idx[4];
-    for (int64_t e = 0; e < n; e++) {
-        unravel(t, e, idx);
-        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
-    }
-    free(h);
-    return out;
-}
-static float *randv(int64_t n, double scale) {
-    float *x = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, x, n, scale);
-    return x;
-}
-static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int perm, double scale) {
-    int64_t n = 1;
-    for (int a = 0; a < ndim; a++) n *= ne[a];
-    float *v = randv(n, scale);
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, v);
-    free(v);
-    return t;
-}
-static tb tb_poison(int ndim, const int64_t *ne, la_dtype dt, int perm) {
-    tb t;
-    tb_make(&t, ndim, ne, dt, perm, NULL);
-    return t;
-}
-
-/* Compare the device result of t with its host (CPU) result. */
-static double compare(const tb *t, const char *what, double tol) {
-    la_dev_synchronize();
-    int64_t n = tb_numel(t);
-    float *g = tb_read(t, true), *c = tb_read(t, false);
-    double *ref = malloc(sizeof(double) * (size_t)n);
-    int cpu_nan = 0;
-    for (int64_t i = 0; i < n; i++) {
-        ref[i] = c[i];
-        if (isnan(c[i])) cpu_nan++;
-    }
-    double rel = la_rel_err(g, ref, n);
-    int64_t gnan = 0;
-    for (int64_t i = 0; i < n; i++) gnan += !isfinite(g[i]);
-    CHECK(cpu_nan == 0, "%s: CPU output has %d NaN", what, cpu_nan);
-    CHECK(gnan == 0, "%s: GPU output has %lld non-finite values (unwritten?)", what, (long long)gnan);
-    CHECK(rel <= tol, "%s: rel err %.3g > %.1g", what, rel, tol);
-    printf("  %-72s rel %.2e %s\n", what, rel, rel <= tol && gnan == 0 ? "ok" : "FAIL");
-    free(g);
-    free(c);
-    free(ref);
-    return rel;
-}
-static double tol_of(la_dtype dt, int64_t N) {
-    return dt == LA_BF16 ? 1e-2 : (N > 20000 ? 1e-4 : 1e-5);
-}
-static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
 
 /* ---- softmax -------------------------------------------------------------- */
 static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, int64_t D,
@@ -183,7 +32,7 @@ static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, 
     snprintf(what, sizeof what, "softmax %s B%lld Nq%lld Nk%lld H%lld/%lld D%lld Dv%lld c%d p%d",
              dtn(dt), (long long)B, (long long)Nq, (long long)Nk, (long long)H, (long long)Hk,
              (long long)D, (long long)Dv, causal, perm);
-    compare(&o, what, tol_of(dt, Nk));
+    tb_compare(&o, what, tol_of(dt, Nk));
     /* lse may hold −inf for rows that see nothing: compare finite parts */
     {
         la_dev_synchronize();
@@ -241,13 +90,13 @@ static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
     snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
              la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm);
-    compare(&o, what, tol_of(dt, N));
+    tb_compare(&o, what, tol_of(dt, N));
     if (state) {
         char w2[200];
         snprintf(w2, sizeof w2, "%s S_out", what);
-        compare(&So, w2, tol_of(LA_F32, N));
+        tb_compare(&So, w2, tol_of(LA_F32, N));
         snprintf(w2, sizeof w2, "%s z_out", what);
-        compare(&zo, w2, tol_of(LA_F32, N));
+        tb_compare(&zo, w2, tol_of(LA_F32, N));
         tb_free(&Si); tb_free(&zi); tb_free(&So); tb_free(&zo);
     }
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
@@ -297,7 +146,7 @@ static void t_mhla(int64_t B, int nd, const int64_t *grid, const int64_t *blocks
     snprintf(what, sizeof what, "mhla %s B%lld grid %s blocks %s H%lld D%lld Dv%lld norm%d ph%d p%d",
              dtn(dt), (long long)B, gs, bs, (long long)H, (long long)D, (long long)Dv, (int)norm,
              per_head, perm);
-    compare(&o, what, tol_of(dt, N));
+    tb_compare(&o, what, tol_of(dt, N));
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
 }
 
@@ -319,7 +168,7 @@ static void t_mhla_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv
     snprintf(what, sizeof what, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
              (long long)chunk, (int)norm, per_head, perm);
-    compare(&o, what, tol_of(dt, N));
+    tb_compare(&o, what, tol_of(dt, N));
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
 }
 
@@ -363,7 +212,7 @@ static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
     snprintf(what, sizeof what, "focused-%s %s B%lld map %lldx%lld H%lld D%lld Dv%lld k%lld prm%d p%d",
              blog ? "blog" : "flatten", dtn(dt), (long long)B, (long long)Hm, (long long)Wm,
              (long long)H, (long long)D, (long long)Dv, (long long)ks, with_params, perm);
-    compare(&o, what, tol_of(dt, N));
+    tb_compare(&o, what, tol_of(dt, N));
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
     if (ks) tb_free(&conv);
     if (ks && !blog) tb_free(&bias);
@@ -476,12 +325,7 @@ static void t_tc_paths(void) {
 int main(void) {
     rng = la_test_rng("test_cuda_linear");
     small_only = getenv("LA_CUDA_SMALL") != NULL;
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n");
-        return la_test_finish();
-    }
+    if (cuda_test_skip()) return la_test_finish();
     /* LA_CUDA_TC_ONLY=1: only the tensor-core path cases (both versions) */
     if (getenv("LA_CUDA_TC_ONLY")) {
         t_tc_paths();

@@ -6,48 +6,7 @@
  * 80 (partial head group), 64, 128, k = 1, 7, 65, 130, 2048, invalid indices
  * (-1, >= L), a row with all indices invalid, large logits (online-softmax
  * rescaling). Prints "N passed, N failed" last. */
-#include "test_util.h"
-
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
-
-typedef struct dbuf {
-    void *d;
-    size_t bytes;
-} dbuf;
-
-static dbuf dalloc(size_t bytes) {
-    dbuf b = {NULL, bytes};
-    if (la_dev_malloc(&b.d, bytes ? bytes : 4) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(2);
-    }
-    return b;
-}
-static void dfree(dbuf *b) {
-    la_dev_free(b->d);
-    b->d = NULL;
-}
-/* upload as bf16; vals are rounded in place so the reference sees the same inputs */
-static dbuf dput_bf16(float *vals, int64_t n) {
-    uint16_t *h = malloc((size_t)n * 2 + 2);
-    for (int64_t i = 0; i < n; i++) {
-        h[i] = la_f32_to_bf16(vals[i]);
-        vals[i] = la_bf16_to_f32(h[i]);
-    }
-    dbuf b = dalloc((size_t)n * 2);
-    la_dev_upload(b.d, h, (size_t)n * 2);
-    free(h);
-    return b;
-}
-static void tset(la_tensor *t, void *data, la_dtype dt, int nd, int64_t a, int64_t b, int64_t c) {
-    int64_t ne[3] = {a, b, c};
-    la_tensor_init(t, data, dt, LA_DEVICE_CUDA, nd, ne);
-}
+#include "cuda_test_util.h"
 
 static const char *paths[] = {"wg", "wgpv", "mma", "old", "exact"};
 
@@ -67,9 +26,8 @@ static void test_case(int64_t T, int64_t Hq, int64_t L, int64_t K, double qscale
             if (t == 0 && K > 64 && j >= 64) v = -1; /* only the first tile valid */
             ix[t * K + j] = v;
         }
-    dbuf dq = dput_bf16(q, T * Hq * Dqk), dkv = dput_bf16(kv, L * Dqk);
-    dbuf di = dalloc((size_t)(T * K) * 4);
-    la_dev_upload(di.d, ix, (size_t)(T * K) * 4);
+    dbuf dq = dput(q, T * Hq * Dqk, LA_BF16), dkv = dput(kv, L * Dqk, LA_BF16);
+    dbuf di = dput_i32(ix, T * K);
     const size_t oes = la_dtype_size(odt);
     dbuf dout = dalloc((size_t)(T * Hq * Dv) * oes), dl = dalloc((size_t)(T * Hq) * 4);
 
@@ -103,29 +61,24 @@ static void test_case(int64_t T, int64_t Hq, int64_t L, int64_t K, double qscale
         }
 
     float *og = malloc((size_t)(T * Hq * Dv) * 4), *lg = malloc((size_t)(T * Hq) * 4);
-    uint16_t *hb = malloc((size_t)(T * Hq * Dv) * 2 + 2);
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         setenv("LA_CUDA_SMLA_PATH", paths[pi], 1);
         la_dev_memset(dout.d, 0xff, dout.bytes); /* NaN: unwritten outputs show */
         la_dev_memset(dl.d, 0xff, dl.bytes);
         la_tensor tq, tkv, ti, to, tl;
-        tset(&tq, dq.d, LA_BF16, 3, T, Hq, Dqk);
-        tset(&tkv, dkv.d, LA_BF16, 2, L, Dqk, 0);
-        tset(&ti, di.d, LA_I32, 2, T, K, 0);
-        tset(&to, dout.d, odt, 3, T, Hq, Dv);
-        tset(&tl, dl.d, LA_F32, 2, T, Hq, 0);
+        tset(&tq, dq.d, LA_BF16, LA_DEVICE_CUDA, 3, T, Hq, Dqk);
+        tset(&tkv, dkv.d, LA_BF16, LA_DEVICE_CUDA, 2, L, Dqk, 0);
+        tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+        tset(&to, dout.d, odt, LA_DEVICE_CUDA, 3, T, Hq, Dv);
+        tset(&tl, dl.d, LA_F32, LA_DEVICE_CUDA, 2, T, Hq, 0);
         la_sparse_attn_params p;
         la_sparse_attn_params_init(&p);
         p.dv = Dv;
         la_status st = la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL);
         CHECK(st == LA_OK, "smla path %s: %s", paths[pi], la_last_error());
         if (st != LA_OK) continue;
-        if (odt == LA_F32) la_dev_download(og, dout.d, (size_t)(T * Hq * Dv) * 4);
-        else {
-            la_dev_download(hb, dout.d, (size_t)(T * Hq * Dv) * 2);
-            for (int64_t i = 0; i < T * Hq * Dv; i++) og[i] = la_bf16_to_f32(hb[i]);
-        }
-        la_dev_download(lg, dl.d, (size_t)(T * Hq) * 4);
+        dget_f32(og, &dout, T * Hq * Dv, odt);
+        dget_f32(lg, &dl, T * Hq, LA_F32);
         bool finite = true;
         for (int64_t i = 0; i < T * Hq * Dv; i++) finite &= isfinite(og[i]) != 0;
         double eo = finite ? la_rel_err(og, oref, T * Hq * Dv) : INFINITY;
@@ -152,16 +105,11 @@ static void test_case(int64_t T, int64_t Hq, int64_t L, int64_t K, double qscale
     }
     unsetenv("LA_CUDA_SMLA_PATH");
     dfree(&dq); dfree(&dkv); dfree(&di); dfree(&dout); dfree(&dl);
-    free(q); free(kv); free(ix); free(og); free(lg); free(hb); free(oref); free(lref); free(sc);
+    free(q); free(kv); free(ix); free(og); free(lg); free(oref); free(lref); free(sc);
 }
 
 int main(void) {
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n0 passed, 0 failed\n");
-        return 0;
-    }
+    if (cuda_test_skip()) return la_test_finish();
     rng = la_test_rng("test_cuda_smla");
     const bool small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
     /* T, Hq, L, k, q scale, out dtype */

@@ -16,142 +16,27 @@
  * (causal bottom-right alignment, rows with no visible key), GQA, [B,H,N,D]
  * views, non-default and negative scales, large-magnitude inputs (peaked
  * rows). LA_CUDA_SMALL=1 skips the N = 4096 cases (for compute-sanitizer). */
-#include "test_util.h"
-
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
+#include "cuda_test_util.h"
 
 /* src/cuda/softmax.cu (CUDA builds only): 1 when the dispatch takes the
  * tensor-core kernel for these views */
 extern int la_softmax_cuda_tc_path(const la_tensor *q, const la_tensor *k, const la_tensor *v,
                                    const la_tensor *out) __attribute__((weak));
 
-static la_rng rng;
 static bool small_only;
-
-/* ---- tensors staged on host and device ----------------------------------- */
-/* layout: 0 = [B,N,H,D] contiguous; 1 = buffer [B,H,N,D] viewed as [B,N,H,D];
- * 2 = [B,N,H,D] with every D row padded by one element (rows not 16-byte
- * aligned: the general path). Rank < 4 is always contiguous. */
-typedef struct tb {
-    la_tensor host, dev;
-    int64_t lne[4];
-    int ndim;
-    size_t bytes;
-} tb;
-
-static void set_elem(void *p, la_dtype dt, int64_t off, float x) {
-    if (dt == LA_F32) ((float *)p)[off] = x;
-    else ((uint16_t *)p)[off] = la_f32_to_bf16(x);
-}
-static float get_elem(const void *p, la_dtype dt, int64_t off) {
-    if (dt == LA_F32) return ((const float *)p)[off];
-    return la_bf16_to_f32(((const uint16_t *)p)[off]);
-}
-static int64_t phys_off(const tb *t, const int64_t *i) {
-    int64_t o = 0;
-    for (int a = 0; a < t->ndim; a++) o += i[a] * t->host.nb[a];
-    return o;
-}
-static void unravel(const tb *t, int64_t e, int64_t *i) {
-    for (int a = t->ndim - 1; a >= 0; a--) {
-        i[a] = e % t->lne[a];
-        e /= t->lne[a];
-    }
-}
-static int64_t tb_numel(const tb *t) {
-    int64_t n = 1;
-    for (int a = 0; a < t->ndim; a++) n *= t->lne[a];
-    return n;
-}
-
-/* vals: logical row-major values (NULL: poison with 0xFF bytes). */
-static void tb_make(tb *t, int ndim, const int64_t *ne, la_dtype dt, int layout, const float *vals) {
-    memset(t, 0, sizeof *t);
-    t->ndim = ndim;
-    for (int a = 0; a < ndim; a++) t->lne[a] = ne[a];
-    int64_t nb[4], span = 1;
-    if (ndim == 4 && layout == 1) { /* buffer [B,H,N,D] */
-        nb[3] = 1;
-        nb[1] = ne[3];
-        nb[2] = ne[1] * ne[3];
-        nb[0] = ne[2] * ne[1] * ne[3];
-        span = ne[0] * nb[0];
-    } else if (ndim == 4 && layout == 2) { /* padded rows */
-        nb[3] = 1;
-        nb[2] = ne[3] + 1;
-        nb[1] = ne[2] * nb[2];
-        nb[0] = ne[1] * nb[1];
-        span = ne[0] * nb[0];
-    } else {
-        for (int a = ndim - 1; a >= 0; a--) {
-            nb[a] = span;
-            span *= ne[a];
-        }
-    }
-    t->bytes = (size_t)span * la_dtype_size(dt);
-    void *h = malloc(t->bytes);
-    la_tensor_init_strided(&t->host, h, dt, LA_DEVICE_CPU, ndim, ne, nb);
-    memset(h, 0xff, t->bytes); /* padding and poison */
-    if (vals) {
-        int64_t idx[4], n = tb_numel(t);
-        for (int64_t e = 0; e < n; e++) {
-            unravel(t, e, idx);
-            set_elem(h, dt, phys_off(t, idx), vals[e]);
-        }
-    }
-    void *d = NULL;
-    if (la_dev_malloc(&d, t->bytes) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(1);
-    }
-    la_dev_upload(d, h, t->bytes);
-    la_tensor_init_strided(&t->dev, d, dt, LA_DEVICE_CUDA, ndim, ne, nb);
-}
-static void tb_free(tb *t) {
-    free(t->host.data);
-    la_dev_free(t->dev.data);
-}
-static float *tb_read(const tb *t, bool device) {
-    int64_t n = tb_numel(t);
-    void *h = malloc(t->bytes);
-    if (device) la_dev_download(h, t->dev.data, t->bytes);
-    else memcpy(h, t->host.data, t->bytes);
-    float *out = malloc(sizeof(float) * (size_t)n);
-    int64_t idx[4];
-    for (int64_t e = 0; e < n; e++) {
-        unravel(t, e, idx);
-        out[e] = get_elem(h, t->host.dtype, phys_off(t, idx));
-    }
-    free(h);
-    return out;
-}
-static tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int layout, double scale) {
-    int64_t n = 1;
-    for (int a = 0; a < ndim; a++) n *= ne[a];
-    float *v = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, v, n, scale);
-    tb t;
-    tb_make(&t, ndim, ne, dt, layout, v);
-    free(v);
-    return t;
-}
 
 /* ---- one case ------------------------------------------------------------- */
 typedef struct sm_case {
     int64_t B, Nq, Nk, H, Hk, D, Dv;
     int causal;
     la_dtype dt;
-    int layout;  /* of q, k, v and out */
+    int layout;  /* of q, k, v and out (tb_make: 0 contiguous, 1 buffer [B,H,N,D],
+                  * TB_PADDED = 2 rows padded by one element, not 16-byte aligned) */
     int want_lse;
     float scale; /* 0 = default D^-1/2 */
     double in_scale;
     int want_tc; /* the path the dispatch must take */
 } sm_case;
-
-static const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
 
 static void run_case(sm_case c, const char *tag) {
     int64_t nq[4] = {c.B, c.Nq, c.H, c.D}, nk[4] = {c.B, c.Nk, c.Hk, c.D},
@@ -261,12 +146,7 @@ static void tc_cases(const char *tag) {
 int main(void) {
     rng = la_test_rng("test_cuda_softmax");
     small_only = getenv("LA_CUDA_SMALL") != NULL;
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n");
-        return la_test_finish();
-    }
+    if (cuda_test_skip()) return la_test_finish();
     unsetenv("LA_CUDA_SOFTMAX_PATH");
     unsetenv("LA_CUDA_SOFTMAX_TC_CFG");
 

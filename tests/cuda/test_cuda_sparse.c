@@ -11,83 +11,11 @@
  *   HISA == DSA exactly when m*B >= L; block-sparse == CPU exactly.
  * Runs on the GPU machine only; without a device it skips.
  * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer). */
-#include "test_util.h"
+#include "cuda_test_util.h"
 
-#include <stdbool.h>
-
-#include "core/devmem.h"
-#include "core/internal.h"
-
-static la_rng rng;
 static bool small_only;
 
-/* ---- device staging --------------------------------------------------------- */
-typedef struct dbuf {
-    void *d;
-    size_t bytes;
-} dbuf;
-
-static dbuf dalloc(size_t bytes) {
-    dbuf b = {NULL, bytes};
-    if (la_dev_malloc(&b.d, bytes ? bytes : 4) != LA_OK) {
-        fprintf(stderr, "device alloc failed: %s\n", la_last_error());
-        exit(2);
-    }
-    return b;
-}
-static void dfree(dbuf *b) {
-    la_dev_free(b->d);
-    b->d = NULL;
-}
-/* Upload n floats as dtype dt (f32 or bf16); returns the device buffer and
- * optionally rounds `vals` in place to what the device sees. */
-static dbuf dput(float *vals, int64_t n, la_dtype dt) {
-    size_t es = la_dtype_size(dt);
-    void *h = malloc((size_t)n * es + 4);
-    for (int64_t i = 0; i < n; i++) {
-        if (dt == LA_F32) ((float *)h)[i] = vals[i];
-        else {
-            uint16_t b = la_f32_to_bf16(vals[i]);
-            ((uint16_t *)h)[i] = b;
-            vals[i] = la_bf16_to_f32(b);
-        }
-    }
-    dbuf b = dalloc((size_t)n * es);
-    la_dev_upload(b.d, h, (size_t)n * es);
-    free(h);
-    return b;
-}
-static dbuf dput_i32(const int32_t *v, int64_t n) {
-    dbuf b = dalloc((size_t)n * 4);
-    la_dev_upload(b.d, v, (size_t)n * 4);
-    return b;
-}
-static void dget_f32(float *dst, const dbuf *b, int64_t n, la_dtype dt) {
-    if (dt == LA_F32) {
-        la_dev_download(dst, b->d, (size_t)n * 4);
-        return;
-    }
-    uint16_t *h = malloc((size_t)n * 2 + 2);
-    la_dev_download(h, b->d, (size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) dst[i] = la_bf16_to_f32(h[i]);
-    free(h);
-}
-static void tset(la_tensor *t, void *data, la_dtype dt, la_device dev, int nd, int64_t a, int64_t b,
-                 int64_t c) {
-    int64_t ne[3] = {a, b, c};
-    la_tensor_init(t, data, dt, dev, nd, ne);
-}
-
 /* ---- references --------------------------------------------------------------- */
-static void ranges_of(int64_t T, int64_t L, const int32_t *st, const int32_t *en, int64_t t,
-                      int64_t *lo, int64_t *hi) {
-    int64_t s = st ? st[t] : 0, e = en ? en[t] : L - T + t + 1;
-    if (e < 0) e = 0;
-    if (e > L) e = L;
-    if (s > e) s = e;
-    *lo = s;
-    *hi = e;
-}
 /* f64 score rows; -inf outside the range */
 static void ref_scores(const float *q, const float *k, const float *w, int64_t T, int64_t HI,
                        int64_t dI, int64_t L, const int32_t *st, const int32_t *en, double *out) {
@@ -108,40 +36,6 @@ static void ref_scores(const float *q, const float *k, const float *w, int64_t T
             out[t * L + s] = acc;
         }
     }
-}
-/* max |a-b| over finite ref entries / max |ref|; -inf must match exactly */
-static double score_err(const float *a, const double *ref, int64_t n) {
-    double md = 0, mr = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (isinf(ref[i])) {
-            if (!(isinf(a[i]) && a[i] < 0)) return INFINITY;
-            continue;
-        }
-        if (isnan(a[i])) return INFINITY;
-        double d = fabs(a[i] - ref[i]);
-        if (d > md) md = d;
-        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
-    }
-    return md / (mr > 1e-30 ? mr : 1e-30);
-}
-/* fraction of b's valid entries present in a's row set (per row, averaged over
- * all valid entries); exact equality <=> 1 and same counts */
-static double overlap(const int32_t *a, const int32_t *b, int64_t T, int64_t k, int64_t L) {
-    int64_t hit = 0, tot = 0;
-    char *mark = calloc((size_t)L + 1, 1);
-    for (int64_t t = 0; t < T; t++) {
-        for (int64_t j = 0; j < k; j++)
-            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 1;
-        for (int64_t j = 0; j < k; j++)
-            if (b[t * k + j] >= 0) {
-                tot++;
-                hit += b[t * k + j] < L && mark[b[t * k + j]];
-            }
-        for (int64_t j = 0; j < k; j++)
-            if (a[t * k + j] >= 0 && a[t * k + j] < L) mark[a[t * k + j]] = 0;
-    }
-    free(mark);
-    return tot ? (double)hit / (double)tot : 1.0;
 }
 static int64_t count_diff(const int32_t *a, const int32_t *b, int64_t n) {
     int64_t d = 0;
@@ -310,7 +204,7 @@ static void test_indexers(idx_case c) {
     CHECK(e <= tol, "dsa scores %s: rel err %.3g > %.1g", tag, e, tol);
     CHECK_OK(la_dsa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL, NULL));
     int64_t d = count_diff(ig, ic, T * K);
-    double ov = overlap(ig, ic, T, K, L);
+    double ov = overlap(ig, ic, T, K, L, NULL);
     if (c.dt == LA_F32)
         CHECK(d == 0, "dsa idx %s: %lld entries differ from the CPU (overlap %.6f)", tag, (long long)d, ov);
     else
@@ -323,7 +217,7 @@ static void test_indexers(idx_case c) {
         tset(&h0k, k0, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
         tset(&h0i, i32, LA_I32, LA_DEVICE_CPU, 2, T, K, 0);
         CHECK_OK(la_dsa_indexer(&p, &h0q, &h0k, &hw, cs_, ce, &h0i, NULL, NULL));
-        double rc = overlap(ig, i32, T, K, L);
+        double rc = overlap(ig, i32, T, K, L, NULL);
         printf("  dsa %s: bf16 recall vs fp32 set %.4f, agreement with CPU-bf16 %.6f\n", tag, rc, ov);
         if (K >= 256 && L >= 2 * K) CHECK(rc >= 0.99, "dsa %s: bf16 recall %.4f < 0.99", tag, rc);
         free(i32);
@@ -354,7 +248,7 @@ static void test_indexers(idx_case c) {
             CHECK(d == 0, "hisa %s: %lld entries differ from the default path", ptag, (long long)d);
         }
         d = count_diff(ig, ic, T * K);
-        ov = overlap(ig, ic, T, K, L);
+        ov = overlap(ig, ic, T, K, L, NULL);
         if (c.dt == LA_F32)
             CHECK(d == 0, "hisa idx %s: %lld entries differ from the CPU (overlap %.6f)", ptag, (long long)d, ov);
         else
@@ -378,8 +272,8 @@ static void test_indexers(idx_case c) {
         if (c.dt == LA_F32)
             CHECK(d == 0, "blocksparse idx %s: %lld entries differ from the CPU", tag, (long long)d);
         else
-            CHECK(overlap(ig, ic, T, K, L) >= 0.98, "blocksparse idx %s: agreement %.4f", tag,
-                  overlap(ig, ic, T, K, L));
+            CHECK(overlap(ig, ic, T, K, L, NULL) >= 0.98, "blocksparse idx %s: agreement %.4f", tag,
+                  overlap(ig, ic, T, K, L, NULL));
     }
     dfree(&dq); dfree(&dk); dfree(&dw); dfree(&didx); dfree(&dsc);
     if (c.ranges) { dfree(&dst); dfree(&den); }
@@ -483,12 +377,7 @@ static void test_sparse_attn(int64_t T, int64_t Hq, int64_t Hkv, int64_t Dqk, in
 }
 
 int main(void) {
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("# no CUDA device: skipped\n0 passed, 0 failed\n");
-        return 0;
-    }
+    if (cuda_test_skip()) return la_test_finish();
     rng = la_test_rng("test_cuda_sparse");
     small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
     /* LA_CUDA_ONLY_INDEXERS=1: only the DSA / HISA / block-sparse cases
