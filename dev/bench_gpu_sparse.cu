@@ -110,13 +110,13 @@ int main(int argc, char **argv) {
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
             /* HISA per stage-2 path (LA_CUDA_HISA_PATH: old = default =
-             * sc_gather_kernel, hg = hg_kernel, block = block-major wgmma
+             * sc_gather_kernel, block = block-major wgmma
              * hb_kernel), side by side with the DSA,
              * and the indices each path selects vs the default's (same
              * arithmetic: must be 0) */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            for (const char *path : {"old", "hg", "block"}) {
+            for (const char *path : {"old", "block"}) {
                 setenv("LA_CUDA_HISA_PATH", path, 1);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
                 double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);

@@ -6,9 +6,8 @@
  *      the first and last block meeting [start, end) forced to +inf, top-m
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
- *      (the DSA score kernels in gather mode; hg_kernel below with
- *      LA_CUDA_HISA_PATH=hg, the block-major hb_kernel with
- *      LA_CUDA_HISA_PATH=block, same per-key arithmetic), then the
+ *      (the DSA score kernels in gather mode; the block-major hb_kernel
+ *      with LA_CUDA_HISA_PATH=block, same per-key arithmetic), then the
  *      exact top-k with candidate -> token mapping.
  *      Block-sparse: the kept blocks in rank order, each block's valid
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
@@ -78,179 +77,6 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
     }
     const int64_t n = base < topk ? base : topk;
     for (int64_t j = n + threadIdx.x; j < topk; j += blockDim.x) out[t * out_ld + j * out_cs] = -1;
-}
-
-/* ---- stage 2: candidate token scores (bf16 tensor cores) -------------------
- * One CTA (8 warps) per (query, slice of the m*B candidates), 1 CTA per SM.
- * The query's [HI, dI] block is turned into mma B fragments once and kept in
- * registers (HI/16 * dI/16 * 4 = 128 registers at 64 x 128), so per chunk
- * of 128 candidate rows shared memory carries only the gathered key rows:
- * 32 KB written by cp.async and 32 KB read by ldmatrix (the previous kernel,
- * sc_gather_kernel in dsa.cu, re-read the 16 KB query block from shared
- * memory in every warp for every chunk: 128 KB more per chunk, which made it
- * shared-memory-bound). Six 32 KB stages keep five chunks (160 KB) of
- * gathers in flight per SM. Per key the arithmetic is the dense DSA mma.sync
- * kernel's (same fragments, same k-step order, same head-sum epilogue), so
- * HISA == DSA bit for bit when every block is kept.
- * Opt-in: LA_CUDA_HISA_PATH=hg (the default is sc_gather_kernel, measured
- * faster on the H200: 1.101 vs 1.206 ms HISA at L = 64K). */
-#define HG_THREADS 256
-#define HG_ROWS 128 /* candidate rows per chunk: 16 per warp */
-#define HG_STAGES 6
-
-/* Token of candidate column p of query t, or -1 (no block, outside the
- * range or past L): as the gather mode of the DSA score kernels. */
-__device__ __forceinline__ int64_t hg_key_of(const la_sp_score_args &a, int64_t t, int64_t p,
-                                             int64_t lo, int64_t hi) {
-    if (p >= a.ncols) return -1;
-    const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu; /* columns < 2^31 */
-    const int32_t b = a.blocks[t * a.blocks_ld + bi];
-    if (b < 0) return -1;
-    const int64_t s = (int64_t)b * a.B + (pu - bi * Bu);
-    return (s >= lo && s < hi && s < a.Lk) ? s : -1;
-}
-__device__ __forceinline__ void hg_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-
-/* 128 candidate rows of chunk c into shared memory (2 threads per row; 16-
- * byte chunk ch of row r lands at ch ^ (r & 7): conflict-free ldmatrix);
- * invalid rows are zero-filled. */
-template <int DI>
-__device__ __forceinline__ void hg_load_chunk(const la_sp_score_args &a, int64_t t, int64_t c,
-                                              int64_t lo, int64_t hi, __nv_bfloat16 *ks) {
-    constexpr int CPR = DI / 8, TPR = HG_THREADS / HG_ROWS;
-    const int r = threadIdx.x / TPR, part = threadIdx.x % TPR;
-    const int64_t s = hg_key_of(a, t, c * HG_ROWS + r, lo, hi);
-    const bool ok = s >= 0;
-    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.k + (ok ? s : 0) * a.k_nb0;
-#pragma unroll
-    for (int ch = part; ch < CPR; ch += TPR)
-        la_sp_cp16z(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
-}
-
-template <int HI, int DI>
-__global__ void __launch_bounds__(HG_THREADS, 1) hg_kernel(la_sp_score_args a, int64_t per) {
-    constexpr int NT = HI / 8, KS = DI / 16, CPR = DI / 8;
-    extern __shared__ __align__(128) unsigned char hg_smem[];
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)hg_smem;
-    __nv_bfloat16 *kst = qs + HI * DI;
-    __shared__ float ws[HI];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, qd = lane & 3;
-    const int64_t t = blockIdx.y;
-    const int64_t nchunks = (a.ncols + HG_ROWS - 1) / HG_ROWS;
-    const int64_t c0 = (int64_t)blockIdx.x * per, c1 = min(nchunks, c0 + per);
-    if (c0 >= c1) return;
-    int64_t lo, hi;
-    la_sp_row_range(a.range, t, &lo, &hi);
-    {   /* the query block (commit group 0), swizzled as the chunks */
-        const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
-        for (int i = threadIdx.x; i < HI * CPR; i += HG_THREADS) {
-            const int h = i / CPR, c = i % CPR;
-            la_sp_cp16z(qs + h * DI + ((c ^ (h & 7)) * 8), q + h * a.q_nb1 + c * 8, 16);
-        }
-        for (int h = threadIdx.x; h < HI; h += HG_THREADS)
-            ws[h] = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
-        hg_commit();
-    }
-    for (int st = 0; st < HG_STAGES - 1; st++) {
-        if (c0 + st < c1) hg_load_chunk<DI>(a, t, c0 + st, lo, hi, kst + st * HG_ROWS * DI);
-        hg_commit();
-    }
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(HG_STAGES - 1)); /* the query block */
-    __syncthreads();
-    /* B fragments of every head, as the dense kernel's ldmatrix reads them */
-    uint32_t bq[KS][NT / 2][4];
-#pragma unroll
-    for (int ks = 0; ks < KS; ks++)
-#pragma unroll
-        for (int jp = 0; jp < NT / 2; jp++) {
-            const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
-            const int ch = 2 * ks + ((lane >> 3) & 1);
-            la_sp_ldsm_x4(bq[ks][jp], qs + h * DI + ((ch ^ (h & 7)) * 8));
-        }
-    float wr[NT][2];
-#pragma unroll
-    for (int j = 0; j < NT; j++) {
-        wr[j][0] = ws[8 * j + 2 * qd];
-        wr[j][1] = ws[8 * j + 2 * qd + 1];
-    }
-    for (int64_t c = c0; c < c1; c++) {
-        const int stage = (int)((c - c0) % HG_STAGES);
-        asm volatile("cp.async.wait_group %0;\n" ::"n"(HG_STAGES - 2));
-        __syncthreads(); /* chunk c visible; everyone is done with chunk c-1's stage */
-        {
-            const int64_t cn = c + HG_STAGES - 1;
-            if (cn < c1)
-                hg_load_chunk<DI>(a, t, cn, lo, hi, kst + ((cn - c0) % HG_STAGES) * HG_ROWS * DI);
-            hg_commit();
-        }
-        const __nv_bfloat16 *kb = kst + stage * HG_ROWS * DI;
-        float acc[NT][4];
-#pragma unroll
-        for (int j = 0; j < NT; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[j][e] = 0.f;
-#pragma unroll
-        for (int ks = 0; ks < KS; ks++) {
-            uint32_t af[4];
-            const int r = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
-            const int ch = 2 * ks + (lane >> 4);
-            la_sp_ldsm_x4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
-#pragma unroll
-            for (int jp = 0; jp < NT / 2; jp++) {
-                la_sp_mma_bf16(acc[2 * jp], af, bq[ks][jp][0], bq[ks][jp][1]);
-                la_sp_mma_bf16(acc[2 * jp + 1], af, bq[ks][jp][2], bq[ks][jp][3]);
-            }
-        }
-        /* ReLU-weighted head sum (the dense kernel's order): heads 8j+2qd,
-         * 8j+2qd+1 of rows g and g+8, then the quad */
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int j = 0; j < NT; j++) {
-            s0 = fmaf(wr[j][0], fmaxf(acc[j][0], 0.f), s0);
-            s0 = fmaf(wr[j][1], fmaxf(acc[j][1], 0.f), s0);
-            s1 = fmaf(wr[j][0], fmaxf(acc[j][2], 0.f), s1);
-            s1 = fmaf(wr[j][1], fmaxf(acc[j][3], 0.f), s1);
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        if (qd < 2) {
-            const int64_t p = c * HG_ROWS + 16 * warp + g + 8 * qd;
-            if (p < a.ncols) {
-                const int64_t s = hg_key_of(a, t, p, lo, hi);
-                a.out[t * a.out_ld + p] = s < 0 ? -INFINITY : (qd == 0 ? s0 : s1);
-            }
-        }
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-}
-
-/* Whether hg_kernel takes these views: bf16 q/k in a fast shape, q rows
- * and k rows 16-byte aligned (cp.async), T within the grid. */
-static bool hg_ok(const la_sp_score_args &a) {
-    return a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && la_sp_scores_fast_shape(a.HI, a.dI) &&
-           a.q_nb2 == 1 && a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
-           a.k_nb1 == 1 && a.k_nb0 % 8 == 0 && ((uintptr_t)a.k & 15) == 0 && a.T <= 65535 &&
-           a.ncols <= (int64_t)INT32_MAX;
-}
-
-template <int HI, int DI>
-static la_status hg_launch(const la_sp_score_args &a, cudaStream_t s) {
-    const int64_t nchunks = la_cu_cdiv(a.ncols, HG_ROWS);
-    /* at least two CTAs per SM slot over the grid (1 CTA fits per SM) */
-    int64_t split = la_cu_cdiv(132 * 2, a.T);
-    if (split > nchunks) split = nchunks;
-    if (split < 1) split = 1;
-    const int64_t per = la_cu_cdiv(nchunks, split);
-    const size_t smem = (size_t)(HI * DI + HG_STAGES * HG_ROWS * DI) * 2;
-    LA_CU(cudaFuncSetAttribute(hg_kernel<HI, DI>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)smem));
-    dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
-    hg_kernel<HI, DI><<<grid, HG_THREADS, smem, s>>>(a, per);
-    LA_CU_LAUNCH("hisa candidate scores");
-    return LA_OK;
 }
 
 /* ---- stage 2, block-major (LA_CUDA_HISA_PATH=block) ------------------------
@@ -594,33 +420,22 @@ static la_status hb_launch(const la_sp_score_args &a, cudaStream_t s) {
 /* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
  *   unset / "old" (default): the DSA score kernels in gather mode
  *     (sc_gather_kernel in dsa.cu; measured 1.101 ms HISA at 64K on H200)
- *   "hg": hg_kernel above (measured slower: 1.206 ms at 64K)
+ *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
+ *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
  *   "block": hb_kernel above (block-major wgmma; bf16, HI = 64, dI = 128;
  *     other inputs take the default kernel)
  * Any other value is the default. Both give the same scores bit for bit
  * (same fragments, k-step order and epilogue), hence the same indices. */
-static bool hg_use_hg(void) {
-    const char *e = getenv("LA_CUDA_HISA_PATH");
-    return e && !strcmp(e, "hg");
-}
 static bool hb_use_block(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
     return e && !strcmp(e, "block");
 }
 
 /* Candidate scores: the DSA score kernels in gather mode (fp32 exact kernel
- * for other dtypes and shapes), or hg_kernel with LA_CUDA_HISA_PATH=hg. */
+ * for other dtypes and shapes), or hb_kernel with LA_CUDA_HISA_PATH=block. */
 static la_status hs_candidate_scores(const la_sp_score_args &a, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (hb_use_block() && hb_ok(a)) return hb_launch(a, s);
-    if (hg_use_hg() && hg_ok(a)) {
-        if (a.HI == 64 && a.dI == 128) return hg_launch<64, 128>(a, s);
-        if (a.HI == 64 && a.dI == 64) return hg_launch<64, 64>(a, s);
-        if (a.HI == 32 && a.dI == 128) return hg_launch<32, 128>(a, s);
-        if (a.HI == 32 && a.dI == 64) return hg_launch<32, 64>(a, s);
-        if (a.HI == 16 && a.dI == 128) return hg_launch<16, 128>(a, s);
-        if (a.HI == 16 && a.dI == 64) return hg_launch<16, 64>(a, s);
-    }
     return la_sp_scores(a, s);
 }
 
@@ -647,7 +462,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     if (!blocksparse && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&
         la_sp_scores_fast_shape(a.HI, a.dI) && a.T > 0 &&
         (a.k_nb1 != 1 || a.k_nb0 % 8 != 0 || ((uintptr_t)a.k & 15) != 0)) {
-        /* hg_kernel gathers k rows with 16-byte cp.async: contiguous copy */
+        /* the cp.async gathers (hb_kernel) need contiguous, 16-byte aligned k rows: copy */
         size_t kb16;
         LA_TRY(la_mul_size((size_t)a.Lk, (size_t)a.dI * 2, &kb16, "k copy"));
         LA_TRY(la_cu_ws_alloc(&kw16, kb16, s, "aligned bf16 copy of k"));

@@ -4,7 +4,7 @@
 #   1. make lib + test_cuda_sparse in build-gpu (a no-op when built), nvcc the bench
 #   2. test_cuda_sparse with LA_CUDA_ONLY_INDEXERS=1: DSA / HISA /
 #      block-sparse cases; every HISA case runs under each stage-2 path
-#      (default = old = sc_gather_kernel, LA_CUDA_HISA_PATH=hg, =block: the
+#      (default = old = sc_gather_kernel, LA_CUDA_HISA_PATH=block: the
 #      block-major wgmma kernel) vs the CPU,
 #      vs the default path (indices equal) and == DSA when m*B >= L
 #   3. bench_gpu_sparse topkhisa: top-k new/old, DSA and HISA per path at
@@ -35,7 +35,7 @@ say "# build done at $(el) s"
 rc=0
 tl=$(( 85 - $(el) )); [ $tl -lt 25 ] && tl=25
 LA_CUDA_ONLY_INDEXERS=1 timeout $tl $B/tests/cuda/test_cuda_sparse > "$OUT/test_hisa.log" 2>&1 || rc=1
-say "test_cuda_sparse (indexers, HISA paths default/hg/block): rc=$rc  $(tail -1 $OUT/test_hisa.log)  ($(el) s)"
+say "test_cuda_sparse (indexers, HISA paths default/block): rc=$rc  $(tail -1 $OUT/test_hisa.log)  ($(el) s)"
 grep -E "FAIL" "$OUT/test_hisa.log" | head -8 | tee -a "$S"
 
 left=$(( 98 - $(el) ))

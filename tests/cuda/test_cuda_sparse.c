@@ -225,11 +225,11 @@ static void test_indexers(idx_case c) {
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
-     * (LA_CUDA_HISA_PATH: default = sc_gather_kernel, "hg" = hg_kernel,
+     * (LA_CUDA_HISA_PATH: default = sc_gather_kernel,
      * "block" = block-major wgmma hb_kernel for bf16 HI=64 dI=128, the
      * default kernel otherwise, e.g. f32), and every path's indices equal
      * to the first one's (same arithmetic) */
-    static const char *hisa_paths[] = {NULL, "hg", "block"};
+    static const char *hisa_paths[] = {NULL, "block"};
     int32_t *i0 = malloc((size_t)(T * K) * 4);
     for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
         char ptag[200];
