@@ -33,6 +33,7 @@
  * is kept (bf16 mma.sync path). */
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
+#include "wgmma.cuh"
 #include "ops/sparse_validate.h"
 
 #include <cuda_fp8.h>
@@ -503,66 +504,10 @@ template <int EB> struct v2_cfg {
                                 2 * V2_STAGES * 8; /* mbarriers */
 };
 
-/* byte offset of 16-byte chunk c of row r in a swizzled [R rows x RB] tile */
-__device__ __forceinline__ uint32_t v2_off(int R, int r, int c) {
-    return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-
-/* wgmma shared-memory descriptor: K-major, 128-byte swizzle, SBO = 1024 B
- * (8 rows x 128 B), LBO unused for swizzled K-major (set to 16 B). */
-__device__ __forceinline__ uint64_t v2_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-
-__device__ __forceinline__ void v2_wgmma_bf16(float *d, uint64_t da, uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void v2_wgmma_e4m3(float *d, uint64_t da, uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.f32.e4m3.e4m3 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-
 template <int EB>
 __device__ __forceinline__ void v2_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
-    if constexpr (EB == 2) v2_wgmma_bf16(d, da, db, scale_d);
-    else v2_wgmma_e4m3(d, da, db, scale_d);
-}
-/* keep the compiler from moving accumulator accesses across wgmma issue/wait */
-__device__ __forceinline__ void v2_reg_fence(float *d) {
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+    if constexpr (EB == 2) la_wg_m64n128k16_bf16(d, da, db, scale_d);
+    else la_wg_m64n128k32_e4m3(d, da, db, scale_d);
 }
 
 /* issue the KSTEPS wgmma of one m-tile (A rows at a_rows) against the B tile
@@ -570,19 +515,15 @@ __device__ __forceinline__ void v2_reg_fence(float *d) {
 template <int EB>
 __device__ __forceinline__ void v2_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
     using C = v2_cfg<EB>;
-    v2_reg_fence(acc);
+    la_wg_fence_acc64(acc);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < C::KSTEPS; kk++) {
         const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
-        v2_wgmma<EB>(acc, v2_desc(a_rows + kb * V2_KEYS * 128 + inner),
-                     v2_desc(b_tile + kb * V2_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+        v2_wgmma<EB>(acc, la_wg_desc(a_rows + kb * V2_KEYS * 128 + inner),
+                     la_wg_desc(b_tile + kb * V2_BROWS * 128 + inner), kk > 0 ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void v2_wait(float *acc) {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-    v2_reg_fence(acc);
 }
 
 /* mbarriers (CTA scope): arrive = release, try_wait = acquire */
@@ -622,7 +563,7 @@ __device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const s
             const bool ok = t < t1;
             const uint8_t *src = (const uint8_t *)a.q +
                                  ((ok ? t : tc) * a.q_nb0 + (n % V2_HI) * a.q_nb1) * EB + c * 16;
-            la_sp_cp16z(bt + v2_off(V2_BROWS, n, c), src, ok ? 16 : 0);
+            la_sp_cp16z(bt + la_wg_off(V2_BROWS, n, c), src, ok ? 16 : 0);
         }
         for (int n = threadIdx.x; n < V2_BROWS; n += V2_THREADS) {
             const int64_t t = tc + n / V2_HI;
@@ -711,7 +652,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         const int64_t s = key0 + r;
         const bool ok = s < a.Lk;
         const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-        la_sp_cp16z(As + v2_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+        la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
     }
     v2_load_chunk<EB>(a, sc, t0, t1, 0, Bs, ws, rng);
     v2_load_chunk<EB>(a, sc, t0 + V2_NQ, t1, 1, Bs, ws, rng);
@@ -754,9 +695,9 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         v2_issue<EB>(acc0, a_mt0, b_tile);
         v2_issue<EB>(acc1, a_mt1, b_tile);
         const int64_t tc = t0 + (int64_t)i * V2_NQ;
-        v2_wait<1>(acc0); /* mt0 done; mt1 runs on */
+        la_wg_wait<1>(acc0); /* mt0 done; mt1 runs on */
         v2_epilogue(a, sc, acc0, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[0], ksv[0]);
-        v2_wait<0>(acc1);
+        la_wg_wait<0>(acc1);
         v2_epilogue(a, sc, acc1, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[1], ksv[1]);
         v2_mbar_arrive(empty_a + 8 * st);
         const int cn = i + 3;

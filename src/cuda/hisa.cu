@@ -13,6 +13,7 @@
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
+#include "wgmma.cuh"
 
 #include <stdlib.h>
 #include <string.h>
@@ -118,55 +119,19 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
     (1024 + HB_A_BYTES + HB_STAGES * HB_B_BYTES + HB_STAGES * HB_BROWS * 4 +                \
      HB_STAGES * HB_NQ * 4 * 8)
 
-/* byte offset of 16-byte chunk c of row r in a swizzled [R rows x 256 B] tile
- * (two [R x 128 B] halves; chunk c & 7 stored at (c & 7) ^ (r & 7)) */
-__device__ __forceinline__ uint32_t hb_off(int R, int r, int c) {
-    return (uint32_t)((c >> 3) * R * 128 + r * 128 + (((c & 7) ^ (r & 7)) << 4));
-}
-/* K-major, 128-byte swizzle, SBO = 1024 B (as v2_desc) */
-__device__ __forceinline__ uint64_t hb_desc(uint32_t saddr) {
-    return (uint64_t)((saddr & 0x3FFFFu) >> 4) | ((uint64_t)1 << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-__device__ __forceinline__ void hb_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
-    asm volatile(
-        "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "l"(da), "l"(db), "r"(scale_d));
-}
-__device__ __forceinline__ void hb_reg_fence(float *d) {
-#pragma unroll
-    for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
+/* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
 /* the 8 k-steps of one m-tile (A rows at a_rows, 128-row A tile) against the
  * B tile, one commit group; the first overwrites the accumulators */
 __device__ __forceinline__ void hb_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
-    hb_reg_fence(acc);
+    la_wg_fence_acc64(acc);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
     for (int kk = 0; kk < HB_RB / 32; kk++) {
         const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
-        hb_wgmma(acc, hb_desc(a_rows + kb * HB_ROWS * 128 + inner),
-                 hb_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+        la_wg_m64n128k16_bf16(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
+                 la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-template <int N> __device__ __forceinline__ void hb_wait(float *acc) {
-    asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
-    hb_reg_fence(acc);
 }
 
 /* Per-call bucketing state. */
@@ -198,7 +163,7 @@ __device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const i
         const bool ok = t >= 0;
         const uint8_t *src = (const uint8_t *)a.q +
                              ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * 2 + c * 16;
-        la_sp_cp16z(bt + hb_off(HB_BROWS, n, c), src, ok ? 16 : 0);
+        la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
     }
     for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
         const int64_t t = n < HB_HI ? tq[0] : tq[1];
@@ -281,7 +246,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         const int64_t jb = j0 + r, s = sb + jb;
         const bool ok = jb < a.B && s < a.Lk;
         const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * 2 + c * 16;
-        la_sp_cp16z(As + hb_off(HB_ROWS, r, c), src, ok ? 16 : 0);
+        la_sp_cp16z(As + la_wg_off(HB_ROWS, r, c), src, ok ? 16 : 0);
     }
     hb_load_chunk(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
     asm volatile("cp.async.commit_group;\n" ::: "memory");
@@ -307,9 +272,9 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         hb_issue(acc1, a_mt1, b_tile);
         const float *wst = ws + st * HB_BROWS;
         const int64_t *mst = meta + st * HB_NQ * 4;
-        hb_wait<1>(acc0);
+        la_wg_wait<1>(acc0);
         hb_epilogue(a, acc0, wst, mst, sb, jk0);
-        hb_wait<0>(acc1);
+        la_wg_wait<0>(acc1);
         hb_epilogue(a, acc1, wst, mst, sb, jk1);
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
