@@ -85,9 +85,9 @@ static void emu_ldsm(uint32_t *r, const void *p, bool trans) {
     }
     emu_syncwarp();
 }
-static inline void lct_ldsm4(uint32_t *r, const void *p) { emu_ldsm(r, p, false); }
-static inline void lct_ldsm4t(uint32_t *r, const void *p) { emu_ldsm(r, p, true); }
-static void lct_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+static inline void la_ldsm4(uint32_t *r, const void *p) { emu_ldsm(r, p, false); }
+static inline void la_ldsm4t(uint32_t *r, const void *p) { emu_ldsm(r, p, true); }
+static void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     const int w = t_tid / 32, lane = t_tid % 32;
     for (int i = 0; i < 4; i++) emu_frag[w].a[lane][i] = a[i];
     emu_frag[w].b[lane][0] = b0;
@@ -112,12 +112,12 @@ static void lct_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     emu_syncwarp();
     for (int e = 0; e < 4; e++) c[e] = out[e];
 }
-static inline void cp16(void *s, const void *g, bool valid) {
+static inline void la_cp16z(void *s, const void *g, bool valid) {
     if (valid) memcpy(s, g, 16);
     else memset(s, 0, 16);
 }
-static inline void cp_commit() {}
-template <int P> static inline void cp_wait() {}
+static inline void la_cp_commit() {}
+template <int P> static inline void la_cp_wait() {}
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 #define min(a, b) emu_min(a, b)
 

@@ -11,7 +11,8 @@ python3 - "$O" <<'PY'
 import re, sys
 s = open("src/cuda/linear_causal_tc.cu").read()
 k = s[s.index("namespace {"):s.index("bool view_ok")]
-k = k[:k.index("/* 16-byte async copy")] + k[k.index("__device__ __forceinline__ void unpack8"):]
+# the cp.async / ldmatrix / mma helpers live in src/cuda/mma_sync.cuh (outside
+# the cut); dev/emu_causal_tc.cpp defines the same names for the host
 for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):
     k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];", f"unsigned char *{n} = emu_smem();")
 k = k.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")

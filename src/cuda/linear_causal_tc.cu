@@ -37,6 +37,7 @@
  * pass 1, 201 MB) and 4 × 12 × 32 × 66 KB ≈ 100 MB of chunk states
  * (dev/NOTES_cuda_causal.md has the budget). */
 #include "linear_causal_tc.cuh"
+#include "mma_sync.cuh"
 
 #include <mma.h>
 
@@ -69,44 +70,10 @@ struct lct_args {
     la_cu_view S_in, z_in, S_out, z_out;
 };
 
-/* 16-byte async copy; invalid: nothing read, 16 zero bytes written */
-__device__ __forceinline__ void cp16(void *smem, const void *gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0;
-    const size_t gp = __cvta_generic_to_global(gmem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int Pending> __device__ __forceinline__ void cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
-
 /* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
  * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
- * distinct 4-bank groups) and mma.sync m16n8k16 with the documented layouts
- * (PTX ISA): g = lane / 4, c = lane % 4;
- *   A a0..a3 = (g, 2c..+1) (g+8, 2c..+1) (g, 2c+8..+9) (g+8, 2c+8..+9)
- *   B b0, b1 = (k 2c..+1, n g) (k 2c+8..+9, n g)
- *   C c0..c3 = (g, 2c) (g, 2c+1) (g+8, 2c) (g+8, 2c+1)
- * ldmatrix .x4: lane l gives the address of row l % 8 of matrix l / 8. */
-__device__ __forceinline__ void lct_ldsm4(uint32_t *r, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void lct_ldsm4t(uint32_t *r, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void lct_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+ * distinct 4-bank groups) and mma.sync m16n8k16; the cp.async / ldmatrix /
+ * mma helpers and the fragment layouts are in mma_sync.cuh. */
 
 __device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
     const uint4 u = *(const uint4 *)p;
@@ -154,11 +121,11 @@ __global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
-                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
             }
         }
-        cp_commit();
+        la_cp_commit();
     };
 #pragma unroll
     for (int t = 0; t < TS1 - 1; t++) issue(t);
@@ -172,7 +139,7 @@ __global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
     float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 
     for (int t = 0; t < nt; t++) {
-        cp_wait<TS1 - 2>(); /* this thread's copies of tile t have landed */
+        la_cp_wait<TS1 - 2>(); /* this thread's copies of tile t have landed */
         __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -224,7 +191,7 @@ __global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
             wmma::store_matrix_sync(dst + (rb + 16 * i) * D + cb + 16 * j, acc[i][j], D,
                                     wmma::mem_row_major);
     /* Δz: column col is summed by the 16 threads with tid % 16 == col / 8 */
-    cp_wait<0>();
+    la_cp_wait<0>();
     __syncthreads(); /* the stages are free */
     float *zbuf = (float *)lct_sm1; /* [NT][8] */
 #pragma unroll
@@ -353,12 +320,12 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
-                cp16(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
-                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+                la_cp16z(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
+                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
             }
         }
-        cp_commit();
+        la_cp_commit();
     };
     issue(0);
 
@@ -398,7 +365,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
     __syncthreads(); /* zs (read by the first φ pass) */
 
     for (int t = 0; t < nt; t++) {
-        cp_wait<0>(); /* this thread's copies of tile t have landed */
+        la_cp_wait<0>(); /* this thread's copies of tile t have landed */
         __nv_bfloat16 *Qs = stg + (t % TS3) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
         const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
         /* 1. φ on this thread's pieces: q̃ (scaled) with its part of q̃·z, k̃ with
@@ -621,11 +588,11 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
-                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
             }
         }
-        cp_commit();
+        la_cp_commit();
     };
 #pragma unroll
     for (int t = 0; t < TS1 - 1; t++) issue(t);
@@ -641,7 +608,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
 
     for (int t = 0; t < nt; t++) {
-        cp_wait<TS1 - 2>();
+        la_cp_wait<TS1 - 2>();
         __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -671,25 +638,25 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
             uint32_t ka[2][4], kl[2][4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                lct_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+                la_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
             if (SPLIT)
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    lct_ldsm4t(kl[i], &Kl[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+                    la_ldsm4t(kl[i], &Kl[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
 #pragma unroll
             for (int jp = 0; jp < 4; jp++) {
                 uint32_t bv[4];
-                lct_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
+                la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    lct_mma(acc[i][2 * jp], ka[i], bv[0], bv[1]);
-                    lct_mma(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
+                    la_mma_bf16(acc[i][2 * jp], ka[i], bv[0], bv[1]);
+                    la_mma_bf16(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
                 }
                 if (SPLIT)
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        lct_mma(acc[i][2 * jp], kl[i], bv[0], bv[1]);
-                        lct_mma(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
+                        la_mma_bf16(acc[i][2 * jp], kl[i], bv[0], bv[1]);
+                        la_mma_bf16(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
                     }
             }
         }
@@ -703,7 +670,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
             *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
             *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
         }
-    cp_wait<0>();
+    la_cp_wait<0>();
     __syncthreads();
     float *zbuf = (float *)lct_sm2; /* [NT][8] */
 #pragma unroll
@@ -773,12 +740,12 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
-                cp16(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
-                cp16(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                cp16(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
+                la_cp16z(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
+                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
+                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
             }
         }
-        cp_commit();
+        la_cp_commit();
     };
 #pragma unroll
     for (int t = 0; t < TS4 - 1; t++) issue(t);
@@ -819,7 +786,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     __syncthreads(); /* zs, S̃ */
 
     for (int t = 0; t < nt; t++) {
-        cp_wait<TS4 - 2>(); /* this thread's copies of tile t have landed */
+        la_cp_wait<TS4 - 2>(); /* this thread's copies of tile t have landed */
         __nv_bfloat16 *Qs = stg + (t % TS4) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
         const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
         const int nvalid = (int)min((int64_t)T, t1 - tt); /* rows of this tile */
@@ -871,7 +838,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         uint32_t qa[8][4];
 #pragma unroll
         for (int kk = 0; kk < 8; kk++)
-            lct_ldsm4(qa[kk], &Qs[(16 * r + 8 * (lj & 1) + li) * LD + 16 * kk + 8 * (lj >> 1)]);
+            la_ldsm4(qa[kk], &Qs[(16 * r + 8 * (lj & 1) + li) * LD + 16 * kk + 8 * (lj >> 1)]);
 
         /* 3. A = Q̃K̃ᵀ over key blocks 0..r (8-key n-tiles 0..2r+1) */
         float sA[8][4];
@@ -885,9 +852,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             for (int kb4 = 0; kb4 < 4; kb4++)
                 if (kb4 <= r) {
                     uint32_t bk[4];
-                    lct_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
-                    lct_mma(sA[2 * kb4], qa[kk], bk[0], bk[1]);
-                    lct_mma(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
+                    la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
+                    la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
+                    la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
                 }
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
         float rs0 = 0.f, rs1 = 0.f;
@@ -926,9 +893,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 #pragma unroll
             for (int jp = 0; jp < 4; jp++) {
                 uint32_t bs[4];
-                lct_ldsm4t(bs, &Ss[(16 * kk + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
-                lct_mma(accO[2 * jp], qa[kk], bs[0], bs[1]);
-                lct_mma(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
+                la_ldsm4t(bs, &Ss[(16 * kk + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+                la_mma_bf16(accO[2 * jp], qa[kk], bs[0], bs[1]);
+                la_mma_bf16(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
             }
 #pragma unroll
         for (int kb4 = 0; kb4 < 4; kb4++)
@@ -936,9 +903,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 #pragma unroll
                 for (int jp = 0; jp < 4; jp++) {
                     uint32_t bv[4];
-                    lct_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
-                    lct_mma(accO[2 * jp], pa[kb4], bv[0], bv[1]);
-                    lct_mma(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
+                    la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+                    la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
+                    la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
                 }
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
@@ -949,15 +916,15 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 uint32_t ka[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    lct_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+                    la_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
 #pragma unroll
                 for (int jp = 0; jp < 4; jp++) {
                     uint32_t bv[4];
-                    lct_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
+                    la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        lct_mma(accS[i][2 * jp], ka[i], bv[0], bv[1]);
-                        lct_mma(accS[i][2 * jp + 1], ka[i], bv[2], bv[3]);
+                        la_mma_bf16(accS[i][2 * jp], ka[i], bv[0], bv[1]);
+                        la_mma_bf16(accS[i][2 * jp + 1], ka[i], bv[2], bv[3]);
                     }
                 }
             }

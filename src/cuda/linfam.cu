@@ -3,6 +3,7 @@
  * sub-tile strided by 16 (rows ty+16i, cols tx+16j) so that shared-memory
  * reads are broadcasts or consecutive words. */
 #include "linfam.cuh"
+#include "mma_sync.cuh"
 
 #include <mma.h>
 
@@ -696,41 +697,13 @@ __global__ void __launch_bounds__(NT) lf_fast_output_kernel(lf_args a, int64_t t
  *            staging tile with 16-byte stores. */
 constexpr int TS = 3; /* pipeline stages */
 
-__device__ __forceinline__ void lf_cp16(void *smem, const void *gmem, bool valid) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
-    const int n = valid ? 16 : 0; /* 0: nothing read, 16 zero bytes written */
-    const size_t gp = __cvta_generic_to_global(gmem);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gp), "r"(n)
-                 : "memory");
-}
-__device__ __forceinline__ void lf_cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int Pending> __device__ __forceinline__ void lf_cp_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(Pending) : "memory");
-}
-
 /* Raw tensor-core fragments (v4): ldmatrix from the padded rows (FLD = 136
  * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
  * 4-bank groups, no conflicts) and mma.sync m16n8k16. WMMA on sm_90 compiled
  * its fragment loads to plain LDS (no LDSM), ~5× more instructions per MMA:
  * ncu (run 5) showed the v3 kernels issue-bound (40 % issue slots busy at
  * 9 cycles per instruction, 1.3–1.4 TB/s) while the same per-head read
- * pattern alone streams at 4.26 TB/s. */
-__device__ __forceinline__ void lf_ldsm4(uint32_t *r, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void lf_ldsm4t(uint32_t *r, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(s));
-}
-__device__ __forceinline__ void lf_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
+ * pattern alone streams at 4.26 TB/s. Helpers: mma_sync.cuh. */
 
 /* Token of in-box position w, with 32-bit divisions (positions < 2^31). */
 struct lf_boxi {
@@ -812,11 +785,6 @@ __device__ __forceinline__ void lf_phi8_bf16(__nv_bfloat16 *p, const lf_phimap &
     }
     *(uint4 *)p = u;
 }
-__device__ __forceinline__ void lf_ldsm2t(uint32_t *r, const void *p) {
-    const unsigned s = (unsigned)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];\n"
-                 : "=r"(r[0]), "=r"(r[1]) : "r"(s));
-}
 /* φ applied in place to 8 bf16 values (fp32 math, rounded back to bf16). */
 __device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phimap &f) {
     uint4 u = *(const uint4 *)p;
@@ -870,11 +838,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 const int64_t w = w0 + (int64_t)t * FT + r;
                 const bool ok = w < w1;
                 const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                lf_cp16(&Ks[r * FLD + c8], kb + tk * P.k.nb[1], ok);
-                lf_cp16(&Vs[r * FLD + c8], vb + tk * P.v.nb[1], ok);
+                la_cp16z(&Ks[r * FLD + c8], kb + tk * P.k.nb[1], ok);
+                la_cp16z(&Vs[r * FLD + c8], vb + tk * P.v.nb[1], ok);
             }
         }
-        lf_cp_commit();
+        la_cp_commit();
     };
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
@@ -908,7 +876,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const bool phk_bf16 = RAW && lf_phi_bf16_ok(phk);
 
     for (int t = 0; t < nt; t++) {
-        lf_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
+        la_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
         __nv_bfloat16 *Ks = sm + (t % TS) * LF_TC_STAGE, *Vs = Ks + FT * FLD;
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -928,19 +896,19 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 uint32_t af[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    lf_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * FLD + rb + 16 * i + 8 * (lm & 1)]);
-                if (zhalf == 0) lf_mma(raccz, af[0], ONES2, ONES2);
-                else lf_mma(raccz, af[1], ONES2, ONES2);
+                    la_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * FLD + rb + 16 * i + 8 * (lm & 1)]);
+                if (zhalf == 0) la_mma_bf16(raccz, af[0], ONES2, ONES2);
+                else la_mma_bf16(raccz, af[1], ONES2, ONES2);
 #pragma unroll
                 for (int jp = 0; jp < 4; jp++) {
                     /* B = V (k = token, n = dv), [token][dv] rows: .trans; matrices
                      * (k+0,n+0) (k+8,n+0) (k+0,n+8) (k+8,n+8) = b0,b1 of n-tiles 2jp, 2jp+1 */
                     uint32_t bf[4];
-                    lf_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * FLD + cb + 16 * jp + 8 * (lm >> 1)]);
+                    la_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * FLD + cb + 16 * jp + 8 * (lm >> 1)]);
 #pragma unroll
                     for (int i = 0; i < 2; i++) {
-                        lf_mma(racc[i][2 * jp], af[i], bf[0], bf[1]);
-                        lf_mma(racc[i][2 * jp + 1], af[i], bf[2], bf[3]);
+                        la_mma_bf16(racc[i][2 * jp], af[i], bf[0], bf[1]);
+                        la_mma_bf16(racc[i][2 * jp + 1], af[i], bf[2], bf[3]);
                     }
                 }
             }
@@ -978,7 +946,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             dst[FD * FD + rb + 16 * zhalf + g] = raccz[0];
             dst[FD * FD + rb + 16 * zhalf + g + 8] = raccz[2];
         }
-        lf_cp_wait<0>();
+        la_cp_wait<0>();
         return; /* no barrier needed: nothing below for RAW */
     } else {
 #pragma unroll
@@ -988,7 +956,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             wmma::store_matrix_sync(dst + (rb + 16 * i) * FD + cb + 16 * j, acc[i][j], FD,
                                     wmma::mem_row_major);
     }
-    lf_cp_wait<0>();
+    la_cp_wait<0>();
     __syncthreads(); /* the stages are free */
     float *zb = (float *)lf_tc_sm + warp * 256;
     wmma::store_matrix_sync(zb, accz, 16, wmma::mem_row_major);
@@ -1126,16 +1094,16 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
             for (int u = 0; u < GK * GN / 4 / NT; u++) {
                 const int e = tid + u * NT, r = e / (GN / 4), c = (e % (GN / 4)) * 4;
                 const bool ok = k0 + r < a.K && l0 + c < a.L;
-                lf_cp16(&Bs[st][r * GLB + c], ok ? src + (size_t)(k0 + r) * a.L + c : src, ok);
+                la_cp16z(&Bs[st][r * GLB + c], ok ? src + (size_t)(k0 + r) * a.L + c : src, ok);
             }
             /* weights: GM rows × GK floats = GM·GK/4 chunks of 16 B */
 #pragma unroll
             for (int u = 0; u < GM * GK / 4 / NT; u++) {
                 const int e = tid + u * NT, r = e / (GK / 4), c = (e % (GK / 4)) * 4;
-                lf_cp16(&Ws[st][r * GLA + c], wsrc + (size_t)r * Kp + k0 + c, true);
+                la_cp16z(&Ws[st][r * GLA + c], wsrc + (size_t)r * Kp + k0 + c, true);
             }
         }
-        lf_cp_commit();
+        la_cp_commit();
     };
     float acc[2][4][4];
 #pragma unroll
@@ -1147,7 +1115,7 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
 #pragma unroll
     for (int kc = 0; kc < GS - 1; kc++) load(kc);
     for (int kc = 0; kc < nk; kc++) {
-        lf_cp_wait<GS - 2>(); /* this thread's copies of chunk kc have landed */
+        la_cp_wait<GS - 2>(); /* this thread's copies of chunk kc have landed */
         __syncthreads();      /* everyone's have; chunk kc - 1 is consumed   */
         load(kc + GS - 1);    /* into the stage of chunk kc - 1              */
         const int buf = kc % GS;
@@ -1181,7 +1149,7 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
                                    "r"(bf[j][0]), "r"(bf[j][1]));
         }
     }
-    lf_cp_wait<0>();
+    la_cp_wait<0>();
     /* c0,c1: row g, columns 2t, 2t+1; c2,c3: row g + 8 */
     const int64_t DD = (int64_t)FD * FD;
 #pragma unroll
@@ -1242,7 +1210,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 #pragma unroll
         for (int u = 0; u < FD * FD / 8 / NT; u++) {
             const int e = tid + u * NT, r = e / 16, c = (e % 16) * 8;
-            lf_cp16(&Ss[r * FLD + c], src + r * FD + c, true);
+            la_cp16z(&Ss[r * FLD + c], src + r * FD + c, true);
         }
     }
     auto issue = [&](int t) {
@@ -1254,10 +1222,10 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                 const int64_t w = wbeg + (int64_t)t * FT + r;
                 const bool ok = w < wend;
                 const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                lf_cp16(&Qs[r * FLD + c8], qb + tk * P.q.nb[1], ok);
+                la_cp16z(&Qs[r * FLD + c8], qb + tk * P.q.nb[1], ok);
             }
         }
-        lf_cp_commit();
+        la_cp_commit();
     };
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
@@ -1294,7 +1262,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
-        lf_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
+        la_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
         __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
         float *den = dens + (t % TS) * FT; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FT;
@@ -1371,22 +1339,22 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                 uint32_t af[2][4], bf[2][4];
 #pragma unroll
                 for (int i = 0; i < 2; i++)
-                    lf_ldsm4(af[i], &Qs[(rw + 16 * i + lr + 8 * (lm & 1)) * FLD + kk + 8 * (lm >> 1)]);
+                    la_ldsm4(af[i], &Qs[(rw + 16 * i + lr + 8 * (lm & 1)) * FLD + kk + 8 * (lm >> 1)]);
 #pragma unroll
                 for (int jp = 0; jp < 2; jp++)
-                    lf_ldsm4t(bf[jp], &Ss[(kk + lr + 8 * (lm & 1)) * FLD + cw + 16 * jp + 8 * (lm >> 1)]);
+                    la_ldsm4t(bf[jp], &Ss[(kk + lr + 8 * (lm & 1)) * FLD + cw + 16 * jp + 8 * (lm >> 1)]);
 #pragma unroll
                 for (int i = 0; i < 2; i++)
 #pragma unroll
                     for (int jp = 0; jp < 2; jp++) {
-                        lf_mma(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
-                        lf_mma(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
+                        la_mma_bf16(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
+                        la_mma_bf16(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
                     }
                 if (mma_den) { /* rows kk + [0,16) of Zs: lanes 0-15 give the addresses */
                     uint32_t zb[2];
-                    lf_ldsm2t(zb, &Zs[(kk + (lane & 15)) * 8]);
+                    la_ldsm2t(zb, &Zs[(kk + (lane & 15)) * 8]);
 #pragma unroll
-                    for (int i = 0; i < 2; i++) lf_mma(dacc[i], af[i], zb[0], zb[1]);
+                    for (int i = 0; i < 2; i++) la_mma_bf16(dacc[i], af[i], zb[0], zb[1]);
                 }
             }
             /* scale, round to bf16 into the warp's staging tile [16][SLD], then
