@@ -235,11 +235,13 @@ static void ev_unstage(ev_staged *d) {
 }
 
 /* Copy a contiguous host f32/i32 tensor to the device as dtype `dt` (f32 ->
- * bf16 rounds to nearest even on the host first). 0 or exit status 1. */
+ * bf16 rounds to nearest even on the host first). 0 or the exit status of
+ * the failure (la_cli_status / la_cli_fail). */
 static int ev_put(const la_tensor *h, la_dtype dt, void **dp, la_tensor *t) {
     const int64_t n = la_numel(h);
     const size_t es = la_dtype_size(dt);
-    if (la_dev_malloc(dp, (size_t)n * es) != LA_OK) return la_cli_status(LA_ERR_DEVICE, "eval-index");
+    la_status ms = la_dev_malloc(dp, (size_t)n * es);
+    if (ms != LA_OK) return la_cli_status(ms, "eval-index");
     la_status s;
     if (dt == LA_BF16) {
         uint16_t *tmp = malloc((size_t)n * 2 + 1);
@@ -263,7 +265,8 @@ static int ev_stage(const ev_dev *dv, const la_tensor *q, const la_tensor *k, co
         (st && ev_put(st, LA_I32, &d->st, &d->tst)) || (en && ev_put(en, LA_I32, &d->en, &d->ten)))
         return 1;
     const int64_t T = q->ne[0], ine[2] = {T, topk};
-    if (la_dev_malloc(&d->idx, (size_t)(T * topk) * 4) != LA_OK) return la_cli_status(LA_ERR_DEVICE, "eval-index");
+    la_status ms = la_dev_malloc(&d->idx, (size_t)(T * topk) * 4);
+    if (ms != LA_OK) return la_cli_status(ms, "eval-index");
     la_tensor_init(&d->tidx, d->idx, LA_I32, LA_DEVICE_CUDA, 2, ine);
     return 0;
 }

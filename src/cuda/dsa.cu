@@ -714,17 +714,16 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+/* SM count of the current device, asked every call (cudaDeviceGetAttribute
+ * is a cheap host-side query): a cached static was a data race between first
+ * calls and answered the first device's count for every device. */
 static int la_sp_num_sms() {
-    static int nsm = 0;
-    if (!nsm) {
-        int dev = 0, n = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
-            nsm = n;
-        else
-            nsm = 132;
-    }
-    return nsm;
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
+        return n;
+    cudaGetLastError();
+    return 132;
 }
 
 /* Whether the v2 kernel takes these views: HI = 64, dI = 128, q rows and k

@@ -1457,7 +1457,12 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
     const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
                                                        2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
     const int64_t groups = la_cu_cdiv(tpb, tpc);
-    if (BH > 65535 || a.K > INT32_MAX || a.M * groups > INT32_MAX)
+    /* grid limits of every launch below, checked before allocating: y and z
+     * extents ≤ 65535 (B·H; M for lf_rv_kernel), x ≤ 2^31-1 (partials, output
+     * tiles, the expanded-weight fill of at most M·K entries padded) */
+    if (BH > 65535 || a.K > INT32_MAX || a.M * groups > INT32_MAX ||
+        (P.norm == LF_NORM_RELEASED_VISION && a.M > 65535) ||
+        la_cu_cdiv(la_cu_cdiv(a.M, GM) * GM * (la_cu_cdiv(a.K, GK) * GK), NT) > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: grid too large (B*H = %lld, M = %lld)",
                       (long long)BH, (long long)a.M);
     size_t nsum, nP, nz, nr, bytes;

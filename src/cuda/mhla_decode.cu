@@ -42,6 +42,13 @@ struct dec_state {
     int dev;
     float *W, *S, *P, *mix, *T;
     unsigned char *rowc;
+    /* Appends may come on different streams (e.g. torch's current stream
+     * changing between calls): each append waits for the previous one's
+     * work through this event, then records it. */
+    cudaEvent_t done;
+    /* A launch failed in the middle of an append: the device state has moved
+     * past `len`, so a retry would close a block twice; refuse further use. */
+    int broken;
 };
 
 /* Close block blk-1 (when blk > 0) and form block blk's mixture. */
@@ -176,6 +183,7 @@ void dec_free(dec_state *s) {
     cudaFree(s->mix);
     cudaFree(s->T);
     cudaFree(s->rowc);
+    if (s->done) cudaEventDestroy(s->done);
     cudaGetLastError();
     free(s);
 }
@@ -261,6 +269,11 @@ extern "C" la_status la_mhla_state_create_cuda(const la_mhla_causal_params *p, i
         dec_free(s);
         return st;
     }
+    if (cudaEventCreateWithFlags(&s->done, cudaEventDisableTiming) != cudaSuccess) {
+        cudaGetLastError();
+        dec_free(s);
+        return la_err(LA_ERR_DEVICE, "%s: could not create the state's CUDA event", op);
+    }
     std::vector<float> hw;
     std::vector<unsigned char> rc;
     try {
@@ -316,7 +329,14 @@ extern "C" la_status la_mhla_state_append_cuda(void *dev_state, int64_t pos0, co
     if (dev != s->dev)
         return la_err(LA_ERR_DEVICE, "%s: the state lives on CUDA device %d but the current "
                       "device is %d", op, s->dev, dev);
+    if (s->broken)
+        return la_err(LA_ERR_DEVICE, "%s: the state is unusable after an earlier append failed on "
+                      "the device (its blocks moved past its length); destroy it", op);
     const cudaStream_t stream = la_cu_stream(ctx);
+    /* an earlier, unrelated launch error is not this call's: clear it so the
+     * launch checks below report this call's own */
+    cudaGetLastError();
+    LA_CU(cudaStreamWaitEvent(stream, s->done, 0));
     const int64_t n = q->ne[1], C = s->C, BH = s->B * s->H, SE = s->D * s->E;
     const size_t smem = tokens_smem(s->D, s->E);
     int64_t ytiles = (SE + START_THREADS - 1) / START_THREADS;
@@ -331,20 +351,32 @@ extern "C" la_status la_mhla_state_append_cuda(void *dev_state, int64_t pos0, co
     a.scale_q = s->scale_q, a.eps = s->eps;
     a.W = s->W, a.P = s->P, a.mix = s->mix;
     int64_t pos = pos0, r = 0;
+    int launched = 0;
     while (r < n) {
         const int64_t blk = pos / C, off = pos % C;
         if (off == 0) {
             dec_start<<<dim3((unsigned)BH, (unsigned)ytiles), START_THREADS, 0, stream>>>(
                 s->S, s->P, s->mix, s->T, s->W, s->rowc, SE, s->M, s->H, s->Hw, blk);
-            LA_CU_LAUNCH("mhla decode: block start (dec_start)");
+            if (cudaError_t e = cudaGetLastError()) {
+                s->broken = launched > 0; /* a failed launch ran nothing; earlier ones did */
+                return la_err(LA_ERR_DEVICE, "CUDA: launch of mhla decode block start failed (%s)%s",
+                              cudaGetErrorString(e), s->broken ? "; the state is now unusable" : "");
+            }
+            launched++;
         }
         const int64_t seg = C - off < n - r ? C - off : n - r;
         a.r0 = r, a.seg = seg, a.blk = blk;
         dec_tokens<<<(unsigned)BH, DEC_THREADS, smem, stream>>>(a);
-        LA_CU_LAUNCH("mhla decode: tokens (dec_tokens)");
+        if (cudaError_t e = cudaGetLastError()) {
+            s->broken = launched > 0;
+            return la_err(LA_ERR_DEVICE, "CUDA: launch of mhla decode tokens failed (%s)%s",
+                          cudaGetErrorString(e), s->broken ? "; the state is now unusable" : "");
+        }
+        launched++;
         r += seg;
         pos += seg;
     }
+    LA_CU(cudaEventRecord(s->done, stream));
     return LA_OK;
 }
 
