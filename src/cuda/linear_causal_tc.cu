@@ -1076,7 +1076,15 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
 
     /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
     const bool timing = getenv("LA_CUDA_CAUSAL_TIMING") != nullptr;
-    cudaEvent_t ev[4];
+    /* destroyed on every return (a failed launch below returns early) */
+    struct lct_events {
+        cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
+        ~lct_events() {
+            for (cudaEvent_t x : e)
+                if (x) cudaEventDestroy(x);
+        }
+    } evs;
+    cudaEvent_t *ev = evs.e;
     if (timing)
         for (int i = 0; i < 4; i++) LA_CU(cudaEventCreate(&ev[i]));
     if (timing) LA_CU(cudaEventRecord(ev[0], st));
@@ -1108,7 +1116,6 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
         fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d state %.4f scan %.4f output %.4f ms\n",
                 wm ? "wmma" : "mma", (long long)N, a.normalize, ms[0], ms[1], ms[2]);
-        for (int i = 0; i < 4; i++) LA_CU(cudaEventDestroy(ev[i]));
     }
     return LA_OK;
 }
