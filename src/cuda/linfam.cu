@@ -4,6 +4,7 @@
  * reads are broadcasts or consecutive words. */
 #include "linfam.cuh"
 #include "mma_sync.cuh"
+#include "wgmma.cuh"
 
 #include <mma.h>
 
@@ -1436,14 +1437,251 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     }
 }
 
+/* ==== wg: the output pass by wgmma (LA_CUDA_LINFAM_PATH=wg; NOT YET RUN) ====
+ * Why: v4's output kernel is shared-memory bound (ncu run 8: 97 µs at N = 32K,
+ * 1.83 TB/s, 40 % of stalls MIO): each of its 8 warps re-reads its 32-column
+ * slice of S̃ and its 32 rows of φ(Q) with ldmatrix, ~128 KB of smem reads per
+ * 64-token tile. Here one warpgroup (128 threads) per CTA computes a whole
+ * tile, O[64 × 128] = φ(Q)[64 × 128 d] · S̃[128 d × 128 dv], as 8 wgmma
+ * m64n128k16 whose operands the tensor cores read from shared memory once:
+ * 8 × (2 KB of A + 4 KB of B) = 48 KB per tile, no ldmatrix. Summary and mix
+ * are v4's; the rounding is v4's (bf16 φ(Q) and S̃, fp32 accumulation,
+ * per_query denominators from z̃ split hi + lo in bf16).
+ * Shared layouts (all 1024-byte aligned, 128-byte swizzle, wgmma.cuh):
+ *   Q tile  [64 tokens][128 d] K-major: two 64-d halves [64][128 B] (8 KB
+ *           each), 16-byte chunk c of row r at la_wg_off(64, r, c) — the
+ *           cp.async destinations are the swizzled offsets (dsa.cu's layout);
+ *           descriptor of k-step ks: half ks/4, +32 B·(ks%4) inside the atom.
+ *   S̃      [128 d][128 dv] MN-major B (dv contiguous, as the mix writes it):
+ *           two 64-dv blocks [128 d][128 B] (16 KB each) at la_wg_off(128,
+ *           d, c); LBO = 16384 B (next dv block), SBO = 1024 B (next 8 d);
+ *           k-step ks starts 16 rows = 2048 B further (whole atoms);
+ *           trans-b = 1 (smla_v3's V in sparse_attn.cu is read the same way).
+ *   Zt      per_query only: [8][128 d] K-major B of one wgmma m64n8k16 per
+ *           k-step, row 0 = hi(z̃), row 1 = lo(z̃), rows 2..7 = 0, so the
+ *           accumulator columns 0 + 1 are φ(q)·z̃ (v4's extra n-tile). N = 136
+ *           in one instruction would need a 3rd, partial MN-major atom (N
+ *           not a multiple of 64 with a 128-B swizzle): avoided.
+ *   staging per warp [16][136] bf16 (272-B rows: conflict-free 4-B writes
+ *           from the accumulator layout, 16-B reads) for 16-byte row stores.
+ * Per tile: wait for this thread's cp.async chunks (8 per thread: chunk
+ * tid % 16 of rows tid/16 + 8u), φ on them in place (v4's functions; the
+ * swizzle only permutes 16-B chunks), fence.proxy.async (generic-proxy
+ * writes, cp.async's included, → wgmma's async-proxy reads), __syncthreads,
+ * refill the stage of tile t-1, 8 (+8) wgmma as one commit group, wait,
+ * scale, stage, store. TS = 3 stages: 16 KB Q tiles, 2 in flight while the
+ * third is computed; 2 CTAs per SM (≈ 101 KB smem each). Accumulator layout
+ * (PTX ISA, m64nNk16 f32): warp w of the warpgroup holds rows 16w + g and
+ * 16w + g + 8, columns 8j + 2c (+1), acc[4j + e] — mma.sync's C layout. */
+constexpr int WG_NT = 128;              /* one warpgroup */
+constexpr int WG_TS = 3;                /* Q stages */
+constexpr int WG_QB = FT * FD * 2;      /* 16384 B: one Q tile */
+constexpr int WG_SB = FD * FD * 2;      /* 32768 B: S̃ */
+constexpr int WG_ZB = 8 * FD * 2;       /* 2048 B: Zt */
+constexpr int WG_SLD = FD + 8;          /* staging row, bf16 (272 B) */
+constexpr int WG_STG = 16 * WG_SLD * 2; /* 4352 B per warp */
+constexpr size_t LF_WG_OUT_SMEM = 1024 /* alignment slack */ + WG_SB + WG_TS * WG_QB + WG_ZB +
+                                  4 * WG_STG + sizeof(float) * WG_TS * FT;
+
+template <bool DEN>
+__global__ void __launch_bounds__(WG_NT, 2) lf_wg_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
+                                                                const float *Pz, int64_t groups,
+                                                                int64_t tpc) {
+    const lf_problem &P = a.P;
+    extern __shared__ __align__(1024) unsigned char lf_wg_raw[];
+    /* the swizzle works on absolute address bits: align the tiles to 1024 B */
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(lf_wg_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    unsigned char *Ss = lf_wg_raw + (base - raw);                 /* S̃, MN-major   */
+    unsigned char *Qst = Ss + WG_SB;                              /* TS Q tiles     */
+    unsigned char *Zs = Qst + WG_TS * WG_QB;                      /* Zt (DEN)       */
+    __nv_bfloat16 *stgs = (__nv_bfloat16 *)(Zs + WG_ZB);          /* 4 × [16][SLD]  */
+    float *dens = (float *)((unsigned char *)stgs + 4 * WG_STG);  /* TS × [FT] (rv) */
+    const uint32_t Ss_a = base, Qst_a = base + WG_SB, Zs_a = Qst_a + WG_TS * WG_QB;
+
+    const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int64_t blk = blockIdx.x / groups, grp = blockIdx.x % groups;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const lf_boxi bx = lf_boxi_of(a.G, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t wbeg = grp * tpc * FT;
+    if (wbeg >= total) return; /* whole CTA */
+    const int64_t wend = min(total, wbeg + tpc * FT);
+    const int nt = (int)((wend - wbeg + FT - 1) / FT);
+    const int cq = tid % 16, r0 = tid / 16; /* Q chunk cq of rows r0 + 8u, u < 8 */
+    const __nv_bfloat16 *qb =
+        (const __nv_bfloat16 *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + cq * 8;
+
+    {   /* S̃ (bf16 [d][dv], 256-B rows) joins the first copy group */
+        const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * FD * FD;
+#pragma unroll
+        for (int u = 0; u < FD * FD / 8 / WG_NT; u++) {
+            const int e = tid + u * WG_NT, r = e / 16, c = e % 16;
+            la_cp16z(Ss + la_wg_off(FD, r, c), src + r * FD + c * 8, true);
+        }
+    }
+    auto issue = [&](int t) {
+        if (t < nt) {
+            unsigned char *Qs = Qst + (t % WG_TS) * WG_QB;
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int r = r0 + 8 * u;
+                const int64_t w = wbeg + (int64_t)t * FT + r;
+                const bool ok = w < wend;
+                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+                la_cp16z(Qs + la_wg_off(FT, r, cq), qb + tk * P.q.nb[1], ok);
+            }
+        }
+        la_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < WG_TS - 1; t++) issue(t);
+
+    if (DEN) { /* Zt chunk (row tid/16, d 8(tid%16)..+7): hi(z̃), lo(z̃) or 0 */
+        const int n = tid / 16, c = tid % 16;
+        uint32_t pk[4] = {0u, 0u, 0u, 0u};
+        if (n < 2) {
+            const float *zp = Pz + ((size_t)bh * a.M + blk) * FD + c * 8;
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                __nv_bfloat16 v[2];
+#pragma unroll
+                for (int e = 0; e < 2; e++) {
+                    const float zv = zp[2 * i + e];
+                    const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
+                    v[e] = n == 0 ? hi : __float2bfloat16_rn(zv - __bfloat162float(hi));
+                }
+                __nv_bfloat162 hv;
+                hv.x = v[0];
+                hv.y = v[1];
+                pk[i] = *(const uint32_t *)&hv;
+            }
+        }
+        *(uint4 *)(Zs + la_wg_off(8, n, c)) = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+    }
+
+    const bool phi_id = P.fq.kind == LA_FEATURE_IDENTITY && P.fq.pre == 1.f && P.fq.post == 1.f;
+    const lf_phimap phq = lf_phi_of(P.fq);
+    const bool phq_bf16 = lf_phi_bf16_ok(phq);
+    const bool rv = P.norm == LF_NORM_RELEASED_VISION;
+    const int g = lane / 4, c4 = lane % 4;
+    __nv_bfloat16 *stg = stgs + warp * 16 * WG_SLD;
+    __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
+
+    for (int t = 0; t < nt; t++) {
+        la_cp_wait<WG_TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
+        const int st = t % WG_TS;
+        unsigned char *Qs = Qst + st * WG_QB;
+        const uint32_t Qs_a = Qst_a + st * WG_QB;
+        float *den = dens + st * FT;
+        const int64_t wt = wbeg + (int64_t)t * FT;
+        if (!phi_id) {
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                __nv_bfloat16 *p = (__nv_bfloat16 *)(Qs + la_wg_off(FT, r0 + 8 * u, cq));
+                if (phq_bf16) lf_phi8_bf16(p, phq);
+                else lf_phi8_inplace(p, phq);
+            }
+        }
+        if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, 16 lanes per row */
+#pragma unroll
+            for (int u = 0; u < 8; u++) {
+                const int r = r0 + 8 * u;
+                const int64_t wpos = wt + r;
+                float sacc = 0.f;
+                if (wpos < wend) {
+                    const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
+                    for (int64_t bb = tid & 15; bb < a.M; bb += 16)
+                        sacc = fmaf(lf_w(P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
+                }
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 8);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 4);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 2);
+                sacc += __shfl_xor_sync(0xffffffffu, sacc, 1);
+                if ((tid & 15) == 0) den[r] = 1.f / (sacc + P.eps);
+            }
+        }
+        /* this thread's generic-proxy writes (cp.async data, φ, Zt) before the
+         * async-proxy reads of the wgmma; then every thread's */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* tile t, its scales (and S̃, Zt) complete; tile t-1 consumed */
+        issue(t + WG_TS - 1); /* into the stage of tile t-1 (its wgmma were waited for) */
+
+        float acc[64], dacc[4];
+#pragma unroll
+        for (int i = 0; i < 64; i++) acc[i] = 0.f;
+#pragma unroll
+        for (int i = 0; i < 4; i++) dacc[i] = 0.f;
+        la_wg_fence_acc<64>(acc);
+        if (DEN) la_wg_fence_acc<4>(dacc);
+        __syncwarp(); /* issue() branched per lane; wgmma needs a converged warp */
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < FD / 16; ks++) {
+            const uint64_t da = la_wg_desc(Qs_a + (uint32_t)(ks / 4) * (FT * 128) + (uint32_t)(ks % 4) * 32);
+            la_wg_m64n128k16_bf16_tb(acc, da, la_wg_desc_mn(Ss_a + (uint32_t)ks * 2048, FD * 128),
+                                     ks > 0 ? 1 : 0);
+            if (DEN)
+                la_wg_m64n8k16_bf16(dacc, da,
+                                    la_wg_desc(Zs_a + (uint32_t)(ks / 4) * 1024 + (uint32_t)(ks % 4) * 32),
+                                    ks > 0 ? 1 : 0);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        la_wg_fence_acc<64>(acc);
+        if (DEN) la_wg_fence_acc<4>(dacc);
+
+        /* scale (v4's formulas), round to bf16 into the warp's staging rows
+         * 16·warp + [0, 16), then 16-byte stores: two full rows per instruction */
+        float d0 = 1.f, d1 = 1.f;
+        if (DEN) { /* columns 0, 1 (hi, lo) of rows g, g + 8 sit in lane 4g */
+            const float s0 = __shfl_sync(0xffffffffu, dacc[0] + dacc[1], lane & ~3);
+            const float s1 = __shfl_sync(0xffffffffu, dacc[2] + dacc[3], lane & ~3);
+            d0 = P.den_scale / (s0 * P.den_scale + P.eps);
+            d1 = P.den_scale / (s1 * P.den_scale + P.eps);
+        } else if (rv) {
+            d0 = den[16 * warp + g];
+            d1 = den[16 * warp + g + 8];
+        }
+#pragma unroll
+        for (int j = 0; j < 16; j++) {
+            *(__nv_bfloat162 *)&stg[g * WG_SLD + 8 * j + 2 * c4] =
+                __floats2bfloat162_rn(acc[4 * j] * d0, acc[4 * j + 1] * d0);
+            *(__nv_bfloat162 *)&stg[(g + 8) * WG_SLD + 8 * j + 2 * c4] =
+                __floats2bfloat162_rn(acc[4 * j + 2] * d1, acc[4 * j + 3] * d1);
+        }
+        __syncwarp();
+#pragma unroll
+        for (int it = 0; it < 8; it++) {
+            const int row = 2 * it + lane / 16, ch = lane % 16;
+            const int64_t wpos = wt + 16 * warp + row;
+            if (wpos < wend) {
+                const int64_t tk = lf_tok(bx, (unsigned)wpos);
+                *(uint4 *)(out + tk * P.out.nb[1] + ch * 8) = *(const uint4 *)&stg[row * WG_SLD + ch * 8];
+            }
+        }
+        __syncwarp(); /* staging reads done before the next tile's writes */
+    }
+}
+
 /* Host side of v3: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
  * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32. */
-la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
+/* ver: 0 = v3 (WMMA fragments), 1 = v4 (raw fragments), 2 = wg (v4's summary
+ * and mix, the output pass by wgmma: lf_wg_output_kernel; sm_90 only, else v4) */
+la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
     const lf_problem &P = a.P;
     const int64_t BH = P.B * P.H;
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
+    if (ver == 2) {
+        int major = 0;
+        LA_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
+        if (major != 9) ver = 1; /* wgmma: sm_90a only */
+    }
+    const bool raw = ver != 0;
     const int64_t slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
     /* summary: about two waves of CTAs, segments of a multiple of 64 tokens, ≥ 256 */
     {
@@ -1457,10 +1695,30 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
     const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
                                                        2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
     const int64_t groups = la_cu_cdiv(tpb, tpc);
+    /* wg output: one wave of CTAs over the SMs' slots (occupancy asked, 2
+     * expected: ~101 KB smem, 128 threads), each streaming tpc_o tiles */
+    const bool wg_den = P.norm == LF_NORM_PER_QUERY;
+    auto wg_k = wg_den ? lf_wg_output_kernel<true> : lf_wg_output_kernel<false>;
+    int64_t tpc_o = tpc, groups_o = groups;
+    if (ver == 2) {
+        int occ = 0;
+        LA_CU(cudaFuncSetAttribute(wg_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_WG_OUT_SMEM));
+        LA_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, wg_k, WG_NT, LF_WG_OUT_SMEM));
+        if (getenv("LA_CUDA_LINFAM_VERBOSE"))
+            fprintf(stderr, "linfam: wg output kernel: %d CTAs/SM (2 expected), %zu B smem%s\n", occ,
+                    LF_WG_OUT_SMEM, occ < 1 ? ": does not fit, v4's output kernel instead" : "");
+        if (occ < 1) {
+            ver = 1;
+        } else {
+            const int64_t wslots = (int64_t)nsm * occ;
+            tpc_o = std::min<int64_t>(tpb, std::max<int64_t>(2, la_cu_cdiv(tpb * a.M * BH, wslots)));
+            groups_o = la_cu_cdiv(tpb, tpc_o);
+        }
+    }
     /* grid limits of every launch below, checked before allocating: y and z
      * extents ≤ 65535 (B·H; M for lf_rv_kernel), x ≤ 2^31-1 (partials, output
      * tiles, the expanded-weight fill of at most M·K entries padded) */
-    if (BH > 65535 || a.K > INT32_MAX || a.M * groups > INT32_MAX ||
+    if (BH > 65535 || a.K > INT32_MAX || a.M * groups > INT32_MAX || a.M * groups_o > INT32_MAX ||
         (P.norm == LF_NORM_RELEASED_VISION && a.M > 65535) ||
         la_cu_cdiv(la_cu_cdiv(a.M, GM) * GM * (la_cu_cdiv(a.K, GK) * GK), NT) > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: grid too large (B*H = %lld, M = %lld)",
@@ -1495,9 +1753,9 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
     a.r = nr ? Pz + nz : nullptr;
     float *Wx = Pz + nz + nr; /* nwx floats (mix_mma only); nr is rounded to 4: 16-B aligned */
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
-        fprintf(stderr, "linfam: path=%s BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n", raw ? "v4" : "v3",
-                (long long)BH, (long long)a.M, (long long)a.maxcnt, (long long)a.seg,
-                (long long)a.segs, (long long)tpc, (long long)groups);
+        fprintf(stderr, "linfam: path=%s BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n",
+                ver == 2 ? "wg" : raw ? "v4" : "v3", (long long)BH, (long long)a.M, (long long)a.maxcnt,
+                (long long)a.seg, (long long)a.segs, (long long)tpc_o, (long long)groups_o);
 
     auto sum_k = raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
     LA_CU(cudaFuncSetAttribute(sum_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_SUM_SMEM));
@@ -1524,6 +1782,12 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, bool raw) {
         lf_rv_kernel<<<dim3((unsigned)la_cu_cdiv(a.maxcnt, NT / 32), (unsigned)a.M, (unsigned)BH),
                        NT, 0, st>>>(a);
         LA_CU_LAUNCH("lf_rv_kernel");
+    }
+    if (ver == 2) {
+        wg_k<<<dim3((unsigned)(a.M * groups_o), (unsigned)BH), WG_NT, LF_WG_OUT_SMEM, st>>>(a, Pb, Pz, groups_o,
+                                                                                           tpc_o);
+        LA_CU_LAUNCH("lf_wg_output_kernel");
+        return LA_OK;
     }
     auto out_k = raw ? lf_tc_output_kernel<true> : lf_tc_output_kernel<false>;
     LA_CU(cudaFuncSetAttribute(out_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_OUT_SMEM));
@@ -1565,12 +1829,14 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
                       lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
                       lf_view_fast(P->out) && getenv("LA_CUDA_NO_FAST") == nullptr;
     /* LA_CUDA_LINFAM_PATH: unset (default) = v4 (v3's pipeline with raw
-     * ldmatrix + mma.sync fragments), "v3" = v3 (WMMA fragments), "old" = v2;
-     * kept selectable for A/B timing (tests/cuda/gpu_linear2.sh). */
+     * ldmatrix + mma.sync fragments), "v3" = v3 (WMMA fragments), "old" = v2,
+     * "wg" = v4 with the output pass by wgmma (opt-in, not yet validated on a
+     * GPU); kept selectable for A/B timing (tests/cuda/gpu_linear2.sh). */
     const char *path = getenv("LA_CUDA_LINFAM_PATH");
     const bool use_old = path && !strcmp(path, "old");
     const bool use_v3 = path && !strcmp(path, "v3");
-    if (fast && !use_old && a.maxcnt < INT32_MAX) return lf_run_tc(a, st, !use_v3);
+    const bool use_wg = path && !strcmp(path, "wg");
+    if (fast && !use_old && a.maxcnt < INT32_MAX) return lf_run_tc(a, st, use_v3 ? 0 : use_wg ? 2 : 1);
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
         fprintf(stderr, "linfam: path=%s M=%lld maxcnt=%lld\n", fast ? "old" : "portable",
                 (long long)a.M, (long long)a.maxcnt);
