@@ -1666,6 +1666,155 @@ __global__ void __launch_bounds__(WG_NT, 2) lf_wg_output_kernel(lf_args a, const
     }
 }
 
+/* ==== wg summary: the summary pass by wgmma (LA_CUDA_LINFAM_SUMMARY=wg; NOT YET RUN) ====
+ * Why: v4's summary kernel reads 202 MB in 74 µs at N = 32K (2.7 TB/s, ncu run
+ * 8), below the ~3.3 TB/s the per-head rows stream at; per 64-token tile its 8
+ * warps issue 192 ldmatrix.x4 (96 KB of smem reads) and 544 mma.sync. Here
+ * each warpgroup of the CTA computes half of the segment's S = φ(K)ᵀV by
+ * wgmma with both operands read by the tensor cores from shared memory:
+ *   S[d 64·wg + (0..63)][dv 0..127] += φ(K)ᵀ[64 d × 16 tokens] · V[16 × 128]
+ * per k-step (4 per tile: m64n128k16), and z = φ(K)ᵀ·1 as one m64n8k16 per
+ * k-step against a 1 KB tile of bf16 ones (v4's extra MMA with a ones B
+ * fragment; every accumulator column = z). Same grid, segments, rounding
+ * (bf16 φ(K) and V, fp32 accumulation) and partials layout (fp32 [D·Dv + D]
+ * per segment) as v4: the mix and output kernels are unchanged.
+ * Shared layouts (1024-byte aligned, 128-byte swizzle, wgmma.cuh):
+ *   K tile [64 tokens][128 d] and V tile [64 tokens][128 dv], each as two
+ *          64-column halves [64][128 B] (8 KB), 16-byte chunk c of row r at
+ *          la_wg_off(64, r, c) (the output kernel's Q layout); the cp.async
+ *          destinations are the swizzled offsets. A = φ(K)ᵀ (m = d, k =
+ *          token) has m contiguous: M-major, trans-a = 1; B = V (k = token,
+ *          n = dv) has n contiguous: N-major, trans-b = 1. Both descriptors
+ *          la_wg_desc_mn: SBO = 1024 B (next 8 tokens), LBO = 8192 B (next
+ *          64 columns: used by B's N = 128; A's M = 64 is one atom wide).
+ *          k-step ks starts 16 rows = 2048 B further (whole atoms, base
+ *          offset 0); warpgroup wg's A starts at half wg (+8192 B).
+ *   ones   [8][64] bf16 = 1 KB, K-major B (la_wg_desc, k-step +32 B; every
+ *          byte pattern is 1.0, so the swizzle cannot matter).
+ * Per tile t: wait for this thread's cp.async chunks (chunk tid % 16 of rows
+ * tid/16 + 16u, u < 4, of K and V: v4's mapping), φ in place on its K chunks
+ * (rows past the segment end zeroed: φ(0) may be nonzero; V's are zero-filled
+ * by the copy), fence.proxy.async, wgmma.wait_group 0 (this warpgroup's
+ * products of tile t-1, which read the stage refilled next, are done: φ(t)
+ * overlapped them), __syncthreads, refill the stage of tile t-1, 4 + 4 wgmma
+ * of tile t as one commit group, no wait. TS = 3 stages of 32 KB, 2 CTAs per
+ * SM (≈ 99 KB smem each). Accumulator layout (m64nNk16 f32): warp w % 4 of
+ * the warpgroup holds rows 16(w%4) + g and + 8, columns 8j + 2c (+1) in
+ * acc[4j + e] — mma.sync's C layout, so the stores are v4's. */
+constexpr int WGS_NT = 256;               /* two warpgroups */
+constexpr int WGS_TB = FT * FD * 2;       /* 16384 B: one K or V tile */
+constexpr int WGS_STAGE = 2 * WGS_TB;     /* K, V */
+constexpr int WGS_OB = 1024;              /* ones tile */
+constexpr size_t LF_WG_SUM_SMEM = 1024 /* alignment slack */ + TS * WGS_STAGE + WGS_OB;
+
+__global__ void __launch_bounds__(WGS_NT, 2) lf_wg_summary_kernel(lf_args a) {
+    const lf_problem &P = a.P;
+    extern __shared__ __align__(1024) unsigned char lf_wgs_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(lf_wgs_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u; /* the swizzle works on address bits */
+    unsigned char *stg = lf_wgs_raw + (base - raw); /* TS × (K, V)  */
+    unsigned char *Os = stg + TS * WGS_STAGE;       /* ones         */
+    const uint32_t Os_a = base + TS * WGS_STAGE;
+    const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
+    const int64_t kseg = blockIdx.x, blk = kseg / a.segs, s = kseg % a.segs;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, wg = warp / 4;
+    int64_t lo[3], cnt[3];
+    lf_box(a.G, blk, lo, cnt);
+    const lf_boxi bx = lf_boxi_of(a.G, lo, cnt);
+    const int64_t total = cnt[0] * cnt[1] * cnt[2];
+    const int64_t w0 = min(total, s * a.seg), w1 = min(total, w0 + a.seg);
+    const int nt = (int)((w1 - w0 + FT - 1) / FT);
+    const int cq = tid % 16, r0 = tid / 16;
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + cq * 8;
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + cq * 8;
+
+    auto issue = [&](int t) { /* tile t into stage t % TS; always one group */
+        if (t < nt) {
+            unsigned char *Ks = stg + (t % TS) * WGS_STAGE, *Vs = Ks + WGS_TB;
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int r = r0 + 16 * u;
+                const int64_t w = w0 + (int64_t)t * FT + r;
+                const bool ok = w < w1;
+                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+                const uint32_t o = la_wg_off(FT, r, cq);
+                la_cp16z(Ks + o, kb + tk * P.k.nb[1], ok);
+                la_cp16z(Vs + o, vb + tk * P.v.nb[1], ok);
+            }
+        }
+        la_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < TS - 1; t++) issue(t);
+    const uint32_t ONES2 = 0x3f803f80u; /* two bf16 1.0 */
+    if (tid < WGS_OB / 16) *(uint4 *)(Os + 16 * tid) = make_uint4(ONES2, ONES2, ONES2, ONES2);
+
+    float acc[64], dacc[4];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc[i] = 0.f;
+#pragma unroll
+    for (int i = 0; i < 4; i++) dacc[i] = 0.f;
+    la_wg_fence_acc<64>(acc);
+    la_wg_fence_acc<4>(dacc);
+    const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
+    const lf_phimap phk = lf_phi_of(P.fk);
+    const bool phk_bf16 = lf_phi_bf16_ok(phk);
+
+    for (int t = 0; t < nt; t++) {
+        la_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
+        const int st = t % TS;
+        unsigned char *Ks = stg + st * WGS_STAGE;
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int r = r0 + 16 * u;
+            __nv_bfloat16 *p = (__nv_bfloat16 *)(Ks + la_wg_off(FT, r, cq));
+            if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
+            else if (phk_bf16) lf_phi8_bf16(p, phk);
+            else if (!phi_id) lf_phi8_inplace(p, phk);
+        }
+        /* this thread's generic-proxy writes (cp.async data, φ, zeros, ones)
+         * before the async-proxy reads of the wgmma; then every thread's */
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncwarp(); /* converged for the .aligned wait */
+        /* this warpgroup's products of tile t-1 (they read stage (t-1) % TS) */
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        la_wg_fence_acc<64>(acc);
+        la_wg_fence_acc<4>(dacc);
+        __syncthreads(); /* tile t complete; both warpgroups are done with tile t-1 */
+        issue(t + TS - 1); /* into the stage of tile t-1 */
+
+        const uint32_t Ks_a = base + st * WGS_STAGE, Vs_a = Ks_a + WGS_TB;
+        __syncwarp(); /* issue() may branch per lane; wgmma needs a converged warp */
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int ks = 0; ks < FT / 16; ks++) {
+            const uint64_t da = la_wg_desc_mn(Ks_a + (uint32_t)wg * (FT * 128) + (uint32_t)ks * 2048, FT * 128);
+            la_wg_m64n128k16_bf16_tab(acc, da, la_wg_desc_mn(Vs_a + (uint32_t)ks * 2048, FT * 128), 1);
+            la_wg_m64n8k16_bf16_ta(dacc, da, la_wg_desc(Os_a + (uint32_t)ks * 32), 1);
+        }
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+    }
+    __syncwarp();
+    asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+    la_wg_fence_acc<64>(acc);
+    la_wg_fence_acc<4>(dacc);
+
+    float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
+    const int g = lane / 4, t2 = 2 * (lane % 4), rw = 64 * wg + 16 * (warp % 4);
+#pragma unroll
+    for (int j = 0; j < 16; j++) {
+        float *d0 = dst + (rw + g) * FD + 8 * j + t2;
+        *(float2 *)d0 = make_float2(acc[4 * j], acc[4 * j + 1]);
+        *(float2 *)(d0 + 8 * FD) = make_float2(acc[4 * j + 2], acc[4 * j + 3]);
+    }
+    /* every column of the z product holds z: column 0 (lane % 4 = 0) is written */
+    if (lane % 4 == 0) {
+        dst[FD * FD + rw + g] = dacc[0];
+        dst[FD * FD + rw + g + 8] = dacc[2];
+    }
+    la_cp_wait<0>(); /* the trailing (empty) copy groups */
+}
+
 /* Host side of v3: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
  * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32. */
 /* ver: 0 = v3 (WMMA fragments), 1 = v4 (raw fragments), 2 = wg (v4's summary
@@ -1676,10 +1825,28 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-    if (ver == 2) {
+    /* LA_CUDA_LINFAM_SUMMARY=wg: the summary pass by wgmma (lf_wg_summary_kernel;
+     * opt-in, not yet validated on a GPU), with any of v3, v4, wg (same
+     * partials layout); sm_90 only, else the version's own summary kernel */
+    const char *sum_path = getenv("LA_CUDA_LINFAM_SUMMARY");
+    bool wg_sum = sum_path && !strcmp(sum_path, "wg");
+    if (ver == 2 || wg_sum) {
         int major = 0;
         LA_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
-        if (major != 9) ver = 1; /* wgmma: sm_90a only */
+        if (major != 9) { /* wgmma: sm_90a only */
+            if (ver == 2) ver = 1;
+            wg_sum = false;
+        }
+    }
+    if (wg_sum) {
+        int occ = 0;
+        LA_CU(cudaFuncSetAttribute(lf_wg_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)LF_WG_SUM_SMEM));
+        LA_CU(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, lf_wg_summary_kernel, WGS_NT, LF_WG_SUM_SMEM));
+        if (getenv("LA_CUDA_LINFAM_VERBOSE"))
+            fprintf(stderr, "linfam: wg summary kernel: %d CTAs/SM (2 expected), %zu B smem%s\n", occ,
+                    LF_WG_SUM_SMEM, occ < 1 ? ": does not fit, the version's own summary kernel instead" : "");
+        if (occ < 1) wg_sum = false;
     }
     const bool raw = ver != 0;
     const int64_t slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
@@ -1753,14 +1920,20 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
     a.r = nr ? Pz + nz : nullptr;
     float *Wx = Pz + nz + nr; /* nwx floats (mix_mma only); nr is rounded to 4: 16-B aligned */
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
-        fprintf(stderr, "linfam: path=%s BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld\n",
+        fprintf(stderr, "linfam: path=%s BH=%lld M=%lld maxcnt=%lld seg=%lld segs=%lld tpc=%lld groups=%lld sum=%s\n",
                 ver == 2 ? "wg" : raw ? "v4" : "v3", (long long)BH, (long long)a.M, (long long)a.maxcnt,
-                (long long)a.seg, (long long)a.segs, (long long)tpc_o, (long long)groups_o);
+                (long long)a.seg, (long long)a.segs, (long long)tpc_o, (long long)groups_o,
+                wg_sum ? "wg" : "tc");
 
-    auto sum_k = raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
-    LA_CU(cudaFuncSetAttribute(sum_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_SUM_SMEM));
-    sum_k<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
-    LA_CU_LAUNCH("lf_tc_summary_kernel");
+    if (wg_sum) { /* same grid and partials as lf_tc_summary_kernel */
+        lf_wg_summary_kernel<<<dim3((unsigned)a.K, (unsigned)BH), WGS_NT, LF_WG_SUM_SMEM, st>>>(a);
+        LA_CU_LAUNCH("lf_wg_summary_kernel");
+    } else {
+        auto sum_k = raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
+        LA_CU(cudaFuncSetAttribute(sum_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_SUM_SMEM));
+        sum_k<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
+        LA_CU_LAUNCH("lf_tc_summary_kernel");
+    }
     const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
     if (mix_mma) { /* tensor-core GEMM (tf32) over the expanded weights */
         lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
@@ -1831,7 +2004,9 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
     /* LA_CUDA_LINFAM_PATH: unset (default) = v4 (v3's pipeline with raw
      * ldmatrix + mma.sync fragments), "v3" = v3 (WMMA fragments), "old" = v2,
      * "wg" = v4 with the output pass by wgmma (opt-in, not yet validated on a
-     * GPU); kept selectable for A/B timing (tests/cuda/gpu_linear2.sh). */
+     * GPU); kept selectable for A/B timing (tests/cuda/gpu_linear2.sh).
+     * LA_CUDA_LINFAM_SUMMARY=wg (independent): the summary pass by wgmma
+     * (lf_run_tc; opt-in, not yet validated on a GPU). */
     const char *path = getenv("LA_CUDA_LINFAM_PATH");
     const bool use_old = path && !strcmp(path, "old");
     const bool use_v3 = path && !strcmp(path, "v3");

@@ -262,23 +262,26 @@ static void t_no_overflow(void) {
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
 }
 
-/* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in its four
- * versions, selected by LA_CUDA_LINFAM_PATH: v4 (new = the default: pipelined,
+/* The bf16 tensor-core path (non-causal, D = Dv = 128, bf16 rows) in its five
+ * versions, selected by LA_CUDA_LINFAM_PATH (+ LA_CUDA_LINFAM_SUMMARY): v4 (new = the default: pipelined,
  * raw ldmatrix/mma.sync fragments), v3 (the same pipeline with WMMA fragments),
- * v2 (old) and wg (v4 with the output pass by wgmma; opt-in, not yet validated
- * on a GPU, so it also gets the long cases). Odd N (tiles and segments with tails), B = 2, several heads,
+ * v2 (old), wg (v4 with the output pass by wgmma) and wgs (wg with the summary
+ * pass by wgmma too: LA_CUDA_LINFAM_SUMMARY=wg); wg and wgs are opt-in, not
+ * yet validated on a GPU, so they also get the long cases. Odd N (tiles and segments with tails), B = 2, several heads,
  * permuted [B,H,N,D] views, every feature map, all normalize modes, shared and
  * per-head mixing, 1-D/2-D/3-D grids; long sequences (N = 31500 video grid,
  * 32K incl. M = 150, 128K) for the default unless LA_CUDA_SMALL.
  * (LA_CUDA_LINFAM_VERBOSE=1 prints the path each call takes, on stderr.) */
 static void t_tc_paths(void) {
-    const char *paths[4] = {"new", "v3", "old", "wg"};
+    const char *paths[5] = {"new", "v3", "old", "wg", "wgs"};
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const la_dtype dt = LA_BF16;
-    for (int pi = 0; pi < 4; pi++) {
-        const bool long_cases = !small_only && (pi == 0 || pi == 3); /* default and wg */
-        setenv("LA_CUDA_LINFAM_PATH", paths[pi], 1);
+    for (int pi = 0; pi < 5; pi++) {
+        const bool long_cases = !small_only && (pi == 0 || pi >= 3); /* default, wg, wgs */
+        setenv("LA_CUDA_LINFAM_PATH", pi == 4 ? "wg" : paths[pi], 1);
+        if (pi == 4) setenv("LA_CUDA_LINFAM_SUMMARY", "wg", 1); /* both wgmma kernels */
+        else unsetenv("LA_CUDA_LINFAM_SUMMARY");
         printf("# tensor-core path %s (bf16, D = Dv = 128)\n", paths[pi]);
         const int64_t Ns[4] = {1, 63, 65, 1000};
         /* N = 1 with φ = identity and no normalization is ill-conditioned for this
@@ -311,7 +314,7 @@ static void t_tc_paths(void) {
             if (long_cases) /* 3-D video grid, N = 31500 (v2, v3 were validated before) */
                 t_mhla(1, 3, g3, nm == 1 ? b3b : b3a, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
         }
-        if (long_cases) { /* long sequences: the default path and wg */
+        if (long_cases) { /* long sequences: the default path, wg and wgs */
             int64_t gl[1] = {32768}, bl[1] = {16}, bm[1] = {150}, gh[1] = {131072};
             t_linear(1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
             t_linear(1, 131072, 2, 128, 128, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, dt, 0);
@@ -322,6 +325,7 @@ static void t_tc_paths(void) {
         }
     }
     unsetenv("LA_CUDA_LINFAM_PATH");
+    unsetenv("LA_CUDA_LINFAM_SUMMARY");
 }
 
 int main(void) {
