@@ -706,6 +706,29 @@ constexpr int TS = 3; /* pipeline stages */
  * 9 cycles per instruction, 1.3–1.4 TB/s) while the same per-head read
  * pattern alone streams at 4.26 TB/s. Helpers: mma_sync.cuh. */
 
+/* Sum over 16 neighbouring lanes: the threads that share one row of a
+ * 64-token tile in the output kernels (chunk tid % 16 of row tid / 16). */
+__device__ __forceinline__ float lf_sum16(float x) {
+    x += __shfl_xor_sync(0xffffffffu, x, 8);
+    x += __shfl_xor_sync(0xffffffffu, x, 4);
+    x += __shfl_xor_sync(0xffffffffu, x, 2);
+    x += __shfl_xor_sync(0xffffffffu, x, 1);
+    return x;
+}
+
+/* released_vision: this thread's part (blocks b ≡ tid mod 16) of
+ * Σ_b W[blk, b]·(q̃ at in-box position wpos of block b)·z_b; 0 past the box. */
+__device__ __forceinline__ float lf_rv_part(const lf_args &a, int64_t bh, int64_t h, int64_t blk,
+                                            int64_t wpos, int64_t wend, int tid) {
+    float sacc = 0.f;
+    if (wpos < wend) {
+        const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
+        for (int64_t bb = tid & 15; bb < a.M; bb += 16)
+            sacc = fmaf(lf_w(a.P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
+    }
+    return sacc;
+}
+
 /* Token of in-box position w, with 32-bit divisions (positions < 2^31). */
 struct lf_boxi {
     int64_t base;    /* token of position 0        */
@@ -1292,10 +1315,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                     float d = 0.f;
 #pragma unroll
                     for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
-                    d += __shfl_xor_sync(0xffffffffu, d, 8);
-                    d += __shfl_xor_sync(0xffffffffu, d, 4);
-                    d += __shfl_xor_sync(0xffffffffu, d, 2);
-                    d += __shfl_xor_sync(0xffffffffu, d, 1);
+                    d = lf_sum16(d);
                     if ((tid & 15) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
                 }
             }
@@ -1304,17 +1324,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int r = r0 + 16 * u;
-                const int64_t wpos = wt + r;
-                float sacc = 0.f;
-                if (wpos < wend) {
-                    const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
-                    for (int64_t bb = tid & 15; bb < a.M; bb += 16)
-                        sacc = fmaf(lf_w(P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
-                }
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 8);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 4);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 2);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 1);
+                const float sacc = lf_sum16(lf_rv_part(a, bh, h, blk, wt + r, wend, tid));
                 if ((tid & 15) == 0) den[r] = 1.f / (sacc + P.eps);
             }
         }
@@ -1589,17 +1599,7 @@ __global__ void __launch_bounds__(WG_NT, 2) lf_wg_output_kernel(lf_args a, const
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int r = r0 + 8 * u;
-                const int64_t wpos = wt + r;
-                float sacc = 0.f;
-                if (wpos < wend) {
-                    const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
-                    for (int64_t bb = tid & 15; bb < a.M; bb += 16)
-                        sacc = fmaf(lf_w(P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
-                }
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 8);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 4);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 2);
-                sacc += __shfl_xor_sync(0xffffffffu, sacc, 1);
+                const float sacc = lf_sum16(lf_rv_part(a, bh, h, blk, wt + r, wend, tid));
                 if ((tid & 15) == 0) den[r] = 1.f / (sacc + P.eps);
             }
         }
