@@ -189,28 +189,9 @@ __device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const flo
                                             const float *wst, const int64_t *mst, int64_t sb,
                                             int64_t jb) {
     const int qd = threadIdx.x & 3;
-    float r[HB_NQ][2];
-#pragma unroll
-    for (int qi = 0; qi < HB_NQ; qi++) {
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < HB_HI / 8; jj++) {
-            const int j = (HB_HI / 8) * qi + jj;
-            const float2 wv = *(const float2 *)(wst + HB_HI * qi + 8 * jj + 2 * qd);
-            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
-            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
-            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
-            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        r[qi][0] = s0;
-        r[qi][1] = s1;
-    }
     const int qi = qd >> 1;
-    const float v = qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+    const float v = la_wg_relu_headsum(acc, wst, qd);
+    static_assert(HB_NQ == 2 && HB_HI == 64, "la_wg_relu_headsum: 2 queries x 64 heads");
     const int64_t *mq = mst + qi * 4;
     const int64_t t = mq[0];
     if (t >= 0 && jb < a.B) {

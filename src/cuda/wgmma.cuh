@@ -151,4 +151,36 @@ __device__ __forceinline__ void la_wg_m64n8k16_bf16_ta(float *d, uint64_t da, ui
                  : "l"(da), "l"(db), "r"(scale_d));
 }
 
+/* The indexer's ReLU-weighted head sum over one m64n128 accumulator holding
+ * 2 queries × 64 heads (columns 64q + h) for this thread's two key rows:
+ * Σ_h w[q,h]·ReLU(acc), reduced over the 4 lanes of a quad. Lane qd of the
+ * quad returns query qd >> 1, key row g + 8·(qd & 1). One function for the
+ * DSA v2 kernel and HISA's block-major stage 2, so that their scores are the
+ * same bit for bit (HISA == DSA when every block is kept). wst: the 2 × 64
+ * weights in shared memory. */
+__device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const float *wst, int qd) {
+    constexpr int NQ = 2, HI = 64;
+    float r[NQ][2];
+#pragma unroll
+    for (int qi = 0; qi < NQ; qi++) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < HI / 8; jj++) {
+            const int j = (HI / 8) * qi + jj;
+            const float2 wv = *(const float2 *)(wst + HI * qi + 8 * jj + 2 * qd);
+            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
+            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
+            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
+            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        r[qi][0] = s0;
+        r[qi][1] = s1;
+    }
+    return qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+}
+
 #endif
