@@ -111,6 +111,17 @@ __device__ __forceinline__ void tk_find_bin(const uint32_t *hist, int nbins, uin
     __syncthreads();
 }
 
+/* Token of column p: p itself, or in gather mode (HISA candidates) token
+ * blocks[p / B]·B + p % B (columns < 2^31: 32-bit division). */
+template <bool GATHER>
+__device__ __forceinline__ uint32_t tk_token(const int32_t *blocks, int B, int64_t p) {
+    if (GATHER) {
+        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)B, bi = pu / Bu;
+        return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
+    }
+    return (uint32_t)p;
+}
+
 template <bool GATHER>
 __global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
     extern __shared__ uint64_t tk_buf[];
@@ -126,13 +137,7 @@ __global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
     const int32_t *blocks = GATHER ? a.blocks + r * a.blocks_ld : nullptr;
     int32_t *out = a.out + r * a.out_ld;
 
-    auto token_of = [&](int64_t p) -> uint32_t {
-        if (GATHER) { /* columns < 2^31: 32-bit division */
-            const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu;
-            return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
-        }
-        return (uint32_t)p;
-    };
+    auto token_of = [&](int64_t p) { return tk_token<GATHER>(blocks, a.B, p); };
 
     uint64_t prefix = 0, mask = 0;
     uint32_t need = 0, kk = 0, cnt = 0;
@@ -609,13 +614,7 @@ __global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
     const float *row = a.scores + r * a.ld;
     const int32_t *blocks = GATHER ? a.blocks + r * a.blocks_ld : nullptr;
     int32_t *out = a.out + r * a.out_ld;
-    auto tok = [&](int64_t p) -> uint32_t {
-        if (GATHER) { /* columns < 2^31: 32-bit division */
-            const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu;
-            return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
-        }
-        return (uint32_t)p;
-    };
+    auto tok = [&](int64_t p) { return tk_token<GATHER>(blocks, a.B, p); };
     const int64_t nrow = hi > lo ? hi - lo : 0;
     const uint32_t k = (uint32_t)a.k;
     uint32_t nc = 0, kk = 0;
