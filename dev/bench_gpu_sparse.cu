@@ -109,9 +109,9 @@ int main(int argc, char **argv) {
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
-            /* HISA per stage-2 path (LA_CUDA_HISA_PATH: old = default =
-             * sc_gather_kernel, block = block-major wgmma
-             * hb_kernel), side by side with the DSA,
+            /* HISA per stage-2 path (LA_CUDA_HISA_PATH: block = default =
+             * block-major wgmma hb_kernel, old = sc_gather_kernel),
+             * side by side with the DSA,
              * and the indices each path selects vs the default's (same
              * arithmetic: must be 0) */
             std::vector<int32_t> a(T * K), b(T * K);

@@ -6,8 +6,9 @@
  *      the first and last block meeting [start, end) forced to +inf, top-m
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
- *      (the DSA score kernels in gather mode; the block-major hb_kernel
- *      with LA_CUDA_HISA_PATH=block, same per-key arithmetic), then the
+ *      (the block-major hb_kernel; the DSA score kernels in gather mode
+ *      for other shapes or with LA_CUDA_HISA_PATH=old, same per-key
+ *      arithmetic), then the
  *      exact top-k with candidate -> token mapping.
  *      Block-sparse: the kept blocks in rank order, each block's valid
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
@@ -364,21 +365,24 @@ static la_status hb_launch(const la_sp_score_args &a, cudaStream_t s) {
 }
 
 /* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
- *   unset / "old" (default): the DSA score kernels in gather mode
- *     (sc_gather_kernel in dsa.cu; measured 1.101 ms HISA at 64K on H200)
+ *   unset / "block" (default): hb_kernel above (block-major wgmma; bf16,
+ *     HI = 64, dI = 128; other inputs take the gather kernels). Measured on
+ *     the H200 (2026-11-29, third session): HISA 0.787 ms at 64K and
+ *     0.838 ms at 128K, against 1.050 / 1.084 ms with "old".
+ *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu)
  *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
  *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
- *   "block": hb_kernel above (block-major wgmma; bf16, HI = 64, dI = 128;
- *     other inputs take the default kernel)
  * Any other value is the default. Both give the same scores bit for bit
- * (same fragments, k-step order and epilogue), hence the same indices. */
+ * (same fragments, k-step order and epilogue), hence the same indices
+ * (checked by test_cuda_sparse and the bench: 0 indices differ). */
 static bool hb_use_block(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    return e && !strcmp(e, "block");
+    return !(e && !strcmp(e, "old"));
 }
 
-/* Candidate scores: the DSA score kernels in gather mode (fp32 exact kernel
- * for other dtypes and shapes), or hb_kernel with LA_CUDA_HISA_PATH=block. */
+/* Candidate scores: hb_kernel, or the DSA score kernels in gather mode (fp32
+ * exact kernel for other dtypes and shapes; all inputs with
+ * LA_CUDA_HISA_PATH=old). */
 static la_status hs_candidate_scores(const la_sp_score_args &a, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (hb_use_block() && hb_ok(a)) return hb_launch(a, s);

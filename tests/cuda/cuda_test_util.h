@@ -265,21 +265,32 @@ static inline void ranges_of(int64_t T, int64_t L, const int32_t *st, const int3
     *lo = s;
     *hi = e;
 }
-/* max |a-b| over finite ref entries / max |ref|; -inf must match exactly,
- * a NaN or an infinity in a where ref is finite gives INFINITY */
-static inline double score_err(const float *a, const double *ref, int64_t n) {
-    double md = 0, mr = 0;
+/* max over finite ref entries of |a-b| / max(max |ref|, mag[i]); -inf must
+ * match exactly, a NaN or an infinity in a where ref is finite gives INFINITY.
+ * mag (may be NULL): per entry, the sum of the absolute head terms
+ * sum_h |w_h| relu(q_h.k). A score is a signed head sum, so one that cancels
+ * to near 0 (e.g. the single score of L = 1) is only as accurate as its
+ * terms are large; without mag such a row would test rounding noise. */
+static inline double score_err_mag(const float *a, const double *ref, const double *mag, int64_t n) {
+    double mr = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (!isinf(ref[i]) && fabs(ref[i]) > mr) mr = fabs(ref[i]);
+    if (mr < 1e-30) mr = 1e-30;
+    double e = 0;
     for (int64_t i = 0; i < n; i++) {
         if (isinf(ref[i])) {
             if (!(isinf(a[i]) && a[i] < 0)) return INFINITY;
             continue;
         }
         if (isnan(a[i]) || isinf(a[i])) return INFINITY;
-        double d = fabs(a[i] - ref[i]);
-        if (d > md) md = d;
-        if (fabs(ref[i]) > mr) mr = fabs(ref[i]);
+        const double den = mag && mag[i] > mr ? mag[i] : mr;
+        const double d = fabs(a[i] - ref[i]) / den;
+        if (d > e) e = d;
     }
-    return md / (mr > 1e-30 ? mr : 1e-30);
+    return e;
+}
+static inline double score_err(const float *a, const double *ref, int64_t n) {
+    return score_err_mag(a, ref, NULL, n);
 }
 /* fraction of b's valid entries present in a's row set (per row, averaged over
  * all valid entries); exact equality <=> 1 and same counts. tot_out (may be

@@ -6,6 +6,7 @@
 #    memcheck and racecheck on the linear family's small cases (LA_CUDA_SMALL=1).
 # The per-family scripts tests/cuda/gpu_*.sh add benchmarks; this one is the
 # plain correctness pass. Logs in OUT_DIR; prints a summary line per binary.
+# LA_GPU_TESTS="softmax smla" runs only those binaries (test_cuda_NAME).
 BUILD=${1:-build-gpu}
 OUT=${2:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
@@ -13,6 +14,9 @@ rc=0
 for T in "$BUILD"/tests/cuda/test_*; do
   [ -x "$T" ] || continue
   name=$(basename "$T")
+  if [ -n "${LA_GPU_TESTS:-}" ]; then
+    case " $LA_GPU_TESTS " in *" ${name#test_cuda_} "*) ;; *) continue ;; esac
+  fi
   timeout 400 "$T" > "$OUT/$name.log" 2>&1 || rc=1
   echo "$name: $(tail -1 "$OUT/$name.log")"
   grep -E "FAIL" "$OUT/$name.log" | head -10
