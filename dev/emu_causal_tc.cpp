@@ -33,11 +33,15 @@ struct EmuBlock {
     std::barrier<> *warp[8];
     float xch[8][32];
     unsigned bx, by;
+    int bdx = 256, bdy = 1; /* block shape: 256 × 1 unless launched with one */
     unsigned char *smem;
 };
 thread_local int t_tid;
 thread_local EmuBlock *t_blk;
-static inline int emu_tid() { return t_tid; }
+static inline int emu_tid() { return t_tid % t_blk->bdx; }
+static inline int emu_tidy() { return t_tid / t_blk->bdx; }
+static inline int emu_bdx() { return t_blk->bdx; }
+static inline int emu_bdy() { return t_blk->bdy; }
 static inline unsigned emu_bx() { return t_blk->bx; }
 static inline unsigned emu_by() { return t_blk->by; }
 static inline unsigned char *emu_smem() { return t_blk->smem; }
@@ -162,11 +166,14 @@ using namespace nvcuda;
 }  // namespace
 
 template <class F>
-static void launch(unsigned gx, unsigned gy, size_t smem, F f) {
+static void launch(unsigned gx, unsigned gy, size_t smem, F f, int bdx = 256, int bdy = 1) {
+    const int nth = bdx * bdy;
     for (unsigned by = 0; by < gy; by++)
         for (unsigned bx = 0; bx < gx; bx++) {
             EmuBlock blk;
-            std::barrier<> cta(256);
+            blk.bdx = bdx;
+            blk.bdy = bdy;
+            std::barrier<> cta(nth);
             std::vector<std::barrier<> *> wb;
             for (int w = 0; w < 8; w++) blk.warp[w] = new std::barrier<>(32);
             blk.cta = &cta;
@@ -177,7 +184,7 @@ static void launch(unsigned gx, unsigned gy, size_t smem, F f) {
             emu_sm_lo = sm.data();
             emu_sm_hi = sm.data() + smem;
             std::vector<std::thread> th;
-            for (int t = 0; t < 256; t++)
+            for (int t = 0; t < nth; t++)
                 th.emplace_back([&, t] { t_tid = t; t_blk = &blk; f(); });
             for (auto &x : th) x.join();
             for (int w = 0; w < 8; w++) delete blk.warp[w];
@@ -200,6 +207,8 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
 }
 
 static int g_mma = 1; /* 1: the default ldmatrix/mma.sync kernels, 0: WMMA */
+static int g_v3 = 0;  /* 1: LA_CUDA_CAUSAL_PATH=v3 (ks sub-chunks in pass 1, wide scan) */
+static int g_L = 0, g_ks = 1; /* v3: forced state chunk (tokens, 0 = lct_run's choice) and ks */
 static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
     const int64_t D = 128, BH = B * H;
     std::mt19937 g(seed);
@@ -234,10 +243,33 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     a.split = state && (feat == LA_FEATURE_RELU_EPS || feat == LA_FEATURE_RELU1 || feat == LA_FEATURE_ELU1);
     const int64_t tiles = (N + 63) / 64, per_head = std::max<int64_t>(1, (3 * (int64_t)nsm + BH - 1) / BH);
     a.L = 64 * ((tiles + per_head - 1) / per_head);
+    if (g_v3 && g_L) a.L = g_L;
     a.nch = (N + a.L - 1) / a.L;
     const int64_t ndd = state ? a.nch : a.nch - 1;
-    std::vector<float> ws(BH * a.nch * LS, NAN);
+    int ks = 1;
+    if (g_v3) /* lct_run's forced-ks rule: the largest divisor of L/64 not above g_ks */
+        for (int kk = g_ks; kk >= 1; kk--)
+            if ((a.L / 64) % kk == 0) { ks = kk; break; }
+    std::vector<float> ws(BH * a.nch * LS * (ks > 1 ? 1 + ks : 1), NAN);
     a.ws = ws.data();
+    float *part = ks > 1 ? a.ws + BH * a.nch * LS : a.ws;
+    if (g_v3) {
+        if (ndd > 0) {
+            lct_args a1 = a;
+            a1.L = a.L / ks;
+            a1.nch = a.nch * ks;
+            a1.ws = part;
+            launch((unsigned)(ndd * ks), (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
+                lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a1);
+            });
+        }
+        const int np = (int)(ndd * ks), G = np / SW + 1;
+        int cw = NT;
+        while (cw * G > NT) cw /= 2;
+        launch((unsigned)((LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
+               [&] { lct_scan_wide_kernel(a, part, a.ws, np, ks); }, cw, G);
+        launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
+    } else {
     if (ndd > 0)
         launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
             if (!g_mma) lct_state_kernel(a);
@@ -246,6 +278,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
     if (g_mma) launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
     else launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
+    }
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
     /* float64 reference on the same bf16 inputs */
@@ -301,14 +334,39 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
         }
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
     const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
-    printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           g_mma ? "mma " : "wmma", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
-           a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
+    printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
+           g_v3 ? "v3  " : g_mma ? "mma " : "wmma", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+           ks, a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
     int fails = 0;
+    const bool only_v3 = argc > 1 && !strcmp(argv[1], "v3");
+    /* v3: the wide scan with 1..3 partials per chunk (G = np/8 + 1 groups: 1..5 of
+     * them here, chunk totals crossing group boundaries), tails, state in/out,
+     * aliased in/out, chunks without a ΔS */
+    g_v3 = 1;
+    struct { int64_t B, N, H; int feat, norm, state, nsm; unsigned seed; int perm, alias, L, ks; } v3c[] = {
+        {1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 11, 0, 0, 0, 1},
+        {1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 12, 0, 0, 128, 2},      /* 2 chunks of 2 sub-chunks, tail */
+        {2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 13, 1, 1, 192, 3},       /* permuted, alias, ks 3 */
+        {1, 700, 1, LA_FEATURE_RELU_EPS, 0, 0, 1, 14, 0, 0, 128, 2},   /* 6 chunks, nd 5: np 10, 2 groups */
+        {1, 1000, 1, LA_FEATURE_RELU, 1, 1, 1, 15, 0, 0, 64, 1},       /* 16 chunks: np 16, 3 groups */
+        {1, 1000, 2, LA_FEATURE_IDENTITY, 0, 1, 1, 16, 1, 0, 128, 2},  /* np 16 with ks 2 */
+        {1, 1100, 1, LA_FEATURE_RELU1, 0, 0, 1, 17, 0, 1, 192, 3},     /* nd 5, np 15 */
+        {1, 2500, 1, LA_FEATURE_RELU, 1, 0, 1, 18, 0, 0, 64, 1},       /* 40 chunks, nd 39: 5 groups */
+    };
+    for (auto &c : v3c) {
+        g_L = c.L;
+        g_ks = c.ks;
+        fails += run_case(c.B, c.N, c.H, c.feat, c.norm, c.state, c.nsm, c.seed, c.perm, c.alias);
+    }
+    g_v3 = 0;
+    if (only_v3) {
+        printf("%d failed\n", fails);
+        return fails != 0;
+    }
     for (g_mma = 1; g_mma >= (argc > 1 && !strcmp(argv[1], "mma") ? 1 : 0); g_mma--) {
     fails += run_case(1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 1);
     fails += run_case(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 2);     /* L=192: 3 tiles per chunk, 2 chunks */

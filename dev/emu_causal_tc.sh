@@ -2,7 +2,7 @@
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
 # kernel text out of src/cuda/linear_causal_tc.cu, compiles it with
 # dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only) and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [mma]]   (both paths; "mma": the default one only)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [mma|v3]]   (all paths; "mma": the default one only, "v3": v3 only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -16,6 +16,9 @@ k = s[s.index("namespace {"):s.index("bool view_ok")]
 for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):
     k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];", f"unsigned char *{n} = emu_smem();")
 k = k.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
+k = k.replace("threadIdx.y", "emu_tidy()").replace("blockDim.x", "emu_bdx()").replace("blockDim.y", "emu_bdy()")
+# the wide scan's static shared array: one per CTA, not one per thread
+k = k.replace("__shared__ float4 tot[NT];", "float4 *tot = (float4 *)emu_smem();")
 k = re.sub(r"__launch_bounds__\([^)]*\)", "", k)
 open(sys.argv[1] + "/kern.inc", "w").write(k)
 PY

@@ -210,13 +210,10 @@ __global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
  * input state is read and the output state written by the same thread for
  * the same entries, so S_in / S_out (and z_in / z_out) may alias. */
 constexpr int SU = 8; /* loads in flight per thread */
-__global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
-    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int64_t x4 = (int64_t)blockIdx.x * NT + threadIdx.x;
-    if (x4 >= LS / 4) return;
-    const int64_t x = 4 * x4;
+/* Entries x..x+3 of the input state (S, then z) of head (b, h); 0 without one. */
+__device__ __forceinline__ void lct_state_in4(const lct_args &a, int64_t b, int64_t h, int64_t x,
+                                              float st[4]) {
     const bool isS = x < (int64_t)D * D; /* D·D % 4 == 0: the 4 entries are all S or all z */
-    float st[4];
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         float s = 0.f;
@@ -231,6 +228,31 @@ __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
         }
         st[e] = s;
     }
+}
+/* Entries x..x+3 of the final state into S_out / z_out (where asked for). */
+__device__ __forceinline__ void lct_state_out4(const lct_args &a, int64_t b, int64_t h, int64_t x,
+                                               const float st[4]) {
+    const bool isS = x < (int64_t)D * D;
+#pragma unroll
+    for (int e = 0; e < 4; e++) {
+        if (isS && a.S_out.data) {
+            const int64_t d = (x + e) / D, dv = (x + e) % D;
+            la_cu_st((void *)a.S_out.data, a.S_out.dt,
+                     b * a.S_out.nb[0] + h * a.S_out.nb[1] + d * a.S_out.nb[2] + dv * a.S_out.nb[3],
+                     st[e]);
+        } else if (!isS && a.z_out.data) {
+            const int64_t d = x + e - (int64_t)D * D;
+            la_cu_st((void *)a.z_out.data, a.z_out.dt,
+                     b * a.z_out.nb[0] + h * a.z_out.nb[1] + d * a.z_out.nb[2], st[e]);
+        }
+    }
+}
+__global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int64_t x4 = (int64_t)blockIdx.x * NT + threadIdx.x;
+    if (x4 >= LS / 4) return;
+    float st[4];
+    lct_state_in4(a, b, h, 4 * x4, st);
     float4 *base = (float4 *)(a.ws + (size_t)bh * a.nch * LS) + x4;
     const int64_t cs = LS / 4; /* float4 stride between chunks */
     for (int64_t c0 = 0; c0 < a.nch; c0 += SU) {
@@ -247,19 +269,72 @@ __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
             st[3] += dv[u].w;
         }
     }
+    lct_state_out4(a, b, h, 4 * x4, st);
+}
+
+/* ---- pass 2, wide (LA_CUDA_CAUSAL_PATH=v3) ---------------------------------
+ * Why: the walk above issues ⌈nd/SU⌉ rounds of 8 loads one after the other
+ * per thread, from 204 CTAs at H = 12 (1.5 per SM): 46 µs measured at 32K
+ * for ~50 MB, 4× its byte time. Here the chunk axis is cut as well, so that
+ * every load of the kernel is issued up front and one barrier joins them:
+ * block (CW, G), thread (x, g) owns float4 column x of (S, z) and slots
+ * p ∈ [SW·g, SW·g + SW) of the np = nd·ks partial states (pass 1 ran on
+ * sub-chunks of L/ks tokens: ks partials per chunk; ks > 1 fills the waves of
+ * pass 1, see lct_run). It loads its ≤ SW partials at once, puts its group
+ * total in shared memory, and after the barrier writes
+ *     P_c = S_in + Σ_{p < c·ks} ΔS_p   for the c with c·ks in its slots,
+ * into out [B·H][nch][LS] (what pass 3 reads). G = np/SW + 1 so that slot np
+ * (the total, = P of a chunk without a ΔS and the final state) has an owner;
+ * the last group writes S_out / z_out. A CTA holds every slot of its columns
+ * and all its loads (incl. S_in) precede the barrier, all stores follow it:
+ * so `part` may be `out` (ks = 1, in place) and S_in may alias S_out. */
+constexpr int SW = 8;
+__global__ void __launch_bounds__(NT) lct_scan_wide_kernel(lct_args a, const float *part,
+                                                           float *out, int np, int ks) {
+    __shared__ float4 tot[NT]; /* [G][CW] group totals */
+    const int CW = blockDim.x, gi = threadIdx.y;
+    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
+    const int64_t x4 = (int64_t)blockIdx.x * CW + threadIdx.x;
+    const bool live = x4 < LS / 4; /* no early return: the barrier below */
+    const int64_t cs = LS / 4;      /* float4 stride between states */
+    const float4 *src = (const float4 *)(part + (size_t)bh * a.nch * ks * LS) + x4;
+    float4 v[SW];
 #pragma unroll
-    for (int e = 0; e < 4; e++) {
-        if (isS && a.S_out.data) {
-            const int64_t d = (x + e) / D, dv = (x + e) % D;
-            la_cu_st((void *)a.S_out.data, a.S_out.dt,
-                     b * a.S_out.nb[0] + h * a.S_out.nb[1] + d * a.S_out.nb[2] + dv * a.S_out.nb[3],
-                     st[e]);
-        } else if (!isS && a.z_out.data) {
-            const int64_t d = x + e - (int64_t)D * D;
-            la_cu_st((void *)a.z_out.data, a.z_out.dt,
-                     b * a.z_out.nb[0] + h * a.z_out.nb[1] + d * a.z_out.nb[2], st[e]);
-        }
+    for (int u = 0; u < SW; u++) {
+        const int p = SW * gi + u;
+        v[u] = (live && p < np) ? src[p * cs] : make_float4(0.f, 0.f, 0.f, 0.f);
     }
+    float4 sum = v[0];
+#pragma unroll
+    for (int u = 1; u < SW; u++) {
+        sum.x += v[u].x;
+        sum.y += v[u].y;
+        sum.z += v[u].z;
+        sum.w += v[u].w;
+    }
+    tot[gi * CW + threadIdx.x] = sum;
+    float st[4] = {0.f, 0.f, 0.f, 0.f};
+    if (live) lct_state_in4(a, b, h, 4 * x4, st);
+    __syncthreads();
+    if (!live) return;
+    for (int g2 = 0; g2 < gi; g2++) { /* the groups before this one, in order */
+        const float4 t = tot[g2 * CW + threadIdx.x];
+        st[0] += t.x;
+        st[1] += t.y;
+        st[2] += t.z;
+        st[3] += t.w;
+    }
+    float4 *dst = (float4 *)(out + (size_t)bh * a.nch * LS) + x4;
+#pragma unroll
+    for (int u = 0; u < SW; u++) {
+        const int p = SW * gi + u;
+        if (p % ks == 0 && p / ks < a.nch && p <= np) dst[(p / ks) * cs] = make_float4(st[0], st[1], st[2], st[3]);
+        st[0] += v[u].x;
+        st[1] += v[u].y;
+        st[2] += v[u].z;
+        st[3] += v[u].w;
+    }
+    if (gi == (int)blockDim.y - 1) lct_state_out4(a, b, h, 4 * x4, st);
 }
 
 /* ---- pass 3: outputs -----------------------------------------------------
@@ -1054,25 +1129,60 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     const int64_t tiles = la_cu_cdiv(N, T);
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
+    /* default: ldmatrix + mma.sync kernels; LA_CUDA_CAUSAL_PATH=wmma: the WMMA
+     * ones; =v3: the mma.sync kernels with the wide scan and pass 1 on ks
+     * sub-chunks (lct_scan_wide_kernel) */
+    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
+    const bool wm = path && !strcmp(path, "wmma");
+    const bool v3 = path && !strcmp(path, "v3");
+    /* LA_CUDA_CAUSAL_L (v3 only; tests): the state chunk in tokens, a multiple of 64 */
+    const char *lenv = v3 ? getenv("LA_CUDA_CAUSAL_L") : nullptr;
+    if (lenv && atoll(lenv) >= T && atoll(lenv) % T == 0) a.L = atoll(lenv);
     a.nch = la_cu_cdiv(N, a.L);
     if (a.nch > INT32_MAX || a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
     const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
 
+    /* v3: pass 1 on ks sub-chunks of L/ks tokens each (ks | L/64), when that
+     * fills its waves better: at 32K, H = 12, 372 CTAs of 1024 tokens on 264
+     * slots (2 per SM) take 2 waves, 744 of 512 tokens 3 half-length ones.
+     * Sub-chunks of ≥ 512 tokens only (a partial state is 66 KB against
+     * 256 KB of K, V read for it). LA_CUDA_CAUSAL_KS forces ks (A/B, tests;
+     * the largest divisor of L/64 not above it). The wide scan takes np =
+     * nd·ks ≤ 255 slots (≤ 32 groups of SW); beyond that the walk. */
+    int ks = 1;
+    bool wide = false;
+    if (v3) {
+        const int64_t lt = a.L / T, slots = (int64_t)nsm * (a.split ? 1 : 2);
+        const char *kenv = getenv("LA_CUDA_CAUSAL_KS");
+        if (kenv && atoi(kenv) >= 1) {
+            for (int k = std::min(atoi(kenv), 8); k >= 1; k--)
+                if (lt % k == 0) { ks = k; break; }
+        } else {
+            double best = 1e30;
+            for (int k = 1; k <= 4; k++) {
+                if (lt % k || (k > 1 && a.L / k < 512)) continue;
+                const double w = (double)la_cu_cdiv(nd * k * BH, slots) / k; /* in full-chunk CTA times */
+                if (w < best - 1e-9) { best = w; ks = k; }
+            }
+        }
+        if (nd * ks > 255) ks = 1;
+        wide = nd * ks <= 255;
+    }
+
     size_t nf, bytes;
-    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch * (ks > 1 ? 1 + ks : 1), &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)LS, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
-    a.ws = (float *)ws.p;
-    /* default: ldmatrix + mma.sync kernels; LA_CUDA_CAUSAL_PATH=wmma: the WMMA ones */
-    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    const bool wm = path && !strcmp(path, "wmma");
+    a.ws = (float *)ws.p; /* P_c for pass 3: [B·H][nch][LS] */
+    /* pass 1's partial states: in place of P (ks = 1), else after it [B·H][nch·ks][LS] */
+    float *part = ks > 1 ? a.ws + (size_t)BH * a.nch * LS : a.ws;
     if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
-        fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d\n",
-                wm ? "-wmma" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
-                (long long)nd, a.split);
+        fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d ks=%d scan=%s\n",
+                wm ? "-wmma" : v3 ? "-v3" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
+                (long long)nd, a.split, ks, wide ? "wide" : "walk");
 
     /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
     const bool timing = getenv("LA_CUDA_CAUSAL_TIMING") != nullptr;
@@ -1093,14 +1203,30 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         if (wm) {
             lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
             LA_CU_LAUNCH("lct_state_kernel");
+        } else if (ks > 1) { /* sub-chunk c' = chunk c'/ks, part c'%ks: L/ks tokens, slot c' */
+            lct_args a1 = a;
+            a1.L = a.L / ks;
+            a1.nch = a.nch * ks;
+            a1.ws = part;
+            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)(nd * ks), (unsigned)BH), NT, sm1, st>>>(a1);
+            LA_CU_LAUNCH("lct_state_mma_kernel");
         } else {
             lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
             LA_CU_LAUNCH("lct_state_mma_kernel");
         }
     }
     if (timing) LA_CU(cudaEventRecord(ev[1], st));
-    lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
-    LA_CU_LAUNCH("lct_scan_kernel");
+    if (wide) {
+        const int np = (int)(nd * ks), G = np / SW + 1; /* G ≤ 32 */
+        int cw = NT;
+        while (cw * G > NT) cw /= 2; /* CW·G ≤ 256, CW a power of two ≥ 8 */
+        lct_scan_wide_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, cw), (unsigned)BH), dim3(cw, G), 0, st>>>(
+            a, part, a.ws, np, ks);
+        LA_CU_LAUNCH("lct_scan_wide_kernel");
+    } else {
+        lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
+        LA_CU_LAUNCH("lct_scan_kernel");
+    }
     if (timing) LA_CU(cudaEventRecord(ev[2], st));
     if (wm) {
         lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
@@ -1114,8 +1240,8 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         LA_CU(cudaEventSynchronize(ev[3]));
         float ms[3];
         for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
-        fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d state %.4f scan %.4f output %.4f ms\n",
-                wm ? "wmma" : "mma", (long long)N, a.normalize, ms[0], ms[1], ms[2]);
+        fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d ks=%d state %.4f scan %.4f output %.4f ms\n",
+                wm ? "wmma" : v3 ? "v3" : "mma", (long long)N, a.normalize, ks, ms[0], ms[1], ms[2]);
     }
     return LA_OK;
 }
