@@ -110,16 +110,20 @@ int main(int argc, char **argv) {
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
             /* HISA per stage-2 path (LA_CUDA_HISA_PATH: block = default =
-             * block-major wgmma hb_kernel, old = sc_gather_kernel),
-             * side by side with the DSA,
-             * and the indices each path selects vs the default's (same
-             * arithmetic: must be 0) */
+             * block-major wgmma hb_kernel, pipe = hb_kernel with the
+             * per-chunk loads off the critical path, old = sc_gather_kernel),
+             * side by side with the DSA, and the indices each path selects
+             * vs the default's (same arithmetic: must be 0). block and pipe
+             * run twice, interleaved (A/B against run-to-run drift), 20
+             * timed calls each. Then one call per path with
+             * LA_CUDA_HISA_TIMING=1: the per-stage breakdown on stderr
+             * ("hisa timing: ..."). */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            for (const char *path : {"old", "block"}) {
+            for (const char *path : {"old", "block", "pipe", "block", "pipe"}) {
                 setenv("LA_CUDA_HISA_PATH", path, 1);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
-                double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, it);
+                double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
                 CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
                 unsetenv("LA_CUDA_HISA_PATH");
                 int64_t diff = 0;
@@ -127,6 +131,18 @@ int main(int argc, char **argv) {
                 printf("hisa_%-5s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
                        path, (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa, (long long)diff);
             }
+            fflush(stdout);
+            setenv("LA_CUDA_HISA_TIMING", "1", 1);
+            for (const char *path : {"old", "block", "pipe"}) {
+                setenv("LA_CUDA_HISA_PATH", path, 1);
+                for (int rep = 0; rep < 2; rep++) /* the second: warm workspace */
+                    LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+            }
+            unsetenv("LA_CUDA_HISA_PATH");
+            LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+            unsetenv("LA_CUDA_HISA_TIMING");
+            CK(cudaDeviceSynchronize());
+            fflush(stderr);
         }
         double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
         printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);

@@ -16,6 +16,7 @@
 #include "sparse_common.cuh"
 #include "wgmma.cuh"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -119,6 +120,9 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
 #define HB_SMEM                                                                             \
     (1024 + HB_A_BYTES + HB_STAGES * HB_B_BYTES + HB_STAGES * HB_BROWS * 4 +                \
      HB_STAGES * HB_NQ * 4 * 8)
+/* the pipelined variant (hb_kernel<true>) keeps the slice's (t, r, lo, hi)
+ * table in shared memory as well: 2 KB more, 2 CTAs still fit (2 x 103.5 KB) */
+#define HB_SMEM_PIPE (HB_SMEM + HB_QS * 4 * 8)
 
 /* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
 /* the 8 k-steps of one m-tile (A rows at a_rows, 128-row A tile) against the
@@ -184,6 +188,42 @@ __device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const i
     }
 }
 
+/* 4-byte cp.async (zero fill past src_bytes = 0): f32 head weights */
+__device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_bytes) {
+    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(gsrc),
+                 "r"(src_bytes));
+}
+
+/* Chunk ci for the pipelined variant: (t, r, lo, hi) come from the slice's
+ * table qm (filled once at the start; t = -1 past nq), so no global load
+ * stands between the barrier and the MMAs. The q rows and f32 head weights
+ * go by cp.async (w = 0 past nq by zero fill), so the thread never waits on
+ * them here; other w dtypes use plain loads (their latency then sits after
+ * the chunk before's MMAs were issued, behind them). The caller commits. */
+__device__ __forceinline__ void hb_load_chunk_pipe(const la_sp_score_args &a, const int64_t *qm,
+                                                   int ci, int st, uint8_t *Bs, float *ws,
+                                                   bool w_async) {
+    const int64_t t0 = qm[(HB_NQ * ci) * 4], t1 = qm[(HB_NQ * ci + 1) * 4];
+    uint8_t *bt = Bs + st * HB_B_BYTES;
+    for (int i = threadIdx.x; i < HB_BROWS * HB_CPR; i += HB_THREADS) {
+        const int n = i / HB_CPR, c = i % HB_CPR;
+        const int64_t t = n < HB_HI ? t0 : t1;
+        const bool ok = t >= 0;
+        const uint8_t *src = (const uint8_t *)a.q +
+                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * 2 + c * 16;
+        la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
+    }
+    for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
+        const int64_t t = n < HB_HI ? t0 : t1;
+        const int64_t off = (t >= 0 ? t : 0) * a.w_nb0 + (n % HB_HI) * a.w_nb1;
+        if (w_async)
+            hb_cp4z(ws + st * HB_BROWS + n, (const float *)a.w + off, t >= 0 ? 4 : 0);
+        else
+            ws[st * HB_BROWS + n] = t >= 0 ? la_cu_ld(a.w, a.w_dt, off) : 0.f;
+    }
+}
+
 /* v2_epilogue's head sums; lane qd stores query qd>>1, in-block key jb
  * (token s = b*B + jb) at candidate column r*B + jb of its row */
 __device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const float *acc,
@@ -201,6 +241,16 @@ __device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const flo
     }
 }
 
+/* PIPE = false: the default (measured) loop. PIPE = true
+ * (LA_CUDA_HISA_PATH=pipe): the same MMAs and epilogues in the same order,
+ * with the per-chunk global loads off the critical path. In the default
+ * loop each chunk starts with a dependent chain of global loads before its
+ * MMAs can be issued: qlist[i] -> t -> the w loads, whose values are stored
+ * to shared memory (the warp stalls for two L2 round trips, ~1.2 K cycles,
+ * against ~1 K cycles of MMAs per chunk). The pipelined loop reads the
+ * slice's (t, r, lo, hi) table once at the start and issues chunk c+1's
+ * loads after chunk c's MMAs. */
+template <bool PIPE>
 __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, hb_lists h) {
     const int x = blockIdx.x;
     if (x >= *h.nsl) return;
@@ -218,6 +268,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
     uint8_t *Bs = As + HB_A_BYTES;
     float *ws = (float *)(Bs + HB_STAGES * HB_B_BYTES);   /* [stage][128] */
     int64_t *meta = (int64_t *)(ws + HB_STAGES * HB_BROWS); /* [stage][query][t, r, lo, hi] */
+    int64_t *qm = meta + HB_STAGES * HB_NQ * 4;             /* PIPE: [query of slice][t, r, lo, hi] */
     const uint32_t As_a = base, Bs_a = base + HB_A_BYTES;
 
     const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
@@ -230,7 +281,28 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * 2 + c * 16;
         la_sp_cp16z(As + la_wg_off(HB_ROWS, r, c), src, ok ? 16 : 0);
     }
-    hb_load_chunk(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
+    const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
+    if (PIPE) {
+        /* the slice's query table (t = -1 past nq), while the A tile lands */
+        if (tid < HB_QS) {
+            const int i = tid;
+            int64_t t = -1, r = 0, lo = 0, hi = 0;
+            if (i < nq) {
+                const uint32_t e = (uint32_t)qlist[i];
+                t = (int64_t)(e / (uint32_t)h.m);
+                r = (int64_t)(e % (uint32_t)h.m);
+                la_sp_row_range(a.range, t, &lo, &hi);
+            }
+            qm[4 * i] = t;
+            qm[4 * i + 1] = r;
+            qm[4 * i + 2] = lo;
+            qm[4 * i + 3] = hi;
+        }
+        __syncthreads();
+        hb_load_chunk_pipe(a, qm, 0, 0, Bs, ws, w_async);
+    } else {
+        hb_load_chunk(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
+    }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 
     /* in-block key this thread stores in each m-tile */
@@ -247,13 +319,22 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        if (c + 1 < nchunks) hb_load_chunk(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
-        asm volatile("cp.async.commit_group;\n" ::: "memory");
         const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
-        hb_issue(acc0, a_mt0, b_tile);
-        hb_issue(acc1, a_mt1, b_tile);
         const float *wst = ws + st * HB_BROWS;
-        const int64_t *mst = meta + st * HB_NQ * 4;
+        const int64_t *mst;
+        if (PIPE) {
+            hb_issue(acc0, a_mt0, b_tile);
+            hb_issue(acc1, a_mt1, b_tile);
+            if (c + 1 < nchunks) hb_load_chunk_pipe(a, qm, c + 1, st ^ 1, Bs, ws, w_async);
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            mst = qm + c * HB_NQ * 4;
+        } else {
+            if (c + 1 < nchunks) hb_load_chunk(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
+            asm volatile("cp.async.commit_group;\n" ::: "memory");
+            hb_issue(acc0, a_mt0, b_tile);
+            hb_issue(acc1, a_mt1, b_tile);
+            mst = meta + st * HB_NQ * 4;
+        }
         la_wg_wait<1>(acc0);
         hb_epilogue(a, acc0, wst, mst, sb, jk0);
         la_wg_wait<0>(acc1);
@@ -332,7 +413,44 @@ static bool hb_ok(const la_sp_score_args &a) {
            la_cu_cdiv(a.B, HB_ROWS) <= 65535;
 }
 
-static la_status hb_launch(const la_sp_score_args &a, cudaStream_t s) {
+/* LA_CUDA_HISA_TIMING=1: per-stage times of each HISA / block-sparse call on
+ * stderr (cudaEvents between the stages; synchronizes at the end of the
+ * call, so use it for breakdowns, not for the total). Stages: pool, block
+ * scores, top-m, [bucketing, candidate scores, token top-k]. */
+struct hs_timer {
+    bool on = false;
+    int n = 0;
+    cudaEvent_t e[8] = {};
+    const char *name[8] = {};
+    ~hs_timer() {
+        for (int i = 0; i < n; i++) cudaEventDestroy(e[i]);
+    }
+    /* event after the stage `nm` (the first mark: the start) */
+    la_status mark(const char *nm, cudaStream_t s) {
+        if (!on || n >= 8) return LA_OK;
+        LA_CU(cudaEventCreate(&e[n]));
+        name[n] = nm;
+        LA_CU(cudaEventRecord(e[n++], s));
+        return LA_OK;
+    }
+    la_status report(const char *op, const char *path, int64_t T, int64_t L) {
+        if (!on || n < 2) return LA_OK;
+        LA_CU(cudaEventSynchronize(e[n - 1]));
+        float tot = 0.f;
+        LA_CU(cudaEventElapsedTime(&tot, e[0], e[n - 1]));
+        fprintf(stderr, "%s timing: path=%s T=%lld L=%lld total %.4f ms:", op, path, (long long)T,
+                (long long)L, tot);
+        for (int i = 1; i < n; i++) {
+            float ms = 0.f;
+            LA_CU(cudaEventElapsedTime(&ms, e[i - 1], e[i]));
+            fprintf(stderr, " %s %.4f", name[i], ms);
+        }
+        fprintf(stderr, "\n");
+        return LA_OK;
+    }
+};
+
+static la_status hb_launch(const la_sp_score_args &a, bool pipe, hs_timer &tm, cudaStream_t s) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -357,35 +475,53 @@ static la_status hb_launch(const la_sp_score_args &a, cudaStream_t s) {
     h.sl_idx = sl_idx;
     h.nsl = nsl;
     h.m = (int32_t)a.m;
-    LA_CU(cudaFuncSetAttribute(hb_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, HB_SMEM));
+    LA_TRY(tm.mark("bucket", s));
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
-    hb_kernel<<<grid, HB_THREADS, HB_SMEM, s>>>(a, h);
+    if (pipe) {
+        LA_CU(cudaFuncSetAttribute(hb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   HB_SMEM_PIPE));
+        hb_kernel<true><<<grid, HB_THREADS, HB_SMEM_PIPE, s>>>(a, h);
+    } else {
+        LA_CU(cudaFuncSetAttribute(hb_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   HB_SMEM));
+        hb_kernel<false><<<grid, HB_THREADS, HB_SMEM, s>>>(a, h);
+    }
     LA_CU_LAUNCH("hisa candidate scores (block-major wgmma)");
     return LA_OK;
 }
 
 /* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
- *   unset / "block" (default): hb_kernel above (block-major wgmma; bf16,
- *     HI = 64, dI = 128; other inputs take the gather kernels). Measured on
- *     the H200 (2026-11-29, third session): HISA 0.787 ms at 64K and
- *     0.838 ms at 128K, against 1.050 / 1.084 ms with "old".
+ *   unset / "block" (default): hb_kernel<false> above (block-major wgmma;
+ *     bf16, HI = 64, dI = 128; other inputs take the gather kernels).
+ *     Measured on the H200 (2026-11-29, third session): HISA 0.787 ms at
+ *     64K and 0.838 ms at 128K, against 1.050 / 1.084 ms with "old".
+ *   "pipe": hb_kernel<true>, the same kernel with the per-chunk global loads
+ *     off the critical path (slice query table in shared memory, chunk c+1
+ *     loaded after chunk c's MMAs are issued); not measured yet.
  *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu)
  *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
  *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
- * Any other value is the default. Both give the same scores bit for bit
+ * Any other value is the default. All give the same scores bit for bit
  * (same fragments, k-step order and epilogue), hence the same indices
  * (checked by test_cuda_sparse and the bench: 0 indices differ). */
-static bool hb_use_block(void) {
+enum hs_path { HS_BLOCK, HS_PIPE, HS_OLD };
+static hs_path hs_path_of(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    return !(e && !strcmp(e, "old"));
+    if (e && !strcmp(e, "old")) return HS_OLD;
+    if (e && !strcmp(e, "pipe")) return HS_PIPE;
+    return HS_BLOCK;
+}
+static const char *hs_path_name(hs_path p) {
+    return p == HS_OLD ? "old" : p == HS_PIPE ? "pipe" : "block";
 }
 
 /* Candidate scores: hb_kernel, or the DSA score kernels in gather mode (fp32
  * exact kernel for other dtypes and shapes; all inputs with
  * LA_CUDA_HISA_PATH=old). */
-static la_status hs_candidate_scores(const la_sp_score_args &a, cudaStream_t s) {
+static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs_timer &tm,
+                                     cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
-    if (hb_use_block() && hb_ok(a)) return hb_launch(a, s);
+    if (path != HS_OLD && hb_ok(a)) return hb_launch(a, path == HS_PIPE, tm, s);
     return la_sp_scores(a, s);
 }
 
@@ -434,6 +570,10 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld exceeds the CUDA top-k maximum %d",
                       (long long)p->topk, LA_SP_TOPK_MAX);
     if (T == 0) return LA_OK;
+    const hs_path path = hs_path_of();
+    hs_timer tm;
+    tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
+    LA_TRY(tm.mark("start", s));
 
     /* 1. block means */
     const bool bf = a.k_dt == LA_BF16 && a.q_dt == LA_BF16;
@@ -453,6 +593,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
         }
         LA_CU_LAUNCH("block means");
     }
+    LA_TRY(tm.mark("pool", s));
     /* 2. block scores (block units, forced ends), top-m */
     LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
     LA_TRY(la_cu_ws_alloc(&bsw, bytes, s, "block scores"));
@@ -468,6 +609,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ab.out = (float *)bsw.p;
     ab.out_ld = nb;
     LA_TRY(la_sp_scores(ab, s));
+    LA_TRY(tm.mark("blockscores", s));
     LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
     LA_TRY(la_cu_ws_alloc(&keptw, bytes, s, "kept blocks"));
     la_sp_topk_args tb;
@@ -484,12 +626,15 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     tb.out_ld = mk;
     tb.out_cs = 1;
     LA_TRY(la_sp_topk(tb, s));
+    LA_TRY(tm.mark("topm", s));
 
     if (blocksparse) {
         hs_blocksparse_kernel<<<(unsigned)T, 128, 0, s>>>((const int32_t *)keptw.p, mk, a.range, B,
                                                           idx->ne[1], (int32_t *)idx->data,
                                                           idx->nb[0], idx->nb[1]);
         LA_CU_LAUNCH("block-sparse tokens");
+        LA_TRY(tm.mark("tokens", s));
+        LA_TRY(tm.report(op, "-", T, L));
         la_err_clear();
         return LA_OK;
     }
@@ -505,7 +650,8 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hs_candidate_scores(ac, s));
+    LA_TRY(hs_candidate_scores(ac, path, tm, s));
+    LA_TRY(tm.mark("scores", s));
     la_sp_topk_args tc;
     memset(&tc, 0, sizeof tc);
     tc.scores = (const float *)csw.p;
@@ -521,6 +667,8 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     tc.out_ld = idx->nb[0];
     tc.out_cs = idx->nb[1];
     LA_TRY(la_sp_topk(tc, s));
+    LA_TRY(tm.mark("topk", s));
+    LA_TRY(tm.report(op, hs_path_name(path), T, L));
     la_err_clear();
     return LA_OK;
 }
