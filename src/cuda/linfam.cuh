@@ -19,7 +19,10 @@
 
 #include "common.cuh"
 
-enum { LF_FEAT_FLATTEN = 100 };
+/* LF_FEAT_FLATTEN: focused flatten's φ on the portable path; LF_FEAT_FLATTEN_TC:
+ * the same φ formed in the loaders of the bf16 tensor-core path (focused.cu,
+ * LA_CUDA_FOCUSED_PATH=fused; the fields below as for LF_FEAT_FLATTEN). */
+enum { LF_FEAT_FLATTEN = 100, LF_FEAT_FLATTEN_TC = 101 };
 
 /* φ(x) = feature(pre·x)·post, or (kind LF_FEAT_FLATTEN) the focused map
  * (x'·tok_m[b·N+t])^p · tok_r[b·N+t] with x' = (relu(x)+1e-6)·inv_sp[c],
@@ -54,6 +57,61 @@ struct lf_problem {
 };
 
 la_status lf_run(const lf_problem *P, cudaStream_t st);
+
+/* Flatten's φ (SPEC §4a) for 8 channels of one token, written once for the two
+ * places that evaluate it on the bf16 fast path: focused.cu's φ pass (which
+ * materializes φ(Q), φ(K)) and the fused loaders of linfam.cu's tensor-core
+ * kernels (LA_CUDA_FOCUSED_PATH=fused), so both give the same bf16 φ bit for
+ * bit: u = (relu(x) + 1e-6)·inv_sp·tok_m ∈ (0, 1], φ = u^p·tok_r. */
+static __device__ __forceinline__ void lf_bf16_unpack8(const uint4 &u, float *x) {
+    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const float2 f = __bfloat1622float2(h2[i]);
+        x[2 * i] = f.x;
+        x[2 * i + 1] = f.y;
+    }
+}
+static __device__ __forceinline__ uint4 lf_bf16_pack8(const float *x) {
+    uint4 u;
+    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+#pragma unroll
+    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    return u;
+}
+/* x' = (relu(x) + 1e-6)·inv_sp·scale for the 8 channels of a chunk (isp8:
+ * 16-B aligned, shared or global memory). */
+static __device__ __forceinline__ void lf_flat_xprime8(const uint4 &raw, const float *isp8,
+                                                       float scale, float *x) {
+    lf_bf16_unpack8(raw, x);
+    const float4 s0 = *(const float4 *)isp8, s1 = *(const float4 *)(isp8 + 4);
+    const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
+#pragma unroll
+    for (int e = 0; e < 8; e++) x[e] = (fmaxf(x[e], 0.f) + 1e-6f) * s[e] * scale;
+}
+/* u^p for u in (0, 1]: integer p ≤ 8 by multiplication (ip > 0), else powf. */
+static __device__ __forceinline__ float lf_flat_pow(float u, int ip, float p) {
+    if (ip == 3) return u * u * u;
+    if (ip > 0) {
+        float r = u;
+        for (int e = 1; e < ip; e++) r *= u;
+        return r;
+    }
+    return powf(u, p);
+}
+/* ip of lf_flat_pow: p itself when it is an integer in [1, 8], else 0 */
+static __device__ __forceinline__ int lf_flat_ip(float p) {
+    return (p == floorf(p) && p >= 1.f && p <= 8.f) ? (int)p : 0;
+}
+/* φ of 8 raw bf16 values, rounded to bf16 */
+static __device__ __forceinline__ uint4 lf_flat_phi8(const uint4 &raw, const float *isp8, float tok_m,
+                                                     float tok_r, int ip, float p) {
+    float v[8];
+    lf_flat_xprime8(raw, isp8, tok_m, v);
+#pragma unroll
+    for (int e = 0; e < 8; e++) v[e] = lf_flat_pow(v[e], ip, p) * tok_r;
+    return lf_bf16_pack8(v);
+}
 
 /* Extents and views of q, k [B,N,H,D], v and out [B,N,H,Dv] into P. */
 static inline void lf_set_qkvo(lf_problem *P, const la_tensor *q, const la_tensor *k,
