@@ -111,7 +111,9 @@ int main(int argc, char **argv) {
         if (th) {
             /* HISA per stage-2 path (LA_CUDA_HISA_PATH: block = default =
              * block-major wgmma hb_kernel, pipe = hb_kernel with the
-             * per-chunk loads off the critical path, old = sc_gather_kernel),
+             * per-chunk loads off the critical path and slices longest
+             * first, pipe_grid / block_lpt = one of the two each,
+             * old = sc_gather_kernel),
              * side by side with the DSA, and the indices each path selects
              * vs the default's (same arithmetic: must be 0). block and pipe
              * run twice, interleaved (A/B against run-to-run drift), 20
@@ -120,7 +122,7 @@ int main(int argc, char **argv) {
              * ("hisa timing: ..."). */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            for (const char *path : {"old", "block", "pipe", "block", "pipe"}) {
+            for (const char *path : {"old", "block", "pipe", "block", "pipe", "pipe_grid", "block_lpt"}) {
                 setenv("LA_CUDA_HISA_PATH", path, 1);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
                 double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
@@ -128,12 +130,12 @@ int main(int argc, char **argv) {
                 unsetenv("LA_CUDA_HISA_PATH");
                 int64_t diff = 0;
                 for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
-                printf("hisa_%-5s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
+                printf("hisa_%-9s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
                        path, (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa, (long long)diff);
             }
             fflush(stdout);
             setenv("LA_CUDA_HISA_TIMING", "1", 1);
-            for (const char *path : {"old", "block", "pipe"}) {
+            for (const char *path : {"old", "block", "pipe", "pipe_grid", "block_lpt"}) {
                 setenv("LA_CUDA_HISA_PATH", path, 1);
                 for (int rep = 0; rep < 2; rep++) /* the second: warm workspace */
                     LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));

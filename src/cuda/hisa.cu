@@ -319,26 +319,31 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
-        const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
-        const float *wst = ws + st * HB_BROWS;
-        const int64_t *mst;
         if (PIPE) {
+            const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
             hb_issue(acc0, a_mt0, b_tile);
             hb_issue(acc1, a_mt1, b_tile);
             if (c + 1 < nchunks) hb_load_chunk_pipe(a, qm, c + 1, st ^ 1, Bs, ws, w_async);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
-            mst = qm + c * HB_NQ * 4;
-        } else {
+            const float *wst = ws + st * HB_BROWS;
+            const int64_t *mst = qm + c * HB_NQ * 4;
+            la_wg_wait<1>(acc0);
+            hb_epilogue(a, acc0, wst, mst, sb, jk0);
+            la_wg_wait<0>(acc1);
+            hb_epilogue(a, acc1, wst, mst, sb, jk1);
+        } else { /* the default loop, as measured */
             if (c + 1 < nchunks) hb_load_chunk(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
+            const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
             hb_issue(acc0, a_mt0, b_tile);
             hb_issue(acc1, a_mt1, b_tile);
-            mst = meta + st * HB_NQ * 4;
+            const float *wst = ws + st * HB_BROWS;
+            const int64_t *mst = meta + st * HB_NQ * 4;
+            la_wg_wait<1>(acc0);
+            hb_epilogue(a, acc0, wst, mst, sb, jk0);
+            la_wg_wait<0>(acc1);
+            hb_epilogue(a, acc1, wst, mst, sb, jk1);
         }
-        la_wg_wait<1>(acc0);
-        hb_epilogue(a, acc0, wst, mst, sb, jk0);
-        la_wg_wait<0>(acc1);
-        hb_epilogue(a, acc1, wst, mst, sb, jk1);
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
@@ -393,6 +398,70 @@ __global__ void __launch_bounds__(1024) hb_scan_kernel(const int32_t *cnt, int n
         pn += ns;
     }
     if (tid == 1023) *nsl = sn[1023];
+}
+/* The same lists with the slices in longest-first order (for
+ * LA_CUDA_HISA_PATH=pipe): every full slice (HB_QS queries) first, then each
+ * block's remainder slice by size, largest first (counting sort on
+ * cnt % HB_QS; order inside a size arbitrary). The hardware hands CTAs out
+ * roughly in grid order as slots free up, so short slices last make a
+ * shorter tail: in a greedy model of the bench's lists (1024 queries, m =
+ * 64, random kept blocks, 264 CTA slots, per-CTA cost = chunks + 2 for the
+ * A tile) the makespan drops from 1.14x the average load per slot to 1.01x
+ * at 64K and from 1.14x to 1.01x at 128K. Which CTA computes a (query, key)
+ * pair does not change its arithmetic, so the scores are the same. */
+__global__ void __launch_bounds__(1024) hb_scan_lpt_kernel(const int32_t *cnt, int nb,
+                                                           int32_t *boff, int32_t *cur,
+                                                           int32_t *sl_blk, int32_t *sl_idx,
+                                                           int32_t *nsl) {
+    __shared__ int sa[1024], sn[1024];
+    __shared__ int rpos[HB_QS]; /* remainder size -> count, then first slot */
+    const int tid = threadIdx.x, per = (nb + 1023) / 1024;
+    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
+    if (tid < HB_QS) rpos[tid] = 0;
+    __syncthreads();
+    int c = 0, k = 0;
+    for (int b = b0; b < b1; b++) {
+        c += cnt[b];
+        k += cnt[b] / HB_QS;
+        if (cnt[b] % HB_QS) atomicAdd(&rpos[cnt[b] % HB_QS], 1);
+    }
+    sa[tid] = c;
+    sn[tid] = k;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+        const int va = tid >= off ? sa[tid - off] : 0, vn = tid >= off ? sn[tid - off] : 0;
+        __syncthreads();
+        sa[tid] += va;
+        sn[tid] += vn;
+        __syncthreads();
+    }
+    if (tid == 0) { /* remainder slices after the sn[1023] full ones, largest first */
+        int pos = sn[1023];
+        for (int r = HB_QS - 1; r >= 1; r--) {
+            const int n = rpos[r];
+            rpos[r] = pos;
+            pos += n;
+        }
+        *nsl = pos;
+    }
+    __syncthreads();
+    int pc = sa[tid] - c, pn = sn[tid] - k;
+    for (int b = b0; b < b1; b++) {
+        boff[b] = pc;
+        cur[b] = pc;
+        const int nf = cnt[b] / HB_QS, r = cnt[b] % HB_QS;
+        for (int i = 0; i < nf; i++) {
+            sl_blk[pn + i] = b;
+            sl_idx[pn + i] = i;
+        }
+        if (r) {
+            const int p = atomicAdd(&rpos[r], 1);
+            sl_blk[p] = b;
+            sl_idx[p] = nf;
+        }
+        pc += cnt[b];
+        pn += nf;
+    }
 }
 __global__ void hb_fill_kernel(const int32_t *kept, int64_t n, int32_t *cur, int32_t *list) {
     for (int64_t e = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; e < n;
@@ -450,7 +519,9 @@ struct hs_timer {
     }
 };
 
-static la_status hb_launch(const la_sp_score_args &a, bool pipe, hs_timer &tm, cudaStream_t s) {
+/* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel) */
+static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_timer &tm,
+                           cudaStream_t s) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -463,7 +534,10 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, hs_timer &tm, c
     const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
     hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
     LA_CU_LAUNCH("hisa block lists (count)");
-    hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+    if (lpt)
+        hb_scan_lpt_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+    else
+        hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
     LA_CU_LAUNCH("hisa block lists (scan)");
     hb_fill_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, cur, list);
     LA_CU_LAUNCH("hisa block lists (fill)");
@@ -497,22 +571,34 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, hs_timer &tm, c
  *     64K and 0.838 ms at 128K, against 1.050 / 1.084 ms with "old".
  *   "pipe": hb_kernel<true>, the same kernel with the per-chunk global loads
  *     off the critical path (slice query table in shared memory, chunk c+1
- *     loaded after chunk c's MMAs are issued); not measured yet.
+ *     loaded after chunk c's MMAs are issued), slices longest first
+ *     (hb_scan_lpt_kernel); not measured yet. For attributing the gain:
+ *     "pipe_grid" = hb_kernel<true> with the default slice order,
+ *     "block_lpt" = the default kernel with the longest-first order.
  *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu)
  *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
  *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
  * Any other value is the default. All give the same scores bit for bit
  * (same fragments, k-step order and epilogue), hence the same indices
  * (checked by test_cuda_sparse and the bench: 0 indices differ). */
-enum hs_path { HS_BLOCK, HS_PIPE, HS_OLD };
+enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD };
 static hs_path hs_path_of(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    if (e && !strcmp(e, "old")) return HS_OLD;
-    if (e && !strcmp(e, "pipe")) return HS_PIPE;
+    if (!e) return HS_BLOCK;
+    if (!strcmp(e, "old")) return HS_OLD;
+    if (!strcmp(e, "pipe")) return HS_PIPE;
+    if (!strcmp(e, "pipe_grid")) return HS_PIPE_GRID;
+    if (!strcmp(e, "block_lpt")) return HS_BLOCK_LPT;
     return HS_BLOCK;
 }
 static const char *hs_path_name(hs_path p) {
-    return p == HS_OLD ? "old" : p == HS_PIPE ? "pipe" : "block";
+    switch (p) {
+    case HS_OLD: return "old";
+    case HS_PIPE: return "pipe";
+    case HS_PIPE_GRID: return "pipe_grid";
+    case HS_BLOCK_LPT: return "block_lpt";
+    default: return "block";
+    }
 }
 
 /* Candidate scores: hb_kernel, or the DSA score kernels in gather mode (fp32
@@ -521,7 +607,9 @@ static const char *hs_path_name(hs_path p) {
 static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs_timer &tm,
                                      cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
-    if (path != HS_OLD && hb_ok(a)) return hb_launch(a, path == HS_PIPE, tm, s);
+    if (path != HS_OLD && hb_ok(a))
+        return hb_launch(a, path == HS_PIPE || path == HS_PIPE_GRID,
+                         path == HS_PIPE || path == HS_BLOCK_LPT, tm, s);
     return la_sp_scores(a, s);
 }
 

@@ -7,11 +7,13 @@
 #   2. test_cuda_sparse with LA_CUDA_ONLY_INDEXERS=1: DSA / HISA /
 #      block-sparse cases; every HISA case runs under each stage-2 path
 #      (default = block = hb_kernel<false>, old = the gather kernels,
-#      pipe = hb_kernel<true>, opt-in) vs the CPU, vs the default path
+#      pipe = hb_kernel<true> + slices longest first, pipe_grid / block_lpt =
+#      one change each; opt-in) vs the CPU, vs the default path
 #      (indices equal, outputs poisoned before each call) and == DSA when
 #      m*B >= L
 #   3. bench_gpu_sparse topkhisa: top-k new/old, DSA and HISA per path at
-#      L = 64K, 128K (old, block, pipe, block, pipe: 20 timed calls each)
+#      L = 64K, 128K (old, block, pipe, block, pipe, pipe_grid, block_lpt:
+#      20 timed calls each)
 #      with "indices differ" counts (must be 0), then the per-stage
 #      breakdown of each path (LA_CUDA_HISA_TIMING=1: "hisa timing:" lines)
 # Logs under $OUT (default /tmp/la_gpu_out); summary.txt last.
@@ -42,7 +44,7 @@ say "# build done at $(el) s"
 rc=0
 tl=$(( 75 - $(el) )); [ $tl -lt 25 ] && tl=25
 LA_CUDA_ONLY_INDEXERS=1 timeout $tl $B/tests/cuda/test_cuda_sparse > "$OUT/test_hisa.log" 2>&1 || rc=1
-say "test_cuda_sparse (indexers, HISA paths default/old/pipe): rc=$rc  $(tail -1 $OUT/test_hisa.log)  ($(el) s)"
+say "test_cuda_sparse (indexers, HISA paths default/old/pipe/pipe_grid/block_lpt): rc=$rc  $(tail -1 $OUT/test_hisa.log)  ($(el) s)"
 grep -E "FAIL" "$OUT/test_hisa.log" | head -8 | tee -a "$S"
 
 left=$(( 108 - $(el) ))
