@@ -1,8 +1,11 @@
 /* Timing driver for causal linear attention on CUDA through the public C API:
  * the tensor-core path (src/cuda/linear_causal_tc.cu: "new" = the default
- * ldmatrix/mma.sync kernels, "wmma" = LA_CUDA_CAUSAL_PATH=wmma) against the
- * portable fp32 path (LA_CUDA_CAUSAL_PATH=old). At 32K also per-kernel times
- * of new and wmma (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
+ * ldmatrix/mma.sync kernels, "v3" = LA_CUDA_CAUSAL_PATH=v3 (wide scan, pass 1
+ * on sub-chunks), "v3k3" = v3 with LA_CUDA_CAUSAL_KS=3 (pass 1 on sub-chunks: ks = 2 at
+ * 4K and 32K, 3 at 128K);
+ * with "all" also "wmma" = LA_CUDA_CAUSAL_PATH=wmma and the portable fp32 path
+ * "old"). At 32K also per-kernel times of each tensor-core path
+ * (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
  * bf16 [B,N,H,D] contiguous, random inputs, φ = relu (the default), scale 1.
  * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
  * prints the median, the byte floor (Q, K, V read once + O written once over
@@ -10,7 +13,8 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_causal
- *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, wmma and old; normalize 0/1
+ *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, v3, v3k3; normalize 0/1
+ *   build-gpu/bench_gpu_causal all        the same + wmma and old
  *   build-gpu/bench_gpu_causal new        new path only (+ identity φ, + with S_out)
  *   build-gpu/bench_gpu_causal profile N  one call of each normalize mode (for ncu)
  */
@@ -48,25 +52,31 @@ int main(int argc, char **argv) {
         return st == LA_OK ? 0 : 1;
     }
     const bool new_only = argc > 1 && !strcmp(argv[1], "new");
+    const bool all = argc > 1 && !strcmp(argv[1], "all");
+    /* name, LA_CUDA_CAUSAL_PATH, LA_CUDA_CAUSAL_KS (nullptr: unset) */
+    struct { const char *name, *path, *ks; } paths[] = {
+        {"new", nullptr, nullptr}, {"v3", "v3", nullptr}, {"v3k3", "v3", "3"},
+        {"wmma", "wmma", nullptr}, {"old", "old", nullptr}};
+    const int npaths = new_only ? 1 : all ? 5 : 3;
     printf("# causal linear attention, B=1 H=12 D=Dv=128 bf16, relu, medians of event-timed calls\n");
     printf("%-34s %-9s %9s   %-10s %s\n", "case", "N", "ms", "byte-floor", "x floor");
     for (int64_t N : {4096, 32768, 131072}) {
         la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
                   to = view(o, B, N, H, D);
         const double fb = 2.0 * B * N * H * D * 4 / BW * 1e3;
-        /* path 0: the default (ldmatrix/mma.sync), 1: WMMA (LA_CUDA_CAUSAL_PATH=wmma),
-         * 2: the portable fp32 path (old) */
-        for (int path = 0; path < (new_only ? 1 : 3); path++) {
-            if (path == 2) setenv("LA_CUDA_CAUSAL_PATH", "old", 1);
-            else if (path == 1) setenv("LA_CUDA_CAUSAL_PATH", "wmma", 1);
+        for (int path = 0; path < npaths; path++) {
+            const char *pn = paths[path].name;
+            const bool old = !strcmp(pn, "old");
+            if (paths[path].path) setenv("LA_CUDA_CAUSAL_PATH", paths[path].path, 1);
             else unsetenv("LA_CUDA_CAUSAL_PATH");
-            const char *pn = path == 2 ? "old" : path == 1 ? "wmma" : "new";
+            if (paths[path].ks) setenv("LA_CUDA_CAUSAL_KS", paths[path].ks, 1);
+            else unsetenv("LA_CUDA_CAUSAL_KS");
             for (int nm = 0; nm < 2; nm++) {
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
                 p.normalize = nm;
-                const int reps = path == 2 ? (N > 32768 ? 3 : 5) : 20;
+                const int reps = old ? (N > 32768 ? 3 : 5) : 20;
                 const double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps);
                 char name[64];
                 snprintf(name, sizeof name, "linear-causal %s norm=%d", pn, nm);
@@ -75,7 +85,7 @@ int main(int argc, char **argv) {
                        (long long)N, ms, fb);
                 fflush(stdout);
             }
-            if (path < 2 && N == 32768) { /* per-kernel times (events, one call each) */
+            if (!old && N == 32768) { /* per-kernel times (events, one call each) */
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
@@ -90,24 +100,26 @@ int main(int argc, char **argv) {
                 unsetenv("LA_CUDA_CAUSAL_TIMING");
                 fflush(stderr);
             }
-            if (path == 0 && N == 32768) { /* variants of the new path */
+            if (path <= 1 && N == 32768) { /* variants of new and v3 */
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
                 p.normalize = 0;
                 p.feature = LA_FEATURE_IDENTITY;
                 double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20);
-                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", "linear-causal new identity norm=0",
-                       (long long)N, ms, fb, ms / fb);
+                char name[64];
+                snprintf(name, sizeof name, "linear-causal %s identity norm=0", pn);
+                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
                 p.feature = LA_FEATURE_RELU1; /* state out with hi/lo k̃ (inexact φ) */
                 p.normalize = 1;
                 ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, &tS, &tz, &tS, &tz, 0); }, 20);
-                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", "linear-causal new relu1 state i/o",
-                       (long long)N, ms, fb, ms / fb);
+                snprintf(name, sizeof name, "linear-causal %s relu1 state i/o", pn);
+                printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
                 fflush(stdout);
             }
         }
         unsetenv("LA_CUDA_CAUSAL_PATH");
+        unsetenv("LA_CUDA_CAUSAL_KS");
     }
     return 0;
 }

@@ -1143,29 +1143,21 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
     const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
 
-    /* v3: pass 1 on ks sub-chunks of L/ks tokens each (ks | L/64), when that
-     * fills its waves better: at 32K, H = 12, 372 CTAs of 1024 tokens on 264
-     * slots (2 per SM) take 2 waves, 744 of 512 tokens 3 half-length ones.
-     * Sub-chunks of ≥ 512 tokens only (a partial state is 66 KB against
-     * 256 KB of K, V read for it). LA_CUDA_CAUSAL_KS forces ks (A/B, tests;
-     * the largest divisor of L/64 not above it). The wide scan takes np =
-     * nd·ks ≤ 255 slots (≤ 32 groups of SW); beyond that the walk. */
+    /* v3: pass 1 may run on ks sub-chunks of L/ks tokens each (ks | L/64),
+     * to fill its waves (at 32K, H = 12: 372 CTAs of 1024 tokens on 264 slots,
+     * 2 per SM, are 1.4 waves; 744 of 512 tokens 2.8) at the price of ks
+     * partial states per chunk (66 KB each: +25 MB written and read at 32K
+     * for ks = 2). Whether that pays is for the device to say: ks = 1 unless
+     * LA_CUDA_CAUSAL_KS asks for more (the largest divisor of L/64 not above
+     * it). The wide scan takes np = nd·ks ≤ 255 slots (≤ 32 groups of SW);
+     * beyond that (B·H ≤ 2 and long N) the walk. */
     int ks = 1;
     bool wide = false;
     if (v3) {
-        const int64_t lt = a.L / T, slots = (int64_t)nsm * (a.split ? 1 : 2);
         const char *kenv = getenv("LA_CUDA_CAUSAL_KS");
-        if (kenv && atoi(kenv) >= 1) {
+        if (kenv && atoi(kenv) >= 1)
             for (int k = std::min(atoi(kenv), 8); k >= 1; k--)
-                if (lt % k == 0) { ks = k; break; }
-        } else {
-            double best = 1e30;
-            for (int k = 1; k <= 4; k++) {
-                if (lt % k || (k > 1 && a.L / k < 512)) continue;
-                const double w = (double)la_cu_cdiv(nd * k * BH, slots) / k; /* in full-chunk CTA times */
-                if (w < best - 1e-9) { best = w; ks = k; }
-            }
-        }
+                if ((a.L / T) % k == 0) { ks = k; break; }
         if (nd * ks > 255) ks = 1;
         wide = nd * ks <= 255;
     }

@@ -1,55 +1,78 @@
 #!/bin/bash
 # One device call for the tensor-core causal linear attention
-# (src/cuda/linear_causal_tc.cu): build, correctness against the CPU path,
-# timings of the default (ldmatrix/mma.sync) path, the WMMA path
-# (LA_CUDA_CAUSAL_PATH=wmma) and the portable one (old), per-kernel times at
-# 32K, flash-linear-attention's chunk_linear_attn on the same shapes in the
-# same run (60 s for Triton's compiles; 32K first), fla/ours ratios;
-# memcheck/racecheck on the small cases while time is left.
-#   bash tests/cuda/gpu_causal.sh            (from the repository root, ≤ 130 s)
-# Logs under $OUT (the device tool's output folder); a short summary last.
+# (src/cuda/linear_causal_tc.cu): correctness against the CPU path and the
+# default path, timings of the default ("new": ldmatrix/mma.sync kernels, walk
+# scan), v3 (LA_CUDA_CAUSAL_PATH=v3: the wide scan) and
+# v3k3 (v3 with LA_CUDA_CAUSAL_KS=3: pass 1 on 2 (4K, 32K) or 3 (128K)
+# sub-chunks per state chunk) at 4K/32K/128K,
+# per-kernel times at 32K, flash-linear-attention's chunk_linear_attn on the
+# same shapes (Triton compiles in the background during the test, then timed
+# on a warm cache), then racecheck/memcheck on the small cases while time is
+# left. A short summary last (≤ 60 lines: gpu_round.sh shows the tail).
+#   bash tests/cuda/gpu_causal.sh        (from the repository root, ≤ 150 s)
+#   LA_SKIP_BUILD=1: the tree is built (gpu_round.sh); only the bench driver is built here
+# Logs under $OUT (the device tool's output folder).
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
 B=${LA_GPU_BUILD:-build-gpu}
 T=$B/tests/cuda/test_cuda_causal
-DEADLINE=${LA_GPU_DEADLINE:-128}
+DEADLINE=${LA_GPU_DEADLINE:-145}
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 left() { echo $(( DEADLINE - $(el) )); }
+cap() { local l=$(( $(left) - $2 )); [ $l -gt $1 ] && l=$1; [ $l -lt 1 ] && l=1; echo $l; }
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader 2>&1)"
 
-# 1. build (a no-op when the tree is built already) and the timing driver
-timeout 70 make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1 \
-  || { echo "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20; tail -5 "$OUT/build.log"; exit 1; }
+# 1. build (skipped under gpu_round.sh) and the timing driver
+if [ -z "$LA_SKIP_BUILD" ]; then
+  timeout 90 make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1 \
+    || { echo "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20; tail -5 "$OUT/build.log"; exit 1; }
+fi
 BLAS_LIBS=$(for l in openblas lapack; do ls /usr/lib/x86_64-linux-gnu/lib$l.so >/dev/null 2>&1 && echo -l$l; done)
 timeout 40 nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu $B/liblongattn.a -Xcompiler -fopenmp \
   $BLAS_LIBS -ldl -o $B/bench_gpu_causal >> "$OUT/build.log" 2>&1 || echo "BENCH BUILD FAILED"
 echo "# build: $(el) s"
 
-# 2. correctness: every case vs the CPU path; the path of each call on stderr
-LA_CUDA_CAUSAL_VERBOSE=1 timeout 60 $T > "$OUT/test.log" 2> "$OUT/test_paths.log"
-rc=$?
-echo "test_cuda_causal: rc=$rc  $(tail -1 "$OUT/test.log")  tc calls: $(grep -c 'path=tc' "$OUT/test_paths.log")  ($(el) s)"
-grep -E "^# worst" "$OUT/test.log"
-grep -E "FAIL" "$OUT/test.log" "$OUT/test_paths.log" | head -12
-grep -v '^linear-causal:' "$OUT/test_paths.log" | grep -v FAIL | head -5
-grep 'path=tc' "$OUT/test_paths.log" | grep 'N=32768' | head -2
-echo "# test calls by path: $(grep -o 'path=tc[-a-z]*' "$OUT/test_paths.log" | sort | uniq -c | tr '\n' ' ')"
-if [ $rc -ne 0 ]; then  # is it the default (mma.sync) path? the small cases once more on WMMA
-  LA_CUDA_CAUSAL_PATH=wmma LA_CUDA_SMALL=1 timeout 20 $T > "$OUT/test_wmma.log" 2>&1
-  echo "  same test (N <= 1000) with LA_CUDA_CAUSAL_PATH=wmma: rc=$?  $(tail -1 "$OUT/test_wmma.log")"
+# fla: Triton's compiles in the background while the test runs (CPU work; 4K only)
+FLA=0
+if [ -d peers/fla ]; then
+  FLA=1
+  PYTHONPATH=peers/fla PYTHONUNBUFFERED=1 timeout 80 python3 - > "$OUT/fla_warm.log" 2>&1 <<'EOF' &
+import torch
+from fla.ops.linear_attn import chunk_linear_attn
+q = torch.randn(1, 4096, 12, 128, device="cuda", dtype=torch.bfloat16)
+for norm in (False, True):
+    chunk_linear_attn(q, q, q, normalize=norm)
+torch.cuda.synchronize()
+print("fla warm", flush=True)
+EOF
+  FLA_PID=$!
 fi
 
-# 3. timings: ours (new = mma.sync, wmma, old), then fla on the same shapes
-timeout 30 $B/bench_gpu_causal > "$OUT/bench.log" 2> "$OUT/bench_timing.log"
+# 2. correctness: every case vs the CPU path, v3 also vs the default; the path of each call on stderr
+LA_CUDA_CAUSAL_VERBOSE=1 timeout $(cap 65 75) $T > "$OUT/test.log" 2> "$OUT/test_paths.log"
+rc=$?
+echo "test_cuda_causal: rc=$rc  $(tail -1 "$OUT/test.log")  ($(el) s)"
+grep -E "^# worst" "$OUT/test.log"
+grep -E "FAIL" "$OUT/test.log" "$OUT/test_paths.log" | head -10
+grep -v '^linear-causal:' "$OUT/test_paths.log" | grep -v FAIL | head -4
+echo "# calls by path: $(grep -o 'path=tc[-a-z0-9]*' "$OUT/test_paths.log" | sort | uniq -c | tr '\n' ' ')"
+echo "# v3 calls by ks/scan: $(grep 'path=tc-v3' "$OUT/test_paths.log" | grep -o 'ks=[0-9]* scan=[a-z]*' | sort | uniq -c | tr '\n' ' ')"
+echo "# v3 vs default: $(grep -c 'vs default.* ok' "$OUT/test.log") ok, $(grep -c 'vs default.*FAIL' "$OUT/test.log") FAIL"
+
+# 3. timings: new (default), v3, v3k3 at 4K, 32K, 128K
+timeout $(cap 30 45) $B/bench_gpu_causal > "$OUT/bench.log" 2> "$OUT/bench_timing.log"
 echo "# bench rc=$? ($(el) s)"
-fla_t=$(( $(left) - 6 ))
-[ $fla_t -gt 60 ] && fla_t=60
-if [ -d peers/fla ] && [ $fla_t -gt 10 ]; then
+
+# 4. fla on a warm cache (waits for the warm-up at most until its own cap)
+if [ $FLA = 1 ]; then
+  while kill -0 $FLA_PID 2>/dev/null && [ $(left) -gt 35 ]; do sleep 1; done
+  kill $FLA_PID 2>/dev/null
+  fla_t=$(cap 40 8)
   PYTHONPATH=peers/fla PYTHONUNBUFFERED=1 timeout $fla_t python3 - > "$OUT/fla.log" 2>&1 <<'EOF'
 import torch, triton
 from fla.ops.linear_attn import chunk_linear_attn
-for N in (32768, 4096, 131072):   # 32K (norm 0, then 1) first: the numbers that matter if time runs out
+for N in (32768, 4096, 131072):   # 32K first: the numbers that matter if time runs out
     q = torch.randn(1, N, 12, 128, device="cuda", dtype=torch.bfloat16)
     k, v = torch.randn_like(q), torch.randn_like(q)
     for norm in (False, True):
@@ -57,36 +80,33 @@ for N in (32768, 4096, 131072):   # 32K (norm 0, then 1) first: the numbers that
                                      warmup=10, rep=50, return_mode="median")
         print(f"FLA norm={int(norm)} N={N} ms={ms:.5f}", flush=True)
 EOF
-  echo "# fla rc=$? ($(el) s)"
+  echo "# fla rc=$? ($(el) s; warm-up: $(tail -1 "$OUT/fla_warm.log"))"
 else
-  echo "# fla skipped (peers/fla missing or no time)"
+  echo "# fla skipped (peers/fla missing)"
 fi
 
-echo "==== causal linear, B=1 H=12 D=Dv=128 bf16 (ms; floor = Q,K,V read + O written at 4.2 TB/s) ===="
+echo "==== causal linear, B=1 H=12 D=Dv=128 bf16, relu (ms; floor = Q,K,V read + O written at 4.2 TB/s) ===="
 awk '/^RESULT/ { split($0, f, " "); for (i in f) { split(f[i], kv, "="); r[kv[1]] = kv[2] }
                  key = r["norm"] " " r["N"]; ms[r["path"], key] = r["ms"]; fl[key] = r["floor"]; if (!(key in seen)) { seen[key] = 1; ord[++n] = key } }
      /^FLA/ { split($0, f, " "); for (i in f) { split(f[i], kv, "="); r[kv[1]] = kv[2] }
               fla[r["norm"] " " r["N"]] = r["ms"] }
-     END { printf "%-5s %-7s %8s %8s %8s %8s %8s %8s %8s\n", "norm", "N", "new", "wmma", "old", "fla", "floor", "xfloor", "fla/new";
-           for (i = 1; i <= n; i++) { k = ord[i]; split(k, a, " ");
-             g = (k in fla) ? fla[k] : 0;
-             printf "%-5s %-7s %8.4f %8.4f %8.4f %8s %8.4f %8.2f %8s\n", a[1], a[2], ms["new", k], ms["wmma", k], ms["old", k],
-                    g ? sprintf("%.4f", g) : "-", fl[k], ms["new", k] / fl[k], g ? sprintf("%.2f", g / ms["new", k]) : "-" } }' \
+     END { printf "%-4s %-7s %8s %8s %8s %8s %8s %7s %7s %7s\n", "norm", "N", "new", "v3", "v3k3", "fla", "floor", "v3/flr", "fla/v3", "new/v3";
+           for (i = 1; i <= n; i++) { k = ord[i]; split(k, a, " "); g = (k in fla) ? fla[k] : 0; v = ms["v3", k];
+             printf "%-4s %-7s %8.4f %8.4f %8.4f %8s %8.4f %7.2f %7s %7.2f\n", a[1], a[2], ms["new", k], v, ms["v3k3", k],
+                    g ? sprintf("%.4f", g) : "-", fl[k], v ? v / fl[k] : 0, (g && v) ? sprintf("%.2f", g / v) : "-", v ? ms["new", k] / v : 0 } }' \
   "$OUT/bench.log" "$OUT/fla.log" 2>/dev/null
 echo "# per kernel at 32K (ms, second call of each):"
 grep '^linear-causal timing' "$OUT/bench_timing.log" | awk 'NR % 2 == 0' | sed 's/^linear-causal timing: /  /'
 grep -E "identity|state i/o" "$OUT/bench.log"
 grep -E "Error|error|failed" "$OUT/bench.log" "$OUT/bench_timing.log" "$OUT/fla.log" 2>/dev/null | head -4
 
-# 4. sanitizers on the small cases, while time is left
-# (racecheck first: the default output kernel has 2 barriers per tile instead of 4;
-#  LA_CUDA_SMALL=2 = N ≤ 65 plus the fixed cases when less than 40 s are left)
+# 5. sanitizers on the small cases (LA_CUDA_SMALL=2: N ≤ 65 on both paths + the
+#    forced v3 cases up to N = 1111), while time is left; racecheck first
 for tool in racecheck memcheck; do
   l=$(( $(left) - 2 ))
-  if [ $l -lt 8 ] || ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer $tool: skipped (time)"; continue; fi
-  small=1; [ $l -lt 40 ] && small=2
-  LA_CUDA_SMALL=$small timeout $l compute-sanitizer --tool $tool --error-exitcode 3 $T > "$OUT/sanitizer_$tool.log" 2>&1
-  echo "compute-sanitizer $tool (LA_CUDA_SMALL=$small): rc=$?  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)  $(grep -E 'passed, ' "$OUT/sanitizer_$tool.log" | tail -1)  ($(el) s)"
+  if [ $l -lt 10 ] || ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer $tool: skipped (time)"; continue; fi
+  LA_CUDA_SMALL=2 timeout $l compute-sanitizer --tool $tool --error-exitcode 3 $T > "$OUT/sanitizer_$tool.log" 2>&1
+  echo "compute-sanitizer $tool: rc=$?  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)  $(grep -E 'passed, ' "$OUT/sanitizer_$tool.log" | tail -1)  ($(el) s)"
 done
 echo "# total $(el) s"
 exit $rc

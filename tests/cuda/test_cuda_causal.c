@@ -1,7 +1,10 @@
 /* GPU tests of causal linear attention (SPEC §3) on the bf16 tensor-core path
  * (src/cuda/linear_causal_tc.cu: D = Dv = 128, bf16 rows): the CUDA result
  * against the CPU path on the same inputs (the CPU path has its float64-
- * reference tests in tests/cpu/), the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma),
+ * reference tests in tests/cpu/), the v3 path (LA_CUDA_CAUSAL_PATH=v3: wide scan,
+ * pass 1 on sub-chunks; every case also against the default path on the device,
+ * forced state chunks / sub-chunk counts through LA_CUDA_CAUSAL_L / _KS),
+ * the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma),
  * the fallbacks (LA_CUDA_CAUSAL_PATH=old,
  * D ≠ 128, f32) and a split sequence (state out of the first half into the
  * second equals one pass).
@@ -111,8 +114,31 @@ static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
         compare(&So, w2, TOL_STATE, true);
         snprintf(w2, sizeof w2, "%s z_out", what);
         compare(&zo, w2, TOL_STATE, true);
-        tb_free(&Si); tb_free(&zi); tb_free(&So); tb_free(&zo);
     }
+    if (path && !strcmp(path, "v3")) { /* the same inputs on the default path (device vs device) */
+        tb o2 = tb_poison(4, nv, dt, perm), So2, zo2;
+        if (state) {
+            So2 = tb_poison(4, nS, LA_F32, 0);
+            zo2 = tb_poison(3, nz, LA_F32, 0);
+        }
+        CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o2.dev, state ? &Si.dev : NULL,
+                                     state ? &zi.dev : NULL, state ? &So2.dev : NULL,
+                                     state ? &zo2.dev : NULL, NULL));
+        la_dev_synchronize();
+        const tb *gv[3] = {&o, &So, &zo}, *dv[3] = {&o2, &So2, &zo2};
+        const char *nm[3] = {"out", "S_out", "z_out"};
+        for (int i = 0; i < (state ? 3 : 1); i++) {
+            char w2[240];
+            snprintf(w2, sizeof w2, "%s %s vs default", what, nm[i]);
+            float *a = tb_read(gv[i], true), *b = tb_read(dv[i], true);
+            check_vals(a, b, tb_numel(dv[i]), w2, i ? TOL_STATE : TOL_OUT, i != 0);
+            free(a);
+            free(b);
+        }
+        tb_free(&o2);
+        if (state) { tb_free(&So2); tb_free(&zo2); }
+    }
+    if (state) { tb_free(&Si); tb_free(&zi); tb_free(&So); tb_free(&zo); }
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
 }
 
@@ -179,6 +205,18 @@ static void t_split(int64_t N, int64_t N1, la_feature f, int normalize, int perm
     tb_free(&Si); tb_free(&zi); tb_free(&S1); tb_free(&z1); tb_free(&S2); tb_free(&z2);
 }
 
+/* v3 with a forced state chunk L (tokens; 0: lct_run's choice) and ks (0: its choice) */
+static void t_v3(int64_t B, int64_t N, int64_t H, la_feature f, int normalize, int state, int perm,
+                 int L, int ks) {
+    char buf[32];
+    if (L) { snprintf(buf, sizeof buf, "%d", L); setenv("LA_CUDA_CAUSAL_L", buf, 1); }
+    if (ks) { snprintf(buf, sizeof buf, "%d", ks); setenv("LA_CUDA_CAUSAL_KS", buf, 1); }
+    printf("  (v3: L=%d ks=%d, 0 = automatic)\n", L, ks);
+    t_causal(B, N, H, 128, 128, f, normalize, 64, state, LA_BF16, perm, "v3");
+    unsetenv("LA_CUDA_CAUSAL_L");
+    unsetenv("LA_CUDA_CAUSAL_KS");
+}
+
 int main(void) {
     rng = la_test_rng("test_cuda_causal");
     small_only = getenv("LA_CUDA_SMALL") ? (atoi(getenv("LA_CUDA_SMALL")) >= 2 ? 2 : 1) : 0;
@@ -190,8 +228,10 @@ int main(void) {
 
     /* every feature map × normalize × state, odd lengths (tile and chunk tails),
      * B = 2 and 1..3 heads, chunk parameters 64 / 7 / 100 / 256, permuted views */
-    printf("# tensor-core path (bf16, D = Dv = 128)\n");
     const int64_t Ns[5] = {1, 63, 65, 1000, 4096};
+    for (int pi = 0; pi < 2; pi++) {
+    const char *pth = pi ? "v3" : NULL; /* the default, then v3 (each case also vs the default) */
+    printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3" : "default");
     int cnt = 0;
     for (int ni = 0; ni < 5; ni++) {
         if ((small_only && Ns[ni] > 1000) || (small_only == 2 && Ns[ni] > 65)) continue;
@@ -203,16 +243,36 @@ int main(void) {
                      * under the bf16 rounding of the products (test_cuda_linear.c, t_tc_paths) */
                     if (Ns[ni] == 1 && ff == LA_FEATURE_IDENTITY && !nm) ff = LA_FEATURE_RELU;
                     t_causal(ni == 3 ? 2 : 1, Ns[ni], 1 + cnt % 3, 128, 128, ff, nm,
-                             chunks[cnt % 4], s, bf, cnt & 1, NULL);
+                             chunks[cnt % 4], s, bf, cnt & 1, pth);
                 }
     }
     if (!small_only) {
-        printf("# long sequences\n");
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, NULL);
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, NULL);
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, NULL);
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_IDENTITY, 0, 100, 0, bf, 0, NULL);
-        t_causal(1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, NULL);
+        printf("# long sequences (%s)\n", pi ? "v3" : "default");
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, pth);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, pth);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, pth);
+        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_IDENTITY, 0, 100, 0, bf, 0, pth);
+        t_causal(1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, pth);
+    }
+    }
+    /* v3 where its choices differ from the default's: the wide scan over 1..32
+     * groups, sub-chunks (ks > 1), the benchmark shape (H = 12: L = 1024 at
+     * 32K), and the walk fallback (np > 255) */
+    printf("# v3: forced state chunks and sub-chunk counts\n");
+    t_v3(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 0, 128, 2);
+    t_v3(2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 192, 3);
+    t_v3(1, 1000, 3, LA_FEATURE_RELU_EPS, 0, 0, 0, 128, 2);
+    t_v3(1, 1111, 1, LA_FEATURE_RELU, 1, 1, 1, 64, 1);     /* 18 chunks, 3 groups */
+    if (small_only < 2) {
+        t_v3(1, 4095, 2, LA_FEATURE_IDENTITY, 0, 1, 0, 256, 4);
+        t_v3(1, 4096, 12, LA_FEATURE_RELU, 0, 0, 0, 0, 0); /* bench shape at 4K */
+    }
+    if (!small_only) {
+        t_v3(1, 20001, 1, LA_FEATURE_RELU, 1, 1, 0, 64, 1);  /* nd 313 > 255: the walk */
+        t_v3(1, 32768, 2, LA_FEATURE_RELU, 0, 1, 1, 1024, 2);
+        t_v3(1, 32767, 2, LA_FEATURE_ELU1, 1, 1, 0, 4032, 3); /* L = 63 tiles */
+        t_v3(1, 32768, 12, LA_FEATURE_RELU, 0, 0, 0, 0, 0);  /* bench shape at 32K: L = 1024 */
+        t_v3(1, 32768, 12, LA_FEATURE_RELU, 1, 1, 1, 0, 3);  /* ks = 2 there */
     }
     printf("# split sequences (GPU vs GPU)\n");
     t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
