@@ -47,7 +47,8 @@ def el():
 def parse():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ls", default="65536,131072,32768,16384,8192")
-    ap.add_argument("--hisa-ls", default="65536,131072", help="L at which the official HISA runs")
+    ap.add_argument("--hisa-ls", default="65536,131072,32768,16384,8192",
+                    help="L at which the official HISA runs (one JIT compile of 4 kernels each)")
     ap.add_argument("--tq", type=int, default=1024)
     ap.add_argument("--hi", type=int, default=64)
     ap.add_argument("--di", type=int, default=128)
