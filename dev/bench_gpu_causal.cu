@@ -2,7 +2,9 @@
  * the tensor-core path (src/cuda/linear_causal_tc.cu: "new" = the default
  * ldmatrix/mma.sync kernels, "v3" = LA_CUDA_CAUSAL_PATH=v3 (wide scan, pass 1
  * on sub-chunks), "v3k3" = v3 with LA_CUDA_CAUSAL_KS=3 (pass 1 on sub-chunks: ks = 2 at
- * 4K and 32K, 3 at 128K);
+ * 4K and 32K, 3 at 128K), "v3L512" = v3 with LA_CUDA_CAUSAL_L=512 (state
+ * chunks of 512 tokens at every N: twice the output CTAs of the default choice
+ * at 32K, for the L trade-off);
  * with "all" also "wmma" = LA_CUDA_CAUSAL_PATH=wmma and the portable fp32 path
  * "old"). At 32K also per-kernel times of each tensor-core path
  * (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
@@ -13,7 +15,7 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_causal
- *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, v3, v3k3; normalize 0/1
+ *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, v3, v3k3, v3L512; normalize 0/1
  *   build-gpu/bench_gpu_causal all        the same + wmma and old
  *   build-gpu/bench_gpu_causal new        new path only (+ identity φ, + with S_out)
  *   build-gpu/bench_gpu_causal profile N  one call of each normalize mode (for ncu)
@@ -53,11 +55,12 @@ int main(int argc, char **argv) {
     }
     const bool new_only = argc > 1 && !strcmp(argv[1], "new");
     const bool all = argc > 1 && !strcmp(argv[1], "all");
-    /* name, LA_CUDA_CAUSAL_PATH, LA_CUDA_CAUSAL_KS (nullptr: unset) */
-    struct { const char *name, *path, *ks; } paths[] = {
-        {"new", nullptr, nullptr}, {"v3", "v3", nullptr}, {"v3k3", "v3", "3"},
-        {"wmma", "wmma", nullptr}, {"old", "old", nullptr}};
-    const int npaths = new_only ? 1 : all ? 5 : 3;
+    /* name, LA_CUDA_CAUSAL_PATH, _KS, _L (nullptr: unset) */
+    struct { const char *name, *path, *ks, *L; } paths[] = {
+        {"new", nullptr, nullptr, nullptr}, {"v3", "v3", nullptr, nullptr},
+        {"v3k3", "v3", "3", nullptr},       {"v3L512", "v3", nullptr, "512"},
+        {"wmma", "wmma", nullptr, nullptr}, {"old", "old", nullptr, nullptr}};
+    const int npaths = new_only ? 1 : all ? 6 : 4;
     printf("# causal linear attention, B=1 H=12 D=Dv=128 bf16, relu, medians of event-timed calls\n");
     printf("%-34s %-9s %9s   %-10s %s\n", "case", "N", "ms", "byte-floor", "x floor");
     for (int64_t N : {4096, 32768, 131072}) {
@@ -71,6 +74,8 @@ int main(int argc, char **argv) {
             else unsetenv("LA_CUDA_CAUSAL_PATH");
             if (paths[path].ks) setenv("LA_CUDA_CAUSAL_KS", paths[path].ks, 1);
             else unsetenv("LA_CUDA_CAUSAL_KS");
+            if (paths[path].L) setenv("LA_CUDA_CAUSAL_L", paths[path].L, 1);
+            else unsetenv("LA_CUDA_CAUSAL_L");
             for (int nm = 0; nm < 2; nm++) {
                 la_linear_params p;
                 la_linear_params_init(&p);
@@ -120,6 +125,7 @@ int main(int argc, char **argv) {
         }
         unsetenv("LA_CUDA_CAUSAL_PATH");
         unsetenv("LA_CUDA_CAUSAL_KS");
+        unsetenv("LA_CUDA_CAUSAL_L");
     }
     return 0;
 }
