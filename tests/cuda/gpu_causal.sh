@@ -61,7 +61,9 @@ echo "# calls by path: $(grep -o 'path=tc[-a-z0-9]*' "$OUT/test_paths.log" | sor
 echo "# v3 calls by ks/scan: $(grep 'path=tc-v3' "$OUT/test_paths.log" | grep -o 'ks=[0-9]* scan=[a-z]*' | sort | uniq -c | tr '\n' ' ')"
 echo "# v3 vs default: $(grep -c 'vs default.* ok' "$OUT/test.log") ok, $(grep -c 'vs default.*FAIL' "$OUT/test.log") FAIL"
 
-# 3. timings: new (default), v3, v3k3, v3L512 at 4K, 32K, 128K
+# 3. timings: new (default), v3, v3k3, v3L512 at 4K, 32K, 128K (after fla's warm-up:
+#    its autotuning runs kernels; waited for while more than 75 s are left)
+[ $FLA = 1 ] && while kill -0 $FLA_PID 2>/dev/null && [ $(left) -gt 75 ]; do sleep 1; done
 timeout $(cap 30 45) $B/bench_gpu_causal > "$OUT/bench.log" 2> "$OUT/bench_timing.log"
 echo "# bench rc=$? ($(el) s)"
 

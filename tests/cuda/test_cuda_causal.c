@@ -230,32 +230,32 @@ int main(void) {
      * B = 2 and 1..3 heads, chunk parameters 64 / 7 / 100 / 256, permuted views */
     const int64_t Ns[5] = {1, 63, 65, 1000, 4096};
     for (int pi = 0; pi < 2; pi++) {
-    const char *pth = pi ? "v3" : NULL; /* the default, then v3 (each case also vs the default) */
-    printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3" : "default");
-    int cnt = 0;
-    for (int ni = 0; ni < 5; ni++) {
-        if ((small_only && Ns[ni] > 1000) || (small_only == 2 && Ns[ni] > 65)) continue;
-        for (int f = 0; f < 5; f++)
-            for (int nm = 0; nm < 2; nm++)
-                for (int s = 0; s < 2; s++, cnt++) {
-                    la_feature ff = feats[f];
-                    /* N = 1, identity, no normalization: o = (q̃·k) v is ill-conditioned
-                     * under the bf16 rounding of the products (test_cuda_linear.c, t_tc_paths) */
-                    if (Ns[ni] == 1 && ff == LA_FEATURE_IDENTITY && !nm) ff = LA_FEATURE_RELU;
-                    t_causal(ni == 3 ? 2 : 1, Ns[ni], 1 + cnt % 3, 128, 128, ff, nm,
-                             chunks[cnt % 4], s, bf, cnt & 1, pth);
-                }
-    }
-    if (!small_only) {
-        printf("# long sequences (%s)\n", pi ? "v3" : "default");
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, pth);
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, pth);
-        t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, pth);
-        if (!pi) { /* v3 has its own long cases below */
-            t_causal(1, 32768, 2, 128, 128, LA_FEATURE_IDENTITY, 0, 100, 0, bf, 0, pth);
-            t_causal(1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, pth);
+        const char *pth = pi ? "v3" : NULL; /* the default, then v3 (each case also vs the default) */
+        printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3" : "default");
+        int cnt = 0;
+        for (int ni = 0; ni < 5; ni++) {
+            if ((small_only && Ns[ni] > 1000) || (small_only == 2 && Ns[ni] > 65)) continue;
+            for (int f = 0; f < 5; f++)
+                for (int nm = 0; nm < 2; nm++)
+                    for (int s = 0; s < 2; s++, cnt++) {
+                        la_feature ff = feats[f];
+                        /* N = 1, identity, no normalization: o = (q̃·k) v is ill-conditioned
+                         * under the bf16 rounding of the products (test_cuda_linear.c, t_tc_paths) */
+                        if (Ns[ni] == 1 && ff == LA_FEATURE_IDENTITY && !nm) ff = LA_FEATURE_RELU;
+                        t_causal(ni == 3 ? 2 : 1, Ns[ni], 1 + cnt % 3, 128, 128, ff, nm,
+                                 chunks[cnt % 4], s, bf, cnt & 1, pth);
+                    }
         }
-    }
+        if (!small_only) {
+            printf("# long sequences (%s)\n", pi ? "v3" : "default");
+            t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, pth);
+            t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, pth);
+            t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, pth);
+            if (!pi) { /* v3 has its own long cases below */
+                t_causal(1, 32768, 2, 128, 128, LA_FEATURE_IDENTITY, 0, 100, 0, bf, 0, pth);
+                t_causal(1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, pth);
+            }
+        }
     }
     /* v3 where its choices differ from the default's: the wide scan over 1..32
      * groups, sub-chunks (ks > 1), the benchmark shape (H = 12: L = 1024 at
@@ -282,6 +282,12 @@ int main(void) {
     t_split(1000, 64, LA_FEATURE_RELU, 0, 1);
     t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
     if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU_EPS, 1, 0);
+    printf("# split sequences on v3 (S_in and S_out alias in the second half)\n");
+    setenv("LA_CUDA_CAUSAL_PATH", "v3", 1);
+    t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
+    t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
+    if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU, 0, 1);
+    unsetenv("LA_CUDA_CAUSAL_PATH");
 
     printf("# the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma, kept for A/B timings)\n");
     t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "wmma");
