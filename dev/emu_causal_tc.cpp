@@ -268,7 +268,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
         while (cw * G > NT) cw /= 2;
         launch((unsigned)((LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
                [&] { lct_scan_wide_kernel(a, part, a.ws, np, ks); }, cw, G);
-        launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
+        launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat), true)(a); });
     } else {
     if (ndd > 0)
         launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {

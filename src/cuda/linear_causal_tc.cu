@@ -29,7 +29,11 @@
  * A = tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and
  * S̃ come straight from the accumulator fragments, φ instantiated per mode),
  * and the WMMA one described above (LA_CUDA_CAUSAL_PATH=wmma, for A/B
- * timings). dev/NOTES_cuda_causal.md has the counting.
+ * timings). LA_CUDA_CAUSAL_PATH=v3 (opt-in until a device run validates it):
+ * the mma.sync kernels with the wide scan (lct_scan_wide_kernel: every load
+ * up front, one barrier), pass 3 with its causal blocks unrolled per row
+ * block (no predicated ldmatrix/mma pairs), and optionally pass 1 on
+ * sub-chunks (LA_CUDA_CAUSAL_KS). dev/NOTES_cuda_causal.md has the counting.
  *
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
  * bf16 already); states, denominators and all sums are fp32. Bytes at
@@ -783,7 +787,40 @@ static_assert(SM4_STAGES % 16 == 0 && SM4_SS % 16 == 0 && SM4_OB % 16 == 0 && SM
                   SM4_ZP % 16 == 0,
               "16-byte alignment of the shared-memory regions");
 
-template <int MODE>
+/* v3's causal blocks with the block count NB = r + 1 known at compile time:
+ * the default loops test kb4 ≤ r per block, which nvcc turns into predicated
+ * ldmatrix + mma pairs, each mma right behind its own ldmatrix (32 exposed
+ * ldmatrix latencies per tile in Q̃K̃ᵀ, SASS); unrolled per r, the loads can
+ * be issued ahead of the mma that use them. A warp's r is fixed, so the
+ * switch that picks NB is warp-uniform. */
+template <int NB>
+__device__ __forceinline__ void lct_qk_blocks(float (&sA)[8][4], const uint32_t (&qa)[8][4],
+                                              const __nv_bfloat16 *Ks, int li, int lj) {
+#pragma unroll
+    for (int kk = 0; kk < 8; kk++)
+#pragma unroll
+        for (int kb4 = 0; kb4 < NB; kb4++) {
+            uint32_t bk[4];
+            la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
+            la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
+            la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
+        }
+}
+template <int NB>
+__device__ __forceinline__ void lct_av_blocks(float (&accO)[8][4], const uint32_t (&pa)[4][4],
+                                              const __nv_bfloat16 *Vs, int co, int li, int lj) {
+#pragma unroll
+    for (int kb4 = 0; kb4 < NB; kb4++)
+#pragma unroll
+        for (int jp = 0; jp < 4; jp++) {
+            uint32_t bv[4];
+            la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+            la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
+            la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
+        }
+}
+
+template <int MODE, bool V3>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     extern __shared__ __align__(128) unsigned char lct_sm4[];
     unsigned char *p8 = lct_sm4;
@@ -921,16 +958,25 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sA[j][e] = 0.f;
+        if (V3) {
+            switch (r) {
+            case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
+            case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
+            case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
+            default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
+            }
+        } else {
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++)
+            for (int kk = 0; kk < 8; kk++)
 #pragma unroll
-            for (int kb4 = 0; kb4 < 4; kb4++)
-                if (kb4 <= r) {
-                    uint32_t bk[4];
-                    la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
-                    la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
-                    la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
-                }
+                for (int kb4 = 0; kb4 < 4; kb4++)
+                    if (kb4 <= r) {
+                        uint32_t bk[4];
+                        la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
+                        la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
+                        la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
+                    }
+        }
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
         float rs0 = 0.f, rs1 = 0.f;
         uint32_t pa[4][4];
@@ -972,16 +1018,25 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 la_mma_bf16(accO[2 * jp], qa[kk], bs[0], bs[1]);
                 la_mma_bf16(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
             }
+        if (V3) {
+            switch (r) {
+            case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
+            case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
+            case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
+            default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
+            }
+        } else {
 #pragma unroll
-        for (int kb4 = 0; kb4 < 4; kb4++)
-            if (kb4 <= r)
+            for (int kb4 = 0; kb4 < 4; kb4++)
+                if (kb4 <= r)
 #pragma unroll
-                for (int jp = 0; jp < 4; jp++) {
-                    uint32_t bv[4];
-                    la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
-                    la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
-                    la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
-                }
+                    for (int jp = 0; jp < 4; jp++) {
+                        uint32_t bv[4];
+                        la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
+                        la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
+                        la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
+                    }
+        }
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
@@ -1042,9 +1097,12 @@ lct_kernel_fn lct_state_mma_fn(int mode, bool split) {
     return mode == 0 ? lct_state_mma_kernel<0, false>
            : mode == 1 ? lct_state_mma_kernel<1, false> : lct_state_mma_kernel<2, false>;
 }
-lct_kernel_fn lct_output_mma_fn(int mode) {
-    return mode == 0 ? lct_output_mma_kernel<0>
-           : mode == 1 ? lct_output_mma_kernel<1> : lct_output_mma_kernel<2>;
+lct_kernel_fn lct_output_mma_fn(int mode, bool v3 = false) {
+    if (v3)
+        return mode == 0 ? lct_output_mma_kernel<0, true>
+               : mode == 1 ? lct_output_mma_kernel<1, true> : lct_output_mma_kernel<2, true>;
+    return mode == 0 ? lct_output_mma_kernel<0, false>
+           : mode == 1 ? lct_output_mma_kernel<1, false> : lct_output_mma_kernel<2, false>;
 }
 int lct_mode_of(int feat) {
     return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
@@ -1076,8 +1134,9 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
         LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-        LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)LCT_OUT4_SMEM));
+        for (int v = 0; v < 2; v++)
+            LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m, v != 0), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)LCT_OUT4_SMEM));
     }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
@@ -1130,8 +1189,8 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
     /* default: ldmatrix + mma.sync kernels; LA_CUDA_CAUSAL_PATH=wmma: the WMMA
-     * ones; =v3: the mma.sync kernels with the wide scan and pass 1 on ks
-     * sub-chunks (lct_scan_wide_kernel) */
+     * ones; =v3: the wide scan, pass 3 unrolled per row block, pass 1 on ks
+     * sub-chunks if asked */
     const char *path = getenv("LA_CUDA_CAUSAL_PATH");
     const bool wm = path && !strcmp(path, "wmma");
     const bool v3 = path && !strcmp(path, "v3");
@@ -1224,7 +1283,7 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
         LA_CU_LAUNCH("lct_output_kernel");
     } else {
-        lct_output_mma_fn(lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+        lct_output_mma_fn(lct_mode_of(a.feat), v3)<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
         LA_CU_LAUNCH("lct_output_mma_kernel");
     }
     if (timing) {
