@@ -6,9 +6,9 @@
  *      the first and last block meeting [start, end) forced to +inf, top-m
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
- *      (the block-major hb_kernel; the DSA score kernels in gather mode
- *      for other shapes or with LA_CUDA_HISA_PATH=old, same per-key
- *      arithmetic), then the
+ *      (the block-major hb_kernel, pipelined; the DSA score kernels in
+ *      gather mode for other shapes or with LA_CUDA_HISA_PATH=old, same
+ *      per-key arithmetic), then the
  *      exact top-k with candidate -> token mapping.
  *      Block-sparse: the kept blocks in rank order, each block's valid
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
@@ -565,17 +565,19 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
 }
 
 /* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
- *   unset / "block" (default): hb_kernel<false> above (block-major wgmma;
- *     bf16, HI = 64, dI = 128; other inputs take the gather kernels).
- *     Measured on the H200 (2026-11-29, third session): HISA 0.787 ms at
- *     64K and 0.838 ms at 128K, against 1.050 / 1.084 ms with "old".
- *   "pipe": hb_kernel<true>, the same kernel with the per-chunk global loads
- *     off the critical path (slice query table in shared memory, chunk c+1
- *     loaded after chunk c's MMAs are issued), slices longest first
- *     (hb_scan_lpt_kernel); not measured yet. For attributing the gain:
- *     "pipe_grid" = hb_kernel<true> with the default slice order,
- *     "block_lpt" = the default kernel with the longest-first order.
- *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu)
+ *   unset / "pipe" (default): hb_kernel<true> (block-major wgmma; bf16,
+ *     HI = 64, dI = 128; other inputs take the gather kernels) with the
+ *     per-chunk global loads off the critical path (slice query table in
+ *     shared memory, chunk c+1 loaded after chunk c's MMAs are issued) and
+ *     the slices longest first (hb_scan_lpt_kernel). Measured on the H200
+ *     (2026-11-29, third session, tests/cuda/gpu_hisa.sh): HISA 0.694-0.703 ms
+ *     at 64K and 0.724-0.728 ms at 128K (4.8x / 8.9x our DSA).
+ *   "block": hb_kernel<false>, default order (0.796-0.803 / 0.834-0.839 ms).
+ *   For attributing the gain: "pipe_grid" = hb_kernel<true> with the default
+ *     slice order (0.733 / 0.772 ms), "block_lpt" = hb_kernel<false> with the
+ *     longest-first order (0.754 / 0.784 ms).
+ *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu;
+ *     1.058 / 1.090 ms)
  *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
  *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
  * Any other value is the default. All give the same scores bit for bit
@@ -584,12 +586,12 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
 enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD };
 static hs_path hs_path_of(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    if (!e) return HS_BLOCK;
+    if (!e) return HS_PIPE;
     if (!strcmp(e, "old")) return HS_OLD;
-    if (!strcmp(e, "pipe")) return HS_PIPE;
+    if (!strcmp(e, "block")) return HS_BLOCK;
     if (!strcmp(e, "pipe_grid")) return HS_PIPE_GRID;
     if (!strcmp(e, "block_lpt")) return HS_BLOCK_LPT;
-    return HS_BLOCK;
+    return HS_PIPE;
 }
 static const char *hs_path_name(hs_path p) {
     switch (p) {
@@ -597,7 +599,8 @@ static const char *hs_path_name(hs_path p) {
     case HS_PIPE: return "pipe";
     case HS_PIPE_GRID: return "pipe_grid";
     case HS_BLOCK_LPT: return "block_lpt";
-    default: return "block";
+    case HS_BLOCK: return "block";
+    default: return "pipe";
     }
 }
 

@@ -229,13 +229,13 @@ static void test_indexers(idx_case c) {
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
-     * (LA_CUDA_HISA_PATH: default = block-major wgmma hb_kernel for bf16
-     * HI=64 dI=128, the gather kernels otherwise, e.g. f32; "old" = the
-     * gather kernels for every input; "pipe" = hb_kernel with the per-chunk
-     * loads off the critical path and slices longest first, "pipe_grid" /
-     * "block_lpt" = one of the two changes each), and every path's indices
-     * equal to the first one's (same arithmetic) */
-    static const char *hisa_paths[] = {NULL, "old", "pipe", "pipe_grid", "block_lpt"};
+     * (LA_CUDA_HISA_PATH: default = "pipe": block-major wgmma hb_kernel for
+     * bf16 HI=64 dI=128 with the per-chunk loads off the critical path and
+     * slices longest first, the gather kernels otherwise, e.g. f32; "old" =
+     * the gather kernels for every input; "block" = hb_kernel without the
+     * two changes, "pipe_grid" / "block_lpt" = one of them each), and every
+     * path's indices equal to the first one's (same arithmetic) */
+    static const char *hisa_paths[] = {NULL, "old", "block", "pipe_grid", "block_lpt"};
     int32_t *i0 = malloc((size_t)(T * K) * 4);
     for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
         char ptag[200];
