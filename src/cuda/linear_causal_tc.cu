@@ -907,32 +907,69 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, zq[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) zq[i] = zs[c8 + i]; /* once, not per row */
+        if (V3 && nvalid == T) {
+            /* a full tile: the 4 rows without the per-row branch, so that their
+             * loads, φ and shuffle chains are in flight together (the loop
+             * below runs them one row after the other: ~4 × (load + 4 dependent
+             * shuffles) of latency per tile, in the phase where no warp has
+             * mma work). Same operations in the same order per row. */
+            float x[4][8], y[4][8], dq[4];
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int rr = r0 + 16 * u;
-            float dq = 0.f;
-            if (rr < nvalid) {
-                float x[8], y[8];
-                unpack8(&Qs[rr * LD + c8], x);
-                unpack8(&Ks[rr * LD + c8], y);
-                lct_phi8<MODE>(x, ph);
-                lct_phi8<MODE>(y, ph);
+            for (int u = 0; u < 4; u++) {
+                unpack8(&Qs[(r0 + 16 * u) * LD + c8], x[u]);
+                unpack8(&Ks[(r0 + 16 * u) * LD + c8], y[u]);
+            }
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int rr = r0 + 16 * u;
+                lct_phi8<MODE>(x[u], ph);
+                lct_phi8<MODE>(y[u], ph);
+                dq[u] = 0.f;
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
-                    dq = fmaf(x[i], zq[i], dq);
-                    zk[i] += y[i];
+                    dq[u] = fmaf(x[u][i], zq[i], dq[u]);
+                    zk[i] += y[u][i];
                 }
-                if (MODE != 0) { /* identity: the tile is φ(tile) already */
-                    *(uint4 *)&Qs[rr * LD + c8] = pack8(x);
-                    *(uint4 *)&Ks[rr * LD + c8] = pack8(y);
+                if (MODE != 0) {
+                    *(uint4 *)&Qs[rr * LD + c8] = pack8(x[u]);
+                    *(uint4 *)&Ks[rr * LD + c8] = pack8(y[u]);
                 }
             }
-            /* rows past the end were zero-filled by cp.async: q̃ = k̃ = 0 there */
-            dq += __shfl_xor_sync(0xffffffffu, dq, 8);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 4);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 2);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 1);
-            if ((tid & 15) == 0) qz[rr] = dq;
+#pragma unroll
+            for (int o = 8; o >= 1; o >>= 1)
+#pragma unroll
+                for (int u = 0; u < 4; u++) dq[u] += __shfl_xor_sync(0xffffffffu, dq[u], o);
+            if ((tid & 15) == 0)
+#pragma unroll
+                for (int u = 0; u < 4; u++) qz[r0 + 16 * u] = dq[u];
+        } else {
+#pragma unroll
+            for (int u = 0; u < 4; u++) {
+                const int rr = r0 + 16 * u;
+                float dq = 0.f;
+                if (rr < nvalid) {
+                    float x[8], y[8];
+                    unpack8(&Qs[rr * LD + c8], x);
+                    unpack8(&Ks[rr * LD + c8], y);
+                    lct_phi8<MODE>(x, ph);
+                    lct_phi8<MODE>(y, ph);
+#pragma unroll
+                    for (int i = 0; i < 8; i++) {
+                        dq = fmaf(x[i], zq[i], dq);
+                        zk[i] += y[i];
+                    }
+                    if (MODE != 0) { /* identity: the tile is φ(tile) already */
+                        *(uint4 *)&Qs[rr * LD + c8] = pack8(x);
+                        *(uint4 *)&Ks[rr * LD + c8] = pack8(y);
+                    }
+                }
+                /* rows past the end were zero-filled by cp.async: q̃ = k̃ = 0 there */
+                dq += __shfl_xor_sync(0xffffffffu, dq, 8);
+                dq += __shfl_xor_sync(0xffffffffu, dq, 4);
+                dq += __shfl_xor_sync(0xffffffffu, dq, 2);
+                dq += __shfl_xor_sync(0xffffffffu, dq, 1);
+                if ((tid & 15) == 0) qz[rr] = dq;
+            }
         }
         /* two 16-byte stores (8 scalar ones were 8-way bank conflicts: stride 8 words) */
         *(float4 *)&zpart[r0 * D + c8] = make_float4(zk[0], zk[1], zk[2], zk[3]);
