@@ -103,13 +103,14 @@ grep '^linear-causal timing' "$OUT/bench_timing.log" | awk 'NR % 2 == 0' | sed '
 grep -E "identity|state i/o" "$OUT/bench.log"
 grep -E "Error|error|failed" "$OUT/bench.log" "$OUT/bench_timing.log" "$OUT/fla.log" 2>/dev/null | head -4
 
-# 5. sanitizers on the small cases (LA_CUDA_SMALL=2: N ≤ 65 on both paths + the
-#    forced v3 cases up to N = 1111), while time is left; racecheck first
+# 5. sanitizers on the small cases of the new path (LA_CUDA_SMALL=3: v3 only, N ≤ 65 +
+#    forced cases up to N = 333 + a split sequence), while time is left; racecheck first
+#    (the default path had its racecheck/memcheck in earlier rounds)
 for tool in racecheck memcheck; do
   l=$(( $(left) - 2 ))
   if [ $l -lt 10 ] || ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer $tool: skipped (time)"; continue; fi
-  LA_CUDA_SMALL=2 timeout $l compute-sanitizer --tool $tool --error-exitcode 3 $T > "$OUT/sanitizer_$tool.log" 2>&1
-  echo "compute-sanitizer $tool: rc=$?  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)  $(grep -E 'passed, ' "$OUT/sanitizer_$tool.log" | tail -1)  ($(el) s)"
+  LA_CUDA_SMALL=3 timeout $l compute-sanitizer --tool $tool --error-exitcode 3 $T > "$OUT/sanitizer_$tool.log" 2>&1
+  echo "compute-sanitizer $tool (v3): rc=$?  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$tool.log" | tail -1)  $(grep -E 'passed, ' "$OUT/sanitizer_$tool.log" | tail -1)  ($(el) s)"
 done
 echo "# total $(el) s"
 exit $rc

@@ -21,7 +21,8 @@
  * LA_CUDA_CAUSAL_VERBOSE=1 prints the path of each call on stderr. */
 #include "cuda_test_util.h"
 
-static int small_only; /* LA_CUDA_SMALL: 1 → N ≤ 1000, 2 → N ≤ 65 (sanitizers) */
+static int small_only; /* LA_CUDA_SMALL: 1 → N ≤ 1000, 2 → N ≤ 65 (sanitizers), 3 → the
+                        * same on v3 only (its main loop, small forced and split cases) */
 
 /* rel of a (device values) against ref (n values); counts non-finite a. */
 static double rel_of(const float *a, const float *ref, int64_t n, int64_t *nonfinite) {
@@ -219,7 +220,10 @@ static void t_v3(int64_t B, int64_t N, int64_t H, la_feature f, int normalize, i
 
 int main(void) {
     rng = la_test_rng("test_cuda_causal");
-    small_only = getenv("LA_CUDA_SMALL") ? (atoi(getenv("LA_CUDA_SMALL")) >= 2 ? 2 : 1) : 0;
+    if (getenv("LA_CUDA_SMALL")) {
+        const int sm = atoi(getenv("LA_CUDA_SMALL"));
+        small_only = sm >= 3 ? 3 : sm == 2 ? 2 : 1;
+    }
     if (cuda_test_skip()) return la_test_finish();
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
@@ -229,12 +233,12 @@ int main(void) {
     /* every feature map × normalize × state, odd lengths (tile and chunk tails),
      * B = 2 and 1..3 heads, chunk parameters 64 / 7 / 100 / 256, permuted views */
     const int64_t Ns[5] = {1, 63, 65, 1000, 4096};
-    for (int pi = 0; pi < 2; pi++) {
+    for (int pi = small_only == 3 ? 1 : 0; pi < 2; pi++) {
         const char *pth = pi ? "v3" : NULL; /* the default, then v3 (each case also vs the default) */
         printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3" : "default");
         int cnt = 0;
         for (int ni = 0; ni < 5; ni++) {
-            if ((small_only && Ns[ni] > 1000) || (small_only == 2 && Ns[ni] > 65)) continue;
+            if ((small_only && Ns[ni] > 1000) || (small_only >= 2 && Ns[ni] > 65)) continue;
             for (int f = 0; f < 5; f++)
                 for (int nm = 0; nm < 2; nm++)
                     for (int s = 0; s < 2; s++, cnt++) {
@@ -263,8 +267,10 @@ int main(void) {
     printf("# v3: forced state chunks and sub-chunk counts\n");
     t_v3(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 0, 128, 2);
     t_v3(2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 192, 3);
-    t_v3(1, 1000, 3, LA_FEATURE_RELU_EPS, 0, 0, 0, 128, 2);
-    t_v3(1, 1111, 1, LA_FEATURE_RELU, 1, 1, 1, 64, 1);     /* 18 chunks, 3 groups */
+    if (small_only < 3) {
+        t_v3(1, 1000, 3, LA_FEATURE_RELU_EPS, 0, 0, 0, 128, 2);
+        t_v3(1, 1111, 1, LA_FEATURE_RELU, 1, 1, 1, 64, 1); /* 18 chunks, 3 groups */
+    }
     if (small_only < 2) {
         t_v3(1, 4095, 2, LA_FEATURE_IDENTITY, 0, 1, 0, 256, 4);
         t_v3(1, 4096, 12, LA_FEATURE_RELU, 0, 0, 0, 0, 0); /* bench shape at 4K */
@@ -278,23 +284,29 @@ int main(void) {
         t_v3(1, 32768, 12, LA_FEATURE_RELU, 1, 1, 1, 0, 3);  /* ks = 2 there */
     }
     printf("# split sequences (GPU vs GPU)\n");
-    t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
-    t_split(1000, 64, LA_FEATURE_RELU, 0, 1);
-    t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
+    if (small_only < 3) {
+        t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
+        t_split(1000, 64, LA_FEATURE_RELU, 0, 1);
+        t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
+    }
     if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU_EPS, 1, 0);
     printf("# split sequences on v3 (S_in and S_out alias in the second half)\n");
     setenv("LA_CUDA_CAUSAL_PATH", "v3", 1);
-    t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
+    if (small_only < 3) t_split(1000, 333, LA_FEATURE_RELU1, 1, 0);
     t_split(130, 1, LA_FEATURE_ELU1, 1, 1);
     if (!small_only) t_split(20000, 12345, LA_FEATURE_RELU, 0, 1);
     unsetenv("LA_CUDA_CAUSAL_PATH");
+    if (small_only == 3) {
+        printf("# worst rel: out %.2e, state %.2e\n", worst_out, worst_state);
+        return la_test_finish();
+    }
 
     printf("# the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma, kept for A/B timings)\n");
     t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "wmma");
     t_causal(2, 333, 3, 128, 128, LA_FEATURE_ELU1, 0, 7, 1, bf, 0, "wmma");
     if (!small_only) t_causal(1, 4096, 1, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 0, "wmma");
 
-    if (small_only == 2) {
+    if (small_only >= 2) {
         printf("# worst rel: out %.2e, state %.2e\n", worst_out, worst_state);
         return la_test_finish();
     }
