@@ -29,11 +29,13 @@
  * A = tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and
  * S̃ come straight from the accumulator fragments, φ instantiated per mode),
  * and the WMMA one described above (LA_CUDA_CAUSAL_PATH=wmma, for A/B
- * timings). LA_CUDA_CAUSAL_PATH=v3 (opt-in until a device run validates it):
+ * timings). The default since 2026-11-29 ("v3", validated on the H200):
  * the mma.sync kernels with the wide scan (lct_scan_wide_kernel: every load
  * up front, one barrier), pass 3 with its causal blocks unrolled per row
  * block (no predicated ldmatrix/mma pairs), and optionally pass 1 on
- * sub-chunks (LA_CUDA_CAUSAL_KS). dev/NOTES_cuda_causal.md has the counting.
+ * sub-chunks (LA_CUDA_CAUSAL_KS); LA_CUDA_CAUSAL_PATH=mma keeps the
+ * walking scan and the predicated pass 3. dev/NOTES_cuda_causal.md has the
+ * counting.
  *
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
  * bf16 already); states, denominators and all sums are fp32. Bytes at
@@ -1225,12 +1227,13 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     const int64_t tiles = la_cu_cdiv(N, T);
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
-    /* default: ldmatrix + mma.sync kernels; LA_CUDA_CAUSAL_PATH=wmma: the WMMA
-     * ones; =v3: the wide scan, pass 3 unrolled per row block, pass 1 on ks
-     * sub-chunks if asked */
+    /* default (= "v3"): the mma.sync kernels with the wide scan, pass 3
+     * unrolled per row block, pass 1 on ks sub-chunks if asked (H200, 32K:
+     * 0.319 ms); LA_CUDA_CAUSAL_PATH=mma: the same kernels with the walking
+     * scan and the predicated pass 3 (0.385 ms); =wmma: the WMMA ones */
     const char *path = getenv("LA_CUDA_CAUSAL_PATH");
     const bool wm = path && !strcmp(path, "wmma");
-    const bool v3 = path && !strcmp(path, "v3");
+    const bool v3 = !wm && !(path && !strcmp(path, "mma"));
     /* LA_CUDA_CAUSAL_L (v3 only; tests): the state chunk in tokens, a multiple of 64 */
     const char *lenv = v3 ? getenv("LA_CUDA_CAUSAL_L") : nullptr;
     if (lenv && atoll(lenv) >= T && atoll(lenv) % T == 0) a.L = atoll(lenv);

@@ -1,9 +1,10 @@
 /* GPU tests of causal linear attention (SPEC §3) on the bf16 tensor-core path
  * (src/cuda/linear_causal_tc.cu: D = Dv = 128, bf16 rows): the CUDA result
  * against the CPU path on the same inputs (the CPU path has its float64-
- * reference tests in tests/cpu/), the v3 path (LA_CUDA_CAUSAL_PATH=v3: wide scan,
- * pass 1 on sub-chunks; every case also against the default path on the device,
- * forced state chunks / sub-chunk counts through LA_CUDA_CAUSAL_L / _KS),
+ * reference tests in tests/cpu/), the v3 path (the default; LA_CUDA_CAUSAL_PATH=v3:
+ * wide scan, pass 1 on sub-chunks; every case also against the previous mma
+ * path (LA_CUDA_CAUSAL_PATH=mma) on the device, forced state chunks /
+ * sub-chunk counts through LA_CUDA_CAUSAL_L / _KS), the mma path itself,
  * the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma),
  * the fallbacks (LA_CUDA_CAUSAL_PATH=old,
  * D ≠ 128, f32) and a split sequence (state out of the first half into the
@@ -116,21 +117,23 @@ static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
         snprintf(w2, sizeof w2, "%s z_out", what);
         compare(&zo, w2, TOL_STATE, true);
     }
-    if (path && !strcmp(path, "v3")) { /* the same inputs on the default path (device vs device) */
+    if (path && !strcmp(path, "v3")) { /* the same inputs on the mma path (device vs device) */
         tb o2 = tb_poison(4, nv, dt, perm), So2, zo2;
         if (state) {
             So2 = tb_poison(4, nS, LA_F32, 0);
             zo2 = tb_poison(3, nz, LA_F32, 0);
         }
+        setenv("LA_CUDA_CAUSAL_PATH", "mma", 1);
         CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o2.dev, state ? &Si.dev : NULL,
                                      state ? &zi.dev : NULL, state ? &So2.dev : NULL,
                                      state ? &zo2.dev : NULL, NULL));
         la_dev_synchronize();
+        unsetenv("LA_CUDA_CAUSAL_PATH");
         const tb *gv[3] = {&o, &So, &zo}, *dv[3] = {&o2, &So2, &zo2};
         const char *nm[3] = {"out", "S_out", "z_out"};
         for (int i = 0; i < (state ? 3 : 1); i++) {
             char w2[240];
-            snprintf(w2, sizeof w2, "%s %s vs default", what, nm[i]);
+            snprintf(w2, sizeof w2, "%s %s vs mma", what, nm[i]);
             float *a = tb_read(gv[i], true), *b = tb_read(dv[i], true);
             check_vals(a, b, tb_numel(dv[i]), w2, i ? TOL_STATE : TOL_OUT, i != 0);
             free(a);
@@ -234,8 +237,9 @@ int main(void) {
      * B = 2 and 1..3 heads, chunk parameters 64 / 7 / 100 / 256, permuted views */
     const int64_t Ns[5] = {1, 63, 65, 1000, 4096};
     for (int pi = small_only == 3 ? 1 : 0; pi < 2; pi++) {
-        const char *pth = pi ? "v3" : NULL; /* the default, then v3 (each case also vs the default) */
-        printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3" : "default");
+        /* the previous kernels (mma), then v3 = the default (each case also vs mma) */
+        const char *pth = pi ? "v3" : "mma";
+        printf("# tensor-core path %s (bf16, D = Dv = 128)\n", pi ? "v3 (default)" : "mma");
         int cnt = 0;
         for (int ni = 0; ni < 5; ni++) {
             if ((small_only && Ns[ni] > 1000) || (small_only >= 2 && Ns[ni] > 65)) continue;
@@ -251,7 +255,7 @@ int main(void) {
                     }
         }
         if (!small_only) {
-            printf("# long sequences (%s)\n", pi ? "v3" : "default");
+            printf("# long sequences (%s)\n", pi ? "v3 (default)" : "mma");
             t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 0, 64, 1, bf, 0, pth);
             t_causal(1, 32768, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 1, pth);
             t_causal(1, 32768, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, pth);

@@ -277,9 +277,16 @@ static void test_indexers(idx_case c) {
         d = count_diff(ig, ic, T * K);
         if (c.dt == LA_F32)
             CHECK(d == 0, "blocksparse idx %s: %lld entries differ from the CPU", tag, (long long)d);
-        else
-            CHECK(overlap(ig, ic, T, K, L, NULL) >= 0.98, "blocksparse idx %s: agreement %.4f", tag,
-                  overlap(ig, ic, T, K, L, NULL));
+        else {
+            /* bf16 block means on the GPU, fp32 on the CPU: near-tied blocks
+             * flip, each flip moving B of a row's K tokens. Allow 2% of the
+             * T·K/B kept blocks to flip, at least 2 (a small case, T = 17,
+             * k = 256, B = 64, saw 0.9778 = about 1.5 flips in 68 blocks). */
+            const double flips = fmax(2.0, 0.02 * (double)T * (double)(K / c.B));
+            const double thr = 1.0 - flips * (double)c.B / ((double)T * (double)K);
+            const double ag = overlap(ig, ic, T, K, L, NULL);
+            CHECK(ag >= thr, "blocksparse idx %s: agreement %.4f < %.4f", tag, ag, thr);
+        }
     }
     dfree(&dq); dfree(&dk); dfree(&dw); dfree(&didx); dfree(&dsc);
     if (c.ranges) { dfree(&dst); dfree(&den); }
