@@ -294,6 +294,17 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
                    tk_ms, sms, sms > 0 ? fl / sms / 1e9 : 0.0, goal / ms, vs);
         }
         unsetenv("LA_CUDA_DSA_PATH");
+        /* HISA (B = 128, m = 64) on the same inputs: bf16, and fp8 with the
+         * scales (dequantized f32 copies through the exact kernels) */
+        {
+            la_index_params hb = pb, h8 = p8;
+            hb.block = h8.block = 128;
+            hb.block_topk = h8.block_topk = 64;
+            const double mb = median_ms([&] { LK(la_hisa_indexer(&hb, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 10);
+            const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 1, 5);
+            printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (dequantized f32 copies, exact kernels)\n", "hisa/bf16",
+                   (long long)L, mb, "hisa/fp8", (long long)L, m8);
+        }
         printf("%-10s %7lld floor: %.3f ms at %.0f TFLOP/s bf16, %.3f ms at 2x for fp8 (scores only)\n", "", (long long)L,
                fl / FL * 1e3, FL / 1e12, fl / (2 * FL) * 1e3);
         CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(q8)); CK(cudaFree(k8)); CK(cudaFree(w));

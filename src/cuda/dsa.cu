@@ -838,8 +838,8 @@ la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cu
 /* ---- validation of CUDA views: the checks of src/ops/sparse_validate.h on
  * LA_DEVICE_CUDA (the range values live on the device, so they are clamped
  * by the kernels instead of checked). fp8 e4m3 q/k (with k_scale/q_scale)
- * are taken by the flat DSA indexer only (dsa_validate_fp8); HISA and the
- * block-sparse indexer, which call this, refuse them. ---- */
+ * are validated by dsa_validate_fp8 (la_sp_fp8_to_f32 for HISA and the
+ * block-sparse indexer); this one refuses them. ---- */
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx) {
@@ -856,19 +856,19 @@ la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, cons
 /* fp8 DSA views: q and k both e4m3, w a float dtype, optional f32 scales
  * k_scale [L] and q_scale [T,HI] on CUDA (NULL = 1). Scale values are
  * checked on the device afterwards (dsa_check_scale_values). */
-static la_status dsa_validate_fp8(const la_index_params *p, const la_tensor *q, const la_tensor *k,
-                                  const la_tensor *w, const la_tensor *start, const la_tensor *end,
-                                  const la_tensor *idx) {
+static la_status dsa_validate_fp8(const char *op, const la_index_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *w, const la_tensor *start,
+                                  const la_tensor *end, const la_tensor *idx) {
     const bool q8 = q->dtype == LA_FP8_E4M3, k8 = k->dtype == LA_FP8_E4M3;
     if (!q8 || !k8) {
         if (q8 || k8)
             return la_err(LA_ERR_DTYPE,
-                          "dsa: q is %s and k is %s; the fp8 indexer takes both q and k in fp8_e4m3",
-                          la_dtype_name(q->dtype), la_dtype_name(k->dtype));
+                          "%s: q is %s and k is %s; the fp8 indexer takes both q and k in fp8_e4m3",
+                          op, la_dtype_name(q->dtype), la_dtype_name(k->dtype));
         return la_err(LA_ERR_ARG,
-                      "dsa: %s given but q and k are %s/%s; k_scale/q_scale apply to fp8_e4m3 q/k "
+                      "%s: %s given but q and k are %s/%s; k_scale/q_scale apply to fp8_e4m3 q/k "
                       "only (fold other scales into w)",
-                      p->k_scale && p->q_scale ? "k_scale and q_scale" : p->k_scale ? "k_scale" : "q_scale",
+                      op, p->k_scale && p->q_scale ? "k_scale and q_scale" : p->k_scale ? "k_scale" : "q_scale",
                       la_dtype_name(q->dtype), la_dtype_name(k->dtype));
     }
     if (w->dtype == LA_FP8_E4M3)
@@ -986,6 +986,43 @@ static la_status dsa_dequant(const void *src, int64_t n0, int64_t n1, int64_t n2
     return LA_OK;
 }
 
+/* fp8 inputs of HISA and the block-sparse indexer (hisa.cu): the views are
+ * validated as the DSA indexer's (la_sp_validate_fp8_cuda), then
+ * la_sp_fp8_to_f32 checks the scale values and dequantizes q and k into
+ * contiguous f32 copies with the scales folded in (x8·scale, one correctly
+ * rounded fp32 product, as a caller dequantizing on the host gets),
+ * described by tq, tk. The workspaces live in the caller's qf, kf (freed in
+ * stream order). */
+la_status la_sp_validate_fp8_cuda(const char *op, const la_index_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *w, const la_tensor *start,
+                                  const la_tensor *end, const la_tensor *idx) {
+    LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
+    return dsa_validate_fp8(op, p, q, k, w, start, end, idx);
+}
+la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                           la_cu_ws *qf, la_cu_ws *kf, la_tensor *tq, la_tensor *tk, cudaStream_t s) {
+    sc_scales sc;
+    memset(&sc, 0, sizeof sc);
+    if (p->k_scale) {
+        sc.ks = (const float *)p->k_scale->data;
+        sc.ks_nb = p->k_scale->nb[0];
+    }
+    if (p->q_scale) {
+        sc.qs = (const float *)p->q_scale->data;
+        sc.qs_nb0 = p->q_scale->nb[0];
+        sc.qs_nb1 = p->q_scale->nb[1];
+    }
+    const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
+    LA_TRY(dsa_check_scale_values(sc, L, T, HI, s));
+    LA_TRY(dsa_dequant(q->data, T, HI, dI, q->nb[0], q->nb[1], q->nb[2], sc.qs, sc.qs_nb0, sc.qs_nb1,
+                       qf, s, "dequantized fp8 q"));
+    LA_TRY(dsa_dequant(k->data, 1, L, dI, 0, k->nb[0], k->nb[1], sc.ks, 0, sc.ks_nb, kf, s,
+                       "dequantized fp8 k"));
+    const int64_t nq[3] = {T, HI, dI}, nk[2] = {L, dI};
+    LA_TRY(la_tensor_init(tq, qf->p, LA_F32, LA_DEVICE_CUDA, 3, nq));
+    return la_tensor_init(tk, kf->p, LA_F32, LA_DEVICE_CUDA, 2, nk);
+}
+
 /* LA_CUDA_DSA_PATH: unset/"new" = wgmma v2 where it applies; "old" = the
  * mma.sync kernels (A/B timing); "exact" = the fp32 FMA kernel (on
  * dequantized copies for fp8). Read per call so tests can switch it. */
@@ -1061,7 +1098,7 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
                                          la_tensor *idx, la_tensor *scores, la_context *ctx) {
     LA_TRY(la_idx_check_args("dsa", p, q, k, w, idx));
     const bool fp8 = p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3;
-    if (fp8) LA_TRY(dsa_validate_fp8(p, q, k, w, start, end, idx));
+    if (fp8) LA_TRY(dsa_validate_fp8("dsa", p, q, k, w, start, end, idx));
     else LA_TRY(la_sp_validate_idx_cuda("dsa", p, q, k, w, start, end, idx));
     if (scores) {
         LA_TRY(la_check_tensor(scores, "scores", 2, LA_DT(LA_F32), LA_DEVICE_CUDA, false));

@@ -20,6 +20,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+la_status la_sp_validate_fp8_cuda(const char *op, const la_index_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *w, const la_tensor *start,
+                                  const la_tensor *end, const la_tensor *idx);
+la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                           la_cu_ws *qf, la_cu_ws *kf, la_tensor *tq, la_tensor *tk, cudaStream_t s);
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx);
@@ -616,11 +621,8 @@ static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs
     return la_sp_scores(a, s);
 }
 
-static la_status hs_run(const char *op, int blocksparse, const la_index_params *p,
-                        const la_tensor *q, const la_tensor *k, const la_tensor *w,
-                        const la_tensor *start, const la_tensor *end, la_tensor *idx,
-                        la_context *ctx) {
-    LA_TRY(la_sp_validate_idx_cuda(op, p, q, k, w, start, end, idx));
+/* The block parameters (after the views are validated). */
+static la_status hs_check_params(const char *op, int blocksparse, const la_index_params *p) {
     if (p->block <= 0 || p->block > INT32_MAX)
         return la_err(LA_ERR_ARG, "block: block size %lld, must be in 1..2^31-1", (long long)p->block);
     if (!blocksparse && p->block_topk <= 0)
@@ -631,6 +633,15 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
                       "%s: topk = %lld is smaller than the block size %lld, so topk/block = 0 "
                       "blocks would be kept",
                       op, (long long)p->topk, (long long)p->block);
+    return LA_OK;
+}
+
+static la_status hs_run(const char *op, int blocksparse, const la_index_params *p,
+                        const la_tensor *q, const la_tensor *k, const la_tensor *w,
+                        const la_tensor *start, const la_tensor *end, la_tensor *idx,
+                        la_context *ctx) {
+    LA_TRY(la_sp_validate_idx_cuda(op, p, q, k, w, start, end, idx));
+    LA_TRY(hs_check_params(op, blocksparse, p));
     cudaStream_t s = la_cu_stream(ctx);
     la_sp_score_args a;
     la_sp_fill_score_args(&a, q, k, w, start, end);
@@ -764,10 +775,45 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     return LA_OK;
 }
 
+/* fp8 e4m3 q/k (k_scale / q_scale as for the DSA indexer, SPEC §6):
+ *  - HISA keeping every block (m ≥ ⌈L/B⌉): the candidates are all keys, and
+ *    SPEC §7 says the result equals the DSA indexer's: it is the DSA
+ *    indexer's fp8 path, so equal by construction;
+ *  - otherwise: dequantized f32 copies (scales folded in) through the f32
+ *    pipeline above (exact fp32 kernels: the CPU's result on the same
+ *    dequantized inputs). Correct, not fast: block means, block scores and
+ *    candidate scores run on CUDA cores (docs/SPARSE.md). */
+static la_status hs_run_fp8(const char *op, int blocksparse, const la_index_params *p,
+                            const la_tensor *q, const la_tensor *k, const la_tensor *w,
+                            const la_tensor *start, const la_tensor *end, la_tensor *idx,
+                            la_context *ctx) {
+    LA_TRY(la_sp_validate_fp8_cuda(op, p, q, k, w, start, end, idx));
+    LA_TRY(hs_check_params(op, blocksparse, p));
+    const int64_t L = k->ne[0];
+    if (!blocksparse && L > 0) {
+        const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;
+        if (p->block_topk >= nb) return la_dsa_indexer_cuda(p, q, k, w, start, end, idx, NULL, ctx);
+    }
+    cudaStream_t s = la_cu_stream(ctx);
+    la_cu_ws qf, kf;
+    la_tensor tq, tk;
+    LA_TRY(la_sp_fp8_to_f32(p, q, k, &qf, &kf, &tq, &tk, s));
+    la_index_params pf = *p;
+    pf.k_scale = NULL;
+    pf.q_scale = NULL;
+    return hs_run(op, blocksparse, &pf, &tq, &tk, w, start, end, idx, ctx);
+}
+
+static bool hs_is_fp8(const la_index_params *p, const la_tensor *q, const la_tensor *k) {
+    return p && q && k &&
+           (p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3);
+}
+
 extern "C" la_status la_hisa_indexer_cuda(const la_index_params *p, const la_tensor *q,
                                           const la_tensor *k, const la_tensor *w,
                                           const la_tensor *start, const la_tensor *end,
                                           la_tensor *idx, la_context *ctx) {
+    if (hs_is_fp8(p, q, k)) return hs_run_fp8("hisa", 0, p, q, k, w, start, end, idx, ctx);
     return hs_run("hisa", 0, p, q, k, w, start, end, idx, ctx);
 }
 
@@ -775,5 +821,6 @@ extern "C" la_status la_blocksparse_indexer_cuda(const la_index_params *p, const
                                                  const la_tensor *k, const la_tensor *w,
                                                  const la_tensor *start, const la_tensor *end,
                                                  la_tensor *idx, la_context *ctx) {
+    if (hs_is_fp8(p, q, k)) return hs_run_fp8("blocksparse", 1, p, q, k, w, start, end, idx, ctx);
     return hs_run("blocksparse", 1, p, q, k, w, start, end, idx, ctx);
 }

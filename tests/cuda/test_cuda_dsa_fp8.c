@@ -315,6 +315,7 @@ static void run_case(dcase c) {
 
     int32_t *ig = malloc((size_t)(T * K) * 4);
     float *sg = malloc((size_t)(T * L) * 4), *sg0 = malloc((size_t)(T * L) * 4);
+    int32_t *ig0 = malloc((size_t)(T * K) * 4); /* the default path's DSA indices */
     char tag[200];
     snprintf(tag, sizeof tag, "%s T=%lld HI=%lld dI=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d scales=%d",
              la_dtype_name(c.dt), (long long)T, (long long)HI, (long long)dI, (long long)L, (long long)K,
@@ -348,6 +349,7 @@ static void run_case(dcase c) {
         const double rc = overlap(ig, ic, T, K, L, &tot);
         if (tot >= 1000) CHECK(rc >= 0.99, "dsa %s [%s]: recall vs the CPU on dequantized inputs %.4f", tag, pname, rc);
         int64_t ndiff = 0;
+        if (pi == 0) memcpy(ig0, ig, (size_t)(T * K) * 4);
         if (pi == 0) memcpy(sg0, sg, (size_t)(T * L) * 4);
         else
             for (int64_t i = 0; i < T * L; i++) ndiff += memcmp(&sg[i], &sg0[i], 4) != 0;
@@ -355,6 +357,77 @@ static void run_case(dcase c) {
                pname, e, rc, (long long)tot, (long long)ndiff);
     }
     set_path(NULL, NULL);
+    if (fp8 && L > 0) {
+        /* HISA and block-sparse on the same fp8 inputs and scales (hisa.cu:
+         * dequantized f32 copies through the exact pipeline, or the DSA
+         * indexer itself when every block is kept). Against the CPU on the
+         * dequantized f32 inputs: equal sets and order; every block kept:
+         * equal to the GPU DSA indices of the default path (SPEC §7). */
+        la_tensor hq, hk, hw, hs, he, hi;
+        tset(&hq, qd, LA_F32, LA_DEVICE_CPU, 3, T, HI, dI);
+        tset(&hk, kd, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
+        tset(&hw, w, LA_F32, LA_DEVICE_CPU, 2, T, HI, 0);
+        tset(&hi, ic, LA_I32, LA_DEVICE_CPU, 2, T, K, 0);
+        if (c.ranges) {
+            tset(&hs, st, LA_I32, LA_DEVICE_CPU, 1, T, 0, 0);
+            tset(&he, en, LA_I32, LA_DEVICE_CPU, 1, T, 0, 0);
+        }
+        const int64_t Bs[2] = {16, 64};
+        for (int bi = 0; bi < 2; bi++) {
+            const int64_t B = Bs[bi], Be = B < L ? B : L, nb = (L + Be - 1) / Be;
+            for (int mi = 0; mi < 2; mi++) {
+                const int64_t m = mi ? nb : (nb / 3 > 0 ? nb / 3 : 1);
+                if (mi == 0 && m >= nb) continue; /* the all-blocks case below */
+                la_index_params ph = p, pc;
+                ph.block = B;
+                ph.block_topk = m;
+                la_index_params_init(&pc);
+                pc.topk = K;
+                pc.block = B;
+                pc.block_topk = m;
+                la_dev_memset(didx.d, mi ? 0xff : 0x7f, didx.bytes);
+                la_status sh = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
+                CHECK(sh == LA_OK, "hisa fp8 %s B=%lld m=%lld: %s: %s", tag, (long long)B, (long long)m,
+                      la_status_string(sh), la_last_error());
+                if (sh != LA_OK) continue;
+                la_dev_download(ig, didx.d, didx.bytes);
+                const int32_t *want = ig0;
+                if (m < nb) {
+                    CHECK_OK(la_hisa_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL, c.ranges ? &he : NULL,
+                                             &hi, NULL));
+                    want = ic;
+                }
+                int64_t nd = 0;
+                for (int64_t i = 0; i < T * K; i++) nd += ig[i] != want[i];
+                CHECK(nd == 0, "hisa fp8 %s B=%lld m=%lld: %lld of %lld indices differ from %s", tag,
+                      (long long)B, (long long)m, (long long)nd, (long long)(T * K),
+                      m < nb ? "the CPU on the dequantized inputs" : "the GPU DSA indexer (every block kept)");
+                printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld differ\n", tag, (long long)B, (long long)m,
+                       m < nb ? "CPU" : "DSA", (long long)nd);
+            }
+            if (K >= B) { /* block-sparse: topk/B blocks */
+                la_index_params ph = p, pc;
+                ph.block = B;
+                la_index_params_init(&pc);
+                pc.topk = K;
+                pc.block = B;
+                la_dev_memset(didx.d, 0x7f, didx.bytes);
+                la_status sb = la_blocksparse_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
+                CHECK(sb == LA_OK, "blocksparse fp8 %s B=%lld: %s: %s", tag, (long long)B,
+                      la_status_string(sb), la_last_error());
+                if (sb == LA_OK) {
+                    la_dev_download(ig, didx.d, didx.bytes);
+                    CHECK_OK(la_blocksparse_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL,
+                                                    c.ranges ? &he : NULL, &hi, NULL));
+                    int64_t nd = 0;
+                    for (int64_t i = 0; i < T * K; i++) nd += ig[i] != ic[i];
+                    CHECK(nd == 0, "blocksparse fp8 %s B=%lld: %lld of %lld indices differ from the CPU", tag,
+                          (long long)B, (long long)nd, (long long)(T * K));
+                }
+            }
+        }
+    }
+    free(ig0);
     dfree(&dq); dfree(&dk); dfree(&dw); dfree(&dks); dfree(&dqs); dfree(&dst); dfree(&den);
     dfree(&didx); dfree(&dsc);
     free(q); free(k); free(w); free(qv); free(kv); free(qsc); free(ksc); free(qh); free(kh);
@@ -432,18 +505,23 @@ static void test_bad_inputs(void) {
                     "scales with bf16 q/k", "fp8");
         dfree(&dqb);
     }
-    /* HISA / block-sparse refuse fp8 */
+    /* HISA / block-sparse take fp8 too, with the same view checks (named
+     * after the operator) and their own parameter checks */
     p.block = 16;
     p.block_topk = 2;
-    expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_UNSUPPORTED,
-                "hisa with fp8", "flat DSA");
-    p.topk = 16;
+    expect_fail(la_hisa_indexer(&p, &tq, &tkb, &tw, NULL, NULL, &ti, NULL), LA_ERR_DTYPE,
+                "hisa: fp8 q with bf16 k", "hisa: q is fp8_e4m3");
+    p.block_topk = 0;
+    expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+                "hisa fp8 with block_topk 0", "block_topk");
+    p.block_topk = 2;
+    p.topk = 8; /* < block */
     {
-        dbuf dib = dalloc((size_t)(T * 16) * 4);
+        dbuf dib = dalloc((size_t)(T * 8) * 4);
         la_tensor tib;
-        tset(&tib, dib.d, LA_I32, LA_DEVICE_CUDA, 2, T, 16, 0);
+        tset(&tib, dib.d, LA_I32, LA_DEVICE_CUDA, 2, T, 8, 0);
         expect_fail(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &tib, NULL),
-                    LA_ERR_UNSUPPORTED, "blocksparse with fp8", "flat DSA");
+                    LA_ERR_ARG, "blocksparse fp8 with topk < block", "smaller than the block size");
         dfree(&dib);
     }
     p.topk = K;
