@@ -57,7 +57,7 @@ fi
 timeout 60 $B/bench_gpu_sparse dsa > "$OUT/bench_dsa.log" 2>&1
 brc=$?
 echo "# bench done at $(el) s (rc=$brc)"
-grep -vE "^# device" "$OUT/bench_dsa.log" | head -17
+grep -vE "^# device" "$OUT/bench_dsa.log" | head -26
 
 # 5. plain-PyTorch indexer (chunked einsum + relu + weighted sum + topk), same shapes
 PYTHONUNBUFFERED=1 timeout 60 python3 - > "$OUT/bench_dsa_torch.log" 2>&1 <<'EOF'
