@@ -174,6 +174,26 @@ static void set_path(const char *path, const char *qg) {
     else unsetenv("LA_CUDA_DSA_QG");
 }
 
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+/* Rows of a and b ([T][K] index rows, -1 padded) whose sets differ. */
+static int64_t rows_set_differ(const int32_t *a, const int32_t *b, int64_t T, int64_t K) {
+    int32_t *ra = malloc((size_t)K * 4), *rb = malloc((size_t)K * 4);
+    int64_t bad = 0;
+    for (int64_t t = 0; t < T; t++) {
+        memcpy(ra, a + t * K, (size_t)K * 4);
+        memcpy(rb, b + t * K, (size_t)K * 4);
+        qsort(ra, (size_t)K, 4, cmp_i32);
+        qsort(rb, (size_t)K, 4, cmp_i32);
+        bad += memcmp(ra, rb, (size_t)K * 4) != 0;
+    }
+    free(ra);
+    free(rb);
+    return bad;
+}
+
 static void run_case(dcase c) {
     const int64_t T = c.T, HI = c.HI, dI = c.dI, L = c.L, K = c.topk;
     const bool fp8 = c.dt == LA_FP8_E4M3;
@@ -399,11 +419,19 @@ static void run_case(dcase c) {
                 }
                 int64_t nd = 0;
                 for (int64_t i = 0; i < T * K; i++) nd += ig[i] != want[i];
-                CHECK(nd == 0, "hisa fp8 %s B=%lld m=%lld: %lld of %lld indices differ from %s", tag,
-                      (long long)B, (long long)m, (long long)nd, (long long)(T * K),
-                      m < nb ? "the CPU on the dequantized inputs" : "the GPU DSA indexer (every block kept)");
-                printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld differ\n", tag, (long long)B, (long long)m,
-                       m < nb ? "CPU" : "DSA", (long long)nd);
+                if (m >= nb) /* the same kernels: the same indices, in order */
+                    CHECK(nd == 0, "hisa fp8 %s B=%lld m=%lld: %lld of %lld indices differ from the GPU DSA "
+                          "indexer (every block kept)", tag, (long long)B, (long long)m, (long long)nd,
+                          (long long)(T * K));
+                else { /* vs the CPU: the same set per row; the GPU's fp32 sums run in another
+                        * order, so ulp-close scores may come out swapped (seen: 4 of 526336
+                        * positions, T = 257, L = 1500, B = 16, m = 31) */
+                    const int64_t bad = rows_set_differ(ig, want, T, K);
+                    CHECK(bad == 0, "hisa fp8 %s B=%lld m=%lld: %lld rows select another set than the CPU on "
+                          "the dequantized inputs", tag, (long long)B, (long long)m, (long long)bad);
+                }
+                printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld positions differ\n", tag, (long long)B,
+                       (long long)m, m < nb ? "CPU" : "DSA", (long long)nd);
             }
             if (K >= B) { /* block-sparse: topk/B blocks */
                 la_index_params ph = p, pc;
@@ -419,10 +447,9 @@ static void run_case(dcase c) {
                     la_dev_download(ig, didx.d, didx.bytes);
                     CHECK_OK(la_blocksparse_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL,
                                                     c.ranges ? &he : NULL, &hi, NULL));
-                    int64_t nd = 0;
-                    for (int64_t i = 0; i < T * K; i++) nd += ig[i] != ic[i];
-                    CHECK(nd == 0, "blocksparse fp8 %s B=%lld: %lld of %lld indices differ from the CPU", tag,
-                          (long long)B, (long long)nd, (long long)(T * K));
+                    const int64_t bad = rows_set_differ(ig, ic, T, K);
+                    CHECK(bad == 0, "blocksparse fp8 %s B=%lld: %lld rows select another set than the CPU", tag,
+                          (long long)B, (long long)bad);
                 }
             }
         }
