@@ -695,6 +695,221 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
+/* ---- DSA v2 "lean" (opt-in: LA_CUDA_DSA_EPI=lean; not yet run on a GPU) ----
+ * The same kernel with fewer instructions per wgmma (dev/NOTES_dsa_epilogue.md
+ * counts them: the default issues ~1070 warp instructions per chunk and warp,
+ * 67 per wgmma). Same shared-memory layout, same pipeline and mbarrier
+ * protocol, same bytes in the A/B tiles, same FMA order: its scores are
+ * the default kernel's bit for bit. What changes:
+ *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
+ *    valid because a shared-window address is < 2^18, so la_wg_desc(x + o) =
+ *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry
+ *    out of the 14-bit address field); the warpgroup index is broadcast from
+ *    lane 0 so the A tile base is warp-uniform (uniform datapath);
+ *  - chunk copies: each thread copies the same 16-byte column c = tid % CPR of
+ *    rows r0 + RP·j (RP = 256 / CPR) of every chunk, so its shared offsets
+ *    (the swizzle only depends on r0 & 7) and global offsets are computed
+ *    once; per chunk a 64-bit base and one add per copy, no divisions;
+ *  - the head weights of the chunk are read from shared memory once into
+ *    registers for both m-tiles (la_wg_relu_headsum_wr: same arithmetic);
+ *  - the score store uses per-thread precomputed key predicates and a
+ *    running row pointer; the valid range of a row is computed without the
+ *    blk division (v2 runs only with range.blk == 1). */
+__device__ __forceinline__ void v2l_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
+                 "r"(src_bytes));
+}
+
+template <int EB>
+__device__ __forceinline__ void v2l_issue(float *acc, uint32_t a_lo, uint32_t b_lo) {
+    using C = v2_cfg<EB>;
+    constexpr uint64_t HI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
+    la_wg_fence_acc64(acc);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < C::KSTEPS; kk++) {
+        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
+        const uint32_t oa = (kb * V2_KEYS * 128 + inner) >> 4, ob = (kb * V2_BROWS * 128 + inner) >> 4;
+        v2_wgmma<EB>(acc, HI | (uint64_t)(a_lo + oa), HI | (uint64_t)(b_lo + ob), kk > 0 ? 1 : 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* SPEC §6 valid range of row t when range.blk == 1 (la_sp_row_range without
+ * the block division, which v2 never needs) */
+__device__ __forceinline__ void v2l_row_range(const la_sp_range &r, int64_t t, int64_t *lo, int64_t *hi) {
+    int64_t s = r.start ? (int64_t)r.start[t * r.start_nb] : 0;
+    int64_t e = r.end ? (int64_t)r.end[t * r.end_nb] : r.L - r.T + t + 1;
+    s = s < 0 ? 0 : (s > r.L ? r.L : s);
+    e = e > r.L ? r.L : e;
+    if (e < s) e = s;
+    *lo = s;
+    *hi = e;
+}
+
+/* per-thread constants of the chunk copies */
+struct v2l_ld {
+    const uint8_t *q;   /* a.q + this thread's (row r0, column c) offset */
+    int64_t tstride;    /* bytes between queries */
+    int64_t hstride;    /* bytes between rows r0 + RP·j and r0 + RP·(j+1) */
+    uint32_t dst;       /* shared address of (row r0, column c) in stage 0 */
+};
+
+/* chunk (tc, tc+1) into stage st: the default v2_load_chunk's copies (same
+ * bytes, zero rows past t1), weights and ranges; the caller commits */
+template <int EB>
+__device__ __forceinline__ void v2l_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
+                                               const v2l_ld &L, int64_t tc, int64_t t1, int st,
+                                               float *ws, int *rng) {
+    using C = v2_cfg<EB>;
+    constexpr int RP = V2_THREADS / C::CPR; /* rows per pass: 16 (bf16) or 32 (e4m3) */
+    constexpr int JQ = V2_HI / RP;          /* passes per query */
+    static_assert(V2_THREADS % C::CPR == 0 && RP % 8 == 0 && V2_HI % RP == 0, "v2l copy layout");
+    if (tc >= t1) return;
+    const bool ok1 = tc + 1 < t1;
+    const uint8_t *p0 = L.q + tc * L.tstride;
+    const uint8_t *p1 = ok1 ? p0 + L.tstride : p0;
+    const uint32_t d = L.dst + (uint32_t)st * C::B_BYTES;
+#pragma unroll
+    for (int j = 0; j < JQ; j++) v2l_cp16z(d + j * RP * 128, p0 + j * L.hstride, 16);
+#pragma unroll
+    for (int j = 0; j < JQ; j++) v2l_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
+    const int tid = threadIdx.x;
+    if (tid < V2_BROWS) { /* warps 0-3: one weight each */
+        const int64_t t = tc + (tid >> 6);
+        ws[st * V2_BROWS + tid] = t < t1 ? sc_wq(a, sc, t, tid & (V2_HI - 1)) : 0.f;
+    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) { /* warp 5: the two ranges */
+        const int qi = tid - 160;
+        const int64_t t = tc + qi;
+        int64_t lo = 0, hi = 0;
+        if (t < t1) v2l_row_range(a.range, t, &lo, &hi);
+        rng[(st * V2_NQ + qi) * 2] = (int)lo;
+        rng[(st * V2_NQ + qi) * 2 + 1] = (int)hi;
+    }
+}
+
+template <int EB>
+__global__ void __launch_bounds__(V2_THREADS, 1)
+    sc_wgmma_lean_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+    using C = v2_cfg<EB>;
+    extern __shared__ uint8_t v2_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(v2_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    uint8_t *As = v2_raw + (base - raw);
+    uint8_t *Bs = As + C::A_BYTES;
+    float *ws = (float *)(Bs + V2_STAGES * C::B_BYTES);
+    int *rng = (int *)(ws + V2_STAGES * V2_BROWS);
+    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
+    const uint32_t full_a = Bs_a + V2_STAGES * C::B_BYTES + V2_STAGES * V2_BROWS * 4 +
+                            V2_STAGES * V2_NQ * 2 * 4;
+    const uint32_t empty_a = full_a + V2_STAGES * 8;
+
+    const int tid = threadIdx.x, wi = (tid >> 5) & 3, lane = tid & 31;
+    /* warp-uniform for ptxas (CUTLASS's canonical_warp_group_idx) */
+    const int wg = __shfl_sync(0xffffffffu, tid >> 7, 0);
+    const int g = lane >> 2, qd = lane & 3;
+    const int64_t key0 = (int64_t)blockIdx.x * V2_KEYS;
+    const int64_t t0 = (int64_t)blockIdx.y * qgroup, t1 = min(a.T, t0 + (int64_t)qgroup);
+    const int nchunks = (int)((t1 - t0 + V2_NQ - 1) / V2_NQ);
+
+    if (tid == 0)
+        for (int st = 0; st < V2_STAGES; st++) {
+            v2_mbar_init(full_a + 8 * st, V2_THREADS);
+            v2_mbar_init(empty_a + 8 * st, V2_THREADS);
+        }
+    for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
+        const int r = i / C::CPR, c = i % C::CPR;
+        const int64_t s = key0 + r;
+        const bool ok = s < a.Lk;
+        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
+        la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+    }
+    v2l_ld L;
+    {
+        constexpr int RP = V2_THREADS / C::CPR;
+        const int r0 = tid / C::CPR, c = tid % C::CPR;
+        L.q = (const uint8_t *)a.q + ((int64_t)r0 * a.q_nb1) * EB + c * 16;
+        L.tstride = a.q_nb0 * EB;
+        L.hstride = (int64_t)RP * a.q_nb1 * EB;
+        L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
+    }
+    v2l_load_chunk<EB>(a, sc, L, t0, t1, 0, ws, rng);
+    v2l_load_chunk<EB>(a, sc, L, t0 + V2_NQ, t1, 1, ws, rng);
+    sc_cp_commit();
+    v2l_load_chunk<EB>(a, sc, L, t0 + 2 * V2_NQ, t1, 2, ws, rng);
+    sc_cp_commit();
+    __syncthreads();
+    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    v2_mbar_arrive(full_a);
+    if (nchunks > 1) v2_mbar_arrive(full_a + 8);
+
+    /* this thread's key in each m-tile, its k_scale, and whether it is stored */
+    int64_t pk[2];
+    float ksv[2];
+    bool pin[2];
+#pragma unroll
+    for (int mt = 0; mt < 2; mt++) {
+        pk[mt] = key0 + (wg * 2 + mt) * 64 + 16 * wi + g + 8 * (qd & 1);
+        ksv[mt] = (sc.ks && pk[mt] < a.Lk) ? sc.ks[pk[mt] * sc.ks_nb] : 1.f;
+        pin[mt] = pk[mt] < a.ncols;
+    }
+    const int qi = qd >> 1;
+    /* la_wg_desc(x) = (x >> 4) | 1 << 16 in the low word (x < 2^18) */
+    const uint32_t a_lo0 = (((As_a + (uint32_t)(wg * 2) * 64 * 128) & 0x3FFFFu) >> 4) | (1u << 16);
+    const uint32_t a_lo1 = a_lo0 + ((64 * 128) >> 4);
+    const uint32_t b_lo = ((Bs_a & 0x3FFFFu) >> 4) | (1u << 16);
+    /* row tc + qi of the scores, advanced by V2_NQ rows per chunk */
+    float *orow = a.out + (t0 + qi) * a.out_ld;
+    const int64_t ostep = (int64_t)V2_NQ * a.out_ld;
+
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
+    for (int i = 0; i < nchunks; i++, orow += ostep) {
+        const int st = i % V2_STAGES;
+        v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
+        const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
+        v2l_issue<EB>(acc0, a_lo0, bl);
+        v2l_issue<EB>(acc1, a_lo1, bl);
+        const int64_t t = t0 + (int64_t)i * V2_NQ + qi;
+        float2 wr[16];
+        la_wg_headsum_w(wr, ws + st * V2_BROWS, qd);
+        const int2 rg = *(const int2 *)(rng + (st * V2_NQ + qi) * 2);
+        const bool trow = t < t1;
+        la_wg_wait<1>(acc0);
+        {
+            const float v = la_wg_relu_headsum_wr(acc0, wr, qd);
+            if (trow && pin[0]) {
+                float o = sc.ks ? v * ksv[0] : v;
+                if (!(pk[0] >= rg.x && pk[0] < rg.y && pk[0] < a.Lk)) o = -INFINITY;
+                orow[pk[0]] = o;
+            }
+        }
+        la_wg_wait<0>(acc1);
+        {
+            const float v = la_wg_relu_headsum_wr(acc1, wr, qd);
+            if (trow && pin[1]) {
+                float o = sc.ks ? v * ksv[1] : v;
+                if (!(pk[1] >= rg.x && pk[1] < rg.y && pk[1] < a.Lk)) o = -INFINITY;
+                orow[pk[1]] = o;
+            }
+        }
+        v2_mbar_arrive(empty_a + 8 * st);
+        const int cn = i + 3;
+        if (cn < nchunks) {
+            if (i >= 1)
+                v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
+            v2l_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, ws, rng);
+        }
+        sc_cp_commit();
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
 /* SM count of the current device, asked every call (cudaDeviceGetAttribute
  * is a cheap host-side query): a cached static was a data race between first
  * calls and answered the first device's count for every device. */
@@ -717,7 +932,8 @@ static bool v2_ok(const la_sp_score_args &a, int EB) {
 }
 
 template <int EB>
-static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s) {
+static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s,
+                           bool lean) {
     using C = v2_cfg<EB>;
     const int64_t ntiles = la_cu_cdiv(a.ncols, V2_KEYS);
     /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
@@ -743,9 +959,17 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         const int f = atoi(e);
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
+    dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
+    if (lean) {
+        LA_CU(cudaFuncSetAttribute(sc_wgmma_lean_kernel<EB>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        sc_wgmma_lean_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
+        LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma, lean)"
+                             : "indexer scores (fp8 e4m3 wgmma, lean)");
+        return LA_OK;
+    }
     LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                C::SMEM));
-    dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
     sc_wgmma_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
@@ -1035,6 +1259,14 @@ static int dsa_path() {
     return DSA_PATH_NEW;
 }
 
+/* LA_CUDA_DSA_EPI: unset/"default" = sc_wgmma_kernel; "lean" =
+ * sc_wgmma_lean_kernel (fewer instructions per wgmma, same scores bit for
+ * bit; not yet validated on a GPU). Read per call. */
+static bool dsa_epi_lean() {
+    const char *e = getenv("LA_CUDA_DSA_EPI");
+    return e && !strcmp(e, "lean");
+}
+
 /* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
  * with 4-byte loads. */
 static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
@@ -1052,7 +1284,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     const int path = dsa_path();
     if (!fp8) {
         if (path == DSA_PATH_NEW && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && v2_ok(a, 2))
-            return v2_launch<2>(a, sc, s);
+            return v2_launch<2>(a, sc, s, dsa_epi_lean());
         if (path == DSA_PATH_EXACT) {
             if (a.T > 65535)
                 return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
@@ -1064,7 +1296,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
         }
         return la_sp_scores(a, s);
     }
-    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s);
+    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s, dsa_epi_lean());
     if (path != DSA_PATH_EXACT && dsa_fp8_mma_ok(a) && a.T <= 65535) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);

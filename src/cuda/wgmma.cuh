@@ -149,4 +149,39 @@ __device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const floa
     return qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
 }
 
+/* ---- addition for the DSA v2 "lean" variant (dsa.cu, LA_CUDA_DSA_EPI=lean) ----
+ * la_wg_relu_headsum with this thread's weights already in registers:
+ * wr[8 qi + jj] = the float2 that la_wg_relu_headsum reads from
+ * wst + 64 qi + 8 jj + 2 qd (load them once per chunk with
+ * la_wg_headsum_w, use them for both m-tiles). Same FMAs in the same order,
+ * same shuffles: the result is bit for bit la_wg_relu_headsum's. */
+__device__ __forceinline__ void la_wg_headsum_w(float2 *wr, const float *wst, int qd) {
+#pragma unroll
+    for (int j = 0; j < 16; j++) wr[j] = *(const float2 *)(wst + 64 * (j >> 3) + 8 * (j & 7) + 2 * qd);
+}
+__device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const float2 *wr, int qd) {
+    constexpr int NQ = 2, HI = 64;
+    float r[NQ][2];
+#pragma unroll
+    for (int qi = 0; qi < NQ; qi++) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < HI / 8; jj++) {
+            const int j = (HI / 8) * qi + jj;
+            const float2 wv = wr[j];
+            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
+            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
+            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
+            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        r[qi][0] = s0;
+        r[qi][1] = s1;
+    }
+    return qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+}
+
 #endif
