@@ -16,6 +16,7 @@
 #include "sparse_common.cuh"
 #include "wgmma.cuh"
 
+#include <cuda_fp8.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,17 +133,33 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
 /* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
 /* the 8 k-steps of one m-tile (A rows at a_rows, 128-row A tile) against the
  * B tile, one commit group; the first overwrites the accumulators */
+template <int EB = 2>
 __device__ __forceinline__ void hb_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
     la_wg_fence_acc64(acc);
     asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-    for (int kk = 0; kk < HB_RB / 32; kk++) {
+    for (int kk = 0; kk < (HB_DI * EB) / 32; kk++) {
         const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
-        la_wg_m64n128k16_bf16(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
-                 la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+        if constexpr (EB == 2)
+            la_wg_m64n128k16_bf16(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
+                                  la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
+        else /* e4m3: 4 k32 steps in one 128-byte atom, as v2_issue<1> */
+            la_wg_m64n128k32_e4m3(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
+                                  la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
+
+/* Sizes for element width EB (2 = bf16: the HB_* values above; 1 = e4m3:
+ * 128-byte rows, one swizzle atom, 4 k32 steps; 50 KB of shared memory). */
+template <int EB> struct hb_cfg {
+    static constexpr int RB = HB_DI * EB, CPR = RB / 16;
+    static constexpr int A_BYTES = HB_ROWS * RB, B_BYTES = HB_BROWS * RB;
+    static constexpr int SMEM = 1024 + A_BYTES + HB_STAGES * B_BYTES + HB_STAGES * HB_BROWS * 4 +
+                                HB_STAGES * HB_NQ * 4 * 8;
+    static constexpr int SMEM_PIPE = SMEM + HB_QS * 4 * 8;
+};
+static_assert(hb_cfg<2>::SMEM == HB_SMEM && hb_cfg<2>::SMEM_PIPE == HB_SMEM_PIPE, "hb_cfg<2>");
 
 /* Per-call bucketing state. */
 struct hb_lists {
@@ -155,6 +172,7 @@ struct hb_lists {
 
 /* chunk ci of the slice (queries qlist[2ci], qlist[2ci+1]; zero rows, w = 0
  * and t = -1 past nq) into stage st; the caller commits */
+template <int EB = 2>
 __device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const int32_t *qlist,
                                               int nq, int32_t m, int ci, int st, uint8_t *Bs,
                                               float *ws, int64_t *meta) {
@@ -166,13 +184,13 @@ __device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const i
         tq[qi] = i < nq ? (int64_t)(e / (uint32_t)m) : -1;
         rq[qi] = (int64_t)(e % (uint32_t)m);
     }
-    uint8_t *bt = Bs + st * HB_B_BYTES;
-    for (int i = threadIdx.x; i < HB_BROWS * HB_CPR; i += HB_THREADS) {
-        const int n = i / HB_CPR, c = i % HB_CPR;
+    uint8_t *bt = Bs + st * hb_cfg<EB>::B_BYTES;
+    for (int i = threadIdx.x; i < HB_BROWS * hb_cfg<EB>::CPR; i += HB_THREADS) {
+        const int n = i / hb_cfg<EB>::CPR, c = i % hb_cfg<EB>::CPR;
         const int64_t t = n < HB_HI ? tq[0] : tq[1];
         const bool ok = t >= 0;
         const uint8_t *src = (const uint8_t *)a.q +
-                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * 2 + c * 16;
+                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * EB + c * 16;
         la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
     }
     for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
@@ -206,17 +224,18 @@ __device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_by
  * go by cp.async (w = 0 past nq by zero fill), so the thread never waits on
  * them here; other w dtypes use plain loads (their latency then sits after
  * the chunk before's MMAs were issued, behind them). The caller commits. */
+template <int EB = 2>
 __device__ __forceinline__ void hb_load_chunk_pipe(const la_sp_score_args &a, const int64_t *qm,
                                                    int ci, int st, uint8_t *Bs, float *ws,
                                                    bool w_async) {
     const int64_t t0 = qm[(HB_NQ * ci) * 4], t1 = qm[(HB_NQ * ci + 1) * 4];
-    uint8_t *bt = Bs + st * HB_B_BYTES;
-    for (int i = threadIdx.x; i < HB_BROWS * HB_CPR; i += HB_THREADS) {
-        const int n = i / HB_CPR, c = i % HB_CPR;
+    uint8_t *bt = Bs + st * hb_cfg<EB>::B_BYTES;
+    for (int i = threadIdx.x; i < HB_BROWS * hb_cfg<EB>::CPR; i += HB_THREADS) {
+        const int n = i / hb_cfg<EB>::CPR, c = i % hb_cfg<EB>::CPR;
         const int64_t t = n < HB_HI ? t0 : t1;
         const bool ok = t >= 0;
         const uint8_t *src = (const uint8_t *)a.q +
-                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * 2 + c * 16;
+                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * EB + c * 16;
         la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
     }
     for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
@@ -231,12 +250,16 @@ __device__ __forceinline__ void hb_load_chunk_pipe(const la_sp_score_args &a, co
 
 /* v2_epilogue's head sums; lane qd stores query qd>>1, in-block key jb
  * (token s = b*B + jb) at candidate column r*B + jb of its row */
+/* fp8 (ks != NULL): the head sum times the key's k_scale ksv, as
+ * v2_epilogue's `sc.ks ? v * ksv : v` */
 __device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const float *acc,
                                             const float *wst, const int64_t *mst, int64_t sb,
-                                            int64_t jb) {
+                                            int64_t jb, const float *ks = nullptr,
+                                            float ksv = 1.f) {
     const int qd = threadIdx.x & 3;
     const int qi = qd >> 1;
-    const float v = la_wg_relu_headsum(acc, wst, qd);
+    float v = la_wg_relu_headsum(acc, wst, qd);
+    if (ks) v = v * ksv;
     static_assert(HB_NQ == 2 && HB_HI == 64, "la_wg_relu_headsum: 2 queries x 64 heads");
     const int64_t *mq = mst + qi * 4;
     const int64_t t = mq[0];
@@ -255,8 +278,15 @@ __device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const flo
  * against ~1 K cycles of MMAs per chunk). The pipelined loop reads the
  * slice's (t, r, lo, hi) table once at the start and issues chunk c+1's
  * loads after chunk c's MMAs. */
-template <bool PIPE>
-__global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, hb_lists h) {
+/* The body of both element widths: EB = 2 bf16 (hb_kernel, as measured),
+ * EB = 1 fp8 e4m3 (hb8_kernel: 128-byte rows, m64n128k32 e4m3, the head sum
+ * times k_scale[s] when ks != NULL; q/k/w as DSA v2 sees them with EB = 1,
+ * w being w·q_scale precomputed as sc_wq does). */
+template <bool PIPE, int EB>
+__device__ __forceinline__ void hb_body(la_sp_score_args a, hb_lists h,
+                                        const float *ks, int64_t ks_nb) {
+    using C = hb_cfg<EB>;
+    static_assert(PIPE || EB == 2, "the fp8 variant exists in the pipelined loop only");
     const int x = blockIdx.x;
     if (x >= *h.nsl) return;
     const int b = h.sl_blk[x], q0 = h.sl_idx[x] * HB_QS;
@@ -270,20 +300,20 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(hb_raw);
     const uint32_t base = (raw + 1023u) & ~1023u;
     uint8_t *As = hb_raw + (base - raw);
-    uint8_t *Bs = As + HB_A_BYTES;
-    float *ws = (float *)(Bs + HB_STAGES * HB_B_BYTES);   /* [stage][128] */
+    uint8_t *Bs = As + C::A_BYTES;
+    float *ws = (float *)(Bs + HB_STAGES * C::B_BYTES);   /* [stage][128] */
     int64_t *meta = (int64_t *)(ws + HB_STAGES * HB_BROWS); /* [stage][query][t, r, lo, hi] */
     int64_t *qm = meta + HB_STAGES * HB_NQ * 4;             /* PIPE: [query of slice][t, r, lo, hi] */
-    const uint32_t As_a = base, Bs_a = base + HB_A_BYTES;
+    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
 
     const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
     const int g = lane >> 2, qd = lane & 3;
     /* keys -> A tile (zero rows past the block or past L), chunk 0: group 0 */
-    for (int i = tid; i < HB_ROWS * HB_CPR; i += HB_THREADS) {
-        const int r = i / HB_CPR, c = i % HB_CPR;
+    for (int i = tid; i < HB_ROWS * C::CPR; i += HB_THREADS) {
+        const int r = i / C::CPR, c = i % C::CPR;
         const int64_t jb = j0 + r, s = sb + jb;
         const bool ok = jb < a.B && s < a.Lk;
-        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * 2 + c * 16;
+        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
         la_sp_cp16z(As + la_wg_off(HB_ROWS, r, c), src, ok ? 16 : 0);
     }
     const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
@@ -304,15 +334,22 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
             qm[4 * i + 3] = hi;
         }
         __syncthreads();
-        hb_load_chunk_pipe(a, qm, 0, 0, Bs, ws, w_async);
+        hb_load_chunk_pipe<EB>(a, qm, 0, 0, Bs, ws, w_async);
     } else {
-        hb_load_chunk(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
+        hb_load_chunk<EB>(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
     }
     asm volatile("cp.async.commit_group;\n" ::: "memory");
 
     /* in-block key this thread stores in each m-tile */
     const int64_t jk0 = j0 + 16 * wi + g + 8 * (qd & 1), jk1 = jk0 + 64;
     const uint32_t a_mt0 = As_a, a_mt1 = As_a + 64 * 128;
+    /* fp8: k_scale of the key this thread stores in each m-tile (1 past the
+     * block or L: those columns are not stored) */
+    float ksv0 = 1.f, ksv1 = 1.f;
+    if (EB == 1 && ks) {
+        if (jk0 < a.B && sb + jk0 < a.Lk) ksv0 = ks[(sb + jk0) * ks_nb];
+        if (jk1 < a.B && sb + jk1 < a.Lk) ksv1 = ks[(sb + jk1) * ks_nb];
+    }
     float acc0[64], acc1[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
@@ -325,23 +362,23 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads();
         if (PIPE) {
-            const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
-            hb_issue(acc0, a_mt0, b_tile);
-            hb_issue(acc1, a_mt1, b_tile);
-            if (c + 1 < nchunks) hb_load_chunk_pipe(a, qm, c + 1, st ^ 1, Bs, ws, w_async);
+            const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
+            hb_issue<EB>(acc0, a_mt0, b_tile);
+            hb_issue<EB>(acc1, a_mt1, b_tile);
+            if (c + 1 < nchunks) hb_load_chunk_pipe<EB>(a, qm, c + 1, st ^ 1, Bs, ws, w_async);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
             const float *wst = ws + st * HB_BROWS;
             const int64_t *mst = qm + c * HB_NQ * 4;
             la_wg_wait<1>(acc0);
-            hb_epilogue(a, acc0, wst, mst, sb, jk0);
+            hb_epilogue(a, acc0, wst, mst, sb, jk0, ks, ksv0);
             la_wg_wait<0>(acc1);
-            hb_epilogue(a, acc1, wst, mst, sb, jk1);
+            hb_epilogue(a, acc1, wst, mst, sb, jk1, ks, ksv1);
         } else { /* the default loop, as measured */
-            if (c + 1 < nchunks) hb_load_chunk(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
+            if (c + 1 < nchunks) hb_load_chunk<EB>(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
             asm volatile("cp.async.commit_group;\n" ::: "memory");
-            const uint32_t b_tile = Bs_a + (uint32_t)st * HB_B_BYTES;
-            hb_issue(acc0, a_mt0, b_tile);
-            hb_issue(acc1, a_mt1, b_tile);
+            const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
+            hb_issue<EB>(acc0, a_mt0, b_tile);
+            hb_issue<EB>(acc1, a_mt1, b_tile);
             const float *wst = ws + st * HB_BROWS;
             const int64_t *mst = meta + st * HB_NQ * 4;
             la_wg_wait<1>(acc0);
@@ -351,6 +388,22 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, h
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+template <bool PIPE>
+__global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, hb_lists h) {
+    hb_body<PIPE, 2>(a, h, nullptr, 0);
+}
+
+/* fp8 e4m3 stage 2 (LA_CUDA_HISA_FP8=wg): q, k e4m3 rows (16-byte aligned,
+ * contiguous along dI), a.w = w·q_scale as f32 [T, HI], ks = k_scale (NULL
+ * = 1). Per (query, key) the instruction sequence of sc_wgmma_kernel<1>
+ * (DSA v2, fp8): the same 4 m64n128k32 e4m3 k-steps in order over the same
+ * swizzled K-major tiles, la_wg_relu_headsum on the same f32 weights, then
+ * the product with k_scale[s]. */
+__global__ void __launch_bounds__(HB_THREADS, 2) hb8_kernel(la_sp_score_args a, hb_lists h,
+                                                            const float *ks, int64_t ks_nb) {
+    hb_body<true, 1>(a, h, ks, ks_nb);
 }
 
 /* counts per block; ranks without a block (-1) get their B columns -inf */
@@ -526,7 +579,8 @@ struct hs_timer {
 
 /* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel) */
 static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_timer &tm,
-                           cudaStream_t s) {
+                           cudaStream_t s, bool fp8 = false, const float *ks = nullptr,
+                           int64_t ks_nb = 0) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -556,7 +610,11 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
     h.m = (int32_t)a.m;
     LA_TRY(tm.mark("bucket", s));
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
-    if (pipe) {
+    if (fp8) { /* hb8_kernel: e4m3, always the pipelined loop (lpt as the caller asks) */
+        LA_CU(cudaFuncSetAttribute(hb8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   hb_cfg<1>::SMEM_PIPE));
+        hb8_kernel<<<grid, HB_THREADS, hb_cfg<1>::SMEM_PIPE, s>>>(a, h, ks, ks_nb);
+    } else if (pipe) {
         LA_CU(cudaFuncSetAttribute(hb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    HB_SMEM_PIPE));
         hb_kernel<true><<<grid, HB_THREADS, HB_SMEM_PIPE, s>>>(a, h);
@@ -565,7 +623,8 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
                                    HB_SMEM));
         hb_kernel<false><<<grid, HB_THREADS, HB_SMEM, s>>>(a, h);
     }
-    LA_CU_LAUNCH("hisa candidate scores (block-major wgmma)");
+    LA_CU_LAUNCH(fp8 ? "hisa candidate scores (block-major wgmma, fp8 e4m3)"
+                     : "hisa candidate scores (block-major wgmma)");
     return LA_OK;
 }
 
@@ -775,6 +834,292 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     return LA_OK;
 }
 
+/* ---- fp8 e4m3 HISA on wgmma (LA_CUDA_HISA_FP8=wg) -------------------------
+ * Stage 1 on bf16 copies, stage 2 on the fp8 rows:
+ *  - w' = w·q_scale (f32 [T, HI], the product sc_wq forms in dsa.cu: the
+ *    weight as f32 times q_scale[t,h], one rounding);
+ *  - q8 -> bf16 (exact: every e4m3 value is a bf16 value);
+ *  - block means of the dequantized keys k8·k_scale (the product rounded
+ *    once, as la_sp_fp8_to_f32's dequantized copy; fp32 sums in token order,
+ *    / true count: the f32 route's means bit for bit), rounded to bf16 once
+ *    at the store: the bf16 path's rounding (hs_pool_bf16_kernel also stores
+ *    bf16 means of fp32 sums);
+ *  - block scores = the bf16 block-score path (la_sp_scores on q_bf16, k̄,
+ *    w'): Σ_h w'·ReLU(q8·k̄) = Σ_h w·ReLU((q8·qs)·k̄) since qs > 0;
+ *  - candidate scores: hb8_kernel on the e4m3 q/k rows with w' and k_scale,
+ *    per (query, key) the instruction sequence of DSA v2's fp8 kernel
+ *    (sc_wgmma_kernel<1>), then the token top-k in gather mode.
+ * Compared with the f32 route (the CPU's indices on dequantized inputs),
+ * selections can differ where the bf16-rounded block means flip near-tied
+ * blocks (stage 1) and where v2's fp8 accumulation (~14 bits) reorders
+ * near-tied tokens (stage 2); with every block kept the candidate scores are
+ * the DSA fp8 scores. */
+
+/* 0 = off (default), 1 = "wg", 2 = "wg_force": also when every block is kept
+ * (tests: stage 2 against the DSA fp8 indexer); read per call */
+static int hs_fp8_mode(void) {
+    const char *e = getenv("LA_CUDA_HISA_FP8");
+    if (!e) return 0;
+    if (!strcmp(e, "wg")) return 1;
+    if (!strcmp(e, "wg_force")) return 2;
+    return 0;
+}
+
+/* The scale-value check of dsa.cu (dsa_check_scale_values, static there;
+ * same codes and messages): first non-positive / non-finite scale, k_scale
+ * before q_scale. */
+__global__ void hs_fp8_scale_check_kernel(const float *ks, int64_t ks_nb, const float *qs,
+                                          int64_t qs_nb0, int64_t qs_nb1, int64_t L, int64_t T,
+                                          int64_t HI, unsigned long long *bad) {
+    const int64_t nk = ks ? L : 0, nq = qs ? T * HI : 0;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < nk + nq;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        float v;
+        unsigned long long code;
+        if (i < nk) {
+            v = ks[i * ks_nb];
+            code = (unsigned long long)i;
+        } else {
+            const int64_t j = i - nk, t = j / HI, h = j % HI;
+            v = qs[t * qs_nb0 + h * qs_nb1];
+            code = (1ull << 62) | (unsigned long long)j;
+        }
+        if (!(v > 0.f) || isinf(v)) atomicMin(bad, code);
+    }
+}
+static la_status hs_fp8_check_scales(const float *ks, int64_t ks_nb, const float *qs,
+                                     int64_t qs_nb0, int64_t qs_nb1, int64_t L, int64_t T,
+                                     int64_t HI, cudaStream_t s) {
+    if (!ks && !qs) return LA_OK;
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    LA_CU(cudaStreamIsCapturing(s, &cap));
+    if (cap != cudaStreamCaptureStatusNone) return LA_OK;
+    la_cu_ws flag;
+    LA_TRY(la_cu_ws_alloc(&flag, 8, s, "fp8 scale check"));
+    LA_CU(cudaMemsetAsync(flag.p, 0xff, 8, s));
+    const int64_t n = (ks ? L : 0) + (qs ? T * HI : 0);
+    int64_t blocks = la_cu_cdiv(n, 256);
+    if (blocks > 1024) blocks = 1024;
+    if (blocks < 1) blocks = 1;
+    hs_fp8_scale_check_kernel<<<(unsigned)blocks, 256, 0, s>>>(ks, ks_nb, qs, qs_nb0, qs_nb1, L, T,
+                                                                HI, (unsigned long long *)flag.p);
+    LA_CU_LAUNCH("fp8 scale check");
+    unsigned long long h = 0;
+    LA_CU(cudaMemcpyAsync(&h, flag.p, 8, cudaMemcpyDeviceToHost, s));
+    LA_CU(cudaStreamSynchronize(s));
+    if (h == ~0ull) return LA_OK;
+    const bool is_q = (h >> 62) != 0;
+    const int64_t i = (int64_t)(h & ((1ull << 62) - 1));
+    float v = 0.f;
+    const float *src = is_q ? qs + (i / HI) * qs_nb0 + (i % HI) * qs_nb1 : ks + i * ks_nb;
+    LA_CU(cudaMemcpy(&v, src, 4, cudaMemcpyDeviceToHost));
+    if (is_q)
+        return la_err(LA_ERR_ARG,
+                      "q_scale: q_scale[%lld, %lld] = %g; fp8 scales must be finite and > 0 "
+                      "(amax/448 with amax clamped away from 0)",
+                      (long long)(i / HI), (long long)(i % HI), (double)v);
+    return la_err(LA_ERR_ARG,
+                  "k_scale: k_scale[%lld] = %g; fp8 scales must be finite and > 0 (amax/448 with "
+                  "amax clamped away from 0)",
+                  (long long)i, (double)v);
+}
+
+/* e4m3 [T, HI, dI] view -> contiguous bf16 (exact) */
+__global__ void hs_q8_bf16_kernel(const uint8_t *q, int64_t HI, int64_t dI, int64_t nb0,
+                                  int64_t nb1, int64_t nb2, __nv_bfloat16 *out, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t d = i % dI, r = i / dI, h = r % HI, t = r / HI;
+        __nv_fp8_e4m3 v;
+        v.__x = q[t * nb0 + h * nb1 + d * nb2];
+        out[i] = __float2bfloat16_rn((float)v);
+    }
+}
+/* w' = w·q_scale as f32 [T, HI] (sc_wq's expression) */
+__global__ void hs_wq_kernel(const void *w, int w_dt, int64_t w_nb0, int64_t w_nb1,
+                             const float *qs, int64_t qs_nb0, int64_t qs_nb1, int64_t HI,
+                             float *out, int64_t total) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / HI, h = i % HI;
+        float wv = la_cu_ld(w, w_dt, t * w_nb0 + h * w_nb1);
+        if (qs) wv *= qs[t * qs_nb0 + h * qs_nb1];
+        out[i] = wv;
+    }
+}
+/* block means of k8·k_scale (contiguous e4m3 rows), one dimension per
+ * thread; the product is rounded once (__fmul_rn: not contracted into the
+ * sum), fp32 sum in token order, / true count, stored bf16 */
+__global__ void hs_pool_fp8_kernel(const uint8_t *k, int64_t nb0, int64_t L, int64_t dI,
+                                   int64_t B, const float *ks, int64_t ks_nb,
+                                   __nv_bfloat16 *out) {
+    const int64_t b = blockIdx.y;
+    const int64_t d = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (d >= dI) return;
+    const int64_t s0 = b * B, s1 = min(s0 + B, L);
+    float acc = 0.f;
+#pragma unroll 16
+    for (int64_t s = s0; s < s1; s++) {
+        __nv_fp8_e4m3 v;
+        v.__x = k[s * nb0 + d];
+        const float x = (float)v;
+        acc = __fadd_rn(acc, ks ? __fmul_rn(x, ks[s * ks_nb]) : x);
+    }
+    out[b * dI + d] = __float2bfloat16_rn(acc / (float)(s1 - s0));
+}
+
+/* Whether hb8_kernel takes these views (HI = 64, dI = 128, e4m3 rows
+ * 16-byte aligned and contiguous along dI; the list sizes of hb_ok). */
+static bool hb8_ok(const la_sp_score_args &a) {
+    if (a.q_dt != LA_FP8_E4M3 || a.k_dt != LA_FP8_E4M3 || a.HI != HB_HI || a.dI != HB_DI)
+        return false;
+    if (a.q_nb2 != 1 || a.q_nb1 % 16 || a.q_nb0 % 16 || ((uintptr_t)a.q & 15)) return false;
+    if (a.k_nb1 != 1 || a.k_nb0 % 16 || ((uintptr_t)a.k & 15)) return false;
+    const int64_t nb = (a.Lk + a.B - 1) / a.B;
+    const int64_t npairs = a.T * a.m, nsl = npairs / HB_QS + (nb < npairs ? nb : npairs);
+    return a.m >= 1 && a.blocks_ld == a.m && nb <= 65535 && npairs <= (int64_t)INT32_MAX &&
+           nsl <= (int64_t)INT32_MAX && la_cu_cdiv(a.B, HB_ROWS) <= 65535;
+}
+
+/* HISA on fp8 q/k with the stages above. *taken = false (nothing launched,
+ * nothing written) when the views or sizes are not the kernel's: the
+ * caller then runs the f32 route. Views and block parameters are validated
+ * by the caller. */
+static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                              const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                              la_tensor *idx, la_context *ctx, bool *taken) {
+    *taken = false;
+    la_sp_score_args a;
+    la_sp_fill_score_args(&a, q, k, w, start, end);
+    const int64_t T = a.T, L = a.Lk, HI = a.HI, dI = a.dI;
+    if (T < 1 || L < 1 || T > 65535 || p->topk > LA_SP_TOPK_MAX) return LA_OK;
+    const int64_t B = p->block < L ? p->block : L;
+    const int64_t nb = (L + B - 1) / B;
+    const int64_t mk = p->block_topk < nb ? p->block_topk : nb;
+    if (nb > 65535 || mk > LA_SP_TOPK_MAX) return LA_OK;
+    la_sp_score_args ac = a; /* stage 2 on the e4m3 rows */
+    ac.m = mk;
+    ac.blocks_ld = mk;
+    ac.B = (int)B;
+    if (!hb8_ok(ac)) return LA_OK;
+    *taken = true;
+
+    cudaStream_t s = la_cu_stream(ctx);
+    const float *ks = p->k_scale ? (const float *)p->k_scale->data : nullptr;
+    const int64_t ks_nb = p->k_scale ? p->k_scale->nb[0] : 0;
+    const float *qsc = p->q_scale ? (const float *)p->q_scale->data : nullptr;
+    const int64_t qs_nb0 = p->q_scale ? p->q_scale->nb[0] : 0;
+    const int64_t qs_nb1 = p->q_scale ? p->q_scale->nb[1] : 0;
+    LA_TRY(hs_fp8_check_scales(ks, ks_nb, qsc, qs_nb0, qs_nb1, L, T, HI, s));
+    hs_timer tm;
+    tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
+    LA_TRY(tm.mark("start", s));
+
+    /* 1. bf16 q, f32 w' = w·qs, bf16 block means of k8·ks */
+    la_cu_ws qbw, wqw, kbw, bsw, keptw, csw;
+    size_t bytes;
+    LA_TRY(la_mul_size((size_t)(T * HI), (size_t)dI * 2, &bytes, "bf16 q"));
+    LA_TRY(la_cu_ws_alloc(&qbw, bytes, s, "bf16 copy of fp8 q"));
+    LA_TRY(la_mul_size((size_t)T, (size_t)HI * 4, &bytes, "w*q_scale"));
+    LA_TRY(la_cu_ws_alloc(&wqw, bytes, s, "w*q_scale"));
+    LA_TRY(la_mul_size((size_t)nb, (size_t)dI * 2, &bytes, "block means"));
+    LA_TRY(la_cu_ws_alloc(&kbw, bytes, s, "block means"));
+    {
+        const int64_t total = T * HI * dI;
+        int64_t blocks = la_cu_cdiv(total, 256);
+        if (blocks > 65535 * 16) blocks = 65535 * 16;
+        hs_q8_bf16_kernel<<<(unsigned)blocks, 256, 0, s>>>((const uint8_t *)a.q, HI, dI, a.q_nb0,
+                                                           a.q_nb1, a.q_nb2,
+                                                           (__nv_bfloat16 *)qbw.p, total);
+        LA_CU_LAUNCH("fp8 q -> bf16");
+        const int64_t tw = T * HI;
+        hs_wq_kernel<<<(unsigned)la_cu_cdiv(tw, 256), 256, 0, s>>>(a.w, a.w_dt, a.w_nb0, a.w_nb1,
+                                                                   qsc, qs_nb0, qs_nb1, HI,
+                                                                   (float *)wqw.p, tw);
+        LA_CU_LAUNCH("w*q_scale");
+        dim3 grid((unsigned)la_cu_cdiv(dI, 128), (unsigned)nb);
+        hs_pool_fp8_kernel<<<grid, 128, 0, s>>>((const uint8_t *)a.k, a.k_nb0, L, dI, B, ks, ks_nb,
+                                                (__nv_bfloat16 *)kbw.p);
+        LA_CU_LAUNCH("block means (fp8)");
+    }
+    LA_TRY(tm.mark("pool", s));
+    /* 2. block scores: the bf16 path on (q_bf16, k̄, w'), forced ends, top-m */
+    LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
+    LA_TRY(la_cu_ws_alloc(&bsw, bytes, s, "block scores"));
+    la_sp_score_args ab = a;
+    ab.q = qbw.p;
+    ab.q_dt = LA_BF16;
+    ab.q_nb0 = HI * dI;
+    ab.q_nb1 = dI;
+    ab.q_nb2 = 1;
+    ab.w = wqw.p;
+    ab.w_dt = LA_F32;
+    ab.w_nb0 = HI;
+    ab.w_nb1 = 1;
+    ab.k = kbw.p;
+    ab.k_dt = LA_BF16;
+    ab.k_nb0 = dI;
+    ab.k_nb1 = 1;
+    ab.Lk = nb;
+    ab.range.blk = (int)B;
+    ab.force_ends = 1;
+    ab.ncols = nb;
+    ab.out = (float *)bsw.p;
+    ab.out_ld = nb;
+    LA_TRY(la_sp_scores(ab, s));
+    LA_TRY(tm.mark("blockscores", s));
+    LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
+    LA_TRY(la_cu_ws_alloc(&keptw, bytes, s, "kept blocks"));
+    la_sp_topk_args tb;
+    memset(&tb, 0, sizeof tb);
+    tb.scores = (const float *)bsw.p;
+    tb.ld = nb;
+    tb.cs = 1;
+    tb.R = T;
+    tb.L = nb;
+    tb.use_range = 1;
+    tb.range = ab.range;
+    tb.k = mk;
+    tb.out = (int32_t *)keptw.p;
+    tb.out_ld = mk;
+    tb.out_cs = 1;
+    LA_TRY(la_sp_topk(tb, s));
+    LA_TRY(tm.mark("topm", s));
+    /* 3. candidate scores on the e4m3 rows (hb8_kernel), token top-k */
+    const int64_t nc = mk * B;
+    LA_TRY(la_mul_size((size_t)T, (size_t)nc * 4, &bytes, "candidate scores"));
+    LA_TRY(la_cu_ws_alloc(&csw, bytes, s, "candidate scores"));
+    ac.w = wqw.p;
+    ac.w_dt = LA_F32;
+    ac.w_nb0 = HI;
+    ac.w_nb1 = 1;
+    ac.blocks = (const int32_t *)keptw.p;
+    ac.ncols = nc;
+    ac.out = (float *)csw.p;
+    ac.out_ld = nc;
+    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb));
+    LA_TRY(tm.mark("scores", s));
+    la_sp_topk_args tc;
+    memset(&tc, 0, sizeof tc);
+    tc.scores = (const float *)csw.p;
+    tc.ld = nc;
+    tc.cs = 1;
+    tc.R = T;
+    tc.L = nc;
+    tc.blocks = (const int32_t *)keptw.p;
+    tc.blocks_ld = mk;
+    tc.B = (int)B;
+    tc.k = idx->ne[1];
+    tc.out = (int32_t *)idx->data;
+    tc.out_ld = idx->nb[0];
+    tc.out_cs = idx->nb[1];
+    LA_TRY(la_sp_topk(tc, s));
+    LA_TRY(tm.mark("topk", s));
+    LA_TRY(tm.report("hisa", "fp8wg", T, L));
+    la_err_clear();
+    return LA_OK;
+}
+
 /* fp8 e4m3 q/k (k_scale / q_scale as for the DSA indexer, SPEC §6):
  *  - HISA keeping every block (m ≥ ⌈L/B⌉): the candidates are all keys, and
  *    SPEC §7 says the result equals the DSA indexer's: it is the DSA
@@ -790,9 +1135,16 @@ static la_status hs_run_fp8(const char *op, int blocksparse, const la_index_para
     LA_TRY(la_sp_validate_fp8_cuda(op, p, q, k, w, start, end, idx));
     LA_TRY(hs_check_params(op, blocksparse, p));
     const int64_t L = k->ne[0];
+    const int mode = blocksparse ? 0 : hs_fp8_mode();
     if (!blocksparse && L > 0) {
         const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;
-        if (p->block_topk >= nb) return la_dsa_indexer_cuda(p, q, k, w, start, end, idx, NULL, ctx);
+        if (p->block_topk >= nb && mode != 2)
+            return la_dsa_indexer_cuda(p, q, k, w, start, end, idx, NULL, ctx);
+    }
+    if (mode != 0) {
+        bool taken = false;
+        LA_TRY(hs_run_fp8wg(p, q, k, w, start, end, idx, ctx, &taken));
+        if (taken) return LA_OK;
     }
     cudaStream_t s = la_cu_stream(ctx);
     la_cu_ws qf, kf;
