@@ -1,0 +1,424 @@
+/* GPU test of the DSA v2 score kernel's opt-in "lean" variant
+ * (LA_CUDA_DSA_EPI=lean: dsa.cu's sc_wgmma_lean_kernel, fewer instructions
+ * per wgmma, dev/NOTES_dsa_epilogue.md). Every case runs the DSA indexer
+ * (HI = 64, dI = 128: the v2 kernels; bf16, and fp8 e4m3 with k/q scales)
+ * with LA_CUDA_DSA_EPI unset and =lean, for several query groups
+ * (LA_CUDA_DSA_QG unset / 6 / 64: chunks with one valid query, every
+ * pipeline stage reused), and checks
+ *   - scores vs a float64 reference on the dequantized inputs the device
+ *     sees (score_err_mag: relative to max(|ref|, the entry's sum of absolute
+ *     head terms); bf16 1e-4, fp8 5e-4 as test_cuda_dsa_fp8), -inf outside
+ *     the valid ranges exactly; on every row, or on 24 spread rows when the
+ *     case is large;
+ *   - idx = the exact row top-k of the scores the call returned (descending,
+ *     ties to the lower index, -1 padding, inside the range);
+ *   - lean == default bit for bit (scores and idx): the lean kernel keeps the
+ *     default's arithmetic and tile bytes, only the bookkeeping changes.
+ * Outputs are poisoned (idx 0x7f bytes, scores NaN) before each call.
+ * Shapes: odd T and L (partial key tiles, one-key tiles, a final chunk with
+ * one valid query), ragged ranges with empty rows, topk > L, q as a permuted
+ * view (query stride != head stride), padded k rows, and the bench shape
+ * T = 1024, L = 64K, timed (median of CUDA events, 15 calls after 2 warm-ups,
+ * the whole indexer call: scores + top-k).
+ *   test_cuda_dsa_epi        the test (skips without a device)
+ *   test_cuda_dsa_epi one    one bf16 and one fp8 call at T = 1024, L = 64K
+ *                            with the current environment, no checks (ncu) */
+#include "cuda_test_util.h"
+
+#ifdef LA_WITH_CUDA
+/* the few CUDA runtime calls the timing needs (extern "C" in libcudart; the
+ * test is C and does not include the CUDA headers) */
+typedef struct CUevent_st *epi_event;
+extern int cudaEventCreate(epi_event *ev);
+extern int cudaEventRecord(epi_event ev, void *stream);
+extern int cudaEventSynchronize(epi_event ev);
+extern int cudaEventElapsedTime(float *ms, epi_event a, epi_event b);
+extern int cudaEventDestroy(epi_event ev);
+#endif
+
+#define HI 64
+#define DI 128
+
+/* ---- fp8 e4m3 (fn) on the host ------------------------------------------- */
+static float e4m3_dec(uint8_t b) {
+    const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf(1.f + m / 8.f, e - 7);
+    return s ? -v : v;
+}
+/* nearest e4m3 (ties to even), saturating at +-448: binary search over the
+ * 127 non-negative codes (their values increase with the code) */
+static uint8_t e4m3_enc(float x) {
+    if (isnan(x)) return 0x7f;
+    const uint8_t s = x < 0 ? 0x80 : 0;
+    const double a = fabs((double)x);
+    if (a >= 448.0) return s | 0x7e;
+    int lo = 0, hi = 0x7e; /* largest code with value <= a */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if ((double)e4m3_dec((uint8_t)mid) <= a) lo = mid;
+        else hi = mid - 1;
+    }
+    int c = lo;
+    if (c < 0x7e) {
+        const double d0 = a - e4m3_dec((uint8_t)c), d1 = e4m3_dec((uint8_t)(c + 1)) - a;
+        if (d1 < d0 || (d1 == d0 && ((c + 1) & 1) == 0)) c++;
+    }
+    return s | (uint8_t)c;
+}
+
+typedef struct ecase {
+    int64_t T, L, K;
+    int fp8;    /* 1: e4m3 with k_scale and q_scale; 0: bf16 */
+    int ranges; /* 1: ragged [start, end) (empty, full, < k rows); 0: causal */
+    int q_perm; /* q as a permuted view of a [HI, T, dI] buffer */
+    int k_pad;  /* extra elements per k row (16-byte multiples keep v2) */
+} ecase;
+
+/* the inputs of one case, on the host (dequantized) and the device */
+typedef struct edata {
+    ecase c;
+    float *qv, *kv, *qsc, *ksc, *w; /* dequantized values the device sees, scales */
+    int32_t *st, *en;
+    dbuf dq, dk, dw, dks, dqs, dst, den, didx, dsc;
+    la_tensor tq, tk, tw, tks, tqs, ts, te, ti, tsc;
+    la_index_params p;
+} edata;
+
+static void edata_make(edata *d, ecase c) {
+    memset(d, 0, sizeof *d);
+    d->c = c;
+    const int64_t T = c.T, L = c.L, K = c.K, kst = DI + c.k_pad;
+    const size_t es = c.fp8 ? 1 : 2;
+    float *q = malloc((size_t)(T * HI * DI) * 4), *k = malloc((size_t)(L * DI) * 4);
+    d->w = malloc((size_t)(T * HI) * 4);
+    la_fill_normal(&rng, q, T * HI * DI, 1.0);
+    la_fill_normal(&rng, k, L * DI, 1.0);
+    la_fill_normal(&rng, d->w, T * HI, 1.0 / sqrt((double)HI * DI));
+    d->qv = malloc((size_t)(T * HI * DI) * 4);
+    d->kv = malloc((size_t)(L * DI) * 4);
+    d->qsc = malloc((size_t)(T * HI) * 4);
+    d->ksc = malloc((size_t)L * 4);
+    uint8_t *qh = malloc((size_t)(T * HI * DI) * es), *kh = calloc((size_t)(L * kst) * es + 16, 1);
+    for (int64_t s = 0; s < L; s++) {
+        double amax = 0;
+        for (int64_t i = 0; i < DI; i++) amax = fmax(amax, fabs(k[s * DI + i]));
+        d->ksc[s] = c.fp8 && amax > 0 ? (float)(amax / 448.0) : 1.f;
+        for (int64_t i = 0; i < DI; i++) {
+            const float x = k[s * DI + i];
+            if (c.fp8) {
+                const uint8_t b = e4m3_enc(x / d->ksc[s]);
+                kh[s * kst + i] = b;
+                d->kv[s * DI + i] = e4m3_dec(b);
+            } else {
+                const uint16_t b = la_f32_to_bf16(x);
+                ((uint16_t *)kh)[s * kst + i] = b;
+                d->kv[s * DI + i] = la_bf16_to_f32(b);
+            }
+        }
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < HI; h++) {
+            const float *qr = q + (t * HI + h) * DI;
+            double amax = 0;
+            for (int64_t i = 0; i < DI; i++) amax = fmax(amax, fabs(qr[i]));
+            const float sq = c.fp8 && amax > 0 ? (float)(amax / 448.0) : 1.f;
+            d->qsc[t * HI + h] = sq;
+            for (int64_t i = 0; i < DI; i++) {
+                const int64_t di = c.q_perm ? (h * T + t) * DI + i : (t * HI + h) * DI + i;
+                if (c.fp8) {
+                    const uint8_t b = e4m3_enc(qr[i] / sq);
+                    qh[di] = b;
+                    d->qv[(t * HI + h) * DI + i] = e4m3_dec(b);
+                } else {
+                    const uint16_t b = la_f32_to_bf16(qr[i]);
+                    ((uint16_t *)qh)[di] = b;
+                    d->qv[(t * HI + h) * DI + i] = la_bf16_to_f32(b);
+                }
+            }
+        }
+    if (c.ranges) {
+        d->st = malloc((size_t)T * 4);
+        d->en = malloc((size_t)T * 4);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t a = (int64_t)(la_rng_uniform(&rng) * L), b = (int64_t)(la_rng_uniform(&rng) * (L + 1));
+            if (a > b) { const int64_t x = a; a = b; b = x; }
+            if (t % 7 == 3) b = a;                               /* empty */
+            if (t % 5 == 1) { a = 0; b = L; }                    /* full */
+            if (t % 11 == 2 && L > 3) b = a + 3 < L ? a + 3 : L; /* fewer than k keys */
+            d->st[t] = (int32_t)a;
+            d->en[t] = (int32_t)b;
+        }
+    }
+    d->dq = dput_raw(qh, (size_t)(T * HI * DI) * es);
+    d->dk = dput_raw(kh, (size_t)(L * kst) * es + 16);
+    d->dw = dput_raw(d->w, (size_t)(T * HI) * 4);
+    const la_dtype dt = c.fp8 ? LA_FP8_E4M3 : LA_BF16;
+    if (c.q_perm) {
+        int64_t ne[3] = {T, HI, DI}, nb[3] = {DI, T * DI, 1};
+        la_tensor_init_strided(&d->tq, d->dq.d, dt, LA_DEVICE_CUDA, 3, ne, nb);
+    } else
+        tset(&d->tq, d->dq.d, dt, LA_DEVICE_CUDA, 3, T, HI, DI);
+    {
+        int64_t ne[2] = {L, DI}, nb[2] = {kst, 1};
+        la_tensor_init_strided(&d->tk, d->dk.d, dt, LA_DEVICE_CUDA, 2, ne, nb);
+    }
+    tset(&d->tw, d->dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
+    la_index_params_init(&d->p);
+    d->p.topk = K;
+    if (c.fp8) {
+        d->dks = dput_raw(d->ksc, (size_t)L * 4);
+        d->dqs = dput_raw(d->qsc, (size_t)(T * HI) * 4);
+        tset(&d->tks, d->dks.d, LA_F32, LA_DEVICE_CUDA, 1, L, 0, 0);
+        tset(&d->tqs, d->dqs.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
+        d->p.k_scale = &d->tks;
+        d->p.q_scale = &d->tqs;
+    }
+    if (c.ranges) {
+        d->dst = dput_raw(d->st, (size_t)T * 4);
+        d->den = dput_raw(d->en, (size_t)T * 4);
+        tset(&d->ts, d->dst.d, LA_I32, LA_DEVICE_CUDA, 1, T, 0, 0);
+        tset(&d->te, d->den.d, LA_I32, LA_DEVICE_CUDA, 1, T, 0, 0);
+    }
+    d->didx = dalloc((size_t)(T * K) * 4);
+    d->dsc = dalloc((size_t)(T * L) * 4);
+    tset(&d->ti, d->didx.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+    tset(&d->tsc, d->dsc.d, LA_F32, LA_DEVICE_CUDA, 2, T, L, 0);
+    free(q);
+    free(k);
+    free(qh);
+    free(kh);
+}
+static void edata_free(edata *d) {
+    dfree(&d->dq); dfree(&d->dk); dfree(&d->dw); dfree(&d->dks); dfree(&d->dqs);
+    dfree(&d->dst); dfree(&d->den); dfree(&d->didx); dfree(&d->dsc);
+    free(d->qv); free(d->kv); free(d->qsc); free(d->ksc); free(d->w); free(d->st); free(d->en);
+}
+static la_status edata_call(edata *d) {
+    return la_dsa_indexer(&d->p, &d->tq, &d->tk, &d->tw, d->c.ranges ? &d->ts : NULL,
+                          d->c.ranges ? &d->te : NULL, &d->ti, &d->tsc, NULL);
+}
+
+/* f64 reference of row t (out, mag: L entries; -inf / 0 outside the range) */
+static void ref_row(const edata *d, int64_t t, double *out, double *mag) {
+    const int64_t T = d->c.T, L = d->c.L;
+    int64_t lo, hi;
+    ranges_of(T, L, d->st, d->en, t, &lo, &hi);
+    for (int64_t s = 0; s < L; s++) out[s] = -INFINITY, mag[s] = 0;
+#pragma omp parallel for schedule(static)
+    for (int64_t s = lo; s < hi; s++) {
+        double acc = 0, am = 0;
+        for (int64_t h = 0; h < HI; h++) {
+            const float *qr = d->qv + (t * HI + h) * DI, *kr = d->kv + s * DI;
+            double x = 0;
+            for (int64_t i = 0; i < DI; i++) x += (double)qr[i] * kr[i];
+            x *= (double)d->qsc[t * HI + h] * d->ksc[s];
+            const double r = x > 0 ? x : 0;
+            acc += (double)d->w[t * HI + h] * r;
+            am += fabs((double)d->w[t * HI + h]) * r;
+        }
+        out[s] = acc;
+        mag[s] = am;
+    }
+}
+
+static int before(float sa, int64_t a, float sb, int64_t b) { return sa > sb || (sa == sb && a < b); }
+/* rows whose idx is not the exact top-k of the returned scores sg */
+static int64_t bad_topk_rows(const edata *d, const int32_t *ix, const float *sg, char *msg, size_t mlen) {
+    const int64_t T = d->c.T, L = d->c.L, K = d->c.K;
+    int64_t bad = 0;
+    char *mark = calloc((size_t)L + 1, 1);
+    for (int64_t t = 0; t < T; t++) {
+        int64_t lo, hi;
+        ranges_of(T, L, d->st, d->en, t, &lo, &hi);
+        const int64_t n = hi - lo < K ? hi - lo : K;
+        const int32_t *r = ix + t * K;
+        const float *sr = sg + t * L;
+        const char *why = NULL;
+        for (int64_t j = 0; j < K && !why; j++) {
+            if (j >= n) {
+                if (r[j] != -1) why = "padding is not -1";
+            } else if (r[j] < lo || r[j] >= hi) why = "index outside the valid range";
+            else if (mark[r[j]]) why = "duplicate index";
+            else {
+                mark[r[j]] = 1;
+                if (j > 0 && !before(sr[r[j - 1]], r[j - 1], sr[r[j]], r[j])) why = "not in (score desc, index asc) order";
+            }
+        }
+        if (!why && n > 0) {
+            const int64_t last = r[n - 1];
+            for (int64_t s = lo; s < hi; s++)
+                if (!mark[s] && before(sr[s], s, sr[last], last)) {
+                    why = "an unselected key outranks a selected one";
+                    break;
+                }
+        }
+        for (int64_t j = 0; j < K; j++)
+            if (r[j] >= 0 && r[j] < L) mark[r[j]] = 0;
+        if (why) {
+            if (!bad) snprintf(msg, mlen, "row %lld: %s", (long long)t, why);
+            bad++;
+        }
+    }
+    free(mark);
+    return bad;
+}
+
+static void set_env(const char *name, const char *v) {
+    if (v) setenv(name, v, 1);
+    else unsetenv(name);
+}
+
+/* the rows checked against the reference: all, or 24 spread ones (first,
+ * last, both of a chunk, both ends of a query group) */
+static int64_t pick_rows(int64_t T, int64_t *rows) {
+    if (T <= 80) {
+        for (int64_t t = 0; t < T; t++) rows[t] = t;
+        return T;
+    }
+    int64_t n = 0;
+    for (int64_t i = 0; i < 24; i++) {
+        int64_t t = i < 4 ? i : i >= 20 ? T - 24 + i : (i * T) / 24 + (i & 1);
+        if (t >= T) t = T - 1;
+        if (n == 0 || t > rows[n - 1]) rows[n++] = t;
+    }
+    return n;
+}
+
+#ifdef LA_WITH_CUDA
+static int cmp_f(const void *a, const void *b) {
+    const float x = *(const float *)a, y = *(const float *)b;
+    return (x > y) - (x < y);
+}
+/* median ms of reps timed calls (events on the default stream, which the
+ * library uses without a context) after 2 warm-ups */
+static double time_call(edata *d, int reps) {
+    float ms[32];
+    epi_event e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    for (int i = 0; i < 2; i++) CHECK_OK(edata_call(d));
+    for (int i = 0; i < reps; i++) {
+        cudaEventRecord(e0, NULL);
+        la_status s = edata_call(d);
+        cudaEventRecord(e1, NULL);
+        cudaEventSynchronize(e1);
+        CHECK(s == LA_OK, "timed call: %s", la_last_error());
+        ms[i] = 0;
+        cudaEventElapsedTime(&ms[i], e0, e1);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qsort(ms, (size_t)reps, sizeof(float), cmp_f);
+    return ms[reps / 2];
+}
+#endif
+
+static void run_case(ecase c, bool timed) {
+    edata d;
+    edata_make(&d, c);
+    const int64_t T = c.T, L = c.L, K = c.K;
+    const double tol = c.fp8 ? 5e-4 : 1e-4;
+    char tag[160];
+    snprintf(tag, sizeof tag, "%s T=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d", c.fp8 ? "fp8" : "bf16",
+             (long long)T, (long long)L, (long long)K, c.ranges, c.q_perm, c.k_pad);
+    /* reference rows */
+    int64_t *rows = malloc(((size_t)T + 24) * sizeof(int64_t));
+    const int64_t nr = pick_rows(T, rows);
+    double *ref = malloc((size_t)(nr * L) * 8 + 8), *mag = malloc((size_t)(nr * L) * 8 + 8);
+    for (int64_t r = 0; r < nr; r++) ref_row(&d, rows[r], ref + r * L, mag + r * L);
+    float *sg = malloc((size_t)(T * L) * 4 + 4), *s0 = malloc((size_t)(T * L) * 4 + 4),
+          *sub = malloc((size_t)(nr * L) * 4 + 4);
+    int32_t *ig = malloc((size_t)(T * K) * 4), *i0 = malloc((size_t)(T * K) * 4);
+    const char *qgs[3] = {NULL, "6", "64"};
+    const int nqg = timed ? 1 : 3;
+    for (int qi = 0; qi < nqg; qi++) {
+        set_env("LA_CUDA_DSA_QG", qgs[qi]);
+        for (int v = 0; v < 2; v++) {
+            set_env("LA_CUDA_DSA_EPI", v ? "lean" : NULL);
+            la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
+            la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
+            const la_status s = edata_call(&d);
+            CHECK(s == LA_OK, "dsa %s [qg %s, %s]: %s: %s", tag, qgs[qi] ? qgs[qi] : "auto",
+                  v ? "lean" : "default", la_status_string(s), la_last_error());
+            if (s != LA_OK) continue;
+            la_dev_download(ig, d.didx.d, d.didx.bytes);
+            la_dev_download(sg, d.dsc.d, d.dsc.bytes);
+            for (int64_t r = 0; r < nr; r++) memcpy(sub + r * L, sg + rows[r] * L, (size_t)L * 4);
+            const double e = score_err_mag(sub, ref, mag, nr * L);
+            CHECK(e <= tol, "dsa scores %s [qg %s, %s]: rel err %.3g > %.1g", tag, qgs[qi] ? qgs[qi] : "auto",
+                  v ? "lean" : "default", e, tol);
+            char msg[160] = "";
+            const int64_t bad = bad_topk_rows(&d, ig, sg, msg, sizeof msg);
+            CHECK(bad == 0, "dsa idx %s [qg %s, %s]: %lld rows are not the top-k of the returned scores (%s)",
+                  tag, qgs[qi] ? qgs[qi] : "auto", v ? "lean" : "default", (long long)bad, msg);
+            int64_t nds = 0, ndi = 0;
+            if (v == 0) {
+                memcpy(s0, sg, (size_t)(T * L) * 4);
+                memcpy(i0, ig, (size_t)(T * K) * 4);
+            } else {
+                for (int64_t i = 0; i < T * L; i++) nds += memcmp(&sg[i], &s0[i], 4) != 0;
+                for (int64_t i = 0; i < T * K; i++) ndi += ig[i] != i0[i];
+                CHECK(nds == 0 && ndi == 0,
+                      "dsa %s [qg %s]: lean differs from the default: %lld scores, %lld indices", tag,
+                      qgs[qi] ? qgs[qi] : "auto", (long long)nds, (long long)ndi);
+            }
+            printf("  %-58s [qg %-4s %-7s] rel err %.2e (%lld rows), idx ok %s%s\n", tag,
+                   qgs[qi] ? qgs[qi] : "auto", v ? "lean" : "default", e, (long long)nr, bad ? "NO" : "yes",
+                   v ? (nds || ndi ? ", DIFFERS from default" : ", == default bit for bit") : "");
+        }
+    }
+    set_env("LA_CUDA_DSA_QG", NULL);
+#ifdef LA_WITH_CUDA
+    if (timed) {
+        set_env("LA_CUDA_DSA_EPI", NULL);
+        const double t0 = time_call(&d, 15);
+        set_env("LA_CUDA_DSA_EPI", "lean");
+        const double t1 = time_call(&d, 15);
+        printf("TIME dsa %s: default %.3f ms, lean %.3f ms (median of 15, scores + top-k), lean/default %.3f\n",
+               tag, t0, t1, t1 / t0);
+    }
+#endif
+    set_env("LA_CUDA_DSA_EPI", NULL);
+    free(rows); free(ref); free(mag); free(sg); free(s0); free(sub); free(ig); free(i0);
+    edata_free(&d);
+}
+
+int main(int argc, char **argv) {
+    if (cuda_test_skip()) return la_test_finish();
+    rng = la_test_rng("test_cuda_dsa_epi");
+    if (argc > 1 && !strcmp(argv[1], "one")) { /* for ncu: one call each, no checks */
+        for (int f = 0; f < 2; f++) {
+            edata d;
+            edata_make(&d, (ecase){1024, 65536, 2048, f, 0, 0, 0});
+            CHECK_OK(edata_call(&d));
+            la_dev_synchronize();
+            edata_free(&d);
+        }
+        return la_test_finish();
+    }
+    /* {T, L, K, fp8, ranges, q_perm, k_pad} */
+    const ecase cases[] = {
+        {1, 1, 1, 0, 0, 0, 0},
+        {1, 1, 1, 1, 0, 0, 0},
+        {3, 257, 7, 0, 0, 0, 0},      /* a key tile of one key */
+        {3, 257, 7, 1, 0, 0, 0},
+        {63, 1000, 7, 0, 1, 0, 0},    /* ragged ranges, odd T */
+        {63, 1000, 7, 1, 1, 0, 0},
+        {65, 100, 2048, 0, 1, 0, 0},  /* k > L */
+        {65, 100, 2048, 1, 1, 0, 0},
+        {17, 300, 7, 0, 1, 1, 8},     /* permuted q view, padded k rows */
+        {17, 300, 7, 1, 1, 1, 16},
+        {130, 777, 33, 0, 0, 1, 0},   /* causal, permuted q, many chunks */
+        {130, 777, 33, 1, 0, 0, 16},
+        {257, 5000, 2048, 0, 0, 0, 0}, /* bench-like */
+        {257, 5000, 2048, 1, 1, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], false);
+    /* the bench shape, checked on 24 rows and timed */
+    run_case((ecase){1024, 65536, 2048, 0, 0, 0, 0}, true);
+    run_case((ecase){1024, 65536, 2048, 1, 0, 0, 0}, true);
+    return la_test_finish();
+}
