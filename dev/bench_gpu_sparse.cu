@@ -304,6 +304,47 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 1, 5);
             printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (dequantized f32 copies, exact kernels)\n", "hisa/bf16",
                    (long long)L, mb, "hisa/fp8", (long long)L, m8);
+            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg: bf16 stage 1, hb8_kernel stage 2):
+             * time, and its rows against today's fp8 rows (the CPU's indices on the
+             * dequantized inputs): recall of those sets. One extra call with
+             * LA_CUDA_HISA_TIMING=1 prints the stage breakdown on stderr. Where
+             * every block is kept (8K) "wg" is the DSA route; "hisa/fp8wgf"
+             * (=wg_force) runs the new stage 2 there, whose indices must equal the
+             * DSA fp8 indices (printed: positions differing). */
+            std::vector<int32_t> ref((size_t)(T * K)), got((size_t)(T * K));
+            LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
+            CK(cudaMemcpy(ref.data(), ix, (size_t)(T * K) * 4, cudaMemcpyDeviceToHost));
+            const bool all_kept = (L + 127) / 128 <= 64;
+            for (int f = 0; f < (all_kept ? 2 : 1); f++) {
+                setenv("LA_CUDA_HISA_FP8", f ? "wg_force" : "wg", 1);
+                const double mw = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 2, 10);
+                setenv("LA_CUDA_HISA_TIMING", "1", 1);
+                LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
+                CK(cudaDeviceSynchronize());
+                unsetenv("LA_CUDA_HISA_TIMING");
+                unsetenv("LA_CUDA_HISA_FP8");
+                CK(cudaMemcpy(got.data(), ix, (size_t)(T * K) * 4, cudaMemcpyDeviceToHost));
+                int64_t hits = 0, tot = 0, npos = 0;
+                for (int64_t t = 0; t < T; t++) {
+                    std::vector<int32_t> a(ref.begin() + t * K, ref.begin() + (t + 1) * K),
+                        b(got.begin() + t * K, got.begin() + (t + 1) * K);
+                    for (int64_t j = 0; j < K; j++) npos += a[j] != b[j];
+                    std::sort(a.begin(), a.end());
+                    std::sort(b.begin(), b.end());
+                    for (size_t i = 0, j = 0; i < a.size() && j < b.size();) {
+                        if (a[i] < 0) { i++; continue; }
+                        if (a[i] == b[j]) hits++, i++, j++;
+                        else if (a[i] < b[j]) i++;
+                        else j++;
+                    }
+                    for (int32_t v : a) tot += v >= 0;
+                }
+                printf("%-10s %7lld %9.3f   (%s; %.2fx hisa/fp8, %.2fx hisa/bf16; vs hisa/fp8: recall %.5f, "
+                       "%lld positions differ)\n", f ? "hisa/fp8wgf" : "hisa/fp8wg", (long long)L, mw,
+                       f ? "LA_CUDA_HISA_FP8=wg_force: hb8_kernel with every block kept; hisa/fp8 is the DSA route here"
+                         : "LA_CUDA_HISA_FP8=wg",
+                       m8 / mw, mb / mw, tot ? (double)hits / (double)tot : 1.0, (long long)npos);
+            }
         }
         printf("%-10s %7lld floor: %.3f ms at %.0f TFLOP/s bf16, %.3f ms at 2x for fp8 (scores only)\n", "", (long long)L,
                fl / FL * 1e3, FL / 1e12, fl / (2 * FL) * 1e3);
