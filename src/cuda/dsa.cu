@@ -844,15 +844,20 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
     v2_mbar_arrive(full_a);
     if (nchunks > 1) v2_mbar_arrive(full_a + 8);
 
-    /* this thread's key in each m-tile, its k_scale, and whether it is stored */
+    /* this thread's key in each m-tile, its k_scale, whether it is stored
+     * (pin) and whether it is a key of k (kin); a stored key is < ncols <=
+     * INT32_MAX (dsa_scores checks), so its range test runs in 32 bits */
     int64_t pk[2];
+    int pk32[2];
     float ksv[2];
-    bool pin[2];
+    bool pin[2], kin[2];
 #pragma unroll
     for (int mt = 0; mt < 2; mt++) {
         pk[mt] = key0 + (wg * 2 + mt) * 64 + 16 * wi + g + 8 * (qd & 1);
         ksv[mt] = (sc.ks && pk[mt] < a.Lk) ? sc.ks[pk[mt] * sc.ks_nb] : 1.f;
         pin[mt] = pk[mt] < a.ncols;
+        kin[mt] = pk[mt] < a.Lk;
+        pk32[mt] = (int)pk[mt]; /* used only where pin */
     }
     const int qi = qd >> 1;
     /* la_wg_desc(x) = (x >> 4) | 1 << 16 in the low word (x < 2^18) */
@@ -882,7 +887,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
             const float v = la_wg_relu_headsum_wr(acc0, wr, qd);
             if (trow && pin[0]) {
                 float o = sc.ks ? v * ksv[0] : v;
-                if (!(pk[0] >= rg.x && pk[0] < rg.y && pk[0] < a.Lk)) o = -INFINITY;
+                if (!(kin[0] && pk32[0] >= rg.x && pk32[0] < rg.y)) o = -INFINITY;
                 orow[pk[0]] = o;
             }
         }
@@ -891,7 +896,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
             const float v = la_wg_relu_headsum_wr(acc1, wr, qd);
             if (trow && pin[1]) {
                 float o = sc.ks ? v * ksv[1] : v;
-                if (!(pk[1] >= rg.x && pk[1] < rg.y && pk[1] < a.Lk)) o = -INFINITY;
+                if (!(kin[1] && pk32[1] >= rg.x && pk32[1] < rg.y)) o = -INFINITY;
                 orow[pk[1]] = o;
             }
         }

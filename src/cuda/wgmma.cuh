@@ -153,15 +153,20 @@ __device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const floa
  * la_wg_relu_headsum with this thread's weights already in registers:
  * wr[8 qi + jj] = the float2 that la_wg_relu_headsum reads from
  * wst + 64 qi + 8 jj + 2 qd (load them once per chunk with
- * la_wg_headsum_w, use them for both m-tiles). Same FMAs in the same order,
- * same shuffles: the result is bit for bit la_wg_relu_headsum's. */
+ * la_wg_headsum_w, use them for both m-tiles). Same FMAs in the same order.
+ * The quad reduction is transposed: 3 shuffles instead of 8, each lane
+ * summing only what it returns, with the same additions in the same operand
+ * order (own + partner over lane ^ 1, then own pair + partner pair over
+ * lane ^ 2): lane qd returns V[qd] of V = {s0, s1 of query 0, s0, s1 of
+ * query 1} as (V(qd) + V(qd^1)) + (V(qd^2) + V(qd^3)), V(l) = lane l's partial,
+ * exactly la_wg_relu_headsum's value: the result is its bit for bit. */
 __device__ __forceinline__ void la_wg_headsum_w(float2 *wr, const float *wst, int qd) {
 #pragma unroll
     for (int j = 0; j < 16; j++) wr[j] = *(const float2 *)(wst + 64 * (j >> 3) + 8 * (j & 7) + 2 * qd);
 }
 __device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const float2 *wr, int qd) {
     constexpr int NQ = 2, HI = 64;
-    float r[NQ][2];
+    float v[2 * NQ]; /* v[2 qi + row]: this lane's partial sums */
 #pragma unroll
     for (int qi = 0; qi < NQ; qi++) {
         float s0 = 0.f, s1 = 0.f;
@@ -174,14 +179,21 @@ __device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const f
             s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
             s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
         }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        r[qi][0] = s0;
-        r[qi][1] = s1;
+        v[2 * qi] = s0;
+        v[2 * qi + 1] = s1;
     }
-    return qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
+    /* over lane ^ 1: keep the values of this lane's row parity (v[odd],
+     * v[2 + odd]), send the other parity's */
+    const bool odd = qd & 1, upper = qd & 2;
+    float k0 = odd ? v[1] : v[0], k1 = odd ? v[3] : v[2];
+    const float x0 = odd ? v[0] : v[1], x1 = odd ? v[2] : v[3];
+    k0 += __shfl_xor_sync(0xffffffffu, x0, 1);
+    k1 += __shfl_xor_sync(0xffffffffu, x1, 1);
+    /* over lane ^ 2: keep this lane's query (k0: query 0, k1: query 1) */
+    float keep = upper ? k1 : k0;
+    const float send = upper ? k0 : k1;
+    keep += __shfl_xor_sync(0xffffffffu, send, 2);
+    return keep;
 }
 
 #endif
