@@ -1120,6 +1120,64 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     return LA_OK;
 }
 
+/* Test hook (tests/cuda/test_cuda_dsa_fp8.c declares it; not in the public
+ * header): hb8_kernel's candidate scores with every block kept in ascending
+ * order, so column r*B + j is token r*B + j and `out` ([T, nb*B] f32 on the
+ * device, nb = ⌈L/B⌉) compares column for column with the DSA indexer's
+ * fp8 score rows (-inf outside the ranges, columns >= L -inf too). The
+ * views are validated as HISA's (idx: any valid [T, topk] i32 view, not
+ * written); LA_ERR_UNSUPPORTED when hb8_kernel does not take them. */
+__global__ void hs_iota_blocks_kernel(int32_t *kept, int64_t T, int64_t nb) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * nb;
+         i += (int64_t)gridDim.x * blockDim.x)
+        kept[i] = (int32_t)(i % nb);
+}
+extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, const la_tensor *q,
+                                                    const la_tensor *k, const la_tensor *w,
+                                                    const la_tensor *start, const la_tensor *end,
+                                                    const la_tensor *idx, float *out,
+                                                    la_context *ctx) {
+    LA_TRY(la_sp_validate_fp8_cuda("hisa", p, q, k, w, start, end, idx));
+    LA_TRY(hs_check_params("hisa", 0, p));
+    la_sp_score_args a;
+    la_sp_fill_score_args(&a, q, k, w, start, end);
+    const int64_t T = a.T, L = a.Lk, HI = a.HI;
+    if (T < 1 || L < 1) return LA_OK;
+    const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;
+    a.m = nb;
+    a.blocks_ld = nb;
+    a.B = (int)B;
+    if (!hb8_ok(a) || nb > (int64_t)INT32_MAX / B)
+        return la_err(LA_ERR_UNSUPPORTED, "hisa stage-2 test hook: views not hb8_kernel's");
+    cudaStream_t s = la_cu_stream(ctx);
+    const float *ks = p->k_scale ? (const float *)p->k_scale->data : nullptr;
+    const int64_t ks_nb = p->k_scale ? p->k_scale->nb[0] : 0;
+    const float *qsc = p->q_scale ? (const float *)p->q_scale->data : nullptr;
+    la_cu_ws wqw, keptw;
+    LA_TRY(la_cu_ws_alloc(&wqw, (size_t)(T * HI) * 4, s, "w*q_scale"));
+    LA_TRY(la_cu_ws_alloc(&keptw, (size_t)(T * nb) * 4, s, "kept blocks"));
+    hs_wq_kernel<<<(unsigned)la_cu_cdiv(T * HI, 256), 256, 0, s>>>(
+        a.w, a.w_dt, a.w_nb0, a.w_nb1, qsc, qsc ? p->q_scale->nb[0] : 0,
+        qsc ? p->q_scale->nb[1] : 0, HI, (float *)wqw.p, T * HI);
+    LA_CU_LAUNCH("w*q_scale");
+    int64_t g = la_cu_cdiv(T * nb, 256);
+    hs_iota_blocks_kernel<<<(unsigned)(g < 65535 ? g : 65535), 256, 0, s>>>((int32_t *)keptw.p, T, nb);
+    LA_CU_LAUNCH("iota blocks");
+    a.w = wqw.p;
+    a.w_dt = LA_F32;
+    a.w_nb0 = HI;
+    a.w_nb1 = 1;
+    a.blocks = (const int32_t *)keptw.p;
+    a.ncols = nb * B;
+    a.out = out;
+    a.out_ld = nb * B;
+    hs_timer tm;
+    LA_TRY(hb_launch(a, true, true, tm, s, true, ks, ks_nb));
+    LA_CU(cudaStreamSynchronize(s));
+    la_err_clear();
+    return LA_OK;
+}
+
 /* fp8 e4m3 q/k (k_scale / q_scale as for the DSA indexer, SPEC §6):
  *  - HISA keeping every block (m ≥ ⌈L/B⌉): the candidates are all keys, and
  *    SPEC §7 says the result equals the DSA indexer's: it is the DSA

@@ -8,8 +8,9 @@
 #      block-sparse) and HISA under LA_CUDA_HISA_FP8=wg (recall >= 0.99 vs the
 #      CPU on dequantized inputs, row structure, = the GPU DSA when every block
 #      is kept) and =wg_force (the new stage 2 with every block kept: indices
-#      must equal the DSA fp8 indices, i.e. the scores are bit-identical);
-#      the test sets the variable per call itself,
+#      must equal the DSA fp8 indices) and the stage-2 scores themselves
+#      (test hook, every block kept) against the DSA fp8 score rows, bit for
+#      bit; the test sets the variable per call itself,
 #   3. bench_gpu_sparse dsa: DSA bf16/fp8 and HISA hisa/bf16, hisa/fp8 (today's
 #      f32 route), hisa/fp8wg (new) at L = 8K, 64K, 128K, with the recall of
 #      the new rows vs today's, and the per-stage breakdown ("hisa timing:"),
@@ -46,9 +47,11 @@ awk '/hisa fp8 wg .*vs CPU: recall/ { r=$0; sub(/.*recall /,"",r); n=r; sub(/ .*
      /hisa fp8 wg .*vs DSA: / { d=$0; sub(/.*vs DSA: /,"",d); sub(/ .*/,"",d); e++; ed+=d }
      /hisa fp8 wg_force .*vs DSA: / { d=$0; sub(/.*vs DSA: /,"",d); sub(/ .*/,"",d); f++; fd+=d }
      /hisa fp8 wg_force .*vs CPU: / { g++ }
+     /hisa fp8 stage2 .*differ bitwise/ { d=$0; sub(/.*vs DSA v2 scores: /,"",d); n=d; sub(/ .*/,"",d); sub(/^[0-9]+ of /,"",n); sub(/ .*/,"",n); h++; hd+=d; hn+=n }
      END { printf "  wg vs CPU: %d cases, worst recall %.4f over the %d with >= 1000 indices (%.4f over the %d smaller)\n", c, mn, b, ms, s;
            printf "  wg (every block kept: DSA route) vs GPU DSA: %d cases, %d positions differ\n", e, ed;
-           printf "  wg_force (hb8_kernel, every block kept) vs GPU DSA: %d cases, %d positions differ; %d cases on the f32 route (views)\n", f, fd, g }' \
+           printf "  wg_force (hb8_kernel, every block kept) vs GPU DSA: %d cases, %d positions differ; %d cases on the f32 route (views)\n", f, fd, g;
+           printf "  stage-2 scores (hook) vs DSA v2 fp8 scores: %d cases, %d of %d differ bitwise\n", h, hd, hn }' \
   "$OUT/test_cuda_dsa_fp8.log" | tee -a "$S"
 
 # 3. bench

@@ -201,6 +201,13 @@ static int64_t rows_set_differ(const int32_t *a, const int32_t *b, int64_t T, in
     return bad;
 }
 
+/* hisa.cu's test hook: hb8_kernel's candidate scores with every block kept in
+ * ascending order (column r*B + j = token r*B + j), out = [T, ceil(L/B)*B] f32
+ * on the device; LA_ERR_UNSUPPORTED where hb8_kernel does not take the views. */
+la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                                         const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                                         const la_tensor *idx, float *out, la_context *ctx);
+
 /* LA_CUDA_HISA_FP8=wg rows against the CPU's rows on the dequantized inputs:
  * the same number of valid entries per row (the kept blocks' candidate count
  * does not depend on which non-forced blocks are kept: those are whole
@@ -530,6 +537,47 @@ static void run_case(dcase c) {
                            mname, tag, (long long)B, (long long)m, rc, (long long)hits, (long long)tot,
                            wg_views ? "" : " [f32 route: views not hb8_kernel's]");
                 }
+            }
+            /* (d) direct: hb8_kernel's scores (every block kept, ascending) against the
+             * DSA's fp8 score rows of the default path (v2 for these views), bit for bit;
+             * columns past L must be -inf; output poisoned (0x7f7f7f7f, finite) first */
+            if (HI == 64 && dI == 128 && kst % 16 == 0) {
+                la_index_params ph = p;
+                ph.block = B;
+                ph.block_topk = nb;
+                const int64_t ncol = nb * Be;
+                dbuf d2 = dalloc((size_t)(T * ncol) * 4);
+                la_dev_memset(d2.d, 0x7f, d2.bytes);
+                const la_status s2 = la_hisa_fp8_stage2_scores_test(&ph, &tq, &tk, &tw, gs, ge, &ti, (float *)d2.d, NULL);
+                CHECK(s2 == LA_OK, "hisa fp8 stage-2 hook %s B=%lld: %s: %s", tag, (long long)B,
+                      la_status_string(s2), la_last_error());
+                if (s2 == LA_OK) {
+                    float *h2 = malloc(d2.bytes);
+                    la_dev_download(h2, d2.d, d2.bytes);
+                    int64_t nd = 0, ntail = 0, nfin = 0;
+                    double md = 0, mr = 0;
+                    for (int64_t t = 0; t < T; t++) {
+                        for (int64_t s = 0; s < L; s++) {
+                            const float a = h2[t * ncol + s], b = sg0[t * L + s];
+                            nd += memcmp(&a, &b, 4) != 0;
+                            if (isfinite(b)) {
+                                nfin++;
+                                mr = fmax(mr, fabs((double)b));
+                                if (isfinite(a)) md = fmax(md, fabs((double)a - (double)b));
+                                else md = INFINITY;
+                            }
+                        }
+                        for (int64_t s = L; s < ncol; s++) ntail += !(isinf(h2[t * ncol + s]) && h2[t * ncol + s] < 0);
+                    }
+                    CHECK(nd == 0 && ntail == 0, "hisa fp8 stage-2 scores %s B=%lld: %lld of %lld differ bitwise from "
+                          "the DSA fp8 (v2) scores (max |diff| %.3g, max |score| %.3g), %lld columns past L not -inf",
+                          tag, (long long)B, (long long)nd, (long long)(T * L), md, mr, (long long)ntail);
+                    printf("  hisa fp8 stage2 %-52s B=%-3lld vs DSA v2 scores: %lld of %lld differ bitwise "
+                           "(%lld finite; max |diff| %.3g of max |score| %.3g)\n", tag, (long long)B, (long long)nd,
+                           (long long)(T * L), (long long)nfin, md, mr);
+                    free(h2);
+                }
+                dfree(&d2);
             }
             if (K >= B) { /* block-sparse: topk/B blocks */
                 la_index_params ph = p, pc;
