@@ -17,7 +17,7 @@ T=$B/tests/cuda/test_cuda_dsa_epi
 t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 [ -x "$T" ] || { echo "no $T (make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests)"; exit 1; }
-timeout 60 "$T" > "$OUT/dsaepi_test.log" 2>&1
+timeout 52 "$T" > "$OUT/dsaepi_test.log" 2>&1
 trc=$?
 echo "== test_cuda_dsa_epi: rc=$trc ($(el) s): $(tail -1 "$OUT/dsaepi_test.log")"
 grep -E "FAIL" "$OUT/dsaepi_test.log" | head -10
@@ -26,7 +26,7 @@ grep -cE "== default bit for bit" "$OUT/dsaepi_test.log" | sed 's/^/   lean == d
 if command -v ncu >/dev/null; then
   for v in default lean; do
     if [ $v = lean ]; then export LA_CUDA_DSA_EPI=lean; re='sc_wgmma_lean'; else unset LA_CUDA_DSA_EPI; re='sc_wgmma_kernel'; fi
-    timeout 25 ncu --clock-control none --kernel-name regex:$re --launch-count 2 \
+    timeout 17 ncu --clock-control none --kernel-name regex:$re --launch-count 2 \
       --metrics smsp__inst_executed.sum,sm__inst_executed_pipe_tensor_op_gmma.sum,gpu__time_duration.sum,launch__registers_per_thread,smsp__issue_active.avg.pct_of_peak_sustained_active \
       "$T" one > "$OUT/dsaepi_ncu_$v.txt" 2>&1
     echo "== ncu $v: rc=$? ($(el) s)"
