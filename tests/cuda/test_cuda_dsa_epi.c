@@ -220,7 +220,9 @@ static void ref_row(const edata *d, int64_t t, double *out, double *mag) {
     int64_t lo, hi;
     ranges_of(T, L, d->st, d->en, t, &lo, &hi);
     for (int64_t s = 0; s < L; s++) out[s] = -INFINITY, mag[s] = 0;
+#ifdef _OPENMP
 #pragma omp parallel for schedule(static)
+#endif
     for (int64_t s = lo; s < hi; s++) {
         double acc = 0, am = 0;
         for (int64_t h = 0; h < HI; h++) {
