@@ -730,7 +730,7 @@ __device__ __forceinline__ void v2l_issue(float *acc, uint32_t a_lo, uint32_t b_
     for (int kk = 0; kk < C::KSTEPS; kk++) {
         const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
         const uint32_t oa = (kb * V2_KEYS * 128 + inner) >> 4, ob = (kb * V2_BROWS * 128 + inner) >> 4;
-        v2_wgmma<EB>(acc, HI | (uint64_t)(a_lo + oa), HI | (uint64_t)(b_lo + ob), kk > 0 ? 1 : 0);
+        v2_wgmma<EB>(acc, (HI | (uint64_t)a_lo) + oa, (HI | (uint64_t)b_lo) + ob, kk > 0 ? 1 : 0);
     }
     asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
 }
