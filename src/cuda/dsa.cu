@@ -24,6 +24,9 @@
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
  *    the MMAs of the other). Same epilogue arithmetic as sc_mma_kernel.
  *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
+ *    LA_CUDA_DSA_EPI=lean runs sc_wgmma_lean_kernel instead: the same
+ *    arithmetic (same scores bit for bit) with about half the instructions
+ *    per wgmma (opt-in, not yet validated on a GPU).
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
  *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):
@@ -711,7 +714,9 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
  *    (the swizzle only depends on r0 & 7) and global offsets are computed
  *    once; per chunk a 64-bit base and one add per copy, no divisions;
  *  - the head weights of the chunk are read from shared memory once into
- *    registers for both m-tiles (la_wg_relu_headsum_wr: same arithmetic);
+ *    registers for both m-tiles, and the quad reduction is transposed (3
+ *    shuffles instead of 8, the same additions in the same operand order):
+ *    la_wg_relu_headsum_wr gives la_wg_relu_headsum's bits;
  *  - the score store uses per-thread precomputed key predicates and a
  *    running row pointer; the valid range of a row is computed without the
  *    blk division (v2 runs only with range.blk == 1). */
