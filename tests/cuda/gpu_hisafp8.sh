@@ -36,7 +36,7 @@ bpid=$!
 
 # 2. the test (default routes and =wg / =wg_force, set per call by the test)
 rc=0
-timeout 50 $B/tests/cuda/test_cuda_dsa_fp8 > "$OUT/test_cuda_dsa_fp8.log" 2>&1
+timeout 55 $B/tests/cuda/test_cuda_dsa_fp8 > "$OUT/test_cuda_dsa_fp8.log" 2>&1
 trc=$?; [ $trc -ne 0 ] && rc=1
 say "test_cuda_dsa_fp8: rc=$trc $(tail -1 "$OUT/test_cuda_dsa_fp8.log")  ($(el) s)"
 grep -E "^FAIL" "$OUT/test_cuda_dsa_fp8.log" | head -8 | tee -a "$S"
