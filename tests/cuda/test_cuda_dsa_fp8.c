@@ -698,6 +698,23 @@ static void test_bad_inputs(void) {
         dfree(&dib);
     }
     p.topk = K;
+    /* LA_CUDA_HISA_FP8=wg (m = 2 < 4 blocks: the wgmma route): the valid call, then
+     * bad scale values named as for the DSA */
+    setenv("LA_CUDA_HISA_FP8", "wg", 1);
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+    {
+        const float z = 0.f, nan = NAN;
+        la_dev_upload((float *)dks.d + 17, &z, 4);
+        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+                    "hisa wg: zero k_scale[17]", "k_scale[17]");
+        la_dev_upload((float *)dks.d + 17, &ks[17], 4);
+        la_dev_upload((float *)dqs.d + 70, &nan, 4);
+        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+                    "hisa wg: NaN q_scale[1, 6]", "q_scale[1, 6]");
+        la_dev_upload((float *)dqs.d + 70, &qs[70], 4);
+    }
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+    unsetenv("LA_CUDA_HISA_FP8");
     /* fp8 on the CPU: rejected (the CPU takes f32/f64/bf16) */
     {
         la_tensor hq, hk, hw, hi;
