@@ -1233,8 +1233,7 @@ la_status la_sp_validate_fp8_cuda(const char *op, const la_index_params *p, cons
     LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
     return dsa_validate_fp8(op, p, q, k, w, start, end, idx);
 }
-la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const la_tensor *k,
-                           la_cu_ws *qf, la_cu_ws *kf, la_tensor *tq, la_tensor *tk, cudaStream_t s) {
+static sc_scales sc_scales_of(const la_index_params *p) {
     sc_scales sc;
     memset(&sc, 0, sizeof sc);
     if (p->k_scale) {
@@ -1246,6 +1245,17 @@ la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const l
         sc.qs_nb0 = p->q_scale->nb[0];
         sc.qs_nb1 = p->q_scale->nb[1];
     }
+    return sc;
+}
+/* The scale values of validated fp8 views: finite and > 0 (the DSA's
+ * messages; one stream synchronization). */
+la_status la_sp_fp8_check_scales(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                                 cudaStream_t s) {
+    return dsa_check_scale_values(sc_scales_of(p), k->ne[0], q->ne[0], q->ne[1], s);
+}
+la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                           la_cu_ws *qf, la_cu_ws *kf, la_tensor *tq, la_tensor *tk, cudaStream_t s) {
+    const sc_scales sc = sc_scales_of(p);
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
     LA_TRY(dsa_check_scale_values(sc, L, T, HI, s));
     LA_TRY(dsa_dequant(q->data, T, HI, dI, q->nb[0], q->nb[1], q->nb[2], sc.qs, sc.qs_nb0, sc.qs_nb1,
@@ -1363,17 +1373,7 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     cudaStream_t s = la_cu_stream(ctx);
     la_sp_score_args a;
     la_sp_fill_score_args(&a, q, k, w, start, end);
-    sc_scales sc;
-    memset(&sc, 0, sizeof sc);
-    if (p->k_scale) {
-        sc.ks = (const float *)p->k_scale->data;
-        sc.ks_nb = p->k_scale->nb[0];
-    }
-    if (p->q_scale) {
-        sc.qs = (const float *)p->q_scale->data;
-        sc.qs_nb0 = p->q_scale->nb[0];
-        sc.qs_nb1 = p->q_scale->nb[1];
-    }
+    const sc_scales sc = sc_scales_of(p);
     LA_TRY(dsa_check_scale_values(sc, a.Lk, a.T, a.HI, s));
     la_cu_ws qw, kw, sw;
     if (!fp8) LA_TRY(la_sp_prepare_bf16(&a, &qw, &kw, s));

@@ -26,6 +26,8 @@ la_status la_sp_validate_fp8_cuda(const char *op, const la_index_params *p, cons
                                   const la_tensor *end, const la_tensor *idx);
 la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                            la_cu_ws *qf, la_cu_ws *kf, la_tensor *tq, la_tensor *tk, cudaStream_t s);
+la_status la_sp_fp8_check_scales(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+                                 cudaStream_t s);
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx);
@@ -951,18 +953,8 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     const float *qsc = p->q_scale ? (const float *)p->q_scale->data : nullptr;
     const int64_t qs_nb0 = p->q_scale ? p->q_scale->nb[0] : 0;
     const int64_t qs_nb1 = p->q_scale ? p->q_scale->nb[1] : 0;
-    if (ks || qsc) {
-        /* the scale values (finite, > 0; the DSA's messages): la_sp_fp8_to_f32's
-         * check (dsa.cu, exported), on views narrowed to one element per q row
-         * and per k row, so that the dequantized copies it also makes are
-         * T·HI + L floats (discarded). A plain check entry point in dsa.cu
-         * would replace this. */
-        la_tensor q1 = *q, k1 = *k, tq1, tk1;
-        q1.ne[2] = 1;
-        k1.ne[1] = 1;
-        la_cu_ws qf1, kf1;
-        LA_TRY(la_sp_fp8_to_f32(p, &q1, &k1, &qf1, &kf1, &tq1, &tk1, s));
-    }
+    /* the scale values: finite, > 0 (dsa.cu's check and messages) */
+    if (ks || qsc) LA_TRY(la_sp_fp8_check_scales(p, q, k, s));
     hs_timer tm;
     tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
     LA_TRY(tm.mark("start", s));
