@@ -682,6 +682,71 @@ static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs
     return la_sp_scores(a, s);
 }
 
+/* Stage 1 after pooling: block scores of ab's queries and weights over the
+ * nb block means kbar ([nb, dI] rows of dtype kb_dt; block units, the first
+ * and last block meeting each range forced), then the top mk blocks per
+ * query into keptw ([T, mk] int32). Shared by the bf16/f32 pipeline and the
+ * fp8 one. */
+static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt, int64_t nb,
+                                int64_t B, int64_t mk, la_cu_ws *bsw, la_cu_ws *keptw,
+                                hs_timer &tm, cudaStream_t s) {
+    const int64_t T = ab.T;
+    size_t bytes;
+    LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
+    LA_TRY(la_cu_ws_alloc(bsw, bytes, s, "block scores"));
+    ab.k = kbar;
+    ab.k_dt = kb_dt;
+    ab.k_nb0 = ab.dI;
+    ab.k_nb1 = 1;
+    ab.Lk = nb;
+    ab.range.blk = (int)B;
+    ab.force_ends = 1;
+    ab.ncols = nb;
+    ab.out = (float *)bsw->p;
+    ab.out_ld = nb;
+    LA_TRY(la_sp_scores(ab, s));
+    LA_TRY(tm.mark("blockscores", s));
+    LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
+    LA_TRY(la_cu_ws_alloc(keptw, bytes, s, "kept blocks"));
+    la_sp_topk_args tb;
+    memset(&tb, 0, sizeof tb);
+    tb.scores = (const float *)bsw->p;
+    tb.ld = nb;
+    tb.cs = 1;
+    tb.R = T;
+    tb.L = nb;
+    tb.use_range = 1;
+    tb.range = ab.range;
+    tb.k = mk;
+    tb.out = (int32_t *)keptw->p;
+    tb.out_ld = mk;
+    tb.out_cs = 1;
+    LA_TRY(la_sp_topk(tb, s));
+    return tm.mark("topm", s);
+}
+
+/* Stage 2's selection: the top idx->ne[1] of the [T, nc = mk·B] candidate
+ * scores cs, each column mapped back to its token through the kept blocks. */
+static la_status hs_token_topk(const float *cs, int64_t T, int64_t nc, const int32_t *kept, int64_t mk,
+                               int64_t B, la_tensor *idx, hs_timer &tm, cudaStream_t s) {
+    la_sp_topk_args tc;
+    memset(&tc, 0, sizeof tc);
+    tc.scores = cs;
+    tc.ld = nc;
+    tc.cs = 1;
+    tc.R = T;
+    tc.L = nc;
+    tc.blocks = kept;
+    tc.blocks_ld = mk;
+    tc.B = (int)B;
+    tc.k = idx->ne[1];
+    tc.out = (int32_t *)idx->data;
+    tc.out_ld = idx->nb[0];
+    tc.out_cs = idx->nb[1];
+    LA_TRY(la_sp_topk(tc, s));
+    return tm.mark("topk", s);
+}
+
 /* The block parameters (after the views are validated). */
 static la_status hs_check_params(const char *op, int blocksparse, const la_index_params *p) {
     if (p->block <= 0 || p->block > INT32_MAX)
@@ -758,38 +823,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     }
     LA_TRY(tm.mark("pool", s));
     /* 2. block scores (block units, forced ends), top-m */
-    LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
-    LA_TRY(la_cu_ws_alloc(&bsw, bytes, s, "block scores"));
-    la_sp_score_args ab = a;
-    ab.k = kbw.p;
-    ab.k_dt = kb_dt;
-    ab.k_nb0 = dI;
-    ab.k_nb1 = 1;
-    ab.Lk = nb;
-    ab.range.blk = (int)B;
-    ab.force_ends = 1;
-    ab.ncols = nb;
-    ab.out = (float *)bsw.p;
-    ab.out_ld = nb;
-    LA_TRY(la_sp_scores(ab, s));
-    LA_TRY(tm.mark("blockscores", s));
-    LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
-    LA_TRY(la_cu_ws_alloc(&keptw, bytes, s, "kept blocks"));
-    la_sp_topk_args tb;
-    memset(&tb, 0, sizeof tb);
-    tb.scores = (const float *)bsw.p;
-    tb.ld = nb;
-    tb.cs = 1;
-    tb.R = T;
-    tb.L = nb;
-    tb.use_range = 1;
-    tb.range = ab.range;
-    tb.k = mk;
-    tb.out = (int32_t *)keptw.p;
-    tb.out_ld = mk;
-    tb.out_cs = 1;
-    LA_TRY(la_sp_topk(tb, s));
-    LA_TRY(tm.mark("topm", s));
+    LA_TRY(hs_keep_blocks(a, kbw.p, kb_dt, nb, B, mk, &bsw, &keptw, tm, s));
 
     if (blocksparse) {
         hs_blocksparse_kernel<<<(unsigned)T, 128, 0, s>>>((const int32_t *)keptw.p, mk, a.range, B,
@@ -815,22 +849,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.out_ld = nc;
     LA_TRY(hs_candidate_scores(ac, path, tm, s));
     LA_TRY(tm.mark("scores", s));
-    la_sp_topk_args tc;
-    memset(&tc, 0, sizeof tc);
-    tc.scores = (const float *)csw.p;
-    tc.ld = nc;
-    tc.cs = 1;
-    tc.R = T;
-    tc.L = nc;
-    tc.blocks = (const int32_t *)keptw.p;
-    tc.blocks_ld = mk;
-    tc.B = (int)B;
-    tc.k = idx->ne[1];
-    tc.out = (int32_t *)idx->data;
-    tc.out_ld = idx->nb[0];
-    tc.out_cs = idx->nb[1];
-    LA_TRY(la_sp_topk(tc, s));
-    LA_TRY(tm.mark("topk", s));
+    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
     LA_TRY(tm.report(op, hs_path_name(path), T, L));
     la_err_clear();
     return LA_OK;
@@ -988,8 +1007,6 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     }
     LA_TRY(tm.mark("pool", s));
     /* 2. block scores: the bf16 path on (q_bf16, k̄, w'), forced ends, top-m */
-    LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
-    LA_TRY(la_cu_ws_alloc(&bsw, bytes, s, "block scores"));
     la_sp_score_args ab = a;
     ab.q = qbw.p;
     ab.q_dt = LA_BF16;
@@ -1000,35 +1017,7 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ab.w_dt = LA_F32;
     ab.w_nb0 = HI;
     ab.w_nb1 = 1;
-    ab.k = kbw.p;
-    ab.k_dt = LA_BF16;
-    ab.k_nb0 = dI;
-    ab.k_nb1 = 1;
-    ab.Lk = nb;
-    ab.range.blk = (int)B;
-    ab.force_ends = 1;
-    ab.ncols = nb;
-    ab.out = (float *)bsw.p;
-    ab.out_ld = nb;
-    LA_TRY(la_sp_scores(ab, s));
-    LA_TRY(tm.mark("blockscores", s));
-    LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
-    LA_TRY(la_cu_ws_alloc(&keptw, bytes, s, "kept blocks"));
-    la_sp_topk_args tb;
-    memset(&tb, 0, sizeof tb);
-    tb.scores = (const float *)bsw.p;
-    tb.ld = nb;
-    tb.cs = 1;
-    tb.R = T;
-    tb.L = nb;
-    tb.use_range = 1;
-    tb.range = ab.range;
-    tb.k = mk;
-    tb.out = (int32_t *)keptw.p;
-    tb.out_ld = mk;
-    tb.out_cs = 1;
-    LA_TRY(la_sp_topk(tb, s));
-    LA_TRY(tm.mark("topm", s));
+    LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, tm, s));
     /* 3. candidate scores on the e4m3 rows (hb8_kernel), token top-k */
     const int64_t nc = mk * B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nc * 4, &bytes, "candidate scores"));
@@ -1043,22 +1032,7 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ac.out_ld = nc;
     LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb));
     LA_TRY(tm.mark("scores", s));
-    la_sp_topk_args tc;
-    memset(&tc, 0, sizeof tc);
-    tc.scores = (const float *)csw.p;
-    tc.ld = nc;
-    tc.cs = 1;
-    tc.R = T;
-    tc.L = nc;
-    tc.blocks = (const int32_t *)keptw.p;
-    tc.blocks_ld = mk;
-    tc.B = (int)B;
-    tc.k = idx->ne[1];
-    tc.out = (int32_t *)idx->data;
-    tc.out_ld = idx->nb[0];
-    tc.out_cs = idx->nb[1];
-    LA_TRY(la_sp_topk(tc, s));
-    LA_TRY(tm.mark("topk", s));
+    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
     LA_TRY(tm.report("hisa", "fp8wg", T, L));
     la_err_clear();
     return LA_OK;
