@@ -9,8 +9,9 @@
  *   dbuf   a bare device buffer: dalloc / dfree / dput / dput_raw / dput_i32 /
  *          dget_f32, and tset (a contiguous la_tensor over a pointer)
  *          (test_cuda_sparse, _smla, _dsa_fp8);
- *   ranges_of / score_err / overlap: the indexer checks shared by
- *          test_cuda_sparse and test_cuda_dsa_fp8;
+ *   ranges_of / score_err / overlap / check_own_topk / e4m3_enc, e4m3_dec:
+ *   the indexer checks shared by
+ *          test_cuda_sparse, test_cuda_dsa_fp8 and test_cuda_dsa_epi;
  *   cuda_test_skip: the "no CUDA device" skip of every main.
  *
  * Poison is 0xFF bytes: NaN in f32 and bf16. */
@@ -313,6 +314,83 @@ static inline double overlap(const int32_t *a, const int32_t *b, int64_t T, int6
     free(mark);
     if (tot_out) *tot_out = tot;
     return tot ? (double)hit / (double)tot : 1.0;
+}
+
+/* ---- fp8 e4m3 (fn: no inf, max 448, NaN = S.1111.111) on the host ---------- */
+static inline float e4m3_dec(uint8_t b) {
+    const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
+    float v;
+    if (e == 15 && m == 7) return NAN;
+    if (e == 0) v = ldexpf((float)m, -9);
+    else v = ldexpf(1.f + m / 8.f, e - 7);
+    return s ? -v : v;
+}
+/* nearest e4m3 (ties to even), saturating at +-448: binary search over the
+ * 127 non-negative codes (their values increase with the code) */
+static inline uint8_t e4m3_enc(float x) {
+    if (isnan(x)) return 0x7f;
+    const uint8_t s = x < 0 ? 0x80 : 0;
+    const double a = fabs((double)x);
+    if (a >= 448.0) return s | 0x7e;
+    int lo = 0, hi = 0x7e; /* largest code with value <= a */
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if ((double)e4m3_dec((uint8_t)mid) <= a) lo = mid;
+        else hi = mid - 1;
+    }
+    int c = lo;
+    if (c < 0x7e) {
+        const double d0 = a - e4m3_dec((uint8_t)c), d1 = e4m3_dec((uint8_t)(c + 1)) - a;
+        if (d1 < d0 || (d1 == d0 && ((c + 1) & 1) == 0)) c++;
+    }
+    return s | (uint8_t)c;
+}
+
+/* (score desc, index asc) order */
+static inline int before(float sa, int64_t a, float sb, int64_t b) { return sa > sb || (sa == sb && a < b); }
+
+/* idx vs the device's own score rows: exact top-n, ordered, -1 padded.
+ * Returns the number of bad rows (first one described in msg). */
+static inline int64_t check_own_topk(const int32_t *ix, const float *sg, int64_t T, int64_t L, int64_t K,
+                              const int32_t *st, const int32_t *en, char *msg, size_t mlen) {
+    int64_t bad = 0;
+    char *mark = calloc((size_t)L + 1, 1);
+    for (int64_t t = 0; t < T; t++) {
+        int64_t lo, hi;
+        ranges_of(T, L, st, en, t, &lo, &hi);
+        const int64_t n = hi - lo < K ? hi - lo : K;
+        const int32_t *r = ix + t * K;
+        const float *sr = sg + t * L;
+        const char *why = NULL;
+        for (int64_t j = 0; j < K && !why; j++) {
+            if (j >= n) {
+                if (r[j] != -1) why = "padding is not -1";
+                continue;
+            }
+            if (r[j] < lo || r[j] >= hi) why = "index outside the valid range";
+            else if (mark[r[j]]) why = "duplicate index";
+            else {
+                mark[r[j]] = 1;
+                if (j > 0 && !before(sr[r[j - 1]], r[j - 1], sr[r[j]], r[j])) why = "not in (score desc, index asc) order";
+            }
+        }
+        if (!why && n > 0) { /* every unselected key ranks after the last selected */
+            const int64_t last = r[n - 1];
+            for (int64_t s = lo; s < hi; s++)
+                if (!mark[s] && before(sr[s], s, sr[last], last)) {
+                    why = "an unselected key outranks a selected one";
+                    break;
+                }
+        }
+        for (int64_t j = 0; j < n; j++)
+            if (r[j] >= 0 && r[j] < L) mark[r[j]] = 0;
+        if (why) {
+            if (!bad) snprintf(msg, mlen, "row %lld: %s", (long long)t, why);
+            bad++;
+        }
+    }
+    free(mark);
+    return bad;
 }
 
 #endif

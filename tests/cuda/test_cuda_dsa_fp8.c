@@ -35,34 +35,6 @@
 
 static bool small_only;
 
-/* ---- fp8 e4m3 (fn: no inf, max 448, NaN = S.1111.111) on the host -------- */
-static float e4m3_dec(uint8_t b) {
-    const int s = b >> 7, e = (b >> 3) & 15, m = b & 7;
-    float v;
-    if (e == 15 && m == 7) return NAN;
-    if (e == 0) v = ldexpf((float)m, -9); /* subnormal: m/8 * 2^-6 */
-    else v = ldexpf(1.f + m / 8.f, e - 7);
-    return s ? -v : v;
-}
-/* nearest e4m3 (ties to even), saturating at +-448 */
-static uint8_t e4m3_enc(float x) {
-    if (isnan(x)) return 0x7f;
-    uint8_t s = x < 0 ? 0x80 : 0;
-    double a = fabs((double)x);
-    if (a >= 448.0) return s | 0x7e;
-    /* scan the 127 non-negative codes: exact and simple */
-    uint8_t best = 0;
-    double bd = INFINITY;
-    for (int c = 0; c <= 0x7e; c++) {
-        double d = fabs((double)e4m3_dec((uint8_t)c) - a);
-        if (d < bd || (d == bd && (c & 1) == 0)) {
-            bd = d;
-            best = (uint8_t)c;
-        }
-    }
-    return s | best;
-}
-
 /* ---- cases ---------------------------------------------------------------------- */
 typedef struct dcase {
     int64_t T, HI, dI, L, topk;
@@ -97,52 +69,6 @@ static void ref_scores(const float *qv, const float *qsc, const float *kv, const
             mag[t * L + s] = am;
         }
     }
-}
-/* (score desc, index asc) order */
-static int before(float sa, int64_t a, float sb, int64_t b) { return sa > sb || (sa == sb && a < b); }
-
-/* idx vs the device's own score rows: exact top-n, ordered, -1 padded.
- * Returns the number of bad rows (first one described in msg). */
-static int64_t check_own_topk(const int32_t *ix, const float *sg, int64_t T, int64_t L, int64_t K,
-                              const int32_t *st, const int32_t *en, char *msg, size_t mlen) {
-    int64_t bad = 0;
-    char *mark = calloc((size_t)L + 1, 1);
-    for (int64_t t = 0; t < T; t++) {
-        int64_t lo, hi;
-        ranges_of(T, L, st, en, t, &lo, &hi);
-        const int64_t n = hi - lo < K ? hi - lo : K;
-        const int32_t *r = ix + t * K;
-        const float *sr = sg + t * L;
-        const char *why = NULL;
-        for (int64_t j = 0; j < K && !why; j++) {
-            if (j >= n) {
-                if (r[j] != -1) why = "padding is not -1";
-                continue;
-            }
-            if (r[j] < lo || r[j] >= hi) why = "index outside the valid range";
-            else if (mark[r[j]]) why = "duplicate index";
-            else {
-                mark[r[j]] = 1;
-                if (j > 0 && !before(sr[r[j - 1]], r[j - 1], sr[r[j]], r[j])) why = "not in (score desc, index asc) order";
-            }
-        }
-        if (!why && n > 0) { /* every unselected key ranks after the last selected */
-            const int64_t last = r[n - 1];
-            for (int64_t s = lo; s < hi; s++)
-                if (!mark[s] && before(sr[s], s, sr[last], last)) {
-                    why = "an unselected key outranks a selected one";
-                    break;
-                }
-        }
-        for (int64_t j = 0; j < n; j++)
-            if (r[j] >= 0 && r[j] < L) mark[r[j]] = 0;
-        if (why) {
-            if (!bad) snprintf(msg, mlen, "row %lld: %s", (long long)t, why);
-            bad++;
-        }
-    }
-    free(mark);
-    return bad;
 }
 static int cmp_desc(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
