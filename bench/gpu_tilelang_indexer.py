@@ -64,22 +64,6 @@ def parse():
     return ap.parse_args()
 
 
-def median_ms(torch, fn, reps, warmup):
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
-
-
 def first_call_s(torch, fn):
     """Seconds of the first call (JIT compile + one run), synchronised."""
     torch.cuda.synchronize()
@@ -116,6 +100,8 @@ def quant_fp8(torch, x, dims):
 def main():
     args = parse()
     import torch
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from gpu_sparse import med  # CUDA-event median after warm-up, as bench/gpu_sparse.py times its peers
 
     dev = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no cuda"
     log(f"# gpu_tilelang_indexer: torch {torch.__version__}, {dev}, python {sys.version.split()[0]}")
@@ -195,10 +181,10 @@ def main():
         # ours first: these numbers must come back even if the peer hangs in a compile
         if la is not None and do_dsa:
             try:
-                r["our_fp8"] = median_ms(torch, lambda: la.dsa_topk(q8, k8, w, topk=K, k_scale=k_scale, q_scale=qs),
-                                         args.reps, args.warmup)
+                r["our_fp8"] = med(lambda: la.dsa_topk(q8, k8, w, topk=K, k_scale=k_scale, q_scale=qs),
+                                   warm=args.warmup, iters=args.reps)
                 r["our_idx8"] = la.dsa_topk(q8, k8, w, topk=K, k_scale=k_scale, q_scale=qs)
-                r["our_bf16"] = median_ms(torch, lambda: la.dsa_topk(q, k, w, topk=K), args.reps, args.warmup)
+                r["our_bf16"] = med(lambda: la.dsa_topk(q, k, w, topk=K), warm=args.warmup, iters=args.reps)
                 log(f"  ours DSA   fp8 {r['our_fp8']:.3f} ms   bf16 {r['our_bf16']:.3f} ms")
             except Exception as e:  # noqa: BLE001
                 log(f"  ours DSA failed: {short(e)}")
@@ -208,13 +194,13 @@ def main():
                     hf = lambda: la.hisa_topk(q8, k8, w, topk=K, block=args.block, block_topk=args.block_topk,  # noqa: E731
                                               k_scale=k_scale, q_scale=qs)
                     r["our_hisa_idx8"] = hf()
-                    r["our_hisa_fp8"] = median_ms(torch, hf, args.reps, args.warmup)
+                    r["our_hisa_fp8"] = med(hf, warm=args.warmup, iters=args.reps)
                 except Exception as e:  # noqa: BLE001
                     ours_hisa_fp8_ok = False
                     log(f"  ours HISA fp8: not available in this build ({short(e)[:160]}); bf16 only")
             try:
                 hb = lambda: la.hisa_topk(q, k, w, topk=K, block=args.block, block_topk=args.block_topk)  # noqa: E731
-                r["our_hisa_bf16"] = median_ms(torch, hb, args.reps, args.warmup)
+                r["our_hisa_bf16"] = med(hb, warm=args.warmup, iters=args.reps)
                 if "our_hisa_idx8" not in r:
                     r["our_hisa_idx16"] = hb()
                 log(f"  ours HISA  fp8 {r.get('our_hisa_fp8', float('nan')):.3f} ms   bf16 {r['our_hisa_bf16']:.3f} ms")
@@ -231,13 +217,13 @@ def main():
                     s2, _ = first_call_s(torch, full)
                     log(f"  official DSA JIT: logits kernel {s1:.1f} s, clean_logits {s2:.1f} s (compile + first run)")
                     dsa_compiled = True
-                r["off_raw"] = median_ms(torch, raw, args.reps, args.warmup)
-                r["off_logits"] = median_ms(torch, full, args.reps, args.warmup)
+                r["off_raw"] = med(raw, warm=args.warmup, iters=args.reps)
+                r["off_logits"] = med(full, warm=args.warmup, iters=args.reps)
 
                 def pipe():
                     return torch.topk(full(), K, dim=-1).indices
 
-                r["off_pipe"] = median_ms(torch, pipe, args.reps, args.warmup)
+                r["off_pipe"] = med(pipe, warm=args.warmup, iters=args.reps)
                 r["off_idx"] = pipe()
                 log(f"  official DSA fp8: logits kernel {r['off_raw']:.3f} ms, +clean {r['off_logits']:.3f} ms, "
                     f"+torch.topk {r['off_pipe']:.3f} ms")
@@ -254,7 +240,7 @@ def main():
                                                           block_topk=args.block_topk, topk_tokens=K)
                     s, _ = first_call_s(torch, hfn)
                     log(f"  official HISA JIT at L={L}: {s:.1f} s (4 kernels specialised on L; compile + first run)")
-                    r["off_hisa"] = median_ms(torch, hfn, args.reps, args.warmup)
+                    r["off_hisa"] = med(hfn, warm=args.warmup, iters=args.reps)
                     r["off_hisa_idx"] = hfn()
                     log(f"  official HISA fp8: {r['off_hisa']:.3f} ms (pooling, 2 kernels, clean, 2x torch.topk, translation)")
                 except Exception as e:  # noqa: BLE001
