@@ -273,17 +273,21 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
         const double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
         const double fl = 2.0 * HI * dI * keys;
         double old_ms[2] = {0, 0};
-        /* order: old first so "vs_old" of the new rows has its reference */
-        const char *names[4] = {"bf16/old", "bf16/v2", "fp8/old", "fp8/v2"};
-        for (int v = 0; v < 4; v++) {
-            const bool f8 = v >= 2, old = (v & 1) == 0;
+        /* order: old first so "vs_old" of the new rows has its reference;
+         * "pp" = v2 with LA_CUDA_DSA_SCHED=pingpong (the warpgroups take
+         * turns issuing their MMAs) */
+        const char *names[6] = {"bf16/old", "bf16/v2", "bf16/pp", "fp8/old", "fp8/v2", "fp8/pp"};
+        for (int v = 0; v < 6; v++) {
+            const bool f8 = v >= 3, old = v % 3 == 0, pp = v % 3 == 2;
             if (old) setenv("LA_CUDA_DSA_PATH", "old", 1);
             else unsetenv("LA_CUDA_DSA_PATH");
-            la_index_params *pp = f8 ? &p8 : &pb;
+            if (pp) setenv("LA_CUDA_DSA_SCHED", "pingpong", 1);
+            else unsetenv("LA_CUDA_DSA_SCHED");
+            la_index_params *prm = f8 ? &p8 : &pb;
             la_tensor *qq = f8 ? &tq8 : &tq, *kk = f8 ? &tk8 : &tk;
-            const double ms = median_ms([&] { LK(la_dsa_indexer(pp, qq, kk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, 10);
+            const double ms = median_ms([&] { LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, 10);
             /* top-k alone over this variant's score rows */
-            LK(la_dsa_indexer(pp, qq, kk, &tw, NULL, NULL, &ti, &tsc, NULL));
+            LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, &tsc, NULL));
             const double tk_ms = median_ms([&] { LK(la_topk(&tsc, &ti, NULL)); }, 1, 10);
             const double sms = ms - tk_ms;
             const double goal = f8 ? 1.2 : 2.0;
@@ -293,6 +297,7 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             printf("%-10s %7lld %9.3f %9.1f %9.3f %9.3f %9.1f %8.2f %8s\n", names[v], (long long)L, ms, fl / ms / 1e9,
                    tk_ms, sms, sms > 0 ? fl / sms / 1e9 : 0.0, goal / ms, vs);
         }
+        unsetenv("LA_CUDA_DSA_SCHED");
         unsetenv("LA_CUDA_DSA_PATH");
         /* HISA (B = 128, m = 64) on the same inputs: bf16, and fp8 with the
          * scales (dequantized f32 copies through the exact kernels) */
@@ -301,10 +306,11 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             hb.block = h8.block = 128;
             hb.block_topk = h8.block_topk = 64;
             const double mb = median_ms([&] { LK(la_hisa_indexer(&hb, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 10);
+            setenv("LA_CUDA_HISA_FP8", "f32", 1); /* the dequantized f32 route */
             const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 1, 5);
-            printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (dequantized f32 copies, exact kernels)\n", "hisa/bf16",
+            printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (LA_CUDA_HISA_FP8=f32: dequantized f32 copies, exact kernels)\n", "hisa/bf16",
                    (long long)L, mb, "hisa/fp8", (long long)L, m8);
-            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg: bf16 stage 1, hb8_kernel stage 2):
+            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg, the default: bf16 stage 1, hb8_kernel stage 2):
              * time, and its rows against today's fp8 rows (the CPU's indices on the
              * dequantized inputs): recall of those sets. One extra call with
              * LA_CUDA_HISA_TIMING=1 prints the stage breakdown on stderr. Where
@@ -313,6 +319,7 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
              * DSA fp8 indices (printed: positions differing). */
             std::vector<int32_t> ref((size_t)(T * K)), got((size_t)(T * K));
             LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
+            unsetenv("LA_CUDA_HISA_FP8");
             CK(cudaMemcpy(ref.data(), ix, (size_t)(T * K) * 4, cudaMemcpyDeviceToHost));
             const bool all_kept = (L + 127) / 128 <= 64;
             for (int f = 0; f < (all_kept ? 2 : 1); f++) {

@@ -24,9 +24,8 @@
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
  *    the MMAs of the other). Same epilogue arithmetic as sc_mma_kernel.
  *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
- *    LA_CUDA_DSA_EPI=lean runs sc_wgmma_lean_kernel instead: the same
- *    arithmetic (same scores bit for bit) with about half the instructions
- *    per wgmma (opt-in, not yet validated on a GPU).
+ *    LA_CUDA_DSA_SCHED=pingpong (opt-in, being measured) makes the two
+ *    warpgroups take turns issuing their MMAs (see the kernel).
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
  *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):
@@ -485,7 +484,24 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  * copies of the chunk landed and were fenced to the async proxy; empty:
  * all 256 threads are done with it), not __syncthreads, so the two
  * warpgroups can drift apart by up to one chunk and one's exposed
- * epilogue overlaps the other's MMAs. */
+ * epilogue overlaps the other's MMAs.
+ * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
+ * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
+ *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
+ *    valid because a shared-window address is < 2^18, so la_wg_desc(x + o) =
+ *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry
+ *    out of the 14-bit address field); the warpgroup index is broadcast from
+ *    lane 0 so the A tile base is warp-uniform (uniform datapath);
+ *  - chunk copies: each thread copies the same 16-byte column c = tid % CPR of
+ *    rows r0 + RP·j (RP = 256 / CPR) of every chunk, so its shared offsets
+ *    (the swizzle only depends on r0 & 7) and global offsets are computed
+ *    once; per chunk a 64-bit base and one add per copy, no divisions;
+ *  - the head weights of the chunk are read from shared memory once into
+ *    registers for both m-tiles, and the quad reduction takes 3 shuffles
+ *    (la_wg_relu_headsum_wr);
+ *  - the score store uses per-thread precomputed key predicates and a
+ *    running row pointer; the valid range of a row is computed without the
+ *    blk division (v2 runs only with range.blk == 1). */
 #define V2_WG 2
 #define V2_THREADS (V2_WG * 128)
 #define V2_KEYS (V2_WG * 128)
@@ -513,22 +529,6 @@ __device__ __forceinline__ void v2_wgmma(float *d, uint64_t da, uint64_t db, int
     else la_wg_m64n128k32_e4m3(d, da, db, scale_d);
 }
 
-/* issue the KSTEPS wgmma of one m-tile (A rows at a_rows) against the B tile
- * at b_tile, as one commit group; the first one overwrites the accumulators */
-template <int EB>
-__device__ __forceinline__ void v2_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
-    using C = v2_cfg<EB>;
-    la_wg_fence_acc64(acc);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int kk = 0; kk < C::KSTEPS; kk++) {
-        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
-        v2_wgmma<EB>(acc, la_wg_desc(a_rows + kb * V2_KEYS * 128 + inner),
-                     la_wg_desc(b_tile + kb * V2_BROWS * 128 + inner), kk > 0 ? 1 : 0);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
 /* mbarriers (CTA scope): arrive = release, try_wait = acquire */
 __device__ __forceinline__ void v2_mbar_init(uint32_t addr, int count) {
     asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
@@ -550,183 +550,13 @@ __device__ __forceinline__ void v2_mbar_wait(uint32_t addr, uint32_t parity) {
     __syncwarp(); /* lanes may leave the poll at different times; wgmma needs a converged warp */
 }
 
-/* Chunk (queries tc, tc+1) into stage st: q rows (zero-filled past t1), the
- * head weights w·qs (0 past t1) and the two valid ranges (the caller
- * commits the cp.async group). */
-template <int EB>
-__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
-                                              int64_t tc, int64_t t1, int st, uint8_t *Bs,
-                                              float *ws, int *rng) {
-    using C = v2_cfg<EB>;
-    if (tc < t1) {
-        uint8_t *bt = Bs + st * C::B_BYTES;
-        for (int i = threadIdx.x; i < V2_BROWS * C::CPR; i += V2_THREADS) {
-            const int n = i / C::CPR, c = i % C::CPR;
-            const int64_t t = tc + n / V2_HI;
-            const bool ok = t < t1;
-            const uint8_t *src = (const uint8_t *)a.q +
-                                 ((ok ? t : tc) * a.q_nb0 + (n % V2_HI) * a.q_nb1) * EB + c * 16;
-            la_sp_cp16z(bt + la_wg_off(V2_BROWS, n, c), src, ok ? 16 : 0);
-        }
-        for (int n = threadIdx.x; n < V2_BROWS; n += V2_THREADS) {
-            const int64_t t = tc + n / V2_HI;
-            ws[st * V2_BROWS + n] = t < t1 ? sc_wq(a, sc, t, n % V2_HI) : 0.f;
-        }
-        if (threadIdx.x < V2_NQ) {
-            const int64_t t = tc + threadIdx.x;
-            int64_t lo = 0, hi = 0;
-            if (t < t1) la_sp_row_range(a.range, t, &lo, &hi);
-            rng[(st * V2_NQ + threadIdx.x) * 2] = (int)lo;
-            rng[(st * V2_NQ + threadIdx.x) * 2 + 1] = (int)hi;
-        }
-    }
-}
-
-/* ReLU-weighted head sums of one m-tile of chunk (tc, tc+1) and the store:
- * lane qd of each quad writes query qd>>1, key row g + 8*(qd&1) of its warp's
- * 16 rows (key p, k_scale ksv). */
-__device__ __forceinline__ void v2_epilogue(const la_sp_score_args &a, const sc_scales &sc,
-                                            const float *acc, const float *wst, const int *rst,
-                                            int64_t tc, int64_t t1, int64_t p, float ksv) {
-    const int qd = threadIdx.x & 3;
-    const int qi = qd >> 1;
-    const float v = la_wg_relu_headsum(acc, wst, qd);
-    static_assert(V2_NQ == 2 && V2_HI == 64, "la_wg_relu_headsum: 2 queries x 64 heads");
-    const int64_t t = tc + qi;
-    if (t < t1 && p < a.ncols) {
-        const int64_t lo = rst[2 * qi], hi = rst[2 * qi + 1];
-        float o = sc.ks ? v * ksv : v;
-        if (!(p >= lo && p < hi && p < a.Lk)) o = -INFINITY;
-        a.out[t * a.out_ld + p] = o;
-    }
-}
-
-template <int EB>
-__global__ void __launch_bounds__(V2_THREADS, 1)
-    sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
-    using C = v2_cfg<EB>;
-    extern __shared__ uint8_t v2_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(v2_raw);
-    const uint32_t base = (raw + 1023u) & ~1023u;
-    uint8_t *As = v2_raw + (base - raw);
-    uint8_t *Bs = As + C::A_BYTES;
-    float *ws = (float *)(Bs + V2_STAGES * C::B_BYTES); /* [stage][128] */
-    int *rng = (int *)(ws + V2_STAGES * V2_BROWS);      /* [stage][query][lo, hi] */
-    /* full[st]: the 256 threads' copies of the stage's chunk landed;
-     * empty[st]: the 256 threads are done reading it */
-    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
-    const uint32_t full_a = Bs_a + V2_STAGES * C::B_BYTES + V2_STAGES * V2_BROWS * 4 +
-                            V2_STAGES * V2_NQ * 2 * 4;
-    const uint32_t empty_a = full_a + V2_STAGES * 8;
-
-    const int tid = threadIdx.x, wg = tid >> 7, wi = (tid >> 5) & 3, lane = tid & 31;
-    const int g = lane >> 2, qd = lane & 3;
-    const int64_t key0 = (int64_t)blockIdx.x * V2_KEYS;
-    const int64_t t0 = (int64_t)blockIdx.y * qgroup, t1 = min(a.T, t0 + (int64_t)qgroup);
-    const int nchunks = (int)((t1 - t0 + V2_NQ - 1) / V2_NQ);
-
-    if (tid == 0)
-        for (int st = 0; st < V2_STAGES; st++) {
-            v2_mbar_init(full_a + 8 * st, V2_THREADS);
-            v2_mbar_init(empty_a + 8 * st, V2_THREADS);
-        }
-    /* keys -> A tile (zero rows past L), with chunks 0 and 1 in one group */
-    for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
-        const int r = i / C::CPR, c = i % C::CPR;
-        const int64_t s = key0 + r;
-        const bool ok = s < a.Lk;
-        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-        la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
-    }
-    v2_load_chunk<EB>(a, sc, t0, t1, 0, Bs, ws, rng);
-    v2_load_chunk<EB>(a, sc, t0 + V2_NQ, t1, 1, Bs, ws, rng);
-    sc_cp_commit();
-    v2_load_chunk<EB>(a, sc, t0 + 2 * V2_NQ, t1, 2, Bs, ws, rng);
-    sc_cp_commit();
-    __syncthreads(); /* barrier inits visible */
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    /* cp.async writes are generic-proxy writes; wgmma reads through the
-     * async proxy: each writer fences before it signals */
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    v2_mbar_arrive(full_a);
-    if (nchunks > 1) v2_mbar_arrive(full_a + 8);
-
-    /* the key this thread stores in each m-tile, and its k_scale */
-    int64_t pk[2];
-    float ksv[2];
-#pragma unroll
-    for (int mt = 0; mt < 2; mt++) {
-        pk[mt] = key0 + (wg * 2 + mt) * 64 + 16 * wi + g + 8 * (qd & 1);
-        ksv[mt] = (sc.ks && pk[mt] < a.Lk) ? sc.ks[pk[mt] * sc.ks_nb] : 1.f;
-    }
-    const uint32_t a_mt0 = As_a + (uint32_t)(wg * 2) * 64 * 128;
-    const uint32_t a_mt1 = a_mt0 + 64 * 128;
-
-    float acc0[64], acc1[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
-    /* Per chunk i (stage i % 4): wait full -> both m-tiles' wgmma -> the
-     * first epilogue overlaps the second m-tile's MMAs -> release the stage
-     * -> refill the stage of chunk i-1 with chunk i+3 (once every thread has
-     * released chunk i-1) -> signal chunk i+2 (its copies were issued one
-     * chunk ago). The warpgroups only meet at the mbarriers, so one's
-     * epilogue can overlap the other's MMAs; no wgmma group stays pending
-     * across iterations (ptxas would serialize them). */
-    for (int i = 0; i < nchunks; i++) {
-        const int st = i % V2_STAGES;
-        v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
-        const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
-        v2_issue<EB>(acc0, a_mt0, b_tile);
-        v2_issue<EB>(acc1, a_mt1, b_tile);
-        const int64_t tc = t0 + (int64_t)i * V2_NQ;
-        la_wg_wait<1>(acc0); /* mt0 done; mt1 runs on */
-        v2_epilogue(a, sc, acc0, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[0], ksv[0]);
-        la_wg_wait<0>(acc1);
-        v2_epilogue(a, sc, acc1, ws + st * V2_BROWS, rng + st * V2_NQ * 2, tc, t1, pk[1], ksv[1]);
-        v2_mbar_arrive(empty_a + 8 * st);
-        const int cn = i + 3;
-        if (cn < nchunks) {
-            if (i >= 1) /* stage cn % 4 held chunk i-1 */
-                v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-            v2_load_chunk<EB>(a, sc, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, Bs, ws, rng);
-        }
-        sc_cp_commit();
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory"); /* chunk i+2 landed */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-/* ---- DSA v2 "lean" (opt-in: LA_CUDA_DSA_EPI=lean; not yet run on a GPU) ----
- * The same kernel with fewer instructions per wgmma (dev/NOTES_dsa_epilogue.md
- * counts them: the default issues ~1070 warp instructions per chunk and warp,
- * 67 per wgmma). Same shared-memory layout, same pipeline and mbarrier
- * protocol, same bytes in the A/B tiles, same FMA order: its scores are
- * the default kernel's bit for bit. What changes:
- *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
- *    valid because a shared-window address is < 2^18, so la_wg_desc(x + o) =
- *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry
- *    out of the 14-bit address field); the warpgroup index is broadcast from
- *    lane 0 so the A tile base is warp-uniform (uniform datapath);
- *  - chunk copies: each thread copies the same 16-byte column c = tid % CPR of
- *    rows r0 + RP·j (RP = 256 / CPR) of every chunk, so its shared offsets
- *    (the swizzle only depends on r0 & 7) and global offsets are computed
- *    once; per chunk a 64-bit base and one add per copy, no divisions;
- *  - the head weights of the chunk are read from shared memory once into
- *    registers for both m-tiles, and the quad reduction is transposed (3
- *    shuffles instead of 8, the same additions in the same operand order):
- *    la_wg_relu_headsum_wr gives la_wg_relu_headsum's bits;
- *  - the score store uses per-thread precomputed key predicates and a
- *    running row pointer; the valid range of a row is computed without the
- *    blk division (v2 runs only with range.blk == 1). */
-__device__ __forceinline__ void v2l_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
+__device__ __forceinline__ void v2_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
                  "r"(src_bytes));
 }
 
 template <int EB>
-__device__ __forceinline__ void v2l_issue(float *acc, uint32_t a_lo, uint32_t b_lo) {
+__device__ __forceinline__ void v2_issue(float *acc, uint32_t a_lo, uint32_t b_lo) {
     using C = v2_cfg<EB>;
     constexpr uint64_t HI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
     la_wg_fence_acc64(acc);
@@ -742,7 +572,7 @@ __device__ __forceinline__ void v2l_issue(float *acc, uint32_t a_lo, uint32_t b_
 
 /* SPEC §6 valid range of row t when range.blk == 1 (la_sp_row_range without
  * the block division, which v2 never needs) */
-__device__ __forceinline__ void v2l_row_range(const la_sp_range &r, int64_t t, int64_t *lo, int64_t *hi) {
+__device__ __forceinline__ void v2_row_range(const la_sp_range &r, int64_t t, int64_t *lo, int64_t *hi) {
     int64_t s = r.start ? (int64_t)r.start[t * r.start_nb] : 0;
     int64_t e = r.end ? (int64_t)r.end[t * r.end_nb] : r.L - r.T + t + 1;
     s = s < 0 ? 0 : (s > r.L ? r.L : s);
@@ -753,18 +583,18 @@ __device__ __forceinline__ void v2l_row_range(const la_sp_range &r, int64_t t, i
 }
 
 /* per-thread constants of the chunk copies */
-struct v2l_ld {
+struct v2_ld {
     const uint8_t *q;   /* a.q + this thread's (row r0, column c) offset */
     int64_t tstride;    /* bytes between queries */
     int64_t hstride;    /* bytes between rows r0 + RP·j and r0 + RP·(j+1) */
     uint32_t dst;       /* shared address of (row r0, column c) in stage 0 */
 };
 
-/* chunk (tc, tc+1) into stage st: the default v2_load_chunk's copies (same
- * bytes, zero rows past t1), weights and ranges; the caller commits */
+/* chunk (tc, tc+1) into stage st: the q rows (zero rows past t1), the head
+ * weights w·qs (0 past t1) and the two valid ranges; the caller commits */
 template <int EB>
-__device__ __forceinline__ void v2l_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
-                                               const v2l_ld &L, int64_t tc, int64_t t1, int st,
+__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
+                                               const v2_ld &L, int64_t tc, int64_t t1, int st,
                                                float *ws, int *rng) {
     using C = v2_cfg<EB>;
     constexpr int RP = V2_THREADS / C::CPR; /* rows per pass: 16 (bf16) or 32 (e4m3) */
@@ -776,9 +606,9 @@ __device__ __forceinline__ void v2l_load_chunk(const la_sp_score_args &a, const 
     const uint8_t *p1 = ok1 ? p0 + L.tstride : p0;
     const uint32_t d = L.dst + (uint32_t)st * C::B_BYTES;
 #pragma unroll
-    for (int j = 0; j < JQ; j++) v2l_cp16z(d + j * RP * 128, p0 + j * L.hstride, 16);
+    for (int j = 0; j < JQ; j++) v2_cp16z(d + j * RP * 128, p0 + j * L.hstride, 16);
 #pragma unroll
-    for (int j = 0; j < JQ; j++) v2l_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
+    for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
     const int tid = threadIdx.x;
     if (tid < V2_BROWS) { /* warps 0-3: one weight each */
         const int64_t t = tc + (tid >> 6);
@@ -787,15 +617,33 @@ __device__ __forceinline__ void v2l_load_chunk(const la_sp_score_args &a, const 
         const int qi = tid - 160;
         const int64_t t = tc + qi;
         int64_t lo = 0, hi = 0;
-        if (t < t1) v2l_row_range(a.range, t, &lo, &hi);
+        if (t < t1) v2_row_range(a.range, t, &lo, &hi);
         rng[(st * V2_NQ + qi) * 2] = (int)lo;
         rng[(st * V2_NQ + qi) * 2 + 1] = (int)hi;
     }
 }
 
-template <int EB>
+/* Named barriers 1 and 2 (0 is __syncthreads): warpgroup wg's turn to issue
+ * its MMAs (PP below). bar.sync waits for 256 arrivals: the 128 threads of
+ * the waiting warpgroup and the 128 of the other, which arrive with
+ * bar.arrive once they have issued theirs. */
+__device__ __forceinline__ void v2_turn_wait(int wg) {
+    asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
+}
+__device__ __forceinline__ void v2_turn_pass(int wg) {
+    asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
+}
+
+/* PP ("ping-pong", FlashAttention-3's warpgroup scheduling): the warpgroups
+ * take turns issuing their MMAs, so the tensor pipe runs one warpgroup's
+ * chunk while the other one's epilogue (head sums, stores, hand-over) runs
+ * on the other pipes. Without it both warpgroups tend to issue together and
+ * then sit in their epilogues together with the tensor pipe idle: fp8
+ * measured 3170 cycles per chunk against 1460 of tensor work. Same
+ * arithmetic either way (same scores bit for bit). */
+template <int EB, bool PP>
 __global__ void __launch_bounds__(V2_THREADS, 1)
-    sc_wgmma_lean_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+    sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
     using C = v2_cfg<EB>;
     extern __shared__ uint8_t v2_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(v2_raw);
@@ -829,7 +677,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
         la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
     }
-    v2l_ld L;
+    v2_ld L;
     {
         constexpr int RP = V2_THREADS / C::CPR;
         const int r0 = tid / C::CPR, c = tid % C::CPR;
@@ -838,10 +686,10 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         L.hstride = (int64_t)RP * a.q_nb1 * EB;
         L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
     }
-    v2l_load_chunk<EB>(a, sc, L, t0, t1, 0, ws, rng);
-    v2l_load_chunk<EB>(a, sc, L, t0 + V2_NQ, t1, 1, ws, rng);
+    v2_load_chunk<EB>(a, sc, L, t0, t1, 0, ws, rng);
+    v2_load_chunk<EB>(a, sc, L, t0 + V2_NQ, t1, 1, ws, rng);
     sc_cp_commit();
-    v2l_load_chunk<EB>(a, sc, L, t0 + 2 * V2_NQ, t1, 2, ws, rng);
+    v2_load_chunk<EB>(a, sc, L, t0 + 2 * V2_NQ, t1, 2, ws, rng);
     sc_cp_commit();
     __syncthreads();
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -876,12 +724,18 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
     float acc0[64], acc1[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
+    /* PP: warpgroup 0 issues first; each warpgroup waits for its turn
+     * nchunks times and is passed it nchunks times (warpgroup 1 passes
+     * once before its first chunk and not after its last) */
+    if (PP && wg == 1 && nchunks > 0) v2_turn_pass(1);
     for (int i = 0; i < nchunks; i++, orow += ostep) {
         const int st = i % V2_STAGES;
         v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
-        v2l_issue<EB>(acc0, a_lo0, bl);
-        v2l_issue<EB>(acc1, a_lo1, bl);
+        if (PP) v2_turn_wait(wg);
+        v2_issue<EB>(acc0, a_lo0, bl);
+        v2_issue<EB>(acc1, a_lo1, bl);
+        if (PP && (wg == 0 || i + 1 < nchunks)) v2_turn_pass(wg);
         const int64_t t = t0 + (int64_t)i * V2_NQ + qi;
         float2 wr[16];
         la_wg_headsum_w(wr, ws + st * V2_BROWS, qd);
@@ -910,7 +764,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         if (cn < nchunks) {
             if (i >= 1)
                 v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-            v2l_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, ws, rng);
+            v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, ws, rng);
         }
         sc_cp_commit();
         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -943,7 +797,7 @@ static bool v2_ok(const la_sp_score_args &a, int EB) {
 
 template <int EB>
 static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s,
-                           bool lean) {
+                           bool pingpong) {
     using C = v2_cfg<EB>;
     const int64_t ntiles = la_cu_cdiv(a.ncols, V2_KEYS);
     /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
@@ -970,17 +824,15 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    if (lean) {
-        LA_CU(cudaFuncSetAttribute(sc_wgmma_lean_kernel<EB>,
+    if (pingpong) {
+        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, true>,
                                    cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-        sc_wgmma_lean_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
-        LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma, lean)"
-                             : "indexer scores (fp8 e4m3 wgmma, lean)");
-        return LA_OK;
+        sc_wgmma_kernel<EB, true><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
+    } else {
+        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, false>,
+                                   cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
+        sc_wgmma_kernel<EB, false><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
     }
-    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               C::SMEM));
-    sc_wgmma_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
 }
@@ -1279,12 +1131,12 @@ static int dsa_path() {
     return DSA_PATH_NEW;
 }
 
-/* LA_CUDA_DSA_EPI: unset/"default" = sc_wgmma_kernel; "lean" =
- * sc_wgmma_lean_kernel (fewer instructions per wgmma, same scores bit for
- * bit; not yet validated on a GPU). Read per call. */
-static bool dsa_epi_lean() {
-    const char *e = getenv("LA_CUDA_DSA_EPI");
-    return e && !strcmp(e, "lean");
+/* LA_CUDA_DSA_SCHED: unset/"default" = the v2 warpgroups issue freely;
+ * "pingpong" = they take turns (sc_wgmma_kernel's PP; same scores bit for
+ * bit; opt-in until measured on the H200). Read per call. */
+static bool dsa_sched_pingpong() {
+    const char *e = getenv("LA_CUDA_DSA_SCHED");
+    return e && !strcmp(e, "pingpong");
 }
 
 /* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
@@ -1304,7 +1156,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     const int path = dsa_path();
     if (!fp8) {
         if (path == DSA_PATH_NEW && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && v2_ok(a, 2))
-            return v2_launch<2>(a, sc, s, dsa_epi_lean());
+            return v2_launch<2>(a, sc, s, dsa_sched_pingpong());
         if (path == DSA_PATH_EXACT) {
             if (a.T > 65535)
                 return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
@@ -1316,7 +1168,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
         }
         return la_sp_scores(a, s);
     }
-    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s, dsa_epi_lean());
+    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s, dsa_sched_pingpong());
     if (path != DSA_PATH_EXACT && dsa_fp8_mma_ok(a) && a.T <= 65535) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);

@@ -855,7 +855,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     return LA_OK;
 }
 
-/* ---- fp8 e4m3 HISA on wgmma (LA_CUDA_HISA_FP8=wg) -------------------------
+/* ---- fp8 e4m3 HISA on wgmma (the default; LA_CUDA_HISA_FP8=f32 the other route) --
  * Stage 1 on bf16 copies, stage 2 on the fp8 rows:
  *  - w' = w·q_scale (f32 [T, HI], the product sc_wq forms in dsa.cu: the
  *    weight as f32 times q_scale[t,h], one rounding);
@@ -876,14 +876,17 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
  * near-tied tokens (stage 2); with every block kept the candidate scores are
  * the DSA fp8 scores. */
 
-/* 0 = off (default), 1 = "wg", 2 = "wg_force": also when every block is kept
- * (tests: stage 2 against the DSA fp8 indexer); read per call */
+/* LA_CUDA_HISA_FP8, read per call: unset or "wg" = 1 (this route, the
+ * default since it passed on the H200: 0.63 ms at L = 64K against 299 ms
+ * for the f32 route); "f32" = 0 (the dequantized f32 route: the CPU's
+ * indices on the dequantized inputs); "wg_force" = 2: this route also when
+ * every block is kept (tests: stage 2 against the DSA fp8 indexer) */
 static int hs_fp8_mode(void) {
     const char *e = getenv("LA_CUDA_HISA_FP8");
-    if (!e) return 0;
-    if (!strcmp(e, "wg")) return 1;
+    if (!e || !*e || !strcmp(e, "wg")) return 1;
+    if (!strcmp(e, "f32")) return 0;
     if (!strcmp(e, "wg_force")) return 2;
-    return 0;
+    return 1;
 }
 
 /* e4m3 [T, HI, dI] view -> contiguous bf16 (exact) */
@@ -1100,10 +1103,13 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
  *  - HISA keeping every block (m ≥ ⌈L/B⌉): the candidates are all keys, and
  *    SPEC §7 says the result equals the DSA indexer's: it is the DSA
  *    indexer's fp8 path, so equal by construction;
- *  - otherwise: dequantized f32 copies (scales folded in) through the f32
- *    pipeline above (exact fp32 kernels: the CPU's result on the same
- *    dequantized inputs). Correct, not fast: block means, block scores and
- *    candidate scores run on CUDA cores (docs/SPARSE.md). */
+ *  - otherwise HISA runs the e4m3 wgmma route above (hs_run_fp8wg) where it
+ *    takes the views (HI = 64, dI = 128, 16-byte rows);
+ *  - the block-sparse baseline, other views, and LA_CUDA_HISA_FP8=f32:
+ *    dequantized f32 copies (scales folded in) through the f32 pipeline
+ *    (exact fp32 kernels: the CPU's result on the same dequantized inputs).
+ *    Correct, not fast: block means, block scores and candidate scores run
+ *    on CUDA cores (docs/SPARSE.md). */
 static la_status hs_run_fp8(const char *op, int blocksparse, const la_index_params *p,
                             const la_tensor *q, const la_tensor *k, const la_tensor *w,
                             const la_tensor *start, const la_tensor *end, la_tensor *idx,

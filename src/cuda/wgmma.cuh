@@ -120,46 +120,17 @@ __device__ __forceinline__ void la_wg_m64n8k16_bf16_ta(float *d, uint64_t da, ui
 /* The indexer's ReLU-weighted head sum over one m64n128 accumulator holding
  * 2 queries × 64 heads (columns 64q + h) for this thread's two key rows:
  * Σ_h w[q,h]·ReLU(acc), reduced over the 4 lanes of a quad. Lane qd of the
- * quad returns query qd >> 1, key row g + 8·(qd & 1). One function for the
- * DSA v2 kernel and HISA's block-major stage 2, so that their scores are the
- * same bit for bit (HISA == DSA when every block is kept). wst: the 2 × 64
- * weights in shared memory. */
-__device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const float *wst, int qd) {
-    constexpr int NQ = 2, HI = 64;
-    float r[NQ][2];
-#pragma unroll
-    for (int qi = 0; qi < NQ; qi++) {
-        float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-        for (int jj = 0; jj < HI / 8; jj++) {
-            const int j = (HI / 8) * qi + jj;
-            const float2 wv = *(const float2 *)(wst + HI * qi + 8 * jj + 2 * qd);
-            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
-            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
-            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
-            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
-        }
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-        r[qi][0] = s0;
-        r[qi][1] = s1;
-    }
-    return qd == 0 ? r[0][0] : qd == 1 ? r[0][1] : qd == 2 ? r[1][0] : r[1][1];
-}
-
-/* ---- addition for the DSA v2 "lean" variant (dsa.cu, LA_CUDA_DSA_EPI=lean) ----
- * la_wg_relu_headsum with this thread's weights already in registers:
- * wr[8 qi + jj] = the float2 that la_wg_relu_headsum reads from
- * wst + 64 qi + 8 jj + 2 qd (load them once per chunk with
- * la_wg_headsum_w, use them for both m-tiles). Same FMAs in the same order.
- * The quad reduction is transposed: 3 shuffles instead of 8, each lane
- * summing only what it returns, with the same additions in the same operand
- * order (own + partner over lane ^ 1, then own pair + partner pair over
- * lane ^ 2): lane qd returns V[qd] of V = {s0, s1 of query 0, s0, s1 of
- * query 1} as (V(qd) + V(qd^1)) + (V(qd^2) + V(qd^3)), V(l) = lane l's partial,
- * exactly la_wg_relu_headsum's value: the result is its bit for bit. */
+ * quad returns query qd >> 1, key row g + 8·(qd & 1). Written once for the
+ * DSA v2 kernel and HISA's block-major stage 2 (bf16 and e4m3), so that
+ * their scores are the same bit for bit (HISA == DSA when every block is
+ * kept).
+ * la_wg_headsum_w loads this thread's weights from wst (the 2 × 64 weights
+ * in shared memory) into registers, once per chunk for both m-tiles:
+ * wr[8 qi + jj] = the float2 at wst + 64 qi + 8 jj + 2 qd.
+ * la_wg_relu_headsum_wr: 4 FMA chains (2 key rows × 2 queries), then the
+ * quad reduction in 3 shuffles: each lane sums only what it returns, lane
+ * qd returning V[qd] of V = {s0, s1 of query 0, s0, s1 of query 1} as
+ * (V(qd) + V(qd^1)) + (V(qd^2) + V(qd^3)), V(l) = lane l's partial. */
 __device__ __forceinline__ void la_wg_headsum_w(float2 *wr, const float *wst, int qd) {
 #pragma unroll
     for (int j = 0; j < 16; j++) wr[j] = *(const float2 *)(wst + 64 * (j >> 3) + 8 * (j & 7) + 2 * qd);
@@ -194,6 +165,13 @@ __device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const f
     const float send = upper ? k0 : k1;
     keep += __shfl_xor_sync(0xffffffffu, send, 2);
     return keep;
+}
+
+/* the same with the weights read from shared memory here */
+__device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const float *wst, int qd) {
+    float2 wr[16];
+    la_wg_headsum_w(wr, wst, qd);
+    return la_wg_relu_headsum_wr(acc, wr, qd);
 }
 
 #endif

@@ -22,8 +22,10 @@
  * Hopper's fp8 MMA keeps ~14 accumulator bits (DeepSeek-V3 §3.3.2), so the
  * brief's 1e-5 (exact fp32 accumulation) is not reachable there; the
  * measured error is printed for every case.
- * HISA on every fp8 case (B 16/64, m < nb and m = nb) also runs under
- * LA_CUDA_HISA_FP8=wg (hisa.cu's e4m3 wgmma route): against the CPU on the
+ * HISA on every fp8 case (B 16/64, m < nb and m = nb) runs under
+ * LA_CUDA_HISA_FP8=f32 (dequantized copies through the exact kernels: the
+ * CPU's sets) and under =wg (hisa.cu's e4m3 wgmma route, the default):
+ * against the CPU on the
  * dequantized inputs (row structure exact, recall >= 0.99 over >= 1000
  * indices), every block kept = the GPU DSA indices; LA_CUDA_HISA_FP8=wg_force
  * with every block kept runs the new stage-2 kernel instead of the DSA
@@ -377,7 +379,10 @@ static void run_case(dcase c) {
                 pc.block = B;
                 pc.block_topk = m;
                 la_dev_memset(didx.d, mi ? 0xff : 0x7f, didx.bytes);
+                /* the f32 route (dequantized copies, exact kernels): the CPU's sets */
+                setenv("LA_CUDA_HISA_FP8", "f32", 1);
                 la_status sh = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
+                unsetenv("LA_CUDA_HISA_FP8");
                 CHECK(sh == LA_OK, "hisa fp8 %s B=%lld m=%lld: %s: %s", tag, (long long)B, (long long)m,
                       la_status_string(sh), la_last_error());
                 if (sh != LA_OK) continue;
@@ -657,7 +662,7 @@ int main(void) {
     if (cuda_test_skip()) return la_test_finish();
     rng = la_test_rng("test_cuda_dsa_fp8");
     small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
-    /* the test sets LA_CUDA_HISA_FP8 per call (the default-route checks need it unset) */
+    /* the test sets LA_CUDA_HISA_FP8 per call (f32, wg, wg_force; unset = wg) */
     if (getenv("LA_CUDA_HISA_FP8")) {
         printf("# LA_CUDA_HISA_FP8=%s in the environment: ignored (every HISA case runs both routes)\n",
                getenv("LA_CUDA_HISA_FP8"));
