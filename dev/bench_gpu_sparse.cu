@@ -27,6 +27,10 @@ int main(int argc, char **argv) {
     /* "topkhisa": top-k new vs old (+ agreement), DSA and HISA new vs old at
      * L = 64K and 128K (tests/cuda/gpu_topk_hisa.sh); no sparse MLA */
     const bool th = argc > 1 && !strcmp(argv[1], "topkhisa");
+    /* "topk3": only the top-k block below, at L = 64K, 8K, 128K, with the v3
+     * kernel (LA_CUDA_TOPK_PATH=v3) and its prefetch distances
+     * (tests/cuda/gpu_topk3.sh) */
+    const bool t3 = argc > 1 && !strcmp(argv[1], "topk3");
     /* keep the stream-ordered pool's memory between calls (the library's
      * workspace comes from cudaMallocAsync) */
     cudaMemPool_t pool;
@@ -40,11 +44,12 @@ int main(int argc, char **argv) {
         bench_dsa_v2(prop);
         return 0;
     }
-    /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows);
-     * the default kernel and the previous one (LA_CUDA_TOPK_PATH=old), with
-     * the number of differing indices between the two ---- */
-    for (int64_t L : {(int64_t)65536, (int64_t)8192}) {
-        if (L == 8192 && !th) continue;
+    /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows,
+     * and 1024 x 128K); the default kernel, the previous one
+     * (LA_CUDA_TOPK_PATH=old) and v3 (=v3), with the number of indices that
+     * differ from the default kernel's ---- */
+    for (int64_t L : {(int64_t)65536, (int64_t)8192, (int64_t)131072}) {
+        if (L != 65536 && !th && !t3) continue;
         const int64_t R = 1024, K = 2048;
         float *sc = (float *)dmalloc(R * L * 4);
         int32_t *ix = (int32_t *)dmalloc(R * K * 4), *ix2 = (int32_t *)dmalloc(R * K * 4);
@@ -69,11 +74,30 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < R * K; i++) diff += a[i] != b[i];
             printf("topk_old R=%lld L=%lld k=%lld: %.3f ms (new/old %.2fx faster; %lld indices differ)\n",
                    (long long)R, (long long)L, (long long)K, mo, mo / ms, (long long)diff);
+            /* v3 at its default L2 prefetch distance (3 steps of 16 KB), and
+             * (topk3) without prefetch and 6 steps ahead */
+            for (const char *pf : {(const char *)nullptr, "0", "6"}) {
+                if (pf && !t3) continue;
+                CK(cudaMemset(ix2, 0xff, R * K * 4));
+                setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+                if (pf) setenv("LA_CUDA_TOPK_PF", pf, 1);
+                const double m3 = median_ms([&] { LK(la_topk(&ts, &ti2, NULL)); }, 3, 20);
+                unsetenv("LA_CUDA_TOPK_PF");
+                unsetenv("LA_CUDA_TOPK_PATH");
+                CK(cudaMemcpy(b.data(), ix2, R * K * 4, cudaMemcpyDeviceToHost));
+                int64_t d3 = 0;
+                for (int64_t i = 0; i < R * K; i++) d3 += a[i] != b[i];
+                printf("topk_v3  R=%lld L=%lld k=%lld pf=%s: %.3f ms (%.0f GB/s effective; default/v3 %.2fx; "
+                       "%lld indices differ from the default)\n",
+                       (long long)R, (long long)L, (long long)K, pf ? pf : "3", m3, R * L * 4.0 / m3 / 1e6, ms / m3,
+                       (long long)d3);
+            }
         }
         CK(cudaFree(sc));
         CK(cudaFree(ix));
         CK(cudaFree(ix2));
     }
+    if (t3) return 0;
 
     /* ---- indexers ---- */
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
@@ -273,16 +297,12 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
         const double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
         const double fl = 2.0 * HI * dI * keys;
         double old_ms[2] = {0, 0};
-        /* order: old first so "vs_old" of the new rows has its reference;
-         * "pp" = v2 with LA_CUDA_DSA_SCHED=pingpong (the warpgroups take
-         * turns issuing their MMAs) */
-        const char *names[6] = {"bf16/old", "bf16/v2", "bf16/pp", "fp8/old", "fp8/v2", "fp8/pp"};
-        for (int v = 0; v < 6; v++) {
-            const bool f8 = v >= 3, old = v % 3 == 0, pp = v % 3 == 2;
+        /* order: old first so "vs_old" of the new rows has its reference */
+        const char *names[4] = {"bf16/old", "bf16/v2", "fp8/old", "fp8/v2"};
+        for (int v = 0; v < 4; v++) {
+            const bool f8 = v >= 2, old = (v & 1) == 0;
             if (old) setenv("LA_CUDA_DSA_PATH", "old", 1);
             else unsetenv("LA_CUDA_DSA_PATH");
-            if (pp) setenv("LA_CUDA_DSA_SCHED", "pingpong", 1);
-            else unsetenv("LA_CUDA_DSA_SCHED");
             la_index_params *prm = f8 ? &p8 : &pb;
             la_tensor *qq = f8 ? &tq8 : &tq, *kk = f8 ? &tk8 : &tk;
             const double ms = median_ms([&] { LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, 10);
@@ -297,7 +317,6 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             printf("%-10s %7lld %9.3f %9.1f %9.3f %9.3f %9.1f %8.2f %8s\n", names[v], (long long)L, ms, fl / ms / 1e9,
                    tk_ms, sms, sms > 0 ? fl / sms / 1e9 : 0.0, goal / ms, vs);
         }
-        unsetenv("LA_CUDA_DSA_SCHED");
         unsetenv("LA_CUDA_DSA_PATH");
         /* HISA (B = 128, m = 64) on the same inputs: bf16, and fp8 with the
          * scales (dequantized f32 copies through the exact kernels) */

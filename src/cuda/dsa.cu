@@ -24,8 +24,6 @@
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
  *    the MMAs of the other). Same epilogue arithmetic as sc_mma_kernel.
  *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
- *    LA_CUDA_DSA_SCHED=pingpong (opt-in, being measured) makes the two
- *    warpgroups take turns issuing their MMAs (see the kernel).
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
  *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):
@@ -590,16 +588,43 @@ struct v2_ld {
     uint32_t dst;       /* shared address of (row r0, column c) in stage 0 */
 };
 
-/* chunk (tc, tc+1) into stage st: the q rows (zero rows past t1), the head
- * weights w·qs (0 past t1) and the two valid ranges; the caller commits */
+/* A chunk's values from global memory other than the q rows: the head
+ * weight w·qs of thread tid < 128 (query tc + tid / 64, head tid % 64) and
+ * the valid range [lo, hi) of threads 160, 161 (query tc + tid - 160). The
+ * loop reads them one iteration before it stores them to shared memory, so
+ * their latency hides behind the epilogue (stored right away, ncu counted
+ * ~0.85 long-scoreboard stall cycles per issued instruction). */
+struct v2_meta {
+    float w;
+    int lo, hi;
+};
+__device__ __forceinline__ v2_meta v2_fetch_meta(const la_sp_score_args &a, const sc_scales &sc,
+                                                 int64_t tc, int64_t t1) {
+    v2_meta m = {0.f, 0, 0};
+    const int tid = threadIdx.x;
+    if (tid < V2_BROWS) { /* warps 0-3: one weight each */
+        const int64_t t = tc + (tid >> 6);
+        if (t < t1) m.w = sc_wq(a, sc, t, tid & (V2_HI - 1));
+    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) { /* warp 5: the two ranges */
+        const int64_t t = tc + (tid - 160);
+        int64_t lo = 0, hi = 0;
+        if (t < t1) v2_row_range(a.range, t, &lo, &hi);
+        m.lo = (int)lo;
+        m.hi = (int)hi;
+    }
+    return m;
+}
+
+/* chunk (tc, tc+1) into stage st: the q rows (zero rows past t1) by
+ * cp.async, and m (v2_fetch_meta of this chunk) into ws / rng; the caller
+ * commits */
 template <int EB>
-__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
-                                               const v2_ld &L, int64_t tc, int64_t t1, int st,
-                                               float *ws, int *rng) {
+__device__ __forceinline__ void v2_load_chunk(const v2_ld &L, int64_t tc, int64_t t1, int st,
+                                              const v2_meta &m, float *ws, int *rng) {
     using C = v2_cfg<EB>;
     constexpr int RP = V2_THREADS / C::CPR; /* rows per pass: 16 (bf16) or 32 (e4m3) */
     constexpr int JQ = V2_HI / RP;          /* passes per query */
-    static_assert(V2_THREADS % C::CPR == 0 && RP % 8 == 0 && V2_HI % RP == 0, "v2l copy layout");
+    static_assert(V2_THREADS % C::CPR == 0 && RP % 8 == 0 && V2_HI % RP == 0, "v2 copy layout");
     if (tc >= t1) return;
     const bool ok1 = tc + 1 < t1;
     const uint8_t *p0 = L.q + tc * L.tstride;
@@ -610,38 +635,16 @@ __device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const s
 #pragma unroll
     for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
     const int tid = threadIdx.x;
-    if (tid < V2_BROWS) { /* warps 0-3: one weight each */
-        const int64_t t = tc + (tid >> 6);
-        ws[st * V2_BROWS + tid] = t < t1 ? sc_wq(a, sc, t, tid & (V2_HI - 1)) : 0.f;
-    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) { /* warp 5: the two ranges */
+    if (tid < V2_BROWS) {
+        ws[st * V2_BROWS + tid] = m.w;
+    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) {
         const int qi = tid - 160;
-        const int64_t t = tc + qi;
-        int64_t lo = 0, hi = 0;
-        if (t < t1) v2_row_range(a.range, t, &lo, &hi);
-        rng[(st * V2_NQ + qi) * 2] = (int)lo;
-        rng[(st * V2_NQ + qi) * 2 + 1] = (int)hi;
+        rng[(st * V2_NQ + qi) * 2] = m.lo;
+        rng[(st * V2_NQ + qi) * 2 + 1] = m.hi;
     }
 }
 
-/* Named barriers 1 and 2 (0 is __syncthreads): warpgroup wg's turn to issue
- * its MMAs (PP below). bar.sync waits for 256 arrivals: the 128 threads of
- * the waiting warpgroup and the 128 of the other, which arrive with
- * bar.arrive once they have issued theirs. */
-__device__ __forceinline__ void v2_turn_wait(int wg) {
-    asm volatile("bar.sync %0, 256;\n" ::"r"(1 + wg) : "memory");
-}
-__device__ __forceinline__ void v2_turn_pass(int wg) {
-    asm volatile("bar.arrive %0, 256;\n" ::"r"(2 - wg) : "memory");
-}
-
-/* PP ("ping-pong", FlashAttention-3's warpgroup scheduling): the warpgroups
- * take turns issuing their MMAs, so the tensor pipe runs one warpgroup's
- * chunk while the other one's epilogue (head sums, stores, hand-over) runs
- * on the other pipes. Without it both warpgroups tend to issue together and
- * then sit in their epilogues together with the tensor pipe idle: fp8
- * measured 3170 cycles per chunk against 1460 of tensor work. Same
- * arithmetic either way (same scores bit for bit). */
-template <int EB, bool PP>
+template <int EB>
 __global__ void __launch_bounds__(V2_THREADS, 1)
     sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
     using C = v2_cfg<EB>;
@@ -686,11 +689,10 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         L.hstride = (int64_t)RP * a.q_nb1 * EB;
         L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
     }
-    v2_load_chunk<EB>(a, sc, L, t0, t1, 0, ws, rng);
-    v2_load_chunk<EB>(a, sc, L, t0 + V2_NQ, t1, 1, ws, rng);
-    sc_cp_commit();
-    v2_load_chunk<EB>(a, sc, L, t0 + 2 * V2_NQ, t1, 2, ws, rng);
-    sc_cp_commit();
+    for (int c = 0; c < 3; c++) {
+        v2_load_chunk<EB>(L, t0 + c * V2_NQ, t1, c, v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1), ws, rng);
+        if (c > 0) sc_cp_commit(); /* chunks 0 and 1 in one group */
+    }
     __syncthreads();
     asm volatile("cp.async.wait_group 1;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
@@ -724,18 +726,15 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
     float acc0[64], acc1[64];
 #pragma unroll
     for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
-    /* PP: warpgroup 0 issues first; each warpgroup waits for its turn
-     * nchunks times and is passed it nchunks times (warpgroup 1 passes
-     * once before its first chunk and not after its last) */
-    if (PP && wg == 1 && nchunks > 0) v2_turn_pass(1);
     for (int i = 0; i < nchunks; i++, orow += ostep) {
         const int st = i % V2_STAGES;
+        const int cn = i + 3; /* the chunk this iteration loads */
+        v2_meta mn = {0.f, 0, 0};
+        if (cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
         v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
-        if (PP) v2_turn_wait(wg);
         v2_issue<EB>(acc0, a_lo0, bl);
         v2_issue<EB>(acc1, a_lo1, bl);
-        if (PP && (wg == 0 || i + 1 < nchunks)) v2_turn_pass(wg);
         const int64_t t = t0 + (int64_t)i * V2_NQ + qi;
         float2 wr[16];
         la_wg_headsum_w(wr, ws + st * V2_BROWS, qd);
@@ -760,11 +759,10 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
             }
         }
         v2_mbar_arrive(empty_a + 8 * st);
-        const int cn = i + 3;
         if (cn < nchunks) {
             if (i >= 1)
                 v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-            v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, ws, rng);
+            v2_load_chunk<EB>(L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
         }
         sc_cp_commit();
         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
@@ -796,8 +794,7 @@ static bool v2_ok(const la_sp_score_args &a, int EB) {
 }
 
 template <int EB>
-static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s,
-                           bool pingpong) {
+static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s) {
     using C = v2_cfg<EB>;
     const int64_t ntiles = la_cu_cdiv(a.ncols, V2_KEYS);
     /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
@@ -824,15 +821,9 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    if (pingpong) {
-        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, true>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-        sc_wgmma_kernel<EB, true><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
-    } else {
-        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, false>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, C::SMEM));
-        sc_wgmma_kernel<EB, false><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
-    }
+    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               C::SMEM));
+    sc_wgmma_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
 }
@@ -1131,14 +1122,6 @@ static int dsa_path() {
     return DSA_PATH_NEW;
 }
 
-/* LA_CUDA_DSA_SCHED: unset/"default" = the v2 warpgroups issue freely;
- * "pingpong" = they take turns (sc_wgmma_kernel's PP; same scores bit for
- * bit; opt-in until measured on the H200). Read per call. */
-static bool dsa_sched_pingpong() {
-    const char *e = getenv("LA_CUDA_DSA_SCHED");
-    return e && !strcmp(e, "pingpong");
-}
-
 /* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
  * with 4-byte loads. */
 static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
@@ -1156,7 +1139,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     const int path = dsa_path();
     if (!fp8) {
         if (path == DSA_PATH_NEW && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && v2_ok(a, 2))
-            return v2_launch<2>(a, sc, s, dsa_sched_pingpong());
+            return v2_launch<2>(a, sc, s);
         if (path == DSA_PATH_EXACT) {
             if (a.T > 65535)
                 return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
@@ -1168,7 +1151,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
         }
         return la_sp_scores(a, s);
     }
-    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s, dsa_sched_pingpong());
+    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s);
     if (path != DSA_PATH_EXACT && dsa_fp8_mma_ok(a) && a.T <= 65535) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);

@@ -1,10 +1,9 @@
 /* GPU test of the DSA v2 score kernel (dsa.cu's sc_wgmma_kernel, its
- * instruction count in dev/NOTES_dsa_epilogue.md) and of its two warpgroup
- * schedules: free (default) and ping-pong (LA_CUDA_DSA_SCHED=pingpong: the
- * warpgroups take turns issuing their MMAs). Every case runs the DSA indexer
- * (HI = 64, dI = 128: the v2 kernels; bf16, and fp8 e4m3 with k/q scales)
- * with both schedules, for several query groups (LA_CUDA_DSA_QG unset / 6 /
- * 64: chunks with one valid query, every pipeline stage reused), and checks
+ * instruction count in dev/NOTES_dsa_epilogue.md). Every case runs the DSA
+ * indexer (HI = 64, dI = 128: the v2 kernels; bf16, and fp8 e4m3 with k/q
+ * scales) against the mma.sync kernels (LA_CUDA_DSA_PATH=old, timed only)
+ * for several query groups (LA_CUDA_DSA_QG unset / 6 / 64: chunks with one
+ * valid query, every pipeline stage reused), and checks
  *   - scores vs a float64 reference on the dequantized inputs the device
  *     sees (score_err_mag: relative to max(|ref|, the entry's sum of absolute
  *     head terms); bf16 1e-4, fp8 5e-4 as test_cuda_dsa_fp8), -inf outside
@@ -12,14 +11,15 @@
  *     case is large;
  *   - idx = the exact row top-k of the scores the call returned (descending,
  *     ties to the lower index, -1 padding, inside the range);
- *   - every schedule and query group == (free, auto group) bit for bit
- *     (scores and idx): each score's arithmetic does not depend on either.
+ *   - every query group == the automatic one bit for bit (scores and idx):
+ *     each score's arithmetic does not depend on the grouping.
  * Outputs are poisoned (idx 0x7f bytes, scores NaN) before each call.
  * Shapes: odd T and L (partial key tiles, one-key tiles, a final chunk with
  * one valid query), ragged ranges with empty rows, topk > L, q as a permuted
  * view (query stride != head stride), padded k rows, and the bench shape
- * T = 1024, L = 64K, timed (median of CUDA events, 15 calls after 2 warm-ups,
- * the whole indexer call: scores + top-k).
+ * T = 1024, L = 64K, timed against the mma.sync kernels (median of CUDA
+ * events, 15 calls after 2 warm-ups, the whole indexer call: scores +
+ * top-k).
  *   test_cuda_dsa_epi        the test (skips without a device)
  *   test_cuda_dsa_epi one    one bf16 and one fp8 call at T = 1024, L = 64K
  *                            with the current environment, no checks (ncu) */
@@ -283,55 +283,46 @@ static void run_case(ecase c, bool timed) {
     const char *qgs[3] = {NULL, "6", "64"};
     const int nqg = timed ? 1 : 3;
     for (int qi = 0; qi < nqg; qi++) {
+        const char *qn = qgs[qi] ? qgs[qi] : "auto";
         set_env("LA_CUDA_DSA_QG", qgs[qi]);
-        for (int v = 0; v < 2; v++) {
-            const char *vn = v ? "pingpong" : "free";
-            set_env("LA_CUDA_DSA_SCHED", v ? "pingpong" : NULL);
-            la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
-            la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
-            const la_status s = edata_call(&d);
-            CHECK(s == LA_OK, "dsa %s [qg %s, %s]: %s: %s", tag, qgs[qi] ? qgs[qi] : "auto", vn,
-                  la_status_string(s), la_last_error());
-            if (s != LA_OK) continue;
-            la_dev_download(ig, d.didx.d, d.didx.bytes);
-            la_dev_download(sg, d.dsc.d, d.dsc.bytes);
-            for (int64_t r = 0; r < nr; r++) memcpy(sub + r * L, sg + rows[r] * L, (size_t)L * 4);
-            const double e = score_err_mag(sub, ref, mag, nr * L);
-            CHECK(e <= tol, "dsa scores %s [qg %s, %s]: rel err %.3g > %.1g", tag, qgs[qi] ? qgs[qi] : "auto",
-                  vn, e, tol);
-            char msg[160] = "";
-            const int64_t bad = bad_topk_rows(&d, ig, sg, msg, sizeof msg);
-            CHECK(bad == 0, "dsa idx %s [qg %s, %s]: %lld rows are not the top-k of the returned scores (%s)",
-                  tag, qgs[qi] ? qgs[qi] : "auto", vn, (long long)bad, msg);
-            int64_t nds = 0, ndi = 0;
-            const bool first = qi == 0 && v == 0;
-            if (first) {
-                memcpy(s0, sg, (size_t)(T * L) * 4);
-                memcpy(i0, ig, (size_t)(T * K) * 4);
-            } else {
-                for (int64_t i = 0; i < T * L; i++) nds += memcmp(&sg[i], &s0[i], 4) != 0;
-                for (int64_t i = 0; i < T * K; i++) ndi += ig[i] != i0[i];
-                CHECK(nds == 0 && ndi == 0,
-                      "dsa %s [qg %s, %s]: differs from [qg auto, free]: %lld scores, %lld indices", tag,
-                      qgs[qi] ? qgs[qi] : "auto", vn, (long long)nds, (long long)ndi);
-            }
-            printf("  %-58s [qg %-4s %-8s] rel err %.2e (%lld rows), idx ok %s%s\n", tag,
-                   qgs[qi] ? qgs[qi] : "auto", vn, e, (long long)nr, bad ? "NO" : "yes",
-                   first ? "" : (nds || ndi ? ", DIFFERS from [auto, free]" : ", == [auto, free] bit for bit"));
+        la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
+        la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
+        const la_status s = edata_call(&d);
+        CHECK(s == LA_OK, "dsa %s [qg %s]: %s: %s", tag, qn, la_status_string(s), la_last_error());
+        if (s != LA_OK) continue;
+        la_dev_download(ig, d.didx.d, d.didx.bytes);
+        la_dev_download(sg, d.dsc.d, d.dsc.bytes);
+        for (int64_t r = 0; r < nr; r++) memcpy(sub + r * L, sg + rows[r] * L, (size_t)L * 4);
+        const double e = score_err_mag(sub, ref, mag, nr * L);
+        CHECK(e <= tol, "dsa scores %s [qg %s]: rel err %.3g > %.1g", tag, qn, e, tol);
+        char msg[160] = "";
+        const int64_t bad = bad_topk_rows(&d, ig, sg, msg, sizeof msg);
+        CHECK(bad == 0, "dsa idx %s [qg %s]: %lld rows are not the top-k of the returned scores (%s)", tag, qn,
+              (long long)bad, msg);
+        int64_t nds = 0, ndi = 0;
+        if (qi == 0) {
+            memcpy(s0, sg, (size_t)(T * L) * 4);
+            memcpy(i0, ig, (size_t)(T * K) * 4);
+        } else {
+            for (int64_t i = 0; i < T * L; i++) nds += memcmp(&sg[i], &s0[i], 4) != 0;
+            for (int64_t i = 0; i < T * K; i++) ndi += ig[i] != i0[i];
+            CHECK(nds == 0 && ndi == 0, "dsa %s [qg %s]: differs from [qg auto]: %lld scores, %lld indices", tag,
+                  qn, (long long)nds, (long long)ndi);
         }
+        printf("  %-58s [qg %-4s] rel err %.2e (%lld rows), idx ok %s%s\n", tag, qn, e, (long long)nr,
+               bad ? "NO" : "yes", qi == 0 ? "" : (nds || ndi ? ", DIFFERS from [auto]" : ", == [auto] bit for bit"));
     }
     set_env("LA_CUDA_DSA_QG", NULL);
 #ifdef LA_WITH_CUDA
     if (timed) {
-        set_env("LA_CUDA_DSA_SCHED", NULL);
         const double t0 = time_call(&d, 15);
-        set_env("LA_CUDA_DSA_SCHED", "pingpong");
+        set_env("LA_CUDA_DSA_PATH", "old");
         const double t1 = time_call(&d, 15);
-        printf("TIME dsa %s: free %.3f ms, pingpong %.3f ms (median of 15, scores + top-k), pingpong/free %.3f\n",
+        set_env("LA_CUDA_DSA_PATH", NULL);
+        printf("TIME dsa %s: v2 %.3f ms, mma.sync %.3f ms (median of 15, scores + top-k), v2 %.2fx faster\n",
                tag, t0, t1, t1 / t0);
     }
 #endif
-    set_env("LA_CUDA_DSA_SCHED", NULL);
     free(rows); free(ref); free(mag); free(sg); free(s0); free(sub); free(ig); free(i0);
     edata_free(&d);
 }
