@@ -590,10 +590,12 @@ struct v2_ld {
 
 /* A chunk's values from global memory other than the q rows: the head
  * weight w·qs of thread tid < 128 (query tc + tid / 64, head tid % 64) and
- * the valid range [lo, hi) of threads 160, 161 (query tc + tid - 160). The
- * loop reads them one iteration before it stores them to shared memory, so
- * their latency hides behind the epilogue (stored right away, ncu counted
- * ~0.85 long-scoreboard stall cycles per issued instruction). */
+ * the valid range [lo, hi) of threads 160, 161 (query tc + tid - 160).
+ * fp8 reads them one iteration before it stores them to shared memory, so
+ * their latency hides behind the epilogue (H200, L = 64K: fp8 1.58 -> 1.53
+ * ms; ncu had counted ~0.9 long-scoreboard stall cycles per issued
+ * instruction). bf16 reads them where it stores them: reading ahead cost
+ * it 1.79 -> 1.89 ms (other stalls grew: register allocation changed). */
 struct v2_meta {
     float w;
     int lo, hi;
@@ -615,12 +617,18 @@ __device__ __forceinline__ v2_meta v2_fetch_meta(const la_sp_score_args &a, cons
     return m;
 }
 
+/* reads ahead (v2_fetch_meta) */
+template <int EB> struct v2_ahead {
+    static constexpr bool on = EB == 1;
+};
+
 /* chunk (tc, tc+1) into stage st: the q rows (zero rows past t1) by
- * cp.async, and m (v2_fetch_meta of this chunk) into ws / rng; the caller
- * commits */
+ * cp.async, and the chunk's weights and ranges into ws / rng: mpre (read
+ * ahead) where v2_ahead, else read here; the caller commits */
 template <int EB>
-__device__ __forceinline__ void v2_load_chunk(const v2_ld &L, int64_t tc, int64_t t1, int st,
-                                              const v2_meta &m, float *ws, int *rng) {
+__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
+                                              const v2_ld &L, int64_t tc, int64_t t1, int st,
+                                              const v2_meta &mpre, float *ws, int *rng) {
     using C = v2_cfg<EB>;
     constexpr int RP = V2_THREADS / C::CPR; /* rows per pass: 16 (bf16) or 32 (e4m3) */
     constexpr int JQ = V2_HI / RP;          /* passes per query */
@@ -634,6 +642,7 @@ __device__ __forceinline__ void v2_load_chunk(const v2_ld &L, int64_t tc, int64_
     for (int j = 0; j < JQ; j++) v2_cp16z(d + j * RP * 128, p0 + j * L.hstride, 16);
 #pragma unroll
     for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
+    const v2_meta m = v2_ahead<EB>::on ? mpre : v2_fetch_meta(a, sc, tc, t1);
     const int tid = threadIdx.x;
     if (tid < V2_BROWS) {
         ws[st * V2_BROWS + tid] = m.w;
@@ -690,7 +699,8 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
     }
     for (int c = 0; c < 3; c++) {
-        v2_load_chunk<EB>(L, t0 + c * V2_NQ, t1, c, v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1), ws, rng);
+        const v2_meta m0 = v2_ahead<EB>::on ? v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1) : v2_meta{0.f, 0, 0};
+        v2_load_chunk<EB>(a, sc, L, t0 + c * V2_NQ, t1, c, m0, ws, rng);
         if (c > 0) sc_cp_commit(); /* chunks 0 and 1 in one group */
     }
     __syncthreads();
@@ -730,7 +740,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         const int st = i % V2_STAGES;
         const int cn = i + 3; /* the chunk this iteration loads */
         v2_meta mn = {0.f, 0, 0};
-        if (cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
+        if (v2_ahead<EB>::on && cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
         v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
         v2_issue<EB>(acc0, a_lo0, bl);
@@ -762,7 +772,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         if (cn < nchunks) {
             if (i >= 1)
                 v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-            v2_load_chunk<EB>(L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
+            v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
         }
         sc_cp_commit();
         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
