@@ -31,6 +31,24 @@ int main(int argc, char **argv) {
      * kernel (LA_CUDA_TOPK_PATH=v3) and its prefetch distances
      * (tests/cuda/gpu_topk3.sh) */
     const bool t3 = argc > 1 && !strcmp(argv[1], "topk3");
+    /* "topk3 one": one default and one v3 call at 1024 x 64K (for ncu) */
+    if (t3 && argc > 2 && !strcmp(argv[2], "one")) {
+        const int64_t R = 1024, L = 65536, K = 2048;
+        float *sc = (float *)dmalloc(R * L * 4);
+        int32_t *ix = (int32_t *)dmalloc(R * K * 4);
+        fill_f32<<<1024, 256>>>(sc, R * L, 7, 1.f);
+        la_tensor ts, ti;
+        int64_t ne[2] = {R, L}, ni[2] = {R, K};
+        la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
+        la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
+        LK(la_topk(&ts, &ti, NULL));
+        setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+        LK(la_topk(&ts, &ti, NULL));
+        unsetenv("LA_CUDA_TOPK_PATH");
+        CK(cudaDeviceSynchronize());
+        printf("topk3 one: done\n");
+        return 0;
+    }
     /* keep the stream-ordered pool's memory between calls (the library's
      * workspace comes from cudaMallocAsync) */
     cudaMemPool_t pool;

@@ -1,9 +1,11 @@
 /* Row-wise exact top-k on the GPU (SPEC §6 ordering): descending score, ties
  * to the lower token index, -1 padding; -inf (and NaN) are not candidates.
  *
- * Two kernels: tb_kernel (default, described before it below) and the
+ * Three kernels: tb_kernel (default, described before it below), the
  * previous tk_kernel_old (LA_CUDA_TOPK_PATH=old, kept for A/B timing and as
- * the reference the new one replaced). Both order keys the same way.
+ * the reference the new one replaced) and t3_kernel (LA_CUDA_TOPK_PATH=v3,
+ * tb_kernel's algorithm with more rows in flight per SM; at the end). All
+ * order keys the same way.
  *
  * tk_kernel_old: one CTA per row, a radix select over a 64-bit composite key
  *     key = sortable(score) << 32 | ~token
@@ -526,9 +528,9 @@ __device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
 __device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo && u <= TB_UINF; }
 
 /* Append every key of columns [lo, hi) with ulo <= fkey <= fkey(+inf) to
- * cand; *s_n counts them all, only the first TB_CAP are written. Every loop
+ * cand; *s_n counts them all, only the first CAP are written. Every loop
  * is uniform over the block (the warp shuffles need all lanes). */
-template <typename TOK>
+template <uint32_t CAP, typename TOK>
 __device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t lo, int64_t hi,
                                           uint32_t ulo, TOK &tok, uint64_t *cand, uint32_t *s_n) {
     const int tid = threadIdx.x;
@@ -546,7 +548,7 @@ __device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t 
 #pragma unroll
             for (int j = 0; j < 4; j++)
                 if ((m >> j) & 1u) {
-                    if (pos < TB_CAP)
+                    if (pos < CAP)
                         cand[pos] = ((uint64_t)u[j] << 32) | (uint32_t)~tok(b + j * TB_THREADS + tid);
                     pos++;
                 }
@@ -583,7 +585,7 @@ __device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t 
 #pragma unroll
         for (int e = 0; e < 16; e++)
             if ((m >> e) & 1u) {
-                if (pos < TB_CAP) {
+                if (pos < CAP) {
                     const int64_t p = a + 4 * (b + (e >> 2) * TB_THREADS + tid) + (e & 3);
                     cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(p);
                 }
@@ -624,7 +626,7 @@ __global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
     if (tid == 0) s_n = 0;
     if (nrow <= TB_CAP) {
         __syncthreads();
-        tb_filter(row, a.cs, lo, hi, TB_ULO, tok, cand, &s_n);
+        tb_filter<TB_CAP>(row, a.cs, lo, hi, TB_ULO, tok, cand, &s_n);
         __syncthreads();
         nc = s_n;
         kk = min(nc, k);
@@ -669,7 +671,7 @@ __global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
             __syncthreads();
             tb_find_bin(hist, 2048, r2, wt, &s_bin, &s_above);
             const uint32_t tau = (b1 << 21) | (s_bin << 10);
-            tb_filter(row, a.cs, lo, hi, max(tau, TB_ULO), tok, cand, &s_n);
+            tb_filter<TB_CAP>(row, a.cs, lo, hi, max(tau, TB_ULO), tok, cand, &s_n);
             __syncthreads();
             const uint32_t nin = s_n;
             if (nin >= k && nin <= TB_CAP) {
@@ -866,11 +868,461 @@ __global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
         out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tb_keys[i] : -1;
 }
 
-/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing); read per
- * call so a benchmark or test can switch it. */
+/* The v3 kernel's copies of tb_kernel's radix fallback and phase B, with
+ * the capacity as a parameter. tb_kernel keeps its inline text: calling
+ * these from it changed its PTX (register numbering, local-memory tables),
+ * and its PTX is to stay identical. */
+/* Phase A's fallback: radix passes over the row narrow the k-th key's bin
+ * until the bin and every key above it fit in CAP keys, then one more pass
+ * collects them into cand. Sets kk = min(valid keys, k); returns the number
+ * collected (0 when kk = 0). */
+template <uint32_t CAP, typename TOK>
+__device__ __forceinline__ uint32_t tb_radix_collect(const float *row, int64_t cs, int64_t lo, int64_t hi,
+                                                     uint32_t k, TOK &tok, uint64_t *cand, uint32_t *hist,
+                                                     uint32_t *wt, uint32_t *s_n, uint32_t *s_bin,
+                                                     uint32_t *s_above, uint32_t &kk) {
+    const int tid = threadIdx.x;
+    uint32_t nc = 0;
+    uint64_t prefix = 0, mask = 0;
+    uint32_t need = 0;
+    const int shifts[6] = {53, 42, 31, 20, 9, 0};
+    const int widths[6] = {11, 11, 11, 11, 11, 9};
+    for (int pass = 0; pass < 6; pass++) {
+        const int sh = shifts[pass], nbins = 1 << widths[pass];
+        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+        __syncthreads();
+        const uint64_t pm = mask, pp = prefix;
+        const bool score_digit = sh >= 32;
+        const uint32_t pm32 = (uint32_t)(pm >> 32), pp32 = (uint32_t)(pp >> 32);
+        tk_scan(row, cs, lo, hi, [&](int64_t p, float f) {
+            if (!tk_valid(f)) return;
+            uint32_t bin;
+            if (score_digit) {
+                const uint32_t u = tk_fkey(f);
+                if ((u & pm32) != pp32) return;
+                bin = (u >> (sh - 32)) & (uint32_t)(nbins - 1);
+            } else {
+                const uint64_t key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
+                if ((key & pm) != pp) return;
+                bin = (uint32_t)(key >> sh) & (uint32_t)(nbins - 1);
+            }
+            const uint32_t peers = __match_any_sync(__activemask(), bin);
+            if ((threadIdx.x & 31) == (__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
+        });
+        __syncthreads();
+        if (pass == 0) {
+            uint32_t tot = 0;
+            for (int i = tid; i < 2048; i += TB_THREADS) tot += hist[i];
+            tot = tb_sum(tot, wt);
+            kk = min(tot, k);
+            need = kk;
+            if (kk == 0) break;
+        }
+        tb_find_bin(hist, nbins, need, wt, s_bin, s_above);
+        const uint32_t bin = *s_bin;
+        need -= *s_above;
+        prefix |= (uint64_t)bin << sh;
+        mask |= (uint64_t)(nbins - 1) << sh;
+        const uint32_t cnt = hist[bin];
+        __syncthreads(); /* hist is cleared at the next pass */
+        if ((kk - need) + cnt <= CAP) break;
+    }
+    if (kk > 0) {
+        if (tid == 0) *s_n = 0;
+        __syncthreads();
+        const uint64_t pm = mask, pp = prefix;
+        const int lane = tid & 31;
+        tk_scan(row, cs, lo, hi, [&](int64_t p, float f) {
+            bool in = false;
+            uint64_t key = 0;
+            if (tk_valid(f)) {
+                key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
+                in = (key & pm) >= pp; /* in the bin or above it */
+            }
+            const unsigned am = __activemask();
+            const unsigned bi = __ballot_sync(am, in);
+            if (!bi) return;
+            const int leader = __ffs(am) - 1;
+            uint32_t b0 = 0;
+            if (lane == leader) b0 = atomicAdd(s_n, (uint32_t)__popc(bi));
+            b0 = __shfl_sync(am, b0, leader) + __popc(bi & ((1u << lane) - 1u));
+            if (in && b0 < CAP) cand[b0] = key;
+        });
+        __syncthreads();
+        nc = min(*s_n, (uint32_t)CAP);
+    }
+    return nc;
+}
+
+/* Phase B: write the kk (>= 1) largest of cand[0..nc) in order to out (k
+ * entries, -1 padded). keys = cand = the start of the dynamic buffer, tmp
+ * its scatter area; the bitonic fallback pads nc keys to a power of two
+ * inside the buffer. */
+__device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint32_t nc, uint32_t kk,
+                                             uint32_t *hist, uint32_t *wt, uint64_t *ra, uint64_t *rb,
+                                             uint32_t *s_bin, uint32_t *s_E, uint32_t *s_hib, int32_t *out,
+                                             int64_t k, int64_t out_cs) {
+    const int tid = threadIdx.x;
+    uint64_t *cand = keys;
+    uint64_t thr = 0, mn = 0; /* region: keys >= thr; digit base mn */
+    uint64_t cap = ~0ull;     /* digit range ends here; larger keys share bucket 2047 */
+    int sh = 0;
+    const uint32_t outl = min(kk, 16u);
+    bool ok = false;
+    for (int lvl = 0; lvl < 3; lvl++) {
+        uint64_t lmn = ~0ull, lmx = 0;
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key >= thr) {
+                lmn = min(lmn, key);
+                if ((uint32_t)(key >> 32) != TB_UINF) lmx = max(lmx, key);
+            }
+        }
+        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+        tb_minmax64(lmn, lmx, ra, rb); /* barriers: hist cleared too */
+        lmx = min(lmx, cap);
+        mn = lmn;
+        const uint64_t range = lmx > lmn ? lmx - lmn : 0;
+        sh = range >= 2048 ? 53 - __clzll((long long)range) : 0; /* range >> sh < 2048 */
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key >= thr) atomicAdd(&hist[tb_digit(key, mn, sh)], 1u);
+        }
+        __syncthreads();
+        /* buckets in descending order: start = keys in higher buckets; the
+         * boundary bucket holds rank kk-1; hist[b] = count << 16 | start */
+        uint32_t c[8], loc = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            c[j] = hist[2047 - 8 * tid - j];
+            loc += c[j];
+        }
+        uint32_t tot;
+        uint32_t cum = tb_excl_scan(loc, wt, tot);
+        uint32_t mb = 0;
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            const uint32_t bin = 2047 - 8 * tid - j;
+            if (cum < kk) {
+                mb = max(mb, c[j]);
+                if (cum + c[j] >= kk) {
+                    *s_bin = bin;
+                    *s_E = cum + c[j];
+                }
+                if (cum < outl && cum + c[j] >= outl) *s_hib = bin;
+            }
+            hist[bin] = (c[j] << 16) | cum;
+            cum += c[j];
+        }
+        mb = tb_max(mb, wt); /* barriers: s_bin, s_E, hist visible */
+        if (mb <= TB_LIMIT) {
+            ok = true;
+            break;
+        }
+        const uint32_t b = *s_bin;
+        if (b == 0 && *s_hib == 2047) break; /* neither end of the range can move */
+        /* next level: the keys from the k-th key's bucket up to the bucket
+         * of rank 16 (fewer than 16 keys above it, e.g. far outliers, share
+         * the clamped top bucket): digits over a narrower range */
+        thr = mn + ((uint64_t)b << sh);
+        cap = mn + ((uint64_t)(*s_hib + 1) << sh) - 1;
+    }
+    if (ok) {
+        const uint32_t b0 = *s_bin, E = *s_E;
+        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
+            const uint64_t key = cand[i];
+            if (key < thr) continue;
+            const uint32_t d = tb_digit(key, mn, sh);
+            if (d >= b0) tmp[atomicAdd(&hist[d], 1u) & 0xFFFFu] = key;
+        }
+        __syncthreads();
+        /* hist[d] = count << 16 | end; rank = start + larger bucket mates */
+        int32_t *ob = (int32_t *)cand;
+        for (uint32_t i = tid; i < E; i += TB_THREADS) {
+            const uint64_t key = tmp[i];
+            const uint32_t h = hist[tb_digit(key, mn, sh)];
+            const uint32_t end = h & 0xFFFFu, st = end - (h >> 16);
+            uint32_t rk = st;
+            for (uint32_t j = st; j < end; j++) rk += tmp[j] > key;
+            if (rk < kk) ob[rk] = (int32_t)~(uint32_t)key;
+        }
+        __syncthreads();
+        for (int64_t i = tid; i < k; i += TB_THREADS) out[i * out_cs] = i < (int64_t)kk ? ob[i] : -1;
+        return;
+    }
+    /* fallback: bitonic sort of all nc candidates, descending */
+    uint32_t n2 = 1;
+    while (n2 < nc) n2 <<= 1;
+    for (uint32_t i = nc + tid; i < n2; i += TB_THREADS) keys[i] = 0;
+    __syncthreads();
+    for (uint32_t size = 2; size <= n2; size <<= 1) {
+        for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
+            for (uint32_t i = tid; i < n2 / 2; i += TB_THREADS) {
+                const uint32_t pos = 2 * i - (i & (stride - 1));
+                const uint64_t x = keys[pos], y = keys[pos + stride];
+                const bool desc = (pos & size) == 0;
+                if ((x < y) == desc) {
+                    keys[pos] = y;
+                    keys[pos + stride] = x;
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (int64_t i = tid; i < k; i += TB_THREADS)
+        out[i * out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)keys[i] : -1;
+}
+
+/* ======================================================================== */
+/* Top-k v3 (LA_CUDA_TOPK_PATH=v3): tb_kernel's algorithm with more rows in  */
+/* flight and fewer, shorter memory round trips per row.                     */
+/* tb_kernel is latency-bound, not bandwidth- or issue-bound: 1024 x 64K     */
+/* takes 0.198 ms = 77 us per CTA (2.6 waves of 3 CTAs/SM), where a fair     */
+/* share of 4.2 TB/s needs ~24 us, and 1024 x 8K rows that sit in L2 still   */
+/* take 0.077 ms (~30 us per CTA) while the SM could issue all of such a     */
+/* row's instructions in a few us. A CTA spends its row in dependent steps   */
+/* (sample round trips, ~10 barriers of sampling, the filter's load round    */
+/* trips, ~17 barriers of phase B) with 8 warps; its SASS (sm_90a) also      */
+/* shows the filter issuing 2 of its 4 float4 loads, consuming them, then    */
+/* the other 2: 32 round trips of 8 KB per CTA for a 64K row. So:            */
+/*  - 4 CTAs/SM (was 3): 48.9 KB dynamic + 8 KB hist (was 64 + 8 KB); the    */
+/*    candidate buffer holds T3_CAP = 4016 keys (was 6144) and the scatter   */
+/*    area of phase B follows it. 1024 rows = 1.94 waves of 528 (was 2.59).  */
+/*    64 registers (launch bounds), no spills.                               */
+/*  - the smaller buffer needs a tighter threshold: ~1.25k + 448 keys above  */
+/*    tau (3008 at k = 2048) from 4096 samples up to 64K columns, 8192       */
+/*    beyond (sample rank ~188 at 64K and at 128K: sd of the count ~220      */
+/*    keys, so [k, T3_CAP] is -4.4 / +4.6 sd; at 256K about +-3.1 sd, i.e.   */
+/*    ~0.2% of the rows take the radix fallback). The samples use the whole  */
+/*    buffer (8192 x 4 B), free until the filter, and a thread's 2 or 4      */
+/*    sample groups (one 32-byte sector each) are loaded in one round trip.  */
+/*  - the filter of contiguous rows (t3_filter) issues a step's 4 float4     */
+/*    loads together (16 KB per CTA per round trip), and prefetches into L2  */
+/*    the step pfd ahead; the first pfd steps are prefetched before the      */
+/*    sampling, whose round trip and barriers they overlap. pfd =            */
+/*    LA_CUDA_TOPK_PF (default 3: 48 KB ahead, 528 CTAs x 48 KB = 25 MB of   */
+/*    the 50 MB L2; 0 = off).                                                */
+/* Everything else (strided rows' filter, the radix fallback, phase B) is    */
+/* tb_kernel's code with the capacity T3_CAP. Keys are unique (score << 32   */
+/* | ~token) and phase B orders whatever superset of the top k it is given,  */
+/* so the output is tb_kernel's bit for bit.                                 */
+/* ======================================================================== */
+#define T3_BUF 6112                 /* dynamic buffer in keys: 4 CTAs/SM with hist */
+#define T3_CAP (T3_BUF - TB_TMP)    /* candidate keys (4016); tmp follows them */
+#define T3_SMEM (T3_BUF * sizeof(uint64_t))
+#define T3_PF_DEFAULT 3
+
+static_assert(T3_CAP >= 4000, "candidate capacity");
+static_assert(4096 <= T3_BUF, "the bitonic fallback pads T3_CAP keys to 4096");
+static_assert(1024 * 8 * sizeof(uint32_t) <= T3_SMEM, "8192 samples fit in the buffer");
+static_assert(1024 <= 4 * TB_THREADS, "at most 4 sample groups per thread");
+/* 4 CTAs/SM: 4 x (dynamic + 8 KB hist + ~0.2 KB + 1 KB reserved) <= 228 KB */
+static_assert(4 * (T3_SMEM + 8192 + 256 + 1024) <= 228 * 1024, "4 CTAs per SM");
+
+__device__ __forceinline__ void t3_prefetch_l2(const void *p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
+/* Append the keys >= ulo of a contiguous row's columns [lo, hi) to cand:
+ * tb_filter's keys in tb_filter's way, with two differences in the 16-byte
+ * loop. (1) Its full steps (every thread has 4 float4) load without
+ * predicates, and the 4 loads are issued before any is used: in tb_filter
+ * (ptxas, sm_90a) the predicated loads' -inf defaults make it issue 2
+ * float4, consume them, then issue the other 2, i.e. two round trips of
+ * 8 KB per CTA per step instead of one of 16 KB. (2) Each step first asks
+ * L2 for the 16 KB that step + pfd will load (threads 0..127, one 128-byte
+ * line each), so DRAM streams ahead of the loads. */
+template <typename TOK>
+__device__ __forceinline__ void t3_filter(const float *row, int64_t lo, int64_t hi, uint32_t ulo, TOK &tok,
+                                          uint64_t *cand, uint32_t *s_n, int pfd) {
+    const int tid = threadIdx.x;
+    int64_t a = lo;
+    while (a < hi && (((uintptr_t)(row + a)) & 15)) a++;
+    const uint32_t nvec = (uint32_t)((hi - a) >> 2); /* L < 2^31 */
+    tb_filter<T3_CAP>(row, 1, lo, a, ulo, tok, cand, s_n); /* < 4 unaligned head columns */
+    const float4 *v = (const float4 *)(row + a);
+    const uint32_t step = 4 * TB_THREADS, full = nvec / step * step;
+    for (uint32_t b = 0; b < nvec; b += step) {
+        const uint32_t pf = b + (uint32_t)pfd * step + 8 * tid;
+        if (tid < 128 && pfd > 0 && pf < nvec) t3_prefetch_l2(v + pf);
+        float4 x[4];
+        if (b < full) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) x[j] = __ldg(v + b + j * TB_THREADS + tid);
+        } else {
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const uint32_t i = b + j * TB_THREADS + tid;
+                x[j] = i < nvec ? __ldg(v + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
+            }
+        }
+        uint32_t u[16], m = 0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            u[4 * j] = tk_fkey(x[j].x);
+            u[4 * j + 1] = tk_fkey(x[j].y);
+            u[4 * j + 2] = tk_fkey(x[j].z);
+            u[4 * j + 3] = tk_fkey(x[j].w);
+        }
+#pragma unroll
+        for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
+        if (!__any_sync(TB_FULL, m != 0)) continue;
+        uint32_t pos = tb_reserve(__popc(m), s_n);
+#pragma unroll
+        for (int e = 0; e < 16; e++)
+            if ((m >> e) & 1u) {
+                if (pos < T3_CAP) {
+                    const int64_t p = a + 4 * (int64_t)(b + (e >> 2) * TB_THREADS + tid) + (e & 3);
+                    cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(p);
+                }
+                pos++;
+            }
+    }
+    tb_filter<T3_CAP>(row, 1, a + 4 * (int64_t)nvec, hi, ulo, tok, cand, s_n); /* < 4 tail columns */
+}
+
+template <bool GATHER>
+__global__ void __launch_bounds__(TB_THREADS, 4) t3_kernel(la_sp_topk_args a, int pfd) {
+    extern __shared__ uint64_t t3_keys[]; /* cand [T3_CAP] then tmp [TB_TMP] */
+    __shared__ uint32_t hist[2048];
+    __shared__ uint32_t wt[TB_WARPS];
+    __shared__ uint64_t ra[TB_WARPS], rb[TB_WARPS];
+    __shared__ uint32_t s_n, s_bin, s_above, s_E, s_hib;
+    uint64_t *cand = t3_keys, *tmp = t3_keys + T3_CAP;
+
+    const int tid = threadIdx.x;
+    const int64_t r = blockIdx.x;
+    int64_t lo = 0, hi = a.L;
+    if (a.use_range) la_sp_row_range(a.range, r, &lo, &hi);
+    const float *row = a.scores + r * a.ld;
+    const int32_t *blocks = GATHER ? a.blocks + r * a.blocks_ld : nullptr;
+    int32_t *out = a.out + r * a.out_ld;
+    auto tok = [&](int64_t p) { return tk_token<GATHER>(blocks, a.B, p); };
+    const int64_t nrow = hi > lo ? hi - lo : 0;
+    const uint32_t k = (uint32_t)a.k;
+    uint32_t nc = 0, kk = 0;
+    bool have = false;
+
+    if (tid == 0) s_n = 0;
+    if (nrow <= T3_CAP) {
+        __syncthreads();
+        tb_filter<T3_CAP>(row, a.cs, lo, hi, TB_ULO, tok, cand, &s_n);
+        __syncthreads();
+        nc = s_n;
+        kk = min(nc, k);
+        have = true;
+    } else {
+        if (a.cs == 1) /* the first pfd filter steps, fetched while we sample */
+            for (int64_t j = tid; j < (int64_t)pfd * 128 && lo + 32 * j < hi; j += TB_THREADS)
+                t3_prefetch_l2(row + lo + 32 * j);
+        const int groups = nrow > 65536 ? 1024 : 512, nsamp = groups * 8;
+        uint32_t *samp = (uint32_t *)t3_keys;
+        auto group_at = [&](int g) { /* first column of sample group g */
+            int64_t p = lo + (int64_t)g * (nrow - 8) / (groups - 1);
+            if (a.cs == 1) { /* start the group on a 32-byte sector */
+                p -= (int64_t)(((uintptr_t)(row + p) >> 2) & 7);
+                if (p < lo) p += 8;
+            }
+            return p;
+        };
+        auto put = [&](int g, int j, float f) {
+            const uint32_t u = tk_fkey(f);
+            samp[g * 8 + j] = tb_in(u, TB_ULO) ? u : 0u;
+        };
+        if (a.cs == 1) {
+            /* a group is one aligned sector = 2 float4; a thread's 2 or 4
+             * groups are all loaded before any is stored (one round trip) */
+            float4 x[8];
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                if (q * TB_THREADS < groups) {
+                    const float4 *s4 = (const float4 *)(row + group_at(tid + q * TB_THREADS));
+                    x[2 * q] = __ldg(s4);
+                    x[2 * q + 1] = __ldg(s4 + 1);
+                }
+#pragma unroll
+            for (int q = 0; q < 4; q++)
+                if (q * TB_THREADS < groups) {
+                    const int g = tid + q * TB_THREADS;
+                    put(g, 0, x[2 * q].x), put(g, 1, x[2 * q].y), put(g, 2, x[2 * q].z), put(g, 3, x[2 * q].w);
+                    put(g, 4, x[2 * q + 1].x), put(g, 5, x[2 * q + 1].y), put(g, 6, x[2 * q + 1].z);
+                    put(g, 7, x[2 * q + 1].w);
+                }
+        } else {
+            for (int g = tid; g < groups; g += TB_THREADS) {
+                const int64_t p = group_at(g);
+#pragma unroll
+                for (int j = 0; j < 8; j++) put(g, j, row[(p + j) * a.cs]);
+            }
+        }
+        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+        __syncthreads();
+        uint32_t nv = 0;
+        for (int i = tid; i < nsamp; i += TB_THREADS) {
+            const uint32_t u = samp[i];
+            if (u) {
+                atomicAdd(&hist[u >> 21], 1u);
+                nv++;
+            }
+        }
+        nv = tb_sum(nv, wt);
+        const uint32_t rs = (uint32_t)(((double)k * 1.25 + 448.0) * nsamp / (double)nrow) + 1;
+        if (rs < nv) {
+            tb_find_bin(hist, 2048, rs, wt, &s_bin, &s_above);
+            const uint32_t b1 = s_bin, r2 = rs - s_above;
+            for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
+            __syncthreads();
+            for (int i = tid; i < nsamp; i += TB_THREADS) {
+                const uint32_t u = samp[i];
+                if (u && (u >> 21) == b1) atomicAdd(&hist[(u >> 10) & 2047u], 1u);
+            }
+            __syncthreads();
+            tb_find_bin(hist, 2048, r2, wt, &s_bin, &s_above); /* ends with a barrier: samp is dead */
+            const uint32_t tau = (b1 << 21) | (s_bin << 10);
+            if (a.cs == 1) t3_filter(row, lo, hi, max(tau, TB_ULO), tok, cand, &s_n, pfd);
+            else tb_filter<T3_CAP>(row, a.cs, lo, hi, max(tau, TB_ULO), tok, cand, &s_n);
+            __syncthreads();
+            const uint32_t nin = s_n;
+            if (nin >= k && nin <= T3_CAP) {
+                nc = nin;
+                kk = k;
+                have = true;
+            }
+        }
+    }
+    if (!have) nc = tb_radix_collect<T3_CAP>(row, a.cs, lo, hi, k, tok, cand, hist, wt, &s_n, &s_bin, &s_above, kk);
+    if (kk == 0) {
+        for (int64_t i = tid; i < a.k; i += TB_THREADS) out[i * a.out_cs] = -1;
+        return;
+    }
+    tb_order_out(t3_keys, tmp, nc, kk, hist, wt, ra, rb, &s_bin, &s_E, &s_hib, out, a.k, a.out_cs);
+}
+
+/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing), =v3 the
+ * v3 kernel; read per call so a benchmark or test can switch it. */
 static bool tk_use_old(void) {
     const char *e = getenv("LA_CUDA_TOPK_PATH");
     return e && !strcmp(e, "old");
+}
+static bool tk_use_v3(void) {
+    const char *e = getenv("LA_CUDA_TOPK_PATH");
+    return e && !strcmp(e, "v3");
+}
+/* v3's prefetch distance in filter steps of 16 KB (LA_CUDA_TOPK_PF, 0..16) */
+static int tk_v3_pf(void) {
+    const char *e = getenv("LA_CUDA_TOPK_PF");
+    if (!e || !*e) return T3_PF_DEFAULT;
+    const int v = atoi(e);
+    return v < 0 ? 0 : (v > 16 ? 16 : v);
+}
+template <bool GATHER>
+static la_status tk_launch_v3(const la_sp_topk_args &a, cudaStream_t s) {
+    LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T3_SMEM));
+    LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared));
+    t3_kernel<GATHER><<<(unsigned)a.R, TB_THREADS, T3_SMEM, s>>>(a, tk_v3_pf());
+    LA_CU_LAUNCH("topk (v3)");
+    return LA_OK;
 }
 
 la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
@@ -896,6 +1348,7 @@ la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
         LA_CU_LAUNCH("topk (old)");
         return LA_OK;
     }
+    if (tk_use_v3()) return a.blocks ? tk_launch_v3<true>(a, s) : tk_launch_v3<false>(a, s);
     if (a.blocks) {
         LA_CU(cudaFuncSetAttribute(tb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)TB_SMEM));

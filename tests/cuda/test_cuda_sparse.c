@@ -10,7 +10,10 @@
  *         set of the unrounded inputs >= 0.99
  *   HISA == DSA exactly when m*B >= L; block-sparse == CPU exactly.
  * Runs on the GPU machine only; without a device it skips.
- * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer). */
+ * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer).
+ * Every top-k case, and each indexer case's DSA and HISA call, also runs with
+ * the v3 top-k kernel (LA_CUDA_TOPK_PATH=v3): the same indices as the default
+ * kernel, bit for bit. */
 #include "cuda_test_util.h"
 
 static bool small_only;
@@ -85,6 +88,27 @@ static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
     int64_t d = count_diff(ig, ic, R * k);
     CHECK(d == 0, "topk R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU",
           (long long)R, (long long)L, (long long)k, ties, strided, (long long)d, (long long)(R * k));
+    /* the v3 kernel (LA_CUDA_TOPK_PATH=v3) with its default L2 prefetch
+     * distance, without prefetch and with the largest one: the CPU's
+     * indices and the default kernel's, bit for bit */
+    int32_t *i3 = malloc((size_t)(R * k) * 4);
+    static const char *pfs[] = {NULL, "0", "16"};
+    for (int v = 0; v < (L >= 4096 ? 3 : 1); v++) {
+        la_dev_memset(di.d, v & 1 ? 0x7f : 0xff, di.bytes); /* poisoned */
+        setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+        if (pfs[v]) setenv("LA_CUDA_TOPK_PF", pfs[v], 1);
+        CHECK_OK(la_topk(&ts, &ti, NULL));
+        unsetenv("LA_CUDA_TOPK_PF");
+        unsetenv("LA_CUDA_TOPK_PATH");
+        la_dev_download(i3, di.d, di.bytes);
+        const int64_t dc = count_diff(i3, ic, R * k), dg = count_diff(i3, ig, R * k);
+        CHECK(dc == 0 && dg == 0,
+              "topk v3 (pf %s) R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU, "
+              "%lld from the default kernel",
+              pfs[v] ? pfs[v] : "default", (long long)R, (long long)L, (long long)k, ties, strided, (long long)dc,
+              (long long)(R * k), (long long)dg);
+    }
+    free(i3);
     dfree(&ds);
     dfree(&di);
     free(x);
@@ -227,6 +251,14 @@ static void test_indexers(idx_case c) {
         free(i32);
     }
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
+    /* the DSA's top-k (per-row ranges) on the v3 kernel: the same indices */
+    la_dev_memset(didx.d, 0xff, didx.bytes);
+    setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL, NULL));
+    unsetenv("LA_CUDA_TOPK_PATH");
+    la_dev_download(ig, didx.d, didx.bytes);
+    d = count_diff(ig, ih, T * K);
+    CHECK(d == 0, "dsa idx %s, topk v3: %lld entries differ from the default top-k", tag, (long long)d);
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
      * (LA_CUDA_HISA_PATH: default = "pipe": block-major wgmma hb_kernel for
@@ -267,6 +299,15 @@ static void test_indexers(idx_case c) {
             CHECK(d == 0, "hisa == dsa %s (m*B >= L): %lld entries differ", ptag, (long long)d);
         }
     }
+    /* HISA with both of its selections (top-m of the block scores with
+     * ranges, token top-k in gather mode) on the v3 kernel: the same indices */
+    la_dev_memset(didx.d, 0x7f, didx.bytes);
+    setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+    unsetenv("LA_CUDA_TOPK_PATH");
+    la_dev_download(ig, didx.d, didx.bytes);
+    d = count_diff(ig, i0, T * K);
+    CHECK(d == 0, "hisa idx %s, topk v3: %lld entries differ from the default top-k", tag, (long long)d);
     free(i0);
     /* block-sparse vs CPU */
     if (K >= c.B) {
@@ -396,6 +437,9 @@ int main(void) {
     /* LA_CUDA_ONLY_INDEXERS=1: only the DSA / HISA / block-sparse cases
      * (tests/cuda/gpu_hisa.sh) */
     const bool only_idx = getenv("LA_CUDA_ONLY_INDEXERS") && atoi(getenv("LA_CUDA_ONLY_INDEXERS"));
+    /* LA_CUDA_ONLY_TOPK=1: the top-k cases and a few indexer cases whose
+     * top-k calls use per-row ranges and gather mode (tests/cuda/gpu_topk3.sh) */
+    const bool only_topk = getenv("LA_CUDA_ONLY_TOPK") && atoi(getenv("LA_CUDA_ONLY_TOPK"));
 
     /* top-k: odd sizes, ties, masked entries, k > valid, strided rows */
     if (!only_idx) {
@@ -410,6 +454,17 @@ int main(void) {
     test_topk(3, 6145, 1537, 0, 1);  /* narrowest sampled row, strided */
     test_topk(4, 3000, 64, 3, 0);    /* outliers, direct path */
     test_topk(4, 2000, 100, 5, 0);   /* NaN and +inf */
+    /* v3's boundaries (every case above also runs v3): rows of k-1, k, k+1
+     * columns; 4016 = its widest direct row, 4017 its narrowest sampled one
+     * (k = 2048: the threshold keeps ~3008 of 4017) */
+    test_topk(3, 2047, 2048, 0, 0);
+    test_topk(3, 2048, 2048, 1, 0);
+    test_topk(3, 2049, 2048, 0, 1);
+    test_topk(3, 4016, 2048, 0, 0);
+    test_topk(3, 4017, 2048, 0, 0);
+    test_topk(3, 4017, 2048, 5, 1);  /* NaN / +inf, strided, sampled */
+    test_topk(2, 4100, 2048, 4, 0);  /* ~60 valid of 4100: fewer than k */
+    test_topk(5, 63, 63, 2, 0);      /* all equal, k = row */
     if (!small_only) {
         test_topk(33, 70001, 2048, 0, 0);
         test_topk(9, 70001, 2048, 1, 0);
@@ -419,10 +474,31 @@ int main(void) {
         test_topk(6, 100000, 2048, 4, 0); /* ~1500 valid < k on wide rows */
         test_topk(5, 65536, 777, 5, 1);
         test_topk(7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
+        /* v3: 64K rows (the bench shape; 4096 samples), > 64K (8192 samples) */
+        test_topk(9, 65536, 2048, 0, 0);
+        test_topk(5, 65537, 2048, 0, 0);
+        test_topk(3, 262144, 2048, 4, 0); /* ~3900 valid of 256K: near v3's capacity */
+        test_topk(3, 65536, 2048, 2, 0);  /* all equal: every column passes tau, radix fallback */
+        test_topk(4, 131072, 2048, 1, 0); /* quantized ties on 128K rows */
+        test_topk(3, 65536, 2048, 5, 0);  /* NaN / +inf on 64K rows */
+        test_topk(3, 200000, 64, 0, 1);   /* small k, strided, 8192 samples */
     }
     }
 
     /* indexers: {T, HI, dI, L, topk, B, m, ranges, permuted, dtype} */
+    /* ranged rows up to 70000 columns (v3's 8192-sample path under ranges) */
+    const idx_case long_rows = {4, 4, 16, 70000, 2048, 64, 40, 1, 0, LA_F32};
+    if (only_topk) {
+        const idx_case tk_cases[] = {
+            {63, 4, 16, 65, 16, 8, 2, 1, 0, LA_F32},
+            {17, 8, 32, 300, 512, 16, 64, 1, 0, LA_F32},
+            {8, 64, 128, 16384, 2048, 128, 64, 0, 0, LA_F32}, /* gather-mode rows of 8192 */
+            {8, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32}, /* ragged ranges */
+            long_rows,
+        };
+        for (size_t i = 0; i < sizeof tk_cases / sizeof tk_cases[0]; i++) test_indexers(tk_cases[i]);
+        return la_test_finish();
+    }
     idx_case cs[] = {
         {1, 1, 1, 1, 4, 2, 1, 0, 0, LA_F32},
         {63, 4, 16, 65, 16, 8, 2, 1, 0, LA_F32},
@@ -449,6 +525,7 @@ int main(void) {
             {24, 32, 64, 5000, 300, 64, 20, 1, 2, LA_BF16},      /* HI=32 dI=64, padded k */
             {17, 64, 128, 12000, 2048, 128, 64, 1, 0, LA_BF16},  /* bench shape, odd T, ragged: HISA paths agree */
             {15, 64, 128, 8500, 2048, 128, 80, 1, 0, LA_BF16},   /* m*B >= L, ragged: HISA == DSA on every path */
+            long_rows,
         };
         for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_indexers(big[i]);
     }
