@@ -408,6 +408,412 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb8_kernel(la_sp_score_args a, 
     hb_body<true, 1>(a, h, ks, ks_nb);
 }
 
+/* ---- stage 2, lean (LA_CUDA_HISA_PATH=pipe2 or LA_CUDA_HISA_LEAN=1;
+ * opt-in) and stage 1's block scores on the same kernel (DENSE,
+ * LA_CUDA_HISA_FAST1=1) -------------------------------------------------------
+ * hb_body<true, EB>'s loop (same shared-memory tiles and bytes, same
+ * 2-stage cp.async / __syncthreads protocol, same wgmma in the same k-step
+ * order, the head sum through la_wg_relu_headsum's own two halves) with DSA
+ * v2's instruction cuts (dsa.cu, the comment above V2_WG):
+ *  - descriptors: (tile descriptor + constant), la_wg_desc(x + o) =
+ *    la_wg_desc(x) + o/16 for a shared-window address x + o < 2^18;
+ *  - copies: thread tid always copies the 16-byte column c = tid % CPR of the
+ *    rows r0 + RP·j (r0 = tid / CPR, RP = 128 / CPR = 8 bf16 / 16 e4m3, a
+ *    multiple of 8, so the swizzle is fixed per thread): one shared offset,
+ *    one global offset, per chunk a 64-bit base per query and one add per
+ *    copy; the A tile the same way;
+ *  - the slice's query table holds per query the q byte offset, the output
+ *    row offset t·out_ld + r·B (-1 past nq), the w offset and the valid key
+ *    range relative to the block's first token (clamped to [0, B], L folded
+ *    in), so the store is a 32-bit range test and one pointer;
+ *  - the chunk's weights go to registers once for both m-tiles
+ *    (la_wg_headsum_w + la_wg_relu_headsum_wr = la_wg_relu_headsum).
+ * So every stored score is hb_kernel<true>'s (and DSA v2's) bit for bit.
+ * DENSE: the same kernel over one "block" holding all Lk keys (stage 1: the
+ * nb block means as keys, a.B = a.ncols = Lk), slices = runs of dqs
+ * consecutive queries, out[t·out_ld + key]; the valid range in a.range's
+ * units (block units: range.blk = B) with the first and last valid key
+ * forced to +inf (force_ends), as the mma.sync score kernel's epilogue
+ * (dsa.cu: -inf outside, +inf at lo and hi - 1). */
+struct hb2_q {
+    int64_t qoff;     /* t·q_nb0·EB (bytes) */
+    int64_t orow;     /* t·out_ld + r·B, -1 past the slice's queries */
+    int64_t woff;     /* t·w_nb0 */
+    int32_t jlo, jhi; /* stored keys jb in [jlo, jhi) get the score, others -inf */
+    int32_t jf0, jf1; /* DENSE with force_ends: keys forced to +inf (-1: none) */
+};
+template <int EB> struct hb2_cfg {
+    using C = hb_cfg<EB>;
+    static constexpr int RP = HB_THREADS / C::CPR; /* rows per pass */
+    static constexpr int JQ = HB_HI / RP;          /* copies per query and chunk */
+    static constexpr int JA = HB_ROWS / RP;        /* copies of the A tile */
+    static constexpr int SMEM = 1024 + C::A_BYTES + HB_STAGES * C::B_BYTES +
+                                HB_STAGES * HB_BROWS * 4 + HB_QS * (int)sizeof(hb2_q);
+    static_assert(HB_THREADS % C::CPR == 0 && RP % 8 == 0 && HB_HI % RP == 0 &&
+                      HB_ROWS == HB_BROWS, "hb2 copy layout");
+};
+
+__device__ __forceinline__ void hb2_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
+                 "r"(src_bytes));
+}
+
+/* hb_issue with (tile descriptor low word + constant) descriptors */
+template <int EB>
+__device__ __forceinline__ void hb2_issue(float *acc, uint32_t a_lo, uint32_t b_lo) {
+    constexpr uint64_t DHI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
+    la_wg_fence_acc64(acc);
+    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+    for (int kk = 0; kk < (HB_DI * EB) / 32; kk++) {
+        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
+        const uint32_t oa = (kb * HB_ROWS * 128 + inner) >> 4, ob = (kb * HB_BROWS * 128 + inner) >> 4;
+        const uint64_t da = (DHI | (uint64_t)a_lo) + oa, db = (DHI | (uint64_t)b_lo) + ob;
+        if constexpr (EB == 2) la_wg_m64n128k16_bf16(acc, da, db, kk > 0 ? 1 : 0);
+        else la_wg_m64n128k32_e4m3(acc, da, db, kk > 0 ? 1 : 0);
+    }
+    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+/* one m-tile's scores: this lane's key jk (in-block, 32 bits; stored only
+ * where pin) of its query (table entry e) */
+template <int EB, bool DENSE>
+__device__ __forceinline__ void hb2_store(float *op, bool st_ok, int jk, const hb2_q &e, float v) {
+    if (st_ok) {
+        const bool in = jk >= e.jlo && jk < e.jhi;
+        float o = in ? v : -INFINITY;
+        if (DENSE && in && (jk == e.jf0 || jk == e.jf1)) o = INFINITY;
+        op[jk] = o;
+    }
+}
+
+template <int EB, bool DENSE>
+__global__ void __launch_bounds__(HB_THREADS, 2)
+    hb2_kernel(la_sp_score_args a, hb_lists h, const float *ks, int64_t ks_nb, int dqs) {
+    using C = hb_cfg<EB>;
+    using C2 = hb2_cfg<EB>;
+    constexpr int RP = C2::RP, JQ = C2::JQ, JA = C2::JA;
+    const int x = blockIdx.x;
+    int b, nq;
+    const int32_t *qlist = nullptr;
+    int64_t tq0 = 0;
+    if (DENSE) {
+        b = 0;
+        tq0 = (int64_t)x * dqs;
+        nq = (int)min((int64_t)dqs, a.T - tq0);
+    } else {
+        if (x >= *h.nsl) return;
+        b = h.sl_blk[x];
+        const int q0 = h.sl_idx[x] * HB_QS;
+        nq = min(HB_QS, h.cnt[b] - q0);
+        qlist = h.list + h.boff[b] + q0;
+    }
+    const int nchunks = (nq + HB_NQ - 1) / HB_NQ;
+    const int64_t j0 = (int64_t)blockIdx.y * HB_ROWS; /* first in-block key of the tile */
+    const int64_t sb = (int64_t)b * a.B;              /* first token of the block */
+
+    extern __shared__ uint8_t hb_raw[];
+    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(hb_raw);
+    const uint32_t base = (raw + 1023u) & ~1023u;
+    uint8_t *As = hb_raw + (base - raw);
+    float *ws = (float *)(As + C::A_BYTES + HB_STAGES * C::B_BYTES); /* [stage][128] */
+    hb2_q *qt = (hb2_q *)(ws + HB_STAGES * HB_BROWS);                 /* [query of slice] */
+    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
+
+    const int tid = threadIdx.x, lane = tid & 31;
+    const int wi = __shfl_sync(0xffffffffu, tid >> 5, 0); /* warp-uniform */
+    const int g = lane >> 2, qd = lane & 3, qi = qd >> 1;
+    const int r0 = tid / C::CPR, cc = tid % C::CPR;
+    const uint32_t soff = la_wg_off(HB_ROWS, r0, cc); /* = la_wg_off(HB_BROWS, r0, cc) */
+    /* keys -> A tile (rows r0 + RP·j; zero past the block or past L) */
+    {
+        const uint8_t *kp = (const uint8_t *)a.k + cc * 16;
+#pragma unroll
+        for (int j = 0; j < JA; j++) {
+            const int64_t jb = j0 + r0 + RP * j, s = sb + jb;
+            const bool ok = jb < a.B && s < a.Lk;
+            hb2_cp16z(As_a + soff + j * RP * 128, kp + (ok ? s : 0) * a.k_nb0 * EB, ok ? 16 : 0);
+        }
+    }
+    const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
+    /* the slice's query table, while the A tile lands */
+    if (tid < HB_QS) {
+        hb2_q e;
+        e.qoff = 0;
+        e.orow = -1;
+        e.woff = 0;
+        e.jlo = e.jhi = 0;
+        e.jf0 = e.jf1 = -1;
+        if (tid < nq) {
+            int64_t t, r;
+            if (DENSE) {
+                t = tq0 + tid;
+                r = 0;
+            } else {
+                const uint32_t ee = (uint32_t)qlist[tid];
+                t = (int64_t)(ee / (uint32_t)h.m);
+                r = (int64_t)(ee % (uint32_t)h.m);
+            }
+            int64_t lo, hi;
+            la_sp_row_range(a.range, t, &lo, &hi);
+            e.qoff = t * a.q_nb0 * EB;
+            e.orow = t * a.out_ld + r * a.B;
+            e.woff = t * a.w_nb0;
+            const int64_t Bv = a.B;
+            int64_t x0 = lo - sb, x1 = (hi < a.Lk ? hi : a.Lk) - sb;
+            x0 = x0 < 0 ? 0 : (x0 > Bv ? Bv : x0);
+            x1 = x1 < 0 ? 0 : (x1 > Bv ? Bv : x1);
+            e.jlo = (int32_t)x0;
+            e.jhi = (int32_t)x1;
+            if (DENSE && a.force_ends) {
+                const int64_t f0 = lo - sb, f1 = hi - 1 - sb;
+                e.jf0 = (f0 >= 0 && f0 < Bv) ? (int32_t)f0 : -1;
+                e.jf1 = (f1 >= 0 && f1 < Bv) ? (int32_t)f1 : -1;
+            }
+        }
+        qt[tid] = e;
+    }
+    __syncthreads();
+    /* per-thread copy constants: q rows r0 + RP·j (query 0: j < JQ, query 1
+     * the same heads 64 rows further), one weight (query tid >> 6, head tid & 63) */
+    const uint8_t *qthr = (const uint8_t *)a.q + (int64_t)r0 * a.q_nb1 * EB + cc * 16;
+    const int64_t hstride = (int64_t)RP * a.q_nb1 * EB;
+    const bool q_heads_contig = a.q_nb1 == HB_DI;
+    const uint32_t bdst = Bs_a + soff;
+    const int wq = tid >> 6;
+    const int64_t whoff = (int64_t)(tid & (HB_HI - 1)) * a.w_nb1;
+    auto load_chunk = [&](int c, int st) {
+        const hb2_q *e = qt + HB_NQ * c;
+        const uint8_t *p0 = qthr + e[0].qoff;
+        const bool ok1 = e[1].orow >= 0;
+        const uint8_t *p1 = ok1 ? qthr + e[1].qoff : p0;
+        const uint32_t d = bdst + (uint32_t)st * C::B_BYTES;
+        auto copy_q = [&](int64_t hs) {
+#pragma unroll
+            for (int j = 0; j < JQ; j++) hb2_cp16z(d + j * RP * 128, p0 + j * hs, 16);
+#pragma unroll
+            for (int j = 0; j < JQ; j++)
+                hb2_cp16z(d + (JQ + j) * RP * 128, p1 + j * hs, ok1 ? 16 : 0);
+        };
+        /* contiguous heads (the usual [T, HI, dI] layout): the row step is a
+         * constant, so the copies take immediate offsets */
+        if (q_heads_contig)
+            copy_q((int64_t)RP * HB_DI * EB);
+        else
+            copy_q(hstride);
+        const hb2_q &ew = e[wq];
+        const bool okw = ew.orow >= 0;
+        const int64_t off = ew.woff + whoff;
+        if (w_async)
+            hb_cp4z(ws + st * HB_BROWS + tid, (const float *)a.w + off, okw ? 4 : 0);
+        else
+            ws[st * HB_BROWS + tid] = okw ? la_cu_ld(a.w, a.w_dt, off) : 0.f;
+    };
+    load_chunk(0, 0);
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+
+    /* in-block key this lane stores in each m-tile, whether it is stored */
+    const int64_t jk0l = j0 + 16 * wi + g + 8 * (qd & 1), jk1l = jk0l + 64;
+    const bool pin0 = jk0l < a.B, pin1 = jk1l < a.B;
+    const int jk0 = (int)jk0l, jk1 = (int)jk1l; /* used only where pin (B <= INT32_MAX) */
+    float ksv0 = 1.f, ksv1 = 1.f;
+    if (EB == 1 && ks) {
+        if (pin0 && sb + jk0l < a.Lk) ksv0 = ks[(sb + jk0l) * ks_nb];
+        if (pin1 && sb + jk1l < a.Lk) ksv1 = ks[(sb + jk1l) * ks_nb];
+    }
+    /* la_wg_desc(x) = (x >> 4) | 1 << 16 in the low word (x < 2^18) */
+    const uint32_t a_lo0 = ((As_a & 0x3FFFFu) >> 4) | (1u << 16);
+    const uint32_t a_lo1 = a_lo0 + ((64 * 128) >> 4);
+    const uint32_t b_lo = ((Bs_a & 0x3FFFFu) >> 4) | (1u << 16);
+    float acc0[64], acc1[64];
+#pragma unroll
+    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
+    for (int c = 0; c < nchunks; c++) {
+        const int st = c & 1;
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads();
+        const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
+        hb2_issue<EB>(acc0, a_lo0, bl);
+        hb2_issue<EB>(acc1, a_lo1, bl);
+        if (c + 1 < nchunks) load_chunk(c + 1, st ^ 1);
+        asm volatile("cp.async.commit_group;\n" ::: "memory");
+        float2 wr[16];
+        la_wg_headsum_w(wr, ws + st * HB_BROWS, qd);
+        const hb2_q e = qt[HB_NQ * c + qi];
+        float *op = a.out + e.orow;
+        const bool ok = e.orow >= 0;
+        la_wg_wait<1>(acc0);
+        {
+            float v = la_wg_relu_headsum_wr(acc0, wr, qd);
+            if (EB == 1 && ks) v = v * ksv0;
+            hb2_store<EB, DENSE>(op, ok && pin0, jk0, e, v);
+        }
+        la_wg_wait<0>(acc1);
+        {
+            float v = la_wg_relu_headsum_wr(acc1, wr, qd);
+            if (EB == 1 && ks) v = v * ksv1;
+            hb2_store<EB, DENSE>(op, ok && pin1, jk1, e, v);
+        }
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+}
+
+/* LA_CUDA_HISA_FAST1=1, block means: contiguous bf16 keys with 16-byte
+ * aligned rows and dI <= 128, one CTA of 128 threads per block. The block's
+ * rows (HP_TOK tokens at a time) go to shared memory by cp.async, every
+ * 16-byte load of the CTA in flight at once (hs_pool_bf16_kernel keeps ~16
+ * 4-byte loads per thread in flight, 64 threads per block), then thread d
+ * sums dimension d over the tokens in order: fp32 from 0, the bf16 values
+ * widened exactly, / true count, rounded to bf16 once: hs_pool_bf16_kernel's
+ * arithmetic, so the means are the same bit for bit. */
+#define HP_TOK 128
+__global__ void __launch_bounds__(128) hs_pool2_kernel(const __nv_bfloat16 *k, int64_t nb0,
+                                                       int64_t L, int dI, int64_t B,
+                                                       __nv_bfloat16 *out) {
+    __shared__ __align__(16) __nv_bfloat16 tile[HP_TOK * 128];
+    const int64_t b = blockIdx.x;
+    const int64_t s0 = b * B, s1 = min(s0 + B, L);
+    const int tid = threadIdx.x, cpr = dI / 8;
+    float acc = 0.f;
+    for (int64_t sa = s0; sa < s1; sa += HP_TOK) {
+        const int n = (int)min((int64_t)HP_TOK, s1 - sa);
+        __syncthreads(); /* the previous tile is summed */
+        for (int i = tid; i < n * cpr; i += 128) {
+            const int r = i / cpr, c = i - r * cpr;
+            la_sp_cp16z(tile + r * dI + c * 8, k + (sa + r) * nb0 + c * 8, 16);
+        }
+        asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
+        __syncthreads();
+        if (tid < dI) {
+#pragma unroll 16
+            for (int r = 0; r < n; r++) acc += __bfloat162float(tile[r * dI + tid]);
+        }
+    }
+    if (tid < dI) out[b * dI + tid] = __float2bfloat16_rn(acc / (float)(s1 - s0));
+}
+
+/* LA_CUDA_HISA_FAST1=1, bucketing in one launch (one CTA of 1024 threads)
+ * for n = T·m <= HB1_NMAX pairs and nb <= HB1_NBMAX blocks, instead of
+ * memset + hb_count_kernel + hb_scan_lpt_kernel + hb_fill_kernel: counts
+ * with shared-memory atomics, the longest-first slice table of
+ * hb_scan_lpt_kernel, list fill with shared cursors. Ranks without a block
+ * (-1) get their B columns -inf (as hb_count_kernel): up to HB1_NEG of them
+ * by the whole CTA at the end, any more by the thread that finds them. The
+ * lists equal the 4-kernel version's up to the order inside a list, which
+ * is arbitrary in both (atomic cursors) and changes no score. */
+#define HB1_NMAX (1 << 18)
+#define HB1_NBMAX 4096
+#define HB1_NEG 1024
+#define HB1_U 8 /* pairs per thread and round, loads first */
+__global__ void __launch_bounds__(1024) hb_bucket1_kernel(const int32_t *kept, int n, int m, int B,
+                                                          float *out, int64_t out_ld, int nb,
+                                                          int32_t *cnt_g, int32_t *boff_g,
+                                                          int32_t *list, int32_t *sl_blk,
+                                                          int32_t *sl_idx, int32_t *nsl) {
+    __shared__ int cnt[HB1_NBMAX], cur[HB1_NBMAX];
+    __shared__ int sa[1024], sn[1024];
+    __shared__ int rpos[HB_QS];
+    __shared__ int neg[HB1_NEG];
+    __shared__ int nneg;
+    const int tid = threadIdx.x;
+    for (int b = tid; b < nb; b += 1024) cnt[b] = 0;
+    if (tid < HB_QS) rpos[tid] = 0;
+    if (tid == 0) nneg = 0;
+    __syncthreads();
+    for (int e0 = 0; e0 < n; e0 += 1024 * HB1_U) {
+        int v[HB1_U];
+#pragma unroll
+        for (int u = 0; u < HB1_U; u++) {
+            const int e = e0 + u * 1024 + tid;
+            v[u] = e < n ? kept[e] : INT32_MAX;
+        }
+#pragma unroll
+        for (int u = 0; u < HB1_U; u++) {
+            const int e = e0 + u * 1024 + tid;
+            if (v[u] == INT32_MAX) continue;
+            if (v[u] >= 0) {
+                atomicAdd(&cnt[v[u]], 1);
+            } else {
+                const int p = atomicAdd(&nneg, 1);
+                if (p < HB1_NEG) {
+                    neg[p] = e;
+                } else {
+                    float *o = out + (int64_t)(e / m) * out_ld + (int64_t)(e % m) * B;
+                    for (int j = 0; j < B; j++) o[j] = -INFINITY;
+                }
+            }
+        }
+    }
+    __syncthreads();
+    /* hb_scan_lpt_kernel on the shared counts */
+    const int per = (nb + 1023) / 1024;
+    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
+    int c = 0, k = 0;
+    for (int b = b0; b < b1; b++) {
+        c += cnt[b];
+        k += cnt[b] / HB_QS;
+        if (cnt[b] % HB_QS) atomicAdd(&rpos[cnt[b] % HB_QS], 1);
+    }
+    sa[tid] = c;
+    sn[tid] = k;
+    __syncthreads();
+    for (int off = 1; off < 1024; off <<= 1) {
+        const int va = tid >= off ? sa[tid - off] : 0, vn = tid >= off ? sn[tid - off] : 0;
+        __syncthreads();
+        sa[tid] += va;
+        sn[tid] += vn;
+        __syncthreads();
+    }
+    if (tid == 0) {
+        int pos = sn[1023];
+        for (int r = HB_QS - 1; r >= 1; r--) {
+            const int q = rpos[r];
+            rpos[r] = pos;
+            pos += q;
+        }
+        *nsl = pos;
+    }
+    __syncthreads();
+    int pc = sa[tid] - c, pn = sn[tid] - k;
+    for (int b = b0; b < b1; b++) {
+        cnt_g[b] = cnt[b];
+        boff_g[b] = pc;
+        cur[b] = pc;
+        const int nf = cnt[b] / HB_QS, r = cnt[b] % HB_QS;
+        for (int i = 0; i < nf; i++) {
+            sl_blk[pn + i] = b;
+            sl_idx[pn + i] = i;
+        }
+        if (r) {
+            const int p = atomicAdd(&rpos[r], 1);
+            sl_blk[p] = b;
+            sl_idx[p] = nf;
+        }
+        pc += cnt[b];
+        pn += nf;
+    }
+    __syncthreads();
+    for (int e0 = 0; e0 < n; e0 += 1024 * HB1_U) {
+        int v[HB1_U];
+#pragma unroll
+        for (int u = 0; u < HB1_U; u++) {
+            const int e = e0 + u * 1024 + tid;
+            v[u] = e < n ? kept[e] : -1;
+        }
+#pragma unroll
+        for (int u = 0; u < HB1_U; u++)
+            if (v[u] >= 0) list[atomicAdd(&cur[v[u]], 1)] = e0 + u * 1024 + tid;
+    }
+    /* -inf columns of the collected ranks without a block: a warp per rank */
+    const int nn = min(nneg, HB1_NEG), wp = tid >> 5, ln = tid & 31;
+    for (int i = wp; i < nn; i += 32) {
+        const int e = neg[i];
+        float *o = out + (int64_t)(e / m) * out_ld + (int64_t)(e % m) * B;
+        for (int j = ln; j < B; j += 32) o[j] = -INFINITY;
+    }
+}
+
 /* counts per block; ranks without a block (-1) get their B columns -inf */
 __global__ void hb_count_kernel(const int32_t *kept, int64_t n, int64_t m, int64_t B, float *out,
                                 int64_t out_ld, int32_t *cnt) {
@@ -579,10 +985,32 @@ struct hs_timer {
     }
 };
 
-/* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel) */
+/* LA_CUDA_HISA_FAST1=1 (read per call; opt-in): stage 1 and the bucketing
+ * on fewer / leaner launches: hs_pool2_kernel, block scores on hb2_kernel
+ * (DENSE), hb_bucket1_kernel (where their conditions hold; the default
+ * kernels otherwise). */
+static bool hs_fast1(void) {
+    const char *e = getenv("LA_CUDA_HISA_FAST1");
+    return e && atoi(e) == 1;
+}
+/* LA_CUDA_HISA_LEAN=1 (read per call; opt-in): the default stage-2 path
+ * ("pipe", unset LA_CUDA_HISA_PATH) and the fp8 route's stage 2 run on the
+ * lean kernels (hb2_kernel<2 or 1, false>); LA_CUDA_HISA_PATH=pipe2 is the
+ * same for bf16 (kept separate so that a test that iterates
+ * LA_CUDA_HISA_PATH over its own list runs its default cases lean). */
+static bool hs_lean_env(void) {
+    const char *e = getenv("LA_CUDA_HISA_LEAN");
+    if (e && atoi(e) == 1) return true;
+    const char *p = getenv("LA_CUDA_HISA_PATH");
+    return p && !strcmp(p, "pipe2");
+}
+
+/* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel);
+ * lean: hb2_kernel (pipelined, longest first) for bf16 and fp8; fast1: the
+ * one-launch bucketing where it applies */
 static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_timer &tm,
                            cudaStream_t s, bool fp8 = false, const float *ks = nullptr,
-                           int64_t ks_nb = 0) {
+                           int64_t ks_nb = 0, bool lean = false, bool fast1 = false) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -591,17 +1019,23 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
     LA_TRY(la_cu_ws_alloc(&lw, bytes, s, "HISA block-major query lists"));
     int32_t *cnt = (int32_t *)lw.p, *boff = cnt + nb, *cur = boff + nb, *nsl = cur + nb;
     int32_t *list = nsl + 1, *sl_blk = list + npairs, *sl_idx = sl_blk + slmax;
-    LA_CU(cudaMemsetAsync(cnt, 0, (size_t)nb * 4, s));
-    const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
-    hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
-    LA_CU_LAUNCH("hisa block lists (count)");
-    if (lpt)
-        hb_scan_lpt_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
-    else
-        hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
-    LA_CU_LAUNCH("hisa block lists (scan)");
-    hb_fill_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, cur, list);
-    LA_CU_LAUNCH("hisa block lists (fill)");
+    if (fast1 && (lpt || lean) && npairs <= HB1_NMAX && nb <= HB1_NBMAX) {
+        hb_bucket1_kernel<<<1, 1024, 0, s>>>(a.blocks, (int)npairs, (int)a.m, a.B, a.out, a.out_ld,
+                                             (int)nb, cnt, boff, list, sl_blk, sl_idx, nsl);
+        LA_CU_LAUNCH("hisa block lists (one launch)");
+    } else {
+        LA_CU(cudaMemsetAsync(cnt, 0, (size_t)nb * 4, s));
+        const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
+        hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
+        LA_CU_LAUNCH("hisa block lists (count)");
+        if (lpt || lean)
+            hb_scan_lpt_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+        else
+            hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+        LA_CU_LAUNCH("hisa block lists (scan)");
+        hb_fill_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, cur, list);
+        LA_CU_LAUNCH("hisa block lists (fill)");
+    }
     hb_lists h;
     h.list = list;
     h.boff = boff;
@@ -612,7 +1046,15 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
     h.m = (int32_t)a.m;
     LA_TRY(tm.mark("bucket", s));
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
-    if (fp8) { /* hb8_kernel: e4m3, always the pipelined loop (lpt as the caller asks) */
+    if (lean && fp8) {
+        LA_CU(cudaFuncSetAttribute(hb2_kernel<1, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   hb2_cfg<1>::SMEM));
+        hb2_kernel<1, false><<<grid, HB_THREADS, hb2_cfg<1>::SMEM, s>>>(a, h, ks, ks_nb, 0);
+    } else if (lean) {
+        LA_CU(cudaFuncSetAttribute(hb2_kernel<2, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   hb2_cfg<2>::SMEM));
+        hb2_kernel<2, false><<<grid, HB_THREADS, hb2_cfg<2>::SMEM, s>>>(a, h, nullptr, 0, 0);
+    } else if (fp8) { /* hb8_kernel: e4m3, always the pipelined loop (lpt as the caller asks) */
         LA_CU(cudaFuncSetAttribute(hb8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    hb_cfg<1>::SMEM_PIPE));
         hb8_kernel<<<grid, HB_THREADS, hb_cfg<1>::SMEM_PIPE, s>>>(a, h, ks, ks_nb);
@@ -649,9 +1091,11 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
  * Any other value is the default. All give the same scores bit for bit
  * (same fragments, k-step order and epilogue), hence the same indices
  * (checked by test_cuda_sparse and the bench: 0 indices differ). */
-enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD };
+enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD, HS_PIPE2 };
 static hs_path hs_path_of(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
+    /* "pipe2" or LA_CUDA_HISA_LEAN=1 on the default: hb2_kernel (lean) */
+    if (hs_lean_env() && (!e || !strcmp(e, "pipe") || !strcmp(e, "pipe2"))) return HS_PIPE2;
     if (!e) return HS_PIPE;
     if (!strcmp(e, "old")) return HS_OLD;
     if (!strcmp(e, "block")) return HS_BLOCK;
@@ -666,6 +1110,7 @@ static const char *hs_path_name(hs_path p) {
     case HS_PIPE_GRID: return "pipe_grid";
     case HS_BLOCK_LPT: return "block_lpt";
     case HS_BLOCK: return "block";
+    case HS_PIPE2: return "pipe2";
     default: return "pipe";
     }
 }
@@ -674,12 +1119,59 @@ static const char *hs_path_name(hs_path p) {
  * exact kernel for other dtypes and shapes; all inputs with
  * LA_CUDA_HISA_PATH=old). */
 static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs_timer &tm,
-                                     cudaStream_t s) {
+                                     cudaStream_t s, bool fast1) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (path != HS_OLD && hb_ok(a))
-        return hb_launch(a, path == HS_PIPE || path == HS_PIPE_GRID,
-                         path == HS_PIPE || path == HS_BLOCK_LPT, tm, s);
+        return hb_launch(a, path == HS_PIPE || path == HS_PIPE_GRID || path == HS_PIPE2,
+                         path == HS_PIPE || path == HS_BLOCK_LPT || path == HS_PIPE2, tm, s, false,
+                         nullptr, 0, path == HS_PIPE2, fast1);
     return la_sp_scores(a, s);
+}
+
+/* Whether hb2_kernel<2, true> takes the block-score views: bf16 q (16-byte
+ * aligned rows, contiguous along dI) and block means (contiguous rows), HI =
+ * 64, dI = 128, dense (no gather), nb <= INT32_MAX. */
+static bool hb2_dense_ok(const la_sp_score_args &a) {
+    if (a.q_dt != LA_BF16 || a.k_dt != LA_BF16 || a.HI != HB_HI || a.dI != HB_DI || a.blocks)
+        return false;
+    if (a.q_nb2 != 1 || a.q_nb1 % 8 || a.q_nb0 % 8 || ((uintptr_t)a.q & 15)) return false;
+    if (a.k_nb1 != 1 || a.k_nb0 % 8 || ((uintptr_t)a.k & 15)) return false;
+    return a.ncols == a.Lk && a.Lk >= 1 && a.Lk <= (int64_t)INT32_MAX && a.T >= 1 &&
+           la_cu_cdiv(a.Lk, HB_ROWS) <= 65535;
+}
+/* Block scores (stage 1) on hb2_kernel<2, true>: the nb block means as the
+ * keys of one block (a.B = nb), out[t·out_ld + b]; queries per CTA chosen as
+ * v2_launch does (fewest waves x (chunks + 2) over 2 CTAs per SM). */
+static la_status hb2_dense_launch(la_sp_score_args a, cudaStream_t s) {
+    a.B = (int)a.Lk;
+    int dev = 0, nsm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || nsm < 1) {
+        cudaGetLastError();
+        nsm = 132;
+    }
+    const int64_t ntiles = la_cu_cdiv(a.Lk, HB_ROWS);
+    static const int cand[] = {64, 48, 32, 24, 16, 8, 4, 2};
+    int qs = 2;
+    double best = 1e300;
+    for (int qc : cand) {
+        if (la_cu_cdiv(a.T, qc) > (int64_t)INT32_MAX) continue;
+        const int64_t ctas = ntiles * la_cu_cdiv(a.T, qc);
+        const double waves = (double)la_cu_cdiv(ctas, 2 * (int64_t)nsm);
+        const double cost = waves * (double)(la_cu_cdiv(qc < a.T ? qc : a.T, HB_NQ) + 2);
+        if (cost < best - 1e-9) {
+            best = cost;
+            qs = qc;
+        }
+    }
+    hb_lists h;
+    memset(&h, 0, sizeof h);
+    dim3 grid((unsigned)la_cu_cdiv(a.T, qs), (unsigned)ntiles);
+    LA_CU(cudaFuncSetAttribute(hb2_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               hb2_cfg<2>::SMEM));
+    hb2_kernel<2, true><<<grid, HB_THREADS, hb2_cfg<2>::SMEM, s>>>(a, h, nullptr, 0, qs);
+    LA_CU_LAUNCH("hisa block scores (wgmma)");
+    return LA_OK;
 }
 
 /* Stage 1 after pooling: block scores of ab's queries and weights over the
@@ -689,7 +1181,7 @@ static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs
  * fp8 one. */
 static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt, int64_t nb,
                                 int64_t B, int64_t mk, la_cu_ws *bsw, la_cu_ws *keptw,
-                                hs_timer &tm, cudaStream_t s) {
+                                hs_timer &tm, cudaStream_t s, bool fast1 = false) {
     const int64_t T = ab.T;
     size_t bytes;
     LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
@@ -704,7 +1196,10 @@ static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt
     ab.ncols = nb;
     ab.out = (float *)bsw->p;
     ab.out_ld = nb;
-    LA_TRY(la_sp_scores(ab, s));
+    if (fast1 && hb2_dense_ok(ab))
+        LA_TRY(hb2_dense_launch(ab, s));
+    else
+        LA_TRY(la_sp_scores(ab, s));
     LA_TRY(tm.mark("blockscores", s));
     LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
     LA_TRY(la_cu_ws_alloc(keptw, bytes, s, "kept blocks"));
@@ -799,6 +1294,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
                       (long long)p->topk, LA_SP_TOPK_MAX);
     if (T == 0) return LA_OK;
     const hs_path path = hs_path_of();
+    const bool fast1 = hs_fast1();
     hs_timer tm;
     tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
     LA_TRY(tm.mark("start", s));
@@ -812,7 +1308,11 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     {
         dim3 grid((unsigned)la_cu_cdiv(dI, 128), (unsigned)nb);
         if (nb > 65535) return la_err(LA_ERR_UNSUPPORTED, "%s: %lld blocks exceed the grid", op, (long long)nb);
-        if (bf && a.k_nb1 == 1 && a.k_nb0 % 2 == 0 && dI % 2 == 0 && ((uintptr_t)a.k & 3) == 0) {
+        if (fast1 && bf && a.k_nb1 == 1 && a.k_nb0 % 8 == 0 && dI % 8 == 0 && dI <= 128 &&
+            ((uintptr_t)a.k & 15) == 0) {
+            hs_pool2_kernel<<<(unsigned)nb, 128, 0, s>>>((const __nv_bfloat16 *)a.k, a.k_nb0, L,
+                                                          (int)dI, B, (__nv_bfloat16 *)kbw.p);
+        } else if (bf && a.k_nb1 == 1 && a.k_nb0 % 2 == 0 && dI % 2 == 0 && ((uintptr_t)a.k & 3) == 0) {
             dim3 g2((unsigned)la_cu_cdiv(dI / 2, 64), (unsigned)nb);
             hs_pool_bf16_kernel<<<g2, 64, 0, s>>>((const __nv_bfloat16 *)a.k, a.k_nb0, L, dI, B,
                                                    (__nv_bfloat16 *)kbw.p);
@@ -823,7 +1323,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     }
     LA_TRY(tm.mark("pool", s));
     /* 2. block scores (block units, forced ends), top-m */
-    LA_TRY(hs_keep_blocks(a, kbw.p, kb_dt, nb, B, mk, &bsw, &keptw, tm, s));
+    LA_TRY(hs_keep_blocks(a, kbw.p, kb_dt, nb, B, mk, &bsw, &keptw, tm, s, fast1));
 
     if (blocksparse) {
         hs_blocksparse_kernel<<<(unsigned)T, 128, 0, s>>>((const int32_t *)keptw.p, mk, a.range, B,
@@ -847,10 +1347,12 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hs_candidate_scores(ac, path, tm, s));
+    LA_TRY(hs_candidate_scores(ac, path, tm, s, fast1));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
-    LA_TRY(tm.report(op, hs_path_name(path), T, L));
+    char pname[32];
+    snprintf(pname, sizeof pname, "%s%s", hs_path_name(path), fast1 ? "+fast1" : "");
+    LA_TRY(tm.report(op, pname, T, L));
     la_err_clear();
     return LA_OK;
 }
@@ -1020,7 +1522,8 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ab.w_dt = LA_F32;
     ab.w_nb0 = HI;
     ab.w_nb1 = 1;
-    LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, tm, s));
+    const bool fast1 = hs_fast1(), lean = hs_lean_env();
+    LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, tm, s, fast1));
     /* 3. candidate scores on the e4m3 rows (hb8_kernel), token top-k */
     const int64_t nc = mk * B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nc * 4, &bytes, "candidate scores"));
@@ -1033,10 +1536,10 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb));
+    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb, lean, fast1));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
-    LA_TRY(tm.report("hisa", "fp8wg", T, L));
+    LA_TRY(tm.report("hisa", lean ? (fast1 ? "fp8wg2+fast1" : "fp8wg2") : (fast1 ? "fp8wg+fast1" : "fp8wg"), T, L));
     la_err_clear();
     return LA_OK;
 }
@@ -1093,7 +1596,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     a.out = out;
     a.out_ld = nb * B;
     hs_timer tm;
-    LA_TRY(hb_launch(a, true, true, tm, s, true, ks, ks_nb));
+    LA_TRY(hb_launch(a, true, true, tm, s, true, ks, ks_nb, hs_lean_env()));
     LA_CU(cudaStreamSynchronize(s));
     la_err_clear();
     return LA_OK;
