@@ -1,11 +1,14 @@
 /* Row-wise exact top-k on the GPU (SPEC §6 ordering): descending score, ties
  * to the lower token index, -1 padding; -inf (and NaN) are not candidates.
  *
- * Three kernels: tb_kernel (default, described before it below), the
- * previous tk_kernel_old (LA_CUDA_TOPK_PATH=old, kept for A/B timing and as
- * the reference the new one replaced) and t3_kernel (LA_CUDA_TOPK_PATH=v3,
- * tb_kernel's algorithm with more rows in flight per SM; at the end). All
- * order keys the same way.
+ * Two kernels: t3_kernel (the default: a sampled threshold, one filtering
+ * pass and a counting-sort ordering; the algorithm is described before the
+ * tb_ helpers below, the changes of this version before t3_kernel) and the
+ * first one, tk_kernel_old (LA_CUDA_TOPK_PATH=old: A/B timing, and an
+ * independent exact reference for the tests). Both order keys the same way.
+ * (The second kernel, tb_kernel, ran the same algorithm at 3 CTAs per SM:
+ * 0.198 ms at 1024 x 64K on the H200 against 0.152 ms for t3_kernel, same
+ * indices; removed.)
  *
  * tk_kernel_old: one CTA per row, a radix select over a 64-bit composite key
  *     key = sortable(score) << 32 | ~token
@@ -382,16 +385,17 @@ __global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
 }
 
 /* ======================================================================== */
-/* Top-k, default path ("v2"): 256 threads, 3 CTAs per SM.                   */
+/* The sampled-threshold top-k (256 threads; t3_kernel at the end runs it).  */
 /*                                                                            */
 /* Phase A puts a superset of the row's top kk keys into shared memory       */
-/* (cand, at most TB_CAP keys):                                               */
-/*  - rows of at most TB_CAP columns: every valid key (one pass);             */
+/* (cand, at most CAP keys; the numbers below are the first version's, CAP = */
+/* 6144: t3_kernel's are before it):                                          */
+/*  - rows of at most CAP columns: every valid key (one pass);                */
 /*  - longer rows: 4096 sampled keys (512 groups of 8 adjacent columns: one   */
 /*    32-byte sector each) give a threshold tau with about 1.5k + 512 keys    */
 /*    of the row above it; one pass appends every key >= tau, warp-aggregated */
 /*    (one shared atomic per warp per 16 columns per thread). If fewer than k */
-/*    or more than TB_CAP keys pass, the radix passes of the old kernel       */
+/*    or more than CAP keys pass, the radix passes of the old kernel          */
 /*    (below) narrow the k-th key's bin over the row instead.                 */
 /* Phase B orders the kk largest candidates without a sorting network: a     */
 /* counting sort on an 11-bit digit of (key - min) (the digit's shift makes  */
@@ -410,19 +414,15 @@ __global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
 /* ======================================================================== */
 #define TB_THREADS 256
 #define TB_WARPS (TB_THREADS / 32)
-#define TB_CAP 6144                        /* candidate keys in shared memory */
 #define TB_LIMIT 48                        /* largest bucket ranked by counting */
 #define TB_TMP (LA_SP_TOPK_MAX + TB_LIMIT) /* scatter target; also holds the samples */
 #define TB_GROUPS 512                      /* sample groups of 8 adjacent columns */
 #define TB_SAMPLES (TB_GROUPS * 8)
 #define TB_ULO 0x00800000u  /* fkey(-FLT_MAX): smaller keys are -inf or NaN */
 #define TB_UINF 0xFF800000u /* fkey(+inf): larger keys are NaN */
-#define TB_SMEM ((TB_CAP + TB_TMP) * sizeof(uint64_t))
 #define TB_FULL 0xffffffffu
 
 static_assert(TB_SAMPLES * sizeof(uint32_t) <= TB_TMP * sizeof(uint64_t), "samples fit in tmp");
-static_assert(TB_CAP + TB_TMP >= 8192, "the bitonic fallback pads TB_CAP keys to 8192");
-static_assert(TB_CAP < 65536, "bucket start and count are packed in 16 bits each");
 
 /* Exclusive block scan of one value per thread; the block total in tot. */
 __device__ __forceinline__ uint32_t tb_excl_scan(uint32_t v, uint32_t *wt, uint32_t &tot) {
@@ -600,282 +600,6 @@ __device__ __forceinline__ uint32_t tb_digit(uint64_t key, uint64_t mn, int sh) 
     return d < 2047 ? (uint32_t)d : 2047u; /* +inf keys beyond the finite max: top bucket */
 }
 
-template <bool GATHER>
-__global__ void __launch_bounds__(TB_THREADS, 3) tb_kernel(la_sp_topk_args a) {
-    extern __shared__ uint64_t tb_keys[]; /* cand [TB_CAP] then tmp [TB_TMP] */
-    __shared__ uint32_t hist[2048];
-    __shared__ uint32_t wt[TB_WARPS];
-    __shared__ uint64_t ra[TB_WARPS], rb[TB_WARPS];
-    __shared__ uint32_t s_n, s_bin, s_above, s_E, s_hib;
-    uint64_t *cand = tb_keys, *tmp = tb_keys + TB_CAP;
-
-    const int tid = threadIdx.x;
-    const int64_t r = blockIdx.x;
-    int64_t lo = 0, hi = a.L;
-    if (a.use_range) la_sp_row_range(a.range, r, &lo, &hi);
-    const float *row = a.scores + r * a.ld;
-    const int32_t *blocks = GATHER ? a.blocks + r * a.blocks_ld : nullptr;
-    int32_t *out = a.out + r * a.out_ld;
-    auto tok = [&](int64_t p) { return tk_token<GATHER>(blocks, a.B, p); };
-    const int64_t nrow = hi > lo ? hi - lo : 0;
-    const uint32_t k = (uint32_t)a.k;
-    uint32_t nc = 0, kk = 0;
-    bool have = false;
-
-    /* ---- phase A ---- */
-    if (tid == 0) s_n = 0;
-    if (nrow <= TB_CAP) {
-        __syncthreads();
-        tb_filter<TB_CAP>(row, a.cs, lo, hi, TB_ULO, tok, cand, &s_n);
-        __syncthreads();
-        nc = s_n;
-        kk = min(nc, k);
-        have = true;
-    } else {
-        uint32_t *samp = (uint32_t *)tmp;
-        for (int g = tid; g < TB_GROUPS; g += TB_THREADS) {
-            int64_t p = lo + (int64_t)g * (nrow - 8) / (TB_GROUPS - 1);
-            if (a.cs == 1) { /* start the group on a 32-byte sector */
-                p -= (int64_t)(((uintptr_t)(row + p) >> 2) & 7);
-                if (p < lo) p += 8;
-            }
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const uint32_t u = tk_fkey(row[(p + j) * a.cs]);
-                samp[g * 8 + j] = tb_in(u, TB_ULO) ? u : 0u;
-            }
-        }
-        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
-        __syncthreads();
-        uint32_t nv = 0;
-        for (int i = tid; i < TB_SAMPLES; i += TB_THREADS) {
-            const uint32_t u = samp[i];
-            if (u) {
-                atomicAdd(&hist[u >> 21], 1u);
-                nv++;
-            }
-        }
-        nv = tb_sum(nv, wt);
-        /* sample rank rs: ~1.5k + 512 keys of the row above it (4 sigma of
-         * the sampling error inside [k, TB_CAP] for every k <= 2048) */
-        const uint32_t rs = (uint32_t)(((double)k * 1.5 + 512.0) * TB_SAMPLES / (double)nrow) + 1;
-        if (rs < nv) {
-            tb_find_bin(hist, 2048, rs, wt, &s_bin, &s_above);
-            const uint32_t b1 = s_bin, r2 = rs - s_above;
-            for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
-            __syncthreads();
-            for (int i = tid; i < TB_SAMPLES; i += TB_THREADS) {
-                const uint32_t u = samp[i];
-                if (u && (u >> 21) == b1) atomicAdd(&hist[(u >> 10) & 2047u], 1u);
-            }
-            __syncthreads();
-            tb_find_bin(hist, 2048, r2, wt, &s_bin, &s_above);
-            const uint32_t tau = (b1 << 21) | (s_bin << 10);
-            tb_filter<TB_CAP>(row, a.cs, lo, hi, max(tau, TB_ULO), tok, cand, &s_n);
-            __syncthreads();
-            const uint32_t nin = s_n;
-            if (nin >= k && nin <= TB_CAP) {
-                nc = nin;
-                kk = k;
-                have = true;
-            }
-        }
-    }
-    if (!have) {
-        /* radix passes over the row: narrow the k-th key's bin until the bin
-         * and every key above it fit in shared memory, then collect them */
-        uint64_t prefix = 0, mask = 0;
-        uint32_t need = 0;
-        const int shifts[6] = {53, 42, 31, 20, 9, 0};
-        const int widths[6] = {11, 11, 11, 11, 11, 9};
-        for (int pass = 0; pass < 6; pass++) {
-            const int sh = shifts[pass], nbins = 1 << widths[pass];
-            for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
-            __syncthreads();
-            const uint64_t pm = mask, pp = prefix;
-            const bool score_digit = sh >= 32;
-            const uint32_t pm32 = (uint32_t)(pm >> 32), pp32 = (uint32_t)(pp >> 32);
-            tk_scan(row, a.cs, lo, hi, [&](int64_t p, float f) {
-                if (!tk_valid(f)) return;
-                uint32_t bin;
-                if (score_digit) {
-                    const uint32_t u = tk_fkey(f);
-                    if ((u & pm32) != pp32) return;
-                    bin = (u >> (sh - 32)) & (uint32_t)(nbins - 1);
-                } else {
-                    const uint64_t key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
-                    if ((key & pm) != pp) return;
-                    bin = (uint32_t)(key >> sh) & (uint32_t)(nbins - 1);
-                }
-                const uint32_t peers = __match_any_sync(__activemask(), bin);
-                if ((threadIdx.x & 31) == (__ffs(peers) - 1)) atomicAdd(&hist[bin], __popc(peers));
-            });
-            __syncthreads();
-            if (pass == 0) {
-                uint32_t tot = 0;
-                for (int i = tid; i < 2048; i += TB_THREADS) tot += hist[i];
-                tot = tb_sum(tot, wt);
-                kk = min(tot, k);
-                need = kk;
-                if (kk == 0) break;
-            }
-            tb_find_bin(hist, nbins, need, wt, &s_bin, &s_above);
-            const uint32_t bin = s_bin;
-            need -= s_above;
-            prefix |= (uint64_t)bin << sh;
-            mask |= (uint64_t)(nbins - 1) << sh;
-            const uint32_t cnt = hist[bin];
-            __syncthreads(); /* hist is cleared at the next pass */
-            if ((kk - need) + cnt <= TB_CAP) break;
-        }
-        if (kk > 0) {
-            if (tid == 0) s_n = 0;
-            __syncthreads();
-            const uint64_t pm = mask, pp = prefix;
-            const int lane = tid & 31;
-            tk_scan(row, a.cs, lo, hi, [&](int64_t p, float f) {
-                bool in = false;
-                uint64_t key = 0;
-                if (tk_valid(f)) {
-                    key = ((uint64_t)tk_fkey(f) << 32) | (uint32_t)~tok(p);
-                    in = (key & pm) >= pp; /* in the bin or above it */
-                }
-                const unsigned am = __activemask();
-                const unsigned bi = __ballot_sync(am, in);
-                if (!bi) return;
-                const int leader = __ffs(am) - 1;
-                uint32_t b0 = 0;
-                if (lane == leader) b0 = atomicAdd(&s_n, (uint32_t)__popc(bi));
-                b0 = __shfl_sync(am, b0, leader) + __popc(bi & ((1u << lane) - 1u));
-                if (in && b0 < TB_CAP) cand[b0] = key;
-            });
-            __syncthreads();
-            nc = min(s_n, (uint32_t)TB_CAP);
-        }
-    }
-    if (kk == 0) {
-        for (int64_t i = tid; i < a.k; i += TB_THREADS) out[i * a.out_cs] = -1;
-        return;
-    }
-
-    /* ---- phase B: the kk largest of cand[0..nc), in order ---- */
-    uint64_t thr = 0, mn = 0; /* region: keys >= thr; digit base mn */
-    uint64_t cap = ~0ull;     /* digit range ends here; larger keys share bucket 2047 */
-    int sh = 0;
-    const uint32_t outl = min(kk, 16u);
-    bool ok = false;
-    for (int lvl = 0; lvl < 3; lvl++) {
-        uint64_t lmn = ~0ull, lmx = 0;
-        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
-            const uint64_t key = cand[i];
-            if (key >= thr) {
-                lmn = min(lmn, key);
-                if ((uint32_t)(key >> 32) != TB_UINF) lmx = max(lmx, key);
-            }
-        }
-        for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;
-        tb_minmax64(lmn, lmx, ra, rb); /* barriers: hist cleared too */
-        lmx = min(lmx, cap);
-        mn = lmn;
-        const uint64_t range = lmx > lmn ? lmx - lmn : 0;
-        sh = range >= 2048 ? 53 - __clzll((long long)range) : 0; /* range >> sh < 2048 */
-        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
-            const uint64_t key = cand[i];
-            if (key >= thr) atomicAdd(&hist[tb_digit(key, mn, sh)], 1u);
-        }
-        __syncthreads();
-        /* buckets in descending order: start = keys in higher buckets; the
-         * boundary bucket holds rank kk-1; hist[b] = count << 16 | start */
-        uint32_t c[8], loc = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            c[j] = hist[2047 - 8 * tid - j];
-            loc += c[j];
-        }
-        uint32_t tot;
-        uint32_t cum = tb_excl_scan(loc, wt, tot);
-        uint32_t mb = 0;
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const uint32_t bin = 2047 - 8 * tid - j;
-            if (cum < kk) {
-                mb = max(mb, c[j]);
-                if (cum + c[j] >= kk) {
-                    s_bin = bin;
-                    s_E = cum + c[j];
-                }
-                if (cum < outl && cum + c[j] >= outl) s_hib = bin;
-            }
-            hist[bin] = (c[j] << 16) | cum;
-            cum += c[j];
-        }
-        mb = tb_max(mb, wt); /* barriers: s_bin, s_E, hist visible */
-        if (mb <= TB_LIMIT) {
-            ok = true;
-            break;
-        }
-        const uint32_t b = s_bin;
-        if (b == 0 && s_hib == 2047) break; /* neither end of the range can move */
-        /* next level: the keys from the k-th key's bucket up to the bucket
-         * of rank 16 (fewer than 16 keys above it, e.g. far outliers, share
-         * the clamped top bucket): digits over a narrower range */
-        thr = mn + ((uint64_t)b << sh);
-        cap = mn + ((uint64_t)(s_hib + 1) << sh) - 1;
-    }
-    if (ok) {
-        const uint32_t b0 = s_bin, E = s_E;
-        for (uint32_t i = tid; i < nc; i += TB_THREADS) {
-            const uint64_t key = cand[i];
-            if (key < thr) continue;
-            const uint32_t d = tb_digit(key, mn, sh);
-            if (d >= b0) tmp[atomicAdd(&hist[d], 1u) & 0xFFFFu] = key;
-        }
-        __syncthreads();
-        /* hist[d] = count << 16 | end; rank = start + larger bucket mates */
-        int32_t *ob = (int32_t *)cand;
-        for (uint32_t i = tid; i < E; i += TB_THREADS) {
-            const uint64_t key = tmp[i];
-            const uint32_t h = hist[tb_digit(key, mn, sh)];
-            const uint32_t end = h & 0xFFFFu, st = end - (h >> 16);
-            uint32_t rk = st;
-            for (uint32_t j = st; j < end; j++) rk += tmp[j] > key;
-            if (rk < kk) ob[rk] = (int32_t)~(uint32_t)key;
-        }
-        __syncthreads();
-        for (int64_t i = tid; i < a.k; i += TB_THREADS) out[i * a.out_cs] = i < (int64_t)kk ? ob[i] : -1;
-        return;
-    }
-    /* fallback: bitonic sort of all nc candidates, descending */
-    uint32_t n2 = 1;
-    while (n2 < nc) n2 <<= 1;
-    for (uint32_t i = nc + tid; i < n2; i += TB_THREADS) tb_keys[i] = 0;
-    __syncthreads();
-    for (uint32_t size = 2; size <= n2; size <<= 1) {
-        for (uint32_t stride = size >> 1; stride > 0; stride >>= 1) {
-            for (uint32_t i = tid; i < n2 / 2; i += TB_THREADS) {
-                const uint32_t pos = 2 * i - (i & (stride - 1));
-                const uint64_t x = tb_keys[pos], y = tb_keys[pos + stride];
-                const bool desc = (pos & size) == 0;
-                if ((x < y) == desc) {
-                    tb_keys[pos] = y;
-                    tb_keys[pos + stride] = x;
-                }
-            }
-            __syncthreads();
-        }
-    }
-    for (int64_t i = tid; i < a.k; i += TB_THREADS)
-        out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tb_keys[i] : -1;
-}
-
-/* The v3 kernel's copies of tb_kernel's radix fallback and phase B, with
- * the capacity as a parameter. tb_kernel keeps its inline text: calling
- * these from it changed its PTX (register numbering, local-memory tables),
- * and its PTX is to stay identical. */
-/* Phase A's fallback: radix passes over the row narrow the k-th key's bin
- * until the bin and every key above it fit in CAP keys, then one more pass
- * collects them into cand. Sets kk = min(valid keys, k); returns the number
- * collected (0 when kk = 0). */
 template <uint32_t CAP, typename TOK>
 __device__ __forceinline__ uint32_t tb_radix_collect(const float *row, int64_t cs, int64_t lo, int64_t hi,
                                                      uint32_t k, TOK &tok, uint64_t *cand, uint32_t *hist,
@@ -1074,8 +798,8 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 }
 
 /* ======================================================================== */
-/* Top-k v3 (LA_CUDA_TOPK_PATH=v3): tb_kernel's algorithm with more rows in  */
-/* flight and fewer, shorter memory round trips per row.                     */
+/* Top-k v3 (t3_kernel, the default): the algorithm above with more rows in */
+/* flight and fewer, shorter memory round trips per row than tb_kernel had. */
 /* tb_kernel is latency-bound, not bandwidth- or issue-bound: 1024 x 64K     */
 /* takes 0.198 ms = 77 us per CTA (2.6 waves of 3 CTAs/SM), where a fair     */
 /* share of 4.2 TB/s needs ~24 us, and 1024 x 8K rows that sit in L2 still   */
@@ -1100,8 +824,8 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 /*    loads together (16 KB per CTA per round trip), and prefetches into L2  */
 /*    the step pfd ahead; the first pfd steps are prefetched before the      */
 /*    sampling, whose round trip and barriers they overlap. pfd =            */
-/*    LA_CUDA_TOPK_PF (default 3: 48 KB ahead, 528 CTAs x 48 KB = 25 MB of   */
-/*    the 50 MB L2; 0 = off).                                                */
+/*    LA_CUDA_TOPK_PF (default 0 = off: on the H200, 1024 x 64K took 0.152   */
+/*    ms without it, 0.160 / 0.175 ms with 3 / 6 steps of 48 / 96 KB).       */
 /* Everything else (strided rows' filter, the radix fallback, phase B) is    */
 /* tb_kernel's code with the capacity T3_CAP. Keys are unique (score << 32   */
 /* | ~token) and phase B orders whatever superset of the top k it is given,  */
@@ -1110,9 +834,10 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 #define T3_BUF 6112                 /* dynamic buffer in keys: 4 CTAs/SM with hist */
 #define T3_CAP (T3_BUF - TB_TMP)    /* candidate keys (4016); tmp follows them */
 #define T3_SMEM (T3_BUF * sizeof(uint64_t))
-#define T3_PF_DEFAULT 3
+#define T3_PF_DEFAULT 0 /* H200, 1024 x 64K: pf 0 0.152 ms, 3 0.160, 6 0.175 */
 
 static_assert(T3_CAP >= 4000, "candidate capacity");
+static_assert(T3_CAP < 65536, "bucket start and count are packed in 16 bits each");
 static_assert(4096 <= T3_BUF, "the bitonic fallback pads T3_CAP keys to 4096");
 static_assert(1024 * 8 * sizeof(uint32_t) <= T3_SMEM, "8192 samples fit in the buffer");
 static_assert(1024 <= 4 * TB_THREADS, "at most 4 sample groups per thread");
@@ -1298,15 +1023,12 @@ __global__ void __launch_bounds__(TB_THREADS, 4) t3_kernel(la_sp_topk_args a, in
     tb_order_out(t3_keys, tmp, nc, kk, hist, wt, ra, rb, &s_bin, &s_E, &s_hib, out, a.k, a.out_cs);
 }
 
-/* LA_CUDA_TOPK_PATH=old selects the previous kernel (A/B timing), =v3 the
- * v3 kernel; read per call so a benchmark or test can switch it. */
+/* LA_CUDA_TOPK_PATH=old selects the first kernel (tk_kernel_old: A/B timing
+ * and an independent exact reference for the tests); read per call so a
+ * benchmark or test can switch it. */
 static bool tk_use_old(void) {
     const char *e = getenv("LA_CUDA_TOPK_PATH");
     return e && !strcmp(e, "old");
-}
-static bool tk_use_v3(void) {
-    const char *e = getenv("LA_CUDA_TOPK_PATH");
-    return e && !strcmp(e, "v3");
 }
 /* v3's prefetch distance in filter steps of 16 KB (LA_CUDA_TOPK_PF, 0..16) */
 static int tk_v3_pf(void) {
@@ -1321,7 +1043,7 @@ static la_status tk_launch_v3(const la_sp_topk_args &a, cudaStream_t s) {
     LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared));
     t3_kernel<GATHER><<<(unsigned)a.R, TB_THREADS, T3_SMEM, s>>>(a, tk_v3_pf());
-    LA_CU_LAUNCH("topk (v3)");
+    LA_CU_LAUNCH("topk");
     return LA_OK;
 }
 
@@ -1348,18 +1070,7 @@ la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
         LA_CU_LAUNCH("topk (old)");
         return LA_OK;
     }
-    if (tk_use_v3()) return a.blocks ? tk_launch_v3<true>(a, s) : tk_launch_v3<false>(a, s);
-    if (a.blocks) {
-        LA_CU(cudaFuncSetAttribute(tb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)TB_SMEM));
-        tb_kernel<true><<<(unsigned)a.R, TB_THREADS, TB_SMEM, s>>>(a);
-    } else {
-        LA_CU(cudaFuncSetAttribute(tb_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)TB_SMEM));
-        tb_kernel<false><<<(unsigned)a.R, TB_THREADS, TB_SMEM, s>>>(a);
-    }
-    LA_CU_LAUNCH("topk");
-    return LA_OK;
+    return a.blocks ? tk_launch_v3<true>(a, s) : tk_launch_v3<false>(a, s);
 }
 
 extern "C" la_status la_topk_cuda(const la_tensor *scores, la_tensor *idx, la_context *ctx) {

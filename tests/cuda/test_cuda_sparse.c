@@ -12,8 +12,9 @@
  * Runs on the GPU machine only; without a device it skips.
  * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer).
  * Every top-k case, and each indexer case's DSA and HISA call, also runs with
- * the v3 top-k kernel (LA_CUDA_TOPK_PATH=v3): the same indices as the default
- * kernel, bit for bit. */
+ * the first top-k kernel (LA_CUDA_TOPK_PATH=old, another algorithm): the same
+ * indices as the default kernel, bit for bit; long rows also with the
+ * default kernel's L2 prefetch on (LA_CUDA_TOPK_PF=3, 16). */
 #include "cuda_test_util.h"
 
 static bool small_only;
@@ -88,14 +89,14 @@ static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
     int64_t d = count_diff(ig, ic, R * k);
     CHECK(d == 0, "topk R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU",
           (long long)R, (long long)L, (long long)k, ties, strided, (long long)d, (long long)(R * k));
-    /* the v3 kernel (LA_CUDA_TOPK_PATH=v3) with its default L2 prefetch
-     * distance, without prefetch and with the largest one: the CPU's
-     * indices and the default kernel's, bit for bit */
+    /* the first kernel (LA_CUDA_TOPK_PATH=old: radix passes and a bitonic
+     * sort), and the default one with L2 prefetch 3 and 16 steps ahead: the
+     * CPU's indices and the default call's, bit for bit */
     int32_t *i3 = malloc((size_t)(R * k) * 4);
-    static const char *pfs[] = {NULL, "0", "16"};
+    static const char *pfs[] = {NULL, "3", "16"};
     for (int v = 0; v < (L >= 4096 ? 3 : 1); v++) {
         la_dev_memset(di.d, v & 1 ? 0x7f : 0xff, di.bytes); /* poisoned */
-        setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+        if (v == 0) setenv("LA_CUDA_TOPK_PATH", "old", 1);
         if (pfs[v]) setenv("LA_CUDA_TOPK_PF", pfs[v], 1);
         CHECK_OK(la_topk(&ts, &ti, NULL));
         unsetenv("LA_CUDA_TOPK_PF");
@@ -103,9 +104,9 @@ static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
         la_dev_download(i3, di.d, di.bytes);
         const int64_t dc = count_diff(i3, ic, R * k), dg = count_diff(i3, ig, R * k);
         CHECK(dc == 0 && dg == 0,
-              "topk v3 (pf %s) R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU, "
+              "topk %s (pf %s) R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU, "
               "%lld from the default kernel",
-              pfs[v] ? pfs[v] : "default", (long long)R, (long long)L, (long long)k, ties, strided, (long long)dc,
+              v == 0 ? "old" : "default", pfs[v] ? pfs[v] : "default", (long long)R, (long long)L, (long long)k, ties, strided, (long long)dc,
               (long long)(R * k), (long long)dg);
     }
     free(i3);
@@ -314,14 +315,14 @@ static void test_indexers(idx_case c) {
         free(i32);
     }
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
-    /* the DSA's top-k (per-row ranges) on the v3 kernel: the same indices */
+    /* the DSA's top-k (per-row ranges) on the first top-k kernel: the same indices */
     la_dev_memset(didx.d, 0xff, didx.bytes);
-    setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+    setenv("LA_CUDA_TOPK_PATH", "old", 1);
     CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL, NULL));
     unsetenv("LA_CUDA_TOPK_PATH");
     la_dev_download(ig, didx.d, didx.bytes);
     d = count_diff(ig, ih, T * K);
-    CHECK(d == 0, "dsa idx %s, topk v3: %lld entries differ from the default top-k", tag, (long long)d);
+    CHECK(d == 0, "dsa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
      * (LA_CUDA_HISA_PATH: default = "pipe": block-major wgmma hb_kernel for
@@ -363,14 +364,14 @@ static void test_indexers(idx_case c) {
         }
     }
     /* HISA with both of its selections (top-m of the block scores with
-     * ranges, token top-k in gather mode) on the v3 kernel: the same indices */
+     * ranges, token top-k in gather mode) on the first top-k kernel: the same indices */
     la_dev_memset(didx.d, 0x7f, didx.bytes);
-    setenv("LA_CUDA_TOPK_PATH", "v3", 1);
+    setenv("LA_CUDA_TOPK_PATH", "old", 1);
     CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
     unsetenv("LA_CUDA_TOPK_PATH");
     la_dev_download(ig, didx.d, didx.bytes);
     d = count_diff(ig, i0, T * K);
-    CHECK(d == 0, "hisa idx %s, topk v3: %lld entries differ from the default top-k", tag, (long long)d);
+    CHECK(d == 0, "hisa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
     free(i0);
     /* block-sparse vs CPU */
     if (K >= c.B) {
