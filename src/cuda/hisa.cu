@@ -693,126 +693,6 @@ __global__ void __launch_bounds__(128) hs_pool2_kernel(const __nv_bfloat16 *k, i
     if (tid < dI) out[b * dI + tid] = __float2bfloat16_rn(acc / (float)(s1 - s0));
 }
 
-/* LA_CUDA_HISA_FAST1=1, bucketing in one launch (one CTA of 1024 threads)
- * for n = T·m <= HB1_NMAX pairs and nb <= HB1_NBMAX blocks, instead of
- * memset + hb_count_kernel + hb_scan_lpt_kernel + hb_fill_kernel: counts
- * with shared-memory atomics, the longest-first slice table of
- * hb_scan_lpt_kernel, list fill with shared cursors. Ranks without a block
- * (-1) get their B columns -inf (as hb_count_kernel): up to HB1_NEG of them
- * by the whole CTA at the end, any more by the thread that finds them. The
- * lists equal the 4-kernel version's up to the order inside a list, which
- * is arbitrary in both (atomic cursors) and changes no score. */
-#define HB1_NMAX (1 << 18)
-#define HB1_NBMAX 4096
-#define HB1_NEG 1024
-#define HB1_U 8 /* pairs per thread and round, loads first */
-__global__ void __launch_bounds__(1024) hb_bucket1_kernel(const int32_t *kept, int n, int m, int B,
-                                                          float *out, int64_t out_ld, int nb,
-                                                          int32_t *cnt_g, int32_t *boff_g,
-                                                          int32_t *list, int32_t *sl_blk,
-                                                          int32_t *sl_idx, int32_t *nsl) {
-    __shared__ int cnt[HB1_NBMAX], cur[HB1_NBMAX];
-    __shared__ int sa[1024], sn[1024];
-    __shared__ int rpos[HB_QS];
-    __shared__ int neg[HB1_NEG];
-    __shared__ int nneg;
-    const int tid = threadIdx.x;
-    for (int b = tid; b < nb; b += 1024) cnt[b] = 0;
-    if (tid < HB_QS) rpos[tid] = 0;
-    if (tid == 0) nneg = 0;
-    __syncthreads();
-    for (int e0 = 0; e0 < n; e0 += 1024 * HB1_U) {
-        int v[HB1_U];
-#pragma unroll
-        for (int u = 0; u < HB1_U; u++) {
-            const int e = e0 + u * 1024 + tid;
-            v[u] = e < n ? kept[e] : INT32_MAX;
-        }
-#pragma unroll
-        for (int u = 0; u < HB1_U; u++) {
-            const int e = e0 + u * 1024 + tid;
-            if (v[u] == INT32_MAX) continue;
-            if (v[u] >= 0) {
-                atomicAdd(&cnt[v[u]], 1);
-            } else {
-                const int p = atomicAdd(&nneg, 1);
-                if (p < HB1_NEG) {
-                    neg[p] = e;
-                } else {
-                    float *o = out + (int64_t)(e / m) * out_ld + (int64_t)(e % m) * B;
-                    for (int j = 0; j < B; j++) o[j] = -INFINITY;
-                }
-            }
-        }
-    }
-    __syncthreads();
-    /* hb_scan_lpt_kernel on the shared counts */
-    const int per = (nb + 1023) / 1024;
-    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
-    int c = 0, k = 0;
-    for (int b = b0; b < b1; b++) {
-        c += cnt[b];
-        k += cnt[b] / HB_QS;
-        if (cnt[b] % HB_QS) atomicAdd(&rpos[cnt[b] % HB_QS], 1);
-    }
-    sa[tid] = c;
-    sn[tid] = k;
-    __syncthreads();
-    for (int off = 1; off < 1024; off <<= 1) {
-        const int va = tid >= off ? sa[tid - off] : 0, vn = tid >= off ? sn[tid - off] : 0;
-        __syncthreads();
-        sa[tid] += va;
-        sn[tid] += vn;
-        __syncthreads();
-    }
-    if (tid == 0) {
-        int pos = sn[1023];
-        for (int r = HB_QS - 1; r >= 1; r--) {
-            const int q = rpos[r];
-            rpos[r] = pos;
-            pos += q;
-        }
-        *nsl = pos;
-    }
-    __syncthreads();
-    int pc = sa[tid] - c, pn = sn[tid] - k;
-    for (int b = b0; b < b1; b++) {
-        cnt_g[b] = cnt[b];
-        boff_g[b] = pc;
-        cur[b] = pc;
-        const int nf = cnt[b] / HB_QS, r = cnt[b] % HB_QS;
-        for (int i = 0; i < nf; i++) {
-            sl_blk[pn + i] = b;
-            sl_idx[pn + i] = i;
-        }
-        if (r) {
-            const int p = atomicAdd(&rpos[r], 1);
-            sl_blk[p] = b;
-            sl_idx[p] = nf;
-        }
-        pc += cnt[b];
-        pn += nf;
-    }
-    __syncthreads();
-    for (int e0 = 0; e0 < n; e0 += 1024 * HB1_U) {
-        int v[HB1_U];
-#pragma unroll
-        for (int u = 0; u < HB1_U; u++) {
-            const int e = e0 + u * 1024 + tid;
-            v[u] = e < n ? kept[e] : -1;
-        }
-#pragma unroll
-        for (int u = 0; u < HB1_U; u++)
-            if (v[u] >= 0) list[atomicAdd(&cur[v[u]], 1)] = e0 + u * 1024 + tid;
-    }
-    /* -inf columns of the collected ranks without a block: a warp per rank */
-    const int nn = min(nneg, HB1_NEG), wp = tid >> 5, ln = tid & 31;
-    for (int i = wp; i < nn; i += 32) {
-        const int e = neg[i];
-        float *o = out + (int64_t)(e / m) * out_ld + (int64_t)(e % m) * B;
-        for (int j = ln; j < B; j += 32) o[j] = -INFINITY;
-    }
-}
 
 /* counts per block; ranks without a block (-1) get their B columns -inf */
 __global__ void hb_count_kernel(const int32_t *kept, int64_t n, int64_t m, int64_t B, float *out,
@@ -985,32 +865,32 @@ struct hs_timer {
     }
 };
 
-/* LA_CUDA_HISA_FAST1=1 (read per call; opt-in): stage 1 and the bucketing
- * on fewer / leaner launches: hs_pool2_kernel, block scores on hb2_kernel
- * (DENSE), hb_bucket1_kernel (where their conditions hold; the default
- * kernels otherwise). */
+/* Stage 1 (read per call): hs_pool2_kernel and the block scores on
+ * hb2_kernel (DENSE) where their conditions hold (H200, L = 64K / 128K: pool
+ * 21 -> 17 us, block scores 59 -> 22 / 94 -> 36 us, same means and block
+ * scores bit for bit: 0 indices differ); LA_CUDA_HISA_FAST1=0 runs the
+ * previous kernels (hs_pool_bf16_kernel, the mma.sync block scores). */
 static bool hs_fast1(void) {
     const char *e = getenv("LA_CUDA_HISA_FAST1");
-    return e && atoi(e) == 1;
+    return !(e && atoi(e) == 0);
 }
-/* LA_CUDA_HISA_LEAN=1 (read per call; opt-in): the default stage-2 path
- * ("pipe", unset LA_CUDA_HISA_PATH) and the fp8 route's stage 2 run on the
- * lean kernels (hb2_kernel<2 or 1, false>); LA_CUDA_HISA_PATH=pipe2 is the
- * same for bf16 (kept separate so that a test that iterates
- * LA_CUDA_HISA_PATH over its own list runs its default cases lean). */
+/* Stage 2 on the lean kernels (hb2_kernel<2 or 1, false>) for bf16 (the
+ * default path) and the fp8 route (H200, L = 64K: bf16 candidate scores
+ * 0.393 -> 0.229 ms, fp8 0.249 -> 0.163 ms, same scores bit for bit);
+ * LA_CUDA_HISA_LEAN=0 runs the previous kernels (hb_kernel<true>,
+ * hb8_kernel). Read per call. */
 static bool hs_lean_env(void) {
     const char *e = getenv("LA_CUDA_HISA_LEAN");
-    if (e && atoi(e) == 1) return true;
-    const char *p = getenv("LA_CUDA_HISA_PATH");
-    return p && !strcmp(p, "pipe2");
+    return !(e && atoi(e) == 0);
 }
 
 /* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel);
- * lean: hb2_kernel (pipelined, longest first) for bf16 and fp8; fast1: the
- * one-launch bucketing where it applies */
+ * lean: hb2_kernel (pipelined, longest first) for bf16 and fp8. (A
+ * one-launch bucketing, one CTA for memset + count + scan + fill, measured
+ * 79 us against 31 us for these four launches at L = 64K: removed.) */
 static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_timer &tm,
                            cudaStream_t s, bool fp8 = false, const float *ks = nullptr,
-                           int64_t ks_nb = 0, bool lean = false, bool fast1 = false) {
+                           int64_t ks_nb = 0, bool lean = false) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -1019,11 +899,7 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
     LA_TRY(la_cu_ws_alloc(&lw, bytes, s, "HISA block-major query lists"));
     int32_t *cnt = (int32_t *)lw.p, *boff = cnt + nb, *cur = boff + nb, *nsl = cur + nb;
     int32_t *list = nsl + 1, *sl_blk = list + npairs, *sl_idx = sl_blk + slmax;
-    if (fast1 && (lpt || lean) && npairs <= HB1_NMAX && nb <= HB1_NBMAX) {
-        hb_bucket1_kernel<<<1, 1024, 0, s>>>(a.blocks, (int)npairs, (int)a.m, a.B, a.out, a.out_ld,
-                                             (int)nb, cnt, boff, list, sl_blk, sl_idx, nsl);
-        LA_CU_LAUNCH("hisa block lists (one launch)");
-    } else {
+    {
         LA_CU(cudaMemsetAsync(cnt, 0, (size_t)nb * 4, s));
         const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
         hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
@@ -1094,14 +970,13 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
 enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD, HS_PIPE2 };
 static hs_path hs_path_of(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    /* "pipe2" or LA_CUDA_HISA_LEAN=1 on the default: hb2_kernel (lean) */
-    if (hs_lean_env() && (!e || !strcmp(e, "pipe") || !strcmp(e, "pipe2"))) return HS_PIPE2;
-    if (!e) return HS_PIPE;
-    if (!strcmp(e, "old")) return HS_OLD;
-    if (!strcmp(e, "block")) return HS_BLOCK;
-    if (!strcmp(e, "pipe_grid")) return HS_PIPE_GRID;
-    if (!strcmp(e, "block_lpt")) return HS_BLOCK_LPT;
-    return HS_PIPE;
+    if (e && !strcmp(e, "pipe2")) return HS_PIPE2;
+    if (e && !strcmp(e, "pipe")) return HS_PIPE;
+    if (e && !strcmp(e, "old")) return HS_OLD;
+    if (e && !strcmp(e, "block")) return HS_BLOCK;
+    if (e && !strcmp(e, "pipe_grid")) return HS_PIPE_GRID;
+    if (e && !strcmp(e, "block_lpt")) return HS_BLOCK_LPT;
+    return hs_lean_env() ? HS_PIPE2 : HS_PIPE; /* the default */
 }
 static const char *hs_path_name(hs_path p) {
     switch (p) {
@@ -1119,12 +994,12 @@ static const char *hs_path_name(hs_path p) {
  * exact kernel for other dtypes and shapes; all inputs with
  * LA_CUDA_HISA_PATH=old). */
 static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs_timer &tm,
-                                     cudaStream_t s, bool fast1) {
+                                     cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (path != HS_OLD && hb_ok(a))
         return hb_launch(a, path == HS_PIPE || path == HS_PIPE_GRID || path == HS_PIPE2,
                          path == HS_PIPE || path == HS_BLOCK_LPT || path == HS_PIPE2, tm, s, false,
-                         nullptr, 0, path == HS_PIPE2, fast1);
+                         nullptr, 0, path == HS_PIPE2);
     return la_sp_scores(a, s);
 }
 
@@ -1347,7 +1222,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hs_candidate_scores(ac, path, tm, s, fast1));
+    LA_TRY(hs_candidate_scores(ac, path, tm, s));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
     char pname[32];
@@ -1536,7 +1411,7 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb, lean, fast1));
+    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb, lean));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
     LA_TRY(tm.report("hisa", lean ? (fast1 ? "fp8wg2+fast1" : "fp8wg2") : (fast1 ? "fp8wg+fast1" : "fp8wg"), T, L));

@@ -325,23 +325,29 @@ static void test_indexers(idx_case c) {
     CHECK(d == 0, "dsa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
-     * (LA_CUDA_HISA_PATH: default = "pipe": block-major wgmma hb_kernel for
-     * bf16 HI=64 dI=128 with the per-chunk loads off the critical path and
-     * slices longest first, the gather kernels otherwise, e.g. f32; "old" =
-     * the gather kernels for every input; "block" = hb_kernel without the
-     * two changes, "pipe_grid" / "block_lpt" = one of them each), and every
-     * path's indices equal to the first one's (same arithmetic) */
-    static const char *hisa_paths[] = {NULL, "old", "block", "pipe_grid", "block_lpt"};
+     * (LA_CUDA_HISA_PATH: default = "pipe2": the lean block-major wgmma
+     * hb2_kernel for bf16 HI=64 dI=128, the gather kernels otherwise, e.g.
+     * f32; "pipe" = the previous default hb_kernel<true> (per-chunk loads off
+     * the critical path, slices longest first); "old" = the gather kernels for
+     * every input; "block" = hb_kernel without the two changes, "pipe_grid" /
+     * "block_lpt" = one of them each), and every path's indices equal to the
+     * first one's (same arithmetic); "stage1_prev" = the default stage 2 with
+     * the previous stage-1 kernels (LA_CUDA_HISA_FAST1=0: hs_pool_bf16_kernel,
+     * mma.sync block scores; the same means and block scores bit for bit) */
+    static const char *hisa_paths[] = {NULL, "old", "block", "pipe_grid", "block_lpt", "pipe", "stage1_prev"};
     int32_t *i0 = malloc((size_t)(T * K) * 4);
     for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
         char ptag[200];
         snprintf(ptag, sizeof ptag, "%s path=%s", tag, hisa_paths[pi] ? hisa_paths[pi] : "default");
-        if (hisa_paths[pi]) setenv("LA_CUDA_HISA_PATH", hisa_paths[pi], 1);
+        const bool prev1 = hisa_paths[pi] && !strcmp(hisa_paths[pi], "stage1_prev");
+        if (hisa_paths[pi] && !prev1) setenv("LA_CUDA_HISA_PATH", hisa_paths[pi], 1);
         else unsetenv("LA_CUDA_HISA_PATH");
+        if (prev1) setenv("LA_CUDA_HISA_FAST1", "0", 1);
         la_dev_memset(didx.d, pi & 1 ? 0xff : 0x7f, didx.bytes); /* poisoned */
         CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
         la_dev_download(ig, didx.d, didx.bytes);
         unsetenv("LA_CUDA_HISA_PATH");
+        unsetenv("LA_CUDA_HISA_FAST1");
         if (pi == 0) {
             memcpy(i0, ig, (size_t)(T * K) * 4);
             CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
