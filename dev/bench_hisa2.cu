@@ -6,21 +6,24 @@
  * q_scale [T, HI] (bench_gpu_sparse's dsa block). Per L:
  *   dsa            the flat DSA indexer (bf16), for the ratio;
  *   per variant    (environment set per call, read per call by hisa.cu)
- *     default      nothing set (LA_CUDA_HISA_PATH unset: hb_kernel<true>)
- *     lean         LA_CUDA_HISA_LEAN=1 (hb2_kernel<2, false>)
- *     fast1        LA_CUDA_HISA_FAST1=1 (pool2, block scores on
- *                  hb2_kernel<2, true>, one-launch bucketing)
- *     lean+fast1   both
+ *     default      nothing set: stage 2 hb2_kernel<2, false>, stage 1
+ *                  hs_pool2_kernel + block scores on hb2_kernel<2, true>
+ *     prev2        LA_CUDA_HISA_LEAN=0 (stage 2 on hb_kernel<true>)
+ *     prev1        LA_CUDA_HISA_FAST1=0 (stage 1 on hs_pool_bf16_kernel +
+ *                  the mma.sync block scores)
+ *     prev         both (the previous defaults)
  *   the median of 20 event-timed calls, the time per call of 20 calls back to
  *   back between two events (host overhead overlapped), and the positions
  *   of idx that differ from the default's (same scores bit for bit: must be
  *   0; fast1's block scores come from wgmma instead of mma.sync: 0 expected
- *   as well, see dev/NOTES_hisa_speed.md); default and lean+fast1 are run
+ *   as well, see dev/NOTES_hisa_speed.md); default and prev are run
  *   twice, interleaved (drift);
- *   fp8 default vs LA_CUDA_HISA_LEAN=1 (hb2_kernel<1, false>) and +fast1, with
+ *   fp8 default vs LA_CUDA_HISA_LEAN=0 (hb8_kernel) and both previous, with
  *   the positions differing;
  *   then two calls per variant with LA_CUDA_HISA_TIMING=1 (per-stage lines
- *   "hisa timing: ..." on stderr). */
+ *   "hisa timing: ..." on stderr) and, for the default, the token top-k
+ *   probe (LA_CUDA_HISA_TOPK_PROBE=1: the stage-2 top-k again, with and
+ *   without the gather mode, "hisa topk probe: ..."). */
 #define BENCH_CK_WHERE
 #include "bench_gpu_common.cuh"
 
@@ -59,9 +62,9 @@ int main(int argc, char **argv) {
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
     unsetenv("LA_CUDA_HISA_PATH");
     unsetenv("LA_CUDA_HISA_TIMING");
-    const variant V[] = {{"default", nullptr, nullptr}, {"lean", "1", nullptr},
-                         {"fast1", nullptr, "1"},       {"lean+fast1", "1", "1"},
-                         {"default", nullptr, nullptr}, {"lean+fast1", "1", "1"}};
+    const variant V[] = {{"default", nullptr, nullptr}, {"prev2", "0", nullptr},
+                         {"prev1", nullptr, "0"},       {"prev", "0", "0"},
+                         {"default", nullptr, nullptr}, {"prev", "0", "0"}};
     for (int64_t L : Ls) {
         uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
         uint8_t *q8 = (uint8_t *)dmalloc(T * HI * dI), *k8 = (uint8_t *)dmalloc(L * dI);
@@ -126,7 +129,7 @@ int main(int argc, char **argv) {
                    v.name, (long long)L, ms, bms / 20, dsa / ms, ms / t_def, (long long)diff);
         }
         /* fp8 */
-        const variant V8[] = {{"fp8", nullptr, nullptr}, {"fp8+lean", "1", nullptr}, {"fp8+lean+fast1", "1", "1"}};
+        const variant V8[] = {{"fp8", nullptr, nullptr}, {"fp8 prev2", "0", nullptr}, {"fp8 prev", "0", "0"}};
         for (int vi = 0; vi < 3; vi++) {
             set_variant(V8[vi]);
             CK(cudaMemset(ix, 0xff, T * K * 4));
@@ -152,6 +155,10 @@ int main(int argc, char **argv) {
             set_variant(V8[vi]);
             for (int r = 0; r < 2; r++) LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
         }
+        set_variant(V[0]);
+        setenv("LA_CUDA_HISA_TOPK_PROBE", "1", 1);
+        for (int r = 0; r < 3; r++) LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+        unsetenv("LA_CUDA_HISA_TOPK_PROBE");
         CK(cudaDeviceSynchronize());
         fflush(stderr);
         unsetenv("LA_CUDA_HISA_TIMING");

@@ -1114,7 +1114,35 @@ static la_status hs_token_topk(const float *cs, int64_t T, int64_t nc, const int
     tc.out_ld = idx->nb[0];
     tc.out_cs = idx->nb[1];
     LA_TRY(la_sp_topk(tc, s));
-    return tm.mark("topk", s);
+    LA_TRY(tm.mark("topk", s));
+    /* LA_CUDA_HISA_TOPK_PROBE=1 (diagnostics, stderr): the same top-k again,
+     * with and without the gather mode, each timed alone (the gather mode
+     * writes the same indices; without it the indices are columns, written
+     * to a scratch buffer) */
+    if (getenv("LA_CUDA_HISA_TOPK_PROBE")) {
+        la_cu_ws scratch;
+        LA_TRY(la_cu_ws_alloc(&scratch, (size_t)T * (size_t)tc.k * 4, s, "top-k probe"));
+        cudaEvent_t ev[3];
+        for (int i = 0; i < 3; i++) LA_CU(cudaEventCreate(&ev[i]));
+        LA_CU(cudaEventRecord(ev[0], s));
+        LA_TRY(la_sp_topk(tc, s));
+        LA_CU(cudaEventRecord(ev[1], s));
+        la_sp_topk_args tn = tc;
+        tn.blocks = nullptr;
+        tn.out = (int32_t *)scratch.p;
+        tn.out_ld = tc.k;
+        tn.out_cs = 1;
+        LA_TRY(la_sp_topk(tn, s));
+        LA_CU(cudaEventRecord(ev[2], s));
+        LA_CU(cudaEventSynchronize(ev[2]));
+        float g = 0.f, n = 0.f;
+        LA_CU(cudaEventElapsedTime(&g, ev[0], ev[1]));
+        LA_CU(cudaEventElapsedTime(&n, ev[1], ev[2]));
+        fprintf(stderr, "hisa topk probe: T=%lld nc=%lld k=%lld: gather %.4f ms, plain %.4f ms\n", (long long)T,
+                (long long)nc, (long long)tc.k, g, n);
+        for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
+    }
+    return LA_OK;
 }
 
 /* The block parameters (after the views are validated). */

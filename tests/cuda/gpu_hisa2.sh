@@ -1,15 +1,16 @@
 #!/bin/bash
-# HISA speed switches (dev/NOTES_hisa_speed.md), one device call, <= 100 s wall:
+# HISA's lean stage 2 and fast stage 1 (dev/NOTES_hisa_speed.md), one device
+# call, <= 100 s wall:
 #   make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests && bash tests/cuda/gpu_hisa2.sh
 #   bash tests/cuda/gpu_round.sh hisa2:100          (built by the round)
-# Switches (opt-in, read per call by src/cuda/hisa.cu):
-#   LA_CUDA_HISA_LEAN=1   stage 2 on hb2_kernel (bf16 and the fp8 route's
-#                         e4m3; LA_CUDA_HISA_PATH=pipe2 is the same for bf16)
-#   LA_CUDA_HISA_FAST1=1  hs_pool2_kernel, block scores on hb2_kernel<2,true>
-#                         (wgmma, dense), one-launch bucketing
+# Switches back to the previous kernels (read per call by src/cuda/hisa.cu):
+#   LA_CUDA_HISA_LEAN=0   stage 2 on hb_kernel<true> / hb8_kernel instead of
+#                         hb2_kernel (bf16 and the fp8 route's e4m3)
+#   LA_CUDA_HISA_FAST1=0  hs_pool_bf16_kernel and the mma.sync block scores
+#                         instead of hs_pool2_kernel and hb2_kernel<2,true>
 #   1. bench driver dev/bench_hisa2.cu compiled against build-gpu/liblongattn.a
 #      (background, while the tests run);
-#   2. in parallel, both switches on:
+#   2. in parallel, on the defaults:
 #      test_cuda_sparse with LA_CUDA_ONLY_INDEXERS=1 (every DSA / HISA /
 #      block-sparse case: HISA vs the CPU, == DSA when m*B >= L, every
 #      LA_CUDA_HISA_PATH of the test's list vs its default, which is now the
@@ -17,9 +18,10 @@
 #      test_cuda_dsa_fp8 (fp8 HISA vs the CPU; wg_force == DSA fp8 indices; the
 #      stage-2 hook, now hb2_kernel<1,false>, bit for bit vs the DSA fp8 scores);
 #   3. bench_hisa2: T = 1024, L = 64K and 128K, bf16 B = 128, m = 64, k = 2048:
-#      default / lean / fast1 / lean+fast1 (times, back-to-back batch times,
-#      positions differing from the default: must be 0), fp8 default / lean /
-#      lean+fast1, then LA_CUDA_HISA_TIMING=1 per-stage lines of each;
+#      default / prev2 (LA_CUDA_HISA_LEAN=0) / prev1 (FAST1=0) / prev (both)
+#      (times, back-to-back batch times, positions differing from the default:
+#      must be 0), fp8 default / prev2 / prev, then LA_CUDA_HISA_TIMING=1
+#      per-stage lines of each and the token top-k probe;
 #   4. summary (also $OUT/summary.txt).
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
@@ -41,21 +43,21 @@ done
     timeout 20 $NV -lopenblas -llapack >> "$OUT/bench_build.log" 2>&1 || timeout 20 $NV >> "$OUT/bench_build.log" 2>&1; } ) &
 bpid=$!
 
-# 2. tests with both switches, in parallel
-export LA_CUDA_HISA_LEAN=1 LA_CUDA_HISA_FAST1=1
+# 2. tests on the defaults (lean stage 2, fast stage 1; the sparse test also
+#    runs LA_CUDA_HISA_PATH=pipe and LA_CUDA_HISA_FAST1=0 per case), in parallel
+unset LA_CUDA_HISA_LEAN LA_CUDA_HISA_FAST1
 LA_CUDA_ONLY_INDEXERS=1 timeout 50 $B/tests/cuda/test_cuda_sparse > "$OUT/test_sparse.log" 2>&1 &
 p1=$!
 timeout 50 $B/tests/cuda/test_cuda_dsa_fp8 > "$OUT/test_dsa_fp8.log" 2>&1 &
 p2=$!
 wait $p1; r1=$?
 wait $p2; r2=$?
-unset LA_CUDA_HISA_LEAN LA_CUDA_HISA_FAST1
 rc=0
 [ $r1 -ne 0 ] && rc=1
 [ $r2 -ne 0 ] && rc=1
-say "test_cuda_sparse (LEAN=1 FAST1=1, indexers): rc=$r1 $(tail -1 "$OUT/test_sparse.log")  ($(el) s)"
+say "test_cuda_sparse (indexers): rc=$r1 $(tail -1 "$OUT/test_sparse.log")  ($(el) s)"
 grep -E "FAIL" "$OUT/test_sparse.log" | head -6 | tee -a "$S"
-say "test_cuda_dsa_fp8 (LEAN=1 FAST1=1): rc=$r2 $(tail -1 "$OUT/test_dsa_fp8.log")  ($(el) s)"
+say "test_cuda_dsa_fp8: rc=$r2 $(tail -1 "$OUT/test_dsa_fp8.log")  ($(el) s)"
 grep -E "FAIL" "$OUT/test_dsa_fp8.log" | head -6 | tee -a "$S"
 awk '/hisa fp8 wg_force .*vs DSA: / { d=$0; sub(/.*vs DSA: /,"",d); sub(/ .*/,"",d); f++; fd+=d }
      /hisa fp8 stage2 .*differ bitwise/ { d=$0; sub(/.*vs DSA v2 scores: /,"",d); n=d; sub(/ .*/,"",d); sub(/^[0-9]+ of /,"",n); sub(/ .*/,"",n); h++; hd+=d; hn+=n }
@@ -71,8 +73,8 @@ if [ -x $B/bench_hisa2 ] && [ $left -gt 8 ]; then
   brc=$?
   say "bench_hisa2: rc=$brc ($(el) s)"
   grep -E "^(dsa|hisa2)" "$OUT/bench_hisa2.log" | tee -a "$S"
-  grep -E "timing:" "$OUT/bench_hisa2.err" | sed 's/ T=1024//' | tee -a "$S"
-  grep -vE "timing:" "$OUT/bench_hisa2.err" | head -3 | tee -a "$S"
+  grep -E "timing:|topk probe" "$OUT/bench_hisa2.err" | sed 's/ T=1024//' | tee -a "$S"
+  grep -vE "timing:|topk probe" "$OUT/bench_hisa2.err" | head -3 | tee -a "$S"
 else
   say "bench: skipped (built: $([ -x $B/bench_hisa2 ] && echo yes || echo no), $(el) s elapsed; see $OUT/bench_build.log)"
   tail -3 "$OUT/bench_build.log" | tee -a "$S"
