@@ -1141,6 +1141,22 @@ static la_status hs_token_topk(const float *cs, int64_t T, int64_t nc, const int
         fprintf(stderr, "hisa topk probe: T=%lld nc=%lld k=%lld: gather %.4f ms, plain %.4f ms\n", (long long)T,
                 (long long)nc, (long long)tc.k, g, n);
         for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
+        /* LA_CUDA_HISA_TOPK_DUMP=file: the candidate score rows 0..7 and
+         * T-8..T-1 as raw float32 (int64 rows, int64 nc, then the rows) */
+        const char *df = getenv("LA_CUDA_HISA_TOPK_DUMP");
+        if (df && T >= 16) {
+            float *h = (float *)malloc((size_t)16 * (size_t)nc * 4);
+            FILE *f = fopen(df, "wb");
+            if (h && f) {
+                LA_CU(cudaMemcpy(h, cs, (size_t)8 * nc * 4, cudaMemcpyDeviceToHost));
+                LA_CU(cudaMemcpy(h + 8 * nc, cs + (T - 8) * nc, (size_t)8 * nc * 4, cudaMemcpyDeviceToHost));
+                const int64_t hd[2] = {16, nc};
+                fwrite(hd, 8, 2, f);
+                fwrite(h, 4, (size_t)16 * nc, f);
+            }
+            if (f) fclose(f);
+            free(h);
+        }
     }
     return LA_OK;
 }
