@@ -483,6 +483,12 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  * all 256 threads are done with it), not __syncthreads, so the two
  * warpgroups can drift apart by up to one chunk and one's exposed
  * epilogue overlaps the other's MMAs.
+ * Opt-in variant (LA_CUDA_DSA_PRODUCER=1, template PROD): a producer
+ * warpgroup (384 threads, setmaxnreg 56 / 224) that does all the chunk
+ * loading (a single loader warp measured 1.2-1.5x slower: it starved the
+ * consumers); the consumers only wait full -> wgmma -> epilogue ->
+ * arrive empty (protocol above v2_prod_run; dev/NOTES_dsa_epilogue.md).
+ * PROD = false compiles to the PTX of the kernel without it.
  * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
  * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
  *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
@@ -653,8 +659,132 @@ __device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const s
     }
 }
 
+/* ---- producer-warp variant (PROD, LA_CUDA_DSA_PRODUCER=1) ----------------
+ * The fourth warpgroup (threads 256..383) does all the chunk loading;
+ * warps 0-7 only wait full -> wgmma -> epilogue / stores -> arrive empty.
+ * Same bytes to the same places as v2_load_chunk (zero fill of query tc + 1
+ * past t1), the weights w·qs and the ranges read one chunk ahead (layout
+ * above v2_prod). */
+/* registers: 384 threads at 1 CTA / SM compile to 168 per thread (an SM
+ * sub-partition holds 3 warps: 3 x 32 x 168 <= 16384); the producer
+ * warpgroup gives back 4 x 32 x (168 - 56) and the 8 consumer warps take
+ * 8 x 32 x (224 - 168) of them (setmaxnreg; 2 x 224 + 56 = 512 per
+ * sub-partition lane) */
+#define V2_PROD_REGS 56
+#define V2_CONS_REGS 224
+/* the producer warpgroup's thread pt (0..127) copies 16-byte column
+ * c = pt % CPR of rows r0 + RP·j (r0 = pt / CPR, RP = 128 / CPR: 8 bf16 /
+ * 16 e4m3, a multiple of 8, so the swizzle offset is fixed per thread, as in
+ * v2_load_chunk with 128 threads), stores weight row pt of ws and (pt < 2)
+ * the ranges; it reads them one chunk ahead */
+struct v2_prod {
+    v2_ld L;
+    v2_meta m; /* the next chunk's weight and ranges */
+};
+__device__ __forceinline__ v2_meta v2_prod_meta(const la_sp_score_args &a, const sc_scales &sc,
+                                                int64_t tc, int64_t t1, int pt) {
+    v2_meta m = {0.f, 0, 0};
+    const int64_t t = tc + (pt >> 6);
+    if (t < t1) m.w = sc_wq(a, sc, t, pt & (V2_HI - 1));
+    if (pt < V2_NQ && tc + pt < t1) {
+        int64_t lo = 0, hi = 0;
+        v2_row_range(a.range, tc + pt, &lo, &hi);
+        m.lo = (int)lo;
+        m.hi = (int)hi;
+    }
+    return m;
+}
 template <int EB>
-__global__ void __launch_bounds__(V2_THREADS, 1)
+__device__ __forceinline__ v2_prod v2_prod_make(const la_sp_score_args &a, const sc_scales &sc,
+                                                uint32_t Bs_a, int64_t t0, int64_t t1, int pt) {
+    using C = v2_cfg<EB>;
+    constexpr int RP = 128 / C::CPR;
+    const int r0 = pt / C::CPR, c = pt % C::CPR;
+    v2_prod P;
+    P.L.q = (const uint8_t *)a.q + ((int64_t)r0 * a.q_nb1) * EB + c * 16;
+    P.L.tstride = a.q_nb0 * EB;
+    P.L.hstride = (int64_t)RP * a.q_nb1 * EB;
+    P.L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
+    P.m = v2_prod_meta(a, sc, t0, t1, pt);
+    return P;
+}
+/* chunk c (queries tc, tc + 1 < t1 or not) into stage c % V2_STAGES: the
+ * q-row copies as one cp.async group, the weights / ranges read ahead
+ * stored, then the next chunk's read (its latency overlaps the wait for the
+ * next empty stage) */
+template <int EB>
+__device__ __forceinline__ void v2_prod_chunk(const la_sp_score_args &a, const sc_scales &sc, v2_prod &P,
+                                              int c, int64_t t0, int64_t t1, int nchunks, float *ws,
+                                              int *rng, int pt) {
+    using C = v2_cfg<EB>;
+    constexpr int RP = 128 / C::CPR, JQ = V2_HI / RP;
+    static_assert(128 % C::CPR == 0 && RP % 8 == 0 && V2_HI % RP == 0, "producer copy layout");
+    const int st = c % V2_STAGES;
+    const int64_t tc = t0 + (int64_t)c * V2_NQ;
+    const bool ok1 = tc + 1 < t1;
+    const uint8_t *p0 = P.L.q + tc * P.L.tstride;
+    const uint8_t *p1 = ok1 ? p0 + P.L.tstride : p0;
+    const uint32_t d = P.L.dst + (uint32_t)st * C::B_BYTES;
+#pragma unroll
+    for (int j = 0; j < JQ; j++) v2_cp16z(d + j * RP * 128, p0 + j * P.L.hstride, 16);
+#pragma unroll
+    for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * P.L.hstride, ok1 ? 16 : 0);
+    sc_cp_commit();
+    ws[st * V2_BROWS + pt] = P.m.w;
+    if (pt < V2_NQ) {
+        rng[(st * V2_NQ + pt) * 2] = P.m.lo;
+        rng[(st * V2_NQ + pt) * 2 + 1] = P.m.hi;
+    }
+    if (c + 1 < nchunks) P.m = v2_prod_meta(a, sc, tc + V2_NQ, t1, pt);
+}
+/* Producer protocol (each of its 128 threads; full(st) is initialized with
+ * count 128, empty(st) with 256 = the consumers):
+ *   before the kernel's __syncthreads: chunk 0 (and 1) issued, no arrival
+ *   (stages 0, 1 are free; the barrier inits become visible at the sync);
+ *   then for c = 1 .. nchunks-1:
+ *     [c >= 2] [c >= V2_STAGES: wait empty(c % S), parity (c / S - 1) & 1,
+ *              the (c/S - 1)-th completion = consumers done with chunk
+ *              c - S] issue chunk c (one cp.async group) + its ws / rng;
+ *     cp.async.wait_group 1 (this lane's copies of chunks <= c-1 landed);
+ *     fence.proxy.async.shared::cta (its generic-proxy writes -> visible to
+ *     the consumers' wgmma, async proxy); mbarrier.arrive full((c-1) % S)
+ *     (release: covers the copies and the lane's st.shared of ws / rng);
+ *   at the end: wait_group 0, fence, arrive full((nchunks-1) % S).
+ * So full((c) % S) completes its (c / S)-th phase when all 32 lanes'
+ * copies of chunk c landed, the consumers wait parity (c / S) & 1 as today.
+ * This is the non-PROD protocol (every loader: wait_group, fence, plain
+ * arrive) with one loader warp, rather than cp.async.mbarrier.arrive.noinc:
+ * that arrival fires when the copies land but no fence.proxy.async can run
+ * after it on the producer side. The arrival of chunk c-1 lags one issue
+ * behind so the producer never stalls on a chunk it has just issued; with
+ * the producer blocked on empty(chunk c - S), chunks c-S+1 .. c-2 are
+ * signalled (2 ready stages ahead of the consumers) and c-1 is in flight.
+ * Tail: nchunks = 1: the loop is empty, the end arrives full(0); nchunks <
+ * S: no empty waits at all; every chunk's full arrival happens exactly
+ * once, and the producer exits without waiting for the consumers (it
+ * never waits on a phase the consumers cannot complete: empty(chunk c - S)
+ * needs only full(<= c - S), already signalled). */
+template <int EB>
+__device__ __forceinline__ void v2_prod_run(const la_sp_score_args &a, const sc_scales &sc, v2_prod &P,
+                                            int64_t t0, int64_t t1, int nchunks, float *ws, int *rng,
+                                            uint32_t full_a, uint32_t empty_a, int pt) {
+    for (int c = 1; c < nchunks; c++) {
+        if (c >= 2) {
+            if (c >= V2_STAGES)
+                v2_mbar_wait(empty_a + 8 * (c % V2_STAGES), (uint32_t)(c / V2_STAGES - 1) & 1);
+            v2_prod_chunk<EB>(a, sc, P, c, t0, t1, nchunks, ws, rng, pt);
+        }
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        v2_mbar_arrive(full_a + 8 * ((c - 1) % V2_STAGES));
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+    v2_mbar_arrive(full_a + 8 * ((nchunks - 1) % V2_STAGES));
+}
+
+template <int EB, bool PROD>
+__global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
     sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
     using C = v2_cfg<EB>;
     extern __shared__ uint8_t v2_raw[];
@@ -679,36 +809,67 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
 
     if (tid == 0)
         for (int st = 0; st < V2_STAGES; st++) {
-            v2_mbar_init(full_a + 8 * st, V2_THREADS);
+            v2_mbar_init(full_a + 8 * st, PROD ? 128 : V2_THREADS);
             v2_mbar_init(empty_a + 8 * st, V2_THREADS);
         }
-    for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
-        const int r = i / C::CPR, c = i % C::CPR;
-        const int64_t s = key0 + r;
-        const bool ok = s < a.Lk;
-        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-        la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
-    }
     v2_ld L;
-    {
-        constexpr int RP = V2_THREADS / C::CPR;
-        const int r0 = tid / C::CPR, c = tid % C::CPR;
-        L.q = (const uint8_t *)a.q + ((int64_t)r0 * a.q_nb1) * EB + c * 16;
-        L.tstride = a.q_nb0 * EB;
-        L.hstride = (int64_t)RP * a.q_nb1 * EB;
-        L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
+    if constexpr (PROD) {
+        /* the producer warp issues chunks 0 and 1 while the consumers load
+         * the A tile; the A tile is complete and fenced to the async proxy
+         * (each consumer: wait_group 0, fence) at the __syncthreads */
+        v2_prod P;
+        if (tid >= V2_THREADS) {
+            P = v2_prod_make<EB>(a, sc, Bs_a, t0, t1, tid - V2_THREADS);
+            v2_prod_chunk<EB>(a, sc, P, 0, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
+            if (nchunks > 1) v2_prod_chunk<EB>(a, sc, P, 1, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
+        } else {
+            for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
+                const int r = i / C::CPR, c = i % C::CPR;
+                const int64_t s = key0 + r;
+                const bool ok = s < a.Lk;
+                const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
+                la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+            }
+            sc_cp_commit();
+            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        }
+        __syncthreads();
+        if (tid >= V2_THREADS) { /* the producer warpgroup: 56 registers */
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(V2_PROD_REGS));
+            v2_prod_run<EB>(a, sc, P, t0, t1, nchunks, ws, rng, full_a, empty_a, tid - V2_THREADS);
+            return;
+        }
+        /* the consumers: 224 registers (their 168 + the producers' 4 x 32 x
+         * 112 freed registers spread over 8 warps) */
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(V2_CONS_REGS));
+    } else {
+        for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
+            const int r = i / C::CPR, c = i % C::CPR;
+            const int64_t s = key0 + r;
+            const bool ok = s < a.Lk;
+            const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
+            la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+        }
+        {
+            constexpr int RP = V2_THREADS / C::CPR;
+            const int r0 = tid / C::CPR, c = tid % C::CPR;
+            L.q = (const uint8_t *)a.q + ((int64_t)r0 * a.q_nb1) * EB + c * 16;
+            L.tstride = a.q_nb0 * EB;
+            L.hstride = (int64_t)RP * a.q_nb1 * EB;
+            L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
+        }
+        for (int c = 0; c < 3; c++) {
+            const v2_meta m0 = v2_ahead<EB>::on ? v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1) : v2_meta{0.f, 0, 0};
+            v2_load_chunk<EB>(a, sc, L, t0 + c * V2_NQ, t1, c, m0, ws, rng);
+            if (c > 0) sc_cp_commit(); /* chunks 0 and 1 in one group */
+        }
+        __syncthreads();
+        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        v2_mbar_arrive(full_a);
+        if (nchunks > 1) v2_mbar_arrive(full_a + 8);
     }
-    for (int c = 0; c < 3; c++) {
-        const v2_meta m0 = v2_ahead<EB>::on ? v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1) : v2_meta{0.f, 0, 0};
-        v2_load_chunk<EB>(a, sc, L, t0 + c * V2_NQ, t1, c, m0, ws, rng);
-        if (c > 0) sc_cp_commit(); /* chunks 0 and 1 in one group */
-    }
-    __syncthreads();
-    asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    v2_mbar_arrive(full_a);
-    if (nchunks > 1) v2_mbar_arrive(full_a + 8);
-
     /* this thread's key in each m-tile, its k_scale, whether it is stored
      * (pin) and whether it is a key of k (kin); a stored key is < ncols <=
      * INT32_MAX (dsa_scores checks), so its range test runs in 32 bits */
@@ -740,7 +901,8 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
         const int st = i % V2_STAGES;
         const int cn = i + 3; /* the chunk this iteration loads */
         v2_meta mn = {0.f, 0, 0};
-        if (v2_ahead<EB>::on && cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
+        if constexpr (!PROD)
+            if (v2_ahead<EB>::on && cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
         v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
         v2_issue<EB>(acc0, a_lo0, bl);
@@ -769,17 +931,19 @@ __global__ void __launch_bounds__(V2_THREADS, 1)
             }
         }
         v2_mbar_arrive(empty_a + 8 * st);
-        if (cn < nchunks) {
-            if (i >= 1)
-                v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-            v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
+        if constexpr (!PROD) {
+            if (cn < nchunks) {
+                if (i >= 1)
+                    v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
+                v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
+            }
+            sc_cp_commit();
+            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+            if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
         }
-        sc_cp_commit();
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
     }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+    if constexpr (!PROD) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* SM count of the current device, asked every call (cudaDeviceGetAttribute
@@ -831,9 +995,18 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               C::SMEM));
-    sc_wgmma_kernel<EB><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
+    /* LA_CUDA_DSA_PRODUCER=1: the producer-warp variant (288 threads; read
+     * per call so tests can switch it) */
+    const char *pe = getenv("LA_CUDA_DSA_PRODUCER");
+    if (pe && !strcmp(pe, "1")) {
+        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   C::SMEM));
+        sc_wgmma_kernel<EB, true><<<grid, V2_THREADS + 128, C::SMEM, s>>>(a, sc, qg);
+    } else {
+        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   C::SMEM));
+        sc_wgmma_kernel<EB, false><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
+    }
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
 }
