@@ -483,12 +483,14 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  * all 256 threads are done with it), not __syncthreads, so the two
  * warpgroups can drift apart by up to one chunk and one's exposed
  * epilogue overlaps the other's MMAs.
- * Opt-in variant (LA_CUDA_DSA_PRODUCER=1, template PROD): a producer
- * warpgroup (384 threads, setmaxnreg 56 / 224) that does all the chunk
- * loading (a single loader warp measured 1.2-1.5x slower: it starved the
- * consumers); the consumers only wait full -> wgmma -> epilogue ->
- * arrive empty (protocol above v2_prod_run; dev/NOTES_dsa_epilogue.md).
- * PROD = false compiles to the PTX of the kernel without it.
+ * The default (template PROD = true): a producer warpgroup (384 threads,
+ * setmaxnreg 56 / 224) does all the chunk loading and the consumers only
+ * wait full -> wgmma -> epilogue -> arrive empty (protocol above
+ * v2_prod_run; dev/NOTES_dsa_epilogue.md). H200, L = 64K, incl. top-k:
+ * bf16 1.95 -> 1.76 ms, fp8 1.73 -> 1.40 ms, same scores bit for bit (a
+ * single loader warp was 1.2-1.5x slower: it starved the consumers).
+ * LA_CUDA_DSA_PRODUCER=0 runs PROD = false, the consumers loading the
+ * chunks themselves as described above.
  * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
  * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
  *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
@@ -659,7 +661,7 @@ __device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const s
     }
 }
 
-/* ---- producer-warp variant (PROD, LA_CUDA_DSA_PRODUCER=1) ----------------
+/* ---- producer warpgroup (PROD, the default; LA_CUDA_DSA_PRODUCER=0: off) --
  * The fourth warpgroup (threads 256..383) does all the chunk loading;
  * warps 0-7 only wait full -> wgmma -> epilogue / stores -> arrive empty.
  * Same bytes to the same places as v2_load_chunk (zero fill of query tc + 1
@@ -995,10 +997,11 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    /* LA_CUDA_DSA_PRODUCER=1: the producer-warp variant (288 threads; read
-     * per call so tests can switch it) */
+    /* the producer-warpgroup kernel (384 threads); LA_CUDA_DSA_PRODUCER=0:
+     * the consumers load the chunks (256 threads). Read per call so tests
+     * can switch it. */
     const char *pe = getenv("LA_CUDA_DSA_PRODUCER");
-    if (pe && !strcmp(pe, "1")) {
+    if (!(pe && !strcmp(pe, "0"))) {
         LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    C::SMEM));
         sc_wgmma_kernel<EB, true><<<grid, V2_THREADS + 128, C::SMEM, s>>>(a, sc, qg);
