@@ -22,7 +22,8 @@
  *    (B, n128) both from 128-byte-swizzled shared memory; 2 consumer
  *    warpgroups x 2 m-tiles = 256 keys per CTA; each warpgroup runs its two
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
- *    the MMAs of the other). Same epilogue arithmetic as sc_mma_kernel.
+ *    the MMAs of the other); a third, producer warpgroup streams the query
+ *    chunks into a 4-stage ring. Same epilogue arithmetic as sc_mma_kernel.
  *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
