@@ -748,15 +748,15 @@ __device__ __forceinline__ void v2_prod_chunk(const la_sp_score_args &a, const s
  *     [c >= 2] [c >= V2_STAGES: wait empty(c % S), parity (c / S - 1) & 1,
  *              the (c/S - 1)-th completion = consumers done with chunk
  *              c - S] issue chunk c (one cp.async group) + its ws / rng;
- *     cp.async.wait_group 1 (this lane's copies of chunks <= c-1 landed);
+ *     cp.async.wait_group 1 (this thread's copies of chunks <= c-1 landed);
  *     fence.proxy.async.shared::cta (its generic-proxy writes -> visible to
  *     the consumers' wgmma, async proxy); mbarrier.arrive full((c-1) % S)
- *     (release: covers the copies and the lane's st.shared of ws / rng);
+ *     (release: covers the copies and the thread's st.shared of ws / rng);
  *   at the end: wait_group 0, fence, arrive full((nchunks-1) % S).
- * So full((c) % S) completes its (c / S)-th phase when all 32 lanes'
- * copies of chunk c landed, the consumers wait parity (c / S) & 1 as today.
- * This is the non-PROD protocol (every loader: wait_group, fence, plain
- * arrive) with one loader warp, rather than cp.async.mbarrier.arrive.noinc:
+ * So full((c) % S) completes its (c / S)-th phase when all 128 producer
+ * threads' copies of chunk c landed, the consumers wait parity (c / S) & 1
+ * as today. This is the non-PROD protocol (every loader: wait_group, fence,
+ * plain arrive) with 128 loaders, rather than cp.async.mbarrier.arrive.noinc:
  * that arrival fires when the copies land but no fence.proxy.async can run
  * after it on the producer side. The arrival of chunk c-1 lags one issue
  * behind so the producer never stalls on a chunk it has just issued; with
@@ -817,7 +817,7 @@ __global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
         }
     v2_ld L;
     if constexpr (PROD) {
-        /* the producer warp issues chunks 0 and 1 while the consumers load
+        /* the producer warpgroup issues chunks 0 and 1 while the consumers load
          * the A tile; the A tile is complete and fenced to the async proxy
          * (each consumer: wait_group 0, fence) at the __syncthreads */
         v2_prod P;
