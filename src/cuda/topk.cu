@@ -527,6 +527,32 @@ __device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
 }
 __device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo && u <= TB_UINF; }
 
+/* Append the keys >= ulo among the 16 scores of x[4] (a thread's step of
+ * the 16-byte filter loop) to cand, warp-aggregated; col(e) is the column
+ * of score e (x[e >> 2], component e & 3). Every lane of the warp calls it. */
+template <uint32_t CAP, typename TOK, typename COL>
+__device__ __forceinline__ void tb_append16(const float4 (&x)[4], uint32_t ulo, TOK &tok, COL &&col,
+                                            uint64_t *cand, uint32_t *s_n) {
+    uint32_t u[16], m = 0;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        u[4 * j] = tk_fkey(x[j].x);
+        u[4 * j + 1] = tk_fkey(x[j].y);
+        u[4 * j + 2] = tk_fkey(x[j].z);
+        u[4 * j + 3] = tk_fkey(x[j].w);
+    }
+#pragma unroll
+    for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
+    if (!__any_sync(TB_FULL, m != 0)) return;
+    uint32_t pos = tb_reserve(__popc(m), s_n);
+#pragma unroll
+    for (int e = 0; e < 16; e++)
+        if ((m >> e) & 1u) {
+            if (pos < CAP) cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(col(e));
+            pos++;
+        }
+}
+
 /* Append every key of columns [lo, hi) with ulo <= fkey <= fkey(+inf) to
  * cand; *s_n counts them all, only the first CAP are written. Every loop
  * is uniform over the block (the warp shuffles need all lanes). */
@@ -570,27 +596,8 @@ __device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t 
             const int64_t i = b + j * TB_THREADS + tid;
             x[j] = i < nvec ? __ldg(v + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
         }
-        uint32_t u[16], m = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            u[4 * j] = tk_fkey(x[j].x);
-            u[4 * j + 1] = tk_fkey(x[j].y);
-            u[4 * j + 2] = tk_fkey(x[j].z);
-            u[4 * j + 3] = tk_fkey(x[j].w);
-        }
-#pragma unroll
-        for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
-        if (!__any_sync(TB_FULL, m != 0)) continue;
-        uint32_t pos = tb_reserve(__popc(m), s_n);
-#pragma unroll
-        for (int e = 0; e < 16; e++)
-            if ((m >> e) & 1u) {
-                if (pos < CAP) {
-                    const int64_t p = a + 4 * (b + (e >> 2) * TB_THREADS + tid) + (e & 3);
-                    cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(p);
-                }
-                pos++;
-            }
+        tb_append16<CAP>(x, ulo, tok, [&](int e) { return a + 4 * (b + (e >> 2) * TB_THREADS + tid) + (e & 3); },
+                         cand, s_n);
     }
     scalar(a + 4 * nvec, hi);
 }
@@ -922,27 +929,9 @@ __device__ __forceinline__ void t3_filter(const float *row, int64_t lo, int64_t 
                 x[j] = i < nvec ? __ldg(v + i) : make_float4(-INFINITY, -INFINITY, -INFINITY, -INFINITY);
             }
         }
-        uint32_t u[16], m = 0;
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            u[4 * j] = tk_fkey(x[j].x);
-            u[4 * j + 1] = tk_fkey(x[j].y);
-            u[4 * j + 2] = tk_fkey(x[j].z);
-            u[4 * j + 3] = tk_fkey(x[j].w);
-        }
-#pragma unroll
-        for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
-        if (!__any_sync(TB_FULL, m != 0)) continue;
-        uint32_t pos = tb_reserve(__popc(m), s_n);
-#pragma unroll
-        for (int e = 0; e < 16; e++)
-            if ((m >> e) & 1u) {
-                if (pos < T3_CAP) {
-                    const int64_t p = a + 4 * (int64_t)(b + (e >> 2) * TB_THREADS + tid) + (e & 3);
-                    cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(p);
-                }
-                pos++;
-            }
+        tb_append16<T3_CAP>(
+            x, ulo, tok, [&](int e) { return a + 4 * (int64_t)(b + (e >> 2) * TB_THREADS + tid) + (e & 3); }, cand,
+            s_n);
     }
     tb_filter<T3_CAP>(row, 1, a + 4 * (int64_t)nvec, hi, ulo, tok, cand, s_n); /* < 4 tail columns */
 }
