@@ -27,11 +27,10 @@ int main(int argc, char **argv) {
     /* "topkhisa": top-k new vs old (+ agreement), DSA and HISA new vs old at
      * L = 64K and 128K (tests/cuda/gpu_topk_hisa.sh); no sparse MLA */
     const bool th = argc > 1 && !strcmp(argv[1], "topkhisa");
-    /* "topk3": only the top-k block below, at L = 64K, 8K, 128K, with the v3
-     * kernel (LA_CUDA_TOPK_PATH=v3) and its prefetch distances
-     * (tests/cuda/gpu_topk3.sh) */
+    /* "topk3": only the top-k block below, at L = 64K, 8K, 128K, with the
+     * default kernel's prefetch distances (tests/cuda/gpu_topk3.sh) */
     const bool t3 = argc > 1 && !strcmp(argv[1], "topk3");
-    /* "topk3 one": one default and one v3 call at 1024 x 64K (for ncu) */
+    /* "topk3 one": two default calls at 1024 x 64K (for ncu) */
     if (t3 && argc > 2 && !strcmp(argv[2], "one")) {
         const int64_t R = 1024, L = 65536, K = 2048;
         float *sc = (float *)dmalloc(R * L * 4);
@@ -42,9 +41,7 @@ int main(int argc, char **argv) {
         la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
         LK(la_topk(&ts, &ti, NULL));
-        setenv("LA_CUDA_TOPK_PATH", "v3", 1);
         LK(la_topk(&ts, &ti, NULL));
-        unsetenv("LA_CUDA_TOPK_PATH");
         CK(cudaDeviceSynchronize());
         printf("topk3 one: done\n");
         return 0;
@@ -63,9 +60,10 @@ int main(int argc, char **argv) {
         return 0;
     }
     /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows,
-     * and 1024 x 128K); the default kernel, the previous one
-     * (LA_CUDA_TOPK_PATH=old) and v3 (=v3), with the number of indices that
-     * differ from the default kernel's ---- */
+     * and 1024 x 128K); the default kernel (t3_kernel, no L2 prefetch), the
+     * first one (LA_CUDA_TOPK_PATH=old) and (topk3) the default with its L2
+     * prefetch 3 and 6 steps ahead (LA_CUDA_TOPK_PF), with the number of
+     * indices that differ from the default's ---- */
     for (int64_t L : {(int64_t)65536, (int64_t)8192, (int64_t)131072}) {
         if (L != 65536 && !th && !t3) continue;
         const int64_t R = 1024, K = 2048;
@@ -92,23 +90,18 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < R * K; i++) diff += a[i] != b[i];
             printf("topk_old R=%lld L=%lld k=%lld: %.3f ms (new/old %.2fx faster; %lld indices differ)\n",
                    (long long)R, (long long)L, (long long)K, mo, mo / ms, (long long)diff);
-            /* v3 at its default L2 prefetch distance (3 steps of 16 KB), and
-             * (topk3) without prefetch and 6 steps ahead */
-            for (const char *pf : {(const char *)nullptr, "0", "6"}) {
-                if (pf && !t3) continue;
+            for (const char *pf : {"3", "6"}) {
+                if (!t3) continue;
                 CK(cudaMemset(ix2, 0xff, R * K * 4));
-                setenv("LA_CUDA_TOPK_PATH", "v3", 1);
-                if (pf) setenv("LA_CUDA_TOPK_PF", pf, 1);
+                setenv("LA_CUDA_TOPK_PF", pf, 1);
                 const double m3 = median_ms([&] { LK(la_topk(&ts, &ti2, NULL)); }, 3, 20);
                 unsetenv("LA_CUDA_TOPK_PF");
-                unsetenv("LA_CUDA_TOPK_PATH");
                 CK(cudaMemcpy(b.data(), ix2, R * K * 4, cudaMemcpyDeviceToHost));
                 int64_t d3 = 0;
                 for (int64_t i = 0; i < R * K; i++) d3 += a[i] != b[i];
-                printf("topk_v3  R=%lld L=%lld k=%lld pf=%s: %.3f ms (%.0f GB/s effective; default/v3 %.2fx; "
+                printf("topk_pf  R=%lld L=%lld k=%lld pf=%s: %.3f ms (%.0f GB/s effective; default/this %.2fx; "
                        "%lld indices differ from the default)\n",
-                       (long long)R, (long long)L, (long long)K, pf ? pf : "3", m3, R * L * 4.0 / m3 / 1e6, ms / m3,
-                       (long long)d3);
+                       (long long)R, (long long)L, (long long)K, pf, m3, R * L * 4.0 / m3 / 1e6, ms / m3, (long long)d3);
             }
         }
         CK(cudaFree(sc));
@@ -151,21 +144,21 @@ int main(int argc, char **argv) {
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
-            /* HISA per stage-2 path (LA_CUDA_HISA_PATH: block = default =
-             * block-major wgmma hb_kernel, pipe = hb_kernel with the
-             * per-chunk loads off the critical path and slices longest
-             * first, pipe_grid / block_lpt = one of the two each,
-             * old = sc_gather_kernel),
-             * side by side with the DSA, and the indices each path selects
-             * vs the default's (same arithmetic: must be 0). block and pipe
-             * run twice, interleaved (A/B against run-to-run drift), 20
-             * timed calls each. Then one call per path with
+            /* HISA per stage-2 path (LA_CUDA_HISA_PATH unset = the
+             * block-major hb2_kernel, old = sc_gather_kernel), side by side
+             * with the DSA, and the indices each path selects vs the
+             * default's (same arithmetic: must be 0); 20 timed calls each,
+             * then 20 back-to-back calls of the default between two events
+             * (the host's launch and workspace overhead overlaps the GPU
+             * there, while the per-call medians count the host time before
+             * the first kernel of each call), then one call per path with
              * LA_CUDA_HISA_TIMING=1: the per-stage breakdown on stderr
              * ("hisa timing: ..."). */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            for (const char *path : {"old", "block", "pipe", "block", "pipe", "pipe_grid", "block_lpt"}) {
-                setenv("LA_CUDA_HISA_PATH", path, 1);
+            const char *paths[2] = {"old", nullptr};
+            for (const char *path : paths) {
+                if (path) setenv("LA_CUDA_HISA_PATH", path, 1);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
                 double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
                 CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
@@ -173,14 +166,10 @@ int main(int argc, char **argv) {
                 int64_t diff = 0;
                 for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
                 printf("hisa_%-9s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
-                       path, (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa, (long long)diff);
+                       path ? path : "default", (long long)L, hp, hfl / hp / 1e9, "", dsa / hp, dsa, hp / hisa,
+                       (long long)diff);
             }
-            /* back-to-back calls (20 between two events): the host's launch
-             * and workspace overhead overlaps the GPU here, while the
-             * per-call medians above count the host time before the first
-             * kernel of each call (event, call, event, sync) */
-            for (const char *path : {"block", "pipe"}) {
-                setenv("LA_CUDA_HISA_PATH", path, 1);
+            {
                 cudaEvent_t e0, e1;
                 CK(cudaEventCreate(&e0));
                 CK(cudaEventCreate(&e1));
@@ -194,18 +183,18 @@ int main(int argc, char **argv) {
                 CK(cudaEventElapsedTime(&ms, e0, e1));
                 CK(cudaEventDestroy(e0));
                 CK(cudaEventDestroy(e1));
-                printf("hisa_batch_%-5s %lld %8.3f ms per call (20 back to back; dsa/this %.2fx)\n", path,
-                       (long long)L, ms / 20, dsa / (ms / 20));
+                printf("hisa_batch %lld %8.3f ms per call (20 back to back; dsa/this %.2fx)\n", (long long)L,
+                       ms / 20, dsa / (ms / 20));
             }
-            unsetenv("LA_CUDA_HISA_PATH");
             fflush(stdout);
-            for (const char *path : {"old", "block", "pipe", "pipe_grid", "block_lpt"}) {
-                setenv("LA_CUDA_HISA_PATH", path, 1);
+            for (const char *path : paths) {
+                if (path) setenv("LA_CUDA_HISA_PATH", path, 1);
                 LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); /* warm */
                 CK(cudaDeviceSynchronize());
                 setenv("LA_CUDA_HISA_TIMING", "1", 1);
                 LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
                 unsetenv("LA_CUDA_HISA_TIMING");
+                unsetenv("LA_CUDA_HISA_PATH");
             }
             unsetenv("LA_CUDA_HISA_PATH");
             LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
@@ -347,7 +336,7 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 1, 5);
             printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (LA_CUDA_HISA_FP8=f32: dequantized f32 copies, exact kernels)\n", "hisa/bf16",
                    (long long)L, mb, "hisa/fp8", (long long)L, m8);
-            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg, the default: bf16 stage 1, hb8_kernel stage 2):
+            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg, the default: bf16 stage 1, hb2_kernel<1> stage 2):
              * time, and its rows against today's fp8 rows (the CPU's indices on the
              * dequantized inputs): recall of those sets. One extra call with
              * LA_CUDA_HISA_TIMING=1 prints the stage breakdown on stderr. Where
@@ -385,7 +374,7 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
                 }
                 printf("%-10s %7lld %9.3f   (%s; %.2fx hisa/fp8, %.2fx hisa/bf16; vs hisa/fp8: recall %.5f, "
                        "%lld positions differ)\n", f ? "hisa/fp8wgf" : "hisa/fp8wg", (long long)L, mw,
-                       f ? "LA_CUDA_HISA_FP8=wg_force: hb8_kernel with every block kept; hisa/fp8 is the DSA route here"
+                       f ? "LA_CUDA_HISA_FP8=wg_force: hb2_kernel<1> with every block kept; hisa/fp8 is the DSA route here"
                          : "LA_CUDA_HISA_FP8=wg",
                        m8 / mw, mb / mw, tot ? (double)hits / (double)tot : 1.0, (long long)npos);
             }

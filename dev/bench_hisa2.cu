@@ -8,18 +8,16 @@
  *   per variant    (environment set per call, read per call by hisa.cu)
  *     default      nothing set: stage 2 hb2_kernel<2, false>, stage 1
  *                  hs_pool2_kernel + block scores on hb2_kernel<2, true>
- *     prev2        LA_CUDA_HISA_LEAN=0 (stage 2 on hb_kernel<true>)
  *     prev1        LA_CUDA_HISA_FAST1=0 (stage 1 on hs_pool_bf16_kernel +
  *                  the mma.sync block scores)
- *     prev         both (the previous defaults)
+ *     old          LA_CUDA_HISA_PATH=old (stage 2 on the gather kernels)
  *   the median of 20 event-timed calls, the time per call of 20 calls back to
  *   back between two events (host overhead overlapped), and the positions
  *   of idx that differ from the default's (same scores bit for bit: must be
  *   0; fast1's block scores come from wgmma instead of mma.sync: 0 expected
- *   as well, see dev/NOTES_hisa_speed.md); default and prev are run
+ *   as well, see dev/NOTES_hisa_speed.md); default and prev1 are run
  *   twice, interleaved (drift);
- *   fp8 default vs LA_CUDA_HISA_LEAN=0 (hb8_kernel) and both previous, with
- *   the positions differing;
+ *   fp8 default vs LA_CUDA_HISA_FAST1=0, with the positions differing;
  *   then two calls per variant with LA_CUDA_HISA_TIMING=1 (per-stage lines
  *   "hisa timing: ..." on stderr) and, for the default, the token top-k
  *   probe (LA_CUDA_HISA_TOPK_PROBE=1: the stage-2 top-k again, with and
@@ -46,11 +44,11 @@ __global__ void h2_fill_pos(float *p, size_t n, uint64_t seed, float scale) {
 }
 
 struct variant {
-    const char *name, *lean, *fast1;
+    const char *name, *path, *fast1;
 };
 static void set_variant(const variant &v) {
-    if (v.lean) setenv("LA_CUDA_HISA_LEAN", v.lean, 1);
-    else unsetenv("LA_CUDA_HISA_LEAN");
+    if (v.path) setenv("LA_CUDA_HISA_PATH", v.path, 1);
+    else unsetenv("LA_CUDA_HISA_PATH");
     if (v.fast1) setenv("LA_CUDA_HISA_FAST1", v.fast1, 1);
     else unsetenv("LA_CUDA_HISA_FAST1");
 }
@@ -62,9 +60,8 @@ int main(int argc, char **argv) {
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
     unsetenv("LA_CUDA_HISA_PATH");
     unsetenv("LA_CUDA_HISA_TIMING");
-    const variant V[] = {{"default", nullptr, nullptr}, {"prev2", "0", nullptr},
-                         {"prev1", nullptr, "0"},       {"prev", "0", "0"},
-                         {"default", nullptr, nullptr}, {"prev", "0", "0"}};
+    const variant V[] = {{"default", nullptr, nullptr}, {"prev1", nullptr, "0"}, {"old", "old", nullptr},
+                         {"default", nullptr, nullptr}, {"prev1", nullptr, "0"}};
     for (int64_t L : Ls) {
         uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
         uint8_t *q8 = (uint8_t *)dmalloc(T * HI * dI), *k8 = (uint8_t *)dmalloc(L * dI);
@@ -129,8 +126,8 @@ int main(int argc, char **argv) {
                    v.name, (long long)L, ms, bms / 20, dsa / ms, ms / t_def, (long long)diff);
         }
         /* fp8 */
-        const variant V8[] = {{"fp8", nullptr, nullptr}, {"fp8 prev2", "0", nullptr}, {"fp8 prev", "0", "0"}};
-        for (int vi = 0; vi < 3; vi++) {
+        const variant V8[] = {{"fp8", nullptr, nullptr}, {"fp8 prev1", nullptr, "0"}};
+        for (int vi = 0; vi < 2; vi++) {
             set_variant(V8[vi]);
             CK(cudaMemset(ix, 0xff, T * K * 4));
             const double ms = median_ms([&] { LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
@@ -147,11 +144,11 @@ int main(int argc, char **argv) {
         /* per-stage breakdowns (stderr) */
         fflush(stdout);
         setenv("LA_CUDA_HISA_TIMING", "1", 1);
-        for (int vi = 0; vi < 4; vi++) {
+        for (int vi = 0; vi < 3; vi++) {
             set_variant(V[vi]);
             for (int r = 0; r < 2; r++) LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
         }
-        for (int vi = 0; vi < 3; vi++) {
+        for (int vi = 0; vi < 2; vi++) {
             set_variant(V8[vi]);
             for (int r = 0; r < 2; r++) LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
         }

@@ -6,7 +6,7 @@
  *      the first and last block meeting [start, end) forced to +inf, top-m
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
- *      (the block-major hb_kernel, pipelined; the DSA score kernels in
+ *      (the block-major hb2_kernel; the DSA score kernels in
  *      gather mode for other shapes or with LA_CUDA_HISA_PATH=old, same
  *      per-key arithmetic), then the
  *      exact top-k with candidate -> token mapping.
@@ -90,29 +90,30 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
     for (int64_t j = n + threadIdx.x; j < topk; j += blockDim.x) out[t * out_ld + j * out_cs] = -1;
 }
 
-/* ---- stage 2, block-major (LA_CUDA_HISA_PATH=block) ------------------------
- * The loop of the two kernels above inverted: per kept block b, its keys are
- * loaded once as the wgmma A tile (128 keys = two m64 tiles, keys = M as in
- * DSA v2) and the queries that kept b stream through as the B operand (2
- * queries x 64 heads = n128 per chunk), so a (query, kept block) pair moves
- * the 16 KB query block instead of the 32 KB of gathered key rows.
+/* ---- stage 2, block-major -----------------------------------------------
+ * The gather kernels' loop inverted: per kept block b, its keys are loaded
+ * once as the wgmma A tile (128 keys = two m64 tiles, keys = M as in DSA v2)
+ * and the queries that kept b stream through as the B operand (2 queries x
+ * 64 heads = n128 per chunk), so a (query, kept block) pair moves the 16 KB
+ * query block instead of the 32 KB of gathered key rows.
  *   1. bucketing (counting sort of the T*m (query, rank) pairs by block):
  *      hb_count_kernel (counts; -inf rows for ranks with no block),
- *      hb_scan_kernel (list offsets, slices of <= HB_QS queries, slice ->
- *      block table), hb_fill_kernel (pair ids e = t*m + r into the lists);
- *   2. hb_kernel: one CTA (one warpgroup, 2 CTAs per SM) per (slice, tile of
- *      128 keys of the block); q chunks double-buffered with cp.async, the
- *      two m-tiles' wgmma issued together, the first epilogue overlapping
- *      the second m-tile's MMAs (as DSA v2's per-warpgroup loop); the
- *      other CTA on the SM fills the tensor core during the exposed epilogue.
- * The shared-memory layout, descriptors, wgmma shape (m64n128k16, 8 k-steps
- * in order) and the head-sum epilogue are DSA v2's (sc_wgmma_kernel in
- * dsa.cu, copied here), so every (query, key) score is v2's bit for bit;
- * each score lands at the candidate column r*B + j of query t (the position
- * the gather kernels write and the token top-k maps back through kept[]).
- * Taken for bf16 q/k with HI = 64, dI = 128 (any B: keys of a block are cut
- * into 128-key tiles, rows past B zero and not stored); other dtypes/shapes
- * use the default kernel. */
+ *      hb_scan_lpt_kernel (list offsets, slices of <= HB_QS queries, longest
+ *      first, slice -> block table), hb_fill_kernel (pair ids e = t*m + r);
+ *   2. hb2_kernel (below): one CTA (one warpgroup, 2 CTAs per SM) per
+ *      (slice, tile of 128 keys of the block).
+ * The shared-memory layout, wgmma shape (8 k-steps in order) and the
+ * head-sum epilogue are DSA v2's (sc_wgmma_kernel in dsa.cu), so every
+ * (query, key) score is v2's bit for bit; each score lands at the candidate
+ * column r*B + j of query t (the position the gather kernels write and the
+ * token top-k maps back through kept[]). Taken for bf16 (and e4m3: the fp8
+ * route) q/k with HI = 64, dI = 128 (any B: keys of a block are cut into
+ * 128-key tiles, rows past B zero and not stored); other dtypes/shapes use
+ * the gather kernels.
+ * (The first block-major kernels, hb_kernel / hb8_kernel with the variants
+ * "block", "pipe_grid", "block_lpt" and "pipe", measured 0.39-0.80 ms for
+ * the candidate scores at 64K against hb2_kernel's 0.23 ms, same scores;
+ * removed, they are in the history before this comment.) */
 #define HB_THREADS 128
 #define HB_ROWS 128 /* keys per A tile */
 #define HB_NQ 2     /* queries per chunk */
@@ -121,47 +122,14 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
 #define HB_BROWS (HB_NQ * HB_HI)
 #define HB_STAGES 2
 #define HB_QS 64 /* queries per slice (CTA) */
-#define HB_RB (HB_DI * 2)
-#define HB_CPR (HB_RB / 16)
-#define HB_A_BYTES (HB_ROWS * HB_RB)
-#define HB_B_BYTES (HB_BROWS * HB_RB)
-#define HB_SMEM                                                                             \
-    (1024 + HB_A_BYTES + HB_STAGES * HB_B_BYTES + HB_STAGES * HB_BROWS * 4 +                \
-     HB_STAGES * HB_NQ * 4 * 8)
-/* the pipelined variant (hb_kernel<true>) keeps the slice's (t, r, lo, hi)
- * table in shared memory as well: 2 KB more, 2 CTAs still fit (2 x 103.5 KB) */
-#define HB_SMEM_PIPE (HB_SMEM + HB_QS * 4 * 8)
 
 /* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
-/* the 8 k-steps of one m-tile (A rows at a_rows, 128-row A tile) against the
- * B tile, one commit group; the first overwrites the accumulators */
-template <int EB = 2>
-__device__ __forceinline__ void hb_issue(float *acc, uint32_t a_rows, uint32_t b_tile) {
-    la_wg_fence_acc64(acc);
-    asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-    for (int kk = 0; kk < (HB_DI * EB) / 32; kk++) {
-        const uint32_t kb = (kk * 32) / 128, inner = (kk * 32) % 128;
-        if constexpr (EB == 2)
-            la_wg_m64n128k16_bf16(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
-                                  la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
-        else /* e4m3: 4 k32 steps in one 128-byte atom, as v2_issue<1> */
-            la_wg_m64n128k32_e4m3(acc, la_wg_desc(a_rows + kb * HB_ROWS * 128 + inner),
-                                  la_wg_desc(b_tile + kb * HB_BROWS * 128 + inner), kk > 0 ? 1 : 0);
-    }
-    asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-}
-
-/* Sizes for element width EB (2 = bf16: the HB_* values above; 1 = e4m3:
- * 128-byte rows, one swizzle atom, 4 k32 steps; 50 KB of shared memory). */
+/* Sizes for element width EB (2 = bf16; 1 = e4m3: 128-byte rows, one
+ * swizzle atom, 4 k32 steps). */
 template <int EB> struct hb_cfg {
     static constexpr int RB = HB_DI * EB, CPR = RB / 16;
     static constexpr int A_BYTES = HB_ROWS * RB, B_BYTES = HB_BROWS * RB;
-    static constexpr int SMEM = 1024 + A_BYTES + HB_STAGES * B_BYTES + HB_STAGES * HB_BROWS * 4 +
-                                HB_STAGES * HB_NQ * 4 * 8;
-    static constexpr int SMEM_PIPE = SMEM + HB_QS * 4 * 8;
 };
-static_assert(hb_cfg<2>::SMEM == HB_SMEM && hb_cfg<2>::SMEM_PIPE == HB_SMEM_PIPE, "hb_cfg<2>");
 
 /* Per-call bucketing state. */
 struct hb_lists {
@@ -172,47 +140,6 @@ struct hb_lists {
     int32_t m;
 };
 
-/* chunk ci of the slice (queries qlist[2ci], qlist[2ci+1]; zero rows, w = 0
- * and t = -1 past nq) into stage st; the caller commits */
-template <int EB = 2>
-__device__ __forceinline__ void hb_load_chunk(const la_sp_score_args &a, const int32_t *qlist,
-                                              int nq, int32_t m, int ci, int st, uint8_t *Bs,
-                                              float *ws, int64_t *meta) {
-    int64_t tq[HB_NQ], rq[HB_NQ];
-#pragma unroll
-    for (int qi = 0; qi < HB_NQ; qi++) {
-        const int i = HB_NQ * ci + qi;
-        const uint32_t e = i < nq ? (uint32_t)qlist[i] : 0u;
-        tq[qi] = i < nq ? (int64_t)(e / (uint32_t)m) : -1;
-        rq[qi] = (int64_t)(e % (uint32_t)m);
-    }
-    uint8_t *bt = Bs + st * hb_cfg<EB>::B_BYTES;
-    for (int i = threadIdx.x; i < HB_BROWS * hb_cfg<EB>::CPR; i += HB_THREADS) {
-        const int n = i / hb_cfg<EB>::CPR, c = i % hb_cfg<EB>::CPR;
-        const int64_t t = n < HB_HI ? tq[0] : tq[1];
-        const bool ok = t >= 0;
-        const uint8_t *src = (const uint8_t *)a.q +
-                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * EB + c * 16;
-        la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
-    }
-    for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
-        const int64_t t = n < HB_HI ? tq[0] : tq[1];
-        ws[st * HB_BROWS + n] =
-            t >= 0 ? la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + (n % HB_HI) * a.w_nb1) : 0.f;
-    }
-    if (threadIdx.x < HB_NQ) {
-        const int qi = threadIdx.x;
-        const int64_t t = qi ? tq[1] : tq[0];
-        int64_t lo = 0, hi = 0;
-        if (t >= 0) la_sp_row_range(a.range, t, &lo, &hi);
-        int64_t *mq = meta + (st * HB_NQ + qi) * 4;
-        mq[0] = t;
-        mq[1] = qi ? rq[1] : rq[0];
-        mq[2] = lo;
-        mq[3] = hi;
-    }
-}
-
 /* 4-byte cp.async (zero fill past src_bytes = 0): f32 head weights */
 __device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_bytes) {
     const uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
@@ -220,201 +147,13 @@ __device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_by
                  "r"(src_bytes));
 }
 
-/* Chunk ci for the pipelined variant: (t, r, lo, hi) come from the slice's
- * table qm (filled once at the start; t = -1 past nq), so no global load
- * stands between the barrier and the MMAs. The q rows and f32 head weights
- * go by cp.async (w = 0 past nq by zero fill), so the thread never waits on
- * them here; other w dtypes use plain loads (their latency then sits after
- * the chunk before's MMAs were issued, behind them). The caller commits. */
-template <int EB = 2>
-__device__ __forceinline__ void hb_load_chunk_pipe(const la_sp_score_args &a, const int64_t *qm,
-                                                   int ci, int st, uint8_t *Bs, float *ws,
-                                                   bool w_async) {
-    const int64_t t0 = qm[(HB_NQ * ci) * 4], t1 = qm[(HB_NQ * ci + 1) * 4];
-    uint8_t *bt = Bs + st * hb_cfg<EB>::B_BYTES;
-    for (int i = threadIdx.x; i < HB_BROWS * hb_cfg<EB>::CPR; i += HB_THREADS) {
-        const int n = i / hb_cfg<EB>::CPR, c = i % hb_cfg<EB>::CPR;
-        const int64_t t = n < HB_HI ? t0 : t1;
-        const bool ok = t >= 0;
-        const uint8_t *src = (const uint8_t *)a.q +
-                             ((ok ? t : 0) * a.q_nb0 + (n % HB_HI) * a.q_nb1) * EB + c * 16;
-        la_sp_cp16z(bt + la_wg_off(HB_BROWS, n, c), src, ok ? 16 : 0);
-    }
-    for (int n = threadIdx.x; n < HB_BROWS; n += HB_THREADS) {
-        const int64_t t = n < HB_HI ? t0 : t1;
-        const int64_t off = (t >= 0 ? t : 0) * a.w_nb0 + (n % HB_HI) * a.w_nb1;
-        if (w_async)
-            hb_cp4z(ws + st * HB_BROWS + n, (const float *)a.w + off, t >= 0 ? 4 : 0);
-        else
-            ws[st * HB_BROWS + n] = t >= 0 ? la_cu_ld(a.w, a.w_dt, off) : 0.f;
-    }
-}
-
-/* v2_epilogue's head sums; lane qd stores query qd>>1, in-block key jb
- * (token s = b*B + jb) at candidate column r*B + jb of its row */
-/* fp8 (ks != NULL): the head sum times the key's k_scale ksv, as
- * v2_epilogue's `sc.ks ? v * ksv : v` */
-__device__ __forceinline__ void hb_epilogue(const la_sp_score_args &a, const float *acc,
-                                            const float *wst, const int64_t *mst, int64_t sb,
-                                            int64_t jb, const float *ks = nullptr,
-                                            float ksv = 1.f) {
-    const int qd = threadIdx.x & 3;
-    const int qi = qd >> 1;
-    float v = la_wg_relu_headsum(acc, wst, qd);
-    if (ks) v = v * ksv;
-    static_assert(HB_NQ == 2 && HB_HI == 64, "la_wg_relu_headsum: 2 queries x 64 heads");
-    const int64_t *mq = mst + qi * 4;
-    const int64_t t = mq[0];
-    if (t >= 0 && jb < a.B) {
-        const int64_t s = sb + jb, lo = mq[2], hi = mq[3];
-        a.out[t * a.out_ld + mq[1] * a.B + jb] = (s >= lo && s < hi && s < a.Lk) ? v : -INFINITY;
-    }
-}
-
-/* PIPE = false: the default (measured) loop. PIPE = true
- * (LA_CUDA_HISA_PATH=pipe): the same MMAs and epilogues in the same order,
- * with the per-chunk global loads off the critical path. In the default
- * loop each chunk starts with a dependent chain of global loads before its
- * MMAs can be issued: qlist[i] -> t -> the w loads, whose values are stored
- * to shared memory (the warp stalls for two L2 round trips, ~1.2 K cycles,
- * against ~1 K cycles of MMAs per chunk). The pipelined loop reads the
- * slice's (t, r, lo, hi) table once at the start and issues chunk c+1's
- * loads after chunk c's MMAs. */
-/* The body of both element widths: EB = 2 bf16 (hb_kernel, as measured),
- * EB = 1 fp8 e4m3 (hb8_kernel: 128-byte rows, m64n128k32 e4m3, the head sum
- * times k_scale[s] when ks != NULL; q/k/w as DSA v2 sees them with EB = 1,
- * w being w·q_scale precomputed as sc_wq does). */
-template <bool PIPE, int EB>
-__device__ __forceinline__ void hb_body(la_sp_score_args a, hb_lists h,
-                                        const float *ks, int64_t ks_nb) {
-    using C = hb_cfg<EB>;
-    static_assert(PIPE || EB == 2, "the fp8 variant exists in the pipelined loop only");
-    const int x = blockIdx.x;
-    if (x >= *h.nsl) return;
-    const int b = h.sl_blk[x], q0 = h.sl_idx[x] * HB_QS;
-    const int nq = min(HB_QS, h.cnt[b] - q0);
-    const int32_t *qlist = h.list + h.boff[b] + q0;
-    const int nchunks = (nq + HB_NQ - 1) / HB_NQ;
-    const int64_t j0 = (int64_t)blockIdx.y * HB_ROWS; /* first in-block key of the tile */
-    const int64_t sb = (int64_t)b * a.B;              /* first token of the block */
-
-    extern __shared__ uint8_t hb_raw[];
-    const uint32_t raw = (uint32_t)__cvta_generic_to_shared(hb_raw);
-    const uint32_t base = (raw + 1023u) & ~1023u;
-    uint8_t *As = hb_raw + (base - raw);
-    uint8_t *Bs = As + C::A_BYTES;
-    float *ws = (float *)(Bs + HB_STAGES * C::B_BYTES);   /* [stage][128] */
-    int64_t *meta = (int64_t *)(ws + HB_STAGES * HB_BROWS); /* [stage][query][t, r, lo, hi] */
-    int64_t *qm = meta + HB_STAGES * HB_NQ * 4;             /* PIPE: [query of slice][t, r, lo, hi] */
-    const uint32_t As_a = base, Bs_a = base + C::A_BYTES;
-
-    const int tid = threadIdx.x, wi = tid >> 5, lane = tid & 31;
-    const int g = lane >> 2, qd = lane & 3;
-    /* keys -> A tile (zero rows past the block or past L), chunk 0: group 0 */
-    for (int i = tid; i < HB_ROWS * C::CPR; i += HB_THREADS) {
-        const int r = i / C::CPR, c = i % C::CPR;
-        const int64_t jb = j0 + r, s = sb + jb;
-        const bool ok = jb < a.B && s < a.Lk;
-        const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-        la_sp_cp16z(As + la_wg_off(HB_ROWS, r, c), src, ok ? 16 : 0);
-    }
-    const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
-    if (PIPE) {
-        /* the slice's query table (t = -1 past nq), while the A tile lands */
-        if (tid < HB_QS) {
-            const int i = tid;
-            int64_t t = -1, r = 0, lo = 0, hi = 0;
-            if (i < nq) {
-                const uint32_t e = (uint32_t)qlist[i];
-                t = (int64_t)(e / (uint32_t)h.m);
-                r = (int64_t)(e % (uint32_t)h.m);
-                la_sp_row_range(a.range, t, &lo, &hi);
-            }
-            qm[4 * i] = t;
-            qm[4 * i + 1] = r;
-            qm[4 * i + 2] = lo;
-            qm[4 * i + 3] = hi;
-        }
-        __syncthreads();
-        hb_load_chunk_pipe<EB>(a, qm, 0, 0, Bs, ws, w_async);
-    } else {
-        hb_load_chunk<EB>(a, qlist, nq, h.m, 0, 0, Bs, ws, meta);
-    }
-    asm volatile("cp.async.commit_group;\n" ::: "memory");
-
-    /* in-block key this thread stores in each m-tile */
-    const int64_t jk0 = j0 + 16 * wi + g + 8 * (qd & 1), jk1 = jk0 + 64;
-    const uint32_t a_mt0 = As_a, a_mt1 = As_a + 64 * 128;
-    /* fp8: k_scale of the key this thread stores in each m-tile (1 past the
-     * block or L: those columns are not stored) */
-    float ksv0 = 1.f, ksv1 = 1.f;
-    if (EB == 1 && ks) {
-        if (jk0 < a.B && sb + jk0 < a.Lk) ksv0 = ks[(sb + jk0) * ks_nb];
-        if (jk1 < a.B && sb + jk1 < a.Lk) ksv1 = ks[(sb + jk1) * ks_nb];
-    }
-    float acc0[64], acc1[64];
-#pragma unroll
-    for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
-    /* chunk c in stage c & 1: wait for it (own copies, fenced to the async
-     * proxy, then the barrier: everyone's copies landed and everyone is
-     * done with chunk c-1, whose stage the copies of chunk c+1 reuse) */
-    for (int c = 0; c < nchunks; c++) {
-        const int st = c & 1;
-        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads();
-        if (PIPE) {
-            const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
-            hb_issue<EB>(acc0, a_mt0, b_tile);
-            hb_issue<EB>(acc1, a_mt1, b_tile);
-            if (c + 1 < nchunks) hb_load_chunk_pipe<EB>(a, qm, c + 1, st ^ 1, Bs, ws, w_async);
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-            const float *wst = ws + st * HB_BROWS;
-            const int64_t *mst = qm + c * HB_NQ * 4;
-            la_wg_wait<1>(acc0);
-            hb_epilogue(a, acc0, wst, mst, sb, jk0, ks, ksv0);
-            la_wg_wait<0>(acc1);
-            hb_epilogue(a, acc1, wst, mst, sb, jk1, ks, ksv1);
-        } else { /* the default loop, as measured */
-            if (c + 1 < nchunks) hb_load_chunk<EB>(a, qlist, nq, h.m, c + 1, st ^ 1, Bs, ws, meta);
-            asm volatile("cp.async.commit_group;\n" ::: "memory");
-            const uint32_t b_tile = Bs_a + (uint32_t)st * C::B_BYTES;
-            hb_issue<EB>(acc0, a_mt0, b_tile);
-            hb_issue<EB>(acc1, a_mt1, b_tile);
-            const float *wst = ws + st * HB_BROWS;
-            const int64_t *mst = meta + st * HB_NQ * 4;
-            la_wg_wait<1>(acc0);
-            hb_epilogue(a, acc0, wst, mst, sb, jk0);
-            la_wg_wait<0>(acc1);
-            hb_epilogue(a, acc1, wst, mst, sb, jk1);
-        }
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-}
-
-template <bool PIPE>
-__global__ void __launch_bounds__(HB_THREADS, 2) hb_kernel(la_sp_score_args a, hb_lists h) {
-    hb_body<PIPE, 2>(a, h, nullptr, 0);
-}
-
-/* fp8 e4m3 stage 2 (LA_CUDA_HISA_FP8=wg): q, k e4m3 rows (16-byte aligned,
- * contiguous along dI), a.w = w·q_scale as f32 [T, HI], ks = k_scale (NULL
- * = 1). Per (query, key) the instruction sequence of sc_wgmma_kernel<1>
- * (DSA v2, fp8): the same 4 m64n128k32 e4m3 k-steps in order over the same
- * swizzled K-major tiles, la_wg_relu_headsum on the same f32 weights, then
- * the product with k_scale[s]. */
-__global__ void __launch_bounds__(HB_THREADS, 2) hb8_kernel(la_sp_score_args a, hb_lists h,
-                                                            const float *ks, int64_t ks_nb) {
-    hb_body<true, 1>(a, h, ks, ks_nb);
-}
-
-/* ---- stage 2, lean (LA_CUDA_HISA_PATH=pipe2 or LA_CUDA_HISA_LEAN=1;
- * opt-in) and stage 1's block scores on the same kernel (DENSE,
- * LA_CUDA_HISA_FAST1=1) -------------------------------------------------------
- * hb_body<true, EB>'s loop (same shared-memory tiles and bytes, same
- * 2-stage cp.async / __syncthreads protocol, same wgmma in the same k-step
- * order, the head sum through la_wg_relu_headsum's own two halves) with DSA
- * v2's instruction cuts (dsa.cu, the comment above V2_WG):
+/* ---- stage 2: hb2_kernel; stage 1's block scores on the same kernel
+ * (DENSE) ------------------------------------------------------------------
+ * One warpgroup per CTA; per slice: the A tile (the block's 128 keys) once,
+ * the slice's query table once, then chunks of 2 queries double-buffered by
+ * cp.async behind __syncthreads, both m-tiles' wgmma issued together and the
+ * next chunk's copies issued behind them, with DSA v2's instruction cuts
+ * (dsa.cu, the comment above V2_WG):
  *  - descriptors: (tile descriptor + constant), la_wg_desc(x + o) =
  *    la_wg_desc(x) + o/16 for a shared-window address x + o < 2^18;
  *  - copies: thread tid always copies the 16-byte column c = tid % CPR of the
@@ -427,8 +166,8 @@ __global__ void __launch_bounds__(HB_THREADS, 2) hb8_kernel(la_sp_score_args a, 
  *    range relative to the block's first token (clamped to [0, B], L folded
  *    in), so the store is a 32-bit range test and one pointer;
  *  - the chunk's weights go to registers once for both m-tiles
- *    (la_wg_headsum_w + la_wg_relu_headsum_wr = la_wg_relu_headsum).
- * So every stored score is hb_kernel<true>'s (and DSA v2's) bit for bit.
+ *    (la_wg_headsum_w + la_wg_relu_headsum_wr, as DSA v2).
+ * So every stored score is DSA v2's bit for bit.
  * DENSE: the same kernel over one "block" holding all Lk keys (stage 1: the
  * nb block means as keys, a.B = a.ncols = Lk), slices = runs of dqs
  * consecutive queries, out[t·out_ld + key]; the valid range in a.range's
@@ -458,7 +197,9 @@ __device__ __forceinline__ void hb2_cp16z(uint32_t sa, const void *gsrc, int src
                  "r"(src_bytes));
 }
 
-/* hb_issue with (tile descriptor low word + constant) descriptors */
+/* the KSTEPS wgmma of one m-tile (A rows at a_lo, B tile at b_lo: shared
+ * descriptors' low words) as one commit group, each descriptor (tile
+ * descriptor + constant); the first one overwrites the accumulators */
 template <int EB>
 __device__ __forceinline__ void hb2_issue(float *acc, uint32_t a_lo, uint32_t b_lo) {
     constexpr uint64_t DHI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
@@ -659,8 +400,8 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
-/* LA_CUDA_HISA_FAST1=1, block means: contiguous bf16 keys with 16-byte
- * aligned rows and dI <= 128, one CTA of 128 threads per block. The block's
+/* Block means (the default; LA_CUDA_HISA_FAST1=0: hs_pool_bf16_kernel):
+ * contiguous bf16 keys with 16-byte aligned rows and dI <= 128, one CTA of 128 threads per block. The block's
  * rows (HP_TOK tokens at a time) go to shared memory by cp.async, every
  * 16-byte load of the CTA in flight at once (hs_pool_bf16_kernel keeps ~16
  * 4-byte loads per thread in flight, 64 threads per block), then thread d
@@ -708,45 +449,8 @@ __global__ void hb_count_kernel(const int32_t *kept, int64_t n, int64_t m, int64
         }
     }
 }
-/* one CTA: exclusive scans of the counts (list offsets) and of the slice
- * counts ceil(cnt/HB_QS) (slice -> block table), total slices */
-__global__ void __launch_bounds__(1024) hb_scan_kernel(const int32_t *cnt, int nb, int32_t *boff,
-                                                       int32_t *cur, int32_t *sl_blk,
-                                                       int32_t *sl_idx, int32_t *nsl) {
-    __shared__ int sa[1024], sn[1024];
-    const int tid = threadIdx.x, per = (nb + 1023) / 1024;
-    const int b0 = min(nb, tid * per), b1 = min(nb, b0 + per);
-    int c = 0, k = 0;
-    for (int b = b0; b < b1; b++) {
-        c += cnt[b];
-        k += (cnt[b] + HB_QS - 1) / HB_QS;
-    }
-    sa[tid] = c;
-    sn[tid] = k;
-    __syncthreads();
-    for (int off = 1; off < 1024; off <<= 1) {
-        const int va = tid >= off ? sa[tid - off] : 0, vn = tid >= off ? sn[tid - off] : 0;
-        __syncthreads();
-        sa[tid] += va;
-        sn[tid] += vn;
-        __syncthreads();
-    }
-    int pc = sa[tid] - c, pn = sn[tid] - k;
-    for (int b = b0; b < b1; b++) {
-        boff[b] = pc;
-        cur[b] = pc;
-        const int ns = (cnt[b] + HB_QS - 1) / HB_QS;
-        for (int i = 0; i < ns; i++) {
-            sl_blk[pn + i] = b;
-            sl_idx[pn + i] = i;
-        }
-        pc += cnt[b];
-        pn += ns;
-    }
-    if (tid == 1023) *nsl = sn[1023];
-}
-/* The same lists with the slices in longest-first order (for
- * LA_CUDA_HISA_PATH=pipe): every full slice (HB_QS queries) first, then each
+/* One CTA: exclusive scans of the counts (list offsets) and the slices
+ * (<= HB_QS queries each) in longest-first order: every full slice first, then each
  * block's remainder slice by size, largest first (counting sort on
  * cnt % HB_QS; order inside a size arbitrary). The hardware hands CTAs out
  * roughly in grid order as slots free up, so short slices last make a
@@ -874,23 +578,12 @@ static bool hs_fast1(void) {
     const char *e = getenv("LA_CUDA_HISA_FAST1");
     return !(e && atoi(e) == 0);
 }
-/* Stage 2 on the lean kernels (hb2_kernel<2 or 1, false>) for bf16 (the
- * default path) and the fp8 route (H200, L = 64K: bf16 candidate scores
- * 0.393 -> 0.229 ms, fp8 0.249 -> 0.163 ms, same scores bit for bit);
- * LA_CUDA_HISA_LEAN=0 runs the previous kernels (hb_kernel<true>,
- * hb8_kernel). Read per call. */
-static bool hs_lean_env(void) {
-    const char *e = getenv("LA_CUDA_HISA_LEAN");
-    return !(e && atoi(e) == 0);
-}
-
-/* pipe: hb_kernel<true>; lpt: slices longest first (hb_scan_lpt_kernel);
- * lean: hb2_kernel (pipelined, longest first) for bf16 and fp8. (A
- * one-launch bucketing, one CTA for memset + count + scan + fill, measured
- * 79 us against 31 us for these four launches at L = 64K: removed.) */
-static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_timer &tm,
-                           cudaStream_t s, bool fp8 = false, const float *ks = nullptr,
-                           int64_t ks_nb = 0, bool lean = false) {
+/* The block-major candidate scores: bucketing, then hb2_kernel (bf16, or
+ * e4m3 with fp8: a.w = w·q_scale, ks = k_scale). (A one-launch bucketing,
+ * one CTA for memset + count + scan + fill, measured 79 us against 31 us for
+ * these four launches at L = 64K: removed.) */
+static la_status hb_launch(const la_sp_score_args &a, hs_timer &tm, cudaStream_t s, bool fp8,
+                           const float *ks = nullptr, int64_t ks_nb = 0) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
@@ -904,10 +597,7 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
         const int64_t eb = la_cu_cdiv(npairs, 256) < 4096 ? la_cu_cdiv(npairs, 256) : 4096;
         hb_count_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, a.m, a.B, a.out, a.out_ld, cnt);
         LA_CU_LAUNCH("hisa block lists (count)");
-        if (lpt || lean)
-            hb_scan_lpt_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
-        else
-            hb_scan_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
+        hb_scan_lpt_kernel<<<1, 1024, 0, s>>>(cnt, (int)nb, boff, cur, sl_blk, sl_idx, nsl);
         LA_CU_LAUNCH("hisa block lists (scan)");
         hb_fill_kernel<<<(unsigned)eb, 256, 0, s>>>(a.blocks, npairs, cur, list);
         LA_CU_LAUNCH("hisa block lists (fill)");
@@ -922,84 +612,40 @@ static la_status hb_launch(const la_sp_score_args &a, bool pipe, bool lpt, hs_ti
     h.m = (int32_t)a.m;
     LA_TRY(tm.mark("bucket", s));
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
-    if (lean && fp8) {
+    if (fp8) {
         LA_CU(cudaFuncSetAttribute(hb2_kernel<1, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    hb2_cfg<1>::SMEM));
         hb2_kernel<1, false><<<grid, HB_THREADS, hb2_cfg<1>::SMEM, s>>>(a, h, ks, ks_nb, 0);
-    } else if (lean) {
+    } else {
         LA_CU(cudaFuncSetAttribute(hb2_kernel<2, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    hb2_cfg<2>::SMEM));
         hb2_kernel<2, false><<<grid, HB_THREADS, hb2_cfg<2>::SMEM, s>>>(a, h, nullptr, 0, 0);
-    } else if (fp8) { /* hb8_kernel: e4m3, always the pipelined loop (lpt as the caller asks) */
-        LA_CU(cudaFuncSetAttribute(hb8_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   hb_cfg<1>::SMEM_PIPE));
-        hb8_kernel<<<grid, HB_THREADS, hb_cfg<1>::SMEM_PIPE, s>>>(a, h, ks, ks_nb);
-    } else if (pipe) {
-        LA_CU(cudaFuncSetAttribute(hb_kernel<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   HB_SMEM_PIPE));
-        hb_kernel<true><<<grid, HB_THREADS, HB_SMEM_PIPE, s>>>(a, h);
-    } else {
-        LA_CU(cudaFuncSetAttribute(hb_kernel<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   HB_SMEM));
-        hb_kernel<false><<<grid, HB_THREADS, HB_SMEM, s>>>(a, h);
     }
     LA_CU_LAUNCH(fp8 ? "hisa candidate scores (block-major wgmma, fp8 e4m3)"
                      : "hisa candidate scores (block-major wgmma)");
     return LA_OK;
 }
 
-/* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH:
- *   unset / "pipe" (default): hb_kernel<true> (block-major wgmma; bf16,
- *     HI = 64, dI = 128; other inputs take the gather kernels) with the
- *     per-chunk global loads off the critical path (slice query table in
- *     shared memory, chunk c+1 loaded after chunk c's MMAs are issued) and
- *     the slices longest first (hb_scan_lpt_kernel). Measured on the H200
- *     (2026-11-29, third session, tests/cuda/gpu_hisa.sh): HISA 0.694-0.703 ms
- *     at 64K and 0.724-0.728 ms at 128K (4.8x / 8.9x our DSA).
- *   "block": hb_kernel<false>, default order (0.796-0.803 / 0.834-0.839 ms).
- *   For attributing the gain: "pipe_grid" = hb_kernel<true> with the default
- *     slice order (0.733 / 0.772 ms), "block_lpt" = hb_kernel<false> with the
- *     longest-first order (0.754 / 0.784 ms).
- *   "old": the DSA score kernels in gather mode (sc_gather_kernel in dsa.cu;
- *     1.058 / 1.090 ms)
- *   (a third kernel, hg_kernel: q in registers and a 6-stage gather, measured
- *   slower, 1.206 ms at 64K, was removed; it is in the history, commit 4c2842d)
- * Any other value is the default. All give the same scores bit for bit
- * (same fragments, k-step order and epilogue), hence the same indices
- * (checked by test_cuda_sparse and the bench: 0 indices differ). */
-enum hs_path { HS_BLOCK, HS_PIPE, HS_PIPE_GRID, HS_BLOCK_LPT, HS_OLD, HS_PIPE2 };
-static hs_path hs_path_of(void) {
+/* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH: unset (or
+ * any other value) = the block-major hb2_kernel where hb_ok (bf16, HI = 64,
+ * dI = 128; other inputs take the gather kernels); "old" = the DSA score
+ * kernels in gather mode for every input (sc_gather_kernel in dsa.cu; 1.06 /
+ * 1.09 ms for HISA at 64K / 128K in the third session). Both give the same
+ * scores bit for bit (same fragments, k-step order and epilogue), hence the
+ * same indices (test_cuda_sparse). (hg_kernel, q in registers and a 6-stage
+ * gather, measured slower and was removed: commit 4c2842d.) */
+static bool hs_path_old(void) {
     const char *e = getenv("LA_CUDA_HISA_PATH");
-    if (e && !strcmp(e, "pipe2")) return HS_PIPE2;
-    if (e && !strcmp(e, "pipe")) return HS_PIPE;
-    if (e && !strcmp(e, "old")) return HS_OLD;
-    if (e && !strcmp(e, "block")) return HS_BLOCK;
-    if (e && !strcmp(e, "pipe_grid")) return HS_PIPE_GRID;
-    if (e && !strcmp(e, "block_lpt")) return HS_BLOCK_LPT;
-    return hs_lean_env() ? HS_PIPE2 : HS_PIPE; /* the default */
-}
-static const char *hs_path_name(hs_path p) {
-    switch (p) {
-    case HS_OLD: return "old";
-    case HS_PIPE: return "pipe";
-    case HS_PIPE_GRID: return "pipe_grid";
-    case HS_BLOCK_LPT: return "block_lpt";
-    case HS_BLOCK: return "block";
-    case HS_PIPE2: return "pipe2";
-    default: return "pipe";
-    }
+    return e && !strcmp(e, "old");
 }
 
-/* Candidate scores: hb_kernel, or the DSA score kernels in gather mode (fp32
- * exact kernel for other dtypes and shapes; all inputs with
+/* Candidate scores: hb2_kernel, or the DSA score kernels in gather mode
+ * (fp32 exact kernel for other dtypes and shapes; all inputs with
  * LA_CUDA_HISA_PATH=old). */
-static la_status hs_candidate_scores(const la_sp_score_args &a, hs_path path, hs_timer &tm,
+static la_status hs_candidate_scores(const la_sp_score_args &a, bool old, hs_timer &tm,
                                      cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
-    if (path != HS_OLD && hb_ok(a))
-        return hb_launch(a, path == HS_PIPE || path == HS_PIPE_GRID || path == HS_PIPE2,
-                         path == HS_PIPE || path == HS_BLOCK_LPT || path == HS_PIPE2, tm, s, false,
-                         nullptr, 0, path == HS_PIPE2);
+    if (!old && hb_ok(a)) return hb_launch(a, tm, s, false);
     return la_sp_scores(a, s);
 }
 
@@ -1190,7 +836,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     if (!blocksparse && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&
         la_sp_scores_fast_shape(a.HI, a.dI) && a.T > 0 &&
         (a.k_nb1 != 1 || a.k_nb0 % 8 != 0 || ((uintptr_t)a.k & 15) != 0)) {
-        /* the cp.async gathers (hb_kernel) need contiguous, 16-byte aligned k rows: copy */
+        /* the cp.async copies (hb2_kernel) need contiguous, 16-byte aligned k rows: copy */
         size_t kb16;
         LA_TRY(la_mul_size((size_t)a.Lk, (size_t)a.dI * 2, &kb16, "k copy"));
         LA_TRY(la_cu_ws_alloc(&kw16, kb16, s, "aligned bf16 copy of k"));
@@ -1212,7 +858,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld exceeds the CUDA top-k maximum %d",
                       (long long)p->topk, LA_SP_TOPK_MAX);
     if (T == 0) return LA_OK;
-    const hs_path path = hs_path_of();
+    const bool old = hs_path_old();
     const bool fast1 = hs_fast1();
     hs_timer tm;
     tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
@@ -1266,11 +912,11 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hs_candidate_scores(ac, path, tm, s));
+    LA_TRY(hs_candidate_scores(ac, old, tm, s));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
     char pname[32];
-    snprintf(pname, sizeof pname, "%s%s", hs_path_name(path), fast1 ? "+fast1" : "");
+    snprintf(pname, sizeof pname, "%s%s", old ? "old" : "block", fast1 ? "+fast1" : "");
     LA_TRY(tm.report(op, pname, T, L));
     la_err_clear();
     return LA_OK;
@@ -1288,7 +934,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
  *    bf16 means of fp32 sums);
  *  - block scores = the bf16 block-score path (la_sp_scores on q_bf16, k̄,
  *    w'): Σ_h w'·ReLU(q8·k̄) = Σ_h w·ReLU((q8·qs)·k̄) since qs > 0;
- *  - candidate scores: hb8_kernel on the e4m3 q/k rows with w' and k_scale,
+ *  - candidate scores: hb2_kernel<1> on the e4m3 q/k rows with w' and k_scale,
  *    per (query, key) the instruction sequence of DSA v2's fp8 kernel
  *    (sc_wgmma_kernel<1>), then the token top-k in gather mode.
  * Compared with the f32 route (the CPU's indices on dequantized inputs),
@@ -1354,7 +1000,7 @@ __global__ void hs_pool_fp8_kernel(const uint8_t *k, int64_t nb0, int64_t L, int
     out[b * dI + d] = __float2bfloat16_rn(acc / (float)(s1 - s0));
 }
 
-/* Whether hb8_kernel takes these views (HI = 64, dI = 128, e4m3 rows
+/* Whether hb2_kernel<1> takes these views (HI = 64, dI = 128, e4m3 rows
  * 16-byte aligned and contiguous along dI; the list sizes of hb_ok). */
 static bool hb8_ok(const la_sp_score_args &a) {
     if (a.q_dt != LA_FP8_E4M3 || a.k_dt != LA_FP8_E4M3 || a.HI != HB_HI || a.dI != HB_DI)
@@ -1441,9 +1087,9 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ab.w_dt = LA_F32;
     ab.w_nb0 = HI;
     ab.w_nb1 = 1;
-    const bool fast1 = hs_fast1(), lean = hs_lean_env();
+    const bool fast1 = hs_fast1();
     LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, tm, s, fast1));
-    /* 3. candidate scores on the e4m3 rows (hb8_kernel), token top-k */
+    /* 3. candidate scores on the e4m3 rows (hb2_kernel<1>), token top-k */
     const int64_t nc = mk * B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nc * 4, &bytes, "candidate scores"));
     LA_TRY(la_cu_ws_alloc(&csw, bytes, s, "candidate scores"));
@@ -1455,21 +1101,21 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hb_launch(ac, true, true, tm, s, true, ks, ks_nb, lean));
+    LA_TRY(hb_launch(ac, tm, s, true, ks, ks_nb));
     LA_TRY(tm.mark("scores", s));
     LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
-    LA_TRY(tm.report("hisa", lean ? (fast1 ? "fp8wg2+fast1" : "fp8wg2") : (fast1 ? "fp8wg+fast1" : "fp8wg"), T, L));
+    LA_TRY(tm.report("hisa", fast1 ? "fp8wg+fast1" : "fp8wg", T, L));
     la_err_clear();
     return LA_OK;
 }
 
 /* Test hook (tests/cuda/test_cuda_dsa_fp8.c declares it; not in the public
- * header): hb8_kernel's candidate scores with every block kept in ascending
+ * header): hb2_kernel<1>'s candidate scores with every block kept in ascending
  * order, so column r*B + j is token r*B + j and `out` ([T, nb*B] f32 on the
  * device, nb = ⌈L/B⌉) compares column for column with the DSA indexer's
  * fp8 score rows (-inf outside the ranges, columns >= L -inf too). The
  * views are validated as HISA's (idx: any valid [T, topk] i32 view, not
- * written); LA_ERR_UNSUPPORTED when hb8_kernel does not take them. */
+ * written); LA_ERR_UNSUPPORTED when hb2_kernel<1> does not take them. */
 __global__ void hs_iota_blocks_kernel(int32_t *kept, int64_t T, int64_t nb) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < T * nb;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -1491,7 +1137,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     a.blocks_ld = nb;
     a.B = (int)B;
     if (!hb8_ok(a) || nb > (int64_t)INT32_MAX / B)
-        return la_err(LA_ERR_UNSUPPORTED, "hisa stage-2 test hook: views not hb8_kernel's");
+        return la_err(LA_ERR_UNSUPPORTED, "hisa stage-2 test hook: views not hb2_kernel<1>'s");
     cudaStream_t s = la_cu_stream(ctx);
     const float *ks = p->k_scale ? (const float *)p->k_scale->data : nullptr;
     const int64_t ks_nb = p->k_scale ? p->k_scale->nb[0] : 0;
@@ -1515,7 +1161,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     a.out = out;
     a.out_ld = nb * B;
     hs_timer tm;
-    LA_TRY(hb_launch(a, true, true, tm, s, true, ks, ks_nb, hs_lean_env()));
+    LA_TRY(hb_launch(a, tm, s, true, ks, ks_nb));
     LA_CU(cudaStreamSynchronize(s));
     la_err_clear();
     return LA_OK;

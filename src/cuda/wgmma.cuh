@@ -167,11 +167,4 @@ __device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const f
     return keep;
 }
 
-/* the same with the weights read from shared memory here */
-__device__ __forceinline__ float la_wg_relu_headsum(const float *acc, const float *wst, int qd) {
-    float2 wr[16];
-    la_wg_headsum_w(wr, wst, qd);
-    return la_wg_relu_headsum_wr(acc, wr, qd);
-}
-
 #endif

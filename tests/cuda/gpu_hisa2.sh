@@ -1,27 +1,25 @@
 #!/bin/bash
-# HISA's lean stage 2 and fast stage 1 (dev/NOTES_hisa_speed.md), one device
-# call, <= 100 s wall:
+# HISA's stage 2 (hb2_kernel) and stage 1 (dev/NOTES_hisa_speed.md), one
+# device call, <= 100 s wall:
 #   make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests && bash tests/cuda/gpu_hisa2.sh
 #   bash tests/cuda/gpu_round.sh hisa2:100          (built by the round)
-# Switches back to the previous kernels (read per call by src/cuda/hisa.cu):
-#   LA_CUDA_HISA_LEAN=0   stage 2 on hb_kernel<true> / hb8_kernel instead of
-#                         hb2_kernel (bf16 and the fp8 route's e4m3)
+# Switches (read per call by src/cuda/hisa.cu):
 #   LA_CUDA_HISA_FAST1=0  hs_pool_bf16_kernel and the mma.sync block scores
 #                         instead of hs_pool2_kernel and hb2_kernel<2,true>
+#   LA_CUDA_HISA_PATH=old stage 2 on the gather kernels instead of hb2_kernel
 #   1. bench driver dev/bench_hisa2.cu compiled against build-gpu/liblongattn.a
 #      (background, while the tests run);
 #   2. in parallel, on the defaults:
 #      test_cuda_sparse with LA_CUDA_ONLY_INDEXERS=1 (every DSA / HISA /
-#      block-sparse case: HISA vs the CPU, == DSA when m*B >= L, every
-#      LA_CUDA_HISA_PATH of the test's list vs its default, which is now the
-#      lean kernel: "block" = hb_kernel<false> etc. must give the same indices),
+#      block-sparse case: HISA vs the CPU, == DSA when m*B >= L, the test's
+#      HISA variants vs the default: the same indices),
 #      test_cuda_dsa_fp8 (fp8 HISA vs the CPU; wg_force == DSA fp8 indices; the
-#      stage-2 hook, now hb2_kernel<1,false>, bit for bit vs the DSA fp8 scores);
+#      stage-2 hook, hb2_kernel<1,false>, bit for bit vs the DSA fp8 scores);
 #   3. bench_hisa2: T = 1024, L = 64K and 128K, bf16 B = 128, m = 64, k = 2048:
-#      default / prev2 (LA_CUDA_HISA_LEAN=0) / prev1 (FAST1=0) / prev (both)
-#      (times, back-to-back batch times, positions differing from the default:
-#      must be 0), fp8 default / prev2 / prev, then LA_CUDA_HISA_TIMING=1
-#      per-stage lines of each and the token top-k probe;
+#      default / prev1 (FAST1=0) / old (times, back-to-back batch times,
+#      positions differing from the default: must be 0), fp8 default / prev1,
+#      then LA_CUDA_HISA_TIMING=1 per-stage lines of each and the token top-k
+#      probe;
 #   4. summary (also $OUT/summary.txt).
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
@@ -45,7 +43,7 @@ bpid=$!
 
 # 2. tests on the defaults (lean stage 2, fast stage 1; the sparse test also
 #    runs LA_CUDA_HISA_PATH=pipe and LA_CUDA_HISA_FAST1=0 per case), in parallel
-unset LA_CUDA_HISA_LEAN LA_CUDA_HISA_FAST1
+unset LA_CUDA_HISA_PATH LA_CUDA_HISA_FAST1
 LA_CUDA_ONLY_INDEXERS=1 timeout 50 $B/tests/cuda/test_cuda_sparse > "$OUT/test_sparse.log" 2>&1 &
 p1=$!
 timeout 50 $B/tests/cuda/test_cuda_dsa_fp8 > "$OUT/test_dsa_fp8.log" 2>&1 &

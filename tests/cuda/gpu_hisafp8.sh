@@ -1,5 +1,5 @@
 #!/bin/bash
-# fp8 e4m3 HISA on wgmma (LA_CUDA_HISA_FP8=wg, hisa.cu's hb8_kernel), one
+# fp8 e4m3 HISA on wgmma (LA_CUDA_HISA_FP8=wg, hisa.cu's hb2_kernel<1>), one
 # device call, <= 90 s wall. Assumes the library and the CUDA tests are built:
 #   make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests && bash tests/cuda/gpu_hisafp8.sh
 #   1. the bench driver is compiled against build-gpu/liblongattn.a (in the
@@ -41,7 +41,7 @@ trc=$?; [ $trc -ne 0 ] && rc=1
 say "test_cuda_dsa_fp8: rc=$trc $(tail -1 "$OUT/test_cuda_dsa_fp8.log")  ($(el) s)"
 grep -E "^FAIL" "$OUT/test_cuda_dsa_fp8.log" | head -8 | tee -a "$S"
 # the wg lines: worst recall where >= 1000 indices are compared, and the
-# equality checks against the GPU DSA (wg: DSA route; wg_force: hb8_kernel)
+# equality checks against the GPU DSA (wg: DSA route; wg_force: hb2_kernel<1>)
 awk '/hisa fp8 wg .*vs CPU: recall/ { r=$0; sub(/.*recall /,"",r); n=r; sub(/ .*/,"",r); sub(/.*of /,"",n); sub(/\).*/,"",n);
        c++; if (n+0 >= 1000) { b++; if (!(b>1) || r+0 < mn) mn=r+0 } else if (!(s++) || r+0 < ms) ms=r+0 }
      /hisa fp8 wg .*vs DSA: / { d=$0; sub(/.*vs DSA: /,"",d); sub(/ .*/,"",d); e++; ed+=d }
@@ -50,7 +50,7 @@ awk '/hisa fp8 wg .*vs CPU: recall/ { r=$0; sub(/.*recall /,"",r); n=r; sub(/ .*
      /hisa fp8 stage2 .*differ bitwise/ { d=$0; sub(/.*vs DSA v2 scores: /,"",d); n=d; sub(/ .*/,"",d); sub(/^[0-9]+ of /,"",n); sub(/ .*/,"",n); h++; hd+=d; hn+=n }
      END { printf "  wg vs CPU: %d cases, worst recall %.4f over the %d with >= 1000 indices (%.4f over the %d smaller)\n", c, mn, b, ms, s;
            printf "  wg (every block kept: DSA route) vs GPU DSA: %d cases, %d positions differ\n", e, ed;
-           printf "  wg_force (hb8_kernel, every block kept) vs GPU DSA: %d cases, %d positions differ; %d cases on the f32 route (views)\n", f, fd, g;
+           printf "  wg_force (hb2_kernel<1>, every block kept) vs GPU DSA: %d cases, %d positions differ; %d cases on the f32 route (views)\n", f, fd, g;
            printf "  stage-2 scores (hook) vs DSA v2 fp8 scores: %d cases, %d of %d differ bitwise\n", h, hd, hn }' \
   "$OUT/test_cuda_dsa_fp8.log" | tee -a "$S"
 

@@ -1,19 +1,19 @@
 #!/bin/bash
-# Row top-k v3 (LA_CUDA_TOPK_PATH=v3, topk.cu's t3_kernel), one device call,
-# <= 80 s wall. Assumes the library and the CUDA tests are built:
+# Row top-k (topk.cu's t3_kernel, the default), one device call, <= 80 s
+# wall. Assumes the library and the CUDA tests are built:
 #   bash tests/cuda/gpu_round.sh topk3:80
 #   (or make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests && bash tests/cuda/gpu_topk3.sh)
 #   1. the bench driver is compiled against build-gpu/liblongattn.a (in the
 #      background, while the test runs),
-#   2. test_cuda_sparse with LA_CUDA_ONLY_TOPK=1: every top-k case on the
-#      default kernel vs the CPU, then on v3 (prefetch default / 0 / 16) vs
-#      the CPU and vs the default kernel bit for bit; DSA (per-row ranges)
-#      and HISA (top-m with ranges, gather-mode token top-k) with v3 vs the
-#      default top-k,
+#   2. test_cuda_sparse with LA_CUDA_ONLY_TOPK=1: every top-k case vs the
+#      CPU, and on the first kernel (LA_CUDA_TOPK_PATH=old) and with L2
+#      prefetch 3 / 16 vs the CPU and vs the default bit for bit; DSA
+#      (per-row ranges) and HISA (top-m with ranges, gather-mode token top-k)
+#      with the first kernel vs the default,
 #   3. bench_gpu_sparse topk3: 1024 x {64K, 8K, 128K}, k = 2048: default, old,
-#      v3 (pf 3 / 0 / 6), medians of 20 after warm-up, indices vs default,
-#   4. ncu (if present) on one default and one v3 call at 1024 x 64K:
-#      duration, SOL, occupancy, and the warp stall reasons per kernel,
+#      prefetch 3 / 6, medians of 20 after warm-up, indices vs default,
+#   4. ncu (if present) on two default calls at 1024 x 64K: duration, SOL,
+#      occupancy, and the warp stall reasons,
 #   5. summary (last lines; also $OUT/summary.txt).
 # Logs under $OUT (default /tmp/la_gpu_out).
 OUT=${OUT:-/tmp/la_gpu_out}
@@ -55,11 +55,11 @@ else
   tail -3 "$OUT/bench_build.log" | tee -a "$S"
 fi
 
-# 4. ncu: one default (tb_kernel) and one v3 (t3_kernel) call at 1024 x 64K
+# 4. ncu: two default (t3_kernel) calls at 1024 x 64K
 left=$(( 77 - $(el) ))
 if command -v ncu > /dev/null && [ -x $B/bench_gpu_sparse ] && [ $left -gt 8 ]; then
   timeout $left ncu --clock-control none --section WarpStateStats --section SpeedOfLight --section Occupancy \
-      --section LaunchStats --kernel-name regex:"t3_kernel|tb_kernel" --launch-count 2 --csv --page raw \
+      --section LaunchStats --kernel-name regex:"t3_kernel" --launch-count 2 --csv --page raw \
       $B/bench_gpu_sparse topk3 one > "$OUT/ncu_topk3.csv" 2> "$OUT/ncu_topk3.err"
   say "ncu: rc=$? ($(el) s)"
   python3 - "$OUT/ncu_topk3.csv" <<'EOF' 2>&1 | tee -a "$S"
@@ -96,10 +96,10 @@ else
 fi
 
 # 5. summary
-say "# summary: default / v3 ms per L (goal at 64K: v3 <= 0.12 ms; default 0.197-0.199):"
-grep -E "^topk(     |_v3 .*pf=3)" "$OUT/bench_topk3.log" 2>/dev/null | awk '
+say "# summary: default (no L2 prefetch) / prefetch 3 steps ms per L (goal at 64K: <= 0.2 ms):"
+grep -E "^topk(     |_pf .*pf=3)" "$OUT/bench_topk3.log" 2>/dev/null | awk '
   { L=$0; sub(/.*L=/,"",L); sub(/ .*/,"",L); t=$0; sub(/.*: /,"",t); sub(/ ms.*/,"",t);
     if ($1=="topk") d[L]=t; else { v[L]=t; x=$0; sub(/.*; /,"",x); sub(/ indices.*/,"",x); df[L]=x } }
-  END { for (L in d) printf "  L=%s: default %s ms, v3 %s ms (%.2fx), %s indices differ\n", L, d[L], v[L], (v[L]>0 ? d[L]/v[L] : 0), df[L] }' | tee -a "$S"
+  END { for (L in d) printf "  L=%s: default %s ms, pf 3 %s ms (%.2fx), %s indices differ\n", L, d[L], v[L], (v[L]>0 ? d[L]/v[L] : 0), df[L] }' | tee -a "$S"
 say "# done at $(el) s, rc=$rc"
 exit $rc

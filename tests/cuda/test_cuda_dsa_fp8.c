@@ -129,9 +129,9 @@ static int64_t rows_set_differ(const int32_t *a, const int32_t *b, int64_t T, in
     return bad;
 }
 
-/* hisa.cu's test hook: hb8_kernel's candidate scores with every block kept in
+/* hisa.cu's test hook: hb2_kernel<1>'s candidate scores with every block kept in
  * ascending order (column r*B + j = token r*B + j), out = [T, ceil(L/B)*B] f32
- * on the device; LA_ERR_UNSUPPORTED where hb8_kernel does not take the views. */
+ * on the device; LA_ERR_UNSUPPORTED where hb2_kernel<1> does not take the views. */
 la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                                          const la_tensor *w, const la_tensor *start, const la_tensor *end,
                                          const la_tensor *idx, float *out, la_context *ctx);
@@ -409,11 +409,11 @@ static void run_case(dcase c) {
                 printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld positions differ\n", tag, (long long)B,
                        (long long)m, m < nb ? "CPU" : "DSA", (long long)nd);
                 /* LA_CUDA_HISA_FP8=wg (hisa.cu: stage 1 on bf16 q / bf16 block means / w*q_scale,
-                 * stage 2 hb8_kernel on the e4m3 rows). m < nb: against the CPU on the
+                 * stage 2 hb2_kernel<1> on the e4m3 rows). m < nb: against the CPU on the
                  * dequantized inputs, row structure exact and recall >= 0.99 where >= 1000
                  * indices are compared (bf16 block means may flip near-tied blocks, v2's fp8
                  * accumulation near-tied tokens). m = nb: "wg" keeps the DSA route (equal to
-                 * the GPU DSA); "wg_force" runs hb8_kernel anyway where it takes the views
+                 * the GPU DSA); "wg_force" runs hb2_kernel<1> anyway where it takes the views
                  * (HI 64, dI 128, 16-byte rows): its candidate scores are DSA v2's fp8 scores
                  * bit for bit by construction, so the indices must equal the GPU DSA's exactly
                  * (rows here are up to 2048 long: the whole order is compared); other views
@@ -440,7 +440,7 @@ static void run_case(dcase c) {
                               force ? "; stage-2 scores should be DSA v2's fp8 scores bit for bit" : "");
                         printf("  hisa fp8 %-8s %-51s B=%-3lld m=%-4lld vs DSA: %lld positions differ%s\n", mname,
                                tag, (long long)B, (long long)m, (long long)nw,
-                               force ? " (hb8_kernel vs sc_wgmma_kernel<1>)" : "");
+                               force ? " (hb2_kernel<1> vs sc_wgmma_kernel<1>)" : "");
                         continue;
                     }
                     if (m >= nb) /* the CPU rows for m = nb (not computed above) */
@@ -458,10 +458,10 @@ static void run_case(dcase c) {
                               (long long)hits, (long long)tot);
                     printf("  hisa fp8 %-8s %-51s B=%-3lld m=%-4lld vs CPU: recall %.4f (%lld of %lld)%s\n",
                            mname, tag, (long long)B, (long long)m, rc, (long long)hits, (long long)tot,
-                           wg_views ? "" : " [f32 route: views not hb8_kernel's]");
+                           wg_views ? "" : " [f32 route: views not hb2_kernel<1>'s]");
                 }
             }
-            /* (d) direct: hb8_kernel's scores (every block kept, ascending) against the
+            /* (d) direct: hb2_kernel<1>'s scores (every block kept, ascending) against the
              * DSA's fp8 score rows of the default path (v2 for these views), bit for bit;
              * columns past L must be -inf; output poisoned (0x7f7f7f7f, finite) first */
             if (HI == 64 && dI == 128 && kst % 16 == 0) {

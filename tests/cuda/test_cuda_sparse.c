@@ -325,16 +325,13 @@ static void test_indexers(idx_case c) {
     CHECK(d == 0, "dsa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
 
     /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
-     * (LA_CUDA_HISA_PATH: default = "pipe2": the lean block-major wgmma
-     * hb2_kernel for bf16 HI=64 dI=128, the gather kernels otherwise, e.g.
-     * f32; "pipe" = the previous default hb_kernel<true> (per-chunk loads off
-     * the critical path, slices longest first); "old" = the gather kernels for
-     * every input; "block" = hb_kernel without the two changes, "pipe_grid" /
-     * "block_lpt" = one of them each), and every path's indices equal to the
+     * (LA_CUDA_HISA_PATH: default = the block-major wgmma hb2_kernel for
+     * bf16 HI=64 dI=128, the gather kernels otherwise, e.g. f32; "old" = the
+     * gather kernels for every input), and every path's indices equal to the
      * first one's (same arithmetic); "stage1_prev" = the default stage 2 with
      * the previous stage-1 kernels (LA_CUDA_HISA_FAST1=0: hs_pool_bf16_kernel,
      * mma.sync block scores; the same means and block scores bit for bit) */
-    static const char *hisa_paths[] = {NULL, "old", "block", "pipe_grid", "block_lpt", "pipe", "stage1_prev"};
+    static const char *hisa_paths[] = {NULL, "old", "stage1_prev"};
     int32_t *i0 = malloc((size_t)(T * K) * 4);
     for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
         char ptag[200];
@@ -509,7 +506,7 @@ int main(void) {
     rng = la_test_rng("test_cuda_sparse");
     small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
     /* LA_CUDA_ONLY_INDEXERS=1: only the DSA / HISA / block-sparse cases
-     * (tests/cuda/gpu_hisa.sh) */
+     * (tests/cuda/gpu_hisa2.sh) */
     const bool only_idx = getenv("LA_CUDA_ONLY_INDEXERS") && atoi(getenv("LA_CUDA_ONLY_INDEXERS"));
     /* LA_CUDA_ONLY_TOPK=1: the top-k cases and a few indexer cases whose
      * top-k calls use per-row ranges and gather mode (tests/cuda/gpu_topk3.sh) */
