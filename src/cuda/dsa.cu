@@ -457,8 +457,9 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
 /* ------------------------------------------------------------------------ */
 /* DSA v2: Hopper warpgroup MMA (wgmma), HI = 64, dI = 128, bf16 or e4m3     */
 /* ------------------------------------------------------------------------ */
-/* CTA = 2 warpgroups (256 threads) over 256 consecutive keys and a group of
- * queries taken two at a time ("chunks").
+/* CTA = 2 consumer warpgroups (256 threads) over 256 consecutive keys and a
+ * group of queries taken two at a time ("chunks"), plus a producer
+ * warpgroup that streams the chunks.
  *   A (keys) : [256 keys x dI], loaded once per CTA; warpgroup wg owns rows
  *              128*wg .. 128*wg+127 as two m64 tiles (mt = 0, 1).
  *   B (q)    : one chunk = 2 queries x 64 heads = 128 rows x dI (N = 128),
@@ -479,19 +480,15 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  * the two kernels give identical scores.
  * Pipeline: 4 stages of q chunks; per chunk both m-tiles' wgmma are issued
  * at once and the first m-tile's epilogue overlaps the second's MMAs. The
- * stages are handed over with mbarriers (full: all 256 threads' cp.async
- * copies of the chunk landed and were fenced to the async proxy; empty:
- * all 256 threads are done with it), not __syncthreads, so the two
- * warpgroups can drift apart by up to one chunk and one's exposed
- * epilogue overlaps the other's MMAs.
- * The default (template PROD = true): a producer warpgroup (384 threads,
- * setmaxnreg 56 / 224) does all the chunk loading and the consumers only
- * wait full -> wgmma -> epilogue -> arrive empty (protocol above
- * v2_prod_run; dev/NOTES_dsa_epilogue.md). H200, L = 64K, incl. top-k:
- * bf16 1.95 -> 1.76 ms, fp8 1.73 -> 1.40 ms, same scores bit for bit (a
+ * producer warpgroup (384 threads in all, setmaxnreg 56 / 224) does all
+ * the chunk loading and the consumers only wait full -> wgmma -> epilogue
+ * -> arrive empty; the stages are handed over with mbarriers (protocol
+ * above v2_prod_run; dev/NOTES_dsa_epilogue.md), so the two consumer
+ * warpgroups can drift apart by up to the whole ring and one's exposed
+ * epilogue overlaps the other's MMAs. H200, L = 64K, incl. top-k: bf16
+ * 1.95 -> 1.70 ms, fp8 1.72 -> 1.39 ms against the consumers loading the
+ * chunks themselves (removed; in the history), same scores bit for bit (a
  * single loader warp was 1.2-1.5x slower: it starved the consumers).
- * LA_CUDA_DSA_PRODUCER=0 runs PROD = false, the consumers loading the
- * chunks themselves as described above.
  * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
  * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
  *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
@@ -499,8 +496,8 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry
  *    out of the 14-bit address field); the warpgroup index is broadcast from
  *    lane 0 so the A tile base is warp-uniform (uniform datapath);
- *  - chunk copies: each thread copies the same 16-byte column c = tid % CPR of
- *    rows r0 + RP·j (RP = 256 / CPR) of every chunk, so its shared offsets
+ *  - chunk copies: each producer thread copies the same 16-byte column c of
+ *    rows r0 + RP·j (RP = 128 / CPR) of every chunk, so its shared offsets
  *    (the swizzle only depends on r0 & 7) and global offsets are computed
  *    once; per chunk a 64-bit base and one add per copy, no divisions;
  *  - the head weights of the chunk are read from shared memory once into
@@ -510,7 +507,8 @@ la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
  *    running row pointer; the valid range of a row is computed without the
  *    blk division (v2 runs only with range.blk == 1). */
 #define V2_WG 2
-#define V2_THREADS (V2_WG * 128)
+#define V2_THREADS (V2_WG * 128)          /* the consumers */
+#define V2_CTA_THREADS (V2_THREADS + 128) /* + the producer warpgroup */
 #define V2_KEYS (V2_WG * 128)
 #define V2_NQ 2
 #define V2_HI 64
@@ -597,77 +595,18 @@ struct v2_ld {
     uint32_t dst;       /* shared address of (row r0, column c) in stage 0 */
 };
 
-/* A chunk's values from global memory other than the q rows: the head
- * weight w·qs of thread tid < 128 (query tc + tid / 64, head tid % 64) and
- * the valid range [lo, hi) of threads 160, 161 (query tc + tid - 160).
- * fp8 reads them one iteration before it stores them to shared memory, so
- * their latency hides behind the epilogue (H200, L = 64K: fp8 1.58 -> 1.53
- * ms; ncu had counted ~0.9 long-scoreboard stall cycles per issued
- * instruction). bf16 reads them where it stores them: reading ahead cost
- * it 1.79 -> 1.89 ms (other stalls grew: register allocation changed). */
+/* A chunk's values from global memory other than the q rows: a head
+ * weight w·qs and the valid range [lo, hi) of a query (v2_prod_meta) */
 struct v2_meta {
     float w;
     int lo, hi;
 };
-__device__ __forceinline__ v2_meta v2_fetch_meta(const la_sp_score_args &a, const sc_scales &sc,
-                                                 int64_t tc, int64_t t1) {
-    v2_meta m = {0.f, 0, 0};
-    const int tid = threadIdx.x;
-    if (tid < V2_BROWS) { /* warps 0-3: one weight each */
-        const int64_t t = tc + (tid >> 6);
-        if (t < t1) m.w = sc_wq(a, sc, t, tid & (V2_HI - 1));
-    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) { /* warp 5: the two ranges */
-        const int64_t t = tc + (tid - 160);
-        int64_t lo = 0, hi = 0;
-        if (t < t1) v2_row_range(a.range, t, &lo, &hi);
-        m.lo = (int)lo;
-        m.hi = (int)hi;
-    }
-    return m;
-}
 
-/* reads ahead (v2_fetch_meta) */
-template <int EB> struct v2_ahead {
-    static constexpr bool on = EB == 1;
-};
-
-/* chunk (tc, tc+1) into stage st: the q rows (zero rows past t1) by
- * cp.async, and the chunk's weights and ranges into ws / rng: mpre (read
- * ahead) where v2_ahead, else read here; the caller commits */
-template <int EB>
-__device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const sc_scales &sc,
-                                              const v2_ld &L, int64_t tc, int64_t t1, int st,
-                                              const v2_meta &mpre, float *ws, int *rng) {
-    using C = v2_cfg<EB>;
-    constexpr int RP = V2_THREADS / C::CPR; /* rows per pass: 16 (bf16) or 32 (e4m3) */
-    constexpr int JQ = V2_HI / RP;          /* passes per query */
-    static_assert(V2_THREADS % C::CPR == 0 && RP % 8 == 0 && V2_HI % RP == 0, "v2 copy layout");
-    if (tc >= t1) return;
-    const bool ok1 = tc + 1 < t1;
-    const uint8_t *p0 = L.q + tc * L.tstride;
-    const uint8_t *p1 = ok1 ? p0 + L.tstride : p0;
-    const uint32_t d = L.dst + (uint32_t)st * C::B_BYTES;
-#pragma unroll
-    for (int j = 0; j < JQ; j++) v2_cp16z(d + j * RP * 128, p0 + j * L.hstride, 16);
-#pragma unroll
-    for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * L.hstride, ok1 ? 16 : 0);
-    const v2_meta m = v2_ahead<EB>::on ? mpre : v2_fetch_meta(a, sc, tc, t1);
-    const int tid = threadIdx.x;
-    if (tid < V2_BROWS) {
-        ws[st * V2_BROWS + tid] = m.w;
-    } else if ((unsigned)(tid - 160) < (unsigned)V2_NQ) {
-        const int qi = tid - 160;
-        rng[(st * V2_NQ + qi) * 2] = m.lo;
-        rng[(st * V2_NQ + qi) * 2 + 1] = m.hi;
-    }
-}
-
-/* ---- producer warpgroup (PROD, the default; LA_CUDA_DSA_PRODUCER=0: off) --
- * The fourth warpgroup (threads 256..383) does all the chunk loading;
- * warps 0-7 only wait full -> wgmma -> epilogue / stores -> arrive empty.
- * Same bytes to the same places as v2_load_chunk (zero fill of query tc + 1
- * past t1), the weights w·qs and the ranges read one chunk ahead (layout
- * above v2_prod). */
+/* ---- producer warpgroup ---------------------------------------------------
+ * The third warpgroup (threads 256..383) does all the chunk loading (q rows,
+ * zero fill of query tc + 1 past t1; the weights w·qs and the ranges read one
+ * chunk ahead: layout above v2_prod); warps 0-7 only wait full -> wgmma ->
+ * epilogue / stores -> arrive empty. */
 /* registers: 384 threads at 1 CTA / SM compile to 168 per thread (an SM
  * sub-partition holds 3 warps: 3 x 32 x 168 <= 16384); the producer
  * warpgroup gives back 4 x 32 x (168 - 56) and the 8 consumer warps take
@@ -677,8 +616,8 @@ __device__ __forceinline__ void v2_load_chunk(const la_sp_score_args &a, const s
 #define V2_CONS_REGS 224
 /* the producer warpgroup's thread pt (0..127) copies 16-byte column
  * c = pt % CPR of rows r0 + RP·j (r0 = pt / CPR, RP = 128 / CPR: 8 bf16 /
- * 16 e4m3, a multiple of 8, so the swizzle offset is fixed per thread, as in
- * v2_load_chunk with 128 threads), stores weight row pt of ws and (pt < 2)
+ * 16 e4m3, a multiple of 8, so the swizzle offset is fixed per thread),
+ * stores weight row pt of ws and (pt < 2)
  * the ranges; it reads them one chunk ahead */
 struct v2_prod {
     v2_ld L;
@@ -755,8 +694,8 @@ __device__ __forceinline__ void v2_prod_chunk(const la_sp_score_args &a, const s
  *   at the end: wait_group 0, fence, arrive full((nchunks-1) % S).
  * So full((c) % S) completes its (c / S)-th phase when all 128 producer
  * threads' copies of chunk c landed, the consumers wait parity (c / S) & 1
- * as today. This is the non-PROD protocol (every loader: wait_group, fence,
- * plain arrive) with 128 loaders, rather than cp.async.mbarrier.arrive.noinc:
+ * (every loader: wait_group, fence, plain arrive), rather than
+ * cp.async.mbarrier.arrive.noinc:
  * that arrival fires when the copies land but no fence.proxy.async can run
  * after it on the producer side. The arrival of chunk c-1 lags one issue
  * behind so the producer never stalls on a chunk it has just issued; with
@@ -786,8 +725,8 @@ __device__ __forceinline__ void v2_prod_run(const la_sp_score_args &a, const sc_
     v2_mbar_arrive(full_a + 8 * ((nchunks - 1) % V2_STAGES));
 }
 
-template <int EB, bool PROD>
-__global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
+template <int EB>
+__global__ void __launch_bounds__(V2_CTA_THREADS, 1)
     sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
     using C = v2_cfg<EB>;
     extern __shared__ uint8_t v2_raw[];
@@ -812,40 +751,17 @@ __global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
 
     if (tid == 0)
         for (int st = 0; st < V2_STAGES; st++) {
-            v2_mbar_init(full_a + 8 * st, PROD ? 128 : V2_THREADS);
+            v2_mbar_init(full_a + 8 * st, V2_CTA_THREADS - V2_THREADS); /* the producers */
             v2_mbar_init(empty_a + 8 * st, V2_THREADS);
         }
-    v2_ld L;
-    if constexpr (PROD) {
-        /* the producer warpgroup issues chunks 0 and 1 while the consumers load
-         * the A tile; the A tile is complete and fenced to the async proxy
-         * (each consumer: wait_group 0, fence) at the __syncthreads */
-        v2_prod P;
-        if (tid >= V2_THREADS) {
-            P = v2_prod_make<EB>(a, sc, Bs_a, t0, t1, tid - V2_THREADS);
-            v2_prod_chunk<EB>(a, sc, P, 0, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
-            if (nchunks > 1) v2_prod_chunk<EB>(a, sc, P, 1, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
-        } else {
-            for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
-                const int r = i / C::CPR, c = i % C::CPR;
-                const int64_t s = key0 + r;
-                const bool ok = s < a.Lk;
-                const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-                la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
-            }
-            sc_cp_commit();
-            asm volatile("cp.async.wait_group 0;\n" ::: "memory");
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        }
-        __syncthreads();
-        if (tid >= V2_THREADS) { /* the producer warpgroup: 56 registers */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(V2_PROD_REGS));
-            v2_prod_run<EB>(a, sc, P, t0, t1, nchunks, ws, rng, full_a, empty_a, tid - V2_THREADS);
-            return;
-        }
-        /* the consumers: 224 registers (their 168 + the producers' 4 x 32 x
-         * 112 freed registers spread over 8 warps) */
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(V2_CONS_REGS));
+    /* the producer warpgroup issues chunks 0 and 1 while the consumers load
+     * the A tile; the A tile is complete and fenced to the async proxy
+     * (each consumer: wait_group 0, fence) at the __syncthreads */
+    v2_prod P;
+    if (tid >= V2_THREADS) {
+        P = v2_prod_make<EB>(a, sc, Bs_a, t0, t1, tid - V2_THREADS);
+        v2_prod_chunk<EB>(a, sc, P, 0, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
+        if (nchunks > 1) v2_prod_chunk<EB>(a, sc, P, 1, t0, t1, nchunks, ws, rng, tid - V2_THREADS);
     } else {
         for (int i = tid; i < V2_KEYS * C::CPR; i += V2_THREADS) {
             const int r = i / C::CPR, c = i % C::CPR;
@@ -854,25 +770,19 @@ __global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
             const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
             la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
         }
-        {
-            constexpr int RP = V2_THREADS / C::CPR;
-            const int r0 = tid / C::CPR, c = tid % C::CPR;
-            L.q = (const uint8_t *)a.q + ((int64_t)r0 * a.q_nb1) * EB + c * 16;
-            L.tstride = a.q_nb0 * EB;
-            L.hstride = (int64_t)RP * a.q_nb1 * EB;
-            L.dst = Bs_a + la_wg_off(V2_BROWS, r0, c);
-        }
-        for (int c = 0; c < 3; c++) {
-            const v2_meta m0 = v2_ahead<EB>::on ? v2_fetch_meta(a, sc, t0 + c * V2_NQ, t1) : v2_meta{0.f, 0, 0};
-            v2_load_chunk<EB>(a, sc, L, t0 + c * V2_NQ, t1, c, m0, ws, rng);
-            if (c > 0) sc_cp_commit(); /* chunks 0 and 1 in one group */
-        }
-        __syncthreads();
-        asm volatile("cp.async.wait_group 1;\n" ::: "memory");
+        sc_cp_commit();
+        asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        v2_mbar_arrive(full_a);
-        if (nchunks > 1) v2_mbar_arrive(full_a + 8);
     }
+    __syncthreads();
+    if (tid >= V2_THREADS) { /* the producer warpgroup: 56 registers */
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(V2_PROD_REGS));
+        v2_prod_run<EB>(a, sc, P, t0, t1, nchunks, ws, rng, full_a, empty_a, tid - V2_THREADS);
+        return;
+    }
+    /* the consumers: 224 registers (their 168 + the producers' 4 x 32 x
+     * 112 freed registers spread over 8 warps) */
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(V2_CONS_REGS));
     /* this thread's key in each m-tile, its k_scale, whether it is stored
      * (pin) and whether it is a key of k (kin); a stored key is < ncols <=
      * INT32_MAX (dsa_scores checks), so its range test runs in 32 bits */
@@ -902,10 +812,6 @@ __global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
     for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
     for (int i = 0; i < nchunks; i++, orow += ostep) {
         const int st = i % V2_STAGES;
-        const int cn = i + 3; /* the chunk this iteration loads */
-        v2_meta mn = {0.f, 0, 0};
-        if constexpr (!PROD)
-            if (v2_ahead<EB>::on && cn < nchunks) mn = v2_fetch_meta(a, sc, t0 + (int64_t)cn * V2_NQ, t1);
         v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
         v2_issue<EB>(acc0, a_lo0, bl);
@@ -934,19 +840,7 @@ __global__ void __launch_bounds__(PROD ? V2_THREADS + 128 : V2_THREADS, 1)
             }
         }
         v2_mbar_arrive(empty_a + 8 * st);
-        if constexpr (!PROD) {
-            if (cn < nchunks) {
-                if (i >= 1)
-                    v2_mbar_wait(empty_a + 8 * ((i - 1) % V2_STAGES), (uint32_t)((i - 1) / V2_STAGES) & 1);
-                v2_load_chunk<EB>(a, sc, L, t0 + (int64_t)cn * V2_NQ, t1, cn % V2_STAGES, mn, ws, rng);
-            }
-            sc_cp_commit();
-            asm volatile("cp.async.wait_group 1;\n" ::: "memory");
-            asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-            if (i + 2 < nchunks) v2_mbar_arrive(full_a + 8 * ((i + 2) % V2_STAGES));
-        }
     }
-    if constexpr (!PROD) asm volatile("cp.async.wait_group 0;\n" ::: "memory");
 }
 
 /* SM count of the current device, asked every call (cudaDeviceGetAttribute
@@ -998,19 +892,9 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
         if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
     }
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    /* the producer-warpgroup kernel (384 threads); LA_CUDA_DSA_PRODUCER=0:
-     * the consumers load the chunks (256 threads). Read per call so tests
-     * can switch it. */
-    const char *pe = getenv("LA_CUDA_DSA_PRODUCER");
-    if (!(pe && !strcmp(pe, "0"))) {
-        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   C::SMEM));
-        sc_wgmma_kernel<EB, true><<<grid, V2_THREADS + 128, C::SMEM, s>>>(a, sc, qg);
-    } else {
-        LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   C::SMEM));
-        sc_wgmma_kernel<EB, false><<<grid, V2_THREADS, C::SMEM, s>>>(a, sc, qg);
-    }
+    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               C::SMEM));
+    sc_wgmma_kernel<EB><<<grid, V2_CTA_THREADS, C::SMEM, s>>>(a, sc, qg);
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;
 }

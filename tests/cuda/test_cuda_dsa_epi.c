@@ -12,11 +12,7 @@
  *   - idx = the exact row top-k of the scores the call returned (descending,
  *     ties to the lower index, -1 padding, inside the range);
  *   - every query group == the automatic one bit for bit (scores and idx):
- *     each score's arithmetic does not depend on the grouping;
- *   - every query group also without the producer warpgroup
- *     (LA_CUDA_DSA_PRODUCER=0: the consumers load the chunks, tagged "/C"),
- *     == the automatic one bit for bit (same MMAs and epilogue; only the
- *     loading moves); timed against the default in the bench shape.
+ *     each score's arithmetic does not depend on the grouping.
  * Outputs are poisoned (idx 0x7f bytes, scores NaN) before each call.
  * Shapes: odd T and L (partial key tiles, one-key tiles, a final chunk with
  * one valid query), ragged ranges with empty rows, topk > L, q as a permuted
@@ -286,14 +282,9 @@ static void run_case(ecase c, bool timed) {
     int32_t *ig = malloc((size_t)(T * K) * 4), *i0 = malloc((size_t)(T * K) * 4);
     const char *qgs[3] = {NULL, "6", "64"};
     const int nqg = timed ? 1 : 3;
-    /* each query group with the default kernel (producer warpgroup) and
-     * without it (LA_CUDA_DSA_PRODUCER=0); every run == the first bit for bit */
-    for (int ri = 0; ri < 2 * nqg; ri++) {
-        const int qi = ri >> 1, pr = ri & 1;
-        char qn[16];
-        snprintf(qn, sizeof qn, "%s%s", qgs[qi] ? qgs[qi] : "auto", pr ? "/C" : "");
+    for (int qi = 0; qi < nqg; qi++) {
+        const char *qn = qgs[qi] ? qgs[qi] : "auto";
         set_env("LA_CUDA_DSA_QG", qgs[qi]);
-        set_env("LA_CUDA_DSA_PRODUCER", pr ? "0" : NULL);
         la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
         la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
         const la_status s = edata_call(&d);
@@ -309,7 +300,7 @@ static void run_case(ecase c, bool timed) {
         CHECK(bad == 0, "dsa idx %s [qg %s]: %lld rows are not the top-k of the returned scores (%s)", tag, qn,
               (long long)bad, msg);
         int64_t nds = 0, ndi = 0;
-        if (ri == 0) {
+        if (qi == 0) {
             memcpy(s0, sg, (size_t)(T * L) * 4);
             memcpy(i0, ig, (size_t)(T * K) * 4);
         } else {
@@ -318,25 +309,18 @@ static void run_case(ecase c, bool timed) {
             CHECK(nds == 0 && ndi == 0, "dsa %s [qg %s]: differs from [qg auto]: %lld scores, %lld indices", tag,
                   qn, (long long)nds, (long long)ndi);
         }
-        printf("  %-58s [qg %-6s] rel err %.2e (%lld rows), idx ok %s%s\n", tag, qn, e, (long long)nr,
-               bad ? "NO" : "yes", ri == 0 ? "" : (nds || ndi ? ", DIFFERS from [auto]" : ", == [auto] bit for bit"));
+        printf("  %-58s [qg %-4s] rel err %.2e (%lld rows), idx ok %s%s\n", tag, qn, e, (long long)nr,
+               bad ? "NO" : "yes", qi == 0 ? "" : (nds || ndi ? ", DIFFERS from [auto]" : ", == [auto] bit for bit"));
     }
     set_env("LA_CUDA_DSA_QG", NULL);
-    set_env("LA_CUDA_DSA_PRODUCER", NULL);
 #ifdef LA_WITH_CUDA
     if (timed) {
         const double t0 = time_call(&d, 15);
-        set_env("LA_CUDA_DSA_PRODUCER", "0");
-        const double tp = time_call(&d, 15);
-        set_env("LA_CUDA_DSA_PRODUCER", NULL);
         set_env("LA_CUDA_DSA_PATH", "old");
         const double t1 = time_call(&d, 15);
         set_env("LA_CUDA_DSA_PATH", NULL);
         printf("TIME dsa %s: v2 %.3f ms, mma.sync %.3f ms (median of 15, scores + top-k), v2 %.2fx faster\n",
                tag, t0, t1, t1 / t0);
-        printf("TIME dsa %s: v2 with the producer warpgroup (default) %.3f ms, without (LA_CUDA_DSA_PRODUCER=0) "
-               "%.3f ms (median of 15, scores + top-k), producer %.2fx faster\n",
-               tag, t0, tp, tp / t0);
     }
 #endif
     free(rows); free(ref); free(mag); free(sg); free(s0); free(sub); free(ig); free(i0);
