@@ -21,25 +21,13 @@
 #      then LA_CUDA_HISA_TIMING=1 per-stage lines of each and the token top-k
 #      probe;
 #   4. summary (also $OUT/summary.txt).
-OUT=${OUT:-/tmp/la_gpu_out}
-mkdir -p "$OUT"
-B=build-gpu
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-S="$OUT/summary.txt"
-: > "$S"
-say() { echo "$*" | tee -a "$S"; }
-say "# gpu_hisa2 $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>&1 | head -1)"
+. tests/cuda/gpu_common.sh gpu_hisa2
 for t in test_cuda_sparse test_cuda_dsa_fp8; do
   [ -x $B/tests/cuda/$t ] || { say "MISSING $B/tests/cuda/$t: run make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests first"; exit 1; }
 done
 
 # 1. bench driver (background)
-( timeout 45 nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -c dev/bench_hisa2.cu \
-    -o $B/bench_hisa2.o > "$OUT/bench_build.log" 2>&1 &&
-  { NV="nvcc $B/bench_hisa2.o $B/liblongattn.a -Xcompiler -fopenmp -o $B/bench_hisa2"
-    timeout 20 $NV -lopenblas -llapack >> "$OUT/bench_build.log" 2>&1 || timeout 20 $NV >> "$OUT/bench_build.log" 2>&1; } ) &
-bpid=$!
+gpu_build_driver bench_hisa2
 
 # 2. tests on the defaults (lean stage 2, fast stage 1; the sparse test also
 #    runs LA_CUDA_HISA_PATH=pipe and LA_CUDA_HISA_FAST1=0 per case), in parallel
@@ -74,8 +62,8 @@ if [ -x $B/bench_hisa2 ] && [ $left -gt 8 ]; then
   grep -E "timing:|topk probe" "$OUT/bench_hisa2.err" | sed 's/ T=1024//' | tee -a "$S"
   grep -vE "timing:|topk probe" "$OUT/bench_hisa2.err" | head -3 | tee -a "$S"
 else
-  say "bench: skipped (built: $([ -x $B/bench_hisa2 ] && echo yes || echo no), $(el) s elapsed; see $OUT/bench_build.log)"
-  tail -3 "$OUT/bench_build.log" | tee -a "$S"
+  say "bench: skipped (built: $([ -x $B/bench_hisa2 ] && echo yes || echo no), $(el) s elapsed; see $OUT/bench_hisa2_build.log)"
+  tail -3 "$OUT/bench_hisa2_build.log" | tee -a "$S"
 fi
 say "# done at $(el) s, rc=$rc"
 exit $rc

@@ -16,23 +16,11 @@
 #      occupancy, and the warp stall reasons,
 #   5. summary (last lines; also $OUT/summary.txt).
 # Logs under $OUT (default /tmp/la_gpu_out).
-OUT=${OUT:-/tmp/la_gpu_out}
-mkdir -p "$OUT"
-B=build-gpu
-t0=$(date +%s)
-el() { echo $(( $(date +%s) - t0 )); }
-S="$OUT/summary.txt"
-: > "$S"
-say() { echo "$*" | tee -a "$S"; }
-say "# gpu_topk3 $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>&1 | head -1)"
+. tests/cuda/gpu_common.sh gpu_topk3
 [ -x $B/tests/cuda/test_cuda_sparse ] || { say "MISSING $B/tests/cuda/test_cuda_sparse: run make -j16 BUILD=$B SKIP_DEPS=1 all cuda-tests first"; exit 1; }
 
 # 1. bench driver (background)
-( timeout 45 nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -c dev/bench_gpu_sparse.cu \
-    -o $B/bench_gpu_sparse.o > "$OUT/bench_build.log" 2>&1 &&
-  { NV="nvcc $B/bench_gpu_sparse.o $B/liblongattn.a -Xcompiler -fopenmp -o $B/bench_gpu_sparse"
-    timeout 20 $NV -lopenblas -llapack >> "$OUT/bench_build.log" 2>&1 || timeout 20 $NV >> "$OUT/bench_build.log" 2>&1; } ) &
-bpid=$!
+gpu_build_driver bench_gpu_sparse
 
 # 2. the test (top-k part; the test sets LA_CUDA_TOPK_PATH per call itself)
 rc=0
@@ -51,8 +39,8 @@ if [ -x $B/bench_gpu_sparse ] && [ $left -gt 5 ]; then
   grep -E "^topk" "$OUT/bench_topk3.log" | sed -e 's/ R=1024//' -e 's/ k=2048//' | tee -a "$S"
   grep -E "^(CUDA|la_|.*->)" "$OUT/bench_topk3.log" | head -3 | tee -a "$S"
 else
-  say "bench: skipped (built: $([ -x $B/bench_gpu_sparse ] && echo yes || echo no), $(el) s elapsed; see $OUT/bench_build.log)"
-  tail -3 "$OUT/bench_build.log" | tee -a "$S"
+  say "bench: skipped (built: $([ -x $B/bench_gpu_sparse ] && echo yes || echo no), $(el) s elapsed; see $OUT/bench_gpu_sparse_build.log)"
+  tail -3 "$OUT/bench_gpu_sparse_build.log" | tee -a "$S"
 fi
 
 # 4. ncu: two default (t3_kernel) calls at 1024 x 64K
