@@ -821,24 +821,20 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
         la_wg_headsum_w(wr, ws + st * V2_BROWS, qd);
         const int2 rg = *(const int2 *)(rng + (st * V2_NQ + qi) * 2);
         const bool trow = t < t1;
+        /* m-tile mt's head sums and this lane's store (k_scale, -inf outside
+         * the row's range) */
+        auto epilogue = [&](const float *acc, int mt) {
+            const float v = la_wg_relu_headsum_wr(acc, wr, qd);
+            if (trow && pin[mt]) {
+                float o = sc.ks ? v * ksv[mt] : v;
+                if (!(kin[mt] && pk32[mt] >= rg.x && pk32[mt] < rg.y)) o = -INFINITY;
+                orow[pk[mt]] = o;
+            }
+        };
         la_wg_wait<1>(acc0);
-        {
-            const float v = la_wg_relu_headsum_wr(acc0, wr, qd);
-            if (trow && pin[0]) {
-                float o = sc.ks ? v * ksv[0] : v;
-                if (!(kin[0] && pk32[0] >= rg.x && pk32[0] < rg.y)) o = -INFINITY;
-                orow[pk[0]] = o;
-            }
-        }
+        epilogue(acc0, 0);
         la_wg_wait<0>(acc1);
-        {
-            const float v = la_wg_relu_headsum_wr(acc1, wr, qd);
-            if (trow && pin[1]) {
-                float o = sc.ks ? v * ksv[1] : v;
-                if (!(kin[1] && pk32[1] >= rg.x && pk32[1] < rg.y)) o = -INFINITY;
-                orow[pk[1]] = o;
-            }
-        }
+        epilogue(acc1, 1);
         v2_mbar_arrive(empty_a + 8 * st);
     }
 }
