@@ -188,3 +188,24 @@ static double median_ms(F &&f, int warm, int iters) {
     event_times([&] { f(); return true; }, iters, t);
     return t[t.size() / 2];
 }
+
+/* f checks its own calls (LK): a device sync, then n calls back to back
+ * between two events; the time per call (the host's launch and workspace
+ * overhead overlaps the GPU here, while median_ms counts the host time
+ * before the first kernel of each call) */
+template <typename F>
+static double batch_ms(F &&f, int n) {
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaDeviceSynchronize());
+    CK(cudaEventRecord(e0));
+    for (int r = 0; r < n; r++) f();
+    CK(cudaEventRecord(e1));
+    CK(cudaEventSynchronize(e1));
+    float ms = 0.f;
+    CK(cudaEventElapsedTime(&ms, e0, e1));
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    return ms / n;
+}

@@ -170,21 +170,10 @@ int main(int argc, char **argv) {
                        (long long)diff);
             }
             {
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
                 LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-                CK(cudaDeviceSynchronize());
-                CK(cudaEventRecord(e0));
-                for (int r = 0; r < 20; r++) LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-                CK(cudaEventRecord(e1));
-                CK(cudaEventSynchronize(e1));
-                float ms = 0.f;
-                CK(cudaEventElapsedTime(&ms, e0, e1));
-                CK(cudaEventDestroy(e0));
-                CK(cudaEventDestroy(e1));
-                printf("hisa_batch %lld %8.3f ms per call (20 back to back; dsa/this %.2fx)\n", (long long)L,
-                       ms / 20, dsa / (ms / 20));
+                const double bms = batch_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 20);
+                printf("hisa_batch %lld %8.3f ms per call (20 back to back; dsa/this %.2fx)\n", (long long)L, bms,
+                       dsa / bms);
             }
             fflush(stdout);
             for (const char *path : paths) {
