@@ -5,8 +5,7 @@
  * 4K and 32K, 3 at 128K), "v3L512" = v3 with LA_CUDA_CAUSAL_L=512 (state
  * chunks of 512 tokens at every N: twice the output CTAs of the default choice
  * at 32K, for the L trade-off);
- * with "all" also "wmma" = LA_CUDA_CAUSAL_PATH=wmma and the portable fp32 path
- * "old"). At 32K also per-kernel times of each tensor-core path
+ * with "all" also the portable fp32 path "old"). At 32K also per-kernel times of each tensor-core path
  * (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
  * bf16 [B,N,H,D] contiguous, random inputs, φ = relu (the default), scale 1.
  * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
@@ -16,7 +15,7 @@
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_causal.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_causal
  *   build-gpu/bench_gpu_causal            N = 4K, 32K, 128K; new, v3, v3k3, v3L512; normalize 0/1
- *   build-gpu/bench_gpu_causal all        the same + wmma and old
+ *   build-gpu/bench_gpu_causal all        the same + old
  *   build-gpu/bench_gpu_causal new        new path only (+ identity φ, + with S_out)
  *   build-gpu/bench_gpu_causal profile N  one call of each normalize mode (for ncu)
  */
@@ -59,8 +58,8 @@ int main(int argc, char **argv) {
     struct { const char *name, *path, *ks, *L; } paths[] = {
         {"new", nullptr, nullptr, nullptr}, {"v3", "v3", nullptr, nullptr},
         {"v3k3", "v3", "3", nullptr},       {"v3L512", "v3", nullptr, "512"},
-        {"wmma", "wmma", nullptr, nullptr}, {"old", "old", nullptr, nullptr}};
-    const int npaths = new_only ? 1 : all ? 6 : 4;
+        {"old", "old", nullptr, nullptr}};
+    const int npaths = new_only ? 1 : all ? 5 : 4;
     printf("# causal linear attention, B=1 H=12 D=Dv=128 bf16, relu, medians of event-timed calls\n");
     printf("%-34s %-9s %9s   %-10s %s\n", "case", "N", "ms", "byte-floor", "x floor");
     for (int64_t N : {4096, 32768, 131072}) {

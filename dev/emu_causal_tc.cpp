@@ -125,43 +125,6 @@ template <int P> static inline void la_cp_wait() {}
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 #define min(a, b) emu_min(a, b)
 
-namespace nvcuda { namespace wmma {
-struct row_major {}; struct col_major {}; struct matrix_a {}; struct matrix_b {}; struct accumulator {};
-enum layout_t { mem_row_major, mem_col_major };
-template <class Use, int M, int N, int K, class T, class L = void> struct fragment { T x[256]; };
-template <class Use, class T, class L>
-void load_matrix_sync(fragment<Use, 16, 16, 16, T, L> &f, const T *p, unsigned ldm) {
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++)
-            f.x[r * 16 + c] = std::is_same<L, row_major>::value ? p[r * ldm + c] : p[c * ldm + r];
-}
-inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float> &f, const float *p, unsigned ldm, layout_t l) {
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) f.x[r * 16 + c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
-}
-inline void store_matrix_sync(float *p, const fragment<accumulator, 16, 16, 16, float> &f, unsigned ldm, layout_t l) {
-    for (int r = 0; r < 16; r++)
-        for (int c = 0; c < 16; c++) (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r * 16 + c];
-}
-inline void fill_fragment(fragment<accumulator, 16, 16, 16, float> &f, float v) {
-    for (int i = 0; i < 256; i++) f.x[i] = v;
-}
-template <class LA, class LB>
-void mma_sync(fragment<accumulator, 16, 16, 16, float> &d, const fragment<matrix_a, 16, 16, 16, __nv_bfloat16, LA> &a,
-              const fragment<matrix_b, 16, 16, 16, __nv_bfloat16, LB> &b, const fragment<accumulator, 16, 16, 16, float> &c) {
-    float A[256], B[256], out[256];
-    for (int i = 0; i < 256; i++) A[i] = __bfloat162float(a.x[i]), B[i] = __bfloat162float(b.x[i]);
-    for (int r = 0; r < 16; r++)
-        for (int cc = 0; cc < 16; cc++) {
-            float s = c.x[r * 16 + cc];
-            for (int k = 0; k < 16; k++) s += A[r * 16 + k] * B[k * 16 + cc];
-            out[r * 16 + cc] = s;
-        }
-    memcpy(d.x, out, sizeof out);
-}
-}}
-
-using namespace nvcuda;
 #include "kern.inc"
 }  // namespace
 
@@ -206,7 +169,6 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
     }
 }
 
-static int g_mma = 1; /* 1: the default ldmatrix/mma.sync kernels, 0: WMMA */
 static int g_v3 = 0;  /* 1: LA_CUDA_CAUSAL_PATH=v3 (ks sub-chunks in pass 1, wide scan) */
 static int g_L = 0, g_ks = 1; /* v3: forced state chunk (tokens, 0 = lct_run's choice) and ks */
 static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
@@ -271,13 +233,10 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
         launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat), true)(a); });
     } else {
     if (ndd > 0)
-        launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
-            if (!g_mma) lct_state_kernel(a);
-            else lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a);
-        });
+        launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE,
+               [&] { lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a); });
     launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
-    if (g_mma) launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
-    else launch((unsigned)a.nch, (unsigned)BH, LCT_OUT_SMEM, [&] { lct_output_kernel(a); });
+    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
     }
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
@@ -335,7 +294,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
     const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
     printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           g_v3 ? "v3  " : g_mma ? "mma " : "wmma", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+           g_v3 ? "v3  " : "mma ", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
            ks, a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -367,7 +326,6 @@ int main(int argc, char **argv) {
         printf("%d failed\n", fails);
         return fails != 0;
     }
-    for (g_mma = 1; g_mma >= (argc > 1 && !strcmp(argv[1], "mma") ? 1 : 0); g_mma--) {
     fails += run_case(1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 1);
     fails += run_case(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 2);     /* L=192: 3 tiles per chunk, 2 chunks */
     fails += run_case(2, 130, 1, LA_FEATURE_ELU1, 0, 1, 4, 3);      /* L=64, 3 chunks */
@@ -378,7 +336,6 @@ int main(int argc, char **argv) {
     fails += run_case(1, 257, 3, LA_FEATURE_IDENTITY, 0, 1, 2, 8, 1, 0);
     fails += run_case(1, 64, 1, LA_FEATURE_RELU1, 0, 1, 4, 9, 0, 1);
     fails += run_case(1, 65, 1, LA_FEATURE_RELU_EPS, 1, 0, 4, 10, 1, 0);
-    }
     printf("%d failed\n", fails);
     return fails != 0;
 }

@@ -2,7 +2,7 @@
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
 # kernel text out of src/cuda/linear_causal_tc.cu, compiles it with
 # dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only) and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [mma|v3]]   (all paths; "mma": the default one only, "v3": v3 only)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [v3]]   (v3 and the mma path; "v3": v3 only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}

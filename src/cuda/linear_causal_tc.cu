@@ -1,22 +1,23 @@
-/* Causal linear attention (SPEC §3) on bf16 tensor cores (WMMA 16×16×16,
- * fp32 accumulation) for D = Dv = 128 and bf16 [B,N,H,D] rows.
+/* Causal linear attention (SPEC §3) on bf16 tensor cores (mma.sync
+ * m16n8k16, fp32 accumulation) for D = Dv = 128 and bf16 [B,N,H,D] rows.
  *
  * With q̃ = scale_q·φ(q), k̃ = φ(k), a head's tokens are cut into state chunks
  * of L tokens (L a multiple of 64, chosen for about three waves of CTAs; it is
  * internal: the user's `chunk` only changes rounding, SPEC §3):
  *
- *   1. lct_state_kernel, grid (chunks, B·H): ΔS_c = K̃_cᵀV_c (128×128, fp32)
+ *   1. lct_state_mma_kernel, grid (chunks, B·H): ΔS_c = K̃_cᵀV_c (128×128, fp32)
  *      and Δz_c = Σ k̃ (fp32 sums of the fp32 φ values). K and V tiles of 64
  *      tokens arrive by cp.async, 3 stages. When S_out is asked for and φ(k)
  *      is not exact in bf16 (relu_eps, relu1, elu1), k̃ = hi + lo with two
  *      bf16 halves and two products, so that the returned state keeps fp32
  *      accuracy (rel ~1e-6 instead of 2^-9).
- *   2. lct_scan_kernel, grid (⌈16512/4/256⌉, B·H): per entry of (S, z), a
- *      walk over the chunks writing the exclusive prefix P_c = S_in + Σ_{c'<c}
- *      ΔS_c' in place of ΔS_c (fp32), and the final state into S_out / z_out.
- *   3. lct_output_kernel, grid (chunks, B·H), one CTA per SM (179 KB smem):
- *      the running state S starts as P_c in fp32 accumulators (64 per
- *      thread) and a bf16 copy S̃ in shared memory; for each tile of 64
+ *   2. lct_scan_wide_kernel (lct_scan_kernel: the walking one), per entry
+ *      of (S, z) over the chunks: the exclusive prefix P_c = S_in +
+ *      Σ_{c'<c} ΔS_c' in place of ΔS_c (fp32), and the final state into
+ *      S_out / z_out.
+ *   3. lct_output_mma_kernel, grid (chunks, B·H), one CTA per SM: the
+ *      running state S starts as P_c in fp32 accumulators and a bf16 copy
+ *      S̃ in shared memory; for each tile of 64
  *      tokens (Q, K, V by cp.async, double-buffered):
  *          A   = tril(Q̃ K̃ᵀ)               (64×64, fp32 → masked → bf16)
  *          num = Q̃ S̃ + A V,   den = q̃·z + rowsum(A)     (fp32)
@@ -24,12 +25,12 @@
  *      which is the CPU path's chunkwise form (src/cpu/linear_cpu.c) with
  *      chunk 64 inside a state chunk of L.
  *
- * Two implementations of passes 1 and 3: the default one with raw ldmatrix +
- * mma.sync m16n8k16 fragments (lct_state_mma_kernel, lct_output_mma_kernel:
- * A = tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and
- * S̃ come straight from the accumulator fragments, φ instantiated per mode),
- * and the WMMA one described above (LA_CUDA_CAUSAL_PATH=wmma, for A/B
- * timings). The default since 2026-11-29 ("v3", validated on the H200):
+ * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
+ * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
+ * come straight from the accumulator fragments, φ is instantiated per mode.
+ * (WMMA versions of both passes, 1.2-1.4x slower, were removed in the fourth
+ * session; they are in the history.) The default since 2026-11-29 ("v3",
+ * validated on the H200):
  * the mma.sync kernels with the wide scan (lct_scan_wide_kernel: every load
  * up front, one barrier), pass 3 with its causal blocks unrolled per row
  * block (no predicated ldmatrix/mma pairs), and optionally pass 1 on
@@ -45,14 +46,12 @@
 #include "linear_causal_tc.cuh"
 #include "mma_sync.cuh"
 
-#include <mma.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-using namespace nvcuda;
 
 namespace {
 
@@ -61,8 +60,6 @@ constexpr int T = 64;           /* tokens per tile                         */
 constexpr int LD = D + 8;       /* bf16 smem row stride of Q/K/V/S̃ tiles   */
 constexpr int NT = 256;         /* threads per CTA                         */
 constexpr int LS = D * D + D;   /* floats of one chunk state (S, then z)   */
-constexpr int ALD = T + 4;      /* fp32 row stride of the A tile           */
-constexpr int BLD = T + 8;      /* bf16 row stride of the masked A tile    */
 constexpr int TILE = T * LD;    /* bf16 elements of one 64-row tile        */
 
 struct lct_args {
@@ -99,116 +96,7 @@ __device__ __forceinline__ uint4 pack8(const float x[8]) {
     return u;
 }
 
-/* ---- pass 1: chunk states ------------------------------------------------
- * grid (chunks with a state to compute, B·H), 256 threads. Warp w owns rows
- * d ∈ 32(w%4) + [0, 32) and columns 64(w/4) + [0, 64) of ΔS (2×4 fragments).
- * Thread tid copies 16-byte piece (tid % 16) of rows tid/16 + 16u (u < 4) of
- * every tile and applies φ to exactly those pieces, so a cp.async.wait_group
- * of its own copies is all it needs before that. */
-constexpr int TS1 = 3;
-__global__ void __launch_bounds__(NT) lct_state_kernel(lct_args a) {
-    extern __shared__ __align__(128) unsigned char lct_sm1[];
-    __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm1;
-    const int nmat = a.split ? 3 : 2; /* K̃ hi, V[, K̃ lo] per stage */
-    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
-    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
-    const int nt = (int)((t1 - t0 + T - 1) / T);
-    const int tid = threadIdx.x, warp = tid / 32;
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
-    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
-    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
-
-    auto issue = [&](int t) { /* tile t into stage t % TS1; always one group */
-        if (t < nt) {
-            __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                const int64_t tok = t0 + (int64_t)t * T + r;
-                const bool ok = tok < t1;
-                const int64_t tk = ok ? tok : 0;
-                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
-            }
-        }
-        la_cp_commit();
-    };
-#pragma unroll
-    for (int t = 0; t < TS1 - 1; t++) issue(t);
-
-    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4);
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++) wmma::fill_fragment(acc[i][j], 0.f);
-    float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-
-    for (int t = 0; t < nt; t++) {
-        la_cp_wait<TS1 - 2>(); /* this thread's copies of tile t have landed */
-        __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int r = r0 + 16 * u;
-            __nv_bfloat16 *p = &Ks[r * LD + c8];
-            float x[8], lo[8];
-            if (t0 + (int64_t)t * T + r < t1) {
-                unpack8(p, x);
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    x[i] = la_cu_feature(a.feat, x[i]);
-                    zp[i] += x[i];
-                    lo[i] = x[i] - __bfloat162float(__float2bfloat16_rn(x[i]));
-                }
-            } else { /* past the chunk end: k̃ = 0 (φ(0) need not be 0) */
-#pragma unroll
-                for (int i = 0; i < 8; i++) x[i] = lo[i] = 0.f;
-            }
-            *(uint4 *)p = pack8(x);
-            if (a.split) *(uint4 *)&Kl[r * LD + c8] = pack8(lo);
-        }
-        __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
-        issue(t + TS1 - 1); /* into the stage of tile t-1 */
-#pragma unroll
-        for (int kk = 0; kk < T; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2], fl[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ks[kk * LD + rb + 16 * i], LD);
-            if (a.split)
-#pragma unroll
-                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fl[i], &Kl[kk * LD + rb + 16 * i], LD);
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-                wmma::load_matrix_sync(fb, &Vs[kk * LD + cb + 16 * j], LD);
-#pragma unroll
-                for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fa[i], fb, acc[i][j]);
-                if (a.split)
-#pragma unroll
-                    for (int i = 0; i < 2; i++) wmma::mma_sync(acc[i][j], fl[i], fb, acc[i][j]);
-            }
-        }
-    }
-    float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-            wmma::store_matrix_sync(dst + (rb + 16 * i) * D + cb + 16 * j, acc[i][j], D,
-                                    wmma::mem_row_major);
-    /* Δz: column col is summed by the 16 threads with tid % 16 == col / 8 */
-    la_cp_wait<0>();
-    __syncthreads(); /* the stages are free */
-    float *zbuf = (float *)lct_sm1; /* [NT][8] */
-#pragma unroll
-    for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
-    __syncthreads();
-    if (tid < D) {
-        float z = 0.f;
-        for (int m = 0; m < NT / 16; m++) z += zbuf[((tid / 8) + 16 * m) * 8 + tid % 8];
-        dst[D * D + tid] = z;
-    }
-}
+constexpr int TS1 = 3; /* pass 1: stages of K, V tiles */
 
 /* ---- pass 2: exclusive prefix over the chunks, in place ------------------
  * grid (⌈LS/4/NT⌉, B·H): a thread owns 4 consecutive entries of (S, z); nd
@@ -343,274 +231,7 @@ __global__ void __launch_bounds__(NT) lct_scan_wide_kernel(lct_args a, const flo
     if (gi == (int)blockDim.y - 1) lct_state_out4(a, b, h, 4 * x4, st);
 }
 
-/* ---- pass 3: outputs -----------------------------------------------------
- * grid (nch, B·H), 256 threads, one CTA per SM. Warp w:
- *   A tile   rows 16(w%4) + [0,16), columns 32(w/4) + [0,32)   (2 fragments)
- *   O tile   rows 32(w%2) + [0,32), columns 32(w/2) + [0,32)   (2×2 fragments: S̃ is
- *            read twice per tile, Q̃ four times: 128 KB of fragment loads for Q̃S̃,
- *            against 160 KB with 16×64 warp tiles)
- *   state S  rows 32(w%4) + [0,32), columns 64(w/4) + [0,64)   (2×4 fragments)
- * Accumulator fragments leave through a per-warp 16×16 fp32 staging tile. */
-constexpr int TS3 = 2;
-constexpr size_t SM3_STAGES = sizeof(__nv_bfloat16) * TS3 * 3 * TILE; /* Q, K, V */
-constexpr size_t SM3_SS = sizeof(__nv_bfloat16) * D * LD;
-constexpr size_t SM3_AS = sizeof(float) * T * ALD;
-constexpr size_t SM3_AB = sizeof(__nv_bfloat16) * T * BLD;
-constexpr size_t SM3_WB = sizeof(float) * 8 * 256;
-constexpr size_t SM3_ZS = sizeof(float) * D;
-constexpr size_t SM3_ZP = sizeof(float) * 16 * D;
-constexpr size_t SM3_QZ = sizeof(float) * T;
-constexpr size_t SM3_DEN = sizeof(float) * T;
-constexpr size_t LCT_OUT_SMEM =
-    SM3_STAGES + SM3_SS + SM3_AS + SM3_AB + SM3_WB + SM3_ZS + SM3_ZP + SM3_QZ + SM3_DEN;
-static_assert(LCT_OUT_SMEM <= 227 * 1024, "output kernel shared memory");
-static_assert(SM3_STAGES % 32 == 0 && SM3_SS % 32 == 0 && SM3_AS % 32 == 0 && SM3_AB % 32 == 0 &&
-                  SM3_WB % 32 == 0 && SM3_ZS % 32 == 0 && SM3_ZP % 32 == 0,
-              "WMMA pointers must stay 32-byte aligned");
-
-__global__ void __launch_bounds__(NT, 1) lct_output_kernel(lct_args a) {
-    extern __shared__ __align__(128) unsigned char lct_sm3[];
-    unsigned char *p8 = lct_sm3;
-    __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM3_STAGES; /* TS3 × {Q,K,V} */
-    __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM3_SS;     /* [D][LD]       */
-    float *As = (float *)p8;                             p8 += SM3_AS;     /* [T][ALD]      */
-    __nv_bfloat16 *Ab = (__nv_bfloat16 *)p8;             p8 += SM3_AB;     /* [T][BLD]      */
-    float *wbufs = (float *)p8;                          p8 += SM3_WB;     /* 8 × [16][16]  */
-    float *zs = (float *)p8;                             p8 += SM3_ZS;     /* [D] running z */
-    float *zpart = (float *)p8;                          p8 += SM3_ZP;     /* [16][D]       */
-    float *qz = (float *)p8;                             p8 += SM3_QZ;     /* [T] q̃·z       */
-    float *den = (float *)p8;                                              /* [T] 1/(den+eps) */
-
-    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
-    const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
-    const int nt = (int)((t1 - t0 + T - 1) / T);
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
-    const bool norm = a.normalize != 0;
-    const __nv_bfloat16 *qb = a.q + b * a.qs[0] + h * a.qs[2] + c8;
-    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
-    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
-    __nv_bfloat16 *ob = a.o + b * a.os[0] + h * a.os[2];
-
-    auto issue = [&](int t) { /* tile t into stage t % TS3; always one group */
-        if (t < nt) {
-            __nv_bfloat16 *Qs = stg + (t % TS3) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                const int64_t tok = t0 + (int64_t)t * T + r;
-                const bool ok = tok < t1;
-                const int64_t tk = ok ? tok : 0;
-                la_cp16z(&Qs[r * LD + c8], qb + tk * a.qs[1], ok);
-                la_cp16z(&Ks[r * LD + c8], kb + tk * a.ks[1], ok);
-                la_cp16z(&Vs[r * LD + c8], vb + tk * a.vs[1], ok);
-            }
-        }
-        la_cp_commit();
-    };
-    issue(0);
-
-    const int ra = 16 * (warp % 4), ca = 32 * (warp / 4); /* A tile */
-    const int ro = 32 * (warp % 2), co = 32 * (warp / 2); /* O tile */
-    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4); /* state  */
-    float *wb = wbufs + warp * 256;
-    const int rr = lane / 2, half = lane % 2; /* lane's row / 8-column half in a fragment */
-
-    /* S̃ = bf16(S) from the state accumulators, through the warp's staging tile */
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> accS[2][4];
-    auto state_to_smem = [&]() {
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                wmma::store_matrix_sync(wb, accS[i][j], 16, wmma::mem_row_major);
-                __syncwarp();
-                float x[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) x[e] = wb[rr * 16 + half * 8 + e];
-                *(uint4 *)&Ss[(rb + 16 * i + rr) * LD + cb + 16 * j + half * 8] = pack8(x);
-                __syncwarp();
-            }
-    };
-    {   /* the state before this chunk: P_c from pass 2 (fp32, global) */
-        const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 4; j++)
-                wmma::load_matrix_sync(accS[i][j], P + (rb + 16 * i) * D + cb + 16 * j, D,
-                                       wmma::mem_row_major);
-        state_to_smem();
-        if (tid < D) zs[tid] = P[D * D + tid];
-    }
-    __syncthreads(); /* zs (read by the first φ pass) */
-
-    for (int t = 0; t < nt; t++) {
-        la_cp_wait<0>(); /* this thread's copies of tile t have landed */
-        __nv_bfloat16 *Qs = stg + (t % TS3) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
-        const int64_t tt = t0 + (int64_t)t * T; /* token of row 0 */
-        /* 1. φ on this thread's pieces: q̃ (scaled) with its part of q̃·z, k̃ with
-         *    its part of this tile's Σ k̃ (fp32 values, before rounding). */
-        float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int r = r0 + 16 * u;
-            const bool valid = tt + r < t1;
-            float x[8], y[8], dq = 0.f;
-            if (valid) {
-                unpack8(&Qs[r * LD + c8], x);
-                unpack8(&Ks[r * LD + c8], y);
-#pragma unroll
-                for (int i = 0; i < 8; i++) {
-                    x[i] = la_cu_feature(a.feat, x[i]) * a.scale_q;
-                    dq = fmaf(x[i], zs[c8 + i], dq);
-                    y[i] = la_cu_feature(a.feat, y[i]);
-                    zk[i] += y[i];
-                }
-            } else {
-#pragma unroll
-                for (int i = 0; i < 8; i++) x[i] = y[i] = 0.f;
-            }
-            *(uint4 *)&Qs[r * LD + c8] = pack8(x);
-            *(uint4 *)&Ks[r * LD + c8] = pack8(y);
-            /* the 16 pieces of row r are 16 neighbouring lanes */
-            dq += __shfl_xor_sync(0xffffffffu, dq, 8);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 4);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 2);
-            dq += __shfl_xor_sync(0xffffffffu, dq, 1);
-            if ((tid & 15) == 0) qz[r] = dq;
-        }
-#pragma unroll
-        for (int i = 0; i < 8; i++) zpart[r0 * D + c8 + i] = zk[i];
-        __syncthreads(); /* S1: tile t mapped; every warp is done with tile t-1 */
-        issue(t + 1);    /* into the stage of tile t-1 */
-
-        /* 2. A = Q̃ K̃ᵀ (fp32, to As); z += this tile's Σ k̃ (nobody reads zs
-         *    before the next φ pass, several barriers away) */
-        {
-            wmma::fragment<wmma::accumulator, 16, 16, 16, float> accA[2];
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::fill_fragment(accA[j], 0.f);
-#pragma unroll
-            for (int kk = 0; kk < D; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-                wmma::load_matrix_sync(fa, &Qs[ra * LD + kk], LD);
-#pragma unroll
-                for (int j = 0; j < 2; j++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::col_major> fb;
-                    wmma::load_matrix_sync(fb, &Ks[(ca + 16 * j) * LD + kk], LD);
-                    wmma::mma_sync(accA[j], fa, fb, accA[j]);
-                }
-            }
-#pragma unroll
-            for (int j = 0; j < 2; j++)
-                wmma::store_matrix_sync(&As[ra * ALD + ca + 16 * j], accA[j], ALD, wmma::mem_row_major);
-        }
-        if (tid < D) {
-            float s = 0.f;
-#pragma unroll
-            for (int g = 0; g < 16; g++) s += zpart[g * D + tid];
-            zs[tid] += s;
-        }
-        __syncthreads(); /* S2: As complete */
-
-        /* 3. mask (key ≤ query within the tile), round to bf16, row sums:
-         *    4 threads per row (neighbouring lanes), 16 columns each */
-        {
-            const int r = tid / 4, q4 = tid % 4;
-            float rs = 0.f;
-#pragma unroll
-            for (int g = 0; g < 2; g++) {
-                float x[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) {
-                    const int col = q4 * 16 + g * 8 + e;
-                    x[e] = col <= r ? As[r * ALD + col] : 0.f;
-                    rs += x[e];
-                }
-                *(uint4 *)&Ab[r * BLD + q4 * 16 + g * 8] = pack8(x);
-            }
-            rs += __shfl_xor_sync(0xffffffffu, rs, 1);
-            rs += __shfl_xor_sync(0xffffffffu, rs, 2);
-            if (q4 == 0) den[r] = norm ? 1.f / (qz[r] + rs + a.eps) : 1.f;
-        }
-        __syncthreads(); /* S3: Ab, den complete */
-
-        /* 4. num = Q̃ S̃ + A V */
-        wmma::fragment<wmma::accumulator, 16, 16, 16, float> accO[2][2];
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::fill_fragment(accO[i][j], 0.f);
-#pragma unroll
-        for (int kk = 0; kk < D; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Qs[(ro + 16 * i) * LD + kk], LD);
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Ss[kk * LD + co + 16 * j], LD);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(accO[i][j], fa[i], fb[j], accO[i][j]);
-        }
-#pragma unroll
-        for (int kk = 0; kk < T; kk += 16) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa[2];
-            wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb[2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ab[(ro + 16 * i) * BLD + kk], BLD);
-#pragma unroll
-            for (int j = 0; j < 2; j++) wmma::load_matrix_sync(fb[j], &Vs[kk * LD + co + 16 * j], LD);
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 2; j++) wmma::mma_sync(accO[i][j], fa[i], fb[j], accO[i][j]);
-        }
-        /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
-        const bool more = t + 1 < nt;
-        if (more) {
-#pragma unroll
-            for (int kk = 0; kk < T; kk += 16) {
-                wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::col_major> fa[2];
-#pragma unroll
-                for (int i = 0; i < 2; i++) wmma::load_matrix_sync(fa[i], &Ks[kk * LD + rb + 16 * i], LD);
-#pragma unroll
-                for (int j = 0; j < 4; j++) {
-                    wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-                    wmma::load_matrix_sync(fb, &Vs[kk * LD + cb + 16 * j], LD);
-#pragma unroll
-                    for (int i = 0; i < 2; i++) wmma::mma_sync(accS[i][j], fa[i], fb, accS[i][j]);
-                }
-            }
-        }
-        /* 6. outputs: lane rr/half writes 8 columns of row ro + 16i + rr per fragment */
-#pragma unroll
-        for (int i = 0; i < 2; i++) {
-            const int row = ro + 16 * i + rr;
-            const int64_t tok = tt + row;
-            const float sc = den[row];
-#pragma unroll
-            for (int j = 0; j < 2; j++) {
-                wmma::store_matrix_sync(wb, accO[i][j], 16, wmma::mem_row_major);
-                __syncwarp();
-                float x[8];
-#pragma unroll
-                for (int e = 0; e < 8; e++) x[e] = wb[rr * 16 + half * 8 + e] * sc;
-                if (tok < t1) *(uint4 *)(ob + tok * a.os[1] + co + 16 * j + half * 8) = pack8(x);
-                __syncwarp();
-            }
-        }
-        if (more) {
-            __syncthreads(); /* S4: every warp is done reading S̃ */
-            state_to_smem(); /* visible to the next tile's products after its S1 */
-        }
-    }
-}
-
-/* ==== default path: ldmatrix + mma.sync fragments (LA_CUDA_CAUSAL_PATH=wmma
- * selects the WMMA kernels above) ====================================== */
+/* ==== passes 1 and 3: ldmatrix + mma.sync fragments ==================== */
 
 /* The five feature maps in one branch-light form: x ≥ 0: x + c; x < 0: x
  * (identity), c (relu, relu_eps, relu1), e^x (elu1); the mode is uniform, so
@@ -641,8 +262,11 @@ __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
     return *(const uint32_t *)&h;
 }
 
-/* ---- pass 1 (mma): chunk states. Same grid, copies and φ ownership as
- * lct_state_kernel; warp w owns rows 32(w%4) + [0, 32) and columns
+/* ---- pass 1 (mma): chunk states. grid (chunks with a state to compute,
+ * B·H), 256 threads. Thread tid copies 16-byte piece (tid % 16) of rows
+ * tid/16 + 16u (u < 4) of every tile (cp.async, TS1 stages) and applies φ to
+ * exactly those pieces, so a cp.async.wait_group of its own copies is all it
+ * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
 template <int MODE, bool SPLIT>
@@ -1164,10 +788,6 @@ la_status lct_prepare_device(int dev, int *nsm) {
         return LA_OK;
     }
     LA_CU(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
-    LA_CU(cudaFuncSetAttribute(lct_state_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-    LA_CU(cudaFuncSetAttribute(lct_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LCT_OUT_SMEM));
     for (int m = 0; m < 3; m++) {
         LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, false), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
@@ -1230,10 +850,9 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     /* default (= "v3"): the mma.sync kernels with the wide scan, pass 3
      * unrolled per row block, pass 1 on ks sub-chunks if asked (H200, 32K:
      * 0.319 ms); LA_CUDA_CAUSAL_PATH=mma: the same kernels with the walking
-     * scan and the predicated pass 3 (0.385 ms); =wmma: the WMMA ones */
+     * scan and the predicated pass 3 (0.385 ms) */
     const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    const bool wm = path && !strcmp(path, "wmma");
-    const bool v3 = !wm && !(path && !strcmp(path, "mma"));
+    const bool v3 = !(path && !strcmp(path, "mma"));
     /* LA_CUDA_CAUSAL_L (v3 only; tests): the state chunk in tokens, a multiple of 64 */
     const char *lenv = v3 ? getenv("LA_CUDA_CAUSAL_L") : nullptr;
     if (lenv && atoll(lenv) >= T && atoll(lenv) % T == 0) a.L = atoll(lenv);
@@ -1272,7 +891,7 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     float *part = ks > 1 ? a.ws + (size_t)BH * a.nch * LS : a.ws;
     if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
         fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d ks=%d scan=%s\n",
-                wm ? "-wmma" : v3 ? "-v3" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
+                v3 ? "-v3" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
                 (long long)nd, a.split, ks, wide ? "wide" : "walk");
 
     /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
@@ -1291,10 +910,7 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     if (timing) LA_CU(cudaEventRecord(ev[0], st));
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
-        if (wm) {
-            lct_state_kernel<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
-            LA_CU_LAUNCH("lct_state_kernel");
-        } else if (ks > 1) { /* sub-chunk c' = chunk c'/ks, part c'%ks: L/ks tokens, slot c' */
+        if (ks > 1) { /* sub-chunk c' = chunk c'/ks, part c'%ks: L/ks tokens, slot c' */
             lct_args a1 = a;
             a1.L = a.L / ks;
             a1.nch = a.nch * ks;
@@ -1319,20 +935,15 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
         LA_CU_LAUNCH("lct_scan_kernel");
     }
     if (timing) LA_CU(cudaEventRecord(ev[2], st));
-    if (wm) {
-        lct_output_kernel<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT_SMEM, st>>>(a);
-        LA_CU_LAUNCH("lct_output_kernel");
-    } else {
-        lct_output_mma_fn(lct_mode_of(a.feat), v3)<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
-        LA_CU_LAUNCH("lct_output_mma_kernel");
-    }
+    lct_output_mma_fn(lct_mode_of(a.feat), v3)<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+    LA_CU_LAUNCH("lct_output_mma_kernel");
     if (timing) {
         LA_CU(cudaEventRecord(ev[3], st));
         LA_CU(cudaEventSynchronize(ev[3]));
         float ms[3];
         for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
         fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d ks=%d state %.4f scan %.4f output %.4f ms\n",
-                wm ? "wmma" : v3 ? "v3" : "mma", (long long)N, a.normalize, ks, ms[0], ms[1], ms[2]);
+                v3 ? "v3" : "mma", (long long)N, a.normalize, ks, ms[0], ms[1], ms[2]);
     }
     return LA_OK;
 }

@@ -5,7 +5,6 @@
  * wide scan, pass 1 on sub-chunks; every case also against the previous mma
  * path (LA_CUDA_CAUSAL_PATH=mma) on the device, forced state chunks /
  * sub-chunk counts through LA_CUDA_CAUSAL_L / _KS), the mma path itself,
- * the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma),
  * the fallbacks (LA_CUDA_CAUSAL_PATH=old,
  * D ≠ 128, f32) and a split sequence (state out of the first half into the
  * second equals one pass).
@@ -304,11 +303,6 @@ int main(void) {
         printf("# worst rel: out %.2e, state %.2e\n", worst_out, worst_state);
         return la_test_finish();
     }
-
-    printf("# the WMMA kernels (LA_CUDA_CAUSAL_PATH=wmma, kept for A/B timings)\n");
-    t_causal(1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "wmma");
-    t_causal(2, 333, 3, 128, 128, LA_FEATURE_ELU1, 0, 7, 1, bf, 0, "wmma");
-    if (!small_only) t_causal(1, 4096, 1, 128, 128, LA_FEATURE_RELU, 1, 64, 0, bf, 0, "wmma");
 
     if (small_only >= 2) {
         printf("# worst rel: out %.2e, state %.2e\n", worst_out, worst_state);
