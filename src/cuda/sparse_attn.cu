@@ -132,6 +132,36 @@ __device__ __forceinline__ void sm_load_kv(const smla_args &a, int64_t t, int64_
     if (c0 == 0) valid[r] = ok;
 }
 
+/* The S tile's scale and mask (a key that is not valid: -inf) and this
+ * thread's part of the row maxima: a warp holds rows row0, row0 + 8 of its
+ * 16 heads and keys 32·ch + 8j + 2qd (+1), j < 4 (the m16n8 accumulator
+ * layout of all three bf16 kernels); the quad's maxima go to
+ * red_max[ch·64 + row]. The caller synchronizes before reading them. */
+__device__ __forceinline__ void sm_mask_rowmax(float (*s)[4], const int *vld, int ch, int qd, int row0,
+                                               float scale_log2, float *red_max) {
+    float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int col = 32 * ch + 8 * j + 2 * qd;
+        const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
+        s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
+        s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
+        s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
+        s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
+        mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
+        mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
+    }
+#pragma unroll
+    for (int r = 0; r < 2; r++) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+    }
+    if (qd == 0) {
+        red_max[ch * 64 + row0] = mx[0];
+        red_max[ch * 64 + row0 + 8] = mx[1];
+    }
+}
+
 __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float scale_log2) {
     extern __shared__ __align__(128) unsigned char smem[];
     __nv_bfloat16 *qs = (__nv_bfloat16 *)smem;
@@ -199,28 +229,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
             }
         }
         /* scale, mask, partial row max */
-        const int *vld = valid + buf * 64;
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int col = 32 * ch + 8 * j + 2 * qd;
-            const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
-            s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
-            s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
-            s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
-            s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        if (qd == 0) {
-            red_max[ch * 64 + row0] = mx[0];
-            red_max[ch * 64 + row0 + 8] = mx[1];
-        }
+        sm_mask_rowmax(s, valid + buf * 64, ch, qd, row0, scale_log2, red_max);
         __syncthreads(); /* B */
         float alpha[2], m_use[2];
 #pragma unroll
@@ -477,29 +486,8 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v2_kernel(smla_args a, flo
                 }
             }
         }
-        /* scale, mask, partial row max (as smla_kernel) */
-        const int *vld = valid + buf * 64;
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int col = 32 * ch + 8 * j + 2 * qd;
-            const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
-            s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
-            s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
-            s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
-            s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        if (qd == 0) {
-            red_max[ch * 64 + row0] = mx[0];
-            red_max[ch * 64 + row0 + 8] = mx[1];
-        }
+        /* scale, mask, partial row max */
+        sm_mask_rowmax(s, valid + buf * 64, ch, qd, row0, scale_log2, red_max);
         __syncthreads(); /* B */
         float alpha[2], m_use[2];
 #pragma unroll
@@ -793,28 +781,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
             for (int e = 0; e < 4; e++) asm volatile("" : "+f"(s[j][e])::"memory");
 
         /* scale, mask, partial row max */
-        const int *vld = valid + buf * 64;
-        float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const int col = 32 * ch + 8 * j + 2 * qd;
-            const bool v0 = vld[col] != 0, v1 = vld[col + 1] != 0;
-            s[j][0] = v0 ? s[j][0] * scale_log2 : -INFINITY;
-            s[j][1] = v1 ? s[j][1] * scale_log2 : -INFINITY;
-            s[j][2] = v0 ? s[j][2] * scale_log2 : -INFINITY;
-            s[j][3] = v1 ? s[j][3] * scale_log2 : -INFINITY;
-            mx[0] = fmaxf(mx[0], fmaxf(s[j][0], s[j][1]));
-            mx[1] = fmaxf(mx[1], fmaxf(s[j][2], s[j][3]));
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-        }
-        if (qd == 0) {
-            red_max[ch * 64 + row0] = mx[0];
-            red_max[ch * 64 + row0 + 8] = mx[1];
-        }
+        sm_mask_rowmax(s, valid + buf * 64, ch, qd, row0, scale_log2, red_max);
         __syncthreads(); /* B */
         /* both warpgroups read the same maxima and so keep the same m_ref */
         float alpha[2], m_use[2];
