@@ -58,8 +58,8 @@ int main(int argc, char **argv) {
         return st == LA_OK ? 0 : 1;
     }
     printf("# focused flatten, B=1 H=12 D=Dv=128 bf16, p=3; floor = 4 tensors of N*H*128*2 B / 4.2 TB/s\n");
-    printf("%-8s %-9s %9s %9s %9s %9s %9s %9s %9s %9s %7s %7s %7s %7s\n", "N", "map", "engine", "new", "new+conv",
-           "fused", "fused+cv", "old", "old+conv", "floor", "xfl", "xfl+cv", "xfl-fu", "old/new");
+    printf("%-8s %-9s %9s %9s %9s %9s %9s %9s %7s %7s %7s\n", "N", "map", "engine", "new", "new+conv", "old",
+           "old+conv", "floor", "xfl", "xfl+cv", "old/new");
     for (int64_t N : {4096, 32768, 131072}) {
         const double floor_ms = 4.0 * N * H * D * 2 / BW * 1e3;
         la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
@@ -72,10 +72,6 @@ int main(int argc, char **argv) {
         unsetenv("LA_CUDA_FOCUSED_PATH");
         const double tn = time_ms([&] { return flatten(N, false); }, reps, 2);
         const double tnc = time_ms([&] { return flatten(N, true); }, reps, 2);
-        /* φ formed in the engine's loaders (opt-in) */
-        setenv("LA_CUDA_FOCUSED_PATH", "fused", 1);
-        const double tf = time_ms([&] { return flatten(N, false); }, reps, 2);
-        const double tfc = time_ms([&] { return flatten(N, true); }, reps, 2);
         setenv("LA_CUDA_FOCUSED_PATH", "old", 1);
         const double to_ = time_ms([&] { return flatten(N, false); }, reps_old, 2);
         const double toc = time_ms([&] { return flatten(N, true); }, reps_old, 2);
@@ -84,8 +80,8 @@ int main(int argc, char **argv) {
         map_of(N, mh, mw);
         char ms[32];
         snprintf(ms, sizeof ms, "%lldx%lld", (long long)mh, (long long)mw);
-        printf("%-8lld %-9s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %7.2f %7.2f %7.1f\n", (long long)N, ms,
-               eng, tn, tnc, tf, tfc, to_, toc, floor_ms, tn / floor_ms, tnc / floor_ms, tf / floor_ms, toc / tnc);
+        printf("%-8lld %-9s %9.4f %9.4f %9.4f %9.4f %9.4f %9.4f %7.2f %7.2f %7.1f\n", (long long)N, ms, eng, tn, tnc,
+               to_, toc, floor_ms, tn / floor_ms, tnc / floor_ms, toc / tnc);
         printf("#   N=%lld stages (by difference): phi pass ~ new - engine = %.4f ms, conv ~ new+conv - new = %.4f ms\n",
                (long long)N, tn - eng, tnc - tn);
         fflush(stdout);

@@ -23,8 +23,9 @@
  *   Bytes (B = 1, H = 12, N = 32K; one [N,H,128] bf16 tensor = 100.7 MB):
  *   1. reads Q, K, writes φQ, φK: 403 MB; 2. reads φQ, φK, V, writes O: 403 MB;
  *   3. reads V, O, writes O: 302 MB. See dev/NOTES_cuda_focused.md.
- *   LA_CUDA_FOCUSED_PATH=fused (opt-in): step 1 writes only two floats per
- *   token and step 2's loaders form φ from the raw Q, K (fo_flatten_fast). */
+ *   (φ formed in step 2's loaders from the raw Q, K instead, with step 1
+ *   writing two floats per token, was measured slower on the H200: 0.425
+ *   against 0.343 ms at 32K; removed, it is in the history.) */
 #include "cuda_ops.h"
 #include "linfam.cuh"
 
@@ -138,21 +139,18 @@ constexpr int PT = 256;      /* threads of fo_phi_kernel (8 warps) */
 constexpr int PHI_MAXC = 4096; /* C = H·128 ≤ 4096: H ≤ 32, ≤ 16 chunks of 8 per lane */
 
 /* the flatten φ helpers (lf_bf16_unpack8, lf_flat_xprime8, lf_flat_pow, ...)
- * are in linfam.cuh: the fused loaders of the engine evaluate the same φ */
+ * are in linfam.cuh */
 #define fo_unpack8 lf_bf16_unpack8
 #define fo_pack8 lf_bf16_pack8
 
 /* One warp per (token, q|k) unit u = 2·(b·N + t) + (0 q | 1 k). A lane holds
  * chunks ch = lane + 32 i (i < R) of 8 channels: c = 8·ch, head c / 128. The
- * raw bf16 values stay in registers over the three passes.
- * TOK_ONLY (LA_CUDA_FOCUSED_PATH=fused): no pass 3; the token's two scalars
- * go to tok = [tok_m q | tok_r q | tok_m k | tok_r k] ([4][B·N] floats) and
- * the engine's loaders form the same φ (lf_flat_phi8). */
-template <int R, bool TOK_ONLY>
+ * raw bf16 values stay in registers over the three passes. */
+template <int R>
 __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, int64_t N,
                                                     int H, const float *inv_sp, float p,
                                                     __nv_bfloat16 *phq, __nv_bfloat16 *phk,
-                                                    float *tok, int64_t units) {
+                                                    int64_t units) {
     __shared__ __align__(16) float isp[PHI_MAXC];
     const int C = H * 128, nch = H * 16;
     for (int c = threadIdx.x; c < C; c += PT) isp[c] = inv_sp[c];
@@ -215,14 +213,6 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
         }
         /* ‖x'‖/‖u^p‖ = max·‖u‖/‖u^p‖; the largest u is ~1, so sp2 ≥ ~1 */
         const float r = mx * sqrtf(s2) / sqrtf(sp2);
-        if constexpr (TOK_ONLY) {
-            if (lane == 0) {
-                const int64_t BN = units >> 1;
-                tok[(2 * which) * BN + bt] = inv_m;
-                tok[(2 * which + 1) * BN + bt] = r;
-            }
-            continue;
-        }
         /* pass 3: φ = u^p·r as bf16, [B,N,H,128] contiguous */
         __nv_bfloat16 *dst = (which ? phk : phq) + bt * (int64_t)C;
 #pragma unroll
@@ -315,16 +305,13 @@ bool fo_view_fast(const la_cu_view &x) {
 template <int R>
 la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int H,
                         const float *inv_sp, float p, __nv_bfloat16 *phq, __nv_bfloat16 *phk,
-                        float *tok, int64_t units, cudaStream_t st) {
+                        int64_t units, cudaStream_t st) {
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
     const int64_t want = la_cu_cdiv(units, PT / 32);
     const unsigned grid = (unsigned)std::min<int64_t>(want, (int64_t)nsm * 16);
-    if (tok)
-        fo_phi_kernel<R, true><<<grid, PT, 0, st>>>(q, k, N, H, inv_sp, p, phq, phk, tok, units);
-    else
-        fo_phi_kernel<R, false><<<grid, PT, 0, st>>>(q, k, N, H, inv_sp, p, phq, phk, tok, units);
+    fo_phi_kernel<R><<<grid, PT, 0, st>>>(q, k, N, H, inv_sp, p, phq, phk, units);
     LA_CU_LAUNCH("fo_phi_kernel");
     return LA_OK;
 }
@@ -341,63 +328,49 @@ la_status fo_launch_dwc(const lf_problem &P, const la_cu_view &conv, const la_cu
     return LA_OK;
 }
 
-/* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps.
- * fused (LA_CUDA_FOCUSED_PATH=fused): the φ pass writes only the two scalars
- * per token (fo_phi_kernel<R, true>) and the engine's tensor-core loaders form
- * φ from the raw Q, K tiles (LF_FEAT_FLATTEN_TC): Q and K are read twice
- * (scales, engine) instead of read + φ written + φ read, 201 MB less traffic
- * at N = 32K, H = 12; the engine sees the same bf16 φ, so the output is the
- * same bit for bit. */
+/* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps. */
 la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, const la_tensor *conv,
                           const la_tensor *conv_bias, const la_tensor *softplus_param,
-                          bool fused, cudaStream_t st) {
+                          cudaStream_t st) {
     lf_problem P = P0;
     const int64_t C = P.H * P.D, BN = P.B * P.N;
     if (BN == 0 || C == 0) return LA_OK; /* empty output: no launch (a 0-sized grid fails) */
     size_t nphi, bytes;
     LA_TRY(la_mul_size((size_t)BN, (size_t)C, &nphi, "focused phi"));
-    /* [inv_sp: C floats, rounded to 16 B][φQ][φK], fused: [inv_sp][tok: 4·BN floats] */
+    /* [inv_sp: C floats, rounded to 16 B][φQ][φK] */
     const size_t isp_bytes = ((size_t)C * sizeof(float) + 15) / 16 * 16;
-    if (fused) LA_TRY(la_mul_size((size_t)BN, 4 * sizeof(float), &bytes, "focused token scales"));
-    else LA_TRY(la_mul_size(nphi, 2 * sizeof(__nv_bfloat16), &bytes, "focused phi"));
+    LA_TRY(la_mul_size(nphi, 2 * sizeof(__nv_bfloat16), &bytes, "focused phi"));
     if (bytes + isp_bytes < bytes) return la_err(LA_ERR_OVERFLOW, "focused: workspace overflows");
     la_cu_ws ws;
-    LA_TRY(la_cu_ws_alloc(&ws, bytes + isp_bytes, st, fused ? "focused token scales" : "focused phi(Q), phi(K)"));
+    LA_TRY(la_cu_ws_alloc(&ws, bytes + isp_bytes, st, "focused phi(Q), phi(K)"));
     float *inv_sp = (float *)ws.p;
-    __nv_bfloat16 *phq = fused ? nullptr : (__nv_bfloat16 *)((char *)ws.p + isp_bytes);
-    __nv_bfloat16 *phk = fused ? nullptr : phq + nphi;
-    float *tok = fused ? (float *)((char *)ws.p + isp_bytes) : nullptr;
+    __nv_bfloat16 *phq = (__nv_bfloat16 *)((char *)ws.p + isp_bytes);
+    __nv_bfloat16 *phk = phq + nphi;
     fo_invsp_kernel<<<(unsigned)la_cu_cdiv(C, 256), 256, 0, st>>>(la_cu_view_of(softplus_param),
                                                                    C, inv_sp);
     LA_CU_LAUNCH("fo_invsp_kernel");
     const int64_t units = 2 * BN;
     const int H = (int)P.H, per_lane = (int)la_cu_cdiv(P.H * 16, 32);
     if (per_lane <= 2)
-        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, tok, units, st));
+        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
     else if (per_lane <= 4)
-        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, tok, units, st));
+        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
     else if (per_lane <= 8)
-        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, tok, units, st));
+        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
     else
-        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, tok, units, st));
-    if (fused) {
-        /* the engine on the raw Q, K views; tok = [m q | r q | m k | r k] */
-        P.fq = {LF_FEAT_FLATTEN_TC, 1.f, 1.f, p->p, inv_sp, tok + BN, tok};
-        P.fk = {LF_FEAT_FLATTEN_TC, 1.f, 1.f, p->p, inv_sp, tok + 3 * BN, tok + 2 * BN};
-    } else {
-        /* the engine on φQ, φK (contiguous [B,N,H,128] bf16), identity features */
-        for (int w = 0; w < 2; w++) {
-            la_cu_view &x = w ? P.k : P.q;
-            x.data = w ? phk : phq;
-            x.dt = LA_BF16;
-            x.nb[0] = P.N * C;
-            x.nb[1] = C;
-            x.nb[2] = P.D;
-            x.nb[3] = 1;
-        }
-        P.fq = {LA_FEATURE_IDENTITY, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
-        P.fk = P.fq;
+        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+    /* the engine on φQ, φK (contiguous [B,N,H,128] bf16), identity features */
+    for (int w = 0; w < 2; w++) {
+        la_cu_view &x = w ? P.k : P.q;
+        x.data = w ? phk : phq;
+        x.dt = LA_BF16;
+        x.nb[0] = P.N * C;
+        x.nb[1] = C;
+        x.nb[2] = P.D;
+        x.nb[3] = 1;
     }
+    P.fq = {LA_FEATURE_IDENTITY, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    P.fk = P.fq;
     P.den_scale = 1.f / (float)P.N;
     P.conv = la_cu_view{};
     P.bias = la_cu_view{};
@@ -445,11 +418,10 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
         const bool fast = !(path && !strcmp(path, "old")) && P.D == 128 && P.Dv == 128 &&
                           P.H <= 32 && (!conv || conv->ne[1] <= 9) && fo_view_fast(P.q) &&
                           fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
-        const bool fused = fast && path && !strcmp(path, "fused");
         if (getenv("LA_CUDA_FOCUSED_VERBOSE"))
-            fprintf(stderr, "focused: path=%s N=%lld H=%lld k=%lld\n", fused ? "fused" : fast ? "fast" : "old",
+            fprintf(stderr, "focused: path=%s N=%lld H=%lld k=%lld\n", fast ? "fast" : "old",
                     (long long)P.N, (long long)P.H, conv ? (long long)conv->ne[1] : 0LL);
-        if (fast) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, fused, st);
+        if (fast) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, st);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(C + 4 * BN), sizeof(float), &bytes, "focused workspace"));
         LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "focused feature scales"));

@@ -835,11 +835,7 @@ constexpr size_t LF_TC_OUT_SMEM =
  * loads per 8 MMAs) and rows 32(w%4) + 16(w/4) + [0, 16) of z (one fragment,
  * every column = z). A thread copies chunk (tid % 16) of rows tid/16 + 16u,
  * u < 4, of each tile. */
-/* FLAT (with RAW only; focused flatten, LA_CUDA_FOCUSED_PATH=fused): φ(K) is
- * flatten's map formed here from the raw K tile and the token's two scalars
- * (P.fk.tok_m, tok_r, loaded one tile ahead), the same bf16 values as
- * focused.cu's φ pass (lf_flat_phi8). */
-template <bool RAW, bool FLAT = false>
+template <bool RAW>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
@@ -902,20 +898,6 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
     const lf_phimap phk = lf_phi_of(P.fk);
     const bool phk_bf16 = RAW && lf_phi_bf16_ok(phk);
-    /* FLAT: the scalars of this thread's 4 rows of tile t (tm, tr), loaded
-     * while tile t-1 is multiplied */
-    float tm[4], tr[4];
-    const int fip = FLAT ? lf_flat_ip(P.fk.p) : 0;
-    auto tokld = [&](int t) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int64_t w = w0 + (int64_t)t * FT + r0 + 16 * u;
-            const int64_t bt = b * P.N + (w < w1 ? lf_tok(bx, (unsigned)w) : 0);
-            tm[u] = P.fk.tok_m[bt];
-            tr[u] = P.fk.tok_r[bt];
-        }
-    };
-    if constexpr (FLAT) tokld(0);
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
@@ -925,14 +907,8 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             const int r = r0 + 16 * u;
             __nv_bfloat16 *p = &Ks[r * FLD + c8];
             if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
-            else if constexpr (FLAT)
-                *(uint4 *)p = lf_flat_phi8(*(const uint4 *)p, P.fk.inv_sp + h * FD + c8, tm[u], tr[u],
-                                           fip, P.fk.p);
             else if (phk_bf16) lf_phi8_bf16(p, phk);
             else if (!phi_id) lf_phi8_inplace(p, phk);
-        }
-        if constexpr (FLAT) {
-            if (t + 1 < nt) tokld(t + 1);
         }
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
@@ -1227,8 +1203,7 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
  * lanes, a 4-step shuffle sums them). Warp w: rows 32(w%2).., columns
  * 32(w/2)..: 4 fragment loads per 4 MMAs; lane l finishes row l/2, columns
  * 8(l%2).. of each 16×16 fragment through a per-warp staging tile. */
-/* FLAT: as lf_tc_summary_kernel, φ(Q) from P.fq's scalars (per_query only). */
-template <bool RAW, bool FLAT = false>
+template <bool RAW>
 __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
                                                              const float *Pz, int64_t groups,
                                                              int64_t tpc) {
@@ -1310,35 +1285,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     float *wbuf = wbufs + warp * 320;
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
-    float tm[4], tr[4]; /* FLAT: as in lf_tc_summary_kernel */
-    const int fip = FLAT ? lf_flat_ip(P.fq.p) : 0;
-    auto tokld = [&](int t) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int64_t w = wbeg + (int64_t)t * FT + r0 + 16 * u;
-            const int64_t bt = b * P.N + (w < wend ? lf_tok(bx, (unsigned)w) : 0);
-            tm[u] = P.fq.tok_m[bt];
-            tr[u] = P.fq.tok_r[bt];
-        }
-    };
-    if constexpr (FLAT) tokld(0);
-
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
         __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
         float *den = dens + (t % TS) * FT; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FT;
-        if constexpr (FLAT) { /* RAW, per_query: the denominators come from the MMA */
-#pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                __nv_bfloat16 *p = &Qs[r * FLD + c8];
-                if (wt + r < wend)
-                    *(uint4 *)p = lf_flat_phi8(*(const uint4 *)p, P.fq.inv_sp + h * FD + c8, tm[u], tr[u],
-                                               fip, P.fq.p);
-            }
-            if (t + 1 < nt) tokld(t + 1);
-        } else if (phq_bf16) { /* implies RAW: per_query denominators come from the MMA */
+        if (phq_bf16) { /* implies RAW: per_query denominators come from the MMA */
 #pragma unroll
             for (int u = 0; u < 4; u++) lf_phi8_bf16(&Qs[(r0 + 16 * u) * FLD + c8], phq);
         } else if ((per_query && !mma_den) || !phi_id) {
@@ -1878,12 +1830,6 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
      * partials layout); sm_90 only, else the version's own summary kernel */
     const char *sum_path = getenv("LA_CUDA_LINFAM_SUMMARY");
     bool wg_sum = sum_path && !strcmp(sum_path, "wg");
-    /* focused flatten with φ formed in the loaders: the v4 kernels only */
-    const bool flat = P.fk.kind == LF_FEAT_FLATTEN_TC;
-    if (flat) {
-        ver = 1;
-        wg_sum = false;
-    }
     if (ver == 2 || wg_sum) {
         int major = 0;
         LA_CU(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev));
@@ -1983,8 +1929,7 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
         lf_wg_summary_kernel<<<dim3((unsigned)a.K, (unsigned)BH), WGS_NT, LF_WG_SUM_SMEM, st>>>(a);
         LA_CU_LAUNCH("lf_wg_summary_kernel");
     } else {
-        auto sum_k = flat ? lf_tc_summary_kernel<true, true>
-                          : raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
+        auto sum_k = raw ? lf_tc_summary_kernel<true> : lf_tc_summary_kernel<false>;
         LA_CU(cudaFuncSetAttribute(sum_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_SUM_SMEM));
         sum_k<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
         LA_CU_LAUNCH("lf_tc_summary_kernel");
@@ -2017,8 +1962,7 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st, int ver) {
         LA_CU_LAUNCH("lf_wg_output_kernel");
         return LA_OK;
     }
-    auto out_k = flat ? lf_tc_output_kernel<true, true>
-                      : raw ? lf_tc_output_kernel<true> : lf_tc_output_kernel<false>;
+    auto out_k = raw ? lf_tc_output_kernel<true> : lf_tc_output_kernel<false>;
     LA_CU(cudaFuncSetAttribute(out_k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)LF_TC_OUT_SMEM));
     out_k<<<dim3((unsigned)(a.M * groups), (unsigned)BH), NT, LF_TC_OUT_SMEM, st>>>(
         a, Pb, Pz, groups, tpc);
@@ -2057,12 +2001,6 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
                       P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
                       lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
                       lf_view_fast(P->out) && getenv("LA_CUDA_NO_FAST") == nullptr;
-    /* flatten φ in the tensor-core loaders exists only on that path (focused.cu
-     * asks for it only when the path's conditions hold) */
-    const bool flat_tc = P->fq.kind == LF_FEAT_FLATTEN_TC || P->fk.kind == LF_FEAT_FLATTEN_TC;
-    if (flat_tc && !(fast && P->fq.kind == P->fk.kind && P->norm == LF_NORM_PER_QUERY && a.maxcnt < INT32_MAX))
-        return la_err(LA_ERR_INTERNAL, "CUDA linear family: fused flatten features need the bf16 "
-                                       "tensor-core path (D = Dv = 128, aligned rows, per_query)");
     /* LA_CUDA_LINFAM_PATH: unset (default) = v4 (v3's pipeline with raw
      * ldmatrix + mma.sync fragments), "v3" = v3 (WMMA fragments), "old" = v2,
      * "wg" = v4 with the output pass by wgmma (opt-in, not yet validated on a
@@ -2073,7 +2011,7 @@ la_status lf_run(const lf_problem *P, cudaStream_t st) {
     const bool use_old = path && !strcmp(path, "old");
     const bool use_v3 = path && !strcmp(path, "v3");
     const bool use_wg = path && !strcmp(path, "wg");
-    if (fast && (flat_tc || !use_old) && a.maxcnt < INT32_MAX)
+    if (fast && !use_old && a.maxcnt < INT32_MAX)
         return lf_run_tc(a, st, use_v3 ? 0 : use_wg ? 2 : 1);
     if (getenv("LA_CUDA_LINFAM_VERBOSE"))
         fprintf(stderr, "linfam: path=%s M=%lld maxcnt=%lld\n", fast ? "old" : "portable",

@@ -19,10 +19,8 @@
 
 #include "common.cuh"
 
-/* LF_FEAT_FLATTEN: focused flatten's φ on the portable path; LF_FEAT_FLATTEN_TC:
- * the same φ formed in the loaders of the bf16 tensor-core path (focused.cu,
- * LA_CUDA_FOCUSED_PATH=fused; the fields below as for LF_FEAT_FLATTEN). */
-enum { LF_FEAT_FLATTEN = 100, LF_FEAT_FLATTEN_TC = 101 };
+/* LF_FEAT_FLATTEN: focused flatten's φ on the portable path */
+enum { LF_FEAT_FLATTEN = 100 };
 
 /* φ(x) = feature(pre·x)·post, or (kind LF_FEAT_FLATTEN) the focused map
  * (x'·tok_m[b·N+t])^p · tok_r[b·N+t] with x' = (relu(x)+1e-6)·inv_sp[c],
@@ -58,11 +56,9 @@ struct lf_problem {
 
 la_status lf_run(const lf_problem *P, cudaStream_t st);
 
-/* Flatten's φ (SPEC §4a) for 8 channels of one token, written once for the two
- * places that evaluate it on the bf16 fast path: focused.cu's φ pass (which
- * materializes φ(Q), φ(K)) and the fused loaders of linfam.cu's tensor-core
- * kernels (LA_CUDA_FOCUSED_PATH=fused), so both give the same bf16 φ bit for
- * bit: u = (relu(x) + 1e-6)·inv_sp·tok_m ∈ (0, 1], φ = u^p·tok_r. */
+/* Flatten's φ (SPEC §4a) for 8 channels of one token on the bf16 fast path
+ * (focused.cu's φ pass, which materializes φ(Q), φ(K)): u = (relu(x) +
+ * 1e-6)·inv_sp·tok_m ∈ (0, 1], φ = u^p·tok_r. */
 static __device__ __forceinline__ void lf_bf16_unpack8(const uint4 &u, float *x) {
     const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
 #pragma unroll

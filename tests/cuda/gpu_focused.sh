@@ -2,8 +2,7 @@
 # One device call for the focused flatten bf16 fast path (src/cuda/focused.cu):
 # builds the timing driver (the library and tests are built already:
 # make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests), runs test_cuda_focused
-# (CUDA vs CPU, path trace; every fast case also with LA_CUDA_FOCUSED_PATH=fused,
-# bit-equal to the default), then bench_gpu_focused (old vs new vs fused, with and
+# (CUDA vs CPU, path trace), then bench_gpu_focused (old vs new, with and
 # without the 5x5 conv, N = 4K, 32K, 128K), then memcheck on the small cases
 # while time is left. Wall <= 70 s; logs under $OUT, <= 20 summary lines.
 #   bash tests/cuda/gpu_focused.sh
@@ -19,7 +18,7 @@ timeout 40 nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_focused.cu $B/liblo
   $BLAS_LIBS -ldl -o $B/bench_gpu_focused > "$OUT/focused_build.log" 2>&1 || echo "BENCH BUILD FAILED: $(head -3 "$OUT/focused_build.log")"
 LA_CUDA_FOCUSED_VERBOSE=1 timeout 30 $T > "$OUT/focused_test.log" 2> "$OUT/focused_paths.log"
 rc=$?
-echo "test_cuda_focused: rc=$rc  $(tail -1 "$OUT/focused_test.log")  calls: fast=$(grep -c 'path=fast' "$OUT/focused_paths.log") fused=$(grep -c 'path=fused' "$OUT/focused_paths.log") old=$(grep -c 'path=old' "$OUT/focused_paths.log")  ($(el) s)"
+echo "test_cuda_focused: rc=$rc  $(tail -1 "$OUT/focused_test.log")  calls: fast=$(grep -c 'path=fast' "$OUT/focused_paths.log") old=$(grep -c 'path=old' "$OUT/focused_paths.log")  ($(el) s)"
 grep -E "FAIL" "$OUT/focused_test.log" "$OUT/focused_paths.log" | head -5
 [ -x $B/bench_gpu_focused ] && timeout 30 $B/bench_gpu_focused > "$OUT/focused_bench.log" 2>&1
 echo "bench: rc=$? ($(el) s)"; grep -v '^#   ' "$OUT/focused_bench.log" | head -5; grep '^#   N=32768' "$OUT/focused_bench.log"
