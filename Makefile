@@ -13,9 +13,11 @@
 #          SKIP_DEPS=1 skips the Debian package check.
 
 PREFIX ?= /usr/local
+VERSION := 0.1.0
 BUILD  ?= build
 CC     ?= cc
-CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -Iinclude -Isrc
+CFLAGS_BASE := -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden -Iinclude -Isrc
+SONAME := liblongattn.so.0
 OPT    ?= -O3 -march=native -ffp-contract=fast
 CFLAGS ?= $(OPT) -g
 LDLIBS := -lm -lpthread -ldl
@@ -61,7 +63,7 @@ ifneq ($(and $(NVCC),$(CUDA_SRCS)),)
   WITH_CUDA := 1
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
   NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
-               --expt-relaxed-constexpr -Xcompiler -fPIC -Iinclude -Isrc
+               --expt-relaxed-constexpr -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Iinclude -Isrc
   CFLAGS_BASE += -DLA_WITH_CUDA
   LDLIBS += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lrt -lstdc++
 endif
@@ -102,8 +104,12 @@ $(BUILD)/liblongattn.a: $(LIB_OBJS)
 	@mkdir -p $(BUILD)
 	rm -f $@ && ar rcs $@ $^
 
-$(BUILD)/liblongattn.so: $(LIB_OBJS)
-	$(CC) -shared -o $@ $^ $(LDLIBS)
+# Only the LA_API functions of include/longattn.h are exported: the objects are
+# compiled with hidden visibility and the version script hides whatever the
+# static CUDA runtime brings along.
+$(BUILD)/liblongattn.so: $(LIB_OBJS) scripts/liblongattn.map
+	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=scripts/liblongattn.map -o $@ $(LIB_OBJS) $(LDLIBS)
+	ln -sf liblongattn.so $(BUILD)/$(SONAME)
 
 $(BUILD)/longattn: $(CLI_OBJS) $(BUILD)/liblongattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/liblongattn.a $(LDLIBS)
@@ -111,7 +117,7 @@ $(BUILD)/longattn: $(CLI_OBJS) $(BUILD)/liblongattn.a
 
 $(BUILD)/longattn.pc:
 	@mkdir -p $(BUILD)
-	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: longattn\nDescription: attention over long sequences (MHLA, focused linear attention, HISA)\nVersion: 0.1.0\nLibs: -L$${libdir} -llongattn\nLibs.private: $(LDLIBS)\nCflags: -I$${includedir}\n' > $@
+	@printf 'prefix=$(PREFIX)\nlibdir=$${prefix}/lib\nincludedir=$${prefix}/include\n\nName: longattn\nDescription: attention over long sequences (MHLA, focused linear attention, HISA)\nVersion: $(VERSION)\nLibs: -L$${libdir} -llongattn\nLibs.private: $(LDLIBS)\nCflags: -I$${includedir}\n' > $@
 
 $(BUILD)/tests/%: tests/%.c tests/test_util.h $(wildcard tests/*/*.h) $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
@@ -154,7 +160,9 @@ install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/longattn.h $(DESTDIR)$(PREFIX)/include/
 	install -m 644 $(BUILD)/liblongattn.a $(DESTDIR)$(PREFIX)/lib/
-	install -m 755 $(BUILD)/liblongattn.so $(DESTDIR)$(PREFIX)/lib/
+	install -m 755 $(BUILD)/liblongattn.so $(DESTDIR)$(PREFIX)/lib/liblongattn.so.$(VERSION)
+	ln -sf liblongattn.so.$(VERSION) $(DESTDIR)$(PREFIX)/lib/$(SONAME)
+	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/liblongattn.so
 	install -m 755 $(BUILD)/longattn $(DESTDIR)$(PREFIX)/bin/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/longattn.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
 

@@ -30,6 +30,14 @@ extern "C" {
 #define LONGATTN_VERSION_MINOR 1
 #define LONGATTN_VERSION_PATCH 0
 
+/* Every public function carries LA_API: the shared library is built with
+ * hidden visibility, so only these are exported. */
+#if defined(__GNUC__) || defined(__clang__)
+#define LA_API __attribute__((visibility("default")))
+#else
+#define LA_API
+#endif
+
 /* ------------------------------------------------------------------------ */
 /* Status                                                                    */
 /* ------------------------------------------------------------------------ */
@@ -48,13 +56,16 @@ typedef enum la_status {
 } la_status;
 
 /* Name of a status ("LA_ERR_SHAPE"); never NULL. */
-const char *la_status_string(la_status s);
+LA_API const char *la_status_string(la_status s);
 /* Message of the last failed call on this thread ("" if none). */
-const char *la_last_error(void);
+LA_API const char *la_last_error(void);
+/* Library version as "MAJOR.MINOR.PATCH" (the LONGATTN_VERSION_* of the
+ * build, which may differ from the header a program was compiled with). */
+LA_API const char *la_version(void);
 /* Library version and build features (e.g. "0.1.0 blas=openblas cuda=no"). */
-const char *la_build_info(void);
+LA_API const char *la_build_info(void);
 /* Whether the CUDA backend was compiled in and a device is present. */
-la_status la_cuda_available(int *available);
+LA_API la_status la_cuda_available(int *available);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -82,14 +93,14 @@ typedef struct la_tensor {
 } la_tensor;
 
 /* Fill a view with contiguous (row-major) strides. */
-la_status la_tensor_init(la_tensor *t, void *data, la_dtype dtype, la_device dev,
+LA_API la_status la_tensor_init(la_tensor *t, void *data, la_dtype dtype, la_device dev,
                          int ndim, const int64_t *ne);
 /* Fill a view with explicit strides (elements). */
-la_status la_tensor_init_strided(la_tensor *t, void *data, la_dtype dtype, la_device dev,
+LA_API la_status la_tensor_init_strided(la_tensor *t, void *data, la_dtype dtype, la_device dev,
                                  int ndim, const int64_t *ne, const int64_t *nb);
 /* Size of one element in bytes (0 for unknown). */
-size_t la_dtype_size(la_dtype dt);
-const char *la_dtype_name(la_dtype dt);
+LA_API size_t la_dtype_size(la_dtype dt);
+LA_API const char *la_dtype_name(la_dtype dt);
 
 /* ------------------------------------------------------------------------ */
 /* Context                                                                   */
@@ -99,17 +110,17 @@ typedef struct la_context la_context;
 typedef void *(*la_alloc_fn)(size_t bytes, void *user);
 typedef void (*la_free_fn)(void *ptr, void *user);
 
-la_status la_context_create(la_context **ctx);
-la_status la_context_destroy(la_context *ctx);
+LA_API la_status la_context_create(la_context **ctx);
+LA_API la_status la_context_destroy(la_context *ctx);
 /* Threads for CPU operators; 0 = all cores (default). */
-la_status la_context_set_threads(la_context *ctx, int threads);
-la_status la_context_get_threads(const la_context *ctx, int *threads);
+LA_API la_status la_context_set_threads(la_context *ctx, int threads);
+LA_API la_status la_context_get_threads(const la_context *ctx, int *threads);
 /* Host workspace allocator (default malloc/free). */
-la_status la_context_set_allocator(la_context *ctx, la_alloc_fn alloc, la_free_fn free_fn,
+LA_API la_status la_context_set_allocator(la_context *ctx, la_alloc_fn alloc, la_free_fn free_fn,
                                    void *user);
 /* CUDA stream (a cudaStream_t) for CUDA operators; NULL = default stream. */
-la_status la_context_set_cuda_stream(la_context *ctx, void *stream);
-la_status la_context_get_cuda_stream(const la_context *ctx, void **stream);
+LA_API la_status la_context_set_cuda_stream(la_context *ctx, void *stream);
+LA_API la_status la_context_get_cuda_stream(const la_context *ctx, void **stream);
 
 /* ------------------------------------------------------------------------ */
 /* Feature maps (SPEC §2)                                                    */
@@ -122,8 +133,8 @@ typedef enum la_feature {
     LA_FEATURE_ELU1 = 4        /* x+1 if x>=0 else exp(x) */
 } la_feature;
 
-la_status la_feature_from_name(const char *name, la_feature *out);
-const char *la_feature_name(la_feature f);
+LA_API la_status la_feature_from_name(const char *name, la_feature *out);
+LA_API const char *la_feature_name(la_feature f);
 
 /* ------------------------------------------------------------------------ */
 /* §1 Softmax attention                                                      */
@@ -132,11 +143,11 @@ typedef struct la_softmax_params {
     int causal;      /* bottom-right aligned when Nk > Nq                    */
     float scale;     /* 0 = default D^-1/2                                   */
 } la_softmax_params;
-la_status la_softmax_params_init(la_softmax_params *p);
+LA_API la_status la_softmax_params_init(la_softmax_params *p);
 
 /* q [B,Nq,H,D], k [B,Nk,Hk,D], v [B,Nk,Hk,Dv] (H % Hk == 0: GQA),
  * out [B,Nq,H,Dv], lse [B,Nq,H] (optional, may be NULL; natural log). */
-la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
+LA_API la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
                                const la_tensor *k, const la_tensor *v, la_tensor *out,
                                la_tensor *lse, la_context *ctx);
 
@@ -151,12 +162,12 @@ typedef struct la_linear_params {
     float scale_q;       /* default 1                                        */
     int64_t chunk;       /* causal chunk size, default 64                    */
 } la_linear_params;
-la_status la_linear_params_init(la_linear_params *p);
+LA_API la_status la_linear_params_init(la_linear_params *p);
 
 /* q,k [B,N,H,D], v [B,N,H,Dv], out [B,N,H,Dv].
  * Causal only: optional recurrent state in/out, S [B,H,D,Dv] and z [B,H,D]
  * (f32). state_in NULLs = zero state. In and out may alias. */
-la_status la_linear_attention(const la_linear_params *p, const la_tensor *q,
+LA_API la_status la_linear_attention(const la_linear_params *p, const la_tensor *q,
                               const la_tensor *k, const la_tensor *v, la_tensor *out,
                               const la_tensor *S_in, const la_tensor *z_in,
                               la_tensor *S_out, la_tensor *z_out, la_context *ctx);
@@ -172,7 +183,7 @@ typedef struct la_focused_params {
     float p;                     /* focusing factor (flatten), default 3    */
     float eps;                   /* default 1e-6                             */
 } la_focused_params;
-la_status la_focused_params_init(la_focused_params *p);
+LA_API la_status la_focused_params_init(la_focused_params *p);
 
 /* q,k,v [B,N,H,D] (v may have Dv for flatten only if conv is absent; the
  * conv is over v's channels so Dv == D when conv is given).
@@ -181,7 +192,7 @@ la_status la_focused_params_init(la_focused_params *p);
  * blog:    conv [H*D,k,k] over φ(K) (odd k, no bias), focus [H] (optional,
  *          default 2.0), softplus_param/conv_bias ignored.
  * conv NULL = no conv term (flatten) / identity conv (blog). */
-la_status la_focused_attention(const la_focused_params *p, const la_tensor *q,
+LA_API la_status la_focused_attention(const la_focused_params *p, const la_tensor *q,
                                const la_tensor *k, const la_tensor *v,
                                const la_tensor *conv, const la_tensor *conv_bias,
                                const la_tensor *softplus_param, const la_tensor *focus,
@@ -205,10 +216,10 @@ typedef struct la_mhla_params {
     float eps;             /* default 1e-6                                 */
     float scale_q;         /* default 1                                    */
 } la_mhla_params;
-la_status la_mhla_params_init(la_mhla_params *p);
+LA_API la_status la_mhla_params_init(la_mhla_params *p);
 
 /* q,k [B,N,H,D], v [B,N,H,Dv], mixing [M,M] or [H,M,M] (f32), out [B,N,H,Dv]. */
-la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_tensor *k,
+LA_API la_status la_mhla_forward(const la_mhla_params *p, const la_tensor *q, const la_tensor *k,
                           const la_tensor *v, const la_tensor *mixing, la_tensor *out,
                           la_context *ctx);
 
@@ -219,25 +230,25 @@ typedef struct la_mhla_causal_params {
     float eps;                   /* default 1e-6                           */
     float scale_q;               /* 0 = default D^-1/2                     */
 } la_mhla_causal_params;
-la_status la_mhla_causal_params_init(la_mhla_causal_params *p);
+LA_API la_status la_mhla_causal_params_init(la_mhla_causal_params *p);
 
 /* mixing [M,M] or [H,M,M] with M >= ceil(N/chunk); upper triangle ignored. */
-la_status la_mhla_causal_forward(const la_mhla_causal_params *p, const la_tensor *q,
+LA_API la_status la_mhla_causal_forward(const la_mhla_causal_params *p, const la_tensor *q,
                                  const la_tensor *k, const la_tensor *v,
                                  const la_tensor *mixing, la_tensor *out, la_context *ctx);
 
 /* Decoding state: finished block summaries plus the open block. */
 typedef struct la_mhla_state la_mhla_state;
 /* mixing is copied; max blocks M = its extent. */
-la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_t H,
+LA_API la_status la_mhla_state_create(const la_mhla_causal_params *p, int64_t B, int64_t H,
                                int64_t D, int64_t Dv, const la_tensor *mixing,
                                la_mhla_state **state);
 /* Append n tokens (q,k [B,n,H,D], v [B,n,H,Dv]) one after another and write
  * their outputs to out [B,n,H,Dv]. */
-la_status la_mhla_state_append(la_mhla_state *state, const la_tensor *q, const la_tensor *k,
+LA_API la_status la_mhla_state_append(la_mhla_state *state, const la_tensor *q, const la_tensor *k,
                                const la_tensor *v, la_tensor *out, la_context *ctx);
-la_status la_mhla_state_length(const la_mhla_state *state, int64_t *tokens);
-la_status la_mhla_state_destroy(la_mhla_state *state);
+LA_API la_status la_mhla_state_length(const la_mhla_state *state, int64_t *tokens);
+LA_API la_status la_mhla_state_destroy(la_mhla_state *state);
 
 typedef enum la_mhla_init_kind {
     LA_MHLA_INIT_LOCALITY = 0,
@@ -246,9 +257,9 @@ typedef enum la_mhla_init_kind {
 } la_mhla_init_kind;
 /* blocks: block grid of rank ndim (uniform_causal: ndim 1, M = blocks[0]).
  * out: f32 [M,M] contiguous CPU tensor. */
-la_status la_mhla_init(la_mhla_init_kind kind, int ndim, const int64_t *blocks, la_tensor *out);
+LA_API la_status la_mhla_init(la_mhla_init_kind kind, int ndim, const int64_t *blocks, la_tensor *out);
 /* Training-time projection: clamp to [1e-5,1]; causal also zeroes j > i. */
-la_status la_mhla_project(la_tensor *mixing, int causal);
+LA_API la_status la_mhla_project(la_tensor *mixing, int causal);
 
 /* ------------------------------------------------------------------------ */
 /* §6–§7 Indexers                                                            */
@@ -262,39 +273,39 @@ typedef struct la_index_params {
     const la_tensor *k_scale;
     const la_tensor *q_scale;
 } la_index_params;
-la_status la_index_params_init(la_index_params *p);
+LA_API la_status la_index_params_init(la_index_params *p);
 
 /* q [T,HI,dI], k [L,dI], w [T,HI]; start/end int32 [T] (NULL = causal
  * bottom-right: start 0, end = L-T+t+1). idx int32 [T,topk];
  * scores f32 [T,L] optional (−inf outside the range). */
-la_status la_dsa_indexer(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+LA_API la_status la_dsa_indexer(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                          const la_tensor *w, const la_tensor *start, const la_tensor *end,
                          la_tensor *idx, la_tensor *scores, la_context *ctx);
-la_status la_hisa_indexer(const la_index_params *p, const la_tensor *q, const la_tensor *k,
+LA_API la_status la_hisa_indexer(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                           const la_tensor *w, const la_tensor *start, const la_tensor *end,
                           la_tensor *idx, la_context *ctx);
-la_status la_blocksparse_indexer(const la_index_params *p, const la_tensor *q,
+LA_API la_status la_blocksparse_indexer(const la_index_params *p, const la_tensor *q,
                                  const la_tensor *k, const la_tensor *w,
                                  const la_tensor *start, const la_tensor *end,
                                  la_tensor *idx, la_context *ctx);
 
 /* Row-wise top-k of scores [R,L] (f32; −inf = masked) into idx int32 [R,k]:
  * descending score, ties to the lower index, −1 padding. */
-la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx);
+LA_API la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx);
 
 /* Decode-time indexer key cache (pooled block means kept incrementally). */
 typedef struct la_index_cache la_index_cache;
-la_status la_index_cache_create(int64_t dI, int64_t block, int64_t capacity,
+LA_API la_status la_index_cache_create(int64_t dI, int64_t block, int64_t capacity,
                                 la_index_cache **cache);
 /* k [n,dI] appended at the end. */
-la_status la_index_cache_append(la_index_cache *cache, const la_tensor *k);
-la_status la_index_cache_length(const la_index_cache *cache, int64_t *tokens);
+LA_API la_status la_index_cache_append(la_index_cache *cache, const la_tensor *k);
+LA_API la_status la_index_cache_length(const la_index_cache *cache, int64_t *tokens);
 /* HISA selection for queries q [T,HI,dI], w [T,HI] over the cached keys,
  * with ranges as in la_dsa_indexer; equals la_hisa_indexer on the same keys. */
-la_status la_index_cache_hisa(const la_index_cache *cache, const la_index_params *p,
+LA_API la_status la_index_cache_hisa(const la_index_cache *cache, const la_index_params *p,
                               const la_tensor *q, const la_tensor *w, const la_tensor *start,
                               const la_tensor *end, la_tensor *idx, la_context *ctx);
-la_status la_index_cache_destroy(la_index_cache *cache);
+LA_API la_status la_index_cache_destroy(la_index_cache *cache);
 
 /* ------------------------------------------------------------------------ */
 /* §8 Sparse attention (MLA, MQA mode)                                       */
@@ -303,11 +314,11 @@ typedef struct la_sparse_attn_params {
     int64_t dv;   /* default 512 */
     float scale;  /* 0 = default Dqk^-1/2 */
 } la_sparse_attn_params;
-la_status la_sparse_attn_params_init(la_sparse_attn_params *p);
+LA_API la_status la_sparse_attn_params_init(la_sparse_attn_params *p);
 
 /* q [T,Hq,Dqk], kv [L,Dqk] or [L,Hkv,Dqk], idx int32 [T,k] (−1 or >= L
  * skipped), out [T,Hq,dv], lse [T,Hq] (optional). */
-la_status la_sparse_attention(const la_sparse_attn_params *p, const la_tensor *q,
+LA_API la_status la_sparse_attention(const la_sparse_attn_params *p, const la_tensor *q,
                               const la_tensor *kv, const la_tensor *idx, la_tensor *out,
                               la_tensor *lse, la_context *ctx);
 
@@ -329,16 +340,16 @@ typedef struct la_attn_map_params {
     la_mhla_params mhla;         /* grid/blocks for mhla                    */
     la_focused_params focused;   /* p, map for focused variants             */
 } la_attn_map_params;
-la_status la_attn_map_params_init(la_attn_map_params *p);
+LA_API la_status la_attn_map_params_init(la_attn_map_params *p);
 
 /* q,k [N,D] (one head). mixing [M,M] for mhla; softplus_param [D] for
  * focused-flatten (optional); focus scalar ignored (it cancels). out f32 or
  * f64 [N,N]: attention weights, rows sum to 1. */
-la_status la_attention_map(const la_attn_map_params *p, const la_tensor *q,
+LA_API la_status la_attention_map(const la_attn_map_params *p, const la_tensor *q,
                            const la_tensor *k, const la_tensor *mixing,
                            const la_tensor *softplus_param, la_tensor *out, la_context *ctx);
 /* Numerical rank (#σ > rtol·σ1, float64 SVD) and mean row entropy. */
-la_status la_map_rank_entropy(const la_tensor *map, double rtol, int64_t *rank,
+LA_API la_status la_map_rank_entropy(const la_tensor *map, double rtol, int64_t *rank,
                               double *entropy);
 
 #ifdef __cplusplus

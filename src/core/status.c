@@ -42,6 +42,11 @@ const char *la_status_string(la_status s) {
 #define LA_STR2(x) #x
 #define LA_STR(x) LA_STR2(x)
 
+const char *la_version(void) {
+    return LA_STR(LONGATTN_VERSION_MAJOR) "." LA_STR(LONGATTN_VERSION_MINOR) "." LA_STR(
+        LONGATTN_VERSION_PATCH);
+}
+
 const char *la_build_info(void) {
     return LA_STR(LONGATTN_VERSION_MAJOR) "." LA_STR(LONGATTN_VERSION_MINOR) "." LA_STR(
         LONGATTN_VERSION_PATCH) " blas=" LA_BLAS_NAME
