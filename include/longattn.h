@@ -323,6 +323,73 @@ LA_API la_status la_sparse_attention(const la_sparse_attn_params *p, const la_te
                               la_tensor *lse, la_context *ctx);
 
 /* ------------------------------------------------------------------------ */
+/* Backward passes (shared/TRAINING.md §1)                                   */
+/* ------------------------------------------------------------------------ */
+/* Conventions shared by every la_*_backward:
+ *   - the params, inputs and `out` are those of the forward call; saved
+ *     statistics (lse) are the forward's outputs;
+ *   - d_out has the shape of out; each gradient has the shape of its input
+ *     and the input's dtype (d_mixing / state gradients: f32);
+ *   - a NULL gradient pointer skips that gradient; gradients are written,
+ *     not accumulated; a rejected call writes nothing;
+ *   - fp32 accumulation; deterministic (no floating-point atomics).
+ * out may be NULL where the backward recomputes what it needs (every
+ * operator but softmax and sparse attention, which read it). */
+
+/* softmax: lse [B,Nq,H] f32 from the forward is required. */
+LA_API la_status la_softmax_backward(const la_softmax_params *p, const la_tensor *q,
+                                     const la_tensor *k, const la_tensor *v,
+                                     const la_tensor *out, const la_tensor *lse,
+                                     const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                                     la_tensor *dv, la_context *ctx);
+
+/* linear (non-causal or causal). Causal only: S_in/z_in the initial state
+ * (NULL = zero), d_S_out/d_z_out the gradient of the final state (NULL =
+ * zero), d_S_in/d_z_in the gradient of the initial state (NULL = skip). */
+LA_API la_status la_linear_backward(const la_linear_params *p, const la_tensor *q,
+                                    const la_tensor *k, const la_tensor *v,
+                                    const la_tensor *out, const la_tensor *S_in,
+                                    const la_tensor *z_in, const la_tensor *d_out,
+                                    const la_tensor *d_S_out, const la_tensor *d_z_out,
+                                    la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                                    la_tensor *d_S_in, la_tensor *d_z_in, la_context *ctx);
+
+/* MHLA non-causal: d_mixing has the mixing's shape ([M,M] or [H,M,M]). */
+LA_API la_status la_mhla_backward(const la_mhla_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v,
+                                  const la_tensor *mixing, const la_tensor *out,
+                                  const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                                  la_tensor *dv, la_tensor *d_mixing, la_context *ctx);
+
+/* causal MHLA: the upper triangle of d_mixing (and rows/columns past the
+ * last chunk) is written as zero. */
+LA_API la_status la_mhla_causal_backward(const la_mhla_causal_params *p, const la_tensor *q,
+                                         const la_tensor *k, const la_tensor *v,
+                                         const la_tensor *mixing, const la_tensor *out,
+                                         const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                                         la_tensor *dv, la_tensor *d_mixing, la_context *ctx);
+
+/* focused: flatten fills d_conv, d_conv_bias, d_softplus_param; blog fills
+ * d_conv and d_focus ([H]). Gradients of absent inputs must be NULL. */
+LA_API la_status la_focused_backward(const la_focused_params *p, const la_tensor *q,
+                                     const la_tensor *k, const la_tensor *v,
+                                     const la_tensor *conv, const la_tensor *conv_bias,
+                                     const la_tensor *softplus_param, const la_tensor *focus,
+                                     const la_tensor *out, const la_tensor *d_out,
+                                     la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                                     la_tensor *d_conv, la_tensor *d_conv_bias,
+                                     la_tensor *d_softplus_param, la_tensor *d_focus,
+                                     la_context *ctx);
+
+/* sparse attention: lse [T,Hq] from the forward is required; dkv has kv's
+ * shape (keys picked by several queries sum, in a fixed order). */
+LA_API la_status la_sparse_attention_backward(const la_sparse_attn_params *p,
+                                              const la_tensor *q, const la_tensor *kv,
+                                              const la_tensor *idx, const la_tensor *out,
+                                              const la_tensor *lse, const la_tensor *d_out,
+                                              la_tensor *dq, la_tensor *dkv, la_context *ctx);
+
+/* ------------------------------------------------------------------------ */
 /* §9 Analysis                                                               */
 /* ------------------------------------------------------------------------ */
 typedef enum la_map_variant {

@@ -174,6 +174,7 @@ SIGNATURES = {
     # status
     "la_status_string": (ctypes.c_char_p, [la_status]),
     "la_last_error": (ctypes.c_char_p, []),
+    "la_version": (ctypes.c_char_p, []),
     "la_build_info": (ctypes.c_char_p, []),
     "la_cuda_available": (_S, [P(ctypes.c_int)]),
     # tensors
@@ -235,6 +236,14 @@ SIGNATURES = {
     "la_sparse_attn_params_init": (_S, [P(la_sparse_attn_params)]),
     "la_sparse_attention": (_S, [P(la_sparse_attn_params), _T, _T, _T, _T, _T,
                                  la_context_p]),
+    # backward passes (shared/TRAINING.md §1)
+    "la_softmax_backward": (_S, [P(la_softmax_params)] + [_T] * 9 + [la_context_p]),
+    "la_linear_backward": (_S, [P(la_linear_params)] + [_T] * 14 + [la_context_p]),
+    "la_mhla_backward": (_S, [P(la_mhla_params)] + [_T] * 10 + [la_context_p]),
+    "la_mhla_causal_backward": (_S, [P(la_mhla_causal_params)] + [_T] * 10 + [la_context_p]),
+    "la_focused_backward": (_S, [P(la_focused_params)] + [_T] * 16 + [la_context_p]),
+    "la_sparse_attention_backward": (_S, [P(la_sparse_attn_params)] + [_T] * 8
+                                     + [la_context_p]),
     # §9 analysis
     "la_attn_map_params_init": (_S, [P(la_attn_map_params)]),
     "la_attention_map": (_S, [P(la_attn_map_params), _T, _T, _T, _T, _T, la_context_p]),

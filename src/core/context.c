@@ -1,5 +1,6 @@
 /* la_context: threads, workspace allocator, CUDA stream. */
 #include <stdlib.h>
+#include <string.h>
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -18,6 +19,10 @@ la_status la_context_create(la_context **ctx) {
     c->threads = 0;
     c->alloc = default_alloc;
     c->free_fn = default_free;
+    /* The one verbose switch: selection functions print the kernel they
+     * pick (core/variant.h). */
+    const char *verbose = getenv("LA_VERBOSE");
+    c->verbose = verbose && *verbose && strcmp(verbose, "0") != 0;
     *ctx = c;
     return LA_OK;
 }

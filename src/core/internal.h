@@ -41,6 +41,11 @@ struct la_context {
     la_free_fn free_fn;
     void *alloc_user;
     void *cuda_stream;
+    /* forced kernel variants (core/variant.h) */
+    int n_variants;
+    char variant_family[16][24];
+    char variant_name[16][24];
+    int verbose;            /* selection functions report their choice */
 };
 /* This thread's number inside an OpenMP parallel region (0 outside one, or
  * without OpenMP): the index of its slice of a per-thread workspace. */
