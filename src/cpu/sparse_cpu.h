@@ -1,7 +1,8 @@
 /* CPU kernels of the sparse family (SPEC §6–§8): the fused indexer scoring
  * kernel, row top-k, DSA / HISA / block-sparse drivers, sparse attention.
  * The public entry points (src/ops/{dsa,hisa,topk,index_cache,sparse_attn}.c)
- * validate every view, then call these. Internal, not installed. */
+ * validate every view (src/ops/sparse_validate.c), then call these.
+ * Internal, not installed. */
 #ifndef LA_SPARSE_CPU_H
 #define LA_SPARSE_CPU_H
 
@@ -99,17 +100,6 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar, int64_t B, int
 la_status la_sparse_attn_cpu(const la_tensor *q, const la_tensor *kv, const la_tensor *idx,
                              int64_t dv, float scale, la_tensor *out, la_tensor *lse,
                              la_context *ctx);
-
-/* ---- shared validation (src/ops/dsa.c) ------------------------------------------ */
-/* Checks q, k, w, start, end (names and shapes in messages), topk > 0 and the
- * idx view [T,topk]; resolves the ranges into start/end arrays (malloc'd,
- * freed with la_idx_problem_free). `op` names the operator in messages. */
-la_status la_idx_validate(const char *op, const la_index_params *p, const la_tensor *q,
-                          const la_tensor *k, const la_tensor *w, const la_tensor *start,
-                          const la_tensor *end, const la_tensor *idx, la_idx_problem *P);
-void la_idx_problem_free(la_idx_problem *P);
-/* block > 0 (and, need_m: block_topk > 0; else topk >= block) (src/ops/hisa.c). */
-la_status la_idx_check_blocks(const char *op, const la_index_params *p, int need_m);
 
 #ifdef __cplusplus
 }

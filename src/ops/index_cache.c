@@ -13,6 +13,7 @@
 
 #include "core/internal.h"
 #include "cpu/sparse_cpu.h"
+#include "ops/sparse_validate.h"
 
 struct la_index_cache {
     int64_t dI, B, capacity, len;
@@ -101,13 +102,12 @@ la_status la_index_cache_hisa(const la_index_cache *c, const la_index_params *p,
     la_tensor k;
     const int64_t ne[2] = {c->len, c->dI};
     LA_TRY(la_tensor_init(&k, c->keys, LA_F32, LA_DEVICE_CPU, 2, ne));
+    LA_TRY(la_idx_check_call("index cache", p, q, &k, w, start, end, idx));
+    LA_TRY(la_idx_check_blocks("index cache", p, 1));
     la_idx_problem P;
-    LA_TRY(la_idx_validate("index cache", p, q, &k, w, start, end, idx, &P));
-    la_status s = la_idx_check_blocks("index cache", p, 1);
-    if (s == LA_OK) {
-        const int64_t B = c->B < c->len ? c->B : c->len; /* same blocks as la_hisa_indexer */
-        s = la_hisa_cpu(&P, c->kbar, B, p->block_topk, p->topk, LA_BLK_HISA, idx, ctx);
-    }
+    LA_TRY(la_idx_resolve("index cache", q, &k, w, start, end, &P));
+    const int64_t B = c->B < c->len ? c->B : c->len; /* same blocks as la_hisa_indexer */
+    la_status s = la_hisa_cpu(&P, c->kbar, B, p->block_topk, p->topk, LA_BLK_HISA, idx, ctx);
     la_idx_problem_free(&P);
     if (s == LA_OK) la_err_clear();
     return s;

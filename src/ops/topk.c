@@ -3,6 +3,7 @@
 
 #include "core/internal.h"
 #include "cpu/sparse_cpu.h"
+#include "ops/sparse_validate.h"
 #ifdef LA_WITH_CUDA
 #include "cuda/cuda_ops.h"
 #endif
@@ -12,26 +13,11 @@
 #endif
 
 la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx) {
-    if (!scores) return la_err(LA_ERR_ARG, "topk: scores is NULL");
-    if (!idx) return la_err(LA_ERR_ARG, "topk: idx (output) is NULL");
-    if (scores->device == LA_DEVICE_CUDA || idx->device == LA_DEVICE_CUDA)
+    LA_TRY(la_topk_check_call(scores, idx));
 #ifdef LA_WITH_CUDA
-        return la_topk_cuda(scores, idx, ctx); /* validates the CUDA views */
-#else
-        return la_err(LA_ERR_UNSUPPORTED, "topk: no CUDA implementation in this build (%s is on cuda)",
-                      scores->device == LA_DEVICE_CUDA ? "scores" : "idx");
+    if (scores->device == LA_DEVICE_CUDA) return la_topk_cuda(scores, idx, ctx);
 #endif
-    LA_TRY(la_check_tensor(scores, "scores", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CPU, false));
     const int64_t R = scores->ne[0], L = scores->ne[1], k = idx->ne[1];
-    LA_TRY(la_check_dim(idx, "idx", 0, R, "(rows of scores)"));
-    if (L > INT32_MAX) {
-        char sb[96];
-        return la_err(LA_ERR_SHAPE, "scores: %s has more columns than the int32 index range",
-                      la_shape_str(scores, sb, sizeof sb));
-    }
-    if (la_tensors_overlap(idx, scores))
-        return la_err(LA_ERR_ARG, "idx: overlaps scores in memory (outputs must not alias inputs)");
 
     const int nth = la_ctx_threads(ctx);
     /* rows that are not contiguous f32 are converted into a row buffer first */
