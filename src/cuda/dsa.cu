@@ -35,7 +35,6 @@
 #include "cuda_ops.h"
 #include "sparse_common.cuh"
 #include "wgmma.cuh"
-#include "ops/sparse_validate.h"
 
 #include <cuda_fp8.h>
 #include <stdlib.h>
@@ -987,14 +986,12 @@ la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cu
 la_status la_sp_validate_idx_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx) {
-    LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
     if (p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3)
         return la_err(LA_ERR_UNSUPPORTED,
                       "%s: fp8 e4m3 q/k (k_scale/q_scale) are implemented on CUDA for the flat DSA "
                       "indexer only; %s takes f32/f64/bf16/f16 q and k",
                       op, op);
-    const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16);
-    return la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CUDA, fl);
+    return LA_OK;
 }
 
 /* fp8 DSA views: q and k both e4m3, w a float dtype, optional f32 scales
@@ -1017,9 +1014,6 @@ static la_status dsa_validate_fp8(const char *op, const la_index_params *p, cons
     }
     if (w->dtype == LA_FP8_E4M3)
         return la_err(LA_ERR_DTYPE, "w: dtype fp8_e4m3 not supported here (w is f32/f64/bf16/f16)");
-    const unsigned fl = LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16) |
-                        LA_DT(LA_FP8_E4M3);
-    LA_TRY(la_idx_check_views(p, q, k, w, start, end, idx, LA_DEVICE_CUDA, fl));
     if (p->k_scale) {
         LA_TRY(la_check_tensor(p->k_scale, "k_scale", 1, LA_DT(LA_F32), LA_DEVICE_CUDA, false));
         LA_TRY(la_check_dim(p->k_scale, "k_scale", 0, k->ne[0], "(keys of k)"));
@@ -1140,7 +1134,6 @@ static la_status dsa_dequant(const void *src, int64_t n0, int64_t n1, int64_t n2
 la_status la_sp_validate_fp8_cuda(const char *op, const la_index_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *w, const la_tensor *start,
                                   const la_tensor *end, const la_tensor *idx) {
-    LA_TRY(la_idx_check_args(op, p, q, k, w, idx));
     return dsa_validate_fp8(op, p, q, k, w, start, end, idx);
 }
 static sc_scales sc_scales_of(const la_index_params *p) {
@@ -1250,7 +1243,6 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
                                          const la_tensor *k, const la_tensor *w,
                                          const la_tensor *start, const la_tensor *end,
                                          la_tensor *idx, la_tensor *scores, la_context *ctx) {
-    LA_TRY(la_idx_check_args("dsa", p, q, k, w, idx));
     const bool fp8 = p->k_scale || p->q_scale || q->dtype == LA_FP8_E4M3 || k->dtype == LA_FP8_E4M3;
     if (fp8) LA_TRY(dsa_validate_fp8("dsa", p, q, k, w, start, end, idx));
     else LA_TRY(la_sp_validate_idx_cuda("dsa", p, q, k, w, start, end, idx));
