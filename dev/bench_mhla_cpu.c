@@ -1,4 +1,4 @@
-/* Development harness for dev/NOTES_mhla_cpu.md: non-causal MHLA (M = 16,
+/* Development harness for docs/MHLA.md "What was tried": non-causal MHLA (M = 16,
  * 1-D blocks, locality W, relu_eps, per_query) and non-causal linear
  * attention (relu_eps) through the C API, B = 1, D = Dv = 64, fp32.
  * Prints min and median of wall time and of process CPU time (getrusage:

@@ -307,7 +307,7 @@ la_status la_linear_cpu(const la_linear_params *p, const la_tensor *q, const la_
     /* Non-causal with f32 rows and a relu-family or identity φ on an AVX-512
      * build: global linear attention is MHLA with W = all ones for any block
      * count M (SPEC §5, tests/cpu/test_mhla.c "invariants"), so it runs
-     * through MHLA's AVX-512 kernels, about twice OpenBLAS's rate here
+     * through MHLA's AVX-512 kernels, faster than the sgemm path
      * (docs/PERF.md "CPU: MHLA"). M blocks of >= 256 tokens give the threads
      * B·M tasks of all heads; the mixing is an M×M GEMM of ones. */
     if (!p->causal && q->ne[1] >= 1 && la_mhla_fast_ok(p->feature, q, k, v)) {

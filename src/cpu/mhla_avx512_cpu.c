@@ -8,11 +8,12 @@
 
 /* ---- non-causal AVX-512 kernels ---------------------------------------------
  * The two hot products, S_b += φ(K)ᵀV over a block's tokens and O = q̃·S̃_i,
- * as register-blocked FMA kernels instead of sgemm calls: the installed
- * OpenBLAS runs its AVX2 (Haswell) kernels on this AVX-512 CPU at about half
- * of its FMA peak. Both kernels hold a 6×64 tile of accumulators (24 zmm) and
- * per step load one 64-float row (4 zmm) and broadcast 6 scalars: 24 FMAs per
- * 10 loads, all from L1 (~230 GFLOP/s on one core here, the FMA peak).
+ * as register-blocked FMA kernels instead of sgemm calls: OpenBLAS runs its
+ * AVX2 (Haswell) kernels on AVX-512 CPUs, well below the FMA peak. Both
+ * kernels hold a 6×64 tile of accumulators (24 zmm) and per step load one
+ * 64-float row (4 zmm) and broadcast 6 scalars: 24 FMAs per 10 loads, all
+ * from L1, which keeps the FMA units busy (measurements: docs/MHLA.md,
+ * "CPU design").
  *
  * φ is applied on the fly to the broadcast scalars, φ0(x) = max(x, lo) with
  * lo = 0 (relu family) or −inf (identity): tiles are packed as they are
@@ -49,12 +50,11 @@ static inline __mmask16 tail_mask(int64_t n) {
 
 /* Software prefetch. A head's rows are 4·D-byte pieces of longer token rows
  * (the other heads' data in between), which the hardware prefetchers follow
- * poorly: ~14 GB/s per core here against ~39 GB/s for a plain stream. So the
- * cache lines of the next tile's rows (all heads of the task; continuing
- * into the next block) are listed, and the kernels issue one of them per
- * inner iteration, spread over the passes of a tile, into L1 (prefetcht0:
- * N = 16K, one thread, before tiles were packed: 12.1 ms without, 8.4 with;
- * into L2 9.6, two tiles ahead 8.7; after packing L1 and L2 within noise). */
+ * poorly: well under the bandwidth of a plain stream. So the cache lines of
+ * the next tile's rows (all heads of the task; continuing into the next
+ * block) are listed, and the kernels issue one of them per inner iteration,
+ * spread over the passes of a tile, into L1 (prefetcht0, one tile ahead: the
+ * best of the variants in docs/MHLA.md, "CPU design"). */
 #define PF_CAP 2048
 typedef struct pf_list {
     const char *line[PF_CAP];
@@ -280,14 +280,13 @@ static inline const float *head_base(const la_tensor *t, int64_t b, int64_t h) {
     return (const float *)t->data + b * t->nb[0] + h * t->nb[2];
 }
 
-/* Phase 1, fast path (see "non-causal AVX-512 kernels"): S_b and z_b of
+/* Phase 1, fast path (see "non-causal AVX-512 kernels" above): S_b and z_b of
  * block blk of batch b for heads [h0, h1). Each tile of FT tokens is done
  * for all these heads before the next (the heads' rows lie side by side in
  * memory), one head at a time from a packed copy in L1 (pack_rows); the
- * next tile's lines are prefetched meanwhile. N = 16K, H = 4, one thread:
- * 8.6 ms head by head from the rows in place, 7.8 ms like this, 6.0 ms with
- * every input row in L1. The constant c of φ is added once per block at the
- * end. (w->k, w->v: packed tiles; w->o: Σv per head.) */
+ * next tile's lines are prefetched meanwhile. The constant c of φ is added
+ * once per block at the end. (w->k, w->v: packed tiles; w->o: Σv per
+ * head.) */
 void la_mhla_nc_summary_fast(const nc_job *j, int64_t b, int64_t blk, int64_t h0, int64_t h1,
                              tiles *w) {
     const int64_t D = j->D, Dv = j->Dv, M = j->M, H = j->H;

@@ -22,7 +22,7 @@ void la_mhla_nc_rv_terms(const nc_job *j, int64_t task, const blk_box *bx, const
 
 /* Phase 1 for task = (b·H + h)·M + blk: S_b = K̃ᵀV (GEMM), z_b = Σ k̃ and, for
  * released_vision, r_b[w] = q̃_{b,w}·z_b. (z is kept out of the GEMM: an
- * extra ones column makes OpenBLAS take its slow edge path, ~30% here.) */
+ * extra ones column makes OpenBLAS take its slower edge path.) */
 static void nc_summary(const nc_job *j, int64_t task, tiles *w) {
     const int64_t D = j->D, Dv = j->Dv, M = j->M, tile = j->tile;
     const int64_t bh = task / M, b = bh / j->H, h = bh % j->H;

@@ -1,11 +1,12 @@
 /* MHLA on the CPU (SPEC §5): internal interface between src/ops/mhla.c (which
- * validates every view and option) and src/cpu/mhla_cpu.c (which computes).
+ * validates every view and option) and src/cpu/mhla_*_cpu.c (which compute;
+ * their shared pieces are in mhla_cpu_impl.h).
  *
  * The decoding state stores each summary "augmented", the d×(dv+1) matrix
  * [S_b | z_b], so that one product with [v | 1] updates S and z together and
  * one product q̃ᵀ[S̃ | z̃] gives numerator and per_query denominator. (The
- * forward passes keep S and z apart: OpenBLAS is ~30% slower on the odd
- * dv+1 width.) */
+ * forward passes keep S and z apart: OpenBLAS is slower on the odd dv+1
+ * width.) */
 #ifndef LA_MHLA_CPU_H
 #define LA_MHLA_CPU_H
 

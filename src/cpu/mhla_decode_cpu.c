@@ -117,7 +117,7 @@ la_status la_mhla_state_append_cpu(la_mhla_state *st, const la_tensor *q, const 
     if (!ws) return la_err(LA_ERR_NOMEM, "mhla state: cannot allocate %zu bytes", pl.total);
 
     /* Threads only for many heads or tokens: ~4·d·(dv+1) flops per token and
-     * head above ~2 ms of work. Below that, waking a thread team costs more
+     * head, above 8e6 flops of work. Below that, waking a thread team costs more
      * than it saves (a whole time slice when another process shares the
      * cores). The block-start mixture is a memory-bound stream that a second
      * core speeds up little, so it does not count. */

@@ -1,5 +1,5 @@
 /* MHLA public entry points (SPEC §5): validate every view and option, then
- * dispatch to the CPU backend (src/cpu/mhla_cpu.c) or, for tensors on CUDA
+ * dispatch to the CPU backend (src/cpu/mhla_*_cpu.c) or, for tensors on CUDA
  * in a CUDA build, to src/cuda/mhla.cu (forward passes) and
  * src/cuda/mhla_decode.cu (the decoding state, when its mixing is a CUDA
  * tensor). init and project on CUDA, or any CUDA call in a build without
