@@ -97,13 +97,14 @@ static inline la_rng la_test_rng(const char *name) {
     la_rng r = {seed};
     return r;
 }
-/* Feature maps of SPEC §2 in float64, written out for the references. */
+/* Feature maps of SPEC §2 in float64, written out for the references (NaN
+ * propagates, as through torch.relu). */
 static inline double la_ref_feature(la_feature f, double x) {
     switch (f) {
     case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0 ? x : 0;
-    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0) + 1e-6;
-    case LA_FEATURE_RELU1: return (x > 0 ? x : 0) + 1;
+    case LA_FEATURE_RELU: return isnan(x) ? x : (x > 0 ? x : 0);
+    case LA_FEATURE_RELU_EPS: return (isnan(x) ? x : (x > 0 ? x : 0)) + 1e-6;
+    case LA_FEATURE_RELU1: return (isnan(x) ? x : (x > 0 ? x : 0)) + 1;
     case LA_FEATURE_ELU1: return x >= 0 ? x + 1 : exp(x);
     }
     return NAN;

@@ -142,12 +142,17 @@ void la_scatter_bnhd_rows(la_tensor *t, int64_t b, int64_t h, int64_t n0, int64_
                           const float *src, int64_t ld);
 
 /* ---- feature maps ------------------------------------------------------ */
+/* max(x, 0) with NaN propagated, as torch.relu: NaN < 0 is false, so a NaN x
+ * comes through (x > 0 ? x : 0 would map it to 0). Compilers emit this as
+ * maxps(0, x), which returns its second operand when either is NaN. */
+static inline float la_relu(float x) { return x < 0.f ? 0.f : x; }
+static inline double la_relu_f64(double x) { return x < 0.0 ? 0.0 : x; }
 static inline float la_feature_apply(la_feature f, float x) {
     switch (f) {
     case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0.f ? x : 0.f;
-    case LA_FEATURE_RELU_EPS: return (x > 0.f ? x : 0.f) + 1e-6f;
-    case LA_FEATURE_RELU1: return (x > 0.f ? x : 0.f) + 1.f;
+    case LA_FEATURE_RELU: return la_relu(x);
+    case LA_FEATURE_RELU_EPS: return la_relu(x) + 1e-6f;
+    case LA_FEATURE_RELU1: return la_relu(x) + 1.f;
     case LA_FEATURE_ELU1: return x >= 0.f ? x + 1.f : expf(x);
     }
     return x;

@@ -26,9 +26,9 @@ int openblas_get_num_procs(void);
 static inline double feat(la_feature f, double x) {
     switch (f) {
     case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return x > 0 ? x : 0.0;
-    case LA_FEATURE_RELU_EPS: return (x > 0 ? x : 0.0) + 1e-6;
-    case LA_FEATURE_RELU1: return (x > 0 ? x : 0.0) + 1.0;
+    case LA_FEATURE_RELU: return la_relu_f64(x);
+    case LA_FEATURE_RELU_EPS: return la_relu_f64(x) + 1e-6;
+    case LA_FEATURE_RELU1: return la_relu_f64(x) + 1.0;
     case LA_FEATURE_ELU1: return x >= 0 ? x + 1.0 : exp(x);
     }
     return x;
@@ -103,8 +103,8 @@ la_status la_attn_map_cpu(const la_attn_map_params *p, const la_tensor *q, const
              * (§9: DWC terms excluded; focus cancels) */
             for (int64_t j = 0; j < D; j++) {
                 double x = qr[j] * inv_sqrt_d;
-                qr[j] = (x > 0 ? x : 0.0) + 1.0;
-                kf[j] = (kr[j] > 0 ? kr[j] : 0.0) + 1.0;
+                qr[j] = la_relu_f64(x) + 1.0;
+                kf[j] = la_relu_f64(kr[j]) + 1.0;
             }
             break;
         }

@@ -24,7 +24,7 @@ void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, doub
     const double inv_ln2 = 1.0 / log(2.0); /* softplus(0) = ln 2 */
     double mx = 0.0, n2 = 0.0;
     for (int64_t c = 0; c < C; c++) {
-        double xp = ((x[c] > 0 ? x[c] : 0.0) + 1e-6) * (inv_sp ? inv_sp[c] : inv_ln2);
+        double xp = (la_relu_f64(x[c]) + 1e-6) * (inv_sp ? inv_sp[c] : inv_ln2);
         out[c] = xp;
         n2 += xp * xp;
         if (xp > mx) mx = xp;
@@ -158,7 +158,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t j = 0; j < D; j++) {
                         float x = la_load_f32(k, la_off4(k, b, n, h, j));
-                        dst[h * D + j] = (x > 0.f ? x : 0.f) + 1.f; /* relu1 */
+                        dst[h * D + j] = la_relu(x) + 1.f; /* relu1 */
                     }
             }
             /* K^ = focus[h] * DWConv(phi(K)) per channel, zero padding k//2
@@ -228,7 +228,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
                 for (int64_t i = 0; i < len; i++)
                     for (int64_t j = 0; j < D; j++) {
                         float x = (float)(la_load_f32(q, la_off4(q, b, n0 + i, h, j)) * qscale);
-                        qt[i * D + j] = (x > 0.f ? x : 0.f) + 1.f;
+                        qt[i * D + j] = la_relu(x) + 1.f;
                     }
                 qp = qt;
                 ldq = D;

@@ -40,13 +40,13 @@ static void apply_feature(la_feature f, const float *src, float *dst, int64_t n,
         for (int64_t i = 0; i < n; i++) dst[i] = scale * src[i];
         break;
     case LA_FEATURE_RELU:
-        for (int64_t i = 0; i < n; i++) dst[i] = scale * (src[i] > 0.f ? src[i] : 0.f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * la_relu(src[i]);
         break;
     case LA_FEATURE_RELU_EPS:
-        for (int64_t i = 0; i < n; i++) dst[i] = scale * ((src[i] > 0.f ? src[i] : 0.f) + 1e-6f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * (la_relu(src[i]) + 1e-6f);
         break;
     case LA_FEATURE_RELU1:
-        for (int64_t i = 0; i < n; i++) dst[i] = scale * ((src[i] > 0.f ? src[i] : 0.f) + 1.f);
+        for (int64_t i = 0; i < n; i++) dst[i] = scale * (la_relu(src[i]) + 1.f);
         break;
     case LA_FEATURE_ELU1:
         /* x+1 for x >= 0, exp(x) below: never 1+expm1 (rounds to 0 in bf16). */

@@ -17,8 +17,9 @@
  *
  * φ is applied on the fly to the broadcast scalars, φ0(x) = max(x, lo) with
  * lo = 0 (relu family) or −inf (identity): tiles are packed as they are
- * (pack_rows), no φ(K) or φ(Q) copy. (vmaxps returns lo for a NaN x: relu
- * maps NaN to 0 as the GEMM path's x > 0 ? x : 0 does.) The additive
+ * (pack_rows), no φ(K) or φ(Q) copy. φ0 is _mm512_max_ps(lo, x), in that
+ * order: vmaxps returns its second operand when either is NaN, so a NaN x
+ * propagates as torch.relu and la_relu do. The additive
  * constant c of relu_eps and relu1, φ(x) = φ0(x) + c, is folded into
  * per-block corrections rather than added per element:
  *   S_b = Σ φ0(k) vᵀ + c·1·(Σ v)ᵀ,         z_b = Σ φ0(k) + c·n_b,
@@ -93,7 +94,7 @@ sum_kernel(const int R, const int NV, const float *const *kr, const float *const
             vv[x] = x == NV - 1 ? _mm512_maskz_loadu_ps(last, vp + 16 * x)
                                 : _mm512_loadu_ps(vp + 16 * x);
         _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-            const __m512 kb = _mm512_max_ps(_mm512_set1_ps(kp[r]), lo);
+            const __m512 kb = _mm512_max_ps(lo, _mm512_set1_ps(kp[r]));
             _Pragma("GCC unroll 8") for (int x = 0; x < NV; x++) acc[r][x] = _mm512_fmadd_ps(kb, vv[x], acc[r][x]);
         }
     }
@@ -124,7 +125,7 @@ out_kernel(const int R, const int NV, const float *const *qr, int64_t D, const f
             sv[x] = x == NV - 1 ? _mm512_maskz_loadu_ps(last, sp + 16 * x)
                                 : _mm512_loadu_ps(sp + 16 * x);
         _Pragma("GCC unroll 8") for (int r = 0; r < R; r++) {
-            const __m512 qb = _mm512_max_ps(_mm512_set1_ps(qr[r][d]), lo);
+            const __m512 qb = _mm512_max_ps(lo, _mm512_set1_ps(qr[r][d]));
             _Pragma("GCC unroll 8") for (int x = 0; x < NV; x++) acc[r][x] = _mm512_fmadd_ps(qb, sv[x], acc[r][x]);
         }
     }
@@ -210,7 +211,7 @@ static inline float dot_phi(const float *x, const float *y, int64_t n, __m512 lo
     __m512 acc = _mm512_setzero_ps();
     for (int64_t i = 0; i < n; i += 16) {
         const __mmask16 m = tail_mask(n - i);
-        const __m512 a = _mm512_max_ps(_mm512_maskz_loadu_ps(m, x + i), lo);
+        const __m512 a = _mm512_max_ps(lo, _mm512_maskz_loadu_ps(m, x + i));
         acc = _mm512_fmadd_ps(a, _mm512_maskz_loadu_ps(m, y + i), acc);
     }
     return _mm512_reduce_add_ps(acc);
@@ -235,17 +236,18 @@ static void pack_rows(const float **src, int64_t n, int64_t len, float *dst) {
     }
 }
 
-/* acc[0..len) += Σ_r max(rows[r][..], lo), 16 columns at a time in registers. */
+/* acc[0..len) += Σ_r max(lo, rows[r][..]) (NaN propagated), 16 columns at a
+ * time in registers. */
 static void col_sums(const float *const *rows, int64_t n, int64_t len, __m512 lo, float *acc) {
     for (int64_t i = 0; i < len; i += 16) {
         const __mmask16 m = tail_mask(len - i);
         __m512 s0 = _mm512_maskz_loadu_ps(m, acc + i), s1 = _mm512_setzero_ps();
         int64_t r = 0;
         for (; r + 2 <= n; r += 2) {
-            s0 = _mm512_add_ps(s0, _mm512_max_ps(_mm512_maskz_loadu_ps(m, rows[r] + i), lo));
-            s1 = _mm512_add_ps(s1, _mm512_max_ps(_mm512_maskz_loadu_ps(m, rows[r + 1] + i), lo));
+            s0 = _mm512_add_ps(s0, _mm512_max_ps(lo, _mm512_maskz_loadu_ps(m, rows[r] + i)));
+            s1 = _mm512_add_ps(s1, _mm512_max_ps(lo, _mm512_maskz_loadu_ps(m, rows[r + 1] + i)));
         }
-        if (r < n) s0 = _mm512_add_ps(s0, _mm512_max_ps(_mm512_maskz_loadu_ps(m, rows[r] + i), lo));
+        if (r < n) s0 = _mm512_add_ps(s0, _mm512_max_ps(lo, _mm512_maskz_loadu_ps(m, rows[r] + i)));
         _mm512_mask_storeu_ps(acc + i, m, _mm512_add_ps(s0, s1));
     }
 }

@@ -33,13 +33,13 @@ static void feature_row(float *x, int64_t n, la_feature f, float scale) {
     switch (f) {
     case LA_FEATURE_IDENTITY: break;
     case LA_FEATURE_RELU:
-        for (int64_t i = 0; i < n; i++) x[i] = x[i] > 0.f ? x[i] : 0.f;
+        for (int64_t i = 0; i < n; i++) x[i] = la_relu(x[i]);
         break;
     case LA_FEATURE_RELU_EPS:
-        for (int64_t i = 0; i < n; i++) x[i] = (x[i] > 0.f ? x[i] : 0.f) + 1e-6f;
+        for (int64_t i = 0; i < n; i++) x[i] = la_relu(x[i]) + 1e-6f;
         break;
     case LA_FEATURE_RELU1:
-        for (int64_t i = 0; i < n; i++) x[i] = (x[i] > 0.f ? x[i] : 0.f) + 1.f;
+        for (int64_t i = 0; i < n; i++) x[i] = la_relu(x[i]) + 1.f;
         break;
     case LA_FEATURE_ELU1:
         for (int64_t i = 0; i < n; i++) x[i] = la_feature_apply(LA_FEATURE_ELU1, x[i]);
@@ -64,7 +64,7 @@ void la_mhla_gather_rows(const la_tensor *t, int64_t b, int64_t h, const int64_t
         for (int64_t r = 0; r < n; r++) {
             const float *src = base + (idx ? idx[r] : n0 + r) * t->nb[1];
             float *d = dst + r * ld;
-            for (int64_t j = 0; j < D; j++) d[j] = (src[j] > 0.f ? src[j] : 0.f) + add;
+            for (int64_t j = 0; j < D; j++) d[j] = la_relu(src[j]) + add;
         }
         return;
     }
