@@ -27,17 +27,21 @@ typedef float vf __attribute__((vector_size(LA_IDX_VW * 4)));
 typedef float vf_u __attribute__((vector_size(LA_IDX_VW * 4), aligned(4))); /* unaligned access */
 typedef int32_t vi __attribute__((vector_size(LA_IDX_VW * 4)));
 
+/* max(a, 0) per lane with NaN propagated, as torch.relu (a < 0 is false for
+ * NaN, so a NaN lane is kept). */
 static inline __attribute__((always_inline)) vf relu_v(vf a) {
     const vf zero = {0};
-    const vi pos = a > zero; /* all ones where a > 0 (false for NaN) */
-    return (vf)((vi)a & pos);
+    const vi neg = a < zero; /* all ones where a < 0 */
+    return (vf)((vi)a & ~neg);
 }
 
 /* NV tiles (NV*VW keys) of one query. The lane computing key s does, in this
  * order: acc = Σ_d q[h][d]·k[s][d] (one FMA per d) for each head group, then
- * score += w[h]·relu(acc) for h ascending: the same for every NV. */
+ * score += w[h]·relu(acc) for h ascending: the same for every NV. The padded
+ * heads h >= HI are skipped, not added as w = 0 times their (zero) dot
+ * product: with an infinite k that product is 0·inf = NaN. */
 #define LA_IDX_KERNEL(NAME, NV)                                                             \
-    static void NAME(const float *qT, const float *wp, int64_t HIp, int64_t dI,             \
+    static void NAME(const float *qT, const float *wp, int64_t HI, int64_t HIp, int64_t dI, \
                      const float *kT, float *out) {                                         \
         vf sc[NV];                                                                          \
         for (int v = 0; v < NV; v++) sc[v] = (vf){0};                                       \
@@ -55,7 +59,7 @@ static inline __attribute__((always_inline)) vf relu_v(vf a) {
                     for (int v = 0; v < NV; v++) acc[r][v] += qs * kv[v];                   \
                 }                                                                           \
             }                                                                               \
-            for (int r = 0; r < LA_IDX_HR; r++) {                                           \
+            for (int r = 0; r < LA_IDX_HR && g + r < HI; r++) {                             \
                 const float wr = wp[g + r];                                                 \
                 for (int v = 0; v < NV; v++) sc[v] += wr * relu_v(acc[r][v]);               \
             }                                                                               \
@@ -66,12 +70,12 @@ static inline __attribute__((always_inline)) vf relu_v(vf a) {
 LA_IDX_KERNEL(idx_kernel_2, 2)
 LA_IDX_KERNEL(idx_kernel_1, 1)
 
-void la_idx_score_tiles(const float *qT, const float *wp, int64_t HIp, int64_t dI,
+void la_idx_score_tiles(const float *qT, const float *wp, int64_t HI, int64_t HIp, int64_t dI,
                         const float *kT, int64_t ntiles, float *out) {
     const int64_t tile = dI * LA_IDX_VW;
     int64_t j = 0;
-    for (; j + 2 <= ntiles; j += 2) idx_kernel_2(qT, wp, HIp, dI, kT + j * tile, out + j * LA_IDX_VW);
-    if (j < ntiles) idx_kernel_1(qT, wp, HIp, dI, kT + j * tile, out + j * LA_IDX_VW);
+    for (; j + 2 <= ntiles; j += 2) idx_kernel_2(qT, wp, HI, HIp, dI, kT + j * tile, out + j * LA_IDX_VW);
+    if (j < ntiles) idx_kernel_1(qT, wp, HI, HIp, dI, kT + j * tile, out + j * LA_IDX_VW);
 }
 
 /* ---- packing ----------------------------------------------------------------- */
@@ -88,7 +92,7 @@ void la_idx_pack_queries(const la_tensor *q, const la_tensor *w, int64_t t0, int
                 wd[h] = la_load_f32(w, la_off2(w, t, h));
             } else {
                 for (int64_t d = 0; d < dI; d++) dst[d * HIp + h] = 0.f;
-                wd[h] = 0.f; /* padded heads add w·ReLU(0) = exactly +0 */
+                wd[h] = 0.f; /* padded heads: never read (the kernel stops at HI) */
             }
         }
     }
@@ -150,9 +154,9 @@ void la_idx_pool_blocks(const la_tensor *k, int64_t B, float *kbar, int nthreads
 #define DSA_QG 8            /* queries per work item                      */
 #define DSA_KC_TILES 32     /* key tiles per work item (512 keys at VW 16) */
 
-void la_idx_score_rows(const float *qT, const float *wp, int64_t HIp, int64_t dI, int64_t nq,
-                       const int64_t *r0, const int64_t *r1, const float *kT, int64_t ntk,
-                       float *sc, int64_t ldsc, int nth) {
+void la_idx_score_rows(const float *qT, const float *wp, int64_t HI, int64_t HIp, int64_t dI,
+                       int64_t nq, const int64_t *r0, const int64_t *r1, const float *kT,
+                       int64_t ntk, float *sc, int64_t ldsc, int nth) {
     const int64_t ngq = (nq + DSA_QG - 1) / DSA_QG;
     const int64_t ngk = (ntk + DSA_KC_TILES - 1) / DSA_KC_TILES;
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1) collapse(2)
@@ -167,7 +171,7 @@ void la_idx_score_rows(const float *qT, const float *wp, int64_t HIp, int64_t dI
                 if (a < j0) a = j0;
                 if (b > j1) b = j1;
                 if (a >= b) continue;
-                la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HIp, dI, kT + a * dI * LA_IDX_VW,
+                la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HI, HIp, dI, kT + a * dI * LA_IDX_VW,
                                    b - a, sc + i * ldsc + a * LA_IDX_VW);
             }
         }
@@ -178,9 +182,10 @@ void la_idx_score_rows(const float *qT, const float *wp, int64_t HIp, int64_t dI
  * only, so pack it where it is used, into a per-thread buffer that stays in
  * L2, instead of writing and re-reading a packed copy of all of k. Only the
  * tiles some query's range meets are packed. Same kernel, same scores. */
-static void score_rows_local(const float *qT, const float *wp, int64_t HIp, int64_t dI, int64_t nq,
-                             const int64_t *r0, const int64_t *r1, const la_tensor *k, int64_t ntk,
-                             float *sc, int64_t ldsc, float *panels, int nth) {
+static void score_rows_local(const float *qT, const float *wp, int64_t HI, int64_t HIp,
+                             int64_t dI, int64_t nq, const int64_t *r0, const int64_t *r1,
+                             const la_tensor *k, int64_t ntk, float *sc, int64_t ldsc,
+                             float *panels, int nth) {
     const int64_t L = k->ne[0];
     const int64_t ngk = (ntk + DSA_KC_TILES - 1) / DSA_KC_TILES;
     const int64_t tile = dI * LA_IDX_VW;
@@ -208,7 +213,7 @@ static void score_rows_local(const float *qT, const float *wp, int64_t HIp, int6
             if (a < lo) a = lo;
             if (b > hi) b = hi;
             if (a >= b) continue;
-            la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HIp, dI, panel + (a - lo) * tile, b - a,
+            la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HI, HIp, dI, panel + (a - lo) * tile, b - a,
                                sc + i * ldsc + a * LA_IDX_VW);
         }
     }
@@ -270,9 +275,9 @@ la_status la_dsa_cpu(const la_idx_problem *P, int64_t topk, la_tensor *idx, la_t
             la_idx_pack_queries(P->q, P->w, c0 + i, 1, HIp, qT + i * dI * HIp, wp + i * HIp);
 
         if (local)
-            score_rows_local(qT, wp, HIp, dI, nq, P->start + c0, P->end + c0, P->k, ntk, sc, Lpad, kT, nth);
+            score_rows_local(qT, wp, HI, HIp, dI, nq, P->start + c0, P->end + c0, P->k, ntk, sc, Lpad, kT, nth);
         else
-            la_idx_score_rows(qT, wp, HIp, dI, nq, P->start + c0, P->end + c0, kT, ntk, sc, Lpad, nth);
+            la_idx_score_rows(qT, wp, HI, HIp, dI, nq, P->start + c0, P->end + c0, kT, ntk, sc, Lpad, nth);
 
         /* top-k of each row over its valid range, then the optional score rows */
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 1)

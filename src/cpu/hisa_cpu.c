@@ -121,7 +121,7 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar_pre, int64_t B,
             la_idx_pack_queries(P->q, P->w, c0 + i, 1, HIp, qT + i * dI * HIp, wp + i * HIp);
 
         /* stage 2: block scores, forced blocks, top-m */
-        la_idx_score_rows(qT, wp, HIp, dI, nq, br0, br1, kbT, ntb, bsc, nbpad, nth);
+        la_idx_score_rows(qT, wp, HI, HIp, dI, nq, br0, br1, kbT, ntb, bsc, nbpad, nth);
 #pragma omp parallel for num_threads(nth) schedule(dynamic, 4)
         for (int64_t i = 0; i < nq; i++) {
             const int tid = la_thread_id();
@@ -192,7 +192,7 @@ la_status la_hisa_cpu(const la_idx_problem *P, const float *kbar_pre, int64_t B,
             for (int64_t p = items[it].p0; p < items[it].p1; p++) {
                 const int64_t i = pairs[2 * p], slot = pairs[2 * p + 1];
                 const int64_t s0 = P->start[c0 + i], s1 = P->end[c0 + i];
-                la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HIp, dI, panel, la_idx_ntiles(cnt), tmp);
+                la_idx_score_tiles(qT + i * dI * HIp, wp + i * HIp, HI, HIp, dI, panel, la_idx_ntiles(cnt), tmp);
                 float *cr = cand + i * ncand + slot * B;
                 for (int64_t j = 0; j < B; j++) {
                     const int64_t s = kb0 + j;

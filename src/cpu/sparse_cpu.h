@@ -19,7 +19,8 @@ extern "C" {
  * zero-padded to HIp = a multiple of LA_IDX_HR heads) and weights wp [HIp]
  * (zero-padded). The kernel keeps an LA_IDX_HR-heads x 2-tiles block of dot
  * products in registers, then folds it straight into the score vector with
- * w[h]·ReLU(.), so the T·HI·L head scores never exist in memory.
+ * w[h]·ReLU(.) (NaN propagated, as torch.relu), so the T·HI·L head scores
+ * never exist in memory.
  * Every score I(t,s) is computed by the same instruction sequence whatever
  * the tile, block or range around it (dot product over d in order, then the
  * head sum in order h = 0..HIp-1), so DSA, HISA and the decode cache give
@@ -32,9 +33,9 @@ extern "C" {
 #define LA_IDX_HR 4
 #endif
 
-/* out[0 .. ntiles*VW) = scores of one packed query against ntiles
- * consecutive packed key tiles starting at kT. */
-void la_idx_score_tiles(const float *qT, const float *wp, int64_t HIp, int64_t dI,
+/* out[0 .. ntiles*VW) = scores of one packed query (HI heads, padded to
+ * HIp) against ntiles consecutive packed key tiles starting at kT. */
+void la_idx_score_tiles(const float *qT, const float *wp, int64_t HI, int64_t HIp, int64_t dI,
                         const float *kT, int64_t ntiles, float *out);
 
 /* Score rows of nq packed queries (query i at qT + i·dI·HIp, wp + i·HIp)
@@ -42,9 +43,9 @@ void la_idx_score_tiles(const float *qT, const float *wp, int64_t HIp, int64_t d
  * score of every key s of the tiles meeting [r0[i], r1[i]) (lanes outside
  * the range but inside those tiles are written too; nothing else is).
  * Parallel over (8 queries x 512 keys) work items. */
-void la_idx_score_rows(const float *qT, const float *wp, int64_t HIp, int64_t dI, int64_t nq,
-                       const int64_t *r0, const int64_t *r1, const float *kT, int64_t ntk,
-                       float *sc, int64_t ldsc, int nth);
+void la_idx_score_rows(const float *qT, const float *wp, int64_t HI, int64_t HIp, int64_t dI,
+                       int64_t nq, const int64_t *r0, const int64_t *r1, const float *kT,
+                       int64_t ntk, float *sc, int64_t ldsc, int nth);
 
 /* Heads padded to the kernel's head group. */
 static inline int64_t la_idx_hip(int64_t HI) {

@@ -1,5 +1,6 @@
-/* Row top-k (SPEC §6 ordering): descending score, ties to the lower position,
- * −inf / NaN masked, −1 padding. Linear time per row, and branch-free in its
+/* Row top-k (SPEC §6 ordering): descending score with NaN ranked first (above
+ * +inf, as torch.topk), ties (NaN among NaN too) to the lower position, −inf
+ * masked, −1 padding. Linear time per row, and branch-free in its
  * loops (on real rows the data decides every branch, and mispredictions, not
  * arithmetic, were what a branchy version spent its time on):
  *
@@ -34,8 +35,13 @@
 #define TOPK_BITS 11    /* histogram / radix digit width */
 #define TOPK_SLACK 16   /* lanes of slack for full-vector stores */
 
+/* Every NaN, whatever its sign and payload, has the largest key: above +inf,
+ * and all NaN tie. */
+#define TOPK_NAN_KEY 0xffffffffu
+
 /* Order-preserving map float -> uint32 (larger float, larger key). */
 static inline uint32_t float_key(float x) {
+    if (x != x) return TOPK_NAN_KEY;
     x += 0.0f; /* −0 -> +0 */
     uint32_t u;
     memcpy(&u, &x, 4);
@@ -54,7 +60,8 @@ size_t la_topk_row_ws_bytes(int64_t n) {
     return ((size_t)n + TOPK_SLACK) * 16u + 2u * TOPK_SAMPLE * 4u + 64u;
 }
 
-/* Keep (key, position) of every x[i] >= tau (or > tau when strict). */
+/* Keep (key, position) of every x[i] >= tau (or > tau when strict), and of
+ * every NaN (it ranks above any tau). */
 static int64_t filter_row(const float *x, int64_t n, float tau, int strict, uint32_t *ck,
                           int32_t *ci) {
     int64_t c = 0, i = 0;
@@ -64,12 +71,17 @@ static int64_t filter_row(const float *x, int64_t n, float tau, int strict, uint
     const __m512 vt = _mm512_set1_ps(tau);
     const __m512i iota = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
     const __m512i top = _mm512_set1_epi32((int)0x80000000u);
+    const __m512i nan_key = _mm512_set1_epi32((int)TOPK_NAN_KEY);
     for (; i + 16 <= n; i += 16) {
         const __m512 v = _mm512_loadu_ps(x + i);
-        const __mmask16 m = strict ? _mm512_cmp_ps_mask(v, vt, _CMP_GT_OQ) : _mm512_cmp_ps_mask(v, vt, _CMP_GE_OQ);
-        /* float_key, 16 at a time: u ^ (sign ? 0xffffffff : 0x80000000), after −0 -> +0 */
+        const __mmask16 nan = _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+        const __mmask16 m = nan | (strict ? _mm512_cmp_ps_mask(v, vt, _CMP_GT_OQ)
+                                          : _mm512_cmp_ps_mask(v, vt, _CMP_GE_OQ));
+        /* float_key, 16 at a time: u ^ (sign ? 0xffffffff : 0x80000000), after
+         * −0 -> +0; NaN lanes get TOPK_NAN_KEY */
         const __m512i u = _mm512_castps_si512(_mm512_add_ps(v, _mm512_setzero_ps()));
-        const __m512i key = _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), top));
+        const __m512i key = _mm512_mask_mov_epi32(
+            _mm512_xor_si512(u, _mm512_or_si512(_mm512_srai_epi32(u, 31), top)), nan, nan_key);
         const __m512i pos = _mm512_add_epi32(iota, _mm512_set1_epi32((int)i));
         _mm512_storeu_si512((void *)(ck + c), _mm512_maskz_compress_epi32(m, key));
         _mm512_storeu_si512((void *)(ci + c), _mm512_maskz_compress_epi32(m, pos));
@@ -80,7 +92,7 @@ static int64_t filter_row(const float *x, int64_t n, float tau, int strict, uint
         const float v = x[i];
         ck[c] = float_key(v);
         ci[c] = (int32_t)i;
-        c += strict ? (v > tau) : (v >= tau);
+        c += (v != v) | (strict ? (v > tau) : (v >= tau));
     }
     return c;
 }
@@ -185,8 +197,9 @@ void la_topk_row(const float *x, int64_t n, int64_t k, int32_t *out, void *ws) {
     float tau = -INFINITY;
     int strict = 1; /* x > −inf: every valid score */
     if (n >= 4 * k && n >= 4 * TOPK_SAMPLE) {
-        /* Masked entries stay out of the sample, and the same fraction of them
-         * is expected in the row, so the rank estimate r0 = k·S/n stays right. */
+        /* Masked entries and NaN stay out of the sample (the same fraction of
+         * them is expected in the row, so the rank estimate r0 = k·S/n stays
+         * right; every NaN is a candidate anyway). */
         int64_t sv = 0;
         const int64_t runs = TOPK_SAMPLE / TOPK_RUN;
         for (int64_t j = 0; j < runs; j++) {

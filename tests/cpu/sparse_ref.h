@@ -15,21 +15,25 @@ typedef struct ref_pair {
     int64_t i;
 } ref_pair;
 
-/* descending value, then ascending index */
+/* descending value with NaN first (above +inf, as torch.topk), then
+ * ascending index */
 static inline int ref_pair_cmp(const void *a, const void *b) {
     const ref_pair *x = a, *y = b;
+    if (isnan(x->v) != isnan(y->v)) return isnan(x->v) ? -1 : 1;
+    if (isnan(x->v)) return (x->i > y->i) - (x->i < y->i);
     if (x->v > y->v) return -1;
     if (x->v < y->v) return 1;
     return (x->i > y->i) - (x->i < y->i);
 }
 
-/* Top-k of v[0..n) (NaN and -inf are masked): out[0..k), -1 padded; returns
- * the number of valid entries selected. pos (optional) maps entry -> index. */
+/* Top-k of v[0..n) (-inf is masked, NaN ranks first): out[0..k), -1 padded;
+ * returns the number of valid entries selected. pos (optional) maps entry ->
+ * index. */
 static inline int64_t ref_topk(const double *v, const int64_t *pos, int64_t n, int64_t k, int32_t *out) {
     ref_pair *p = malloc(sizeof(ref_pair) * (size_t)(n > 0 ? n : 1));
     int64_t c = 0;
     for (int64_t i = 0; i < n; i++)
-        if (!isnan(v[i]) && v[i] > -INFINITY) {
+        if (isnan(v[i]) || v[i] > -INFINITY) {
             p[c].v = v[i] == 0.0 ? 0.0 : v[i]; /* -0 and +0 tie */
             p[c].i = pos ? pos[i] : i;
             c++;
@@ -49,6 +53,9 @@ typedef struct ref_idx_in {
     const float *q, *k, *w;
 } ref_idx_in;
 
+/* max(x, 0) with NaN propagated, as torch.relu. */
+static inline double ref_relu(double x) { return isnan(x) ? x : (x > 0 ? x : 0); }
+
 /* I(t,s) = Σ_h w[t,h]·ReLU(q[t,h]·k[s]) in float64. */
 static inline double ref_score(const ref_idx_in *in, int64_t t, int64_t s) {
     double acc = 0;
@@ -56,7 +63,7 @@ static inline double ref_score(const ref_idx_in *in, int64_t t, int64_t s) {
         double dot = 0;
         for (int64_t d = 0; d < in->dI; d++)
             dot += (double)in->q[(t * in->HI + h) * in->dI + d] * (double)in->k[s * in->dI + d];
-        acc += (double)in->w[t * in->HI + h] * (dot > 0 ? dot : 0);
+        acc += (double)in->w[t * in->HI + h] * ref_relu(dot);
     }
     return acc;
 }
@@ -67,7 +74,7 @@ static inline double ref_score_vec(const ref_idx_in *in, int64_t t, const double
     for (int64_t h = 0; h < in->HI; h++) {
         double dot = 0;
         for (int64_t d = 0; d < in->dI; d++) dot += (double)in->q[(t * in->HI + h) * in->dI + d] * kv[d];
-        acc += (double)in->w[t * in->HI + h] * (dot > 0 ? dot : 0);
+        acc += (double)in->w[t * in->HI + h] * ref_relu(dot);
     }
     return acc;
 }

@@ -1,5 +1,5 @@
 /* la_topk: row-wise top-k against a plain sort (tests/cpu/sparse_ref.h).
- * Rows: random, heavy ties, masked (−inf / NaN), ±0, +inf, sorted ascending
+ * Rows: random, heavy ties, masked (−inf) with NaN (ranked first), ±0, +inf, sorted ascending
  * and descending (the sampled threshold's worst cases), constant; L from 1 to
  * 70000, k below and above the valid count; f32 / f64 / bf16 and strided
  * views; outputs poisoned and checked fully written; bad inputs. */
