@@ -7,7 +7,8 @@
  * 128 selected rows is gathered once into an f32 panel and used twice: as keys
  * (S = Q_g · Kᵀ over Dqk) and, through its first dv columns, as values
  * (O += P · K[:, :dv]). Online softmax across chunks keeps memory O(chunk).
- * Indices < 0 or >= L are skipped before any read. */
+ * Indices < 0 or >= L are skipped before any read. NaN propagates: a NaN
+ * query or selected row gives NaN out and lse (−inf is only "no valid key"). */
 #include <stdint.h>
 #include <stdlib.h>
 
@@ -112,10 +113,13 @@ la_status la_sparse_attn_cpu(const la_tensor *q, const la_tensor *kv, const la_t
             }
             for (int64_t r = 0; r < G; r++) {
                 const int64_t h = h0 + r;
-                const float inv = sum[r] > 0.f ? 1.f / sum[r] : 0.f; /* no valid key: o = 0 */
+                /* no valid key (sum = 0): o = 0, lse = −inf. A NaN score (a NaN
+                 * in q or in a selected row) makes sum NaN, so o and lse are
+                 * NaN, as torch's softmax gives. */
+                const float inv = sum[r] == 0.f ? 0.f : 1.f / sum[r];
                 for (int64_t d = 0; d < dv; d++) la_store_f32(out, la_off3(out, t, h, d), O[r * dv + d] * inv);
                 if (lse)
-                    la_store_f32(lse, la_off2(lse, t, h), sum[r] > 0.f ? mx[r] + logf(sum[r]) : -INFINITY);
+                    la_store_f32(lse, la_off2(lse, t, h), sum[r] == 0.f ? -INFINITY : mx[r] + logf(sum[r]));
             }
         }
     }
