@@ -290,7 +290,7 @@ LA_API la_status la_blocksparse_indexer(const la_index_params *p, const la_tenso
                                  la_tensor *idx, la_context *ctx);
 
 /* Row-wise top-k of scores [R,L] (f32; −inf = masked) into idx int32 [R,k]:
- * descending score, ties to the lower index, −1 padding. */
+ * descending score, NaN first (as torch.topk), ties (NaN too) to the lower index, −1 padding. */
 LA_API la_status la_topk(const la_tensor *scores, la_tensor *idx, la_context *ctx);
 
 /* Decode-time indexer key cache (pooled block means kept incrementally). */
