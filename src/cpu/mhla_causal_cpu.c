@@ -44,19 +44,28 @@ static void c_summary(const c_job *j, int64_t bh, int64_t c, float *Sh, tiles *w
 
 /* Phase 2: Hm[i] = Σ_{b<i} W[i,b] [S_b z_b] for rows [r0, r1), columns
  * [c0, c0+cw), from the head's summaries Sh into dst (row r0, column c0, row
- * stride SE). The chunks b < r0 precede every row of the block: one GEMM. The
- * chunks r0 <= b < i inside the block go row by row, so that no row reads a
- * summary of its own or a later chunk: a NaN there times the zero weight
- * would be NaN, a future token reaching a past output. Reads rows < r1 − 1. */
+ * stride SE). No row reads the summary of its own or a later chunk: a NaN
+ * there times the zero weight would be NaN, a future token reaching a past
+ * output. So the chunks b < r0 (before every row of the block) are one GEMM;
+ * inside the block, rows go in groups of MIX_SUB: a GEMM over the chunks
+ * before the group, then row by row over the group's own chunks (a triangle
+ * of MIX_SUB² / 2 row products instead of the block's 64² / 2). Reads rows
+ * < r1 − 1. */
+#define MIX_SUB 8
 static void c_mix(const c_job *j, int64_t bh, int64_t r0, int64_t r1, int64_t c0, int64_t cw,
                   const float *Sh, float *dst) {
     const int64_t nc = j->nc, SE = j->SE;
     const float *Wh = j->Wl + (j->Hw == 1 ? 0 : bh % j->H) * nc * nc;
     la_sgemm(false, false, r1 - r0, cw, r0, 1.0f, Wh + r0 * nc, nc, Sh + c0, SE, 0.0f, dst,
              SE); /* K = 0 (the first row block) writes zeros */
-    for (int64_t i = r0 + 1; i < r1; i++)
-        la_sgemm(false, false, 1, cw, i - r0, 1.0f, Wh + i * nc + r0, nc, Sh + r0 * SE + c0, SE,
-                 1.0f, dst + (i - r0) * SE, SE);
+    for (int64_t a = r0; a < r1; a += MIX_SUB) {
+        const int64_t a1 = a + MIX_SUB < r1 ? a + MIX_SUB : r1;
+        la_sgemm(false, false, a1 - a, cw, a - r0, 1.0f, Wh + a * nc + r0, nc, Sh + r0 * SE + c0,
+                 SE, 1.0f, dst + (a - r0) * SE, SE);
+        for (int64_t i = a + 1; i < a1; i++)
+            la_sgemm(false, false, 1, cw, i - a, 1.0f, Wh + i * nc + a, nc, Sh + a * SE + c0, SE,
+                     1.0f, dst + (i - r0) * SE, SE);
+    }
 }
 
 /* Whether, in every head's strictly lower W, each row i holds one value c_i

@@ -136,30 +136,35 @@ static void run_mhla(la_rng *r, la_context *ctx) {
  * row blocks, which must not multiply a later chunk's NaN summary by a zero
  * weight): in both, rows before s stay finite. */
 static void run_mhla_causal(la_rng *r, la_context *ctx) {
-    const int64_t M = NT / NC;
-    float Wu[16], Wg[16];
-    la_tensor twu, twg;
-    la_tensor_init(&twu, Wu, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){M, M});
-    la_tensor_init(&twg, Wg, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){M, M});
-    CHECK_OK(la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, &M, &twu));
-    for (int i = 0; i < 16; i++) Wg[i] = 0.25f + 0.5f * (float)la_rng_uniform(r);
-    for (int gen = 0; gen < 2; gen++)
-        for (int norm = 0; norm < 2; norm++)
-            for (int which = 0; which < 3; which++)
-                for (int di = 0; di < 2; di++) {
-                    dense_case *c = malloc(sizeof *c);
-                    setup(c, r, which, di ? LA_F64 : LA_F32);
-                    la_mhla_causal_params p;
-                    la_mhla_causal_params_init(&p);
-                    p.chunk = NC;
-                    p.feature = LA_FEATURE_RELU_EPS;
-                    p.normalize = norm ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
-                    CHECK_OK(la_mhla_causal_forward(&p, &c->tq, &c->tk, &c->tv, gen ? &twg : &twu, &c->to, ctx));
-                    expect(c, which, 1, 0);
-                    check_pattern(gen ? "mhla causal (general W)" : "mhla causal", c, which, c->out, c->want,
-                                  NT * NH * ND);
-                    free(c);
-                }
+    /* chunk 2: 32 chunks, so the mixing has row groups before the NaN's */
+    const int64_t chunks[2] = {NC, 2};
+    float Wu[32 * 32], Wg[32 * 32];
+    for (int ci = 0; ci < 2; ci++) {
+        const int64_t M = NT / chunks[ci];
+        la_tensor twu, twg;
+        la_tensor_init(&twu, Wu, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){M, M});
+        la_tensor_init(&twg, Wg, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){M, M});
+        CHECK_OK(la_mhla_init(LA_MHLA_INIT_UNIFORM_CAUSAL, 1, &M, &twu));
+        for (int64_t i = 0; i < M * M; i++) Wg[i] = 0.25f + 0.5f * (float)la_rng_uniform(r);
+        for (int gen = 0; gen < 2; gen++)
+            for (int norm = 0; norm < 2; norm++)
+                for (int which = 0; which < 3; which++)
+                    for (int di = 0; di < 2; di++) {
+                        dense_case *c = malloc(sizeof *c);
+                        setup(c, r, which, di ? LA_F64 : LA_F32);
+                        la_mhla_causal_params p;
+                        la_mhla_causal_params_init(&p);
+                        p.chunk = chunks[ci];
+                        p.feature = LA_FEATURE_RELU_EPS;
+                        p.normalize = norm ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
+                        CHECK_OK(la_mhla_causal_forward(&p, &c->tq, &c->tk, &c->tv, gen ? &twg : &twu, &c->to,
+                                                        ctx));
+                        expect(c, which, 1, 0);
+                        check_pattern(gen ? "mhla causal (general W)" : "mhla causal", c, which, c->out,
+                                      c->want, NT * NH * ND);
+                        free(c);
+                    }
+    }
 }
 
 /* Decoding: the whole sequence in one append, and token by token. */
