@@ -99,6 +99,12 @@ la_status la_index_cache_hisa(const la_index_cache *c, const la_index_params *p,
     if (p->block != c->B)
         return la_err(LA_ERR_ARG, "block: params ask for blocks of %lld, but the cache pools blocks of %lld",
                       (long long)p->block, (long long)c->B);
+    const la_tensor *views[5] = {q, w, start, end, idx};
+    const char *names[5] = {"q", "w", "start", "end", "idx"};
+    for (int i = 0; i < 5; i++)
+        if (views[i] && views[i]->device == LA_DEVICE_CUDA)
+            return la_err(LA_ERR_UNSUPPORTED, "index cache: the cache lives on the CPU, but %s is on cuda",
+                          names[i]);
     la_tensor k;
     const int64_t ne[2] = {c->len, c->dI};
     LA_TRY(la_tensor_init(&k, c->keys, LA_F32, LA_DEVICE_CPU, 2, ne));

@@ -408,6 +408,8 @@ static void bad_inputs(la_context *ctx) {
     CHECK(strstr(la_last_error(), "block") != NULL, "cache block message: %s", la_last_error());
     p.block = 8;
     CHECK_OK(la_index_cache_hisa(cache, &p, &in.tq, &in.tw, NULL, NULL, &ti, ctx));
+    CHECK_STATUS(la_index_cache_hisa(cache, &p, &q3, &in.tw, NULL, NULL, &ti, ctx), LA_ERR_UNSUPPORTED);
+    CHECK(strstr(la_last_error(), "q is on cuda") != NULL, "cache cuda message: %s", la_last_error());
     CHECK_STATUS(la_index_cache_append(cache, &in.tk), LA_ERR_ARG); /* 100 > capacity 60 */
     la_index_cache_destroy(cache);
     free_inputs(&in);
