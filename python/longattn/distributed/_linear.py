@@ -128,7 +128,11 @@ def linear_attention(q, k, v, group=None, causal=True, feature="relu", normalize
         out = finish(torch.einsum("znhd,zhde->znhe", qt, S), normalize, eps).to(q.dtype)
         return (out, (S[..., :-1], S[..., -1])) if output_final_state else out
     G = _comm.all_gather(S_loc, group, comm_log, "states")  # [P, B, H, D, E]
-    prefix = G[:rank].sum(0) if rank > 0 else torch.zeros_like(S_loc)
+    # Σ_{r' < rank} as a masked sum: G stays in every rank's graph, so that every
+    # rank runs the adjoint reduce_scatter in backward (autograd skips a Function
+    # whose outputs receive no gradient, which would leave the other ranks waiting)
+    below = (torch.arange(P, device=G.device) < rank).to(G.dtype)
+    prefix = torch.einsum("p,pzhde->zhde", below, G)
     if S0 is not None:
         prefix = prefix + S0
     if _library_ok(impl, q, k, v):
