@@ -5,6 +5,7 @@
 #define LA_BACKWARD_CPU_H
 
 #include "core/internal.h"
+#include "cpu/mhla_cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,14 @@ la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
                                  const la_tensor *d_S_out, const la_tensor *d_z_out,
                                  la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in,
                                  la_tensor *d_z_in, la_context *ctx);
+
+/* MHLA non-causal: views validated, geom from the resolved grid; mixing
+ * [M,M] or [H,M,M], d_mixing (f32, mixing's shape) or NULL. */
+la_status la_mhla_backward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
+                               const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                               const la_tensor *mixing, const la_tensor *d_out, la_tensor *dq,
+                               la_tensor *dk, la_tensor *dv, la_tensor *d_mixing,
+                               la_context *ctx);
 
 #ifdef __cplusplus
 }
