@@ -210,17 +210,30 @@ def case_linear_causal(P, rank, seed):
     (S1.sum() + z1.sum()).backward()
     gk = (v.sum(-1, keepdim=True) + 1) * (k > 0) * P  # every rank's loss uses the final state
     close(loc[1].grad, part(gk, lengths, rank), 1e-12, "final state dk")
-    # fp32 through the library's causal kernel (no grad: impl auto) vs the library
+    # fp32: the library's causal kernel (impl auto: forward, and backward where the
+    # library has one) and the torch chunkwise form, against the library on the
+    # whole sequence (forward) and the float64 reference (gradients)
     f = lambda x: x.float()  # noqa: E731
-    lib = longattn.linear_attention(f(q), f(k), f(v), feature="elu1", causal=True, scale=0.5,
-                                    chunk=16)
     with torch.no_grad():
+        lib = longattn.linear_attention(f(q), f(k), f(v), feature="elu1", causal=True, scale=0.5,
+                                        chunk=16, initial_state=(f(S0), f(z0)))
         out = ld.linear_attention(*(f(part(x, lengths, rank)) for x in (q, k, v)), causal=True,
-                                  feature="elu1", scale=0.5, chunk=16)
-    close(out, part(lib, lengths, rank), 1e-5, "linear causal fp32 (library local) vs library")
-    out = ld.linear_attention(*(leaf(f(part(x, lengths, rank))) for x in (q, k, v)),
-                              causal=True, feature="elu1", scale=0.5, chunk=16)
-    close(out, part(lib, lengths, rank), 1e-5, "linear causal fp32 (torch local) vs library")
+                                  feature="elu1", scale=0.5, chunk=16,
+                                  initial_state=(f(S0), f(z0)))
+    close(out, part(lib, lengths, rank), 1e-5, "linear causal fp32 no-grad vs library")
+    full = [leaf(x) for x in (q, k, v, S0, z0)]
+    (ref(*full) * G).sum().backward()
+    for impl in ("auto", "torch"):
+        loc = [leaf(f(part(x, lengths, rank))) for x in (q, k, v)]
+        st = [leaf(f(S0)), leaf(f(z0))]
+        out = ld.linear_attention(*loc, causal=True, feature="elu1", scale=0.5, chunk=16,
+                                  initial_state=st, impl=impl)
+        close(out, part(lib, lengths, rank), 1e-5, "linear causal fp32 %s vs library" % impl)
+        (out * f(part(G, lengths, rank))).sum().backward()
+        for n, a, b in zip("qkv", loc, full):
+            close(a.grad, part(b.grad, lengths, rank), 1e-4, "linear causal fp32 %s d%s" % (impl, n))
+        for n, a, b in zip(("S0", "z0"), st, full[3:]):
+            close(a.grad, b.grad, 1e-4, "linear causal fp32 %s d%s" % (impl, n))
 
 
 def case_linear_noncausal(P, rank, seed):
@@ -250,9 +263,13 @@ def case_mhla_causal(P, rank, seed):
     G = randn(g, B, N, H, Dv)
     c = torch.arange(N) // C
     mask = torch.ones(N, N, dtype=F64).tril()
-    for per_head, normalize, skew in ((False, "none", 5), (True, "per_query", 9)):
+    # the third split puts ranks 1..P-2 inside chunk 2 (tokens 32..47): its
+    # intra-chunk prefix on the last of them sums the partials of several ranks
+    inside = [37] + [11 // (P - 2) + (r < 11 % (P - 2)) for r in range(P - 2)] if P > 2 else [37]
+    for per_head, normalize, lengths in ((False, "none", split(N, P, 5)),
+                                         (True, "per_query", split(N, P, 9)),
+                                         (False, "none", inside + [N - sum(inside)])):
         W = torch.rand((H, M, M) if per_head else (M, M), generator=g, dtype=F64) + 0.05
-        lengths = split(N, P, skew)
         s = D ** -0.5
 
         def ref(q, k, v, W):
@@ -319,16 +336,22 @@ def case_softmax(P, rank, seed):
         (out * part(G[:, perm], lengths, rank)).sum().backward()
         for n, a, b in zip("qkv", loc, full):
             close(a.grad, part(b.grad[:, perm], lengths, rank), 1e-10, what + " d" + n)
-        # fp32: library forward (single process and local), torch backward
-        lib = longattn.softmax_attention(f(q), f(k), f(v), causal=causal)[:, perm]
-        loc = [leaf(f(part(x, lengths, rank))) for x in (qp, kp, vp)]
-        out, lse = ld.softmax_attention(*loc, causal=causal, layout=layout, return_lse=True)
-        close(out, part(lib, lengths, rank), 1e-5, what + " fp32 vs library")
-        (out * f(part(G[:, perm], lengths, rank))).sum().backward()
-        for n, a, b in zip("qkv", loc, full):
-            close(a.grad, part(b.grad[:, perm], lengths, rank), 1e-4, what + " fp32 d" + n)
-        _, lse_lib = longattn.softmax_attention(f(q), f(k), f(v), causal=causal, return_lse=True)
-        close(lse, part(lse_lib[:, perm], lengths, rank), 1e-5, what + " lse")
+        # fp32: the library (auto: its forward, and its backward where it has one)
+        # and torch, against the library on the whole sequence and the float64 grads
+        with torch.no_grad():
+            lib, lse_lib = longattn.softmax_attention(f(q), f(k), f(v), causal=causal,
+                                                      return_lse=True)
+        lib, lse_lib = lib[:, perm], lse_lib[:, perm]
+        for impl in ("auto", "torch"):
+            loc = [leaf(f(part(x, lengths, rank))) for x in (qp, kp, vp)]
+            out, lse = ld.softmax_attention(*loc, causal=causal, layout=layout, return_lse=True,
+                                            impl=impl)
+            close(out, part(lib, lengths, rank), 1e-5, what + " fp32 %s vs library" % impl)
+            close(lse, part(lse_lib, lengths, rank), 1e-5, what + " fp32 %s lse" % impl)
+            (out * f(part(G[:, perm], lengths, rank))).sum().backward()
+            for n, a, b in zip("qkv", loc, full):
+                close(a.grad, part(b.grad[:, perm], lengths, rank), 1e-4,
+                      what + " fp32 %s d%s" % (impl, n))
 
 
 # ---------------------------------------------------------------------------

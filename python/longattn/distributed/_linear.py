@@ -70,15 +70,30 @@ def causal_chunks(qt, kt, v1, S0, chunk):
     return (inter + intra).reshape(B, nc * C, H, E)[:, :n]
 
 
-def _library_ok(impl, *xs):
+def library_has_backward(op):
+    """Whether longattn.<op> is differentiable (its autograd Function is not
+    the forward-only placeholder)."""
+    from longattn import autograd
+    fn = getattr(autograd, "FUNCTIONS", {}).get(op)
+    base = getattr(autograd, "_ForwardOnly", None)
+    return fn is not None and base is not None and not issubclass(fn, base)
+
+
+def library_ok(impl, op, *xs, need_backward=True):
+    """Run the local part through the C library (impl auto: fp32 inputs, or
+    bf16 on CUDA; when a gradient is needed and need_backward, only if the
+    library's op has a backward)."""
     if impl == "torch":
         return False
     if impl == "library":
         return True
     if impl != "auto":
         raise ValueError("impl: %r is not one of auto, library, torch" % (impl,))
-    grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in xs)
-    return not grad and all(x is None or x.dtype in (torch.float32, torch.bfloat16) for x in xs)
+    xs = [x for x in xs if x is not None]
+    if not all(x.dtype == torch.float32 or (x.dtype == torch.bfloat16 and x.is_cuda) for x in xs):
+        return False
+    grad = torch.is_grad_enabled() and any(x.requires_grad for x in xs)
+    return not (grad and need_backward) or library_has_backward(op)
 
 
 def linear_attention(q, k, v, group=None, causal=True, feature="relu", normalize=True, eps=1e-6,
@@ -97,8 +112,10 @@ def linear_attention(q, k, v, group=None, causal=True, feature="relu", normalize
     token, on every rank.
 
     impl: "auto" runs the local causal part through longattn.linear_attention
-    (the C/CUDA kernels) when no gradient is needed, else through the torch
-    chunkwise form; "library" always, "torch" never. comm_log: a CommLog to
+    (the C/CUDA kernels, forward and, where the library has it, backward, the
+    prefix state entering as its differentiable initial_state) for fp32 (and
+    CUDA bf16) inputs, else through the torch chunkwise form; "library"
+    always, "torch" never. comm_log: a CommLog to
     record the collectives in.
     """
     P, rank = _comm.world(group)
@@ -135,7 +152,7 @@ def linear_attention(q, k, v, group=None, causal=True, feature="relu", normalize
     prefix = torch.einsum("p,pzhde->zhde", below, G)
     if S0 is not None:
         prefix = prefix + S0
-    if _library_ok(impl, q, k, v):
+    if library_ok(impl, "linear_attention", q, k, v):
         import longattn
         st = (prefix[..., :-1].float().contiguous(), prefix[..., -1].float().contiguous())
         out = longattn.linear_attention(q, k, v, feature=feature, causal=True,

@@ -13,15 +13,17 @@ partial results is needed; the lse of every query is returned on request.
 Backward: each rank's gradient of the gathered K, V goes back to the ranks
 that own those tokens by the adjoint reduce_scatter.
 
-The local attention is an autograd Function: forward through
-longattn.softmax_attention (the C/CUDA kernels, fp32/bf16) or a query-tiled
-torch form (float64, or impl="torch"); backward is the FlashAttention-2
-recipe in torch, tiled over queries (P recomputed from the saved lse,
-D = rowsum(dO∘O)), memory O(tile·N) per head.
+The local attention is longattn.softmax_attention (the C/CUDA kernels) with
+its own backward where the library has one. Otherwise, and for float64 or
+impl="torch", it is the autograd Function below: forward through the
+library or a query-tiled torch form, backward the FlashAttention-2 recipe in
+torch tiled over queries (P recomputed from the saved lse, D =
+rowsum(dO∘O)), memory O(tile·N) per head.
 """
 import torch
 
 from . import _comm
+from ._linear import library_has_backward, library_ok
 
 _TILE_BYTES = 256 << 20  # score tile of one query tile against all keys
 
@@ -98,16 +100,6 @@ class _LocalSoftmax(torch.autograd.Function):
         return dq.to(q.dtype), dk.to(k.dtype), dv.to(v.dtype), None, None, None
 
 
-def _use_library(impl, q):
-    if impl == "torch":
-        return False
-    if impl == "library":
-        return True
-    if impl != "auto":
-        raise ValueError("impl: %r is not one of auto, library, torch" % (impl,))
-    return q.dtype in (torch.float32, torch.bfloat16)
-
-
 def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="contiguous",
                       return_lse=False, impl="auto", comm_log=None):
     """Softmax attention (SPEC §1) over a self-attention sequence sharded by
@@ -118,8 +110,10 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     layout: "contiguous" (rank r holds one contiguous slice, rank order =
     token order) or "balanced" (rank r holds chunks r and 2P-1-r of the 2·P
     equal chunks, in that order: longattn.distributed.balanced_shard).
-    impl: "auto" = library forward for fp32/bf16, torch for float64; the
-    backward is torch either way. Communication: one all_gather of
+    impl: "auto" = the library (longattn.softmax_attention: its kernels
+    forward, and backward where the library has one) for fp32 (CUDA: and
+    bf16) inputs, torch for the rest; "library" always, "torch" never.
+    Communication: one all_gather of
     B·n_max·Hk·(D+Dv) values forward, its reduce_scatter backward.
     """
     P, rank = _comm.world(group)
@@ -163,7 +157,8 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     if Hk != H:
         kf = kf.repeat_interleave(H // Hk, dim=2)
         vf = vf.repeat_interleave(H // Hk, dim=2)
-    lib = _use_library(impl, q)
+    lib = library_ok(impl, "softmax_attention", q, k, v, need_backward=False)
+    lib_grad = lib and library_has_backward("softmax_attention")
     outs, lses = [], []
     j = 0
     for a, b in spans[rank]:
@@ -172,7 +167,12 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
         if b == a:
             continue
         end = b if causal else N
-        o, l = _LocalSoftmax.apply(qs, kf[:, :end], vf[:, :end], scale, bool(causal), lib)
+        if lib_grad:  # the library's forward and backward (its autograd Function)
+            import longattn
+            o, l = longattn.softmax_attention(qs, kf[:, :end], vf[:, :end], causal=bool(causal),
+                                              scale=scale, return_lse=True)
+        else:
+            o, l = _LocalSoftmax.apply(qs, kf[:, :end], vf[:, :end], scale, bool(causal), lib)
         outs.append(o)
         lses.append(l)
     if not outs:
