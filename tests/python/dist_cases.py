@@ -101,17 +101,23 @@ def block_of(N, grid, blocks):
     return torch.from_numpy(b)
 
 
+def bhnd_view(x):
+    """The same values as a non-contiguous [B, N, H, D] view of [B, H, N, D] memory."""
+    return x.transpose(1, 2).contiguous().transpose(1, 2)
+
+
 def run_both(fn_dist, fn_ref, inputs, lengths, rank, names, G, tol_f, tol_g, what,
-             replicated=()):
+             replicated=(), strided=False):
     """fn_dist(local leaves, replicated leaves) vs fn_ref(full leaves, ...):
-    outputs, and gradients of sum(out·G) for every input."""
+    outputs, and gradients of sum(out·G) for every input; strided: the local
+    inputs reach fn_dist as [B, H, N, D]-strided views."""
     full = [leaf(x) for x in inputs]
     reps = [leaf(x) for x in replicated]
     ref = fn_ref(*full, *reps)
     (ref * G).sum().backward()
     loc = [leaf(part(x, lengths, rank)) for x in inputs]
     lreps = [leaf(x) for x in replicated]
-    out = fn_dist(*loc, *lreps)
+    out = fn_dist(*(bhnd_view(a) if strided else a for a in loc), *lreps)
     close(out, part(ref, lengths, rank), tol_f, what + " out")
     (out * part(G, lengths, rank)).sum().backward()
     for n, a, b in zip(names, loc, full):
@@ -131,7 +137,8 @@ def randn(g, *shape, dtype=F64):
 # ---------------------------------------------------------------------------
 # MHLA non-causal
 # ---------------------------------------------------------------------------
-def _mhla_case(P, rank, seed, grid, blocks, per_head, normalize, skew, feature="relu_eps"):
+def _mhla_case(P, rank, seed, grid, blocks, per_head, normalize, skew, feature="relu_eps",
+               strided=False):
     g = gen(seed)
     N = int(np.prod(grid))
     M = int(np.prod(blocks))
@@ -152,7 +159,7 @@ def _mhla_case(P, rank, seed, grid, blocks, per_head, normalize, skew, feature="
         return ld.mhla(q, k, v, W, grid, blocks, feature=feature, normalize=normalize)
 
     run_both(dis, ref, (q, k, v), lengths, rank, "qkv", G, 1e-10, 1e-10,
-             "mhla %s/%s" % (grid, blocks), replicated=(W,))
+             "mhla %s/%s" % (grid, blocks), replicated=(W,), strided=strided)
     # fp32 forward against the C library on the whole grid
     f = lambda x: x.float()  # noqa: E731
     lib = longattn.mhla(f(q), f(k), f(v), f(W), grid=grid, blocks=blocks, feature=feature,
@@ -168,7 +175,7 @@ def case_mhla_1d(P, rank, seed):
 
 
 def case_mhla_2d(P, rank, seed):
-    _mhla_case(P, rank, seed, (13, 17), (3, 4), True, "per_query", 5)
+    _mhla_case(P, rank, seed, (13, 17), (3, 4), True, "per_query", 5, strided=True)
 
 
 def case_mhla_3d(P, rank, seed):
@@ -249,7 +256,8 @@ def case_linear_noncausal(P, rank, seed):
     def dis(q, k, v):
         return ld.linear_attention(q, k, v, causal=False, feature="relu1")
 
-    run_both(dis, ref, (q, k, v), lengths, rank, "qkv", G, 1e-10, 1e-10, "linear non-causal")
+    run_both(dis, ref, (q, k, v), lengths, rank, "qkv", G, 1e-10, 1e-10, "linear non-causal",
+             strided=True)
 
 
 # ---------------------------------------------------------------------------
@@ -400,6 +408,40 @@ def case_hisa(P, rank, seed):
             expect(torch.equal(got, ref), "hisa L=%d B=%d m=%d topk=%d integer=%s: %d of %d "
                    "indices differ" % (L, block, m, topk, integer, int((got != ref).sum()),
                                        ref.numel()))
+
+
+# ---------------------------------------------------------------------------
+# bad input: every rank raises the same ValueError naming the argument
+# ---------------------------------------------------------------------------
+def case_errors(P, rank, seed):
+    def raises(fn, words, what):
+        try:
+            fn()
+        except ValueError as e:
+            msg = str(e)
+            expect(all(w in msg for w in words), "%s: message %r lacks %s" % (what, msg, words))
+            return
+        except Exception as e:  # noqa: BLE001
+            return expect(False, "%s: raised %s, not ValueError" % (what, type(e).__name__))
+        expect(False, "%s: no error" % what)
+
+    x = torch.randn(1, 10, 2, 8)
+    W = torch.rand(4, 4)
+    raises(lambda: ld.mhla(x, x, x, W, (10 * P + 1,), (4,)), ["grid", "tokens"], "mhla grid")
+    raises(lambda: ld.mhla(x, x, x, W, (10 * P,), (3,)), ["mixing"], "mhla mixing")
+    raises(lambda: ld.mhla(x, x, x, W, (10 * P,), (4,), normalize="released_vision"),
+           ["normalize"], "mhla normalize")
+    raises(lambda: ld.mhla_causal(x, x, x, torch.rand(2, 2), chunk=4), ["mixing"],
+           "mhla_causal mixing")
+    y = x[:, :10 - 3 * (rank == 0)]  # lengths that are not the balanced split's
+    raises(lambda: ld.softmax_attention(y, y, y, causal=True, layout="balanced"),
+           ["balanced", "tokens"], "softmax balanced lengths")
+    raises(lambda: ld.softmax_attention(x, x, x, layout="ring"), ["layout"], "softmax layout")
+    q, k, w = torch.randn(3, 2, 8), torch.randn(20, 8), torch.rand(3, 2)
+    raises(lambda: ld.hisa_topk(q, k, w, topk=4, block=0), ["block"], "hisa block")
+    raises(lambda: ld.dsa_topk(q, k, w, start=torch.zeros(2, dtype=torch.int32),
+                               end=torch.ones(2, dtype=torch.int32)), ["start"], "dsa start")
+    raises(lambda: ld.linear_attention(x, x, x, impl="fast"), ["impl"], "linear impl")
 
 
 # ---------------------------------------------------------------------------
