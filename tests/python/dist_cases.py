@@ -350,7 +350,7 @@ def case_softmax(P, rank, seed):
             lib, lse_lib = longattn.softmax_attention(f(q), f(k), f(v), causal=causal,
                                                       return_lse=True)
         lib, lse_lib = lib[:, perm], lse_lib[:, perm]
-        for impl in ("auto", "torch"):
+        for impl in ("auto", "torch", "library_forward"):
             loc = [leaf(f(part(x, lengths, rank))) for x in (qp, kp, vp)]
             out, lse = ld.softmax_attention(*loc, causal=causal, layout=layout, return_lse=True,
                                             impl=impl)

@@ -157,10 +157,15 @@ def replicate(x, group=None, log=None, tag="x"):
 # ---------------------------------------------------------------------------
 # token layout
 # ---------------------------------------------------------------------------
-def local_lengths(n_local, group, device, log):
-    """Every rank's token count, in rank order (one all_gather of an int64)."""
+def local_lengths(n_local, group, device, log, what=None):
+    """Every rank's token count, in rank order (one all_gather of an int64).
+    what: the op's name, to refuse (on every rank alike) a rank without tokens."""
     t = torch.tensor([int(n_local)], dtype=torch.int64, device=device)
-    return [int(x) for x in all_gather_plain(t, group, log, "lengths").view(-1).tolist()]
+    lengths = [int(x) for x in all_gather_plain(t, group, log, "lengths").view(-1).tolist()]
+    if what is not None and min(lengths) < 1:
+        raise ValueError("%s: every rank must hold at least one token; the ranks hold %s"
+                         % (what, lengths))
+    return lengths
 
 
 def shard_bounds(n, world_size):

@@ -20,7 +20,7 @@ has no entry point for partial block summaries.
 import torch
 
 from . import _comm
-from ._linear import finish, phi, with_ones
+from ._linear import causal_chunks, finish, phi, with_ones
 
 
 def _dims(x, what):
@@ -106,7 +106,7 @@ def mhla(q, k, v, mixing, grid, blocks, group=None, feature="relu_eps", normaliz
     if mixing.shape[-1] != M:
         raise ValueError("mhla: mixing %s must be %d square (blocks %r)"
                          % (tuple(mixing.shape), M, bl))
-    lengths = _comm.local_lengths(n, group, q.device, comm_log)
+    lengths = _comm.local_lengths(n, group, q.device, comm_log, "mhla")
     N = 1
     for s in g:
         N *= s
@@ -173,7 +173,7 @@ def mhla_causal(q, k, v, mixing, group=None, chunk=64, feature="relu", normalize
     if C < 1:
         raise ValueError("mhla_causal: chunk %d must be >= 1" % C)
     scale = D ** -0.5 if scale is None else float(scale)
-    lengths = _comm.local_lengths(n, group, q.device, comm_log)
+    lengths = _comm.local_lengths(n, group, q.device, comm_log, "mhla_causal")
     N = sum(lengths)
     M = (N + C - 1) // C
     _check_mixing(mixing, M, H, "mhla_causal")
@@ -215,15 +215,15 @@ def mhla_causal(q, k, v, mixing, group=None, chunk=64, feature="relu", normalize
     A = _mix(W_rows * strict, S)  # [B, H, Mt, D, E]: Σ_{b<i} W[i,b] S_b
     idx = torch.arange(c0, c1, device=q.device)
     diag = W_rows[..., torch.arange(Mt, device=q.device), idx]  # [Mt] or [H, Mt]
-    dg = diag.view(1, 1, Mt, 1, 1) if diag.dim() == 1 else diag.view(1, H, Mt, 1, 1)
-    if Mt:
-        first = torch.zeros(Mt, dtype=acc, device=q.device)
-        first[0] = 1
-        A = A + dg * first.view(1, 1, Mt, 1, 1) * pre.unsqueeze(2)
+    dg = diag.view(1, Mt, 1, 1, 1) if diag.dim() == 1 else diag.t().reshape(1, Mt, 1, H, 1)
     qt = chunked(phi(q.to(acc), feature) * scale)
     inter = torch.einsum("zmchd,zhmde->zmche", qt, A)
-    T = torch.einsum("zmchd,zmshd->zhmcs", qt, kt)
-    T = T * torch.ones(C, C, dtype=acc, device=q.device).tril() * dg
-    intra = torch.einsum("zhmcs,zmshe->zmche", T, v1)
-    out1 = (inter + intra).reshape(B, Mt * C, H, Dv + 1)[:, front:front + n]
+    # inside chunk i: W[i,i] times causal linear attention over the chunk, from
+    # the part of the chunk held by lower ranks (first chunk) or from zero;
+    # chunkwise itself (sub-chunks of 64), so a long chunk costs O(C·64), not O(C²)
+    S0 = torch.cat([pre.unsqueeze(1), pre.new_zeros(B, Mt - 1, H, D, Dv + 1)], 1)
+    intra = causal_chunks(qt.reshape(B * Mt, C, H, D), kt.reshape(B * Mt, C, H, D),
+                          v1.reshape(B * Mt, C, H, Dv + 1), S0.reshape(B * Mt, H, D, Dv + 1),
+                          min(C, 64)).reshape(B, Mt, C, H, Dv + 1)
+    out1 = (inter + dg * intra).reshape(B, Mt * C, H, Dv + 1)[:, front:front + n]
     return finish(out1, normalize == "per_query", eps).to(q.dtype)

@@ -25,11 +25,12 @@ import torch
 from . import _comm
 from ._linear import library_has_backward, library_ok
 
-_TILE_BYTES = 256 << 20  # score tile of one query tile against all keys
+# score tile of one query tile against all keys (CPU, CUDA)
+_TILE_BYTES = {False: 256 << 20, True: 2 << 30}
 
 
-def _tile(B, H, nk, item):
-    return max(1, _TILE_BYTES // max(1, B * H * nk * item))
+def _tile(B, H, nk, item, cuda=False):
+    return max(1, _TILE_BYTES[bool(cuda)] // max(1, B * H * nk * item))
 
 
 def _scores(q, k, scale, causal, i0, nq):
@@ -49,7 +50,7 @@ def _torch_forward(q, k, v, scale, causal):
     acc = torch.float64 if q.dtype == torch.float64 else torch.float32
     out = q.new_empty(B, nq, H, v.shape[-1], dtype=acc)
     lse = q.new_empty(B, nq, H, dtype=acc)
-    tq = _tile(B, H, nk, 8 if acc == torch.float64 else 4)
+    tq = _tile(B, H, nk, 8 if acc == torch.float64 else 4, q.is_cuda)
     ka, va = k.to(acc), v.to(acc)
     for i0 in range(0, nq, tq):
         s = _scores(q[:, i0:i0 + tq].to(acc), ka, scale, causal, i0, nq)
@@ -86,7 +87,7 @@ class _LocalSoftmax(torch.autograd.Function):
         dq = torch.empty_like(qa)
         dk = torch.zeros_like(ka)
         dv = torch.zeros_like(va)
-        tq = _tile(B, H, nk, 8 if acc == torch.float64 else 4)
+        tq = _tile(B, H, nk, 8 if acc == torch.float64 else 4, q.is_cuda)
         for i0 in range(0, nq, tq):
             i1 = min(nq, i0 + tq)
             s = _scores(qa[:, i0:i1], ka, scale, causal, i0, nq)
@@ -112,7 +113,8 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     equal chunks, in that order: longattn.distributed.balanced_shard).
     impl: "auto" = the library (longattn.softmax_attention: its kernels
     forward, and backward where the library has one) for fp32 (CUDA: and
-    bf16) inputs, torch for the rest; "library" always, "torch" never.
+    bf16) inputs, torch for the rest; "library" always, "torch" never;
+    "library_forward": the library forward, the torch backward.
     Communication: one all_gather of
     B·n_max·Hk·(D+Dv) values forward, its reduce_scatter backward.
     """
@@ -129,7 +131,7 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     B, n, H, D = q.shape
     Hk, Dv = k.shape[2], v.shape[3]
     scale = D ** -0.5 if scale is None else float(scale)
-    lengths = _comm.local_lengths(n, group, q.device, comm_log)
+    lengths = _comm.local_lengths(n, group, q.device, comm_log, "softmax_attention")
     N, nmax = sum(lengths), max(lengths)
     if layout == "balanced":
         want = [sum(b - a for a, b in _comm.balanced_positions(N, r, P)) for r in range(P)]
@@ -157,8 +159,11 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     if Hk != H:
         kf = kf.repeat_interleave(H // Hk, dim=2)
         vf = vf.repeat_interleave(H // Hk, dim=2)
-    lib = library_ok(impl, "softmax_attention", q, k, v, need_backward=False)
-    lib_grad = lib and library_has_backward("softmax_attention")
+    if impl == "library_forward":
+        lib, lib_grad = True, False
+    else:
+        lib = library_ok(impl, "softmax_attention", q, k, v, need_backward=False)
+        lib_grad = lib and library_has_backward("softmax_attention")
     outs, lses = [], []
     j = 0
     for a, b in spans[rank]:
