@@ -67,14 +67,32 @@ def _has_reduce_scatter(group):
     return dist.get_backend(group) == "nccl"
 
 
+def _gloo_bf16(x, group):
+    """gloo (torch 1.13) has no bfloat16: such tensors travel as float16 bits
+    (gathers) or in float32 (sums)."""
+    return x.dtype == torch.bfloat16 and dist.get_backend(group) == "gloo"
+
+
+def _sum_inplace(x, group):
+    if _gloo_bf16(x, group):
+        y = x.float()
+        dist.all_reduce(y, group=group)
+        x.copy_(y)
+    else:
+        dist.all_reduce(x, group=group)
+
+
 def all_gather_plain(x, group, log, tag, phase="fwd"):
     """all_gather without autograd: [*] on every rank -> [P, *]."""
     P, _ = world(group)
     x = x.contiguous()
     _record(log, "all_gather", tag, phase, x)
-    out = [torch.empty_like(x) for _ in range(P)]
-    dist.all_gather(out, x, group=group)
-    return torch.stack(out)
+    bits = _gloo_bf16(x, group)
+    src = x.view(torch.float16) if bits else x
+    out = [torch.empty_like(src) for _ in range(P)]
+    dist.all_gather(out, src, group=group)
+    out = torch.stack(out)
+    return out.view(torch.bfloat16) if bits else out
 
 
 def _reduce_scatter(g, group, log, tag):
@@ -86,7 +104,7 @@ def _reduce_scatter(g, group, log, tag):
         out = torch.empty_like(g[0])
         dist.reduce_scatter(out, list(g.unbind(0)), group=group)
         return out
-    dist.all_reduce(g, group=group)  # gloo: no reduce_scatter
+    _sum_inplace(g, group)  # gloo: no reduce_scatter
     return g[r].clone()
 
 
@@ -96,14 +114,14 @@ class _AllReduce(torch.autograd.Function):
         ctx.group, ctx.log, ctx.tag = group, log, tag
         y = x.contiguous().clone()
         _record(log, "all_reduce", tag, "fwd", y)
-        dist.all_reduce(y, group=group)
+        _sum_inplace(y, group)
         return y
 
     @staticmethod
     def backward(ctx, g):
         g = g.contiguous().clone()
         _record(ctx.log, "all_reduce", "d" + ctx.tag, "bwd", g)
-        dist.all_reduce(g, group=ctx.group)
+        _sum_inplace(g, ctx.group)
         return g, None, None, None
 
 
@@ -132,7 +150,7 @@ class _Replicate(torch.autograd.Function):
     def backward(ctx, g):
         g = g.contiguous().clone()
         _record(ctx.log, "all_reduce", "d" + ctx.tag, "bwd", g)
-        dist.all_reduce(g, group=ctx.group)
+        _sum_inplace(g, ctx.group)
         return g, None, None, None
 
 
