@@ -369,6 +369,7 @@ def worker(rank, args, init_file):
                 r["ok_all_ranks"] = bool(f)
             out["check"] += rows
             if rank == 0:
+                write(out, args.out, quiet=True)  # what is done survives a timeout
                 for r in rows:
                     print("check %-14s %-9s %s %s" % (r["op"], r["dtype"],
                                                       "ok" if r["ok_all_ranks"] else "FAIL",
@@ -382,6 +383,7 @@ def worker(rank, args, init_file):
             rows = scale(op, cfg, dev, rank, P, world_group, solo, sdt, args.reps)
             out["scale"] += rows
             if rank == 0:
+                write(out, args.out, quiet=True)
                 for r in rows:
                     print("scale %s" % json.dumps(r), flush=True)
     if rank == 0:
@@ -390,7 +392,7 @@ def worker(rank, args, init_file):
     dist.destroy_process_group()
 
 
-def write(out, d):
+def write(out, d, quiet=False):
     os.makedirs(d, exist_ok=True)
     with open(os.path.join(d, "dist_check.json"), "w") as fh:
         json.dump(dict(out, scale=None), fh, indent=1, default=str)
@@ -413,7 +415,8 @@ def write(out, d):
             f(r.get("peak_GiB_1", "-")), f(r.get("peak_GiB_%d" % P, "-")), r.get("impl")))
     with open(os.path.join(d, "summary.md"), "w") as fh:
         fh.write("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    if not quiet:
+        print("\n".join(lines))
 
 
 # ---------------------------------------------------------------------------
