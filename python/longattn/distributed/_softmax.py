@@ -156,14 +156,14 @@ def softmax_attention(q, k, v, group=None, causal=False, scale=None, layout="con
     flat = G.transpose(0, 1).reshape(B, P * nmax, Hk, D + Dv)
     full = flat.index_select(1, src.to(q.device))
     kf, vf = full[..., :D], full[..., D:].to(v.dtype)
-    if Hk != H:
-        kf = kf.repeat_interleave(H // Hk, dim=2)
-        vf = vf.repeat_interleave(H // Hk, dim=2)
     if impl == "library_forward":
         lib, lib_grad = True, False
     else:
         lib = library_ok(impl, "softmax_attention", q, k, v, need_backward=False)
         lib_grad = lib and library_has_backward("softmax_attention")
+    if Hk != H and not lib_grad:  # the library takes grouped KV heads itself
+        kf = kf.repeat_interleave(H // Hk, dim=2)
+        vf = vf.repeat_interleave(H // Hk, dim=2)
     outs, lses = [], []
     j = 0
     for a, b in spans[rank]:
