@@ -47,6 +47,14 @@ la_status la_mhla_backward_cpu(const la_mhla_params *p, const la_mhla_geom *geom
                                la_tensor *dk, la_tensor *dv, la_tensor *d_mixing,
                                la_context *ctx);
 
+/* Causal MHLA: views validated, p->scale_q resolved, mixing at least
+ * ceil(N/chunk) square; d_mixing (f32, mixing's shape) or NULL. */
+la_status la_mhla_causal_backward_cpu(const la_mhla_causal_params *p, const la_tensor *q,
+                                      const la_tensor *k, const la_tensor *v,
+                                      const la_tensor *mixing, const la_tensor *d_out,
+                                      la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                                      la_tensor *d_mixing, la_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif
