@@ -55,6 +55,16 @@ la_status la_mhla_causal_backward_cpu(const la_mhla_causal_params *p, const la_t
                                       la_tensor *dq, la_tensor *dk, la_tensor *dv,
                                       la_tensor *d_mixing, la_context *ctx);
 
+/* Focused attention: views validated; conv_bias / softplus_param given only
+ * for flatten, focus only for blog (the others NULL). */
+la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v, const la_tensor *conv,
+                                  const la_tensor *conv_bias, const la_tensor *softplus_param,
+                                  const la_tensor *focus, const la_tensor *d_out, la_tensor *dq,
+                                  la_tensor *dk, la_tensor *dv, la_tensor *d_conv,
+                                  la_tensor *d_conv_bias, la_tensor *d_softplus_param,
+                                  la_tensor *d_focus, la_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif
