@@ -65,6 +65,13 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                                   la_tensor *d_conv_bias, la_tensor *d_softplus_param,
                                   la_tensor *d_focus, la_context *ctx);
 
+/* Sparse attention: views validated; scale resolved. */
+la_status la_sparse_attention_backward_cpu(const la_tensor *q, const la_tensor *kv,
+                                           const la_tensor *idx, const la_tensor *out,
+                                           const la_tensor *lse, const la_tensor *d_out,
+                                           int64_t dv, float scale, la_tensor *dq, la_tensor *dkv,
+                                           la_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif
