@@ -123,3 +123,48 @@ la_status la_mhla_backward(const la_mhla_params *p, const la_tensor *q, const la
     if (s == LA_OK) la_err_clear();
     return s;
 }
+
+la_status la_mhla_causal_backward(const la_mhla_causal_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v,
+                                  const la_tensor *mixing, const la_tensor *out,
+                                  const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                                  la_tensor *dv, la_tensor *d_mixing, la_context *ctx) {
+    static const char *op = "la_mhla_causal_backward";
+    char s1[96];
+    if (!p) return la_err(LA_ERR_ARG, "%s: params p is NULL", op);
+    if (p->chunk < 1)
+        return la_err(LA_ERR_ARG, "%s: chunk = %lld must be >= 1", op, (long long)p->chunk);
+    if (p->normalize != LA_MHLA_NORM_NONE && p->normalize != LA_MHLA_NORM_PER_QUERY)
+        return la_err(LA_ERR_ARG, "%s: normalize = %d is not defined for causal MHLA "
+                      "(none or per_query)", op, (int)p->normalize);
+    LA_TRY(la_check_feature(p->feature, "feature"));
+    if (!isfinite(p->eps) || p->eps < 0.0f)
+        return la_err(LA_ERR_ARG, "%s: eps = %g must be finite and >= 0", op, (double)p->eps);
+    if (!isfinite(p->scale_q))
+        return la_err(LA_ERR_ARG, "%s: scale_q = %g must be finite", op, (double)p->scale_q);
+    int64_t M = 0;
+    LA_TRY(la_mhla_bwd_check_views(op, q, k, v, mixing, out, d_out, dq, dk, dv, d_mixing, &M));
+    const int64_t N = q->ne[1], D = q->ne[3];
+    const int64_t nc = N / p->chunk + (N % p->chunk != 0);
+    if (M < nc)
+        return la_err(LA_ERR_SHAPE, "%s: mixing %s is too small: N = %lld tokens in chunks of "
+                      "%lld need at least %lld x %lld", op, la_shape_str(mixing, s1, sizeof s1),
+                      (long long)N, (long long)p->chunk, (long long)nc, (long long)nc);
+    if (p->chunk > 4096)
+        return la_err(LA_ERR_ARG, "%s: chunk = %lld exceeds 4096 (the C×C chunk products)", op, (long long)p->chunk);
+    if (q->device == LA_DEVICE_CUDA) {
+#ifdef LA_WITH_CUDA
+        la_status s = la_mhla_causal_backward_cuda(p, q, k, v, mixing, out, d_out, dq, dk, dv,
+                                                   d_mixing, ctx);
+        if (s == LA_OK) la_err_clear();
+        return s;
+#else
+        return la_err(LA_ERR_UNSUPPORTED, "%s: no CUDA implementation in this build (q is on cuda)", op);
+#endif
+    }
+    la_mhla_causal_params pr = *p;
+    pr.scale_q = p->scale_q != 0.0f ? p->scale_q : 1.0f / sqrtf((float)D);
+    la_status s = la_mhla_causal_backward_cpu(&pr, q, k, v, mixing, d_out, dq, dk, dv, d_mixing, ctx);
+    if (s == LA_OK) la_err_clear();
+    return s;
+}
