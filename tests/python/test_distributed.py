@@ -60,3 +60,40 @@ def test_single_process_group_errors():
     q = torch.randn(1, 8, 1, 4)
     with pytest.raises(RuntimeError, match="not initialized"):
         ld.linear_attention(q, q, q)
+
+
+def test_dist_scaling_cpu_smoke(tmp_path):
+    """The 2-GPU script's logic (bench/dist_scaling.py) on CPU with gloo: every
+    check passes and a scaling row comes out for the op timed."""
+    import subprocess
+    import sys
+    bench = os.path.join(dist_cases.ROOT, "bench", "dist_scaling.py")
+    r = subprocess.run([sys.executable, bench, "--cpu-smoke", "--out", str(tmp_path),
+                        "--ops", ",".join(["mhla", "linear_causal", "mhla_causal", "softmax",
+                                           "dsa", "hisa"]), "--reps", "1"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    with open(tmp_path / "dist_check.json") as fh:
+        rows = json.load(fh)["check"]
+    assert len(rows) == 10 and all(x["ok_all_ranks"] for x in rows), rows
+    with open(tmp_path / "dist_scale.json") as fh:
+        scale = json.load(fh)["scale"]
+    assert {x["op"] for x in scale} == {"mhla", "linear_causal", "mhla_causal", "softmax", "dsa",
+                                        "hisa"}
+    assert all(isinstance(x.get("t1"), float) and isinstance(x.get("t2"), float) for x in scale)
+
+
+def test_dist_model_table():
+    """--model prints the table of docs/DISTRIBUTED.md: one row per op, and the
+    document carries the same rows."""
+    import subprocess
+    import sys
+    bench = os.path.join(dist_cases.ROOT, "bench", "dist_scaling.py")
+    out = subprocess.run([sys.executable, bench, "--model"], capture_output=True, text=True,
+                         timeout=60).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "MB sent" not in line]
+    assert len(rows) == 6, out
+    with open(os.path.join(dist_cases.ROOT, "docs", "DISTRIBUTED.md")) as fh:
+        doc = fh.read()
+    for row in rows:
+        assert row in doc, "docs/DISTRIBUTED.md lacks the model row %r" % row
