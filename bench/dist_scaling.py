@@ -195,7 +195,8 @@ def check(op, cfg, dev, rank, P, world_group, solo, dtypes):
         seq, sd, rep, kw, G = make(op, size, dtype, dev, 1234, cfg)
         row = dict(op=op, dtype=name, size=size, ok=True, notes=[])
         try:
-            single, sgrads, impl = step_any_impl(op, seq, rep, kw, solo, G, IMPLS.get(op, ("auto",)))
+            single, sgrads, impl = step_any_impl(op, seq, rep, kw, solo, G,
+                                                 IMPLS.get(op, ("auto",)))
             row["impl"] = impl
             loc = [shard_of(op, x, sd, rank, P, kw) for x in seq]
             Gl = None if G is None else shard_of(op, G, 1, rank, P, kw)
@@ -464,8 +465,8 @@ def model_ops(N=1 << 20, P=8, H=12, D=128, Dv=128, M=256, T=1024, HI=64, dI=128,
     ops["linear causal (LASP-2)"] = (b, chunk(n), chunk(N))
     # causal MHLA: all_gather of the touched chunks' summaries, reduce_scatter, dW
     tmax = M / P + 1
-    b = ring_bytes("all_gather", tmax * S / M, P) + ring_bytes("reduce_scatter", P * tmax * S / M, P) \
-        + ring_bytes("all_reduce", M * M * 4, P)
+    b = ring_bytes("all_gather", tmax * S / M, P) \
+        + ring_bytes("reduce_scatter", P * tmax * S / M, P) + ring_bytes("all_reduce", M * M * 4, P)
     ops["mhla causal (M=%d)" % M] = (b, chunk(n) + mix(M / P) / 2, chunk(N) + mix(M) / 2)
     # softmax causal, all-gather KV (balanced): 3.5x the forward FLOPs for fwd+bwd
     kv = n * H * (D + Dv) * 2

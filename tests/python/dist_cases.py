@@ -238,7 +238,8 @@ def case_linear_causal(P, rank, seed):
         close(out, part(lib, lengths, rank), 1e-5, "linear causal fp32 %s vs library" % impl)
         (out * f(part(G, lengths, rank))).sum().backward()
         for n, a, b in zip("qkv", loc, full):
-            close(a.grad, part(b.grad, lengths, rank), 1e-4, "linear causal fp32 %s d%s" % (impl, n))
+            close(a.grad, part(b.grad, lengths, rank), 1e-4,
+                  "linear causal fp32 %s d%s" % (impl, n))
         for n, a, b in zip(("S0", "z0"), st, full[3:]):
             close(a.grad, b.grad, 1e-4, "linear causal fp32 %s d%s" % (impl, n))
 

@@ -147,8 +147,8 @@ def _pooled_means(k, off, Lr, lengths, rank, B, group, log):
     sums = torch.zeros(n_own, dI, dtype=torch.float32, device=k.device)
     for j in range(B):  # token order, one rounding per add (as la_idx_pool_blocks)
         sums = sums + toks[:, j]
-    cnt = (torch.clamp(torch.tensor([L], device=k.device) - torch.arange(b0, b1, device=k.device) * B,
-                       max=B)).to(torch.float32)
+    first = torch.arange(b0, b1, device=k.device) * B  # the owned blocks' first tokens
+    cnt = torch.clamp(L - first, max=B).to(torch.float32)
     return b0, sums / cnt.unsqueeze(1)
 
 

@@ -132,9 +132,9 @@ def linear_attention(q, k, v, group=None, causal=True, feature="relu", normalize
     if initial_state is not None:
         Si, zi = initial_state
         if tuple(Si.shape) != (B, H, D, Dv) or tuple(zi.shape) != (B, H, D):
-            raise ValueError("linear_attention: initial_state (S %s, z %s) must be [%d, %d, %d, %d] "
-                             "and [%d, %d, %d]" % (tuple(Si.shape), tuple(zi.shape), B, H, D, Dv,
-                                                   B, H, D))
+            raise ValueError("linear_attention: initial_state (S %s, z %s) must be "
+                             "[%d, %d, %d, %d] and [%d, %d, %d]"
+                             % (tuple(Si.shape), tuple(zi.shape), B, H, D, Dv, B, H, D))
         S0 = _comm.replicate(torch.cat([Si.to(acc), zi.to(acc).unsqueeze(-1)], -1), group,
                              comm_log, "initial_state")
     if not causal:
