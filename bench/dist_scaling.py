@@ -64,8 +64,8 @@ GPU = dict(H=12, D=128, T_index=1024, HI=64, dI=128, topk=2048, block=128, block
 SMOKE = dict(H=2, D=16, T_index=16, HI=4, dI=16, topk=32, block=16, block_topk=4,
              check=dict(mhla=(3, 10, 11), linear_causal=203, mhla_causal=203, softmax=131,
                         dsa=777, hisa=777),
-             scale=dict(mhla=[(4, 8, 8), (8, 8, 8)], linear_causal=[256, 512],
-                        mhla_causal=[256, 512], softmax=[128, 256], dsa=[1024], hisa=[1024]),
+             scale=dict(mhla=[(8, 8, 8)], linear_causal=[256, 512], mhla_causal=[512],
+                        softmax=[256], dsa=[1024], hisa=[1024]),
              mhla_blocks=(2, 2, 2), causal_chunks=8)
 
 
