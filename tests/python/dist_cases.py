@@ -465,10 +465,19 @@ def case_comm_volume(P, rank, seed):
     M = 10
     W = leaf(torch.rand(M, M, generator=g))
     log = ld.CommLog()
-    ld.mhla(x(D), x(D), x(Dv), W, (10, 15), (2, 5), comm_log=log).sum().backward()
+    qkv = (x(D), x(D), x(Dv))
+    ld.mhla(*qkv, W, (10, 15), (2, 5), comm_log=log).sum().backward()
     S = B * H * M * D * (Dv + 1) * f4
     check(log, [lengths_entry, ("all_reduce", "fwd", S), ("all_reduce", "bwd", S),
                 ("all_reduce", "bwd", M * M * f4)], "mhla")
+    # reduce_mixing_grad=False: no dW all_reduce; the rank's partial dW sums to the full one
+    W2, log = leaf(W), ld.CommLog()
+    ld.mhla(*qkv, W2, (10, 15), (2, 5), reduce_mixing_grad=False, comm_log=log).sum().backward()
+    check(log, [lengths_entry, ("all_reduce", "fwd", S), ("all_reduce", "bwd", S)],
+          "mhla reduce_mixing_grad=False")
+    part_sum = W2.grad.clone()
+    dist.all_reduce(part_sum)
+    close(part_sum, W.grad, 1e-5, "mhla partial dW summed over ranks")
     # causal linear (LASP-2)
     log = ld.CommLog()
     ld.linear_attention(x(D), x(D), x(Dv), comm_log=log).sum().backward()
