@@ -130,7 +130,7 @@ def _pooled_means(k, off, Lr, lengths, rank, B, group, log):
     b1 = (off + Lr + B - 1) // B
     n_own = max(0, b1 - b0)
     if n_own == 0:
-        return b0, k.new_zeros(0, dI, dtype=torch.float32)
+        return b0, k.new_zeros(0, dI)
     local = k[b0 * B - off:].float()
     last_end = min(b1 * B, L)  # end of the last owned block
     tail = [local]
@@ -149,7 +149,8 @@ def _pooled_means(k, off, Lr, lengths, rank, B, group, log):
         sums = sums + toks[:, j]
     first = torch.arange(b0, b1, device=k.device) * B  # the owned blocks' first tokens
     cnt = torch.clamp(L - first, max=B).to(torch.float32)
-    return b0, sums / cnt.unsqueeze(1)
+    # the library rounds bf16 keys' means to bf16 once (CUDA hs_pool*_kernel); fp32 stays fp32
+    return b0, (sums / cnt.unsqueeze(1)).to(k.dtype)
 
 
 def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None, group=None,
