@@ -397,8 +397,10 @@ def case_dsa(P, rank, seed):
 
 def case_hisa(P, rank, seed):
     g = gen(seed)
+    # the last: several of stage 3's 4096-key scoring windows per rank
     for L, block, m, integer, skew in ((1000, 32, 5, False, 13), (777, 16, 3, True, 21),
-                                       (300, 128, 1, False, 0), (300, 64, 2, True, 0)):
+                                       (300, 128, 1, False, 0), (300, 64, 2, True, 0),
+                                       (9001, 16, 6, False, 17)):
         q, k, w, start, end = _index_inputs(g, 29, L, 4, 16, integer)
         lengths = split(L, P, skew)
         for topk in (48, 200):

@@ -19,8 +19,9 @@ block boundary), and the owner sums each block in token order in fp32, as the
 library does. Stage 2: each rank scores its blocks (the library's kernel on
 the pooled keys), forces the first and last block of each query's range
 (+inf), keeps its top m; an all_gather and the same merge give the global
-kept blocks. Stage 3: each rank scores its keys inside the kept blocks, keeps
-its top-k, and a last all_gather and merge give the result. No backward:
+kept blocks. Stage 3: each rank scores its keys inside the kept blocks (each
+(query, block) pair B keys, by the library's kernel over windows of whole
+blocks), keeps its top-k, and a last all_gather and merge give the result. No backward:
 the outputs are indices.
 """
 import torch
@@ -153,6 +154,58 @@ def _pooled_means(k, off, Lr, lengths, rank, B, group, log):
     return b0, (sums / cnt.unsqueeze(1)).to(k.dtype)
 
 
+_WINDOW_KEYS = 4096  # keys per scoring call of stage 3 (a run of whole blocks)
+
+
+def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
+    """Local top-k lists of HISA's token stage: the scores of the rank's keys
+    inside each query's kept blocks ∩ [start, end), by the library's kernel.
+
+    Every (query, kept block on this rank) pair is a row of one dsa_topk call
+    per window of whole blocks, its range that block, so each pair costs B
+    keys (not the whole slice). The candidates of query t lie in a row of
+    mk·B slots, its local kept blocks in ascending order, so candidate order
+    is token order and the row top-k's tie rule (lower position) is the token
+    tie rule."""
+    T, mk = kept.shape
+    Lr = k.shape[0]
+    dev = q.device
+    lb0, lb1 = off // B, (off + Lr + B - 1) // B  # blocks meeting the slice
+    kb = kept.to(torch.int64)
+    local = (kb >= lb0) & (kb < lb1)
+    kb_sorted = torch.sort(torch.where(local, kb, torch.full_like(kb, lb1)), dim=1)[0]
+    t_idx, j_idx = torch.nonzero(kb_sorted < lb1, as_tuple=True)  # pairs, slot j of query t
+    blk = kb_sorted[t_idx, j_idx]
+    cand = torch.full((T, mk * B), float("-inf"), dtype=torch.float32, device=dev)
+    G = max(1, _WINDOW_KEYS // B)
+    win = (blk - lb0) // G  # window of each pair
+    order = torch.sort(win, stable=True)[1]
+    t_idx, j_idx, blk, win = t_idx[order], j_idx[order], blk[order], win[order]
+    bounds = torch.searchsorted(win, torch.arange(0, (lb1 - lb0 + G - 1) // G + 1, device=dev))
+    ar = torch.arange(B, device=dev)
+    for wi, (p0, p1) in enumerate(zip(bounds[:-1].tolist(), bounds[1:].tolist())):
+        if p1 <= p0:
+            continue
+        w0 = max((lb0 + wi * G) * B, off)  # the window's keys, inside the slice
+        w1 = min((lb0 + (wi + 1) * G) * B, off + Lr)
+        t, b = t_idx[p0:p1], blk[p0:p1]
+        s0 = torch.maximum(b * B, start[t].to(torch.int64)).clamp(w0, w1) - w0
+        s1 = torch.minimum((b + 1) * B, end[t].to(torch.int64)).clamp(w0, w1) - w0
+        s1 = torch.maximum(s1, s0)
+        sc = _token_scores(q[t].contiguous(), k[w0 - off:w1 - off], w[t].contiguous(), s0, s1)
+        col = b.unsqueeze(1) * B - w0 + ar  # the block's B keys in the window
+        inside = (col >= 0) & (col < w1 - w0)
+        vals = torch.gather(sc, 1, col.clamp(0, max(0, w1 - w0 - 1)))
+        vals = vals.masked_fill(~inside, float("-inf"))
+        slots = j_idx[p0:p1].unsqueeze(1) * B + ar
+        cand[t.unsqueeze(1), slots] = vals
+    val, pos = _local_lists(cand, topk, 0)
+    p = pos.to(torch.int64)
+    gblk = torch.gather(kb_sorted, 1, (p.clamp(min=0) // B).clamp(max=mk - 1))
+    gi = torch.where(p >= 0, gblk * B + p % B, torch.full_like(p, -1)).to(torch.int32)
+    return val, gi
+
+
 def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None, group=None,
               comm_log=None):
     """HISA indexer (SPEC §7) with keys sharded by position.
@@ -193,15 +246,6 @@ def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None
             bsc[rows[own], (pos - b0)[own]] = float("inf")
     val, gb = _local_lists(bsc, mk, b0)
     kept, _ = _merge(val, gb, mk, group, comm_log, "block_lists")  # [T, mk] global blocks
-    # stage 3: token scores inside the kept blocks
-    s_l = (start - off).clamp(0, Lr)
-    e_l = torch.maximum((end - off).clamp(0, Lr), s_l)
-    sc = _token_scores(q, k, w, s_l, e_l)
-    if Lr:
-        keep = torch.zeros(T, nb + 1, dtype=torch.bool, device=q.device)
-        kb = kept.to(torch.int64)
-        keep.scatter_(1, torch.where(kb >= 0, kb, torch.full_like(kb, nb)), True)
-        blk = (off + torch.arange(Lr, device=q.device)) // B
-        sc = sc.masked_fill(~keep[:, :nb].index_select(1, blk), float("-inf"))
-    val, gi = _local_lists(sc, topk, off)
+    # stage 3: token scores inside the kept blocks that meet this rank's slice
+    val, gi = _kept_block_lists(q, k, w, kept, start, end, off, B, topk)
     return _merge(val, gi, topk, group, comm_log, "topk_lists")[0]
