@@ -154,7 +154,10 @@ def _pooled_means(k, off, Lr, lengths, rank, B, group, log):
     return b0, (sums / cnt.unsqueeze(1)).to(k.dtype)
 
 
-_WINDOW_KEYS = 4096  # keys per scoring call of stage 3 (a run of whole blocks)
+# stage 3: keys per scoring call (a run of whole blocks; CPU, CUDA) and the most
+# bytes of one call's score rows (its (query, block) pairs are batched to fit)
+_WINDOW_KEYS = {False: 4096, True: 32768}
+_ROWS_BYTES = 1 << 30
 
 
 def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
@@ -162,8 +165,8 @@ def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
     inside each query's kept blocks ∩ [start, end), by the library's kernel.
 
     Every (query, kept block on this rank) pair is a row of one dsa_topk call
-    per window of whole blocks, its range that block, so each pair costs B
-    keys (not the whole slice). The candidates of query t lie in a row of
+    per window of whole blocks (rows batched to bound the score rows' memory),
+    its range that block, so each pair costs B keys (not the whole slice). The candidates of query t lie in a row of
     mk·B slots, its local kept blocks in ascending order, so candidate order
     is token order and the row top-k's tie rule (lower position) is the token
     tie rule."""
@@ -177,7 +180,7 @@ def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
     t_idx, j_idx = torch.nonzero(kb_sorted < lb1, as_tuple=True)  # pairs, slot j of query t
     blk = kb_sorted[t_idx, j_idx]
     cand = torch.full((T, mk * B), float("-inf"), dtype=torch.float32, device=dev)
-    G = max(1, _WINDOW_KEYS // B)
+    G = max(1, _WINDOW_KEYS[q.is_cuda] // B)
     win = (blk - lb0) // G  # window of each pair
     order = torch.sort(win, stable=True)[1]
     t_idx, j_idx, blk, win = t_idx[order], j_idx[order], blk[order], win[order]
@@ -188,17 +191,20 @@ def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
             continue
         w0 = max((lb0 + wi * G) * B, off)  # the window's keys, inside the slice
         w1 = min((lb0 + (wi + 1) * G) * B, off + Lr)
-        t, b = t_idx[p0:p1], blk[p0:p1]
-        s0 = torch.maximum(b * B, start[t].to(torch.int64)).clamp(w0, w1) - w0
-        s1 = torch.minimum((b + 1) * B, end[t].to(torch.int64)).clamp(w0, w1) - w0
-        s1 = torch.maximum(s1, s0)
-        sc = _token_scores(q[t].contiguous(), k[w0 - off:w1 - off], w[t].contiguous(), s0, s1)
-        col = b.unsqueeze(1) * B - w0 + ar  # the block's B keys in the window
-        inside = (col >= 0) & (col < w1 - w0)
-        vals = torch.gather(sc, 1, col.clamp(0, max(0, w1 - w0 - 1)))
-        vals = vals.masked_fill(~inside, float("-inf"))
-        slots = j_idx[p0:p1].unsqueeze(1) * B + ar
-        cand[t.unsqueeze(1), slots] = vals
+        step = max(1, _ROWS_BYTES // (4 * max(1, w1 - w0)))
+        for a in range(p0, p1, step):
+            e = min(p1, a + step)
+            t, b = t_idx[a:e], blk[a:e]
+            s0 = torch.maximum(b * B, start[t].to(torch.int64)).clamp(w0, w1) - w0
+            s1 = torch.minimum((b + 1) * B, end[t].to(torch.int64)).clamp(w0, w1) - w0
+            s1 = torch.maximum(s1, s0)
+            sc = _token_scores(q[t].contiguous(), k[w0 - off:w1 - off], w[t].contiguous(),
+                               s0, s1)
+            col = b.unsqueeze(1) * B - w0 + ar  # the block's B keys in the window
+            inside = (col >= 0) & (col < w1 - w0)
+            vals = torch.gather(sc, 1, col.clamp(0, max(0, w1 - w0 - 1)))
+            vals = vals.masked_fill(~inside, float("-inf"))
+            cand[t.unsqueeze(1), j_idx[a:e].unsqueeze(1) * B + ar] = vals
     val, pos = _local_lists(cand, topk, 0)
     p = pos.to(torch.int64)
     gblk = torch.gather(kb_sorted, 1, (p.clamp(min=0) // B).clamp(max=mk - 1))
