@@ -166,10 +166,10 @@ def _kept_block_lists(q, k, w, kept, start, end, off, B, topk):
 
     Every (query, kept block on this rank) pair is a row of one dsa_topk call
     per window of whole blocks (rows batched to bound the score rows' memory),
-    its range that block, so each pair costs B keys (not the whole slice). The candidates of query t lie in a row of
-    mk·B slots, its local kept blocks in ascending order, so candidate order
-    is token order and the row top-k's tie rule (lower position) is the token
-    tie rule."""
+    its range that block, so each pair costs B keys (not the whole slice).
+    The candidates of query t lie in a row of mk·B slots, its local kept
+    blocks in ascending order, so candidate order is token order and the row
+    top-k's tie rule (lower position) is the token tie rule."""
     T, mk = kept.shape
     Lr = k.shape[0]
     dev = q.device
