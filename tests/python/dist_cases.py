@@ -414,6 +414,25 @@ def case_hisa(P, rank, seed):
 
 
 # ---------------------------------------------------------------------------
+# layout helpers
+# ---------------------------------------------------------------------------
+def case_layout(P, rank, seed):
+    x = torch.randn(2, 37, 3, generator=gen(seed))
+    for n in (37, 2 * P, 2 * P + 1):
+        y = x[:, :n]
+        parts = [ld.balanced_shard(y, r, P) for r in range(P)]
+        expect(torch.equal(ld.balanced_unshard(parts), y), "balanced_unshard n=%d" % n)
+        pos = torch.cat([torch.arange(a, b) for r in range(P)
+                         for a, b in ld.balanced_positions(n, r, P)])
+        expect(torch.equal(torch.sort(pos)[0], torch.arange(n)), "balanced_positions n=%d" % n)
+        work = [sum((a + b - 1) * (b - a) / 2 for a, b in ld.balanced_positions(n, r, P))
+                for r in range(P)]  # causal work ~ Σ positions
+        expect(n < 4 * P or max(work) <= 1.3 * min(work), "balanced work %s" % work)
+        expect(torch.equal(torch.cat([ld.shard(y, r, P) for r in range(P)], 1), y),
+               "shard n=%d" % n)
+
+
+# ---------------------------------------------------------------------------
 # bad input: every rank raises the same ValueError naming the argument
 # ---------------------------------------------------------------------------
 def case_errors(P, rank, seed):
