@@ -56,7 +56,7 @@ void la_paged_load_row(const struct la_paged_index_cache *c, int64_t slot, float
         float scale;
         memcpy(&scale, pg + ps * dI + off * 4, 4);
         const uint8_t *v = pg + off * dI;
-        for (int64_t d = 0; d < dI; d++) dst[d] = la_e4m3_to_f32(v[d]) * scale;
+        for (int64_t d = 0; d < dI; d++) dst[d] = c->e4m3[v[d]] * scale;
         break;
     }
     case LA_BF16: {

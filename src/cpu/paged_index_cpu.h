@@ -23,6 +23,7 @@ struct la_paged_index_cache {
     int64_t max_blocks;      /* pooled blocks per sequence                      */
     float *psum;             /* [max_seqs][max_blocks][dI] pooled running sums  */
     int32_t *pcount;         /* [max_seqs][max_blocks] tokens in each sum       */
+    float e4m3[256];         /* la_e4m3_to_f32 of every byte (decode table)     */
 };
 
 /* OCP e4m3 (fn): bias 7, 3 mantissa bits, largest finite 448, no infinity. */

@@ -84,6 +84,7 @@ la_status la_paged_index_cache_create(const la_paged_cache_params *pin, la_paged
     c->elt = elt;
     c->page_bytes = (int64_t)page_bytes;
     c->max_blocks = max_blocks;
+    for (int b = 0; b < 256; b++) c->e4m3[b] = la_e4m3_to_f32((uint8_t)b);
     c->pages = calloc(1, pages_bytes);
     if (p.max_seqs > 0) {
         c->psum = calloc(1, sum_bytes);

@@ -165,3 +165,22 @@ def test_q_seq_order_and_errors():
                                 next_n=2, topk=8)
     with pytest.raises(ValueError, match="dtype"):
         longattn.PagedIndexCache(4, dtype="fp16")
+
+
+def test_serve_sim_cli(tmp_path):
+    import json
+    import os
+    import subprocess
+    from test_py_common import BUILD
+    exe = os.path.join(ROOT, BUILD, "longattn")
+    out = tmp_path / "ss.json"
+    r = subprocess.run([exe, "serve-sim", "--batch", "2", "--ctx-start", "300", "--ctx-end", "1200",
+                        "--points", "3", "--hi", "4", "--di", "32", "--topk", "64", "--block-topk",
+                        "2", "--reps", "1", "--json-out", str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    res = json.loads(out.read_text())
+    assert [s["context"] for s in res["steps"]] == [300, 600, 1200]
+    assert all(s["dsa_ms"] > 0 and s["hisa_ms"] > 0 and 0 <= s["overlap"] <= 1 for s in res["steps"])
+    r = subprocess.run([exe, "serve-sim", "--dtype", "fp16"], capture_output=True, text=True)
+    assert r.returncode == 2 and "--dtype" in r.stderr
+    assert not list(tmp_path.glob("*.tmp.*"))
