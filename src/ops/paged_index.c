@@ -5,8 +5,47 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/devmem.h"
 #include "cpu/paged_index_cpu.h"
 #include "ops/sparse_validate.h"
+#ifdef LA_WITH_CUDA
+#include "cuda/paged_index.cuh"
+#endif
+
+/* Host copies of int32 views on the device (block tables, lengths, slots):
+ * they are validated on the host, as the CPU path validates them. */
+typedef struct host_copies {
+    void *buf[4];
+    int n;
+} host_copies;
+
+static void host_copies_free(host_copies *h) {
+    for (int i = 0; i < h->n; i++) free(h->buf[i]);
+    h->n = 0;
+}
+
+/* *ht = t itself (CPU, or NULL) or a CPU tensor over a host copy of it. */
+static la_status host_i32(host_copies *h, const la_tensor *t, const char *name, int ndim, la_tensor *ht,
+                          const la_tensor **out) {
+    *out = t;
+    if (!t || t->device == LA_DEVICE_CPU) return LA_OK;
+    LA_TRY(la_check_tensor(t, name, ndim, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
+    int64_t span = 1;
+    for (int i = 0; i < t->ndim; i++) span += (t->ne[i] - 1) * t->nb[i];
+    void *b = malloc((size_t)span * 4u);
+    if (!b) return la_err(LA_ERR_NOMEM, "%s: out of memory for a host copy", name);
+    la_status st = la_dev_download(b, t->data, (size_t)span * 4u);
+    if (st != LA_OK) {
+        free(b);
+        return st;
+    }
+    h->buf[h->n++] = b;
+    *ht = *t;
+    ht->data = b;
+    ht->device = LA_DEVICE_CPU;
+    *out = ht;
+    return LA_OK;
+}
 
 la_status la_paged_cache_params_init(la_paged_cache_params *p) {
     if (!p) return la_err(LA_ERR_ARG, "la_paged_cache_params_init: p is NULL");
@@ -28,8 +67,13 @@ la_status la_paged_query_init(la_paged_query *pq) {
 
 la_status la_paged_index_cache_destroy(la_paged_index_cache *c) {
     if (!c) return LA_OK;
-    free(c->pages);
-    free(c->psum);
+#ifdef LA_WITH_CUDA
+    if (c->p.device == LA_DEVICE_CUDA) la_paged_free_cuda(c);
+#endif
+    if (c->p.device == LA_DEVICE_CPU) {
+        free(c->pages);
+        free(c->psum);
+    }
     free(c->pcount);
     free(c);
     return LA_OK;
@@ -40,9 +84,11 @@ la_status la_paged_index_cache_create(const la_paged_cache_params *pin, la_paged
     *cache = NULL;
     if (!pin) return la_err(LA_ERR_ARG, "paged cache: params is NULL");
     la_paged_cache_params p = *pin;
+#ifndef LA_WITH_CUDA
     if (p.device == LA_DEVICE_CUDA)
-        return la_err(LA_ERR_UNSUPPORTED, "paged cache: device: the paged cache has no CUDA implementation yet (CPU only)");
-    if (p.device != LA_DEVICE_CPU) return la_err(LA_ERR_ARG, "paged cache: device: unknown device %d", (int)p.device);
+        return la_err(LA_ERR_UNSUPPORTED, "paged cache: device: no CUDA implementation in this build (device is cuda)");
+#endif
+    if (p.device != LA_DEVICE_CPU && p.device != LA_DEVICE_CUDA) return la_err(LA_ERR_ARG, "paged cache: device: unknown device %d", (int)p.device);
     if (p.num_pages <= 0) return la_err(LA_ERR_ARG, "num_pages: %lld, must be > 0", (long long)p.num_pages);
     if (p.page_size <= 0 || p.page_size > 65536)
         return la_err(LA_ERR_ARG, "page_size: %lld, must be in 1..65536", (long long)p.page_size);
@@ -85,11 +131,25 @@ la_status la_paged_index_cache_create(const la_paged_cache_params *pin, la_paged
     c->page_bytes = (int64_t)page_bytes;
     c->max_blocks = max_blocks;
     for (int b = 0; b < 256; b++) c->e4m3[b] = la_e4m3_to_f32((uint8_t)b);
-    c->pages = calloc(1, pages_bytes);
-    if (p.max_seqs > 0) {
-        c->psum = calloc(1, sum_bytes);
-        c->pcount = calloc(1, cnt_bytes);
+    if (p.max_seqs > 0) c->pcount = calloc(1, cnt_bytes);
+#ifdef LA_WITH_CUDA
+    if (p.device == LA_DEVICE_CUDA) {
+        if (p.max_seqs > 0 && !c->pcount) {
+            la_paged_index_cache_destroy(c);
+            return la_err(LA_ERR_NOMEM, "paged cache: out of memory for the pooled counts");
+        }
+        la_status st = la_paged_alloc_cuda(c, pages_bytes, sum_bytes);
+        if (st != LA_OK) {
+            la_paged_index_cache_destroy(c);
+            return st;
+        }
+        *cache = c;
+        la_err_clear();
+        return LA_OK;
     }
+#endif
+    c->pages = calloc(1, pages_bytes);
+    if (p.max_seqs > 0) c->psum = calloc(1, sum_bytes);
     if (!c->pages || (p.max_seqs > 0 && (!c->psum || !c->pcount))) {
         la_paged_index_cache_destroy(c);
         return la_err(LA_ERR_NOMEM, "paged cache: could not allocate %zu bytes of pages and %zu of pooled sums",
@@ -128,9 +188,22 @@ static la_status check_i32_vec(const la_tensor *t, const char *name, int64_t n, 
     return la_check_dim(t, name, 0, n, why);
 }
 
+static la_status append_impl(la_paged_index_cache *c, const la_tensor *k, const la_tensor *slot_mapping,
+                             const la_tensor *seq_ids, const la_tensor *positions, la_context *ctx,
+                             host_copies *hc);
+
 la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *k,
                                       const la_tensor *slot_mapping, const la_tensor *seq_ids,
                                       const la_tensor *positions, la_context *ctx) {
+    host_copies hc = {{0}, 0};
+    la_status st = append_impl(c, k, slot_mapping, seq_ids, positions, ctx, &hc);
+    host_copies_free(&hc);
+    return st;
+}
+
+static la_status append_impl(la_paged_index_cache *c, const la_tensor *k, const la_tensor *slot_mapping,
+                             const la_tensor *seq_ids, const la_tensor *positions, la_context *ctx,
+                             host_copies *hc) {
     char sb[96];
     if (!c) return la_err(LA_ERR_ARG, "paged cache: cache is NULL");
     if (!k) return la_err(LA_ERR_ARG, "paged cache: k is NULL");
@@ -140,9 +213,15 @@ la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *
     for (int i = 0; i < 4; i++)
         if (views[i] && views[i]->device != c->p.device)
             return la_err(c->p.device == LA_DEVICE_CPU ? LA_ERR_UNSUPPORTED : LA_ERR_DEVICE,
-                          "paged cache: %s is on %s, but the cache lives on the cpu", vnames[i],
-                          views[i]->device == LA_DEVICE_CUDA ? "cuda" : "another device");
-    LA_TRY(la_check_tensor(k, "k", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
+                          "paged cache: %s is on %s, but the cache lives on the %s", vnames[i],
+                          c->p.device == LA_DEVICE_CUDA ? "cuda" : "cpu",
+                          views[i]->device == LA_DEVICE_CUDA ? "cuda" : "the cpu");
+    const int on_cuda = c->p.device == LA_DEVICE_CUDA;
+    LA_TRY(la_check_tensor(k, "k", 2, on_cuda ? LA_DT_FLOAT | LA_DT(LA_F16) : LA_DT_FLOAT, c->p.device, false));
+    la_tensor hsl, hsq, hps;
+    LA_TRY(host_i32(hc, slot_mapping, "slot_mapping", 1, &hsl, &slot_mapping));
+    LA_TRY(host_i32(hc, seq_ids, "seq_ids", 1, &hsq, &seq_ids));
+    LA_TRY(host_i32(hc, positions, "positions", 1, &hps, &positions));
     const int64_t n = k->ne[0], dI = c->p.head_dim, ps = c->p.page_size, B = c->p.block;
     if (k->ne[1] != dI)
         return la_err(LA_ERR_SHAPE, "k: [n,dI] = %s, but the cache holds keys of dI=%lld",
@@ -166,7 +245,7 @@ la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *
             return la_err(LA_ERR_ARG, "slot_mapping: slot_mapping[%lld] = %lld is outside the cache "
                                       "(%lld pages x %lld = %lld slots; -1 skips)",
                           (long long)i, (long long)slot, (long long)c->p.num_pages, (long long)ps, (long long)nslots);
-        for (int64_t d = 0; d < dI; d++) {
+        for (int64_t d = 0; d < (on_cuda ? 0 : dI); d++) { /* CUDA: checked by a kernel below */
             const float x = la_load_f32(k, la_off2(k, i, d));
             if (!isfinite(x))
                 return la_err(LA_ERR_ARG, "k: k[%lld][%lld] = %g is not finite (a cached key and its "
@@ -182,6 +261,9 @@ la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *
             return la_err(LA_ERR_ARG, "positions: positions[%lld] = %lld outside 0..%lld (max_seq_len)",
                           (long long)i, (long long)pos, (long long)c->p.max_seq_len - 1);
     }
+#ifdef LA_WITH_CUDA
+    if (on_cuda) LA_TRY(la_paged_check_finite_cuda(k, ctx));
+#endif
     /* 2. pooled order: each token continues its block; counts advance here and
      *    are rolled back if a later token breaks the order */
     int64_t *undo = NULL;
@@ -207,6 +289,25 @@ la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *
             c->pcount[at] = (int32_t)(r + 1);
         }
     }
+#ifdef LA_WITH_CUDA
+    if (on_cuda) {
+        int32_t *hs = malloc(sizeof(int32_t) * (size_t)(n > 0 ? n : 1) * 3);
+        la_status st = LA_OK;
+        if (!hs) {
+            st = la_err(LA_ERR_NOMEM, "paged cache: out of memory");
+        } else {
+            for (int64_t i = 0; i < n; i++) {
+                hs[i] = i32_at(slot_mapping, i);
+                if (pooled) hs[n + i] = i32_at(seq_ids, i), hs[2 * n + i] = i32_at(positions, i);
+            }
+            st = la_paged_store_cuda(c, k, hs, pooled ? hs + n : NULL, pooled ? hs + 2 * n : NULL, n, ctx);
+            free(hs);
+        }
+        la_ws_free(ctx, undo);
+        if (st == LA_OK) la_err_clear();
+        return st;
+    }
+#endif
     /* 3. write: store each row, then add its stored values to its block sum in
      *    token order (a block's first position restarts the sum) */
     float *row = la_ws_alloc(ctx, (size_t)dI * 8u);
@@ -236,7 +337,7 @@ la_status la_paged_index_cache_append(la_paged_index_cache *c, const la_tensor *
 /* block_table int32 [nseq, max_pages] on the CPU. */
 static la_status check_table(const la_paged_index_cache *c, const la_tensor *bt) {
     if (!bt) return la_err(LA_ERR_ARG, "paged: block_table is NULL");
-    if (bt->device != c->p.device)
+    if (bt->device != LA_DEVICE_CPU) /* device tables arrive here as host copies */
         return la_err(LA_ERR_UNSUPPORTED, "paged: block_table is on cuda, but the cache lives on the cpu");
     return la_check_tensor(bt, "block_table", 2, LA_DT(LA_I32), LA_DEVICE_CPU, false);
 }
@@ -279,20 +380,45 @@ static la_status check_pooled(const la_paged_index_cache *c, int64_t s, int64_t 
     return LA_OK;
 }
 
+static la_status gather_impl(const la_paged_index_cache *c, const la_tensor *bt, int64_t row, int64_t len,
+                             la_tensor *out);
+
 la_status la_paged_index_cache_gather(const la_paged_index_cache *c, const la_tensor *bt, int64_t row,
                                       int64_t len, la_tensor *out) {
     if (!c) return la_err(LA_ERR_ARG, "paged cache: cache is NULL");
+    host_copies hc = {{0}, 0};
+    la_tensor hbt;
+    la_status st = c->p.device == LA_DEVICE_CUDA ? host_i32(&hc, bt, "block_table", 2, &hbt, &bt) : LA_OK;
+    if (st == LA_OK) st = gather_impl(c, bt, row, len, out);
+    host_copies_free(&hc);
+    return st;
+}
+
+static la_status gather_impl(const la_paged_index_cache *c, const la_tensor *bt, int64_t row, int64_t len,
+                             la_tensor *out) {
     LA_TRY(check_table(c, bt));
     if (row < 0 || row >= bt->ne[0])
         return la_err(LA_ERR_ARG, "row: %lld outside the block table's %lld rows", (long long)row, (long long)bt->ne[0]);
     if (len <= 0) return la_err(LA_ERR_ARG, "len: %lld, must be > 0", (long long)len);
     LA_TRY(check_row_pages(c, bt, row, len));
     if (!out) return la_err(LA_ERR_ARG, "paged cache: out is NULL");
-    LA_TRY(la_check_tensor(out, "out", 2, LA_DT(LA_F32), LA_DEVICE_CPU, false));
+    LA_TRY(la_check_tensor(out, "out", 2, LA_DT(LA_F32), c->p.device, false));
     LA_TRY(la_check_dim(out, "out", 0, len, "(len)"));
     LA_TRY(la_check_dim(out, "out", 1, c->p.head_dim, "(head_dim)"));
     const int64_t ps = c->p.page_size, dI = c->p.head_dim;
     const int32_t *t = (const int32_t *)bt->data;
+#ifdef LA_WITH_CUDA
+    if (c->p.device == LA_DEVICE_CUDA) {
+        const int64_t np = (len + ps - 1) / ps;
+        int32_t *pl = malloc(sizeof(int32_t) * (size_t)np);
+        if (!pl) return la_err(LA_ERR_NOMEM, "paged cache: out of memory");
+        for (int64_t j = 0; j < np; j++) pl[j] = t[row * bt->nb[0] + j * bt->nb[1]];
+        la_status st = la_paged_gather_cuda(c, pl, len, out, NULL);
+        free(pl);
+        if (st == LA_OK) la_err_clear();
+        return st;
+    }
+#endif
     float *tmp = malloc((size_t)dI * 4u);
     if (!tmp) return la_err(LA_ERR_NOMEM, "paged cache: out of memory");
     for (int64_t s = 0; s < len; s++) {
@@ -313,9 +439,16 @@ la_status la_paged_index_cache_pooled(const la_paged_index_cache *c, int64_t seq
     const int64_t B = c->p.block, dI = c->p.head_dim, nb = (len + B - 1) / B;
     LA_TRY(check_pooled(c, seq, len, B));
     if (!out) return la_err(LA_ERR_ARG, "paged cache: out is NULL");
-    LA_TRY(la_check_tensor(out, "out", 2, LA_DT(LA_F32), LA_DEVICE_CPU, false));
+    LA_TRY(la_check_tensor(out, "out", 2, LA_DT(LA_F32), c->p.device, false));
     LA_TRY(la_check_dim(out, "out", 0, nb, "(ceil(len/block) blocks)"));
     LA_TRY(la_check_dim(out, "out", 1, dI, "(head_dim)"));
+#ifdef LA_WITH_CUDA
+    if (c->p.device == LA_DEVICE_CUDA) {
+        la_status st = la_paged_pooled_cuda(c, seq, len, out, NULL);
+        if (st == LA_OK) la_err_clear();
+        return st;
+    }
+#endif
     for (int64_t b = 0; b < nb; b++) {
         const int64_t at = seq * c->max_blocks + b;
         for (int64_t d = 0; d < dI; d++)
@@ -328,27 +461,43 @@ la_status la_paged_index_cache_pooled(const la_paged_index_cache *c, int64_t seq
 /* Validates a paged indexer call and resolves its sequences (seqs[nseq],
  * rows[T], both malloc'd into *mem). */
 static la_status resolve_paged(const char *op, const la_index_params *p, int hisa, const la_tensor *q,
-                               const la_tensor *w, const la_paged_index_cache *c, const la_paged_query *pq,
-                               const la_tensor *idx, la_paged_seq **seqs_out, int64_t *nseq_out, void **mem) {
+                               const la_tensor *w, const la_paged_index_cache *c, const la_paged_query *pq_in,
+                               const la_tensor *idx, la_paged_seq **seqs_out, int64_t *nseq_out, void **mem,
+                               host_copies *hc) {
     char sq[96], sw[96];
     *mem = NULL;
     if (!p) return la_err(LA_ERR_ARG, "%s: params is NULL", op);
     if (!q) return la_err(LA_ERR_ARG, "%s: q is NULL", op);
     if (!w) return la_err(LA_ERR_ARG, "%s: w is NULL", op);
     if (!c) return la_err(LA_ERR_ARG, "%s: cache is NULL", op);
-    if (!pq) return la_err(LA_ERR_ARG, "%s: query (la_paged_query) is NULL", op);
+    if (!pq_in) return la_err(LA_ERR_ARG, "%s: query (la_paged_query) is NULL", op);
     if (!idx) return la_err(LA_ERR_ARG, "%s: idx (output) is NULL", op);
-    if (!pq->context_lens) return la_err(LA_ERR_ARG, "%s: context_lens is NULL", op);
+    if (!pq_in->context_lens) return la_err(LA_ERR_ARG, "%s: context_lens is NULL", op);
+    la_paged_query hq = *pq_in;
+    const la_paged_query *pq = &hq;
     const la_tensor *views[6] = {q, w, idx, pq->block_table, pq->context_lens, pq->q_seq};
     const char *vnames[6] = {"q", "w", "idx", "block_table", "context_lens", "q_seq"};
     for (int i = 0; i < 6; i++)
         if (views[i] && views[i]->device != c->p.device)
-            return la_err(LA_ERR_UNSUPPORTED, "%s: %s is on cuda, but the cache lives on the cpu", op, vnames[i]);
+            return la_err(c->p.device == LA_DEVICE_CPU ? LA_ERR_UNSUPPORTED : LA_ERR_DEVICE,
+                          "%s: %s is on %s, but the cache lives on the %s", op, vnames[i],
+                          views[i]->device == LA_DEVICE_CUDA ? "cuda" : "cpu",
+                          c->p.device == LA_DEVICE_CUDA ? "cuda" : "cpu");
     if (p->k_scale || p->q_scale)
         return la_err(LA_ERR_ARG, "%s: k_scale/q_scale: the paged cache holds its own scales; pass NULL", op);
-    LA_TRY(la_check_tensor(q, "q", 3, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(w, "w", 2, LA_DT_FLOAT, LA_DEVICE_CPU, false));
-    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), LA_DEVICE_CPU, false));
+    const unsigned fmask = c->p.device == LA_DEVICE_CUDA ? LA_DT_FLOAT | LA_DT(LA_F16) : LA_DT_FLOAT;
+    LA_TRY(la_check_tensor(q, "q", 3, fmask, c->p.device, false));
+    LA_TRY(la_check_tensor(w, "w", 2, fmask, c->p.device, false));
+    LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), c->p.device, false));
+    if (c->p.device == LA_DEVICE_CUDA) {
+        static const char *const nm[3] = {"block_table", "context_lens", "q_seq"};
+        const la_tensor **pv[3] = {&hq.block_table, &hq.context_lens, &hq.q_seq};
+        la_tensor *hv = (la_tensor *)malloc(3 * sizeof(la_tensor));
+        if (!hv) return la_err(LA_ERR_NOMEM, "%s: out of memory", op);
+        hc->buf[hc->n++] = hv;
+        for (int i = 0; i < 3; i++)
+            if (*pv[i]) LA_TRY(host_i32(hc, *pv[i], nm[i], i == 0 ? 2 : 1, &hv[i], pv[i]));
+    }
     LA_TRY(check_table(c, pq->block_table));
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], nseq = pq->block_table->ne[0];
     la_shape_str(q, sq, sizeof sq);
@@ -435,9 +584,18 @@ static la_status run_paged(const char *op, int hisa, const la_index_params *p, c
     la_paged_seq *seqs = NULL;
     int64_t nseq = 0;
     void *mem = NULL;
-    LA_TRY(resolve_paged(op, p, hisa, q, w, c, pq, idx, &seqs, &nseq, &mem));
-    la_status s = la_paged_topk_cpu(c, p, hisa, q, w, seqs, nseq, pq->return_slots != 0, idx, ctx);
+    host_copies hc = {{0}, 0};
+    la_status s = resolve_paged(op, p, hisa, q, w, c, pq, idx, &seqs, &nseq, &mem, &hc);
+    if (s == LA_OK) {
+#ifdef LA_WITH_CUDA
+        if (c->p.device == LA_DEVICE_CUDA)
+            s = la_paged_topk_cuda(c, p, hisa, q, w, seqs, nseq, pq->return_slots != 0, idx, ctx);
+        else
+#endif
+            s = la_paged_topk_cpu(c, p, hisa, q, w, seqs, nseq, pq->return_slots != 0, idx, ctx);
+    }
     free(mem);
+    host_copies_free(&hc);
     if (s == LA_OK) la_err_clear();
     return s;
 }
