@@ -155,7 +155,7 @@ __global__ void pg_means_kernel(pg_cache C, const float *psum, int64_t max_block
     }
 }
 
-enum { PG_TILE = 128 };
+enum { PG_TILE = 128, PG_HG = 16 };
 enum { PG_DSA = 0, PG_CAND = 1, PG_BLOCKS = 2 };
 
 struct pg_rows {
@@ -176,7 +176,8 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
                                 int64_t ldo) {
     extern __shared__ float sm[];
     const int64_t dI = C.dI, t = blockIdx.y;
-    float *qs = sm, *ws = qs + (int64_t)HI * dI, *kt = ws + HI;
+    const int HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
+    float *qs = sm, *ws = qs + (int64_t)HIp * dI, *kt = ws + HIp; /* qs: [dI][HIp], head fastest */
     const int j = threadIdx.x;
     const int64_t s = R.row_seq[t], e = R.row_end[t], L = R.lens[s];
     int64_t col0, key0, blk = -1;
@@ -204,9 +205,11 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
         if (j < ncols && col0 + j < ldo) out[t * ldo + col0 + j] = -INFINITY;
         return;
     }
-    for (int64_t i = j; i < (int64_t)HI * dI; i += PG_TILE)
-        qs[i] = la_cu_ld(q.data, q.dt, t * q.nb[0] + (i / dI) * q.nb[1] + (i % dI) * q.nb[2]);
-    for (int64_t h = j; h < HI; h += PG_TILE) ws[h] = la_cu_ld(w.data, w.dt, t * w.nb[0] + h * w.nb[1]);
+    for (int64_t i = j; i < (int64_t)HIp * dI; i += PG_TILE) {
+        const int64_t d = i / HIp, h = i % HIp;
+        qs[i] = h < HI ? la_cu_ld(q.data, q.dt, t * q.nb[0] + h * q.nb[1] + d * q.nb[2]) : 0.f;
+    }
+    for (int64_t h = j; h < HIp; h += PG_TILE) ws[h] = h < HI ? la_cu_ld(w.data, w.dt, t * w.nb[0] + h * w.nb[1]) : 0.f;
     for (int64_t i = j; i < PG_TILE * dI; i += PG_TILE) {
         const int64_t r = i / dI, d = i % dI, p = key0 + r;
         float v = 0.f;
@@ -220,13 +223,32 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
     if (j >= ncols || col0 + j >= ldo) return;
     float res = -INFINITY;
     if (j < nvalid) {
+        /* PG_HG heads at a time in registers: each head's dot product runs over
+         * d ascending, then the heads fold into the score in ascending order
+         * (padded heads skipped), as in the CPU kernel */
         float sc = 0.f;
-        for (int h = 0; h < HI; h++) {
-            float acc = 0.f;
-            const float *qh = qs + (int64_t)h * dI;
-            for (int64_t d = 0; d < dI; d++) acc = fmaf(qh[d], kt[d * PG_TILE + j], acc);
-            const float r = acc < 0.f ? 0.f : acc; /* NaN kept, as torch.relu */
-            sc = fmaf(ws[h], r, sc);
+        for (int g = 0; g < HIp; g += PG_HG) {
+            float acc[PG_HG];
+#pragma unroll
+            for (int r = 0; r < PG_HG; r++) acc[r] = 0.f;
+            for (int64_t d = 0; d < dI; d++) {
+                const float kv = kt[d * PG_TILE + j];
+                const float4 *q4 = (const float4 *)(qs + d * HIp + g);
+#pragma unroll
+                for (int r4 = 0; r4 < PG_HG / 4; r4++) {
+                    const float4 v = q4[r4];
+                    acc[4 * r4 + 0] = fmaf(v.x, kv, acc[4 * r4 + 0]);
+                    acc[4 * r4 + 1] = fmaf(v.y, kv, acc[4 * r4 + 1]);
+                    acc[4 * r4 + 2] = fmaf(v.z, kv, acc[4 * r4 + 2]);
+                    acc[4 * r4 + 3] = fmaf(v.w, kv, acc[4 * r4 + 3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < PG_HG; r++)
+                if (g + r < HI) {
+                    const float a = acc[r] < 0.f ? 0.f : acc[r]; /* NaN kept, as torch.relu */
+                    sc = fmaf(ws[g + r], a, sc);
+                }
         }
         res = sc;
         if (mode == PG_BLOCKS) {
@@ -276,8 +298,8 @@ la_status pg_upload(la_cu_ws *w, const void *h, size_t bytes, cudaStream_t s, co
 
 la_status pg_launch_score(const pg_cache &C, const pg_rows &R, const la_tensor *q, const la_tensor *w, int mode,
                           int64_t tiles, int64_t T, float *out, int64_t ldo, cudaStream_t s) {
-    const int64_t HI = q->ne[1];
-    const size_t smem = (size_t)(HI * C.dI + HI + PG_TILE * C.dI) * sizeof(float);
+    const int64_t HI = q->ne[1], HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
+    const size_t smem = (size_t)(HIp * C.dI + HIp + PG_TILE * C.dI) * sizeof(float);
     int dev = 0, maxsm = 0;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
