@@ -55,6 +55,13 @@ class PagedIndexCache(_CHandle):
         self.num_pages, self.page_size, self.head_dim = p.num_pages, p.page_size, p.head_dim
         self.dtype, self.block, self.max_seqs = dtype, p.block, p.max_seqs
         self.max_seq_len = p.max_seq_len
+        self.device = dev
+
+    def _empty(self, shape):
+        if self.device == "cuda":
+            import torch
+            return torch.empty(shape, dtype=torch.float32, device="cuda")
+        return np.empty(shape, dtype=np.float32)
 
     def append(self, k, slot_mapping, seq_ids=None, positions=None):
         """Write keys k [n, dI] to slot_mapping int32 [n] (-1 skips a token).
@@ -68,8 +75,8 @@ class PagedIndexCache(_CHandle):
 
     def gather(self, block_table, row, length):
         """Dequantized keys float32 [length, dI] of positions [0, length) of
-        block_table row `row` (numpy)."""
-        out = np.empty((int(length), self.head_dim), dtype=np.float32)
+        block_table row `row` (numpy; a torch CUDA tensor for a CUDA cache)."""
+        out = self._empty((int(length), self.head_dim))
         bt, o = view(block_table, "block_table"), view(out, "out")
         call("la_paged_index_cache_gather", self._live(), ctypes.byref(bt), int(row), int(length),
              ctypes.byref(o))
@@ -77,15 +84,19 @@ class PagedIndexCache(_CHandle):
 
     def pooled(self, seq, length):
         """Pooled block means float32 [ceil(length/block), dI] of sequence
-        `seq` over its first `length` positions (numpy)."""
+        `seq` over its first `length` positions (numpy; torch CUDA for a CUDA
+        cache)."""
         nb = (int(length) + self.block - 1) // self.block
-        out = np.empty((nb, self.head_dim), dtype=np.float32)
+        out = self._empty((nb, self.head_dim))
         o = view(out, "out")
         call("la_paged_index_cache_pooled", self._live(), int(seq), int(length), ctypes.byref(o))
         return out
 
     def pages(self):
-        """A copy of the raw page memory, uint8 [num_pages, page_bytes]."""
+        """A copy of the raw page memory, uint8 [num_pages, page_bytes] (CPU caches)."""
+        if self.device != "cpu":
+            raise ValueError("PagedIndexCache.pages: the pages of a %s cache are device memory "
+                             "(use gather())" % self.device)
         data, pb = ctypes.c_void_p(), ctypes.c_size_t(0)
         call("la_paged_index_cache_storage", self._live(), ctypes.byref(data), ctypes.byref(pb))
         n = self.num_pages * pb.value

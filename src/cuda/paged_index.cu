@@ -8,7 +8,7 @@
  *     tokens added in batch (= position) order in fp32 as on the CPU;
  *   - scoring: one block per (query row, tile of 128 keys). The tile's keys
  *     are read through the block table and dequantized into shared memory
- *     ([dI][128] f32), the query's heads sit in shared memory, and thread j
+ *     ([dI][129] f32), the query's heads sit in shared memory, and thread j
  *     forms I = Σ_h w_h·ReLU(Σ_d q_hd·k_jd) with fmaf in the CPU kernel's
  *     order (d ascending, then h ascending), NaN kept by the ReLU.
  * DSA: scores [T, Lmax] (−inf outside each query's range), then la_topk.
@@ -155,7 +155,7 @@ __global__ void pg_means_kernel(pg_cache C, const float *psum, int64_t max_block
     }
 }
 
-enum { PG_TILE = 128, PG_HG = 16 };
+enum { PG_TILE = 128, PG_HG = 16, PG_KLD = PG_TILE + 1 }; /* PG_KLD: padded key-tile row (no bank conflicts) */
 enum { PG_DSA = 0, PG_CAND = 1, PG_BLOCKS = 2 };
 
 struct pg_rows {
@@ -174,7 +174,7 @@ struct pg_rows {
  * row's output tile is written (−inf where invalid). */
 __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view w, int HI, int mode, float *out,
                                 int64_t ldo) {
-    extern __shared__ float sm[];
+    extern __shared__ __align__(16) float sm[];
     const int64_t dI = C.dI, t = blockIdx.y;
     const int HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
     float *qs = sm, *ws = qs + (int64_t)HIp * dI, *kt = ws + HIp; /* qs: [dI][HIp], head fastest */
@@ -217,7 +217,7 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
             if (mode == PG_BLOCKS) v = R.kbar[(s * R.nbmax + p) * dI + d];
             else v = pg_load(C, (int64_t)R.table[s * R.maxp + p / C.ps] * C.ps + p % C.ps, d);
         }
-        kt[d * PG_TILE + r] = v;
+        kt[d * PG_KLD + r] = v;
     }
     __syncthreads();
     if (j >= ncols || col0 + j >= ldo) return;
@@ -232,7 +232,7 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
 #pragma unroll
             for (int r = 0; r < PG_HG; r++) acc[r] = 0.f;
             for (int64_t d = 0; d < dI; d++) {
-                const float kv = kt[d * PG_TILE + j];
+                const float kv = kt[d * PG_KLD + j];
                 const float4 *q4 = (const float4 *)(qs + d * HIp + g);
 #pragma unroll
                 for (int r4 = 0; r4 < PG_HG / 4; r4++) {
@@ -299,7 +299,7 @@ la_status pg_upload(la_cu_ws *w, const void *h, size_t bytes, cudaStream_t s, co
 la_status pg_launch_score(const pg_cache &C, const pg_rows &R, const la_tensor *q, const la_tensor *w, int mode,
                           int64_t tiles, int64_t T, float *out, int64_t ldo, cudaStream_t s) {
     const int64_t HI = q->ne[1], HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
-    const size_t smem = (size_t)(HIp * C.dI + HIp + PG_TILE * C.dI) * sizeof(float);
+    const size_t smem = (size_t)(HIp * C.dI + HIp + PG_KLD * C.dI) * sizeof(float);
     int dev = 0, maxsm = 0;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
