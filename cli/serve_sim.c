@@ -7,13 +7,15 @@
  * meanwhile are appended in chunks (the selection of the intermediate steps
  * is not computed). Keys and queries are random normal; the page table is
  * shuffled. Output: a table (the progress bar on stderr is cleared before
- * each row), --json-out FILE, --png FILE (scripts/plot_serve_sim.py). */
+ * each row), --json-out FILE, --png FILE (scripts/plot_serve_sim.py).
+ * --device cuda: the cache and the calls' tensors live on the GPU. */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "../src/core/devmem.h"
 #include "cli.h"
 
 static const la_opt serve_opts[] = {
@@ -58,6 +60,8 @@ typedef struct sim {
     int32_t *sl, *sq, *ps;
     int64_t chunk;
     la_rng64 rng;
+    la_device dev;    /* where the cache and the call's tensors live */
+    void *dk, *dmeta; /* CUDA: device copies of k and sl|sq|ps */
 } sim;
 
 /* Append tokens so that every sequence reaches `target`. */
@@ -76,10 +80,20 @@ static la_status grow(sim *S, la_paged_index_cache *c, int64_t target, la_contex
         if (n == 0) return LA_OK;
         la_tensor tk, ts, tq, tp;
         const int64_t kne[2] = {n, S->dI};
-        la_tensor_init(&tk, S->k, LA_F32, LA_DEVICE_CPU, 2, kne);
-        la_tensor_init(&ts, S->sl, LA_I32, LA_DEVICE_CPU, 1, &n);
-        la_tensor_init(&tq, S->sq, LA_I32, LA_DEVICE_CPU, 1, &n);
-        la_tensor_init(&tp, S->ps, LA_I32, LA_DEVICE_CPU, 1, &n);
+        float *k = S->k;
+        int32_t *sl = S->sl, *sq = S->sq, *ps = S->ps;
+        if (S->dev == LA_DEVICE_CUDA) {
+            LA_TRY(la_dev_upload(S->dk, S->k, sizeof(float) * (size_t)(n * S->dI)));
+            LA_TRY(la_dev_upload(S->dmeta, S->sl, sizeof(int32_t) * (size_t)S->chunk * 3));
+            k = S->dk;
+            sl = S->dmeta;
+            sq = sl + S->chunk;
+            ps = sq + S->chunk;
+        }
+        la_tensor_init(&tk, k, LA_F32, S->dev, 2, kne);
+        la_tensor_init(&ts, sl, LA_I32, S->dev, 1, &n);
+        la_tensor_init(&tq, sq, LA_I32, S->dev, 1, &n);
+        la_tensor_init(&tp, ps, LA_I32, S->dev, 1, &n);
         LA_TRY(la_paged_index_cache_append(c, &tk, &ts, &tq, &tp, ctx));
     }
 }
@@ -121,13 +135,11 @@ int la_cmd_serve_sim(int argc, char **argv) {
     else return la_cli_fail("--dtype '%s': expected fp8_e4m3, bf16 or f32", dts);
     const char *json_path = la_args_get(&a, "json-out"), *png = la_args_get(&a, "png");
     if (png && !json_path) return la_cli_fail("--png needs --json-out (the plot script reads the JSON)");
-    if (strcmp(a.device, "cuda") == 0)
-        return la_cli_fail("--device cuda: the paged indexers run on the CPU in this build "
-                           "(no CUDA paged cache yet)");
 
     la_cli c;
     if ((rc = la_cli_begin(&c, &a))) return rc;
     sim S = {0};
+    void *dq = NULL, *dw = NULL, *dbt = NULL, *dcl = NULL, *did = NULL, *dih = NULL; /* CUDA twins */
     S.batch = batch;
     S.dI = dI;
     S.block = B;
@@ -142,6 +154,8 @@ int la_cmd_serve_sim(int argc, char **argv) {
     cp.block = B;
     cp.max_seqs = batch;
     cp.max_seq_len = c1;
+    S.dev = c.device;
+    cp.device = c.device;
     la_paged_index_cache *cache = NULL;
     la_status st = la_paged_index_cache_create(&cp, &cache);
     if (st != LA_OK) return la_cli_end(&c, la_cli_status(st, "serve-sim: cache"));
@@ -159,6 +173,15 @@ int la_cmd_serve_sim(int argc, char **argv) {
     }
     S.sq = S.sl + S.chunk;
     S.ps = S.sq + S.chunk;
+    /* CUDA: device twins of the host buffers (q, w, table, lens, the two idx) */
+    if (S.dev == LA_DEVICE_CUDA &&
+        (la_dev_malloc(&S.dk, sizeof(float) * (size_t)(S.chunk * dI)) || la_dev_malloc(&S.dmeta, 12u * (size_t)S.chunk) ||
+         la_dev_malloc(&dq, sizeof(float) * (size_t)(T * HI * dI)) || la_dev_malloc(&dw, sizeof(float) * (size_t)(T * HI)) ||
+         la_dev_malloc(&dbt, 4u * (size_t)(batch * S.maxp)) || la_dev_malloc(&dcl, 4u * (size_t)batch) ||
+         la_dev_malloc(&did, 4u * (size_t)(T * topk)) || la_dev_malloc(&dih, 4u * (size_t)(T * topk)))) {
+        rc = la_cli_fail("--device cuda: %s", la_last_error());
+        goto done;
+    }
     { /* a shuffled page pool */
         const int64_t np = batch * S.maxp;
         for (int64_t i = 0; i < np; i++) S.table[i] = (int32_t)i;
@@ -172,12 +195,17 @@ int la_cmd_serve_sim(int argc, char **argv) {
     const double wscale = 1.0 / sqrt((double)dI * (double)HI);
     la_tensor tq, tw, tbt, tcl, tid, tih;
     const int64_t qne[3] = {T, HI, dI}, wne[2] = {T, HI}, btne[2] = {batch, S.maxp}, ine[2] = {T, topk};
-    la_tensor_init(&tq, q, LA_F32, LA_DEVICE_CPU, 3, qne);
-    la_tensor_init(&tw, w, LA_F32, LA_DEVICE_CPU, 2, wne);
-    la_tensor_init(&tbt, S.table, LA_I32, LA_DEVICE_CPU, 2, btne);
-    la_tensor_init(&tcl, S.lens, LA_I32, LA_DEVICE_CPU, 1, &batch);
-    la_tensor_init(&tid, idx_d, LA_I32, LA_DEVICE_CPU, 2, ine);
-    la_tensor_init(&tih, idx_h, LA_I32, LA_DEVICE_CPU, 2, ine);
+    const int cu = S.dev == LA_DEVICE_CUDA;
+    la_tensor_init(&tq, cu ? dq : q, LA_F32, S.dev, 3, qne);
+    la_tensor_init(&tw, cu ? dw : w, LA_F32, S.dev, 2, wne);
+    la_tensor_init(&tbt, cu ? dbt : S.table, LA_I32, S.dev, 2, btne);
+    la_tensor_init(&tcl, cu ? dcl : S.lens, LA_I32, S.dev, 1, &batch);
+    la_tensor_init(&tid, cu ? did : idx_d, LA_I32, S.dev, 2, ine);
+    la_tensor_init(&tih, cu ? dih : idx_h, LA_I32, S.dev, 2, ine);
+    if (cu && la_dev_upload(dbt, S.table, 4u * (size_t)(batch * S.maxp)) != LA_OK) {
+        rc = la_cli_fail("--device cuda: %s", la_last_error());
+        goto done;
+    }
     la_paged_query pq;
     la_paged_query_init(&pq);
     pq.block_table = &tbt;
@@ -209,13 +237,24 @@ int la_cmd_serve_sim(int argc, char **argv) {
         for (int64_t r = 0; r < reps; r++) {
             for (int64_t i = 0; i < T * HI * dI; i++) q[i] = (float)la_rng64_normal(&S.rng);
             for (int64_t i = 0; i < T * HI; i++) w[i] = (float)(la_rng64_uniform(&S.rng) * wscale);
+            if (cu) {
+                st = la_dev_upload(dq, q, sizeof(float) * (size_t)(T * HI * dI));
+                if (st == LA_OK) st = la_dev_upload(dw, w, sizeof(float) * (size_t)(T * HI));
+                if (st == LA_OK) st = la_dev_upload(dcl, S.lens, 4u * (size_t)batch);
+                if (st != LA_OK) {
+                    rc = la_cli_status(st, "serve-sim: upload");
+                    goto done;
+                }
+            }
             double t0 = la_now();
             st = la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &tid, c.ctx);
+            if (st == LA_OK && cu) st = la_dev_synchronize();
             td[r] = la_now() - t0;
             la_progress_step(&pg, 1);
             if (st == LA_OK) {
                 t0 = la_now();
                 st = la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &tih, c.ctx);
+                if (st == LA_OK && cu) st = la_dev_synchronize();
                 th[r] = la_now() - t0;
                 la_progress_step(&pg, 1);
             }
@@ -224,7 +263,12 @@ int la_cmd_serve_sim(int argc, char **argv) {
                 goto done;
             }
         }
-        /* overlap of the last step's selections (rows are sorted copies) */
+        /* overlap of the last step's selections */
+        if (cu && (la_dev_download(idx_d, did, 4u * (size_t)(T * topk)) != LA_OK ||
+                   la_dev_download(idx_h, dih, 4u * (size_t)(T * topk)) != LA_OK)) {
+            rc = la_cli_fail("--device cuda: %s", la_last_error());
+            goto done;
+        }
         int64_t hit = 0, tot = 0;
         for (int64_t t = 0; t < T; t++) {
             const int32_t *a1 = idx_d + t * topk, *a2 = idx_h + t * topk;
@@ -258,8 +302,8 @@ int la_cmd_serve_sim(int argc, char **argv) {
             rc = la_cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno));
             goto done;
         }
-        fprintf(fj, "{\"tool\": \"longattn serve-sim\", \"build\": \"%s\", \"device\": \"cpu\", \"threads\": %d,\n",
-                la_build_info(), la_ctx_threads(c.ctx));
+        fprintf(fj, "{\"tool\": \"longattn serve-sim\", \"build\": \"%s\", \"device\": \"%s\", \"threads\": %d,\n",
+                la_build_info(), cu ? "cuda" : "cpu", la_ctx_threads(c.ctx));
         fprintf(fj, " \"batch\": %lld, \"next_n\": %lld, \"HI\": %lld, \"dI\": %lld, \"topk\": %lld, \"block\": %lld, "
                     "\"block_topk\": %lld, \"dtype\": \"%s\", \"reps\": %lld,\n \"steps\": [",
                 (long long)batch, (long long)nn, (long long)HI, (long long)dI, (long long)topk, (long long)B,
@@ -295,6 +339,11 @@ int la_cmd_serve_sim(int argc, char **argv) {
         }
     }
 done:
+    if (S.dev == LA_DEVICE_CUDA) {
+        void *dv[8] = {S.dk, S.dmeta, dq, dw, dbt, dcl, did, dih};
+        for (int i = 0; i < 8; i++)
+            if (dv[i]) la_dev_free(dv[i]);
+    }
     la_paged_index_cache_destroy(cache);
     free(S.table); free(S.lens); free(S.k); free(S.sl);
     free(q); free(w); free(idx_d); free(idx_h); free(res);
