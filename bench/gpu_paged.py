@@ -8,8 +8,8 @@
            pages, einsum, ReLU, weighted head sum, torch.topk).
   decode128: the same with every context at 128K (HISA vs DSA at 128K).
   prefill: one sequence, a chunk of 4096 queries at 128K context: HISA paged;
-           DSA paged measured on the last 256 queries of the chunk and scaled
-           by 4096/256 (labelled as such: the simple fp32 kernel would take
+           DSA paged measured on the last 128 queries of the chunk and scaled
+           by 4096/128 (labelled as such: the simple fp32 kernel would take
            most of the device call on the full chunk).
 Times: medians of CUDA-event timings (each paged call includes its host-side
 validation: the block table and lengths are copied to the host).
@@ -101,7 +101,7 @@ def main():
         cache, table, cl, peer = build(lens)
         q = torch.randn(nseq, HI, DI, device="cuda")
         w = torch.rand(nseq, HI, device="cuda") / (HI * DI) ** 0.5
-        t_dsa = med(lambda: longattn.dsa_topk_paged(q, w, cache, table, cl, topk=TOPK), iters=2)
+        t_dsa = med(lambda: longattn.dsa_topk_paged(q, w, cache, table, cl, topk=TOPK), iters=1)
         t_hisa = med(lambda: longattn.hisa_topk_paged(q, w, cache, table, cl, topk=TOPK))
         t_peer = med(lambda: torch_peer(q, w, peer, table, cl, TOPK), iters=3)
         tokens = sum(lens)
@@ -117,7 +117,7 @@ def main():
         del cache, peer
         torch.cuda.empty_cache()
     # prefill: one sequence, 4096 queries at 128K
-    L, Tq, Tdsa = 131072, (512 if quick else 4096), 256
+    L, Tq, Tdsa = 131072, (512 if quick else 4096), 128
     cache, table, cl, peer = build([L], seed=1)
     q = torch.randn(Tq, HI, DI, device="cuda")
     w = torch.rand(Tq, HI, device="cuda") / (HI * DI) ** 0.5

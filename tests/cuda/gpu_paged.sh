@@ -32,7 +32,7 @@ echo "test_cuda_paged: rc=$rc $(grep -E '^# rows' "$OUT/paged_test.log") | $(tai
 
 # 3. sanitizer on the small cases
 if command -v compute-sanitizer > /dev/null; then
-  LA_CUDA_SMALL=1 timeout 75 compute-sanitizer --tool memcheck --error-exitcode 3 $B/tests/cuda/test_cuda_paged \
+  LA_CUDA_SMALL=1 timeout 60 compute-sanitizer --tool memcheck --error-exitcode 3 $B/tests/cuda/test_cuda_paged \
     > "$OUT/paged_memcheck.log" 2>&1
   rc=$?
   echo "compute-sanitizer memcheck: rc=$rc $(grep -E 'ERROR SUMMARY' "$OUT/paged_memcheck.log" | tail -1) | $(grep -E 'passed, ' "$OUT/paged_memcheck.log" | tail -1) ($(el) s)"
@@ -43,7 +43,7 @@ fi
 
 # 4. benchmark
 LONGATTN_LIB=$PWD/$B/liblongattn.so PYTHONPATH=$PWD/python PYTHONUNBUFFERED=1 \
-  timeout 100 python3 bench/gpu_paged.py --json "$OUT/paged_bench.json" > "$OUT/paged_bench.log" 2>&1
+  timeout 110 python3 bench/gpu_paged.py --json "$OUT/paged_bench.json" > "$OUT/paged_bench.log" 2>&1
 rc=$?
 cat "$OUT/paged_bench.log" | tail -30
 [ $rc -eq 0 ] || fail 4 "bench/gpu_paged.py rc=$rc (log paged_bench.log)"
