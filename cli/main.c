@@ -23,6 +23,8 @@
 #pragma weak la_run_sparse_attn
 #pragma weak la_cmd_collapse
 #pragma weak la_cmd_eval_index
+#pragma weak la_cmd_serve_sim
+int la_cmd_serve_sim(int argc, char **argv);
 
 int la_cmd_demo(int argc, char **argv);
 int la_cmd_bench(int argc, char **argv);
@@ -106,6 +108,7 @@ int main(int argc, char **argv) {
         if (!la_cmd_eval_index) return la_cli_fail("eval-index: not available in this build");
         return la_cmd_eval_index(argc - 1, argv + 1);
     }
+    if (strcmp(cmd, "serve-sim") == 0 && la_cmd_serve_sim) return la_cmd_serve_sim(argc - 1, argv + 1);
     usage(stderr);
     return la_cli_fail("unknown command '%s'", cmd);
 }

@@ -419,6 +419,93 @@ LA_API la_status la_attention_map(const la_attn_map_params *p, const la_tensor *
 LA_API la_status la_map_rank_entropy(const la_tensor *map, double rtol, int64_t *rank,
                               double *entropy);
 
+/* ------------------------------------------------------------------------ */
+/* Paged serving: paged indexer key cache, batched paged indexers            */
+/* (docs/SPARSE.md "Paged serving")                                          */
+/* ------------------------------------------------------------------------ */
+/* A cache of indexer keys in pages of page_size tokens, as in sglang / vLLM.
+ * Slot = page·page_size + offset. Page layout (DeepGEMM's for fp8):
+ *   fp8_e4m3: page_size × dI e4m3 values, then page_size fp32 scales
+ *             (dI + 4 bytes per token; scale = amax/448 per token, 1 for an
+ *             all-zero key; value = e4m3(k/scale)); dequantized e4m3·scale.
+ *   bf16 / f32: page_size × dI values.
+ * Pooled HISA block sums (SPEC §7.1, absolute blocks of `block` tokens) are
+ * kept per (sequence, block) when max_seqs > 0 and appends name each token's
+ * sequence and position. */
+typedef struct la_paged_index_cache la_paged_index_cache;
+
+typedef struct la_paged_cache_params {
+    int64_t num_pages;   /* required, > 0                                   */
+    int64_t page_size;   /* tokens per page, default 64                     */
+    int64_t head_dim;    /* dI, default 128                                 */
+    la_dtype dtype;      /* LA_FP8_E4M3 (default), LA_BF16 or LA_F32        */
+    int64_t block;       /* pooled block B, default 128                     */
+    int64_t max_seqs;    /* sequences with pooled sums; 0 (default) = none:
+                            HISA then pools each sequence from its pages    */
+    int64_t max_seq_len; /* positions per pooled sequence; 0 (default) =
+                            num_pages·page_size                             */
+    la_device device;    /* default CPU                                     */
+} la_paged_cache_params;
+LA_API la_status la_paged_cache_params_init(la_paged_cache_params *p);
+
+LA_API la_status la_paged_index_cache_create(const la_paged_cache_params *p,
+                                             la_paged_index_cache **cache);
+LA_API la_status la_paged_index_cache_destroy(la_paged_index_cache *cache);
+/* The parameters the cache was created with (defaults resolved). */
+LA_API la_status la_paged_index_cache_get_params(const la_paged_index_cache *cache,
+                                                 la_paged_cache_params *p);
+/* Raw page memory (num_pages·page_bytes bytes, on the cache's device). */
+LA_API la_status la_paged_index_cache_storage(const la_paged_index_cache *cache, void **data,
+                                              size_t *page_bytes);
+
+/* Write n tokens' keys k [n,dI] (f32/f64/bf16) to slot_mapping int32 [n]
+ * (−1 = skip, as padding). seq_ids and positions int32 [n] (both or
+ * neither; need max_seqs > 0) name each token's sequence and absolute
+ * position: the pooled sum of block positions/B of that sequence grows by
+ * the stored (dequantized) key. A block's tokens are appended in position
+ * order; position % B == 0 starts the block afresh. Every argument is
+ * validated (slots, finite keys, ranges, order) before anything is
+ * written: a rejected append leaves the cache as it was. */
+LA_API la_status la_paged_index_cache_append(la_paged_index_cache *cache, const la_tensor *k,
+                                             const la_tensor *slot_mapping,
+                                             const la_tensor *seq_ids,
+                                             const la_tensor *positions, la_context *ctx);
+/* Keys of positions [0, len) of block_table row `row` (int32 [nseq,
+ * max_pages]), dequantized, into out f32 [len,dI]. */
+LA_API la_status la_paged_index_cache_gather(const la_paged_index_cache *cache,
+                                             const la_tensor *block_table, int64_t row,
+                                             int64_t len, la_tensor *out);
+/* Pooled block means of sequence `seq` over its first len positions
+ * (every block must hold min(B, len − b·B) pooled tokens) into out f32
+ * [ceil(len/B), dI]: mean = sum/count, the sum in position order. */
+LA_API la_status la_paged_index_cache_pooled(const la_paged_index_cache *cache, int64_t seq,
+                                             int64_t len, la_tensor *out);
+
+/* The batch of a paged indexer call. Row s of block_table is sequence s
+ * (also its pooled-state sequence), with context_lens[s] cached tokens.
+ * Queries: q_seq int32 [T] gives each query row's sequence (the j-th row of
+ * sequence s, of n_s, is its query j); NULL = next_n consecutive rows per
+ * sequence (T = nseq·next_n). Query j sees positions
+ * [0, context_len − n_s + j + 1). */
+typedef struct la_paged_query {
+    const la_tensor *block_table;  /* int32 [nseq, max_pages]             */
+    const la_tensor *context_lens; /* int32 [nseq]                        */
+    const la_tensor *q_seq;        /* int32 [T] or NULL                   */
+    int64_t next_n;                /* default 1 (used when q_seq is NULL) */
+    int return_slots;              /* 0 (default): positions; 1: slots    */
+} la_paged_query;
+LA_API la_status la_paged_query_init(la_paged_query *pq);
+
+/* q [T,HI,dI], w [T,HI]; idx int32 [T,topk]: per query the top-k token
+ * positions of its sequence (or their slots), −1 padding; equal to
+ * la_dsa_indexer / la_hisa_indexer on the sequence's gathered keys. */
+LA_API la_status la_dsa_topk_paged(const la_index_params *p, const la_tensor *q,
+                                   const la_tensor *w, const la_paged_index_cache *cache,
+                                   const la_paged_query *pq, la_tensor *idx, la_context *ctx);
+LA_API la_status la_hisa_topk_paged(const la_index_params *p, const la_tensor *q,
+                                    const la_tensor *w, const la_paged_index_cache *cache,
+                                    const la_paged_query *pq, la_tensor *idx, la_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

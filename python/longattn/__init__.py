@@ -22,6 +22,7 @@ from .ops import (IndexCache, MHLADecoder, attention_map, blocksparse_topk, dsa_
                   focused_attention, hisa_topk, linear_attention, map_rank_entropy, mhla,
                   mhla_causal, mhla_init, mhla_project, softmax_attention, sparse_attention,
                   topk)
+from .paged import PagedIndexCache, dsa_topk_paged, hisa_topk_paged
 
 __version__ = "0.1.0"
 

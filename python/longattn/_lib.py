@@ -343,3 +343,51 @@ class Library:
 
 
 lib = Library()
+
+
+# ---------------------------------------------------------------------------
+# paged serving (include/longattn.h "Paged serving")
+# ---------------------------------------------------------------------------
+class la_paged_cache_params(ctypes.Structure):
+    _fields_ = [
+        ("num_pages", ctypes.c_int64),
+        ("page_size", ctypes.c_int64),
+        ("head_dim", ctypes.c_int64),
+        ("dtype", la_enum),
+        ("block", ctypes.c_int64),
+        ("max_seqs", ctypes.c_int64),
+        ("max_seq_len", ctypes.c_int64),
+        ("device", la_enum),
+    ]
+
+
+class la_paged_query(ctypes.Structure):
+    _fields_ = [
+        ("block_table", la_tensor_p),
+        ("context_lens", la_tensor_p),
+        ("q_seq", la_tensor_p),
+        ("next_n", ctypes.c_int64),
+        ("return_slots", ctypes.c_int),
+    ]
+
+
+la_paged_index_cache_p = ctypes.c_void_p
+STRUCTS.update({"la_paged_cache_params": la_paged_cache_params, "la_paged_query": la_paged_query})
+SIGNATURES.update({
+    "la_paged_cache_params_init": (_S, [P(la_paged_cache_params)]),
+    "la_paged_index_cache_create": (_S, [P(la_paged_cache_params), P(la_paged_index_cache_p)]),
+    "la_paged_index_cache_destroy": (_S, [la_paged_index_cache_p]),
+    "la_paged_index_cache_get_params": (_S, [la_paged_index_cache_p, P(la_paged_cache_params)]),
+    "la_paged_index_cache_storage": (_S, [la_paged_index_cache_p, P(ctypes.c_void_p),
+                                          P(ctypes.c_size_t)]),
+    "la_paged_index_cache_append": (_S, [la_paged_index_cache_p, _T, _T, _T, _T, la_context_p]),
+    "la_paged_index_cache_gather": (_S, [la_paged_index_cache_p, _T, ctypes.c_int64,
+                                         ctypes.c_int64, _T]),
+    "la_paged_index_cache_pooled": (_S, [la_paged_index_cache_p, ctypes.c_int64, ctypes.c_int64,
+                                         _T]),
+    "la_paged_query_init": (_S, [P(la_paged_query)]),
+    "la_dsa_topk_paged": (_S, [P(la_index_params), _T, _T, la_paged_index_cache_p,
+                               P(la_paged_query), _T, la_context_p]),
+    "la_hisa_topk_paged": (_S, [P(la_index_params), _T, _T, la_paged_index_cache_p,
+                                P(la_paged_query), _T, la_context_p]),
+})

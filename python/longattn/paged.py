@@ -1,0 +1,147 @@
+"""Paged serving: the paged indexer key cache and the batched paged indexers
+(wraps la_paged_index_cache and la_{dsa,hisa}_topk_paged; docs/SPARSE.md
+"Paged serving").
+
+    >>> cache = longattn.PagedIndexCache(num_pages=64, head_dim=128, max_seqs=4)
+    >>> cache.append(k, slot_mapping, seq_ids, positions)   # k [n, 128]
+    >>> idx = longattn.hisa_topk_paged(q, w, cache, block_table, context_lens,
+    ...                                next_n=1, topk=2048)
+"""
+import ctypes
+
+import numpy as np
+
+from . import _lib as L
+from ._errors import call
+from ._tensor import Call, is_torch, view
+from .ops import _CHandle, _index_params
+
+__all__ = ["PagedIndexCache", "dsa_topk_paged", "hisa_topk_paged"]
+
+_DTYPES = {"fp8_e4m3": L.LA_FP8_E4M3, "bf16": L.LA_BF16, "bfloat16": L.LA_BF16,
+           "f32": L.LA_F32, "float32": L.LA_F32}
+_DEVICES = {"cpu": L.LA_DEVICE_CPU, "cuda": L.LA_DEVICE_CUDA}
+
+
+class PagedIndexCache(_CHandle):
+    """Indexer keys in pages of `page_size` tokens (slot = page·page_size +
+    offset). dtype "fp8_e4m3" stores e4m3 values plus a per-token fp32
+    scale amax/448 in DeepGEMM's layout (dI + 4 bytes per token); "bf16"
+    and "f32" store the values. With max_seqs > 0 the cache also keeps HISA's
+    pooled block sums per (sequence, block), fed by appends that name each
+    token's sequence and position."""
+
+    _closed_message = "PagedIndexCache: the cache has been closed"
+
+    def __init__(self, num_pages, page_size=64, head_dim=128, dtype="fp8_e4m3", block=128,
+                 max_seqs=0, max_seq_len=0, device="cpu"):
+        self._handle = None
+        self._destroy = L.lib.la_paged_index_cache_destroy
+        if dtype not in _DTYPES:
+            raise ValueError("PagedIndexCache: dtype %r, expected one of %s"
+                             % (dtype, ", ".join(sorted(_DTYPES))))
+        dev = str(device).split(":")[0]
+        if dev not in _DEVICES:
+            raise ValueError("PagedIndexCache: device %r, expected cpu or cuda" % (device,))
+        p = L.la_paged_cache_params()
+        call("la_paged_cache_params_init", ctypes.byref(p))
+        p.num_pages, p.page_size, p.head_dim = int(num_pages), int(page_size), int(head_dim)
+        p.dtype, p.block, p.max_seqs = _DTYPES[dtype], int(block), int(max_seqs)
+        p.max_seq_len, p.device = int(max_seq_len), _DEVICES[dev]
+        h = ctypes.c_void_p()
+        call("la_paged_index_cache_create", ctypes.byref(p), ctypes.byref(h))
+        self._handle = h
+        call("la_paged_index_cache_get_params", h, ctypes.byref(p))
+        self.num_pages, self.page_size, self.head_dim = p.num_pages, p.page_size, p.head_dim
+        self.dtype, self.block, self.max_seqs = dtype, p.block, p.max_seqs
+        self.max_seq_len = p.max_seq_len
+        self.device = dev
+
+    def _empty(self, shape):
+        if self.device == "cuda":
+            import torch
+            return torch.empty(shape, dtype=torch.float32, device="cuda")
+        return np.empty(shape, dtype=np.float32)
+
+    def append(self, k, slot_mapping, seq_ids=None, positions=None):
+        """Write keys k [n, dI] to slot_mapping int32 [n] (-1 skips a token).
+        seq_ids and positions int32 [n] (both or neither) feed the pooled
+        block sums. A rejected append leaves the cache unchanged."""
+        c = Call("PagedIndexCache.append", k)
+        c.run("la_paged_index_cache_append", self._live(), c.view(k, "k"),
+              c.view(slot_mapping, "slot_mapping"), c.view(seq_ids, "seq_ids", True),
+              c.view(positions, "positions", True))
+        return self
+
+    def gather(self, block_table, row, length):
+        """Dequantized keys float32 [length, dI] of positions [0, length) of
+        block_table row `row` (numpy; a torch CUDA tensor for a CUDA cache)."""
+        out = self._empty((int(length), self.head_dim))
+        bt, o = view(block_table, "block_table"), view(out, "out")
+        call("la_paged_index_cache_gather", self._live(), ctypes.byref(bt), int(row), int(length),
+             ctypes.byref(o))
+        return out
+
+    def pooled(self, seq, length):
+        """Pooled block means float32 [ceil(length/block), dI] of sequence
+        `seq` over its first `length` positions (numpy; torch CUDA for a CUDA
+        cache)."""
+        nb = (int(length) + self.block - 1) // self.block
+        out = self._empty((nb, self.head_dim))
+        o = view(out, "out")
+        call("la_paged_index_cache_pooled", self._live(), int(seq), int(length), ctypes.byref(o))
+        return out
+
+    def pages(self):
+        """A copy of the raw page memory, uint8 [num_pages, page_bytes] (CPU caches)."""
+        if self.device != "cpu":
+            raise ValueError("PagedIndexCache.pages: the pages of a %s cache are device memory "
+                             "(use gather())" % self.device)
+        data, pb = ctypes.c_void_p(), ctypes.c_size_t(0)
+        call("la_paged_index_cache_storage", self._live(), ctypes.byref(data), ctypes.byref(pb))
+        n = self.num_pages * pb.value
+        buf = (ctypes.c_uint8 * n).from_address(data.value)
+        return np.frombuffer(buf, dtype=np.uint8).reshape(self.num_pages, pb.value).copy()
+
+
+def _paged(fn, op, q, w, cache, block_table, context_lens, q_seq, next_n, topk, return_slots,
+           block=None, block_topk=None):
+    if not isinstance(cache, PagedIndexCache):
+        raise TypeError("%s: cache must be a PagedIndexCache" % op)
+    c = Call(op, q)
+    p = _index_params(c, topk, block, block_topk)
+    pq = L.la_paged_query()
+    call("la_paged_query_init", ctypes.byref(pq))
+    pq.block_table = c.view(block_table, "block_table")
+    pq.context_lens = c.view(context_lens, "context_lens")
+    pq.q_seq = c.view(q_seq, "q_seq", True)
+    pq.next_n = int(next_n)
+    pq.return_slots = 1 if return_slots else 0
+    T = q.shape[0]
+    idx, vi = c.out((T, p.topk), "idx", "int32")
+    c.run(fn, ctypes.byref(p), c.view(q, "q"), c.view(w, "w"), cache._live(), ctypes.byref(pq), vi)
+    return idx
+
+
+def dsa_topk_paged(q, w, cache, block_table, context_lens, q_seq=None, next_n=1, topk=2048,
+                   return_slots=False):
+    """Batched DSA indexer over a PagedIndexCache.
+
+    q [T, HI, dI], w [T, HI]; block_table int32 [nseq, max_pages] (row s =
+    sequence s), context_lens int32 [nseq]; q_seq int32 [T] (each row's
+    sequence) or next_n consecutive rows per sequence. Query j of a
+    sequence with n query rows sees positions < context_len - n + j + 1.
+    Returns idx int32 [T, topk]: positions in the sequence (or cache slots
+    page·page_size + offset with return_slots=True), -1 padding; equal to
+    dsa_topk on the sequence's gathered keys."""
+    return _paged("la_dsa_topk_paged", "dsa_topk_paged", q, w, cache, block_table, context_lens,
+                  q_seq, next_n, topk, return_slots)
+
+
+def hisa_topk_paged(q, w, cache, block_table, context_lens, q_seq=None, next_n=1, topk=2048,
+                    block=128, block_topk=64, return_slots=False):
+    """Batched HISA indexer over a PagedIndexCache (arguments as
+    dsa_topk_paged; block/block_topk as hisa_topk). Uses the cache's pooled
+    block sums when it keeps them; equal to hisa_topk on the gathered keys."""
+    return _paged("la_hisa_topk_paged", "hisa_topk_paged", q, w, cache, block_table, context_lens,
+                  q_seq, next_n, topk, return_slots, block, block_topk)

@@ -1,0 +1,567 @@
+/* Paged indexer key cache on CUDA (docs/SPARSE.md "Paged serving").
+ *
+ * Pages live in device memory in the CPU layout (fp8: e4m3 values then
+ * per-token fp32 scales). Kernels:
+ *   - store: one block per token; amax by a block reduction, scale amax/448,
+ *     e4m3 rounding to nearest even as la_f32_to_e4m3 (IEEE division, rintf);
+ *   - pooled sums: one block per (sequence, block) group of an append, its
+ *     tokens added in batch (= position) order in fp32 as on the CPU;
+ *   - scoring: one block per (query row, tile of 128 keys). The tile's keys
+ *     are read through the block table and dequantized into shared memory
+ *     ([dI][129] f32), the query's heads sit in shared memory, and thread j
+ *     forms I = Σ_h w_h·ReLU(Σ_d q_hd·k_jd) with fmaf in the CPU kernel's
+ *     order (d ascending, then h ascending), NaN kept by the ReLU.
+ * DSA: scores [T, Lmax] (−inf outside each query's range), then la_topk.
+ * HISA: block means (pooled sums / count, or pooled from the pages), block
+ * scores with the first and last block of the range forced (+inf), la_topk
+ * to m blocks, kept blocks sorted ascending, candidate scores [T, m·B],
+ * la_topk, candidate -> position (-> slot). This is the simple correct
+ * kernel (CUDA cores, fp32); a tensor-core (e4m3 mma) variant is future work. */
+#include <stdlib.h>
+
+#include "core/devmem.h"
+#include "cuda/common.cuh"
+#include "cuda/paged_index.cuh"
+
+namespace {
+
+struct pg_cache {
+    const unsigned char *pages;
+    int64_t page_bytes, ps, dI;
+    int dt;
+};
+
+pg_cache pg_of(const la_paged_index_cache *c) {
+    pg_cache g;
+    g.pages = c->pages;
+    g.page_bytes = c->page_bytes;
+    g.ps = c->p.page_size;
+    g.dI = c->p.head_dim;
+    g.dt = (int)c->p.dtype;
+    return g;
+}
+
+__device__ __forceinline__ float pg_e4m3(unsigned b) {
+    const unsigned e = (b >> 3) & 15u, m = b & 7u;
+    float v;
+    if (e == 0) v = (float)m * 0.001953125f; /* m·2^-9 */
+    else if (e == 15 && m == 7) v = __int_as_float(0x7fc00000);
+    else v = __int_as_float((int)(((e + 120u) << 23) | (m << 20)));
+    return (b & 0x80u) ? -v : v;
+}
+
+__device__ __forceinline__ unsigned pg_to_e4m3(float x) {
+    const unsigned sign = signbit(x) ? 0x80u : 0u;
+    const float a = fabsf(x);
+    if (a >= 448.f) return sign | 0x7Eu;
+    if (a < 0.015625f) return sign | (unsigned)rintf(a * 512.f);
+    int E;
+    const float f = frexpf(a, &E);
+    int e = E - 1 + 7;
+    int m = (int)rintf((2.f * f - 1.f) * 8.f);
+    if (m == 8) {
+        m = 0;
+        e++;
+    }
+    if (e > 15 || (e == 15 && m == 7)) return sign | 0x7Eu;
+    return sign | (unsigned)(e << 3 | m);
+}
+
+__device__ __forceinline__ float pg_load(const pg_cache &C, int64_t slot, int64_t d) {
+    const int64_t page = slot / C.ps, off = slot % C.ps;
+    const unsigned char *pg = C.pages + page * C.page_bytes;
+    if (C.dt == LA_FP8_E4M3) {
+        const float scale = *(const float *)(pg + C.ps * C.dI + off * 4);
+        return pg_e4m3(pg[off * C.dI + d]) * scale;
+    }
+    if (C.dt == LA_BF16) return __bfloat162float(((const __nv_bfloat16 *)pg)[off * C.dI + d]);
+    return ((const float *)pg)[off * C.dI + d];
+}
+
+__global__ void pg_finite_kernel(la_cu_view k, int64_t n, int64_t dI, unsigned long long *flag) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * dI; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / dI, d = i % dI;
+        const float x = la_cu_ld(k.data, k.dt, r * k.nb[0] + d * k.nb[1]);
+        if (!isfinite(x)) atomicMin(flag, (unsigned long long)i);
+    }
+}
+
+__global__ void pg_store_kernel(pg_cache C, unsigned char *pages, la_cu_view k, const int32_t *slots, int64_t n) {
+    const int64_t i = blockIdx.x;
+    const int64_t slot = slots[i];
+    if (slot < 0) return;
+    const int64_t dI = C.dI, page = slot / C.ps, off = slot % C.ps;
+    unsigned char *pg = pages + page * C.page_bytes;
+    __shared__ float red[128];
+    float amax = 0.f;
+    for (int64_t d = threadIdx.x; d < dI; d += blockDim.x)
+        amax = fmaxf(amax, fabsf(la_cu_ld(k.data, k.dt, i * k.nb[0] + d * k.nb[1])));
+    red[threadIdx.x] = amax;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) red[threadIdx.x] = fmaxf(red[threadIdx.x], red[threadIdx.x + s]);
+        __syncthreads();
+    }
+    amax = red[0];
+    const float scale = amax > 0.f ? amax / 448.f : 1.f;
+    for (int64_t d = threadIdx.x; d < dI; d += blockDim.x) {
+        const float x = la_cu_ld(k.data, k.dt, i * k.nb[0] + d * k.nb[1]);
+        if (C.dt == LA_FP8_E4M3) pg[off * dI + d] = (unsigned char)pg_to_e4m3(x / scale);
+        else if (C.dt == LA_BF16) ((__nv_bfloat16 *)pg)[off * dI + d] = __float2bfloat16_rn(x);
+        else ((float *)pg)[off * dI + d] = x;
+    }
+    if (C.dt == LA_FP8_E4M3 && threadIdx.x == 0) *(float *)(pg + C.ps * dI + off * 4) = scale;
+}
+
+/* group g: tokens order[gs[g] .. gs[g+1]) of one (sequence, block), in batch order */
+__global__ void pg_pool_kernel(pg_cache C, float *psum, int64_t max_blocks, int64_t B, const int32_t *slots,
+                               const int32_t *seq, const int32_t *pos, const int32_t *order, const int32_t *gs) {
+    const int g = blockIdx.x;
+    const int64_t t0 = order[gs[g]];
+    float *sum = psum + ((int64_t)seq[t0] * max_blocks + pos[t0] / B) * C.dI;
+    for (int64_t d = threadIdx.x; d < C.dI; d += blockDim.x) {
+        float s = sum[d];
+        for (int j = gs[g]; j < gs[g + 1]; j++) {
+            const int64_t t = order[j];
+            if (pos[t] % B == 0) s = 0.f;
+            s += pg_load(C, slots[t], d);
+        }
+        sum[d] = s;
+    }
+}
+
+__global__ void pg_gather_kernel(pg_cache C, const int32_t *pages, int64_t len, float *out, int64_t ld0, int64_t ld1) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < len * C.dI; i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t p = i / C.dI, d = i % C.dI;
+        out[p * ld0 + d * ld1] = pg_load(C, (int64_t)pages[p / C.ps] * C.ps + p % C.ps, d);
+    }
+}
+
+/* Block means kbar [nseq][nbmax][dI]: pooled sum / count, or summed from the pages in position order. */
+__global__ void pg_means_kernel(pg_cache C, const float *psum, int64_t max_blocks, const int32_t *table, int64_t maxp,
+                                const int32_t *lens, int64_t B, int64_t nbmax, float *kbar) {
+    const int64_t b = blockIdx.x, s = blockIdx.y, L = lens[s];
+    if (b * B >= L) return;
+    const int64_t cnt = L - b * B < B ? L - b * B : B;
+    for (int64_t d = threadIdx.x; d < C.dI; d += blockDim.x) {
+        float sum = 0.f;
+        if (psum) {
+            sum = psum[(s * max_blocks + b) * C.dI + d];
+        } else {
+            for (int64_t p = b * B; p < b * B + cnt; p++)
+                sum += pg_load(C, (int64_t)table[s * maxp + p / C.ps] * C.ps + p % C.ps, d);
+        }
+        kbar[(s * nbmax + b) * C.dI + d] = sum / (float)cnt;
+    }
+}
+
+enum { PG_TILE = 128, PG_HG = 16, PG_KLD = PG_TILE + 1 }; /* PG_KLD: padded key-tile row (no bank conflicts) */
+enum { PG_DSA = 0, PG_CAND = 1, PG_BLOCKS = 2 };
+
+struct pg_rows {
+    const int32_t *table; /* [nseq][maxp] */
+    int64_t maxp;
+    const int32_t *row_seq, *row_end, *lens;
+    const float *kbar;    /* PG_BLOCKS: [nseq][nbmax][dI] */
+    int64_t nbmax, B;
+    const int32_t *kept;  /* PG_CAND: [T][m] ascending, -1 at the end */
+    int64_t m;
+};
+
+/* Row t = blockIdx.y; tile = blockIdx.x. PG_DSA: keys tile·128 + j, out[t][p];
+ * PG_BLOCKS: block means, out[t][b]; PG_CAND: block kept[t][tile / tpb],
+ * tokens (tile % tpb)·128 + j of it, out[t][slot·B + j]. Every column of the
+ * row's output tile is written (−inf where invalid). */
+__global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view w, int HI, int mode, float *out,
+                                int64_t ldo) {
+    extern __shared__ __align__(16) float sm[];
+    const int64_t dI = C.dI, t = blockIdx.y;
+    const int HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
+    float *qs = sm, *ws = qs + (int64_t)HIp * dI, *kt = ws + HIp; /* qs: [dI][HIp], head fastest */
+    const int j = threadIdx.x;
+    const int64_t s = R.row_seq[t], e = R.row_end[t], L = R.lens[s];
+    int64_t col0, key0, blk = -1;
+    int64_t nvalid; /* keys of this tile that count */
+    if (mode == PG_DSA) {
+        col0 = key0 = (int64_t)blockIdx.x * PG_TILE;
+        nvalid = e - key0;
+    } else if (mode == PG_BLOCKS) {
+        col0 = key0 = (int64_t)blockIdx.x * PG_TILE;
+        const int64_t nblk = e > 0 ? (e + R.B - 1) / R.B : 0;
+        nvalid = nblk - key0;
+    } else {
+        const int64_t tpb = (R.B + PG_TILE - 1) / PG_TILE;
+        const int64_t slot = blockIdx.x / tpb, sub = blockIdx.x % tpb;
+        blk = R.kept[t * R.m + slot];
+        key0 = blk * R.B + sub * PG_TILE;
+        col0 = slot * R.B + sub * PG_TILE;
+        const int64_t inblk = R.B - sub * PG_TILE; /* tokens of the block left in this tile */
+        nvalid = blk < 0 ? 0 : (e - key0 < inblk ? e - key0 : inblk);
+    }
+    if (nvalid > PG_TILE) nvalid = PG_TILE;
+    int64_t ncols = PG_TILE; /* output columns of this tile (a candidate tile stops at its block's end) */
+    if (mode == PG_CAND && R.B - col0 % R.B < PG_TILE) ncols = R.B - col0 % R.B;
+    if (nvalid <= 0) {
+        if (j < ncols && col0 + j < ldo) out[t * ldo + col0 + j] = -INFINITY;
+        return;
+    }
+    for (int64_t i = j; i < (int64_t)HIp * dI; i += PG_TILE) {
+        const int64_t d = i / HIp, h = i % HIp;
+        qs[i] = h < HI ? la_cu_ld(q.data, q.dt, t * q.nb[0] + h * q.nb[1] + d * q.nb[2]) : 0.f;
+    }
+    for (int64_t h = j; h < HIp; h += PG_TILE) ws[h] = h < HI ? la_cu_ld(w.data, w.dt, t * w.nb[0] + h * w.nb[1]) : 0.f;
+    for (int64_t i = j; i < PG_TILE * dI; i += PG_TILE) {
+        const int64_t r = i / dI, d = i % dI, p = key0 + r;
+        float v = 0.f;
+        if (r < nvalid && p < L) {
+            if (mode == PG_BLOCKS) v = R.kbar[(s * R.nbmax + p) * dI + d];
+            else v = pg_load(C, (int64_t)R.table[s * R.maxp + p / C.ps] * C.ps + p % C.ps, d);
+        }
+        kt[d * PG_KLD + r] = v;
+    }
+    __syncthreads();
+    if (j >= ncols || col0 + j >= ldo) return;
+    float res = -INFINITY;
+    if (j < nvalid) {
+        /* PG_HG heads at a time in registers: each head's dot product runs over
+         * d ascending, then the heads fold into the score in ascending order
+         * (padded heads skipped), as in the CPU kernel */
+        float sc = 0.f;
+        for (int g = 0; g < HIp; g += PG_HG) {
+            float acc[PG_HG];
+#pragma unroll
+            for (int r = 0; r < PG_HG; r++) acc[r] = 0.f;
+            for (int64_t d = 0; d < dI; d++) {
+                const float kv = kt[d * PG_KLD + j];
+                const float4 *q4 = (const float4 *)(qs + d * HIp + g);
+#pragma unroll
+                for (int r4 = 0; r4 < PG_HG / 4; r4++) {
+                    const float4 v = q4[r4];
+                    acc[4 * r4 + 0] = fmaf(v.x, kv, acc[4 * r4 + 0]);
+                    acc[4 * r4 + 1] = fmaf(v.y, kv, acc[4 * r4 + 1]);
+                    acc[4 * r4 + 2] = fmaf(v.z, kv, acc[4 * r4 + 2]);
+                    acc[4 * r4 + 3] = fmaf(v.w, kv, acc[4 * r4 + 3]);
+                }
+            }
+#pragma unroll
+            for (int r = 0; r < PG_HG; r++)
+                if (g + r < HI) {
+                    const float a = acc[r] < 0.f ? 0.f : acc[r]; /* NaN kept, as torch.relu */
+                    sc = fmaf(ws[g + r], a, sc);
+                }
+        }
+        res = sc;
+        if (mode == PG_BLOCKS) {
+            const int64_t nblk = (e + R.B - 1) / R.B, b = key0 + j;
+            if (b == 0 || b == nblk - 1) res = INFINITY; /* sink and local blocks are always kept */
+        }
+    }
+    out[t * ldo + col0 + j] = res;
+}
+
+/* kept [T][m]: ascending, −1 last (insertion sort, m small). */
+__global__ void pg_sort_kept_kernel(int32_t *kept, int64_t T, int64_t m) {
+    const int64_t t = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (t >= T) return;
+    int32_t *r = kept + t * m;
+    for (int64_t i = 1; i < m; i++) {
+        const int32_t x = r[i];
+        const uint32_t kx = (uint32_t)x; /* −1 sorts last as 0xffffffff */
+        int64_t j = i - 1;
+        while (j >= 0 && (uint32_t)r[j] > kx) {
+            r[j + 1] = r[j];
+            j--;
+        }
+        r[j + 1] = x;
+    }
+}
+
+/* idx[t][i] (view) from sel [T][k] (contiguous): candidates -> positions (HISA)
+ * and/or positions -> slots. */
+__global__ void pg_finish_kernel(const int32_t *sel, int64_t k, int64_t T, const int32_t *kept, int64_t m, int64_t B,
+                                 int to_slots, const int32_t *table, int64_t maxp, const int32_t *row_seq, int64_t ps,
+                                 int32_t *idx, int64_t nb0, int64_t nb1) {
+    const int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x;
+    if (i >= T * k) return;
+    const int64_t t = i / k, c = i % k;
+    int64_t v = sel[i];
+    if (v >= 0 && kept) v = (int64_t)kept[t * m + v / B] * B + v % B;
+    if (v >= 0 && to_slots) v = (int64_t)table[(int64_t)row_seq[t] * maxp + v / ps] * ps + v % ps;
+    idx[t * nb0 + c * nb1] = (int32_t)v;
+}
+
+la_status pg_upload(la_cu_ws *w, const void *h, size_t bytes, cudaStream_t s, const char *what) {
+    LA_TRY(la_cu_ws_alloc(w, bytes, s, what));
+    LA_CU(cudaMemcpyAsync(w->p, h, bytes, cudaMemcpyHostToDevice, s));
+    return LA_OK;
+}
+
+la_status pg_launch_score(const pg_cache &C, const pg_rows &R, const la_tensor *q, const la_tensor *w, int mode,
+                          int64_t tiles, int64_t T, float *out, int64_t ldo, cudaStream_t s) {
+    const int64_t HI = q->ne[1], HIp = (HI + PG_HG - 1) / PG_HG * PG_HG;
+    const size_t smem = (size_t)(HIp * C.dI + HIp + PG_KLD * C.dI) * sizeof(float);
+    int dev = 0, maxsm = 0;
+    LA_CU(cudaGetDevice(&dev));
+    LA_CU(cudaDeviceGetAttribute(&maxsm, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    if (smem > (size_t)maxsm)
+        return la_err(LA_ERR_UNSUPPORTED, "paged (cuda): q [T,HI,dI] with HI=%lld, dI=%lld needs %zu bytes of shared "
+                                          "memory, over the device's %d", (long long)HI, (long long)C.dI, smem, maxsm);
+    LA_CU(cudaFuncSetAttribute(pg_score_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (tiles <= 0 || T <= 0) return LA_OK;
+    dim3 grid((unsigned)tiles, (unsigned)T);
+    pg_score_kernel<<<grid, PG_TILE, smem, s>>>(C, R, la_cu_view_of(q), la_cu_view_of(w), (int)HI, mode, out, ldo);
+    LA_CU_LAUNCH("paged scoring");
+    return LA_OK;
+}
+
+/* la_topk on a contiguous device f32 [R, L] into a contiguous device int32 [R, k]. */
+la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_context *ctx) {
+    la_tensor ts, ti;
+    const int64_t sne[2] = {R, L}, ine[2] = {R, k};
+    LA_TRY(la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, sne));
+    LA_TRY(la_tensor_init(&ti, dst, LA_I32, LA_DEVICE_CUDA, 2, ine));
+    return la_topk(&ts, &ti, ctx);
+}
+
+} // namespace
+
+extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes) {
+    void *p = nullptr;
+    LA_TRY(la_dev_malloc(&p, pages_bytes));
+    c->pages = (unsigned char *)p;
+    LA_CU(cudaMemset(p, 0, pages_bytes));
+    if (sum_bytes) {
+        void *q = nullptr;
+        LA_TRY(la_dev_malloc(&q, sum_bytes));
+        c->psum = (float *)q;
+        LA_CU(cudaMemset(q, 0, sum_bytes));
+    }
+    return LA_OK;
+}
+
+extern "C" void la_paged_free_cuda(la_paged_index_cache *c) {
+    if (c->pages) cudaFree(c->pages);
+    if (c->psum) cudaFree(c->psum);
+    c->pages = nullptr;
+    c->psum = nullptr;
+}
+
+extern "C" la_status la_paged_check_finite_cuda(const la_tensor *k, la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    const int64_t n = k->ne[0], dI = k->ne[1];
+    la_cu_ws flag;
+    LA_TRY(la_cu_ws_alloc(&flag, 8, s, "finite check"));
+    LA_CU(cudaMemsetAsync(flag.p, 0xff, 8, s));
+    int64_t blocks = la_cu_cdiv(n * dI, 256);
+    if (blocks > 4096) blocks = 4096;
+    pg_finite_kernel<<<(unsigned)(blocks > 0 ? blocks : 1), 256, 0, s>>>(la_cu_view_of(k), n, dI,
+                                                                       (unsigned long long *)flag.p);
+    LA_CU_LAUNCH("paged finite check");
+    unsigned long long h = 0;
+    LA_CU(cudaMemcpyAsync(&h, flag.p, 8, cudaMemcpyDeviceToHost, s));
+    LA_CU(cudaStreamSynchronize(s));
+    if (h == ~0ull) return LA_OK;
+    return la_err(LA_ERR_ARG, "k: k[%lld][%lld] is not finite (a cached key and its fp8 scale must be finite)",
+                  (long long)(h / (unsigned long long)dI), (long long)(h % (unsigned long long)dI));
+}
+
+extern "C" la_status la_paged_store_cuda(la_paged_index_cache *c, const la_tensor *k, const int32_t *slots,
+                                         const int32_t *seq, const int32_t *pos, int64_t n, la_context *ctx) {
+    if (n == 0) return LA_OK;
+    cudaStream_t s = la_cu_stream(ctx);
+    const pg_cache C = pg_of(c);
+    la_cu_ws ds, dq, dp, dorder, dgs;
+    LA_TRY(pg_upload(&ds, slots, (size_t)n * 4, s, "slot mapping"));
+    pg_store_kernel<<<(unsigned)n, 128, 0, s>>>(C, c->pages, la_cu_view_of(k), (const int32_t *)ds.p, n);
+    LA_CU_LAUNCH("paged store");
+    if (!seq) return LA_OK;
+    /* groups of tokens by (sequence, block), batch order kept inside a group */
+    int64_t *key = (int64_t *)malloc(sizeof(int64_t) * (size_t)n * 2);
+    int32_t *order = (int32_t *)malloc(sizeof(int32_t) * (size_t)n), *gs = (int32_t *)malloc(sizeof(int32_t) * (size_t)(n + 1));
+    if (!key || !order || !gs) {
+        free(key), free(order), free(gs);
+        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory grouping %lld tokens", (long long)n);
+    }
+    int64_t m = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (slots[i] >= 0) {
+            key[2 * m] = (int64_t)seq[i] * c->max_blocks + pos[i] / c->p.block;
+            key[2 * m + 1] = i;
+            m++;
+        }
+    qsort(key, (size_t)m, 2 * sizeof(int64_t), [](const void *a, const void *b) -> int {
+        const int64_t *x = (const int64_t *)a, *y = (const int64_t *)b;
+        if (x[0] != y[0]) return x[0] < y[0] ? -1 : 1;
+        return (x[1] > y[1]) - (x[1] < y[1]);
+    });
+    int64_t ng = 0;
+    for (int64_t i = 0; i < m; i++) {
+        order[i] = (int32_t)key[2 * i + 1];
+        if (i == 0 || key[2 * i] != key[2 * i - 2]) gs[ng++] = (int32_t)i;
+    }
+    gs[ng] = (int32_t)m;
+    la_status st = LA_OK;
+    if (ng > 0) {
+        st = pg_upload(&dq, seq, (size_t)n * 4, s, "seq_ids");
+        if (st == LA_OK) st = pg_upload(&dp, pos, (size_t)n * 4, s, "positions");
+        if (st == LA_OK) st = pg_upload(&dorder, order, (size_t)m * 4, s, "token order");
+        if (st == LA_OK) st = pg_upload(&dgs, gs, (size_t)(ng + 1) * 4, s, "groups");
+        if (st == LA_OK) {
+            pg_pool_kernel<<<(unsigned)ng, 128, 0, s>>>(C, c->psum, c->max_blocks, c->p.block, (const int32_t *)ds.p,
+                                                        (const int32_t *)dq.p, (const int32_t *)dp.p,
+                                                        (const int32_t *)dorder.p, (const int32_t *)dgs.p);
+            cudaError_t e = cudaGetLastError();
+            if (e != cudaSuccess) st = la_err(LA_ERR_DEVICE, "CUDA: launch of paged pooling failed (%s)", cudaGetErrorString(e));
+        }
+    }
+    free(key), free(order), free(gs);
+    if (st == LA_OK) LA_CU(cudaStreamSynchronize(s)); /* the host arrays and uploads end here */
+    return st;
+}
+
+extern "C" la_status la_paged_gather_cuda(const la_paged_index_cache *c, const int32_t *pages, int64_t len,
+                                          la_tensor *out, la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    la_cu_ws dp;
+    LA_TRY(pg_upload(&dp, pages, (size_t)la_cu_cdiv(len, c->p.page_size) * 4, s, "page list"));
+    int64_t blocks = la_cu_cdiv(len * c->p.head_dim, 256);
+    if (blocks > 8192) blocks = 8192;
+    pg_gather_kernel<<<(unsigned)blocks, 256, 0, s>>>(pg_of(c), (const int32_t *)dp.p, len, (float *)out->data,
+                                                      out->nb[0], out->nb[1]);
+    LA_CU_LAUNCH("paged gather");
+    LA_CU(cudaStreamSynchronize(s));
+    return LA_OK;
+}
+
+extern "C" la_status la_paged_pooled_cuda(const la_paged_index_cache *c, int64_t seq, int64_t len, la_tensor *out,
+                                          la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    const int64_t B = c->p.block, dI = c->p.head_dim, nb = la_cu_cdiv(len, B);
+    float *h = (float *)malloc(sizeof(float) * (size_t)(nb * dI));
+    if (!h) return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory");
+    cudaError_t e = cudaMemcpy(h, c->psum + seq * c->max_blocks * dI, sizeof(float) * (size_t)(nb * dI),
+                               cudaMemcpyDeviceToHost);
+    if (e != cudaSuccess) {
+        free(h);
+        return la_err(LA_ERR_DEVICE, "CUDA: pooled sums copy failed (%s)", cudaGetErrorString(e));
+    }
+    for (int64_t b = 0; b < nb; b++) {
+        const int64_t cnt = len - b * B < B ? len - b * B : B;
+        for (int64_t d = 0; d < dI; d++) h[b * dI + d] = la_idx_block_mean(h[b * dI + d], cnt);
+    }
+    la_status st = LA_OK;
+    for (int64_t b = 0; b < nb && st == LA_OK; b++) {
+        e = cudaMemcpy2DAsync((float *)out->data + b * out->nb[0], (size_t)out->nb[1] * 4, h + b * dI, 4, 4, (size_t)dI,
+                              cudaMemcpyHostToDevice, s);
+        if (e != cudaSuccess) st = la_err(LA_ERR_DEVICE, "CUDA: pooled means copy failed (%s)", cudaGetErrorString(e));
+    }
+    e = cudaStreamSynchronize(s);
+    free(h);
+    if (st == LA_OK && e != cudaSuccess) st = la_err(LA_ERR_DEVICE, "CUDA: %s", cudaGetErrorString(e));
+    return st;
+}
+
+extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
+                                        const la_tensor *q, const la_tensor *w, const la_paged_seq *seqs,
+                                        int64_t nseq, int return_slots, la_tensor *idx, la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    const pg_cache C = pg_of(c);
+    const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
+    if (T == 0) return LA_OK;
+    int64_t Lmax = 1, maxp = 1;
+    for (int64_t i = 0; i < nseq; i++) {
+        if (seqs[i].len > Lmax) Lmax = seqs[i].len;
+        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
+        if (np > maxp) maxp = np;
+    }
+    /* host metadata: compact page table, each row's sequence and range end */
+    int32_t *htab = (int32_t *)calloc((size_t)(nseq * maxp), 4);
+    int32_t *hrow = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * T + nseq));
+    if (!htab || !hrow) {
+        free(htab), free(hrow);
+        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory for the batch metadata");
+    }
+    int32_t *hend = hrow + T, *hlen = hend + T;
+    for (int64_t i = 0; i < nseq; i++) {
+        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
+        for (int64_t j = 0; j < np; j++) htab[i * maxp + j] = seqs[i].pages[j];
+        hlen[i] = (int32_t)seqs[i].len;
+        for (int64_t j = 0; j < seqs[i].nq; j++) {
+            const int64_t t = seqs[i].rows[j];
+            int64_t e = seqs[i].len - seqs[i].nq + j + 1;
+            hrow[t] = (int32_t)i;
+            hend[t] = (int32_t)(e < 0 ? 0 : e);
+        }
+    }
+    la_cu_ws dtab, drow;
+    la_status st = pg_upload(&dtab, htab, (size_t)(nseq * maxp) * 4, s, "page table");
+    if (st == LA_OK) st = pg_upload(&drow, hrow, (size_t)(2 * T + nseq) * 4, s, "row metadata");
+    free(htab), free(hrow);
+    LA_TRY(st);
+    pg_rows R = {};
+    R.table = (const int32_t *)dtab.p;
+    R.maxp = maxp;
+    R.row_seq = (const int32_t *)drow.p;
+    R.row_end = R.row_seq + T;
+    R.lens = R.row_end + T;
+    const la_cu_view iv = la_cu_view_of(idx);
+    la_cu_ws dsc, dsel;
+    if (!hisa) {
+        const int64_t W = Lmax > topk ? Lmax : topk; /* la_topk keeps k <= row length */
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): score rows"));
+        LA_TRY(la_cu_ws_alloc(&dsc, bytes, s, "paged score rows"));
+        LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
+        LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
+        LA_TRY(pg_topk((float *)dsc.p, T, W, (int32_t *)dsel.p, topk, ctx));
+        const int64_t n = T * topk;
+        pg_finish_kernel<<<(unsigned)la_cu_cdiv(n, 256), 256, 0, s>>>(
+            (const int32_t *)dsel.p, topk, T, nullptr, 0, 1, return_slots, R.table, maxp, R.row_seq, ps,
+            (int32_t *)iv.data, iv.nb[0], iv.nb[1]);
+        LA_CU_LAUNCH("paged finish");
+        return LA_OK;
+    }
+    /* HISA */
+    const int64_t B = p->block, nbmax = la_cu_cdiv(Lmax, B);
+    const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
+    la_cu_ws dkbar, dbsc, dkept, dcand;
+    size_t bytes;
+    LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
+    LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
+    pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
+                                                                          R.lens, B, nbmax, (float *)dkbar.p);
+    LA_CU_LAUNCH("paged block means");
+    R.kbar = (const float *)dkbar.p;
+    R.nbmax = nbmax;
+    R.B = B;
+    LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
+    LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
+    LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
+    LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
+    LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
+    pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
+    LA_CU_LAUNCH("paged kept sort");
+    R.kept = (const int32_t *)dkept.p;
+    R.m = m;
+    const int64_t W = m * B > topk ? m * B : topk;
+    LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
+    LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
+    if (W > m * B) {
+        /* columns past m·B (topk > m·B): −inf, written as the tiles of empty DSA ranges */
+        pg_rows E = R;
+        LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * 4u, s, "paged zero ends"));
+        LA_CU(cudaMemsetAsync(dsel.p, 0, (size_t)T * 4u, s));
+        E.row_end = (const int32_t *)dsel.p; /* empty ranges: every DSA column −inf */
+        LA_TRY(pg_launch_score(C, E, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dcand.p, W, s));
+    }
+    LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, (float *)dcand.p, W, s));
+    la_cu_ws dsel2;
+    LA_TRY(la_cu_ws_alloc(&dsel2, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
+    LA_TRY(pg_topk((float *)dcand.p, T, W, (int32_t *)dsel2.p, topk, ctx));
+    const int64_t n = T * topk;
+    pg_finish_kernel<<<(unsigned)la_cu_cdiv(n, 256), 256, 0, s>>>((const int32_t *)dsel2.p, topk, T, R.kept, m, B,
+                                                                 return_slots, R.table, maxp, R.row_seq, ps,
+                                                                 (int32_t *)iv.data, iv.nb[0], iv.nb[1]);
+    LA_CU_LAUNCH("paged finish");
+    return LA_OK;
+}

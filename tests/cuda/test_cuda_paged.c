@@ -1,0 +1,338 @@
+/* CUDA paged indexer key cache and paged DSA / HISA against the CPU path
+ * (tests/cpu/test_paged_index.c checks the CPU path against the dense
+ * indexers and float64). Self-contained: own tiny helpers.
+ *
+ *  - the same appends (interleaved, chunked, pooled) into a CPU and a CUDA
+ *    cache: page bytes identical (e4m3 values, fp32 scales, bf16, f32) and
+ *    pooled means identical;
+ *  - paged DSA / HISA idx (positions and slots): equal to the CPU's; rows
+ *    that differ must be near-ties: the float64 scores of both selections,
+ *    sorted, agree within 1e-5 relative (counted and printed);
+ *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 1 ... 128K
+ *    (LA_CUDA_SMALL=1 keeps the small cases, for compute-sanitizer);
+ *  - bad input on device views: status naming the argument, pages and idx
+ *    unchanged. */
+#include "core/devmem.h"
+#include "test_util.h"
+
+#define PS 64
+
+static void *dev_copy(const void *h, size_t bytes) {
+    void *d = NULL;
+    if (la_dev_malloc(&d, bytes) != LA_OK) return NULL;
+    la_dev_upload(d, h, bytes);
+    return d;
+}
+
+typedef struct cfg {
+    la_dtype dt;
+    int64_t nseq, HI, dI, topk, m, next_n;
+    int64_t lens[6];
+    int qseq;
+} cfg;
+
+static double score64(const float *q, const float *w, const float *k, int64_t HI, int64_t dI) {
+    double a = 0;
+    for (int64_t h = 0; h < HI; h++) {
+        double dot = 0;
+        for (int64_t d = 0; d < dI; d++) dot += (double)q[h * dI + d] * k[d];
+        a += (double)w[h] * (dot > 0 ? dot : 0);
+    }
+    return a;
+}
+static int cmp_desc(const void *a, const void *b) {
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x < y) - (x > y);
+}
+
+static int64_t g_exact_rows, g_tie_rows;
+
+static void run(la_rng *r, const cfg *C) {
+    const int64_t nseq = C->nseq, dI = C->dI, HI = C->HI, topk = C->topk, nn = C->next_n;
+    int64_t pages = 0, maxlen = 1;
+    for (int64_t s = 0; s < nseq; s++) {
+        pages += (C->lens[s] + PS - 1) / PS;
+        if (C->lens[s] > maxlen) maxlen = C->lens[s];
+    }
+    pages += 2;
+    const int64_t maxp = (maxlen + PS - 1) / PS + 1;
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)pages), *table = calloc((size_t)(nseq * maxp), 4);
+    for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
+    for (int64_t i = pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(la_rng_uniform(r) * (double)(i + 1));
+        int32_t t = perm[i]; perm[i] = perm[j]; perm[j] = t;
+    }
+    int64_t at = 0;
+    for (int64_t s = 0; s < nseq; s++)
+        for (int64_t j = 0; j < (C->lens[s] + PS - 1) / PS; j++) table[s * maxp + j] = perm[at++];
+    la_paged_cache_params cp;
+    la_paged_cache_params_init(&cp);
+    cp.num_pages = pages;
+    cp.head_dim = dI;
+    cp.dtype = C->dt;
+    cp.max_seqs = nseq;
+    la_paged_index_cache *hc = NULL, *dc = NULL;
+    CHECK_OK(la_paged_index_cache_create(&cp, &hc));
+    cp.device = LA_DEVICE_CUDA;
+    CHECK_OK(la_paged_index_cache_create(&cp, &dc));
+    if (!hc || !dc) return;
+    /* keys: each sequence's tokens, appended in interleaved chunks */
+    float **keys = calloc((size_t)nseq, sizeof(float *));
+    for (int64_t s = 0; s < nseq; s++) {
+        keys[s] = malloc(sizeof(float) * (size_t)((C->lens[s] ? C->lens[s] : 1) * dI));
+        la_fill_normal(r, keys[s], C->lens[s] * dI, 1.0);
+    }
+    int64_t *done = calloc((size_t)nseq, sizeof(int64_t));
+    const int64_t cap = 8192;
+    float *kb = malloc(sizeof(float) * (size_t)(cap * dI));
+    int32_t *meta = malloc(sizeof(int32_t) * (size_t)cap * 3);
+    for (;;) {
+        int64_t n = 0;
+        for (int64_t s = 0; s < nseq; s++) {
+            int64_t want = done[s] == 0 ? 1 + (int64_t)(la_rng_uniform(r) * 3000) : 1 + (int64_t)(la_rng_uniform(r) * 4);
+            if (want > C->lens[s] - done[s]) want = C->lens[s] - done[s];
+            if (want > cap - n) want = cap - n;
+            for (int64_t i = 0; i < want; i++, n++) {
+                const int64_t pos = done[s] + i;
+                memcpy(kb + n * dI, keys[s] + pos * dI, sizeof(float) * (size_t)dI);
+                meta[n] = table[s * maxp + pos / PS] * PS + (int32_t)(pos % PS);
+                meta[cap + n] = (int32_t)s;
+                meta[2 * cap + n] = (int32_t)pos;
+            }
+            done[s] += want;
+        }
+        if (n == 0) break;
+        la_tensor tk, ts, tq, tp, dk, ds, dq, dp;
+        const int64_t kne[2] = {n, dI};
+        la_tensor_init(&tk, kb, LA_F32, LA_DEVICE_CPU, 2, kne);
+        la_tensor_init(&ts, meta, LA_I32, LA_DEVICE_CPU, 1, &n);
+        la_tensor_init(&tq, meta + cap, LA_I32, LA_DEVICE_CPU, 1, &n);
+        la_tensor_init(&tp, meta + 2 * cap, LA_I32, LA_DEVICE_CPU, 1, &n);
+        CHECK_OK(la_paged_index_cache_append(hc, &tk, &ts, &tq, &tp, NULL));
+        void *d_k = dev_copy(kb, sizeof(float) * (size_t)(n * dI)), *d_s = dev_copy(meta, (size_t)n * 4),
+             *d_q = dev_copy(meta + cap, (size_t)n * 4), *d_p = dev_copy(meta + 2 * cap, (size_t)n * 4);
+        la_tensor_init(&dk, d_k, LA_F32, LA_DEVICE_CUDA, 2, kne);
+        la_tensor_init(&ds, d_s, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        la_tensor_init(&dq, d_q, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        la_tensor_init(&dp, d_p, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        CHECK_OK(la_paged_index_cache_append(dc, &dk, &ds, &dq, &dp, NULL));
+        la_dev_free(d_k); la_dev_free(d_s); la_dev_free(d_q); la_dev_free(d_p);
+    }
+    const char *dn = la_dtype_name(C->dt);
+    /* pages and pooled means */
+    void *hraw, *draw;
+    size_t pb, pb2;
+    la_paged_index_cache_storage(hc, &hraw, &pb);
+    la_paged_index_cache_storage(dc, &draw, &pb2);
+    unsigned char *dl = malloc(pb * (size_t)pages);
+    la_dev_download(dl, draw, pb * (size_t)pages);
+    int64_t diff = 0;
+    for (int64_t s = 0; s < nseq; s++) /* written slots only (CPU scales start at 1, CUDA's at 0) */
+        for (int64_t pos = 0; pos < C->lens[s]; pos++) {
+            const int64_t slot = table[s * maxp + pos / PS] * PS + pos % PS, pg = slot / PS, off = slot % PS;
+            const size_t vb = (size_t)dI * (C->dt == LA_FP8_E4M3 ? 1 : C->dt == LA_BF16 ? 2 : 4);
+            if (memcmp(dl + pg * pb + off * vb, (unsigned char *)hraw + pg * pb + off * vb, vb)) diff++;
+            if (C->dt == LA_FP8_E4M3 && memcmp(dl + pg * pb + PS * dI + off * 4, (unsigned char *)hraw + pg * pb + PS * dI + off * 4, 4))
+                diff++;
+        }
+    CHECK(diff == 0 && pb == pb2, "%s: %lld stored tokens differ between the CUDA and CPU caches", dn, (long long)diff);
+    int64_t pdiff = 0;
+    for (int64_t s = 0; s < nseq; s++) {
+        const int64_t L = C->lens[s];
+        if (!L) continue;
+        const int64_t nb = (L + 127) / 128;
+        float *hm = malloc(sizeof(float) * (size_t)(nb * dI)), *dm = malloc(sizeof(float) * (size_t)(nb * dI));
+        void *d_m = NULL;
+        la_dev_malloc(&d_m, sizeof(float) * (size_t)(nb * dI));
+        la_tensor th, td;
+        const int64_t ne[2] = {nb, dI};
+        la_tensor_init(&th, hm, LA_F32, LA_DEVICE_CPU, 2, ne);
+        la_tensor_init(&td, d_m, LA_F32, LA_DEVICE_CUDA, 2, ne);
+        CHECK_OK(la_paged_index_cache_pooled(hc, s, L, &th));
+        CHECK_OK(la_paged_index_cache_pooled(dc, s, L, &td));
+        la_dev_download(dm, d_m, sizeof(float) * (size_t)(nb * dI));
+        if (memcmp(hm, dm, sizeof(float) * (size_t)(nb * dI))) pdiff++;
+        free(hm); free(dm); la_dev_free(d_m);
+    }
+    CHECK(pdiff == 0, "%s: pooled means of %lld sequences differ between CUDA and CPU", dn, (long long)pdiff);
+
+    /* the stored keys (CPU cache), for the float64 near-tie check */
+    for (int64_t s = 0; s < nseq; s++) {
+        if (!C->lens[s]) continue;
+        la_tensor tg;
+        const int64_t gne[2] = {C->lens[s], dI};
+        la_tensor_init(&tg, keys[s], LA_F32, LA_DEVICE_CPU, 2, gne);
+        la_tensor hbt0;
+        const int64_t bne[2] = {nseq, maxp};
+        la_tensor_init(&hbt0, table, LA_I32, LA_DEVICE_CPU, 2, bne);
+        CHECK_OK(la_paged_index_cache_gather(hc, &hbt0, s, C->lens[s], &tg));
+    }
+    /* queries */
+    const int64_t T = nseq * nn;
+    float *q = malloc(sizeof(float) * (size_t)(T * HI * dI)), *w = malloc(sizeof(float) * (size_t)(T * HI));
+    la_fill_normal(r, q, T * HI * dI, 1.0);
+    for (int64_t i = 0; i < T * HI; i++) w[i] = (float)la_rng_uniform(r) + 0.05f;
+    int32_t *cl = malloc(sizeof(int32_t) * (size_t)nseq), *qs = malloc(sizeof(int32_t) * (size_t)T);
+    int64_t *rowof = malloc(sizeof(int64_t) * (size_t)T); /* row of (s, j) */
+    for (int64_t s = 0; s < nseq; s++) cl[s] = (int32_t)C->lens[s];
+    for (int64_t i = 0; i < T; i++) rowof[i] = i;
+    if (C->qseq) /* reverse the row order: sequence s's rows descend, so query j is its j-th row in order */
+        for (int64_t s = 0; s < nseq; s++)
+            for (int64_t j = 0; j < nn; j++) rowof[s * nn + j] = (nseq - 1 - s) * nn + j;
+    for (int64_t i = 0; i < T; i++) qs[rowof[i]] = (int32_t)(i / nn);
+    void *d_q = dev_copy(q, sizeof(float) * (size_t)(T * HI * dI)), *d_w = dev_copy(w, sizeof(float) * (size_t)(T * HI));
+    void *d_bt = dev_copy(table, (size_t)(nseq * maxp) * 4), *d_cl = dev_copy(cl, (size_t)nseq * 4),
+         *d_qs = dev_copy(qs, (size_t)T * 4), *d_idx = NULL;
+    la_dev_malloc(&d_idx, (size_t)(T * topk) * 4);
+    la_tensor hq, hw, hbt, hcl, hqs, hidx, dq, dw, dbt, dcl, dqs, didx;
+    const int64_t qne[3] = {T, HI, dI}, wne[2] = {T, HI}, btne[2] = {nseq, maxp}, ine[2] = {T, topk};
+    int32_t *ih = malloc((size_t)(T * topk) * 4), *id = malloc((size_t)(T * topk) * 4);
+    la_tensor_init(&hq, q, LA_F32, LA_DEVICE_CPU, 3, qne);
+    la_tensor_init(&hw, w, LA_F32, LA_DEVICE_CPU, 2, wne);
+    la_tensor_init(&hbt, table, LA_I32, LA_DEVICE_CPU, 2, btne);
+    la_tensor_init(&hcl, cl, LA_I32, LA_DEVICE_CPU, 1, &nseq);
+    la_tensor_init(&hqs, qs, LA_I32, LA_DEVICE_CPU, 1, &T);
+    la_tensor_init(&hidx, ih, LA_I32, LA_DEVICE_CPU, 2, ine);
+    la_tensor_init(&dq, d_q, LA_F32, LA_DEVICE_CUDA, 3, qne);
+    la_tensor_init(&dw, d_w, LA_F32, LA_DEVICE_CUDA, 2, wne);
+    la_tensor_init(&dbt, d_bt, LA_I32, LA_DEVICE_CUDA, 2, btne);
+    la_tensor_init(&dcl, d_cl, LA_I32, LA_DEVICE_CUDA, 1, &nseq);
+    la_tensor_init(&dqs, d_qs, LA_I32, LA_DEVICE_CUDA, 1, &T);
+    la_tensor_init(&didx, d_idx, LA_I32, LA_DEVICE_CUDA, 2, ine);
+    la_index_params ip;
+    la_index_params_init(&ip);
+    ip.topk = topk;
+    ip.block_topk = C->m;
+    for (int hisa = 0; hisa < 2; hisa++)
+        for (int slots = 0; slots < 2; slots++) {
+            la_paged_query ph, pd;
+            la_paged_query_init(&ph);
+            ph.block_table = &hbt;
+            ph.context_lens = &hcl;
+            ph.next_n = nn;
+            ph.q_seq = C->qseq ? &hqs : NULL;
+            ph.return_slots = slots;
+            pd = ph;
+            pd.block_table = &dbt;
+            pd.context_lens = &dcl;
+            pd.q_seq = C->qseq ? &dqs : NULL;
+            la_dev_memset(d_idx, 0x7f, (size_t)(T * topk) * 4);
+            CHECK_OK(hisa ? la_hisa_topk_paged(&ip, &hq, &hw, hc, &ph, &hidx, NULL) : la_dsa_topk_paged(&ip, &hq, &hw, hc, &ph, &hidx, NULL));
+            CHECK_OK(hisa ? la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL) : la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+            la_dev_synchronize();
+            la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
+            int64_t bad = 0;
+            for (int64_t s = 0; s < nseq; s++)
+                for (int64_t j = 0; j < nn; j++) {
+                    const int64_t t = rowof[s * nn + j];
+                    if (!memcmp(ih + t * topk, id + t * topk, (size_t)topk * 4)) {
+                        g_exact_rows++;
+                        continue;
+                    }
+                    /* near-tie check on the selections' float64 scores (positions only) */
+                    if (slots) { bad++; continue; }
+                    double *a = malloc(sizeof(double) * (size_t)topk), *b = malloc(sizeof(double) * (size_t)topk);
+                    int64_t na = 0, nb = 0, oob = 0;
+                    for (int64_t i = 0; i < topk; i++) {
+                        const int32_t x = ih[t * topk + i], y = id[t * topk + i];
+                        if (x >= 0) a[na++] = score64(q + t * HI * dI, w + t * HI, keys[s] + (int64_t)x * dI, HI, dI);
+                        if (y >= 0 && y < C->lens[s]) b[nb++] = score64(q + t * HI * dI, w + t * HI, keys[s] + (int64_t)y * dI, HI, dI);
+                        else if (y >= 0) oob++;
+                    }
+                    qsort(a, (size_t)na, 8, cmp_desc);
+                    qsort(b, (size_t)nb, 8, cmp_desc);
+                    double mx = 1e-30;
+                    for (int64_t i = 0; i < na; i++) mx = fmax(mx, fabs(a[i]));
+                    int ok = na == nb && !oob;
+                    const double tol = 1e-5; /* keys[s] now holds the stored (dequantized) keys */
+                    for (int64_t i = 0; ok && i < na; i++) ok = fabs(a[i] - b[i]) <= tol * mx;
+                    if (ok) g_tie_rows++;
+                    else bad++;
+                    free(a); free(b);
+                }
+            CHECK(bad == 0, "%s %s paged%s: %lld query rows differ from the CPU beyond near-ties (nseq %lld next_n %lld)",
+                  dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
+        }
+    /* bad input on device views */
+    if (C->nseq >= 2 && C->lens[0] > PS) {
+        unsigned char *before = malloc(pb * (size_t)pages), *after = malloc(pb * (size_t)pages);
+        la_dev_download(before, draw, pb * (size_t)pages);
+        int32_t sl[2] = {0, (int32_t)(pages * PS)}, sq[2] = {0, 0}, ps[2] = {0, 1};
+        float kk[2 * 128];
+        for (int i = 0; i < 2 * 128; i++) kk[i] = 1.f;
+        const int64_t n2 = 2, kne[2] = {2, dI};
+        void *d_k = dev_copy(kk, sizeof(float) * (size_t)(2 * dI)), *d_s = dev_copy(sl, 8), *d_sq = dev_copy(sq, 8), *d_p = dev_copy(ps, 8);
+        la_tensor tk, ts, tq, tp;
+        la_tensor_init(&tk, d_k, LA_F32, LA_DEVICE_CUDA, 2, kne);
+        la_tensor_init(&ts, d_s, LA_I32, LA_DEVICE_CUDA, 1, &n2);
+        la_tensor_init(&tq, d_sq, LA_I32, LA_DEVICE_CUDA, 1, &n2);
+        la_tensor_init(&tp, d_p, LA_I32, LA_DEVICE_CUDA, 1, &n2);
+        la_status st = la_paged_index_cache_append(dc, &tk, &ts, &tq, &tp, NULL);
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "slot_mapping"), "cuda bad slot: %s %s", la_status_string(st), la_last_error());
+        sl[1] = 1;
+        la_dev_upload(d_s, sl, 8);
+        kk[dI + 3] = NAN;
+        la_dev_upload(d_k, kk, sizeof(float) * (size_t)(2 * dI));
+        st = la_paged_index_cache_append(dc, &tk, &ts, NULL, NULL, NULL);
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "k[1][3]"), "cuda NaN key: %s %s", la_status_string(st), la_last_error());
+        la_dev_download(after, draw, pb * (size_t)pages);
+        CHECK(memcmp(before, after, pb * (size_t)pages) == 0, "a rejected CUDA append changed the pages");
+        la_paged_query pd;
+        la_paged_query_init(&pd);
+        int32_t saved = table[1];
+        table[1] = (int32_t)pages;
+        la_dev_upload(d_bt, table, (size_t)(nseq * maxp) * 4);
+        pd.block_table = &dbt;
+        pd.context_lens = &dcl;
+        pd.next_n = nn;
+        la_dev_memset(d_idx, 0x5a, (size_t)(T * topk) * 4);
+        st = la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL);
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table"), "cuda bad page: %s %s", la_status_string(st), la_last_error());
+        la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
+        int64_t touched = 0;
+        for (int64_t i = 0; i < T * topk; i++) touched += id[i] != 0x5a5a5a5a;
+        CHECK(touched == 0, "a rejected CUDA paged call wrote idx");
+        table[1] = saved;
+        la_dev_free(d_k); la_dev_free(d_s); la_dev_free(d_sq); la_dev_free(d_p);
+        free(before); free(after);
+    }
+    la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_bt); la_dev_free(d_cl); la_dev_free(d_qs); la_dev_free(d_idx);
+    for (int64_t s = 0; s < nseq; s++) free(keys[s]);
+    free(keys); free(done); free(kb); free(meta); free(dl); free(q); free(w); free(cl); free(qs); free(rowof);
+    free(ih); free(id); free(perm); free(table);
+    la_paged_index_cache_destroy(hc);
+    la_paged_index_cache_destroy(dc);
+}
+
+int main(void) {
+    la_rng r = la_test_rng("test_cuda_paged");
+    int avail = 0;
+    la_cuda_available(&avail);
+    if (!avail) {
+        printf("no CUDA device\n0 passed, 1 failed\n");
+        return 1;
+    }
+    const int small = getenv("LA_CUDA_SMALL") != NULL;
+    const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
+    const cfg cases[] = {
+        {LA_F32, 3, 4, 16, 8, 2, 1, {1, 63, 65}, 0},
+        {LA_F32, 4, 8, 64, 64, 3, 2, {128, 129, 1000, 2}, 1},
+        {LA_F32, 2, 5, 63, 100, 4, 4, {700, 5}, 0},
+        {LA_F32, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1},
+    };
+    for (int di = 0; di < 3; di++)
+        for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
+            cfg c = cases[i];
+            c.dt = dts[di];
+            run(&r, &c);
+        }
+    if (!small) {
+        cfg big = {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0};
+        run(&r, &big);
+        cfg big2 = {LA_BF16, 2, 64, 128, 2048, 64, 4, {131072, 4097}, 1};
+        run(&r, &big2);
+    }
+    printf("# rows equal to the CPU bit for bit: %lld, near-tie rows: %lld\n", (long long)g_exact_rows,
+           (long long)g_tie_rows);
+    return la_test_finish();
+}
