@@ -138,16 +138,16 @@ static double best_time(la_status (*fn)(int, bufs *, la_context *), bufs *x, la_
                         la_status *st) {
     double best = INFINITY;
     for (int r = 0; r < 3 && best > 0.3; r++) {
-        double t0 = la_now();
+        double t0 = cli_now();
         *st = fn(1, x, ctx);
-        double t = la_now() - t0;
+        double t = cli_now() - t0;
         if (*st != LA_OK) return 0;
         best = t < best ? t : best;
     }
     return best;
 }
 
-int la_demo_dense(FILE *f, int quick) {
+int cli_demo_dense(FILE *f, int quick) {
     int failed = 0;
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     la_context *ctx = NULL;

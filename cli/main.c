@@ -11,39 +11,39 @@
 
 /* Subcommands are linked from their own files; the weak declarations keep
  * the tool linkable while a family is absent from a build. */
-#pragma weak la_run_softmax
-#pragma weak la_run_linear
-#pragma weak la_run_mhla
-#pragma weak la_run_mhla_init
-#pragma weak la_run_focused
-#pragma weak la_run_attn_map
-#pragma weak la_run_dsa
-#pragma weak la_run_hisa
-#pragma weak la_run_blocksparse
-#pragma weak la_run_sparse_attn
-#pragma weak la_cmd_collapse
-#pragma weak la_cmd_eval_index
+#pragma weak cli_run_softmax
+#pragma weak cli_run_linear
+#pragma weak cli_run_mhla
+#pragma weak cli_run_mhla_init
+#pragma weak cli_run_focused
+#pragma weak cli_run_attn_map
+#pragma weak cli_run_dsa
+#pragma weak cli_run_hisa
+#pragma weak cli_run_blocksparse
+#pragma weak cli_run_sparse_attn
+#pragma weak cli_cmd_collapse
+#pragma weak cli_cmd_eval_index
 
-int la_cmd_demo(int argc, char **argv);
-int la_cmd_bench(int argc, char **argv);
+int cli_cmd_demo(int argc, char **argv);
+int cli_cmd_bench(int argc, char **argv);
 
 typedef struct {
     const char *name;
     int (*fn)(int, char **);
     const char *help;
-} la_op_entry;
+} cli_op_entry;
 
-static const la_op_entry ops[] = {
-    {"softmax", la_run_softmax, "softmax attention (SPEC §1), online softmax, causal, lse"},
-    {"linear", la_run_linear, "linear attention (SPEC §3), feature maps, causal chunkwise, state"},
-    {"mhla", la_run_mhla, "multi-head linear attention over token blocks (SPEC §5)"},
-    {"mhla-init", la_run_mhla_init, "MHLA mixing-matrix initializers (SPEC §5.3)"},
-    {"focused", la_run_focused, "focused linear attention, flatten or blog variant (SPEC §4)"},
-    {"dsa", la_run_dsa, "flat DSA lightning indexer + top-k (SPEC §6)"},
-    {"hisa", la_run_hisa, "hierarchical HISA indexer (SPEC §7)"},
-    {"blocksparse", la_run_blocksparse, "block-sparse baseline indexer (SPEC §7)"},
-    {"sparse-attn", la_run_sparse_attn, "sparse MLA attention over selected keys (SPEC §8)"},
-    {"attn-map", la_run_attn_map, "explicit attention map, rank and entropy (SPEC §9)"},
+static const cli_op_entry ops[] = {
+    {"softmax", cli_run_softmax, "softmax attention (SPEC §1), online softmax, causal, lse"},
+    {"linear", cli_run_linear, "linear attention (SPEC §3), feature maps, causal chunkwise, state"},
+    {"mhla", cli_run_mhla, "multi-head linear attention over token blocks (SPEC §5)"},
+    {"mhla-init", cli_run_mhla_init, "MHLA mixing-matrix initializers (SPEC §5.3)"},
+    {"focused", cli_run_focused, "focused linear attention, flatten or blog variant (SPEC §4)"},
+    {"dsa", cli_run_dsa, "flat DSA lightning indexer + top-k (SPEC §6)"},
+    {"hisa", cli_run_hisa, "hierarchical HISA indexer (SPEC §7)"},
+    {"blocksparse", cli_run_blocksparse, "block-sparse baseline indexer (SPEC §7)"},
+    {"sparse-attn", cli_run_sparse_attn, "sparse MLA attention over selected keys (SPEC §8)"},
+    {"attn-map", cli_run_attn_map, "explicit attention map, rank and entropy (SPEC §9)"},
 };
 #define NOPS ((int)(sizeof ops / sizeof ops[0]))
 
@@ -72,11 +72,11 @@ static int cmd_run(int argc, char **argv) {
     }
     for (int i = 0; i < NOPS; i++) {
         if (strcmp(argv[1], ops[i].name) == 0) {
-            if (!ops[i].fn) return la_cli_fail("run %s: not available in this build", ops[i].name);
+            if (!ops[i].fn) return cli_fail("run %s: not available in this build", ops[i].name);
             return ops[i].fn(argc - 1, argv + 1);
         }
     }
-    return la_cli_fail("run: unknown operator '%s' (longattn run --help lists them)", argv[1]);
+    return cli_fail("run: unknown operator '%s' (longattn run --help lists them)", argv[1]);
 }
 
 int main(int argc, char **argv) {
@@ -94,16 +94,16 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (strcmp(cmd, "run") == 0) return cmd_run(argc - 1, argv + 1);
-    if (strcmp(cmd, "demo") == 0) return la_cmd_demo(argc - 1, argv + 1);
-    if (strcmp(cmd, "bench") == 0) return la_cmd_bench(argc - 1, argv + 1);
+    if (strcmp(cmd, "demo") == 0) return cli_cmd_demo(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0) return cli_cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "collapse") == 0) {
-        if (!la_cmd_collapse) return la_cli_fail("collapse: not available in this build");
-        return la_cmd_collapse(argc - 1, argv + 1);
+        if (!cli_cmd_collapse) return cli_fail("collapse: not available in this build");
+        return cli_cmd_collapse(argc - 1, argv + 1);
     }
     if (strcmp(cmd, "eval-index") == 0) {
-        if (!la_cmd_eval_index) return la_cli_fail("eval-index: not available in this build");
-        return la_cmd_eval_index(argc - 1, argv + 1);
+        if (!cli_cmd_eval_index) return cli_fail("eval-index: not available in this build");
+        return cli_cmd_eval_index(argc - 1, argv + 1);
     }
     usage(stderr);
-    return la_cli_fail("unknown command '%s'", cmd);
+    return cli_fail("unknown command '%s'", cmd);
 }
