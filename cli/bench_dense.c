@@ -68,11 +68,11 @@ int cli_bench_dense(const cli_bench_cfg *cfg) {
     const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,"
-                "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
+                "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
     else
         fprintf(cfg->out, "-- softmax / linear attention (SPEC §1, §3), fp32, B=1, H=%lld, D=Dv=%lld, "
                 "threads=%d, BLAS %s\n%-15s 1024^3 on each of %d thread(s)  %8.2f GFLOP/s\n",
-                (long long)H, (long long)D, threads, la_blas_name(), "sgemm_peak", threads, peak);
+                (long long)H, (long long)D, threads, cli_blas_name(), "sgemm_peak", threads, peak);
     fflush(cfg->out);
     cli_progress_step(&pr, 1);
 

@@ -101,7 +101,7 @@ int cli_bench_sparse(const cli_bench_cfg *cfg) {
     const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,\"gflops\":%.3f,"
-                "\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
+                "\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
     else
         fprintf(cfg->out,
                 "-- sparse family (SPEC §6-§8), fp32, threads=%d: indexers T=%lld HI=%lld dI=%lld topk=%lld "
@@ -109,7 +109,7 @@ int cli_bench_sparse(const cli_bench_cfg *cfg) {
                 "%-12s 1024^3 on each of %d thread(s) (%s)  %8.2f GFLOP/s\n",
                 threads, (long long)T, (long long)HI, (long long)dI, (long long)K, (long long)B, (long long)M,
                 (long long)R, (long long)K, (long long)Ta, (long long)Hq, (long long)Dqk, (long long)dv, (long long)K,
-                "sgemm_peak", threads, la_blas_name(), peak);
+                "sgemm_peak", threads, cli_blas_name(), peak);
     fflush(cfg->out);
     cli_progress_step(&pr, 1);
 

@@ -1,5 +1,6 @@
 /* Shared CLI plumbing: options, .npy inputs, atomic outputs, device staging. */
 #include <errno.h>
+#include <float.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -7,7 +8,6 @@
 #include <unistd.h>
 
 #include "cli.h"
-#include "../src/core/devmem.h"
 
 int cli_fail(const char *fmt, ...) {
     va_list ap;
@@ -41,7 +41,8 @@ void cli_args_print_help(const cli_opt *spec, int nspec, const char *cmd, const 
         fprintf(f, "\n");
     }
     fprintf(f, "  %-28s %s\n", "--device cpu|cuda", "where to compute (default: cpu)");
-    fprintf(f, "  %-28s %s\n", "--threads N", "CPU threads (default: 0 = all cores)");
+    fprintf(f, "  %-28s %s\n", "--threads N", "CPU threads (default: 0 = all cores; more than the cores: the cores)");
+    fprintf(f, "  %-28s %s\n", "--force", "allow an output to replace an input file");
     fprintf(f, "  %-28s %s\n", "--help", "show this help");
 }
 
@@ -67,22 +68,35 @@ int cli_args_parse(const cli_opt *spec, int nspec, const char *cmd, const char *
         memcpy(name, arg + 2, nl);
         name[nl] = '\0';
         const char *val = eq ? eq + 1 : NULL;
+        if (strcmp(name, "force") == 0) {
+            if (val) return cli_fail("%s: option --force takes no value", cmd);
+            if (a->force) return cli_fail("%s: option --force given twice", cmd);
+            a->force = 1;
+            continue;
+        }
         if (strcmp(name, "device") == 0 || strcmp(name, "threads") == 0) {
+            const int is_dev = name[0] == 'd';
+            if (is_dev ? a->device_given : a->threads_given)
+                return cli_fail("%s: option --%s given twice", cmd, name);
             if (!val) {
                 if (i + 1 >= argc) return cli_fail("%s: option --%s needs a value", cmd, name);
+                if (strncmp(argv[i + 1], "--", 2) == 0)
+                    return cli_fail("%s: option --%s needs a value, got option '%s'", cmd, name, argv[i + 1]);
                 val = argv[++i];
             }
-            if (name[0] == 'd') {
+            if (is_dev) {
                 if (strcmp(val, "cpu") != 0 && strcmp(val, "cuda") != 0)
                     return cli_fail("%s: --device '%s': expected cpu or cuda", cmd, val);
                 a->device = val;
+                a->device_given = 1;
             } else {
                 char *end;
                 errno = 0;
                 long t = strtol(val, &end, 10);
-                if (errno || *end || t < 0 || t > 4096)
+                if (errno || end == val || *end || t < 0 || t > 4096)
                     return cli_fail("%s: --threads '%s': expected an integer in 0..4096", cmd, val);
                 a->threads = (int)t;
+                a->threads_given = 1;
             }
             continue;
         }
@@ -100,8 +114,14 @@ int cli_args_parse(const cli_opt *spec, int nspec, const char *cmd, const char *
         } else {
             if (!val) {
                 if (i + 1 >= argc) return cli_fail("%s: option --%s needs a value", cmd, name);
+                /* "--v --out o.npy": the value is missing, --out is not a path
+                 * (a value that starts with -- is written --v=VALUE) */
+                if (strncmp(argv[i + 1], "--", 2) == 0)
+                    return cli_fail("%s: option --%s needs a value, got option '%s' (write --%s=VALUE "
+                                    "for a value starting with --)", cmd, name, argv[i + 1], name);
                 val = argv[++i];
             }
+            if (!*val) return cli_fail("%s: option --%s: empty value", cmd, name);
             a->value[k] = val;
         }
         if (a->given[k]) return cli_fail("%s: option --%s given twice", cmd, spec[k].name);
@@ -126,16 +146,32 @@ int cli_args_flag(const cli_args *a, const char *name) {
     return v && strcmp(v, "on") == 0;
 }
 
-int cli_args_float(const cli_args *a, const char *name, float *out) {
-    const char *v = cli_args_get(a, name);
-    if (!v) return cli_fail("option --%s is required", name);
+/* A float32 option value: finite, in float32 range, and not a nonzero value
+ * that rounds to 0 (which would silently mean "default" for some options).
+ * 0 ok, -1 not a number at all, 2 a number that is not acceptable (message
+ * printed naming the option). */
+int cli_parse_float(const char *opt, const char *v, float *out) {
     char *end;
     errno = 0;
     double d = strtod(v, &end);
-    if (errno || end == v || *end || !isfinite(d) || fabs(d) > 3.4e38)
-        return cli_fail("--%s '%s': expected a finite number", name, v);
+    if (end == v || *end) return -1;
+    if (isnan(d)) return cli_fail("--%s '%s': not a number (NaN), expected a finite number", opt, v);
+    if (isinf(d) || fabs(d) > FLT_MAX)
+        return cli_fail("--%s '%s': out of float32 range (|x| <= %.6g), expected a finite number", opt, v,
+                        (double)FLT_MAX);
+    if (d != 0 && (float)d == 0.0f)
+        return cli_fail("--%s '%s': underflows to 0 in float32 (smallest magnitude %.3g); give 0 "
+                        "explicitly if 0 is meant", opt, v, (double)FLT_TRUE_MIN);
     *out = (float)d;
     return 0;
+}
+
+int cli_args_float(const cli_args *a, const char *name, float *out) {
+    const char *v = cli_args_get(a, name);
+    if (!v) return cli_fail("option --%s is required", name);
+    int r = cli_parse_float(name, v, out);
+    if (r < 0) return cli_fail("--%s '%s': expected a finite number", name, v);
+    return r;
 }
 
 int cli_args_int(const cli_args *a, const char *name, int64_t *out) {
@@ -178,44 +214,58 @@ int cli_args_dims(const cli_args *a, const char *name, int *ndim, int64_t dims[3
 /* ---- invocation resources ------------------------------------------------ */
 int cli_begin(cli_state *c, const cli_args *a) {
     memset(c, 0, sizeof *c);
+    c->force = a->force;
     if (la_context_create(&c->ctx) != LA_OK) return cli_fail("%s", la_last_error());
-    la_context_set_threads(c->ctx, a->threads);
+    if (la_context_set_threads(c->ctx, a->threads) != LA_OK) return cli_fail("--threads: %s", la_last_error());
     c->device = strcmp(a->device, "cuda") == 0 ? LA_DEVICE_CUDA : LA_DEVICE_CPU;
     if (c->device == LA_DEVICE_CUDA) {
         int ok = 0;
-        la_cuda_available(&ok);
-        if (!ok) {
-            la_status s = la_dev_synchronize(); /* produces the no-CUDA message */
-            return cli_fail("--device cuda: %s", s != LA_OK ? la_last_error() : "no CUDA device found");
+        la_status s = la_cuda_available(&ok);
+        if (s != LA_OK || !ok) {
+            char why[256];
+            if (s != LA_OK) snprintf(why, sizeof why, "%s", la_last_error());
+            else cli_dev_why(why, sizeof why); /* the runtime's words: driver too old, no device */
+            return cli_fail("--device cuda: no usable CUDA device: %s", why);
         }
     }
+    /* inputs first, so that an output naming an input is recognised */
+    for (int i = 0; i < a->nspec; i++)
+        if (a->spec[i].kind == CLI_OPT_IN && a->given[i]) cli_note_input(c, a->spec[i].name, a->value[i]);
+    for (int i = 0; i < a->nspec; i++)
+        if (a->spec[i].kind == CLI_OPT_OUT && a->given[i] &&
+            cli_plan_output(c, a->spec[i].name, a->value[i], NULL))
+            return 2;
     return 0;
 }
 
 int cli_load(cli_state *c, const cli_args *a, const char *opt, int required, int ndim,
-                la_dtype want, const char *shape_doc, la_tensor *t) {
+             la_dtype want, const char *shape_doc, la_tensor *t) {
     memset(t, 0, sizeof *t);
     const char *path = cli_args_get(a, opt);
     if (!path) {
         if (required) return cli_fail("option --%s is required%s%s", opt, shape_doc ? ": " : "", shape_doc ? shape_doc : "");
         return 0;
     }
+    return cli_load_path(c, opt, path, ndim, want, shape_doc, t);
+}
+
+int cli_load_path(cli_state *c, const char *opt, const char *path, int ndim, la_dtype want,
+                  const char *shape_doc, la_tensor *t) {
+    memset(t, 0, sizeof *t);
     if (c->narrays >= CLI_MAX_ITEMS) return cli_fail("too many inputs (internal)");
-    la_npy_array *arr = &c->arrays[c->narrays];
-    la_status s = la_npy_read(path, arr);
-    if (s != LA_OK) return cli_fail("--%s %s", opt, la_last_error());
+    cli_array *arr = &c->arrays[c->narrays];
+    if (cli_npy_read(opt, path, want == LA_F32, arr)) return 2;
     c->narrays++;
     if (want == LA_F32) {
         if (arr->dtype == LA_I32)
             return cli_fail("--%s %s: dtype int32, expected float32 or float64", opt, path);
-        if (la_npy_to_f32(arr, path) != LA_OK) return cli_fail("--%s %s", opt, la_last_error());
     } else if (want == LA_I32 && arr->dtype != LA_I32) {
         return cli_fail("--%s %s: dtype %s, expected int32", opt, path, la_dtype_name(arr->dtype));
     }
     if (ndim >= 0 && arr->ndim != ndim) {
         char sb[128];
         int o = snprintf(sb, sizeof sb, "(");
-        for (int i = 0; i < arr->ndim; i++) o += snprintf(sb + o, sizeof sb - (size_t)o, "%s%lld", i ? ", " : "", (long long)arr->shape[i]);
+        for (int i = 0; i < arr->ndim && o < 100; i++) o += snprintf(sb + o, sizeof sb - (size_t)o, "%s%lld", i ? ", " : "", (long long)arr->shape[i]);
         snprintf(sb + o, sizeof sb - (size_t)o, ")");
         return cli_fail("--%s %s: shape %s has rank %d, expected rank %d%s%s", opt, path, sb, arr->ndim, ndim,
                            shape_doc ? " " : "", shape_doc ? shape_doc : "");
@@ -230,33 +280,57 @@ int cli_load(cli_state *c, const cli_args *a, const char *opt, int required, int
     return 0;
 }
 
+int cli_mem_check(size_t bytes, const char *what) {
+    size_t avail = SIZE_MAX;
+    la_memory_available(&avail);
+    if (bytes <= avail) return 0;
+    return cli_fail("%s: needs %.2f GiB, %.2f GiB available", what, (double)bytes / 1073741824.0,
+                    (double)avail / 1073741824.0);
+}
+
 int cli_alloc(cli_state *c, la_dtype dt, int ndim, const int64_t *shape, la_tensor *t) {
     size_t n = 1;
+    char sb[160];
+    int o = snprintf(sb, sizeof sb, "output [");
+    for (int i = 0; i < ndim && o < 120; i++)
+        o += snprintf(sb + o, sizeof sb - (size_t)o, "%s%lld", i ? ", " : "", (long long)shape[i]);
+    snprintf(sb + o, sizeof sb - (size_t)o, "]");
     for (int i = 0; i < ndim; i++)
         if (shape[i] < 0 || __builtin_mul_overflow(n, (size_t)shape[i], &n))
-            return cli_fail("output size overflows");
+            return cli_fail("%s: size overflows", sb);
     size_t bytes;
-    if (__builtin_mul_overflow(n, la_dtype_size(dt), &bytes)) return cli_fail("output size overflows");
+    if (__builtin_mul_overflow(n, la_dtype_size(dt), &bytes)) return cli_fail("%s: size overflows", sb);
     if (c->nbufs >= CLI_MAX_ITEMS) return cli_fail("too many outputs (internal)");
+    /* checked before allocating: the NaN fill below touches every page, and
+     * an output the machine cannot hold must fail here, not by an OOM kill */
+    if (cli_mem_check(bytes, sb)) return 2;
     void *p = malloc(bytes ? bytes : 1);
-    if (!p) return cli_fail("cannot allocate %zu bytes for an output", bytes);
+    if (!p) return cli_fail("%s: cannot allocate %zu bytes", sb, bytes);
     c->bufs[c->nbufs++] = p;
     if (dt == LA_F32) for (size_t i = 0; i < n; i++) ((float *)p)[i] = NAN;
+    else if (dt == LA_F64) for (size_t i = 0; i < n; i++) ((double *)p)[i] = NAN;
     else if (dt == LA_I32) for (size_t i = 0; i < n; i++) ((int32_t *)p)[i] = -7;
     if (la_tensor_init(t, p, dt, LA_DEVICE_CPU, ndim, shape) != LA_OK) return cli_fail("%s", la_last_error());
     return 0;
 }
 
-static size_t tensor_bytes(const la_tensor *t) { return (size_t)la_numel(t) * la_dtype_size(t->dtype); }
+int64_t cli_numel(const la_tensor *t) {
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) n *= t->ne[i];
+    return n;
+}
+
+static size_t tensor_bytes(const la_tensor *t) { return (size_t)cli_numel(t) * la_dtype_size(t->dtype); }
 
 int cli_upload(cli_state *c, la_tensor *t) {
     if (c->device != LA_DEVICE_CUDA || !t->data) return 0;
     if (c->ndev >= CLI_MAX_ITEMS) return cli_fail("too many device buffers (internal)");
     void *d = NULL;
+    char msg[256];
     size_t bytes = tensor_bytes(t);
-    if (la_dev_malloc(&d, bytes) != LA_OK) return cli_fail("%s", la_last_error());
+    if (cli_dev_malloc(&d, bytes, msg, sizeof msg) != LA_OK) return cli_fail("--device cuda: %s", msg);
     c->devbufs[c->ndev++] = d;
-    if (la_dev_upload(d, t->data, bytes) != LA_OK) return cli_fail("%s", la_last_error());
+    if (cli_dev_upload(d, t->data, bytes, msg, sizeof msg) != LA_OK) return cli_fail("--device cuda: %s", msg);
     t->data = d;
     t->device = LA_DEVICE_CUDA;
     return 0;
@@ -267,44 +341,15 @@ int cli_device_out(cli_state *c, const la_tensor *host, la_tensor *dev) {
     if (c->device != LA_DEVICE_CUDA) return 0;
     if (c->ndev >= CLI_MAX_ITEMS) return cli_fail("too many device buffers (internal)");
     void *d = NULL;
+    char msg[256];
     size_t bytes = tensor_bytes(host);
-    if (la_dev_malloc(&d, bytes) != LA_OK) return cli_fail("%s", la_last_error());
+    if (cli_dev_malloc(&d, bytes, msg, sizeof msg) != LA_OK) return cli_fail("--device cuda: %s", msg);
     c->devbufs[c->ndev++] = d;
     /* poison (0xff bytes = NaN for f32, -1 for i32) so unwritten output is visible */
-    if (la_dev_memset(d, 0xff, bytes) != LA_OK) return cli_fail("%s", la_last_error());
+    if (cli_dev_memset(d, 0xff, bytes, msg, sizeof msg) != LA_OK) return cli_fail("--device cuda: %s", msg);
     dev->data = d;
     dev->device = LA_DEVICE_CUDA;
     return 0;
-}
-
-int cli_save_path(cli_state *c, const char *path, const la_tensor *host, const la_tensor *dev) {
-    if (c->nouts >= CLI_MAX_ITEMS) return cli_fail("too many outputs (internal)");
-    if (dev && dev->device == LA_DEVICE_CUDA && dev->data != host->data) {
-        if (la_dev_synchronize() != LA_OK) return cli_fail("%s", la_last_error());
-        if (la_dev_download(host->data, dev->data, tensor_bytes(host)) != LA_OK)
-            return cli_fail("%s", la_last_error());
-    }
-    for (int i = 0; i < c->nouts; i++)
-        if (strcmp(c->out_final[i], path) == 0) return cli_fail("output path '%s' given twice", path);
-    size_t n = strlen(path) + 64;
-    char *tmp = (char *)malloc(n);
-    char *fin = strdup(path);
-    if (!tmp || !fin) { free(tmp); free(fin); return cli_fail("out of memory"); }
-    /* the temporary lives beside the final file so rename() stays atomic */
-    snprintf(tmp, n, "%s.tmp.%ld", path, (long)getpid());
-    c->out_tmp[c->nouts] = tmp;
-    c->out_final[c->nouts] = fin;
-    c->nouts++;
-    if (la_npy_write_raw(tmp, host->dtype, host->ndim, host->ne, host->data) != LA_OK)
-        return cli_fail("%s", la_last_error());
-    return 0;
-}
-
-int cli_save(cli_state *c, const cli_args *a, const char *opt, const la_tensor *host,
-                const la_tensor *dev) {
-    const char *path = cli_args_get(a, opt);
-    if (!path) return 0;
-    return cli_save_path(c, path, host, dev);
 }
 
 int cli_status(la_status s, const char *what) {
@@ -312,7 +357,7 @@ int cli_status(la_status s, const char *what) {
     fprintf(stderr, "longattn: error: %s%s%s\n", what ? what : "", what ? ": " : "", la_last_error());
     switch (s) {
     case LA_ERR_ARG: case LA_ERR_SHAPE: case LA_ERR_DTYPE: case LA_ERR_OVERFLOW:
-    case LA_ERR_FORMAT: case LA_ERR_IO: case LA_ERR_UNSUPPORTED:
+    case LA_ERR_FORMAT: case LA_ERR_IO: case LA_ERR_UNSUPPORTED: case LA_ERR_NOMEM:
         return 2;
     default:
         return 1;
@@ -320,24 +365,10 @@ int cli_status(la_status s, const char *what) {
 }
 
 int cli_end(cli_state *c, int rc) {
-    if (rc == 0) {
-        for (int i = 0; i < c->nouts; i++) {
-            if (rename(c->out_tmp[i], c->out_final[i]) != 0) {
-                fprintf(stderr, "longattn: error: cannot rename %s to %s: %s\n", c->out_tmp[i], c->out_final[i], strerror(errno));
-                /* remove what was already renamed: all or nothing */
-                for (int j = 0; j < i; j++) unlink(c->out_final[j]);
-                for (int j = i; j < c->nouts; j++) unlink(c->out_tmp[j]);
-                rc = 1;
-                break;
-            }
-        }
-    } else {
-        for (int i = 0; i < c->nouts; i++) unlink(c->out_tmp[i]);
-    }
-    for (int i = 0; i < c->nouts; i++) { free(c->out_tmp[i]); free(c->out_final[i]); }
-    for (int i = 0; i < c->narrays; i++) la_npy_free(&c->arrays[i]);
+    rc = cli_finish_outputs(c, rc);
+    for (int i = 0; i < c->narrays; i++) cli_array_free(&c->arrays[i]);
     for (int i = 0; i < c->nbufs; i++) free(c->bufs[i]);
-    for (int i = 0; i < c->ndev; i++) la_dev_free(c->devbufs[i]);
+    for (int i = 0; i < c->ndev; i++) cli_dev_free(c->devbufs[i]);
     if (c->ctx) la_context_destroy(c->ctx);
     memset(c, 0, sizeof *c);
     return rc;
@@ -391,6 +422,15 @@ void cli_progress_end(cli_progress *p) {
     if (p->shown) {
         p->done = p->total;
         progress_draw(p, 1);
+        p->shown = 0;
+    }
+}
+
+void cli_progress_clear(cli_progress *p) {
+    /* only a terminal bar shares the line; the non-terminal form is whole lines */
+    if (p->shown && isatty(2)) {
+        fprintf(stderr, "\r\033[K");
+        fflush(stderr);
     }
 }
 

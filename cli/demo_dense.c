@@ -188,7 +188,7 @@ int cli_demo_dense(FILE *f, int quick) {
 
     const int64_t H = 4, D = 64, nmax = quick ? 4096 : 16384;
     fprintf(f, "\n  Causal forward time, B=1 H=%lld D=%lld, %d thread(s), BLAS %s:\n", (long long)H,
-            (long long)D, threads, la_blas_name());
+            (long long)D, threads, cli_blas_name());
     fprintf(f, "    %7s  %12s  %12s  %10s  %16s\n", "N", "softmax (ms)", "linear (ms)", "ratio",
             "growth per 2x N");
     double prev_s = 0, prev_l = 0;

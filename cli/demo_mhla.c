@@ -46,8 +46,8 @@ static double check_ref(const demo_qkv *x, int64_t N, int64_t H, int64_t D, cons
             for (int64_t s = 0; s < (causal ? t + 1 : N); s++) {
                 double a = 0;
                 for (int64_t d = 0; d < D; d++)
-                    a += scale * la_feature_apply(f, x->q[(t * H + h) * D + d]) *
-                         (double)la_feature_apply(f, x->k[(s * H + h) * D + d]);
+                    a += scale * cli_feature(f, x->q[(t * H + h) * D + d]) *
+                         cli_feature(f, x->k[(s * H + h) * D + d]);
                 a *= W[blk[t] * M + blk[s]];
                 den += a;
                 for (int64_t e = 0; e < D; e++) num[e] += a * x->v[(s * H + h) * D + e];

@@ -25,7 +25,6 @@
 
 #include "cli.h"
 #include "eval_index.h"
-#include "../src/core/devmem.h"
 
 /* ---- generator -------------------------------------------------------------- */
 static cli_rng64 rng_for(uint64_t seed, uint64_t stream) {
@@ -230,7 +229,7 @@ typedef struct ev_staged {
 
 static void ev_unstage(ev_staged *d) {
     void *p[6] = {d->q, d->k, d->w, d->st, d->en, d->idx};
-    for (int i = 0; i < 6; i++) la_dev_free(p[i]);
+    for (int i = 0; i < 6; i++) cli_dev_free(p[i]);
     memset(d, 0, sizeof *d);
 }
 
@@ -238,22 +237,22 @@ static void ev_unstage(ev_staged *d) {
  * bf16 rounds to nearest even on the host first). 0 or the exit status of
  * the failure (cli_status / cli_fail). */
 static int ev_put(const la_tensor *h, la_dtype dt, void **dp, la_tensor *t) {
-    const int64_t n = la_numel(h);
+    const int64_t n = cli_numel(h);
     const size_t es = la_dtype_size(dt);
-    la_status ms = la_dev_malloc(dp, (size_t)n * es);
-    if (ms != LA_OK) return cli_status(ms, "eval-index");
+    char msg[256];
+    if (cli_dev_malloc(dp, (size_t)n * es, msg, sizeof msg) != LA_OK) return cli_fail("eval-index: %s", msg);
     la_status s;
     if (dt == LA_BF16) {
         uint16_t *tmp = malloc((size_t)n * 2 + 1);
         if (!tmp) return cli_fail("eval-index: out of memory converting to bf16");
         const float *src = (const float *)h->data;
-        for (int64_t i = 0; i < n; i++) tmp[i] = la_f32_to_bf16(src[i]);
-        s = la_dev_upload(*dp, tmp, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) tmp[i] = cli_f32_to_bf16(src[i]);
+        s = cli_dev_upload(*dp, tmp, (size_t)n * 2, msg, sizeof msg);
         free(tmp);
     } else {
-        s = la_dev_upload(*dp, h->data, (size_t)n * es);
+        s = cli_dev_upload(*dp, h->data, (size_t)n * es, msg, sizeof msg);
     }
-    if (s != LA_OK) return cli_status(s, "eval-index: upload");
+    if (s != LA_OK) return cli_fail("eval-index: %s", msg);
     if (la_tensor_init(t, *dp, dt, LA_DEVICE_CUDA, h->ndim, h->ne) != LA_OK) return cli_status(LA_ERR_ARG, "eval-index");
     return 0;
 }
@@ -265,8 +264,9 @@ static int ev_stage(const ev_dev *dv, const la_tensor *q, const la_tensor *k, co
         (st && ev_put(st, LA_I32, &d->st, &d->tst)) || (en && ev_put(en, LA_I32, &d->en, &d->ten)))
         return 1;
     const int64_t T = q->ne[0], ine[2] = {T, topk};
-    la_status ms = la_dev_malloc(&d->idx, (size_t)(T * topk) * 4);
-    if (ms != LA_OK) return cli_status(ms, "eval-index");
+    char msg[256];
+    if (cli_dev_malloc(&d->idx, (size_t)(T * topk) * 4, msg, sizeof msg) != LA_OK)
+        return cli_fail("eval-index: %s", msg);
     la_tensor_init(&d->tidx, d->idx, LA_I32, LA_DEVICE_CUDA, 2, ine);
     return 0;
 }
@@ -306,18 +306,23 @@ static int study_one(const method *ms, int nm, int64_t topk, const la_tensor *q,
         if (dv->cuda) {
             /* best of three synchronized calls (the first also grows the
              * workspace pool and loads the kernels) */
-            la_dev_memset(dd.idx, 0xff, (size_t)(T * topk) * 4);
+            char msg[256] = "";
+            cli_dev_memset(dd.idx, 0xff, (size_t)(T * topk) * 4, msg, sizeof msg);
             for (int rep = 0; rep < 3 && s == LA_OK; rep++) {
-                s = la_dev_synchronize();
+                s = cli_dev_synchronize(msg, sizeof msg);
                 const double t0 = cli_now();
                 if (s == LA_OK)
                     s = run_method(&ms[mi], topk, &dd.tq, &dd.tk, &dd.tw, st ? &dd.tst : NULL, en ? &dd.ten : NULL,
                                    &dd.tidx, ctx);
-                if (s == LA_OK) s = la_dev_synchronize();
+                if (s == LA_OK) s = cli_dev_synchronize(msg, sizeof msg);
                 const double d = cli_now() - t0;
                 if (d < dt) dt = d;
             }
-            if (s == LA_OK) s = la_dev_download(idx[mi], dd.idx, (size_t)(T * topk) * 4);
+            if (s == LA_OK) s = cli_dev_download(idx[mi], dd.idx, (size_t)(T * topk) * 4, msg, sizeof msg);
+            if (s != LA_OK && msg[0]) {
+                rc = cli_fail("eval-index: %s", msg);
+                break;
+            }
         } else {
             /* best of two calls: the first also pays page faults of fresh workspace */
             for (int rep = 0; rep < 2 && s == LA_OK; rep++) {

@@ -9,6 +9,25 @@
 
 #include "cli.h"
 
+#ifdef LA_BLAS_OPENBLAS
+/* OpenBLAS (pthreads) starts its worker threads when it is loaded; after
+ * start-up and after every multi-threaded call they spin (sched_yield) for
+ * a while before sleeping, which on a small machine takes a core from the
+ * CLI's file I/O. The CLI only ever runs single-threaded BLAS calls (the
+ * library's tiles run inside its own OpenMP regions), so main() sets
+ * OpenBLAS to one thread and stops its server threads: program state,
+ * chosen by the program. blas_thread_shutdown_ is OpenBLAS's own (exported,
+ * used at fork); weak, so another BLAS build still links. */
+void openblas_set_num_threads(int);
+int blas_thread_shutdown_(void) __attribute__((weak));
+static void cli_quiet_blas(void) {
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_) blas_thread_shutdown_();
+}
+#else
+static void cli_quiet_blas(void) {}
+#endif
+
 /* Subcommands are linked from their own files; the weak declarations keep
  * the tool linkable while a family is absent from a build. */
 #pragma weak cli_run_softmax
@@ -80,6 +99,7 @@ static int cmd_run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    cli_quiet_blas();
     if (argc < 2) {
         usage(stderr);
         return 2;

@@ -7,13 +7,13 @@
 
 /* ------------------------------------------------------------------------ */
 static const cli_opt softmax_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,Nq,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,Nk,Hk,D] (H % Hk == 0: grouped-query attention)"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,Nk,Hk,Dv]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,Nq,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,Nk,Hk,D] (H % Hk == 0: grouped-query attention)"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,Nk,Hk,Dv]"},
     {"causal", CLI_OPT_FLAG, "off", "causal mask, bottom-right aligned: query i sees keys s <= i + Nk - Nq"},
     {"scale", CLI_OPT_VALUE, NULL, "score scale (default: D^-1/2; 0 also means the default)"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [B,Nq,H,Dv] (required)"},
-    {"lse", CLI_OPT_VALUE, NULL, "optional output .npy [B,Nq,H]: row log-sum-exp (natural log; -inf for a row that sees no key)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,Nq,H,Dv] (required)"},
+    {"lse", CLI_OPT_OUT, NULL, "optional output .npy [B,Nq,H]: row log-sum-exp (natural log; -inf for a row that sees no key)"},
 };
 
 int cli_run_softmax(int argc, char **argv) {
@@ -55,9 +55,9 @@ int cli_run_softmax(int argc, char **argv) {
 
 /* ------------------------------------------------------------------------ */
 static const cli_opt linear_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
     {"feature", CLI_OPT_VALUE, "relu", "feature map phi: identity|relu|relu_eps|relu1|elu1"},
     {"causal", CLI_OPT_FLAG, "off", "causal: sums over j <= t (chunkwise form)"},
     {"normalize", CLI_OPT_FLAG, "on", "divide by q~ . z + eps"},
@@ -66,7 +66,7 @@ static const cli_opt linear_opts[] = {
     {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size C (1..4096); the result does not depend on it"},
     {"state-in", CLI_OPT_VALUE, NULL, "--causal: read the recurrent state from PREFIX.S.npy [B,H,D,Dv] and PREFIX.z.npy [B,H,D]"},
     {"state-out", CLI_OPT_VALUE, NULL, "--causal: write the final state to PREFIX.S.npy and PREFIX.z.npy (may equal --state-in)"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [B,N,H,Dv] (required)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 
 /* "PREFIX" + suffix, or NULL if it does not fit. */
@@ -82,12 +82,11 @@ static char *state_path(const char *prefix, const char *suffix) {
 static int load_state(cli_state *c, const char *path, int ndim, const int64_t *want,
                       const char *doc, la_tensor *t) {
     if (c->narrays >= CLI_MAX_ITEMS) return cli_fail("too many inputs (internal)");
-    la_npy_array *arr = &c->arrays[c->narrays];
-    if (la_npy_read(path, arr) != LA_OK) return cli_fail("--state-in %s", la_last_error());
+    cli_array *arr = &c->arrays[c->narrays];
+    if (cli_npy_read("state-in", path, 1, arr)) return 2;
     c->narrays++;
     if (arr->dtype == LA_I32)
         return cli_fail("--state-in %s: dtype int32, expected float32 or float64", path);
-    if (la_npy_to_f32(arr, path) != LA_OK) return cli_fail("--state-in %s", la_last_error());
     int ok = arr->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = arr->shape[i] == want[i];
     if (!ok) {
@@ -147,6 +146,22 @@ int cli_run_linear(int argc, char **argv) {
         pSi = state_path(sin, ".S.npy");
         pzi = state_path(sin, ".z.npy");
         if (!pSi || !pzi) rc = cli_fail("out of memory");
+        if (!rc) {
+            cli_note_input(&c, "state-in", pSi);
+            cli_note_input(&c, "state-in", pzi);
+        }
+    }
+    if (!rc && sout) {
+        /* the state outputs are planned (checked, temporaries made) before
+         * computing, like every output; they may replace --state-in's files */
+        pSo = state_path(sout, ".S.npy");
+        pzo = state_path(sout, ".z.npy");
+        if (!pSo || !pzo) rc = cli_fail("out of memory");
+        else if (cli_plan_output(&c, "state-out", pSo, "state-in") ||
+                 cli_plan_output(&c, "state-out", pzo, "state-in"))
+            rc = 2;
+    }
+    if (!rc && sin) {
         if (!rc) rc = load_state(&c, pSi, 4, wS, "[B,H,D,Dv]", &Si);
         if (!rc) rc = load_state(&c, pzi, 3, wz, "[B,H,D]", &zi);
     }
@@ -165,12 +180,7 @@ int cli_run_linear(int argc, char **argv) {
         rc = cli_status(s, "linear");
     }
     if (!rc) rc = cli_save(&c, &a, "out", &out, &dout);
-    if (!rc && sout) {
-        pSo = state_path(sout, ".S.npy");
-        pzo = state_path(sout, ".z.npy");
-        if (!pSo || !pzo) rc = cli_fail("out of memory");
-        else if (cli_save_path(&c, pSo, &So, &dSo) || cli_save_path(&c, pzo, &zo, &dzo)) rc = 2;
-    }
+    if (!rc && sout && (cli_save_path(&c, pSo, &So, &dSo) || cli_save_path(&c, pzo, &zo, &dzo))) rc = 2;
     free(pSi); free(pzi); free(pSo); free(pzo);
     return cli_end(&c, rc);
 }

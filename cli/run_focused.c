@@ -23,7 +23,7 @@ static int conv_view(la_tensor *t, const char *path) {
     return 0;
 }
 
-/* Whole-string float. */
+/* Whole-string float: 1 a finite number, 0 not a number. */
 static int parse_number(const char *s, double *out) {
     char *end;
     errno = 0;
@@ -34,18 +34,18 @@ static int parse_number(const char *s, double *out) {
 }
 
 static const cli_opt focused_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv] (Dv = D when the flatten conv is given)"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv] (Dv = D when the flatten conv is given)"},
     {"variant", CLI_OPT_VALUE, "flatten", "flatten (the published FLatten module) or blog (the seed blog's variant)"},
     {"map", CLI_OPT_VALUE, NULL, "token map HxW, H*W = N (required)"},
-    {"conv", CLI_OPT_VALUE, NULL, "depthwise kernel .npy, odd k: flatten [D,k,k] on v, shared by heads; blog [H*D,k,k] on phi(K) (also [.,1,k,k]); default: flatten none, blog identity"},
-    {"conv-bias", CLI_OPT_VALUE, NULL, "flatten: conv bias .npy [D] (default: none)"},
-    {"softplus-param", CLI_OPT_VALUE, NULL, "flatten: scale parameter s .npy [H*D], x' = (ReLU(x)+1e-6)/softplus(s) (default: zeros)"},
+    {"conv", CLI_OPT_IN, NULL, "depthwise kernel .npy, odd k: flatten [D,k,k] on v, shared by heads; blog [H*D,k,k] on phi(K) (also [.,1,k,k]); default: flatten none, blog identity"},
+    {"conv-bias", CLI_OPT_IN, NULL, "flatten: conv bias .npy [D] (default: none)"},
+    {"softplus-param", CLI_OPT_IN, NULL, "flatten: scale parameter s .npy [H*D], x' = (ReLU(x)+1e-6)/softplus(s) (default: zeros)"},
     {"p", CLI_OPT_VALUE, "3", "flatten: focusing factor"},
     {"focus", CLI_OPT_VALUE, "2.0", "blog: per-head coefficient .npy [H], or one number for all heads (it cancels, see docs/FOCUSED.md)"},
     {"eps", CLI_OPT_VALUE, "1e-6", "normalizer epsilon (flatten: beside the mean)"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [B,N,H,Dv] (required)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 
 int cli_run_focused(int argc, char **argv) {
@@ -98,10 +98,15 @@ int cli_run_focused(int argc, char **argv) {
         cli_load(&c, &a, "softplus-param", 0, 1, LA_F32, "[H*D]", &sp))
         return cli_end(&c, 2);
     const int64_t N = q.ne[1], H = q.ne[2], D = q.ne[3];
-    if (p.map_h > INT64_MAX / p.map_w || p.map_h * p.map_w != N)
+    int64_t map_n;
+    if (__builtin_mul_overflow(p.map_h, p.map_w, &map_n))
+        return cli_end(&c, cli_fail("--map %lldx%lld: the token count overflows int64 but --q %s has N=%lld",
+                                    (long long)p.map_h, (long long)p.map_w, cli_args_get(&a, "q"),
+                                    (long long)N));
+    if (map_n != N)
         return cli_end(&c, cli_fail("--map %lldx%lld holds %lld tokens but --q %s has N=%lld",
                                           (long long)p.map_h, (long long)p.map_w,
-                                          (long long)(p.map_h * p.map_w), cli_args_get(&a, "q"),
+                                          (long long)map_n, cli_args_get(&a, "q"),
                                           (long long)N));
     if (conv.data && conv_view(&conv, cli_args_get(&a, "conv"))) return cli_end(&c, 2);
     if (conv.data) {
@@ -117,14 +122,18 @@ int cli_run_focused(int argc, char **argv) {
     /* --focus: a number for every head, or a file [H] */
     memset(&focus, 0, sizeof focus);
     if (blog) {
-        double fv;
+        float fv;
         const char *fs = cli_args_get(&a, "focus");
-        if (parse_number(fs, &fv)) {
+        /* a number (finite, in float32 range: "1e39", "nan" and "inf" are
+         * refused as numbers, not looked up as files), else a .npy file */
+        const int r = cli_parse_float("focus", fs, &fv);
+        if (r == 2) return cli_end(&c, 2);
+        if (r == 0) {
             float *buf = NULL;
             int64_t ne1 = H;
             if (cli_alloc(&c, LA_F32, 1, &ne1, &focus)) return cli_end(&c, 2);
             buf = (float *)focus.data;
-            for (int64_t h = 0; h < H; h++) buf[h] = (float)fv;
+            for (int64_t h = 0; h < H; h++) buf[h] = fv;
         } else if (cli_load(&c, &a, "focus", 1, 1, LA_F32, "[H]", &focus)) {
             return cli_end(&c, 2);
         }
@@ -146,19 +155,19 @@ int cli_run_focused(int argc, char **argv) {
 
 /* ------------------------------------------------------------------------ */
 static const cli_opt map_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [N,D] (one head)"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [N,D]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [N,D] (one head)"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [N,D]"},
     {"variant", CLI_OPT_VALUE, "softmax", "softmax | linear | mhla | focused-flatten | focused-blog"},
     {"feature", CLI_OPT_VALUE, NULL, "linear/mhla feature map: identity relu relu_eps relu1 elu1 (default: relu for linear, relu_eps for mhla)"},
     {"scale", CLI_OPT_VALUE, "0", "softmax scale (0 = D^-1/2); linear/mhla query scale (0 = 1)"},
-    {"mixing", CLI_OPT_VALUE, NULL, "mhla: mixing matrix .npy [M,M]"},
+    {"mixing", CLI_OPT_IN, NULL, "mhla: mixing matrix .npy [M,M]"},
     {"grid", CLI_OPT_VALUE, NULL, "mhla: token grid N, HxW or TxHxW (default: N, 1-D)"},
     {"blocks", CLI_OPT_VALUE, NULL, "mhla: block grid, same rank as --grid (default 1-D: M of --mixing)"},
     {"map", CLI_OPT_VALUE, NULL, "focused: token map HxW (checked against N; the conv terms are left out of the map)"},
-    {"softplus-param", CLI_OPT_VALUE, NULL, "focused-flatten: s .npy [D] (default: zeros)"},
+    {"softplus-param", CLI_OPT_IN, NULL, "focused-flatten: s .npy [D] (default: zeros)"},
     {"p", CLI_OPT_VALUE, "3", "focused-flatten: focusing factor"},
     {"rtol", CLI_OPT_VALUE, "1e-6", "rank = #{singular values > rtol * largest}"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [N,N] attention weights, rows sum to 1 (optional)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [N,N] attention weights, rows sum to 1 (optional)"},
 };
 
 int cli_run_attn_map(int argc, char **argv) {
@@ -237,9 +246,9 @@ int cli_run_attn_map(int argc, char **argv) {
     }
     if (cli_args_get(&a, "map")) {
         int mnd;
-        int64_t md[3];
+        int64_t md[3], map_n = 0;
         if (cli_args_dims(&a, "map", &mnd, md)) return cli_end(&c, 2);
-        if (mnd != 2 || md[0] * md[1] != N)
+        if (mnd != 2 || __builtin_mul_overflow(md[0], md[1], &map_n) || map_n != N)
             return cli_end(&c, cli_fail("--map %s does not hold the N=%lld tokens of --q %s",
                                               cli_args_get(&a, "map"), (long long)N,
                                               cli_args_get(&a, "q")));

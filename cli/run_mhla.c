@@ -7,10 +7,10 @@
 #include "cli.h"
 
 static const cli_opt mhla_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
-    {"mixing", CLI_OPT_VALUE, NULL, "mixing matrix .npy [M,M] (shared) or [H,M,M] (per head)"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
+    {"mixing", CLI_OPT_IN, NULL, "mixing matrix .npy [M,M] (shared) or [H,M,M] (per head)"},
     {"causal", CLI_OPT_FLAG, "off", "causal chunkwise MHLA over 1-D chunks of --chunk tokens (SPEC §5.4)"},
     {"grid", CLI_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW in raster order (default: N, 1-D)"},
     {"blocks", CLI_OPT_VALUE, NULL, "non-causal: block grid, same rank as --grid, e.g. 4x4 (default for a 1-D grid: M of --mixing)"},
@@ -21,7 +21,7 @@ static const cli_opt mhla_opts[] = {
     {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk (block) size C; mixing must be at least ceil(N/C) square"},
     {"decode", CLI_OPT_FLAG, "off", "--causal: compute through the decoding state, one token at a time"},
     {"prefill", CLI_OPT_VALUE, "0", "--decode: append this many tokens at once first, then decode the rest"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [B,N,H,Dv] (required)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 
 static int parse_normalize(const char *s, la_mhla_normalize *out) {
@@ -164,7 +164,7 @@ int cli_run_mhla(int argc, char **argv) {
 static const cli_opt init_opts[] = {
     {"blocks", CLI_OPT_VALUE, NULL, "block grid, e.g. 16, 4x4 or 3x5x10 (uniform_causal: the number of chunks); M <= 16384"},
     {"init", CLI_OPT_VALUE, "locality", "locality (paper: rows sum to 1) | locality_global (released code: columns sum to 1) | uniform_causal (W[i,j] = 1/(i+1), j <= i)"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [M,M] (required)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [M,M] (required)"},
 };
 
 int cli_run_mhla_init(int argc, char **argv) {

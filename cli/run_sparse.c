@@ -21,29 +21,29 @@ static int check_out_size(const char *opt, int64_t a, int64_t b, int64_t c) {
 enum { IX_DSA, IX_HISA, IX_BLOCKSPARSE };
 
 #define IDX_COMMON_OPTS                                                                                    \
-    {"q", CLI_OPT_VALUE, NULL, "indexer queries .npy [T,HI,dI]"},                                            \
-    {"k", CLI_OPT_VALUE, NULL, "indexer keys .npy [L,dI] (one shared key per token)"},                       \
-    {"w", CLI_OPT_VALUE, NULL, "head weights .npy [T,HI] (fold dI^-1/2 HI^-1/2 and scales in here)"},        \
+    {"q", CLI_OPT_IN, NULL, "indexer queries .npy [T,HI,dI]"},                                            \
+    {"k", CLI_OPT_IN, NULL, "indexer keys .npy [L,dI] (one shared key per token)"},                       \
+    {"w", CLI_OPT_IN, NULL, "head weights .npy [T,HI] (fold dI^-1/2 HI^-1/2 and scales in here)"},        \
     {"topk", CLI_OPT_VALUE, "2048", "indices returned per query (rows with fewer valid keys: -1 padding)"},  \
-    {"start", CLI_OPT_VALUE, NULL, "int32 .npy [T]: first valid key of each query (default 0)"},             \
-    {"end", CLI_OPT_VALUE, NULL, "int32 .npy [T]: one past the last valid key (default causal bottom-right: L-T+t+1)"}
+    {"start", CLI_OPT_IN, NULL, "int32 .npy [T]: first valid key of each query (default 0)"},             \
+    {"end", CLI_OPT_IN, NULL, "int32 .npy [T]: one past the last valid key (default causal bottom-right: L-T+t+1)"}
 
 static const cli_opt dsa_opts[] = {
     IDX_COMMON_OPTS,
-    {"out", CLI_OPT_VALUE, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
-    {"scores", CLI_OPT_VALUE, NULL, "optional output .npy [T,L]: the fp32 scores (-inf outside each range)"},
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
+    {"scores", CLI_OPT_OUT, NULL, "optional output .npy [T,L]: the fp32 scores (-inf outside each range)"},
 };
 static const cli_opt hisa_opts[] = {
     IDX_COMMON_OPTS,
     {"block", CLI_OPT_VALUE, "128", "block size B (blocks are absolute: token s in block s/B)"},
     {"block-topk", CLI_OPT_VALUE, "64", "blocks kept m (first and last block of each range always kept)"},
-    {"out", CLI_OPT_VALUE, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
 };
 static const cli_opt blocksparse_opts[] = {
     IDX_COMMON_OPTS,
     {"block", CLI_OPT_VALUE, "128", "block size B; topk/B blocks are kept (topk >= B)"},
     {"block-topk", CLI_OPT_VALUE, "64", "accepted for symmetry with hisa, not used (block-sparse keeps topk/B blocks)"},
-    {"out", CLI_OPT_VALUE, NULL, "output int32 .npy [T,topk]: kept blocks in rank order (forced first, then by block "
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: kept blocks in rank order (forced first, then by block "
                                 "score), each block's valid tokens ascending, -1 padding"},
 };
 
@@ -114,13 +114,13 @@ int cli_run_blocksparse(int argc, char **argv) { return run_indexer(IX_BLOCKSPAR
 
 /* ---- sparse attention ------------------------------------------------------ */
 static const cli_opt sparse_attn_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [T,Hq,Dqk]"},
-    {"kv", CLI_OPT_VALUE, NULL, "latent entries .npy [L,Dqk] (MQA, shared by all heads) or [L,Hkv,Dqk] (head h reads kv head h*Hkv/Hq)"},
-    {"idx", CLI_OPT_VALUE, NULL, "int32 .npy [T,k]: selected keys per query (-1 or >= L: skipped)"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [T,Hq,Dqk]"},
+    {"kv", CLI_OPT_IN, NULL, "latent entries .npy [L,Dqk] (MQA, shared by all heads) or [L,Hkv,Dqk] (head h reads kv head h*Hkv/Hq)"},
+    {"idx", CLI_OPT_IN, NULL, "int32 .npy [T,k]: selected keys per query (-1 or >= L: skipped)"},
     {"dv", CLI_OPT_VALUE, "512", "value width: values are the first dv columns of kv (dv <= Dqk)"},
     {"scale", CLI_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2; 0 also means the default)"},
-    {"out", CLI_OPT_VALUE, NULL, "output .npy [T,Hq,dv] (a row with no valid index gives 0)"},
-    {"lse", CLI_OPT_VALUE, NULL, "optional output .npy [T,Hq]: log-sum-exp (natural log; -inf for no valid index)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [T,Hq,dv] (a row with no valid index gives 0)"},
+    {"lse", CLI_OPT_OUT, NULL, "optional output .npy [T,Hq]: log-sum-exp (natural log; -inf for no valid index)"},
 };
 
 int cli_run_sparse_attn(int argc, char **argv) {

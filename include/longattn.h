@@ -66,6 +66,14 @@ LA_API const char *la_version(void);
 LA_API const char *la_build_info(void);
 /* Whether the CUDA backend was compiled in and a device is present. */
 LA_API la_status la_cuda_available(int *available);
+/* Host memory this process can still allocate, in bytes: the least of
+ * MemAvailable (/proc/meminfo), the memory cgroup's limit minus its usage
+ * (v2 or v1; reclaimable file cache counted as free) and the address-space
+ * limit (RLIMIT_AS, `ulimit -v`) minus the address space in use. SIZE_MAX
+ * when none of them can be read. The default workspace allocator refuses
+ * large workspaces that exceed it (LA_ERR_NOMEM: "needs X GiB, Y
+ * available") instead of letting the process be killed. */
+LA_API la_status la_memory_available(size_t *bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -112,7 +120,11 @@ typedef void (*la_free_fn)(void *ptr, void *user);
 
 LA_API la_status la_context_create(la_context **ctx);
 LA_API la_status la_context_destroy(la_context *ctx);
-/* Threads for CPU operators; 0 = all cores (default). */
+/* Threads for CPU operators; 0 = all cores (default). A count above the
+ * cores available to the process (omp_get_num_procs: online CPUs in its
+ * affinity mask) is clamped to that number when an operator runs and by
+ * la_context_get_threads, so that no thread count can make the OpenMP
+ * runtime fail to create threads and end the process. Negative: LA_ERR_ARG. */
 LA_API la_status la_context_set_threads(la_context *ctx, int threads);
 LA_API la_status la_context_get_threads(const la_context *ctx, int *threads);
 /* Host workspace allocator (default malloc/free). */

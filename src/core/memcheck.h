@@ -1,0 +1,24 @@
+/* Memory-availability check before large host allocations (internal). The
+ * public query is la_memory_available (include/longattn.h). */
+#ifndef LA_CORE_MEMCHECK_H
+#define LA_CORE_MEMCHECK_H
+#include <stddef.h>
+
+#include "longattn.h"
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Allocations from this size up are checked by la_ws_alloc: reading the
+ * /proc and cgroup files costs tens of microseconds, nothing beside an
+ * allocation this large, and smaller ones cannot exhaust a machine alone. */
+#define LA_MEMCHECK_MIN_BYTES ((size_t)64 << 20)
+
+/* LA_OK when `bytes` fit in la_memory_available; else LA_ERR_NOMEM with
+ * "WHAT: needs X GiB, Y GiB available". */
+la_status la_mem_check(size_t bytes, const char *what);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
