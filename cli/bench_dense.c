@@ -66,6 +66,7 @@ int cli_bench_dense(const cli_bench_cfg *cfg) {
     cli_progress_start(&pr, "bench dense", steps);
 
     const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
+    cli_progress_clear(&pr);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,"
                 "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
@@ -115,6 +116,7 @@ int cli_bench_dense(const cli_bench_cfg *cfg) {
                     if (r.causal) flops += (double)H * N * C * (D + Dv);
                 }
                 const double gf = flops / s * 1e-9;
+                cli_progress_clear(&pr);
                 if (cfg->json)
                     fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"threads\":%d,"
                             "\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f,\"pct_peak\":%.2f,"

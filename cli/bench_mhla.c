@@ -15,6 +15,7 @@
 static void report(const cli_bench_cfg *cfg, const char *op, int64_t N, int64_t M, double sec,
                    double flops, const char *extra) {
     const int64_t H = cfg->H, D = cfg->D;
+    cli_progress_clear(NULL);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"M\":%lld,"
                 "\"threads\":%d,\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f%s%s}\n",
@@ -107,6 +108,7 @@ static int bench_decode(const cli_bench_cfg *cfg, run_arg *r, float *W, int64_t 
         snprintf(extra, sizeof extra, "\"mixing\":\"%s\",\"context\":%lld,\"us_per_token_median\":%.3f,"
                  "\"us_block_start_median\":%.3f,\"us_per_token_amortized\":%.3f",
                  general ? "general" : "uniform_causal", (long long)c, med * 1e6, mst * 1e6, amort * 1e6);
+        cli_progress_clear(pr);
         if (cfg->json)
             report(cfg, name, c, c / C + 1, amort, (double)H * 4.0 * D * E, extra);
         else

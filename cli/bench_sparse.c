@@ -99,6 +99,7 @@ int cli_bench_sparse(const cli_bench_cfg *cfg) {
     cli_progress pr;
     cli_progress_start(&pr, "bench sparse", steps);
     const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
+    cli_progress_clear(&pr);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,\"gflops\":%.3f,"
                 "\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
@@ -180,6 +181,7 @@ int cli_bench_sparse(const cli_bench_cfg *cfg) {
             const double gf = flops / s * 1e-9;
             const int64_t rows = op == OP_TOPK ? R : (op == OP_SATTN ? Ta : T);
             const double vs_dsa = (op == OP_HISA || op == OP_BLOCKSPARSE) && sel[OP_DSA] && dsa_ms > 0 ? dsa_ms / (s * 1e3) : 0;
+            cli_progress_clear(&pr);
             if (cfg->json)
                 fprintf(cfg->out, "{\"op\":\"%s\",\"L\":%lld,\"rows\":%lld,\"threads\":%d,\"ms\":%.4f,"
                         "\"us_per_row\":%.3f,\"gflops\":%.3f,\"pct_peak\":%.2f,\"speedup_vs_dsa\":%.3f,\"repeats\":%d}\n",

@@ -116,6 +116,17 @@ void cli_dev_why(char *msg, size_t n);
  * "WHAT: needs X GiB, Y GiB available" and returns 2. */
 int cli_mem_check(size_t bytes, const char *what);
 
+/* Address space left under RLIMIT_AS (ulimit -v): 1 and *bytes when a
+ * limit is set, 0 when there is none. */
+int cli_as_headroom(size_t *bytes);
+/* OpenBLAS (0.3.21) maps a buffer of this size for every thread that calls
+ * it, and retries forever when the mapping fails. */
+#define CLI_BLAS_BUFFER_MIB 128
+/* Address space kept free for the BLAS buffers of the threads that call
+ * BLAS (one per core; OpenBLAS's own worker has mapped its buffer before
+ * main), plus a margin: CLI_BLAS_BUFFER_MIB x cores + 32 MiB. */
+size_t cli_blas_reserve(void);
+
 /* One output file, planned (checked, temporary created) before computing. */
 typedef struct cli_output {
     const char *opt;    /* option that named it ("out", "lse", "state-out") */
@@ -256,7 +267,8 @@ typedef struct cli_progress {
 void cli_progress_start(cli_progress *p, const char *label, int64_t total);
 void cli_progress_step(cli_progress *p, int64_t inc);
 void cli_progress_end(cli_progress *p);
-/* Erase a drawn bar so that the next line of output starts clean. */
+/* Erase a drawn bar so that the next line of output starts clean (p NULL:
+ * whichever bar is drawn; a no-op when stderr is not a terminal). */
 void cli_progress_clear(cli_progress *p);
 double cli_now(void);
 /* splitmix64 random numbers (cli/bench_util.c): demos, benches and studies
@@ -297,6 +309,12 @@ double cli_feature(la_feature f, double x);
  * SIGINT, SIGTERM or SIGHUP before it is released. */
 int cli_tmp_register(const char *path);
 void cli_tmp_release(int slot);
+
+/* Find a helper script (plot_collapse.py, plot_eval_index.py): beside the
+ * executable's scripts/ (a build tree), its ../share/longattn/ (an
+ * installed tree: `make install`), the configured share directory, or
+ * ./scripts/. 1 with the path in buf, else 0. */
+int cli_find_script(const char *name, char *buf, size_t n);
 
 /* Top-level commands implemented elsewhere */
 int cli_cmd_collapse(int argc, char **argv);

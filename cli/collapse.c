@@ -113,25 +113,7 @@ static int selected(const char *list, const char *name) {
 
 static int is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-/* The plot script next to the executable (build/longattn -> scripts/), or
- * under the current directory. */
-static int find_script(char *buf, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (l > 0) {
-        exe[l] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, n, "%s/../scripts/plot_collapse.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-            snprintf(buf, n, "%s/../share/longattn/plot_collapse.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-        }
-    }
-    snprintf(buf, n, "scripts/plot_collapse.py");
-    return access(buf, R_OK) == 0;
-}
+static int find_script(char *buf, size_t n) { return cli_find_script("plot_collapse.py", buf, n); }
 
 /* Run /usr/bin/python3 SCRIPT JSON PNG; returns its exit status (or -1). */
 static int run_plot(const char *script, const char *json, const char *png) {

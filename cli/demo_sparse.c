@@ -254,6 +254,7 @@ static int timing(FILE *f, int quick, la_context *ctx) {
             rec += r / (double)T;
         }
         free(scratch);
+        cli_progress_clear(&pr);
         if (st != LA_OK) {
             fprintf(f, "  L=%lld: %s\n", (long long)gc.L, la_last_error());
             fails++;

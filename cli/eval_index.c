@@ -372,25 +372,7 @@ static void json_array(FILE *f, const double *x, int n, const char *fmt) {
     fputc(']', f);
 }
 
-/* Find scripts/plot_eval_index.py next to the working directory or the executable. */
-static int find_plot_script(char *buf, size_t n) {
-    if (access("scripts/plot_eval_index.py", R_OK) == 0) {
-        snprintf(buf, n, "scripts/plot_eval_index.py");
-        return 1;
-    }
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, n, "%s/../scripts/plot_eval_index.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-        }
-    }
-    return 0;
-}
+static int find_plot_script(char *buf, size_t n) { return cli_find_script("plot_eval_index.py", buf, n); }
 
 static int parse_list(const char *s, int64_t *out, int max) {
     int n = 0;

@@ -6,6 +6,7 @@
  *   longattn eval-index           HISA vs DSA selection study
  *   longattn version              build information */
 #include <stdlib.h>
+#include <unistd.h>
 
 #include "cli.h"
 
@@ -99,6 +100,19 @@ static int cmd_run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
+    /* Under an address-space limit (ulimit -v) too tight for the BLAS
+     * buffers, OpenBLAS retries its buffer mmap forever (its threads never
+     * finish, nor would joining them at exit): fail at once instead, with
+     * _exit so that no library destructor waits for them. */
+    size_t room = 0;
+    if (cli_as_headroom(&room) && room < cli_blas_reserve()) {
+        fprintf(stderr, "longattn: error: the address-space limit (ulimit -v) leaves %.0f MiB; "
+                "longattn needs at least %.0f MiB (OpenBLAS maps a %d MiB buffer per thread and core): "
+                "raise the limit\n", (double)room / 1048576.0, (double)cli_blas_reserve() / 1048576.0,
+                CLI_BLAS_BUFFER_MIB);
+        fflush(stderr);
+        _exit(2);
+    }
     cli_quiet_blas();
     if (argc < 2) {
         usage(stderr);

@@ -17,6 +17,22 @@ static int check_out_size(const char *opt, int64_t a, int64_t b, int64_t c) {
     return 0;
 }
 
+/* --start / --end hold key positions: 0..L (end is one past the last valid
+ * key); a negative one gets its own message naming the file and the row. */
+static int check_range_file(const cli_args *a, const char *opt, const la_tensor *t, int64_t T, int64_t L) {
+    if (!t->data) return 0;
+    if (t->ne[0] != T)
+        return cli_fail("--%s %s: shape [%lld], expected [T] = [%lld] from --q", opt, cli_args_get(a, opt),
+                        (long long)t->ne[0], (long long)T);
+    const int32_t *x = (const int32_t *)t->data;
+    for (int64_t i = 0; i < T; i++)
+        if (x[i] < 0)
+            return cli_fail("--%s %s: %s[%lld] = %d is negative (key positions are 0..L = 0..%lld%s)", opt,
+                            cli_args_get(a, opt), opt, (long long)i, (int)x[i], (long long)L,
+                            opt[0] == 'e' ? ", end one past the last valid key" : "");
+    return 0;
+}
+
 /* ---- indexers ------------------------------------------------------------ */
 enum { IX_DSA, IX_HISA, IX_BLOCKSPARSE };
 
@@ -82,6 +98,8 @@ static int run_indexer(int kind, int argc, char **argv) {
         cli_load(&c, &a, "end", 0, 1, LA_I32, "[T]", &en))
         return cli_end(&c, 2);
     const int64_t T = q.ne[0], L = k.ne[0];
+    if (check_range_file(&a, "start", &st, T, L) || check_range_file(&a, "end", &en, T, L))
+        return cli_end(&c, 2);
     const int want_scores = kind == IX_DSA && cli_args_get(&a, "scores") != NULL;
     if (check_out_size("out", T, p.topk, 1) || (want_scores && check_out_size("scores", T, L, 1)))
         return cli_end(&c, 2);
