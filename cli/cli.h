@@ -174,8 +174,9 @@ typedef struct cli_state {
  * plan every CLI_OPT_OUT output given (cli_plan_output). 0/2. */
 int cli_begin(cli_state *c, const cli_args *a);
 /* Record input `path` of option `opt` (its device and inode, when it
- * exists) so that no output replaces it unnoticed. */
-void cli_note_input(cli_state *c, const char *opt, const char *path);
+ * exists) so that no output replaces it unnoticed: 2 (message printed) when
+ * an output planned already is that file and --force was not given. */
+int cli_note_input(cli_state *c, const char *opt, const char *path);
 /* Check output `path` of option `opt` before computing and create its
  * temporary (mkstemp, O_EXCL, beside it; removed on SIGINT/SIGTERM/SIGHUP):
  * not a directory, not a block device or socket, not a dangling link, not

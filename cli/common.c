@@ -31,7 +31,7 @@ int cli_begin(cli_state *c, const cli_args *a) {
     }
     /* inputs first, so that an output naming an input is recognised */
     for (int i = 0; i < a->nspec; i++)
-        if (a->spec[i].kind == CLI_OPT_IN && a->given[i]) cli_note_input(c, a->spec[i].name, a->value[i]);
+        if (a->spec[i].kind == CLI_OPT_IN && a->given[i]) (void)cli_note_input(c, a->spec[i].name, a->value[i]);
     for (int i = 0; i < a->nspec; i++)
         if (a->spec[i].kind == CLI_OPT_OUT && a->given[i] &&
             cli_plan_output(c, a->spec[i].name, a->value[i], NULL))

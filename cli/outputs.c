@@ -79,14 +79,22 @@ void cli_tmp_release(int slot) {
 }
 
 /* ---- inputs --------------------------------------------------------------- */
-void cli_note_input(cli_state *c, const char *opt, const char *path) {
+int cli_note_input(cli_state *c, const char *opt, const char *path) {
     struct stat st;
-    if (!path || c->nins >= CLI_MAX_ITEMS || stat(path, &st) != 0) return; /* cli_load reports it */
+    if (!path || c->nins >= CLI_MAX_ITEMS || stat(path, &st) != 0) return 0; /* cli_load reports it */
     cli_input *in = &c->ins[c->nins++];
     in->opt = opt;
     in->path = path;
     in->dev = st.st_dev;
     in->ino = st.st_ino;
+    /* an input named after the outputs were planned (a --state-in file) */
+    for (int i = 0; i < c->nouts && !c->force; i++) {
+        const cli_output *o = &c->outs[i];
+        if (o->existed && o->dev == in->dev && o->ino == in->ino)
+            return cli_fail("--%s %s is the same file as input --%s %s: refusing to replace an input "
+                            "(pass --force to allow it)", o->opt, o->shown, opt, path);
+    }
+    return 0;
 }
 
 /* ---- planning ------------------------------------------------------------- */

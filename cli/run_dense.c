@@ -146,10 +146,7 @@ int cli_run_linear(int argc, char **argv) {
         pSi = state_path(sin, ".S.npy");
         pzi = state_path(sin, ".z.npy");
         if (!pSi || !pzi) rc = cli_fail("out of memory");
-        if (!rc) {
-            cli_note_input(&c, "state-in", pSi);
-            cli_note_input(&c, "state-in", pzi);
-        }
+        if (!rc && (cli_note_input(&c, "state-in", pSi) || cli_note_input(&c, "state-in", pzi))) rc = 2;
     }
     if (!rc && sout) {
         /* the state outputs are planned (checked, temporaries made) before
