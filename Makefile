@@ -180,7 +180,7 @@ fuzz:
 	@cp tests/fuzz/corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
 	@cp tests/fuzz/corpus_cli/* $(BUILD)/fuzz/corpus_cli/ 2>/dev/null || true
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
-	$(BUILD)/fuzz/fuzz_cli -max_total_time=$(FUZZ_CLI_SECONDS) -max_len=1024 $(BUILD)/fuzz/corpus_cli
+	$(BUILD)/fuzz/fuzz_cli -max_total_time=$(FUZZ_CLI_SECONDS) -max_len=1024 -close_fd_mask=3 $(BUILD)/fuzz/corpus_cli
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin

@@ -247,7 +247,7 @@ int cli_npy_read(const char *opt, const char *path, int to_f32, cli_array *out) 
         memset(out, 0, sizeof *out);
         return 2;
     }
-    void *data = malloc(dst_bytes ? dst_bytes : 1);
+    void *data = cli_big_alloc(dst_bytes);
     if (!data) {
         close(fd);
         memset(out, 0, sizeof *out);
