@@ -41,7 +41,9 @@ void cli_args_print_help(const cli_opt *spec, int nspec, const char *cmd, const 
     }
     fprintf(f, "  %-28s %s\n", "--device cpu|cuda", "where to compute (default: cpu)");
     fprintf(f, "  %-28s %s\n", "--threads N", "CPU threads (default: 0 = all cores; more than the cores: the cores)");
-    fprintf(f, "  %-28s %s\n", "--force", "allow an output to replace an input file");
+    int has_out = 0;
+    for (int i = 0; i < nspec; i++) has_out |= spec[i].kind == CLI_OPT_OUT;
+    if (has_out) fprintf(f, "  %-28s %s\n", "--force", "allow an output to replace an input file");
     fprintf(f, "  %-28s %s\n", "--help", "show this help");
 }
 
