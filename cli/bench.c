@@ -21,6 +21,8 @@ int cli_cmd_bench(int argc, char **argv) {
     int r = cli_args_parse(spec, 7, "bench", "Times each operator across sequence lengths and prints time, "
                           "tokens/s and GFLOP/s (medians), plus the machine's sgemm peak.", argc, argv, &a);
     if (r) return r == 1 ? 0 : r;
+    if (strcmp(a.device, "cpu") != 0)
+        return cli_fail("bench: --device %s: the table times the CPU paths; GPU benchmarks are tests/cuda/gpu_*.sh (use cpu)", a.device);
     cli_bench_cfg cfg = {0};
     float mt;
     if (cli_args_int(&a, "nmin", &cfg.nmin) || cli_args_int(&a, "nmax", &cfg.nmax) || cli_args_int(&a, "d", &cfg.D) ||

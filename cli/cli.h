@@ -87,7 +87,7 @@ typedef struct cli_array {
 /* Read `path` (named by option `opt` in messages) straight into one buffer
  * of its data's size; with to_f32 a float64 file is converted while it is
  * read (no second copy of the file). The size is checked against the
- * memory available (la_memory_available) before allocating. 0 or 2
+ * memory available (cli_mem_check) before allocating. 0 or 2
  * (message printed). */
 int cli_npy_read(const char *opt, const char *path, int to_f32, cli_array *out);
 /* Parse the .npy header in buf[0, len) of a file of `total` bytes: 0 with
@@ -114,8 +114,13 @@ void cli_dev_why(char *msg, size_t n);
 /* malloc, but a large buffer is 2 MiB aligned with transparent huge pages
  * requested (madvise): far fewer page faults. Free with free(). */
 void *cli_big_alloc(size_t bytes);
-/* 0 when `bytes` fit in the memory available to this process (cgroup limit,
- * MemAvailable, address-space limit: la_memory_available); else prints
+/* Bytes this process can still allocate (cli/memavail.c): the least of
+ * MemAvailable, the memory cgroup's limit minus usage (inactive file cache
+ * counted free) and RLIMIT_AS minus the mapped address space; SIZE_MAX when
+ * none can be read. */
+size_t cli_memory_available(void);
+/* 0 when `bytes` fit in the memory available to this process
+ * (cli_memory_available, less the BLAS reserve under ulimit -v); else prints
  * "WHAT: needs X GiB, Y GiB available" and returns 2. */
 int cli_mem_check(size_t bytes, const char *what);
 

@@ -123,8 +123,7 @@ void *cli_big_alloc(size_t bytes) {
 }
 
 int cli_mem_check(size_t bytes, const char *what) {
-    size_t avail = SIZE_MAX, room = 0;
-    la_memory_available(&avail);
+    size_t avail = cli_memory_available(), room = 0;
     /* under ulimit -v, keep the BLAS buffers' address space free as well */
     if (cli_as_headroom(&room)) {
         room = room > cli_blas_reserve() ? room - cli_blas_reserve() : 0;

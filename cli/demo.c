@@ -17,6 +17,8 @@ int cli_cmd_demo(int argc, char **argv) {
                           "at growing sequence lengths (O(N) against O(N^2) time), each checked against a float64 "
                           "reference on a small case. Exits 1 if any check fails.", argc, argv, &a);
     if (r) return r == 1 ? 0 : r;
+    if (strcmp(a.device, "cpu") != 0)
+        return cli_fail("demo: --device %s: the tour runs on the host (use cpu)", a.device);
     int quick = cli_args_flag(&a, "quick");
     const char *only = cli_args_get(&a, "only");
     cli_bench_cfg sel = {0};

@@ -66,14 +66,6 @@ LA_API const char *la_version(void);
 LA_API const char *la_build_info(void);
 /* Whether the CUDA backend was compiled in and a device is present. */
 LA_API la_status la_cuda_available(int *available);
-/* Host memory this process can still allocate, in bytes: the least of
- * MemAvailable (/proc/meminfo), the memory cgroup's limit minus its usage
- * (v2 or v1; reclaimable file cache counted as free) and the address-space
- * limit (RLIMIT_AS, `ulimit -v`) minus the address space in use. SIZE_MAX
- * when none of them can be read. The default workspace allocator refuses
- * large workspaces that exceed it (LA_ERR_NOMEM: "needs X GiB, Y
- * available") instead of letting the process be killed. */
-LA_API la_status la_memory_available(size_t *bytes);
 
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
@@ -127,7 +119,10 @@ LA_API la_status la_context_destroy(la_context *ctx);
  * runtime fail to create threads and end the process. Negative: LA_ERR_ARG. */
 LA_API la_status la_context_set_threads(la_context *ctx, int threads);
 LA_API la_status la_context_get_threads(const la_context *ctx, int *threads);
-/* Host workspace allocator (default malloc/free). */
+/* Host workspace allocator (default malloc/free). The default allocator
+ * refuses a workspace of 64 MiB or more that exceeds the memory the process
+ * can still get (MemAvailable, the memory cgroup's limit, `ulimit -v`):
+ * LA_ERR_NOMEM "workspace: needs X GiB, Y GiB available", not an OOM kill. */
 LA_API la_status la_context_set_allocator(la_context *ctx, la_alloc_fn alloc, la_free_fn free_fn,
                                    void *user);
 /* CUDA stream (a cudaStream_t) for CUDA operators; NULL = default stream. */
