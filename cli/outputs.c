@@ -194,6 +194,8 @@ int cli_plan_output(cli_state *c, const char *opt, const char *path, const char 
     o.ddev = dst.st_dev;
     o.dino = dst.st_ino;
     for (int i = 0; i < c->nouts; i++) {
+        /* two results into one device or FIFO (/dev/null twice) lose nothing */
+        if (o.direct && c->outs[i].direct) continue;
         if (same_target(&o, &c->outs[i])) {
             int rc = cli_fail("--%s %s and --%s %s name the same file", c->outs[i].opt, c->outs[i].shown,
                               opt, path);
@@ -246,20 +248,24 @@ int cli_plan_output(cli_state *c, const char *opt, const char *path, const char 
 }
 
 /* ---- writing -------------------------------------------------------------- */
-static cli_output *find_output(cli_state *c, const char *path) {
-    for (int i = 0; i < c->nouts; i++)
-        if (strcmp(c->outs[i].shown, path) == 0) return &c->outs[i];
+/* The planned, not yet written output of `path` (and of option `opt` when
+ * given: one device may take several outputs). */
+static cli_output *find_output(cli_state *c, const char *opt, const char *path) {
+    for (int i = 0; i < c->nouts; i++) {
+        cli_output *o = &c->outs[i];
+        if (!o->written && strcmp(o->shown, path) == 0 && (!opt || strcmp(o->opt, opt) == 0)) return o;
+    }
     return NULL;
 }
 
-int cli_save_path(cli_state *c, const char *path, const la_tensor *host, const la_tensor *dev) {
-    cli_output *o = find_output(c, path);
+static int save_output(cli_state *c, const char *opt, const char *path, const la_tensor *host,
+                       const la_tensor *dev) {
+    cli_output *o = find_output(c, opt, path);
     if (!o) {
         /* every output is planned before computing; plan late rather than fail */
-        if (cli_plan_output(c, "out", path, NULL)) return 2;
+        if (cli_plan_output(c, opt ? opt : "out", path, NULL)) return 2;
         o = &c->outs[c->nouts - 1];
     }
-    if (o->written) return cli_fail("--%s %s: written twice (internal)", o->opt, o->shown);
     if (dev && dev->device == LA_DEVICE_CUDA && dev->data != host->data) {
         char msg[256];
         size_t bytes = (size_t)cli_numel(host) * la_dtype_size(host->dtype);
@@ -284,11 +290,15 @@ int cli_save_path(cli_state *c, const char *path, const la_tensor *host, const l
     return 0;
 }
 
+int cli_save_path(cli_state *c, const char *path, const la_tensor *host, const la_tensor *dev) {
+    return save_output(c, NULL, path, host, dev);
+}
+
 int cli_save(cli_state *c, const cli_args *a, const char *opt, const la_tensor *host,
              const la_tensor *dev) {
     const char *path = cli_args_get(a, opt);
     if (!path) return 0;
-    return cli_save_path(c, path, host, dev);
+    return save_output(c, opt, path, host, dev);
 }
 
 /* Rename every written temporary into place (rc == 0) or remove them all. */
