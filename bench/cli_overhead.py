@@ -8,7 +8,8 @@ one Python process (issue 21, docs/PERF.md "CLI overhead").
               numpy.save of the output, in this process, warm
   call:       longattn.mhla alone on arrays already in memory
 
-Medians of --reps runs after one warm-up each (files in the page cache).
+Medians of --reps runs after one warm-up each (files in the page cache), the
+variants interleaved within each repetition.
 Optionally a second CLI binary (--cli2, e.g. the previous main) side by side,
 and `strace -f -c` counts of sched_yield per process run.
 
@@ -30,14 +31,20 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "python"))
 
 
-def median_time(fn, reps):
-    fn()
-    ts = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
+def interleaved(fns, reps):
+    """Median and best seconds of each fn, the fns run in turn within every
+    repetition (so that a busy moment of a shared machine hits them all)."""
+    for fn in fns:
         fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), min(ts)
+    ts = [[] for _ in fns]
+    for r in range(reps):
+        order = list(range(len(fns)))
+        order = order[r % len(order):] + order[:r % len(order)]
+        for i in order:
+            t0 = time.perf_counter()
+            fns[i]()
+            ts[i].append(time.perf_counter() - t0)
+    return [(statistics.median(t), min(t)) for t in ts]
 
 
 def yields(cli, args):
@@ -90,15 +97,16 @@ def main():
     def proc(cli):
         return lambda: subprocess.run([cli, *args], check=True)
 
-    rows = [("call (longattn.mhla only)", median_time(call, a.reps)),
-            ("in-process (load + call + save)", median_time(inproc, a.reps)),
-            (f"process {a.cli}", median_time(proc(a.cli), a.reps))]
+    names = ["call (longattn.mhla only)", "in-process (load + call + save)", f"process {a.cli}"]
+    fns = [call, inproc, proc(a.cli)]
     if a.cli2:
-        rows.append((f"process {a.cli2}", median_time(proc(a.cli2), a.reps)))
+        names.append(f"process {a.cli2}")
+        fns.append(proc(a.cli2))
+    rows = list(zip(names, interleaved(fns, a.reps)))
     o1, o2 = np.load(tmp / "o_py.npy"), np.load(tmp / "o_cli.npy")
     assert np.array_equal(o1, o2), "CLI and package outputs differ"
     base = rows[1][1][0]
-    print(f"# N={a.n} H={a.heads} D={a.d} M={a.m}, {os.cpu_count()} cores, medians of {a.reps}")
+    print(f"# N={a.n} H={a.heads} D={a.d} M={a.m}, {os.cpu_count()} cores, medians of {a.reps} interleaved")
     for name, (med, best) in rows:
         print(f"{name:60s} {med * 1e3:8.1f} ms (best {best * 1e3:6.1f})  {med / base:5.2f}x in-process")
     for cli in [a.cli] + ([a.cli2] if a.cli2 else []):
