@@ -6,8 +6,9 @@
 #   make demo         build and run `longattn demo`
 #   make test-asan    the C tests under ASan + UBSan
 #   make test-portable the C tests built without -march=native (no AVX-512 paths)
-#   make fuzz         libFuzzer target for the .npy reader (short run)
-#   make install PREFIX=/usr/local
+#   make test-tsan    the C tests under ThreadSanitizer (build-tsan)
+#   make fuzz         libFuzzer targets: the .npy reader, the CLI option parser
+#   make install PREFIX=/usr/local   (make uninstall removes what it installed)
 #
 # Options: CUDA=0 skips the CUDA backend even when nvcc exists;
 #          SKIP_DEPS=1 skips the Debian package check.
@@ -81,12 +82,18 @@ ifeq ($(WITH_CUDA),1)
 endif
 CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
+# The CLI finds its plot scripts beside the executable or here (make install).
+$(CLI_OBJS): ALL_CFLAGS += -DCLI_SHARE_DIR=\"$(PREFIX)/share/longattn\"
+ifeq ($(WITH_CUDA),1)
+# cli/cli_devmem.c stages --device cuda arrays through the CUDA runtime itself
+$(CLI_OBJS): ALL_CFLAGS += -I$(CUDA_HOME)/include
+endif
 TEST_SRCS := $(wildcard tests/core/test_*.c tests/cpu/test_*.c tests/cli/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 CUDA_TEST_SRCS := $(wildcard tests/cuda/test_*.c)
 CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
 
-.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info
+.PHONY: all lib cli tests test demo clean install uninstall test-asan test-tsan test-portable fuzz deps cuda-tests info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -147,14 +154,33 @@ test-portable:
 	$(MAKE) BUILD=build-portable CUDA=0 OPT="-O2" tests
 	LA_SKIP_PYTHON=1 bash tests/run_all.sh build-portable
 
-# libFuzzer target for the .npy reader (needs clang).
+# ThreadSanitizer build of the C tests. libgomp is not built with TSan, so
+# the hand-over of data through its barriers looks like races to it (false
+# positives on every parallel region): the tests run with OMP_THREAD_LIMIT=1
+# (which also caps the operators' explicit num_threads clauses, unlike
+# OMP_NUM_THREADS), so no OpenMP region has a second thread. The thread
+# safety TSan checks is then the library's own: tests/core/test_threads runs
+# several contexts on plain pthreads at once, and tests/core/test_hardening
+# concurrent la_sgemm calls (the OpenBLAS thread-count hand-over).
+test-tsan:
+	$(MAKE) BUILD=build-tsan CUDA=0 OPT="-O1 -g -march=native -fno-omit-frame-pointer -fsanitize=thread" tests
+	LA_TSAN=1 OMP_THREAD_LIMIT=1 TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" LA_SKIP_PYTHON=1 \
+	    bash tests/run_all.sh build-tsan
+
+# libFuzzer targets (need clang): the .npy reader and the CLI option parser.
 FUZZ_SECONDS ?= 20
+FUZZ_CLI_SECONDS ?= $(FUZZ_SECONDS)
+FUZZ_CC := clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Iinclude -Isrc
 fuzz:
 	@mkdir -p $(BUILD)/fuzz
-	clang -std=c11 -D_GNU_SOURCE -g -O1 -fsanitize=fuzzer,address,undefined -Iinclude -Isrc \
-	    tests/fuzz/fuzz_npy.c src/core/npy.c src/core/status.c src/core/tensor.c -o $(BUILD)/fuzz/fuzz_npy -lm
-	@mkdir -p $(BUILD)/fuzz/corpus && cp tests/fuzz/corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	$(FUZZ_CC) tests/fuzz/fuzz_npy.c src/core/npy.c src/core/memcheck.c src/core/status.c src/core/tensor.c \
+	    -o $(BUILD)/fuzz/fuzz_npy -lm
+	$(FUZZ_CC) -Icli tests/fuzz/fuzz_cli.c cli/args.c -o $(BUILD)/fuzz/fuzz_cli -lm
+	@mkdir -p $(BUILD)/fuzz/corpus $(BUILD)/fuzz/corpus_cli
+	@cp tests/fuzz/corpus/* $(BUILD)/fuzz/corpus/ 2>/dev/null || true
+	@cp tests/fuzz/corpus_cli/* $(BUILD)/fuzz/corpus_cli/ 2>/dev/null || true
 	$(BUILD)/fuzz/fuzz_npy -max_total_time=$(FUZZ_SECONDS) -max_len=4096 $(BUILD)/fuzz/corpus
+	$(BUILD)/fuzz/fuzz_cli -max_total_time=$(FUZZ_CLI_SECONDS) -max_len=1024 -close_fd_mask=3 $(BUILD)/fuzz/corpus_cli
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/include $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin
@@ -165,6 +191,19 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/liblongattn.so
 	install -m 755 $(BUILD)/longattn $(DESTDIR)$(PREFIX)/bin/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/longattn.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
+	install -d $(DESTDIR)$(PREFIX)/share/longattn
+	install -m 644 $(SHARE_FILES) $(DESTDIR)$(PREFIX)/share/longattn/
+
+# The files `make install` puts in place, and nothing else.
+SHARE_FILES := scripts/plot_collapse.py scripts/plot_eval_index.py
+uninstall:
+	rm -f $(DESTDIR)$(PREFIX)/include/longattn.h
+	rm -f $(DESTDIR)$(PREFIX)/lib/liblongattn.a $(DESTDIR)$(PREFIX)/lib/liblongattn.so \
+	    $(DESTDIR)$(PREFIX)/lib/$(SONAME) $(DESTDIR)$(PREFIX)/lib/liblongattn.so.$(VERSION)
+	rm -f $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
+	rm -f $(DESTDIR)$(PREFIX)/bin/longattn
+	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/longattn/,$(notdir $(SHARE_FILES)))
+	-rmdir $(DESTDIR)$(PREFIX)/share/longattn 2>/dev/null
 
 clean:
-	rm -rf build build-asan build-portable
+	rm -rf build build-asan build-portable build-tsan

@@ -42,19 +42,19 @@ static la_status run_once(const run_arg *r) {
 static la_status run_call(void *arg) { return run_once((const run_arg *)arg); }
 
 static double time_median(const run_arg *r, double min_time, int *reps, la_status *st) {
-    return la_bench_time_median(run_call, (void *)r, min_time, reps, st);
+    return cli_bench_time_median(run_call, (void *)r, min_time, reps, st);
 }
 
-int la_bench_dense(const la_bench_cfg *cfg) {
+int cli_bench_dense(const cli_bench_cfg *cfg) {
     const char *names[4] = {"softmax", "softmax-causal", "linear", "linear-causal"};
     int sel[4], any = 0;
-    for (int i = 0; i < 4; i++) any |= sel[i] = la_bench_selected(cfg, names[i]);
-    const int want_peak = la_bench_selected(cfg, "sgemm_peak") || any;
+    for (int i = 0; i < 4; i++) any |= sel[i] = cli_bench_selected(cfg, names[i]);
+    const int want_peak = cli_bench_selected(cfg, "sgemm_peak") || any;
     if (!want_peak) return 0;
     const int64_t H = cfg->H, D = cfg->D, Dv = cfg->D, C = 64;
 
     la_context *ctx = NULL;
-    if (la_context_create(&ctx) != LA_OK) return la_cli_status(LA_ERR_NOMEM, "bench dense");
+    if (la_context_create(&ctx) != LA_OK) return cli_status(LA_ERR_NOMEM, "bench dense");
     la_context_set_threads(ctx, cfg->threads);
     int threads = 1;
     la_context_get_threads(ctx, &threads);
@@ -62,19 +62,20 @@ int la_bench_dense(const la_bench_cfg *cfg) {
     int steps = 1;
     for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2)
         for (int i = 0; i < 4; i++) steps += sel[i];
-    la_progress pr;
-    la_progress_start(&pr, "bench dense", steps);
+    cli_progress pr;
+    cli_progress_start(&pr, "bench dense", steps);
 
-    const double peak = la_bench_sgemm_peak(threads, cfg->min_time);
+    const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
+    cli_progress_clear(&pr);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,"
-                "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
+                "\"gflops\":%.3f,\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
     else
         fprintf(cfg->out, "-- softmax / linear attention (SPEC §1, §3), fp32, B=1, H=%lld, D=Dv=%lld, "
                 "threads=%d, BLAS %s\n%-15s 1024^3 on each of %d thread(s)  %8.2f GFLOP/s\n",
-                (long long)H, (long long)D, threads, la_blas_name(), "sgemm_peak", threads, peak);
+                (long long)H, (long long)D, threads, cli_blas_name(), "sgemm_peak", threads, peak);
     fflush(cfg->out);
-    la_progress_step(&pr, 1);
+    cli_progress_step(&pr, 1);
 
     int rc = 0;
     if (any) {
@@ -83,9 +84,9 @@ int la_bench_dense(const la_bench_cfg *cfg) {
         if (!q || !k || !v || !o) {
             free(q), free(k), free(v), free(o);
             la_context_destroy(ctx);
-            return la_cli_fail("bench dense: out of memory for N=%lld", (long long)cfg->nmax);
+            return cli_fail("bench dense: out of memory for N=%lld", (long long)cfg->nmax);
         }
-        la_bench_fill(q, n, 1), la_bench_fill(k, n, 2), la_bench_fill(v, n, 3);
+        cli_bench_fill(q, n, 1), cli_bench_fill(k, n, 2), cli_bench_fill(v, n, 3);
         run_arg r;
         r.ctx = ctx;
         int64_t ne[4] = {1, 1, H, D};
@@ -103,7 +104,7 @@ int la_bench_dense(const la_bench_cfg *cfg) {
                 la_status st;
                 double s = time_median(&r, cfg->min_time, &reps, &st);
                 if (st != LA_OK) {
-                    rc = la_cli_status(st, names[i]);
+                    rc = cli_status(st, names[i]);
                     break;
                 }
                 double flops;
@@ -115,6 +116,7 @@ int la_bench_dense(const la_bench_cfg *cfg) {
                     if (r.causal) flops += (double)H * N * C * (D + Dv);
                 }
                 const double gf = flops / s * 1e-9;
+                cli_progress_clear(&pr);
                 if (cfg->json)
                     fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"threads\":%d,"
                             "\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f,\"pct_peak\":%.2f,"
@@ -126,12 +128,12 @@ int la_bench_dense(const la_bench_cfg *cfg) {
                             "%5.1f%% of peak\n", names[i], (long long)N, (long long)H, (long long)D,
                             s * 1e3, N / s * 1e-6, gf, peak > 0 ? 100 * gf / peak : 0);
                 fflush(cfg->out);
-                la_progress_step(&pr, 1);
+                cli_progress_step(&pr, 1);
             }
         }
         free(q), free(k), free(v), free(o);
     }
-    la_progress_end(&pr);
+    cli_progress_end(&pr);
     la_context_destroy(ctx);
     return rc;
 }

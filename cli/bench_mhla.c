@@ -12,9 +12,10 @@
 #include "cli.h"
 
 
-static void report(const la_bench_cfg *cfg, const char *op, int64_t N, int64_t M, double sec,
+static void report(const cli_bench_cfg *cfg, const char *op, int64_t N, int64_t M, double sec,
                    double flops, const char *extra) {
     const int64_t H = cfg->H, D = cfg->D;
+    cli_progress_clear(NULL);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"%s\",\"N\":%lld,\"H\":%lld,\"D\":%lld,\"M\":%lld,"
                 "\"threads\":%d,\"ms\":%.4f,\"tok_per_s\":%.1f,\"gflops\":%.3f%s%s}\n",
@@ -27,11 +28,11 @@ static void report(const la_bench_cfg *cfg, const char *op, int64_t N, int64_t M
     fflush(cfg->out);
 }
 
-/* Median seconds of fn(arg) (la_bench_time_median: warm-up, >= 3 repeats). */
+/* Median seconds of fn(arg) (cli_bench_time_median: warm-up, >= 3 repeats). */
 typedef la_status (*run_fn)(void *);
 static double time_median(run_fn fn, void *arg, double min_time, la_status *st) {
     int reps;
-    return la_bench_time_median(fn, arg, min_time, &reps, st);
+    return cli_bench_time_median(fn, arg, min_time, &reps, st);
 }
 
 typedef struct run_arg {
@@ -67,9 +68,9 @@ static void causal_mixing(la_tensor *w, float *buf, int64_t M, int general) {
  * (1K, 4K, 16K, 64K), then 8·C tokens appended one by one and timed: the
  * median token inside a block, the median block start (which forms the new
  * block's mixture once), and the amortized cost per token. */
-static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M, int general,
+static int bench_decode(const cli_bench_cfg *cfg, run_arg *r, float *W, int64_t M, int general,
                         const float *q, const float *k, const float *v, float *o, int64_t dmax,
-                        la_progress *pr) {
+                        cli_progress *pr) {
     const int64_t H = cfg->H, D = cfg->D, E = D + 1, C = 64;
     const char *name = general ? "mhla-decode-w" : "mhla-decode";
     causal_mixing(&r->w, W, M, general);
@@ -91,9 +92,9 @@ static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M
             q1.data = (float *)q + i * H * D, k1.data = (float *)k + i * H * D;
             v1.data = (float *)v + i * H * D, o1.data = o + i * H * D;
             const int starts_block = (len + i) % C == 0;
-            double t0 = la_now();
+            double t0 = cli_now();
             st = la_mhla_state_append(sp, &q1, &k1, &v1, &o1, r->ctx);
-            double dt = la_now() - t0;
+            double dt = cli_now() - t0;
             if (starts_block) tst[nst++] = dt;
             else tin[nin++] = dt;
         }
@@ -101,12 +102,13 @@ static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M
         if (st != LA_OK) break;
         /* medians, so that a preempted token does not count; amortized =
          * (C−1) in-block tokens plus one block start, per C tokens */
-        const double med = la_bench_median(tin, nin), mst = la_bench_median(tst, nst);
+        const double med = cli_bench_median(tin, nin), mst = cli_bench_median(tst, nst);
         const double amort = ((double)(C - 1) * med + mst) / (double)C;
         char extra[240];
         snprintf(extra, sizeof extra, "\"mixing\":\"%s\",\"context\":%lld,\"us_per_token_median\":%.3f,"
                  "\"us_block_start_median\":%.3f,\"us_per_token_amortized\":%.3f",
                  general ? "general" : "uniform_causal", (long long)c, med * 1e6, mst * 1e6, amort * 1e6);
+        cli_progress_clear(pr);
         if (cfg->json)
             report(cfg, name, c, c / C + 1, amort, (double)H * 4.0 * D * E, extra);
         else
@@ -114,16 +116,16 @@ static int bench_decode(const la_bench_cfg *cfg, run_arg *r, float *W, int64_t M
                     "%9.1f us block start %8.2f us/token amortized\n", name, (long long)c,
                     (long long)H, (long long)D, (long long)(c / C + 1), med * 1e6, mst * 1e6,
                     amort * 1e6);
-        la_progress_step(pr, 1);
+        cli_progress_step(pr, 1);
     }
     la_mhla_state_destroy(sp);
-    return st == LA_OK ? 0 : la_cli_status(st, name);
+    return st == LA_OK ? 0 : cli_status(st, name);
 }
 
-int la_bench_mhla(const la_bench_cfg *cfg) {
-    const int do_nc = la_bench_selected(cfg, "mhla");
-    const int do_c[2] = {la_bench_selected(cfg, "mhla-causal"), la_bench_selected(cfg, "mhla-causal-w")};
-    const int do_d[2] = {la_bench_selected(cfg, "mhla-decode"), la_bench_selected(cfg, "mhla-decode-w")};
+int cli_bench_mhla(const cli_bench_cfg *cfg) {
+    const int do_nc = cli_bench_selected(cfg, "mhla");
+    const int do_c[2] = {cli_bench_selected(cfg, "mhla-causal"), cli_bench_selected(cfg, "mhla-causal-w")};
+    const int do_d[2] = {cli_bench_selected(cfg, "mhla-decode"), cli_bench_selected(cfg, "mhla-decode-w")};
     if (!do_nc && !do_c[0] && !do_c[1] && !do_d[0] && !do_d[1]) return 0;
     const int64_t H = cfg->H, D = cfg->D, E = D + 1, C = 64, Mnc = 16;
     const int64_t dmax = cfg->nmax > 65536 ? cfg->nmax : 65536; /* decode contexts 1K..64K */
@@ -134,9 +136,9 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
     float *W = malloc(sizeof(float) * (size_t)(Mc * Mc));
     if (!q || !k || !v || !o || !W) {
         free(q), free(k), free(v), free(o), free(W);
-        return la_cli_fail("bench mhla: out of memory for N=%lld", (long long)nall);
+        return cli_fail("bench mhla: out of memory for N=%lld", (long long)nall);
     }
-    la_bench_fill(q, n, 1), la_bench_fill(k, n, 2), la_bench_fill(v, n, 3);
+    cli_bench_fill(q, n, 1), cli_bench_fill(k, n, 2), cli_bench_fill(v, n, 3);
     run_arg r;
     la_context_create(&r.ctx);
     la_context_set_threads(r.ctx, cfg->threads);
@@ -148,8 +150,8 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
     int steps = 0;
     for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2) steps += do_nc + do_c[0] + do_c[1];
     for (int64_t c = 1024; c <= dmax; c *= 4) steps += do_d[0] + do_d[1];
-    la_progress pr;
-    la_progress_start(&pr, "bench mhla", steps);
+    cli_progress pr;
+    cli_progress_start(&pr, "bench mhla", steps);
     if (!cfg->json)
         fprintf(cfg->out, "-- MHLA (SPEC §5), fp32, B=1, threads=%d; non-causal M=%lld 1-D blocks; "
                 "causal C=%lld M=N/C, W uniform_causal (-w: a general W)\n", cfg->threads,
@@ -165,10 +167,10 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
             la_mhla_params_init(&r.p);
             r.p.blocks[0] = Mnc;
             double s = time_median(run_nc, &r, cfg->min_time, &st);
-            if (st != LA_OK) { rc = la_cli_status(st, "bench mhla"); break; }
+            if (st != LA_OK) { rc = cli_status(st, "bench mhla"); break; }
             report(cfg, "mhla", N, Mnc, s, (double)H * (4.0 * N * D * E + 2.0 * Mnc * Mnc * D * E), NULL);
         }
-        if (do_nc) la_progress_step(&pr, 1);
+        if (do_nc) cli_progress_step(&pr, 1);
         for (int general = 0; general < 2 && !rc; general++) {
             if (!do_c[general]) continue;
             const int64_t M = (N + C - 1) / C;
@@ -176,18 +178,18 @@ int la_bench_mhla(const la_bench_cfg *cfg) {
             la_mhla_causal_params_init(&r.cp);
             double s = time_median(run_c, &r, cfg->min_time, &st);
             const char *name = general ? "mhla-causal-w" : "mhla-causal";
-            if (st != LA_OK) { rc = la_cli_status(st, name); break; }
+            if (st != LA_OK) { rc = cli_status(st, name); break; }
             /* flops: the running-sum mixing is O(M·d·dv) and not counted */
             report(cfg, name, N, M, s,
                    (double)H * (4.0 * N * D * E + (double)N * C * (D + E) +
                                 (general ? (double)M * M * D * E : 0.0)),
                    general ? "\"mixing\":\"general\"" : "\"mixing\":\"uniform_causal\"");
-            la_progress_step(&pr, 1);
+            cli_progress_step(&pr, 1);
         }
     }
     for (int general = 0; general < 2 && !rc; general++)
         if (do_d[general]) rc = bench_decode(cfg, &r, W, nall / C, general, q, k, v, o, dmax, &pr);
-    la_progress_end(&pr);
+    cli_progress_end(&pr);
     la_context_destroy(r.ctx);
     free(q), free(k), free(v), free(o), free(W);
     return rc;

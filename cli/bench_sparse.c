@@ -29,7 +29,7 @@ static void fill_normal(float *x, size_t n, uint64_t seed) {
     float *u = malloc(sizeof(float) * 4096);
     for (size_t i = 0; i < n; i += 1024) {
         const size_t m = n - i < 1024 ? n - i : 1024;
-        la_bench_fill(u, 4 * m, seed + i);
+        cli_bench_fill(u, 4 * m, seed + i);
         for (size_t j = 0; j < m; j++) x[i + j] = (u[4 * j] + u[4 * j + 1] + u[4 * j + 2] + u[4 * j + 3]) * 0.866f;
     }
     free(u);
@@ -70,13 +70,13 @@ static la_status call_op(void *arg) {
 
 static double time_median(int op, bench_in *b, double min_time, int *reps, la_status *st) {
     timed_call c = {op, b};
-    return la_bench_time_median(call_op, &c, min_time, reps, st);
+    return cli_bench_time_median(call_op, &c, min_time, reps, st);
 }
 
 
-int la_bench_sparse(const la_bench_cfg *cfg) {
+int cli_bench_sparse(const cli_bench_cfg *cfg) {
     int sel[NOPS], any = 0;
-    for (int i = 0; i < NOPS; i++) any |= sel[i] = la_bench_selected(cfg, op_names[i]);
+    for (int i = 0; i < NOPS; i++) any |= sel[i] = cli_bench_selected(cfg, op_names[i]);
     if (!any) return 0;
     const int64_t T = 256, HI = 64, dI = 128, K = 2048, B = 128, M = 64;
     const int64_t R = 256;                                   /* top-k rows */
@@ -84,7 +84,7 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
 
     bench_in b;
     memset(&b, 0, sizeof b);
-    if (la_context_create(&b.ctx) != LA_OK) return la_cli_status(LA_ERR_NOMEM, "bench sparse");
+    if (la_context_create(&b.ctx) != LA_OK) return cli_status(LA_ERR_NOMEM, "bench sparse");
     la_context_set_threads(b.ctx, cfg->threads);
     int threads = 1;
     la_context_get_threads(b.ctx, &threads);
@@ -96,12 +96,13 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
     int steps = 1;
     for (int64_t N = cfg->nmin; N <= cfg->nmax; N *= 2)
         for (int i = 0; i < NOPS; i++) steps += sel[i];
-    la_progress pr;
-    la_progress_start(&pr, "bench sparse", steps);
-    const double peak = la_bench_sgemm_peak(threads, cfg->min_time);
+    cli_progress pr;
+    cli_progress_start(&pr, "bench sparse", steps);
+    const double peak = cli_bench_sgemm_peak(threads, cfg->min_time);
+    cli_progress_clear(&pr);
     if (cfg->json)
         fprintf(cfg->out, "{\"op\":\"sgemm_peak\",\"M\":1024,\"N\":1024,\"K\":1024,\"threads\":%d,\"gflops\":%.3f,"
-                "\"blas\":\"%s\"}\n", threads, peak, la_blas_name());
+                "\"blas\":\"%s\"}\n", threads, peak, cli_blas_name());
     else
         fprintf(cfg->out,
                 "-- sparse family (SPEC §6-§8), fp32, threads=%d: indexers T=%lld HI=%lld dI=%lld topk=%lld "
@@ -109,9 +110,9 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
                 "%-12s 1024^3 on each of %d thread(s) (%s)  %8.2f GFLOP/s\n",
                 threads, (long long)T, (long long)HI, (long long)dI, (long long)K, (long long)B, (long long)M,
                 (long long)R, (long long)K, (long long)Ta, (long long)Hq, (long long)Dqk, (long long)dv, (long long)K,
-                "sgemm_peak", threads, la_blas_name(), peak);
+                "sgemm_peak", threads, cli_blas_name(), peak);
     fflush(cfg->out);
-    la_progress_step(&pr, 1);
+    cli_progress_step(&pr, 1);
 
     const int64_t Lmax = cfg->nmax;
     const size_t nq = (size_t)(T * HI * dI), nk = (size_t)Lmax * (size_t)dI, nw = (size_t)(T * HI);
@@ -124,11 +125,11 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
     int32_t *idx = malloc((size_t)(R > T ? R : T) * (size_t)K * 4), *sidx = sel[OP_SATTN] ? malloc((size_t)(Ta * K) * 4) : NULL;
     int rc = 0;
     if ((need_idx && (!q || !k || !w)) || (sel[OP_TOPK] && !sc) || (sel[OP_SATTN] && (!sq || !skv || !so || !sidx)) || !idx)
-        rc = la_cli_fail("bench sparse: out of memory for L=%lld", (long long)Lmax);
+        rc = cli_fail("bench sparse: out of memory for L=%lld", (long long)Lmax);
     if (!rc) {
-        if (q) la_bench_fill(q, nq, 1), la_bench_fill(k, nk, 2), la_bench_fill(w, nw, 3);
+        if (q) cli_bench_fill(q, nq, 1), cli_bench_fill(k, nk, 2), cli_bench_fill(w, nw, 3);
         if (sc) fill_normal(sc, nsc, 4);
-        if (sq) la_bench_fill(sq, nsq, 5), la_bench_fill(skv, nkv, 6);
+        if (sq) cli_bench_fill(sq, nsq, 5), cli_bench_fill(skv, nkv, 6);
     }
     double dsa_ms = 0;
     for (int64_t L = cfg->nmin; L <= cfg->nmax && !rc; L *= 2) {
@@ -168,7 +169,7 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
             la_status st;
             const double s = time_median(op, &b, cfg->min_time, &reps, &st);
             if (st != LA_OK) {
-                rc = la_cli_status(st, op_names[op]);
+                rc = cli_status(st, op_names[op]);
                 break;
             }
             double flops = 0;
@@ -180,6 +181,7 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
             const double gf = flops / s * 1e-9;
             const int64_t rows = op == OP_TOPK ? R : (op == OP_SATTN ? Ta : T);
             const double vs_dsa = (op == OP_HISA || op == OP_BLOCKSPARSE) && sel[OP_DSA] && dsa_ms > 0 ? dsa_ms / (s * 1e3) : 0;
+            cli_progress_clear(&pr);
             if (cfg->json)
                 fprintf(cfg->out, "{\"op\":\"%s\",\"L\":%lld,\"rows\":%lld,\"threads\":%d,\"ms\":%.4f,"
                         "\"us_per_row\":%.3f,\"gflops\":%.3f,\"pct_peak\":%.2f,\"speedup_vs_dsa\":%.3f,\"repeats\":%d}\n",
@@ -193,10 +195,10 @@ int la_bench_sparse(const la_bench_cfg *cfg) {
                 fprintf(cfg->out, "\n");
             }
             fflush(cfg->out);
-            la_progress_step(&pr, 1);
+            cli_progress_step(&pr, 1);
         }
     }
-    la_progress_end(&pr);
+    cli_progress_end(&pr);
     free(q), free(k), free(w), free(sc), free(sq), free(skv), free(so), free(idx), free(sidx);
     la_context_destroy(b.ctx);
     return rc;

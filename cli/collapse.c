@@ -32,13 +32,13 @@ typedef struct gen_cfg {
  * independent noisy reads of x: q = x + 0.3 xi', k = x + 0.3 xi''. */
 static void gen_tokens(const gen_cfg *g, int64_t Hm, int64_t Wm, int64_t d, float *q, float *k,
                        double *scratch /* clusters*(2+d) */) {
-    la_rng64 r = {g->seed * 0x100000001b3ull + (uint64_t)(Hm * Wm)};
+    cli_rng64 r = {g->seed * 0x100000001b3ull + (uint64_t)(Hm * Wm)};
     const int64_t C = g->clusters;
     double *pos = scratch, *mu = scratch + 2 * C;
     for (int64_t c = 0; c < C; c++) {
-        pos[2 * c] = la_rng64_uniform(&r) * (double)Hm;
-        pos[2 * c + 1] = la_rng64_uniform(&r) * (double)Wm;
-        for (int64_t j = 0; j < d; j++) mu[c * d + j] = la_rng64_normal(&r);
+        pos[2 * c] = cli_rng64_uniform(&r) * (double)Hm;
+        pos[2 * c + 1] = cli_rng64_uniform(&r) * (double)Wm;
+        for (int64_t j = 0; j < d; j++) mu[c * d + j] = cli_rng64_normal(&r);
     }
     for (int64_t y = 0; y < Hm; y++)
         for (int64_t x = 0; x < Wm; x++) {
@@ -49,11 +49,11 @@ static void gen_tokens(const gen_cfg *g, int64_t Hm, int64_t Wm, int64_t d, floa
                 double dy = (double)y + 0.5 - pos[2 * c], dx = (double)x + 0.5 - pos[2 * c + 1];
                 if (dy * dy + dx * dx < bd) { bd = dy * dy + dx * dx; best = c; }
             }
-            const int gauss = la_rng64_uniform(&r) < g->gauss_frac;
+            const int gauss = cli_rng64_uniform(&r) < g->gauss_frac;
             for (int64_t j = 0; j < d; j++) {
-                double xv = gauss ? la_rng64_normal(&r) : mu[best * d + j] + g->noise * la_rng64_normal(&r);
-                q[n * d + j] = (float)(xv + 0.3 * la_rng64_normal(&r));
-                k[n * d + j] = (float)(xv + 0.3 * la_rng64_normal(&r));
+                double xv = gauss ? cli_rng64_normal(&r) : mu[best * d + j] + g->noise * cli_rng64_normal(&r);
+                q[n * d + j] = (float)(xv + 0.3 * cli_rng64_normal(&r));
+                k[n * d + j] = (float)(xv + 0.3 * cli_rng64_normal(&r));
             }
         }
 }
@@ -113,25 +113,7 @@ static int selected(const char *list, const char *name) {
 
 static int is_pow2(int64_t x) { return x > 0 && (x & (x - 1)) == 0; }
 
-/* The plot script next to the executable (build/longattn -> scripts/), or
- * under the current directory. */
-static int find_script(char *buf, size_t n) {
-    char exe[PATH_MAX];
-    ssize_t l = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (l > 0) {
-        exe[l] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, n, "%s/../scripts/plot_collapse.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-            snprintf(buf, n, "%s/../share/longattn/plot_collapse.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-        }
-    }
-    snprintf(buf, n, "scripts/plot_collapse.py");
-    return access(buf, R_OK) == 0;
-}
+static int find_script(char *buf, size_t n) { return cli_find_script("plot_collapse.py", buf, n); }
 
 /* Run /usr/bin/python3 SCRIPT JSON PNG; returns its exit status (or -1). */
 static int run_plot(const char *script, const char *json, const char *png) {
@@ -145,21 +127,21 @@ static int run_plot(const char *script, const char *json, const char *png) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-static const la_opt collapse_opts[] = {
-    {"nmin", LA_OPT_VALUE, "256", "smallest sequence length (power of two, >= 64)"},
-    {"nmax", LA_OPT_VALUE, "2048", "largest sequence length (power of two, <= 8192; 4096 adds ~2 min of SVDs on 2 cores)"},
-    {"d", LA_OPT_VALUE, "64", "head dimension"},
-    {"clusters", LA_OPT_VALUE, "8", "cluster centres on the token map"},
-    {"noise", LA_OPT_VALUE, "0.5", "within-cluster spread of the features"},
-    {"gauss-frac", LA_OPT_VALUE, "0.25", "fraction of tokens that are pure Gaussian"},
-    {"seed", LA_OPT_VALUE, "1", "generator seed"},
-    {"rtol", LA_OPT_VALUE, "1e-6", "rank = #{singular values > rtol * largest}"},
-    {"variants", LA_OPT_VALUE, "all", "comma list of softmax,linear,focused-flatten,mhla-4,mhla-16,mhla-64"},
-    {"json-out", LA_OPT_VALUE, "collapse.json", "results as JSON"},
-    {"png", LA_OPT_VALUE, "collapse.png", "plot (needs matplotlib for /usr/bin/python3; 'none' skips it)"},
+static const cli_opt collapse_opts[] = {
+    {"nmin", CLI_OPT_VALUE, "256", "smallest sequence length (power of two, >= 64)"},
+    {"nmax", CLI_OPT_VALUE, "2048", "largest sequence length (power of two, <= 8192; 4096 adds ~2 min of SVDs on 2 cores)"},
+    {"d", CLI_OPT_VALUE, "64", "head dimension"},
+    {"clusters", CLI_OPT_VALUE, "8", "cluster centres on the token map"},
+    {"noise", CLI_OPT_VALUE, "0.5", "within-cluster spread of the features"},
+    {"gauss-frac", CLI_OPT_VALUE, "0.25", "fraction of tokens that are pure Gaussian"},
+    {"seed", CLI_OPT_VALUE, "1", "generator seed"},
+    {"rtol", CLI_OPT_VALUE, "1e-6", "rank = #{singular values > rtol * largest}"},
+    {"variants", CLI_OPT_VALUE, "all", "comma list of softmax,linear,focused-flatten,mhla-4,mhla-16,mhla-64"},
+    {"json-out", CLI_OPT_VALUE, "collapse.json", "results as JSON"},
+    {"png", CLI_OPT_VALUE, "collapse.png", "plot (needs matplotlib for /usr/bin/python3; 'none' skips it)"},
 };
 
-int la_cmd_collapse(int argc, char **argv) {
+int cli_cmd_collapse(int argc, char **argv) {
     const int nopt = (int)(sizeof collapse_opts / sizeof collapse_opts[0]);
     const char *usage =
         "The MHLA paper's global-context-collapse study (docs/COLLAPSE.md): for N from\n"
@@ -169,36 +151,36 @@ int la_cmd_collapse(int argc, char **argv) {
         "Writes --json-out and a --png plot. The float64 SVD of the largest map dominates:\n"
         "the default (--nmax 2048) takes ~15 s on 2 cores; --nmax 4096 (docs/COLLAPSE.md)\n"
         "adds six 4096x4096 SVDs, ~2 min of CPU time in all.";
-    la_args a;
-    int rc = la_args_parse(collapse_opts, nopt, "collapse", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(collapse_opts, nopt, "collapse", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
     if (strcmp(a.device, "cpu") != 0)
-        return la_cli_fail("collapse: --device %s: the study runs on the host", a.device);
+        return cli_fail("collapse: --device %s: the study runs on the host", a.device);
     int64_t nmin, nmax, d, clusters, seed;
     float noise, gfrac, rtolf;
-    if (la_args_int(&a, "nmin", &nmin) || la_args_int(&a, "nmax", &nmax) ||
-        la_args_int(&a, "d", &d) || la_args_int(&a, "clusters", &clusters) ||
-        la_args_int(&a, "seed", &seed) || la_args_float(&a, "noise", &noise) ||
-        la_args_float(&a, "gauss-frac", &gfrac) || la_args_float(&a, "rtol", &rtolf))
+    if (cli_args_int(&a, "nmin", &nmin) || cli_args_int(&a, "nmax", &nmax) ||
+        cli_args_int(&a, "d", &d) || cli_args_int(&a, "clusters", &clusters) ||
+        cli_args_int(&a, "seed", &seed) || cli_args_float(&a, "noise", &noise) ||
+        cli_args_float(&a, "gauss-frac", &gfrac) || cli_args_float(&a, "rtol", &rtolf))
         return 2;
     if (!is_pow2(nmin) || nmin < 64)
-        return la_cli_fail("--nmin %lld: expected a power of two >= 64", (long long)nmin);
+        return cli_fail("--nmin %lld: expected a power of two >= 64", (long long)nmin);
     if (!is_pow2(nmax) || nmax < nmin || nmax > 8192)
-        return la_cli_fail("--nmax %lld: expected a power of two in [--nmin, 8192] (the map is "
+        return cli_fail("--nmax %lld: expected a power of two in [--nmin, 8192] (the map is "
                            "N x N float64)", (long long)nmax);
-    if (d < 1 || d > 4096) return la_cli_fail("--d %lld: expected 1..4096", (long long)d);
+    if (d < 1 || d > 4096) return cli_fail("--d %lld: expected 1..4096", (long long)d);
     if (clusters < 1 || clusters > 4096)
-        return la_cli_fail("--clusters %lld: expected 1..4096", (long long)clusters);
+        return cli_fail("--clusters %lld: expected 1..4096", (long long)clusters);
     if (noise < 0 || gfrac < 0 || gfrac > 1 || rtolf < 0)
-        return la_cli_fail("--noise/--gauss-frac/--rtol: expected noise >= 0, 0 <= gauss-frac <= 1, rtol >= 0");
-    const char *vlist = la_args_get(&a, "variants");
+        return cli_fail("--noise/--gauss-frac/--rtol: expected noise >= 0, 0 <= gauss-frac <= 1, rtol >= 0");
+    const char *vlist = cli_args_get(&a, "variants");
     int nsel = 0;
     for (int i = 0; i < NVAR; i++) nsel += selected(vlist, VARIANTS[i].name);
-    if (nsel == 0) return la_cli_fail("--variants '%s': none of the known variants", vlist);
-    const char *json_path = la_args_get(&a, "json-out"), *png_path = la_args_get(&a, "png");
+    if (nsel == 0) return cli_fail("--variants '%s': none of the known variants", vlist);
+    const char *json_path = cli_args_get(&a, "json-out"), *png_path = cli_args_get(&a, "png");
 
     la_context *ctx = NULL;
-    if (la_context_create(&ctx) != LA_OK) return la_cli_fail("%s", la_last_error());
+    if (la_context_create(&ctx) != LA_OK) return cli_fail("%s", la_last_error());
     la_context_set_threads(ctx, a.threads);
 
     /* buffers for the largest N */
@@ -212,12 +194,12 @@ int la_cmd_collapse(int argc, char **argv) {
     snprintf(tmp_json, sizeof tmp_json, "%s.tmp.%ld", json_path, (long)getpid());
     FILE *jf = NULL;
     if (!map || !q || !k || !W || !scratch) {
-        rc = la_cli_fail("collapse: cannot allocate the %lld x %lld map", (long long)nmax, (long long)nmax);
+        rc = cli_fail("collapse: cannot allocate the %lld x %lld map", (long long)nmax, (long long)nmax);
         goto done;
     }
     jf = fopen(tmp_json, "w");
     if (!jf) {
-        rc = la_cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno));
+        rc = cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno));
         goto done;
     }
 
@@ -236,12 +218,12 @@ int la_cmd_collapse(int argc, char **argv) {
 
     int64_t total = 0;
     for (int64_t N = nmin; N <= nmax; N *= 2) total += (N / 64) * (N / 64) * (N / 64) * nsel;
-    la_progress pr;
-    la_progress_start(&pr, "collapse", total);
+    cli_progress pr;
+    cli_progress_start(&pr, "collapse", total);
     printf("%6s  %-16s %6s %6s %9s %8s %7s\n", "N", "variant", "rank", "bound", "entropy",
            "ln N", "time");
     int first = 1;
-    const double t_all = la_now();
+    const double t_all = cli_now();
     for (int64_t N = nmin; N <= nmax && rc == 0; N *= 2) {
         int64_t lg = 0;
         while ((1ll << lg) < N) lg++;
@@ -255,7 +237,7 @@ int la_cmd_collapse(int argc, char **argv) {
         for (int vi = 0; vi < NVAR && rc == 0; vi++) {
             const variant *v = &VARIANTS[vi];
             if (!selected(vlist, v->name)) continue;
-            const double t0 = la_now();
+            const double t0 = cli_now();
             la_attn_map_params p;
             la_attn_map_params_init(&p);
             p.variant = v->kind;
@@ -286,12 +268,12 @@ int la_cmd_collapse(int argc, char **argv) {
             double ent = NAN;
             if (s == LA_OK) s = la_map_rank_entropy(&tm, rtolf, &rank, &ent);
             if (s != LA_OK) {
-                la_progress_end(&pr);
-                rc = la_cli_status(s, "collapse");
+                cli_progress_end(&pr);
+                rc = cli_status(s, "collapse");
                 break;
             }
-            const double dt = la_now() - t0;
-            la_progress_step(&pr, (N / 64) * (N / 64) * (N / 64));
+            const double dt = cli_now() - t0;
+            cli_progress_step(&pr, (N / 64) * (N / 64) * (N / 64));
             /* the progress line shares the terminal: print the row after it */
             if (pr.shown && isatty(2)) fprintf(stderr, "\r%80s\r", "");
             printf("%6lld  %-16s %6lld %6lld %9.4f %8.4f %6.1fs\n", (long long)N, v->name,
@@ -308,20 +290,20 @@ int la_cmd_collapse(int argc, char **argv) {
             first = 0;
         }
     }
-    la_progress_end(&pr);
+    cli_progress_end(&pr);
     if (rc) goto done;
-    fprintf(jf, "\n  ],\n  \"seconds_total\": %.2f\n}\n", la_now() - t_all);
+    fprintf(jf, "\n  ],\n  \"seconds_total\": %.2f\n}\n", cli_now() - t_all);
     if (fclose(jf) != 0) {
         jf = NULL;
-        rc = la_cli_fail("--json-out %s: write failed: %s", json_path, strerror(errno));
+        rc = cli_fail("--json-out %s: write failed: %s", json_path, strerror(errno));
         goto done;
     }
     jf = NULL;
     if (rename(tmp_json, json_path) != 0) {
-        rc = la_cli_fail("--json-out %s: cannot rename: %s", json_path, strerror(errno));
+        rc = cli_fail("--json-out %s: cannot rename: %s", json_path, strerror(errno));
         goto done;
     }
-    printf("wrote %s (%.1fs)\n", json_path, la_now() - t_all);
+    printf("wrote %s (%.1fs)\n", json_path, cli_now() - t_all);
     fflush(stdout);
 
     if (strcmp(png_path, "none") != 0) {

@@ -138,16 +138,16 @@ static double best_time(la_status (*fn)(int, bufs *, la_context *), bufs *x, la_
                         la_status *st) {
     double best = INFINITY;
     for (int r = 0; r < 3 && best > 0.3; r++) {
-        double t0 = la_now();
+        double t0 = cli_now();
         *st = fn(1, x, ctx);
-        double t = la_now() - t0;
+        double t = cli_now() - t0;
         if (*st != LA_OK) return 0;
         best = t < best ? t : best;
     }
     return best;
 }
 
-int la_demo_dense(FILE *f, int quick) {
+int cli_demo_dense(FILE *f, int quick) {
     int failed = 0;
     uint64_t seed = 0x9e3779b97f4a7c15ull;
     la_context *ctx = NULL;
@@ -188,7 +188,7 @@ int la_demo_dense(FILE *f, int quick) {
 
     const int64_t H = 4, D = 64, nmax = quick ? 4096 : 16384;
     fprintf(f, "\n  Causal forward time, B=1 H=%lld D=%lld, %d thread(s), BLAS %s:\n", (long long)H,
-            (long long)D, threads, la_blas_name());
+            (long long)D, threads, cli_blas_name());
     fprintf(f, "    %7s  %12s  %12s  %10s  %16s\n", "N", "softmax (ms)", "linear (ms)", "ratio",
             "growth per 2x N");
     double prev_s = 0, prev_l = 0;

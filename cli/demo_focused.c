@@ -14,7 +14,7 @@ typedef struct fdemo {
 
 static int fdemo_make(fdemo *x, int blog, int64_t Hm, int64_t Wm, int64_t H, int64_t D,
                       int64_t ks, uint64_t seed) {
-    la_rng64 rng = {seed};
+    cli_rng64 rng = {seed};
     memset(x, 0, sizeof *x);
     x->Hm = Hm, x->Wm = Wm, x->N = Hm * Wm, x->H = H, x->D = D, x->ks = ks;
     const size_t n = (size_t)(x->N * H * D);
@@ -25,15 +25,15 @@ static int fdemo_make(fdemo *x, int blog, int64_t Hm, int64_t Wm, int64_t H, int
     x->focus = malloc(sizeof(float) * (size_t)H);
     if (!x->q || !x->k || !x->v || !x->o || !x->conv || !x->bias || !x->focus) return 0;
     for (size_t i = 0; i < n; i++) {
-        x->q[i] = (float)la_rng64_normal(&rng);
-        x->k[i] = (float)la_rng64_normal(&rng);
-        x->v[i] = (float)la_rng64_normal(&rng);
+        x->q[i] = (float)cli_rng64_normal(&rng);
+        x->k[i] = (float)cli_rng64_normal(&rng);
+        x->v[i] = (float)cli_rng64_normal(&rng);
         x->o[i] = NAN;
     }
-    for (int64_t i = 0; i < Cc * ks * ks; i++) x->conv[i] = (float)(0.2 * la_rng64_normal(&rng));
+    for (int64_t i = 0; i < Cc * ks * ks; i++) x->conv[i] = (float)(0.2 * cli_rng64_normal(&rng));
     if (blog) /* dirac plus noise, as the blog initializes it */
         for (int64_t c = 0; c < Cc; c++) x->conv[(c * ks + ks / 2) * ks + ks / 2] += 1.0f;
-    for (int64_t j = 0; j < D; j++) x->bias[j] = (float)(0.1 * la_rng64_normal(&rng));
+    for (int64_t j = 0; j < D; j++) x->bias[j] = (float)(0.1 * cli_rng64_normal(&rng));
     for (int64_t h = 0; h < H; h++) x->focus[h] = 2.0f;
     int64_t ne[4] = {1, x->N, H, D}, nc[3] = {Cc, ks, ks};
     la_tensor_init(&x->tq, x->q, LA_F32, LA_DEVICE_CPU, 4, ne);
@@ -164,9 +164,9 @@ static int variant_stage(FILE *f, la_context *ctx, int blog, int quick) {
         }
         double best = 1e30;
         for (int rep = 0; rep < 3; rep++) {
-            double t0 = la_now();
+            double t0 = cli_now();
             la_status s = fdemo_run(&x, blog, ctx);
-            double dt = la_now() - t0;
+            double dt = cli_now() - t0;
             if (s != LA_OK) {
                 fprintf(f, "   error: %s\n", la_last_error());
                 fails++;
@@ -182,7 +182,7 @@ static int variant_stage(FILE *f, la_context *ctx, int blog, int quick) {
     return fails;
 }
 
-int la_demo_focused(FILE *f, int quick) {
+int cli_demo_focused(FILE *f, int quick) {
     la_context *ctx;
     if (la_context_create(&ctx) != LA_OK) return 1;
     int fails = 0;
@@ -224,13 +224,13 @@ int la_demo_focused(FILE *f, int quick) {
         const int64_t N = 256, D = 32;
         float *q = malloc(sizeof(float) * N * D), *k = malloc(sizeof(float) * N * D), W[256];
         double *A = malloc(sizeof(double) * N * N);
-        la_rng64 rng = {77};
+        cli_rng64 rng = {77};
         if (!q || !k || !A) {
             fails++;
         } else {
             for (int64_t i = 0; i < N * D; i++) {
-                q[i] = (float)la_rng64_normal(&rng);
-                k[i] = (float)la_rng64_normal(&rng);
+                q[i] = (float)cli_rng64_normal(&rng);
+                k[i] = (float)cli_rng64_normal(&rng);
             }
             la_tensor tq, tk, ta, tw;
             int64_t ne[2] = {N, D}, nea[2] = {N, N}, new_[2] = {16, 16}, bl[2] = {4, 4};

@@ -11,14 +11,14 @@ typedef struct demo_qkv {
 } demo_qkv;
 
 static int qkv_make(demo_qkv *x, int64_t B, int64_t N, int64_t H, int64_t D, uint64_t seed) {
-    la_rng64 rng = {seed};
+    cli_rng64 rng = {seed};
     size_t n = (size_t)(B * N * H * D);
     x->q = malloc(n * 4), x->k = malloc(n * 4), x->v = malloc(n * 4), x->o = malloc(n * 4);
     if (!x->q || !x->k || !x->v || !x->o) return 0;
     for (size_t i = 0; i < n; i++) {
-        x->q[i] = (float)la_rng64_normal(&rng);
-        x->k[i] = (float)la_rng64_normal(&rng);
-        x->v[i] = (float)la_rng64_normal(&rng);
+        x->q[i] = (float)cli_rng64_normal(&rng);
+        x->k[i] = (float)cli_rng64_normal(&rng);
+        x->v[i] = (float)cli_rng64_normal(&rng);
         x->o[i] = NAN;
     }
     int64_t ne[4] = {B, N, H, D};
@@ -46,8 +46,8 @@ static double check_ref(const demo_qkv *x, int64_t N, int64_t H, int64_t D, cons
             for (int64_t s = 0; s < (causal ? t + 1 : N); s++) {
                 double a = 0;
                 for (int64_t d = 0; d < D; d++)
-                    a += scale * la_feature_apply(f, x->q[(t * H + h) * D + d]) *
-                         (double)la_feature_apply(f, x->k[(s * H + h) * D + d]);
+                    a += scale * cli_feature(f, x->q[(t * H + h) * D + d]) *
+                         cli_feature(f, x->k[(s * H + h) * D + d]);
                 a *= W[blk[t] * M + blk[s]];
                 den += a;
                 for (int64_t e = 0; e < D; e++) num[e] += a * x->v[(s * H + h) * D + e];
@@ -106,9 +106,9 @@ static int grid_stage(FILE *f, la_context *ctx, int nd, const int64_t *grid, con
     for (int a = 0; a < nd; a++) o += snprintf(bs + o, sizeof bs - (size_t)o, "%s%lld", a ? "x" : "", (long long)blocks[a]);
     double best = 1e30;
     for (int rep = 0; rep < (check ? 1 : 3); rep++) {
-        double t0 = la_now();
+        double t0 = cli_now();
         la_status s = la_mhla_forward(&p, &x.tq, &x.tk, &x.tv, &tw, &x.to, ctx);
-        double dt = la_now() - t0;
+        double dt = cli_now() - t0;
         if (s != LA_OK) {
             fprintf(f, "   error: %s\n", la_last_error());
             fails++;
@@ -132,7 +132,7 @@ static int grid_stage(FILE *f, la_context *ctx, int nd, const int64_t *grid, con
     return fails;
 }
 
-int la_demo_mhla(FILE *f, int quick) {
+int cli_demo_mhla(FILE *f, int quick) {
     la_context *ctx;
     if (la_context_create(&ctx) != LA_OK) return 1;
     int fails = 0;
@@ -225,9 +225,9 @@ int la_demo_mhla(FILE *f, int quick) {
                 la_tensor q = x.tq, k = x.tk, v = x.tv, o = x.to;
                 q.ne[1] = k.ne[1] = v.ne[1] = o.ne[1] = N; /* first N tokens (prefix view) */
                 q.nb[0] = k.nb[0] = v.nb[0] = o.nb[0] = N * H * D;
-                double t0 = la_now();
+                double t0 = cli_now();
                 la_status s = la_mhla_causal_forward(&p, &q, &k, &v, &tw, &o, ctx);
-                double dt = la_now() - t0;
+                double dt = cli_now() - t0;
                 if (s != LA_OK) {
                     fprintf(f, "   error: %s\n", la_last_error());
                     fails++;
@@ -248,7 +248,7 @@ int la_demo_mhla(FILE *f, int quick) {
                     la_mhla_state_append(st, &q, &k, &v, &o, ctx);
                     ctxlen = target;
                     const int64_t steps = 128;
-                    double t0 = la_now();
+                    double t0 = cli_now();
                     for (int64_t i = 0; i < steps; i++) {
                         la_tensor q1 = x.tq, k1 = x.tk, v1 = x.tv, o1 = x.to;
                         q1.ne[1] = k1.ne[1] = v1.ne[1] = o1.ne[1] = 1;
@@ -256,7 +256,7 @@ int la_demo_mhla(FILE *f, int quick) {
                         v1.data = x.v + i * H * D, o1.data = x.o + i * H * D;
                         la_mhla_state_append(st, &q1, &k1, &v1, &o1, ctx);
                     }
-                    double dt = (la_now() - t0) / steps;
+                    double dt = (cli_now() - t0) / steps;
                     ctxlen += steps;
                     fprintf(f, "   context %-6lld  %7.2f us/token (mean over %lld tokens, 2 block starts)\n",
                             (long long)target, dt * 1e6, (long long)steps);

@@ -211,17 +211,17 @@ static int timing(FILE *f, int quick, la_context *ctx) {
     fprintf(f, "\n  time per query on structured synthetic inputs (docs/EVAL_INDEX.md), HI=64, dI=128, top-%d,\n"
                "  HISA B=128 m=64 (candidate budget 8192), block-sparse 16 blocks of 128:\n", K);
     fprintf(f, "  %8s %10s %10s %10s %9s %9s %8s\n", "L", "DSA ms/q", "HISA ms/q", "bsparse", "speedup", "HISA IoU", "recall");
-    la_progress pr;
-    la_progress_start(&pr, "demo sparse", nL);
+    cli_progress pr;
+    cli_progress_start(&pr, "demo sparse", nL);
     int fails = 0;
     for (int li = 0; li < nL; li++) {
-        la_evgen_cfg gc;
-        la_evgen_defaults(&gc);
+        cli_evgen_cfg gc;
+        cli_evgen_defaults(&gc);
         gc.L = Ls[li];
         gc.ndepth = 4;
         gc.reps = 4; /* T = 32 queries */
-        la_evgen g;
-        if (la_evgen_make(&gc, &g)) return fails + 1;
+        cli_evgen g;
+        if (cli_evgen_make(&gc, &g)) return fails + 1;
         const int64_t T = g.T;
         la_tensor tq, tk, tw, ti[3];
         int64_t qn[3] = {T, gc.HI, gc.dI}, kn[2] = {gc.L, gc.dI}, wn[2] = {T, gc.HI}, in[2] = {T, K};
@@ -238,22 +238,23 @@ static int timing(FILE *f, int quick, la_context *ctx) {
             la_tensor_init(&ti[m], idx[m], LA_I32, LA_DEVICE_CPU, 2, in);
             ms[m] = INFINITY;
             for (int rep = 0; rep < 2 && st == LA_OK; rep++) { /* best of two: the first pays page faults */
-                const double t0 = la_now();
+                const double t0 = cli_now();
                 st = m == 0 ? la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti[m], NULL, ctx)
                             : m == 1 ? la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti[m], ctx)
                                      : la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti[m], ctx);
-                ms[m] = fmin(ms[m], 1e3 * (la_now() - t0) / (double)T);
+                ms[m] = fmin(ms[m], 1e3 * (cli_now() - t0) / (double)T);
             }
         }
         double iou = 0, rec = 0;
         unsigned char *scratch = calloc((size_t)gc.L, 1);
         for (int64_t t = 0; t < T && st == LA_OK; t++) {
             double a, r;
-            la_index_overlap(idx[1] + t * K, idx[0] + t * K, K, gc.L - T + t + 1, gc.L, scratch, &a, &r);
+            cli_index_overlap(idx[1] + t * K, idx[0] + t * K, K, gc.L - T + t + 1, gc.L, scratch, &a, &r);
             iou += a / (double)T;
             rec += r / (double)T;
         }
         free(scratch);
+        cli_progress_clear(&pr);
         if (st != LA_OK) {
             fprintf(f, "  L=%lld: %s\n", (long long)gc.L, la_last_error());
             fails++;
@@ -262,16 +263,16 @@ static int timing(FILE *f, int quick, la_context *ctx) {
                     ms[0] / ms[1], iou, rec);
         }
         for (int m = 0; m < 3; m++) free(idx[m]);
-        la_evgen_free(&g);
-        la_progress_step(&pr, 1);
+        cli_evgen_free(&g);
+        cli_progress_step(&pr, 1);
     }
-    la_progress_end(&pr);
+    cli_progress_end(&pr);
     fprintf(f, "  (HISA scores m*B = 8192 candidates per query whatever L, DSA all L: the gap grows with L;\n"
                "   needle retrieval by depth is in `longattn eval-index`)\n");
     return fails;
 }
 
-int la_demo_sparse(FILE *f, int quick) {
+int cli_demo_sparse(FILE *f, int quick) {
     la_context *ctx = NULL;
     if (la_context_create(&ctx) != LA_OK) return 1;
     int fails = check_dsa(f, ctx);

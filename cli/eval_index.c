@@ -25,26 +25,25 @@
 
 #include "cli.h"
 #include "eval_index.h"
-#include "../src/core/devmem.h"
 
 /* ---- generator -------------------------------------------------------------- */
-static la_rng64 rng_for(uint64_t seed, uint64_t stream) {
-    la_rng64 r = {seed * 0x2545f4914f6cdd1dull ^ (stream + 1) * 0x9e3779b97f4a7c15ull};
-    la_rng64_next(&r);
+static cli_rng64 rng_for(uint64_t seed, uint64_t stream) {
+    cli_rng64 r = {seed * 0x2545f4914f6cdd1dull ^ (stream + 1) * 0x9e3779b97f4a7c15ull};
+    cli_rng64_next(&r);
     return r;
 }
 /* Random unit vector. */
-static void unit_vec(la_rng64 *r, float *v, int64_t n) {
+static void unit_vec(cli_rng64 *r, float *v, int64_t n) {
     double s = 0;
     for (int64_t i = 0; i < n; i++) {
-        v[i] = (float)la_rng64_normal(r);
+        v[i] = (float)cli_rng64_normal(r);
         s += (double)v[i] * v[i];
     }
     const float inv = (float)(1.0 / sqrt(s > 0 ? s : 1));
     for (int64_t i = 0; i < n; i++) v[i] *= inv;
 }
 
-void la_evgen_defaults(la_evgen_cfg *c) {
+void cli_evgen_defaults(cli_evgen_cfg *c) {
     memset(c, 0, sizeof *c);
     c->L = 8192;
     c->HI = 64;
@@ -63,7 +62,7 @@ void la_evgen_defaults(la_evgen_cfg *c) {
     c->seed = 1;
 }
 
-void la_evgen_free(la_evgen *g) {
+void cli_evgen_free(cli_evgen *g) {
     free(g->q);
     free(g->k);
     free(g->w);
@@ -73,14 +72,14 @@ void la_evgen_free(la_evgen *g) {
     memset(g, 0, sizeof *g);
 }
 
-int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
+int cli_evgen_make(const cli_evgen_cfg *c, cli_evgen *g) {
     memset(g, 0, sizeof *g);
     if (c->L < 16 || c->HI < 1 || c->dI < 2 || c->ntopics < c->attend + 1 || c->attend < 1 || c->span_min < 1 ||
         c->span_max < c->span_min || c->ndepth < 2 || c->reps < 1)
-        return la_cli_fail("eval-index: bad generator configuration (L >= 16, topics > attend >= 1, depths >= 2)");
+        return cli_fail("eval-index: bad generator configuration (L >= 16, topics > attend >= 1, depths >= 2)");
     const int64_t L = c->L, HI = c->HI, dI = c->dI, P = c->ntopics;
     const int64_t T = (int64_t)c->ndepth * LA_NEEDLE_KINDS * c->reps;
-    if (T > L) return la_cli_fail("eval-index: %lld queries do not fit L = %lld", (long long)T, (long long)L);
+    if (T > L) return cli_fail("eval-index: %lld queries do not fit L = %lld", (long long)T, (long long)L);
     g->T = T;
     float *topics = malloc(sizeof(float) * (size_t)(P * dI));
     int *span_topic = malloc(sizeof(int) * (size_t)L); /* topic of every token */
@@ -93,15 +92,15 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
     if (!topics || !span_topic || !g->q || !g->k || !g->w || !g->needle || !g->depth_i || !g->kind) {
         free(topics);
         free(span_topic);
-        la_evgen_free(g);
-        return la_cli_fail("eval-index: out of memory generating L = %lld", (long long)L);
+        cli_evgen_free(g);
+        return cli_fail("eval-index: out of memory generating L = %lld", (long long)L);
     }
-    la_rng64 r = rng_for(c->seed, 0);
+    cli_rng64 r = rng_for(c->seed, 0);
     for (int64_t j = 0; j < P; j++) unit_vec(&r, topics + j * dI, dI);
     /* contiguous spans, each of one topic */
     for (int64_t s = 0; s < L;) {
-        int64_t len = c->span_min + (int64_t)(la_rng64_uniform(&r) * (double)(c->span_max - c->span_min + 1));
-        int topic = (int)(la_rng64_uniform(&r) * (double)P);
+        int64_t len = c->span_min + (int64_t)(cli_rng64_uniform(&r) * (double)(c->span_max - c->span_min + 1));
+        int topic = (int)(cli_rng64_uniform(&r) * (double)P);
         for (int64_t e = s; e < s + len && e < L; e++) span_topic[e] = topic;
         s += len;
     }
@@ -109,9 +108,9 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
     const float nk = c->sigma_k / sqrtf((float)dI);
 #pragma omp parallel for schedule(static)
     for (int64_t s = 0; s < L; s++) {
-        la_rng64 rr = rng_for(c->seed, 1000 + (uint64_t)s);
+        cli_rng64 rr = rng_for(c->seed, 1000 + (uint64_t)s);
         const float *u = topics + (int64_t)span_topic[s] * dI;
-        for (int64_t d = 0; d < dI; d++) g->k[s * dI + d] = c->alpha * u[d] + nk * (float)la_rng64_normal(&rr);
+        for (int64_t d = 0; d < dI; d++) g->k[s * dI + d] = c->alpha * u[d] + nk * (float)cli_rng64_normal(&rr);
     }
     /* queries: t = (rep·kinds + kind)·ndepth + depth, at the end of the sequence (bottom-right causal) */
     float *v = malloc(sizeof(float) * (size_t)dI);
@@ -128,7 +127,7 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
         g->needle[t] = p;
         g->depth_i[t] = di;
         g->kind[t] = kind;
-        la_rng64 rq = rng_for(c->seed, 0x10000000ull + (uint64_t)t);
+        cli_rng64 rq = rng_for(c->seed, 0x10000000ull + (uint64_t)t);
         /* attended topics: a span needle's own topic first; an isolated needle's topic never */
         int att[16];
         const int na = c->attend < 16 ? c->attend : 16;
@@ -136,7 +135,7 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
             int tp;
             int ok;
             do {
-                tp = (a == 0 && kind == LA_NEEDLE_SPAN) ? span_topic[p] : (int)(la_rng64_uniform(&rq) * (double)P);
+                tp = (a == 0 && kind == LA_NEEDLE_SPAN) ? span_topic[p] : (int)(cli_rng64_uniform(&rq) * (double)P);
                 ok = !(kind == LA_NEEDLE_ISOLATED && tp == span_topic[p]);
                 for (int b = 0; b < a; b++) ok &= att[b] != tp;
             } while (!ok);
@@ -145,12 +144,12 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
         unit_vec(&rq, v, dI); /* the needle's direction */
         for (int64_t h = 0; h < HI; h++) {
             const float *u = topics + (int64_t)att[h % na] * dI;
-            const float cs = (float)(0.5 + la_rng64_uniform(&rq));
+            const float cs = (float)(0.5 + cli_rng64_uniform(&rq));
             float *qr = g->q + (t * HI + h) * dI;
-            for (int64_t d = 0; d < dI; d++) qr[d] = cs * u[d] + c->gamma * v[d] + nq * (float)la_rng64_normal(&rq);
-            g->w[t * HI + h] = (float)((0.5 + la_rng64_uniform(&rq)) / sqrt((double)HI * (double)dI));
+            for (int64_t d = 0; d < dI; d++) qr[d] = cs * u[d] + c->gamma * v[d] + nq * (float)cli_rng64_normal(&rq);
+            g->w[t * HI + h] = (float)((0.5 + cli_rng64_uniform(&rq)) / sqrt((double)HI * (double)dI));
         }
-        for (int64_t d = 0; d < dI; d++) g->k[p * dI + d] = c->beta * v[d] + nk * (float)la_rng64_normal(&rq);
+        for (int64_t d = 0; d < dI; d++) g->k[p * dI + d] = c->beta * v[d] + nk * (float)cli_rng64_normal(&rq);
     }
     free(v);
     free(topics);
@@ -158,7 +157,7 @@ int la_evgen_make(const la_evgen_cfg *c, la_evgen *g) {
     return 0;
 }
 
-void la_index_overlap(const int32_t *a, const int32_t *ref, int64_t k, int64_t n_valid, int64_t L,
+void cli_index_overlap(const int32_t *a, const int32_t *ref, int64_t k, int64_t n_valid, int64_t L,
                       unsigned char *scratch, double *iou, double *recall) {
     int64_t na = 0, nr = 0, inter = 0;
     for (int64_t j = 0; j < k; j++)
@@ -230,31 +229,31 @@ typedef struct ev_staged {
 
 static void ev_unstage(ev_staged *d) {
     void *p[6] = {d->q, d->k, d->w, d->st, d->en, d->idx};
-    for (int i = 0; i < 6; i++) la_dev_free(p[i]);
+    for (int i = 0; i < 6; i++) cli_dev_free(p[i]);
     memset(d, 0, sizeof *d);
 }
 
 /* Copy a contiguous host f32/i32 tensor to the device as dtype `dt` (f32 ->
  * bf16 rounds to nearest even on the host first). 0 or the exit status of
- * the failure (la_cli_status / la_cli_fail). */
+ * the failure (cli_status / cli_fail). */
 static int ev_put(const la_tensor *h, la_dtype dt, void **dp, la_tensor *t) {
-    const int64_t n = la_numel(h);
+    const int64_t n = cli_numel(h);
     const size_t es = la_dtype_size(dt);
-    la_status ms = la_dev_malloc(dp, (size_t)n * es);
-    if (ms != LA_OK) return la_cli_status(ms, "eval-index");
+    char msg[256];
+    if (cli_dev_malloc(dp, (size_t)n * es, msg, sizeof msg) != LA_OK) return cli_fail("eval-index: %s", msg);
     la_status s;
     if (dt == LA_BF16) {
         uint16_t *tmp = malloc((size_t)n * 2 + 1);
-        if (!tmp) return la_cli_fail("eval-index: out of memory converting to bf16");
+        if (!tmp) return cli_fail("eval-index: out of memory converting to bf16");
         const float *src = (const float *)h->data;
-        for (int64_t i = 0; i < n; i++) tmp[i] = la_f32_to_bf16(src[i]);
-        s = la_dev_upload(*dp, tmp, (size_t)n * 2);
+        for (int64_t i = 0; i < n; i++) tmp[i] = cli_f32_to_bf16(src[i]);
+        s = cli_dev_upload(*dp, tmp, (size_t)n * 2, msg, sizeof msg);
         free(tmp);
     } else {
-        s = la_dev_upload(*dp, h->data, (size_t)n * es);
+        s = cli_dev_upload(*dp, h->data, (size_t)n * es, msg, sizeof msg);
     }
-    if (s != LA_OK) return la_cli_status(s, "eval-index: upload");
-    if (la_tensor_init(t, *dp, dt, LA_DEVICE_CUDA, h->ndim, h->ne) != LA_OK) return la_cli_status(LA_ERR_ARG, "eval-index");
+    if (s != LA_OK) return cli_fail("eval-index: %s", msg);
+    if (la_tensor_init(t, *dp, dt, LA_DEVICE_CUDA, h->ndim, h->ne) != LA_OK) return cli_status(LA_ERR_ARG, "eval-index");
     return 0;
 }
 
@@ -265,8 +264,9 @@ static int ev_stage(const ev_dev *dv, const la_tensor *q, const la_tensor *k, co
         (st && ev_put(st, LA_I32, &d->st, &d->tst)) || (en && ev_put(en, LA_I32, &d->en, &d->ten)))
         return 1;
     const int64_t T = q->ne[0], ine[2] = {T, topk};
-    la_status ms = la_dev_malloc(&d->idx, (size_t)(T * topk) * 4);
-    if (ms != LA_OK) return la_cli_status(ms, "eval-index");
+    char msg[256];
+    if (cli_dev_malloc(&d->idx, (size_t)(T * topk) * 4, msg, sizeof msg) != LA_OK)
+        return cli_fail("eval-index: %s", msg);
     la_tensor_init(&d->tidx, d->idx, LA_I32, LA_DEVICE_CUDA, 2, ine);
     return 0;
 }
@@ -274,8 +274,8 @@ static int ev_stage(const ev_dev *dv, const la_tensor *q, const la_tensor *k, co
 /* Run every method on one input; fill iou/recall/ms at column li and, when
  * g is given, the needle hits. Returns 0 or an exit status. */
 static int study_one(const method *ms, int nm, int64_t topk, const la_tensor *q, const la_tensor *k,
-                     const la_tensor *w, const la_tensor *st, const la_tensor *en, const la_evgen *g,
-                     results *R, int li, la_context *ctx, la_progress *pr, const ev_dev *dv) {
+                     const la_tensor *w, const la_tensor *st, const la_tensor *en, const cli_evgen *g,
+                     results *R, int li, la_context *ctx, cli_progress *pr, const ev_dev *dv) {
     const int64_t T = q->ne[0], L = k->ne[0];
     int32_t *idx[EV_MAX_METHODS] = {0};
     unsigned char *scratch = calloc((size_t)L, 1);
@@ -283,7 +283,7 @@ static int study_one(const method *ms, int nm, int64_t topk, const la_tensor *q,
     int rc = 0;
     ev_staged dd;
     memset(&dd, 0, sizeof dd);
-    if (!scratch || !nvalid) rc = la_cli_fail("eval-index: out of memory");
+    if (!scratch || !nvalid) rc = cli_fail("eval-index: out of memory");
     if (!rc && dv->cuda) rc = ev_stage(dv, q, k, w, st, en, topk, &dd);
     for (int64_t t = 0; t < T && !rc; t++) {
         int64_t s0 = 0, s1 = L - T + t + 1;
@@ -295,7 +295,7 @@ static int study_one(const method *ms, int nm, int64_t topk, const la_tensor *q,
     for (int mi = 0; mi < nm && !rc; mi++) {
         idx[mi] = malloc(sizeof(int32_t) * (size_t)(T * topk));
         if (!idx[mi]) {
-            rc = la_cli_fail("eval-index: out of memory for [T,topk] = [%lld, %lld]", (long long)T, (long long)topk);
+            rc = cli_fail("eval-index: out of memory for [T,topk] = [%lld, %lld]", (long long)T, (long long)topk);
             break;
         }
         la_tensor ti;
@@ -306,39 +306,44 @@ static int study_one(const method *ms, int nm, int64_t topk, const la_tensor *q,
         if (dv->cuda) {
             /* best of three synchronized calls (the first also grows the
              * workspace pool and loads the kernels) */
-            la_dev_memset(dd.idx, 0xff, (size_t)(T * topk) * 4);
+            char msg[256] = "";
+            cli_dev_memset(dd.idx, 0xff, (size_t)(T * topk) * 4, msg, sizeof msg);
             for (int rep = 0; rep < 3 && s == LA_OK; rep++) {
-                s = la_dev_synchronize();
-                const double t0 = la_now();
+                s = cli_dev_synchronize(msg, sizeof msg);
+                const double t0 = cli_now();
                 if (s == LA_OK)
                     s = run_method(&ms[mi], topk, &dd.tq, &dd.tk, &dd.tw, st ? &dd.tst : NULL, en ? &dd.ten : NULL,
                                    &dd.tidx, ctx);
-                if (s == LA_OK) s = la_dev_synchronize();
-                const double d = la_now() - t0;
+                if (s == LA_OK) s = cli_dev_synchronize(msg, sizeof msg);
+                const double d = cli_now() - t0;
                 if (d < dt) dt = d;
             }
-            if (s == LA_OK) s = la_dev_download(idx[mi], dd.idx, (size_t)(T * topk) * 4);
+            if (s == LA_OK) s = cli_dev_download(idx[mi], dd.idx, (size_t)(T * topk) * 4, msg, sizeof msg);
+            if (s != LA_OK && msg[0]) {
+                rc = cli_fail("eval-index: %s", msg);
+                break;
+            }
         } else {
             /* best of two calls: the first also pays page faults of fresh workspace */
             for (int rep = 0; rep < 2 && s == LA_OK; rep++) {
-                const double t0 = la_now();
+                const double t0 = cli_now();
                 s = run_method(&ms[mi], topk, q, k, w, st, en, &ti, ctx);
-                const double d = la_now() - t0;
+                const double d = cli_now() - t0;
                 if (d < dt) dt = d;
             }
         }
         if (s != LA_OK) {
-            rc = la_cli_status(s, ms[mi].name);
+            rc = cli_status(s, ms[mi].name);
             break;
         }
         R->ms[mi][li] = 1e3 * dt / (double)T;
-        la_progress_step(pr, 1);
+        cli_progress_step(pr, 1);
     }
     for (int mi = 0; mi < nm && !rc; mi++) {
         double si = 0, sr = 0;
         for (int64_t t = 0; t < T; t++) {
             double iou, rec;
-            la_index_overlap(idx[mi] + t * topk, idx[0] + t * topk, topk, nvalid[t], L, scratch, &iou, &rec);
+            cli_index_overlap(idx[mi] + t * topk, idx[0] + t * topk, topk, nvalid[t], L, scratch, &iou, &rec);
             si += iou;
             sr += rec;
         }
@@ -367,25 +372,7 @@ static void json_array(FILE *f, const double *x, int n, const char *fmt) {
     fputc(']', f);
 }
 
-/* Find scripts/plot_eval_index.py next to the working directory or the executable. */
-static int find_plot_script(char *buf, size_t n) {
-    if (access("scripts/plot_eval_index.py", R_OK) == 0) {
-        snprintf(buf, n, "scripts/plot_eval_index.py");
-        return 1;
-    }
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len > 0) {
-        exe[len] = '\0';
-        char *slash = strrchr(exe, '/');
-        if (slash) {
-            *slash = '\0';
-            snprintf(buf, n, "%s/../scripts/plot_eval_index.py", exe);
-            if (access(buf, R_OK) == 0) return 1;
-        }
-    }
-    return 0;
-}
+static int find_plot_script(char *buf, size_t n) { return cli_find_script("plot_eval_index.py", buf, n); }
 
 static int parse_list(const char *s, int64_t *out, int max) {
     int n = 0;
@@ -400,33 +387,33 @@ static int parse_list(const char *s, int64_t *out, int max) {
     return n;
 }
 
-int la_cmd_eval_index(int argc, char **argv) {
-    static const la_opt spec[] = {
-        {"lmin", LA_OPT_VALUE, "8192", "smallest context length L (powers of two up to --lmax)"},
-        {"lmax", LA_OPT_VALUE, "131072", "largest context length L"},
-        {"hi", LA_OPT_VALUE, "64", "indexer heads HI"},
-        {"di", LA_OPT_VALUE, "128", "indexer head dim dI"},
-        {"topk", LA_OPT_VALUE, "2048", "tokens selected per query (all methods)"},
-        {"budget", LA_OPT_VALUE, "8192", "HISA candidate budget m*B (m = budget/B)"},
-        {"blocks", LA_OPT_VALUE, "64,128,256", "HISA block sizes B swept at the fixed budget"},
-        {"block", LA_OPT_VALUE, "128", "block size of the block-sparse baseline (keeps topk/B blocks)"},
-        {"reps", LA_OPT_VALUE, "4", "queries per (depth, needle kind): T = depths*2*reps"},
-        {"depths", LA_OPT_VALUE, "11", "needle depths, evenly from 0% to 100%"},
-        {"seed", LA_OPT_VALUE, "1", "generator seed"},
-        {"json-out", LA_OPT_VALUE, NULL, "write every number to this JSON file"},
-        {"png", LA_OPT_VALUE, NULL, "PREFIX: also draw PREFIX_needles.png and PREFIX_overlap.png "
+int cli_cmd_eval_index(int argc, char **argv) {
+    static const cli_opt spec[] = {
+        {"lmin", CLI_OPT_VALUE, "8192", "smallest context length L (powers of two up to --lmax)"},
+        {"lmax", CLI_OPT_VALUE, "131072", "largest context length L"},
+        {"hi", CLI_OPT_VALUE, "64", "indexer heads HI"},
+        {"di", CLI_OPT_VALUE, "128", "indexer head dim dI"},
+        {"topk", CLI_OPT_VALUE, "2048", "tokens selected per query (all methods)"},
+        {"budget", CLI_OPT_VALUE, "8192", "HISA candidate budget m*B (m = budget/B)"},
+        {"blocks", CLI_OPT_VALUE, "64,128,256", "HISA block sizes B swept at the fixed budget"},
+        {"block", CLI_OPT_VALUE, "128", "block size of the block-sparse baseline (keeps topk/B blocks)"},
+        {"reps", CLI_OPT_VALUE, "4", "queries per (depth, needle kind): T = depths*2*reps"},
+        {"depths", CLI_OPT_VALUE, "11", "needle depths, evenly from 0% to 100%"},
+        {"seed", CLI_OPT_VALUE, "1", "generator seed"},
+        {"json-out", CLI_OPT_VALUE, NULL, "write every number to this JSON file"},
+        {"png", CLI_OPT_VALUE, NULL, "PREFIX: also draw PREFIX_needles.png and PREFIX_overlap.png "
                                     "(runs scripts/plot_eval_index.py with /usr/bin/python3; needs --json-out)"},
-        {"q", LA_OPT_VALUE, NULL, "real indexer queries .npy [T,HI,dI] (with --k, --w: no generator, no needles)"},
-        {"k", LA_OPT_VALUE, NULL, "real indexer keys .npy [L,dI]"},
-        {"w", LA_OPT_VALUE, NULL, "real head weights .npy [T,HI]"},
-        {"start", LA_OPT_VALUE, NULL, "int32 .npy [T] ranges for --q/--k/--w (default causal bottom-right)"},
-        {"end", LA_OPT_VALUE, NULL, "int32 .npy [T]"},
-        {"precision", LA_OPT_VALUE, NULL, "with --device cuda: q/k precision on the GPU, bf16 (default: "
+        {"q", CLI_OPT_VALUE, NULL, "real indexer queries .npy [T,HI,dI] (with --k, --w: no generator, no needles)"},
+        {"k", CLI_OPT_VALUE, NULL, "real indexer keys .npy [L,dI]"},
+        {"w", CLI_OPT_VALUE, NULL, "real head weights .npy [T,HI]"},
+        {"start", CLI_OPT_VALUE, NULL, "int32 .npy [T] ranges for --q/--k/--w (default causal bottom-right)"},
+        {"end", CLI_OPT_VALUE, NULL, "int32 .npy [T]"},
+        {"precision", CLI_OPT_VALUE, NULL, "with --device cuda: q/k precision on the GPU, bf16 (default: "
                                           "tensor cores) or f32 (exact kernels: the CPU's selections)"},
     };
     const int nspec = (int)(sizeof spec / sizeof *spec);
-    la_args a;
-    int rc = la_args_parse(spec, nspec, "eval-index",
+    cli_args a;
+    int rc = cli_args_parse(spec, nspec, "eval-index",
                            "Selection study (HISA paper, §5.3 and the IoU analysis) without a model: needle retrieval "
                            "rate by context length and depth for DSA, HISA and block-sparse; IoU and recall of each "
                            "against DSA; time per query; HISA swept over B at a fixed budget m*B. Synthetic inputs "
@@ -434,23 +421,23 @@ int la_cmd_eval_index(int argc, char **argv) {
                            argc, argv, &a);
     if (rc) return rc == 1 ? 0 : rc;
     int64_t lmin, lmax, HI, dI, topk, budget, bs_block, reps, ndepth, seed;
-    if (la_args_int(&a, "lmin", &lmin) || la_args_int(&a, "lmax", &lmax) || la_args_int(&a, "hi", &HI) ||
-        la_args_int(&a, "di", &dI) || la_args_int(&a, "topk", &topk) || la_args_int(&a, "budget", &budget) ||
-        la_args_int(&a, "block", &bs_block) || la_args_int(&a, "reps", &reps) || la_args_int(&a, "depths", &ndepth) ||
-        la_args_int(&a, "seed", &seed))
+    if (cli_args_int(&a, "lmin", &lmin) || cli_args_int(&a, "lmax", &lmax) || cli_args_int(&a, "hi", &HI) ||
+        cli_args_int(&a, "di", &dI) || cli_args_int(&a, "topk", &topk) || cli_args_int(&a, "budget", &budget) ||
+        cli_args_int(&a, "block", &bs_block) || cli_args_int(&a, "reps", &reps) || cli_args_int(&a, "depths", &ndepth) ||
+        cli_args_int(&a, "seed", &seed))
         return 2;
     int64_t Bs[EV_MAX_METHODS];
-    const int nB = parse_list(la_args_get(&a, "blocks"), Bs, EV_MAX_METHODS - 2);
-    if (nB <= 0) return la_cli_fail("--blocks: expected a comma list of positive block sizes, e.g. 64,128,256");
+    const int nB = parse_list(cli_args_get(&a, "blocks"), Bs, EV_MAX_METHODS - 2);
+    if (nB <= 0) return cli_fail("--blocks: expected a comma list of positive block sizes, e.g. 64,128,256");
     if (topk < 1 || budget < 1 || bs_block < 1 || HI < 1 || dI < 1 || HI > 4096 || dI > 4096)
-        return la_cli_fail("eval-index: --topk, --budget, --block, --hi, --di must be positive (hi, di <= 4096)");
-    if (bs_block > topk) return la_cli_fail("--block: %lld > --topk %lld keeps no block", (long long)bs_block, (long long)topk);
+        return cli_fail("eval-index: --topk, --budget, --block, --hi, --di must be positive (hi, di <= 4096)");
+    if (bs_block > topk) return cli_fail("--block: %lld > --topk %lld keeps no block", (long long)bs_block, (long long)topk);
     for (int i = 0; i < nB; i++)
-        if (Bs[i] > budget) return la_cli_fail("--blocks: B = %lld exceeds --budget %lld (m = 0)", (long long)Bs[i], (long long)budget);
-    if (reps < 1 || reps > 1000 || ndepth < 2 || ndepth > 101) return la_cli_fail("eval-index: --reps in 1..1000, --depths in 2..101");
-    const char *json_path = la_args_get(&a, "json-out"), *png = la_args_get(&a, "png");
-    if (png && !json_path) return la_cli_fail("--png needs --json-out (the plot script reads the JSON)");
-    const int user = la_args_given(&a, "k") || la_args_given(&a, "q") || la_args_given(&a, "w");
+        if (Bs[i] > budget) return cli_fail("--blocks: B = %lld exceeds --budget %lld (m = 0)", (long long)Bs[i], (long long)budget);
+    if (reps < 1 || reps > 1000 || ndepth < 2 || ndepth > 101) return cli_fail("eval-index: --reps in 1..1000, --depths in 2..101");
+    const char *json_path = cli_args_get(&a, "json-out"), *png = cli_args_get(&a, "png");
+    if (png && !json_path) return cli_fail("--png needs --json-out (the plot script reads the JSON)");
+    const int user = cli_args_given(&a, "k") || cli_args_given(&a, "q") || cli_args_given(&a, "w");
 
     method ms[EV_MAX_METHODS];
     int nm = 0;
@@ -477,34 +464,34 @@ int la_cmd_eval_index(int argc, char **argv) {
     R.nm = nm;
     R.ndepth = (int)ndepth;
     R.hit = calloc((size_t)EV_MAX_METHODS * EV_MAX_L * LA_NEEDLE_KINDS * (size_t)ndepth, sizeof(double));
-    la_cli c;
-    if (!R.hit) return la_cli_fail("eval-index: out of memory");
-    if (la_cli_begin(&c, &a)) {
+    cli_state c;
+    if (!R.hit) return cli_fail("eval-index: out of memory");
+    if (cli_begin(&c, &a)) {
         free(R.hit);
-        return la_cli_end(&c, 2);
+        return cli_end(&c, 2);
     }
     ev_dev dv = {c.device == LA_DEVICE_CUDA, LA_BF16};
-    const char *prec = la_args_get(&a, "precision");
+    const char *prec = cli_args_get(&a, "precision");
     if (prec && !dv.cuda) {
         free(R.hit);
-        return la_cli_end(&c, la_cli_fail("--precision: applies to --device cuda only (the CPU runs f32)"));
+        return cli_end(&c, cli_fail("--precision: applies to --device cuda only (the CPU runs f32)"));
     }
     if (prec && strcmp(prec, "bf16") != 0 && strcmp(prec, "f32") != 0) {
         free(R.hit);
-        return la_cli_end(&c, la_cli_fail("--precision '%s': expected bf16 or f32", prec));
+        return cli_end(&c, cli_fail("--precision '%s': expected bf16 or f32", prec));
     }
     if (prec && !strcmp(prec, "f32")) dv.prec = LA_F32;
     int threads = 1;
     la_context_get_threads(c.ctx, &threads);
-    la_evgen_cfg gc;
-    la_evgen_defaults(&gc);
+    cli_evgen_cfg gc;
+    cli_evgen_defaults(&gc);
     gc.HI = HI;
     gc.dI = dI;
     gc.reps = (int)reps;
     gc.ndepth = (int)ndepth;
     gc.seed = (uint64_t)seed;
     const int64_t Tgen = ndepth * LA_NEEDLE_KINDS * reps;
-    la_progress pr;
+    cli_progress pr;
 
     printf("longattn eval-index — %s, threads=%d\n", la_build_info(), threads);
     if (dv.cuda)
@@ -512,54 +499,54 @@ int la_cmd_eval_index(int argc, char **argv) {
                la_dtype_name(dv.prec));
     if (user) {
         la_tensor q, k, w, st, en;
-        if (la_cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,HI,dI]", &q) || la_cli_load(&c, &a, "k", 1, 2, LA_F32, "[L,dI]", &k) ||
-            la_cli_load(&c, &a, "w", 1, 2, LA_F32, "[T,HI]", &w) || la_cli_load(&c, &a, "start", 0, 1, LA_I32, "[T]", &st) ||
-            la_cli_load(&c, &a, "end", 0, 1, LA_I32, "[T]", &en)) {
+        if (cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,HI,dI]", &q) || cli_load(&c, &a, "k", 1, 2, LA_F32, "[L,dI]", &k) ||
+            cli_load(&c, &a, "w", 1, 2, LA_F32, "[T,HI]", &w) || cli_load(&c, &a, "start", 0, 1, LA_I32, "[T]", &st) ||
+            cli_load(&c, &a, "end", 0, 1, LA_I32, "[T]", &en)) {
             free(R.hit);
-            return la_cli_end(&c, 2);
+            return cli_end(&c, 2);
         }
         R.nL = 1;
         R.Ls[0] = k.ne[0];
-        printf("inputs: q %s [T=%lld, HI=%lld, dI=%lld], k [L=%lld], topk=%lld, budget m*B=%lld\n", la_args_get(&a, "q"),
+        printf("inputs: q %s [T=%lld, HI=%lld, dI=%lld], k [L=%lld], topk=%lld, budget m*B=%lld\n", cli_args_get(&a, "q"),
                (long long)q.ne[0], (long long)q.ne[1], (long long)q.ne[2], (long long)k.ne[0], (long long)topk,
                (long long)budget);
-        la_progress_start(&pr, "eval-index", nm);
+        cli_progress_start(&pr, "eval-index", nm);
         rc = study_one(ms, nm, topk, &q, &k, &w, st.data ? &st : NULL, en.data ? &en : NULL, NULL, &R, 0, c.ctx, &pr,
                        &dv);
-        la_progress_end(&pr);
+        cli_progress_end(&pr);
     } else {
         for (int64_t L = lmin; L <= lmax && R.nL < EV_MAX_L; L *= 2) R.Ls[R.nL++] = L;
         if (R.nL == 0 || lmin < Tgen) {
             free(R.hit);
-            return la_cli_end(&c, la_cli_fail("eval-index: need %lld <= --lmin <= --lmax (T = %lld queries)",
+            return cli_end(&c, cli_fail("eval-index: need %lld <= --lmin <= --lmax (T = %lld queries)",
                                               (long long)Tgen, (long long)Tgen));
         }
         printf("synthetic inputs (docs/EVAL_INDEX.md): T=%lld queries (%lld depths x 2 needle kinds x %lld), HI=%lld, "
                "dI=%lld, topk=%lld, HISA budget m*B=%lld, seed=%lld\n",
                (long long)Tgen, (long long)ndepth, (long long)reps, (long long)HI, (long long)dI, (long long)topk,
                (long long)budget, (long long)seed);
-        la_progress_start(&pr, "eval-index", (int64_t)R.nL * (nm + 1));
+        cli_progress_start(&pr, "eval-index", (int64_t)R.nL * (nm + 1));
         for (int li = 0; li < R.nL && !rc; li++) {
-            la_evgen g;
+            cli_evgen g;
             gc.L = R.Ls[li];
-            if (la_evgen_make(&gc, &g)) {
+            if (cli_evgen_make(&gc, &g)) {
                 rc = 2;
                 break;
             }
-            la_progress_step(&pr, 1);
+            cli_progress_step(&pr, 1);
             la_tensor q, k, w;
             int64_t qne[3] = {g.T, HI, dI}, kne[2] = {gc.L, dI}, wne[2] = {g.T, HI};
             la_tensor_init(&q, g.q, LA_F32, LA_DEVICE_CPU, 3, qne);
             la_tensor_init(&k, g.k, LA_F32, LA_DEVICE_CPU, 2, kne);
             la_tensor_init(&w, g.w, LA_F32, LA_DEVICE_CPU, 2, wne);
             rc = study_one(ms, nm, topk, &q, &k, &w, NULL, NULL, &g, &R, li, c.ctx, &pr, &dv);
-            la_evgen_free(&g);
+            cli_evgen_free(&g);
         }
-        la_progress_end(&pr);
+        cli_progress_end(&pr);
     }
     if (rc) {
         free(R.hit);
-        return la_cli_end(&c, rc);
+        return cli_end(&c, rc);
     }
 
     /* ---- table ---- */
@@ -603,13 +590,13 @@ int la_cmd_eval_index(int argc, char **argv) {
         FILE *f = fopen(tmp, "w");
         if (!f) {
             free(R.hit);
-            return la_cli_end(&c, la_cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno)));
+            return cli_end(&c, cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno)));
         }
         fprintf(f, "{\n  \"tool\": \"longattn eval-index\",\n  \"build\": \"%s\",\n  \"threads\": %d,\n", la_build_info(), threads);
         if (dv.cuda) /* (the CPU study's JSON keeps its previous fields) */
             fprintf(f, "  \"device\": \"cuda\",\n  \"precision\": \"%s\",\n", la_dtype_name(dv.prec));
         if (user)
-            fprintf(f, "  \"source\": \"npy\",\n  \"q\": \"%s\",\n", la_args_get(&a, "q"));
+            fprintf(f, "  \"source\": \"npy\",\n  \"q\": \"%s\",\n", cli_args_get(&a, "q"));
         else
             fprintf(f,
                     "  \"source\": \"synthetic\",\n  \"generator\": {\"T\": %lld, \"HI\": %lld, \"dI\": %lld, \"topics\": %d, "
@@ -653,7 +640,7 @@ int la_cmd_eval_index(int argc, char **argv) {
         if (fclose(f) != 0 || werr || rename(tmp, json_path) != 0) {
             unlink(tmp);
             free(R.hit);
-            return la_cli_end(&c, la_cli_fail("--json-out %s: write failed", json_path));
+            return cli_end(&c, cli_fail("--json-out %s: write failed", json_path));
         }
         printf("\nwrote %s\n", json_path);
         if (png) {
@@ -673,11 +660,11 @@ int la_cmd_eval_index(int argc, char **argv) {
                 }
                 if (pid < 0 || waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
                     free(R.hit);
-                    return la_cli_end(&c, la_cli_fail("--png: /usr/bin/python3 %s %s %s failed", script, json_path, png));
+                    return cli_end(&c, cli_fail("--png: /usr/bin/python3 %s %s %s failed", script, json_path, png));
                 }
             }
         }
     }
     free(R.hit);
-    return la_cli_end(&c, 0);
+    return cli_end(&c, 0);
 }

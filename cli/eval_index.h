@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-typedef struct la_evgen_cfg {
+typedef struct cli_evgen_cfg {
     int64_t L, HI, dI;
     int ntopics;                /* topic pool P (default 32)                         */
     int64_t span_min, span_max; /* span lengths, uniform (default 128 .. 2048)       */
@@ -17,26 +17,26 @@ typedef struct la_evgen_cfg {
     int ndepth;                 /* needle depths 0..100% (default 11)                */
     int reps;                   /* queries per (depth, kind) (default 3)             */
     uint64_t seed;
-} la_evgen_cfg;
+} cli_evgen_cfg;
 
 enum { LA_NEEDLE_SPAN = 0, LA_NEEDLE_ISOLATED = 1, LA_NEEDLE_KINDS = 2 };
 
-typedef struct la_evgen {
+typedef struct cli_evgen {
     int64_t T;          /* ndepth * kinds * reps queries, bottom-right causal */
     float *q, *k, *w;   /* [T,HI,dI], [L,dI], [T,HI] */
     int64_t *needle;    /* [T] needle position of each query */
     int *depth_i;       /* [T] depth index (depth = depth_i / (ndepth-1)) */
     int *kind;          /* [T] LA_NEEDLE_SPAN or LA_NEEDLE_ISOLATED */
-} la_evgen;
+} cli_evgen;
 
-void la_evgen_defaults(la_evgen_cfg *c);
+void cli_evgen_defaults(cli_evgen_cfg *c);
 /* 0 on success, 2 on bad configuration / out of memory (message printed). */
-int la_evgen_make(const la_evgen_cfg *c, la_evgen *g);
-void la_evgen_free(la_evgen *g);
+int cli_evgen_make(const cli_evgen_cfg *c, cli_evgen *g);
+void cli_evgen_free(cli_evgen *g);
 
 /* |A ∩ B| / |A ∪ B| and |A ∩ B| / min(k, n_valid) of two index rows (−1 =
  * empty), as in SPEC §9 (selection quality); L bounds the indices. */
-void la_index_overlap(const int32_t *a, const int32_t *ref, int64_t k, int64_t n_valid, int64_t L,
+void cli_index_overlap(const int32_t *a, const int32_t *ref, int64_t k, int64_t n_valid, int64_t L,
                       unsigned char *scratch, double *iou, double *recall);
 
 #endif

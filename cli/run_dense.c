@@ -6,67 +6,67 @@
 #include "cli.h"
 
 /* ------------------------------------------------------------------------ */
-static const la_opt softmax_opts[] = {
-    {"q", LA_OPT_VALUE, NULL, "queries .npy [B,Nq,H,D]"},
-    {"k", LA_OPT_VALUE, NULL, "keys .npy [B,Nk,Hk,D] (H % Hk == 0: grouped-query attention)"},
-    {"v", LA_OPT_VALUE, NULL, "values .npy [B,Nk,Hk,Dv]"},
-    {"causal", LA_OPT_FLAG, "off", "causal mask, bottom-right aligned: query i sees keys s <= i + Nk - Nq"},
-    {"scale", LA_OPT_VALUE, NULL, "score scale (default: D^-1/2; 0 also means the default)"},
-    {"out", LA_OPT_VALUE, NULL, "output .npy [B,Nq,H,Dv] (required)"},
-    {"lse", LA_OPT_VALUE, NULL, "optional output .npy [B,Nq,H]: row log-sum-exp (natural log; -inf for a row that sees no key)"},
+static const cli_opt softmax_opts[] = {
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,Nq,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,Nk,Hk,D] (H % Hk == 0: grouped-query attention)"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,Nk,Hk,Dv]"},
+    {"causal", CLI_OPT_FLAG, "off", "causal mask, bottom-right aligned: query i sees keys s <= i + Nk - Nq"},
+    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: D^-1/2; 0 also means the default)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,Nq,H,Dv] (required)"},
+    {"lse", CLI_OPT_OUT, NULL, "optional output .npy [B,Nq,H]: row log-sum-exp (natural log; -inf for a row that sees no key)"},
 };
 
-int la_run_softmax(int argc, char **argv) {
+int cli_run_softmax(int argc, char **argv) {
     const int nopt = (int)(sizeof softmax_opts / sizeof softmax_opts[0]);
     const char *usage =
         "Softmax attention (SPEC §1): O = softmax(scale * Q K^T + mask) V, computed with an\n"
         "online softmax over key tiles (memory O(N) per head). A query row that sees no key\n"
         "(--causal with Nq > Nk) gives o = 0 and lse = -inf.";
-    la_args a;
-    int rc = la_args_parse(softmax_opts, nopt, "run softmax", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(softmax_opts, nopt, "run softmax", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output .npy [B,Nq,H,Dv]");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output .npy [B,Nq,H,Dv]");
     la_softmax_params p;
     la_softmax_params_init(&p);
-    p.causal = la_args_flag(&a, "causal");
-    if (la_args_given(&a, "scale") && la_args_float(&a, "scale", &p.scale)) return 2;
+    p.causal = cli_args_flag(&a, "causal");
+    if (cli_args_given(&a, "scale") && cli_args_float(&a, "scale", &p.scale)) return 2;
 
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor q, k, v, out, dout, lse, dlse;
-    if (la_cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,Nq,H,D]", &q) ||
-        la_cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,Nk,Hk,D]", &k) ||
-        la_cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,Nk,Hk,Dv]", &v))
-        return la_cli_end(&c, 2);
-    const int want_lse = la_args_get(&a, "lse") != NULL;
+    if (cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,Nq,H,D]", &q) ||
+        cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,Nk,Hk,D]", &k) ||
+        cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,Nk,Hk,Dv]", &v))
+        return cli_end(&c, 2);
+    const int want_lse = cli_args_get(&a, "lse") != NULL;
     const int64_t oshape[4] = {q.ne[0], q.ne[1], q.ne[2], v.ne[3]};
-    if (la_cli_alloc(&c, LA_F32, 4, oshape, &out) ||
-        (want_lse && la_cli_alloc(&c, LA_F32, 3, oshape, &lse)))
-        return la_cli_end(&c, 2);
-    if (la_cli_upload(&c, &q) || la_cli_upload(&c, &k) || la_cli_upload(&c, &v) ||
-        la_cli_device_out(&c, &out, &dout) || (want_lse && la_cli_device_out(&c, &lse, &dlse)))
-        return la_cli_end(&c, 2);
+    if (cli_alloc(&c, LA_F32, 4, oshape, &out) ||
+        (want_lse && cli_alloc(&c, LA_F32, 3, oshape, &lse)))
+        return cli_end(&c, 2);
+    if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
+        cli_device_out(&c, &out, &dout) || (want_lse && cli_device_out(&c, &lse, &dlse)))
+        return cli_end(&c, 2);
     la_status s = la_softmax_attention(&p, &q, &k, &v, &dout, want_lse ? &dlse : NULL, c.ctx);
-    rc = la_cli_status(s, "softmax");
-    if (rc == 0) rc = la_cli_save(&c, &a, "out", &out, &dout);
-    if (rc == 0 && want_lse) rc = la_cli_save(&c, &a, "lse", &lse, &dlse);
-    return la_cli_end(&c, rc);
+    rc = cli_status(s, "softmax");
+    if (rc == 0) rc = cli_save(&c, &a, "out", &out, &dout);
+    if (rc == 0 && want_lse) rc = cli_save(&c, &a, "lse", &lse, &dlse);
+    return cli_end(&c, rc);
 }
 
 /* ------------------------------------------------------------------------ */
-static const la_opt linear_opts[] = {
-    {"q", LA_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", LA_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", LA_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
-    {"feature", LA_OPT_VALUE, "relu", "feature map phi: identity|relu|relu_eps|relu1|elu1"},
-    {"causal", LA_OPT_FLAG, "off", "causal: sums over j <= t (chunkwise form)"},
-    {"normalize", LA_OPT_FLAG, "on", "divide by q~ . z + eps"},
-    {"eps", LA_OPT_VALUE, "1e-6", "denominator epsilon (>= 0)"},
-    {"scale", LA_OPT_VALUE, "1", "query scale scale_q: q~ = scale * phi(q)"},
-    {"chunk", LA_OPT_VALUE, "64", "--causal: chunk size C (1..4096); the result does not depend on it"},
-    {"state-in", LA_OPT_VALUE, NULL, "--causal: read the recurrent state from PREFIX.S.npy [B,H,D,Dv] and PREFIX.z.npy [B,H,D]"},
-    {"state-out", LA_OPT_VALUE, NULL, "--causal: write the final state to PREFIX.S.npy and PREFIX.z.npy (may equal --state-in)"},
-    {"out", LA_OPT_VALUE, NULL, "output .npy [B,N,H,Dv] (required)"},
+static const cli_opt linear_opts[] = {
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
+    {"feature", CLI_OPT_VALUE, "relu", "feature map phi: identity|relu|relu_eps|relu1|elu1"},
+    {"causal", CLI_OPT_FLAG, "off", "causal: sums over j <= t (chunkwise form)"},
+    {"normalize", CLI_OPT_FLAG, "on", "divide by q~ . z + eps"},
+    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon (>= 0)"},
+    {"scale", CLI_OPT_VALUE, "1", "query scale scale_q: q~ = scale * phi(q)"},
+    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size C (1..4096); the result does not depend on it"},
+    {"state-in", CLI_OPT_VALUE, NULL, "--causal: read the recurrent state from PREFIX.S.npy [B,H,D,Dv] and PREFIX.z.npy [B,H,D]"},
+    {"state-out", CLI_OPT_VALUE, NULL, "--causal: write the final state to PREFIX.S.npy and PREFIX.z.npy (may equal --state-in)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 
 /* "PREFIX" + suffix, or NULL if it does not fit. */
@@ -78,16 +78,15 @@ static char *state_path(const char *prefix, const char *suffix) {
 }
 
 /* Load a state file `path` (given through option --state-in) of rank ndim
- * with extents want[] into t (host, f32, contiguous; freed by la_cli_end). */
-static int load_state(la_cli *c, const char *path, int ndim, const int64_t *want,
+ * with extents want[] into t (host, f32, contiguous; freed by cli_end). */
+static int load_state(cli_state *c, const char *path, int ndim, const int64_t *want,
                       const char *doc, la_tensor *t) {
-    if (c->narrays >= LA_CLI_MAX_ITEMS) return la_cli_fail("too many inputs (internal)");
-    la_npy_array *arr = &c->arrays[c->narrays];
-    if (la_npy_read(path, arr) != LA_OK) return la_cli_fail("--state-in %s", la_last_error());
+    if (c->narrays >= CLI_MAX_ITEMS) return cli_fail("too many inputs (internal)");
+    cli_array *arr = &c->arrays[c->narrays];
+    if (cli_npy_read("state-in", path, 1, arr)) return 2;
     c->narrays++;
     if (arr->dtype == LA_I32)
-        return la_cli_fail("--state-in %s: dtype int32, expected float32 or float64", path);
-    if (la_npy_to_f32(arr, path) != LA_OK) return la_cli_fail("--state-in %s", la_last_error());
+        return cli_fail("--state-in %s: dtype int32, expected float32 or float64", path);
     int ok = arr->ndim == ndim;
     for (int i = 0; ok && i < ndim; i++) ok = arr->shape[i] == want[i];
     if (!ok) {
@@ -98,47 +97,47 @@ static int load_state(la_cli *c, const char *path, int ndim, const int64_t *want
         if (arr->ndim == 0) snprintf(got, sizeof got, "scalar");
         for (int i = 0; i < ndim; i++)
             e += snprintf(exp + e, sizeof exp - (size_t)e, "%s%lld", i ? ", " : "", (long long)want[i]);
-        return la_cli_fail("--state-in %s: shape (%s), expected %s = (%s) from --q/--v", path, got, doc, exp);
+        return cli_fail("--state-in %s: shape (%s), expected %s = (%s) from --q/--v", path, got, doc, exp);
     }
     if (la_tensor_init(t, arr->data, LA_F32, LA_DEVICE_CPU, ndim, want) != LA_OK)
-        return la_cli_fail("%s", la_last_error());
+        return cli_fail("%s", la_last_error());
     return 0;
 }
 
-int la_run_linear(int argc, char **argv) {
+int cli_run_linear(int argc, char **argv) {
     const int nopt = (int)(sizeof linear_opts / sizeof linear_opts[0]);
     const char *usage =
         "Linear attention (SPEC §3), q~ = scale*phi(q), k~ = phi(k):\n"
         "  S = sum_j k~_j v_j^T, z = sum_j k~_j;  o_t = q~_t^T S / (q~_t . z + eps)  (--no-normalize: q~_t^T S)\n"
         "--causal: sums over j <= t, computed chunkwise (equal to the token recurrence); the\n"
         "recurrent state (S, z) can be read and written for prefill-then-continue.";
-    la_args a;
-    int rc = la_args_parse(linear_opts, nopt, "run linear", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(linear_opts, nopt, "run linear", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output .npy [B,N,H,Dv]");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output .npy [B,N,H,Dv]");
     la_linear_params p;
     la_linear_params_init(&p);
-    p.causal = la_args_flag(&a, "causal");
-    p.normalize = la_args_flag(&a, "normalize");
-    const char *fe = la_args_get(&a, "feature");
+    p.causal = cli_args_flag(&a, "causal");
+    p.normalize = cli_args_flag(&a, "normalize");
+    const char *fe = cli_args_get(&a, "feature");
     if (la_feature_from_name(fe, &p.feature) != LA_OK)
-        return la_cli_fail("--feature '%s': expected identity, relu, relu_eps, relu1 or elu1", fe);
-    if (la_args_float(&a, "eps", &p.eps) || la_args_float(&a, "scale", &p.scale_q) ||
-        la_args_int(&a, "chunk", &p.chunk))
+        return cli_fail("--feature '%s': expected identity, relu, relu_eps, relu1 or elu1", fe);
+    if (cli_args_float(&a, "eps", &p.eps) || cli_args_float(&a, "scale", &p.scale_q) ||
+        cli_args_int(&a, "chunk", &p.chunk))
         return 2;
-    const char *sin = la_args_get(&a, "state-in"), *sout = la_args_get(&a, "state-out");
+    const char *sin = cli_args_get(&a, "state-in"), *sout = cli_args_get(&a, "state-out");
     if ((sin || sout) && !p.causal)
-        return la_cli_fail("--%s needs --causal (the recurrent state is that of the causal form)",
+        return cli_fail("--%s needs --causal (the recurrent state is that of the causal form)",
                            sin ? "state-in" : "state-out");
-    if ((sin && !*sin) || (sout && !*sout)) return la_cli_fail("--state-in/--state-out: empty PREFIX");
+    if ((sin && !*sin) || (sout && !*sout)) return cli_fail("--state-in/--state-out: empty PREFIX");
 
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor q, k, v, out, dout, Si, zi, So, zo, dSo, dzo;
-    if (la_cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,N,H,D]", &q) ||
-        la_cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,N,H,D]", &k) ||
-        la_cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,N,H,Dv]", &v))
-        return la_cli_end(&c, 2);
+    if (cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,N,H,D]", &q) ||
+        cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,N,H,D]", &k) ||
+        cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,N,H,Dv]", &v))
+        return cli_end(&c, 2);
     const int64_t B = q.ne[0], H = q.ne[2], D = q.ne[3], Dv = v.ne[3];
     const int64_t wS[4] = {B, H, D, Dv}, wz[3] = {B, H, D};
     char *pSi = NULL, *pzi = NULL, *pSo = NULL, *pzo = NULL;
@@ -146,31 +145,39 @@ int la_run_linear(int argc, char **argv) {
     if (sin) {
         pSi = state_path(sin, ".S.npy");
         pzi = state_path(sin, ".z.npy");
-        if (!pSi || !pzi) rc = la_cli_fail("out of memory");
+        if (!pSi || !pzi) rc = cli_fail("out of memory");
+        if (!rc && (cli_note_input(&c, "state-in", pSi) || cli_note_input(&c, "state-in", pzi))) rc = 2;
+    }
+    if (!rc && sout) {
+        /* the state outputs are planned (checked, temporaries made) before
+         * computing, like every output; they may replace --state-in's files */
+        pSo = state_path(sout, ".S.npy");
+        pzo = state_path(sout, ".z.npy");
+        if (!pSo || !pzo) rc = cli_fail("out of memory");
+        else if (cli_plan_output(&c, "state-out", pSo, "state-in") ||
+                 cli_plan_output(&c, "state-out", pzo, "state-in"))
+            rc = 2;
+    }
+    if (!rc && sin) {
         if (!rc) rc = load_state(&c, pSi, 4, wS, "[B,H,D,Dv]", &Si);
         if (!rc) rc = load_state(&c, pzi, 3, wz, "[B,H,D]", &zi);
     }
     const int64_t oshape[4] = {B, q.ne[1], H, Dv};
-    if (!rc) rc = la_cli_alloc(&c, LA_F32, 4, oshape, &out);
-    if (!rc && sout && (la_cli_alloc(&c, LA_F32, 4, wS, &So) || la_cli_alloc(&c, LA_F32, 3, wz, &zo)))
+    if (!rc) rc = cli_alloc(&c, LA_F32, 4, oshape, &out);
+    if (!rc && sout && (cli_alloc(&c, LA_F32, 4, wS, &So) || cli_alloc(&c, LA_F32, 3, wz, &zo)))
         rc = 2;
-    if (!rc && (la_cli_upload(&c, &q) || la_cli_upload(&c, &k) || la_cli_upload(&c, &v) ||
-                (sin && (la_cli_upload(&c, &Si) || la_cli_upload(&c, &zi))) ||
-                la_cli_device_out(&c, &out, &dout) ||
-                (sout && (la_cli_device_out(&c, &So, &dSo) || la_cli_device_out(&c, &zo, &dzo)))))
+    if (!rc && (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
+                (sin && (cli_upload(&c, &Si) || cli_upload(&c, &zi))) ||
+                cli_device_out(&c, &out, &dout) ||
+                (sout && (cli_device_out(&c, &So, &dSo) || cli_device_out(&c, &zo, &dzo)))))
         rc = 2;
     if (!rc) {
         la_status s = la_linear_attention(&p, &q, &k, &v, &dout, sin ? &Si : NULL, sin ? &zi : NULL,
                                           sout ? &dSo : NULL, sout ? &dzo : NULL, c.ctx);
-        rc = la_cli_status(s, "linear");
+        rc = cli_status(s, "linear");
     }
-    if (!rc) rc = la_cli_save(&c, &a, "out", &out, &dout);
-    if (!rc && sout) {
-        pSo = state_path(sout, ".S.npy");
-        pzo = state_path(sout, ".z.npy");
-        if (!pSo || !pzo) rc = la_cli_fail("out of memory");
-        else if (la_cli_save_path(&c, pSo, &So, &dSo) || la_cli_save_path(&c, pzo, &zo, &dzo)) rc = 2;
-    }
+    if (!rc) rc = cli_save(&c, &a, "out", &out, &dout);
+    if (!rc && sout && (cli_save_path(&c, pSo, &So, &dSo) || cli_save_path(&c, pzo, &zo, &dzo))) rc = 2;
     free(pSi); free(pzi); free(pSo); free(pzo);
-    return la_cli_end(&c, rc);
+    return cli_end(&c, rc);
 }

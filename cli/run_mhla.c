@@ -6,29 +6,29 @@
 
 #include "cli.h"
 
-static const la_opt mhla_opts[] = {
-    {"q", LA_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", LA_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", LA_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
-    {"mixing", LA_OPT_VALUE, NULL, "mixing matrix .npy [M,M] (shared) or [H,M,M] (per head)"},
-    {"causal", LA_OPT_FLAG, "off", "causal chunkwise MHLA over 1-D chunks of --chunk tokens (SPEC §5.4)"},
-    {"grid", LA_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW in raster order (default: N, 1-D)"},
-    {"blocks", LA_OPT_VALUE, NULL, "non-causal: block grid, same rank as --grid, e.g. 4x4 (default for a 1-D grid: M of --mixing)"},
-    {"feature", LA_OPT_VALUE, NULL, "feature map identity|relu|relu_eps|relu1|elu1 (default: relu_eps; relu with --causal)"},
-    {"normalize", LA_OPT_VALUE, NULL, "per_query|none|released_vision (default: per_query; none with --causal, which allows per_query|none)"},
-    {"eps", LA_OPT_VALUE, "1e-6", "denominator epsilon"},
-    {"scale", LA_OPT_VALUE, NULL, "query scale scale_q, q~ = scale*phi(q) (default: 1; D^-1/2 with --causal)"},
-    {"chunk", LA_OPT_VALUE, "64", "--causal: chunk (block) size C; mixing must be at least ceil(N/C) square"},
-    {"decode", LA_OPT_FLAG, "off", "--causal: compute through the decoding state, one token at a time"},
-    {"prefill", LA_OPT_VALUE, "0", "--decode: append this many tokens at once first, then decode the rest"},
-    {"out", LA_OPT_VALUE, NULL, "output .npy [B,N,H,Dv] (required)"},
+static const cli_opt mhla_opts[] = {
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
+    {"mixing", CLI_OPT_IN, NULL, "mixing matrix .npy [M,M] (shared) or [H,M,M] (per head)"},
+    {"causal", CLI_OPT_FLAG, "off", "causal chunkwise MHLA over 1-D chunks of --chunk tokens (SPEC §5.4)"},
+    {"grid", CLI_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW in raster order (default: N, 1-D)"},
+    {"blocks", CLI_OPT_VALUE, NULL, "non-causal: block grid, same rank as --grid, e.g. 4x4 (default for a 1-D grid: M of --mixing)"},
+    {"feature", CLI_OPT_VALUE, NULL, "feature map identity|relu|relu_eps|relu1|elu1 (default: relu_eps; relu with --causal)"},
+    {"normalize", CLI_OPT_VALUE, NULL, "per_query|none|released_vision (default: per_query; none with --causal, which allows per_query|none)"},
+    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon"},
+    {"scale", CLI_OPT_VALUE, NULL, "query scale scale_q, q~ = scale*phi(q) (default: 1; D^-1/2 with --causal)"},
+    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk (block) size C; mixing must be at least ceil(N/C) square"},
+    {"decode", CLI_OPT_FLAG, "off", "--causal: compute through the decoding state, one token at a time"},
+    {"prefill", CLI_OPT_VALUE, "0", "--decode: append this many tokens at once first, then decode the rest"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 
 static int parse_normalize(const char *s, la_mhla_normalize *out) {
     if (strcmp(s, "per_query") == 0) *out = LA_MHLA_NORM_PER_QUERY;
     else if (strcmp(s, "none") == 0) *out = LA_MHLA_NORM_NONE;
     else if (strcmp(s, "released_vision") == 0) *out = LA_MHLA_NORM_RELEASED_VISION;
-    else return la_cli_fail("--normalize '%s': expected per_query, none or released_vision", s);
+    else return cli_fail("--normalize '%s': expected per_query, none or released_vision", s);
     return 0;
 }
 
@@ -57,7 +57,7 @@ static la_status decode_all(const la_mhla_causal_params *p, const la_tensor *q,
     return s;
 }
 
-int la_run_mhla(int argc, char **argv) {
+int cli_run_mhla(int argc, char **argv) {
     const int nopt = (int)(sizeof mhla_opts / sizeof mhla_opts[0]);
     const char *usage =
         "Multi-head linear attention over token blocks (SPEC §5).\n"
@@ -66,67 +66,67 @@ int la_run_mhla(int argc, char **argv) {
         "S_b = sum_{j in b} k~_j v_j^T, S~_i = sum_b W[i,b] S_b, o_t = q~_t S~_i / (q~_t z~_i + eps).\n"
         "--causal: blocks are chunks of C tokens; o_t = q~_t (sum_{b<i} W[i,b] S_b\n"
         "          + W[i,i] sum_{j in i, j<=t} k~_j v_j^T), W's upper triangle ignored.";
-    la_args a;
-    int rc = la_args_parse(mhla_opts, nopt, "run mhla", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(mhla_opts, nopt, "run mhla", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
-    const int causal = la_args_flag(&a, "causal");
+    const int causal = cli_args_flag(&a, "causal");
     /* options of the other mode are refused, not ignored */
-    if (causal && (la_args_given(&a, "grid") || la_args_given(&a, "blocks")))
-        return la_cli_fail("--%s is for non-causal MHLA; --causal uses 1-D chunks of --chunk tokens",
-                           la_args_given(&a, "grid") ? "grid" : "blocks");
-    if (!causal && (la_args_given(&a, "chunk") || la_args_given(&a, "decode") ||
-                    la_args_given(&a, "prefill")))
-        return la_cli_fail("--%s needs --causal",
-                           la_args_given(&a, "chunk") ? "chunk"
-                           : la_args_given(&a, "decode") ? "decode" : "prefill");
-    const int decode = la_args_flag(&a, "decode");
-    if (la_args_given(&a, "prefill") && !decode) return la_cli_fail("--prefill needs --decode");
+    if (causal && (cli_args_given(&a, "grid") || cli_args_given(&a, "blocks")))
+        return cli_fail("--%s is for non-causal MHLA; --causal uses 1-D chunks of --chunk tokens",
+                           cli_args_given(&a, "grid") ? "grid" : "blocks");
+    if (!causal && (cli_args_given(&a, "chunk") || cli_args_given(&a, "decode") ||
+                    cli_args_given(&a, "prefill")))
+        return cli_fail("--%s needs --causal",
+                           cli_args_given(&a, "chunk") ? "chunk"
+                           : cli_args_given(&a, "decode") ? "decode" : "prefill");
+    const int decode = cli_args_flag(&a, "decode");
+    if (cli_args_given(&a, "prefill") && !decode) return cli_fail("--prefill needs --decode");
     if (decode && strcmp(a.device, "cpu") != 0)
-        return la_cli_fail("--decode: the decoding state runs on the CPU (use --device cpu)");
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output .npy [B,N,H,Dv]");
+        return cli_fail("--decode: the decoding state runs on the CPU (use --device cpu)");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output .npy [B,N,H,Dv]");
 
     la_feature feature = causal ? LA_FEATURE_RELU : LA_FEATURE_RELU_EPS;
     la_mhla_normalize norm = causal ? LA_MHLA_NORM_NONE : LA_MHLA_NORM_PER_QUERY;
-    const char *fe = la_args_get(&a, "feature"), *no = la_args_get(&a, "normalize");
+    const char *fe = cli_args_get(&a, "feature"), *no = cli_args_get(&a, "normalize");
     if (fe && la_feature_from_name(fe, &feature) != LA_OK)
-        return la_cli_fail("--feature '%s': expected identity, relu, relu_eps, relu1 or elu1", fe);
+        return cli_fail("--feature '%s': expected identity, relu, relu_eps, relu1 or elu1", fe);
     if (no && parse_normalize(no, &norm)) return 2;
     float eps, scale = 0.0f;
-    if (la_args_float(&a, "eps", &eps)) return 2;
-    if (la_args_given(&a, "scale") && la_args_float(&a, "scale", &scale)) return 2;
+    if (cli_args_float(&a, "eps", &eps)) return 2;
+    if (cli_args_given(&a, "scale") && cli_args_float(&a, "scale", &scale)) return 2;
     int64_t chunk = 64, prefill = 0;
-    if (la_args_int(&a, "chunk", &chunk) || la_args_int(&a, "prefill", &prefill)) return 2;
-    if (prefill < 0) return la_cli_fail("--prefill %lld: expected >= 0", (long long)prefill);
+    if (cli_args_int(&a, "chunk", &chunk) || cli_args_int(&a, "prefill", &prefill)) return 2;
+    if (prefill < 0) return cli_fail("--prefill %lld: expected >= 0", (long long)prefill);
     int gnd = 0, bnd = 0;
     int64_t grid[3] = {0, 0, 0}, blocks[3] = {0, 0, 0};
-    if (la_args_given(&a, "grid") && la_args_dims(&a, "grid", &gnd, grid)) return 2;
-    if (la_args_given(&a, "blocks") && la_args_dims(&a, "blocks", &bnd, blocks)) return 2;
+    if (cli_args_given(&a, "grid") && cli_args_dims(&a, "grid", &gnd, grid)) return 2;
+    if (cli_args_given(&a, "blocks") && cli_args_dims(&a, "blocks", &bnd, blocks)) return 2;
     if (!causal && gnd > 1 && !bnd)
-        return la_cli_fail("--blocks is required with a %d-D --grid (e.g. --blocks %s)", gnd,
+        return cli_fail("--blocks is required with a %d-D --grid (e.g. --blocks %s)", gnd,
                            gnd == 2 ? "4x4" : "2x4x4");
     if (bnd && bnd != (gnd ? gnd : 1))
-        return la_cli_fail("--blocks '%s' has rank %d but --grid %s has rank %d", la_args_get(&a, "blocks"),
-                           bnd, gnd ? la_args_get(&a, "grid") : "(default N)", gnd ? gnd : 1);
+        return cli_fail("--blocks '%s' has rank %d but --grid %s has rank %d", cli_args_get(&a, "blocks"),
+                           bnd, gnd ? cli_args_get(&a, "grid") : "(default N)", gnd ? gnd : 1);
 
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor q, k, v, mix, out, dout;
-    if (la_cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,N,H,D]", &q) ||
-        la_cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,N,H,D]", &k) ||
-        la_cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,N,H,Dv]", &v) ||
-        la_cli_load(&c, &a, "mixing", 1, -1, LA_F32, "[M,M] or [H,M,M]", &mix))
-        return la_cli_end(&c, 2);
+    if (cli_load(&c, &a, "q", 1, 4, LA_F32, "[B,N,H,D]", &q) ||
+        cli_load(&c, &a, "k", 1, 4, LA_F32, "[B,N,H,D]", &k) ||
+        cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,N,H,Dv]", &v) ||
+        cli_load(&c, &a, "mixing", 1, -1, LA_F32, "[M,M] or [H,M,M]", &mix))
+        return cli_end(&c, 2);
     if (mix.ndim != 2 && mix.ndim != 3)
-        return la_cli_end(&c, la_cli_fail("--mixing %s: rank %d, expected [M,M] or [H,M,M]",
-                                          la_args_get(&a, "mixing"), mix.ndim));
+        return cli_end(&c, cli_fail("--mixing %s: rank %d, expected [M,M] or [H,M,M]",
+                                          cli_args_get(&a, "mixing"), mix.ndim));
     if (prefill > q.ne[1])
-        return la_cli_end(&c, la_cli_fail("--prefill %lld is more than N = %lld tokens of --q",
+        return cli_end(&c, cli_fail("--prefill %lld is more than N = %lld tokens of --q",
                                           (long long)prefill, (long long)q.ne[1]));
     int64_t oshape[4] = {q.ne[0], q.ne[1], q.ne[2], v.ne[3]};
-    if (la_cli_alloc(&c, LA_F32, 4, oshape, &out)) return la_cli_end(&c, 2);
-    if (la_cli_upload(&c, &q) || la_cli_upload(&c, &k) || la_cli_upload(&c, &v) ||
-        la_cli_upload(&c, &mix) || la_cli_device_out(&c, &out, &dout))
-        return la_cli_end(&c, 2);
+    if (cli_alloc(&c, LA_F32, 4, oshape, &out)) return cli_end(&c, 2);
+    if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
+        cli_upload(&c, &mix) || cli_device_out(&c, &out, &dout))
+        return cli_end(&c, 2);
 
     la_status s;
     if (causal) {
@@ -152,22 +152,22 @@ int la_run_mhla(int argc, char **argv) {
         p.feature = feature;
         p.normalize = norm;
         p.eps = eps;
-        p.scale_q = la_args_given(&a, "scale") ? scale : 1.0f;
+        p.scale_q = cli_args_given(&a, "scale") ? scale : 1.0f;
         s = la_mhla_forward(&p, &q, &k, &v, &mix, &dout, c.ctx);
     }
-    rc = la_cli_status(s, causal ? "mhla --causal" : "mhla");
-    if (rc == 0) rc = la_cli_save(&c, &a, "out", &out, &dout);
-    return la_cli_end(&c, rc);
+    rc = cli_status(s, causal ? "mhla --causal" : "mhla");
+    if (rc == 0) rc = cli_save(&c, &a, "out", &out, &dout);
+    return cli_end(&c, rc);
 }
 
 /* ------------------------------------------------------------------------ */
-static const la_opt init_opts[] = {
-    {"blocks", LA_OPT_VALUE, NULL, "block grid, e.g. 16, 4x4 or 3x5x10 (uniform_causal: the number of chunks); M <= 16384"},
-    {"init", LA_OPT_VALUE, "locality", "locality (paper: rows sum to 1) | locality_global (released code: columns sum to 1) | uniform_causal (W[i,j] = 1/(i+1), j <= i)"},
-    {"out", LA_OPT_VALUE, NULL, "output .npy [M,M] (required)"},
+static const cli_opt init_opts[] = {
+    {"blocks", CLI_OPT_VALUE, NULL, "block grid, e.g. 16, 4x4 or 3x5x10 (uniform_causal: the number of chunks); M <= 16384"},
+    {"init", CLI_OPT_VALUE, "locality", "locality (paper: rows sum to 1) | locality_global (released code: columns sum to 1) | uniform_causal (W[i,j] = 1/(i+1), j <= i)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [M,M] (required)"},
 };
 
-int la_run_mhla_init(int argc, char **argv) {
+int cli_run_mhla_init(int argc, char **argv) {
     const int nopt = (int)(sizeof init_opts / sizeof init_opts[0]);
     const char *usage =
         "MHLA mixing-matrix initializers (SPEC §5.3). Block centres are block\n"
@@ -175,35 +175,35 @@ int la_run_mhla_init(int argc, char **argv) {
         "locality:        W[i,j] ~ 1 - dist(i,j)/max_k dist(i,k), rows normalized to 1\n"
         "locality_global: W[i,j] = 1 - dist(i,j)/max_ab dist(a,b), columns normalized to 1\n"
         "uniform_causal:  W[i,j] = 1/(i+1) for j <= i, else 0";
-    la_args a;
-    int rc = la_args_parse(init_opts, nopt, "run mhla-init", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(init_opts, nopt, "run mhla-init", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
     if (strcmp(a.device, "cpu") != 0)
-        return la_cli_fail("mhla-init: --device %s: the initializer runs on the host (use cpu)", a.device);
-    const char *in = la_args_get(&a, "init");
+        return cli_fail("mhla-init: --device %s: the initializer runs on the host (use cpu)", a.device);
+    const char *in = cli_args_get(&a, "init");
     la_mhla_init_kind kind;
     if (strcmp(in, "locality") == 0) kind = LA_MHLA_INIT_LOCALITY;
     else if (strcmp(in, "locality_global") == 0) kind = LA_MHLA_INIT_LOCALITY_GLOBAL;
     else if (strcmp(in, "uniform_causal") == 0) kind = LA_MHLA_INIT_UNIFORM_CAUSAL;
-    else return la_cli_fail("--init '%s': expected locality, locality_global or uniform_causal", in);
-    if (!la_args_get(&a, "blocks")) return la_cli_fail("option --blocks is required (e.g. 4x4, or 32 for uniform_causal)");
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output .npy [M,M]");
+    else return cli_fail("--init '%s': expected locality, locality_global or uniform_causal", in);
+    if (!cli_args_get(&a, "blocks")) return cli_fail("option --blocks is required (e.g. 4x4, or 32 for uniform_causal)");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output .npy [M,M]");
     int nd = 0;
     int64_t bl[3];
-    if (la_args_dims(&a, "blocks", &nd, bl)) return 2;
+    if (cli_args_dims(&a, "blocks", &nd, bl)) return 2;
     int64_t M = 1;
     for (int i = 0; i < nd; i++) {
         if (bl[i] > 16384 || M * bl[i] > 16384)
-            return la_cli_fail("--blocks '%s': more than 16384 blocks (the [M,M] output would be "
-                               "over 1 GiB)", la_args_get(&a, "blocks"));
+            return cli_fail("--blocks '%s': more than 16384 blocks (the [M,M] output would be "
+                               "over 1 GiB)", cli_args_get(&a, "blocks"));
         M *= bl[i];
     }
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor out;
     int64_t shape[2] = {M, M};
-    if (la_cli_alloc(&c, LA_F32, 2, shape, &out)) return la_cli_end(&c, 2);
-    rc = la_cli_status(la_mhla_init(kind, nd, bl, &out), "mhla-init");
-    if (rc == 0) rc = la_cli_save(&c, &a, "out", &out, NULL);
-    return la_cli_end(&c, rc);
+    if (cli_alloc(&c, LA_F32, 2, shape, &out)) return cli_end(&c, 2);
+    rc = cli_status(la_mhla_init(kind, nd, bl, &out), "mhla-init");
+    if (rc == 0) rc = cli_save(&c, &a, "out", &out, NULL);
+    return cli_end(&c, rc);
 }

@@ -6,14 +6,30 @@
 #include "cli.h"
 
 /* Outputs the CLI is willing to allocate (a typo in --topk must not OOM the machine). */
-#define LA_CLI_MAX_OUT_BYTES ((int64_t)8 << 30)
+#define CLI_MAX_OUT_BYTES ((int64_t)8 << 30)
 
 static int check_out_size(const char *opt, int64_t a, int64_t b, int64_t c) {
     int64_t n;
     if (__builtin_mul_overflow(a, b, &n) || __builtin_mul_overflow(n, c, &n) ||
-        __builtin_mul_overflow(n, (int64_t)4, &n) || n > LA_CLI_MAX_OUT_BYTES)
-        return la_cli_fail("--%s: output [%lld, %lld%s] would exceed the CLI's 8 GiB output limit", opt, (long long)a,
+        __builtin_mul_overflow(n, (int64_t)4, &n) || n > CLI_MAX_OUT_BYTES)
+        return cli_fail("--%s: output [%lld, %lld%s] would exceed the CLI's 8 GiB output limit", opt, (long long)a,
                            (long long)b, c > 1 ? ", ..." : "");
+    return 0;
+}
+
+/* --start / --end hold key positions: 0..L (end is one past the last valid
+ * key); a negative one gets its own message naming the file and the row. */
+static int check_range_file(const cli_args *a, const char *opt, const la_tensor *t, int64_t T, int64_t L) {
+    if (!t->data) return 0;
+    if (t->ne[0] != T)
+        return cli_fail("--%s %s: shape [%lld], expected [T] = [%lld] from --q", opt, cli_args_get(a, opt),
+                        (long long)t->ne[0], (long long)T);
+    const int32_t *x = (const int32_t *)t->data;
+    for (int64_t i = 0; i < T; i++)
+        if (x[i] < 0)
+            return cli_fail("--%s %s: %s[%lld] = %d is negative (key positions are 0..L = 0..%lld%s)", opt,
+                            cli_args_get(a, opt), opt, (long long)i, (int)x[i], (long long)L,
+                            opt[0] == 'e' ? ", end one past the last valid key" : "");
     return 0;
 }
 
@@ -21,29 +37,29 @@ static int check_out_size(const char *opt, int64_t a, int64_t b, int64_t c) {
 enum { IX_DSA, IX_HISA, IX_BLOCKSPARSE };
 
 #define IDX_COMMON_OPTS                                                                                    \
-    {"q", LA_OPT_VALUE, NULL, "indexer queries .npy [T,HI,dI]"},                                            \
-    {"k", LA_OPT_VALUE, NULL, "indexer keys .npy [L,dI] (one shared key per token)"},                       \
-    {"w", LA_OPT_VALUE, NULL, "head weights .npy [T,HI] (fold dI^-1/2 HI^-1/2 and scales in here)"},        \
-    {"topk", LA_OPT_VALUE, "2048", "indices returned per query (rows with fewer valid keys: -1 padding)"},  \
-    {"start", LA_OPT_VALUE, NULL, "int32 .npy [T]: first valid key of each query (default 0)"},             \
-    {"end", LA_OPT_VALUE, NULL, "int32 .npy [T]: one past the last valid key (default causal bottom-right: L-T+t+1)"}
+    {"q", CLI_OPT_IN, NULL, "indexer queries .npy [T,HI,dI]"},                                            \
+    {"k", CLI_OPT_IN, NULL, "indexer keys .npy [L,dI] (one shared key per token)"},                       \
+    {"w", CLI_OPT_IN, NULL, "head weights .npy [T,HI] (fold dI^-1/2 HI^-1/2 and scales in here)"},        \
+    {"topk", CLI_OPT_VALUE, "2048", "indices returned per query (rows with fewer valid keys: -1 padding)"},  \
+    {"start", CLI_OPT_IN, NULL, "int32 .npy [T]: first valid key of each query (default 0)"},             \
+    {"end", CLI_OPT_IN, NULL, "int32 .npy [T]: one past the last valid key (default causal bottom-right: L-T+t+1)"}
 
-static const la_opt dsa_opts[] = {
+static const cli_opt dsa_opts[] = {
     IDX_COMMON_OPTS,
-    {"out", LA_OPT_VALUE, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
-    {"scores", LA_OPT_VALUE, NULL, "optional output .npy [T,L]: the fp32 scores (-inf outside each range)"},
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
+    {"scores", CLI_OPT_OUT, NULL, "optional output .npy [T,L]: the fp32 scores (-inf outside each range)"},
 };
-static const la_opt hisa_opts[] = {
+static const cli_opt hisa_opts[] = {
     IDX_COMMON_OPTS,
-    {"block", LA_OPT_VALUE, "128", "block size B (blocks are absolute: token s in block s/B)"},
-    {"block-topk", LA_OPT_VALUE, "64", "blocks kept m (first and last block of each range always kept)"},
-    {"out", LA_OPT_VALUE, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
+    {"block", CLI_OPT_VALUE, "128", "block size B (blocks are absolute: token s in block s/B)"},
+    {"block-topk", CLI_OPT_VALUE, "64", "blocks kept m (first and last block of each range always kept)"},
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: key indices by descending score, ties to the lower index"},
 };
-static const la_opt blocksparse_opts[] = {
+static const cli_opt blocksparse_opts[] = {
     IDX_COMMON_OPTS,
-    {"block", LA_OPT_VALUE, "128", "block size B; topk/B blocks are kept (topk >= B)"},
-    {"block-topk", LA_OPT_VALUE, "64", "accepted for symmetry with hisa, not used (block-sparse keeps topk/B blocks)"},
-    {"out", LA_OPT_VALUE, NULL, "output int32 .npy [T,topk]: kept blocks in rank order (forced first, then by block "
+    {"block", CLI_OPT_VALUE, "128", "block size B; topk/B blocks are kept (topk >= B)"},
+    {"block-topk", CLI_OPT_VALUE, "64", "accepted for symmetry with hisa, not used (block-sparse keeps topk/B blocks)"},
+    {"out", CLI_OPT_OUT, NULL, "output int32 .npy [T,topk]: kept blocks in rank order (forced first, then by block "
                                 "score), each block's valid tokens ascending, -1 padding"},
 };
 
@@ -58,40 +74,42 @@ static int run_indexer(int kind, int argc, char **argv) {
         "Block-sparse baseline (SPEC §7): the block scores and forcing of hisa, keeps topk/B blocks\n"
         "and returns all their valid tokens (no token-level scoring).",
     };
-    const la_opt *spec = kind == IX_DSA ? dsa_opts : (kind == IX_HISA ? hisa_opts : blocksparse_opts);
+    const cli_opt *spec = kind == IX_DSA ? dsa_opts : (kind == IX_HISA ? hisa_opts : blocksparse_opts);
     const int nopt = kind == IX_DSA ? (int)(sizeof dsa_opts / sizeof *dsa_opts)
                                     : (int)(sizeof hisa_opts / sizeof *hisa_opts);
-    la_args a;
-    int rc = la_args_parse(spec, nopt, names[kind], usage[kind], argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(spec, nopt, names[kind], usage[kind], argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output int32 .npy [T,topk]");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output int32 .npy [T,topk]");
     la_index_params p;
     la_index_params_init(&p);
-    if (la_args_int(&a, "topk", &p.topk)) return 2;
-    if (p.topk <= 0) return la_cli_fail("--topk: %lld, must be > 0", (long long)p.topk);
-    if (kind != IX_DSA && (la_args_int(&a, "block", &p.block) || la_args_int(&a, "block-topk", &p.block_topk)))
+    if (cli_args_int(&a, "topk", &p.topk)) return 2;
+    if (p.topk <= 0) return cli_fail("--topk: %lld, must be > 0", (long long)p.topk);
+    if (kind != IX_DSA && (cli_args_int(&a, "block", &p.block) || cli_args_int(&a, "block-topk", &p.block_topk)))
         return 2;
 
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor q, k, w, st, en, dst, den, idx, didx, sc, dsc;
-    if (la_cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,HI,dI]", &q) ||
-        la_cli_load(&c, &a, "k", 1, 2, LA_F32, "[L,dI]", &k) ||
-        la_cli_load(&c, &a, "w", 1, 2, LA_F32, "[T,HI]", &w) ||
-        la_cli_load(&c, &a, "start", 0, 1, LA_I32, "[T]", &st) ||
-        la_cli_load(&c, &a, "end", 0, 1, LA_I32, "[T]", &en))
-        return la_cli_end(&c, 2);
+    if (cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,HI,dI]", &q) ||
+        cli_load(&c, &a, "k", 1, 2, LA_F32, "[L,dI]", &k) ||
+        cli_load(&c, &a, "w", 1, 2, LA_F32, "[T,HI]", &w) ||
+        cli_load(&c, &a, "start", 0, 1, LA_I32, "[T]", &st) ||
+        cli_load(&c, &a, "end", 0, 1, LA_I32, "[T]", &en))
+        return cli_end(&c, 2);
     const int64_t T = q.ne[0], L = k.ne[0];
-    const int want_scores = kind == IX_DSA && la_args_get(&a, "scores") != NULL;
+    if (check_range_file(&a, "start", &st, T, L) || check_range_file(&a, "end", &en, T, L))
+        return cli_end(&c, 2);
+    const int want_scores = kind == IX_DSA && cli_args_get(&a, "scores") != NULL;
     if (check_out_size("out", T, p.topk, 1) || (want_scores && check_out_size("scores", T, L, 1)))
-        return la_cli_end(&c, 2);
+        return cli_end(&c, 2);
     const int64_t ishape[2] = {T, p.topk}, sshape[2] = {T, L};
-    if (la_cli_alloc(&c, LA_I32, 2, ishape, &idx) || (want_scores && la_cli_alloc(&c, LA_F32, 2, sshape, &sc)))
-        return la_cli_end(&c, 2);
-    if (la_cli_upload(&c, &q) || la_cli_upload(&c, &k) || la_cli_upload(&c, &w) || la_cli_upload(&c, &st) ||
-        la_cli_upload(&c, &en) || la_cli_device_out(&c, &idx, &didx) ||
-        (want_scores && la_cli_device_out(&c, &sc, &dsc)))
-        return la_cli_end(&c, 2);
+    if (cli_alloc(&c, LA_I32, 2, ishape, &idx) || (want_scores && cli_alloc(&c, LA_F32, 2, sshape, &sc)))
+        return cli_end(&c, 2);
+    if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &w) || cli_upload(&c, &st) ||
+        cli_upload(&c, &en) || cli_device_out(&c, &idx, &didx) ||
+        (want_scores && cli_device_out(&c, &sc, &dsc)))
+        return cli_end(&c, 2);
     dst = st;
     den = en;
     la_status s;
@@ -102,66 +120,66 @@ static int run_indexer(int kind, int argc, char **argv) {
         s = la_hisa_indexer(&p, &q, &k, &w, dst.data ? &dst : NULL, den.data ? &den : NULL, &didx, c.ctx);
     else
         s = la_blocksparse_indexer(&p, &q, &k, &w, dst.data ? &dst : NULL, den.data ? &den : NULL, &didx, c.ctx);
-    rc = la_cli_status(s, names[kind] + 4);
-    if (rc == 0) rc = la_cli_save(&c, &a, "out", &idx, &didx);
-    if (rc == 0 && want_scores) rc = la_cli_save(&c, &a, "scores", &sc, &dsc);
-    return la_cli_end(&c, rc);
+    rc = cli_status(s, names[kind] + 4);
+    if (rc == 0) rc = cli_save(&c, &a, "out", &idx, &didx);
+    if (rc == 0 && want_scores) rc = cli_save(&c, &a, "scores", &sc, &dsc);
+    return cli_end(&c, rc);
 }
 
-int la_run_dsa(int argc, char **argv) { return run_indexer(IX_DSA, argc, argv); }
-int la_run_hisa(int argc, char **argv) { return run_indexer(IX_HISA, argc, argv); }
-int la_run_blocksparse(int argc, char **argv) { return run_indexer(IX_BLOCKSPARSE, argc, argv); }
+int cli_run_dsa(int argc, char **argv) { return run_indexer(IX_DSA, argc, argv); }
+int cli_run_hisa(int argc, char **argv) { return run_indexer(IX_HISA, argc, argv); }
+int cli_run_blocksparse(int argc, char **argv) { return run_indexer(IX_BLOCKSPARSE, argc, argv); }
 
 /* ---- sparse attention ------------------------------------------------------ */
-static const la_opt sparse_attn_opts[] = {
-    {"q", LA_OPT_VALUE, NULL, "queries .npy [T,Hq,Dqk]"},
-    {"kv", LA_OPT_VALUE, NULL, "latent entries .npy [L,Dqk] (MQA, shared by all heads) or [L,Hkv,Dqk] (head h reads kv head h*Hkv/Hq)"},
-    {"idx", LA_OPT_VALUE, NULL, "int32 .npy [T,k]: selected keys per query (-1 or >= L: skipped)"},
-    {"dv", LA_OPT_VALUE, "512", "value width: values are the first dv columns of kv (dv <= Dqk)"},
-    {"scale", LA_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2; 0 also means the default)"},
-    {"out", LA_OPT_VALUE, NULL, "output .npy [T,Hq,dv] (a row with no valid index gives 0)"},
-    {"lse", LA_OPT_VALUE, NULL, "optional output .npy [T,Hq]: log-sum-exp (natural log; -inf for no valid index)"},
+static const cli_opt sparse_attn_opts[] = {
+    {"q", CLI_OPT_IN, NULL, "queries .npy [T,Hq,Dqk]"},
+    {"kv", CLI_OPT_IN, NULL, "latent entries .npy [L,Dqk] (MQA, shared by all heads) or [L,Hkv,Dqk] (head h reads kv head h*Hkv/Hq)"},
+    {"idx", CLI_OPT_IN, NULL, "int32 .npy [T,k]: selected keys per query (any negative value, or >= L: skipped like -1)"},
+    {"dv", CLI_OPT_VALUE, "512", "value width: values are the first dv columns of kv (dv <= Dqk)"},
+    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2; 0 also means the default)"},
+    {"out", CLI_OPT_OUT, NULL, "output .npy [T,Hq,dv] (a row with no valid index gives 0)"},
+    {"lse", CLI_OPT_OUT, NULL, "optional output .npy [T,Hq]: log-sum-exp (natural log; -inf for no valid index)"},
 };
 
-int la_run_sparse_attn(int argc, char **argv) {
+int cli_run_sparse_attn(int argc, char **argv) {
     const int nopt = (int)(sizeof sparse_attn_opts / sizeof *sparse_attn_opts);
     const char *usage =
         "Sparse attention over selected keys, MQA mode of MLA (SPEC §8):\n"
         "  o[t,h] = sum_{s in idx[t]} softmax_s(scale q[t,h].kv[s]) kv[s][:dv]";
-    la_args a;
-    int rc = la_args_parse(sparse_attn_opts, nopt, "run sparse-attn", usage, argc, argv, &a);
+    cli_args a;
+    int rc = cli_args_parse(sparse_attn_opts, nopt, "run sparse-attn", usage, argc, argv, &a);
     if (rc) return rc == 1 ? 0 : 2;
-    if (!la_args_get(&a, "out")) return la_cli_fail("option --out is required: output .npy [T,Hq,dv]");
+    if (!cli_args_get(&a, "out")) return cli_fail("option --out is required: output .npy [T,Hq,dv]");
     la_sparse_attn_params p;
     la_sparse_attn_params_init(&p);
-    if (la_args_int(&a, "dv", &p.dv)) return 2;
-    if (la_args_given(&a, "scale") && la_args_float(&a, "scale", &p.scale)) return 2;
-    if (p.dv <= 0) return la_cli_fail("--dv: %lld, must be > 0", (long long)p.dv);
+    if (cli_args_int(&a, "dv", &p.dv)) return 2;
+    if (cli_args_given(&a, "scale") && cli_args_float(&a, "scale", &p.scale)) return 2;
+    if (p.dv <= 0) return cli_fail("--dv: %lld, must be > 0", (long long)p.dv);
 
-    la_cli c;
-    if (la_cli_begin(&c, &a)) return la_cli_end(&c, 2);
+    cli_state c;
+    if (cli_begin(&c, &a)) return cli_end(&c, 2);
     la_tensor q, kv, idx, out, dout, lse, dlse;
-    if (la_cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,Hq,Dqk]", &q) ||
-        la_cli_load(&c, &a, "kv", 1, -1, LA_F32, "[L,Dqk] or [L,Hkv,Dqk]", &kv) ||
-        la_cli_load(&c, &a, "idx", 1, 2, LA_I32, "[T,k]", &idx))
-        return la_cli_end(&c, 2);
+    if (cli_load(&c, &a, "q", 1, 3, LA_F32, "[T,Hq,Dqk]", &q) ||
+        cli_load(&c, &a, "kv", 1, -1, LA_F32, "[L,Dqk] or [L,Hkv,Dqk]", &kv) ||
+        cli_load(&c, &a, "idx", 1, 2, LA_I32, "[T,k]", &idx))
+        return cli_end(&c, 2);
     if (kv.ndim != 2 && kv.ndim != 3)
-        return la_cli_end(&c, la_cli_fail("--kv %s: rank %d, expected [L,Dqk] or [L,Hkv,Dqk]", la_args_get(&a, "kv"),
+        return cli_end(&c, cli_fail("--kv %s: rank %d, expected [L,Dqk] or [L,Hkv,Dqk]", cli_args_get(&a, "kv"),
                                           kv.ndim));
     if (p.dv > q.ne[2])
-        return la_cli_end(&c, la_cli_fail("--dv: %lld exceeds Dqk = %lld of --q (values are the first dv columns of kv)",
+        return cli_end(&c, cli_fail("--dv: %lld exceeds Dqk = %lld of --q (values are the first dv columns of kv)",
                                           (long long)p.dv, (long long)q.ne[2]));
-    const int want_lse = la_args_get(&a, "lse") != NULL;
+    const int want_lse = cli_args_get(&a, "lse") != NULL;
     const int64_t oshape[3] = {q.ne[0], q.ne[1], p.dv};
-    if (check_out_size("out", q.ne[0], q.ne[1], p.dv) || la_cli_alloc(&c, LA_F32, 3, oshape, &out) ||
-        (want_lse && la_cli_alloc(&c, LA_F32, 2, oshape, &lse)))
-        return la_cli_end(&c, 2);
-    if (la_cli_upload(&c, &q) || la_cli_upload(&c, &kv) || la_cli_upload(&c, &idx) ||
-        la_cli_device_out(&c, &out, &dout) || (want_lse && la_cli_device_out(&c, &lse, &dlse)))
-        return la_cli_end(&c, 2);
+    if (check_out_size("out", q.ne[0], q.ne[1], p.dv) || cli_alloc(&c, LA_F32, 3, oshape, &out) ||
+        (want_lse && cli_alloc(&c, LA_F32, 2, oshape, &lse)))
+        return cli_end(&c, 2);
+    if (cli_upload(&c, &q) || cli_upload(&c, &kv) || cli_upload(&c, &idx) ||
+        cli_device_out(&c, &out, &dout) || (want_lse && cli_device_out(&c, &lse, &dlse)))
+        return cli_end(&c, 2);
     la_status s = la_sparse_attention(&p, &q, &kv, &idx, &dout, want_lse ? &dlse : NULL, c.ctx);
-    rc = la_cli_status(s, "sparse-attn");
-    if (rc == 0) rc = la_cli_save(&c, &a, "out", &out, &dout);
-    if (rc == 0 && want_lse) rc = la_cli_save(&c, &a, "lse", &lse, &dlse);
-    return la_cli_end(&c, rc);
+    rc = cli_status(s, "sparse-attn");
+    if (rc == 0) rc = cli_save(&c, &a, "out", &out, &dout);
+    if (rc == 0 && want_lse) rc = cli_save(&c, &a, "lse", &lse, &dlse);
+    return cli_end(&c, rc);
 }

@@ -112,10 +112,17 @@ typedef void (*la_free_fn)(void *ptr, void *user);
 
 LA_API la_status la_context_create(la_context **ctx);
 LA_API la_status la_context_destroy(la_context *ctx);
-/* Threads for CPU operators; 0 = all cores (default). */
+/* Threads for CPU operators; 0 = all cores (default). A count above the
+ * cores available to the process (omp_get_num_procs: online CPUs in its
+ * affinity mask) is clamped to that number when an operator runs and by
+ * la_context_get_threads, so that no thread count can make the OpenMP
+ * runtime fail to create threads and end the process. Negative: LA_ERR_ARG. */
 LA_API la_status la_context_set_threads(la_context *ctx, int threads);
 LA_API la_status la_context_get_threads(const la_context *ctx, int *threads);
-/* Host workspace allocator (default malloc/free). */
+/* Host workspace allocator (default malloc/free). The default allocator
+ * refuses a workspace of 64 MiB or more that exceeds the memory the process
+ * can still get (MemAvailable, the memory cgroup's limit, `ulimit -v`):
+ * LA_ERR_NOMEM "workspace: needs X GiB, Y GiB available", not an OOM kill. */
 LA_API la_status la_context_set_allocator(la_context *ctx, la_alloc_fn alloc, la_free_fn free_fn,
                                    void *user);
 /* CUDA stream (a cudaStream_t) for CUDA operators; NULL = default stream. */

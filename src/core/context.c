@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "memcheck.h"
 
 
 static void *default_alloc(size_t n, void *u) { (void)u; return malloc(n ? n : 1); }
@@ -68,20 +69,33 @@ la_status la_context_get_cuda_stream(const la_context *ctx, void **stream) {
     return LA_OK;
 }
 
-int la_ctx_threads(const la_context *ctx) {
-    int t = ctx ? ctx->threads : 0;
-    if (t <= 0) {
+/* Cores this process may run on (its affinity mask with OpenMP). */
+static int available_cores(void) {
 #ifdef _OPENMP
-        t = omp_get_num_procs();
+    int n = omp_get_num_procs();
 #else
-        long n = sysconf(_SC_NPROCESSORS_ONLN);
-        t = n > 0 ? (int)n : 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN);
 #endif
-    }
+    return n > 0 ? (int)n : 1;
+}
+
+/* 0 means all cores; more threads than cores are clamped to the cores, so
+ * that a large count can never make libgomp fail to create its threads
+ * (which ends the process: include/longattn.h documents the clamp). */
+int la_ctx_threads(const la_context *ctx) {
+    const int cores = available_cores();
+    int t = ctx ? ctx->threads : 0;
+    if (t <= 0 || t > cores) t = cores;
     return t < 1 ? 1 : t;
 }
 
 void *la_ws_alloc(const la_context *ctx, size_t bytes) {
+    /* A workspace the machine cannot hold fails here with a message, not
+     * later by an OOM kill when its pages are touched. Only the default
+     * allocator is checked: a caller's allocator decides for itself. */
+    if (bytes >= LA_MEMCHECK_MIN_BYTES && (!ctx || ctx->alloc == default_alloc) &&
+        la_mem_check(bytes, "workspace") != LA_OK)
+        return NULL;
     void *p = ctx ? ctx->alloc(bytes, ctx->alloc_user) : malloc(bytes ? bytes : 1);
     if (!p) la_err(LA_ERR_NOMEM, "workspace: could not allocate %zu bytes", bytes);
     return p;

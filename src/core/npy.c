@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "memcheck.h"
 
 typedef struct {
     const char *p, *end;
@@ -63,12 +64,24 @@ static bool parse_uint(cursor *c, int64_t *v) {
     return true;
 }
 
-la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_array *out) {
-    const unsigned char *b = (const unsigned char *)buf;
-    if (!name) name = "<npy>";
-    if (!out) return la_err(LA_ERR_ARG, "la_npy_parse: out is NULL");
+/* Header limit of the file reader: numpy writes headers of a few hundred
+ * bytes; a longer one is refused before it is read. */
+#define NPY_MAX_HEADER ((size_t)1 << 20)
+
+/* Validate the magic, version and header dict held in b[0, len) of a file
+ * of `total` bytes (len <= total), and that the data fills the rest of the
+ * file exactly. On success out has dtype, ndim, shape and nbytes (no data)
+ * and *data_off is where the data starts. When the header is not all in
+ * b, returns LA_ERR_IO with *need set to the bytes it needs (reader only). */
+static la_status parse_header(const unsigned char *b, size_t len, size_t total, const char *name,
+                              la_npy_array *out, size_t *data_off, size_t *need) {
     memset(out, 0, sizeof *out);
-    if (!buf || len < 10) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (only %zu bytes)", name, len);
+    *need = 0;
+    if (total < 10) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (only %zu bytes)", name, total);
+    if (len < 12 && len < total) {
+        *need = total < 12 ? total : 12;
+        return LA_ERR_IO;
+    }
     if (memcmp(b, "\x93NUMPY", 6) != 0) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (bad magic)", name);
     int major = b[6], minor = b[7];
     size_t hlen, hstart;
@@ -76,14 +89,20 @@ la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_arr
         hlen = (size_t)b[8] | ((size_t)b[9] << 8);
         hstart = 10;
     } else if (major == 2 || major == 3) {
-        if (len < 12) return la_err(LA_ERR_FORMAT, "%s: truncated .npy header", name);
+        if (total < 12) return la_err(LA_ERR_FORMAT, "%s: truncated .npy header", name);
         hlen = (size_t)b[8] | ((size_t)b[9] << 8) | ((size_t)b[10] << 16) | ((size_t)b[11] << 24);
         hstart = 12;
     } else {
         return la_err(LA_ERR_FORMAT, "%s: unsupported .npy version %d.%d (1.0, 2.0, 3.0 are)", name, major, minor);
     }
     if (minor != 0) return la_err(LA_ERR_FORMAT, "%s: unsupported .npy version %d.%d", name, major, minor);
-    if (hlen > len - hstart) return la_err(LA_ERR_FORMAT, "%s: header length %zu exceeds file size %zu", name, hlen, len);
+    if (hlen > total - hstart) return la_err(LA_ERR_FORMAT, "%s: header length %zu exceeds file size %zu", name, hlen, total);
+    if (hlen > len - hstart) {
+        if (hlen > NPY_MAX_HEADER)
+            return la_err(LA_ERR_FORMAT, "%s: header length %zu is over the %zu bytes accepted", name, hlen, NPY_MAX_HEADER);
+        *need = hstart + hlen;
+        return LA_ERR_IO;
+    }
     cursor c = {(const char *)b + hstart, (const char *)b + hstart + hlen};
     for (const char *q = c.p; q < c.end; q++)
         if (*q == '\0') return la_err(LA_ERR_FORMAT, "%s: NUL byte inside the header", name);
@@ -153,37 +172,84 @@ la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_arr
             return la_err(LA_ERR_OVERFLOW, "%s: shape element count overflows", name);
     size_t nbytes;
     if (__builtin_mul_overflow(count, item, &nbytes)) return la_err(LA_ERR_OVERFLOW, "%s: shape byte size overflows", name);
-    size_t avail = len - hstart - hlen;
+    size_t avail = total - hstart - hlen;
     if (avail != nbytes)
         return la_err(LA_ERR_FORMAT, "%s: data is %zu bytes but shape and dtype need %zu", name, avail, nbytes);
-    void *data = malloc(nbytes ? nbytes : 1);
-    if (!data) return la_err(LA_ERR_NOMEM, "%s: cannot allocate %zu bytes", name, nbytes);
-    memcpy(data, b + hstart + hlen, nbytes);
     out->ndim = ndim;
     for (int i = 0; i < ndim; i++) out->shape[i] = shape[i];
-    out->data = data;
     out->nbytes = nbytes;
+    *data_off = hstart + hlen;
     return LA_OK;
 }
+
+la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_array *out) {
+    if (!name) name = "<npy>";
+    if (!out) return la_err(LA_ERR_ARG, "la_npy_parse: out is NULL");
+    memset(out, 0, sizeof *out);
+    if (!buf) return la_err(LA_ERR_FORMAT, "%s: not a .npy file (only 0 bytes)", name);
+    size_t off = 0, need = 0;
+    la_status s = parse_header((const unsigned char *)buf, len, len, name, out, &off, &need);
+    if (s != LA_OK) return s; /* the whole image is in memory: never "need more" */
+    void *data = malloc(out->nbytes ? out->nbytes : 1);
+    if (!data) return la_err(LA_ERR_NOMEM, "%s: cannot allocate %zu bytes", name, out->nbytes);
+    memcpy(data, (const unsigned char *)buf + off, out->nbytes);
+    out->data = data;
+    return LA_OK;
+}
+
+/* Read exactly n bytes at the current offset of f. */
+static int read_all(FILE *f, void *dst, size_t n) { return n == 0 || fread(dst, 1, n, f) == n; }
 
 la_status la_npy_read(const char *path, la_npy_array *out) {
     if (!path || !out) return la_err(LA_ERR_ARG, "la_npy_read: NULL argument");
     memset(out, 0, sizeof *out);
-    struct stat st;
-    if (stat(path, &st) != 0) return la_err(LA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    if (!S_ISREG(st.st_mode)) return la_err(LA_ERR_IO, "%s: not a regular file", path);
-    FILE *f = fopen(path, "rb");
+    FILE *f = fopen(path, "rbe");
     if (!f) return la_err(LA_ERR_IO, "%s: cannot open: %s", path, strerror(errno));
-    long sz = (long)st.st_size;
-    unsigned char *buf = (unsigned char *)malloc((size_t)sz + 1);
-    if (!buf) { fclose(f); return la_err(LA_ERR_NOMEM, "%s: cannot allocate %ld bytes", path, sz); }
-    size_t got = fread(buf, 1, (size_t)sz, f);
+    struct stat st;
+    if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode)) {
+        fclose(f);
+        return la_err(LA_ERR_IO, "%s: not a regular file", path);
+    }
+    const size_t total = (size_t)st.st_size;
+    /* the header first (grown until parse_header has all of it), then the
+     * data straight into its own buffer: no copy of the whole file */
+    unsigned char small[256];
+    unsigned char *hb = small;
+    size_t have = 0, need = total < sizeof small ? total : sizeof small, off = 0;
+    la_status s;
+    for (;;) {
+        if (need > sizeof small && hb == small) {
+            hb = (unsigned char *)malloc(need);
+            if (!hb) { fclose(f); return la_err(LA_ERR_NOMEM, "%s: cannot allocate the header", path); }
+            memcpy(hb, small, have);
+        }
+        if (need > have && !read_all(f, hb + have, need - have)) {
+            s = la_err(LA_ERR_IO, "%s: short read", path);
+            break;
+        }
+        have = need > have ? need : have;
+        s = parse_header(hb, have, total, path, out, &off, &need);
+        if (s != LA_ERR_IO || need == 0 || need <= have) break;
+    }
+    if (hb != small) free(hb);
+    if (s == LA_ERR_IO && need > 0) s = la_err(LA_ERR_IO, "%s: short read", path);
+    if (s != LA_OK) { fclose(f); memset(out, 0, sizeof *out); return s; }
+    if (out->nbytes >= LA_MEMCHECK_MIN_BYTES && la_mem_check(out->nbytes, path) != LA_OK) {
+        fclose(f);
+        memset(out, 0, sizeof *out);
+        return LA_ERR_NOMEM;
+    }
+    void *data = malloc(out->nbytes ? out->nbytes : 1);
+    if (!data) { fclose(f); return la_err(LA_ERR_NOMEM, "%s: cannot allocate %zu bytes", path, out->nbytes); }
+    /* the header reads may have run into the data: start it from its offset */
+    int ok = fseek(f, (long)off, SEEK_SET) == 0;
+    ok = ok && read_all(f, data, out->nbytes);
     fclose(f);
-    if (got != (size_t)sz) { free(buf); return la_err(LA_ERR_IO, "%s: short read", path); }
-    la_status s = la_npy_parse(buf, (size_t)sz, path, out);
-    free(buf);
-    return s;
+    if (!ok) { free(data); memset(out, 0, sizeof *out); return la_err(LA_ERR_IO, "%s: short read", path); }
+    out->data = data;
+    return LA_OK;
 }
+
 
 la_status la_npy_write_raw(const char *path, la_dtype dtype, int ndim, const int64_t *shape,
                            const void *data) {
@@ -225,14 +291,23 @@ la_status la_npy_write_raw(const char *path, la_dtype dtype, int ndim, const int
 
 la_status la_npy_write(const char *path, la_dtype dtype, int ndim, const int64_t *shape,
                        const void *data) {
+    /* an unpredictable name created with O_EXCL beside the target (mkstemp),
+     * so that rename() is atomic and no planted link is ever followed */
     char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.XXXXXX", path) >= (int)sizeof tmp)
         return la_err(LA_ERR_ARG, "%s: path too long", path);
+    int fd = mkstemp(tmp);
+    if (fd < 0) return la_err(LA_ERR_IO, "%s: cannot create a temporary beside it: %s", path, strerror(errno));
+    close(fd);
     la_status s = la_npy_write_raw(tmp, dtype, ndim, shape, data);
-    if (s != LA_OK) return s;
-    if (rename(tmp, path) != 0) {
+    if (s != LA_OK) {
         unlink(tmp);
-        return la_err(LA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(errno));
+        return s;
+    }
+    if (rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return la_err(LA_ERR_IO, "%s: cannot rename into place: %s", path, strerror(e));
     }
     return LA_OK;
 }

@@ -23,10 +23,11 @@ typedef struct la_npy_array {
 
 /* Parse a .npy image held in memory (used by the fuzzer and by la_npy_read). */
 la_status la_npy_parse(const void *buf, size_t len, const char *name, la_npy_array *out);
-/* Read a file. `name` (for messages) defaults to path. */
+/* Read a file: the header, then the data straight into its buffer (no
+ * whole-file copy); a large array is checked against la_memory_available. */
 la_status la_npy_read(const char *path, la_npy_array *out);
-/* Write a file atomically: data goes to "<path>.tmp.<pid>" and is renamed to
- * path only when complete. dtype: LA_F32, LA_F64 or LA_I32. */
+/* Write a file atomically: data goes to a new "<path>.tmp.XXXXXX" (mkstemp)
+ * and is renamed to path only when complete. dtype: LA_F32, LA_F64, LA_I32. */
 la_status la_npy_write(const char *path, la_dtype dtype, int ndim, const int64_t *shape,
                        const void *data);
 /* Write to an explicit temporary path (caller renames later). */

@@ -238,6 +238,11 @@ la_status la_mhla_causal_forward(const la_mhla_causal_params *p, const la_tensor
     LA_TRY(check_mixing(op, mixing, H, q->device, &M));
     if (la_tensors_overlap(out, mixing))
         return la_err(LA_ERR_ARG, "%s: out overlaps mixing", op);
+    /* the backends count chunks as (N + chunk - 1) / chunk: refuse a chunk
+     * whose arithmetic leaves int64 (a chunk over N is one chunk anyway) */
+    if (p->chunk > INT64_MAX - N)
+        return la_err(LA_ERR_ARG, "%s: chunk = %lld: N + chunk - 1 overflows int64 (N = %lld); "
+                      "any chunk >= N gives one chunk", op, (long long)p->chunk, (long long)N);
     const int64_t nc = N / p->chunk + (N % p->chunk != 0);
     if (M < nc)
         return la_err(LA_ERR_SHAPE, "%s: mixing %s is too small: N = %lld tokens in chunks of "
