@@ -14,7 +14,9 @@
 # A kernel keeps its name across files when its signature is kept, so a
 # kernel moved to another file compares equal if its code is unchanged.
 #
-# Output: one line per kernel (identical / DIFFERENT / removed / added),
+# Output: one line per kernel (identical / DIFFERENT / removed / added, or
+# renamed: a kernel gone from BASE_REV whose code, its own name aside, equals
+# a new kernel's),
 # then the counts. Exit status 1 when a kernel present in both is different.
 # KERNEL_REGEX limits the report to kernels whose demangled name matches.
 # PTX of BASE_REV is cached under ${LA_PTX_CACHE:-/tmp/la_ptx_cache}/<sha>.
@@ -102,8 +104,11 @@ def kernels(path):
             j += 1
             if depth == 0:
                 break
-        name = strip_anon(m.group(2))
-        res[(m.group(1), name)] = normalize(body)
+        raw = m.group(2)
+        name = strip_anon(raw)
+        # the kernel's own name (its .entry line, its parameters) is not code
+        # (also inside the names of its local statics: _ZZ<name without _Z>E...)
+        res[(m.group(1), name)] = normalize([l.replace(raw[2:], '@SELF@') for l in body])
         i = j
     return res
 
@@ -143,10 +148,29 @@ def demangle(names):
     return {n: (d[i] if i < len(d) and d[i] else n) for i, n in enumerate(names)}
 
 base, work = collect(base_dir), collect(work_dir)
+# LA_PTX_DUMP=dir: the normalized bodies, base/ and work/, one file per kernel
+dump = os.environ.get('LA_PTX_DUMP')
+if dump:
+    for side, ks in (('base', base), ('work', work)):
+        os.makedirs(os.path.join(dump, side), exist_ok=True)
+        for k, (f, body) in ks.items():
+            fn = re.sub(r'[^\w]+', '_', k[1])[-120:]
+            open(os.path.join(dump, side, fn + '.ptx'), 'w').write(body + '\n')
 keys = sorted(set(base) | set(work), key=lambda k: k[1])
 dm = demangle([k[1] for k in keys])
 rx = re.compile(filt) if filt else None
-count = {'identical': 0, 'DIFFERENT': 0, 'removed': 0, 'added': 0}
+count = {'identical': 0, 'DIFFERENT': 0, 'removed': 0, 'added': 0, 'renamed': 0}
+# a kernel only in the base whose code equals that of a kernel only in the
+# working tree was renamed (e.g. a template parameter with one value left
+# removed): reported once, as renamed
+only_b = [k for k in keys if k in base and k not in work]
+only_w = [k for k in keys if k in work and k not in base]
+renamed = {}
+for kb in only_b:
+    for kw in only_w:
+        if kw not in renamed.values() and kb[0] == kw[0] and base[kb][1] == work[kw][1]:
+            renamed[kb] = kw
+            break
 for k in keys:
     name = dm[k[1]].replace('(anonymous namespace)::', '')
     if rx and not rx.search(name):
@@ -155,13 +179,19 @@ for k in keys:
     if k in base and k in work:
         st = 'identical' if base[k][1] == work[k][1] else 'DIFFERENT'
         where = base[k][0] if base[k][0] == work[k][0] else '%s -> %s' % (base[k][0], work[k][0])
+    elif k in renamed:
+        st = 'renamed'
+        where = '%s -> %s: %s' % (base[k][0], work[renamed[k]][0],
+                                 dm[renamed[k][1]].replace('(anonymous namespace)::', ''))
+    elif k in renamed.values():
+        continue
     elif k in base:
         st, where = 'removed', base[k][0]
     else:
         st, where = 'added', work[k][0]
     count[st] += 1
     print('%-9s %s%s  (%s)' % (st, name, kind, where))
-print('summary: %d identical, %d different, %d removed, %d added' %
-      (count['identical'], count['DIFFERENT'], count['removed'], count['added']))
+print('summary: %d identical, %d renamed (same code), %d different, %d removed, %d added' %
+      (count['identical'], count['renamed'], count['DIFFERENT'], count['removed'], count['added']))
 sys.exit(1 if count['DIFFERENT'] else 0)
 EOF
