@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(128) hs_pool2_kernel(const __nv_bfloat16 *k, i
         __syncthreads(); /* the previous tile is summed */
         for (int i = tid; i < n * cpr; i += 128) {
             const int r = i / cpr, c = i - r * cpr;
-            la_sp_cp16z(tile + r * dI + c * 8, k + (sa + r) * nb0 + c * 8, 16);
+            la_cp16z_n(tile + r * dI + c * 8, k + (sa + r) * nb0 + c * 8, 16);
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();

@@ -1,6 +1,6 @@
 /* HISA stage 2 on the block-major wgmma kernel: see hisa.cuh. */
 #include "hisa.cuh"
-#include "wgmma.cuh"
+#include "ptx.cuh"
 
 #include <string.h>
 
@@ -37,7 +37,7 @@
 #define HB_STAGES 2
 #define HB_QS 64 /* queries per slice (CTA) */
 
-/* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
+/* swizzled layout, descriptor, wgmma and fences: src/cuda/ptx.cuh (as DSA v2) */
 /* Sizes for element width EB (2 = bf16; 1 = e4m3: 128-byte rows, one
  * swizzle atom, 4 k32 steps). */
 template <int EB> struct hb_cfg {
@@ -54,12 +54,6 @@ struct hb_lists {
     int32_t m;
 };
 
-/* 4-byte cp.async (zero fill past src_bytes = 0): f32 head weights */
-__device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_bytes) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 /* ---- stage 2: hb2_kernel; stage 1's block scores on the same kernel
  * (DENSE) ------------------------------------------------------------------
@@ -106,10 +100,6 @@ template <int EB> struct hb2_cfg {
                       HB_ROWS == HB_BROWS, "hb2 copy layout");
 };
 
-__device__ __forceinline__ void hb2_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 /* the KSTEPS wgmma of one m-tile (A rows at a_lo, B tile at b_lo: shared
  * descriptors' low words) as one commit group, each descriptor (tile
@@ -187,7 +177,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         for (int j = 0; j < JA; j++) {
             const int64_t jb = j0 + r0 + RP * j, s = sb + jb;
             const bool ok = jb < a.B && s < a.Lk;
-            hb2_cp16z(As_a + soff + j * RP * 128, kp + (ok ? s : 0) * a.k_nb0 * EB, ok ? 16 : 0);
+            la_cp16z_sa(As_a + soff + j * RP * 128, kp + (ok ? s : 0) * a.k_nb0 * EB, ok ? 16 : 0);
         }
     }
     const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
@@ -245,10 +235,10 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         const uint32_t d = bdst + (uint32_t)st * C::B_BYTES;
         auto copy_q = [&](int64_t hs) {
 #pragma unroll
-            for (int j = 0; j < JQ; j++) hb2_cp16z(d + j * RP * 128, p0 + j * hs, 16);
+            for (int j = 0; j < JQ; j++) la_cp16z_sa(d + j * RP * 128, p0 + j * hs, 16);
 #pragma unroll
             for (int j = 0; j < JQ; j++)
-                hb2_cp16z(d + (JQ + j) * RP * 128, p1 + j * hs, ok1 ? 16 : 0);
+                la_cp16z_sa(d + (JQ + j) * RP * 128, p1 + j * hs, ok1 ? 16 : 0);
         };
         /* contiguous heads (the usual [T, HI, dI] layout): the row step is a
          * constant, so the copies take immediate offsets */
@@ -260,7 +250,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         const bool okw = ew.orow >= 0;
         const int64_t off = ew.woff + whoff;
         if (w_async)
-            hb_cp4z(ws + st * HB_BROWS + tid, (const float *)a.w + off, okw ? 4 : 0);
+            la_cp4z_n(ws + st * HB_BROWS + tid, (const float *)a.w + off, okw ? 4 : 0);
         else
             ws[st * HB_BROWS + tid] = okw ? la_cu_ld(a.w, a.w_dt, off) : 0.f;
     };

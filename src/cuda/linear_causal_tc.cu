@@ -44,7 +44,7 @@
  * pass 1, 201 MB) and 4 × 12 × 32 × 66 KB ≈ 100 MB of chunk states
  * (dev/NOTES_cuda_causal.md has the budget). */
 #include "linear_causal_tc.cuh"
-#include "mma_sync.cuh"
+#include "ptx.cuh"
 #include "select.cuh"
 
 #include <algorithm>
@@ -61,7 +61,7 @@ namespace {
 /* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
  * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
  * distinct 4-bank groups) and mma.sync m16n8k16; the cp.async / ldmatrix /
- * mma helpers and the fragment layouts are in mma_sync.cuh. */
+ * mma helpers and the fragment layouts are in ptx.cuh. */
 
 __device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
     const uint4 u = *(const uint4 *)p;

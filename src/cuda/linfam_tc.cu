@@ -7,7 +7,7 @@
  * for the product (the inputs are bf16 already); summaries, mixing and
  * denominators stay fp32. */
 #include "linfam_engine.cuh"
-#include "mma_sync.cuh"
+#include "ptx.cuh"
 
 #include <algorithm>
 
@@ -45,7 +45,7 @@ constexpr int TS = 3; /* pipeline stages */
 
 /* Raw tensor-core fragments (v4): ldmatrix from the padded rows (FLD = 136
  * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
- * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: mma_sync.cuh. */
+ * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: ptx.cuh. */
 
 /* Sum over 16 neighbouring lanes: the threads that share one row of a
  * 64-token tile in the output kernels (chunk tid % 16 of row tid / 16). */
