@@ -23,8 +23,8 @@
  *    warpgroups x 2 m-tiles = 256 keys per CTA; each warpgroup runs its two
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
  *    the MMAs of the other); a third, producer warpgroup streams the query
- *    chunks into a 4-stage ring. Same epilogue arithmetic as sc_mma_kernel.
- *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
+ *    chunks into a 4-stage ring. Same epilogue arithmetic as sc_mma_kernel
+ *    (dsa_v2.cu). Variant "mma" of family "dsa" forces the mma.sync kernels.
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
  *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):

@@ -35,14 +35,11 @@
  * producer warpgroup (384 threads in all, setmaxnreg 56 / 224) does all
  * the chunk loading and the consumers only wait full -> wgmma -> epilogue
  * -> arrive empty; the stages are handed over with mbarriers (protocol
- * above v2_prod_run; dev/NOTES_dsa_epilogue.md), so the two consumer
- * warpgroups can drift apart by up to the whole ring and one's exposed
- * epilogue overlaps the other's MMAs. H200, L = 64K, incl. top-k: bf16
- * 1.95 -> 1.70 ms, fp8 1.72 -> 1.39 ms against the consumers loading the
- * chunks themselves (removed; in the history), same scores bit for bit (a
- * single loader warp was 1.2-1.5x slower: it starved the consumers).
- * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
- * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
+ * above v2_prod_run), so the two consumer warpgroups can drift apart by up
+ * to the whole ring and one's exposed epilogue overlaps the other's MMAs
+ * (faster than the consumers loading the chunks themselves, and than a
+ * single loader warp, which starved the consumers: docs/CUDA.md).
+ * Instructions per wgmma, cut to about half of the first version's:
  *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
  *    valid because a shared-window address is < 2^18, so la_wg_desc(x + o) =
  *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry

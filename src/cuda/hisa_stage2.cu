@@ -24,10 +24,8 @@
  * route) q/k with HI = 64, dI = 128 (any B: keys of a block are cut into
  * 128-key tiles, rows past B zero and not stored); other dtypes/shapes use
  * the gather kernels.
- * (The first block-major kernels, hb_kernel / hb8_kernel with the variants
- * "block", "pipe_grid", "block_lpt" and "pipe", measured 0.39-0.80 ms for
- * the candidate scores at 64K against hb2_kernel's 0.23 ms, same scores;
- * removed, they are in the history before this comment.) */
+ * (The first block-major kernels, hb_kernel / hb8_kernel, were slower for
+ * the same scores; removed: docs/CUDA.md.) */
 #define HB_THREADS 128
 #define HB_ROWS 128 /* keys per A tile */
 #define HB_NQ 2     /* queries per chunk */
@@ -404,10 +402,10 @@ bool hb_ok(const la_sp_score_args &a) {
 
 /* The block-major candidate scores: bucketing, then hb2_kernel (bf16, or
  * e4m3 with fp8: a.w = w·q_scale, ks = k_scale). (A one-launch bucketing,
- * one CTA for memset + count + scan + fill, measured 79 us against 31 us for
- * these four launches at L = 64K: removed.) */
-la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8,
-                           const float *ks, int64_t ks_nb) {
+ * one CTA for memset + count + scan + fill, was slower than these four
+ * launches: removed.) */
+la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8, const float *ks,
+                    int64_t ks_nb) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;
