@@ -25,6 +25,29 @@
 
 #include <stdint.h>
 
+/* ---- NaN-propagating max (torch.relu / torch.max semantics) -----------------
+ * fmaxf returns the operand that is not NaN, so fmaxf(NaN, 0) = 0 would
+ * swallow a NaN input; max.NaN.f32 (sm_80+, one FMNMX as fmaxf) returns NaN
+ * when either operand is NaN. The host fallback serves the host emulators. */
+__device__ __forceinline__ float la_relu_nan(float x) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return x != x ? x : (x > 0.f ? x : 0.f);
+#endif
+}
+__device__ __forceinline__ float la_fmax_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a ? a : b != b ? b : (a > b ? a : b);
+#endif
+}
+
 /* ---- cp.async, ldmatrix, mma.sync ----------------------------------------- */
 /* 16-byte async copy; invalid: nothing read, 16 zero bytes written */
 __device__ __forceinline__ void la_cp16z(void *smem, const void *gmem, bool valid) {
