@@ -525,8 +525,6 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     const float *ks = p->k_scale ? (const float *)p->k_scale->data : nullptr;
     const int64_t ks_nb = p->k_scale ? p->k_scale->nb[0] : 0;
     const float *qsc = p->q_scale ? (const float *)p->q_scale->data : nullptr;
-    hs_choice ch;
-    LA_TRY(hs_select(ctx, &ch));
     la_cu_ws wqw, keptw;
     LA_TRY(la_cu_ws_alloc(&wqw, (size_t)(T * HI) * 4, s, "w*q_scale"));
     LA_TRY(la_cu_ws_alloc(&keptw, (size_t)(T * nb) * 4, s, "kept blocks"));
@@ -574,13 +572,18 @@ static la_status hs_run_fp8(const char *op, int blocksparse, const la_index_para
     const int mode = blocksparse ? 0 : ch.fp8;
     if (!blocksparse && L > 0) {
         const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;
-        if (p->block_topk >= nb && mode != 2)
+        if (p->block_topk >= nb && mode != 2) {
+            la_cu_report(ctx, "hisa", "dsa", "fp8, every block kept: the DSA indexer");
             return la_dsa_indexer_cuda(p, q, k, w, start, end, idx, NULL, ctx);
+        }
     }
     if (mode != 0) {
         bool taken = false;
         LA_TRY(hs_run_fp8wg(p, q, k, w, start, end, idx, ctx, &taken));
-        if (taken) return LA_OK;
+        if (taken) {
+            la_cu_report(ctx, "hisa", mode == 2 ? "hb2" : "wgmma", "fp8 e4m3: stage 2 on hb2_kernel<1>");
+            return LA_OK;
+        }
     }
     cudaStream_t s = la_cu_stream(ctx);
     la_cu_ws qf, kf;
