@@ -463,7 +463,7 @@ static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
 
 /* Dense DSA scores (ncols = Lk) on the kernel of c (see dsa_select). */
 static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, const dsa_choice &c,
-                            cudaStream_t s) {
+                            const la_context *ctx, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (a.T > 65535 * 2 || a.ncols > (int64_t)INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
@@ -477,9 +477,17 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
                                          "HI = 64, dI = 128, bf16 or e4m3 rows contiguous");
     if (c.kernel == DSA_MMA && !mma_ok)
         return la_cu_variant_unsupported("dsa", "mma", "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
-    if ((any || c.kernel == DSA_WGMMA) && wg_ok)
+    auto report = [&](const char *kernel) {
+        la_cu_report(ctx, "dsa", kernel, "T=%lld L=%lld HI=%lld dI=%lld %s%s", (long long)a.T,
+                     (long long)a.Lk, (long long)a.HI, (long long)a.dI, fp8 ? "fp8" : "",
+                     c.qg ? " (queries per CTA forced)" : "");
+    };
+    if ((any || c.kernel == DSA_WGMMA) && wg_ok) {
+        report("wgmma");
         return dsa_v2_launch(a, sc, eb, c.qg, s);
+    }
     if (!fp8) {
+        report(c.kernel == DSA_PORTABLE || !la_sp_scores_mma_ok(a) ? "portable" : "mma");
         if (c.kernel == DSA_PORTABLE) {
             if (a.T > 65535)
                 return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
@@ -491,6 +499,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
         }
         return la_sp_scores(a, false, s);
     }
+    report(c.kernel != DSA_PORTABLE && mma_ok ? "mma" : "portable");
     if (c.kernel != DSA_PORTABLE && mma_ok) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);
@@ -569,10 +578,7 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     a.out_ld = ld;
     dsa_choice ch;
     LA_TRY(dsa_select(la_context_variant(ctx, "dsa"), &ch));
-    la_cu_report(ctx, "dsa", ch.kernel == DSA_DEFAULT ? "default" : ch.qg ? "qg<N>" : dsa_names[ch.kernel],
-                 "T=%lld L=%lld HI=%lld dI=%lld %s", (long long)a.T, (long long)a.Lk, (long long)a.HI,
-                 (long long)a.dI, fp8 ? "fp8" : la_dtype_name((la_dtype)a.q_dt));
-    LA_TRY(dsa_scores(a, sc, fp8, ch, s));
+    LA_TRY(dsa_scores(a, sc, fp8, ch, ctx, s));
     la_sp_topk_args t;
     memset(&t, 0, sizeof t);
     t.scores = sc_rows;
