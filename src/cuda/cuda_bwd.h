@@ -1,7 +1,7 @@
 /* Internal entry points of the CUDA backward passes. Each has the signature
  * of the public la_<op>_backward it implements (include/longattn.h); the
  * ops layer (src/ops/) calls it after validating every view, when the
- * tensors are on CUDA. Implemented in src/cuda/*_bwd.cu. */
+ * tensors are on CUDA. Implemented in the src/cuda files named <op>_bwd.cu. */
 #ifndef LA_CUDA_BWD_H
 #define LA_CUDA_BWD_H
 #include "longattn.h"

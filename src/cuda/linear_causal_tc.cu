@@ -28,24 +28,19 @@
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
  * come straight from the accumulator fragments, φ is instantiated per mode.
- * (WMMA versions of both passes, 1.2-1.4x slower, were removed in the fourth
- * session; they are in the history.) The default since 2026-11-29 ("v3",
- * validated on the H200):
- * the mma.sync kernels with the wide scan (lct_scan_wide_kernel: every load
- * up front, one barrier), pass 3 with its causal blocks unrolled per row
- * block (no predicated ldmatrix/mma pairs), and optionally pass 1 on
- * sub-chunks (LA_CUDA_CAUSAL_KS); LA_CUDA_CAUSAL_PATH=mma keeps the
- * walking scan and the predicated pass 3. dev/NOTES_cuda_causal.md has the
- * counting.
+ * Pass 2 is the wide scan (linear_causal_scan.cu: every load up front, one
+ * barrier) up to 255 chunk states, else the walking one; pass 3 has its
+ * causal blocks unrolled per row block (no predicated ldmatrix/mma pairs).
+ * (WMMA versions of passes 1 and 3, the predicated pass 3 and pass 1 on
+ * sub-chunks were slower or no faster: removed, docs/CUDA.md.)
  *
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
- * bf16 already); states, denominators and all sums are fp32. Bytes at
- * N = 32K, H = 12: Q, K, V read + O written = 402 MB (+ K, V once more in
- * pass 1, 201 MB) and 4 × 12 × 32 × 66 KB ≈ 100 MB of chunk states
- * (dev/NOTES_cuda_causal.md has the budget). */
+ * bf16 already); states, denominators and all sums are fp32. Bytes: Q, K, V
+ * read + O written once, K, V once more in pass 1, and the chunk states
+ * (66 KB each) written and read about twice. */
 #include "linear_causal_tc.cuh"
-#include "mma_sync.cuh"
-
+#include "ptx.cuh"
+#include "select.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -53,30 +48,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "linear_causal_args.cuh"
+
 namespace {
 
-constexpr int D = 128;          /* D = Dv                                  */
-constexpr int T = 64;           /* tokens per tile                         */
-constexpr int LD = D + 8;       /* bf16 smem row stride of Q/K/V/S̃ tiles   */
-constexpr int NT = 256;         /* threads per CTA                         */
-constexpr int LS = D * D + D;   /* floats of one chunk state (S, then z)   */
-constexpr int TILE = T * LD;    /* bf16 elements of one 64-row tile        */
-
-struct lct_args {
-    const __nv_bfloat16 *q, *k, *v;
-    __nv_bfloat16 *o;
-    int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
-    int64_t N, H, L, nch;
-    int feat, normalize, split;
-    float scale_q, eps;
-    float *ws; /* [B·H][nch][LS]: ΔS_c, then (in place) P_c */
-    la_cu_view S_in, z_in, S_out, z_out;
-};
 
 /* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
  * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
  * distinct 4-bank groups) and mma.sync m16n8k16; the cp.async / ldmatrix /
- * mma helpers and the fragment layouts are in mma_sync.cuh. */
+ * mma helpers and the fragment layouts are in ptx.cuh. */
 
 __device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
     const uint4 u = *(const uint4 *)p;
@@ -98,145 +78,12 @@ __device__ __forceinline__ uint4 pack8(const float x[8]) {
 
 constexpr int TS1 = 3; /* pass 1: stages of K, V tiles */
 
-/* ---- pass 2: exclusive prefix over the chunks, in place ------------------
- * grid (⌈LS/4/NT⌉, B·H): a thread owns 4 consecutive entries of (S, z); nd
- * chunks hold a ΔS (nch − 1, or nch when the final state is asked for). The
- * input state is read and the output state written by the same thread for
- * the same entries, so S_in / S_out (and z_in / z_out) may alias. */
-constexpr int SU = 8; /* loads in flight per thread */
-/* Entries x..x+3 of the input state (S, then z) of head (b, h); 0 without one. */
-__device__ __forceinline__ void lct_state_in4(const lct_args &a, int64_t b, int64_t h, int64_t x,
-                                              float st[4]) {
-    const bool isS = x < (int64_t)D * D; /* D·D % 4 == 0: the 4 entries are all S or all z */
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        float s = 0.f;
-        if (isS) {
-            const int64_t d = (x + e) / D, dv = (x + e) % D;
-            if (a.S_in.data) s = la_cu_ld4(a.S_in, b, h, d, dv);
-        } else {
-            const int64_t d = x + e - (int64_t)D * D;
-            if (a.z_in.data)
-                s = la_cu_ld(a.z_in.data, a.z_in.dt,
-                             b * a.z_in.nb[0] + h * a.z_in.nb[1] + d * a.z_in.nb[2]);
-        }
-        st[e] = s;
-    }
-}
-/* Entries x..x+3 of the final state into S_out / z_out (where asked for). */
-__device__ __forceinline__ void lct_state_out4(const lct_args &a, int64_t b, int64_t h, int64_t x,
-                                               const float st[4]) {
-    const bool isS = x < (int64_t)D * D;
-#pragma unroll
-    for (int e = 0; e < 4; e++) {
-        if (isS && a.S_out.data) {
-            const int64_t d = (x + e) / D, dv = (x + e) % D;
-            la_cu_st((void *)a.S_out.data, a.S_out.dt,
-                     b * a.S_out.nb[0] + h * a.S_out.nb[1] + d * a.S_out.nb[2] + dv * a.S_out.nb[3],
-                     st[e]);
-        } else if (!isS && a.z_out.data) {
-            const int64_t d = x + e - (int64_t)D * D;
-            la_cu_st((void *)a.z_out.data, a.z_out.dt,
-                     b * a.z_out.nb[0] + h * a.z_out.nb[1] + d * a.z_out.nb[2], st[e]);
-        }
-    }
-}
-__global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
-    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int64_t x4 = (int64_t)blockIdx.x * NT + threadIdx.x;
-    if (x4 >= LS / 4) return;
-    float st[4];
-    lct_state_in4(a, b, h, 4 * x4, st);
-    float4 *base = (float4 *)(a.ws + (size_t)bh * a.nch * LS) + x4;
-    const int64_t cs = LS / 4; /* float4 stride between chunks */
-    for (int64_t c0 = 0; c0 < a.nch; c0 += SU) {
-        float4 dv[SU];
-#pragma unroll
-        for (int u = 0; u < SU; u++)
-            dv[u] = (c0 + u < nd) ? base[(c0 + u) * cs] : make_float4(0.f, 0.f, 0.f, 0.f);
-#pragma unroll
-        for (int u = 0; u < SU; u++) {
-            if (c0 + u < a.nch) base[(c0 + u) * cs] = make_float4(st[0], st[1], st[2], st[3]);
-            st[0] += dv[u].x;
-            st[1] += dv[u].y;
-            st[2] += dv[u].z;
-            st[3] += dv[u].w;
-        }
-    }
-    lct_state_out4(a, b, h, 4 * x4, st);
-}
-
-/* ---- pass 2, wide (LA_CUDA_CAUSAL_PATH=v3) ---------------------------------
- * Why: the walk above issues ⌈nd/SU⌉ rounds of 8 loads one after the other
- * per thread, from 204 CTAs at H = 12 (1.5 per SM): 46 µs measured at 32K
- * for ~50 MB, 4× its byte time. Here the chunk axis is cut as well, so that
- * every load of the kernel is issued up front and one barrier joins them:
- * block (CW, G), thread (x, g) owns float4 column x of (S, z) and slots
- * p ∈ [SW·g, SW·g + SW) of the np = nd·ks partial states (pass 1 ran on
- * sub-chunks of L/ks tokens: ks partials per chunk; ks > 1 fills the waves of
- * pass 1, see lct_run). It loads its ≤ SW partials at once, puts its group
- * total in shared memory, and after the barrier writes
- *     P_c = S_in + Σ_{p < c·ks} ΔS_p   for the c with c·ks in its slots,
- * into out [B·H][nch][LS] (what pass 3 reads). G = np/SW + 1 so that slot np
- * (the total, = P of a chunk without a ΔS and the final state) has an owner;
- * the last group writes S_out / z_out. A CTA holds every slot of its columns
- * and all its loads (incl. S_in) precede the barrier, all stores follow it:
- * so `part` may be `out` (ks = 1, in place) and S_in may alias S_out. */
-constexpr int SW = 8;
-__global__ void __launch_bounds__(NT) lct_scan_wide_kernel(lct_args a, const float *part,
-                                                           float *out, int np, int ks) {
-    __shared__ float4 tot[NT]; /* [G][CW] group totals */
-    const int CW = blockDim.x, gi = threadIdx.y;
-    const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
-    const int64_t x4 = (int64_t)blockIdx.x * CW + threadIdx.x;
-    const bool live = x4 < LS / 4; /* no early return: the barrier below */
-    const int64_t cs = LS / 4;      /* float4 stride between states */
-    const float4 *src = (const float4 *)(part + (size_t)bh * a.nch * ks * LS) + x4;
-    float4 v[SW];
-#pragma unroll
-    for (int u = 0; u < SW; u++) {
-        const int p = SW * gi + u;
-        v[u] = (live && p < np) ? src[p * cs] : make_float4(0.f, 0.f, 0.f, 0.f);
-    }
-    float4 sum = v[0];
-#pragma unroll
-    for (int u = 1; u < SW; u++) {
-        sum.x += v[u].x;
-        sum.y += v[u].y;
-        sum.z += v[u].z;
-        sum.w += v[u].w;
-    }
-    tot[gi * CW + threadIdx.x] = sum;
-    float st[4] = {0.f, 0.f, 0.f, 0.f};
-    if (live) lct_state_in4(a, b, h, 4 * x4, st);
-    __syncthreads();
-    if (!live) return;
-    for (int g2 = 0; g2 < gi; g2++) { /* the groups before this one, in order */
-        const float4 t = tot[g2 * CW + threadIdx.x];
-        st[0] += t.x;
-        st[1] += t.y;
-        st[2] += t.z;
-        st[3] += t.w;
-    }
-    float4 *dst = (float4 *)(out + (size_t)bh * a.nch * LS) + x4;
-#pragma unroll
-    for (int u = 0; u < SW; u++) {
-        const int p = SW * gi + u;
-        if (p % ks == 0 && p / ks < a.nch && p <= np) dst[(p / ks) * cs] = make_float4(st[0], st[1], st[2], st[3]);
-        st[0] += v[u].x;
-        st[1] += v[u].y;
-        st[2] += v[u].z;
-        st[3] += v[u].w;
-    }
-    if (gi == (int)blockDim.y - 1) lct_state_out4(a, b, h, 4 * x4, st);
-}
-
 /* ==== passes 1 and 3: ldmatrix + mma.sync fragments ==================== */
 
 /* The five feature maps in one branch-light form: x ≥ 0: x + c; x < 0: x
  * (identity), c (relu, relu_eps, relu1), e^x (elu1); the mode is uniform, so
  * one branch per 8 values instead of la_cu_feature's switch per value (same
- * results: fmaxf(x, 0) + c, x ≥ 0 ? x + 1 : e^x). */
+ * results: max(x, 0) + c with NaN propagated, x ≥ 0 ? x + 1 : e^x). */
 struct lct_phi {
     int mode; /* 0 identity, 1 relu family, 2 elu1 */
     float c;
@@ -251,7 +98,7 @@ template <int MODE> /* the kernels are instantiated per mode: no branch at all *
 __device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
     if (MODE == 1) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = fmaxf(x[i], 0.f) + f.c;
+        for (int i = 0; i < 8; i++) x[i] = la_relu_nan(x[i]) + f.c;
     } else if (MODE == 2) {
 #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);
@@ -446,7 +293,7 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[8][4], const uint32_
         }
 }
 
-template <int MODE, bool V3>
+template <int MODE>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     extern __shared__ __align__(128) unsigned char lct_sm4[];
     unsigned char *p8 = lct_sm4;
@@ -533,7 +380,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, zq[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) zq[i] = zs[c8 + i]; /* once, not per row */
-        if (V3 && nvalid == T) {
+        if (nvalid == T) {
             /* a full tile: the 4 rows without the per-row branch, so that their
              * loads, φ and shuffle chains are in flight together (the loop
              * below runs them one row after the other: ~4 × (load + 4 dependent
@@ -621,25 +468,13 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sA[j][e] = 0.f;
-        if (V3) {
-            switch (r) {
-            case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
-            case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
-            case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
-            default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-                for (int kb4 = 0; kb4 < 4; kb4++)
-                    if (kb4 <= r) {
-                        uint32_t bk[4];
-                        la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
-                        la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
-                        la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
-                    }
+        switch (r) {
+        case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
+        case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
+        case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
+        default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
         }
+    
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
         float rs0 = 0.f, rs1 = 0.f;
         uint32_t pa[4][4];
@@ -681,25 +516,13 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 la_mma_bf16(accO[2 * jp], qa[kk], bs[0], bs[1]);
                 la_mma_bf16(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
             }
-        if (V3) {
-            switch (r) {
-            case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
-            case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
-            case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
-            default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
-            }
-        } else {
-#pragma unroll
-            for (int kb4 = 0; kb4 < 4; kb4++)
-                if (kb4 <= r)
-#pragma unroll
-                    for (int jp = 0; jp < 4; jp++) {
-                        uint32_t bv[4];
-                        la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
-                        la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
-                        la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
-                    }
+        switch (r) {
+        case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
+        case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
+        case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
+        default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
         }
+    
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
@@ -760,12 +583,9 @@ lct_kernel_fn lct_state_mma_fn(int mode, bool split) {
     return mode == 0 ? lct_state_mma_kernel<0, false>
            : mode == 1 ? lct_state_mma_kernel<1, false> : lct_state_mma_kernel<2, false>;
 }
-lct_kernel_fn lct_output_mma_fn(int mode, bool v3 = false) {
-    if (v3)
-        return mode == 0 ? lct_output_mma_kernel<0, true>
-               : mode == 1 ? lct_output_mma_kernel<1, true> : lct_output_mma_kernel<2, true>;
-    return mode == 0 ? lct_output_mma_kernel<0, false>
-           : mode == 1 ? lct_output_mma_kernel<1, false> : lct_output_mma_kernel<2, false>;
+lct_kernel_fn lct_output_mma_fn(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<0>
+           : mode == 1 ? lct_output_mma_kernel<1> : lct_output_mma_kernel<2>;
 }
 int lct_mode_of(int feat) {
     return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
@@ -793,9 +613,8 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
         LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-        for (int v = 0; v < 2; v++)
-            LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m, v != 0), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)LCT_OUT4_SMEM));
+        LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)LCT_OUT4_SMEM));
     }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
@@ -803,17 +622,38 @@ la_status lct_prepare_device(int dev, int *nsm) {
 
 }  // namespace
 
-bool lct_supported(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                   const la_tensor *v, const la_tensor *out) {
-    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    if (path && !strcmp(path, "old")) return false;
-    return p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
-           view_ok(k) && view_ok(v) && view_ok(out);
-}
+static const char *const lct_names[] = {"tc", "portable", "walk"};
 
-la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                  const la_tensor *v, la_tensor *out, const la_tensor *S_in,
-                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, cudaStream_t st) {
+la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                     const la_tensor *v, const la_tensor *out, const char *forced,
+                     lct_choice *c) {
+    const bool tc = p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
+                    view_ok(k) && view_ok(v) && view_ok(out);
+    c->kernel = tc ? LCT_TC : LCT_PORTABLE;
+    c->walk = false;
+    c->L = 0;
+    if (!forced) return LA_OK;
+    long n = 0;
+    int i = la_cu_variant_index(forced, lct_names, 3);
+    if (i < 0 && la_cu_variant_number(forced, "chunk", T, (long)1 << 30, &n) && n % T == 0) {
+        i = LCT_TC;
+        c->L = n;
+    }
+    if (i < 0) return la_cu_unknown_variant("linear_causal", forced, "tc, walk, chunk<N>, portable");
+    if (i == LCT_PORTABLE) {
+        c->kernel = LCT_PORTABLE;
+        return LA_OK;
+    }
+    if (!tc)
+        return la_cu_variant_unsupported("linear_causal", forced,
+                                         "bf16, D = Dv = 128, rows contiguous, B*H <= 65535");
+    c->walk = i == 2;
+    return LA_OK;
+}
+la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
+                  const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
+                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
+                  cudaStream_t st) {
     lct_args a;
     memset(&a, 0, sizeof a);
     a.q = (const __nv_bfloat16 *)q->data;
@@ -847,103 +687,33 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     const int64_t tiles = la_cu_cdiv(N, T);
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
-    /* default (= "v3"): the mma.sync kernels with the wide scan, pass 3
-     * unrolled per row block, pass 1 on ks sub-chunks if asked (H200, 32K:
-     * 0.319 ms); LA_CUDA_CAUSAL_PATH=mma: the same kernels with the walking
-     * scan and the predicated pass 3 (0.385 ms) */
-    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    const bool v3 = !(path && !strcmp(path, "mma"));
-    /* LA_CUDA_CAUSAL_L (v3 only; tests): the state chunk in tokens, a multiple of 64 */
-    const char *lenv = v3 ? getenv("LA_CUDA_CAUSAL_L") : nullptr;
-    if (lenv && atoll(lenv) >= T && atoll(lenv) % T == 0) a.L = atoll(lenv);
+    if (c.L > 0) a.L = c.L;
     a.nch = la_cu_cdiv(N, a.L);
     if (a.nch > INT32_MAX || a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
     const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
-
-    /* v3: pass 1 may run on ks sub-chunks of L/ks tokens each (ks | L/64),
-     * to fill its waves (at 32K, H = 12: 372 CTAs of 1024 tokens on 264 slots,
-     * 2 per SM, are 1.4 waves; 744 of 512 tokens 2.8) at the price of ks
-     * partial states per chunk (66 KB each: +25 MB written and read at 32K
-     * for ks = 2). Whether that pays is for the device to say: ks = 1 unless
-     * LA_CUDA_CAUSAL_KS asks for more (the largest divisor of L/64 not above
-     * it). The wide scan takes np = nd·ks ≤ 255 slots (≤ 32 groups of SW);
-     * beyond that (B·H ≤ 2 and long N) the walk. */
-    int ks = 1;
-    bool wide = false;
-    if (v3) {
-        const char *kenv = getenv("LA_CUDA_CAUSAL_KS");
-        if (kenv && atoi(kenv) >= 1)
-            for (int k = std::min(atoi(kenv), 8); k >= 1; k--)
-                if ((a.L / T) % k == 0) { ks = k; break; }
-        if (nd * ks > 255) ks = 1;
-        wide = nd * ks <= 255;
-    }
+    /* The wide scan takes nd ≤ 255 chunk states (≤ 32 groups of SW); beyond
+     * that (B·H ≤ 2 and long N) the walking scan. */
+    const bool wide = !c.walk && nd <= 255;
 
     size_t nf, bytes;
-    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch * (ks > 1 ? 1 + ks : 1), &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)LS, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
-    a.ws = (float *)ws.p; /* P_c for pass 3: [B·H][nch][LS] */
-    /* pass 1's partial states: in place of P (ks = 1), else after it [B·H][nch·ks][LS] */
-    float *part = ks > 1 ? a.ws + (size_t)BH * a.nch * LS : a.ws;
-    if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
-        fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d ks=%d scan=%s\n",
-                v3 ? "-v3" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
-                (long long)nd, a.split, ks, wide ? "wide" : "walk");
+    a.ws = (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
+    la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
+                 "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH, (long long)N,
+                 (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
 
-    /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
-    const bool timing = getenv("LA_CUDA_CAUSAL_TIMING") != nullptr;
-    /* destroyed on every return (a failed launch below returns early) */
-    struct lct_events {
-        cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
-        ~lct_events() {
-            for (cudaEvent_t x : e)
-                if (x) cudaEventDestroy(x);
-        }
-    } evs;
-    cudaEvent_t *ev = evs.e;
-    if (timing)
-        for (int i = 0; i < 4; i++) LA_CU(cudaEventCreate(&ev[i]));
-    if (timing) LA_CU(cudaEventRecord(ev[0], st));
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
-        if (ks > 1) { /* sub-chunk c' = chunk c'/ks, part c'%ks: L/ks tokens, slot c' */
-            lct_args a1 = a;
-            a1.L = a.L / ks;
-            a1.nch = a.nch * ks;
-            a1.ws = part;
-            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)(nd * ks), (unsigned)BH), NT, sm1, st>>>(a1);
-            LA_CU_LAUNCH("lct_state_mma_kernel");
-        } else {
-            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
-            LA_CU_LAUNCH("lct_state_mma_kernel");
-        }
+        lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        LA_CU_LAUNCH("lct_state_mma_kernel");
     }
-    if (timing) LA_CU(cudaEventRecord(ev[1], st));
-    if (wide) {
-        const int np = (int)(nd * ks), G = np / SW + 1; /* G ≤ 32 */
-        int cw = NT;
-        while (cw * G > NT) cw /= 2; /* CW·G ≤ 256, CW a power of two ≥ 8 */
-        lct_scan_wide_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, cw), (unsigned)BH), dim3(cw, G), 0, st>>>(
-            a, part, a.ws, np, ks);
-        LA_CU_LAUNCH("lct_scan_wide_kernel");
-    } else {
-        lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
-        LA_CU_LAUNCH("lct_scan_kernel");
-    }
-    if (timing) LA_CU(cudaEventRecord(ev[2], st));
-    lct_output_mma_fn(lct_mode_of(a.feat), v3)<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+    LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
+    lct_output_mma_fn(lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");
-    if (timing) {
-        LA_CU(cudaEventRecord(ev[3], st));
-        LA_CU(cudaEventSynchronize(ev[3]));
-        float ms[3];
-        for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
-        fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d ks=%d state %.4f scan %.4f output %.4f ms\n",
-                v3 ? "v3" : "mma", (long long)N, a.normalize, ks, ms[0], ms[1], ms[2]);
-    }
     return LA_OK;
 }

@@ -13,7 +13,9 @@
  *               segments is folded into it), or the causal prefix scan;
  *   3. output:  per (head, 64-token tile, 64-column tile of dv): φq(Q) P_i,
  *               plus the masked intra-chunk term in causal mode.
- * This is the portable fp32 CUDA-core path: any D, Dv, strides and dtypes. */
+ * linfam_portable.cu runs them on CUDA cores in fp32 (any D, Dv, strides and
+ * dtypes); linfam_tc.cu on bf16 tensor cores (non-causal, D = Dv = 128, bf16
+ * rows contiguous). */
 #ifndef LA_CUDA_LINFAM_CUH
 #define LA_CUDA_LINFAM_CUH
 
@@ -54,7 +56,17 @@ struct lf_problem {
     int64_t ksize, map_h, map_w;
 };
 
-la_status lf_run(const lf_problem *P, cudaStream_t st);
+/* The engine's kernels for P: the bf16 tensor-core path or the portable fp32
+ * engine. */
+enum lf_kernel { LF_TC = 0, LF_PORTABLE = 1 };
+/* Selection (pure): `forced` is the context's variant for `family` ("linear",
+ * "mhla", "focused"; NULL = the default); maxcnt: tokens per block. */
+la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
+                    lf_kernel *kern);
+/* Selects (as lf_select), reports the choice when ctx is verbose, runs the
+ * passes on st. */
+la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
+                 const char *forced, cudaStream_t st);
 
 /* Flatten's φ (SPEC §4a) for 8 channels of one token on the bf16 fast path
  * (focused.cu's φ pass, which materializes φ(Q), φ(K)): u = (relu(x) +
@@ -83,7 +95,7 @@ static __device__ __forceinline__ void lf_flat_xprime8(const uint4 &raw, const f
     const float4 s0 = *(const float4 *)isp8, s1 = *(const float4 *)(isp8 + 4);
     const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
-    for (int e = 0; e < 8; e++) x[e] = (fmaxf(x[e], 0.f) + 1e-6f) * s[e] * scale;
+    for (int e = 0; e < 8; e++) x[e] = (la_relu_nan(x[e]) + 1e-6f) * s[e] * scale;
 }
 /* u^p for u in (0, 1]: integer p ≤ 8 by multiplication (ip > 0), else powf. */
 static __device__ __forceinline__ float lf_flat_pow(float u, int ip, float p) {

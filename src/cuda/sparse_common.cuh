@@ -5,6 +5,7 @@
 #define LA_CUDA_SPARSE_COMMON_CUH
 
 #include "common.cuh"
+#include "ptx.cuh"
 
 /* Per-query valid key range [start_t, end_t) (SPEC §6). NULL start/end =
  * causal bottom-right: start 0, end = L - T + t + 1. With blk > 1 the range
@@ -35,8 +36,9 @@ __device__ __forceinline__ void la_sp_row_range(const la_sp_range &r, int64_t t,
 }
 
 /* Row-wise exact top-k (descending score, ties to the lower token index,
- * -1 padding). Row r, column p holds scores[r*ld + p*cs]; -inf and NaN are
- * "not a candidate". The token of column p is p, or in gather mode
+ * -1 padding). Row r, column p holds scores[r*ld + p*cs]; -inf is "not a
+ * candidate", NaN ranks above +inf (torch.topk's order; several NaN: lower
+ * index first). The token of column p is p, or in gather mode
  * blocks[r*blocks_ld + p/B]*B + p%B (HISA stage 2). With use_range only the
  * columns [lo_r, hi_r) of `range` are scanned (columns outside must be -inf
  * or irrelevant). */
@@ -53,7 +55,13 @@ struct la_sp_topk_args {
     int64_t out_ld, out_cs;
 };
 #define LA_SP_TOPK_MAX 2048
-la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s);
+/* The top-k kernels (family "topk"): the sampled-threshold kernel (default)
+ * or the radix-select kernel ("portable"). Selection: pure, from the forced
+ * variant (NULL = default). */
+enum la_sp_topk_kernel { LA_SP_TOPK_SAMPLE = 0, LA_SP_TOPK_PORTABLE = 1 };
+la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern);
+/* Selects with ctx's "topk" variant, reports when verbose, launches on s. */
+la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s);
 
 /* Indexer scores I(t,p) = sum_h w[t,h] ReLU(q[t,h].k[key(p)]) (SPEC §6).
  * Dense mode: key(p) = row p of k (tokens, or pooled blocks with
@@ -82,9 +90,11 @@ struct la_sp_score_args {
     float *out;
     int64_t out_ld;
 };
-/* Picks the bf16 tensor-core kernel when q and k are bf16 with a supported
- * (HI, dI) and aligned rows, else the exact fp32 kernel (any float dtype). */
-la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s);
+/* Whether the bf16 mma.sync score kernel takes these args. */
+bool la_sp_scores_mma_ok(const la_sp_score_args &a);
+/* The bf16 mma.sync kernel where it takes the args (and !exact), else the
+ * exact fp32 kernel (any float dtype). */
+la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s);
 /* Contiguous bf16 copy of a strided 2-D/3-D view (rows of `inner` elements). */
 la_status la_sp_pack_bf16(const void *src, int dt, int64_t n0, int64_t n1, int64_t n2,
                           int64_t nb0, int64_t nb1, int64_t nb2, __nv_bfloat16 *dst,
@@ -97,28 +107,5 @@ void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_ten
 /* bf16 q/k that the tensor-core kernel can't read in place are packed into
  * contiguous copies held by qw/kw (a is updated to point at them). */
 la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cudaStream_t s);
-
-/* ---- tensor-core building blocks of the score and sparse-MLA kernels ---- */
-/* c += a·b, bf16 m16n8k16 fragments, fp32 accumulators */
-__device__ __forceinline__ void la_sp_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* four 8x8 b16 matrices from shared memory */
-__device__ __forceinline__ void la_sp_ldsm_x4(uint32_t *r, const void *p) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(sa));
-}
-/* 16-byte async copy; src_bytes 0 zero-fills the destination */
-__device__ __forceinline__ void la_sp_cp16z(void *sdst, const void *gsrc, int src_bytes) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 #endif
