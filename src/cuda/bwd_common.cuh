@@ -49,6 +49,7 @@ static inline int64_t bwd_gid(void) { return bwd_emu_gid; }
         }                                                                    \
     } while (0)
 #define BWD_DEV
+static inline int bwd_atomic_inc(int *p) { return (*p)++; }
 #else
 static __device__ __forceinline__ int64_t bwd_gid(void) {
     return (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -63,6 +64,8 @@ static __device__ __forceinline__ int64_t bwd_gid(void) {
         }                                                                             \
     } while (0)
 #define BWD_DEV __device__
+/* integer counter (exact, so the counts do not depend on the order) */
+static __device__ __forceinline__ int bwd_atomic_inc(int *p) { return atomicAdd(p, 1); }
 #endif
 
 /* ---- views as (b, n, h, d) ------------------------------------------------ */
