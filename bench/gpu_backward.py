@@ -19,13 +19,13 @@ import os
 import subprocess
 import sys
 
-OURS = ["softmax8k", "softmax8k_causal", "linear_causal32k", "mhla_wan", "mhla_1d64k",
+OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "mhla_wan", "mhla_1d64k",
         "focused128", "sparse256"]
 
 
-def run_ours(driver, reps):
+def run_ours(driver, reps, which):
     rows = []
-    for w in OURS:
+    for w in which:
         try:
             r = subprocess.run([driver, w, str(reps)], capture_output=True, text=True, timeout=120)
             line = [l for l in r.stdout.splitlines() if l.startswith("{")]
@@ -217,6 +217,7 @@ def main():
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ours", default=",".join(OURS))
     ap.add_argument("--timeout", type=int, default=150)
     a = ap.parse_args()
     if a.peer:
@@ -225,7 +226,7 @@ def main():
          "mhla": lambda: peer_mhla(c), "focused": lambda: peer_focused(c)}[a.peer]()
         return
     if os.path.exists(a.driver):
-        run_ours(a.driver, a.reps)
+        run_ours(a.driver, a.reps, [w for w in a.ours.split(",") if w])
     else:
         print(f"ours: skipped (no driver at {a.driver})")
     for p in a.peers.split(","):

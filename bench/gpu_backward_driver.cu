@@ -6,7 +6,7 @@
  * the call) and the backward's peak workspace (the library pool's high-water
  * mark).
  *   build-gpu/gpu_backward_driver WORKLOAD [reps]
- * WORKLOAD: softmax8k softmax8k_causal linear_causal32k mhla_wan mhla_1d64k
+ * WORKLOAD: softmax8k softmax8k_causal softmax32k softmax32k_causal linear_causal32k mhla_wan mhla_1d64k
  *           focused128 sparse256 */
 #include <algorithm>
 #include <stdio.h>
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
     double fwd = -1, bwd = -1, peak = -1, flop = 0;
     const int64_t B = 1, H = 12, D = 128;
     if (!strncmp(w, "softmax", 7)) {
-        const int64_t N = 8192;
+        const int64_t N = strstr(w, "32k") ? 32768 : 8192;
         const int causal = strstr(w, "causal") != nullptr;
         int64_t ne[4] = {B, N, H, D}, nl[3] = {B, N, H};
         la_tensor q = dev_tensor(4, ne, LA_BF16, 1, 1), k = dev_tensor(4, ne, LA_BF16, 1, 2),

@@ -49,6 +49,7 @@ static inline int64_t bwd_gid(void) { return bwd_emu_gid; }
         }                                                                    \
     } while (0)
 #define BWD_DEV
+#include "cuda/bwd_emu.cuh"
 static inline int bwd_atomic_inc(int *p) { return (*p)++; }
 #else
 static __device__ __forceinline__ int64_t bwd_gid(void) {
@@ -351,5 +352,14 @@ struct lbk_grads {
     float *dS_in;           /* causal ones: [B*H][D*Dv + D] (NULL = skip) */
 };
 la_status lbk_backward(const lbk_problem *p, const lbk_grads *g, cudaStream_t s);
+
+/* ---- softmax tensor-core path (softmax_bwd_tc.cu) ------------------------ */
+int la_softmax_bwd_tc_eligible(const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                               const la_tensor *d_out, const la_tensor *dq, const la_tensor *dk,
+                               const la_tensor *dv);
+la_status la_softmax_bwd_tc(const la_softmax_params *p, const la_tensor *q, const la_tensor *k,
+                            const la_tensor *v, const la_tensor *out, const la_tensor *lse,
+                            const la_tensor *d_out, la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                            la_context *ctx);
 
 #endif

@@ -7,6 +7,7 @@
  * with lse = −inf (no visible key) contributes nothing. Deterministic: every
  * sum runs in a fixed order and each thread writes only its own row. */
 #include <math.h>
+#include <stdio.h>
 
 #include "cuda/bwd_common.cuh"
 
@@ -98,9 +99,23 @@ extern "C" la_status la_softmax_backward_cuda(const la_softmax_params *p, const 
                                               const la_tensor *out, const la_tensor *lse,
                                               const la_tensor *d_out, la_tensor *dq,
                                               la_tensor *dk, la_tensor *dv, la_context *ctx) {
-    LA_TRY(bwd_variant_portable(ctx, "softmax_bwd"));
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "softmax backward: out and lse of the forward are required");
+    if (q->ne[2] < 1 || k->ne[2] < 1 || q->ne[2] % k->ne[2])
+        return la_err(LA_ERR_SHAPE, "k: %lld heads do not divide q's %lld heads",
+                      (long long)k->ne[2], (long long)q->ne[2]);
+    /* kernel choice: the tensor-core path where eligible, else portable */
+    const char *var = la_context_variant(ctx, "softmax_bwd");
+    const int tc = la_softmax_bwd_tc_eligible(q, k, v, d_out, dq, dk, dv);
+    if (var && strcmp(var, "portable") && strcmp(var, "mma"))
+        return la_err(LA_ERR_ARG, "softmax_bwd: unknown kernel variant '%s' (have: mma, portable)", var);
+    if (var && !strcmp(var, "mma") && !tc)
+        return la_err(LA_ERR_ARG, "softmax_bwd: variant 'mma' needs bf16 views with D = Dv = 128, "
+                      "unit inner stride and 16-byte aligned rows");
+    if (tc && !(var && !strcmp(var, "portable"))) {
+        if (la_context_verbose(ctx)) fprintf(stderr, "longattn: softmax_bwd: mma\n");
+        return la_softmax_bwd_tc(p, q, k, v, out, lse, d_out, dq, dk, dv, ctx);
+    }
     sm_dev P;
     P.B = q->ne[0];
     P.Nq = q->ne[1];

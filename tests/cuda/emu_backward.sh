@@ -10,10 +10,10 @@ CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$O/obj"
 make -s -j2 SKIP_DEPS=1 CUDA=0 BUILD="$O/lib" "$O/lib/liblongattn.a" >/dev/null
 objs=()
-for f in src/cuda/*_bwd.cu; do
+for f in src/cuda/*_bwd.cu src/cuda/*_bwd_*.cu; do
     b=$(basename "$f" .cu)
-    if [ ! -f "$O/obj/$b.o" ] || [ "$f" -nt "$O/obj/$b.o" ] || [ src/cuda/bwd_common.cuh -nt "$O/obj/$b.o" ]; then
-        g++ -std=c++17 -O2 -fopenmp -DLA_BWD_EMU -x c++ -w -Iinclude -Isrc -I"$CUDA_INC" -c "$f" -o "$O/obj/$b.o"
+    if [ ! -f "$O/obj/$b.o" ] || [ "$f" -nt "$O/obj/$b.o" ] || [ src/cuda/bwd_common.cuh -nt "$O/obj/$b.o" ] || [ src/cuda/bwd_emu.cuh -nt "$O/obj/$b.o" ]; then
+        g++ -std=c++20 -O2 -fopenmp -DLA_BWD_EMU -x c++ -w -Iinclude -Isrc -I"$CUDA_INC" -c "$f" -o "$O/obj/$b.o"
     fi
     objs+=("$O/obj/$b.o")
 done

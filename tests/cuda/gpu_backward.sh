@@ -29,7 +29,7 @@ say "tests rc=$rc"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do
     say "sanitizer $tool"
-    LA_CUDA_SMALL=1 timeout 240 "$CS" --tool "$tool" --error-exitcode 9 \
+    env LA_CUDA_SMALL=1 ${LA_SAN_ENV:-} timeout 240 "$CS" --tool "$tool" --error-exitcode 9 \
         "$B/tests/cuda/test_cuda_backward" > "$OUT/san_$tool.log" 2>&1
     src=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$OUT/san_$tool.log" | tail -3 | tee -a "$OUT/summary.txt"

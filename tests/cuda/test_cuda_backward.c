@@ -199,6 +199,15 @@ static double rb16(double x) { return (double)la_round_bf16((float)x); }
 static void check_grad(const char *what, const char *gname, tt *g, const double *ref,
                        const double *ref_b) {
     tt_download(g);
+    double rn = 0, an = 0;
+    for (int64_t i = 0; i < g->n; i++) rn += ref[i] * ref[i], an += (double)g->h[i] * g->h[i];
+    if (rn == 0.0) {
+        /* a gradient that vanishes exactly (softmax with one key): its RMS
+         * must be at the level of fp32 residuals of O(1) terms */
+        const double rms = sqrt(an / (double)g->n);
+        CHECK(rms <= 1e-5, "%s %s: reference is 0, RMS %.3g > 1e-5", what, gname, rms);
+        return;
+    }
     const double e = frob_err(g->h, ref, g->n);
     double bound = 1e-4;
     if (g->dt != LA_F32 && ref_b) bound = 2.0 * frob_err_d(ref_b, ref, g->n) + 1e-4;
@@ -236,7 +245,7 @@ int main(void) {
     la_rng r = la_test_rng("test_cuda_backward");
     la_context *ctx;
     la_context_create(&ctx);
-    if (!getenv("LA_SKIPLIN")) run_lin_tests(&r, ctx);
+    if (!getenv("LA_BWD_SOFTMAX_ONLY")) run_lin_tests(&r, ctx); /* LA_BWD_SOFTMAX_ONLY: a quick subset */
     run_attn_tests(&r, ctx);
     la_context_destroy(ctx);
     return la_test_finish();

@@ -16,13 +16,15 @@ static float at3(const tt *x, int64_t a, int64_t b, int64_t c) {
 }
 
 /* ---- softmax ------------------------------------------------------------------------ */
-static void t_softmax(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64_t Nk, int64_t H,
-                      int64_t Hk, int64_t D, int64_t Dv, int causal, la_dtype dt, int perm) {
+static void t_softmax_v(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64_t Nk, int64_t H,
+                        int64_t Hk, int64_t D, int64_t Dv, int causal, la_dtype dt, int perm,
+                        const char *variant) {
     char what[160];
-    snprintf(what, sizeof what, "softmax B%lld Nq%lld Nk%lld H%lld/%lld D%lld Dv%lld%s %s%s",
-             (long long)B, (long long)Nq, (long long)Nk, (long long)H, (long long)Hk,
-             (long long)D, (long long)Dv, causal ? " causal" : "", dt == LA_BF16 ? "bf16" : "f32",
-             perm ? " perm" : "");
+    snprintf(what, sizeof what, "softmax[%s] B%lld Nq%lld Nk%lld H%lld/%lld D%lld Dv%lld%s %s%s",
+             variant ? variant : "default", (long long)B, (long long)Nq, (long long)Nk,
+             (long long)H, (long long)Hk, (long long)D, (long long)Dv, causal ? " causal" : "",
+             dt == LA_BF16 ? "bf16" : "f32", perm ? " perm" : "");
+    la_context_set_variant(ctx, "softmax_bwd", variant);
     int64_t nq[4] = {B, Nq, H, D}, nk[4] = {B, Nk, Hk, D}, nv[4] = {B, Nk, Hk, Dv},
             no[4] = {B, Nq, H, Dv}, nl[3] = {B, Nq, H};
     tt q = tt_rand(r, 4, nq, dt, perm, 1.0), k = tt_rand(r, 4, nk, dt, perm, 1.0);
@@ -121,6 +123,15 @@ static void t_softmax(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64_t
     free(S);
     tt_free(&q), tt_free(&k), tt_free(&v), tt_free(&go), tt_free(&o), tt_free(&l);
     tt_free(&dq), tt_free(&dk), tt_free(&dv);
+    la_context_set_variant(ctx, "softmax_bwd", NULL);
+}
+/* the default choice and, where it differs (bf16, D = Dv = 128: the
+ * tensor-core kernels), the portable engine forced through the context */
+static void t_softmax(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64_t Nk, int64_t H,
+                      int64_t Hk, int64_t D, int64_t Dv, int causal, la_dtype dt, int perm) {
+    t_softmax_v(r, ctx, B, Nq, Nk, H, Hk, D, Dv, causal, dt, perm, NULL);
+    if (dt == LA_BF16 && D == 128 && Dv == 128)
+        t_softmax_v(r, ctx, B, Nq, Nk, H, Hk, D, Dv, causal, dt, perm, "portable");
 }
 
 /* ---- sparse MLA -------------------------------------------------------------------- */
@@ -486,8 +497,19 @@ static void run_attn_tests(la_rng *r, la_context *ctx) {
     if (!small_only) {
         t_softmax(r, ctx, 1, 200, 300, 2, 1, 128, 64, 0, LA_F32, 1);
         t_softmax(r, ctx, 1, 1000, 1000, 2, 2, 64, 64, 0, LA_BF16, 1);
-        t_softmax(r, ctx, 1, 1000, 1000, 1, 1, 128, 128, 1, LA_BF16, 0);
     }
+    /* the tensor-core path: bf16, D = Dv = 128 */
+    t_softmax(r, ctx, 1, 1, 1, 1, 1, 128, 128, 0, LA_BF16, 0);
+    t_softmax(r, ctx, 1, 63, 65, 4, 2, 128, 128, 1, LA_BF16, 1);
+    t_softmax(r, ctx, 2, 65, 63, 2, 1, 128, 128, 1, LA_BF16, 0); /* first rows see no key */
+    if (!small_only) t_softmax(r, ctx, 1, 130, 200, 2, 2, 128, 128, 0, LA_BF16, 1);
+#ifndef LA_BWD_EMU
+    if (!small_only) {
+        t_softmax(r, ctx, 1, 1000, 1000, 2, 1, 128, 128, 1, LA_BF16, 0);
+        t_softmax(r, ctx, 2, 1000, 1000, 2, 2, 128, 128, 0, LA_BF16, 1);
+    }
+#endif
+    if (getenv("LA_BWD_SOFTMAX_ONLY")) return;
     /* sparse: T Hq Hkv(0 = [L,Dqk]) L k Dqk dv dtype perm */
     t_sparse(r, ctx, 1, 1, 0, 5, 4, 64, 32, LA_F32, 0);
     t_sparse(r, ctx, 63, 8, 0, 200, 40, 72, 64, LA_F32, 1);
