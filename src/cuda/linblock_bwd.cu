@@ -396,6 +396,196 @@ __global__ void lbk_token_bwd_kernel(int64_t total, lbk_dev P, const float *dS,
     }
 }
 
+/* ---- the per-token steps one thread per element ----------------------------
+ * Steps 3 and 7 above as one thread per (token, column) instead of one per
+ * token, with the causal intra-chunk products first formed as per-pair
+ * scalars a_tj = q̃_t·k̃_j and u_tj = dnum_t·v_j + dden_t (chunks of at most
+ * LBK_PAIR_MAX tokens): the same sums in the same order as a plain
+ * loop, written so that neighbouring threads read neighbouring columns. */
+#define LBK_PAIR_MAX 256
+
+/* a[t][jj] = q̃_t·k̃_{t0+jj} for t0+jj <= t (else 0), t0 = t's chunk start */
+__global__ void lbk_pair_a_kernel(int64_t total, lbk_dev P, float *aT) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t C = P.G.chunk, N = P.G.N, D = P.D;
+    const int64_t jj = i % C, it = i / C, t = it % N, bh = it / N;
+    const int64_t j = t - t % C + jj;
+    float a = 0.f;
+    if (j <= t) {
+        const float *q = P.qt + it * D, *k = P.kt + (bh * N + j) * D;
+        for (int64_t d = 0; d < D; d++) a += q[d] * k[d];
+    }
+    aT[i] = a;
+}
+/* num[t][c] = Σ_d q̃[d] A_i[d][c] + W_ii Σ_jj a[t][jj] v_j[c] */
+__global__ void lbk_num_kernel(int64_t total, lbk_dev P, const float *A, const float *aT,
+                               float *num) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t N = P.G.N, D = P.D, Dv = P.Dv, SE = D * Dv + D;
+    const int64_t c = i % Dv, it = i / Dv, t = it % N, bh = it / N, h = bh % P.H;
+    int64_t w;
+    lbk_box x;
+    const int64_t ib = geo_block(P.G, t, &w, &x);
+    const float *q = P.qt + it * D, *Ai = A + (bh * P.M + ib) * SE;
+    float acc = 0.f;
+    for (int64_t d = 0; d < D; d++) acc += q[d] * Ai[d * Dv + c];
+    if (P.causal) {
+        const float wii = lbk_wii(P, h, ib);
+        const int64_t C = P.G.chunk, t0 = t - t % C;
+        const float *a = aT + it * C, *V = P.v + (bh * N + t0) * Dv + c;
+        float in = 0.f;
+        for (int64_t jj = 0; jj <= t - t0; jj++) in += a[jj] * V[jj * Dv];
+        acc += wii * in;
+    }
+    num[i] = acc;
+}
+/* den, dden and 1/den per token (num from lbk_num_kernel) */
+__global__ void lbk_den_kernel(int64_t total, lbk_dev P, const float *A, const float *Sb,
+                               const float *aT, const float *num, float *dden, float *inv) {
+    const int64_t it = bwd_gid();
+    if (it >= total) return;
+    const int64_t N = P.G.N, D = P.D, Dv = P.Dv, SE = D * Dv + D;
+    const int64_t t = it % N, bh = it / N, h = bh % P.H;
+    if (P.norm == LA_MHLA_NORM_NONE) {
+        dden[it] = 0.f;
+        inv[it] = 1.f;
+        return;
+    }
+    int64_t w;
+    lbk_box x;
+    const int64_t ib = geo_block(P.G, t, &w, &x);
+    const float *q = P.qt + it * D;
+    float den = 0.f;
+    if (P.norm == LA_MHLA_NORM_RELEASED_VISION) {
+        const float *wr = P.W + h * P.W_hs + ib * P.W_ld;
+        for (int64_t b = 0; b < P.M; b++) {
+            const lbk_box xb = geo_box(P.G, b);
+            const float *qb = P.qt + (bh * N + geo_tok(P.G, xb, w)) * D;
+            const float *zb = Sb + (bh * P.M + b) * SE + D * Dv;
+            float r = 0.f;
+            for (int64_t d = 0; d < D; d++) r += qb[d] * zb[d];
+            den += wr[b] * r;
+        }
+    } else {
+        const float *zi = A + (bh * P.M + ib) * SE + D * Dv;
+        for (int64_t d = 0; d < D; d++) den += q[d] * zi[d];
+        if (P.causal) {
+            const int64_t C = P.G.chunk, t0 = t - t % C;
+            const float *a = aT + it * C;
+            float in = 0.f;
+            for (int64_t jj = 0; jj <= t - t0; jj++) in += a[jj];
+            den += lbk_wii(P, h, ib) * in;
+        }
+    }
+    den += P.eps;
+    const float *g = P.dO + it * Dv, *nm = num + it * Dv;
+    float gn = 0.f;
+    for (int64_t c = 0; c < Dv; c++) gn += g[c] * nm[c];
+    const float iv = 1.f / den;
+    dden[it] = -gn * iv * iv;
+    inv[it] = iv;
+}
+__global__ void lbk_dnum_kernel(int64_t total, lbk_dev P, const float *inv, float *dnum) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    dnum[i] = P.dO[i] * inv[i / P.Dv];
+}
+/* u[t][jj] = dnum_t·v_j + dden_t (per_query) for j <= t, else 0 */
+__global__ void lbk_pair_u_kernel(int64_t total, lbk_dev P, const float *dnum,
+                                  const float *dden, float *uT) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t C = P.G.chunk, N = P.G.N, Dv = P.Dv;
+    const int64_t jj = i % C, it = i / C, t = it % N, bh = it / N;
+    const int64_t j = t - t % C + jj;
+    float u = 0.f;
+    if (j <= t) {
+        u = P.norm == LA_MHLA_NORM_PER_QUERY ? dden[it] : 0.f;
+        const float *g = dnum + it * Dv, *v = P.v + (bh * N + j) * Dv;
+        for (int64_t c = 0; c < Dv; c++) u += g[c] * v[c];
+    }
+    uT[i] = u;
+}
+/* dq̃[t][d] = Σ_c A_i[d][c] dnum[c] + z̃_i[d] dden + W_ii Σ_jj u[t][jj] k̃_j[d] */
+__global__ void lbk_dq_kernel(int64_t total, lbk_dev P, const float *A, const float *dnum,
+                              const float *dden, const float *uT, float *dqt) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t N = P.G.N, D = P.D, Dv = P.Dv, SE = D * Dv + D;
+    const int64_t d = i % D, it = i / D, t = it % N, bh = it / N, h = bh % P.H;
+    int64_t w;
+    lbk_box x;
+    const int64_t ib = geo_block(P.G, t, &w, &x);
+    const float *Ai = A + (bh * P.M + ib) * SE + d * Dv, *g = dnum + it * Dv;
+    float acc = 0.f;
+    for (int64_t c = 0; c < Dv; c++) acc += Ai[c] * g[c];
+    if (P.norm == LA_MHLA_NORM_PER_QUERY) acc += A[(bh * P.M + ib) * SE + D * Dv + d] * dden[it];
+    if (P.causal) {
+        const int64_t C = P.G.chunk, t0 = t - t % C;
+        const float *u = uT + it * C, *K = P.kt + (bh * N + t0) * D + d;
+        float in = 0.f;
+        for (int64_t jj = 0; jj <= t - t0; jj++) in += u[jj] * K[jj * D];
+        acc += lbk_wii(P, h, ib) * in;
+    }
+    dqt[i] = acc;
+}
+/* cdot[t] = Σ_jj a[t][jj] u[t][jj] (the per-token term of dW[i][i]) */
+__global__ void lbk_cdot_kernel(int64_t total, int64_t C, const float *aT, const float *uT,
+                                float *cdot) {
+    const int64_t it = bwd_gid();
+    if (it >= total) return;
+    float s = 0.f;
+    for (int64_t jj = 0; jj < C; jj++) s += aT[it * C + jj] * uT[it * C + jj];
+    cdot[it] = s;
+}
+/* dk̃[j][d] = Σ_c dS_b[d][c] v_j[c] + dz_b[d] + W_bb Σ_{t>=j} u[t][j−t0] q̃_t[d] */
+__global__ void lbk_dk_kernel(int64_t total, lbk_dev P, const float *dS, const float *uT,
+                              float *dkt) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t N = P.G.N, D = P.D, Dv = P.Dv, SE = D * Dv + D;
+    const int64_t d = i % D, it = i / D, j = it % N, bh = it / N, h = bh % P.H;
+    int64_t w;
+    lbk_box x;
+    const int64_t b = geo_block(P.G, j, &w, &x);
+    const float *Gb = dS + (bh * P.M + b) * SE, *vj = P.v + it * Dv;
+    float acc = 0.f;
+    for (int64_t c = 0; c < Dv; c++) acc += Gb[d * Dv + c] * vj[c];
+    acc += Gb[D * Dv + d];
+    if (P.causal) {
+        const int64_t C = P.G.chunk, t0 = j - j % C, t1 = x.lo[2] + x.len[2];
+        float in = 0.f;
+        for (int64_t t = j; t < t1; t++)
+            in += uT[(bh * N + t) * C + (j - t0)] * P.qt[(bh * N + t) * D + d];
+        acc += lbk_wii(P, h, b) * in;
+    }
+    dkt[i] = acc;
+}
+/* dv[j][c] = Σ_d dS_b[d][c] k̃_j[d] + W_bb Σ_{t>=j} a[t][j−t0] dnum_t[c] */
+__global__ void lbk_dv_kernel(int64_t total, lbk_dev P, const float *dS, const float *aT,
+                              const float *dnum, float *dvo) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t N = P.G.N, D = P.D, Dv = P.Dv, SE = D * Dv + D;
+    const int64_t c = i % Dv, it = i / Dv, j = it % N, bh = it / N, h = bh % P.H;
+    int64_t w;
+    lbk_box x;
+    const int64_t b = geo_block(P.G, j, &w, &x);
+    const float *Gb = dS + (bh * P.M + b) * SE + c, *k = P.kt + it * D;
+    float acc = 0.f;
+    for (int64_t d = 0; d < D; d++) acc += Gb[d * Dv] * k[d];
+    if (P.causal) {
+        const int64_t C = P.G.chunk, t0 = j - j % C, t1 = x.lo[2] + x.len[2];
+        float in = 0.f;
+        for (int64_t t = j; t < t1; t++)
+            in += aT[(bh * N + t) * C + (j - t0)] * dnum[(bh * N + t) * Dv + c];
+        acc += lbk_wii(P, h, b) * in;
+    }
+    dvo[i] = acc;
+}
+
 } // namespace
 
 la_status lbk_backward(const lbk_problem *p, const lbk_grads *gr, cudaStream_t s) {
@@ -410,6 +600,16 @@ la_status lbk_backward(const lbk_problem *p, const lbk_grads *gr, cudaStream_t s
     ws.want(&dden, BH, N);
     ws.want(&cdot, BH, N);
     ws.want(&E, BH, N);
+    /* one thread per element (causal chunks up to LBK_PAIR_MAX: the pair
+     * scalars take BH·N·chunk floats), else one thread per token */
+    const int elem = !p->causal || (p->chunk > 0 && p->chunk <= LBK_PAIR_MAX);
+    const int64_t C = p->causal ? p->chunk : 1;
+    float *inv, *aT = nullptr, *uT = nullptr;
+    ws.want(&inv, BH, N);
+    if (elem && p->causal) {
+        ws.want(&aT, BH, N, C);
+        ws.want(&uT, BH, N, C);
+    }
     LA_TRY(ws.alloc(s, "linear-family backward"));
 
     lbk_dev P;
@@ -437,7 +637,19 @@ la_status lbk_backward(const lbk_problem *p, const lbk_grads *gr, cudaStream_t s
                    p->W_ld, Sb, A);
     else
         BWD_LAUNCH(lbk_prefix_kernel, BH * SE, s, M, SE, p->causal, p->S_in, Sb, A);
-    BWD_LAUNCH(lbk_token_fwd_kernel, BH * N, s, P, A, Sb, dnum, dden, cdot, gr->dqt);
+    if (elem) {
+        if (p->causal) BWD_LAUNCH(lbk_pair_a_kernel, BH * N * C, s, P, aT);
+        BWD_LAUNCH(lbk_num_kernel, BH * N * Dv, s, P, A, aT, dnum);
+        BWD_LAUNCH(lbk_den_kernel, BH * N, s, P, A, Sb, aT, dnum, dden, inv);
+        BWD_LAUNCH(lbk_dnum_kernel, BH * N * Dv, s, P, inv, dnum);
+        if (p->causal) {
+            BWD_LAUNCH(lbk_pair_u_kernel, BH * N * C, s, P, dnum, dden, uT);
+            BWD_LAUNCH(lbk_cdot_kernel, BH * N, s, C, aT, uT, cdot);
+        }
+        BWD_LAUNCH(lbk_dq_kernel, BH * N * D, s, P, A, dnum, dden, uT, gr->dqt);
+    } else {
+        BWD_LAUNCH(lbk_token_fwd_kernel, BH * N, s, P, A, Sb, dnum, dden, cdot, gr->dqt);
+    }
     if (p->norm == LA_MHLA_NORM_RELEASED_VISION)
         BWD_LAUNCH(lbk_rv_kernel, BH * N, s, P, Sb, dden, E, gr->dqt);
     BWD_LAUNCH(lbk_dsum_kernel, BH * M * SE, s, P, dnum, dden, E, dA);
@@ -450,7 +662,12 @@ la_status lbk_backward(const lbk_problem *p, const lbk_grads *gr, cudaStream_t s
     if (p->W && gr->dW)
         BWD_LAUNCH(lbk_dw_kernel, gr->dW_heads * p->W_M * p->W_M, s, P, p->B, p->W_M,
                    gr->dW_heads, dA, Sb, dden, cdot, gr->dW);
-    BWD_LAUNCH(lbk_token_bwd_kernel, BH * N, s, P, dS, dnum, dden, gr->dkt, gr->dv);
+    if (elem) {
+        BWD_LAUNCH(lbk_dk_kernel, BH * N * D, s, P, dS, uT, gr->dkt);
+        BWD_LAUNCH(lbk_dv_kernel, BH * N * Dv, s, P, dS, aT, dnum, gr->dv);
+    } else {
+        BWD_LAUNCH(lbk_token_bwd_kernel, BH * N, s, P, dS, dnum, dden, gr->dkt, gr->dv);
+    }
     /* the workspace goes back to the pool stream-ordered: no sync needed */
     return LA_OK;
 }

@@ -445,6 +445,8 @@ static void run_lin_tests(la_rng *r, la_context *ctx) {
         {"mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0},
         {"mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
         {"mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
+        /* chunks over 256 tokens: the one-thread-per-token kernels */
+        {"mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (small_only && cases[i].N > 130) continue;
