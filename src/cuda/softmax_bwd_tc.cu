@@ -1,6 +1,7 @@
 /* Tensor-core softmax attention backward (bf16, head dims 128), FA2-style
  * without atomics: a dK/dV kernel (one CTA per 64 keys of a kv head, looping
- * over the query tiles of every query head of its GQA group, in order) and a
+ * over the query tiles of every query head of its GQA group, in order, the
+ * tiles double-buffered with cp.async) and a
  * dQ kernel (one CTA per 64 queries of a head, looping over key tiles). Each
  * of the four warps owns 16 rows; per tile, with mma.sync m16n8k16 bf16 →
  * fp32 and ldmatrix from padded shared-memory rows (136 elements: conflict
@@ -21,7 +22,8 @@
 #define BT_LD 136 /* padded row, elements */
 #define BT_T 64   /* rows per tile */
 #define BT_THREADS 128
-#define BT_SMEM (4 * BT_T * BT_LD * 2 + 2 * BT_T * 4)
+/* six tiles (two of them double-buffered pairs) and two stages of row stats */
+#define BT_SMEM (6 * BT_T * BT_LD * 2 + 4 * BT_T * 4)
 
 #ifndef LA_BWD_EMU
 static __device__ __forceinline__ int bt_tid(void) { return threadIdx.x; }
@@ -44,6 +46,19 @@ static __device__ __forceinline__ void bt_mma(float *c, const uint32_t *a, uint3
                  : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
+/* 16-byte async copy; invalid: nothing read, 16 zero bytes written */
+static __device__ __forceinline__ void bt_cp16z(void *dst, const void *src, bool valid) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(dst);
+    const size_t ga = __cvta_generic_to_global(src);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(ga),
+                 "r"(valid ? 16 : 0) : "memory");
+}
+static __device__ __forceinline__ void bt_cp_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::: "memory");
+}
+template <int P> static __device__ __forceinline__ void bt_cp_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(P) : "memory");
+}
 #define BT_SMEM_DECL extern __shared__ __align__(16) unsigned char bt_sm[]
 #define BWD_LAUNCH_CTA(kern, gx, gy, nth, smem, stream, ...)                                \
     do {                                                                                    \
@@ -53,6 +68,13 @@ static __device__ __forceinline__ void bt_mma(float *c, const uint32_t *a, uint3
         LA_CU_LAUNCH(#kern);                                                                \
     } while (0)
 #else
+/* host emulation: the copy is done at once (one legal schedule of it) */
+static inline void bt_cp16z(void *dst, const void *src, bool valid) {
+    if (valid) memcpy(dst, src, 16);
+    else memset(dst, 0, 16);
+}
+static inline void bt_cp_commit(void) {}
+template <int P> static inline void bt_cp_wait(void) {}
 #define BT_SMEM_DECL unsigned char *bt_sm = bt_smem()
 #endif
 
@@ -77,15 +99,14 @@ BWD_DEV inline uint32_t bt_pack(float lo, float hi) {
     return u;
 }
 
-/* rows [r0, r0 + 64) of a [n, 128] bf16 panel (row stride rs) into smem;
- * rows >= nrows are zero */
-BWD_DEV inline void bt_load_tile(bt_bf16 *dst, const bt_bf16 *src, int64_t rs, int64_t r0,
-                                 int64_t nrows) {
+/* rows [r0, r0 + 64) of a [n, 128] bf16 panel (row stride rs) into smem
+ * with cp.async; rows >= nrows are zero */
+BWD_DEV inline void bt_load_tile_async(bt_bf16 *dst, const bt_bf16 *src, int64_t rs, int64_t r0,
+                                       int64_t nrows) {
     for (int i = bt_tid(); i < BT_T * (BT_D / 8); i += BT_THREADS) {
         const int row = i / (BT_D / 8), ch = i % (BT_D / 8);
-        uint4 x = make_uint4(0, 0, 0, 0);
-        if (r0 + row < nrows) x = *(const uint4 *)(src + (r0 + row) * rs + ch * 8);
-        *(uint4 *)(dst + row * BT_LD + ch * 8) = x;
+        const bool ok = r0 + row < nrows;
+        bt_cp16z(dst + row * BT_LD + ch * 8, ok ? src + (r0 + row) * rs + ch * 8 : src, ok);
     }
 }
 BWD_DEV inline void bt_load_rowstat(float *ls, float *ds, const float *lse2, const float *Dd,
@@ -137,16 +158,15 @@ BWD_DEV inline void bt_store(bt_bf16 *dst, int64_t rs, int64_t r0, int64_t nrows
         }
 }
 
+/* Both kernels double-buffer the tiles they stream (cp.async): the copy of
+ * tile n+1 is in flight while tile n is computed. */
 __global__ void __launch_bounds__(BT_THREADS) bt_dkv_kernel(bt_args a) {
     BT_SMEM_DECL;
-    bt_bf16 *Ks = (bt_bf16 *)bt_sm, *Vs = Ks + BT_T * BT_LD, *Qs = Vs + BT_T * BT_LD,
-            *Gs = Qs + BT_T * BT_LD;
-    float *ls = (float *)(Gs + BT_T * BT_LD), *ds = ls + BT_T;
+    bt_bf16 *Ks = (bt_bf16 *)bt_sm, *Vs = Ks + BT_T * BT_LD, *Qs0 = Vs + BT_T * BT_LD;
+    float *ls0 = (float *)(Qs0 + 4 * BT_T * BT_LD);
     const int tid = bt_tid(), w = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int64_t k0 = (int64_t)bt_bx() * BT_T, bhk = bt_by(), b = bhk / a.Hk, hk = bhk % a.Hk;
     const int64_t rep = a.H / a.Hk, off = a.Nk - a.Nq;
-    bt_load_tile(Ks, a.k + b * a.ks[0] + hk * a.ks[2], a.ks[1], k0, a.Nk);
-    bt_load_tile(Vs, a.v + b * a.vs[0] + hk * a.vs[2], a.vs[1], k0, a.Nk);
     float dK[BT_D / 8][4], dV[BT_D / 8][4];
     for (int i = 0; i < BT_D / 8; i++)
         for (int e = 0; e < 4; e++) dK[i][e] = dV[i][e] = 0.f;
@@ -156,33 +176,54 @@ __global__ void __launch_bounds__(BT_THREADS) bt_dkv_kernel(bt_args a) {
         if (t_start < 0) t_start = 0;
         t_start = t_start / BT_T * BT_T;
     }
-    for (int64_t h = hk * rep; h < (hk + 1) * rep; h++) {
+    const int64_t nqt = t_start < a.Nq ? (a.Nq - t_start + BT_T - 1) / BT_T : 0, total = rep * nqt;
+    /* stage st: Q at Qs0 + 2·st tiles, dO right after; ls/ds at ls0 + 2·st·64 */
+    auto issue = [&](int64_t n, int st) {
+        const int64_t h = hk * rep + n / nqt, q0 = t_start + (n % nqt) * BT_T;
+        bt_bf16 *Qs = Qs0 + 2 * st * BT_T * BT_LD;
+        bt_load_tile_async(Qs, a.q + b * a.qs[0] + h * a.qs[2], a.qs[1], q0, a.Nq);
+        bt_load_tile_async(Qs + BT_T * BT_LD, a.g + b * a.gs[0] + h * a.gs[2], a.gs[1], q0, a.Nq);
         const int64_t bh = b * a.H + h;
-        for (int64_t q0 = t_start; q0 < a.Nq; q0 += BT_T) {
-            bt_sync(); /* the previous tile is no longer read */
-            bt_load_tile(Qs, a.q + b * a.qs[0] + h * a.qs[2], a.qs[1], q0, a.Nq);
-            bt_load_tile(Gs, a.g + b * a.gs[0] + h * a.gs[2], a.gs[1], q0, a.Nq);
-            bt_load_rowstat(ls, ds, a.lse2 + bh * a.Nq, a.Dd + bh * a.Nq, q0, a.Nq);
-            bt_sync();
-            float sT[BT_T / 8][4], pT[BT_T / 8][4];
-            for (int i = 0; i < BT_T / 8; i++)
-                for (int e = 0; e < 4; e++) sT[i][e] = pT[i][e] = 0.f;
-            bt_gemm_abt(sT, Ks, 16 * w, Qs, lane);
-            bt_gemm_abt(pT, Vs, 16 * w, Gs, lane);
-            for (int nt = 0; nt < BT_T / 8; nt++)
-                for (int e = 0; e < 4; e++) {
-                    const int64_t key = k0 + 16 * w + g + 8 * (e >> 1);
-                    const int qi = nt * 8 + 2 * c + (e & 1);
-                    const int64_t t = q0 + qi;
-                    float p = exp2f(sT[nt][e] * a.sl2 - ls[qi]);
-                    if (key >= a.Nk || (a.causal && key > t + off)) p = 0.f;
-                    sT[nt][e] = p;
-                    pT[nt][e] = p * (pT[nt][e] - ds[qi]);
-                }
-            bt_gemm_pb(dV, sT, Gs, lane);
-            bt_gemm_pb(dK, pT, Qs, lane);
+        bt_load_rowstat(ls0 + 2 * st * BT_T, ls0 + (2 * st + 1) * BT_T, a.lse2 + bh * a.Nq,
+                        a.Dd + bh * a.Nq, q0, a.Nq);
+    };
+    bt_load_tile_async(Ks, a.k + b * a.ks[0] + hk * a.ks[2], a.ks[1], k0, a.Nk);
+    bt_load_tile_async(Vs, a.v + b * a.vs[0] + hk * a.vs[2], a.vs[1], k0, a.Nk);
+    if (total > 0) issue(0, 0);
+    bt_cp_commit();
+    for (int64_t n = 0; n < total; n++) {
+        const int st = (int)(n & 1);
+        if (n + 1 < total) {
+            issue(n + 1, st ^ 1);
+            bt_cp_commit();
+            bt_cp_wait<1>();
+        } else {
+            bt_cp_wait<0>();
         }
+        bt_sync();
+        const bt_bf16 *Qs = Qs0 + 2 * st * BT_T * BT_LD, *Gs = Qs + BT_T * BT_LD;
+        const float *ls = ls0 + 2 * st * BT_T, *ds = ls + BT_T;
+        const int64_t q0 = t_start + (n % nqt) * BT_T;
+        float sT[BT_T / 8][4], pT[BT_T / 8][4];
+        for (int i = 0; i < BT_T / 8; i++)
+            for (int e = 0; e < 4; e++) sT[i][e] = pT[i][e] = 0.f;
+        bt_gemm_abt(sT, Ks, 16 * w, Qs, lane);
+        bt_gemm_abt(pT, Vs, 16 * w, Gs, lane);
+        for (int nt = 0; nt < BT_T / 8; nt++)
+            for (int e = 0; e < 4; e++) {
+                const int64_t key = k0 + 16 * w + g + 8 * (e >> 1);
+                const int qi = nt * 8 + 2 * c + (e & 1);
+                const int64_t t = q0 + qi;
+                float p = exp2f(sT[nt][e] * a.sl2 - ls[qi]);
+                if (key >= a.Nk || (a.causal && key > t + off)) p = 0.f;
+                sT[nt][e] = p;
+                pT[nt][e] = p * (pT[nt][e] - ds[qi]);
+            }
+        bt_gemm_pb(dV, sT, Gs, lane);
+        bt_gemm_pb(dK, pT, Qs, lane);
+        bt_sync(); /* stage st is refilled by the next iteration's copy */
     }
+    bt_cp_wait<0>();
     const int64_t r0 = k0 + 16 * w;
     if (a.dk) bt_store(a.dk + b * a.dks[0] + hk * a.dks[2], a.dks[1], r0, a.Nk, dK, a.scale, lane);
     if (a.dv) bt_store(a.dv + b * a.dvs[0] + hk * a.dvs[2], a.dvs[1], r0, a.Nk, dV, 1.f, lane);
@@ -190,25 +231,39 @@ __global__ void __launch_bounds__(BT_THREADS) bt_dkv_kernel(bt_args a) {
 
 __global__ void __launch_bounds__(BT_THREADS) bt_dq_kernel(bt_args a) {
     BT_SMEM_DECL;
-    bt_bf16 *Qs = (bt_bf16 *)bt_sm, *Gs = Qs + BT_T * BT_LD, *Ks = Gs + BT_T * BT_LD,
-            *Vs = Ks + BT_T * BT_LD;
-    float *ls = (float *)(Vs + BT_T * BT_LD), *ds = ls + BT_T;
+    bt_bf16 *Qs = (bt_bf16 *)bt_sm, *Gs = Qs + BT_T * BT_LD, *Ks0 = Gs + BT_T * BT_LD;
+    float *ls = (float *)(Ks0 + 4 * BT_T * BT_LD), *ds = ls + BT_T;
     const int tid = bt_tid(), w = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
     const int64_t q0 = (int64_t)bt_bx() * BT_T, bh = bt_by(), b = bh / a.H, h = bh % a.H;
     const int64_t hk = h / (a.H / a.Hk), off = a.Nk - a.Nq;
-    bt_load_tile(Qs, a.q + b * a.qs[0] + h * a.qs[2], a.qs[1], q0, a.Nq);
-    bt_load_tile(Gs, a.g + b * a.gs[0] + h * a.gs[2], a.gs[1], q0, a.Nq);
+    int64_t k_end = a.Nk;
+    if (a.causal && q0 + BT_T + off < k_end) k_end = q0 + BT_T + off;
+    const int64_t total = k_end > 0 ? (k_end + BT_T - 1) / BT_T : 0;
+    auto issue = [&](int64_t n, int st) {
+        bt_bf16 *Ks = Ks0 + 2 * st * BT_T * BT_LD;
+        bt_load_tile_async(Ks, a.k + b * a.ks[0] + hk * a.ks[2], a.ks[1], n * BT_T, a.Nk);
+        bt_load_tile_async(Ks + BT_T * BT_LD, a.v + b * a.vs[0] + hk * a.vs[2], a.vs[1], n * BT_T, a.Nk);
+    };
+    bt_load_tile_async(Qs, a.q + b * a.qs[0] + h * a.qs[2], a.qs[1], q0, a.Nq);
+    bt_load_tile_async(Gs, a.g + b * a.gs[0] + h * a.gs[2], a.gs[1], q0, a.Nq);
     bt_load_rowstat(ls, ds, a.lse2 + bh * a.Nq, a.Dd + bh * a.Nq, q0, a.Nq);
+    if (total > 0) issue(0, 0);
+    bt_cp_commit();
     float dQ[BT_D / 8][4];
     for (int i = 0; i < BT_D / 8; i++)
         for (int e = 0; e < 4; e++) dQ[i][e] = 0.f;
-    int64_t k_end = a.Nk;
-    if (a.causal && q0 + BT_T + off < k_end) k_end = q0 + BT_T + off;
-    for (int64_t k0 = 0; k0 < k_end; k0 += BT_T) {
+    for (int64_t n = 0; n < total; n++) {
+        const int st = (int)(n & 1);
+        if (n + 1 < total) {
+            issue(n + 1, st ^ 1);
+            bt_cp_commit();
+            bt_cp_wait<1>();
+        } else {
+            bt_cp_wait<0>();
+        }
         bt_sync();
-        bt_load_tile(Ks, a.k + b * a.ks[0] + hk * a.ks[2], a.ks[1], k0, a.Nk);
-        bt_load_tile(Vs, a.v + b * a.vs[0] + hk * a.vs[2], a.vs[1], k0, a.Nk);
-        bt_sync();
+        const bt_bf16 *Ks = Ks0 + 2 * st * BT_T * BT_LD, *Vs = Ks + BT_T * BT_LD;
+        const int64_t k0 = n * BT_T;
         float S[BT_T / 8][4], dP[BT_T / 8][4];
         for (int i = 0; i < BT_T / 8; i++)
             for (int e = 0; e < 4; e++) S[i][e] = dP[i][e] = 0.f;
@@ -223,7 +278,9 @@ __global__ void __launch_bounds__(BT_THREADS) bt_dq_kernel(bt_args a) {
                 dP[nt][e] = p * (dP[nt][e] - ds[qi]);
             }
         bt_gemm_pb(dQ, dP, Ks, lane);
+        bt_sync();
     }
+    bt_cp_wait<0>();
     bt_store(a.dq + b * a.dqs[0] + h * a.dqs[2], a.dqs[1], q0 + 16 * w, a.Nq, dQ, a.scale, lane);
 }
 

@@ -5,6 +5,9 @@
 # memcheck and racecheck on the small cases, then bench/gpu_backward.py (ours
 # beside the peers). Logs go to $OUT.
 #   bash tests/cuda/gpu_backward.sh [skip-bench]
+# LA_SAN_ENV, LA_SAN_ENV_memcheck, LA_SAN_ENV_racecheck: extra environment of
+# the sanitizer runs (LA_BWD_SOFTMAX_ONLY=1: the softmax cases only, e.g. for
+# racecheck, the only kernels with shared memory); LA_BENCH_ARGS: bench options.
 set -o pipefail
 OUT=${OUT:-/tmp/la_gpu_out}
 B=${B:-build-gpu}
@@ -29,7 +32,8 @@ say "tests rc=$rc"
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do
     say "sanitizer $tool"
-    env LA_CUDA_SMALL=1 ${LA_SAN_ENV:-} timeout 240 "$CS" --tool "$tool" --error-exitcode 9 \
+    senv=LA_SAN_ENV_$tool
+    env LA_CUDA_SMALL=1 ${LA_SAN_ENV:-} ${!senv:-} timeout 240 "$CS" --tool "$tool" --error-exitcode 9 \
         "$B/tests/cuda/test_cuda_backward" > "$OUT/san_$tool.log" 2>&1
     src=$?
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|passed" "$OUT/san_$tool.log" | tail -3 | tee -a "$OUT/summary.txt"
