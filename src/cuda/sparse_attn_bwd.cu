@@ -8,7 +8,9 @@
  * counted (integer atomics, exact), laid out by a prefix sum, and each key's
  * list sorted by entry number, so every key sums its contributions in the
  * same order on every call (no floating-point atomics). Indices < 0 or >= L
- * are skipped; a row with lse = −inf contributes nothing. */
+ * are skipped; a row with lse = −inf contributes nothing. One thread per
+ * (t, h, slot) forms P and dS (kept for a chunk of rows, at most 2^27
+ * floats), then one thread per element of dq and of dkv sums them. */
 #include <math.h>
 
 #include "cuda/bwd_common.cuh"
@@ -51,32 +53,39 @@ __global__ void sp_rowstat_kernel(int64_t total, sp_dev P, const float *O, bwd_v
     lse[i] = bwd_ld(lse_v, 0, t, h, 0);
 }
 
-/* P_j and dS_j of one (t, h, key s) */
-BWD_DEV inline float sp_pds(const sp_dev &P, int64_t t, int64_t h, const float *kvs, float *pj) {
-    const int64_t r = t * P.Hq + h;
-    const float *q = P.q + (h * P.T + t) * P.Dqk, *g = P.dO + (h * P.T + t) * P.dv;
-    const float p = expf(P.scale * sp_dot(q, kvs, P.Dqk) - P.lse[r]);
-    *pj = p;
-    return p * (sp_dot(g, kvs, P.dv) - P.Dd[r]) * P.scale;
-}
-
-__global__ void sp_dq_kernel(int64_t total, sp_dev P, float *dq) {
+/* P and dS of every (t, h, slot) of the rows [t0, t0 + Tc): one thread each,
+ * PS[((t − t0)·Hq + h)·K + j] = {P, scale·dS} (0 for skipped slots) */
+__global__ void sp_pds_kernel(int64_t total, sp_dev P, int64_t t0, float *PS) {
     const int64_t i = bwd_gid();
     if (i >= total) return;
-    const int64_t t = i % P.T, h = i / P.T; /* dq [Hq,T,Dqk] */
-    const int64_t g = h * P.Hkv / P.Hq;
-    float *out = dq + i * P.Dqk;
-    for (int64_t d = 0; d < P.Dqk; d++) out[d] = 0.f;
+    const int64_t j = i % P.K, h = (i / P.K) % P.Hq, t = t0 + i / (P.K * P.Hq);
+    const int s = P.idx[t * P.K + j];
     const float l = P.lse[t * P.Hq + h];
-    if (isinf(l) && l < 0) return;
+    float p = 0.f, ds = 0.f;
+    if (s >= 0 && !(isinf(l) && l < 0)) {
+        const int64_t g = h * P.Hkv / P.Hq;
+        const float *kvs = P.kv + (g * P.L + s) * P.Dqk;
+        const float *q = P.q + (h * P.T + t) * P.Dqk, *gr = P.dO + (h * P.T + t) * P.dv;
+        p = expf(P.scale * sp_dot(q, kvs, P.Dqk) - l);
+        ds = p * (sp_dot(gr, kvs, P.dv) - P.Dd[t * P.Hq + h]) * P.scale;
+    }
+    PS[2 * i] = p;
+    PS[2 * i + 1] = ds;
+}
+/* dq[h][t][d] = Σ_j scale·dS_j kv[s_j][d], one thread per element */
+__global__ void sp_dq_kernel(int64_t total, sp_dev P, int64_t t0, const float *PS, float *dq) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t d = i % P.Dqk, h = (i / P.Dqk) % P.Hq, tl = i / (P.Dqk * P.Hq), t = t0 + tl;
+    const int64_t g = h * P.Hkv / P.Hq;
+    const float *ps = PS + (tl * P.Hq + h) * P.K * 2;
+    const float *kv = P.kv + g * P.L * P.Dqk + d;
+    float acc = 0.f;
     for (int64_t j = 0; j < P.K; j++) {
         const int s = P.idx[t * P.K + j];
-        if (s < 0) continue;
-        const float *kvs = P.kv + (g * P.L + s) * P.Dqk;
-        float p;
-        const float ds = sp_pds(P, t, h, kvs, &p);
-        for (int64_t d = 0; d < P.Dqk; d++) out[d] += ds * kvs[d];
+        if (s >= 0) acc += ps[2 * j + 1] * kv[(int64_t)s * P.Dqk];
     }
+    dq[(h * P.T + t) * P.Dqk + d] = acc;
 }
 
 /* transposed index: count, prefix sum, fill, sort each key's list */
@@ -84,10 +93,10 @@ __global__ void sp_zero_kernel(int64_t total, int *x) {
     const int64_t i = bwd_gid();
     if (i < total) x[i] = 0;
 }
-__global__ void sp_count_kernel(int64_t total, sp_dev P, int *cnt) {
+__global__ void sp_count_kernel(int64_t total, sp_dev P, int64_t e0, int *cnt) {
     const int64_t i = bwd_gid();
     if (i >= total) return;
-    const int s = P.idx[i];
+    const int s = P.idx[e0 + i];
     if (s >= 0) bwd_atomic_inc(&cnt[s]);
 }
 /* one thread: off[s] = Σ_{s'<s} cnt[s'], off[L] = total; cnt reset to 0 */
@@ -101,10 +110,11 @@ __global__ void sp_scan_kernel(int64_t total, int64_t L, int *cnt, int *off) {
     }
     off[L] = run;
 }
-__global__ void sp_fill_kernel(int64_t total, sp_dev P, const int *off, int *cnt, int *ent) {
+__global__ void sp_fill_kernel(int64_t total, sp_dev P, int64_t e0, const int *off, int *cnt,
+                               int *ent) {
     const int64_t i = bwd_gid();
     if (i >= total) return;
-    const int s = P.idx[i];
+    const int s = P.idx[e0 + i];
     if (s >= 0) ent[off[s] + bwd_atomic_inc(&cnt[s])] = (int)i;
 }
 /* heapsort of one key's entries (distinct numbers: the order is unique) */
@@ -142,27 +152,25 @@ __global__ void sp_sort_kernel(int64_t total, const int *off, int *ent) {
     }
 }
 
-__global__ void sp_dkv_kernel(int64_t total, sp_dev P, const int *off, const int *ent,
-                              float *dkv) {
+/* dkv[g][s][d] (+)= Σ over the chunk's entries of key s (in entry order) and
+ * the heads of kv group g: scale·dS q[t,h][d] + P dO[t,h][d] (d < dv); one
+ * thread per element */
+__global__ void sp_dkv_kernel(int64_t total, sp_dev P, int64_t t0, int first, const int *off,
+                              const int *ent, const float *PS, float *dkv) {
     const int64_t i = bwd_gid();
     if (i >= total) return;
-    const int64_t s = i % P.L, g = i / P.L; /* dkv [Hkv,L,Dqk] */
-    const float *kvs = P.kv + i * P.Dqk;
-    float *out = dkv + i * P.Dqk;
-    for (int64_t d = 0; d < P.Dqk; d++) out[d] = 0.f;
+    const int64_t d = i % P.Dqk, s = (i / P.Dqk) % P.L, g = i / (P.Dqk * P.L);
     const int64_t h0 = sp_first_head(g, P.Hq, P.Hkv), h1 = sp_first_head(g + 1, P.Hq, P.Hkv);
+    float acc = first ? 0.f : dkv[i];
     for (int e = off[s]; e < off[s + 1]; e++) {
-        const int64_t t = ent[e] / P.K;
+        const int64_t tl = ent[e] / P.K, j = ent[e] % P.K, t = t0 + tl;
         for (int64_t h = h0; h < h1; h++) {
-            const float l = P.lse[t * P.Hq + h];
-            if (isinf(l) && l < 0) continue;
-            float p;
-            const float ds = sp_pds(P, t, h, kvs, &p);
-            const float *q = P.q + (h * P.T + t) * P.Dqk, *g2 = P.dO + (h * P.T + t) * P.dv;
-            for (int64_t d = 0; d < P.Dqk; d++) out[d] += ds * q[d];
-            for (int64_t d = 0; d < P.dv; d++) out[d] += p * g2[d];
+            const float *ps = PS + ((tl * P.Hq + h) * P.K + j) * 2;
+            acc += ps[1] * P.q[(h * P.T + t) * P.Dqk + d];
+            if (d < P.dv) acc += ps[0] * P.dO[(h * P.T + t) * P.dv + d];
         }
     }
+    dkv[i] = acc;
 }
 
 } // namespace
@@ -174,7 +182,13 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
                                                        const la_tensor *lse,
                                                        const la_tensor *d_out, la_tensor *dq,
                                                        la_tensor *dkv, la_context *ctx) {
-    LA_TRY(bwd_variant_portable(ctx, "sparse_attn_bwd"));
+    /* "portable_rowchunk": the portable engine one query row per chunk (the
+     * same sums in the same order: tests check the chunking bit for bit) */
+    const char *var = la_context_variant(ctx, "sparse_attn_bwd");
+    const int rowchunk = var && !strcmp(var, "portable_rowchunk");
+    if (var && !rowchunk && strcmp(var, "portable"))
+        return la_err(LA_ERR_ARG, "sparse_attn_bwd: unknown kernel variant '%s' (have: portable, "
+                      "portable_rowchunk)", var);
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
     sp_dev P;
@@ -203,12 +217,16 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     ws.want(&l32, P.T, P.Hq);
     ws.want(&D32, P.T, P.Hq);
     ws.want(&ix, P.T, P.K);
+    const int64_t per_row = P.Hq * P.K * 2, cap = (int64_t)1 << 27;
+    const int64_t Tc = (rowchunk || per_row >= cap) ? 1 : (cap / per_row < P.T ? cap / per_row : P.T);
+    float *PS;
+    ws.want(&PS, Tc, per_row);
     if (dq) ws.want(&dq32, P.Hq, P.T, P.Dqk);
     if (dkv) {
         ws.want(&dkv32, P.Hkv, P.L, P.Dqk);
         ws.want(&cnt, P.L);
         ws.want(&off, P.L + 1);
-        ws.want(&ent, P.T, P.K);
+        ws.want(&ent, Tc, P.K);
     }
     LA_TRY(ws.alloc(s, "sparse attention backward"));
     const bwd_view qv = bwd_view3(q), kvv = kv->ndim == 3 ? bwd_view3(kv) : bwd_view2(kv);
@@ -233,19 +251,25 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     BWD_LAUNCH(sp_prep_kernel, P.T * P.K, s, P, (const int *)idx->data, idx->nb[0], idx->nb[1],
                (int *)ix);
     BWD_LAUNCH(sp_rowstat_kernel, P.T * P.Hq, s, P, o32, lv, l32, D32);
-    if (dq) {
-        BWD_LAUNCH(sp_dq_kernel, P.Hq * P.T, s, P, dq32);
+    /* rows in chunks of Tc, so that the per-slot P / dS stay within PS_CAP floats */
+    for (int64_t t0 = 0; t0 < P.T; t0 += Tc) {
+        const int64_t tc = P.T - t0 < Tc ? P.T - t0 : Tc;
+        BWD_LAUNCH(sp_pds_kernel, tc * P.Hq * P.K, s, P, t0, PS);
+        if (dq) BWD_LAUNCH(sp_dq_kernel, tc * P.Hq * P.Dqk, s, P, t0, PS, dq32);
+        if (dkv) {
+            int *c = (int *)cnt, *o = (int *)off, *e = (int *)ent;
+            BWD_LAUNCH(sp_zero_kernel, P.L, s, c);
+            BWD_LAUNCH(sp_count_kernel, tc * P.K, s, P, t0 * P.K, c);
+            BWD_LAUNCH(sp_scan_kernel, 1, s, P.L, c, o);
+            BWD_LAUNCH(sp_fill_kernel, tc * P.K, s, P, t0 * P.K, o, c, e);
+            BWD_LAUNCH(sp_sort_kernel, P.L, s, o, e);
+            BWD_LAUNCH(sp_dkv_kernel, P.Hkv * P.L * P.Dqk, s, P, t0, t0 == 0 ? 1 : 0, o, e, PS, dkv32);
+        }
+    }
+    if (dq)
         LA_TRY(bwd_scatter(s, bwd_view3(dq), dq32, qv, 1, P.T, P.Hq, P.Dqk, BWD_NO_FEATURE, 1.f,
                            1.f));
-    }
     if (dkv) {
-        int *c = (int *)cnt, *o = (int *)off, *e = (int *)ent;
-        BWD_LAUNCH(sp_zero_kernel, P.L, s, c);
-        BWD_LAUNCH(sp_count_kernel, P.T * P.K, s, P, c);
-        BWD_LAUNCH(sp_scan_kernel, 1, s, P.L, c, o);
-        BWD_LAUNCH(sp_fill_kernel, P.T * P.K, s, P, o, c, e);
-        BWD_LAUNCH(sp_sort_kernel, P.L, s, o, e);
-        BWD_LAUNCH(sp_dkv_kernel, P.Hkv * P.L, s, P, o, e, dkv32);
         const bwd_view dv_ = dkv->ndim == 3 ? bwd_view3(dkv) : bwd_view2(dkv);
         LA_TRY(bwd_scatter(s, dv_, dkv32, kvv, 1, P.L, P.Hkv, P.Dqk, BWD_NO_FEATURE, 1.f, 1.f));
     }

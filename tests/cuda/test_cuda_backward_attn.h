@@ -256,6 +256,17 @@ static void t_sparse(la_rng *r, la_context *ctx, int64_t T, int64_t Hq, int64_t 
             check_same(what, "dkv", &dkv, saved[1]);
         }
     }
+    /* one query row per chunk of the per-slot workspace: bit-identical */
+    la_context_set_variant(ctx, "sparse_attn_bwd", "portable_rowchunk");
+    tt_repoison(&dq), tt_repoison(&dkv);
+    la_status st2 = la_sparse_attention_backward_cuda(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                      &dq.t, &dkv.t, ctx);
+    la_context_set_variant(ctx, "sparse_attn_bwd", NULL);
+    CHECK(st2 == LA_OK, "%s rowchunk: %s %s", what, la_status_string(st2), la_last_error());
+    if (st2 == LA_OK && saved[0]) {
+        check_same(what, "dq (row chunks)", &dq, saved[0]);
+        check_same(what, "dkv (row chunks)", &dkv, saved[1]);
+    }
     free(saved[0]), free(saved[1]);
     for (int rr = 0; rr < nref; rr++) free_all(ref[rr], 2);
     free(Sc), free(idx);
