@@ -17,6 +17,13 @@ for f in src/cuda/*_bwd.cu src/cuda/*_bwd_*.cu; do
     fi
     objs+=("$O/obj/$b.o")
 done
+# the public entry points of the backward passes, built as the CUDA build
+# builds them (dispatching CUDA views to the emulated kernels)
+for f in src/ops/*_backward.c; do
+    b=$(basename "$f" .c)
+    gcc -std=c11 -D_GNU_SOURCE -O2 -w -fopenmp -DLA_WITH_CUDA -Iinclude -Isrc -c "$f" -o "$O/obj/ops_$b.o"
+    objs+=("$O/obj/ops_$b.o")
+done
 gcc -std=c11 -D_GNU_SOURCE -O2 -g -Wall -Wextra -Wno-unused-parameter -DLA_BWD_EMU -Iinclude -Isrc -Itests \
     tests/cuda/test_cuda_backward.c "${objs[@]}" "$O/lib/liblongattn.a" \
     -o "$O/test_cuda_backward" -fopenmp -lopenblas -llapack -lm -lpthread -ldl -lstdc++

@@ -8,8 +8,10 @@
  * of float64; bf16 gradients within twice the error of the same formula
  * evaluated with its intermediates rounded to bf16 (what a plain bf16
  * PyTorch formulation does), both against float64 on the same bf16 inputs
- * (FlashAttention's rule). Each case also checks that a second call gives
- * bit-identical gradients (determinism).
+ * (FlashAttention's rule). Each case calls the CUDA entry point, then the
+ * public la_<op>_backward on the same device views (it must give
+ * bit-identical gradients: dispatch and determinism), then the public call
+ * on CPU copies: the CPU backward must agree (1e-4 fp32, 1e-2 bf16).
  *
  * Built for the GPU (make cuda-tests) or, with -DLA_BWD_EMU, linked against
  * the host emulation of the same kernels (tests/cuda/emu_backward.sh): device
@@ -226,6 +228,48 @@ static float *tt_copy_host(const tt *g) {
     float *c = (float *)malloc(sizeof(float) * (size_t)g->n);
     memcpy(c, g->h, sizeof(float) * (size_t)g->n);
     return c;
+}
+
+/* ---- the CPU backward through the public API, on the same values ------------ */
+typedef struct ct {
+    la_tensor t;
+    float *h;
+    int64_t n;
+} ct;
+/* contiguous f32 CPU copy of a test tensor's logical values (fill: NaN) */
+static ct ct_of(const tt *x, int fill_nan) {
+    ct c;
+    c.n = x->n;
+    c.h = (float *)malloc(sizeof(float) * (size_t)(x->n ? x->n : 1));
+    for (int64_t i = 0; i < x->n; i++) c.h[i] = fill_nan ? NAN : x->h[i];
+    la_tensor_init(&c.t, c.h, LA_F32, LA_DEVICE_CPU, x->ndim, x->ne);
+    return c;
+}
+static void ct_free(ct *c) { free(c->h); }
+/* a CUDA gradient (host copy) against the CPU backward's: fp32 outputs within
+ * 1e-4 relative Frobenius, bf16 outputs within 1e-2 */
+static void check_cpu(const char *what, const char *gname, const float *cuda, const ct *cpu,
+                      la_dtype dt) {
+    double rn = 0, an = 0;
+    double *r = (double *)malloc(sizeof(double) * (size_t)(cpu->n ? cpu->n : 1));
+    for (int64_t i = 0; i < cpu->n; i++) {
+        r[i] = cpu->h[i];
+        rn += r[i] * r[i];
+        an += (double)cuda[i] * cuda[i];
+    }
+    const double rr = sqrt(rn / (double)cpu->n), ar = sqrt(an / (double)cpu->n);
+    if (rr <= 1e-5 || ar <= 1e-5) {
+        /* a gradient that vanishes (softmax with one key): both at the level
+         * of fp32 residuals */
+        CHECK(rr <= 1e-5 && ar <= 1e-5, "%s %s: RMS CPU %.3g, CUDA %.3g (one vanishes)", what,
+              gname, rr, ar);
+    } else {
+        const double e = frob_err(cuda, r, cpu->n), bound = dt == LA_F32 ? 1e-4 : 1e-2;
+        CHECK(e <= bound, "%s %s: CUDA vs CPU backward rel Frobenius %.3g > %.3g", what, gname, e,
+              bound);
+        if (getenv("LA_TEST_VERBOSE")) printf("  %s %s vs CPU: %.3g\n", what, gname, e);
+    }
+    free(r);
 }
 
 #include "test_cuda_backward_lin.h"

@@ -102,7 +102,7 @@ static void t_softmax_v(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64
     la_softmax_params_init(&p);
     p.causal = causal;
     for (int call = 0; call < 2; call++) {
-        la_status st = la_softmax_backward_cuda(&p, &q.t, &k.t, &v.t, &o.t, &l.t, &go.t, &dq.t,
+        la_status st = (call ? la_softmax_backward : la_softmax_backward_cuda)(&p, &q.t, &k.t, &v.t, &o.t, &l.t, &go.t, &dq.t,
                                                 &dk.t, &dv.t, ctx);
         CHECK(st == LA_OK, "%s: %s %s", what, la_status_string(st), la_last_error());
         if (st != LA_OK) break;
@@ -117,6 +117,21 @@ static void t_softmax_v(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64
             check_same(what, "dk", &dk, saved[1]);
             check_same(what, "dv", &dv, saved[2]);
         }
+    }
+    if (saved[2]) {
+        ct cq = ct_of(&q, 0), ck = ct_of(&k, 0), cv = ct_of(&v, 0), co = ct_of(&o, 0);
+        ct cl = ct_of(&l, 0), cg = ct_of(&go, 0), cdq = ct_of(&q, 1), cdk = ct_of(&k, 1),
+           cdv = ct_of(&v, 1);
+        la_status sc = la_softmax_backward(&p, &cq.t, &ck.t, &cv.t, &co.t, &cl.t, &cg.t, &cdq.t,
+                                           &cdk.t, &cdv.t, NULL);
+        CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
+        if (sc == LA_OK) {
+            check_cpu(what, "dq", saved[0], &cdq, dt);
+            check_cpu(what, "dk", saved[1], &cdk, dt);
+            check_cpu(what, "dv", saved[2], &cdv, dt);
+        }
+        ct_free(&cq), ct_free(&ck), ct_free(&cv), ct_free(&co), ct_free(&cl), ct_free(&cg);
+        ct_free(&cdq), ct_free(&cdk), ct_free(&cdv);
     }
     for (int i = 0; i < 3; i++) free(saved[i]);
     for (int rr = 0; rr < nref; rr++) free_all(ref[rr], 3);
@@ -242,7 +257,7 @@ static void t_sparse(la_rng *r, la_context *ctx, int64_t T, int64_t Hq, int64_t 
     p.dv = dvv;
     float *saved[2] = {NULL, NULL};
     for (int call = 0; call < 2; call++) {
-        la_status st = la_sparse_attention_backward_cuda(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t,
+        la_status st = (call ? la_sparse_attention_backward : la_sparse_attention_backward_cuda)(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t,
                                                          &go.t, &dq.t, &dkv.t, ctx);
         CHECK(st == LA_OK, "%s: %s %s", what, la_status_string(st), la_last_error());
         if (st != LA_OK) break;
@@ -266,6 +281,21 @@ static void t_sparse(la_rng *r, la_context *ctx, int64_t T, int64_t Hq, int64_t 
     if (st2 == LA_OK && saved[0]) {
         check_same(what, "dq (row chunks)", &dq, saved[0]);
         check_same(what, "dkv (row chunks)", &dkv, saved[1]);
+    }
+    if (saved[1]) {
+        ct cq = ct_of(&q, 0), ckv = ct_of(&kv, 0), co = ct_of(&o, 0), cl = ct_of(&l, 0),
+           cg = ct_of(&go, 0), cdq = ct_of(&q, 1), cdkv = ct_of(&kv, 1);
+        la_tensor ci;
+        la_tensor_init(&ci, idx, LA_I32, LA_DEVICE_CPU, 2, ni);
+        la_status sc = la_sparse_attention_backward(&p, &cq.t, &ckv.t, &ci, &co.t, &cl.t, &cg.t,
+                                                    &cdq.t, &cdkv.t, NULL);
+        CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
+        if (sc == LA_OK) {
+            check_cpu(what, "dq", saved[0], &cdq, dt);
+            check_cpu(what, "dkv", saved[1], &cdkv, dt);
+        }
+        ct_free(&cq), ct_free(&ckv), ct_free(&co), ct_free(&cl), ct_free(&cg), ct_free(&cdq),
+            ct_free(&cdkv);
     }
     free(saved[0]), free(saved[1]);
     for (int rr = 0; rr < nref; rr++) free_all(ref[rr], 2);
@@ -466,7 +496,7 @@ static void t_focused(la_rng *r, la_context *ctx, int blog, int64_t B, int64_t H
     p.eps = (float)eps;
     float *saved[3] = {NULL, NULL, NULL};
     for (int call = 0; call < 2; call++) {
-        la_status st = la_focused_backward_cuda(
+        la_status st = (call ? la_focused_backward : la_focused_backward_cuda)(
             &p, &q.t, &k.t, &v.t, has_conv ? &conv.t : NULL, bias.h ? &bias.t : NULL,
             sp.h ? &sp.t : NULL, foc.h ? &foc.t : NULL, NULL, &go.t, &dq.t, &dk.t, &dv.t,
             has_conv ? &dconv.t : NULL, bias.h ? &dbias.t : NULL, sp.h ? &dsp.t : NULL,
@@ -488,6 +518,32 @@ static void t_focused(la_rng *r, la_context *ctx, int blog, int64_t B, int64_t H
             check_same(what, "dk", &dk, saved[1]);
             check_same(what, "dv", &dv, saved[2]);
         }
+    }
+    if (saved[2]) {
+        ct cq = ct_of(&q, 0), ck = ct_of(&k, 0), cv = ct_of(&v, 0), cg = ct_of(&go, 0);
+        ct cdq = ct_of(&q, 1), cdk = ct_of(&k, 1), cdv = ct_of(&v, 1);
+        ct cc = {0}, cb = {0}, cs = {0}, cf = {0}, cdc = {0}, cdb = {0}, cds = {0}, cdf = {0};
+        if (has_conv) cc = ct_of(&conv, 0), cdc = ct_of(&conv, 1);
+        if (bias.h) cb = ct_of(&bias, 0), cdb = ct_of(&bias, 1);
+        if (sp.h) cs = ct_of(&sp, 0), cds = ct_of(&sp, 1);
+        if (foc.h) cf = ct_of(&foc, 0), cdf = ct_of(&foc, 1);
+        la_status sc = la_focused_backward(
+            &p, &cq.t, &ck.t, &cv.t, has_conv ? &cc.t : NULL, bias.h ? &cb.t : NULL,
+            sp.h ? &cs.t : NULL, foc.h ? &cf.t : NULL, NULL, &cg.t, &cdq.t, &cdk.t, &cdv.t,
+            has_conv ? &cdc.t : NULL, bias.h ? &cdb.t : NULL, sp.h ? &cds.t : NULL,
+            foc.h ? &cdf.t : NULL, NULL);
+        CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
+        if (sc == LA_OK) {
+            check_cpu(what, "dq", saved[0], &cdq, dt);
+            check_cpu(what, "dk", saved[1], &cdk, dt);
+            check_cpu(what, "dv", saved[2], &cdv, dt);
+        }
+        ct_free(&cq), ct_free(&ck), ct_free(&cv), ct_free(&cg), ct_free(&cdq), ct_free(&cdk),
+            ct_free(&cdv);
+        if (has_conv) ct_free(&cc), ct_free(&cdc);
+        if (bias.h) ct_free(&cb), ct_free(&cdb);
+        if (sp.h) ct_free(&cs), ct_free(&cds);
+        if (foc.h) ct_free(&cf), ct_free(&cdf);
     }
     for (int i = 0; i < 3; i++) free(saved[i]);
     free(F.q), free(F.k), free(F.v), free(gd), free(F.conv), free(F.bias), free(F.sp), free(F.focus);
@@ -527,7 +583,7 @@ static void run_attn_tests(la_rng *r, la_context *ctx) {
     t_sparse(r, ctx, 65, 4, 2, 100, 17, 40, 24, LA_BF16, 0);
     if (!small_only) t_sparse(r, ctx, 130, 16, 0, 1000, 64, 576, 512, LA_BF16, 1);
     /* focused: blog B Hm Wm H D Dv ks(0 = no conv) params dtype perm */
-    t_focused(r, ctx, 0, 1, 1, 3, 1, 16, 16, 3, 1, LA_F32, 0);
+    t_focused(r, ctx, 0, 1, 3, 3, 1, 16, 16, 3, 1, LA_F32, 0);
     t_focused(r, ctx, 0, 2, 9, 7, 2, 16, 16, 5, 1, LA_F32, 1);
     t_focused(r, ctx, 0, 1, 5, 6, 2, 8, 12, 0, 1, LA_F32, 0);
     t_focused(r, ctx, 0, 1, 8, 8, 2, 16, 16, 3, 0, LA_BF16, 1);

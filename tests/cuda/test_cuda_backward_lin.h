@@ -249,7 +249,7 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = c->norm == LA_MHLA_NORM_PER_QUERY;
             p.scale_q = (float)sq;
             p.eps = eps;
-            st = la_linear_backward_cuda(&p, &q.t, &k.t, &v.t, NULL, c->state ? &Si.t : NULL,
+            st = (call ? la_linear_backward : la_linear_backward_cuda)(&p, &q.t, &k.t, &v.t, NULL, c->state ? &Si.t : NULL,
                                          c->state ? &zi.t : NULL, &go.t,
                                          c->state ? &dSo.t : NULL, c->state ? &dzo.t : NULL,
                                          &dq.t, &dk.t, &dv.t, c->state ? &dSi.t : NULL,
@@ -263,7 +263,7 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = (la_mhla_normalize)c->norm;
             p.scale_q = (float)sq;
             p.eps = eps;
-            st = la_mhla_backward_cuda(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t, &dk.t,
+            st = (call ? la_mhla_backward : la_mhla_backward_cuda)(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t, &dk.t,
                                        &dv.t, &dW.t, ctx);
         } else {
             la_mhla_causal_params p;
@@ -273,7 +273,7 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = (la_mhla_normalize)c->norm;
             p.scale_q = 0.f;
             p.eps = eps;
-            st = la_mhla_causal_backward_cuda(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t,
+            st = (call ? la_mhla_causal_backward : la_mhla_causal_backward_cuda)(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t,
                                               &dk.t, &dv.t, &dW.t, ctx);
         }
         CHECK(st == LA_OK, "%s: %s %s", what, la_status_string(st), la_last_error());
@@ -410,6 +410,58 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             check_same(what, "dk", &dk, saved[1]);
             check_same(what, "dv", &dv, saved[2]);
             if (c->kind) check_same(what, "d_mixing", &dW, saved[3]);
+        }
+    }
+    if (saved[2] && (!c->kind || saved[3])) {
+        /* the CPU backward on the same values */
+        ct cq = ct_of(&q, 0), ck = ct_of(&k, 0), cv = ct_of(&v, 0), cg = ct_of(&go, 0);
+        ct cdq = ct_of(&q, 1), cdk = ct_of(&k, 1), cdv = ct_of(&v, 1);
+        ct cW = {0}, cdW = {0}, cSi = {0}, czi = {0}, cSo = {0}, czo = {0}, cdSi = {0}, cdzi = {0};
+        if (c->kind) cW = ct_of(&W, 0), cdW = ct_of(&W, 1);
+        if (c->state) {
+            cSi = ct_of(&Si, 0), czi = ct_of(&zi, 0), cSo = ct_of(&dSo, 0), czo = ct_of(&dzo, 0);
+            cdSi = ct_of(&dSi, 1), cdzi = ct_of(&dzi, 1);
+        }
+        la_status sc = LA_ERR_INTERNAL;
+        if (c->kind == 0) {
+            la_linear_params p;
+            la_linear_params_init(&p);
+            p.feature = c->f, p.causal = c->causal, p.normalize = c->norm == LA_MHLA_NORM_PER_QUERY;
+            p.scale_q = (float)sq, p.eps = eps;
+            sc = la_linear_backward(&p, &cq.t, &ck.t, &cv.t, NULL, c->state ? &cSi.t : NULL,
+                                    c->state ? &czi.t : NULL, &cg.t, c->state ? &cSo.t : NULL,
+                                    c->state ? &czo.t : NULL, &cdq.t, &cdk.t, &cdv.t,
+                                    c->state ? &cdSi.t : NULL, c->state ? &cdzi.t : NULL, NULL);
+        } else if (c->kind == 1) {
+            la_mhla_params p;
+            la_mhla_params_init(&p);
+            p.grid_ndim = c->grid_ndim;
+            for (int a = 0; a < 3; a++) p.grid[a] = c->grid[a], p.blocks[a] = c->blocks[a];
+            p.feature = c->f, p.normalize = (la_mhla_normalize)c->norm, p.scale_q = (float)sq;
+            p.eps = eps;
+            sc = la_mhla_backward(&p, &cq.t, &ck.t, &cv.t, &cW.t, NULL, &cg.t, &cdq.t, &cdk.t,
+                                  &cdv.t, &cdW.t, NULL);
+        } else {
+            la_mhla_causal_params p;
+            la_mhla_causal_params_init(&p);
+            p.chunk = c->chunk, p.feature = c->f, p.normalize = (la_mhla_normalize)c->norm;
+            p.scale_q = 0.f, p.eps = eps;
+            sc = la_mhla_causal_backward(&p, &cq.t, &ck.t, &cv.t, &cW.t, NULL, &cg.t, &cdq.t,
+                                         &cdk.t, &cdv.t, &cdW.t, NULL);
+        }
+        CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
+        if (sc == LA_OK) {
+            check_cpu(what, "dq", saved[0], &cdq, c->dt);
+            check_cpu(what, "dk", saved[1], &cdk, c->dt);
+            check_cpu(what, "dv", saved[2], &cdv, c->dt);
+            if (c->kind) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
+        }
+        ct_free(&cq), ct_free(&ck), ct_free(&cv), ct_free(&cg), ct_free(&cdq), ct_free(&cdk),
+            ct_free(&cdv);
+        if (c->kind) ct_free(&cW), ct_free(&cdW);
+        if (c->state) {
+            ct_free(&cSi), ct_free(&czi), ct_free(&cSo), ct_free(&czo), ct_free(&cdSi),
+                ct_free(&cdzi);
         }
     }
     for (int i = 0; i < 4; i++) free(saved[i]);
