@@ -3,8 +3,9 @@
 
 Ours: build-gpu/gpu_backward_driver (bench/gpu_backward_driver.cu) times the
 library's forward and the CUDA backward entry points with CUDA events
-(medians), and reports the backward's peak workspace from the library's
-pool; the Python autograd path (another branch) is not used yet.
+(medians; the C-level time) and reports the backward's peak workspace from
+the library's pool; peer "ours_py" times the same through the longattn
+package's autograd (forward + torch.autograd.grad), as users call it.
 Peers, each in its own process under a timeout: PyTorch SDPA backward,
 plain-PyTorch autograd (bf16 einsum formulations, eager and torch.compile)
 of linear causal attention, MHLA and FLatten, and fla's chunk_linear_attn
@@ -210,10 +211,56 @@ def peer_focused(compile_too):
         print(f"peer flatten_torch_{fname} 128x128 fwd+bwd: {timeit(step):.3f} ms", flush=True)
 
 
+def peer_ours_py():
+    """ours as users call it: the longattn package's autograd on CUDA tensors
+    (forward + torch.autograd.grad, CUDA events around both)"""
+    import torch
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "python"))
+    try:
+        import longattn
+    except Exception as e:  # noqa: BLE001
+        print(f"ours_py: skipped ({type(e).__name__}: {e})", flush=True)
+        return
+    bf = torch.bfloat16
+
+    def t(*shape):
+        return torch.randn(*shape, device="cuda", dtype=bf, requires_grad=True)
+
+    cases = []
+    for n, causal in ((8192, False), (8192, True)):
+        q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
+        cases.append((f"softmax N={n} causal={int(causal)}", (q, k, v),
+                      lambda q=q, k=k, v=v, c=causal: longattn.softmax_attention(q, k, v, causal=c)))
+    q, k, v = t(1, 32768, 12, 128), t(1, 32768, 12, 128), t(1, 32768, 12, 128)
+    cases.append(("linear causal N=32768", (q, k, v),
+                  lambda q=q, k=k, v=v: longattn.linear_attention(
+                      q, k, v, feature="identity", causal=True, normalize=False, scale=128 ** -0.5)))
+    n = 21 * 30 * 50
+    q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
+    W = torch.rand(150, 150, device="cuda", requires_grad=True)
+    cases.append(("mhla wan", (q, k, v, W),
+                  lambda q=q, k=k, v=v, W=W: longattn.mhla(q, k, v, W, grid=(21, 30, 50),
+                                                           blocks=(3, 5, 10), normalize="none")))
+    for name, ins, fwd in cases:
+        try:
+            o = fwd()
+            o = o[0] if isinstance(o, tuple) else o
+            g = torch.randn_like(o)
+
+            def step():
+                out = fwd()
+                out = out[0] if isinstance(out, tuple) else out
+                torch.autograd.grad(out, ins, g)
+            print(f"ours_py {name} fwd+bwd: {timeit(step, reps=3, warm=1):.3f} ms", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"ours_py {name}: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--driver", default="build-gpu/gpu_backward_driver")
-    ap.add_argument("--peers", default="sdpa,linear,fla,mhla,focused")
+    ap.add_argument("--peers", default="ours_py,sdpa,linear,fla,mhla,focused")
     ap.add_argument("--peer", help=argparse.SUPPRESS)
     ap.add_argument("--no-compile", action="store_true")
     ap.add_argument("--reps", type=int, default=3)
@@ -222,7 +269,7 @@ def main():
     a = ap.parse_args()
     if a.peer:
         c = not a.no_compile
-        {"sdpa": peer_sdpa, "linear": lambda: peer_linear(c), "fla": peer_fla,
+        {"ours_py": peer_ours_py, "sdpa": peer_sdpa, "linear": lambda: peer_linear(c), "fla": peer_fla,
          "mhla": lambda: peer_mhla(c), "focused": lambda: peer_focused(c)}[a.peer]()
         return
     if os.path.exists(a.driver):
