@@ -40,7 +40,9 @@ static void focus_row_bwd(const double *x, const double *inv_sp, int64_t C, doub
     for (int64_t c = 0; c < C; c++) {
         const double u = xp[c] / mx;
         double um1;
-        if (ip) {
+        if (ip == 3) {
+            um1 = u * u;
+        } else if (ip) {
             um1 = 1;
             for (int e = 1; e < ip; e++) um1 *= u;
         } else {
@@ -346,12 +348,16 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 for (int64_t c = 0; c < C; c++) src[c] = (float)da[c];
             }
         }
-        if (!blog && d_softplus_param)
+        if (!blog && d_softplus_param) /* channel blocks, tokens in order, rows read contiguously */
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t c = 0; c < C; c++) {
-                double a = 0;
-                for (int64_t n = 0; n < N; n++) a += (double)DQ[n * C + c] + DK[n * C + c];
-                dsp[c] += a;
+            for (int64_t c0 = 0; c0 < C; c0 += 64) {
+                const int64_t cn = C - c0 < 64 ? C - c0 : 64;
+                double a[64] = {0};
+                for (int64_t n = 0; n < N; n++) {
+                    const float *dqr = DQ + n * C + c0, *dkr = DK + n * C + c0;
+                    for (int64_t c = 0; c < cn; c++) a[c] += (double)dqr[c] + dkr[c];
+                }
+                for (int64_t c = 0; c < cn; c++) dsp[c0 + c] += a[c];
             }
         if (dv)
             for (int64_t h = 0; h < H; h++) la_scatter_bnhd_rows(dv, b, h, 0, N, DV + h * Dv, HDv);
