@@ -1,0 +1,292 @@
+#!/usr/bin/env python3
+"""Backward passes on the GPU, ours beside the peers, in one run (issue 14).
+
+Ours: build-gpu/gpu_backward_driver (bench/gpu_backward_driver.cu) times the
+library's forward and the CUDA backward entry points with CUDA events
+(medians; the C-level time) and reports the backward's peak workspace from
+the library's pool; peer "ours_py" times the same through the longattn
+package's autograd (forward + torch.autograd.grad), as users call it.
+Peers, each in its own process under a timeout: PyTorch SDPA backward,
+plain-PyTorch autograd (bf16 einsum formulations, eager and torch.compile)
+of linear causal attention, MHLA and FLatten, and fla's chunk_linear_attn
+when `import fla` works (else a printed reason).
+
+    python3 bench/gpu_backward.py [--driver build-gpu/gpu_backward_driver]
+                                  [--peers sdpa,linear,mhla,focused,fla] [--no-compile]
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+
+OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "mhla_wan", "mhla_1d64k",
+        "focused128", "sparse256"]
+
+
+def run_ours(driver, reps, which):
+    rows = []
+    for w in which:
+        try:
+            r = subprocess.run([driver, w, str(reps)], capture_output=True, text=True, timeout=120)
+            line = [l for l in r.stdout.splitlines() if l.startswith("{")]
+            rows.append(json.loads(line[-1]) if line else {"name": w, "status": "no output",
+                                                           "error": r.stderr[-300:]})
+        except subprocess.TimeoutExpired:
+            rows.append({"name": w, "status": "timeout (120 s)"})
+        print("ours", json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+# ---------------------------------------------------------------- peers (subprocess)
+def timeit(fn, reps=5, warm=2):
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
+def peer_sdpa():
+    import torch
+    import torch.nn.functional as F
+    for n in (8192, 32768):
+        for causal in (False, True):
+            q, k, v = (torch.randn(1, 12, n, 128, device="cuda", dtype=torch.bfloat16,
+                                   requires_grad=True) for _ in range(3))
+            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            g = torch.randn_like(o)
+            ms = timeit(lambda: torch.autograd.grad(o, (q, k, v), g, retain_graph=True))
+            fl = 2.5 * 4 * 12 * n * n * 128 * (0.5 if causal else 1)
+            print(f"peer sdpa_bwd N={n} causal={int(causal)}: {ms:.3f} ms "
+                  f"{fl / ms / 1e9:.0f} TFLOP/s", flush=True)
+
+
+def lin_causal_torch(q, k, v, C=64):
+    """chunkwise causal linear attention (no normalizer), q k v [B,H,N,D] bf16"""
+    import torch
+    B, H, N, D = q.shape
+    q = q * D ** -0.5
+    qc, kc, vc = (x.view(B, H, N // C, C, -1) for x in (q, k, v))
+    kv = torch.einsum("bhncd,bhnce->bhnde", kc, vc)
+    S = torch.cumsum(kv.float(), dim=2) - kv.float()
+    inter = torch.einsum("bhncd,bhnde->bhnce", qc, S.to(q.dtype))
+    a = torch.einsum("bhncd,bhnsd->bhncs", qc, kc)
+    mask = torch.ones(C, C, device=q.device, dtype=torch.bool).tril()
+    intra = torch.einsum("bhncs,bhnse->bhnce", a.masked_fill(~mask, 0), vc)
+    return (inter + intra).view(B, H, N, -1)
+
+
+def peer_linear(compile_too):
+    import torch
+    n = 32768
+    q, k, v = (torch.randn(1, 12, n, 128, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    g = torch.randn(1, 12, n, 128, device="cuda", dtype=torch.bfloat16)
+    fns = [("eager", lin_causal_torch)]
+    if compile_too:
+        fns.append(("compiled", torch.compile(lin_causal_torch)))
+    for name, f in fns:
+        def step():
+            o = f(q, k, v)
+            torch.autograd.grad(o, (q, k, v), g)
+        print(f"peer linear_causal_torch_{name} N={n} fwd+bwd: {timeit(step):.3f} ms", flush=True)
+
+
+def peer_fla():
+    try:
+        import torch
+        from fla.ops.linear_attn import chunk_linear_attn
+    except Exception as e:  # noqa: BLE001
+        print(f"peer fla: skipped ({type(e).__name__}: {e})", flush=True)
+        return
+    n = 32768
+    q, k, v = (torch.randn(1, n, 12, 128, device="cuda", dtype=torch.bfloat16,
+                           requires_grad=True) for _ in range(3))
+    g = torch.randn(1, n, 12, 128, device="cuda", dtype=torch.bfloat16)
+
+    def step():
+        o = chunk_linear_attn(q, k, v, normalize=False)
+        o = o[0] if isinstance(o, tuple) else o
+        torch.autograd.grad(o, (q, k, v), g)
+    print(f"peer fla_chunk_linear_attn N={n} fwd+bwd: {timeit(step):.3f} ms", flush=True)
+
+
+def mhla_torch(q, k, v, W, grid, blocks):
+    """plain MHLA (normalize none, relu_eps), q k v [B,H,N,D], raster order in and out"""
+    import torch
+    B, H, N, D = q.shape
+    sh = []
+    for n_, g_ in zip(grid, blocks):
+        sh += [g_, n_ // g_]
+    perm_in = [0, 1] + [2 + 2 * i for i in range(len(grid))] + [3 + 2 * i for i in range(len(grid))] + [2 + 2 * len(grid)]
+
+    def blk(x):
+        x = x.view(B, H, *sh, x.shape[-1]).permute(*perm_in)
+        return x.reshape(B, H, len(W), -1, x.shape[-1])
+    qf, kf = torch.relu(q) + 1e-6, torch.relu(k) + 1e-6
+    qb, kb, vb = blk(qf), blk(kf), blk(v)
+    S = torch.einsum("bhmtd,bhmte->bhmde", kb, vb)
+    St = torch.einsum("im,bhmde->bhide", W.to(S.dtype), S)
+    o = torch.einsum("bhitd,bhide->bhite", qb, St)
+    inv = [0] * len(perm_in)
+    for i, p in enumerate(perm_in):
+        inv[p] = i
+    o = o.reshape(B, H, *[blocks[i] for i in range(len(grid))], *[grid[i] // blocks[i] for i in range(len(grid))], -1)
+    return o.permute(*inv).reshape(B, H, N, -1)
+
+
+def peer_mhla(compile_too):
+    import torch
+    for name, grid, blocks in (("wan", (21, 30, 50), (3, 5, 10)), ("1d64k", (65536,), (16,))):
+        n = 1
+        for x in grid:
+            n *= x
+        M = 1
+        for x in blocks:
+            M *= x
+        q, k, v = (torch.randn(1, 12, n, 128, device="cuda", dtype=torch.bfloat16,
+                               requires_grad=True) for _ in range(3))
+        W = torch.rand(M, M, device="cuda", requires_grad=True)
+        g = torch.randn(1, 12, n, 128, device="cuda", dtype=torch.bfloat16)
+        fns = [("eager", mhla_torch)]
+        if compile_too:
+            fns.append(("compiled", torch.compile(mhla_torch)))
+        for fname, f in fns:
+            def step():
+                o = f(q, k, v, W, grid, blocks)
+                torch.autograd.grad(o, (q, k, v, W), g)
+            print(f"peer mhla_torch_{fname} {name} fwd+bwd: {timeit(step):.3f} ms", flush=True)
+
+
+def flatten_torch(q, k, v, sp, conv_w, conv_b, hm, wm, p=3.0):
+    """FLatten core, q k v [B,N,C] bf16 (C = H*D), H = 12"""
+    import torch
+    import torch.nn.functional as F
+    B, N, C = q.shape
+    H = 12
+    D = C // H
+    s = F.softplus(sp)
+    q = (F.relu(q) + 1e-6) / s
+    k = (F.relu(k) + 1e-6) / s
+    qn, kn = q.norm(dim=-1, keepdim=True), k.norm(dim=-1, keepdim=True)
+    q, k = q ** p, k ** p
+    q = q / q.norm(dim=-1, keepdim=True) * qn
+    k = k / k.norm(dim=-1, keepdim=True) * kn
+    q, k, v = (x.reshape(B, N, H, D).transpose(1, 2) for x in (q, k, v))
+    z = 1 / (torch.einsum("bhnd,bhd->bhn", q, k.sum(dim=2) / N) + 1e-6)
+    kv = torch.einsum("bhnd,bhne->bhde", k, v) / N
+    o = torch.einsum("bhnd,bhde->bhne", q, kv) * z[..., None]
+    vv = v.reshape(B * H, hm, wm, D).permute(0, 3, 1, 2)
+    o = o + F.conv2d(vv, conv_w, conv_b, padding=conv_w.shape[-1] // 2, groups=D).reshape(B, H, D, N).transpose(2, 3)
+    return o.transpose(1, 2).reshape(B, N, C)
+
+
+def peer_focused(compile_too):
+    import torch
+    hm = wm = 128
+    n, C = hm * wm, 12 * 128
+    q, k, v = (torch.randn(1, n, C, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+               for _ in range(3))
+    sp = torch.zeros(C, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    cw = (0.2 * torch.randn(128, 1, 5, 5, device="cuda")).to(torch.bfloat16).requires_grad_()
+    cb = torch.zeros(128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+    g = torch.randn(1, n, C, device="cuda", dtype=torch.bfloat16)
+    fns = [("eager", flatten_torch)]
+    if compile_too:
+        fns.append(("compiled", torch.compile(flatten_torch)))
+    for fname, f in fns:
+        def step():
+            o = f(q, k, v, sp, cw, cb, hm, wm)
+            torch.autograd.grad(o, (q, k, v, sp, cw, cb), g)
+        print(f"peer flatten_torch_{fname} 128x128 fwd+bwd: {timeit(step):.3f} ms", flush=True)
+
+
+def peer_ours_py():
+    """ours as users call it: the longattn package's autograd on CUDA tensors
+    (forward + torch.autograd.grad, CUDA events around both)"""
+    import torch
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, "..", "python"))
+    try:
+        import longattn
+    except Exception as e:  # noqa: BLE001
+        print(f"ours_py: skipped ({type(e).__name__}: {e})", flush=True)
+        return
+    bf = torch.bfloat16
+
+    def t(*shape):
+        return torch.randn(*shape, device="cuda", dtype=bf, requires_grad=True)
+
+    cases = []
+    for n, causal in ((8192, False), (8192, True)):
+        q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
+        cases.append((f"softmax N={n} causal={int(causal)}", (q, k, v),
+                      lambda q=q, k=k, v=v, c=causal: longattn.softmax_attention(q, k, v, causal=c)))
+    q, k, v = t(1, 32768, 12, 128), t(1, 32768, 12, 128), t(1, 32768, 12, 128)
+    cases.append(("linear causal N=32768", (q, k, v),
+                  lambda q=q, k=k, v=v: longattn.linear_attention(
+                      q, k, v, feature="identity", causal=True, normalize=False, scale=128 ** -0.5)))
+    n = 21 * 30 * 50
+    q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
+    W = torch.rand(150, 150, device="cuda", requires_grad=True)
+    cases.append(("mhla wan", (q, k, v, W),
+                  lambda q=q, k=k, v=v, W=W: longattn.mhla(q, k, v, W, grid=(21, 30, 50),
+                                                           blocks=(3, 5, 10), normalize="none")))
+    for name, ins, fwd in cases:
+        try:
+            o = fwd()
+            o = o[0] if isinstance(o, tuple) else o
+            g = torch.randn_like(o)
+
+            def step():
+                out = fwd()
+                out = out[0] if isinstance(out, tuple) else out
+                torch.autograd.grad(out, ins, g)
+            print(f"ours_py {name} fwd+bwd: {timeit(step, reps=3, warm=1):.3f} ms", flush=True)
+        except Exception as e:  # noqa: BLE001
+            print(f"ours_py {name}: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--driver", default="build-gpu/gpu_backward_driver")
+    ap.add_argument("--peers", default="ours_py,sdpa,linear,fla,mhla,focused")
+    ap.add_argument("--peer", help=argparse.SUPPRESS)
+    ap.add_argument("--no-compile", action="store_true")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--ours", default=",".join(OURS))
+    ap.add_argument("--timeout", type=int, default=150)
+    a = ap.parse_args()
+    if a.peer:
+        c = not a.no_compile
+        {"ours_py": peer_ours_py, "sdpa": peer_sdpa, "linear": lambda: peer_linear(c), "fla": peer_fla,
+         "mhla": lambda: peer_mhla(c), "focused": lambda: peer_focused(c)}[a.peer]()
+        return
+    if os.path.exists(a.driver):
+        run_ours(a.driver, a.reps, [w for w in a.ours.split(",") if w])
+    else:
+        print(f"ours: skipped (no driver at {a.driver})")
+    for p in a.peers.split(","):
+        if not p:
+            continue
+        cmd = [sys.executable, __file__, "--peer", p] + (["--no-compile"] if a.no_compile else [])
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+            out = r.stdout + (("\n" + r.stderr[-600:]) if r.returncode else "")
+            print(out.strip(), flush=True)
+        except subprocess.TimeoutExpired as e:
+            print(f"peer {p}: timeout ({a.timeout} s) {(e.stdout or b'')[-300:]!r}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

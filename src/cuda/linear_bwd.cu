@@ -1,0 +1,136 @@
+/* Linear attention backward on CUDA (TRAINING.md §1): the portable engine
+ * of linblock_bwd.cu with one block over all tokens (non-causal) or chunks
+ * of 64 tokens with the forward / reverse sweeps over chunks (causal, with
+ * the initial-state and final-state gradients). The chunk size of the
+ * params only shapes the forward's arithmetic; the gradient is that of the
+ * token recurrence, which every chunk size computes. */
+#include "cuda/bwd_common.cuh"
+
+#define LIN_BWD_CHUNK 64
+
+/* [S (D×Dv) | z (D)] per (b,h) from the state views; a NULL part is zero */
+static __global__ void lin_state_pack_kernel(int64_t total, bwd_view S, bwd_view z, int64_t H,
+                                             int64_t D, int64_t Dv, float *dst) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t SE = D * Dv + D, e = i % SE, bh = i / SE, b = bh / H, h = bh % H;
+    float x = 0.f;
+    if (e < D * Dv) {
+        if (S.data) x = bwd_ld(S, b, h, e / Dv, e % Dv);
+    } else if (z.data) {
+        x = bwd_ld(z, b, h, e - D * Dv, 0);
+    }
+    dst[i] = x;
+}
+static __global__ void lin_state_unpack_kernel(int64_t total, bwd_view S, bwd_view z, int64_t H,
+                                               int64_t D, int64_t Dv, const float *src) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t SE = D * Dv + D, e = i % SE, bh = i / SE, b = bh / H, h = bh % H;
+    if (e < D * Dv) {
+        if (S.data) bwd_st(S, b, h, e / Dv, e % Dv, src[i]);
+    } else if (z.data) {
+        bwd_st(z, b, h, e - D * Dv, 0, src[i]);
+    }
+}
+/* z [B,H,D] as a view indexed (b, h, d, 0) */
+static bwd_view lin_zview(const la_tensor *z) {
+    bwd_view v;
+    v.data = z ? z->data : nullptr;
+    v.dt = z ? (int)z->dtype : 0;
+    v.s[0] = z ? z->nb[0] : 0;
+    v.s[1] = z ? z->nb[1] : 0;
+    v.s[2] = z ? z->nb[2] : 0;
+    v.s[3] = 0;
+    return v;
+}
+
+extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la_tensor *q,
+                                             const la_tensor *k, const la_tensor *v,
+                                             const la_tensor *out, const la_tensor *S_in,
+                                             const la_tensor *z_in, const la_tensor *d_out,
+                                             const la_tensor *d_S_out, const la_tensor *d_z_out,
+                                             la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                                             la_tensor *d_S_in, la_tensor *d_z_in,
+                                             la_context *ctx) {
+    (void)out;
+    LA_TRY(bwd_variant_portable(ctx, "linear_bwd"));
+    const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
+    const int causal = p->causal != 0;
+    const int64_t BH = B * H, SE = D * Dv + D;
+    cudaStream_t s = bwd_stream(ctx);
+    const bool want_state_in = causal && (S_in || z_in);
+    const bool want_dS_out = causal && (d_S_out || d_z_out);
+    const bool want_dS_in = causal && (d_S_in || d_z_in);
+
+    bwd_ws ws;
+    float *qt, *kt, *vt, *go, *dqt, *dkt, *dvt, *Sin = nullptr, *dSo = nullptr, *dSi = nullptr;
+    ws.want(&qt, BH, N, D);
+    ws.want(&kt, BH, N, D);
+    ws.want(&vt, BH, N, Dv);
+    ws.want(&go, BH, N, Dv);
+    ws.want(&dqt, BH, N, D);
+    ws.want(&dkt, BH, N, D);
+    ws.want(&dvt, BH, N, Dv);
+    if (want_state_in) ws.want(&Sin, BH, SE);
+    if (want_dS_out) ws.want(&dSo, BH, SE);
+    if (want_dS_in) ws.want(&dSi, BH, SE);
+    LA_TRY(ws.alloc(s, "linear backward"));
+
+    const int f = (int)p->feature;
+    LA_TRY(bwd_gather(s, bwd_view4(q), qt, B, N, H, D, f, 1.f, p->scale_q));
+    LA_TRY(bwd_gather(s, bwd_view4(k), kt, B, N, H, D, f, 1.f, 1.f));
+    LA_TRY(bwd_gather(s, bwd_view4(v), vt, B, N, H, Dv, BWD_NO_FEATURE, 1.f, 1.f));
+    LA_TRY(bwd_gather(s, bwd_view4(d_out), go, B, N, H, Dv, BWD_NO_FEATURE, 1.f, 1.f));
+    if (want_state_in)
+        BWD_LAUNCH(lin_state_pack_kernel, BH * SE, s, bwd_view4(S_in), lin_zview(z_in), H, D, Dv,
+                   Sin);
+    if (want_dS_out)
+        BWD_LAUNCH(lin_state_pack_kernel, BH * SE, s, bwd_view4(d_S_out), lin_zview(d_z_out), H,
+                   D, Dv, dSo);
+
+    lbk_problem P;
+    memset(&P, 0, sizeof P);
+    P.B = B;
+    P.H = H;
+    P.N = N;
+    P.D = D;
+    P.Dv = Dv;
+    P.causal = causal;
+    if (causal) {
+        P.chunk = LIN_BWD_CHUNK;
+        P.M = la_cu_cdiv(N, LIN_BWD_CHUNK);
+    } else {
+        P.chunk = 0;
+        P.n[0] = P.n[1] = 1;
+        P.n[2] = N;
+        P.g[0] = P.g[1] = P.g[2] = 1;
+        P.M = 1;
+    }
+    P.W = nullptr;
+    P.norm = p->normalize ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
+    P.eps = p->eps;
+    P.S_in = Sin;
+    P.dS_out = dSo;
+    P.qt = qt;
+    P.kt = kt;
+    P.v = vt;
+    P.dO = go;
+    lbk_grads G;
+    memset(&G, 0, sizeof G);
+    G.dqt = dqt;
+    G.dkt = dkt;
+    G.dv = dvt;
+    G.dS_in = dSi;
+    LA_TRY(lbk_backward(&P, &G, s));
+
+    if (dq) LA_TRY(bwd_scatter(s, bwd_view4(dq), dqt, bwd_view4(q), B, N, H, D, f, 1.f, p->scale_q));
+    if (dk) LA_TRY(bwd_scatter(s, bwd_view4(dk), dkt, bwd_view4(k), B, N, H, D, f, 1.f, 1.f));
+    if (dv)
+        LA_TRY(bwd_scatter(s, bwd_view4(dv), dvt, bwd_view4(v), B, N, H, Dv, BWD_NO_FEATURE, 1.f,
+                           1.f));
+    if (want_dS_in)
+        BWD_LAUNCH(lin_state_unpack_kernel, BH * SE, s, bwd_view4(d_S_in), lin_zview(d_z_in), H,
+                   D, Dv, dSi);
+    return LA_OK;
+}

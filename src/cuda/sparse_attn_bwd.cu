@@ -1,0 +1,277 @@
+/* Sparse MLA attention backward on CUDA (TRAINING.md §1), the portable,
+ * deterministic engine. With P recomputed from the forward's lse and
+ * D = rowsum(dO ∘ O):
+ *   dq[t,h]  = scale Σ_j dS_j kv[s_j],      dS_j = P_j (dO[t,h]·kv[s_j][:dv] − D[t,h])
+ *   dkv[s]   = Σ over the (t, slot) pairs that picked s and the heads of its
+ *              kv group: scale dS q[t,h] + P dO[t,h] (first dv columns)
+ * dkv needs the transposed index: the (t, slot) entries of each key are
+ * counted (integer atomics, exact), laid out by a prefix sum, and each key's
+ * list sorted by entry number, so every key sums its contributions in the
+ * same order on every call (no floating-point atomics). Indices < 0 or >= L
+ * are skipped; a row with lse = −inf contributes nothing. One thread per
+ * (t, h, slot) forms P and dS (kept for a chunk of rows, at most 2^27
+ * floats), then one thread per element of dq and of dkv sums them. */
+#include <math.h>
+
+#include "cuda/bwd_common.cuh"
+
+namespace {
+
+struct sp_dev {
+    int64_t T, Hq, Hkv, Dqk, dv, L, K;
+    float scale;
+    const float *q, *kv, *dO, *lse, *Dd; /* [Hq,T,Dqk] [Hkv,L,Dqk] [Hq,T,dv] [T*Hq] [T*Hq] */
+    const int *idx;                      /* [T,K] */
+};
+
+BWD_DEV inline float sp_dot(const float *a, const float *b, int64_t n) {
+    float acc = 0.f;
+    for (int64_t i = 0; i < n; i++) acc += a[i] * b[i];
+    return acc;
+}
+BWD_DEV inline int64_t sp_first_head(int64_t g, int64_t Hq, int64_t Hkv) {
+    return (g * Hq + Hkv - 1) / Hkv;
+}
+
+/* idx copied to int32 [T,K]; D and lse per (t,h) */
+__global__ void sp_prep_kernel(int64_t total, sp_dev P, const int *idx, int64_t i0, int64_t i1,
+                               int *idx_out) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t j = i % P.K, t = i / P.K;
+    int s = idx[t * i0 + j * i1];
+    if (s < 0 || s >= P.L) s = -1;
+    idx_out[i] = s;
+}
+__global__ void sp_rowstat_kernel(int64_t total, sp_dev P, const float *O, bwd_view lse_v,
+                                  float *lse, float *Dd) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t h = i % P.Hq, t = i / P.Hq;
+    const float *g = P.dO + (h * P.T + t) * P.dv, *o = O + (h * P.T + t) * P.dv;
+    Dd[i] = sp_dot(g, o, P.dv);
+    lse[i] = bwd_ld(lse_v, 0, t, h, 0);
+}
+
+/* P and dS of every (t, h, slot) of the rows [t0, t0 + Tc): one thread each,
+ * PS[((t − t0)·Hq + h)·K + j] = {P, scale·dS} (0 for skipped slots) */
+__global__ void sp_pds_kernel(int64_t total, sp_dev P, int64_t t0, float *PS) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t j = i % P.K, h = (i / P.K) % P.Hq, t = t0 + i / (P.K * P.Hq);
+    const int s = P.idx[t * P.K + j];
+    const float l = P.lse[t * P.Hq + h];
+    float p = 0.f, ds = 0.f;
+    if (s >= 0 && !(isinf(l) && l < 0)) {
+        const int64_t g = h * P.Hkv / P.Hq;
+        const float *kvs = P.kv + (g * P.L + s) * P.Dqk;
+        const float *q = P.q + (h * P.T + t) * P.Dqk, *gr = P.dO + (h * P.T + t) * P.dv;
+        p = expf(P.scale * sp_dot(q, kvs, P.Dqk) - l);
+        ds = p * (sp_dot(gr, kvs, P.dv) - P.Dd[t * P.Hq + h]) * P.scale;
+    }
+    PS[2 * i] = p;
+    PS[2 * i + 1] = ds;
+}
+/* dq[h][t][d] = Σ_j scale·dS_j kv[s_j][d], one thread per element */
+__global__ void sp_dq_kernel(int64_t total, sp_dev P, int64_t t0, const float *PS, float *dq) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t d = i % P.Dqk, h = (i / P.Dqk) % P.Hq, tl = i / (P.Dqk * P.Hq), t = t0 + tl;
+    const int64_t g = h * P.Hkv / P.Hq;
+    const float *ps = PS + (tl * P.Hq + h) * P.K * 2;
+    const float *kv = P.kv + g * P.L * P.Dqk + d;
+    float acc = 0.f;
+    for (int64_t j = 0; j < P.K; j++) {
+        const int s = P.idx[t * P.K + j];
+        if (s >= 0) acc += ps[2 * j + 1] * kv[(int64_t)s * P.Dqk];
+    }
+    dq[(h * P.T + t) * P.Dqk + d] = acc;
+}
+
+/* transposed index: count, prefix sum, fill, sort each key's list */
+__global__ void sp_zero_kernel(int64_t total, int *x) {
+    const int64_t i = bwd_gid();
+    if (i < total) x[i] = 0;
+}
+__global__ void sp_count_kernel(int64_t total, sp_dev P, int64_t e0, int *cnt) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int s = P.idx[e0 + i];
+    if (s >= 0) bwd_atomic_inc(&cnt[s]);
+}
+/* one thread: off[s] = Σ_{s'<s} cnt[s'], off[L] = total; cnt reset to 0 */
+__global__ void sp_scan_kernel(int64_t total, int64_t L, int *cnt, int *off) {
+    if (bwd_gid() >= total) return;
+    int run = 0;
+    for (int64_t s = 0; s < L; s++) {
+        off[s] = run;
+        run += cnt[s];
+        cnt[s] = 0;
+    }
+    off[L] = run;
+}
+__global__ void sp_fill_kernel(int64_t total, sp_dev P, int64_t e0, const int *off, int *cnt,
+                               int *ent) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int s = P.idx[e0 + i];
+    if (s >= 0) ent[off[s] + bwd_atomic_inc(&cnt[s])] = (int)i;
+}
+/* heapsort of one key's entries (distinct numbers: the order is unique) */
+__global__ void sp_sort_kernel(int64_t total, const int *off, int *ent) {
+    const int64_t s = bwd_gid();
+    if (s >= total) return;
+    int *a = ent + off[s];
+    const int n = off[s + 1] - off[s];
+    for (int start = n / 2 - 1; start >= 0; start--) {
+        int r = start;
+        while (2 * r + 1 < n) {
+            int c = 2 * r + 1;
+            if (c + 1 < n && a[c + 1] > a[c]) c++;
+            if (a[r] >= a[c]) break;
+            const int x = a[r];
+            a[r] = a[c];
+            a[c] = x;
+            r = c;
+        }
+    }
+    for (int end = n - 1; end > 0; end--) {
+        const int x = a[0];
+        a[0] = a[end];
+        a[end] = x;
+        int r = 0;
+        while (2 * r + 1 < end) {
+            int c = 2 * r + 1;
+            if (c + 1 < end && a[c + 1] > a[c]) c++;
+            if (a[r] >= a[c]) break;
+            const int y = a[r];
+            a[r] = a[c];
+            a[c] = y;
+            r = c;
+        }
+    }
+}
+
+/* dkv[g][s][d] (+)= Σ over the chunk's entries of key s (in entry order) and
+ * the heads of kv group g: scale·dS q[t,h][d] + P dO[t,h][d] (d < dv); one
+ * thread per element */
+__global__ void sp_dkv_kernel(int64_t total, sp_dev P, int64_t t0, int first, const int *off,
+                              const int *ent, const float *PS, float *dkv) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t d = i % P.Dqk, s = (i / P.Dqk) % P.L, g = i / (P.Dqk * P.L);
+    const int64_t h0 = sp_first_head(g, P.Hq, P.Hkv), h1 = sp_first_head(g + 1, P.Hq, P.Hkv);
+    float acc = first ? 0.f : dkv[i];
+    for (int e = off[s]; e < off[s + 1]; e++) {
+        const int64_t tl = ent[e] / P.K, j = ent[e] % P.K, t = t0 + tl;
+        for (int64_t h = h0; h < h1; h++) {
+            const float *ps = PS + ((tl * P.Hq + h) * P.K + j) * 2;
+            acc += ps[1] * P.q[(h * P.T + t) * P.Dqk + d];
+            if (d < P.dv) acc += ps[0] * P.dO[(h * P.T + t) * P.dv + d];
+        }
+    }
+    dkv[i] = acc;
+}
+
+} // namespace
+
+extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_params *p,
+                                                       const la_tensor *q, const la_tensor *kv,
+                                                       const la_tensor *idx,
+                                                       const la_tensor *out,
+                                                       const la_tensor *lse,
+                                                       const la_tensor *d_out, la_tensor *dq,
+                                                       la_tensor *dkv, la_context *ctx) {
+    /* "portable_rowchunk": the portable engine one query row per chunk (the
+     * same sums in the same order: tests check the chunking bit for bit) */
+    const char *var = la_context_variant(ctx, "sparse_attn_bwd");
+    const int rowchunk = var && !strcmp(var, "portable_rowchunk");
+    if (var && !rowchunk && strcmp(var, "portable"))
+        return la_err(LA_ERR_ARG, "sparse_attn_bwd: unknown kernel variant '%s' (have: portable, "
+                      "portable_rowchunk)", var);
+    if (!out || !lse)
+        return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
+    sp_dev P;
+    P.T = q->ne[0];
+    P.Hq = q->ne[1];
+    P.Dqk = q->ne[2];
+    P.L = kv->ne[0];
+    P.Hkv = kv->ndim == 3 ? kv->ne[1] : 1;
+    P.dv = p->dv;
+    P.K = idx->ne[1];
+    P.scale = p->scale != 0.f ? p->scale : (float)(1.0 / sqrt((double)P.Dqk));
+    if (P.dv < 1 || P.dv > P.Dqk)
+        return la_err(LA_ERR_ARG, "dv: %lld, expected 1..Dqk = %lld", (long long)P.dv,
+                      (long long)P.Dqk);
+    if (P.T * P.K > INT32_MAX || P.L >= INT32_MAX)
+        return la_err(LA_ERR_OVERFLOW, "sparse attention backward: T*k = %lld entries (int32 index)",
+                      (long long)(P.T * P.K));
+    cudaStream_t s = bwd_stream(ctx);
+    bwd_ws ws;
+    float *q32, *kv32, *o32, *g32, *l32, *D32, *dq32, *dkv32;
+    float *ix, *cnt, *off, *ent; /* int32 buffers carved as floats (same size) */
+    ws.want(&q32, P.Hq, P.T, P.Dqk);
+    ws.want(&kv32, P.Hkv, P.L, P.Dqk);
+    ws.want(&o32, P.Hq, P.T, P.dv);
+    ws.want(&g32, P.Hq, P.T, P.dv);
+    ws.want(&l32, P.T, P.Hq);
+    ws.want(&D32, P.T, P.Hq);
+    ws.want(&ix, P.T, P.K);
+    const int64_t per_row = P.Hq * P.K * 2, cap = (int64_t)1 << 27;
+    const int64_t Tc = (rowchunk || per_row >= cap) ? 1 : (cap / per_row < P.T ? cap / per_row : P.T);
+    float *PS;
+    ws.want(&PS, Tc, per_row);
+    if (dq) ws.want(&dq32, P.Hq, P.T, P.Dqk);
+    if (dkv) {
+        ws.want(&dkv32, P.Hkv, P.L, P.Dqk);
+        ws.want(&cnt, P.L);
+        ws.want(&off, P.L + 1);
+        ws.want(&ent, Tc, P.K);
+    }
+    LA_TRY(ws.alloc(s, "sparse attention backward"));
+    const bwd_view qv = bwd_view3(q), kvv = kv->ndim == 3 ? bwd_view3(kv) : bwd_view2(kv);
+    /* q [T,Hq,Dqk] viewed as (0, t, h, d): gathered to [Hq,T,Dqk] */
+    LA_TRY(bwd_gather(s, qv, q32, 1, P.T, P.Hq, P.Dqk, BWD_NO_FEATURE, 1.f, 1.f));
+    LA_TRY(bwd_gather(s, kvv, kv32, 1, P.L, P.Hkv, P.Dqk, BWD_NO_FEATURE, 1.f, 1.f));
+    LA_TRY(bwd_gather(s, bwd_view3(out), o32, 1, P.T, P.Hq, P.dv, BWD_NO_FEATURE, 1.f, 1.f));
+    LA_TRY(bwd_gather(s, bwd_view3(d_out), g32, 1, P.T, P.Hq, P.dv, BWD_NO_FEATURE, 1.f, 1.f));
+    P.q = q32;
+    P.kv = kv32;
+    P.dO = g32;
+    P.lse = l32;
+    P.Dd = D32;
+    P.idx = (const int *)ix;
+    bwd_view lv; /* lse [T,Hq] as (0, t, h, 0) */
+    lv.data = lse->data;
+    lv.dt = (int)lse->dtype;
+    lv.s[0] = 0;
+    lv.s[1] = lse->nb[0];
+    lv.s[2] = lse->nb[1];
+    lv.s[3] = 0;
+    BWD_LAUNCH(sp_prep_kernel, P.T * P.K, s, P, (const int *)idx->data, idx->nb[0], idx->nb[1],
+               (int *)ix);
+    BWD_LAUNCH(sp_rowstat_kernel, P.T * P.Hq, s, P, o32, lv, l32, D32);
+    /* rows in chunks of Tc, so that the per-slot P / dS stay within PS_CAP floats */
+    for (int64_t t0 = 0; t0 < P.T; t0 += Tc) {
+        const int64_t tc = P.T - t0 < Tc ? P.T - t0 : Tc;
+        BWD_LAUNCH(sp_pds_kernel, tc * P.Hq * P.K, s, P, t0, PS);
+        if (dq) BWD_LAUNCH(sp_dq_kernel, tc * P.Hq * P.Dqk, s, P, t0, PS, dq32);
+        if (dkv) {
+            int *c = (int *)cnt, *o = (int *)off, *e = (int *)ent;
+            BWD_LAUNCH(sp_zero_kernel, P.L, s, c);
+            BWD_LAUNCH(sp_count_kernel, tc * P.K, s, P, t0 * P.K, c);
+            BWD_LAUNCH(sp_scan_kernel, 1, s, P.L, c, o);
+            BWD_LAUNCH(sp_fill_kernel, tc * P.K, s, P, t0 * P.K, o, c, e);
+            BWD_LAUNCH(sp_sort_kernel, P.L, s, o, e);
+            BWD_LAUNCH(sp_dkv_kernel, P.Hkv * P.L * P.Dqk, s, P, t0, t0 == 0 ? 1 : 0, o, e, PS, dkv32);
+        }
+    }
+    if (dq)
+        LA_TRY(bwd_scatter(s, bwd_view3(dq), dq32, qv, 1, P.T, P.Hq, P.Dqk, BWD_NO_FEATURE, 1.f,
+                           1.f));
+    if (dkv) {
+        const bwd_view dv_ = dkv->ndim == 3 ? bwd_view3(dkv) : bwd_view2(dkv);
+        LA_TRY(bwd_scatter(s, dv_, dkv32, kvv, 1, P.L, P.Hkv, P.Dqk, BWD_NO_FEATURE, 1.f, 1.f));
+    }
+    return LA_OK;
+}
