@@ -83,8 +83,13 @@ CLI_SRCS  := $(wildcard cli/*.c)
 CLI_OBJS  := $(CLI_SRCS:%.c=$(BUILD)/obj/%.o)
 TEST_SRCS := $(wildcard tests/core/test_*.c tests/cpu/test_*.c tests/cli/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-CUDA_TEST_SRCS := $(wildcard tests/cuda/test_*.c)
-CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
+# The backend harness: one binary from tests/backend/ (test_backend_ops.c and
+# every case table cases_*.c); it runs the CPU cases everywhere and the CUDA
+# cases where a device is present.
+BACKEND_SRCS := tests/backend/test_backend_ops.c $(wildcard tests/backend/cases_*.c)
+BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
+BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
+TEST_BINS    += $(BACKEND_BIN)
 
 .PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
@@ -123,8 +128,18 @@ $(BUILD)/tests/%: tests/%.c tests/test_util.h $(wildcard tests/*/*.h) $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblongattn.a $(LDLIBS)
 
+$(BUILD)/obj/tests/backend/%.o: tests/backend/%.c tests/test_util.h $(wildcard tests/backend/*.h) \
+                                $(wildcard include/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/backend -c $< -o $@
+
+$(BACKEND_BIN): $(BACKEND_OBJS) $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $(BACKEND_OBJS) $(BUILD)/liblongattn.a $(LDLIBS)
+
 tests: all $(TEST_BINS)
-cuda-tests: all $(CUDA_TEST_BINS)
+# the GPU tests are the harness's CUDA cases (kept as a name for the device scripts)
+cuda-tests: all $(BACKEND_BIN)
 
 test: tests
 ifneq ($(SKIP_DEPS),1)
