@@ -1,0 +1,548 @@
+/* Case table of the CPU path against float64 references (backend BO_CPU):
+ * softmax, linear (non-causal and causal, with state), top-k, the DSA
+ * indexer and sparse attention, on fresh random inputs at odd sizes (N = 1,
+ * 63, 65, 1000; D = 16, 32, 63, 64, 128; Dv != D), in every layout of
+ * tests/cpu/dense_views.h (contiguous, a permuted [B,H,N,D] buffer, strided
+ * rows whose gaps hold NaN), f32 / f64 / bf16 views, outputs poisoned with
+ * NaN before the call.
+ *
+ * The error bound is relative to a same-precision reference: each reference
+ * is written once as a macro and instantiated in double (the reference) and
+ * in float (a plain fp32 implementation of the same formula, its result
+ * rounded to the output dtype). A case passes when
+ *   err(op) <= max(floor, 2 err(fp32 formula))
+ * with err = max|x - ref64| / max|ref64| and floor 1e-5 for f32/f64 outputs
+ * (the CPU computes in fp32), 0 for bf16 outputs (whose rounding dominates).
+ * Outputs are checked in full (a NaN left is an unwritten entry) and, for the
+ * strided layout, nothing outside the view may be written (gaps stay NaN).
+ * The longer references of MHLA, causal MHLA and focused attention stay in
+ * tests/cpu/test_mhla*.c and test_focused.c. Kept short: the whole table
+ * runs in a few seconds on 2 cores (it is part of `make test`). */
+#include "bo_staging.h"
+
+#include "cpu/dense_views.h"
+#include "cpu/sparse_ref.h"
+
+/* ---- shared ---------------------------------------------------------------- */
+static float *rand_rounded(int64_t n, double scale, la_dtype dt) {
+    float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    la_fill_normal(&bo_rng, x, n, scale);
+    if (dt == LA_BF16)
+        for (int64_t i = 0; i < n; i++) x[i] = la_round_bf16(x[i]);
+    return x;
+}
+static int64_t numel(const la_tensor *t) {
+    int64_t n = 1;
+    for (int a = 0; a < t->ndim; a++) n *= t->ne[a];
+    return n;
+}
+/* Elements of a view's buffer outside the view that are not NaN (written by
+ * the op). storage: the buffer's element count. */
+static int64_t written_outside(const hview *h, int64_t storage) {
+    const la_tensor *t = &h->t;
+    char *in = calloc((size_t)storage, 1);
+    int64_t idx[4] = {0, 0, 0, 0}, n = numel(t);
+    for (int64_t e = 0; e < n; e++) {
+        int64_t r = e, off = 0;
+        for (int a = t->ndim - 1; a >= 0; a--) {
+            idx[a] = r % t->ne[a];
+            r /= t->ne[a];
+        }
+        for (int a = 0; a < t->ndim; a++) off += idx[a] * t->nb[a];
+        in[off] = 1;
+    }
+    int64_t bad = 0;
+    for (int64_t i = 0; i < storage; i++)
+        if (!in[i]) bad += !isnan(la_load_f32(t, i));
+    free(in);
+    return bad;
+}
+static int64_t storage_of(const la_tensor *t) {
+    int64_t s = 0;
+    for (int a = 0; a < t->ndim; a++) s += (t->ne[a] - 1) * t->nb[a];
+    /* the strided layout keeps one gap after the last element of a row */
+    return s + 1 + (t->nb[t->ndim - 1] > 1 ? t->nb[t->ndim - 1] : 0);
+}
+/* max|a - ref| / max|ref| in double (a: the fp32 formula) */
+static double rel_err_d(const double *a, const double *ref, int64_t n) {
+    double md = 0, mr = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (isinf(ref[i]) || isinf(a[i])) continue;
+        md = fmax(md, fabs(a[i] - ref[i]));
+        mr = fmax(mr, fabs(ref[i]));
+    }
+    return md / (mr > 1e-30 ? mr : 1e-30);
+}
+static double round_to(double x, la_dtype dt) {
+    if (dt == LA_BF16) return la_round_bf16((float)x);
+    if (dt == LA_F32) return (float)x;
+    return x;
+}
+/* One output checked: op values got (n, logical order), the float64
+ * reference and the fp32 formula's values (rounded to dt here). */
+static void check_out(const char *what, const float *got, const double *ref, double *sp, int64_t n,
+                      la_dtype dt) {
+    for (int64_t i = 0; i < n; i++) sp[i] = round_to(sp[i], dt);
+    const double e = la_rel_err(got, ref, n), esp = rel_err_d(sp, ref, n);
+    const double floor = dt == LA_BF16 ? 0.0 : 1e-5, bound = fmax(floor, 2 * esp);
+    CHECK(e <= bound, "%s: rel err %.3g > bound %.3g (fp32 formula %.3g)", what, e, bound, esp);
+    printf("  %-40s rel %.2e  bound %.2e (fp32 formula %.2e) %s\n", what, e, bound, esp,
+           e <= bound ? "ok" : "FAIL");
+}
+static void check_guard(const char *what, const hview *h) {
+    (void)layout_name;
+    const int64_t bad = written_outside(h, storage_of(&h->t));
+    CHECK(bad == 0, "%s: %lld entries written outside the view", what, (long long)bad);
+}
+
+/* ---- softmax ------------------------------------------------------------------ */
+/* SOFTMAX_REF(T, name): o [B,Nq,H,Dv], lse [B,Nq,H] in T from q, k, v (logical
+ * [B,N,H,D] order); causal bottom-right aligned, GQA h -> h / (H / Hk). */
+#define SOFTMAX_REF(T, NAME)                                                                    \
+    static void NAME(int causal, T scale, int64_t B, int64_t Nq, int64_t Nk, int64_t H,        \
+                     int64_t Hk, int64_t D, int64_t Dv, const float *q, const float *k,         \
+                     const float *v, double *o, double *lse) {                                  \
+        T *s = malloc(sizeof(T) * (size_t)Nk), *acc = malloc(sizeof(T) * (size_t)Dv);           \
+        for (int64_t b = 0; b < B; b++)                                                         \
+            for (int64_t i = 0; i < Nq; i++)                                                    \
+                for (int64_t h = 0; h < H; h++) {                                               \
+                    const int64_t hk = h / (H / Hk), row = (b * Nq + i) * H + h;                \
+                    const int64_t last = causal ? i + Nk - Nq : Nk - 1;                         \
+                    const int64_t nvis = last + 1 < Nk ? last + 1 : Nk;                         \
+                    for (int64_t e = 0; e < Dv; e++) acc[e] = 0;                                \
+                    T m = -INFINITY, sum = 0;                                                   \
+                    for (int64_t j = 0; j < nvis; j++) {                                        \
+                        T dot = 0;                                                              \
+                        for (int64_t d = 0; d < D; d++)                                         \
+                            dot += (T)q[row * D + d] * (T)k[((b * Nk + j) * Hk + hk) * D + d];  \
+                        s[j] = scale * dot;                                                     \
+                        if (s[j] > m) m = s[j];                                                 \
+                    }                                                                           \
+                    for (int64_t j = 0; j < nvis; j++) {                                        \
+                        const T pj = (T)exp((double)(s[j] - m));                                \
+                        sum += pj;                                                              \
+                        for (int64_t e = 0; e < Dv; e++)                                        \
+                            acc[e] += pj * (T)v[((b * Nk + j) * Hk + hk) * Dv + e];             \
+                    }                                                                           \
+                    for (int64_t e = 0; e < Dv; e++) o[row * Dv + e] = nvis > 0 ? acc[e] / sum : 0; \
+                    lse[row] = nvis > 0 ? (double)m + log((double)sum) : -INFINITY;             \
+                }                                                                               \
+        free(s);                                                                                \
+        free(acc);                                                                              \
+    }
+SOFTMAX_REF(double, ref_softmax64)
+SOFTMAX_REF(float, ref_softmax32)
+
+typedef struct sm_args {
+    int64_t B, Nq, Nk, H, Hk, D, Dv;
+    int causal;
+    la_dtype dt;
+    int layout;
+    float scale;
+} sm_args;
+
+static void cpu_softmax(const void *arg) {
+    const sm_args *a = arg;
+    int64_t nq[4] = {a->B, a->Nq, a->H, a->D}, nk[4] = {a->B, a->Nk, a->Hk, a->D},
+            nv[4] = {a->B, a->Nk, a->Hk, a->Dv}, no[4] = {a->B, a->Nq, a->H, a->Dv},
+            nl[3] = {a->B, a->Nq, a->H};
+    const int64_t Eq = a->B * a->Nq * a->H * a->D, Ek = a->B * a->Nk * a->Hk * a->D,
+                  Ev = a->B * a->Nk * a->Hk * a->Dv, Eo = a->B * a->Nq * a->H * a->Dv,
+                  El = a->B * a->Nq * a->H;
+    float *q = rand_rounded(Eq, 1.0, a->dt), *k = rand_rounded(Ek, 1.0, a->dt),
+          *v = rand_rounded(Ev, 1.0, a->dt);
+    hview hq = make_view(q, 4, nq, a->dt, a->layout), hk = make_view(k, 4, nk, a->dt, a->layout),
+          hv = make_view(v, 4, nv, a->dt, a->layout), ho = make_view(NULL, 4, no, a->dt, a->layout),
+          hl = make_view(NULL, 3, nl, LA_F32, 0);
+    la_softmax_params p;
+    la_softmax_params_init(&p);
+    p.causal = a->causal;
+    p.scale = a->scale;
+    CHECK_OK(la_softmax_attention(&p, &hq.t, &hk.t, &hv.t, &ho.t, &hl.t, bo_ctx()));
+    const double scale = a->scale != 0.f ? a->scale : 1.0 / sqrt((double)a->D);
+    double *o64 = malloc(8 * (size_t)Eo), *l64 = malloc(8 * (size_t)El), *o32 = malloc(8 * (size_t)Eo),
+           *l32 = malloc(8 * (size_t)El);
+    ref_softmax64(a->causal, scale, a->B, a->Nq, a->Nk, a->H, a->Hk, a->D, a->Dv, q, k, v, o64, l64);
+    ref_softmax32(a->causal, (float)scale, a->B, a->Nq, a->Nk, a->H, a->Hk, a->D, a->Dv, q, k, v,
+                  o32, l32);
+    float *go = malloc(4 * (size_t)Eo), *gl = malloc(4 * (size_t)El);
+    read_view(&ho, go);
+    read_view(&hl, gl);
+    check_out("out", go, o64, o32, Eo, a->dt);
+    int64_t lbad = 0;
+    double lerr = 0;
+    for (int64_t i = 0; i < El; i++) {
+        if (isinf(l64[i])) {
+            lbad += !(isinf(gl[i]) && gl[i] < 0);
+            continue;
+        }
+        if (!isfinite(gl[i])) lbad++;
+        else lerr = fmax(lerr, fabs(gl[i] - l64[i]) / fmax(1.0, fabs(l64[i])));
+    }
+    CHECK(lbad == 0 && lerr <= 1e-5, "lse: %lld mismatched, max err %.3g", (long long)lbad, lerr);
+    if (a->layout == L_GAPS) check_guard("out", &ho);
+    free(q); free(k); free(v); free(o64); free(l64); free(o32); free(l32); free(go); free(gl);
+    free(hq.buf); free(hk.buf); free(hv.buf); free(ho.buf); free(hl.buf);
+}
+
+/* ---- linear -------------------------------------------------------------------- */
+/* LINEAR_REF(T, name): o [B,N,H,Dv] (and the final state S [B,H,D,Dv], z
+ * [B,H,D]) of linear attention in T; non-causal: the summary of every
+ * token; causal: the running one (initial state S0, z0 or zero). */
+#define LINEAR_REF(T, NAME)                                                                     \
+    static void NAME(const la_linear_params *p, int64_t B, int64_t N, int64_t H, int64_t D,    \
+                     int64_t Dv, const float *q, const float *k, const float *v,               \
+                     const float *S0, const float *z0, double *o, double *Sf, double *zf) {    \
+        T *S = malloc(sizeof(T) * (size_t)(D * Dv)), *z = malloc(sizeof(T) * (size_t)D),        \
+          *qt = malloc(sizeof(T) * (size_t)D);                                                 \
+        for (int64_t b = 0; b < B; b++)                                                         \
+            for (int64_t h = 0; h < H; h++) {                                                   \
+                for (int64_t d = 0; d < D; d++) {                                               \
+                    z[d] = z0 ? z0[(b * H + h) * D + d] : 0;                                    \
+                    for (int64_t e = 0; e < Dv; e++)                                            \
+                        S[d * Dv + e] = S0 ? S0[((b * H + h) * D + d) * Dv + e] : 0;            \
+                }                                                                               \
+                for (int pass = p->causal ? 1 : 0; pass < 2; pass++)                            \
+                    for (int64_t t = 0; t < N; t++) {                                           \
+                        const int64_t r = (b * N + t) * H + h;                                  \
+                        if (pass == 0 || p->causal)                                             \
+                            for (int64_t d = 0; d < D; d++) {                                   \
+                                const T kd = (T)la_ref_feature(p->feature, k[r * D + d]);       \
+                                z[d] += kd;                                                     \
+                                for (int64_t e = 0; e < Dv; e++) S[d * Dv + e] += kd * (T)v[r * Dv + e]; \
+                            }                                                                   \
+                        if (pass == 1) {                                                        \
+                            T den = 0;                                                          \
+                            for (int64_t d = 0; d < D; d++) {                                   \
+                                qt[d] = (T)p->scale_q * (T)la_ref_feature(p->feature, q[r * D + d]); \
+                                den += qt[d] * z[d];                                            \
+                            }                                                                   \
+                            for (int64_t e = 0; e < Dv; e++) {                                  \
+                                T num = 0;                                                      \
+                                for (int64_t d = 0; d < D; d++) num += qt[d] * S[d * Dv + e];   \
+                                o[r * Dv + e] = p->normalize ? num / (den + (T)p->eps) : num;   \
+                            }                                                                   \
+                        }                                                                       \
+                    }                                                                           \
+                if (Sf)                                                                         \
+                    for (int64_t x = 0; x < D * Dv; x++) Sf[(b * H + h) * D * Dv + x] = S[x];   \
+                if (zf)                                                                         \
+                    for (int64_t d = 0; d < D; d++) zf[(b * H + h) * D + d] = z[d];             \
+            }                                                                                   \
+        free(S);                                                                                \
+        free(z);                                                                                \
+        free(qt);                                                                               \
+    }
+LINEAR_REF(double, ref_linear64)
+LINEAR_REF(float, ref_linear32)
+
+typedef struct lin_args {
+    int64_t B, N, H, D, Dv;
+    la_feature f;
+    int causal, normalize;
+    int64_t chunk;
+    int state;
+    la_dtype dt;
+    int layout;
+} lin_args;
+
+static void cpu_linear(const void *arg) {
+    const lin_args *a = arg;
+    const int64_t B = a->B, N = a->N, H = a->H, D = a->D, Dv = a->Dv;
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
+    const int64_t Eq = B * N * H * D, Ev = B * N * H * Dv, ES = B * H * D * Dv, Ez = B * H * D;
+    float *q = rand_rounded(Eq, 1.0, a->dt), *k = rand_rounded(Eq, 1.0, a->dt),
+          *v = rand_rounded(Ev, 1.0, a->dt);
+    float *S0 = NULL, *z0 = NULL;
+    hview hq = make_view(q, 4, nq, a->dt, a->layout), hk = make_view(k, 4, nq, a->dt, a->layout),
+          hv = make_view(v, 4, nv, a->dt, a->layout), ho = make_view(NULL, 4, nv, a->dt, a->layout);
+    hview hS0 = {0}, hz0 = {0}, hS = {0}, hz = {0};
+    if (a->state) {
+        S0 = rand_rounded(ES, 1.0, LA_F32);
+        z0 = rand_rounded(Ez, 1.0, LA_F32);
+        for (int64_t i = 0; i < Ez; i++) z0[i] = fabsf(z0[i]) * 5.f; /* den > 0 */
+        hS0 = make_view(S0, 4, nS, LA_F32, 0);
+        hz0 = make_view(z0, 3, nz, LA_F32, 0);
+        hS = make_view(NULL, 4, nS, LA_F32, 0);
+        hz = make_view(NULL, 3, nz, LA_F32, 0);
+    }
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.feature = a->f;
+    p.causal = a->causal;
+    p.normalize = a->normalize;
+    p.chunk = a->chunk;
+    p.scale_q = 0.7f;
+    CHECK_OK(la_linear_attention(&p, &hq.t, &hk.t, &hv.t, &ho.t, a->state ? &hS0.t : NULL,
+                                 a->state ? &hz0.t : NULL, a->state ? &hS.t : NULL,
+                                 a->state ? &hz.t : NULL, bo_ctx()));
+    double *o64 = malloc(8 * (size_t)Ev), *o32 = malloc(8 * (size_t)Ev);
+    double *S64 = malloc(8 * (size_t)ES), *S32 = malloc(8 * (size_t)ES), *z64 = malloc(8 * (size_t)Ez),
+           *z32 = malloc(8 * (size_t)Ez);
+    ref_linear64(&p, B, N, H, D, Dv, q, k, v, S0, z0, o64, S64, z64);
+    ref_linear32(&p, B, N, H, D, Dv, q, k, v, S0, z0, o32, S32, z32);
+    float *g = malloc(4 * (size_t)(Ev > ES ? Ev : ES));
+    read_view(&ho, g);
+    check_out("out", g, o64, o32, Ev, a->dt);
+    if (a->layout == L_GAPS) check_guard("out", &ho);
+    if (a->state) {
+        read_view(&hS, g);
+        check_out("S_out", g, S64, S32, ES, LA_F32);
+        read_view(&hz, g);
+        check_out("z_out", g, z64, z32, Ez, LA_F32);
+        free(hS0.buf); free(hz0.buf); free(hS.buf); free(hz.buf);
+    }
+    free(q); free(k); free(v); free(S0); free(z0); free(g);
+    free(o64); free(o32); free(S64); free(S32); free(z64); free(z32);
+    free(hq.buf); free(hk.buf); free(hv.buf); free(ho.buf);
+}
+
+/* ---- top-k ------------------------------------------------------------------------- */
+typedef struct topk_args {
+    int64_t R, L, k;
+    int kind;    /* 0 normal, 1 quantized ties, 2 mostly -inf (fewer than k valid), 3 NaN / +inf */
+    int strided; /* rows with a column stride of 3 */
+} topk_args;
+
+static void cpu_topk(const void *arg) {
+    const topk_args *a = arg;
+    const int64_t R = a->R, L = a->L, K = a->k, cs = a->strided ? 3 : 1;
+    float *x = malloc(4 * (size_t)(R * L * cs));
+    for (int64_t i = 0; i < R * L * cs; i++) {
+        const double u = la_rng_normal(&bo_rng);
+        x[i] = a->kind == 1 ? (float)floor(u * 4) : (float)u;
+        if (la_rng_uniform(&bo_rng) < 0.1) x[i] = -INFINITY;
+        if (a->kind == 2 && la_rng_uniform(&bo_rng) < 0.98) x[i] = -INFINITY;
+        if (a->kind == 3) {
+            const double w = la_rng_uniform(&bo_rng);
+            if (w < 0.01) x[i] = NAN;
+            else if (w < 0.015) x[i] = INFINITY;
+        }
+    }
+    int64_t ne[2] = {R, L}, nb[2] = {L * cs, cs};
+    la_tensor ts, ti;
+    la_tensor_init_strided(&ts, x, LA_F32, LA_DEVICE_CPU, 2, ne, nb);
+    int32_t *idx = malloc(4 * (size_t)(R * K)), *want = malloc(4 * (size_t)K);
+    memset(idx, 0x7f, 4 * (size_t)(R * K)); /* poisoned: out of range */
+    int64_t ni[2] = {R, K};
+    la_tensor_init(&ti, idx, LA_I32, LA_DEVICE_CPU, 2, ni);
+    CHECK_OK(la_topk(&ts, &ti, bo_ctx()));
+    double *row = malloc(8 * (size_t)L);
+    int64_t bad = 0;
+    for (int64_t r = 0; r < R; r++) {
+        for (int64_t c = 0; c < L; c++) row[c] = x[(r * L + c) * cs];
+        ref_topk(row, NULL, L, K, want);
+        bad += memcmp(want, idx + r * K, 4 * (size_t)K) != 0;
+    }
+    CHECK(bad == 0, "topk: %lld of %lld rows differ from the float64 reference", (long long)bad,
+          (long long)R);
+    printf("  %-40s %lld of %lld rows differ %s\n", "idx vs the reference top-k", (long long)bad,
+           (long long)R, bad ? "FAIL" : "ok");
+    free(x); free(idx); free(want); free(row);
+}
+
+/* ---- DSA indexer -------------------------------------------------------------------- */
+typedef struct dsa_args {
+    int64_t T, HI, dI, L, K;
+    la_dtype dt;
+} dsa_args;
+
+static void cpu_dsa(const void *arg) {
+    const dsa_args *a = arg;
+    const int64_t T = a->T, HI = a->HI, dI = a->dI, L = a->L, K = a->K;
+    float *q = rand_rounded(T * HI * dI, 1.0, a->dt), *k = rand_rounded(L * dI, 1.0, a->dt),
+          *w = rand_rounded(T * HI, 1.0 / sqrt((double)HI * dI), LA_F32);
+    la_tensor tq, tk, tw, ti, tsc;
+    hview hq = make_view(q, 3, (int64_t[]){T, HI, dI}, a->dt, 0);
+    hview hk = make_view(k, 3, (int64_t[]){1, L, dI}, a->dt, 0);
+    tq = hq.t;
+    la_tensor_init(&tk, hk.buf, a->dt, LA_DEVICE_CPU, 2, (int64_t[]){L, dI});
+    la_tensor_init(&tw, w, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){T, HI});
+    int32_t *idx = malloc(4 * (size_t)(T * K));
+    float *sc = malloc(4 * (size_t)(T * L));
+    memset(idx, 0x7f, 4 * (size_t)(T * K));
+    la_fill_nan(sc, T * L);
+    la_tensor_init(&ti, idx, LA_I32, LA_DEVICE_CPU, 2, (int64_t[]){T, K});
+    la_tensor_init(&tsc, sc, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){T, L});
+    la_index_params p;
+    la_index_params_init(&p);
+    p.topk = K;
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, &tsc, bo_ctx()));
+    const ref_idx_in in = {T, HI, dI, L, q, k, w};
+    double *ref = malloc(8 * (size_t)(T * L)), *mag = malloc(8 * (size_t)(T * L));
+    int64_t bad_rows = 0, hits = 0, tot = 0;
+    int32_t *want = malloc(4 * (size_t)K);
+    for (int64_t t = 0; t < T; t++) {
+        int64_t lo, hi;
+        ref_causal(T, L, t, &lo, &hi);
+        for (int64_t s = 0; s < L; s++) {
+            ref[t * L + s] = s >= lo && s < hi ? ref_score(&in, t, s) : -INFINITY;
+            double m = 0;
+            if (s >= lo && s < hi)
+                for (int64_t h = 0; h < HI; h++) {
+                    double d = 0;
+                    for (int64_t i = 0; i < dI; i++) d += (double)q[(t * HI + h) * dI + i] * k[s * dI + i];
+                    m += fabs((double)w[t * HI + h]) * (d > 0 ? d : 0);
+                }
+            mag[t * L + s] = m;
+        }
+        ref_topk(ref + t * L, NULL, L, K, want);
+        for (int64_t j = 0; j < K; j++) {
+            if (want[j] < 0) continue;
+            tot++;
+            for (int64_t i = 0; i < K; i++) hits += idx[t * K + i] == want[j];
+        }
+    }
+    const double e = score_err_mag(sc, ref, mag, T * L);
+    CHECK(e <= 1e-5, "dsa scores: rel err %.3g > 1e-5", e);
+    char msg[160] = "";
+    bad_rows = check_own_topk(idx, sc, T, L, K, NULL, NULL, msg, sizeof msg);
+    CHECK(bad_rows == 0, "dsa idx: %lld rows are not the top-k of the returned scores (%s)",
+          (long long)bad_rows, msg);
+    const double rc = tot ? (double)hits / (double)tot : 1.0;
+    CHECK(rc >= 0.99, "dsa idx: recall %.4f vs the float64 top-k", rc);
+    printf("  %-40s score rel %.2e, recall vs float64 %.4f %s\n", "scores, idx", e, rc,
+           e <= 1e-5 && bad_rows == 0 && rc >= 0.99 ? "ok" : "FAIL");
+    free(q); free(k); free(w); free(idx); free(sc); free(ref); free(mag); free(want);
+    free(hq.buf); free(hk.buf);
+}
+
+/* ---- sparse attention ------------------------------------------------------------------ */
+typedef struct sa_args {
+    int64_t T, Hq, Hkv, Dqk, Dv, L, K;
+    la_dtype dt;
+} sa_args;
+
+#define SPARSE_REF(TY, NAME)                                                                     \
+    static void NAME(const sa_args *a, const float *q, const float *kv, const int32_t *ix,       \
+                     double *o, double *lse) {                                                   \
+        TY *sc = malloc(sizeof(TY) * (size_t)a->K), *acc = malloc(sizeof(TY) * (size_t)a->Dv);   \
+        const TY scale = (TY)(1.0 / sqrt((double)a->Dqk));                                      \
+        for (int64_t t = 0; t < a->T; t++)                                                       \
+            for (int64_t h = 0; h < a->Hq; h++) {                                                \
+                const int64_t hk = h * a->Hkv / a->Hq, r = t * a->Hq + h;                        \
+                TY mx = -INFINITY, l = 0;                                                        \
+                for (int64_t j = 0; j < a->K; j++) {                                             \
+                    const int32_t s = ix[t * a->K + j];                                          \
+                    sc[j] = -INFINITY;                                                           \
+                    if (s < 0 || s >= a->L) continue;                                            \
+                    TY dot = 0;                                                                  \
+                    for (int64_t d = 0; d < a->Dqk; d++)                                         \
+                        dot += (TY)q[r * a->Dqk + d] * (TY)kv[(s * a->Hkv + hk) * a->Dqk + d];   \
+                    sc[j] = dot * scale;                                                         \
+                    if (sc[j] > mx) mx = sc[j];                                                  \
+                }                                                                                \
+                for (int64_t e = 0; e < a->Dv; e++) acc[e] = 0;                                  \
+                for (int64_t j = 0; j < a->K; j++) {                                             \
+                    if (isinf(sc[j])) continue;                                                  \
+                    const TY pj = (TY)exp((double)(sc[j] - mx));                                 \
+                    const int32_t s = ix[t * a->K + j];                                          \
+                    l += pj;                                                                     \
+                    for (int64_t e = 0; e < a->Dv; e++)                                          \
+                        acc[e] += pj * (TY)kv[(s * a->Hkv + hk) * a->Dqk + e];                   \
+                }                                                                                \
+                for (int64_t e = 0; e < a->Dv; e++) o[r * a->Dv + e] = l > 0 ? acc[e] / l : 0;   \
+                lse[r] = l > 0 ? (double)mx + log((double)l) : -INFINITY;                        \
+            }                                                                                    \
+        free(sc);                                                                                \
+        free(acc);                                                                               \
+    }
+SPARSE_REF(double, ref_sparse64)
+SPARSE_REF(float, ref_sparse32)
+
+static void cpu_sparse_attn(const void *arg) {
+    const sa_args *a = arg;
+    const int64_t T = a->T, Hq = a->Hq, Hkv = a->Hkv, Dqk = a->Dqk, Dv = a->Dv, L = a->L, K = a->K;
+    float *q = rand_rounded(T * Hq * Dqk, 1.0, a->dt), *kv = rand_rounded(L * Hkv * Dqk, 1.0, a->dt);
+    int32_t *ix = malloc(4 * (size_t)(T * K));
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < K; j++) {
+            const double u = la_rng_uniform(&bo_rng);
+            int32_t s = (int32_t)(la_rng_uniform(&bo_rng) * L);
+            if (u < 0.05) s = -1;
+            else if (u < 0.08) s = (int32_t)(L + 3); /* >= L: skipped */
+            if (t == T - 1 && T > 1) s = (j & 1) ? -1 : (int32_t)L; /* a row with no valid index */
+            ix[t * K + j] = s;
+        }
+    hview hq = make_view(q, 3, (int64_t[]){T, Hq, Dqk}, a->dt, 0);
+    hview hkv = make_view(kv, 3, (int64_t[]){L, Hkv, Dqk}, a->dt, 0);
+    hview ho = make_view(NULL, 3, (int64_t[]){T, Hq, Dv}, a->dt, 0);
+    hview hl = make_view(NULL, 3, (int64_t[]){1, T, Hq}, LA_F32, 0);
+    la_tensor tkv, ti, tl;
+    if (Hkv == 1) la_tensor_init(&tkv, hkv.buf, a->dt, LA_DEVICE_CPU, 2, (int64_t[]){L, Dqk});
+    else tkv = hkv.t;
+    la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CPU, 2, (int64_t[]){T, K});
+    la_tensor_init(&tl, hl.buf, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){T, Hq});
+    la_sparse_attn_params p;
+    la_sparse_attn_params_init(&p);
+    p.dv = Dv;
+    CHECK_OK(la_sparse_attention(&p, &hq.t, &tkv, &ti, &ho.t, &tl, bo_ctx()));
+    const int64_t Eo = T * Hq * Dv;
+    double *o64 = malloc(8 * (size_t)Eo), *o32 = malloc(8 * (size_t)Eo), *l64 = malloc(8 * (size_t)(T * Hq)),
+           *l32 = malloc(8 * (size_t)(T * Hq));
+    ref_sparse64(a, q, kv, ix, o64, l64);
+    ref_sparse32(a, q, kv, ix, o32, l32);
+    float *g = malloc(4 * (size_t)Eo), *gl = malloc(4 * (size_t)(T * Hq));
+    read_view(&ho, g);
+    read_view(&hl, gl);
+    check_out("out", g, o64, o32, Eo, a->dt);
+    int64_t lbad = 0;
+    double lerr = 0;
+    for (int64_t i = 0; i < T * Hq; i++) {
+        if (isinf(l64[i])) {
+            lbad += !(isinf(gl[i]) && gl[i] < 0);
+            continue;
+        }
+        if (!isfinite(gl[i])) lbad++;
+        else lerr = fmax(lerr, fabs(gl[i] - l64[i]) / fmax(1.0, fabs(l64[i])));
+    }
+    CHECK(lbad == 0 && lerr <= 1e-5, "lse: %lld mismatched, max err %.3g", (long long)lbad, lerr);
+    free(q); free(kv); free(ix); free(o64); free(o32); free(l64); free(l32); free(g); free(gl);
+    free(hq.buf); free(hkv.buf); free(ho.buf); free(hl.buf);
+}
+
+/* ---- the table ----------------------------------------------------------------------------- */
+#define CPU_CASE(OP, FN, T, ...)                                                                 \
+    do {                                                                                         \
+        const bo_opts o_ = {OP, BO_CPU, 1, NULL, NULL, NULL};                                    \
+        const T a_ = {__VA_ARGS__};                                                              \
+        bo_add(L, &o_, FN, &a_, sizeof a_, #FN "(" #__VA_ARGS__ ")");                            \
+    } while (0)
+
+void cases_cpu(bo_list *L) {
+    /* softmax: B, Nq, Nk, H, Hk, D, Dv, causal, dtype, layout, scale */
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 1, 1, 1, 1, 16, 16, 0, LA_F32, L_CONTIG, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 2, 63, 63, 2, 1, 16, 17, 1, LA_F32, L_BHND, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 65, 130, 4, 2, 63, 64, 1, LA_F32, L_GAPS, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 130, 65, 2, 2, 64, 32, 1, LA_F64, L_BHND, 0.3f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 1000, 1000, 2, 1, 32, 48, 1, LA_F32, L_CONTIG, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 65, 1000, 2, 2, 128, 128, 0, LA_BF16, L_GAPS, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 63, 65, 2, 2, 128, 64, 1, LA_BF16, L_BHND, -0.2f);
+    /* linear: B, N, H, D, Dv, feature, causal, normalize, chunk, state, dtype, layout */
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1, 1, 16, 16, LA_FEATURE_RELU, 0, 1, 64, 0, LA_F32, L_CONTIG);
+    CPU_CASE("linear", cpu_linear, lin_args, 2, 63, 3, 63, 64, LA_FEATURE_ELU1, 0, 1, 64, 0, LA_F32, L_BHND);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 65, 2, 16, 17, LA_FEATURE_RELU1, 0, 0, 64, 0, LA_F64, L_GAPS);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, LA_BF16, L_BHND);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1, 1, 32, 32, LA_FEATURE_RELU, 1, 1, 64, 1, LA_F32, L_CONTIG);
+    CPU_CASE("linear", cpu_linear, lin_args, 2, 63, 2, 16, 17, LA_FEATURE_ELU1, 1, 1, 7, 1, LA_F32, L_BHND);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 65, 3, 63, 64, LA_FEATURE_RELU, 1, 0, 64, 1, LA_F32, L_GAPS);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 1, 100, 1, LA_F32, L_CONTIG);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_ELU1, 1, 1, 64, 0, LA_BF16, L_BHND);
+    /* top-k: R, L, k, kind, strided */
+    CPU_CASE("topk", cpu_topk, topk_args, 3, 1, 1, 0, 0);
+    CPU_CASE("topk", cpu_topk, topk_args, 5, 63, 16, 1, 0);
+    CPU_CASE("topk", cpu_topk, topk_args, 7, 65, 100, 0, 1);
+    CPU_CASE("topk", cpu_topk, topk_args, 4, 1000, 64, 3, 1);
+    CPU_CASE("topk", cpu_topk, topk_args, 3, 9000, 300, 0, 0);
+    CPU_CASE("topk", cpu_topk, topk_args, 2, 4100, 2048, 2, 0);
+    /* dsa: T, HI, dI, L, k, dtype */
+    CPU_CASE("dsa", cpu_dsa, dsa_args, 1, 1, 16, 1, 4, LA_F32);
+    CPU_CASE("dsa", cpu_dsa, dsa_args, 63, 4, 16, 65, 16, LA_F32);
+    CPU_CASE("dsa", cpu_dsa, dsa_args, 65, 3, 63, 1000, 64, LA_F32);
+    CPU_CASE("dsa", cpu_dsa, dsa_args, 17, 8, 32, 300, 512, LA_BF16);
+    /* sparse attention: T, Hq, Hkv, Dqk, Dv, L, k, dtype */
+    CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 2, 3, 1, 16, 1, 10, 7, LA_F32);
+    CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 4, 4, 2, 63, 16, 65, 33, LA_F32);
+    CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 3, 16, 1, 128, 64, 300, 100, LA_BF16);
+    CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 5, 8, 1, 576, 512, 1000, 65, LA_F32);
+}
