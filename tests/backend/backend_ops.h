@@ -115,6 +115,15 @@ int bo_perf(void);
  * else 0, after printing and counting one skipped sub-check with the reason:
  * the caller leaves that sub-check out. */
 int bo_use_variant(const char *family, const char *variant);
+/* The status of a device call, counted as one check: LA_OK passes. A
+ * forced variant that does not take the call's views (LA_ERR_UNSUPPORTED,
+ * message "variant: ...") is not a failure: forced by the case itself, the
+ * case ends here as SKIPPED (a jump back into the harness: what the case
+ * allocated so far is not freed); forced inside the case (bo_use_variant),
+ * one skipped sub-check is counted and 0 returned, and the caller leaves
+ * that sub-check out. Any other status fails the check; returns 0. */
+int bo_check_dev(la_status s, const char *expr);
+#define CHECK_DEV(expr) bo_check_dev((expr), #expr)
 /* Mark the current case SKIPPED with a reason (the caller returns). */
 void bo_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Whether a CUDA device is present. */

@@ -14,7 +14,7 @@
  * Every case runs on the default path (wgmma v2 where it applies), and under
  * the variants of family "dsa": "qg64" (the query group forced to 64: many
  * chunks per CTA, so every pipeline stage is reused), "mma" (mma.sync) and,
- * for fp8, "exact" (dequantized fp32). Outputs are poisoned (idx 0x7f bytes,
+ * for fp8, "portable" (dequantized fp32). Outputs are poisoned (idx 0x7f bytes,
  * scores NaN) before each call and checked fully written. Bad fp8 inputs
  * (non-positive / NaN scales, mixed dtypes, scales without fp8, wrong scale
  * shapes, fp8 on the CPU, fp8 through HISA) must fail with a message.
@@ -24,11 +24,11 @@
  * (exact fp32 accumulation) is not reachable there; the measured error is
  * printed for every case.
  * HISA on every fp8 case (B 16/64, m < nb and m = nb) runs under the
- * variants of family "hisa_fp8": "f32" (dequantized copies through the exact
- * kernels: the CPU's sets) and "wg" (hisa.cu's e4m3 wgmma route, the
+ * variants of family "hisa": "portable" (dequantized copies through the
+ * exact kernels: the CPU's sets) and "wgmma" (hisa.cu's e4m3 wgmma route, the
  * default): against the CPU on the dequantized inputs (row structure exact,
  * recall >= 0.99 over >= 1000 indices), every block kept = the GPU DSA
- * indices; "wg_force" with every block kept runs the new stage-2 kernel
+ * indices; "hb2" with every block kept runs the new stage-2 kernel
  * instead of the DSA route, and its indices must equal the DSA fp8 indices
  * exactly (the whole row order: the candidate scores are DSA v2's fp8 scores
  * bit for bit). */
@@ -127,7 +127,7 @@ la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, const la_tens
                                          const la_tensor *idx, float *out, la_context *ctx)
     __attribute__((weak)); /* CUDA builds only */
 
-/* LA_CUDA_HISA_FP8=wg rows against the CPU's rows on the dequantized inputs:
+/* HISA "wgmma" rows against the CPU's rows on the dequantized inputs:
  * the same number of valid entries per row (the kept blocks' candidate count
  * does not depend on which non-forced blocks are kept: those are whole
  * blocks inside the range), valid entries in [lo, hi) and distinct, -1
@@ -314,19 +314,21 @@ static void run_case(const void *arg) {
     snprintf(tag, sizeof tag, "%s T=%lld HI=%lld dI=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d scales=%d",
              la_dtype_name(c.dt), (long long)T, (long long)HI, (long long)dI, (long long)L, (long long)K,
              c.ranges, c.q_perm, c.k_pad, fp8 ? c.scales : 0);
-    /* paths: the default, then variants of family "dsa": the default kernel
+    /* paths: the default, then variants of family "dsa": the wgmma kernel
      * with the query group forced to 64 ("qg64"), mma.sync ("mma"), the
-     * dequantized fp32 kernel ("exact", fp8 only) */
-    static const char *paths[4] = {NULL, "qg64", "mma", "exact"};
+     * exact fp32 kernel ("portable", on dequantized copies; fp8 only). A
+     * variant that does not take the views is a skipped sub-check. */
+    static const char *paths[4] = {NULL, "qg64", "mma", "portable"};
     const int npaths = fp8 ? 4 : 3;
     for (int pi = 0; pi < npaths; pi++) {
         if (paths[pi] && !bo_use_variant("dsa", paths[pi])) continue;
         const char *pname = pi == 0 ? "default" : paths[pi];
         la_dev_memset(didx.d, 0x7f, didx.bytes);
         la_dev_memset(dsc.d, 0xff, dsc.bytes);
-        la_status sres = la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, bo_ctx());
-        CHECK(sres == LA_OK, "dsa %s [%s]: %s: %s", tag, pname, la_status_string(sres), la_last_error());
-        if (sres != LA_OK) continue;
+        if (!CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, bo_ctx()))) {
+            bo_use_variant("dsa", NULL);
+            continue;
+        }
         la_dev_download(ig, didx.d, didx.bytes);
         la_dev_download(sg, dsc.d, dsc.bytes);
         const double e = score_err_mag(sg, sr, sm, T * L);
@@ -374,12 +376,10 @@ static void run_case(const void *arg) {
                 pc.block_topk = m;
                 la_dev_memset(didx.d, mi ? 0xff : 0x7f, didx.bytes);
                 /* the f32 route (dequantized copies, exact kernels): the CPU's sets */
-                if (!bo_use_variant("hisa_fp8", "f32")) continue;
-                la_status sh = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx());
-                bo_use_variant("hisa_fp8", NULL);
-                CHECK(sh == LA_OK, "hisa fp8 %s B=%lld m=%lld: %s: %s", tag, (long long)B, (long long)m,
-                      la_status_string(sh), la_last_error());
-                if (sh != LA_OK) continue;
+                if (!bo_use_variant("hisa", "portable")) continue;
+                const int sh = CHECK_DEV(la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx()));
+                bo_use_variant("hisa", NULL);
+                if (!sh) continue;
                 la_dev_download(ig, didx.d, didx.bytes);
                 const int32_t *want = ig0;
                 if (m < nb) {
@@ -402,12 +402,12 @@ static void run_case(const void *arg) {
                 }
                 printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld positions differ\n", tag, (long long)B,
                        (long long)m, m < nb ? "CPU" : "DSA", (long long)nd);
-                /* LA_CUDA_HISA_FP8=wg (hisa.cu: stage 1 on bf16 q / bf16 block means / w*q_scale,
+                /* variant "wgmma" of family "hisa" (hisa.cu: stage 1 on bf16 q / bf16 block means / w*q_scale,
                  * stage 2 hb2_kernel<1> on the e4m3 rows). m < nb: against the CPU on the
                  * dequantized inputs, row structure exact and recall >= 0.99 where >= 1000
                  * indices are compared (bf16 block means may flip near-tied blocks, v2's fp8
-                 * accumulation near-tied tokens). m = nb: "wg" keeps the DSA route (equal to
-                 * the GPU DSA); "wg_force" runs hb2_kernel<1> anyway where it takes the views
+                 * accumulation near-tied tokens). m = nb: "wgmma" keeps the DSA route (equal to
+                 * the GPU DSA); "hb2" runs hb2_kernel<1> anyway where it takes the views
                  * (HI 64, dI 128, 16-byte rows): its candidate scores are DSA v2's fp8 scores
                  * bit for bit by construction, so the indices must equal the GPU DSA's exactly
                  * (rows here are up to 2048 long: the whole order is compared); other views
@@ -415,12 +415,13 @@ static void run_case(const void *arg) {
                 const bool wg_views = HI == 64 && dI == 128 && kst % 16 == 0;
                 for (int wm = 0; wm < 2; wm++) {
                     const bool force = wm == 1;
-                    if (force && m < nb) continue; /* "wg_force" = "wg" when blocks are dropped */
-                    if (!bo_use_variant("hisa_fp8", force ? "wg_force" : "wg")) continue;
+                    if (force && m < nb) continue; /* "hb2" = "wgmma" when blocks are dropped */
+                    if (!bo_use_variant("hisa", force ? "hb2" : "wgmma")) continue;
                     la_dev_memset(didx.d, 0x7f, didx.bytes); /* 0x7f7f7f7f: out of range */
                     const la_status sw = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx());
-                    bo_use_variant("hisa_fp8", NULL);
-                    const char *mname = force ? "wg_force" : "wg";
+                    bo_use_variant("hisa", NULL);
+                    if (sw == LA_ERR_UNSUPPORTED && !wg_views) continue; /* hb2 / wgmma take HI 64, dI 128 rows */
+                    const char *mname = force ? "hb2" : "wgmma";
                     CHECK(sw == LA_OK, "hisa fp8 %s %s B=%lld m=%lld: %s: %s", mname, tag, (long long)B,
                           (long long)m, la_status_string(sw), la_last_error());
                     if (sw != LA_OK) continue;
@@ -616,9 +617,9 @@ static void test_bad_inputs(const void *arg) {
         dfree(&dib);
     }
     p.topk = K;
-    /* variant "wg" of family "hisa_fp8" (m = 2 < 4 blocks: the wgmma route):
-     * the valid call, then bad scale values named as for the DSA */
-    if (bo_use_variant("hisa_fp8", "wg")) {
+    /* variant "wgmma" of family "hisa" (m = 2 < 4 blocks: the e4m3 wgmma
+     * route): the valid call, then bad scale values named as for the DSA */
+    if (bo_use_variant("hisa", "wgmma")) {
     CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()));
     {
         const float z = 0.f, nan = NAN;
@@ -632,7 +633,7 @@ static void test_bad_inputs(const void *arg) {
         la_dev_upload((float *)dqs.d + 70, &qs[70], 4);
     }
     CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()));
-    bo_use_variant("hisa_fp8", NULL);
+    bo_use_variant("hisa", NULL);
     }
     /* fp8 on the CPU: rejected (the CPU takes f32/f64/bf16) */
     {
@@ -676,31 +677,6 @@ static la_status probe_dsa(la_context *ctx) {
     dfree(&dq); dfree(&dk); dfree(&dw); dfree(&di);
     return s;
 }
-/* The smallest fp8 HISA call through its route choice (HI = 64, dI = 128,
- * m = 2 of 4 blocks). */
-static la_status probe_hisa_fp8(la_context *ctx) {
-    const int64_t T = 2, HI = 64, dI = 128, Lk = 64, K = 8;
-    dbuf dq = dalloc((size_t)(T * HI * dI)), dk = dalloc((size_t)(Lk * dI)),
-         dw = dalloc((size_t)(T * HI) * 4), di = dalloc((size_t)(T * K) * 4);
-    la_dev_memset(dq.d, 0, dq.bytes);
-    la_dev_memset(dk.d, 0, dk.bytes);
-    la_dev_memset(dw.d, 0, dw.bytes);
-    la_tensor tq, tk, tw, ti;
-    tset(&tq, dq.d, LA_FP8_E4M3, LA_DEVICE_CUDA, 3, T, HI, dI);
-    tset(&tk, dk.d, LA_FP8_E4M3, LA_DEVICE_CUDA, 2, Lk, dI, 0);
-    tset(&tw, dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
-    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
-    la_index_params p;
-    la_index_params_init(&p);
-    p.topk = K;
-    p.block = 16;
-    p.block_topk = 2;
-    const la_status s = la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, ctx);
-    la_dev_synchronize();
-    dfree(&dq); dfree(&dk); dfree(&dw); dfree(&di);
-    return s;
-}
-
 static void add_case(bo_list *L, int small, const dcase *c) {
     char name[BO_NAME_MAX];
     snprintf(name, sizeof name, "dsa %s T=%lld HI=%lld dI=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d scales=%d",
@@ -713,7 +689,6 @@ static void add_case(bo_list *L, int small, const dcase *c) {
 
 void cases_dsa_fp8(bo_list *L) {
     bo_add_probe(L, "dsa", probe_dsa);
-    bo_add_probe(L, "hisa_fp8", probe_hisa_fp8);
     {
         const bo_opts o = {"dsa", BO_CUDA, 1, NULL, NULL, NULL};
         bo_add(L, &o, test_bad_inputs, NULL, 0,

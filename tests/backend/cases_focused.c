@@ -37,7 +37,7 @@ static void t_flatten(int64_t B, int64_t Hm, int64_t Wm, int64_t H, int64_t D, i
                     *db = (ks && with_bias) ? &bias.dev : NULL;
     const la_tensor *hs = with_sp ? &sp.host : NULL, *ds = with_sp ? &sp.dev : NULL;
     CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, hc, hb, hs, NULL, &o.host, bo_ctx()));
-    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, NULL, &o.dev, bo_ctx()));
+    CHECK_DEV(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, NULL, &o.dev, bo_ctx()));
     la_dev_synchronize();
     char what[200];
     snprintf(what, sizeof what, "flatten %s B%lld map %lldx%lld H%lld D%lld k%lld bias%d sp%d p=%g perm%d%s",
@@ -76,7 +76,7 @@ static void t_flatten_guard(const void *arg) {
     p.map_w = Wm;
     CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, &conv.host, &bias.host, NULL,
                                   NULL, &o.host, bo_ctx()));
-    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, &conv.dev, &bias.dev, NULL, NULL,
+    CHECK_DEV(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, &conv.dev, &bias.dev, NULL, NULL,
                                   &od, bo_ctx()));
     la_dev_synchronize();
     la_dev_download(hz, dbuf, tot * 2);

@@ -9,10 +9,10 @@
  * max|cpu| <= 1e-5 (fp32; 1e-4 for huge N) or 1e-2 (bf16), and no NaN left.
  *
  * The bf16 tensor-core path of the linear family (non-causal, D = Dv = 128,
- * bf16 rows) runs under the default choice and, forced as variants of family
- * "linfam", v3 (the same pipeline with WMMA fragments), v2 (the previous
- * kernel), wg (the output pass by wgmma) and wgs (wg with the summary pass by
- * wgmma too); the default, wg and wgs also get the long cases. The long
+ * bf16 rows) runs under the default choice ("tc") and, on the same shapes,
+ * forced to the fp32 engine (variant "portable" of family "linear" / "mhla");
+ * the default also gets the long cases. (The former test ran these shapes
+ * under the variants v3, v2, wg and wgs too, removed from src/.) The long
  * sequences (N = 31500 video grid, 32K, 128K, 256K) are not in --small. */
 #include "bo_staging.h"
 
@@ -28,7 +28,7 @@ static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, 
     la_softmax_params_init(&p);
     p.causal = causal;
     CHECK_OK(la_softmax_attention(&p, &q.host, &k.host, &v.host, &o.host, &l.host, bo_ctx()));
-    CHECK_OK(la_softmax_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, &l.dev, bo_ctx()));
+    CHECK_DEV(la_softmax_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, &l.dev, bo_ctx()));
     char what[160];
     snprintf(what, sizeof what, "softmax %s B%lld Nq%lld Nk%lld H%lld/%lld D%lld Dv%lld c%d p%d",
              dtn(dt), (long long)B, (long long)Nq, (long long)Nk, (long long)H, (long long)Hk,
@@ -84,7 +84,7 @@ static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
     CHECK_OK(la_linear_attention(&p, &q.host, &k.host, &v.host, &o.host,
                                  state ? &Si.host : NULL, state ? &zi.host : NULL,
                                  state ? &So.host : NULL, state ? &zo.host : NULL, bo_ctx()));
-    CHECK_OK(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, state ? &Si.dev : NULL,
+    CHECK_DEV(la_linear_attention(&p, &q.dev, &k.dev, &v.dev, &o.dev, state ? &Si.dev : NULL,
                                  state ? &zi.dev : NULL, state ? &So.dev : NULL,
                                  state ? &zo.dev : NULL, bo_ctx()));
     char what[160];
@@ -138,7 +138,7 @@ static void t_mhla(int64_t B, int nd, const int64_t *grid, const int64_t *blocks
     p.normalize = norm;
     p.scale_q = 0.9f;
     CHECK_OK(la_mhla_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, bo_ctx()));
-    CHECK_OK(la_mhla_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
+    CHECK_DEV(la_mhla_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
     char what[160], gs[64] = "", bs[64] = "";
     for (int a = 0; a < nd; a++) {
         snprintf(gs + strlen(gs), sizeof gs - strlen(gs), "%s%lld", a ? "x" : "", (long long)grid[a]);
@@ -164,7 +164,7 @@ static void t_mhla_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv
     p.normalize = norm;
     if (norm == LA_MHLA_NORM_PER_QUERY) p.feature = LA_FEATURE_RELU_EPS;
     CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, bo_ctx()));
-    CHECK_OK(la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
+    CHECK_DEV(la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
     char what[160];
     snprintf(what, sizeof what, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
@@ -208,7 +208,7 @@ static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
     const la_tensor *hs = with_params ? &sp.host : NULL, *ds = with_params ? &sp.dev : NULL;
     const la_tensor *hf = with_params ? &foc.host : NULL, *df = with_params ? &foc.dev : NULL;
     CHECK_OK(la_focused_attention(&p, &q.host, &k.host, &v.host, hc, hb, hs, hf, &o.host, bo_ctx()));
-    CHECK_OK(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, df, &o.dev, bo_ctx()));
+    CHECK_DEV(la_focused_attention(&p, &q.dev, &k.dev, &v.dev, dc, db, ds, df, &o.dev, bo_ctx()));
     char what[160];
     snprintf(what, sizeof what, "focused-%s %s B%lld map %lldx%lld H%lld D%lld Dv%lld k%lld prm%d p%d",
              blog ? "blog" : "flatten", dtn(dt), (long long)B, (long long)Hm, (long long)Wm,
@@ -311,7 +311,8 @@ static void run_no_overflow(const void *p) {
 }
 
 /* Registration state of this table: where cases go, whether they are in
- * the --small subset, and the "linfam" variant they force (NULL: default). */
+ * the --small subset, and the variant they force (NULL: default) in the
+ * family of their operator. */
 typedef struct reg {
     bo_list *L;
     int small;
@@ -319,7 +320,8 @@ typedef struct reg {
 } reg;
 
 static bo_opts opts(const reg *r, const char *op) {
-    bo_opts o = {op, BO_CUDA, r->small, r->variant ? "linfam" : NULL, r->variant, NULL};
+    const char *family = !strcmp(op, "mhla_causal") ? "mhla" : op;
+    bo_opts o = {op, BO_CUDA, r->small, r->variant ? family : NULL, r->variant, NULL};
     return o;
 }
 
@@ -341,7 +343,7 @@ static void add_linear(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D,
     snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
              la_feature_name(f), causal, normalize, (long long)chunk, state, perm);
-    const bo_opts o = opts(r, "linear");
+    const bo_opts o = opts(r, causal ? "linear_causal" : "linear");
     bo_add(r->L, &o, run_linear, &a, sizeof a, name);
 }
 static void add_mhla(const reg *r, int64_t B, int nd, const int64_t *grid, const int64_t *blocks,
@@ -385,32 +387,52 @@ static void add_focused(const reg *r, la_focused_variant var, int64_t B, int64_t
     bo_add(r->L, &o, run_focused, &a, sizeof a, name);
 }
 
-/* The smallest call through the linear family's kernel choice: the bf16
- * tensor-core path (non-causal, D = Dv = 128). */
-static la_status probe(la_context *ctx) {
+/* The smallest calls through the kernel choice of the families "linear" (the
+ * bf16 tensor-core path, non-causal, D = Dv = 128), "linear_causal" and
+ * "mhla" (1-D grid of 16 tokens, 4 blocks). */
+static la_status probe_with(la_context *ctx, int which) {
     int64_t ne[4] = {1, 16, 1, 128};
     tb q, o;
     tb_make(&q, 4, ne, LA_BF16, 0, NULL);
     tb_make(&o, 4, ne, LA_BF16, 0, NULL);
     la_dev_memset(q.dev.data, 0, q.bytes);
-    la_linear_params p;
-    la_linear_params_init(&p);
-    p.normalize = 0;
-    const la_status s =
-        la_linear_attention(&p, &q.dev, &q.dev, &q.dev, &o.dev, NULL, NULL, NULL, NULL, ctx);
+    la_status s;
+    if (which < 2) {
+        la_linear_params p;
+        la_linear_params_init(&p);
+        p.normalize = 0;
+        p.causal = which;
+        s = la_linear_attention(&p, &q.dev, &q.dev, &q.dev, &o.dev, NULL, NULL, NULL, NULL, ctx);
+    } else {
+        int64_t nw[2] = {4, 4};
+        tb W;
+        tb_make(&W, 2, nw, LA_F32, 0, NULL);
+        la_dev_memset(W.dev.data, 0, W.bytes);
+        la_mhla_params p;
+        la_mhla_params_init(&p);
+        p.grid_ndim = 1;
+        p.grid[0] = 16;
+        p.blocks[0] = 4;
+        p.normalize = LA_MHLA_NORM_NONE;
+        s = la_mhla_forward(&p, &q.dev, &q.dev, &q.dev, &W.dev, &o.dev, ctx);
+        la_dev_synchronize();
+        tb_free(&W);
+    }
     la_dev_synchronize();
     tb_free(&q);
     tb_free(&o);
     return s;
 }
+static la_status probe_linear(la_context *ctx) { return probe_with(ctx, 0); }
+static la_status probe_mhla(la_context *ctx) { return probe_with(ctx, 2); }
 
 static void tc_paths(bo_list *L) {
-    static const char *paths[5] = {NULL, "v3", "v2", "wg", "wgs"}; /* NULL: the default */
+    static const char *paths[2] = {NULL, "portable"}; /* NULL: the default */
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const la_dtype dt = LA_BF16;
-    for (int pi = 0; pi < 5; pi++) {
-        const bool long_cases = pi == 0 || pi >= 3; /* default, wg, wgs */
+    for (int pi = 0; pi < 2; pi++) {
+        const bool long_cases = pi == 0; /* the default */
         reg rs = {L, 1, paths[pi]}, rl = {L, 0, paths[pi]};
         const reg *r = &rs;
         const int64_t Ns[4] = {1, 63, 65, 1000};
@@ -441,10 +463,10 @@ static void tc_paths(bo_list *L) {
             /* M >= 32: the mix runs as a tf32 GEMM (two 64-row tiles at M = 70; 14 tokens per block) */
             add_mhla(r, 1, 1, g1e, b1e, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
             add_mhla(r, 2, 2, g2, b2e, 1, 128, 128, n, nm == 1, dt, 0, 1.0);
-            if (long_cases) /* 3-D video grid, N = 31500 (v2, v3 were validated before) */
+            if (long_cases) /* 3-D video grid, N = 31500 */
                 add_mhla(&rl, 1, 3, g3, nm == 1 ? b3b : b3a, 2, 128, 128, n, nm != 1, dt, nm & 1, 1.0);
         }
-        if (long_cases) { /* long sequences: the default path, wg and wgs */
+        if (long_cases) { /* long sequences: the default path */
             r = &rl;
             int64_t gl[1] = {32768}, bl[1] = {16}, bm[1] = {150}, gh[1] = {131072};
             add_linear(r, 1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, 1);
@@ -459,7 +481,8 @@ static void tc_paths(bo_list *L) {
 
 
 void cases_linear(bo_list *L) {
-    bo_add_probe(L, "linfam", probe);
+    bo_add_probe(L, "linear", probe_linear);
+    bo_add_probe(L, "mhla", probe_mhla);
     reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
     const reg *r = &rs;
     const la_dtype dts[2] = {LA_F32, LA_BF16};
