@@ -7,6 +7,7 @@
 #   make test-asan    the C tests under ASan + UBSan
 #   make test-portable the C tests built without -march=native (no AVX-512 paths)
 #   make fuzz         libFuzzer target for the .npy reader (short run)
+#   make cuda-build-check  compile every CUDA test, the harness and every dev driver
 #   make install PREFIX=/usr/local
 #
 # Options: CUDA=0 skips the CUDA backend even when nvcc exists;
@@ -141,6 +142,40 @@ tests: all $(TEST_BINS)
 # the GPU tests are the harness's CUDA cases (kept as a name for the device scripts)
 cuda-tests: all $(BACKEND_BIN)
 
+# ---- compile checks of the GPU-only code (CI: nvcc without a GPU) --------------
+# `make cuda-build-check` builds, in its own tree, the CUDA library, the
+# harness and every dev driver (dev/*.cu, dev/cuda/*.cu with nvcc, dev/*.c
+# with cc), each linked against liblongattn.a, so that none can rot; they
+# run only on the GPU machine. Without nvcc (or with CUDA=0) it says so and
+# does nothing.
+CUDA_CHECK_BUILD ?= build-cudacheck
+DEV_CU_SRCS := $(wildcard dev/*.cu dev/cuda/*.cu)
+DEV_C_SRCS  := $(wildcard dev/*.c)
+DEV_BINS    := $(DEV_CU_SRCS:%.cu=$(BUILD)/%) $(DEV_C_SRCS:%.c=$(BUILD)/%)
+# the drivers link as the CLI does, nvcc bringing its own CUDA runtime
+DEV_NVLIBS  := $(filter-out -fopenmp -lcudart_static -lstdc++ -L%,$(LDLIBS)) -Xcompiler -fopenmp
+DEV_NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc
+
+.PHONY: cuda-build-check cuda-dev-drivers
+cuda-build-check:
+ifeq ($(WITH_CUDA),1)
+	$(MAKE) BUILD=$(CUDA_CHECK_BUILD) SKIP_DEPS=1 $(CUDA_CHECK_BUILD)/tests/backend/test_backend_ops \
+	    cuda-dev-drivers
+	@echo "cuda-build-check: the harness and $(words $(DEV_CU_SRCS) $(DEV_C_SRCS)) dev drivers compiled and linked"
+else
+	@echo "cuda-build-check: no nvcc (or CUDA=0): nothing compiled"
+endif
+
+cuda-dev-drivers: $(DEV_BINS)
+
+$(BUILD)/dev/%: dev/%.cu $(BUILD)/liblongattn.a $(wildcard dev/*.cuh dev/cuda/*.cuh include/*.h)
+	@mkdir -p $(dir $@)
+	$(NVCC) $(DEV_NVFLAGS) $< $(BUILD)/liblongattn.a $(DEV_NVLIBS) -o $@
+
+$(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(BUILD)/liblongattn.a $(LDLIBS) -o $@
+
 test: tests
 ifneq ($(SKIP_DEPS),1)
 	@bash scripts/setup.sh test
@@ -182,4 +217,4 @@ install: all
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/longattn.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
 
 clean:
-	rm -rf build build-asan build-portable
+	rm -rf build build-asan build-portable $(CUDA_CHECK_BUILD)

@@ -2,6 +2,7 @@
  * cases (see backend_ops.h for what a case is and how to add a family).
  *
  *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--perf] [--list]
+ *                    [--shard I/N]
  *
  *   -o OP      only cases of operator OP (softmax, linear, mhla, mhla_causal,
  *              mhla_decode, focused, topk, dsa, hisa, blocksparse, sparse_attn);
@@ -12,6 +13,8 @@
  *   --small    only the small cases (the compute-sanitizer subset)
  *   --perf     print the wall time of each case
  *   --list     list the selected cases, run nothing
+ *   --shard I/N  only the selected cases whose position in the list is I
+ *              modulo N (N processes side by side cover the list once)
  *
  * Without a CUDA device the CUDA cases are reported as skipped. Prints one
  * line per case (ok / FAIL / SKIP / KNOWN-FAIL), a summary per table, and
@@ -218,12 +221,12 @@ static const char *state_name[4] = {"ok", "FAIL", "SKIP", "KNOWN-FAIL"};
 
 static void usage(void) {
     fprintf(stderr, "usage: test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] "
-                    "[--perf] [--list]\n");
+                    "[--perf] [--list] [--shard I/N]\n");
 }
 
 int main(int argc, char **argv) {
     const char *ops[32];
-    int nops = 0, backend = 0, list = 0;
+    int nops = 0, backend = 0, list = 0, shard = 0, nshards = 1;
     const char *name_sub = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -245,6 +248,13 @@ int main(int argc, char **argv) {
             R.perf = 1;
         } else if (!strcmp(a, "--list")) {
             list = 1;
+        } else if (!strcmp(a, "--shard") && i + 1 < argc) {
+            if (sscanf(argv[++i], "%d/%d", &shard, &nshards) != 2 || nshards < 1 || shard < 0 ||
+                shard >= nshards) {
+                fprintf(stderr, "test_backend_ops: --shard: '%s' is not I/N with 0 <= I < N\n",
+                        argv[i]);
+                return 2;
+            }
         } else {
             fprintf(stderr, "test_backend_ops: unknown argument '%s'\n", a);
             usage();
@@ -266,7 +276,7 @@ int main(int argc, char **argv) {
 #undef BO_REGISTER
 
     table_sum sums[32];
-    int nsums = 0;
+    int nsums = 0, nselected = 0;
     for (int ci = 0; ci < L.n; ci++) {
         bo_case *c = &L.cases[ci];
         if (backend && c->o.backend != backend) continue;
@@ -277,6 +287,7 @@ int main(int argc, char **argv) {
             for (int i = 0; i < nops; i++) hit |= !strcmp(ops[i], c->o.op);
             if (!hit) continue;
         }
+        if (nselected++ % nshards != shard) continue;
         table_sum *ts = NULL;
         for (int i = 0; i < nsums; i++)
             if (!strcmp(sums[i].table, c->table)) ts = &sums[i];
