@@ -10,8 +10,8 @@
  *   linear attention with φ(q) = relu1(q·D^-1/2) and K̂ taken as is.
  *
  * flatten, bf16 fast path (D = Dv = 128, bf16 rows with unit inner stride and
- * 16-B aligned rows, H ≤ 32, no conv or an odd conv of k ≤ 9; env
- * LA_CUDA_FOCUSED_PATH=old forces the path above):
+ * 16-B aligned rows, H ≤ 32, no conv or an odd conv of k ≤ 9; family
+ * "focused", fo_select: "tc"; "portable" forces the path above):
  *   1. fo_phi_kernel: one warp per (token, q|k) reads the token's C = H·128
  *      channels once into registers (bf16), two register passes (max of x',
  *      then Σu², Σu^{2p} with u = x'/max x'), and writes φ = u^p·r,
@@ -28,10 +28,7 @@
  *   against 0.343 ms at 32K; removed, it is in the history.) */
 #include "cuda_ops.h"
 #include "linfam.cuh"
-
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
+#include "select.cuh"
 
 #include <algorithm>
 
@@ -331,7 +328,7 @@ la_status fo_launch_dwc(const lf_problem &P, const la_cu_view &conv, const la_cu
 /* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps. */
 la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, const la_tensor *conv,
                           const la_tensor *conv_bias, const la_tensor *softplus_param,
-                          cudaStream_t st) {
+                          const la_context *ctx, cudaStream_t st) {
     lf_problem P = P0;
     const int64_t C = P.H * P.D, BN = P.B * P.N;
     if (BN == 0 || C == 0) return LA_OK; /* empty output: no launch (a 0-sized grid fails) */
@@ -375,7 +372,7 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
     P.conv = la_cu_view{};
     P.bias = la_cu_view{};
     P.ksize = 0;
-    LA_TRY(lf_run(&P, st));
+    LA_TRY(lf_run(&P, ctx, "focused", nullptr, st));
     if (conv) {
         const la_cu_view cv = la_cu_view_of(conv), bv = la_cu_view_of(conv_bias);
         switch (conv->ne[1]) {
@@ -386,6 +383,27 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
         default: return fo_launch_dwc<9>(P, cv, bv, st);
         }
     }
+    return LA_OK;
+}
+
+enum fo_kernel { FO_TC = 0, FO_PORTABLE = 1 };
+const char *const fo_names[] = {"tc", "portable"};
+
+/* flatten's kernels (pure): φ materialized + the tensor-core engine, or the
+ * portable engine with φ and the conv fused; forced: the context's variant. */
+la_status fo_select(const lf_problem &P, const la_tensor *conv, const char *forced, fo_kernel *kern) {
+    const bool tc = P.D == 128 && P.Dv == 128 && P.H <= 32 && (!conv || conv->ne[1] <= 9) &&
+                    fo_view_fast(P.q) && fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
+    if (!forced) {
+        *kern = tc ? FO_TC : FO_PORTABLE;
+        return LA_OK;
+    }
+    const int i = la_cu_variant_index(forced, fo_names, 2);
+    if (i < 0) return la_cu_unknown_variant("focused", forced, "tc, portable");
+    if (i == FO_TC && !tc)
+        return la_cu_variant_unsupported("focused", forced,
+                                         "bf16, D = Dv = 128, rows contiguous, H <= 32, conv k <= 9");
+    *kern = (fo_kernel)i;
     return LA_OK;
 }
 
@@ -414,14 +432,11 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
     la_cu_ws ws;
     if (p->variant == LA_FOCUSED_FLATTEN) {
         /* bf16 fast path: see the top of this file */
-        const char *path = getenv("LA_CUDA_FOCUSED_PATH");
-        const bool fast = !(path && !strcmp(path, "old")) && P.D == 128 && P.Dv == 128 &&
-                          P.H <= 32 && (!conv || conv->ne[1] <= 9) && fo_view_fast(P.q) &&
-                          fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
-        if (getenv("LA_CUDA_FOCUSED_VERBOSE"))
-            fprintf(stderr, "focused: path=%s N=%lld H=%lld k=%lld\n", fast ? "fast" : "old",
-                    (long long)P.N, (long long)P.H, conv ? (long long)conv->ne[1] : 0LL);
-        if (fast) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, st);
+        fo_kernel kern;
+        LA_TRY(fo_select(P, conv, la_context_variant(ctx, "focused"), &kern));
+        la_cu_report(ctx, "focused", fo_names[kern], "flatten N=%lld H=%lld k=%lld", (long long)P.N,
+                     (long long)P.H, conv ? (long long)conv->ne[1] : 0LL);
+        if (kern == FO_TC) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, ctx, st);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(C + 4 * BN), sizeof(float), &bytes, "focused workspace"));
         LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "focused feature scales"));
@@ -460,6 +475,12 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
         P.fq = {LA_FEATURE_RELU1, 1.f / sqrtf((float)P.D), 1.f, 0.f, nullptr, nullptr, nullptr};
         P.fk = {LA_FEATURE_IDENTITY, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
         P.den_scale = 1.f;
+        const char *forced = la_context_variant(ctx, "focused");
+        if (forced && strcmp(forced, "portable"))
+            return forced && !strcmp(forced, "tc")
+                       ? la_cu_variant_unsupported("focused", forced, "the flatten variant")
+                       : la_cu_unknown_variant("focused", forced, "tc, portable");
+        la_cu_report(ctx, "focused", "portable", "blog N=%lld H=%lld", (long long)P.N, (long long)P.H);
     }
-    return lf_run(&P, st);
+    return lf_run(&P, ctx, "focused", "portable", st);
 }

@@ -3,7 +3,9 @@
  * Causal: chunk summaries, prefix scan with the state in/out, output with
  * the masked intra-chunk term. Views validated by src/ops/linear.c.
  * Causal with D = Dv = 128 and bf16 rows goes to the tensor-core kernels of
- * linear_causal_tc.cu instead (LA_CUDA_CAUSAL_PATH=old keeps it here). */
+ * linear_causal_tc.cu instead (family "linear_causal": lct_select; the
+ * non-causal kernels are family "linear": lf_select). */
+#include "core/variant.h"
 #include "cuda_ops.h"
 #include "linear_causal_tc.cuh"
 #include "linfam.cuh"
@@ -13,8 +15,15 @@ extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const l
                                               la_tensor *out, const la_tensor *S_in,
                                               const la_tensor *z_in, la_tensor *S_out,
                                               la_tensor *z_out, la_context *ctx) {
-    if (lct_supported(p, q, k, v, out))
-        return lct_run(p, q, k, v, out, S_in, z_in, S_out, z_out, la_cu_stream(ctx));
+    const char *family = p->causal ? "linear_causal" : "linear";
+    const char *forced = la_context_variant(ctx, family);
+    if (p->causal) {
+        lct_choice c;
+        LA_TRY(lct_select(p, q, k, v, out, forced, &c));
+        if (c.kernel == LCT_TC)
+            return lct_run(c, p, q, k, v, out, S_in, z_in, S_out, z_out, ctx, la_cu_stream(ctx));
+        forced = "portable";
+    }
     lf_problem P = {};
     lf_set_qkvo(&P, q, k, v, out);
     P.fq = {(int)p->feature, 1.f, p->scale_q, 0.f, nullptr, nullptr, nullptr};
@@ -31,5 +40,5 @@ extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const l
     P.z_in = la_cu_view_of(z_in);
     P.S_out = la_cu_view_of(S_out);
     P.z_out = la_cu_view_of(z_out);
-    return lf_run(&P, la_cu_stream(ctx));
+    return lf_run(&P, ctx, family, forced, la_cu_stream(ctx));
 }

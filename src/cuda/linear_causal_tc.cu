@@ -45,7 +45,7 @@
  * (dev/NOTES_cuda_causal.md has the budget). */
 #include "linear_causal_tc.cuh"
 #include "mma_sync.cuh"
-
+#include "select.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -166,15 +166,15 @@ __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
     lct_state_out4(a, b, h, 4 * x4, st);
 }
 
-/* ---- pass 2, wide (LA_CUDA_CAUSAL_PATH=v3) ---------------------------------
+/* ---- pass 2, wide -----------------------------------------------------------
  * Why: the walk above issues ⌈nd/SU⌉ rounds of 8 loads one after the other
  * per thread, from 204 CTAs at H = 12 (1.5 per SM): 46 µs measured at 32K
  * for ~50 MB, 4× its byte time. Here the chunk axis is cut as well, so that
  * every load of the kernel is issued up front and one barrier joins them:
  * block (CW, G), thread (x, g) owns float4 column x of (S, z) and slots
- * p ∈ [SW·g, SW·g + SW) of the np = nd·ks partial states (pass 1 ran on
- * sub-chunks of L/ks tokens: ks partials per chunk; ks > 1 fills the waves of
- * pass 1, see lct_run). It loads its ≤ SW partials at once, puts its group
+ * p ∈ [SW·g, SW·g + SW) of the np = nd·ks partial states (ks partials per
+ * chunk when pass 1 runs on sub-chunks of L/ks tokens; lct_run passes ks = 1:
+ * sub-chunks measured no faster). It loads its ≤ SW partials at once, puts its group
  * total in shared memory, and after the barrier writes
  *     P_c = S_in + Σ_{p < c·ks} ΔS_p   for the c with c·ks in its slots,
  * into out [B·H][nch][LS] (what pass 3 reads). G = np/SW + 1 so that slot np
@@ -446,7 +446,7 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[8][4], const uint32_
         }
 }
 
-template <int MODE, bool V3>
+template <int MODE>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     extern __shared__ __align__(128) unsigned char lct_sm4[];
     unsigned char *p8 = lct_sm4;
@@ -533,7 +533,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         float zk[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f}, zq[8];
 #pragma unroll
         for (int i = 0; i < 8; i++) zq[i] = zs[c8 + i]; /* once, not per row */
-        if (V3 && nvalid == T) {
+        if (nvalid == T) {
             /* a full tile: the 4 rows without the per-row branch, so that their
              * loads, φ and shuffle chains are in flight together (the loop
              * below runs them one row after the other: ~4 × (load + 4 dependent
@@ -621,25 +621,13 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         for (int j = 0; j < 8; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) sA[j][e] = 0.f;
-        if (V3) {
-            switch (r) {
-            case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
-            case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
-            case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
-            default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
-            }
-        } else {
-#pragma unroll
-            for (int kk = 0; kk < 8; kk++)
-#pragma unroll
-                for (int kb4 = 0; kb4 < 4; kb4++)
-                    if (kb4 <= r) {
-                        uint32_t bk[4];
-                        la_ldsm4(bk, &Ks[(16 * kb4 + 8 * (lj >> 1) + li) * LD + 16 * kk + 8 * (lj & 1)]);
-                        la_mma_bf16(sA[2 * kb4], qa[kk], bk[0], bk[1]);
-                        la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
-                    }
+        switch (r) {
+        case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
+        case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
+        case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
+        default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
         }
+    
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
         float rs0 = 0.f, rs1 = 0.f;
         uint32_t pa[4][4];
@@ -681,25 +669,13 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 la_mma_bf16(accO[2 * jp], qa[kk], bs[0], bs[1]);
                 la_mma_bf16(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
             }
-        if (V3) {
-            switch (r) {
-            case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
-            case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
-            case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
-            default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
-            }
-        } else {
-#pragma unroll
-            for (int kb4 = 0; kb4 < 4; kb4++)
-                if (kb4 <= r)
-#pragma unroll
-                    for (int jp = 0; jp < 4; jp++) {
-                        uint32_t bv[4];
-                        la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
-                        la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
-                        la_mma_bf16(accO[2 * jp + 1], pa[kb4], bv[2], bv[3]);
-                    }
+        switch (r) {
+        case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
+        case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
+        case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
+        default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
         }
+    
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
@@ -760,12 +736,9 @@ lct_kernel_fn lct_state_mma_fn(int mode, bool split) {
     return mode == 0 ? lct_state_mma_kernel<0, false>
            : mode == 1 ? lct_state_mma_kernel<1, false> : lct_state_mma_kernel<2, false>;
 }
-lct_kernel_fn lct_output_mma_fn(int mode, bool v3 = false) {
-    if (v3)
-        return mode == 0 ? lct_output_mma_kernel<0, true>
-               : mode == 1 ? lct_output_mma_kernel<1, true> : lct_output_mma_kernel<2, true>;
-    return mode == 0 ? lct_output_mma_kernel<0, false>
-           : mode == 1 ? lct_output_mma_kernel<1, false> : lct_output_mma_kernel<2, false>;
+lct_kernel_fn lct_output_mma_fn(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<0>
+           : mode == 1 ? lct_output_mma_kernel<1> : lct_output_mma_kernel<2>;
 }
 int lct_mode_of(int feat) {
     return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
@@ -793,9 +766,8 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
         LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-        for (int v = 0; v < 2; v++)
-            LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m, v != 0), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)LCT_OUT4_SMEM));
+        LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)LCT_OUT4_SMEM));
     }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
@@ -803,17 +775,38 @@ la_status lct_prepare_device(int dev, int *nsm) {
 
 }  // namespace
 
-bool lct_supported(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                   const la_tensor *v, const la_tensor *out) {
-    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    if (path && !strcmp(path, "old")) return false;
-    return p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
-           view_ok(k) && view_ok(v) && view_ok(out);
-}
+static const char *const lct_names[] = {"tc", "portable", "walk"};
 
-la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                  const la_tensor *v, la_tensor *out, const la_tensor *S_in,
-                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, cudaStream_t st) {
+la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                     const la_tensor *v, const la_tensor *out, const char *forced,
+                     lct_choice *c) {
+    const bool tc = p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
+                    view_ok(k) && view_ok(v) && view_ok(out);
+    c->kernel = tc ? LCT_TC : LCT_PORTABLE;
+    c->walk = false;
+    c->L = 0;
+    if (!forced) return LA_OK;
+    long n = 0;
+    int i = la_cu_variant_index(forced, lct_names, 3);
+    if (i < 0 && la_cu_variant_number(forced, "chunk", T, (long)1 << 30, &n) && n % T == 0) {
+        i = LCT_TC;
+        c->L = n;
+    }
+    if (i < 0) return la_cu_unknown_variant("linear_causal", forced, "tc, walk, chunk<N>, portable");
+    if (i == LCT_PORTABLE) {
+        c->kernel = LCT_PORTABLE;
+        return LA_OK;
+    }
+    if (!tc)
+        return la_cu_variant_unsupported("linear_causal", forced,
+                                         "bf16, D = Dv = 128, rows contiguous, B*H <= 65535");
+    c->walk = i == 2;
+    return LA_OK;
+}
+la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
+                  const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
+                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
+                  cudaStream_t st) {
     lct_args a;
     memset(&a, 0, sizeof a);
     a.q = (const __nv_bfloat16 *)q->data;
@@ -847,103 +840,43 @@ la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor
     const int64_t tiles = la_cu_cdiv(N, T);
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
-    /* default (= "v3"): the mma.sync kernels with the wide scan, pass 3
-     * unrolled per row block, pass 1 on ks sub-chunks if asked (H200, 32K:
-     * 0.319 ms); LA_CUDA_CAUSAL_PATH=mma: the same kernels with the walking
-     * scan and the predicated pass 3 (0.385 ms) */
-    const char *path = getenv("LA_CUDA_CAUSAL_PATH");
-    const bool v3 = !(path && !strcmp(path, "mma"));
-    /* LA_CUDA_CAUSAL_L (v3 only; tests): the state chunk in tokens, a multiple of 64 */
-    const char *lenv = v3 ? getenv("LA_CUDA_CAUSAL_L") : nullptr;
-    if (lenv && atoll(lenv) >= T && atoll(lenv) % T == 0) a.L = atoll(lenv);
+    if (c.L > 0) a.L = c.L;
     a.nch = la_cu_cdiv(N, a.L);
     if (a.nch > INT32_MAX || a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
     const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
-
-    /* v3: pass 1 may run on ks sub-chunks of L/ks tokens each (ks | L/64),
-     * to fill its waves (at 32K, H = 12: 372 CTAs of 1024 tokens on 264 slots,
-     * 2 per SM, are 1.4 waves; 744 of 512 tokens 2.8) at the price of ks
-     * partial states per chunk (66 KB each: +25 MB written and read at 32K
-     * for ks = 2). Whether that pays is for the device to say: ks = 1 unless
-     * LA_CUDA_CAUSAL_KS asks for more (the largest divisor of L/64 not above
-     * it). The wide scan takes np = nd·ks ≤ 255 slots (≤ 32 groups of SW);
-     * beyond that (B·H ≤ 2 and long N) the walk. */
-    int ks = 1;
-    bool wide = false;
-    if (v3) {
-        const char *kenv = getenv("LA_CUDA_CAUSAL_KS");
-        if (kenv && atoi(kenv) >= 1)
-            for (int k = std::min(atoi(kenv), 8); k >= 1; k--)
-                if ((a.L / T) % k == 0) { ks = k; break; }
-        if (nd * ks > 255) ks = 1;
-        wide = nd * ks <= 255;
-    }
+    /* The wide scan takes nd ≤ 255 chunk states (≤ 32 groups of SW); beyond
+     * that (B·H ≤ 2 and long N) the walking scan. */
+    const bool wide = !c.walk && nd <= 255;
 
     size_t nf, bytes;
-    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch * (ks > 1 ? 1 + ks : 1), &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)LS, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
-    a.ws = (float *)ws.p; /* P_c for pass 3: [B·H][nch][LS] */
-    /* pass 1's partial states: in place of P (ks = 1), else after it [B·H][nch·ks][LS] */
-    float *part = ks > 1 ? a.ws + (size_t)BH * a.nch * LS : a.ws;
-    if (getenv("LA_CUDA_CAUSAL_VERBOSE"))
-        fprintf(stderr, "linear-causal: path=tc%s BH=%lld N=%lld L=%lld nch=%lld nd=%lld split=%d ks=%d scan=%s\n",
-                v3 ? "-v3" : "", (long long)BH, (long long)N, (long long)a.L, (long long)a.nch,
-                (long long)nd, a.split, ks, wide ? "wide" : "walk");
+    a.ws = (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
+    la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
+                 "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH, (long long)N,
+                 (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
 
-    /* LA_CUDA_CAUSAL_TIMING=1: per-kernel times on stderr (events; synchronizes) */
-    const bool timing = getenv("LA_CUDA_CAUSAL_TIMING") != nullptr;
-    /* destroyed on every return (a failed launch below returns early) */
-    struct lct_events {
-        cudaEvent_t e[4] = {nullptr, nullptr, nullptr, nullptr};
-        ~lct_events() {
-            for (cudaEvent_t x : e)
-                if (x) cudaEventDestroy(x);
-        }
-    } evs;
-    cudaEvent_t *ev = evs.e;
-    if (timing)
-        for (int i = 0; i < 4; i++) LA_CU(cudaEventCreate(&ev[i]));
-    if (timing) LA_CU(cudaEventRecord(ev[0], st));
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
-        if (ks > 1) { /* sub-chunk c' = chunk c'/ks, part c'%ks: L/ks tokens, slot c' */
-            lct_args a1 = a;
-            a1.L = a.L / ks;
-            a1.nch = a.nch * ks;
-            a1.ws = part;
-            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)(nd * ks), (unsigned)BH), NT, sm1, st>>>(a1);
-            LA_CU_LAUNCH("lct_state_mma_kernel");
-        } else {
-            lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
-            LA_CU_LAUNCH("lct_state_mma_kernel");
-        }
+        lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        LA_CU_LAUNCH("lct_state_mma_kernel");
     }
-    if (timing) LA_CU(cudaEventRecord(ev[1], st));
     if (wide) {
-        const int np = (int)(nd * ks), G = np / SW + 1; /* G ≤ 32 */
+        const int np = (int)nd, G = np / SW + 1; /* G ≤ 32 */
         int cw = NT;
         while (cw * G > NT) cw /= 2; /* CW·G ≤ 256, CW a power of two ≥ 8 */
         lct_scan_wide_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, cw), (unsigned)BH), dim3(cw, G), 0, st>>>(
-            a, part, a.ws, np, ks);
+            a, a.ws, a.ws, np, 1);
         LA_CU_LAUNCH("lct_scan_wide_kernel");
     } else {
         lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
         LA_CU_LAUNCH("lct_scan_kernel");
     }
-    if (timing) LA_CU(cudaEventRecord(ev[2], st));
-    lct_output_mma_fn(lct_mode_of(a.feat), v3)<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+    lct_output_mma_fn(lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");
-    if (timing) {
-        LA_CU(cudaEventRecord(ev[3], st));
-        LA_CU(cudaEventSynchronize(ev[3]));
-        float ms[3];
-        for (int i = 0; i < 3; i++) LA_CU(cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]));
-        fprintf(stderr, "linear-causal timing: path=%s N=%lld norm=%d ks=%d state %.4f scan %.4f output %.4f ms\n",
-                v3 ? "v3" : "mma", (long long)N, a.normalize, ks, ms[0], ms[1], ms[2]);
-    }
     return LA_OK;
 }

@@ -7,13 +7,28 @@
 
 #include "common.cuh"
 
-/* Whether the tensor-core causal path takes these views (and is not switched
- * off by LA_CUDA_CAUSAL_PATH=old). */
-bool lct_supported(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                   const la_tensor *v, const la_tensor *out);
+/* The kernels for a causal linear attention call (family "linear_causal"):
+ * the tensor-core path (with the wide scan where it takes the chunk count,
+ * or the walking scan; L > 0: a forced state-chunk length in tokens) or the
+ * portable engine (linfam). */
+enum lct_kernel { LCT_TC = 0, LCT_PORTABLE = 1 };
+struct lct_choice {
+    lct_kernel kernel;
+    bool walk;  /* the walking scan whatever the chunk count */
+    int64_t L;  /* > 0: state chunk of L tokens (a multiple of 64) */
+};
 
-la_status lct_run(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
-                  const la_tensor *v, la_tensor *out, const la_tensor *S_in,
-                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, cudaStream_t st);
+/* Selection (pure): `forced` is the context's "linear_causal" variant (NULL:
+ * the default). LA_ERR_ARG for an unknown name, LA_ERR_UNSUPPORTED when a
+ * forced tensor-core variant does not take the views. */
+la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                     const la_tensor *v, const la_tensor *out, const char *forced,
+                     lct_choice *c);
+
+/* Runs the tensor-core path (c.kernel == LCT_TC). */
+la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
+                  const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
+                  const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
+                  cudaStream_t st);
 
 #endif

@@ -13,7 +13,9 @@
  *               segments is folded into it), or the causal prefix scan;
  *   3. output:  per (head, 64-token tile, 64-column tile of dv): φq(Q) P_i,
  *               plus the masked intra-chunk term in causal mode.
- * This is the portable fp32 CUDA-core path: any D, Dv, strides and dtypes. */
+ * linfam_portable.cu runs them on CUDA cores in fp32 (any D, Dv, strides and
+ * dtypes); linfam_tc.cu on bf16 tensor cores (non-causal, D = Dv = 128, bf16
+ * rows contiguous). */
 #ifndef LA_CUDA_LINFAM_CUH
 #define LA_CUDA_LINFAM_CUH
 
@@ -54,7 +56,17 @@ struct lf_problem {
     int64_t ksize, map_h, map_w;
 };
 
-la_status lf_run(const lf_problem *P, cudaStream_t st);
+/* The engine's kernels for P: the bf16 tensor-core path or the portable fp32
+ * engine. */
+enum lf_kernel { LF_TC = 0, LF_PORTABLE = 1 };
+/* Selection (pure): `forced` is the context's variant for `family` ("linear",
+ * "mhla", "focused"; NULL = the default); maxcnt: tokens per block. */
+la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
+                    lf_kernel *kern);
+/* Selects (as lf_select), reports the choice when ctx is verbose, runs the
+ * passes on st. */
+la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
+                 const char *forced, cudaStream_t st);
 
 /* Flatten's φ (SPEC §4a) for 8 channels of one token on the bf16 fast path
  * (focused.cu's φ pass, which materializes φ(Q), φ(K)): u = (relu(x) +

@@ -1,7 +1,9 @@
 /* MHLA (SPEC §5) on CUDA through the linear-family engine (linfam.cu):
  * non-causal over 1-D/2-D/3-D block grids with shared or per-head mixing and
  * the three normalize modes; causal chunkwise (§5.4). Views validated by
- * src/ops/mhla.c. The decoding state (la_mhla_state) stays on the CPU. */
+ * src/ops/mhla.c; family "mhla" (lf_select). The decoding state is
+ * mhla_decode.cu. */
+#include "core/variant.h"
 #include "cuda_ops.h"
 #include "linfam.cuh"
 
@@ -53,7 +55,7 @@ extern "C" la_status la_mhla_forward_cuda(const la_mhla_params *p, const la_tens
                               "tokens is not divisible by %lld blocks",
                               (long long)P.n[a], (long long)P.g[a]);
     P.eps = p->eps;
-    return lf_run(&P, la_cu_stream(ctx));
+    return lf_run(&P, ctx, "mhla", la_context_variant(ctx, "mhla"), la_cu_stream(ctx));
 }
 
 extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
@@ -73,5 +75,6 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
         return la_err(LA_ERR_ARG, "normalize: released_vision is not defined for causal MHLA");
     P.norm = p->normalize == LA_MHLA_NORM_PER_QUERY ? LF_NORM_PER_QUERY : LF_NORM_NONE;
     P.eps = p->eps;
-    return lf_run(&P, la_cu_stream(ctx));
+    /* causal MHLA: the portable engine only (lf_select) */
+    return lf_run(&P, ctx, "mhla", la_context_variant(ctx, "mhla"), la_cu_stream(ctx));
 }

@@ -9,17 +9,12 @@
  * and lse = −inf (as the CPU path). This is the general path; it runs on
  * CUDA cores, not tensor cores (see docs/PERF.md for its speed).
  *
- * Dispatch: bf16 q/k/v/out with D = Dv ∈ {64, 128} and rows of D contiguous
- * and 16-byte aligned take the tensor-core kernel of softmax_tc.cu; the rest
- * (and everything under LA_CUDA_SOFTMAX_PATH=old) this kernel.
- * LA_CUDA_SOFTMAX_TC_CFG=N picks a tiling of the tensor-core kernel (dev knob,
- * see softmax_tc.cuh); LA_CUDA_SOFTMAX_VERBOSE=1 prints the path taken. */
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-
+ * Selection (sm_select, family "softmax"): bf16 q/k/v/out with D = Dv ∈
+ * {64, 128} and rows of D contiguous and 16-byte aligned take the tensor-core
+ * kernel of softmax_tc.cu ("tc"); the rest this kernel ("portable"). */
 #include "cuda_ops.h"
 #include "common.cuh"
+#include "select.cuh"
 #include "softmax_tc.cuh"
 
 namespace {
@@ -165,9 +160,25 @@ __global__ void __launch_bounds__(NT, 1) sm_fwd_kernel(sm_args a) {
     }
 }
 
-bool force_old() {
-    const char *e = getenv("LA_CUDA_SOFTMAX_PATH");
-    return e && !strcmp(e, "old");
+enum sm_kernel { SM_TC, SM_PORTABLE };
+const char *const sm_names[] = {"tc", "portable"};
+
+/* The kernel for these views; `forced`: the context's variant (NULL: the
+ * default). */
+la_status sm_select(const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                    const la_tensor *out, const char *forced, sm_kernel *kern) {
+    const bool tc = la_softmax_tc_applies(q, k, v, out);
+    if (!forced) {
+        *kern = tc ? SM_TC : SM_PORTABLE;
+        return LA_OK;
+    }
+    const int i = la_cu_variant_index(forced, sm_names, 2);
+    if (i < 0) return la_cu_unknown_variant("softmax", forced, "tc, portable");
+    if (i == SM_TC && !tc)
+        return la_cu_variant_unsupported("softmax", forced,
+                                         "bf16, D = Dv in {64, 128}, rows contiguous");
+    *kern = (sm_kernel)i;
+    return LA_OK;
 }
 
 }  // namespace
@@ -176,7 +187,8 @@ bool force_old() {
  * these views (for the tests; declared there). */
 extern "C" int la_softmax_cuda_tc_path(const la_tensor *q, const la_tensor *k, const la_tensor *v,
                                        const la_tensor *out) {
-    return !force_old() && la_softmax_tc_applies(q, k, v, out);
+    sm_kernel kern = SM_PORTABLE;
+    return sm_select(q, k, v, out, nullptr, &kern) == LA_OK && kern == SM_TC;
 }
 
 extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const la_tensor *q,
@@ -197,14 +209,12 @@ extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const
     a.Dv = v->ne[3];
     a.scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)a.D);
     a.causal = p->causal != 0;
-    const bool tc = !force_old() && la_softmax_tc_applies(q, k, v, out);
-    const char *cfg_env = getenv("LA_CUDA_SOFTMAX_TC_CFG");
-    const int cfg = cfg_env ? atoi(cfg_env) : 0;
-    if (getenv("LA_CUDA_SOFTMAX_VERBOSE"))
-        fprintf(stderr, "softmax: path=%s cfg=%d B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d\n",
-                tc ? "tc" : "old", tc ? cfg : -1, (long long)a.B, (long long)a.Nq, (long long)a.Nk,
-                (long long)a.H, (long long)a.Hk, (long long)a.D, (long long)a.Dv, a.causal);
-    if (tc) return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, cfg, la_cu_stream(ctx));
+    sm_kernel kern;
+    LA_TRY(sm_select(q, k, v, out, la_context_variant(ctx, "softmax"), &kern));
+    la_cu_report(ctx, "softmax", sm_names[kern], "B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d",
+                 (long long)a.B, (long long)a.Nq, (long long)a.Nk, (long long)a.H, (long long)a.Hk,
+                 (long long)a.D, (long long)a.Dv, a.causal);
+    if (kern == SM_TC) return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, la_cu_stream(ctx));
     if (a.D > MAX_D)
         return la_err(LA_ERR_UNSUPPORTED, "softmax CUDA: head dim D=%lld exceeds %d",
                       (long long)a.D, MAX_D);

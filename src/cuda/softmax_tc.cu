@@ -410,7 +410,7 @@ bool la_softmax_tc_applies(const la_tensor *q, const la_tensor *k, const la_tens
 }
 
 la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               la_tensor *out, la_tensor *lse, float scale, int causal, int cfg,
+                               la_tensor *out, la_tensor *lse, float scale, int causal,
                                cudaStream_t st) {
     tc_args a;
     a.q = (const __nv_bfloat16 *)q->data;
@@ -432,17 +432,7 @@ la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_
     a.causal = causal != 0;
     if (B == 0 || H == 0 || a.Nq == 0) return LA_OK;
     /* template: D, query m tiles a warp, Q in registers, warps, min CTAs an SM, BKV */
-    if (q->ne[3] == 64) {
-        switch (cfg) {
-        case 1: return launch<64, 1, true, 4, 4>(a, (int)B, (int)H, st);
-        case 3: return launch<64, 1, true, 8, 2>(a, (int)B, (int)H, st);
-        default: return launch<64, 2, true, 4, 2>(a, (int)B, (int)H, st); /* 0, 2, 4 */
-        }
-    }
-    switch (cfg) {
-    case 1: return launch<128, 1, true, 4, 3>(a, (int)B, (int)H, st);
-    case 3: return launch<128, 1, true, 8, 1>(a, (int)B, (int)H, st);
-    case 4: return launch<128, 2, false, 4, 2, 32>(a, (int)B, (int)H, st);
-    default: return launch<128, 2, false, 4, 2>(a, (int)B, (int)H, st); /* 0, 2 */
-    }
+    /* D = 64: Q fragments in registers; D = 128: ldmatrix'ed from smem every tile */
+    if (q->ne[3] == 64) return launch<64, 2, true, 4, 2>(a, (int)B, (int)H, st);
+    return launch<128, 2, false, 4, 2>(a, (int)B, (int)H, st);
 }

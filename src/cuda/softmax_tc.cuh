@@ -11,16 +11,12 @@
 bool la_softmax_tc_applies(const la_tensor *q, const la_tensor *k, const la_tensor *v,
                            const la_tensor *out);
 
-/* Launches it (the views must satisfy la_softmax_tc_applies). cfg picks the
- * tiling (dev knob LA_CUDA_SOFTMAX_TC_CFG; 4 warps a CTA unless said):
- *   0, 2 (default): 4 warps × 32 query rows (BQ = 128), BKV = 64; D = 128:
- *          Q fragments ldmatrix'ed from smem every tile (96 KB smem, 2 CTAs
- *          an SM); D = 64: Q fragments in registers
- *   1: 4 warps × 16 rows (BQ = 64), Q in registers, 64 KB smem, 3 CTAs an SM
- *   3: 8 warps × 16 rows (BQ = 128), Q in registers, 1 CTA an SM
- *   4: as 0 with BKV = 32 (D = 128; D = 64 takes 0) */
+/* Launches it (the views must satisfy la_softmax_tc_applies): 4 warps × 32
+ * query rows (BQ = 128), BKV = 64; D = 128: Q fragments ldmatrix'ed from
+ * smem every tile (96 KB smem, 2 CTAs an SM); D = 64: Q fragments in
+ * registers. */
 la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               la_tensor *out, la_tensor *lse, float scale, int causal, int cfg,
+                               la_tensor *out, la_tensor *lse, float scale, int causal,
                                cudaStream_t st);
 
 #endif
