@@ -1,6 +1,6 @@
 /* Case table of the CPU path against float64 references (backend BO_CPU):
- * softmax, linear (non-causal and causal, with state), top-k, the DSA
- * indexer and sparse attention, on fresh random inputs at odd sizes (N = 1,
+ * softmax, linear (non-causal and causal, with state), MHLA (non-causal on
+ * 1-D/2-D/3-D grids, causal), top-k, the DSA indexer and sparse attention, on fresh random inputs at odd sizes (N = 1,
  * 63, 65, 1000; D = 16, 32, 63, 64, 128; Dv != D), in every layout of
  * tests/cpu/dense_views.h (contiguous, a permuted [B,H,N,D] buffer, strided
  * rows whose gaps hold NaN), f32 / f64 / bf16 views, outputs poisoned with
@@ -15,8 +15,8 @@
  * (the CPU computes in fp32), 0 for bf16 outputs (whose rounding dominates).
  * Outputs are checked in full (a NaN left is an unwritten entry) and, for the
  * strided layout, nothing outside the view may be written (gaps stay NaN).
- * The longer references of MHLA, causal MHLA and focused attention stay in
- * tests/cpu/test_mhla*.c and test_focused.c. Kept short: the whole table
+ * MHLA's released_vision normalization and focused attention have their
+ * references in tests/cpu/test_mhla.c and test_focused.c only. Kept short: the whole table
  * runs in a few seconds on 2 cores (it is part of `make test`). */
 #include "bo_staging.h"
 
@@ -501,6 +501,127 @@ static void cpu_sparse_attn(const void *arg) {
     free(hq.buf); free(hkv.buf); free(ho.buf); free(hl.buf);
 }
 
+/* ---- MHLA, non-causal and causal ----------------------------------------------------------- */
+/* Block of token t on an nd-dimensional grid split into blocks (SPEC §5). */
+static int64_t block_of(int nd, const int64_t *grid, const int64_t *blocks, int64_t t) {
+    int64_t c[3], id = 0;
+    for (int a = nd - 1; a >= 0; a--) {
+        c[a] = t % grid[a];
+        t /= grid[a];
+    }
+    for (int a = 0; a < nd; a++) id = id * blocks[a] + (c[a] * blocks[a]) / grid[a];
+    return id;
+}
+/* MHLA_REF(T, name), the pairwise form of SPEC §5 / §9 in T:
+ *   o_t = sum_s W[b(t), b(s)] (q~_t . k~_s) v_s  /  (sum_s W[..] (q~_t . k~_s) + eps)
+ * (no division for normalize none), q~ = scale phi(q), k~ = phi(k); s runs
+ * over every token (non-causal, blk = the grid's blocks) or s <= t (causal,
+ * blk = t / chunk). W [Hw, M, M]. */
+#define MHLA_REF(T, NAME)                                                                        \
+    static void NAME(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, const float *q,     \
+                     const float *k, const float *v, const float *W, int64_t Hw, int64_t M,      \
+                     const int64_t *blk, int causal, la_feature f, int per_query, T eps, T scale, \
+                     double *o) {                                                                \
+        T *kf = malloc(sizeof(T) * (size_t)(N * D)), *qf = malloc(sizeof(T) * (size_t)D),        \
+          *num = malloc(sizeof(T) * (size_t)Dv);                                                 \
+        for (int64_t b = 0; b < B; b++)                                                          \
+            for (int64_t h = 0; h < H; h++) {                                                    \
+                const float *Wh = W + (Hw == 1 ? 0 : h) * M * M;                                 \
+                for (int64_t s = 0; s < N; s++)                                                  \
+                    for (int64_t d = 0; d < D; d++)                                              \
+                        kf[s * D + d] = (T)la_ref_feature(f, k[((b * N + s) * H + h) * D + d]);  \
+                for (int64_t t = 0; t < N; t++) {                                                \
+                    for (int64_t d = 0; d < D; d++)                                              \
+                        qf[d] = scale * (T)la_ref_feature(f, q[((b * N + t) * H + h) * D + d]);  \
+                    T den = 0;                                                                   \
+                    for (int64_t e = 0; e < Dv; e++) num[e] = 0;                                 \
+                    for (int64_t s = 0; s < (causal ? t + 1 : N); s++) {                         \
+                        T a = 0;                                                                 \
+                        for (int64_t d = 0; d < D; d++) a += qf[d] * kf[s * D + d];              \
+                        a *= (T)Wh[blk[t] * M + blk[s]];                                         \
+                        den += a;                                                                \
+                        for (int64_t e = 0; e < Dv; e++) num[e] += a * (T)v[((b * N + s) * H + h) * Dv + e]; \
+                    }                                                                            \
+                    for (int64_t e = 0; e < Dv; e++)                                             \
+                        o[((b * N + t) * H + h) * Dv + e] = per_query ? num[e] / (den + eps) : num[e]; \
+                }                                                                                \
+            }                                                                                    \
+        free(kf);                                                                                \
+        free(qf);                                                                                \
+        free(num);                                                                               \
+    }
+MHLA_REF(double, ref_mhla64)
+MHLA_REF(float, ref_mhla32)
+
+typedef struct mhla_args {
+    int64_t B; int nd; int64_t grid[3], blocks[3]; /* causal: grid[0] = N, blocks[0] = chunk */
+    int64_t H, D, Dv;
+    int causal, per_query, per_head;
+    la_dtype dt;
+    int layout;
+} mhla_args;
+
+static void cpu_mhla(const void *arg) {
+    const mhla_args *a = arg;
+    int64_t N = 1, M = 1;
+    for (int i = 0; i < a->nd; i++) N *= a->grid[i];
+    const int64_t chunk = a->blocks[0];
+    if (a->causal) M = (N + chunk - 1) / chunk + 1; /* one spare row and column: ignored */
+    else
+        for (int i = 0; i < a->nd; i++) M *= a->blocks[i];
+    const int64_t B = a->B, H = a->H, D = a->D, Dv = a->Dv, Hw = a->per_head ? H : 1;
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
+    float *q = rand_rounded(B * N * H * D, 1.0, a->dt), *k = rand_rounded(B * N * H * D, 1.0, a->dt),
+          *v = rand_rounded(B * N * H * Dv, 1.0, a->dt), *W = malloc(4 * (size_t)(Hw * M * M));
+    for (int64_t i = 0; i < Hw * M * M; i++) W[i] = (float)(0.05 + la_rng_uniform(&bo_rng));
+    hview hq = make_view(q, 4, nq, a->dt, a->layout), hk = make_view(k, 4, nq, a->dt, a->layout),
+          hv = make_view(v, 4, nv, a->dt, a->layout), ho = make_view(NULL, 4, nv, a->dt, a->layout);
+    la_tensor tw;
+    if (a->per_head) la_tensor_init(&tw, W, LA_F32, LA_DEVICE_CPU, 3, (int64_t[]){H, M, M});
+    else la_tensor_init(&tw, W, LA_F32, LA_DEVICE_CPU, 2, (int64_t[]){M, M});
+    int64_t *blk = malloc(sizeof(int64_t) * (size_t)N);
+    double eps, scale;
+    la_feature f;
+    if (a->causal) {
+        la_mhla_causal_params p;
+        la_mhla_causal_params_init(&p);
+        p.chunk = chunk;
+        p.normalize = a->per_query ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
+        if (a->per_query) p.feature = LA_FEATURE_RELU_EPS;
+        CHECK_OK(la_mhla_causal_forward(&p, &hq.t, &hk.t, &hv.t, &tw, &ho.t, bo_ctx()));
+        for (int64_t t = 0; t < N; t++) blk[t] = t / chunk;
+        eps = p.eps;
+        scale = p.scale_q != 0.f ? p.scale_q : 1.0 / sqrt((double)D);
+        f = p.feature;
+    } else {
+        la_mhla_params p;
+        la_mhla_params_init(&p);
+        p.grid_ndim = a->nd;
+        for (int i = 0; i < a->nd; i++) {
+            p.grid[i] = a->grid[i];
+            p.blocks[i] = a->blocks[i];
+        }
+        p.normalize = a->per_query ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
+        p.scale_q = 0.9f;
+        CHECK_OK(la_mhla_forward(&p, &hq.t, &hk.t, &hv.t, &tw, &ho.t, bo_ctx()));
+        for (int64_t t = 0; t < N; t++) blk[t] = block_of(a->nd, a->grid, a->blocks, t);
+        eps = p.eps;
+        scale = p.scale_q;
+        f = p.feature;
+    }
+    const int64_t Eo = B * N * H * Dv;
+    double *o64 = malloc(8 * (size_t)Eo), *o32 = malloc(8 * (size_t)Eo);
+    ref_mhla64(B, N, H, D, Dv, q, k, v, W, Hw, M, blk, a->causal, f, a->per_query, eps, scale, o64);
+    ref_mhla32(B, N, H, D, Dv, q, k, v, W, Hw, M, blk, a->causal, f, a->per_query, (float)eps,
+               (float)scale, o32);
+    float *g = malloc(4 * (size_t)Eo);
+    read_view(&ho, g);
+    check_out("out", g, o64, o32, Eo, a->dt);
+    if (a->layout == L_GAPS) check_guard("out", &ho);
+    free(q); free(k); free(v); free(W); free(blk); free(o64); free(o32); free(g);
+    free(hq.buf); free(hk.buf); free(hv.buf); free(ho.buf);
+}
+
 /* ---- the table ----------------------------------------------------------------------------- */
 #define CPU_CASE(OP, FN, T, ...)                                                                 \
     do {                                                                                         \
@@ -540,6 +661,17 @@ void cases_cpu(bo_list *L) {
     CPU_CASE("dsa", cpu_dsa, dsa_args, 63, 4, 16, 65, 16, LA_F32);
     CPU_CASE("dsa", cpu_dsa, dsa_args, 65, 3, 63, 1000, 64, LA_F32);
     CPU_CASE("dsa", cpu_dsa, dsa_args, 17, 8, 32, 300, 512, LA_BF16);
+    /* mhla: B, nd, grid, blocks (causal: {N}, {chunk}), H, D, Dv, causal, per_query,
+     * per_head, dtype, layout */
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 1, {1}, {1}, 1, 16, 16, 0, 1, 0, LA_F32, L_CONTIG);
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 2, 1, {65}, {5}, 3, 63, 64, 0, 1, 1, LA_F32, L_BHND);
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 2, {15, 17}, {4, 3}, 2, 16, 17, 0, 0, 0, LA_F32, L_GAPS);
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 3, {5, 6, 7}, {2, 3, 2}, 2, 32, 32, 0, 1, 1, LA_F64, L_CONTIG);
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 1, {1000}, {16}, 2, 64, 32, 0, 1, 0, LA_BF16, L_BHND);
+    CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1}, {64}, 1, 16, 16, 1, 0, 0, LA_F32, L_CONTIG);
+    CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 2, 1, {63}, {7}, 2, 16, 17, 1, 1, 1, LA_F32, L_BHND);
+    CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {300}, {64}, 2, 63, 32, 1, 0, 1, LA_F32, L_GAPS);
+    CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1000}, {100}, 1, 128, 128, 1, 1, 0, LA_BF16, L_CONTIG);
     /* sparse attention: T, Hq, Hkv, Dqk, Dv, L, k, dtype */
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 2, 3, 1, 16, 1, 10, 7, LA_F32);
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 4, 4, 2, 63, 16, 65, 33, LA_F32);
