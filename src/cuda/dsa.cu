@@ -33,6 +33,7 @@
  * the arithmetic is identical, so HISA == DSA bit for bit when every block
  * is kept (bf16 mma.sync path). */
 #include "cuda_ops.h"
+#include "select.cuh"
 #include "sparse_common.cuh"
 #include "wgmma.cuh"
 #include "ops/sparse_validate.h"
@@ -427,17 +428,19 @@ static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
     return LA_OK;
 }
 
-la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s) {
+bool la_sp_scores_mma_ok(const la_sp_score_args &a) {
+    return a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && la_sp_scores_fast_shape(a.HI, a.dI) &&
+           a.q_nb2 == 1 && a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
+           a.k_nb1 == 1 && a.k_nb0 % 2 == 0 && ((uintptr_t)a.k & 3) == 0 &&
+           (a.blocks ? a.T <= 65535 : true);
+}
+
+la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (a.T > 65535 || a.ncols > (int64_t)INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
                       (long long)a.T, (long long)a.ncols);
-    const bool fast = a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&
-                      la_sp_scores_fast_shape(a.HI, a.dI) && a.q_nb2 == 1 &&
-                      a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 &&
-                      ((uintptr_t)a.q & 15) == 0 && a.k_nb1 == 1 && a.k_nb0 % 2 == 0 &&
-                      ((uintptr_t)a.k & 3) == 0 && (a.blocks ? a.T <= 65535 : true);
-    if (fast) {
+    if (!exact && la_sp_scores_mma_ok(a)) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma<64, 128>(a, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma<64, 64>(a, s);
         if (a.HI == 32 && a.dI == 128) return sc_launch_mma<32, 128>(a, s);
@@ -861,7 +864,8 @@ static bool v2_ok(const la_sp_score_args &a, int EB) {
 }
 
 template <int EB>
-static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaStream_t s) {
+static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, int qg_forced,
+                           cudaStream_t s) {
     using C = v2_cfg<EB>;
     const int64_t ntiles = la_cu_cdiv(a.ncols, V2_KEYS);
     /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
@@ -881,12 +885,9 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, cudaS
             qg = qc;
         }
     }
-    /* LA_CUDA_DSA_QG=n forces n queries per CTA (tests: many chunks per CTA
-     * so every pipeline stage is reused; tuning) */
-    if (const char *e = getenv("LA_CUDA_DSA_QG")) {
-        const int f = atoi(e);
-        if (f >= 1 && f <= 4096 && la_cu_cdiv(a.T, f) <= 65535) qg = f;
-    }
+    /* variant qg<N>: N queries per CTA (tests: many chunks per CTA so every
+     * pipeline stage is reused) */
+    if (qg_forced >= 1 && la_cu_cdiv(a.T, qg_forced) <= 65535) qg = qg_forced;
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
     LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                C::SMEM));
@@ -1177,16 +1178,28 @@ la_status la_sp_fp8_to_f32(const la_index_params *p, const la_tensor *q, const l
     return la_tensor_init(tk, kf->p, LA_F32, LA_DEVICE_CUDA, 2, nk);
 }
 
-/* LA_CUDA_DSA_PATH: unset/"new" = wgmma v2 where it applies; "old" = the
- * mma.sync kernels (A/B timing); "exact" = the fp32 FMA kernel (on
- * dequantized copies for fp8). Read per call so tests can switch it. */
-enum { DSA_PATH_NEW = 0, DSA_PATH_OLD = 1, DSA_PATH_EXACT = 2 };
-static int dsa_path() {
-    const char *e = getenv("LA_CUDA_DSA_PATH");
-    if (!e || !*e || !strcmp(e, "new")) return DSA_PATH_NEW;
-    if (!strcmp(e, "old")) return DSA_PATH_OLD;
-    if (!strcmp(e, "exact")) return DSA_PATH_EXACT;
-    return DSA_PATH_NEW;
+/* The DSA score kernels (family "dsa"): by default the wgmma kernel where it
+ * takes the views, else the mma.sync kernels, else the exact fp32 kernel
+ * (fp8: on dequantized copies); a forced variant runs its kernel only. */
+enum dsa_kernel { DSA_DEFAULT = -1, DSA_WGMMA = 0, DSA_MMA = 1, DSA_PORTABLE = 2 };
+static const char *const dsa_names[] = {"wgmma", "mma", "portable"};
+struct dsa_choice {
+    dsa_kernel kernel; /* DSA_DEFAULT: the chain above */
+    int qg;            /* > 0: queries per CTA of the wgmma kernel */
+};
+static la_status dsa_select(const char *forced, dsa_choice *c) {
+    c->kernel = DSA_DEFAULT;
+    c->qg = 0;
+    if (!forced) return LA_OK;
+    long n = 0;
+    const int i = la_cu_variant_index(forced, dsa_names, 3);
+    if (i >= 0) c->kernel = (dsa_kernel)i;
+    else if (la_cu_variant_number(forced, "qg", 1, 4096, &n)) {
+        c->kernel = DSA_WGMMA;
+        c->qg = (int)n;
+    } else
+        return la_cu_unknown_variant("dsa", forced, "wgmma, qg<N>, mma, portable");
+    return LA_OK;
 }
 
 /* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
@@ -1197,17 +1210,26 @@ static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
            ((uintptr_t)a.k & 3) == 0;
 }
 
-/* Dense DSA scores (ncols = Lk): picks v2 / mma.sync / exact as above. */
-static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, cudaStream_t s) {
+/* Dense DSA scores (ncols = Lk) on the kernel of c (see dsa_select). */
+static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, const dsa_choice &c,
+                            cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (a.T > 65535 * 2 || a.ncols > (int64_t)INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld, columns=%lld exceed the CUDA grid",
                       (long long)a.T, (long long)a.ncols);
-    const int path = dsa_path();
+    const bool any = c.kernel == DSA_DEFAULT;
+    const int eb = fp8 ? 1 : 2;
+    const bool wg_ok = (fp8 || (a.q_dt == LA_BF16 && a.k_dt == LA_BF16)) && v2_ok(a, eb);
+    const bool mma_ok = fp8 ? dsa_fp8_mma_ok(a) && a.T <= 65535 : la_sp_scores_mma_ok(a) && a.T <= 65535;
+    if (c.kernel == DSA_WGMMA && !wg_ok)
+        return la_cu_variant_unsupported("dsa", c.qg ? "qg<N>" : "wgmma",
+                                         "HI = 64, dI = 128, bf16 or e4m3 rows contiguous");
+    if (c.kernel == DSA_MMA && !mma_ok)
+        return la_cu_variant_unsupported("dsa", "mma", "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
+    if ((any || c.kernel == DSA_WGMMA) && wg_ok)
+        return fp8 ? v2_launch<1>(a, sc, c.qg, s) : v2_launch<2>(a, sc, c.qg, s);
     if (!fp8) {
-        if (path == DSA_PATH_NEW && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 && v2_ok(a, 2))
-            return v2_launch<2>(a, sc, s);
-        if (path == DSA_PATH_EXACT) {
+        if (c.kernel == DSA_PORTABLE) {
             if (a.T > 65535)
                 return la_err(LA_ERR_UNSUPPORTED, "indexer: T=%lld exceeds the exact kernel's grid",
                               (long long)a.T);
@@ -1216,10 +1238,9 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
             LA_CU_LAUNCH("indexer scores (exact fp32)");
             return LA_OK;
         }
-        return la_sp_scores(a, s);
+        return la_sp_scores(a, false, s);
     }
-    if (path == DSA_PATH_NEW && v2_ok(a, 1)) return v2_launch<1>(a, sc, s);
-    if (path != DSA_PATH_EXACT && dsa_fp8_mma_ok(a) && a.T <= 65535) {
+    if (c.kernel != DSA_PORTABLE && mma_ok) {
         if (a.HI == 64 && a.dI == 128) return sc_launch_mma_dense<64, 128, 1>(a, sc, s);
         if (a.HI == 64 && a.dI == 64) return sc_launch_mma_dense<64, 64, 1>(a, sc, s);
         if (a.HI == 32 && a.dI == 128) return sc_launch_mma_dense<32, 128, 1>(a, sc, s);
@@ -1243,7 +1264,7 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     a.k_dt = LA_F32;
     a.k_nb0 = a.dI;
     a.k_nb1 = 1;
-    return la_sp_scores(a, s); /* f32: the exact kernel; kf/qf are freed in stream order */
+    return la_sp_scores(a, true, s); /* f32: the exact kernel; kf/qf are freed in stream order */
 }
 
 extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tensor *q,
@@ -1295,7 +1316,12 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     a.ncols = L;
     a.out = sc_rows;
     a.out_ld = ld;
-    LA_TRY(dsa_scores(a, sc, fp8, s));
+    dsa_choice ch;
+    LA_TRY(dsa_select(la_context_variant(ctx, "dsa"), &ch));
+    la_cu_report(ctx, "dsa", ch.kernel == DSA_DEFAULT ? "default" : ch.qg ? "qg<N>" : dsa_names[ch.kernel],
+                 "T=%lld L=%lld HI=%lld dI=%lld %s", (long long)a.T, (long long)a.Lk, (long long)a.HI,
+                 (long long)a.dI, fp8 ? "fp8" : la_dtype_name((la_dtype)a.q_dt));
+    LA_TRY(dsa_scores(a, sc, fp8, ch, s));
     la_sp_topk_args t;
     memset(&t, 0, sizeof t);
     t.scores = sc_rows;
@@ -1309,7 +1335,7 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
     t.out = (int32_t *)idx->data;
     t.out_ld = idx->nb[0];
     t.out_cs = idx->nb[1];
-    LA_TRY(la_sp_topk(t, s));
+    LA_TRY(la_sp_topk(t, ctx, s));
     la_err_clear();
     return LA_OK;
 }

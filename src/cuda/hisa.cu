@@ -13,6 +13,7 @@
  *      Block-sparse: the kept blocks in rank order, each block's valid
  *      tokens ascending, -1 padding (as src/cpu/hisa_cpu.c). */
 #include "cuda_ops.h"
+#include "select.cuh"
 #include "sparse_common.cuh"
 #include "wgmma.cuh"
 
@@ -532,57 +533,41 @@ static bool hb_ok(const la_sp_score_args &a) {
            la_cu_cdiv(a.B, HB_ROWS) <= 65535;
 }
 
-/* LA_CUDA_HISA_TIMING=1: per-stage times of each HISA / block-sparse call on
- * stderr (cudaEvents between the stages; synchronizes at the end of the
- * call, so use it for breakdowns, not for the total). Stages: pool, block
- * scores, top-m, [bucketing, candidate scores, token top-k]. */
-struct hs_timer {
-    bool on = false;
-    int n = 0;
-    cudaEvent_t e[8] = {};
-    const char *name[8] = {};
-    ~hs_timer() {
-        for (int i = 0; i < n; i++) cudaEventDestroy(e[i]);
-    }
-    /* event after the stage `nm` (the first mark: the start) */
-    la_status mark(const char *nm, cudaStream_t s) {
-        if (!on || n >= 8) return LA_OK;
-        LA_CU(cudaEventCreate(&e[n]));
-        name[n] = nm;
-        LA_CU(cudaEventRecord(e[n++], s));
-        return LA_OK;
-    }
-    la_status report(const char *op, const char *path, int64_t T, int64_t L) {
-        if (!on || n < 2) return LA_OK;
-        LA_CU(cudaEventSynchronize(e[n - 1]));
-        float tot = 0.f;
-        LA_CU(cudaEventElapsedTime(&tot, e[0], e[n - 1]));
-        fprintf(stderr, "%s timing: path=%s T=%lld L=%lld total %.4f ms:", op, path, (long long)T,
-                (long long)L, tot);
-        for (int i = 1; i < n; i++) {
-            float ms = 0.f;
-            LA_CU(cudaEventElapsedTime(&ms, e[i - 1], e[i]));
-            fprintf(stderr, " %s %.4f", name[i], ms);
-        }
-        fprintf(stderr, "\n");
-        return LA_OK;
-    }
+/* The kernels of a HISA / block-sparse call (family "hisa"): the default
+ * (variant "wgmma"); "gather": stage 2 on the DSA score kernels in gather
+ * mode; "mma": also stage 1 on hs_pool_bf16_kernel and the mma.sync block
+ * scores; "hb2": fp8 through the e4m3 route even when every block is kept;
+ * "portable": the exact fp32 score kernels (fp8: dequantized copies). */
+struct hs_choice {
+    bool gather; /* stage 2 on the DSA gather kernels instead of hb2_kernel  */
+    bool fast1;  /* stage 1 on hs_pool2_kernel + hb2_kernel (dense)         */
+    bool exact;  /* every score on the exact fp32 kernel                    */
+    int fp8;     /* 0: dequantized f32 route, 1: e4m3 route, 2: also every block kept */
+    const la_context *ctx;
 };
-
-/* Stage 1 (read per call): hs_pool2_kernel and the block scores on
- * hb2_kernel (DENSE) where their conditions hold (H200, L = 64K / 128K: pool
- * 21 -> 17 us, block scores 59 -> 22 / 94 -> 36 us, same means and block
- * scores bit for bit: 0 indices differ); LA_CUDA_HISA_FAST1=0 runs the
- * previous kernels (hs_pool_bf16_kernel, the mma.sync block scores). */
-static bool hs_fast1(void) {
-    const char *e = getenv("LA_CUDA_HISA_FAST1");
-    return !(e && atoi(e) == 0);
+static const char *const hs_names[] = {"wgmma", "gather", "mma", "hb2", "portable"};
+static la_status hs_select(const la_context *ctx, hs_choice *c) {
+    const char *forced = la_context_variant(ctx, "hisa");
+    c->gather = false;
+    c->fast1 = true;
+    c->exact = false;
+    c->fp8 = 1;
+    c->ctx = ctx;
+    if (!forced) return LA_OK;
+    const int i = la_cu_variant_index(forced, hs_names, 5);
+    if (i < 0) return la_cu_unknown_variant("hisa", forced, "wgmma, gather, mma, hb2, portable");
+    c->gather = i == 1 || i == 2 || i == 4;
+    c->fast1 = !(i == 2 || i == 4);
+    c->exact = i == 4;
+    c->fp8 = i == 3 ? 2 : i == 4 ? 0 : 1;
+    return LA_OK;
 }
+
 /* The block-major candidate scores: bucketing, then hb2_kernel (bf16, or
  * e4m3 with fp8: a.w = w·q_scale, ks = k_scale). (A one-launch bucketing,
  * one CTA for memset + count + scan + fill, measured 79 us against 31 us for
  * these four launches at L = 64K: removed.) */
-static la_status hb_launch(const la_sp_score_args &a, hs_timer &tm, cudaStream_t s, bool fp8,
+static la_status hb_launch(const la_sp_score_args &a, const hs_choice &ch, cudaStream_t s, bool fp8,
                            const float *ks = nullptr, int64_t ks_nb = 0) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
@@ -610,7 +595,6 @@ static la_status hb_launch(const la_sp_score_args &a, hs_timer &tm, cudaStream_t
     h.sl_idx = sl_idx;
     h.nsl = nsl;
     h.m = (int32_t)a.m;
-    LA_TRY(tm.mark("bucket", s));
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
     if (fp8) {
         LA_CU(cudaFuncSetAttribute(hb2_kernel<1, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -626,27 +610,15 @@ static la_status hb_launch(const la_sp_score_args &a, hs_timer &tm, cudaStream_t
     return LA_OK;
 }
 
-/* Stage-2 kernel choice, read per call from LA_CUDA_HISA_PATH: unset (or
- * any other value) = the block-major hb2_kernel where hb_ok (bf16, HI = 64,
- * dI = 128; other inputs take the gather kernels); "old" = the DSA score
- * kernels in gather mode for every input (sc_gather_kernel in dsa.cu; 1.06 /
- * 1.09 ms for HISA at 64K / 128K in the third session). Both give the same
- * scores bit for bit (same fragments, k-step order and epilogue), hence the
- * same indices (test_cuda_sparse). (hg_kernel, q in registers and a 6-stage
- * gather, measured slower and was removed: commit 4c2842d.) */
-static bool hs_path_old(void) {
-    const char *e = getenv("LA_CUDA_HISA_PATH");
-    return e && !strcmp(e, "old");
-}
 
 /* Candidate scores: hb2_kernel, or the DSA score kernels in gather mode
  * (fp32 exact kernel for other dtypes and shapes; all inputs with
  * LA_CUDA_HISA_PATH=old). */
-static la_status hs_candidate_scores(const la_sp_score_args &a, bool old, hs_timer &tm,
+static la_status hs_candidate_scores(const la_sp_score_args &a, const hs_choice &ch,
                                      cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
-    if (!old && hb_ok(a)) return hb_launch(a, tm, s, false);
-    return la_sp_scores(a, s);
+    if (!ch.gather && hb_ok(a)) return hb_launch(a, ch, s, false);
+    return la_sp_scores(a, ch.exact, s);
 }
 
 /* Whether hb2_kernel<2, true> takes the block-score views: bf16 q (16-byte
@@ -702,7 +674,7 @@ static la_status hb2_dense_launch(la_sp_score_args a, cudaStream_t s) {
  * fp8 one. */
 static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt, int64_t nb,
                                 int64_t B, int64_t mk, la_cu_ws *bsw, la_cu_ws *keptw,
-                                hs_timer &tm, cudaStream_t s, bool fast1 = false) {
+                                const hs_choice &ch, cudaStream_t s) {
     const int64_t T = ab.T;
     size_t bytes;
     LA_TRY(la_mul_size((size_t)T, (size_t)nb * 4, &bytes, "block scores"));
@@ -717,11 +689,10 @@ static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt
     ab.ncols = nb;
     ab.out = (float *)bsw->p;
     ab.out_ld = nb;
-    if (fast1 && hb2_dense_ok(ab))
+    if (ch.fast1 && !ch.exact && hb2_dense_ok(ab))
         LA_TRY(hb2_dense_launch(ab, s));
     else
-        LA_TRY(la_sp_scores(ab, s));
-    LA_TRY(tm.mark("blockscores", s));
+        LA_TRY(la_sp_scores(ab, ch.exact, s));
     LA_TRY(la_mul_size((size_t)T, (size_t)mk * 4, &bytes, "kept blocks"));
     LA_TRY(la_cu_ws_alloc(keptw, bytes, s, "kept blocks"));
     la_sp_topk_args tb;
@@ -737,14 +708,14 @@ static la_status hs_keep_blocks(la_sp_score_args ab, const void *kbar, int kb_dt
     tb.out = (int32_t *)keptw->p;
     tb.out_ld = mk;
     tb.out_cs = 1;
-    LA_TRY(la_sp_topk(tb, s));
-    return tm.mark("topm", s);
+    LA_TRY(la_sp_topk(tb, ch.ctx, s));
+    return LA_OK;
 }
 
 /* Stage 2's selection: the top idx->ne[1] of the [T, nc = mk·B] candidate
  * scores cs, each column mapped back to its token through the kept blocks. */
 static la_status hs_token_topk(const float *cs, int64_t T, int64_t nc, const int32_t *kept, int64_t mk,
-                               int64_t B, la_tensor *idx, hs_timer &tm, cudaStream_t s) {
+                               int64_t B, la_tensor *idx, const hs_choice &ch, cudaStream_t s) {
     la_sp_topk_args tc;
     memset(&tc, 0, sizeof tc);
     tc.scores = cs;
@@ -759,51 +730,7 @@ static la_status hs_token_topk(const float *cs, int64_t T, int64_t nc, const int
     tc.out = (int32_t *)idx->data;
     tc.out_ld = idx->nb[0];
     tc.out_cs = idx->nb[1];
-    LA_TRY(la_sp_topk(tc, s));
-    LA_TRY(tm.mark("topk", s));
-    /* LA_CUDA_HISA_TOPK_PROBE=1 (diagnostics, stderr): the same top-k again,
-     * with and without the gather mode, each timed alone (the gather mode
-     * writes the same indices; without it the indices are columns, written
-     * to a scratch buffer) */
-    if (getenv("LA_CUDA_HISA_TOPK_PROBE")) {
-        la_cu_ws scratch;
-        LA_TRY(la_cu_ws_alloc(&scratch, (size_t)T * (size_t)tc.k * 4, s, "top-k probe"));
-        cudaEvent_t ev[3];
-        for (int i = 0; i < 3; i++) LA_CU(cudaEventCreate(&ev[i]));
-        LA_CU(cudaEventRecord(ev[0], s));
-        LA_TRY(la_sp_topk(tc, s));
-        LA_CU(cudaEventRecord(ev[1], s));
-        la_sp_topk_args tn = tc;
-        tn.blocks = nullptr;
-        tn.out = (int32_t *)scratch.p;
-        tn.out_ld = tc.k;
-        tn.out_cs = 1;
-        LA_TRY(la_sp_topk(tn, s));
-        LA_CU(cudaEventRecord(ev[2], s));
-        LA_CU(cudaEventSynchronize(ev[2]));
-        float g = 0.f, n = 0.f;
-        LA_CU(cudaEventElapsedTime(&g, ev[0], ev[1]));
-        LA_CU(cudaEventElapsedTime(&n, ev[1], ev[2]));
-        fprintf(stderr, "hisa topk probe: T=%lld nc=%lld k=%lld: gather %.4f ms, plain %.4f ms\n", (long long)T,
-                (long long)nc, (long long)tc.k, g, n);
-        for (int i = 0; i < 3; i++) cudaEventDestroy(ev[i]);
-        /* LA_CUDA_HISA_TOPK_DUMP=file: the candidate score rows 0..7 and
-         * T-8..T-1 as raw float32 (int64 rows, int64 nc, then the rows) */
-        const char *df = getenv("LA_CUDA_HISA_TOPK_DUMP");
-        if (df && T >= 16) {
-            float *h = (float *)malloc((size_t)16 * (size_t)nc * 4);
-            FILE *f = fopen(df, "wb");
-            if (h && f) {
-                LA_CU(cudaMemcpy(h, cs, (size_t)8 * nc * 4, cudaMemcpyDeviceToHost));
-                LA_CU(cudaMemcpy(h + 8 * nc, cs + (T - 8) * nc, (size_t)8 * nc * 4, cudaMemcpyDeviceToHost));
-                const int64_t hd[2] = {16, nc};
-                fwrite(hd, 8, 2, f);
-                fwrite(h, 4, (size_t)16 * nc, f);
-            }
-            if (f) fclose(f);
-            free(h);
-        }
-    }
+    LA_TRY(la_sp_topk(tc, ch.ctx, s));
     return LA_OK;
 }
 
@@ -858,11 +785,11 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld exceeds the CUDA top-k maximum %d",
                       (long long)p->topk, LA_SP_TOPK_MAX);
     if (T == 0) return LA_OK;
-    const bool old = hs_path_old();
-    const bool fast1 = hs_fast1();
-    hs_timer tm;
-    tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
-    LA_TRY(tm.mark("start", s));
+    hs_choice ch;
+    LA_TRY(hs_select(ctx, &ch));
+    la_cu_report(ctx, "hisa", la_context_variant(ctx, "hisa") ? la_context_variant(ctx, "hisa") : "wgmma",
+                 "%s T=%lld L=%lld HI=%lld dI=%lld block=%lld", op, (long long)T, (long long)L,
+                 (long long)a.HI, (long long)dI, (long long)B);
 
     /* 1. block means */
     const bool bf = a.k_dt == LA_BF16 && a.q_dt == LA_BF16;
@@ -873,7 +800,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     {
         dim3 grid((unsigned)la_cu_cdiv(dI, 128), (unsigned)nb);
         if (nb > 65535) return la_err(LA_ERR_UNSUPPORTED, "%s: %lld blocks exceed the grid", op, (long long)nb);
-        if (fast1 && bf && a.k_nb1 == 1 && a.k_nb0 % 8 == 0 && dI % 8 == 0 && dI <= 128 &&
+        if (ch.fast1 && bf && a.k_nb1 == 1 && a.k_nb0 % 8 == 0 && dI % 8 == 0 && dI <= 128 &&
             ((uintptr_t)a.k & 15) == 0) {
             hs_pool2_kernel<<<(unsigned)nb, 128, 0, s>>>((const __nv_bfloat16 *)a.k, a.k_nb0, L,
                                                           (int)dI, B, (__nv_bfloat16 *)kbw.p);
@@ -886,17 +813,14 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
         }
         LA_CU_LAUNCH("block means");
     }
-    LA_TRY(tm.mark("pool", s));
     /* 2. block scores (block units, forced ends), top-m */
-    LA_TRY(hs_keep_blocks(a, kbw.p, kb_dt, nb, B, mk, &bsw, &keptw, tm, s, fast1));
+    LA_TRY(hs_keep_blocks(a, kbw.p, kb_dt, nb, B, mk, &bsw, &keptw, ch, s));
 
     if (blocksparse) {
         hs_blocksparse_kernel<<<(unsigned)T, 128, 0, s>>>((const int32_t *)keptw.p, mk, a.range, B,
                                                           idx->ne[1], (int32_t *)idx->data,
                                                           idx->nb[0], idx->nb[1]);
         LA_CU_LAUNCH("block-sparse tokens");
-        LA_TRY(tm.mark("tokens", s));
-        LA_TRY(tm.report(op, "-", T, L));
         la_err_clear();
         return LA_OK;
     }
@@ -912,12 +836,8 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hs_candidate_scores(ac, old, tm, s));
-    LA_TRY(tm.mark("scores", s));
-    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
-    char pname[32];
-    snprintf(pname, sizeof pname, "%s%s", old ? "old" : "block", fast1 ? "+fast1" : "");
-    LA_TRY(tm.report(op, pname, T, L));
+    LA_TRY(hs_candidate_scores(ac, ch, s));
+    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, ch, s));
     la_err_clear();
     return LA_OK;
 }
@@ -943,18 +863,6 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
  * near-tied tokens (stage 2); with every block kept the candidate scores are
  * the DSA fp8 scores. */
 
-/* LA_CUDA_HISA_FP8, read per call: unset or "wg" = 1 (this route, the
- * default since it passed on the H200: 0.63 ms at L = 64K against 299 ms
- * for the f32 route); "f32" = 0 (the dequantized f32 route: the CPU's
- * indices on the dequantized inputs); "wg_force" = 2: this route also when
- * every block is kept (tests: stage 2 against the DSA fp8 indexer) */
-static int hs_fp8_mode(void) {
-    const char *e = getenv("LA_CUDA_HISA_FP8");
-    if (!e || !*e || !strcmp(e, "wg")) return 1;
-    if (!strcmp(e, "f32")) return 0;
-    if (!strcmp(e, "wg_force")) return 2;
-    return 1;
-}
 
 /* e4m3 [T, HI, dI] view -> contiguous bf16 (exact) */
 __global__ void hs_q8_bf16_kernel(const uint8_t *q, int64_t HI, int64_t dI, int64_t nb0,
@@ -1044,9 +952,8 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     const int64_t qs_nb1 = p->q_scale ? p->q_scale->nb[1] : 0;
     /* the scale values: finite, > 0 (dsa.cu's check and messages) */
     if (ks || qsc) LA_TRY(la_sp_fp8_check_scales(p, q, k, s));
-    hs_timer tm;
-    tm.on = getenv("LA_CUDA_HISA_TIMING") != nullptr;
-    LA_TRY(tm.mark("start", s));
+    hs_choice ch;
+    LA_TRY(hs_select(ctx, &ch));
 
     /* 1. bf16 q, f32 w' = w·qs, bf16 block means of k8·ks */
     la_cu_ws qbw, wqw, kbw, bsw, keptw, csw;
@@ -1075,7 +982,6 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
                                                 (__nv_bfloat16 *)kbw.p);
         LA_CU_LAUNCH("block means (fp8)");
     }
-    LA_TRY(tm.mark("pool", s));
     /* 2. block scores: the bf16 path on (q_bf16, k̄, w'), forced ends, top-m */
     la_sp_score_args ab = a;
     ab.q = qbw.p;
@@ -1087,8 +993,7 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ab.w_dt = LA_F32;
     ab.w_nb0 = HI;
     ab.w_nb1 = 1;
-    const bool fast1 = hs_fast1();
-    LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, tm, s, fast1));
+    LA_TRY(hs_keep_blocks(ab, kbw.p, LA_BF16, nb, B, mk, &bsw, &keptw, ch, s));
     /* 3. candidate scores on the e4m3 rows (hb2_kernel<1>), token top-k */
     const int64_t nc = mk * B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nc * 4, &bytes, "candidate scores"));
@@ -1101,10 +1006,8 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
     ac.ncols = nc;
     ac.out = (float *)csw.p;
     ac.out_ld = nc;
-    LA_TRY(hb_launch(ac, tm, s, true, ks, ks_nb));
-    LA_TRY(tm.mark("scores", s));
-    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, tm, s));
-    LA_TRY(tm.report("hisa", fast1 ? "fp8wg+fast1" : "fp8wg", T, L));
+    LA_TRY(hb_launch(ac, ch, s, true, ks, ks_nb));
+    LA_TRY(hs_token_topk((const float *)csw.p, T, nc, (const int32_t *)keptw.p, mk, B, idx, ch, s));
     la_err_clear();
     return LA_OK;
 }
@@ -1142,6 +1045,8 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     const float *ks = p->k_scale ? (const float *)p->k_scale->data : nullptr;
     const int64_t ks_nb = p->k_scale ? p->k_scale->nb[0] : 0;
     const float *qsc = p->q_scale ? (const float *)p->q_scale->data : nullptr;
+    hs_choice ch;
+    LA_TRY(hs_select(ctx, &ch));
     la_cu_ws wqw, keptw;
     LA_TRY(la_cu_ws_alloc(&wqw, (size_t)(T * HI) * 4, s, "w*q_scale"));
     LA_TRY(la_cu_ws_alloc(&keptw, (size_t)(T * nb) * 4, s, "kept blocks"));
@@ -1160,8 +1065,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     a.ncols = nb * B;
     a.out = out;
     a.out_ld = nb * B;
-    hs_timer tm;
-    LA_TRY(hb_launch(a, tm, s, true, ks, ks_nb));
+    LA_TRY(hb_launch(a, ch, s, true, ks, ks_nb));
     LA_CU(cudaStreamSynchronize(s));
     la_err_clear();
     return LA_OK;
@@ -1185,7 +1089,9 @@ static la_status hs_run_fp8(const char *op, int blocksparse, const la_index_para
     LA_TRY(la_sp_validate_fp8_cuda(op, p, q, k, w, start, end, idx));
     LA_TRY(hs_check_params(op, blocksparse, p));
     const int64_t L = k->ne[0];
-    const int mode = blocksparse ? 0 : hs_fp8_mode();
+    hs_choice ch;
+    LA_TRY(hs_select(ctx, &ch));
+    const int mode = blocksparse ? 0 : ch.fp8;
     if (!blocksparse && L > 0) {
         const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;
         if (p->block_topk >= nb && mode != 2)

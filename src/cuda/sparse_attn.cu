@@ -2,18 +2,16 @@
  *   o[t,h] = sum_{s in idx[t]} softmax_s(scale q[t,h].kv[s]) kv[s][:Dv],  lse[t,h]
  * Indices < 0 or >= L are skipped; a row with none gives o = 0, lse = -inf.
  *
- * smla_kernel (bf16, Dqk 576, Dv 512, one shared latent row per key): one CTA
- * per (query, 64 heads), 8 warps. The 64 heads' queries stay in shared
- * memory; the selected latent rows are gathered 64 at a time with cp.async
- * (double buffered, zero-filled when invalid). Warp w computes S for heads
- * 16(w%4).. and keys 32(w/4).. (K = 576), the row max and sum are combined
- * across the two warps of a row group through shared memory (online
- * softmax, fp32, exp2 domain), P goes to shared memory as bf16, and warp w
- * accumulates O for its 16 heads and Dv half 256(w/4).. (128 fp32 registers).
- * Tensor cores: mma.sync m16n8k16 bf16, fp32 accumulate.
- * smla_exact_kernel: any dtype, Dqk, Dv, kv heads; plain fp32 (the
- * reference-grade path). */
+ * Two kernels (family "sparse_attn", smla_select):
+ * smla_v3_kernel ("wgmma", bf16, Dqk 576, Dv 512, one shared latent row per
+ * key): one CTA per (query, 64 heads), 8 warps; the selected latent rows are
+ * gathered 64 at a time with cp.async, S = QKᵀ and P·V on wgmma, online
+ * softmax in fp32 (exp2 domain). It grew out of a mma.sync kernel (smla_kernel)
+ * and a wgmma-S kernel (v2, below), both removed (in the history).
+ * smla_exact_kernel ("portable"): any dtype, Dqk, Dv, kv heads; plain fp32
+ * (the reference-grade path). */
 #include "cuda_ops.h"
+#include "select.cuh"
 #include "sparse_common.cuh"
 #include "ops/sparse_validate.h"
 
@@ -96,46 +94,24 @@ __global__ void __launch_bounds__(SX_WARPS * 32) smla_exact_kernel(smla_args a) 
 }
 
 /* ------------------------------------------------------------------------ */
-/* bf16 tensor-core kernel, Dqk 576 / Dv 512                                  */
+/* bf16 tensor-core kernel, Dqk 576 / Dv 512: shapes and shared helpers      */
 /* ------------------------------------------------------------------------ */
 #define SM_DQK 576
 #define SM_DV 512
 #define SM_HEADS 64
 #define SM_KEYS 64
 #define SM_CPR (SM_DQK / 8) /* 16-byte chunks per latent row */
-#define SM_THREADS 256
-#define SM_SMEM_Q (SM_HEADS * SM_DQK * 2)
-#define SM_SMEM_KV (SM_KEYS * SM_DQK * 2)
-#define SM_SMEM_P (SM_HEADS * SM_KEYS * 2)
-#define SM_SMEM (SM_SMEM_Q + 2 * SM_SMEM_KV + SM_SMEM_P + 2 * 64 * 4 * 3)
 
-__device__ __forceinline__ void sm_ldsm_x4_t(uint32_t *r, const void *p) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(sa));
-}
 /* element offset of (row, 16-byte chunk c) in a swizzled tile */
 __device__ __forceinline__ int sm_sw(int row, int c, int cpr) {
     return row * cpr * 8 + ((c ^ (row & 7)) * 8);
 }
 
-__device__ __forceinline__ void sm_load_kv(const smla_args &a, int64_t t, int64_t tile,
-                                           __nv_bfloat16 *kvs, int *valid) {
-    const int r = threadIdx.x >> 2, c0 = threadIdx.x & 3;
-    const int64_t i = tile * SM_KEYS + r;
-    int64_t s = i < a.K ? (int64_t)a.idx[t * a.idx_nb0 + i * a.idx_nb1] : -1;
-    const bool ok = s >= 0 && s < a.L;
-    if (!ok) s = 0;
-    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + s * a.kv_nb0;
-    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + sm_sw(r, c, SM_CPR), src + c * 8, ok ? 16 : 0);
-    if (c0 == 0) valid[r] = ok;
-}
 
 /* The S tile's scale and mask (a key that is not valid: -inf) and this
  * thread's part of the row maxima: a warp holds rows row0, row0 + 8 of its
  * 16 heads and keys 32·ch + 8j + 2qd (+1), j < 4 (the m16n8 accumulator
- * layout of all three bf16 kernels); the quad's maxima go to
+ * layout); the quad's maxima go to
  * red_max[ch·64 + row]. The caller synchronizes before reading them. */
 __device__ __forceinline__ void sm_mask_rowmax(float (*s)[4], const int *vld, int ch, int qd, int row0,
                                                float scale_log2, float *red_max) {
@@ -162,174 +138,11 @@ __device__ __forceinline__ void sm_mask_rowmax(float (*s)[4], const int *vld, in
     }
 }
 
-__global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float scale_log2) {
-    extern __shared__ __align__(128) unsigned char smem[];
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)smem;
-    __nv_bfloat16 *kvs0 = (__nv_bfloat16 *)(smem + SM_SMEM_Q);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(smem + SM_SMEM_Q + 2 * SM_SMEM_KV);
-    float *red_max = (float *)(smem + SM_SMEM_Q + 2 * SM_SMEM_KV + SM_SMEM_P); /* [2][64] */
-    float *red_sum = red_max + 128;                                           /* [2][64] */
-    int *valid = (int *)(red_sum + 128);                                      /* [2][64] */
-
-    const int64_t t = blockIdx.y, h0 = (int64_t)blockIdx.x * SM_HEADS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, qd = lane & 3;
-    const int rg = warp & 3, ch = warp >> 2;
-    const int64_t ntiles = (a.K + SM_KEYS - 1) / SM_KEYS;
-
-    {
-        const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0 + h0 * a.q_nb1;
-        for (int i = threadIdx.x; i < SM_HEADS * SM_CPR; i += SM_THREADS) {
-            int r = i / SM_CPR, c = i % SM_CPR;
-            la_sp_cp16z(qs + sm_sw(r, c, SM_CPR), q + r * a.q_nb1 + c * 8, 16);
-        }
-    }
-    if (ntiles > 0) sm_load_kv(a, t, 0, kvs0, valid);
-    asm volatile("cp.async.commit_group;\n" ::);
-
-    float o[32][4];
-#pragma unroll
-    for (int j = 0; j < 32; j++)
-#pragma unroll
-        for (int e = 0; e < 4; e++) o[j][e] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int row0 = 16 * rg + g; /* this thread's rows: row0, row0 + 8 */
-
-    for (int64_t tile = 0; tile < ntiles; tile++) {
-        const int buf = (int)(tile & 1);
-        __nv_bfloat16 *kvs = kvs0 + buf * (SM_SMEM_KV / 2);
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        __syncthreads(); /* A: tile ready; previous PV done everywhere */
-        if (tile + 1 < ntiles)
-            sm_load_kv(a, t, tile + 1, kvs0 + (buf ^ 1) * (SM_SMEM_KV / 2), valid + (buf ^ 1) * 64);
-        asm volatile("cp.async.commit_group;\n" ::);
-
-        /* S = Q K^T for rows 16rg.., keys 32ch.. */
-        float s[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = 0.f;
-#pragma unroll 4
-        for (int ks = 0; ks < SM_DQK / 16; ks++) {
-            uint32_t af[4];
-            {
-                const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = 2 * ks + (lane >> 4);
-                la_sp_ldsm_x4(af, qs + sm_sw(r, c, SM_CPR));
-            }
-#pragma unroll
-            for (int np = 0; np < 2; np++) {
-                const int key = 32 * ch + 16 * np + (lane & 7) + (lane >> 4) * 8;
-                const int c = 2 * ks + ((lane >> 3) & 1);
-                uint32_t b[4];
-                la_sp_ldsm_x4(b, kvs + sm_sw(key, c, SM_CPR));
-                la_sp_mma_bf16(s[2 * np], af, b[0], b[1]);
-                la_sp_mma_bf16(s[2 * np + 1], af, b[2], b[3]);
-            }
-        }
-        /* scale, mask, partial row max */
-        sm_mask_rowmax(s, valid + buf * 64, ch, qd, row0, scale_log2, red_max);
-        __syncthreads(); /* B */
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            const float mt = fmaxf(red_max[row], red_max[64 + row]);
-            const float mn = fmaxf(m_run[r], mt);
-            m_use[r] = mn == -INFINITY ? 0.f : mn;
-            alpha[r] = exp2f(m_run[r] - m_use[r]);
-            m_run[r] = mn;
-        }
-        float sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float p0 = exp2f(s[j][0] - m_use[0]), p1 = exp2f(s[j][1] - m_use[0]);
-            const float p2 = exp2f(s[j][2] - m_use[1]), p3 = exp2f(s[j][3] - m_use[1]);
-            sum[0] += p0 + p1;
-            sum[1] += p2 + p3;
-            const int c = 4 * ch + j; /* chunk of 8 keys */
-            __nv_bfloat162 lo2 = __floats2bfloat162_rn(p0, p1), hi2 = __floats2bfloat162_rn(p2, p3);
-            *(__nv_bfloat162 *)(ps + sm_sw(row0, c, 8) + 2 * qd) = lo2;
-            *(__nv_bfloat162 *)(ps + sm_sw(row0 + 8, c, 8) + 2 * qd) = hi2;
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-        }
-        if (qd == 0) {
-            red_sum[ch * 64 + row0] = sum[0];
-            red_sum[ch * 64 + row0 + 8] = sum[1];
-        }
-#pragma unroll
-        for (int j = 0; j < 32; j++) {
-            o[j][0] *= alpha[0];
-            o[j][1] *= alpha[0];
-            o[j][2] *= alpha[1];
-            o[j][3] *= alpha[1];
-        }
-        __syncthreads(); /* C: P and the row sums are complete */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            l_run[r] = l_run[r] * alpha[r] + red_sum[row] + red_sum[64 + row];
-        }
-        /* O[rows, 256ch..] += P V */
-#pragma unroll
-        for (int kk = 0; kk < SM_KEYS / 16; kk++) {
-            uint32_t pf[4];
-            {
-                const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int c = 2 * kk + (lane >> 4);
-                la_sp_ldsm_x4(pf, ps + sm_sw(r, c, 8));
-            }
-            const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-            for (int jp = 0; jp < 16; jp++) {
-                const int c = (256 * ch + 16 * jp) / 8 + (lane >> 4);
-                uint32_t b[4];
-                sm_ldsm_x4_t(b, kvs + sm_sw(key, c, SM_CPR));
-                la_sp_mma_bf16(o[2 * jp], pf, b[0], b[1]);
-                la_sp_mma_bf16(o[2 * jp + 1], pf, b[2], b[3]);
-            }
-        }
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-
-    const float inv[2] = {l_run[0] > 0.f ? 1.f / l_run[0] : 0.f,
-                          l_run[1] > 0.f ? 1.f / l_run[1] : 0.f};
-#pragma unroll
-    for (int r = 0; r < 2; r++) {
-        const int64_t h = h0 + row0 + 8 * r;
-        const int64_t ob = t * a.out_nb0 + h * a.out_nb1;
-        if (a.out_dt == LA_BF16 && a.out_nb2 == 1) {
-            __nv_bfloat16 *op = (__nv_bfloat16 *)a.out + ob;
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int d = 256 * ch + 8 * j + 2 * qd;
-                *(__nv_bfloat162 *)(op + d) =
-                    __floats2bfloat162_rn(o[j][2 * r] * inv[r], o[j][2 * r + 1] * inv[r]);
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 32; j++) {
-                const int d = 256 * ch + 8 * j + 2 * qd;
-                la_cu_st(a.out, a.out_dt, ob + d * a.out_nb2, o[j][2 * r] * inv[r]);
-                la_cu_st(a.out, a.out_dt, ob + (d + 1) * a.out_nb2, o[j][2 * r + 1] * inv[r]);
-            }
-        }
-        if (a.lse && ch == 0 && qd == 0)
-            la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
-                     l_run[r] > 0.f ? (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f
-                                    : -INFINITY);
-    }
-}
 
 /* ------------------------------------------------------------------------ */
-/* v2 bf16 kernel (Dqk 576 / Dv 512, any Hq): S by wgmma, P.V by 64x64 tiles  */
+/* v2: S by wgmma (the layout v3 keeps; the v2 kernel itself is removed)     */
 /* ------------------------------------------------------------------------ */
-/* Why: the kernel above is shared-memory bound (per warp per 64-key tile 176
+/* Why: the mma.sync kernel was shared-memory bound (per warp per 64-key tile 176
  * ldmatrix.x4: each K/V fragment feeds only the 16 heads of one warp).
  * v2 keeps the CTA = (query, 64 heads), 8 warps = 2 warpgroups, 64-key tiles,
  * 2-stage cp.async gather, but
@@ -339,8 +152,7 @@ __global__ void __launch_bounds__(SM_THREADS, 1) smla_kernel(smla_args a, float 
  *    216 KB of smem reads instead of 8 x 108 ldmatrix.x4 = 442 KB. The
  *    accumulator layout (warp w%4: rows 16(w%4)+g, +8; per n8 block cols
  *    8n+2q, +1) is the mma.sync one, so the softmax code is unchanged.
- *    LA_CUDA_SMLA_PATH=mma computes the same S with mma.sync + ldmatrix.
- *  - O: warp w owns all 64 heads x Dv columns 64w..64w+63 (4 x 8 m16n8
+ * *  - O: warp w owns all 64 heads x Dv columns 64w..64w+63 (4 x 8 m16n8
  *    tiles, 128 fp32 registers): per tile 16 ldmatrix.x4 of P + 16 of V per
  *    warp (was 4 + 64), i.e. 128 KB instead of 278 KB.
  * Shared layout of Q and each kv buffer: 9 blocks of 64 dims, each
@@ -359,18 +171,6 @@ __device__ __forceinline__ int v2_off(int row, int c) {
     return (c >> 3) * (64 * 64) + row * 64 + (((c & 7) ^ (row & 7)) << 3);
 }
 
-__device__ __forceinline__ void v2_load_kv(const smla_args &a, int64_t t, int64_t tile,
-                                           __nv_bfloat16 *kvs, int *valid) {
-    const int r = threadIdx.x >> 2, c0 = threadIdx.x & 3;
-    const int64_t i = tile * V2_KEYS + r;
-    int64_t s = i < a.K ? (int64_t)a.idx[t * a.idx_nb0 + i * a.idx_nb1] : -1;
-    const bool ok = s >= 0 && s < a.L;
-    if (!ok) s = 0;
-    const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + s * a.kv_nb0;
-#pragma unroll 6
-    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + v2_off(r, c), src + c * 8, ok ? 16 : 0);
-    if (c0 == 0) valid[r] = ok;
-}
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define V2_HAVE_WGMMA 1
@@ -397,217 +197,9 @@ __device__ __forceinline__ void v2_wgmma_n32(float (*d)[4], uint64_t da, uint64_
 #define V2_HAVE_WGMMA 0
 #endif
 
-template <bool WG>
-__global__ void __launch_bounds__(V2_THREADS, 1) smla_v2_kernel(smla_args a, float scale_log2) {
-    extern __shared__ __align__(1024) unsigned char smem_raw[];
-    /* wgmma's swizzle works on address bits: align the tiles to 1024 B */
-    unsigned char *smem =
-        smem_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(smem_raw) & 1023)) & 1023);
-    __nv_bfloat16 *qs = (__nv_bfloat16 *)smem;
-    __nv_bfloat16 *kvs0 = (__nv_bfloat16 *)(smem + V2_TILE_B);
-    __nv_bfloat16 *ps = (__nv_bfloat16 *)(smem + 3 * V2_TILE_B);
-    float *red_max = (float *)(smem + 3 * V2_TILE_B + V2_P_B); /* [2][64] */
-    float *red_sum = red_max + 128;                            /* [2][64] */
-    float *alpha_s = red_sum + 128;                            /* [64], then final l */
-    int *valid = (int *)(alpha_s + 64);                        /* [2][64] */
-
-    const int64_t t = blockIdx.y, h0 = (int64_t)blockIdx.x * V2_HEADS;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int g = lane >> 2, qd = lane & 3;
-    const int rg = warp & 3, ch = warp >> 2; /* S layout: rows 16rg.., keys 32ch.. */
-    const int64_t ntiles = (a.K + V2_KEYS - 1) / V2_KEYS;
-
-    {
-        const __nv_bfloat16 *q = (const __nv_bfloat16 *)a.q + t * a.q_nb0;
-        for (int i = threadIdx.x; i < V2_HEADS * SM_CPR; i += V2_THREADS) {
-            const int r = i / SM_CPR, c = i % SM_CPR;
-            const bool ok = h0 + r < a.Hq; /* heads past Hq: zero rows, never stored */
-            la_sp_cp16z(qs + v2_off(r, c), q + (ok ? (h0 + r) * a.q_nb1 + c * 8 : 0), ok ? 16 : 0);
-        }
-    }
-    if (ntiles > 0) v2_load_kv(a, t, 0, kvs0, valid);
-    asm volatile("cp.async.commit_group;\n" ::);
-
-    float o[4][8][4]; /* [m-tile: heads 16mt..][n8: dv 64warp + 8j..][frag] */
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int j = 0; j < 8; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) o[mt][j][e] = 0.f;
-    float m_run[2] = {-INFINITY, -INFINITY}, l_run[2] = {0.f, 0.f};
-    const int row0 = 16 * rg + g; /* S-layout rows: row0, row0 + 8 */
-
-    for (int64_t tile = 0; tile < ntiles; tile++) {
-        const int buf = (int)(tile & 1);
-        __nv_bfloat16 *kvs = kvs0 + buf * (V2_TILE_B / 2);
-        asm volatile("cp.async.wait_group 0;\n" ::);
-        /* cp.async wrote through the generic proxy; wgmma reads through the
-         * async proxy */
-        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        __syncthreads(); /* A: tile ready; previous P.V done everywhere */
-        if (tile + 1 < ntiles)
-            v2_load_kv(a, t, tile + 1, kvs0 + (buf ^ 1) * (V2_TILE_B / 2), valid + (buf ^ 1) * 64);
-        asm volatile("cp.async.commit_group;\n" ::);
-
-        float s[4][4];
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) s[j][e] = 0.f;
-#if V2_HAVE_WGMMA
-        if (WG) {
-            asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-#pragma unroll
-            for (int kb = 0; kb < SM_DQK / 64; kb++)
-#pragma unroll
-                for (int kk = 0; kk < 4; kk++)
-                    v2_wgmma_n32(s, v2_desc(qs + kb * 4096 + kk * 16),
-                                 v2_desc(kvs + kb * 4096 + ch * 32 * 64 + kk * 16));
-            asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
-            asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
-        } else
-#endif
-        {
-#pragma unroll 4
-            for (int ks = 0; ks < SM_DQK / 16; ks++) {
-                uint32_t af[4];
-                {
-                    const int r = 16 * rg + (lane & 7) + ((lane >> 3) & 1) * 8;
-                    la_sp_ldsm_x4(af, qs + v2_off(r, 2 * ks + (lane >> 4)));
-                }
-#pragma unroll
-                for (int np = 0; np < 2; np++) {
-                    const int key = 32 * ch + 16 * np + (lane & 7) + (lane >> 4) * 8;
-                    uint32_t b[4];
-                    la_sp_ldsm_x4(b, kvs + v2_off(key, 2 * ks + ((lane >> 3) & 1)));
-                    la_sp_mma_bf16(s[2 * np], af, b[0], b[1]);
-                    la_sp_mma_bf16(s[2 * np + 1], af, b[2], b[3]);
-                }
-            }
-        }
-        /* scale, mask, partial row max */
-        sm_mask_rowmax(s, valid + buf * 64, ch, qd, row0, scale_log2, red_max);
-        __syncthreads(); /* B */
-        float alpha[2], m_use[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            const float mt = fmaxf(red_max[row], red_max[64 + row]);
-            const float mn = fmaxf(m_run[r], mt);
-            m_use[r] = mn == -INFINITY ? 0.f : mn;
-            alpha[r] = exp2f(m_run[r] - m_use[r]);
-            m_run[r] = mn;
-        }
-        if (ch == 0 && qd == 0) {
-            alpha_s[row0] = alpha[0];
-            alpha_s[row0 + 8] = alpha[1];
-        }
-        float sum[2] = {0.f, 0.f};
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-            const float p0 = exp2f(s[j][0] - m_use[0]), p1 = exp2f(s[j][1] - m_use[0]);
-            const float p2 = exp2f(s[j][2] - m_use[1]), p3 = exp2f(s[j][3] - m_use[1]);
-            sum[0] += p0 + p1;
-            sum[1] += p2 + p3;
-            const int c = 4 * ch + j; /* chunk of 8 keys */
-            *(__nv_bfloat162 *)(ps + sm_sw(row0, c, 8) + 2 * qd) = __floats2bfloat162_rn(p0, p1);
-            *(__nv_bfloat162 *)(ps + sm_sw(row0 + 8, c, 8) + 2 * qd) = __floats2bfloat162_rn(p2, p3);
-        }
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 1);
-            sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], 2);
-        }
-        if (qd == 0) {
-            red_sum[ch * 64 + row0] = sum[0];
-            red_sum[ch * 64 + row0 + 8] = sum[1];
-        }
-        __syncthreads(); /* C: P, row sums and alphas complete */
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            l_run[r] = l_run[r] * alpha[r] + red_sum[row] + red_sum[64 + row];
-        }
-        /* O[all 64 heads, dv 64warp..] = alpha O + P V */
-#pragma unroll
-        for (int mt = 0; mt < 4; mt++) {
-            const float a0 = alpha_s[16 * mt + g], a1 = alpha_s[16 * mt + g + 8];
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                o[mt][j][0] *= a0;
-                o[mt][j][1] *= a0;
-                o[mt][j][2] *= a1;
-                o[mt][j][3] *= a1;
-            }
-        }
-#pragma unroll
-        for (int kk = 0; kk < V2_KEYS / 16; kk++) {
-            uint32_t pf[4][4];
-#pragma unroll
-            for (int mt = 0; mt < 4; mt++) {
-                const int r = 16 * mt + (lane & 7) + ((lane >> 3) & 1) * 8;
-                la_sp_ldsm_x4(pf[mt], ps + sm_sw(r, 2 * kk + (lane >> 4), 8));
-            }
-            const int key = 16 * kk + (lane & 7) + ((lane >> 3) & 1) * 8;
-#pragma unroll
-            for (int jp = 0; jp < 4; jp++) {
-                uint32_t b[4];
-                sm_ldsm_x4_t(b, kvs + v2_off(key, 8 * warp + 2 * jp + (lane >> 4)));
-#pragma unroll
-                for (int mt = 0; mt < 4; mt++) {
-                    la_sp_mma_bf16(o[mt][2 * jp], pf[mt], b[0], b[1]);
-                    la_sp_mma_bf16(o[mt][2 * jp + 1], pf[mt], b[2], b[3]);
-                }
-            }
-        }
-    }
-    asm volatile("cp.async.wait_group 0;\n" ::);
-    __syncthreads(); /* last P.V done reading alpha_s */
-    if (ch == 0 && qd == 0) {
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = row0 + 8 * r;
-            alpha_s[row] = l_run[r];
-            const int64_t h = h0 + row;
-            if (a.lse && h < a.Hq)
-                la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
-                         l_run[r] > 0.f ? (m_run[r] + log2f(l_run[r])) * 0.69314718055994531f
-                                        : -INFINITY);
-        }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int mt = 0; mt < 4; mt++)
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            const int row = 16 * mt + g + 8 * r;
-            const int64_t h = h0 + row;
-            if (h >= a.Hq) continue;
-            const float l = alpha_s[row];
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            const int64_t ob = t * a.out_nb0 + h * a.out_nb1;
-            if (a.out_dt == LA_BF16 && a.out_nb2 == 1) {
-                __nv_bfloat16 *op = (__nv_bfloat16 *)a.out + ob;
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int d = 64 * warp + 8 * j + 2 * qd;
-                    *(__nv_bfloat162 *)(op + d) =
-                        __floats2bfloat162_rn(o[mt][j][2 * r] * inv, o[mt][j][2 * r + 1] * inv);
-                }
-            } else {
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int d = 64 * warp + 8 * j + 2 * qd;
-                    la_cu_st(a.out, a.out_dt, ob + d * a.out_nb2, o[mt][j][2 * r] * inv);
-                    la_cu_st(a.out, a.out_dt, ob + (d + 1) * a.out_nb2, o[mt][j][2 * r + 1] * inv);
-                }
-            }
-        }
-}
 
 /* ------------------------------------------------------------------------ */
-/* v3 bf16 kernel (LA_CUDA_SMLA_PATH=wgpv): v2's S, P.V also by wgmma        */
+/* v3 bf16 kernel ("wgmma", the default): v2's S, P.V also by wgmma         */
 /* ------------------------------------------------------------------------ */
 /* Same CTA = (query, 64 heads), 8 warps = 2 warpgroups, 64-key tiles, smem
  * layout and S = Q K^T (36 wgmma m64n32k16 per warpgroup) as v2. Changes:
@@ -888,6 +480,29 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
 #endif
 }
 
+enum smla_kernel_id { SMLA_WGMMA = 0, SMLA_PORTABLE = 1 };
+static const char *const smla_names[] = {"wgmma", "portable"};
+
+/* The kernel for these arguments (pure); forced: the context's variant. */
+static la_status smla_select(const smla_args &a, const char *forced, smla_kernel_id *kern) {
+    const bool wg = a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 && a.Dqk == SM_DQK && a.Dv == SM_DV &&
+                    a.Hkv == 1 && a.q_nb2 == 1 && a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 &&
+                    ((uintptr_t)a.q & 15) == 0 && a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 &&
+                    ((uintptr_t)a.kv & 15) == 0 && (a.out_dt == LA_BF16 || a.out_dt == LA_F32) &&
+                    a.Hq <= 65535 * (int64_t)V2_HEADS;
+    if (!forced) {
+        *kern = wg ? SMLA_WGMMA : SMLA_PORTABLE;
+        return LA_OK;
+    }
+    const int i = la_cu_variant_index(forced, smla_names, 2);
+    if (i < 0) return la_cu_unknown_variant("sparse_attn", forced, "wgmma, portable");
+    if (i == SMLA_WGMMA && !wg)
+        return la_cu_variant_unsupported("sparse_attn", forced,
+                                         "bf16 q/kv, Dqk = 576, Dv = 512, one kv head, rows contiguous");
+    *kern = (smla_kernel_id)i;
+    return LA_OK;
+}
+
 extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, const la_tensor *q,
                                               const la_tensor *kv, const la_tensor *idx,
                                               la_tensor *out, la_tensor *lse, la_context *ctx) {
@@ -940,41 +555,16 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
         return la_err(LA_ERR_UNSUPPORTED, "sparse attention: T=%lld exceeds the CUDA grid (65535)",
                       (long long)a.T);
 
-    const bool fast = a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 && a.Dqk == SM_DQK &&
-                      a.Dv == SM_DV && a.Hkv == 1 && a.Hq % SM_HEADS == 0 && a.q_nb2 == 1 &&
-                      a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
-                      a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
-                      (a.out_dt == LA_BF16 || a.out_dt == LA_F32);
-    /* LA_CUDA_SMLA_PATH: unset/"wgpv" = v3 (wgmma S and P.V; the default since
-     * run 7 on the H200: 366 TFLOP/s, all paths equal to the fp32 kernel and
-     * the float64 tests), "wg" = v2 with wgmma S (292), "mma" = v2 with
-     * mma.sync S, "old" = smla_kernel (223), "exact" = the fp32 kernel */
-    const char *path = getenv("LA_CUDA_SMLA_PATH");
-    const bool use_old = path && !strcmp(path, "old"), use_exact = path && !strcmp(path, "exact");
-    const bool v2 = !use_old && !use_exact && a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 &&
-                    a.Dqk == SM_DQK && a.Dv == SM_DV && a.Hkv == 1 && a.q_nb2 == 1 &&
-                    a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
-                    a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 && ((uintptr_t)a.kv & 15) == 0 &&
-                    (a.out_dt == LA_BF16 || a.out_dt == LA_F32) && a.Hq <= 65535 * (int64_t)V2_HEADS;
-    if (v2 && (!path || !strcmp(path, "wgpv"))) {
+    smla_kernel_id kern;
+    LA_TRY(smla_select(a, la_context_variant(ctx, "sparse_attn"), &kern));
+    la_cu_report(ctx, "sparse_attn", smla_names[kern], "T=%lld Hq=%lld Dqk=%lld Dv=%lld K=%lld",
+                 (long long)a.T, (long long)a.Hq, (long long)a.Dqk, (long long)a.Dv, (long long)a.K);
+    if (kern == SMLA_WGMMA) {
         LA_CU(cudaFuncSetAttribute(smla_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    V2_SMEM));
         dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);
         smla_v3_kernel<<<grid, V2_THREADS, V2_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
         LA_CU_LAUNCH("sparse MLA attention v3 (bf16, wgmma P.V)");
-    } else if (v2) {
-        const bool wg = !(path && !strcmp(path, "mma"));
-        auto kern = wg ? smla_v2_kernel<true> : smla_v2_kernel<false>;
-        LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, V2_SMEM));
-        dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);
-        kern<<<grid, V2_THREADS, V2_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
-        LA_CU_LAUNCH("sparse MLA attention v2 (bf16)");
-    } else if (fast && !use_exact) {
-        LA_CU(cudaFuncSetAttribute(smla_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   SM_SMEM));
-        dim3 grid((unsigned)(a.Hq / SM_HEADS), (unsigned)a.T);
-        smla_kernel<<<grid, SM_THREADS, SM_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
-        LA_CU_LAUNCH("sparse MLA attention (bf16 mma)");
     } else {
         const size_t smem = ((size_t)a.Dqk + SX_WARPS * (size_t)a.Dv + 2 * SX_WARPS) * 4;
         if (smem > 200 * 1024)

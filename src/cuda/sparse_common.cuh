@@ -53,7 +53,13 @@ struct la_sp_topk_args {
     int64_t out_ld, out_cs;
 };
 #define LA_SP_TOPK_MAX 2048
-la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s);
+/* The top-k kernels (family "topk"): the sampled-threshold kernel (default)
+ * or the radix-select kernel ("portable"). Selection: pure, from the forced
+ * variant (NULL = default). */
+enum la_sp_topk_kernel { LA_SP_TOPK_SAMPLE = 0, LA_SP_TOPK_PORTABLE = 1 };
+la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern);
+/* Selects with ctx's "topk" variant, reports when verbose, launches on s. */
+la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s);
 
 /* Indexer scores I(t,p) = sum_h w[t,h] ReLU(q[t,h].k[key(p)]) (SPEC §6).
  * Dense mode: key(p) = row p of k (tokens, or pooled blocks with
@@ -82,9 +88,11 @@ struct la_sp_score_args {
     float *out;
     int64_t out_ld;
 };
-/* Picks the bf16 tensor-core kernel when q and k are bf16 with a supported
- * (HI, dI) and aligned rows, else the exact fp32 kernel (any float dtype). */
-la_status la_sp_scores(const la_sp_score_args &a, cudaStream_t s);
+/* Whether the bf16 mma.sync score kernel takes these args. */
+bool la_sp_scores_mma_ok(const la_sp_score_args &a);
+/* The bf16 mma.sync kernel where it takes the args (and !exact), else the
+ * exact fp32 kernel (any float dtype). */
+la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s);
 /* Contiguous bf16 copy of a strided 2-D/3-D view (rows of `inner` elements). */
 la_status la_sp_pack_bf16(const void *src, int dt, int64_t n0, int64_t n1, int64_t n2,
                           int64_t nb0, int64_t nb1, int64_t nb2, __nv_bfloat16 *dst,

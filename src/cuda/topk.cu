@@ -4,8 +4,8 @@
  * Two kernels: t3_kernel (the default: a sampled threshold, one filtering
  * pass and a counting-sort ordering; the algorithm is described before the
  * tb_ helpers below, the changes of this version before t3_kernel) and the
- * first one, tk_kernel_old (LA_CUDA_TOPK_PATH=old: A/B timing, and an
- * independent exact reference for the tests). Both order keys the same way.
+ * first one, tk_kernel_old (variant "portable" of family "topk": the simple
+ * radix select, an independent exact reference). Both order keys the same way.
  * (The second kernel, tb_kernel, ran the same algorithm at 3 CTAs per SM:
  * 0.198 ms at 1024 x 64K on the H200 against 0.152 ms for t3_kernel, same
  * indices; removed.)
@@ -21,6 +21,7 @@
  * one sign and exponent share the first 11 bits).
  * Reference: the plain CPU top-k in src/cpu (and the tests' qsort). */
 #include "cuda_ops.h"
+#include "select.cuh"
 #include "sparse_common.cuh"
 
 #define TK_THREADS 512
@@ -882,7 +883,7 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 #define T3_BUF 6112                 /* dynamic buffer in keys: 4 CTAs/SM with hist */
 #define T3_CAP (T3_BUF - TB_TMP)    /* candidate keys (4016); tmp follows them */
 #define T3_SMEM (T3_BUF * sizeof(uint64_t))
-#define T3_PF_DEFAULT 0 /* H200, 1024 x 64K: pf 0 0.152 ms, 3 0.160, 6 0.175 */
+#define T3_PF_DEFAULT 0 /* the filter's L2 prefetch distance in 16 KB steps: off (3, 6 measured slower) */
 
 static_assert(T3_CAP >= 4000, "candidate capacity");
 static_assert(T3_CAP < 65536, "bucket start and count are packed in 16 bits each");
@@ -1053,31 +1054,30 @@ __global__ void __launch_bounds__(TB_THREADS, 4) t3_kernel(la_sp_topk_args a, in
     tb_order_out(t3_keys, tmp, nc, kk, hist, wt, ra, rb, &s_bin, &s_E, &s_hib, out, a.k, a.out_cs);
 }
 
-/* LA_CUDA_TOPK_PATH=old selects the first kernel (tk_kernel_old: A/B timing
- * and an independent exact reference for the tests); read per call so a
- * benchmark or test can switch it. */
-static bool tk_use_old(void) {
-    const char *e = getenv("LA_CUDA_TOPK_PATH");
-    return e && !strcmp(e, "old");
+static const char *const tk_names[] = {"sample", "portable"};
+
+la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern) {
+    *kern = LA_SP_TOPK_SAMPLE;
+    if (!forced) return LA_OK;
+    const int i = la_cu_variant_index(forced, tk_names, 2);
+    if (i < 0) return la_cu_unknown_variant("topk", forced, "sample, portable");
+    *kern = (la_sp_topk_kernel)i;
+    return LA_OK;
 }
-/* v3's prefetch distance in filter steps of 16 KB (LA_CUDA_TOPK_PF, 0..16) */
-static int tk_v3_pf(void) {
-    const char *e = getenv("LA_CUDA_TOPK_PF");
-    if (!e || !*e) return T3_PF_DEFAULT;
-    const int v = atoi(e);
-    return v < 0 ? 0 : (v > 16 ? 16 : v);
-}
+
 template <bool GATHER>
 static la_status tk_launch_v3(const la_sp_topk_args &a, cudaStream_t s) {
     LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T3_SMEM));
     LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared));
-    t3_kernel<GATHER><<<(unsigned)a.R, TB_THREADS, T3_SMEM, s>>>(a, tk_v3_pf());
+    t3_kernel<GATHER><<<(unsigned)a.R, TB_THREADS, T3_SMEM, s>>>(a, T3_PF_DEFAULT);
     LA_CU_LAUNCH("topk");
     return LA_OK;
 }
 
-la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
+la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
+    la_sp_topk_kernel kern;
+    LA_TRY(la_sp_topk_select(la_context_variant(ctx, "topk"), &kern));
     if (a.k > LA_SP_TOPK_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: k=%lld exceeds the CUDA top-k maximum %d",
                       (long long)a.k, LA_SP_TOPK_MAX);
@@ -1086,7 +1086,9 @@ la_status la_sp_topk(const la_sp_topk_args &a, cudaStream_t s) {
     if (a.R == 0 || a.k == 0) return LA_OK;
     if (a.R > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld rows exceed the grid", (long long)a.R);
-    if (tk_use_old()) {
+    la_cu_report(ctx, "topk", tk_names[kern], "rows=%lld L=%lld k=%lld gather=%d", (long long)a.R,
+                 (long long)a.L, (long long)a.k, a.blocks != nullptr);
+    if (kern == LA_SP_TOPK_PORTABLE) {
         const size_t smem = TK_BUF * sizeof(uint64_t);
         if (a.blocks) {
             LA_CU(cudaFuncSetAttribute(tk_kernel_old<true>,
@@ -1122,7 +1124,7 @@ extern "C" la_status la_topk_cuda(const la_tensor *scores, la_tensor *idx, la_co
     a.out = (int32_t *)idx->data;
     a.out_ld = idx->nb[0];
     a.out_cs = idx->nb[1];
-    LA_TRY(la_sp_topk(a, la_cu_stream(ctx)));
+    LA_TRY(la_sp_topk(a, ctx, la_cu_stream(ctx)));
     la_err_clear();
     return LA_OK;
 }
