@@ -343,7 +343,8 @@ static void add_linear(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D,
     snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
              la_feature_name(f), causal, normalize, (long long)chunk, state, perm);
-    const bo_opts o = opts(r, causal ? "linear_causal" : "linear");
+    bo_opts o = opts(r, "linear");
+    if (causal && o.family) o.family = "linear_causal";
     bo_add(r->L, &o, run_linear, &a, sizeof a, name);
 }
 static void add_mhla(const reg *r, int64_t B, int nd, const int64_t *grid, const int64_t *blocks,

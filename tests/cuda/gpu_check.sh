@@ -8,6 +8,8 @@
 #      runs beside step 2; each under its own cap: LA_SAN_MEM_S, LA_SAN_RACE_S);
 #   4. the CLI's --device cuda against --device cpu (tests/cuda/cli_device_check.py;
 #      LA_CHECK_CLI=0 leaves it out).
+# LA_SHARDS (4) harness processes; caps LA_HARNESS_S, LA_SAN_MEM_S, LA_SAN_RACE_S,
+# LA_CLI_S, each cut to what is left before LA_CHECK_DEADLINE (seconds) if set.
 #   bash tests/cuda/gpu_check.sh [HARNESS ARGS...]   (e.g. -o dsa; logs under $OUT)
 # Extra arguments go to the harness run of step 2 (not to the sanitizer runs).
 . tests/cuda/gpu_common.sh check
@@ -19,6 +21,9 @@ if [ "${LA_SKIP_BUILD:-0}" != 1 ]; then
 fi
 [ -x "$H" ] || { say "missing $H"; exit 1; }
 rc=0
+# cap of a step: its own, or what is left before LA_CHECK_DEADLINE (seconds
+# since the start) when that is sooner; at least 5
+cap() { local c=$1; if [ -n "${LA_CHECK_DEADLINE:-}" ]; then local l=$(( LA_CHECK_DEADLINE - $(el) )); [ $l -lt $c ] && c=$l; fi; [ $c -lt 5 ] && c=5; echo $c; }
 san() { # tool cap
   if ! command -v compute-sanitizer >/dev/null; then say "compute-sanitizer $1: not installed"; return 0; fi
   timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 3 "$H" --small > "$OUT/sanitizer_$1.log" 2>&1
@@ -29,11 +34,11 @@ san() { # tool cap
 }
 # 2 and 3a side by side: memcheck, and the harness in LA_SHARDS processes
 # (--shard i/N; the float64 references are single-threaded), one GPU
-( san memcheck "${LA_SAN_MEM_S:-150}" ) & mpid=$!
+( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" ) & mpid=$!
 N=${LA_SHARDS:-4}
 pids=()
 for i in $(seq 0 $((N - 1))); do
-  OMP_NUM_THREADS=$(( $(nproc) / N > 0 ? $(nproc) / N : 1 )) timeout "${LA_HARNESS_S:-300}" \
+  OMP_NUM_THREADS=$(( $(nproc) / N > 0 ? $(nproc) / N : 1 )) timeout "$(cap "${LA_HARNESS_S:-300}")" \
     "$H" --shard $i/$N "$@" > "$OUT/harness_$i.log" 2>&1 &
   pids+=($!)
 done
@@ -54,10 +59,10 @@ done
 [ $hrc -eq 0 ] || rc=1
 wait $mpid || rc=1
 # 3b. racecheck
-san racecheck "${LA_SAN_RACE_S:-150}" || rc=1
+san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" || rc=1
 # 4. the CLI on the device
 if [ "${LA_CHECK_CLI:-1}" = 1 ]; then
-  timeout "${LA_CLI_S:-90}" python3 tests/cuda/cli_device_check.py "$B" > "$OUT/cli.log" 2>&1
+  timeout "$(cap "${LA_CLI_S:-90}")" python3 tests/cuda/cli_device_check.py "$B" > "$OUT/cli.log" 2>&1
   r=$?
   say "cli_device_check.py: rc=$r  $(tail -1 "$OUT/cli.log") ($(el) s)"
   grep -E "FAIL" "$OUT/cli.log" | head -5 | tee -a "$S"
