@@ -166,7 +166,6 @@ int bo_use_variant(const char *family, const char *variant) {
         R.in_case_variant = 0;
         return 1;
     }
-    R.in_case_variant = 1;
     const char *why = "";
     if (!variant_honoured(family, variant, &why)) {
         printf("  SKIP sub-check [%s=%s]: %s\n", family, variant, why);
@@ -174,6 +173,7 @@ int bo_use_variant(const char *family, const char *variant) {
         return 0;
     }
     la_context_set_variant(R.ctx, family, variant);
+    R.in_case_variant = 1;
     return 1;
 }
 
