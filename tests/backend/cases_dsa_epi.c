@@ -272,9 +272,7 @@ static void run_case(const void *arg) {
         if (qgs[qi] && !bo_use_variant("dsa", qgs[qi])) continue;
         la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
         la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
-        const la_status s = edata_call(&d);
-        CHECK(s == LA_OK, "dsa %s [qg %s]: %s: %s", tag, qn, la_status_string(s), la_last_error());
-        if (s != LA_OK) continue;
+        if (!CHECK_DEV(edata_call(&d))) continue; /* (a query group that does not take the views: skipped) */
         la_dev_download(ig, d.didx.d, d.didx.bytes);
         la_dev_download(sg, d.dsc.d, d.dsc.bytes);
         for (int64_t r = 0; r < nr; r++) memcpy(sub + r * L, sg + rows[r] * L, (size_t)L * 4);
