@@ -25,17 +25,7 @@ constexpr int FD = 128;       /* D = Dv                         */
 constexpr int FT = 64;        /* tokens per tile                */
 constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
 
-/* ==== v3: the same tensor-core path with pipelined loads ===================
- * The default since run 5 (2026-11-29, H200: every tensor-core and small case
- * passed, memcheck/racecheck clean), with raw ldmatrix/mma.sync fragments
- * (template RAW = v4); LA_CUDA_LINFAM_PATH=v3 keeps the WMMA fragments, =old
- * runs v2. Run 1 of v3 had one failure (rel 1.1e-2 > 1e-2): the
- * ill-conditioned N = 1, φ = identity, no-normalize case that fails ~10% of
- * draws under the bf16 rounding of S̃ that v2 shares; that case now uses relu
- * (dev/NOTES_cuda_linear.md). 
- * v2 loaded each 64-token tile through registers and waited for it before
- * the product (≤ 16 KB in flight per SM: latency-bound near 1 TB/s) and mixed
- * with one waited-for load per summary row. v3:
+/* ==== pipelined passes ======================================================
  *   summary: K and V tiles land in shared memory by cp.async, TS stages deep
  *            (two tiles in flight while the tensor cores work on the third);
  *            each thread applies φ to the K chunks it copied itself (rows
@@ -43,19 +33,19 @@ constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
  *   mix:     float4 rows of the partials, 4 loads in flight per thread, the
  *            weights of 32 summaries at a time in shared memory; writes S̃ in
  *            bf16 (the precision the output product uses) and z̃ in fp32;
+ *            M ≥ 2: a tf32 GEMM over expanded weights instead;
  *   output:  S̃ (bf16) and the Q tiles by cp.async, TS stages; each warp
  *            computes its own rows' denominators (2 lanes per row, the lanes
  *            that later write that row) and writes O from a 1 KB per-warp
- *            staging tile with 16-byte stores. */
+ *            staging tile with 16-byte stores.
+ * (Loading each tile through registers and waiting for it before the product
+ * was latency-bound near 1 TB/s; WMMA fragments compiled to plain LDS, ~5x
+ * more instructions per MMA: both removed, docs/CUDA.md.) */
 constexpr int TS = 3; /* pipeline stages */
 
 /* Raw tensor-core fragments (v4): ldmatrix from the padded rows (FLD = 136
  * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
- * 4-bank groups, no conflicts) and mma.sync m16n8k16. WMMA on sm_90 compiled
- * its fragment loads to plain LDS (no LDSM), ~5× more instructions per MMA:
- * ncu (run 5) showed the v3 kernels issue-bound (40 % issue slots busy at
- * 9 cycles per instruction, 1.3–1.4 TB/s) while the same per-head read
- * pattern alone streams at 4.26 TB/s. Helpers: mma_sync.cuh. */
+ * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: mma_sync.cuh. */
 
 /* Sum over 16 neighbouring lanes: the threads that share one row of a
  * 64-token tile in the output kernels (chunk tid % 16 of row tid / 16). */

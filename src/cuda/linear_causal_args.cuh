@@ -1,0 +1,33 @@
+/* Internal pieces of the causal tensor-core path shared by its two files
+ * (linear_causal_tc.cu: passes 1 and 3, the host side; linear_causal_scan.cu:
+ * pass 2): the tile constants, the launch arguments, the scan launch. */
+#ifndef LA_CUDA_LINEAR_CAUSAL_ARGS_CUH
+#define LA_CUDA_LINEAR_CAUSAL_ARGS_CUH
+
+#include "common.cuh"
+
+namespace {
+constexpr int D = 128;          /* D = Dv                                  */
+constexpr int T = 64;           /* tokens per tile                         */
+constexpr int LD = D + 8;       /* bf16 smem row stride of Q/K/V/S̃ tiles   */
+constexpr int NT = 256;         /* threads per CTA                         */
+constexpr int LS = D * D + D;   /* floats of one chunk state (S, then z)   */
+constexpr int TILE = T * LD;    /* bf16 elements of one 64-row tile        */
+}  // namespace
+
+struct lct_args {
+    const __nv_bfloat16 *q, *k, *v;
+    __nv_bfloat16 *o;
+    int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
+    int64_t N, H, L, nch;
+    int feat, normalize, split;
+    float scale_q, eps;
+    float *ws; /* [B·H][nch][LS]: ΔS_c, then (in place) P_c */
+    la_cu_view S_in, z_in, S_out, z_out;
+};
+
+/* Pass 2 over nd chunk states: the wide scan (every load up front; nd <= 255)
+ * or the walking one. */
+la_status lct_launch_scan(const lct_args &a, int64_t BH, int64_t nd, bool wide, cudaStream_t st);
+
+#endif
