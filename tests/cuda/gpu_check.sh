@@ -4,8 +4,9 @@
 #      build-gpu; skipped when LA_SKIP_BUILD=1, as under gpu_round.sh);
 #   2. the harness, every case (tests/backend/test_backend_ops: CUDA vs the
 #      CPU path, CPU vs float64; summary per table);
-#   3. compute-sanitizer memcheck and racecheck on its --small cases (memcheck
-#      runs beside step 2; each under its own cap: LA_SAN_MEM_S, LA_SAN_RACE_S);
+#   3. compute-sanitizer memcheck and racecheck on its --small cases, beside
+#      step 2 (racecheck in LA_SAN_SHARDS processes; caps LA_SAN_MEM_S,
+#      LA_SAN_RACE_S: a run cut by its cap reports how many cases it did);
 #   4. the CLI's --device cuda against --device cpu (tests/cuda/cli_device_check.py;
 #      LA_CHECK_CLI=0 leaves it out).
 # LA_SHARDS (4) harness processes; caps LA_HARNESS_S, LA_SAN_MEM_S, LA_SAN_RACE_S,
@@ -24,17 +25,24 @@ rc=0
 # cap of a step: its own, or what is left before LA_CHECK_DEADLINE (seconds
 # since the start) when that is sooner; at least 5
 cap() { local c=$1; if [ -n "${LA_CHECK_DEADLINE:-}" ]; then local l=$(( LA_CHECK_DEADLINE - $(el) )); [ $l -lt $c ] && c=$l; fi; [ $c -lt 5 ] && c=5; echo $c; }
-san() { # tool cap
-  if ! command -v compute-sanitizer >/dev/null; then say "compute-sanitizer $1: not installed"; return 0; fi
-  timeout "$2" compute-sanitizer --tool "$1" --error-exitcode 3 "$H" --small > "$OUT/sanitizer_$1.log" 2>&1
+san() { # tool cap log [harness args]: one sanitizer run of the --small cases
+  local tool=$1 c=$2 log=$3; shift 3
+  if ! command -v compute-sanitizer >/dev/null; then say "compute-sanitizer $tool: not installed"; return 0; fi
+  timeout "$c" compute-sanitizer --tool "$tool" --error-exitcode 3 "$H" --small "$@" > "$OUT/$log" 2>&1
   local r=$?
-  say "compute-sanitizer $1 (--small): rc=$r$([ $r = 124 ] && echo ' (cap reached)')  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/sanitizer_$1.log" | tail -1)  $(grep -E '^# cases:' "$OUT/sanitizer_$1.log" | tail -1)  $(grep -E '^[0-9]+ passed, ' "$OUT/sanitizer_$1.log" | tail -1)  ($(el) s)"
-  grep -E "^FAIL|Invalid|Race reported" "$OUT/sanitizer_$1.log" | head -5 | tee -a "$S"
+  say "compute-sanitizer $tool (--small $*): rc=$r$([ $r = 124 ] && echo ' (cap reached)')  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$log" | tail -1)  $(grep -cE '^(ok|SKIP|FAIL|KNOWN-FAIL) ' "$OUT/$log") cases done  $(grep -E '^[0-9]+ passed, ' "$OUT/$log" | tail -1)  ($(el) s)"
+  grep -E "^FAIL|Invalid|Race reported|Error:" "$OUT/$log" | head -5 | tee -a "$S"
   [ $r -eq 0 ] || [ $r -eq 124 ]
 }
-# 2 and 3a side by side: memcheck, and the harness in LA_SHARDS processes
-# (--shard i/N; the float64 references are single-threaded), one GPU
-( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" ) & mpid=$!
+# 2 and 3 side by side on the one GPU: memcheck, racecheck in LA_SAN_SHARDS
+# processes and the harness in LA_SHARDS processes (--shard i/N: the float64
+# references are single-threaded, the sanitized runs GPU-bound)
+spids=()
+( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" sanitizer_memcheck.log ) & spids+=($!)
+RN=${LA_SAN_SHARDS:-4}
+for i in $(seq 0 $((RN - 1))); do
+  ( san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" sanitizer_racecheck_$i.log --shard $i/$RN ) & spids+=($!)
+done
 N=${LA_SHARDS:-4}
 pids=()
 for i in $(seq 0 $((N - 1))); do
@@ -53,13 +61,12 @@ awk '/^#   [a-z_0-9]+ +[0-9]+ \/ /{t=$2; o[t]+=$3; f[t]+=$5; s[t]+=$7; k[t]+=$9;
           printf "%d passed, %d failed (checks, all shards)\n", P, Q}' "$OUT"/harness_*.log | tee -a "$S"
 grep -hE "^FAIL|^KNOWN-FAIL" "$OUT"/harness_*.log | head -20 | tee -a "$S"
 grep -hE "^SKIP" "$OUT"/harness_*.log | sed -E 's/^SKIP \[[^]]*\] [^:]*: //' | sort | uniq -c | sort -rn | head -8 | tee -a "$S"
+grep -hE "^  SKIP sub-check" "$OUT"/harness_*.log | sed -E 's/^  //' | sort | uniq -c | sort -rn | head -8 | tee -a "$S"
 for i in $(seq 0 $((N - 1))); do
   tail -1 "$OUT/harness_$i.log" | grep -qE '^[0-9]+ passed, 0 failed' || { say "shard $i: $(tail -1 "$OUT/harness_$i.log")"; hrc=1; }
 done
 [ $hrc -eq 0 ] || rc=1
-wait $mpid || rc=1
-# 3b. racecheck
-san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" || rc=1
+for p in "${spids[@]}"; do wait $p || rc=1; done
 # 4. the CLI on the device
 if [ "${LA_CHECK_CLI:-1}" = 1 ]; then
   timeout "$(cap "${LA_CLI_S:-90}")" python3 tests/cuda/cli_device_check.py "$B" > "$OUT/cli.log" 2>&1
