@@ -1,6 +1,7 @@
 /* Case table of the CPU path against float64 references (backend BO_CPU):
  * softmax, linear (non-causal and causal, with state), MHLA (non-causal on
- * 1-D/2-D/3-D grids, causal), top-k, the DSA indexer and sparse attention, on fresh random inputs at odd sizes (N = 1,
+ * 1-D/2-D/3-D grids, causal), focused attention (flatten), top-k, the DSA
+ * indexer and sparse attention, on fresh random inputs at odd sizes (N = 1,
  * 63, 65, 1000; D = 16, 32, 63, 64, 128; Dv != D), in every layout of
  * tests/cpu/dense_views.h (contiguous, a permuted [B,H,N,D] buffer, strided
  * rows whose gaps hold NaN), f32 / f64 / bf16 views, outputs poisoned with
@@ -15,8 +16,9 @@
  * (the CPU computes in fp32), 0 for bf16 outputs (whose rounding dominates).
  * Outputs are checked in full (a NaN left is an unwritten entry) and, for the
  * strided layout, nothing outside the view may be written (gaps stay NaN).
- * MHLA's released_vision normalization and focused attention have their
- * references in tests/cpu/test_mhla.c and test_focused.c only. Kept short: the whole table
+ * MHLA's released_vision normalization and the blog variant of focused
+ * attention have their references in tests/cpu/test_mhla.c and
+ * test_focused.c only. Kept short: the whole table
  * runs in a few seconds on 2 cores (it is part of `make test`). */
 #include "bo_staging.h"
 
@@ -622,6 +624,127 @@ static void cpu_mhla(const void *arg) {
     free(hq.buf); free(hk.buf); free(hv.buf); free(ho.buf);
 }
 
+/* ---- focused linear attention, flatten (SPEC §4a) ------------------------------------------ */
+/* FOCUSED_REF(T, name) in T: per token, x' = (relu(x) + 1e-6) / softplus(sp),
+ * phi(x) = x'^p ||x'|| / ||x'^p|| over the H*D channels; then per head the
+ * mean form o = (q~ S / N) / (q~ z / N + eps) with S = sum k~ v^T, z = sum
+ * k~, plus the depthwise ks x ks conv of v (bias optional, zero padding on
+ * the Hm x Wm map) when conv is given. */
+#define FOCUSED_REF(T, NAME)                                                                     \
+    static void NAME(int64_t B, int64_t Hm, int64_t Wm, int64_t H, int64_t D, int64_t Dv,       \
+                     int64_t ks, const float *q, const float *k, const float *v,                \
+                     const float *conv, const float *bias, const float *sp, T pf, T eps,        \
+                     double *o) {                                                               \
+        const int64_t N = Hm * Wm, C = H * D;                                                   \
+        T *qt = malloc(sizeof(T) * (size_t)(N * C)), *kt = malloc(sizeof(T) * (size_t)(N * C)); \
+        T *S = malloc(sizeof(T) * (size_t)(D * Dv)), *z = malloc(sizeof(T) * (size_t)D);        \
+        for (int64_t b = 0; b < B; b++) {                                                       \
+            for (int w = 0; w < 2; w++) {                                                       \
+                const float *x = (w ? k : q) + b * N * C;                                       \
+                T *y = w ? kt : qt;                                                             \
+                for (int64_t n = 0; n < N; n++) {                                               \
+                    T n2 = 0, np2 = 0;                                                          \
+                    for (int64_t c = 0; c < C; c++) {                                           \
+                        const T xv = (T)x[n * C + c], spv = sp ? (T)sp[c] : (T)0;               \
+                        const T xp = ((xv > 0 ? xv : 0) + (T)1e-6) / (T)log1p(exp((double)spv)); \
+                        y[n * C + c] = xp;                                                      \
+                        n2 += xp * xp;                                                          \
+                    }                                                                           \
+                    for (int64_t c = 0; c < C; c++) {                                           \
+                        const T t = (T)pow((double)y[n * C + c], (double)pf);                   \
+                        y[n * C + c] = t;                                                       \
+                        np2 += t * t;                                                           \
+                    }                                                                           \
+                    const T f = (T)sqrt((double)n2) / (T)sqrt((double)np2);                     \
+                    for (int64_t c = 0; c < C; c++) y[n * C + c] *= f;                          \
+                }                                                                               \
+            }                                                                                   \
+            const float *vb = v + b * N * H * Dv;                                               \
+            for (int64_t h = 0; h < H; h++) {                                                   \
+                for (int64_t j = 0; j < D; j++) {                                               \
+                    z[j] = 0;                                                                   \
+                    for (int64_t e = 0; e < Dv; e++) S[j * Dv + e] = 0;                         \
+                    for (int64_t n = 0; n < N; n++) {                                           \
+                        const T kv = kt[n * C + h * D + j];                                     \
+                        z[j] += kv;                                                             \
+                        for (int64_t e = 0; e < Dv; e++) S[j * Dv + e] += kv * (T)vb[(n * H + h) * Dv + e]; \
+                    }                                                                           \
+                }                                                                               \
+                for (int64_t n = 0; n < N; n++) {                                               \
+                    T den = 0;                                                                  \
+                    for (int64_t j = 0; j < D; j++) den += qt[n * C + h * D + j] * z[j];        \
+                    for (int64_t e = 0; e < Dv; e++) {                                          \
+                        T num = 0;                                                              \
+                        for (int64_t j = 0; j < D; j++) num += qt[n * C + h * D + j] * S[j * Dv + e]; \
+                        T val = (num / (T)N) / (den / (T)N + eps);                              \
+                        if (conv) {                                                             \
+                            const int64_t yy0 = n / Wm, xx0 = n % Wm, r = ks / 2;               \
+                            T acc = bias ? (T)bias[e] : 0;                                      \
+                            for (int64_t u = 0; u < ks; u++)                                    \
+                                for (int64_t w2 = 0; w2 < ks; w2++) {                           \
+                                    const int64_t yy = yy0 + u - r, xx = xx0 + w2 - r;          \
+                                    if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;     \
+                                    acc += (T)conv[(e * ks + u) * ks + w2] *                    \
+                                           (T)vb[((yy * Wm + xx) * H + h) * Dv + e];            \
+                                }                                                               \
+                            val += acc;                                                         \
+                        }                                                                       \
+                        o[((b * N + n) * H + h) * Dv + e] = val;                                \
+                    }                                                                           \
+                }                                                                               \
+            }                                                                                   \
+        }                                                                                       \
+        free(qt);                                                                               \
+        free(kt);                                                                               \
+        free(S);                                                                                \
+        free(z);                                                                                \
+    }
+FOCUSED_REF(double, ref_focused64)
+FOCUSED_REF(float, ref_focused32)
+
+typedef struct focused_args {
+    int64_t B, Hm, Wm, H, D, Dv, ks;
+    int with_bias, with_sp;
+    float pf;
+    la_dtype dt;
+    int layout;
+} focused_args;
+
+static void cpu_focused(const void *arg) {
+    const focused_args *a = arg;
+    const int64_t B = a->B, N = a->Hm * a->Wm, H = a->H, D = a->D, Dv = a->Dv, ks = a->ks;
+    int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
+    float *q = rand_rounded(B * N * H * D, 1.0, a->dt), *k = rand_rounded(B * N * H * D, 1.0, a->dt),
+          *v = rand_rounded(B * N * H * Dv, 1.0, a->dt);
+    float *conv = ks ? rand_rounded(Dv * ks * ks, 0.3, LA_F32) : NULL;
+    float *bias = ks && a->with_bias ? rand_rounded(Dv, 0.3, LA_F32) : NULL;
+    float *sp = a->with_sp ? rand_rounded(H * D, 1.0, LA_F32) : NULL;
+    hview hq = make_view(q, 4, nq, a->dt, a->layout), hk = make_view(k, 4, nq, a->dt, a->layout),
+          hv = make_view(v, 4, nv, a->dt, a->layout), ho = make_view(NULL, 4, nv, a->dt, a->layout);
+    la_tensor tc, tb, ts;
+    if (conv) la_tensor_init(&tc, conv, LA_F32, LA_DEVICE_CPU, 3, (int64_t[]){Dv, ks, ks});
+    if (bias) la_tensor_init(&tb, bias, LA_F32, LA_DEVICE_CPU, 1, (int64_t[]){Dv});
+    if (sp) la_tensor_init(&ts, sp, LA_F32, LA_DEVICE_CPU, 1, (int64_t[]){H * D});
+    la_focused_params p;
+    la_focused_params_init(&p);
+    p.variant = LA_FOCUSED_FLATTEN;
+    p.map_h = a->Hm;
+    p.map_w = a->Wm;
+    p.p = a->pf;
+    CHECK_OK(la_focused_attention(&p, &hq.t, &hk.t, &hv.t, conv ? &tc : NULL, bias ? &tb : NULL,
+                                  sp ? &ts : NULL, NULL, &ho.t, bo_ctx()));
+    const int64_t Eo = B * N * H * Dv;
+    double *o64 = malloc(8 * (size_t)Eo), *o32 = malloc(8 * (size_t)Eo);
+    ref_focused64(B, a->Hm, a->Wm, H, D, Dv, ks, q, k, v, conv, bias, sp, p.p, p.eps, o64);
+    ref_focused32(B, a->Hm, a->Wm, H, D, Dv, ks, q, k, v, conv, bias, sp, p.p, p.eps, o32);
+    float *g = malloc(4 * (size_t)Eo);
+    read_view(&ho, g);
+    check_out("out", g, o64, o32, Eo, a->dt);
+    if (a->layout == L_GAPS) check_guard("out", &ho);
+    free(q); free(k); free(v); free(conv); free(bias); free(sp); free(o64); free(o32); free(g);
+    free(hq.buf); free(hk.buf); free(hv.buf); free(ho.buf);
+}
+
 /* ---- the table ----------------------------------------------------------------------------- */
 #define CPU_CASE(OP, FN, T, ...)                                                                 \
     do {                                                                                         \
@@ -672,6 +795,12 @@ void cases_cpu(bo_list *L) {
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 2, 1, {63}, {7}, 2, 16, 17, 1, 1, 1, LA_F32, L_BHND);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {300}, {64}, 2, 63, 32, 1, 0, 1, LA_F32, L_GAPS);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1000}, {100}, 1, 128, 128, 1, 1, 0, LA_BF16, L_CONTIG);
+    /* focused (flatten): B, Hm, Wm, H, D, Dv, conv k, bias, softplus, p, dtype, layout */
+    CPU_CASE("focused", cpu_focused, focused_args, 1, 1, 1, 1, 16, 16, 0, 0, 0, 3.f, LA_F32, L_CONTIG);
+    CPU_CASE("focused", cpu_focused, focused_args, 2, 7, 9, 2, 16, 16, 5, 1, 1, 3.f, LA_F32, L_BHND);
+    CPU_CASE("focused", cpu_focused, focused_args, 1, 13, 5, 3, 63, 40, 0, 0, 1, 2.5f, LA_F32, L_GAPS);
+    CPU_CASE("focused", cpu_focused, focused_args, 1, 5, 13, 2, 32, 32, 3, 0, 0, 4.f, LA_F64, L_CONTIG);
+    CPU_CASE("focused", cpu_focused, focused_args, 1, 25, 40, 2, 64, 64, 3, 1, 1, 3.f, LA_BF16, L_BHND);
     /* sparse attention: T, Hq, Hkv, Dqk, Dv, L, k, dtype */
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 2, 3, 1, 16, 1, 10, 7, LA_F32);
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 4, 4, 2, 63, 16, 65, 33, LA_F32);
