@@ -133,6 +133,7 @@ int bo_have_cuda(void);
  * One function per cases_<table>.c; the harness calls them in this order. */
 #define BO_TABLES(X)                                                                           \
     X(cpu)                                                                                     \
+    X(cpu_sparse)                                                                              \
     X(softmax)                                                                                 \
     X(linear)                                                                                  \
     X(causal)                                                                                  \

@@ -367,9 +367,9 @@ int main(int argc, char **argv) {
     for (int i = 0; i < nsums; i++) {
         const table_sum *ts = &sums[i];
         if (list)
-            printf("#   %-8s %d cases\n", ts->table, ts->cases[4]);
+            printf("#   %-10s %d cases\n", ts->table, ts->cases[4]);
         else
-            printf("#   %-8s %4d / %d / %d / %d   %6d / %d\n", ts->table, ts->cases[0],
+            printf("#   %-10s %4d / %d / %d / %d   %6d / %d\n", ts->table, ts->cases[0],
                    ts->cases[1], ts->cases[2], ts->cases[3], ts->checks_passed, ts->checks_failed);
         for (int k = 0; k < 5; k++) tot[k] += ts->cases[k];
     }

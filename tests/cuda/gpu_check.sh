@@ -56,8 +56,8 @@ cat "$OUT"/harness_*.log > "$OUT/harness.log"
 say "test_backend_ops $* ($N shards): rc=$hrc ($(el) s)"
 # per table: cases ok / FAIL / SKIP / KNOWN-FAIL, checks passed / failed, summed over the shards
 awk '/^#   [a-z_0-9]+ +[0-9]+ \/ /{t=$2; o[t]+=$3; f[t]+=$5; s[t]+=$7; k[t]+=$9; p[t]+=$10; q[t]+=$12; if (!(t in seen)) {seen[t]=1; ord[++n]=t}}
-     END {printf "#   %-8s %5s %5s %5s %5s %8s %6s\n", "table", "ok", "FAIL", "SKIP", "KNOWN", "checks", "failed";
-          for (i=1;i<=n;i++){t=ord[i]; printf "#   %-8s %5d %5d %5d %5d %8d %6d\n", t, o[t], f[t], s[t], k[t], p[t], q[t]; P+=p[t]; Q+=q[t]}
+     END {printf "#   %-10s %5s %5s %5s %5s %8s %6s\n", "table", "ok", "FAIL", "SKIP", "KNOWN", "checks", "failed";
+          for (i=1;i<=n;i++){t=ord[i]; printf "#   %-10s %5d %5d %5d %5d %8d %6d\n", t, o[t], f[t], s[t], k[t], p[t], q[t]; P+=p[t]; Q+=q[t]}
           printf "%d passed, %d failed (checks, all shards)\n", P, Q}' "$OUT"/harness_*.log | tee -a "$S"
 grep -hE "^FAIL|^KNOWN-FAIL" "$OUT"/harness_*.log | head -20 | tee -a "$S"
 grep -hE "^SKIP" "$OUT"/harness_*.log | sed -E 's/^SKIP \[[^]]*\] [^:]*: //' | sort | uniq -c | sort -rn | head -8 | tee -a "$S"
