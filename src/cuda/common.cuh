@@ -99,8 +99,8 @@ struct la_cu_ws {
  * created once per device, keeps up to LA_CUDA_POOL_KEEP_MB (default 1024)
  * MiB mapped across synchronizations. With the default pool's release
  * threshold of 0, every synchronization hands the workspace back to the OS
- * and the next call maps it again (~0.1 ms per call for 35 MB, measured as
- * the gap between a call and its kernels on the H200). NULL: use the
+ * and the next call maps it again (a gap between a call and its kernels:
+ * docs/CUDA.md, Memory). NULL: use the
  * device's current pool (also with LA_CUDA_POOL=default). */
 cudaMemPool_t la_cu_pool(void);
 static inline la_status la_cu_ws_alloc(la_cu_ws *w, size_t bytes, cudaStream_t s,

@@ -23,8 +23,8 @@
  *    warpgroups x 2 m-tiles = 256 keys per CTA; each warpgroup runs its two
  *    m-tiles as a software pipeline (the head-sum epilogue of one overlaps
  *    the MMAs of the other); a third, producer warpgroup streams the query
- *    chunks into a 4-stage ring. Same epilogue arithmetic as sc_mma_kernel.
- *    LA_CUDA_DSA_PATH=old keeps the mma.sync kernels for A/B timing.
+ *    chunks into a 4-stage ring. Same epilogue arithmetic as sc_mma_kernel
+ *    (dsa_v2.cu). Variant "mma" of family "dsa" forces the mma.sync kernels.
  * fp8 e4m3 inputs carry fp32 scales per key row (ks) and per (query, head)
  * (qs); both are positive, so
  *   I(t,s) = sum_h w·ReLU(qs·ks·(q8·k8)) = ks[s] · sum_h (w·qs)[t,h]·ReLU(q8·k8):
@@ -99,24 +99,14 @@ __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_arg
 #define SC_THREADS (SC_WARPS * 32)
 #define SC_QGROUP 64 /* queries per CTA in dense mode (K fragments reused) */
 
-__device__ __forceinline__ void sc_cp16(void *sdst, const void *gsrc) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(sa), "l"(gsrc));
-}
-__device__ __forceinline__ void sc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-__device__ __forceinline__ void sc_cp_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::); }
 
 /* c += a·b over 32 bytes of k: bf16 m16n8k16 (EB = 2) or e4m3 m16n8k32 (EB = 1) */
 template <int EB>
 __device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     if constexpr (EB == 2) {
-        la_sp_mma_bf16(c, a, b0, b1);
+        la_mma_bf16(c, a, b0, b1);
     } else {
-        asm volatile(
-            "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-            "{%8,%9}, {%0,%1,%2,%3};\n"
-            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        la_mma_e4m3(c, a, b0, b1);
     }
 }
 
@@ -130,10 +120,10 @@ __device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, const sc_sc
     const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0 * EB;
     for (int i = threadIdx.x; i < HI * CPR; i += SC_THREADS) {
         int h = i / CPR, c = i % CPR;
-        sc_cp16(qs + h * RB + ((c ^ (h & SWZ)) * 16), q + h * a.q_nb1 * EB + c * 16);
+        la_cp16(qs + h * RB + ((c ^ (h & SWZ)) * 16), q + h * a.q_nb1 * EB + c * 16);
     }
     for (int h = threadIdx.x; h < HI; h += SC_THREADS) ws[h] = sc_wq(a, sc, t, h);
-    sc_cp_commit();
+    la_cp_commit_nc();
 }
 
 template <int HI, int DI, int MT, bool GATHER, int EB>
@@ -198,7 +188,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
 
     for (int64_t t = t0; t < t1; t++) {
         const int buf = (int)((t - t0) & 1);
-        sc_cp_wait_all();
+        la_cp_wait_all_nc();
         __syncthreads(); /* q(t) visible; everyone is done with the other buffer */
         if (t + 1 < t1) sc_load_q<HI, DI, EB>(a, sc, t + 1, qs[buf ^ 1], ws[buf ^ 1]);
 
@@ -218,7 +208,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
                 const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
                 const int c = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                la_sp_ldsm_x4(b, qb + h * RB + ((c ^ (h & SWZ)) * 16));
+                la_ldsm4(b, qb + h * RB + ((c ^ (h & SWZ)) * 16));
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     sc_mma<EB>(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
@@ -286,7 +276,7 @@ __device__ __forceinline__ void sg_load_chunk(const la_sp_score_args &a, int64_t
     const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.k + (ok ? s : 0) * a.k_nb0;
 #pragma unroll
     for (int ch = part; ch < CPR; ch += TPR)
-        la_sp_cp16z(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
+        la_cp16z_n(ks + r * DI + ((ch ^ (r & 7)) * 8), src + ch * 8, ok ? 16 : 0);
 }
 
 template <int HI, int DI>
@@ -308,7 +298,7 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
     sc_load_q<HI, DI, 2>(a, sc_scales{}, t, (uint8_t *)qs, ws); /* commits group 0 */
     for (int st = 0; st < SG_STAGES - 1; st++) {
         if (c0 + st < c1) sg_load_chunk<DI>(a, t, c0 + st, lo, hi, kst + st * SG_ROWS * DI);
-        sc_cp_commit();
+        la_cp_commit_nc();
     }
     for (int64_t c = c0; c < c1; c++) {
         const int stage = (int)((c - c0) % SG_STAGES);
@@ -318,7 +308,7 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
             const int64_t cn = c + SG_STAGES - 1;
             if (cn < c1)
                 sg_load_chunk<DI>(a, t, cn, lo, hi, kst + ((cn - c0) % SG_STAGES) * SG_ROWS * DI);
-            sc_cp_commit();
+            la_cp_commit_nc();
         }
         const __nv_bfloat16 *kb = kst + stage * SG_ROWS * DI;
         float acc[NT][4];
@@ -332,16 +322,16 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
             {
                 const int r = 16 * warp + (lane & 7) + ((lane >> 3) & 1) * 8;
                 const int ch = 2 * ks + (lane >> 4);
-                la_sp_ldsm_x4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
+                la_ldsm4(af, kb + r * DI + ((ch ^ (r & 7)) * 8));
             }
 #pragma unroll
             for (int jp = 0; jp < NT / 2; jp++) {
                 const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
                 const int ch = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                la_sp_ldsm_x4(b, qs + h * DI + ((ch ^ (h & 7)) * 8));
-                la_sp_mma_bf16(acc[2 * jp], af, b[0], b[1]);
-                la_sp_mma_bf16(acc[2 * jp + 1], af, b[2], b[3]);
+                la_ldsm4(b, qs + h * DI + ((ch ^ (h & 7)) * 8));
+                la_mma_bf16(acc[2 * jp], af, b[0], b[1]);
+                la_mma_bf16(acc[2 * jp + 1], af, b[2], b[3]);
             }
         }
         float s0 = 0.f, s1 = 0.f;

@@ -2,11 +2,9 @@
  * 64, dI = 128, bf16 or e4m3; see dsa.cu's file comment and the design notes
  * in docs/CUDA.md. */
 #include "sparse_prep.cuh"
-#include "wgmma.cuh"
+#include "ptx.cuh"
 
 #include <cuda_fp8.h>
-
-__device__ __forceinline__ void sc_cp_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 
 /* ------------------------------------------------------------------------ */
 /* DSA v2: Hopper warpgroup MMA (wgmma), HI = 64, dI = 128, bf16 or e4m3     */
@@ -37,14 +35,11 @@ __device__ __forceinline__ void sc_cp_commit() { asm volatile("cp.async.commit_g
  * producer warpgroup (384 threads in all, setmaxnreg 56 / 224) does all
  * the chunk loading and the consumers only wait full -> wgmma -> epilogue
  * -> arrive empty; the stages are handed over with mbarriers (protocol
- * above v2_prod_run; dev/NOTES_dsa_epilogue.md), so the two consumer
- * warpgroups can drift apart by up to the whole ring and one's exposed
- * epilogue overlaps the other's MMAs. H200, L = 64K, incl. top-k: bf16
- * 1.95 -> 1.70 ms, fp8 1.72 -> 1.39 ms against the consumers loading the
- * chunks themselves (removed; in the history), same scores bit for bit (a
- * single loader warp was 1.2-1.5x slower: it starved the consumers).
- * Instructions per wgmma (dev/NOTES_dsa_epilogue.md: 67 -> 35 for bf16,
- * ncu on the H200; the kernel went from 3.15 to 1.82 ms at L = 64K):
+ * above v2_prod_run), so the two consumer warpgroups can drift apart by up
+ * to the whole ring and one's exposed epilogue overlaps the other's MMAs
+ * (faster than the consumers loading the chunks themselves, and than a
+ * single loader warp, which starved the consumers: docs/CUDA.md).
+ * Instructions per wgmma, cut to about half of the first version's:
  *  - descriptors: the 16 wgmma of a chunk take (tile descriptor + constant),
  *    valid because a shared-window address is < 2^18, so la_wg_desc(x + o) =
  *    la_wg_desc(x) + o/16 for 16-byte multiples o with x + o < 2^18 (no carry
@@ -86,32 +81,6 @@ template <int EB>
 __device__ __forceinline__ void v2_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
     if constexpr (EB == 2) la_wg_m64n128k16_bf16(d, da, db, scale_d);
     else la_wg_m64n128k32_e4m3(d, da, db, scale_d);
-}
-
-/* mbarriers (CTA scope): arrive = release, try_wait = acquire */
-__device__ __forceinline__ void v2_mbar_init(uint32_t addr, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(addr), "r"(count) : "memory");
-}
-__device__ __forceinline__ void v2_mbar_arrive(uint32_t addr) {
-    asm volatile("{\n.reg .b64 mbst;\nmbarrier.arrive.shared::cta.b64 mbst, [%0];\n}\n" ::"r"(addr)
-                 : "memory");
-}
-__device__ __forceinline__ void v2_mbar_wait(uint32_t addr, uint32_t parity) {
-    uint32_t ok;
-    do {
-        asm volatile(
-            "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
-            "selp.u32 %0, 1, 0, p;\n}\n"
-            : "=r"(ok)
-            : "r"(addr), "r"(parity)
-            : "memory");
-    } while (!ok);
-    __syncwarp(); /* lanes may leave the poll at different times; wgmma needs a converged warp */
-}
-
-__device__ __forceinline__ void v2_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
 }
 
 template <int EB>
@@ -222,10 +191,10 @@ __device__ __forceinline__ void v2_prod_chunk(const la_sp_score_args &a, const s
     const uint8_t *p1 = ok1 ? p0 + P.L.tstride : p0;
     const uint32_t d = P.L.dst + (uint32_t)st * C::B_BYTES;
 #pragma unroll
-    for (int j = 0; j < JQ; j++) v2_cp16z(d + j * RP * 128, p0 + j * P.L.hstride, 16);
+    for (int j = 0; j < JQ; j++) la_cp16z_sa(d + j * RP * 128, p0 + j * P.L.hstride, 16);
 #pragma unroll
-    for (int j = 0; j < JQ; j++) v2_cp16z(d + (JQ + j) * RP * 128, p1 + j * P.L.hstride, ok1 ? 16 : 0);
-    sc_cp_commit();
+    for (int j = 0; j < JQ; j++) la_cp16z_sa(d + (JQ + j) * RP * 128, p1 + j * P.L.hstride, ok1 ? 16 : 0);
+    la_cp_commit_nc();
     ws[st * V2_BROWS + pt] = P.m.w;
     if (pt < V2_NQ) {
         rng[(st * V2_NQ + pt) * 2] = P.m.lo;
@@ -267,16 +236,16 @@ __device__ __forceinline__ void v2_prod_run(const la_sp_score_args &a, const sc_
     for (int c = 1; c < nchunks; c++) {
         if (c >= 2) {
             if (c >= V2_STAGES)
-                v2_mbar_wait(empty_a + 8 * (c % V2_STAGES), (uint32_t)(c / V2_STAGES - 1) & 1);
+                la_mbar_wait(empty_a + 8 * (c % V2_STAGES), (uint32_t)(c / V2_STAGES - 1) & 1);
             v2_prod_chunk<EB>(a, sc, P, c, t0, t1, nchunks, ws, rng, pt);
         }
         asm volatile("cp.async.wait_group 1;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-        v2_mbar_arrive(full_a + 8 * ((c - 1) % V2_STAGES));
+        la_mbar_arrive(full_a + 8 * ((c - 1) % V2_STAGES));
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
     asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-    v2_mbar_arrive(full_a + 8 * ((nchunks - 1) % V2_STAGES));
+    la_mbar_arrive(full_a + 8 * ((nchunks - 1) % V2_STAGES));
 }
 
 template <int EB>
@@ -305,8 +274,8 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
 
     if (tid == 0)
         for (int st = 0; st < V2_STAGES; st++) {
-            v2_mbar_init(full_a + 8 * st, V2_CTA_THREADS - V2_THREADS); /* the producers */
-            v2_mbar_init(empty_a + 8 * st, V2_THREADS);
+            la_mbar_init(full_a + 8 * st, V2_CTA_THREADS - V2_THREADS); /* the producers */
+            la_mbar_init(empty_a + 8 * st, V2_THREADS);
         }
     /* the producer warpgroup issues chunks 0 and 1 while the consumers load
      * the A tile; the A tile is complete and fenced to the async proxy
@@ -322,9 +291,9 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
             const int64_t s = key0 + r;
             const bool ok = s < a.Lk;
             const uint8_t *src = (const uint8_t *)a.k + (ok ? s : 0) * a.k_nb0 * EB + c * 16;
-            la_sp_cp16z(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
+            la_cp16z_n(As + la_wg_off(V2_KEYS, r, c), src, ok ? 16 : 0);
         }
-        sc_cp_commit();
+        la_cp_commit_nc();
         asm volatile("cp.async.wait_group 0;\n" ::: "memory");
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
     }
@@ -366,7 +335,7 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
     for (int i = 0; i < 64; i++) acc0[i] = acc1[i] = 0.f;
     for (int i = 0; i < nchunks; i++, orow += ostep) {
         const int st = i % V2_STAGES;
-        v2_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
+        la_mbar_wait(full_a + 8 * st, (uint32_t)(i / V2_STAGES) & 1);
         const uint32_t bl = b_lo + (uint32_t)st * (C::B_BYTES >> 4);
         v2_issue<EB>(acc0, a_lo0, bl);
         v2_issue<EB>(acc1, a_lo1, bl);
@@ -389,7 +358,7 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
         epilogue(acc0, 0);
         la_wg_wait<0>(acc1);
         epilogue(acc1, 1);
-        v2_mbar_arrive(empty_a + 8 * st);
+        la_mbar_arrive(empty_a + 8 * st);
     }
 }
 

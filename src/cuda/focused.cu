@@ -20,12 +20,10 @@
  *   2. the linear-family engine (tensor-core path) on φ(Q), φ(K), V with the
  *      identity feature and the mean form o = num·a/(den·a + eps), a = 1/N;
  *   3. fo_dwc_kernel (conv given): o += DWC(v) + bias in place on the bf16 O.
- *   Bytes (B = 1, H = 12, N = 32K; one [N,H,128] bf16 tensor = 100.7 MB):
- *   1. reads Q, K, writes φQ, φK: 403 MB; 2. reads φQ, φK, V, writes O: 403 MB;
- *   3. reads V, O, writes O: 302 MB. See dev/NOTES_cuda_focused.md.
+ *   Bytes, in [N,H,128] bf16 tensors: 1. reads Q, K, writes φQ, φK (4);
+ *   2. reads φQ, φK, V, writes O (4); 3. reads V, O, writes O (3).
  *   (φ formed in step 2's loaders from the raw Q, K instead, with step 1
- *   writing two floats per token, was measured slower on the H200: 0.425
- *   against 0.343 ms at 32K; removed, it is in the history.) */
+ *   writing two floats per token, was slower: docs/CUDA.md.) */
 #include "cuda_ops.h"
 #include "linfam.cuh"
 #include "select.cuh"

@@ -6,8 +6,8 @@
  *      the first and last block meeting [start, end) forced to +inf, top-m
  *      with the exact top-k (ties -> lower block);
  *   3. HISA: candidate scores over the m*B tokens of the kept blocks
- *      (the block-major hb2_kernel; the DSA score kernels in
- *      gather mode for other shapes or with LA_CUDA_HISA_PATH=old, same
+ *      (the block-major hb2_kernel, hisa_stage2.cu; the DSA score kernels in
+ *      gather mode for other shapes or with variant "gather", same
  *      per-key arithmetic), then the
  *      exact top-k with candidate -> token mapping.
  *      Block-sparse: the kept blocks in rank order, each block's valid
@@ -80,7 +80,7 @@ __global__ void hs_blocksparse_kernel(const int32_t *kept, int64_t m, la_sp_rang
     for (int64_t j = n + threadIdx.x; j < topk; j += blockDim.x) out[t * out_ld + j * out_cs] = -1;
 }
 
-/* Block means (the default; LA_CUDA_HISA_FAST1=0: hs_pool_bf16_kernel):
+/* Block means (the default; variant "mma": hs_pool_bf16_kernel):
  * contiguous bf16 keys with 16-byte aligned rows and dI <= 128, one CTA of 128 threads per block. The block's
  * rows (HP_TOK tokens at a time) go to shared memory by cp.async, every
  * 16-byte load of the CTA in flight at once (hs_pool_bf16_kernel keeps ~16
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(128) hs_pool2_kernel(const __nv_bfloat16 *k, i
         __syncthreads(); /* the previous tile is summed */
         for (int i = tid; i < n * cpr; i += 128) {
             const int r = i / cpr, c = i - r * cpr;
-            la_sp_cp16z(tile + r * dI + c * 8, k + (sa + r) * nb0 + c * 8, 16);
+            la_cp16z_n(tile + r * dI + c * 8, k + (sa + r) * nb0 + c * 8, 16);
         }
         asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;\n" ::: "memory");
         __syncthreads();
@@ -149,8 +149,8 @@ static la_status hs_select(const la_context *ctx, hs_choice *c) {
 
 
 /* Candidate scores: hb2_kernel, or the DSA score kernels in gather mode
- * (fp32 exact kernel for other dtypes and shapes; all inputs with
- * LA_CUDA_HISA_PATH=old). */
+ * (fp32 exact kernel for other dtypes and shapes and with "portable"; all
+ * inputs with "gather"). */
 static la_status hs_candidate_scores(const la_sp_score_args &a, const hs_choice &ch,
                                      cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
@@ -334,7 +334,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     return LA_OK;
 }
 
-/* ---- fp8 e4m3 HISA on wgmma (the default; LA_CUDA_HISA_FP8=f32 the other route) --
+/* ---- fp8 e4m3 HISA on wgmma (the default; "portable": the f32 route) --------
  * Stage 1 on bf16 copies, stage 2 on the fp8 rows:
  *  - w' = w·q_scale (f32 [T, HI], the product sc_wq forms in dsa.cu: the
  *    weight as f32 times q_scale[t,h], one rounding);
@@ -557,7 +557,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
  *    indexer's fp8 path, so equal by construction;
  *  - otherwise HISA runs the e4m3 wgmma route above (hs_run_fp8wg) where it
  *    takes the views (HI = 64, dI = 128, 16-byte rows);
- *  - the block-sparse baseline, other views, and LA_CUDA_HISA_FP8=f32:
+ *  - the block-sparse baseline, other views, and variant "portable":
  *    dequantized f32 copies (scales folded in) through the f32 pipeline
  *    (exact fp32 kernels: the CPU's result on the same dequantized inputs).
  *    Correct, not fast: block means, block scores and candidate scores run

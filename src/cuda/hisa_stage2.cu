@@ -1,6 +1,6 @@
 /* HISA stage 2 on the block-major wgmma kernel: see hisa.cuh. */
 #include "hisa.cuh"
-#include "wgmma.cuh"
+#include "ptx.cuh"
 
 #include <string.h>
 
@@ -24,10 +24,8 @@
  * route) q/k with HI = 64, dI = 128 (any B: keys of a block are cut into
  * 128-key tiles, rows past B zero and not stored); other dtypes/shapes use
  * the gather kernels.
- * (The first block-major kernels, hb_kernel / hb8_kernel with the variants
- * "block", "pipe_grid", "block_lpt" and "pipe", measured 0.39-0.80 ms for
- * the candidate scores at 64K against hb2_kernel's 0.23 ms, same scores;
- * removed, they are in the history before this comment.) */
+ * (The first block-major kernels, hb_kernel / hb8_kernel, were slower for
+ * the same scores; removed: docs/CUDA.md.) */
 #define HB_THREADS 128
 #define HB_ROWS 128 /* keys per A tile */
 #define HB_NQ 2     /* queries per chunk */
@@ -37,7 +35,7 @@
 #define HB_STAGES 2
 #define HB_QS 64 /* queries per slice (CTA) */
 
-/* swizzled layout, descriptor, wgmma and fences: src/cuda/wgmma.cuh (as DSA v2) */
+/* swizzled layout, descriptor, wgmma and fences: src/cuda/ptx.cuh (as DSA v2) */
 /* Sizes for element width EB (2 = bf16; 1 = e4m3: 128-byte rows, one
  * swizzle atom, 4 k32 steps). */
 template <int EB> struct hb_cfg {
@@ -54,12 +52,6 @@ struct hb_lists {
     int32_t m;
 };
 
-/* 4-byte cp.async (zero fill past src_bytes = 0): f32 head weights */
-__device__ __forceinline__ void hb_cp4z(void *sdst, const void *gsrc, int src_bytes) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 /* ---- stage 2: hb2_kernel; stage 1's block scores on the same kernel
  * (DENSE) ------------------------------------------------------------------
@@ -106,10 +98,6 @@ template <int EB> struct hb2_cfg {
                       HB_ROWS == HB_BROWS, "hb2 copy layout");
 };
 
-__device__ __forceinline__ void hb2_cp16z(uint32_t sa, const void *gsrc, int src_bytes) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 /* the KSTEPS wgmma of one m-tile (A rows at a_lo, B tile at b_lo: shared
  * descriptors' low words) as one commit group, each descriptor (tile
@@ -187,7 +175,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         for (int j = 0; j < JA; j++) {
             const int64_t jb = j0 + r0 + RP * j, s = sb + jb;
             const bool ok = jb < a.B && s < a.Lk;
-            hb2_cp16z(As_a + soff + j * RP * 128, kp + (ok ? s : 0) * a.k_nb0 * EB, ok ? 16 : 0);
+            la_cp16z_sa(As_a + soff + j * RP * 128, kp + (ok ? s : 0) * a.k_nb0 * EB, ok ? 16 : 0);
         }
     }
     const bool w_async = a.w_dt == LA_F32 && ((uintptr_t)a.w & 3) == 0;
@@ -245,10 +233,10 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         const uint32_t d = bdst + (uint32_t)st * C::B_BYTES;
         auto copy_q = [&](int64_t hs) {
 #pragma unroll
-            for (int j = 0; j < JQ; j++) hb2_cp16z(d + j * RP * 128, p0 + j * hs, 16);
+            for (int j = 0; j < JQ; j++) la_cp16z_sa(d + j * RP * 128, p0 + j * hs, 16);
 #pragma unroll
             for (int j = 0; j < JQ; j++)
-                hb2_cp16z(d + (JQ + j) * RP * 128, p1 + j * hs, ok1 ? 16 : 0);
+                la_cp16z_sa(d + (JQ + j) * RP * 128, p1 + j * hs, ok1 ? 16 : 0);
         };
         /* contiguous heads (the usual [T, HI, dI] layout): the row step is a
          * constant, so the copies take immediate offsets */
@@ -260,7 +248,7 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         const bool okw = ew.orow >= 0;
         const int64_t off = ew.woff + whoff;
         if (w_async)
-            hb_cp4z(ws + st * HB_BROWS + tid, (const float *)a.w + off, okw ? 4 : 0);
+            la_cp4z_n(ws + st * HB_BROWS + tid, (const float *)a.w + off, okw ? 4 : 0);
         else
             ws[st * HB_BROWS + tid] = okw ? la_cu_ld(a.w, a.w_dt, off) : 0.f;
     };
@@ -414,10 +402,10 @@ bool hb_ok(const la_sp_score_args &a) {
 
 /* The block-major candidate scores: bucketing, then hb2_kernel (bf16, or
  * e4m3 with fp8: a.w = w·q_scale, ks = k_scale). (A one-launch bucketing,
- * one CTA for memset + count + scan + fill, measured 79 us against 31 us for
- * these four launches at L = 64K: removed.) */
-la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8,
-                           const float *ks, int64_t ks_nb) {
+ * one CTA for memset + count + scan + fill, was slower than these four
+ * launches: removed.) */
+la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8, const float *ks,
+                    int64_t ks_nb) {
     const int64_t nb = (a.Lk + a.B - 1) / a.B, npairs = a.T * a.m;
     const int64_t slmax = npairs / HB_QS + (nb < npairs ? nb : npairs); /* sum of ceil(cnt/QS) */
     size_t bytes;

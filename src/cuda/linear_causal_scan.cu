@@ -74,13 +74,13 @@ __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
 
 /* ---- pass 2, wide -----------------------------------------------------------
  * Why: the walk above issues ⌈nd/SU⌉ rounds of 8 loads one after the other
- * per thread, from 204 CTAs at H = 12 (1.5 per SM): 46 µs measured at 32K
- * for ~50 MB, 4× its byte time. Here the chunk axis is cut as well, so that
+ * per thread, from about 1.5 CTAs per SM at H = 12: about 4× its byte time.
+ * Here the chunk axis is cut as well, so that
  * every load of the kernel is issued up front and one barrier joins them:
  * block (CW, G), thread (x, g) owns float4 column x of (S, z) and slots
  * p ∈ [SW·g, SW·g + SW) of the np = nd·ks partial states (ks partials per
  * chunk when pass 1 runs on sub-chunks of L/ks tokens; lct_run passes ks = 1:
- * sub-chunks measured no faster). It loads its ≤ SW partials at once, puts its group
+ * sub-chunks were no faster). It loads its ≤ SW partials at once, puts its group
  * total in shared memory, and after the barrier writes
  *     P_c = S_in + Σ_{p < c·ks} ΔS_p   for the c with c·ks in its slots,
  * into out [B·H][nch][LS] (what pass 3 reads). G = np/SW + 1 so that slot np

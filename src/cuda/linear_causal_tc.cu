@@ -28,23 +28,18 @@
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
  * come straight from the accumulator fragments, φ is instantiated per mode.
- * (WMMA versions of both passes, 1.2-1.4x slower, were removed in the fourth
- * session; they are in the history.) The default since 2026-11-29 ("v3",
- * validated on the H200):
- * the mma.sync kernels with the wide scan (lct_scan_wide_kernel: every load
- * up front, one barrier), pass 3 with its causal blocks unrolled per row
- * block (no predicated ldmatrix/mma pairs), and optionally pass 1 on
- * sub-chunks (LA_CUDA_CAUSAL_KS); LA_CUDA_CAUSAL_PATH=mma keeps the
- * walking scan and the predicated pass 3. dev/NOTES_cuda_causal.md has the
- * counting.
+ * Pass 2 is the wide scan (linear_causal_scan.cu: every load up front, one
+ * barrier) up to 255 chunk states, else the walking one; pass 3 has its
+ * causal blocks unrolled per row block (no predicated ldmatrix/mma pairs).
+ * (WMMA versions of passes 1 and 3, the predicated pass 3 and pass 1 on
+ * sub-chunks were slower or no faster: removed, docs/CUDA.md.)
  *
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
- * bf16 already); states, denominators and all sums are fp32. Bytes at
- * N = 32K, H = 12: Q, K, V read + O written = 402 MB (+ K, V once more in
- * pass 1, 201 MB) and 4 × 12 × 32 × 66 KB ≈ 100 MB of chunk states
- * (dev/NOTES_cuda_causal.md has the budget). */
+ * bf16 already); states, denominators and all sums are fp32. Bytes: Q, K, V
+ * read + O written once, K, V once more in pass 1, and the chunk states
+ * (66 KB each) written and read about twice. */
 #include "linear_causal_tc.cuh"
-#include "mma_sync.cuh"
+#include "ptx.cuh"
 #include "select.cuh"
 
 #include <algorithm>
@@ -61,7 +56,7 @@ namespace {
 /* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
  * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
  * distinct 4-bank groups) and mma.sync m16n8k16; the cp.async / ldmatrix /
- * mma helpers and the fragment layouts are in mma_sync.cuh. */
+ * mma helpers and the fragment layouts are in ptx.cuh. */
 
 __device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
     const uint4 u = *(const uint4 *)p;

@@ -7,7 +7,7 @@
  * for the product (the inputs are bf16 already); summaries, mixing and
  * denominators stay fp32. */
 #include "linfam_engine.cuh"
-#include "mma_sync.cuh"
+#include "ptx.cuh"
 
 #include <algorithm>
 
@@ -39,13 +39,13 @@ constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
  *            that later write that row) and writes O from a 1 KB per-warp
  *            staging tile with 16-byte stores.
  * (Loading each tile through registers and waiting for it before the product
- * was latency-bound near 1 TB/s; WMMA fragments compiled to plain LDS, ~5x
+ * was latency-bound; WMMA fragments compiled to plain LDS, ~5x
  * more instructions per MMA: both removed, docs/CUDA.md.) */
 constexpr int TS = 3; /* pipeline stages */
 
-/* Raw tensor-core fragments (v4): ldmatrix from the padded rows (FLD = 136
+/* Raw tensor-core fragments: ldmatrix from the padded rows (FLD = 136
  * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
- * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: mma_sync.cuh. */
+ * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: ptx.cuh. */
 
 /* Sum over 16 neighbouring lanes: the threads that share one row of a
  * 64-token tile in the output kernels (chunk tid % 16 of row tid / 16). */
@@ -97,9 +97,9 @@ __device__ __forceinline__ int64_t lf_tok(const lf_boxi &x, unsigned w) {
 /* The five feature maps of SPEC §2 in one branch-light form (x = pre·input):
  *   x ≥ 0: x + c;   x < 0: x (identity), c (relu, relu_eps, relu1), e^x (elu1)
  * with c = 0, 0, 1e-6, 1, 1. la_cu_feature's switch per element compiled to
- * ~10 instructions and a branch per value; ncu (run 6) counted ~880 issued
- * instructions per warp per 64-token tile in the v4 summary kernel, most of
- * them this. The mode is uniform, so one branch per 8 values remains. */
+ * ~10 instructions and a branch per value, most of the summary kernel's
+ * issued instructions. The mode is uniform, so one branch per 8 values
+ * remains. */
 struct lf_phimap {
     int mode; /* 0 identity, 1 relu family, 2 elu1 */
     float c, pre, post;
@@ -363,18 +363,16 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
 
 /* M ≥ 2: the mix as a tensor-core GEMM per head, C[M × L] =
  * Wx[M × K] · partials[K × L] with Wx(i, kk) = W[i, kk/segs] (1 without W),
- * in tf32 (m16n8k8, fp32 accumulation). The fp32 kernel above does
- * 2·M·K·L FLOPs on CUDA cores: 9 GFLOP at M = K = 150, N = 32K (488 µs
- * measured, run 5); on tensor cores the partials' read (M·L·4 B per head)
- * is the bound. tf32 keeps 10 mantissa bits of W and of the partials (rel.
+ * in tf32 (m16n8k8, fp32 accumulation). A CUDA-core mix does 2·M·K·L FLOPs
+ * (9 GFLOP at M = K = 150, N = 32K); on tensor cores the partials' read
+ * (M·L·4 B per head) is the bound. tf32 keeps 10 mantissa bits of W and of the partials (rel.
  * 2^-11), below the bf16 rounding of S̃ (2^-9) that follows; z̃ (fp32 out)
  * gets rel. ~5e-4. grid (ceil(M/64), L/128, BH): the M-tiles of one column
  * slice run next to each other, so they share its partials through L2.
  * Warp w: rows 32(w%2) + [0,32), columns 32(w/2) + [0,32) of the CTA tile. */
 /* GK = 32, GS = 4 (106 KB dynamic smem, 2 CTAs/SM): with GK = 16, GS = 3 the
- * ~10 chunks of a CTA at M = 150 ran latency-bound at ~1 TB/s (ncu run 7:
- * 172 µs for 166 MB); now a CTA's whole K range is in flight after the
- * prologue. */
+ * ~10 chunks of a CTA at M = 150 ran latency-bound; now a CTA's whole K
+ * range is in flight after the prologue. */
 constexpr int GM = 64, GN = 128, GK = 32, GS = 4; /* tile rows, columns, k; stages */
 constexpr int GLA = GK + 4;  /* W tile row stride (floats): a-fragment loads conflict-free */
 constexpr int GLB = GN + 8;  /* partial tile row stride: b-fragment loads conflict-free    */

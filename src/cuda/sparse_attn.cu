@@ -174,25 +174,6 @@ __device__ __forceinline__ int v2_off(int row, int c) {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 #define V2_HAVE_WGMMA 1
-/* smem matrix descriptor: K-major, 128-byte swizzle, 8-row groups 1024 B
- * apart (SBO), LBO unused for swizzled K-major (1), base offset 0 (atoms
- * 1024-byte aligned). */
-__device__ __forceinline__ uint64_t v2_desc(const void *p) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)1 << 16) | ((uint64_t)(1024 >> 4) << 32) |
-           ((uint64_t)1 << 62);
-}
-__device__ __forceinline__ void v2_wgmma_n32(float (*d)[4], uint64_t da, uint64_t db) {
-    /* D += A B (scale-d predicate true), no negation, both K-major */
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-                 "{%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15}, %16, %17, p, 1, 1, 0, 0;\n}\n"
-                 : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]),
-                   "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]),
-                   "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]),
-                   "+f"(d[3][3])
-                 : "l"(da), "l"(db));
-}
 #else
 #define V2_HAVE_WGMMA 0
 #endif
@@ -220,69 +201,6 @@ __device__ __forceinline__ void v2_wgmma_n32(float (*d)[4], uint64_t da, uint64_
  *  - The next tile's gather is issued while the S wgmmas run, with its
  *    index loaded one tile earlier (no dependent global load at the top of
  *    the tile). */
-#if V2_HAVE_WGMMA
-/* B N-major (V: keys x dv, dv contiguous), 128-byte swizzle */
-__device__ __forceinline__ uint64_t v3_desc_v(const void *p) {
-    const uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    return (uint64_t)((sa & 0x3FFFF) >> 4) | ((uint64_t)(8192 >> 4) << 16) |
-           ((uint64_t)(1024 >> 4) << 32) | ((uint64_t)1 << 62);
-}
-__device__ __forceinline__ void v3_wgmma_rs(float (*o)[4], const uint32_t *pa, uint64_t db) {
-    /* O(64 x 256) += P(64 x 16, registers) V(16 x 256, N-major smem) */
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-                 "}, {%128,%129,%130,%131}, %132, p, 1, 1, 1;\n}\n"
-                 : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]),
-                   "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]),
-                   "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]),
-                   "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
-                   "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]),
-                   "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]),
-                   "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]),
-                   "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3]),
-                   "+f"(o[16][0]), "+f"(o[16][1]), "+f"(o[16][2]), "+f"(o[16][3]), "+f"(o[17][0]), "+f"(o[17][1]), "+f"(o[17][2]), "+f"(o[17][3]),
-                   "+f"(o[18][0]), "+f"(o[18][1]), "+f"(o[18][2]), "+f"(o[18][3]), "+f"(o[19][0]), "+f"(o[19][1]), "+f"(o[19][2]), "+f"(o[19][3]),
-                   "+f"(o[20][0]), "+f"(o[20][1]), "+f"(o[20][2]), "+f"(o[20][3]), "+f"(o[21][0]), "+f"(o[21][1]), "+f"(o[21][2]), "+f"(o[21][3]),
-                   "+f"(o[22][0]), "+f"(o[22][1]), "+f"(o[22][2]), "+f"(o[22][3]), "+f"(o[23][0]), "+f"(o[23][1]), "+f"(o[23][2]), "+f"(o[23][3]),
-                   "+f"(o[24][0]), "+f"(o[24][1]), "+f"(o[24][2]), "+f"(o[24][3]), "+f"(o[25][0]), "+f"(o[25][1]), "+f"(o[25][2]), "+f"(o[25][3]),
-                   "+f"(o[26][0]), "+f"(o[26][1]), "+f"(o[26][2]), "+f"(o[26][3]), "+f"(o[27][0]), "+f"(o[27][1]), "+f"(o[27][2]), "+f"(o[27][3]),
-                   "+f"(o[28][0]), "+f"(o[28][1]), "+f"(o[28][2]), "+f"(o[28][3]), "+f"(o[29][0]), "+f"(o[29][1]), "+f"(o[29][2]), "+f"(o[29][3]),
-                   "+f"(o[30][0]), "+f"(o[30][1]), "+f"(o[30][2]), "+f"(o[30][3]), "+f"(o[31][0]), "+f"(o[31][1]), "+f"(o[31][2]), "+f"(o[31][3])
-                 : "r"(pa[0]), "r"(pa[1]), "r"(pa[2]), "r"(pa[3]), "l"(db));
-}
-__device__ __forceinline__ void v3_wgmma_ss(float (*o)[4], uint64_t da, uint64_t db) {
-    /* O(64 x 256) += P(64 x 16, K-major smem) V(16 x 256, N-major smem) */
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {"
-                 "%0,%1,%2,%3,%4,%5,%6,%7,%8,%9,%10,%11,%12,%13,%14,%15,%16,%17,%18,%19,%20,%21,%22,%23,%24,%25,%26,%27,%28,%29,%30,%31,"
-                 "%32,%33,%34,%35,%36,%37,%38,%39,%40,%41,%42,%43,%44,%45,%46,%47,%48,%49,%50,%51,%52,%53,%54,%55,%56,%57,%58,%59,%60,%61,%62,%63,"
-                 "%64,%65,%66,%67,%68,%69,%70,%71,%72,%73,%74,%75,%76,%77,%78,%79,%80,%81,%82,%83,%84,%85,%86,%87,%88,%89,%90,%91,%92,%93,%94,%95,"
-                 "%96,%97,%98,%99,%100,%101,%102,%103,%104,%105,%106,%107,%108,%109,%110,%111,%112,%113,%114,%115,%116,%117,%118,%119,%120,%121,%122,%123,%124,%125,%126,%127"
-                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-                 : "+f"(o[0][0]), "+f"(o[0][1]), "+f"(o[0][2]), "+f"(o[0][3]), "+f"(o[1][0]), "+f"(o[1][1]), "+f"(o[1][2]), "+f"(o[1][3]),
-                   "+f"(o[2][0]), "+f"(o[2][1]), "+f"(o[2][2]), "+f"(o[2][3]), "+f"(o[3][0]), "+f"(o[3][1]), "+f"(o[3][2]), "+f"(o[3][3]),
-                   "+f"(o[4][0]), "+f"(o[4][1]), "+f"(o[4][2]), "+f"(o[4][3]), "+f"(o[5][0]), "+f"(o[5][1]), "+f"(o[5][2]), "+f"(o[5][3]),
-                   "+f"(o[6][0]), "+f"(o[6][1]), "+f"(o[6][2]), "+f"(o[6][3]), "+f"(o[7][0]), "+f"(o[7][1]), "+f"(o[7][2]), "+f"(o[7][3]),
-                   "+f"(o[8][0]), "+f"(o[8][1]), "+f"(o[8][2]), "+f"(o[8][3]), "+f"(o[9][0]), "+f"(o[9][1]), "+f"(o[9][2]), "+f"(o[9][3]),
-                   "+f"(o[10][0]), "+f"(o[10][1]), "+f"(o[10][2]), "+f"(o[10][3]), "+f"(o[11][0]), "+f"(o[11][1]), "+f"(o[11][2]), "+f"(o[11][3]),
-                   "+f"(o[12][0]), "+f"(o[12][1]), "+f"(o[12][2]), "+f"(o[12][3]), "+f"(o[13][0]), "+f"(o[13][1]), "+f"(o[13][2]), "+f"(o[13][3]),
-                   "+f"(o[14][0]), "+f"(o[14][1]), "+f"(o[14][2]), "+f"(o[14][3]), "+f"(o[15][0]), "+f"(o[15][1]), "+f"(o[15][2]), "+f"(o[15][3]),
-                   "+f"(o[16][0]), "+f"(o[16][1]), "+f"(o[16][2]), "+f"(o[16][3]), "+f"(o[17][0]), "+f"(o[17][1]), "+f"(o[17][2]), "+f"(o[17][3]),
-                   "+f"(o[18][0]), "+f"(o[18][1]), "+f"(o[18][2]), "+f"(o[18][3]), "+f"(o[19][0]), "+f"(o[19][1]), "+f"(o[19][2]), "+f"(o[19][3]),
-                   "+f"(o[20][0]), "+f"(o[20][1]), "+f"(o[20][2]), "+f"(o[20][3]), "+f"(o[21][0]), "+f"(o[21][1]), "+f"(o[21][2]), "+f"(o[21][3]),
-                   "+f"(o[22][0]), "+f"(o[22][1]), "+f"(o[22][2]), "+f"(o[22][3]), "+f"(o[23][0]), "+f"(o[23][1]), "+f"(o[23][2]), "+f"(o[23][3]),
-                   "+f"(o[24][0]), "+f"(o[24][1]), "+f"(o[24][2]), "+f"(o[24][3]), "+f"(o[25][0]), "+f"(o[25][1]), "+f"(o[25][2]), "+f"(o[25][3]),
-                   "+f"(o[26][0]), "+f"(o[26][1]), "+f"(o[26][2]), "+f"(o[26][3]), "+f"(o[27][0]), "+f"(o[27][1]), "+f"(o[27][2]), "+f"(o[27][3]),
-                   "+f"(o[28][0]), "+f"(o[28][1]), "+f"(o[28][2]), "+f"(o[28][3]), "+f"(o[29][0]), "+f"(o[29][1]), "+f"(o[29][2]), "+f"(o[29][3]),
-                   "+f"(o[30][0]), "+f"(o[30][1]), "+f"(o[30][2]), "+f"(o[30][3]), "+f"(o[31][0]), "+f"(o[31][1]), "+f"(o[31][2]), "+f"(o[31][3])
-                 : "l"(da), "l"(db));
-}
-#endif
-
 __device__ __forceinline__ uint32_t v3_pack(float lo, float hi) {
     uint32_t r;
     asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo)); /* lo in bits 0..15 */
@@ -299,7 +217,7 @@ __device__ __forceinline__ void v3_gather(const smla_args &a, int32_t s, __nv_bf
     const bool ok = s >= 0 && s < a.L;
     const __nv_bfloat16 *src = (const __nv_bfloat16 *)a.kv + (ok ? (int64_t)s * a.kv_nb0 : 0);
 #pragma unroll 6
-    for (int c = c0; c < SM_CPR; c += 4) la_sp_cp16z(kvs + v2_off(r, c), src + c * 8, ok ? 16 : 0);
+    for (int c = c0; c < SM_CPR; c += 4) la_cp16z_n(kvs + v2_off(r, c), src + c * 8, ok ? 16 : 0);
     if (c0 == 0) valid[r] = ok;
 }
 
@@ -326,7 +244,7 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
         for (int i = threadIdx.x; i < V2_HEADS * SM_CPR; i += V2_THREADS) {
             const int r = i / SM_CPR, c = i % SM_CPR;
             const bool ok = h0 + r < a.Hq;
-            la_sp_cp16z(qs + v2_off(r, c), q + (ok ? (h0 + r) * a.q_nb1 + c * 8 : 0), ok ? 16 : 0);
+            la_cp16z_n(qs + v2_off(r, c), q + (ok ? (h0 + r) * a.q_nb1 + c * 8 : 0), ok ? 16 : 0);
         }
     }
     if (ntiles > 0) v3_gather(a, v3_idx(a, t, 0), kvs0, valid);
@@ -358,8 +276,8 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
         for (int kb = 0; kb < SM_DQK / 64; kb++)
 #pragma unroll
             for (int kk = 0; kk < 4; kk++)
-                v2_wgmma_n32(s, v2_desc(qs + kb * 4096 + kk * 16),
-                             v2_desc(kvs + kb * 4096 + ch * 32 * 64 + kk * 16));
+                la_wg_m64n32k16_bf16_acc(s, la_wg_desc_ptr(qs + kb * 4096 + kk * 16),
+                             la_wg_desc_ptr(kvs + kb * 4096 + ch * 32 * 64 + kk * 16));
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         /* gather of the next tile while the tensor cores work */
         if (tile + 1 < ntiles)
@@ -417,15 +335,15 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
         /* O[64 heads, dv 256ch..] += P V: own keys from registers first */
         __nv_bfloat16 *vb = kvs + ch * 4 * 4096; /* dv block 4ch, key 0 */
         asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
-        v3_wgmma_rs(o, pa[0], v3_desc_v(vb + (2 * ch) * 16 * 64));
-        v3_wgmma_rs(o, pa[1], v3_desc_v(vb + (2 * ch + 1) * 16 * 64));
+        la_wg_m64n256k16_bf16_rs(o, pa[0], la_wg_desc_nmajor(vb + (2 * ch) * 16 * 64));
+        la_wg_m64n256k16_bf16_rs(o, pa[1], la_wg_desc_nmajor(vb + (2 * ch + 1) * 16 * 64));
         /* P stores (generic proxy) must be visible to the other warpgroup's wgmma */
         asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
         __syncthreads(); /* C: P of both warpgroups in smem */
         {
             const int u0 = 2 * (ch ^ 1);
-            v3_wgmma_ss(o, v2_desc(ps + u0 * 16), v3_desc_v(vb + u0 * 16 * 64));
-            v3_wgmma_ss(o, v2_desc(ps + (u0 + 1) * 16), v3_desc_v(vb + (u0 + 1) * 16 * 64));
+            la_wg_m64n256k16_bf16_ss(o, la_wg_desc_ptr(ps + u0 * 16), la_wg_desc_nmajor(vb + u0 * 16 * 64));
+            la_wg_m64n256k16_bf16_ss(o, la_wg_desc_ptr(ps + (u0 + 1) * 16), la_wg_desc_nmajor(vb + (u0 + 1) * 16 * 64));
         }
         asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
         asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");

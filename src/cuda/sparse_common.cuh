@@ -5,6 +5,7 @@
 #define LA_CUDA_SPARSE_COMMON_CUH
 
 #include "common.cuh"
+#include "ptx.cuh"
 
 /* Per-query valid key range [start_t, end_t) (SPEC §6). NULL start/end =
  * causal bottom-right: start 0, end = L - T + t + 1. With blk > 1 the range
@@ -105,28 +106,5 @@ void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_ten
 /* bf16 q/k that the tensor-core kernel can't read in place are packed into
  * contiguous copies held by qw/kw (a is updated to point at them). */
 la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cudaStream_t s);
-
-/* ---- tensor-core building blocks of the score and sparse-MLA kernels ---- */
-/* c += a·b, bf16 m16n8k16 fragments, fp32 accumulators */
-__device__ __forceinline__ void la_sp_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-        "{%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-/* four 8x8 b16 matrices from shared memory */
-__device__ __forceinline__ void la_sp_ldsm_x4(uint32_t *r, const void *p) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(p);
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(sa));
-}
-/* 16-byte async copy; src_bytes 0 zero-fills the destination */
-__device__ __forceinline__ void la_sp_cp16z(void *sdst, const void *gsrc, int src_bytes) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes));
-}
 
 #endif

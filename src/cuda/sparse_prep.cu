@@ -170,10 +170,10 @@ __global__ void dsa_scale_check_kernel(sc_scales sc, int64_t L, int64_t T, int64
 
 /* Rejects a zero, negative, infinite or NaN scale with a message naming it.
  * The values live on the device: one small kernel plus a 8-byte read back
- * (a stream synchronization, ~10-20 us). Skipped while the stream is being
+ * (a stream synchronization). Skipped while the stream is being
  * captured into a CUDA graph (no synchronization allowed there). */
 la_status dsa_check_scale_values(const sc_scales &sc, int64_t L, int64_t T, int64_t HI,
-                                        cudaStream_t s) {
+                                 cudaStream_t s) {
     if (!sc.ks && !sc.qs) return LA_OK;
     cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
     LA_CU(cudaStreamIsCapturing(s, &cap));

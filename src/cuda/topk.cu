@@ -6,9 +6,8 @@
  * tb_ helpers below, the changes of this version before t3_kernel) and the
  * first one, tk_kernel_old (variant "portable" of family "topk": the simple
  * radix select, an independent exact reference). Both order keys the same way.
- * (The second kernel, tb_kernel, ran the same algorithm at 3 CTAs per SM:
- * 0.198 ms at 1024 x 64K on the H200 against 0.152 ms for t3_kernel, same
- * indices; removed.)
+ * (The second kernel, tb_kernel, ran the same algorithm at 3 CTAs per SM,
+ * slower for the same indices; removed.)
  *
  * tk_kernel_old: one CTA per row, a radix select over a 64-bit composite key
  *     key = sortable(score) << 32 | ~token
@@ -345,9 +344,9 @@ __device__ __forceinline__ float tb_fval(uint64_t key) {
  * magnitude: when the candidates straddle zero (a top 2048 of 8192, as in
  * HISA's candidate rows and DSA rows of 8K: the k-th score is near the
  * median) the tiny magnitudes take most of the buckets and the rest crowd
- * into a few (H200 dumps: up to 197 keys per bucket, so the narrowing
- * levels failed and the bitonic fallback ran: 0.17 ms for 1024 x 8192
- * against 0.066 for rows of uniform scores; linear: at most 20). */
+ * into a few (up to ~200 keys per bucket on real rows, so the narrowing
+ * levels failed and the bitonic fallback ran, ~2.5x slower than rows of
+ * uniform scores; linear: at most 20). */
 struct tb_dig {
     bool lin;
     float vmn, scale;
@@ -490,11 +489,10 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 /* ======================================================================== */
 /* Top-k v3 (t3_kernel, the default): the algorithm above with more rows in */
 /* flight and fewer, shorter memory round trips per row than tb_kernel had. */
-/* tb_kernel is latency-bound, not bandwidth- or issue-bound: 1024 x 64K     */
-/* takes 0.198 ms = 77 us per CTA (2.6 waves of 3 CTAs/SM), where a fair     */
-/* share of 4.2 TB/s needs ~24 us, and 1024 x 8K rows that sit in L2 still   */
-/* take 0.077 ms (~30 us per CTA) while the SM could issue all of such a     */
-/* row's instructions in a few us. A CTA spends its row in dependent steps   */
+/* tb_kernel was latency-bound, not bandwidth- or issue-bound: a CTA took   */
+/* about 3x a fair share of the bandwidth for its row, and rows that sit in */
+/* L2 were no faster, while the SM could issue all of a row's instructions  */
+/* in a fraction of that time. A CTA spends its row in dependent steps      */
 /* (sample round trips, ~10 barriers of sampling, the filter's load round    */
 /* trips, ~17 barriers of phase B) with 8 warps; its SASS (sm_90a) also      */
 /* shows the filter issuing 2 of its 4 float4 loads, consuming them, then    */
@@ -514,8 +512,7 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 /*    loads together (16 KB per CTA per round trip), and prefetches into L2  */
 /*    the step pfd ahead; the first pfd steps are prefetched before the      */
 /*    sampling, whose round trip and barriers they overlap. pfd =            */
-/*    LA_CUDA_TOPK_PF (default 0 = off: on the H200, 1024 x 64K took 0.152   */
-/*    ms without it, 0.160 / 0.175 ms with 3 / 6 steps of 48 / 96 KB).       */
+/*    T3_PF_DEFAULT = 0: off (3 and 6 steps were slower).                    */
 /* Everything else (strided rows' filter, the radix fallback, phase B) is    */
 /* tb_kernel's code with the capacity T3_CAP. Keys are unique (score << 32   */
 /* | ~token) and phase B orders whatever superset of the top k it is given,  */
@@ -524,7 +521,7 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
 #define T3_BUF 6112                 /* dynamic buffer in keys: 4 CTAs/SM with hist */
 #define T3_CAP (T3_BUF - TB_TMP)    /* candidate keys (4016); tmp follows them */
 #define T3_SMEM (T3_BUF * sizeof(uint64_t))
-#define T3_PF_DEFAULT 0 /* the filter's L2 prefetch distance in 16 KB steps: off (3, 6 measured slower) */
+#define T3_PF_DEFAULT 0 /* the filter's L2 prefetch distance in 16 KB steps: off */
 
 static_assert(T3_CAP >= 4000, "candidate capacity");
 static_assert(T3_CAP < 65536, "bucket start and count are packed in 16 bits each");
