@@ -18,15 +18,20 @@
  * A case with `known_failure` set reports its failed checks as KNOWN-FAIL
  * (with the reason) and does not fail the run.
  *
- * Adding a family: write tests/backend/cases_<family>.c with
+ * Adding a family (e.g. the backward passes as cases_backward.c): write
+ * tests/backend/cases_<family>.c with
  *   - the case functions (`static void run_x(const void *arg)`: unpack a
- *     parameter struct, stage inputs with bo_staging.h, call the op with
- *     bo_ctx(), check with CHECK / CHECK_OK from tests/test_util.h);
- *   - `void cases_<family>(bo_list *L)` that adds the cases (BO_ADD) and, if
- *     the family has kernel variants, its probe (bo_add_probe: the smallest
- *     CUDA call that goes through the family's kernel choice);
- * then declare cases_<family> below (BO_TABLES) and add it to the list in
- * test_backend_ops.c. The Makefile links every tests/backend/cases_*.c. */
+ *     parameter struct, stage inputs -- bo_staging.h for host + device
+ *     tensors, cpu_check.h for CPU views and the same-precision bound --,
+ *     call the op with bo_ctx(), check with CHECK / CHECK_OK from
+ *     tests/test_util.h; a device call under a forced variant goes through
+ *     CHECK_DEV, and a comparison between variants inside one case forces
+ *     the other with bo_use_variant);
+ *   - `void cases_<family>(bo_list *L)` that adds the cases (bo_add, BO_ADD)
+ *     and, if the family has kernel variants, its probe (bo_add_probe: the
+ *     smallest CUDA call that goes through the family's kernel choice);
+ * then add X(<family>) to BO_TABLES below (that declares and registers it).
+ * The Makefile links every tests/backend/cases_*.c into the one binary. */
 #ifndef LA_BACKEND_OPS_H
 #define LA_BACKEND_OPS_H
 
