@@ -75,6 +75,7 @@ typedef struct bo_case {
     bo_opts o;
     const char *table;         /* the case table (cases_<table>.c) */
     bo_fn fn;
+    int repeat;                /* cases of the same name before this one (seeds differ) */
     char name[BO_NAME_MAX];
     _Alignas(max_align_t) unsigned char arg[BO_ARG_MAX];
 } bo_case;

@@ -209,7 +209,7 @@ done:
 
 typedef struct decode_args {
     int64_t B, N, H, D, Dv, C; la_mhla_normalize norm; la_feature feat; int per_head, wkind;
-    int64_t piece; la_dtype dt; int perm;
+    int64_t piece; int perm; la_dtype dt;
 } decode_args;
 
 static void run_decode(const void *p) {
@@ -218,34 +218,34 @@ static void run_decode(const void *p) {
              a->piece, a->dt, a->perm);
 }
 
+/* DECODE(small, B, N, H, D, Dv, C, norm, feat, per_head, mixing kind, piece, perm):
+ * the case in f32 and in bf16 */
+#define DECODE_DT(SMALL, ...)                                                                   \
+    BO_ADD(L, ((bo_opts){"mhla_decode", BO_CUDA, (SMALL), NULL, NULL, NULL}), run_decode,          \
+           decode_args, __VA_ARGS__)
 #define DECODE(SMALL, ...)                                                                      \
     do {                                                                                        \
-        const decode_args a_ = {__VA_ARGS__};                                                   \
-        const bo_opts o_ = {"mhla_decode", BO_CUDA, (SMALL), NULL, NULL, NULL};                 \
-        bo_add(L, &o_, run_decode, &a_, sizeof a_, "decode(" #__VA_ARGS__ ")");                  \
+        DECODE_DT(SMALL, __VA_ARGS__, LA_F32);                                                  \
+        DECODE_DT(SMALL, __VA_ARGS__, LA_BF16);                                                 \
     } while (0)
 
 void cases_decode(bo_list *L) {
     const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
     const la_feature RE = LA_FEATURE_RELU, RP = LA_FEATURE_RELU_EPS, EL = LA_FEATURE_ELU1;
-    const la_dtype dts[2] = {LA_F32, LA_BF16};
-    for (int di = 0; di < 2; di++) {
-        const la_dtype dt = dts[di];
-        /*        small B  N    H  D    Dv   C   norm feat ph w  piece  dt perm */
-        DECODE(1, 2, 1, 3, 16, 17, 64, NO, RE, 0, 0, 1, dt, 0);
-        DECODE(1, 2, 63, 3, 16, 24, 64, PQ, RP, 1, 0, 1, dt, 1);
-        DECODE(1, 2, 65, 3, 64, 48, 64, NO, RE, 0, 1, 1, dt, 0);
-        DECODE(1, 2, 65, 3, 64, 48, 64, PQ, RP, 1, 0, 5, dt, 0);
-        DECODE(1, 2, 200, 3, 16, 8, 7, PQ, RP, 0, 0, 1, dt, 0);
-        DECODE(1, 2, 200, 3, 64, 32, 7, NO, RE, 1, 1, 9, dt, 1);
-        DECODE(1, 2, 200, 3, 128, 96, 64, NO, RE, 0, 0, 1, dt, 1);
-        DECODE(1, 2, 200, 3, 128, 128, 64, PQ, RP, 1, 0, 17, dt, 0);
-        DECODE(1, 2, 65, 3, 128, 64, 7, PQ, EL, 0, 1, 1, dt, 0);
-        DECODE(1, 2, 200, 3, 16, 40, 7, NO, RE, 1, 0, 70, dt, 0);
-        DECODE(0, 2, 1000, 3, 64, 64, 7, NO, RE, 0, 0, 1, dt, 0);    /* M = 144 blocks */
-        DECODE(0, 2, 1000, 3, 128, 128, 7, PQ, RP, 1, 1, 33, dt, 1);
-        DECODE(0, 1, 2000, 3, 128, 130, 64, PQ, RP, 0, 0, 64, dt, 0);
-    }
+    /*  small B  N    H  D    Dv   C   norm feat ph w  piece perm */
+    DECODE(1, 2, 1, 3, 16, 17, 64, NO, RE, 0, 0, 1, 0);
+    DECODE(1, 2, 63, 3, 16, 24, 64, PQ, RP, 1, 0, 1, 1);
+    DECODE(1, 2, 65, 3, 64, 48, 64, NO, RE, 0, 1, 1, 0);
+    DECODE(1, 2, 65, 3, 64, 48, 64, PQ, RP, 1, 0, 5, 0);
+    DECODE(1, 2, 200, 3, 16, 8, 7, PQ, RP, 0, 0, 1, 0);
+    DECODE(1, 2, 200, 3, 64, 32, 7, NO, RE, 1, 1, 9, 1);
+    DECODE(1, 2, 200, 3, 128, 96, 64, NO, RE, 0, 0, 1, 1);
+    DECODE(1, 2, 200, 3, 128, 128, 64, PQ, RP, 1, 0, 17, 0);
+    DECODE(1, 2, 65, 3, 128, 64, 7, PQ, EL, 0, 1, 1, 0);
+    DECODE(1, 2, 200, 3, 16, 40, 7, NO, RE, 1, 0, 70, 0);
+    DECODE(0, 2, 1000, 3, 64, 64, 7, NO, RE, 0, 0, 1, 0);    /* M = 144 blocks */
+    DECODE(0, 2, 1000, 3, 128, 128, 7, PQ, RP, 1, 1, 33, 1);
+    DECODE(0, 1, 2000, 3, 128, 130, 64, PQ, RP, 0, 0, 64, 0);
     const bo_opts o = {"mhla_decode", BO_CUDA, 1, NULL, NULL, NULL};
     bo_add(L, &o, t_errors, NULL, 0,
            "decode errors: devices, shapes, capacity, absurd sizes; refused calls write nothing");

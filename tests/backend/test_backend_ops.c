@@ -49,6 +49,8 @@ void bo_add(bo_list *L, const bo_opts *o, bo_fn fn, const void *arg, size_t arg_
     c->table = L->table;
     c->fn = fn;
     snprintf(c->name, sizeof c->name, "%s", name);
+    for (int i = 0; i < L->n - 1; i++)
+        c->repeat += !strcmp(L->cases[i].name, c->name) && L->cases[i].fn == fn;
     if (arg_size) memcpy(c->arg, arg, arg_size);
 }
 
@@ -332,7 +334,8 @@ int main(int argc, char **argv) {
             fflush(stdout);
             la_context_create(&R.ctx);
             if (c->o.variant) la_context_set_variant(R.ctx, c->o.family, c->o.variant);
-            bo_rng.s = seed ^ fnv1a(c->name) ^ (c->o.variant ? fnv1a(c->o.variant) : 0);
+            bo_rng.s = seed ^ fnv1a(c->name) ^ (c->o.variant ? fnv1a(c->o.variant) : 0) ^
+                       (uint64_t)c->repeat * 0x9e3779b97f4a7c15ull;
             R.in_case_variant = 0;
             run_guarded(c);
             if (R.have_cuda) la_dev_synchronize();
