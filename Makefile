@@ -92,7 +92,7 @@ BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
 BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
 TEST_BINS    += $(BACKEND_BIN)
 
-.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info
+.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests dev-cuda info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -175,6 +175,17 @@ $(BUILD)/dev/%: dev/%.cu $(BUILD)/liblongattn.a $(wildcard dev/*.cuh dev/cuda/*.
 $(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) $< $(BUILD)/liblongattn.a $(LDLIBS) -o $@
+
+# The dev/ GPU drivers (validate, then time; run on the GPU machine) and the
+# host emulator of the softmax tensor-core kernel, built against the static
+# library so that CI compiles them: `make dev-cuda`.
+DEV_CUDA_SRCS := $(wildcard dev/bench_gpu_*.cu dev/bench_hisa2.cu dev/emu_softmax_tc.cu)
+DEV_CUDA_BINS := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(DEV_CUDA_SRCS))
+DEV_NVCCFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Xcompiler -fopenmp
+$(BUILD)/dev/%: dev/%.cu dev/bench_gpu_common.cuh $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(NVCC) $(DEV_NVCCFLAGS) $< $(BUILD)/liblongattn.a -o $@ $(filter-out -fopenmp -lcudart_static,$(LDLIBS))
+dev-cuda: all $(DEV_CUDA_BINS)
 
 test: tests
 ifneq ($(SKIP_DEPS),1)

@@ -1,12 +1,9 @@
 /* Timing driver for causal linear attention on CUDA through the public C API:
- * the tensor-core path (src/cuda/linear_causal_tc.cu: "new" = the default
- * ldmatrix/mma.sync kernels, "v3" = LA_CUDA_CAUSAL_PATH=v3 (wide scan, pass 1
- * on sub-chunks), "v3k3" = v3 with LA_CUDA_CAUSAL_KS=3 (pass 1 on sub-chunks: ks = 2 at
- * 4K and 32K, 3 at 128K), "v3L512" = v3 with LA_CUDA_CAUSAL_L=512 (state
- * chunks of 512 tokens at every N: twice the output CTAs of the default choice
- * at 32K, for the L trade-off);
- * with "all" also the portable fp32 path "old"). At 32K also per-kernel times of each tensor-core path
- * (LA_CUDA_CAUSAL_TIMING=1, on stderr). B = 1, H = 12, D = Dv = 128,
+ * the tensor-core path (src/cuda/linear_causal_tc.cu; variants of family
+ * "linear_causal": "new" = the default (wide scan), "walk" = the walking
+ * scan, "L512" = state chunks of 512 tokens at every N (twice the output CTAs
+ * of the default choice at 32K, for the L trade-off); with "all" also the
+ * portable fp32 path "old"). B = 1, H = 12, D = Dv = 128,
  * bf16 [B,N,H,D] contiguous, random inputs, φ = relu (the default), scale 1.
  * Each case: 3 warm-up calls, then `reps` calls each timed with CUDA events;
  * prints the median, the byte floor (Q, K, V read once + O written once over
@@ -46,7 +43,7 @@ int main(int argc, char **argv) {
         la_status st = LA_OK;
         for (int nm = 0; nm < 2 && st == LA_OK; nm++) {
             p.normalize = nm;
-            st = la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0);
+            st = la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX);
         }
         CK(cudaDeviceSynchronize());
         printf("profile N=%lld: %s\n", (long long)N, st == LA_OK ? "ok" : la_last_error());
@@ -54,12 +51,10 @@ int main(int argc, char **argv) {
     }
     const bool new_only = argc > 1 && !strcmp(argv[1], "new");
     const bool all = argc > 1 && !strcmp(argv[1], "all");
-    /* name, LA_CUDA_CAUSAL_PATH, _KS, _L (nullptr: unset) */
-    struct { const char *name, *path, *ks, *L; } paths[] = {
-        {"new", nullptr, nullptr, nullptr}, {"v3", "v3", nullptr, nullptr},
-        {"v3k3", "v3", "3", nullptr},       {"v3L512", "v3", nullptr, "512"},
-        {"old", "old", nullptr, nullptr}};
-    const int npaths = new_only ? 1 : all ? 5 : 4;
+    /* name, variant of family "linear_causal" (nullptr: the default) */
+    struct { const char *name, *variant; } paths[] = {
+        {"new", nullptr}, {"walk", "walk"}, {"L512", "chunk512"}, {"old", "portable"}};
+    const int npaths = new_only ? 1 : all ? 4 : 3;
     printf("# causal linear attention, B=1 H=12 D=Dv=128 bf16, relu, medians of event-timed calls\n");
     printf("%-34s %-9s %9s   %-10s %s\n", "case", "N", "ms", "byte-floor", "x floor");
     for (int64_t N : {4096, 32768, 131072}) {
@@ -69,19 +64,14 @@ int main(int argc, char **argv) {
         for (int path = 0; path < npaths; path++) {
             const char *pn = paths[path].name;
             const bool old = !strcmp(pn, "old");
-            if (paths[path].path) setenv("LA_CUDA_CAUSAL_PATH", paths[path].path, 1);
-            else unsetenv("LA_CUDA_CAUSAL_PATH");
-            if (paths[path].ks) setenv("LA_CUDA_CAUSAL_KS", paths[path].ks, 1);
-            else unsetenv("LA_CUDA_CAUSAL_KS");
-            if (paths[path].L) setenv("LA_CUDA_CAUSAL_L", paths[path].L, 1);
-            else unsetenv("LA_CUDA_CAUSAL_L");
+            bench_variant("linear_causal", paths[path].variant);
             for (int nm = 0; nm < 2; nm++) {
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
                 p.normalize = nm;
                 const int reps = old ? (N > 32768 ? 3 : 5) : 20;
-                const double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps);
+                const double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, reps);
                 char name[64];
                 snprintf(name, sizeof name, "linear-causal %s norm=%d", pn, nm);
                 printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
@@ -89,42 +79,25 @@ int main(int argc, char **argv) {
                        (long long)N, ms, fb);
                 fflush(stdout);
             }
-            if (!old && N == 32768) { /* per-kernel times (events, one call each) */
-                la_linear_params p;
-                la_linear_params_init(&p);
-                p.causal = 1;
-                setenv("LA_CUDA_CAUSAL_TIMING", "1", 1);
-                for (int nm = 0; nm < 2; nm++) {
-                    p.normalize = nm;
-                    for (int rep = 0; rep < 2; rep++)
-                        if (la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0) != LA_OK)
-                            printf("error: %s\n", la_last_error());
-                }
-                CK(cudaDeviceSynchronize());
-                unsetenv("LA_CUDA_CAUSAL_TIMING");
-                fflush(stderr);
-            }
-            if (path <= 1 && N == 32768) { /* variants of new and v3 */
+            if (path <= 1 && N == 32768) { /* other feature maps, state i/o */
                 la_linear_params p;
                 la_linear_params_init(&p);
                 p.causal = 1;
                 p.normalize = 0;
                 p.feature = LA_FEATURE_IDENTITY;
-                double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20);
+                double ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20);
                 char name[64];
                 snprintf(name, sizeof name, "linear-causal %s identity norm=0", pn);
                 printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
                 p.feature = LA_FEATURE_RELU1; /* state out with hi/lo k̃ (inexact φ) */
                 p.normalize = 1;
-                ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, &tS, &tz, &tS, &tz, 0); }, 20);
+                ms = time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, &tS, &tz, &tS, &tz, BCTX); }, 20);
                 snprintf(name, sizeof name, "linear-causal %s relu1 state i/o", pn);
                 printf("%-34s N=%-7lld %9.4f   %10.4f %6.2f\n", name, (long long)N, ms, fb, ms / fb);
                 fflush(stdout);
             }
         }
-        unsetenv("LA_CUDA_CAUSAL_PATH");
-        unsetenv("LA_CUDA_CAUSAL_KS");
-        unsetenv("LA_CUDA_CAUSAL_L");
+        bench_variant("linear_causal", nullptr);
     }
     return 0;
 }

@@ -21,6 +21,10 @@
  *   median_ms()        the same for a callable that checks itself (LK):
  *                      unchecked warm-ups + a device sync, then the median.
  *   event_times()      the timing loop under both: sorted per-call times.
+ *   BCTX, bench_variant(family, variant)
+ *                      the one context every library call of a driver uses,
+ *                      and forcing a kernel variant on it (src/core/variant.h,
+ *                      docs/CUDA.md's variant table; NULL: the default).
  */
 #pragma once
 
@@ -37,6 +41,29 @@
 #include <vector>
 
 #include "longattn.h"
+#include "core/variant.h"
+
+/* The driver's context (created at first use, lives until exit). */
+static la_context *bench_ctx() {
+    static la_context *c = [] {
+        la_context *x = nullptr;
+        if (la_context_create(&x) != LA_OK) {
+            fprintf(stderr, "la_context_create failed: %s\n", la_last_error());
+            exit(1);
+        }
+        return x;
+    }();
+    return c;
+}
+#define BCTX bench_ctx()
+/* Force `variant` of `family` on the driver's context (NULL: the default). */
+static void bench_variant(const char *family, const char *variant) {
+    if (la_context_set_variant(bench_ctx(), family, variant) != LA_OK) {
+        fprintf(stderr, "la_context_set_variant(%s, %s): %s\n", family, variant ? variant : "NULL",
+                la_last_error());
+        exit(1);
+    }
+}
 
 /* (the call's text is stringized by CK / LK themselves, before any macro in it expands) */
 #ifdef BENCH_CK_WHERE

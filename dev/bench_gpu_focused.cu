@@ -1,6 +1,6 @@
 /* Timing driver for focused linear attention, flatten variant (SPEC §4a), on
  * CUDA through the public C API: the bf16 fast path of src/cuda/focused.cu
- * against the portable path (LA_CUDA_FOCUSED_PATH=old), with and without the
+ * against the portable path (variant "portable" of family "focused"), with and without the
  * 5x5 depthwise conv (+ bias) on v. B = 1, H = 12, D = Dv = 128, bf16
  * [B,N,H,D] contiguous, random inputs, p = 3, maps 64x64, 128x256, 256x512.
  * Each case: 2 warm-up calls, then reps calls timed one by one with CUDA
@@ -47,7 +47,7 @@ int main(int argc, char **argv) {
         la_focused_params_init(&p);
         map_of(N, p.map_h, p.map_w);
         return la_focused_attention(&p, &tq, &tk, &tv, with_conv ? &conv : nullptr,
-                                    with_conv ? &bias : nullptr, nullptr, nullptr, &to, 0);
+                                    with_conv ? &bias : nullptr, nullptr, nullptr, &to, BCTX);
     };
     if (argc > 2 && !strcmp(argv[1], "profile")) {
         const int64_t N = atoll(argv[2]);
@@ -68,14 +68,14 @@ int main(int argc, char **argv) {
         la_linear_params_init(&lp);
         lp.feature = LA_FEATURE_IDENTITY;
         const int reps = 20, reps_old = N > 40000 ? 3 : 7;
-        const double eng = time_ms([&] { return la_linear_attention(&lp, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, reps, 2);
-        unsetenv("LA_CUDA_FOCUSED_PATH");
+        const double eng = time_ms([&] { return la_linear_attention(&lp, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, reps, 2);
+        bench_variant("focused", nullptr);
         const double tn = time_ms([&] { return flatten(N, false); }, reps, 2);
         const double tnc = time_ms([&] { return flatten(N, true); }, reps, 2);
-        setenv("LA_CUDA_FOCUSED_PATH", "old", 1);
+        bench_variant("focused", "portable");
         const double to_ = time_ms([&] { return flatten(N, false); }, reps_old, 2);
         const double toc = time_ms([&] { return flatten(N, true); }, reps_old, 2);
-        unsetenv("LA_CUDA_FOCUSED_PATH");
+        bench_variant("focused", nullptr);
         int64_t mh, mw;
         map_of(N, mh, mw);
         char ms[32];

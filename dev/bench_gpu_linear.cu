@@ -6,10 +6,10 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_linear.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -o build-gpu/bench_gpu_linear
- *   build-gpu/bench_gpu_linear [quick|noncausal|scaling|profile N|rowread]
+ *   build-gpu/bench_gpu_linear [quick|noncausal|scaling|profile N|rowread] [variant=NAME]
  * noncausal: N = 4K, 32K, 128K, only non-causal linear and MHLA (M = 16, 150)
- * and the video grid: the tensor-core path; LA_CUDA_LINFAM_PATH=old|new picks
- * its version (tests/cuda/gpu_linear2.sh times both). profile N: one call each of
+ * and the video grid: the tensor-core path. variant=NAME forces that variant
+ * of families "linear" and "mhla" (tc, portable). profile N: one call each of
  * linear, MHLA M = 16 and M = 150 at N (for ncu). rowread: read bandwidth of the
  * per-head row pattern against wider rows (rowread_kernel). scaling: N = 32K,
  * MHLA over M = 1…256 and linear attention at D = Dv = 64, 128, 256.
@@ -52,7 +52,12 @@ static void report(const char *op, const char *shape, double ms, double bytes, d
 int main(int argc, char **argv) {
     const bool nc_only = argc > 1 && !strcmp(argv[1], "noncausal");
     const bool quick = nc_only || (argc > 1 && !strcmp(argv[1], "quick"));
-    printf("# LA_CUDA_LINFAM_PATH=%s\n", getenv("LA_CUDA_LINFAM_PATH") ? getenv("LA_CUDA_LINFAM_PATH") : "(default)");
+    const char *variant = nullptr;
+    for (int i = 1; i < argc; i++)
+        if (!strncmp(argv[i], "variant=", 8)) variant = argv[i] + 8;
+    bench_variant("linear", variant);
+    bench_variant("mhla", variant);
+    printf("# variant=%s\n", variant ? variant : "(default)");
     const int64_t B = 1, H = 12, D = 128, Dv = 128;
     std::vector<int64_t> Ns = {4096, 8192, 16384, 32768, 65536, 131072};
     if (quick) Ns = {4096, 32768, 131072};
@@ -91,7 +96,7 @@ int main(int argc, char **argv) {
                   to = view(o, B, N, H, Dv);
         la_linear_params pl;
         la_linear_params_init(&pl);
-        la_status st = la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0);
+        la_status st = la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX);
         for (int64_t M : {16, 150}) {
             la_mhla_params p;
             la_mhla_params_init(&p);
@@ -101,7 +106,7 @@ int main(int argc, char **argv) {
             la_tensor W;
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
-            if (st == LA_OK) st = la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0);
+            if (st == LA_OK) st = la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX);
         }
         CK(cudaDeviceSynchronize());
         printf("profile N=%lld: %s\n", (long long)N, st == LA_OK ? "ok" : la_last_error());
@@ -121,7 +126,7 @@ int main(int argc, char **argv) {
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
             snprintf(shape, sizeof shape, "N=%lld M=%lld", (long long)N, (long long)M);
-            report("scaling-M mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20),
+            report("scaling-M mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 20),
                    2.0 * B * N * H * (2 * D + 2 * Dv), 4.0 * B * N * H * D * Dv + 2.0 * H * M * M * D * Dv);
         }
         for (int64_t d : {64, 128, 256}) { /* D = Dv = d (the tensor-core path covers 128 only) */
@@ -130,7 +135,7 @@ int main(int argc, char **argv) {
             la_linear_params pl;
             la_linear_params_init(&pl);
             snprintf(shape, sizeof shape, "N=%lld D=Dv=%lld", (long long)N, (long long)d);
-            report("scaling-D linear", shape, time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10),
+            report("scaling-D linear", shape, time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 10),
                    2.0 * B * N * H * 4 * d, 4.0 * B * N * H * d * d);
         }
         return 0;
@@ -151,14 +156,14 @@ int main(int argc, char **argv) {
         {
             la_linear_params p;
             la_linear_params_init(&p);
-            report("linear", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20), io, fl_lin);
+            report("linear", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io, fl_lin);
             p.normalize = 0;
             if (nc_only)
-                report("linear nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 20), io, fl_lin);
+                report("linear nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io, fl_lin);
             p.causal = 1;
-            if (!nc_only) report("linear-causal nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+            if (!nc_only) report("linear-causal nonorm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
             p.normalize = 1;
-            if (!nc_only) report("linear-causal norm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, 0); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
+            if (!nc_only) report("linear-causal norm", shape, time_ms([&] { return la_linear_attention(&p, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 10), io, fl_lin + 2.0 * B * N * H * 64 * (D + Dv));
         }
         for (int64_t M : {16, 150}) {
             la_mhla_params p;
@@ -170,7 +175,7 @@ int main(int argc, char **argv) {
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
             snprintf(shape, sizeof shape, "N=%lld M=%lld", (long long)N, (long long)M);
-            report("mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20), io,
+            report("mhla", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 20), io,
                    fl_lin + 2.0 * H * M * M * D * Dv);
         }
         {
@@ -181,7 +186,7 @@ int main(int argc, char **argv) {
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
             if (M <= Mmax && !nc_only)
-                report("mhla-causal", shape, time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 5), io,
+                report("mhla-causal", shape, time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 5), io,
                        fl_lin + 2.0 * B * N * H * 64 * (D + Dv) + 1.0 * H * M * M * D * Dv);
         }
         if (!nc_only) {
@@ -190,16 +195,16 @@ int main(int argc, char **argv) {
             p.map_h = N / 128;
             p.map_w = 128;
             snprintf(shape, sizeof shape, "N=%lld map %lldx128", (long long)N, (long long)(N / 128));
-            report("focused-flatten noconv", shape, time_ms([&] { return la_focused_attention(&p, &tq, &tk, &tv, 0, 0, 0, 0, &to, 0); }, 10), io, fl_lin);
+            report("focused-flatten noconv", shape, time_ms([&] { return la_focused_attention(&p, &tq, &tk, &tv, 0, 0, 0, 0, &to, BCTX); }, 10), io, fl_lin);
         }
         if (N <= 16384 && !nc_only) {
             la_softmax_params p;
             la_softmax_params_init(&p);
             snprintf(shape, sizeof shape, "N=%lld", (long long)N);
             const double fl = 4.0 * B * N * N * H * D;
-            report("softmax", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, 0); }, 3), io, fl);
+            report("softmax", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, BCTX); }, 3), io, fl);
             p.causal = 1;
-            report("softmax-causal", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, 0); }, 3), io, fl / 2);
+            report("softmax-causal", shape, time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, 0, BCTX); }, 3), io, fl / 2);
         }
     }
     /* video grid 21x30x50 */
@@ -220,7 +225,7 @@ int main(int argc, char **argv) {
             int64_t nw[2] = {M, M};
             la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
             snprintf(shape, sizeof shape, "21x30x50 / %lldx%lldx%lld", (long long)bl[c][0], (long long)bl[c][1], (long long)bl[c][2]);
-            report("mhla video", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, 0); }, 20), io,
+            report("mhla video", shape, time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 20), io,
                    4.0 * N * H * D * Dv + 2.0 * H * M * M * D * Dv);
         }
     }

@@ -1,13 +1,13 @@
-/* Sparse MLA attention (SPEC §8) on the GPU: v3 / v2 kernels vs the first one.
+/* Sparse MLA attention (SPEC §8) on the GPU: the wgmma kernel (smla_v3_kernel).
  *   bench_gpu_smla [iters]
  * 1. Validation on a mid-size case (Tq=64, Hq=128, k=2048, L=64K, bf16):
- *    each path (LA_CUDA_SMLA_PATH = wgpv, wg, mma, old) against the fp32 "exact"
+ *    variant "wgmma" of family "sparse_attn" against the fp32 "portable"
  *    kernel: normwise and max relative difference of out, max |d lse|.
  *    A path is marked INVALID past 1e-2 normwise / 5e-2 max (bf16 P and out).
  * 2. Timing: Tq=4096, Hq=128, k=2048, Dqk=576, Dv=512, bf16, L=64K kv rows,
  *    random indices; median of CUDA-event timings after 2 warm-ups;
  *    FLOPs = 2 Tq Hq k (576 + 512). A path that failed validation is timed
- *    but marked INVALID. Exit 0 only when wg (the default) and wgpv are valid. */
+ *    but marked INVALID. Exit 0 only when wgmma (the default) is valid. */
 #define BENCH_CK_WHERE /* "CUDA <call> at file:line" messages */
 #include "bench_gpu_common.cuh"
 
@@ -46,10 +46,10 @@ static void release(problem &P) {
     cudaFree(P.q); cudaFree(P.kv); cudaFree(P.ix); cudaFree(P.o); cudaFree(P.ob); cudaFree(P.lse);
 }
 static bool call(problem &P, const char *path, bool f32out) {
-    setenv("LA_CUDA_SMLA_PATH", path, 1);
+    bench_variant("sparse_attn", path);
     la_sparse_attn_params p;
     la_sparse_attn_params_init(&p);
-    la_status s = la_sparse_attention(&p, &P.tq, &P.tkv, &P.ti, f32out ? &P.to : &P.tob, &P.tl, NULL);
+    la_status s = la_sparse_attention(&p, &P.tq, &P.tkv, &P.ti, f32out ? &P.to : &P.tob, &P.tl, BCTX);
     if (s != LA_OK) {
         fprintf(stderr, "path %s: %s: %s\n", path, la_status_string(s), la_last_error());
         return false;
@@ -62,15 +62,15 @@ int main(int argc, char **argv) {
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# device %s, %d SMs, L2 %d MB\n", prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20);
-    enum { NP = 4, P_WGPV = 0, P_WG = 1, P_OLD = 3 };
-    const char *paths[NP] = {"wgpv", "wg", "mma", "old"};
-    bool valid[NP] = {false, false, false, false};
+    enum { NP = 1, P_WG = 0 };
+    const char *paths[NP] = {"wgmma"};
+    bool valid[NP] = {false};
     {
         problem P;
         make(P, 64, 128, 2048, 65536);
         const size_t no = (size_t)P.Tq * P.Hq * P.Dv, nl = (size_t)P.Tq * P.Hq;
         std::vector<float> ref(no), refl(nl), o(no), l(nl);
-        if (!call(P, "exact", true)) return 1;
+        if (!call(P, "portable", true)) return 1;
         CK(cudaDeviceSynchronize());
         CK(cudaMemcpy(ref.data(), P.o, no * 4, cudaMemcpyDeviceToHost));
         CK(cudaMemcpy(refl.data(), P.lse, nl * 4, cudaMemcpyDeviceToHost));
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
             }
             const double nrel = fin ? sqrt(dn / rn) : INFINITY, mrel = fin ? dmax / rmax : INFINITY;
             valid[pi] = nrel <= 1e-2 && mrel <= 5e-2 && dl <= 1e-3;
-            printf("validate %-4s vs exact (Tq=64 Hq=128 k=2048 L=64K): out rel %.2e, max rel %.2e, lse %.2e -> %s\n",
+            printf("validate %-4s vs portable (Tq=64 Hq=128 k=2048 L=64K): out rel %.2e, max rel %.2e, lse %.2e -> %s\n",
                    paths[pi], nrel, mrel, dl, valid[pi] ? "ok" : "INVALID");
         }
         release(P);
@@ -112,7 +112,6 @@ int main(int argc, char **argv) {
         problem P;
         make(P, 4096, 128, 2048, 65536);
         const double fl = 2.0 * P.Tq * P.Hq * P.K * (double)(P.Dqk + P.Dv);
-        double old_ms = 0, wg_ms = 0;
         for (int pi = NP - 1; pi >= 0; pi--) {
             std::vector<float> t;
             bool ok = true;
@@ -121,16 +120,11 @@ int main(int argc, char **argv) {
             if (ok) ok = event_times([&] { return call(P, paths[pi], false); }, iters, t); /* sorted */
             if (!ok || t.empty()) continue;
             const double ms = t[t.size() / 2];
-            if (pi == P_OLD) old_ms = ms;
-            if (pi == P_WG) wg_ms = ms;
-            char vs_wg[32] = "";
-            if (pi == P_WGPV && wg_ms > 0) snprintf(vs_wg, sizeof vs_wg, ", %.2fx wg", wg_ms / ms);
-            printf("time %-4s Tq=4096 Hq=128 k=2048 L=64K bf16: %.3f ms (min %.3f), %.1f TFLOP/s, %.2fx old%s%s\n",
-                   paths[pi], ms, t[0], fl / ms / 1e9, old_ms > 0 ? old_ms / ms : 0.0, vs_wg,
-                   valid[pi] ? "" : "  [INVALID: not validated]");
+            printf("time %-4s Tq=4096 Hq=128 k=2048 L=64K bf16: %.3f ms (min %.3f), %.1f TFLOP/s%s\n",
+                   paths[pi], ms, t[0], fl / ms / 1e9, valid[pi] ? "" : "  [INVALID: not validated]");
         }
         release(P);
     }
-    unsetenv("LA_CUDA_SMLA_PATH");
-    return valid[P_WG] ? (valid[P_WGPV] ? 0 : 3) : 2;
+    bench_variant("sparse_attn", nullptr);
+    return valid[P_WG] ? 0 : 2;
 }

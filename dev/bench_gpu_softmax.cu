@@ -1,10 +1,9 @@
 /* Timing driver for CUDA softmax attention (issue 6) through the public C API.
  *
- * 1. Validation: the tensor-core kernel against the general CUDA kernel
- *    (LA_CUDA_SOFTMAX_PATH=old) on B=1, H=4 (GQA Hk=2), N=2048, D=128 bf16,
- *    causal and not, with lse: max |tc − old| / max |old| must be ≤ 1e-2 and
- *    lse within 1e-3; every tiling (LA_CUDA_SOFTMAX_TC_CFG 0, 1, 3, 4; 2 is
- *    the same kernel as the default 0) is checked.
+ * 1. Validation: the tensor-core kernel (variant "tc" of family "softmax")
+ *    against the general CUDA kernel ("portable") on B=1, H=4 (GQA Hk=2),
+ *    N=2048, D=128 bf16, causal and not, with lse: max |tc − old| / max |old|
+ *    must be ≤ 1e-2 and lse within 1e-3.
  *    Exit status 1 on a mismatch (the timings are still printed).
  * 2. Timing: B=1, H=12, D=Dv=128 bf16 [B,N,H,D] contiguous, N ∈ {4K, 8K,
  *    16K, 32K}, causal and not: 3 warm-up calls, then the median of `reps`
@@ -14,19 +13,13 @@
  *
  *   nvcc -O2 -std=c++17 -Iinclude -Isrc dev/bench_gpu_softmax.cu build-gpu/liblongattn.a \
  *        -Xcompiler -fopenmp -lopenblas -llapack -o build-gpu/bench_gpu_softmax
- *   build-gpu/bench_gpu_softmax [cfgs] [old]
- * cfgs: also time the other tilings of the tensor-core kernel
- * (LA_CUDA_SOFTMAX_TC_CFG 1, 3, 4; see src/cuda/softmax_tc.cuh). old: also time the general kernel at
- * N = 4K (it runs at ~8 TFLOP/s: longer N would take seconds per call).
+ *   build-gpu/bench_gpu_softmax [old]
+ * old: also time the portable kernel at N = 4K (it runs at ~8 TFLOP/s:
+ * longer N would take seconds per call).
  */
 #include "bench_gpu_common.cuh"
 
-static void set_path(const char *path, const char *cfg) {
-    if (path) setenv("LA_CUDA_SOFTMAX_PATH", path, 1);
-    else unsetenv("LA_CUDA_SOFTMAX_PATH");
-    if (cfg) setenv("LA_CUDA_SOFTMAX_TC_CFG", cfg, 1);
-    else unsetenv("LA_CUDA_SOFTMAX_TC_CFG");
-}
+static void set_path(const char *variant) { bench_variant("softmax", variant); }
 
 static std::vector<float> download_bf16(const __nv_bfloat16 *d, size_t n) {
     std::vector<__nv_bfloat16> h(n);
@@ -37,7 +30,8 @@ static std::vector<float> download_bf16(const __nv_bfloat16 *d, size_t n) {
 }
 
 /* tc (cfg) vs old on one mid-size case; returns true when they agree */
-static bool validate(const char *cfg, int causal) {
+static bool validate(int causal) {
+    const char *cfg = nullptr;
     const int64_t B = 1, N = 2048, H = 4, Hk = 2, D = 128;
     __nv_bfloat16 *q = make(B * N * H * D, 11, 1.f), *k = make(B * N * Hk * D, 12, 1.f),
                   *v = make(B * N * Hk * D, 13, 1.f), *o1, *o2;
@@ -58,11 +52,11 @@ static bool validate(const char *cfg, int causal) {
     la_softmax_params p;
     la_softmax_params_init(&p);
     p.causal = causal;
-    set_path("old", nullptr);
-    la_status s1 = la_softmax_attention(&p, &tq, &tk, &tv, &to1, &tl1, nullptr);
-    set_path(nullptr, cfg);
-    la_status s2 = la_softmax_attention(&p, &tq, &tk, &tv, &to2, &tl2, nullptr);
-    set_path(nullptr, nullptr);
+    set_path("portable");
+    la_status s1 = la_softmax_attention(&p, &tq, &tk, &tv, &to1, &tl1, BCTX);
+    set_path("tc");
+    la_status s2 = la_softmax_attention(&p, &tq, &tk, &tv, &to2, &tl2, BCTX);
+    set_path(nullptr);
     CK(cudaDeviceSynchronize());
     bool ok = s1 == LA_OK && s2 == LA_OK;
     if (!ok) printf("validate cfg=%s causal=%d: call failed: %s\n", cfg ? cfg : "0", causal, la_last_error());
@@ -97,25 +91,22 @@ static bool validate(const char *cfg, int causal) {
 }
 
 int main(int argc, char **argv) {
-    bool all_cfgs = false, with_old = false;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "cfgs")) all_cfgs = true;
+    bool with_old = false;
+    for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "old")) with_old = true;
-    }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("# %s, %d SMs\n", prop.name, prop.multiProcessorCount);
 
     bool ok = true;
-    const char *cfgs[4] = {nullptr, "1", "3", "4"};
-    for (int c = 0; c < 4; c++)
-        for (int causal = 0; causal < 2; causal++) ok = validate(cfgs[c], causal) && ok;
+    const char *cfgs[1] = {nullptr};
+    for (int causal = 0; causal < 2; causal++) ok = validate(causal) && ok;
 
     const int64_t B = 1, H = 12, D = 128, Nmax = 32768;
     __nv_bfloat16 *q = make(B * Nmax * H * D, 1, 1.f), *k = make(B * Nmax * H * D, 2, 1.f),
                   *v = make(B * Nmax * H * D, 3, 1.f), *o = make(B * Nmax * H * D, 4, 1.f);
     const int64_t Ns[4] = {4096, 8192, 16384, 32768};
-    const int ncfg = all_cfgs ? 4 : 1;
+    const int ncfg = 1;
     for (int c = 0; c < ncfg; c++) {
         for (int causal = 0; causal < 2; causal++)
             for (int64_t N : Ns) {
@@ -124,9 +115,9 @@ int main(int argc, char **argv) {
                 la_softmax_params p;
                 la_softmax_params_init(&p);
                 p.causal = causal;
-                set_path(nullptr, cfgs[c]);
+                set_path(nullptr);
                 const int reps = N >= 16384 ? 10 : 20;
-                const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, nullptr); }, reps);
+                const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, BCTX); }, reps);
                 const double fl = 4.0 * B * N * N * H * D * (causal ? 0.5 : 1.0);
                 printf("softmax tc cfg=%s N=%lld causal=%d %9.4f ms %7.1f TFLOP/s\n", cfgs[c] ? cfgs[c] : "0",
                        (long long)N, causal, ms, fl / (ms * 1e-3) / 1e12);
@@ -141,13 +132,13 @@ int main(int argc, char **argv) {
             la_softmax_params p;
             la_softmax_params_init(&p);
             p.causal = causal;
-            set_path("old", nullptr);
-            const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, nullptr); }, 3);
+            set_path("portable");
+            const double ms = time_ms([&] { return la_softmax_attention(&p, &tq, &tk, &tv, &to, nullptr, BCTX); }, 3);
             const double fl = 4.0 * B * N * N * H * D * (causal ? 0.5 : 1.0);
             printf("softmax old N=%lld causal=%d %9.4f ms %7.1f TFLOP/s\n", (long long)N, causal, ms,
                    fl / (ms * 1e-3) / 1e12);
         }
-        set_path(nullptr, nullptr);
+        set_path(nullptr);
     }
     cudaFree(q); cudaFree(k); cudaFree(v); cudaFree(o);
     printf("# validation %s\n", ok ? "ok" : "FAILED");

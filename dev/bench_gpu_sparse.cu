@@ -40,8 +40,8 @@ int main(int argc, char **argv) {
         int64_t ne[2] = {R, L}, ni[2] = {R, K};
         la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
-        LK(la_topk(&ts, &ti, NULL));
-        LK(la_topk(&ts, &ti, NULL));
+        LK(la_topk(&ts, &ti, BCTX));
+        LK(la_topk(&ts, &ti, BCTX));
         CK(cudaDeviceSynchronize());
         printf("topk3 one: done\n");
         return 0;
@@ -61,9 +61,8 @@ int main(int argc, char **argv) {
     }
     /* ---- top-k alone: 1024 x 64K f32 (and HISA's 1024 x 8K candidate rows,
      * and 1024 x 128K); the default kernel (t3_kernel, no L2 prefetch), the
-     * first one (LA_CUDA_TOPK_PATH=old) and (topk3) the default with its L2
-     * prefetch 3 and 6 steps ahead (LA_CUDA_TOPK_PF), with the number of
-     * indices that differ from the default's ---- */
+     * radix-select kernel (variant "portable" of family "topk"), with the
+     * number of indices that differ from the default's ---- */
     for (int64_t L : {(int64_t)65536, (int64_t)8192, (int64_t)131072}) {
         if (L != 65536 && !th && !t3) continue;
         const int64_t R = 1024, K = 2048;
@@ -75,14 +74,14 @@ int main(int argc, char **argv) {
         la_tensor_init(&ts, sc, LA_F32, LA_DEVICE_CUDA, 2, ne);
         la_tensor_init(&ti, ix, LA_I32, LA_DEVICE_CUDA, 2, ni);
         la_tensor_init(&ti2, ix2, LA_I32, LA_DEVICE_CUDA, 2, ni);
-        double ms = median_ms([&] { LK(la_topk(&ts, &ti, NULL)); }, one ? 0 : 3, one ? 1 : 20);
+        double ms = median_ms([&] { LK(la_topk(&ts, &ti, BCTX)); }, one ? 0 : 3, one ? 1 : 20);
         double floor_ms = R * L * 4.0 / BW * 1e3;
         printf("topk     R=%lld L=%lld k=%lld: %.3f ms (read-once floor %.3f ms, %.0f GB/s effective)\n",
                (long long)R, (long long)L, (long long)K, ms, floor_ms, R * L * 4.0 / ms / 1e6);
         if (!one) {
-            setenv("LA_CUDA_TOPK_PATH", "old", 1);
-            double mo = median_ms([&] { LK(la_topk(&ts, &ti2, NULL)); }, 3, 20);
-            unsetenv("LA_CUDA_TOPK_PATH");
+            bench_variant("topk", "portable");
+            double mo = median_ms([&] { LK(la_topk(&ts, &ti2, BCTX)); }, 3, 20);
+            bench_variant("topk", nullptr);
             std::vector<int32_t> a(R * K), b(R * K);
             CK(cudaMemcpy(a.data(), ix, R * K * 4, cudaMemcpyDeviceToHost));
             CK(cudaMemcpy(b.data(), ix2, R * K * 4, cudaMemcpyDeviceToHost));
@@ -90,19 +89,6 @@ int main(int argc, char **argv) {
             for (int64_t i = 0; i < R * K; i++) diff += a[i] != b[i];
             printf("topk_old R=%lld L=%lld k=%lld: %.3f ms (new/old %.2fx faster; %lld indices differ)\n",
                    (long long)R, (long long)L, (long long)K, mo, mo / ms, (long long)diff);
-            for (const char *pf : {"3", "6"}) {
-                if (!t3) continue;
-                CK(cudaMemset(ix2, 0xff, R * K * 4));
-                setenv("LA_CUDA_TOPK_PF", pf, 1);
-                const double m3 = median_ms([&] { LK(la_topk(&ts, &ti2, NULL)); }, 3, 20);
-                unsetenv("LA_CUDA_TOPK_PF");
-                CK(cudaMemcpy(b.data(), ix2, R * K * 4, cudaMemcpyDeviceToHost));
-                int64_t d3 = 0;
-                for (int64_t i = 0; i < R * K; i++) d3 += a[i] != b[i];
-                printf("topk_pf  R=%lld L=%lld k=%lld pf=%s: %.3f ms (%.0f GB/s effective; default/this %.2fx; "
-                       "%lld indices differ from the default)\n",
-                       (long long)R, (long long)L, (long long)K, pf, m3, R * L * 4.0 / m3 / 1e6, ms / m3, (long long)d3);
-            }
         }
         CK(cudaFree(sc));
         CK(cudaFree(ix));
@@ -133,36 +119,34 @@ int main(int argc, char **argv) {
         la_index_params p;
         la_index_params_init(&p);
         const int it = one ? 1 : (L >= 131072 ? 5 : 10);
-        double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL)); }, one ? 0 : 2, it);
+        double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, BCTX)); }, one ? 0 : 2, it);
         /* causal: query t sees L - T + t + 1 keys */
         double keys = (double)T * (L - T) + (double)T * (T + 1) / 2;
         double fl = 2.0 * HI * dI * keys;
         double floor_ms = std::max(fl / FL, (L * dI * 2.0 + T * HI * dI * 2.0 + T * (double)L * 8) / BW) * 1e3;
         printf("%-8s %8lld %10.3f %10.1f %10.3f %10s\n", "dsa", (long long)L, dsa, fl / dsa / 1e9, floor_ms, "");
-        double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
+        double hisa = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, one ? 0 : 2, it);
         const int64_t nb = (L + 127) / 128, mk = std::min<int64_t>(64, nb);
         double hfl = 2.0 * HI * dI * T * (double)(nb + mk * 128);
         printf("%-8s %8lld %10.3f %10.1f %10s %10.2f\n", "hisa", (long long)L, hisa, hfl / hisa / 1e9, "", dsa / hisa);
         if (th) {
-            /* HISA per stage-2 path (LA_CUDA_HISA_PATH unset = the
-             * block-major hb2_kernel, old = sc_gather_kernel), side by side
+            /* HISA per stage-2 variant (family "hisa": the default =
+             * the block-major hb2_kernel, "gather" = sc_gather_kernel), side by side
              * with the DSA, and the indices each path selects vs the
              * default's (same arithmetic: must be 0); 20 timed calls each,
              * then 20 back-to-back calls of the default between two events
              * (the host's launch and workspace overhead overlaps the GPU
              * there, while the per-call medians count the host time before
-             * the first kernel of each call), then one call per path with
-             * LA_CUDA_HISA_TIMING=1: the per-stage breakdown on stderr
-             * ("hisa timing: ..."). */
+             * the first kernel of each call). */
             std::vector<int32_t> a(T * K), b(T * K);
             CK(cudaMemcpy(a.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            const char *paths[2] = {"old", nullptr};
+            const char *paths[2] = {"gather", nullptr};
             for (const char *path : paths) {
-                if (path) setenv("LA_CUDA_HISA_PATH", path, 1);
+                bench_variant("hisa", path);
                 CK(cudaMemset(ix, 0xff, T * K * 4));
-                double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
+                double hp = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, 2, 20);
                 CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-                unsetenv("LA_CUDA_HISA_PATH");
+                bench_variant("hisa", nullptr);
                 int64_t diff = 0;
                 for (int64_t i = 0; i < T * K; i++) diff += a[i] != b[i];
                 printf("hisa_%-9s %6lld %10.3f %10.1f %10s %10.2f  (dsa %.3f ms; %.2fx of the default's time; %lld indices differ)\n",
@@ -170,31 +154,15 @@ int main(int argc, char **argv) {
                        (long long)diff);
             }
             {
-                LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-                const double bms = batch_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 20);
+                LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX));
+                const double bms = batch_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, 20);
                 printf("hisa_batch %lld %8.3f ms per call (20 back to back; dsa/this %.2fx)\n", (long long)L, bms,
                        dsa / bms);
             }
             fflush(stdout);
-            for (const char *path : paths) {
-                if (path) setenv("LA_CUDA_HISA_PATH", path, 1);
-                LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); /* warm */
-                CK(cudaDeviceSynchronize());
-                setenv("LA_CUDA_HISA_TIMING", "1", 1);
-                LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-                unsetenv("LA_CUDA_HISA_TIMING");
-                unsetenv("LA_CUDA_HISA_PATH");
-            }
-            unsetenv("LA_CUDA_HISA_PATH");
-            LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-            CK(cudaDeviceSynchronize());
-            setenv("LA_CUDA_HISA_TIMING", "1", 1);
-            LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-            unsetenv("LA_CUDA_HISA_TIMING");
-            CK(cudaDeviceSynchronize());
             fflush(stderr);
         }
-        double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, one ? 0 : 2, it);
+        double bs = median_ms([&] { LK(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, one ? 0 : 2, it);
         printf("%-8s %8lld %10.3f\n", "blocksp", (long long)L, bs);
         CK(cudaFree(q));
         CK(cudaFree(k));
@@ -221,7 +189,7 @@ int main(int argc, char **argv) {
         la_tensor_init(&tl, lse, LA_F32, LA_DEVICE_CUDA, 2, nl);
         la_sparse_attn_params p;
         la_sparse_attn_params_init(&p);
-        double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL)); }, one ? 0 : 2, one ? 1 : 10);
+        double ms = median_ms([&] { LK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, BCTX)); }, one ? 0 : 2, one ? 1 : 10);
         double fl = 2.0 * Tq * Hq * KK * (double)(Dqk + Dv);
         printf("sparse_mla Tq=%lld Hq=%lld k=%lld L=%lld: %.3f ms, %.1f TFLOP/s (floor %.3f ms)\n",
                (long long)Tq, (long long)Hq, (long long)KK, (long long)L, ms, fl / ms / 1e9, fl / FL * 1e3);
@@ -239,7 +207,7 @@ int main(int argc, char **argv) {
 /* ======================================================================== */
 /* Flat DSA indexer incl. top-k, T=1024 queries at the end of L tokens
  * (causal), HI=64, dI=128, k=2048: bf16 on the wgmma v2 kernel (default) and
- * on the mma.sync kernel (LA_CUDA_DSA_PATH=old), fp8 e4m3 (k_scale [L],
+ * on the mma.sync kernel (variant "mma" of family "dsa"), fp8 e4m3 (k_scale [L],
  * q_scale [T,HI]) on both. Each: median of 10 CUDA-event timings of the
  * public call; the row top-k alone (la_topk over the returned score rows)
  * is timed too, so "scores" = total - top-k. Goals: 2.0 ms bf16, 1.2 ms
@@ -297,14 +265,13 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
         const char *names[4] = {"bf16/old", "bf16/v2", "fp8/old", "fp8/v2"};
         for (int v = 0; v < 4; v++) {
             const bool f8 = v >= 2, old = (v & 1) == 0;
-            if (old) setenv("LA_CUDA_DSA_PATH", "old", 1);
-            else unsetenv("LA_CUDA_DSA_PATH");
+            bench_variant("dsa", old ? "mma" : nullptr);
             la_index_params *prm = f8 ? &p8 : &pb;
             la_tensor *qq = f8 ? &tq8 : &tq, *kk = f8 ? &tk8 : &tk;
-            const double ms = median_ms([&] { LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, 10);
+            const double ms = median_ms([&] { LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, NULL, BCTX)); }, 2, 10);
             /* top-k alone over this variant's score rows */
-            LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, &tsc, NULL));
-            const double tk_ms = median_ms([&] { LK(la_topk(&tsc, &ti, NULL)); }, 1, 10);
+            LK(la_dsa_indexer(prm, qq, kk, &tw, NULL, NULL, &ti, &tsc, BCTX));
+            const double tk_ms = median_ms([&] { LK(la_topk(&tsc, &ti, BCTX)); }, 1, 10);
             const double sms = ms - tk_ms;
             const double goal = f8 ? 1.2 : 2.0;
             if (old) old_ms[f8] = ms;
@@ -313,38 +280,35 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
             printf("%-10s %7lld %9.3f %9.1f %9.3f %9.3f %9.1f %8.2f %8s\n", names[v], (long long)L, ms, fl / ms / 1e9,
                    tk_ms, sms, sms > 0 ? fl / sms / 1e9 : 0.0, goal / ms, vs);
         }
-        unsetenv("LA_CUDA_DSA_PATH");
+        bench_variant("dsa", nullptr);
         /* HISA (B = 128, m = 64) on the same inputs: bf16, and fp8 with the
          * scales (dequantized f32 copies through the exact kernels) */
         {
             la_index_params hb = pb, h8 = p8;
             hb.block = h8.block = 128;
             hb.block_topk = h8.block_topk = 64;
-            const double mb = median_ms([&] { LK(la_hisa_indexer(&hb, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 10);
-            setenv("LA_CUDA_HISA_FP8", "f32", 1); /* the dequantized f32 route */
-            const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 1, 5);
-            printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (LA_CUDA_HISA_FP8=f32: dequantized f32 copies, exact kernels)\n", "hisa/bf16",
+            const double mb = median_ms([&] { LK(la_hisa_indexer(&hb, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, 2, 10);
+            bench_variant("hisa", "portable"); /* the dequantized f32 route */
+            const double m8 = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, BCTX)); }, 1, 5);
+            printf("%-10s %7lld %9.3f\n%-10s %7lld %9.3f   (hisa portable: dequantized f32 copies, exact kernels)\n", "hisa/bf16",
                    (long long)L, mb, "hisa/fp8", (long long)L, m8);
-            /* fp8 on e4m3 wgmma (LA_CUDA_HISA_FP8=wg, the default: bf16 stage 1, hb2_kernel<1> stage 2):
-             * time, and its rows against today's fp8 rows (the CPU's indices on the
-             * dequantized inputs): recall of those sets. One extra call with
-             * LA_CUDA_HISA_TIMING=1 prints the stage breakdown on stderr. Where
-             * every block is kept (8K) "wg" is the DSA route; "hisa/fp8wgf"
-             * (=wg_force) runs the new stage 2 there, whose indices must equal the
-             * DSA fp8 indices (printed: positions differing). */
+            /* fp8 on e4m3 wgmma (the default: bf16 stage 1, hb2_kernel<1> stage 2):
+             * time, and its rows against the portable fp8 rows (the CPU's indices
+             * on the dequantized inputs): recall of those sets. Where every block
+             * is kept (8K) the default is the DSA route; "hisa/fp8wgf" (variant
+             * "hb2") runs the new stage 2 there, whose indices must equal the DSA
+             * fp8 indices (printed: positions differing). */
             std::vector<int32_t> ref((size_t)(T * K)), got((size_t)(T * K));
-            LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
-            unsetenv("LA_CUDA_HISA_FP8");
+            LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, BCTX));
+            bench_variant("hisa", nullptr);
             CK(cudaMemcpy(ref.data(), ix, (size_t)(T * K) * 4, cudaMemcpyDeviceToHost));
             const bool all_kept = (L + 127) / 128 <= 64;
             for (int f = 0; f < (all_kept ? 2 : 1); f++) {
-                setenv("LA_CUDA_HISA_FP8", f ? "wg_force" : "wg", 1);
-                const double mw = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 2, 10);
-                setenv("LA_CUDA_HISA_TIMING", "1", 1);
-                LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
+                bench_variant("hisa", f ? "hb2" : nullptr);
+                const double mw = median_ms([&] { LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, BCTX)); }, 2, 10);
+                LK(la_hisa_indexer(&h8, &tq8, &tk8, &tw, NULL, NULL, &ti, BCTX));
                 CK(cudaDeviceSynchronize());
-                unsetenv("LA_CUDA_HISA_TIMING");
-                unsetenv("LA_CUDA_HISA_FP8");
+                bench_variant("hisa", nullptr);
                 CK(cudaMemcpy(got.data(), ix, (size_t)(T * K) * 4, cudaMemcpyDeviceToHost));
                 int64_t hits = 0, tot = 0, npos = 0;
                 for (int64_t t = 0; t < T; t++) {
@@ -363,8 +327,8 @@ static void bench_dsa_v2(const cudaDeviceProp &prop) {
                 }
                 printf("%-10s %7lld %9.3f   (%s; %.2fx hisa/fp8, %.2fx hisa/bf16; vs hisa/fp8: recall %.5f, "
                        "%lld positions differ)\n", f ? "hisa/fp8wgf" : "hisa/fp8wg", (long long)L, mw,
-                       f ? "LA_CUDA_HISA_FP8=wg_force: hb2_kernel<1> with every block kept; hisa/fp8 is the DSA route here"
-                         : "LA_CUDA_HISA_FP8=wg",
+                       f ? "variant hb2: hb2_kernel<1> with every block kept; hisa/fp8 is the DSA route here"
+                         : "the default",
                        m8 / mw, mb / mw, tot ? (double)hits / (double)tot : 1.0, (long long)npos);
             }
         }

@@ -5,23 +5,17 @@
  * B = 128, m = 64, bf16 q/k, f32 w; fp8: e4m3 q/k with k_scale [L] and
  * q_scale [T, HI] (bench_gpu_sparse's dsa block). Per L:
  *   dsa            the flat DSA indexer (bf16), for the ratio;
- *   per variant    (environment set per call, read per call by hisa.cu)
- *     default      nothing set: stage 2 hb2_kernel<2, false>, stage 1
- *                  hs_pool2_kernel + block scores on hb2_kernel<2, true>
- *     prev1        LA_CUDA_HISA_FAST1=0 (stage 1 on hs_pool_bf16_kernel +
- *                  the mma.sync block scores)
- *     old          LA_CUDA_HISA_PATH=old (stage 2 on the gather kernels)
+ *   per variant    (family "hisa" forced on the driver's context)
+ *     default      stage 2 hb2_kernel<2, false>, stage 1 hs_pool2_kernel +
+ *                  block scores on hb2_kernel<2, true>
+ *     gather       stage 2 on the DSA gather kernels
+ *     mma          also stage 1 on hs_pool_bf16_kernel + the mma.sync
+ *                  block scores
  *   the median of 20 event-timed calls, the time per call of 20 calls back to
  *   back between two events (host overhead overlapped), and the positions
  *   of idx that differ from the default's (same scores bit for bit: must be
- *   0; fast1's block scores come from wgmma instead of mma.sync: 0 expected
- *   as well, see dev/NOTES_hisa_speed.md); default and prev1 are run
- *   twice, interleaved (drift);
- *   fp8 default vs LA_CUDA_HISA_FAST1=0, with the positions differing;
- *   then two calls per variant with LA_CUDA_HISA_TIMING=1 (per-stage lines
- *   "hisa timing: ..." on stderr) and, for the default, the token top-k
- *   probe (LA_CUDA_HISA_TOPK_PROBE=1: the stage-2 top-k again, with and
- *   without the gather mode, "hisa topk probe: ..."). */
+ *   0); default and mma are run twice, interleaved (drift);
+ *   fp8 default vs "mma", with the positions differing. */
 #define BENCH_CK_WHERE
 #include "bench_gpu_common.cuh"
 
@@ -44,24 +38,17 @@ __global__ void h2_fill_pos(float *p, size_t n, uint64_t seed, float scale) {
 }
 
 struct variant {
-    const char *name, *path, *fast1;
+    const char *name, *hisa; /* the variant of family "hisa" (nullptr: the default) */
 };
-static void set_variant(const variant &v) {
-    if (v.path) setenv("LA_CUDA_HISA_PATH", v.path, 1);
-    else unsetenv("LA_CUDA_HISA_PATH");
-    if (v.fast1) setenv("LA_CUDA_HISA_FAST1", v.fast1, 1);
-    else unsetenv("LA_CUDA_HISA_FAST1");
-}
+static void set_variant(const variant &v) { bench_variant("hisa", v.hisa); }
 
 int main(int argc, char **argv) {
     std::vector<int64_t> Ls;
     for (int i = 1; i < argc; i++) Ls.push_back(atoll(argv[i]));
     if (Ls.empty()) Ls = {65536, 131072};
     const int64_t T = 1024, HI = 64, dI = 128, K = 2048;
-    unsetenv("LA_CUDA_HISA_PATH");
-    unsetenv("LA_CUDA_HISA_TIMING");
-    const variant V[] = {{"default", nullptr, nullptr}, {"prev1", nullptr, "0"}, {"old", "old", nullptr},
-                         {"default", nullptr, nullptr}, {"prev1", nullptr, "0"}};
+    const variant V[] = {{"default", nullptr}, {"mma", "mma"}, {"gather", "gather"}, {"default", nullptr},
+                         {"mma", "mma"}};
     for (int64_t L : Ls) {
         uint16_t *q = (uint16_t *)dmalloc(T * HI * dI * 2), *k = (uint16_t *)dmalloc(L * dI * 2);
         uint8_t *q8 = (uint8_t *)dmalloc(T * HI * dI), *k8 = (uint8_t *)dmalloc(L * dI);
@@ -93,7 +80,7 @@ int main(int argc, char **argv) {
         p8 = p;
         p8.k_scale = &tks;
         p8.q_scale = &tqs;
-        const double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL)); }, 2, 10);
+        const double dsa = median_ms([&] { LK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, BCTX)); }, 2, 10);
         printf("dsa        L=%-7lld %8.3f ms\n", (long long)L, dsa);
         std::vector<int32_t> a(T * K), b(T * K);
         double t_def = 0;
@@ -101,9 +88,9 @@ int main(int argc, char **argv) {
             const variant &v = V[vi];
             set_variant(v);
             CK(cudaMemset(ix, 0xff, T * K * 4));
-            const double ms = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
+            const double ms = median_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, 2, 20);
             CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
-            const double bms = batch_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL)); }, 20);
+            const double bms = batch_ms([&] { LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, BCTX)); }, 20);
             if (vi == 0) {
                 a = b;
                 t_def = ms;
@@ -115,11 +102,11 @@ int main(int argc, char **argv) {
                    v.name, (long long)L, ms, bms, dsa / ms, ms / t_def, (long long)diff);
         }
         /* fp8 */
-        const variant V8[] = {{"fp8", nullptr, nullptr}, {"fp8 prev1", nullptr, "0"}};
+        const variant V8[] = {{"fp8", nullptr}, {"fp8 mma", "mma"}};
         for (int vi = 0; vi < 2; vi++) {
             set_variant(V8[vi]);
             CK(cudaMemset(ix, 0xff, T * K * 4));
-            const double ms = median_ms([&] { LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL)); }, 2, 20);
+            const double ms = median_ms([&] { LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, BCTX)); }, 2, 20);
             CK(cudaMemcpy(b.data(), ix, T * K * 4, cudaMemcpyDeviceToHost));
             if (vi == 0) {
                 a = b;
@@ -130,24 +117,6 @@ int main(int argc, char **argv) {
             printf("hisa2 %-14s L=%-7lld %8.3f ms  this/fp8 default %.3f  %lld positions differ from the fp8 default\n",
                    V8[vi].name, (long long)L, ms, ms / t_def, (long long)diff);
         }
-        /* per-stage breakdowns (stderr) */
-        fflush(stdout);
-        setenv("LA_CUDA_HISA_TIMING", "1", 1);
-        for (int vi = 0; vi < 3; vi++) {
-            set_variant(V[vi]);
-            for (int r = 0; r < 2; r++) LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-        }
-        for (int vi = 0; vi < 2; vi++) {
-            set_variant(V8[vi]);
-            for (int r = 0; r < 2; r++) LK(la_hisa_indexer(&p8, &tq8, &tk8, &tw, NULL, NULL, &ti, NULL));
-        }
-        set_variant(V[0]);
-        setenv("LA_CUDA_HISA_TOPK_PROBE", "1", 1);
-        for (int r = 0; r < 3; r++) LK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-        unsetenv("LA_CUDA_HISA_TOPK_PROBE");
-        CK(cudaDeviceSynchronize());
-        fflush(stderr);
-        unsetenv("LA_CUDA_HISA_TIMING");
         set_variant(V[0]);
         for (void *ptr : {(void *)q, (void *)k, (void *)q8, (void *)k8, (void *)w, (void *)ks, (void *)qs, (void *)ix})
             CK(cudaFree(ptr));

@@ -1,4 +1,5 @@
-/* Host emulation of the kernels of src/cuda/linear_causal_tc.cu, for checking
+/* Host emulation of the kernels of src/cuda/linear_causal_tc.cu and
+ * linear_causal_scan.cu (the causal tensor-core path), for checking
  * them where there is no GPU: 256 std::threads per CTA, std::barrier for
  * __syncthreads / __syncwarp, shuffles through a per-warp array, WMMA by its
  * definition (each thread computes the whole 16×16 tile, so the opaque
@@ -16,6 +17,9 @@
 #include <cstring>
 static inline float __int_as_float(int i){float f; memcpy(&f,&i,4); return f;}
 #include <cstring>
+/* ptx.cuh's device helpers are replaced by the host versions below */
+#define LA_CUDA_PTX_CUH
+static inline float la_relu_nan(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
 #include "cuda/common.cuh"
 #include <atomic>
 #include <barrier>
@@ -125,6 +129,8 @@ template <int P> static inline void la_cp_wait() {}
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 #define min(a, b) emu_min(a, b)
 
+#include "cuda/linear_causal_args.cuh"
+namespace {
 #include "kern.inc"
 }  // namespace
 
@@ -169,8 +175,8 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
     }
 }
 
-static int g_v3 = 0;  /* 1: LA_CUDA_CAUSAL_PATH=v3 (ks sub-chunks in pass 1, wide scan) */
-static int g_L = 0, g_ks = 1; /* v3: forced state chunk (tokens, 0 = lct_run's choice) and ks */
+static int g_wide = 0;  /* 1: the wide scan (variant "tc"), 0: the walking scan ("walk") */
+static int g_L = 0;     /* forced state chunk (tokens, 0 = lct_run's choice: variant "chunk<N>") */
 static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
     const int64_t D = 128, BH = B * H;
     std::mt19937 g(seed);
@@ -205,39 +211,25 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     a.split = state && (feat == LA_FEATURE_RELU_EPS || feat == LA_FEATURE_RELU1 || feat == LA_FEATURE_ELU1);
     const int64_t tiles = (N + 63) / 64, per_head = std::max<int64_t>(1, (3 * (int64_t)nsm + BH - 1) / BH);
     a.L = 64 * ((tiles + per_head - 1) / per_head);
-    if (g_v3 && g_L) a.L = g_L;
+    if (g_L) a.L = g_L;
     a.nch = (N + a.L - 1) / a.L;
     const int64_t ndd = state ? a.nch : a.nch - 1;
-    int ks = 1;
-    if (g_v3) /* lct_run's forced-ks rule: the largest divisor of L/64 not above g_ks */
-        for (int kk = g_ks; kk >= 1; kk--)
-            if ((a.L / 64) % kk == 0) { ks = kk; break; }
-    std::vector<float> ws(BH * a.nch * LS * (ks > 1 ? 1 + ks : 1), NAN);
+    const int ks = 1;
+    std::vector<float> ws(BH * a.nch * LS, NAN);
     a.ws = ws.data();
-    float *part = ks > 1 ? a.ws + BH * a.nch * LS : a.ws;
-    if (g_v3) {
-        if (ndd > 0) {
-            lct_args a1 = a;
-            a1.L = a.L / ks;
-            a1.nch = a.nch * ks;
-            a1.ws = part;
-            launch((unsigned)(ndd * ks), (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE, [&] {
-                lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a1);
-            });
-        }
-        const int np = (int)(ndd * ks), G = np / SW + 1;
-        int cw = NT;
-        while (cw * G > NT) cw /= 2;
-        launch((unsigned)((LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
-               [&] { lct_scan_wide_kernel(a, part, a.ws, np, ks); }, cw, G);
-        launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat), true)(a); });
-    } else {
     if (ndd > 0)
         launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE,
                [&] { lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a); });
-    launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
-    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
+    if (g_wide) { /* as lct_launch_scan */
+        const int np = (int)ndd, G = np / SW + 1;
+        int cw = NT;
+        while (cw * G > NT) cw /= 2;
+        launch((unsigned)((LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
+               [&] { lct_scan_wide_kernel(a, a.ws, a.ws, np, 1); }, cw, G);
+    } else {
+        launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
     }
+    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
     /* float64 reference on the same bf16 inputs */
@@ -294,35 +286,35 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
     const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
     printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           g_v3 ? "v3  " : "mma ", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+           g_wide ? "wide" : "walk", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
            ks, a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
     int fails = 0;
-    const bool only_v3 = argc > 1 && !strcmp(argv[1], "v3");
-    /* v3: the wide scan with 1..3 partials per chunk (G = np/8 + 1 groups: 1..5 of
-     * them here, chunk totals crossing group boundaries), tails, state in/out,
-     * aliased in/out, chunks without a ΔS */
-    g_v3 = 1;
-    struct { int64_t B, N, H; int feat, norm, state, nsm; unsigned seed; int perm, alias, L, ks; } v3c[] = {
-        {1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 11, 0, 0, 0, 1},
-        {1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 12, 0, 0, 128, 2},      /* 2 chunks of 2 sub-chunks, tail */
-        {2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 13, 1, 1, 192, 3},       /* permuted, alias, ks 3 */
-        {1, 700, 1, LA_FEATURE_RELU_EPS, 0, 0, 1, 14, 0, 0, 128, 2},   /* 6 chunks, nd 5: np 10, 2 groups */
-        {1, 1000, 1, LA_FEATURE_RELU, 1, 1, 1, 15, 0, 0, 64, 1},       /* 16 chunks: np 16, 3 groups */
-        {1, 1000, 2, LA_FEATURE_IDENTITY, 0, 1, 1, 16, 1, 0, 128, 2},  /* np 16 with ks 2 */
-        {1, 1100, 1, LA_FEATURE_RELU1, 0, 0, 1, 17, 0, 1, 192, 3},     /* nd 5, np 15 */
-        {1, 2500, 1, LA_FEATURE_RELU, 1, 0, 1, 18, 0, 0, 64, 1},       /* 40 chunks, nd 39: 5 groups */
+    const bool only_wide = argc > 1 && !strcmp(argv[1], "wide");
+    /* the wide scan (the default) with forced state chunks (G = np/8 + 1
+     * groups: 1..5 of them here, chunk totals crossing group boundaries),
+     * tails, state in/out, aliased in/out, chunks without a ΔS */
+    g_wide = 1;
+    struct { int64_t B, N, H; int feat, norm, state, nsm; unsigned seed; int perm, alias, L; } wc[] = {
+        {1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 11, 0, 0, 0},
+        {1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 12, 0, 0, 128},      /* 2 chunks, tail */
+        {2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 13, 1, 1, 192},       /* permuted, alias */
+        {1, 700, 1, LA_FEATURE_RELU_EPS, 0, 0, 1, 14, 0, 0, 64},    /* 11 chunks, nd 10: 2 groups */
+        {1, 1000, 1, LA_FEATURE_RELU, 1, 1, 1, 15, 0, 0, 64},       /* 16 chunks: np 16, 3 groups */
+        {1, 1000, 2, LA_FEATURE_IDENTITY, 0, 1, 1, 16, 1, 0, 128},  /* 8 chunks with state */
+        {1, 1100, 1, LA_FEATURE_RELU1, 0, 0, 1, 17, 0, 1, 64},      /* nd 17 */
+        {1, 2500, 1, LA_FEATURE_RELU, 1, 0, 1, 18, 0, 0, 64},       /* 40 chunks, nd 39: 5 groups */
     };
-    for (auto &c : v3c) {
+    for (auto &c : wc) {
         g_L = c.L;
-        g_ks = c.ks;
         fails += run_case(c.B, c.N, c.H, c.feat, c.norm, c.state, c.nsm, c.seed, c.perm, c.alias);
     }
-    g_v3 = 0;
-    if (only_v3) {
+    g_wide = 0;
+    g_L = 0;
+    if (only_wide) {
         printf("%d failed\n", fails);
         return fails != 0;
     }

@@ -1,17 +1,21 @@
 #!/bin/bash
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
-# kernel text out of src/cuda/linear_causal_tc.cu, compiles it with
-# dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only) and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [v3]]   (v3 and the mma path; "v3": v3 only)
+# kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
+# compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
+# and runs the cases.
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide]]   (the wide and the walking scan; "wide": wide only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$O"
 python3 - "$O" <<'PY'
 import re, sys
+sc = open("src/cuda/linear_causal_scan.cu").read()
 s = open("src/cuda/linear_causal_tc.cu").read()
-k = s[s.index("namespace {"):s.index("bool view_ok")]
-# the cp.async / ldmatrix / mma helpers live in src/cuda/mma_sync.cuh (outside
+# the bodies of both files' anonymous namespaces (the .cpp opens and closes it)
+k = sc[sc.index("namespace {") + len("namespace {"):sc.index("}  // namespace")]
+k += s[s.index("namespace {") + len("namespace {"):s.index("bool view_ok")]
+# the cp.async / ldmatrix / mma helpers live in src/cuda/ptx.cuh (outside
 # the cut); dev/emu_causal_tc.cpp defines the same names for the host
 for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):
     k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];", f"unsigned char *{n} = emu_smem();")

@@ -10,13 +10,15 @@
 # comments, .loc / .file lines and debug labels are dropped; the file hash of
 # anonymous-namespace names (`_GLOBAL__N__<hash>_<n>_<file>_cu_<hash>`),
 # the per-file function number in block labels ($L__BB<n>_) and local depots
-# are replaced by placeholders; string constants are numbered per kernel.
+# are replaced by placeholders; string constants and virtual registers are
+# numbered per kernel in order of first use.
 # A kernel keeps its name across files when its signature is kept, so a
 # kernel moved to another file compares equal if its code is unchanged.
 #
-# Output: one line per kernel (identical / DIFFERENT / removed / added, or
+# Output: one line per kernel (identical / DIFFERENT / removed / added;
 # renamed: a kernel gone from BASE_REV whose code, its own name aside, equals
-# a new kernel's),
+# a new kernel's; reordered: the same instructions in another order, which
+# nvcc sometimes emits for an unchanged kernel: rerun),
 # then the counts. Exit status 1 when a kernel present in both is different.
 # KERNEL_REGEX limits the report to kernels whose demangled name matches.
 # PTX of BASE_REV is cached under ${LA_PTX_CACHE:-/tmp/la_ptx_cache}/<sha>.
@@ -126,6 +128,18 @@ def normalize(body):
         l = re.sub(r'\$L__tmp\d+', '$L__tmp', l)
         out.append(l)
     text = '\n'.join(out)
+    # virtual registers: renumbered per class in order of first use (the
+    # compiler's numbering is not stable across runs), declared counts dropped
+    text = re.sub(r'(\.reg \.\w+\s+%\w+)<\d+>', r'\1<>', text)
+    regs, nreg = {}, {}
+    def ren(m):
+        r = regs.get(m.group(0))
+        if r is None:
+            cls = m.group(1)
+            nreg[cls] = nreg.get(cls, 0) + 1
+            r = regs[m.group(0)] = '%%%s#%d' % (cls, nreg[cls])
+        return r
+    text = re.sub(r'%(rd|rs|r|fd|f|p|h|hh|q)(\d+)', ren, text)
     # string / global constants: numbered in order of appearance
     names = {}
     def num(m):
@@ -147,6 +161,13 @@ def demangle(names):
     d = p.stdout.split('\n')
     return {n: (d[i] if i < len(d) and d[i] else n) for i, n in enumerate(names)}
 
+def same_multiset(a, b):
+    # the same instructions, registers aside, in another order (nvcc does not
+    # always emit a kernel the same way twice: rerun before reading much
+    # into it)
+    strip = lambda t: sorted(re.sub(r'%\w+#\d+', '%', l) for l in t.split('\n'))
+    return strip(a) == strip(b)
+
 base, work = collect(base_dir), collect(work_dir)
 # LA_PTX_DUMP=dir: the normalized bodies, base/ and work/, one file per kernel
 dump = os.environ.get('LA_PTX_DUMP')
@@ -159,7 +180,7 @@ if dump:
 keys = sorted(set(base) | set(work), key=lambda k: k[1])
 dm = demangle([k[1] for k in keys])
 rx = re.compile(filt) if filt else None
-count = {'identical': 0, 'DIFFERENT': 0, 'removed': 0, 'added': 0, 'renamed': 0}
+count = {'identical': 0, 'DIFFERENT': 0, 'removed': 0, 'added': 0, 'renamed': 0, 'reordered': 0}
 # a kernel only in the base whose code equals that of a kernel only in the
 # working tree was renamed (e.g. a template parameter with one value left
 # removed): reported once, as renamed
@@ -178,6 +199,8 @@ for k in keys:
     kind = '' if k[0] == '.entry' else ' [.func]'
     if k in base and k in work:
         st = 'identical' if base[k][1] == work[k][1] else 'DIFFERENT'
+        if st == 'DIFFERENT' and same_multiset(base[k][1], work[k][1]):
+            st = 'reordered'
         where = base[k][0] if base[k][0] == work[k][0] else '%s -> %s' % (base[k][0], work[k][0])
     elif k in renamed:
         st = 'renamed'
@@ -191,7 +214,9 @@ for k in keys:
         st, where = 'added', work[k][0]
     count[st] += 1
     print('%-9s %s%s  (%s)' % (st, name, kind, where))
-print('summary: %d identical, %d renamed (same code), %d different, %d removed, %d added' %
-      (count['identical'], count['renamed'], count['DIFFERENT'], count['removed'], count['added']))
+print('summary: %d identical, %d renamed (same code), %d reordered (same instructions), '
+      '%d different, %d removed, %d added' %
+      (count['identical'], count['renamed'], count['reordered'], count['DIFFERENT'], count['removed'],
+       count['added']))
 sys.exit(1 if count['DIFFERENT'] else 0)
 EOF

@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #include "core/internal.h"
+#include "ptx.cuh"
 
 /* Turn a CUDA error into LA_ERR_DEVICE with the CUDA error string and the
  * call site; returns from the enclosing function (which returns la_status). */
@@ -73,13 +74,14 @@ __device__ __forceinline__ float la_cu_ld4(const la_cu_view &v, int64_t i0, int6
     return la_cu_ld(v.data, v.dt, i0 * v.nb[0] + i1 * v.nb[1] + i2 * v.nb[2] + i3 * v.nb[3]);
 }
 
-/* Feature maps of SPEC §2 (same formulas as la_feature_apply). */
+/* Feature maps of SPEC §2 (same formulas as la_feature_apply; NaN
+ * propagates, as torch.relu does). */
 __device__ __forceinline__ float la_cu_feature(int f, float x) {
     switch (f) {
     case LA_FEATURE_IDENTITY: return x;
-    case LA_FEATURE_RELU: return fmaxf(x, 0.f);
-    case LA_FEATURE_RELU_EPS: return fmaxf(x, 0.f) + 1e-6f;
-    case LA_FEATURE_RELU1: return fmaxf(x, 0.f) + 1.f;
+    case LA_FEATURE_RELU: return la_relu_nan(x);
+    case LA_FEATURE_RELU_EPS: return la_relu_nan(x) + 1e-6f;
+    case LA_FEATURE_RELU1: return la_relu_nan(x) + 1.f;
     case LA_FEATURE_ELU1: return x >= 0.f ? x + 1.f : expf(x);
     }
     return x;

@@ -84,7 +84,7 @@ __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_arg
             }
         }
         const float wv = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + h * a.w_nb1);
-        score = fmaf(wv, fmaxf(dot, 0.f), score);
+        score = fmaf(wv, la_relu_nan(dot), score);
     }
     if (p >= a.ncols) return;
     if (s < 0) score = -INFINITY;
@@ -226,10 +226,10 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
 #pragma unroll
             for (int j = 0; j < NT; j++) {
                 const float2 wv = *(const float2 *)(wb + 8 * j + 2 * qd);
-                s0 = fmaf(wv.x, fmaxf(acc[mt][j][0], 0.f), s0);
-                s0 = fmaf(wv.y, fmaxf(acc[mt][j][1], 0.f), s0);
-                s1 = fmaf(wv.x, fmaxf(acc[mt][j][2], 0.f), s1);
-                s1 = fmaf(wv.y, fmaxf(acc[mt][j][3], 0.f), s1);
+                s0 = fmaf(wv.x, la_relu_nan(acc[mt][j][0]), s0);
+                s0 = fmaf(wv.y, la_relu_nan(acc[mt][j][1]), s0);
+                s1 = fmaf(wv.x, la_relu_nan(acc[mt][j][2]), s1);
+                s1 = fmaf(wv.y, la_relu_nan(acc[mt][j][3]), s1);
             }
             s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
             s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
@@ -338,10 +338,10 @@ __global__ void __launch_bounds__(SC_THREADS, 2) sc_gather_kernel(la_sp_score_ar
 #pragma unroll
         for (int j = 0; j < NT; j++) {
             const float2 wv = *(const float2 *)(ws + 8 * j + 2 * qd);
-            s0 = fmaf(wv.x, fmaxf(acc[j][0], 0.f), s0);
-            s0 = fmaf(wv.y, fmaxf(acc[j][1], 0.f), s0);
-            s1 = fmaf(wv.x, fmaxf(acc[j][2], 0.f), s1);
-            s1 = fmaf(wv.y, fmaxf(acc[j][3], 0.f), s1);
+            s0 = fmaf(wv.x, la_relu_nan(acc[j][0]), s0);
+            s0 = fmaf(wv.y, la_relu_nan(acc[j][1]), s0);
+            s1 = fmaf(wv.x, la_relu_nan(acc[j][2]), s1);
+            s1 = fmaf(wv.y, la_relu_nan(acc[j][3]), s1);
         }
         s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
         s1 += __shfl_xor_sync(0xffffffffu, s1, 1);

@@ -110,7 +110,7 @@ __global__ void fo_blog_khat_kernel(la_cu_view k, la_cu_view conv, la_cu_view fo
     const int64_t c = e % C, bt = e / C, b = bt / N, t = bt % N, h = c / D, d = c % D;
     float acc;
     if (!conv.data) {
-        acc = fmaxf(la_cu_ld4(k, b, t, h, d), 0.f) + 1.f;
+        acc = la_relu_nan(la_cu_ld4(k, b, t, h, d)) + 1.f;
     } else {
         const int64_t y = t / map_w, x = t % map_w, r = ks / 2;
         acc = 0.f;
@@ -121,7 +121,7 @@ __global__ void fo_blog_khat_kernel(la_cu_view k, la_cu_view conv, la_cu_view fo
                 const int64_t xx = x + cc - r;
                 if (xx < 0 || xx >= map_w) continue;
                 float w = la_cu_ld(conv.data, conv.dt, c * conv.nb[0] + a * conv.nb[1] + cc * conv.nb[2]);
-                acc = fmaf(w, fmaxf(la_cu_ld4(k, b, yy * map_w + xx, h, d), 0.f) + 1.f, acc);
+                acc = fmaf(w, la_relu_nan(la_cu_ld4(k, b, yy * map_w + xx, h, d)) + 1.f, acc);
             }
         }
     }

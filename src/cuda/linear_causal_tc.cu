@@ -83,7 +83,7 @@ constexpr int TS1 = 3; /* pass 1: stages of K, V tiles */
 /* The five feature maps in one branch-light form: x ≥ 0: x + c; x < 0: x
  * (identity), c (relu, relu_eps, relu1), e^x (elu1); the mode is uniform, so
  * one branch per 8 values instead of la_cu_feature's switch per value (same
- * results: fmaxf(x, 0) + c, x ≥ 0 ? x + 1 : e^x). */
+ * results: max(x, 0) + c with NaN propagated, x ≥ 0 ? x + 1 : e^x). */
 struct lct_phi {
     int mode; /* 0 identity, 1 relu family, 2 elu1 */
     float c;
@@ -98,7 +98,7 @@ template <int MODE> /* the kernels are instantiated per mode: no branch at all *
 __device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
     if (MODE == 1) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = fmaxf(x[i], 0.f) + f.c;
+        for (int i = 0; i < 8; i++) x[i] = la_relu_nan(x[i]) + f.c;
     } else if (MODE == 2) {
 #pragma unroll
         for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);

@@ -120,7 +120,7 @@ __device__ __forceinline__ lf_phimap lf_phi_of(const lf_feat &f) {
 __device__ __forceinline__ void lf_phi8(float *x, const lf_phimap &f) {
     if (f.mode == 1) {
 #pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = (fmaxf(x[i] * f.pre, 0.f) + f.c) * f.post;
+        for (int i = 0; i < 8; i++) x[i] = (la_relu_nan(x[i] * f.pre) + f.c) * f.post;
     } else if (f.mode == 2) {
 #pragma unroll
         for (int i = 0; i < 8; i++) {
@@ -145,7 +145,7 @@ __device__ __forceinline__ void lf_phi8_bf16(__nv_bfloat16 *p, const lf_phimap &
     const __nv_bfloat162 z2 = __float2bfloat162_rn(0.f), c2 = __float2bfloat162_rn(f.c);
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        h2[i] = __hmax2(h2[i], z2);
+        h2[i] = __hmax2_nan(h2[i], z2); /* NaN propagates (torch.relu) */
         if (f.c != 0.f) h2[i] = __hadd2(h2[i], c2);
     }
     *(uint4 *)p = u;

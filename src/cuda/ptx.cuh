@@ -25,6 +25,29 @@
 
 #include <stdint.h>
 
+/* ---- NaN-propagating max (torch.relu / torch.max semantics) -----------------
+ * fmaxf returns the operand that is not NaN, so fmaxf(NaN, 0) = 0 would
+ * swallow a NaN input; max.NaN.f32 (sm_80+, one FMNMX as fmaxf) returns NaN
+ * when either operand is NaN. The host fallback serves the host emulators. */
+__device__ __forceinline__ float la_relu_nan(float x) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("max.NaN.f32 %0, %1, 0f00000000;" : "=f"(r) : "f"(x));
+    return r;
+#else
+    return x != x ? x : (x > 0.f ? x : 0.f);
+#endif
+}
+__device__ __forceinline__ float la_fmax_nan(float a, float b) {
+#if defined(__CUDA_ARCH__)
+    float r;
+    asm("max.NaN.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+    return r;
+#else
+    return a != a ? a : b != b ? b : (a > b ? a : b);
+#endif
+}
+
 /* ---- cp.async, ldmatrix, mma.sync ----------------------------------------- */
 /* 16-byte async copy; invalid: nothing read, 16 zero bytes written */
 __device__ __forceinline__ void la_cp16z(void *smem, const void *gmem, bool valid) {
@@ -264,7 +287,8 @@ __device__ __forceinline__ void la_wg_m64n256k16_bf16_ss(float (*o)[4], uint64_t
 
 /* The indexer's ReLU-weighted head sum over one m64n128 accumulator holding
  * 2 queries × 64 heads (columns 64q + h) for this thread's two key rows:
- * Σ_h w[q,h]·ReLU(acc), reduced over the 4 lanes of a quad. Lane qd of the
+ * Σ_h w[q,h]·ReLU(acc) (ReLU propagates NaN: la_relu_nan), reduced over the
+ * 4 lanes of a quad. Lane qd of the
  * quad returns query qd >> 1, key row g + 8·(qd & 1). Written once for the
  * DSA v2 kernel and HISA's block-major stage 2 (bf16 and e4m3), so that
  * their scores are the same bit for bit (HISA == DSA when every block is
@@ -290,10 +314,10 @@ __device__ __forceinline__ float la_wg_relu_headsum_wr(const float *acc, const f
         for (int jj = 0; jj < HI / 8; jj++) {
             const int j = (HI / 8) * qi + jj;
             const float2 wv = wr[j];
-            s0 = fmaf(wv.x, fmaxf(acc[4 * j + 0], 0.f), s0);
-            s0 = fmaf(wv.y, fmaxf(acc[4 * j + 1], 0.f), s0);
-            s1 = fmaf(wv.x, fmaxf(acc[4 * j + 2], 0.f), s1);
-            s1 = fmaf(wv.y, fmaxf(acc[4 * j + 3], 0.f), s1);
+            s0 = fmaf(wv.x, la_relu_nan(acc[4 * j + 0]), s0);
+            s0 = fmaf(wv.y, la_relu_nan(acc[4 * j + 1]), s0);
+            s1 = fmaf(wv.x, la_relu_nan(acc[4 * j + 2]), s1);
+            s1 = fmaf(wv.y, la_relu_nan(acc[4 * j + 3]), s1);
         }
         v[2 * qi] = s0;
         v[2 * qi + 1] = s1;

@@ -1,6 +1,7 @@
 /* Sparse attention over selected keys, MQA mode of MLA (SPEC §8), on the GPU:
  *   o[t,h] = sum_{s in idx[t]} softmax_s(scale q[t,h].kv[s]) kv[s][:Dv],  lse[t,h]
- * Indices < 0 or >= L are skipped; a row with none gives o = 0, lse = -inf.
+ * Indices < 0 or >= L are skipped; a row with none gives o = 0, lse = -inf;
+ * a NaN in q (or in a selected kv row) gives NaN o and lse.
  *
  * Two kernels (family "sparse_attn", smla_select):
  * smla_v3_kernel ("wgmma", bf16, Dqk 576, Dv 512, one shared latent row per
@@ -63,7 +64,7 @@ __global__ void __launch_bounds__(SX_WARPS * 32) smla_exact_kernel(smla_args a) 
 #pragma unroll
         for (int off = 16; off > 0; off >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, off);
         const float x = dot * a.scale;
-        const float mn = fmaxf(m, x);
+        const float mn = la_fmax_nan(m, x); /* a NaN score makes the row NaN */
         const float alpha = expf(m - mn), p = expf(x - mn);
         l = l * alpha + p;
         m = mn;
@@ -76,13 +77,16 @@ __global__ void __launch_bounds__(SX_WARPS * 32) smla_exact_kernel(smla_args a) 
     }
     __syncthreads();
     float M = -INFINITY;
-    for (int w = 0; w < SX_WARPS; w++) M = fmaxf(M, ms[w]);
+    for (int w = 0; w < SX_WARPS; w++) M = la_fmax_nan(M, ms[w]);
     float f[SX_WARPS], Lsum = 0.f;
     for (int w = 0; w < SX_WARPS; w++) {
         f[w] = ms[w] == -INFINITY ? 0.f : expf(ms[w] - M);
         Lsum += ls[w] * f[w];
     }
-    const float inv = Lsum > 0.f ? 1.f / Lsum : 0.f;
+    /* no valid key: o = 0, lse = -inf; a NaN score (NaN q or kv): NaN, as
+     * the softmax of a row holding NaN */
+    const bool nan = Lsum != Lsum;
+    const float inv = Lsum > 0.f ? 1.f / Lsum : nan ? Lsum : 0.f;
     for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
         float acc = 0.f;
         for (int w = 0; w < SX_WARPS; w++) acc += os[w * a.Dv + d] * f[w];
@@ -90,7 +94,7 @@ __global__ void __launch_bounds__(SX_WARPS * 32) smla_exact_kernel(smla_args a) 
     }
     if (a.lse && threadIdx.x == 0)
         la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
-                 Lsum > 0.f ? M + logf(Lsum) : -INFINITY);
+                 Lsum > 0.f ? M + logf(Lsum) : nan ? Lsum : -INFINITY);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -369,10 +373,13 @@ __global__ void __launch_bounds__(V2_THREADS, 1) smla_v3_kernel(smla_args a, flo
         const int64_t h = h0 + row;
         if (h >= a.Hq) continue;
         const float l = red_sum[row] + red_sum[64 + row];
+        /* l = 0: no valid key (o = 0, lse = -inf); l NaN: a NaN score in
+         * the row (P holds NaN, so does l): o and lse NaN */
+        const bool nan = l != l;
         if (a.lse && ch == 0 && qd == 0)
             la_cu_st(a.lse, a.lse_dt, t * a.lse_nb0 + h * a.lse_nb1,
-                     l > 0.f ? (m_ref[r] + log2f(l)) * 0.69314718055994531f : -INFINITY);
-        const float inv = l > 0.f ? 1.f / l : 0.f;
+                     l > 0.f ? (m_ref[r] + log2f(l)) * 0.69314718055994531f : nan ? l : -INFINITY);
+        const float inv = l > 0.f ? 1.f / l : nan ? l : 0.f;
         const int64_t ob = t * a.out_nb0 + h * a.out_nb1;
         if (a.out_dt == LA_BF16 && a.out_nb2 == 1) {
             __nv_bfloat16 *op = (__nv_bfloat16 *)a.out + ob;

@@ -36,8 +36,9 @@ __device__ __forceinline__ void la_sp_row_range(const la_sp_range &r, int64_t t,
 }
 
 /* Row-wise exact top-k (descending score, ties to the lower token index,
- * -1 padding). Row r, column p holds scores[r*ld + p*cs]; -inf and NaN are
- * "not a candidate". The token of column p is p, or in gather mode
+ * -1 padding). Row r, column p holds scores[r*ld + p*cs]; -inf is "not a
+ * candidate", NaN ranks above +inf (torch.topk's order; several NaN: lower
+ * index first). The token of column p is p, or in gather mode
  * blocks[r*blocks_ld + p/B]*B + p%B (HISA stage 2). With use_range only the
  * columns [lo_r, hi_r) of `range` are scanned (columns outside must be -inf
  * or irrelevant). */

@@ -1,5 +1,6 @@
 /* Row-wise exact top-k on the GPU (SPEC §6 ordering): descending score, ties
- * to the lower token index, -1 padding; -inf (and NaN) are not candidates.
+ * to the lower token index, -1 padding; NaN ranks first (above +inf, as
+ * torch.topk), -inf is not a candidate.
  *
  * Two kernels: t3_kernel (the default: a sampled threshold, one filtering
  * pass and a counting-sort ordering; the algorithm is described before the
@@ -59,8 +60,8 @@
 #define TB_TMP (LA_SP_TOPK_MAX + TB_LIMIT) /* scatter target; also holds the samples */
 #define TB_GROUPS 512                      /* sample groups of 8 adjacent columns */
 #define TB_SAMPLES (TB_GROUPS * 8)
-#define TB_ULO 0x00800000u  /* fkey(-FLT_MAX): smaller keys are -inf or NaN */
-#define TB_UINF 0xFF800000u /* fkey(+inf): larger keys are NaN */
+#define TB_ULO 0x00800000u  /* fkey(-FLT_MAX): smaller keys are -inf */
+#define TB_UINF 0xFF800000u /* fkey(+inf): the only larger key is TK_KEY_NAN */
 #define TB_FULL 0xffffffffu
 
 static_assert(TB_SAMPLES * sizeof(uint32_t) <= TB_TMP * sizeof(uint64_t), "samples fit in tmp");
@@ -166,7 +167,8 @@ __device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
     base = __shfl_sync(TB_FULL, base, 31);
     return base + x - c;
 }
-__device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo && u <= TB_UINF; }
+/* a candidate key at or above ulo (>= TB_ULO: -inf excluded; NaN included) */
+__device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo; }
 
 /* Append the keys >= ulo among the 16 scores of x[4] (a thread's step of
  * the 16-byte filter loop) to cand, warp-aggregated; col(e) is the column
@@ -194,7 +196,7 @@ __device__ __forceinline__ void tb_append16(const float4 (&x)[4], uint32_t ulo, 
         }
 }
 
-/* Append every key of columns [lo, hi) with ulo <= fkey <= fkey(+inf) to
+/* Append every key of columns [lo, hi) with fkey >= ulo to
  * cand; *s_n counts them all, only the first CAP are written. Every loop
  * is uniform over the block (the warp shuffles need all lanes). */
 template <uint32_t CAP, typename TOK>
@@ -245,7 +247,7 @@ __device__ __forceinline__ void tb_filter(const float *row, int64_t cs, int64_t 
 
 __device__ __forceinline__ uint32_t tb_digit(uint64_t key, uint64_t mn, int sh) {
     const uint64_t d = (key - mn) >> sh;
-    return d < 2047 ? (uint32_t)d : 2047u; /* +inf keys beyond the finite max: top bucket */
+    return d < 2047 ? (uint32_t)d : 2047u; /* +inf and NaN keys beyond the finite max: top bucket */
 }
 
 template <uint32_t CAP, typename TOK>
@@ -354,7 +356,7 @@ struct tb_dig {
     int sh;
     __device__ __forceinline__ uint32_t operator()(uint64_t key) const {
         if (lin) {
-            const float d = (tb_fval(key) - vmn) * scale; /* >= 0 in the region; +inf keys: inf */
+            const float d = (tb_fval(key) - vmn) * scale; /* >= 0 in the region; +inf: inf, NaN: NaN */
             return d < 2047.f ? (uint32_t)d : 2047u;
         }
         return tb_digit(key, mn, sh);
@@ -381,7 +383,7 @@ __device__ __forceinline__ void tb_order_out(uint64_t *keys, uint64_t *tmp, uint
             const uint64_t key = cand[i];
             if (key >= thr) {
                 lmn = min(lmn, key);
-                if ((uint32_t)(key >> 32) != TB_UINF) lmx = max(lmx, key);
+                if ((uint32_t)(key >> 32) < TB_UINF) lmx = max(lmx, key); /* finite */
             }
         }
         for (int i = tid; i < 2048; i += TB_THREADS) hist[i] = 0;

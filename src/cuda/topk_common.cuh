@@ -11,11 +11,16 @@
 #define TK_SAMPLE 2048                      /* sampled keys for the threshold guess */
 #define TK_CAP (TK_BUF - LA_SP_TOPK_MAX)    /* members of the final bin (multiple of TK_THREADS) */
 
+/* Sortable key of a score: order-preserving on the floats, every NaN mapped
+ * to the largest key (above +inf), so that NaN ranks first as in
+ * torch.topk; several NaN tie and go to the lower index like equal scores.
+ * -inf is not a candidate (masked columns). */
+#define TK_KEY_NAN 0xFFFFFFFFu
 __device__ __forceinline__ uint32_t tk_fkey(float f) {
     uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    return f != f ? TK_KEY_NAN : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
-__device__ __forceinline__ bool tk_valid(float f) { return f == f && f != -INFINITY; }
+__device__ __forceinline__ bool tk_valid(float f) { return f != -INFINITY; }
 
 /* Visit (column, score) of [lo, hi): 16-byte loads when the row is
  * contiguous. */
