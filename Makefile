@@ -144,33 +144,25 @@ cuda-tests: all $(BACKEND_BIN)
 
 # ---- compile checks of the GPU-only code (CI: nvcc without a GPU) --------------
 # `make cuda-build-check` builds, in its own tree, the CUDA library, the
-# harness and every dev driver (dev/*.cu, dev/cuda/*.cu with nvcc, dev/*.c
-# with cc), each linked against liblongattn.a, so that none can rot; they
-# run only on the GPU machine. Without nvcc (or with CUDA=0) it says so and
-# does nothing.
+# harness (its CUDA cases included) and every dev driver -- the GPU drivers
+# of `make dev-cuda` and the CPU ones (dev/*.c) --, each linked against
+# liblongattn.a, so that none can rot; they run only on the GPU machine.
+# Without nvcc (or with CUDA=0) it says so and does nothing.
 CUDA_CHECK_BUILD ?= build-cudacheck
-DEV_CU_SRCS := $(wildcard dev/*.cu dev/cuda/*.cu)
-DEV_C_SRCS  := $(wildcard dev/*.c)
-DEV_BINS    := $(DEV_CU_SRCS:%.cu=$(BUILD)/%) $(DEV_C_SRCS:%.c=$(BUILD)/%)
-# the drivers link as the CLI does, nvcc bringing its own CUDA runtime
-DEV_NVLIBS  := $(filter-out -fopenmp -lcudart_static -lstdc++ -L%,$(LDLIBS)) -Xcompiler -fopenmp
-DEV_NVFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc
+DEV_C_SRCS := $(wildcard dev/*.c)
+DEV_C_BINS := $(DEV_C_SRCS:%.c=$(BUILD)/%)
 
-.PHONY: cuda-build-check cuda-dev-drivers
+.PHONY: cuda-build-check dev-c
 cuda-build-check:
 ifeq ($(WITH_CUDA),1)
 	$(MAKE) BUILD=$(CUDA_CHECK_BUILD) SKIP_DEPS=1 $(CUDA_CHECK_BUILD)/tests/backend/test_backend_ops \
-	    cuda-dev-drivers
-	@echo "cuda-build-check: the harness and $(words $(DEV_CU_SRCS) $(DEV_C_SRCS)) dev drivers compiled and linked"
+	    dev-cuda dev-c
+	@echo "cuda-build-check: the harness and the dev drivers compiled and linked"
 else
 	@echo "cuda-build-check: no nvcc (or CUDA=0): nothing compiled"
 endif
 
-cuda-dev-drivers: $(DEV_BINS)
-
-$(BUILD)/dev/%: dev/%.cu $(BUILD)/liblongattn.a $(wildcard dev/*.cuh dev/cuda/*.cuh include/*.h)
-	@mkdir -p $(dir $@)
-	$(NVCC) $(DEV_NVFLAGS) $< $(BUILD)/liblongattn.a $(DEV_NVLIBS) -o $@
+dev-c: $(DEV_C_BINS)
 
 $(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
