@@ -54,7 +54,7 @@ __global__ void __launch_bounds__(FT) fo_flatten_tok_kernel(la_cu_view q, la_cu_
     __shared__ double bcast;
     double mx = 0.0, n2 = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += FT) {
-        float xp = (fmaxf(la_cu_ld4(x, b, t, c / D, c % D), 0.f) + 1e-6f) * inv_sp[c];
+        float xp = (la_relu_nan(la_cu_ld4(x, b, t, c / D, c % D)) + 1e-6f) * inv_sp[c];
         mx = fmax(mx, (double)xp);
         n2 += (double)xp * xp;
     }
@@ -72,7 +72,7 @@ __global__ void __launch_bounds__(FT) fo_flatten_tok_kernel(la_cu_view q, la_cu_
     const float inv_m = (float)(1.0 / m);
     double np2 = 0.0;
     for (int64_t c = threadIdx.x; c < C; c += FT) {
-        float xp = (fmaxf(la_cu_ld4(x, b, t, c / D, c % D), 0.f) + 1e-6f) * inv_sp[c];
+        float xp = (la_relu_nan(la_cu_ld4(x, b, t, c / D, c % D)) + 1e-6f) * inv_sp[c];
         float u = xp * inv_m;
         float up = (p == 3.f) ? u * u * u : powf(u, p);
         np2 += (double)up * up;

@@ -95,7 +95,7 @@ static __device__ __forceinline__ void lf_flat_xprime8(const uint4 &raw, const f
     const float4 s0 = *(const float4 *)isp8, s1 = *(const float4 *)(isp8 + 4);
     const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
-    for (int e = 0; e < 8; e++) x[e] = (fmaxf(x[e], 0.f) + 1e-6f) * s[e] * scale;
+    for (int e = 0; e < 8; e++) x[e] = (la_relu_nan(x[e]) + 1e-6f) * s[e] * scale;
 }
 /* u^p for u in (0, 1]: integer p ≤ 8 by multiplication (ip > 0), else powf. */
 static __device__ __forceinline__ float lf_flat_pow(float u, int ip, float p) {

@@ -92,7 +92,7 @@ __device__ __forceinline__ int64_t lf_token(const lf_geom &G, const int64_t lo[3
 
 __device__ __forceinline__ float lf_phi(const lf_feat &f, float x, int64_t c, int64_t bt) {
     if (f.kind == LF_FEAT_FLATTEN) {
-        float u = (fmaxf(x, 0.f) + 1e-6f) * f.inv_sp[c] * f.tok_m[bt];
+        float u = (la_relu_nan(x) + 1e-6f) * f.inv_sp[c] * f.tok_m[bt];
         return (f.p == 3.f ? u * u * u : powf(u, f.p)) * f.tok_r[bt];
     }
     return la_cu_feature(f.kind, x * f.pre) * f.post;
