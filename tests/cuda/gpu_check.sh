@@ -4,9 +4,9 @@
 #      build-gpu; skipped when LA_SKIP_BUILD=1, as under gpu_round.sh);
 #   2. the harness, every case (tests/backend/test_backend_ops: CUDA vs the
 #      CPU path, CPU vs float64; summary per table);
-#   3. compute-sanitizer memcheck and racecheck on its --small cases, beside
-#      step 2 (racecheck in LA_SAN_SHARDS processes; caps LA_SAN_MEM_S,
-#      LA_SAN_RACE_S: a run cut by its cap reports how many cases it did);
+#   3. compute-sanitizer on its --small cases: memcheck beside step 2, then
+#      racecheck in LA_SAN_SHARDS processes (caps LA_SAN_MEM_S, LA_SAN_RACE_S:
+#      a run cut by its cap reports how many cases it did);
 #   4. the CLI's --device cuda against --device cpu (tests/cuda/cli_device_check.py;
 #      LA_CHECK_CLI=0 leaves it out).
 # LA_SHARDS (4) harness processes; caps LA_HARNESS_S, LA_SAN_MEM_S, LA_SAN_RACE_S,
@@ -34,15 +34,12 @@ san() { # tool cap log [harness args]: one sanitizer run of the --small cases
   grep -E "^FAIL|Invalid|Race reported|Error:" "$OUT/$log" | head -5 | tee -a "$S"
   [ $r -eq 0 ] || [ $r -eq 124 ]
 }
-# 2 and 3 side by side on the one GPU: memcheck, racecheck in LA_SAN_SHARDS
-# processes and the harness in LA_SHARDS processes (--shard i/N: the float64
-# references are single-threaded, the sanitized runs GPU-bound)
+# 2 and 3a side by side on the one GPU: memcheck and the harness in LA_SHARDS
+# processes (--shard i/N: the float64 references are single-threaded). On the
+# H200 (16 cores) the harness takes ~90 s so; with racecheck beside it too it
+# ran ~2.5x slower, so racecheck (3b) comes after it.
 spids=()
 ( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" sanitizer_memcheck.log ) & spids+=($!)
-RN=${LA_SAN_SHARDS:-4}
-for i in $(seq 0 $((RN - 1))); do
-  ( san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" sanitizer_racecheck_$i.log --shard $i/$RN ) & spids+=($!)
-done
 N=${LA_SHARDS:-4}
 pids=()
 for i in $(seq 0 $((N - 1))); do
@@ -66,6 +63,13 @@ for i in $(seq 0 $((N - 1))); do
   tail -1 "$OUT/harness_$i.log" | grep -qE '^[0-9]+ passed, 0 failed' || { say "shard $i: $(tail -1 "$OUT/harness_$i.log")"; hrc=1; }
 done
 [ $hrc -eq 0 ] || rc=1
+for p in "${spids[@]}"; do wait $p || rc=1; done
+# 3b. racecheck in LA_SAN_SHARDS processes
+spids=()
+RN=${LA_SAN_SHARDS:-4}
+for i in $(seq 0 $((RN - 1))); do
+  ( san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" sanitizer_racecheck_$i.log --shard $i/$RN ) & spids+=($!)
+done
 for p in "${spids[@]}"; do wait $p || rc=1; done
 # 4. the CLI on the device
 if [ "${LA_CHECK_CLI:-1}" = 1 ]; then
