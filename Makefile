@@ -8,6 +8,7 @@
 #   make test-portable the C tests built without -march=native (no AVX-512 paths)
 #   make test-tsan    the C tests under ThreadSanitizer (build-tsan)
 #   make fuzz         libFuzzer targets: the .npy reader, the CLI option parser
+#   make cuda-build-check  compile every CUDA test, the harness and every dev driver
 #   make install PREFIX=/usr/local   (make uninstall removes what it installed)
 #
 # Options: CUDA=0 skips the CUDA backend even when nvcc exists;
@@ -90,8 +91,13 @@ $(CLI_OBJS): ALL_CFLAGS += -I$(CUDA_HOME)/include
 endif
 TEST_SRCS := $(wildcard tests/core/test_*.c tests/cpu/test_*.c tests/cli/test_*.c)
 TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
-CUDA_TEST_SRCS := $(wildcard tests/cuda/test_*.c)
-CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
+# The backend harness: one binary from tests/backend/ (test_backend_ops.c and
+# every case table cases_*.c); it runs the CPU cases everywhere and the CUDA
+# cases where a device is present.
+BACKEND_SRCS := tests/backend/test_backend_ops.c $(wildcard tests/backend/cases_*.c)
+BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
+BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
+TEST_BINS    += $(BACKEND_BIN)
 
 .PHONY: all lib cli tests test demo clean install uninstall test-asan test-tsan test-portable fuzz deps cuda-tests dev-cuda info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
@@ -130,8 +136,44 @@ $(BUILD)/tests/%: tests/%.c tests/test_util.h $(wildcard tests/*/*.h) $(BUILD)/l
 	@mkdir -p $(dir $@)
 	$(CC) $(ALL_CFLAGS) -Itests -o $@ $< $(BUILD)/liblongattn.a $(LDLIBS)
 
+$(BUILD)/obj/tests/backend/%.o: tests/backend/%.c tests/test_util.h $(wildcard tests/backend/*.h) \
+                                $(wildcard include/*.h src/core/*.h)
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -Itests -Itests/backend -c $< -o $@
+
+$(BACKEND_BIN): $(BACKEND_OBJS) $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) -o $@ $(BACKEND_OBJS) $(BUILD)/liblongattn.a $(LDLIBS)
+
 tests: all $(TEST_BINS)
-cuda-tests: all $(CUDA_TEST_BINS)
+# the GPU tests are the harness's CUDA cases (kept as a name for the device scripts)
+cuda-tests: all $(BACKEND_BIN)
+
+# ---- compile checks of the GPU-only code (CI: nvcc without a GPU) --------------
+# `make cuda-build-check` builds, in its own tree, the CUDA library, the
+# harness (its CUDA cases included) and every dev driver -- the GPU drivers
+# of `make dev-cuda` and the CPU ones (dev/*.c) --, each linked against
+# liblongattn.a, so that none can rot; they run only on the GPU machine.
+# Without nvcc (or with CUDA=0) it says so and does nothing.
+CUDA_CHECK_BUILD ?= build-cudacheck
+DEV_C_SRCS := $(wildcard dev/*.c)
+DEV_C_BINS := $(DEV_C_SRCS:%.c=$(BUILD)/%)
+
+.PHONY: cuda-build-check dev-c
+cuda-build-check:
+ifeq ($(WITH_CUDA),1)
+	$(MAKE) BUILD=$(CUDA_CHECK_BUILD) SKIP_DEPS=1 $(CUDA_CHECK_BUILD)/tests/backend/test_backend_ops \
+	    dev-cuda dev-c
+	@echo "cuda-build-check: the harness and the dev drivers compiled and linked"
+else
+	@echo "cuda-build-check: no nvcc (or CUDA=0): nothing compiled"
+endif
+
+dev-c: $(DEV_C_BINS)
+
+$(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(ALL_CFLAGS) $< $(BUILD)/liblongattn.a $(LDLIBS) -o $@
 
 # The dev/ GPU drivers (validate, then time; run on the GPU machine) and the
 # host emulator of the softmax tensor-core kernel, built against the static
@@ -217,4 +259,4 @@ uninstall:
 	-rmdir $(DESTDIR)$(PREFIX)/share/longattn 2>/dev/null
 
 clean:
-	rm -rf build build-asan build-portable build-tsan
+	rm -rf build build-asan build-portable build-tsan $(CUDA_CHECK_BUILD)

@@ -1,14 +1,18 @@
 #!/bin/bash
-# One device call for several GPU scripts: build once, then run each script
+# One device call for several device steps: build once, then run each step
 # with its own log folder and a wall-clock cap.
 #   bash tests/cuda/gpu_round.sh NAME[:SECONDS] ...
-# NAME is tests/cuda/gpu_NAME.sh (e.g. linear2:200 smla:90). Logs go to
-# $OUT/NAME/; each script's own summary is printed under a header.
+# NAME is tests/cuda/gpu_NAME.sh: check (build, the harness, compute-sanitizer
+# on its --small cases, the CLI on the device) or bench_FAMILY (softmax,
+# linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers),
+# e.g. `gpu_round.sh check:300 bench_sparse:200`. Logs go to $OUT/NAME/; each
+# step's own summary is printed under a header; every log is packed into
+# $OUT/round_logs.tgz at the end.
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>&1)"
-if ! timeout 150 make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1; then
+if ! timeout "${LA_BUILD_S:-200}" make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1; then
   echo "BUILD FAILED ($(( $(date +%s) - t0 )) s)"
   grep -E "error" "$OUT/build.log" | head -20
   tail -5 "$OUT/build.log"
@@ -20,6 +24,7 @@ for spec in "$@"; do
   name=${spec%%:*}
   cap=${spec#*:}
   [ "$cap" = "$spec" ] && cap=120
+  [ -f "tests/cuda/gpu_$name.sh" ] || { echo "==== $name: no tests/cuda/gpu_$name.sh"; rc=1; continue; }
   echo "==== $name (cap $cap s, at $(( $(date +%s) - t0 )) s) ===="
   mkdir -p "$OUT/$name"
   OUT="$OUT/$name" LA_SKIP_BUILD=1 timeout "$cap" bash "tests/cuda/gpu_$name.sh" 2>&1 | tail -60

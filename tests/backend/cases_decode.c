@@ -1,20 +1,17 @@
-/* GPU tests of the causal MHLA decoding state on CUDA (la_mhla_state_* with a
- * CUDA mixing tensor, src/cuda/mhla_decode.cu). Runs on the GPU machine only;
- * without a device it skips.
+/* Case table of the causal MHLA decoding state on CUDA (la_mhla_state_* with
+ * a CUDA mixing tensor, src/cuda/mhla_decode.cu), from the former
+ * tests/cuda/test_cuda_decode.c.
  *
- * Each case draws q, k, v (printed seed; the CPU sees the very same rounded
- * values), creates one state on the CPU and one on the device from the same
- * mixing, appends the same pieces to both (1 token at a time, or pieces of
- * varying sizes), and compares the device output, poisoned with NaN before,
- * in full against the CPU state's output and against la_mhla_causal_forward
- * on the CPU: rel = max|gpu − cpu| / max|cpu| ≤ 1e-4 (f32) or 1e-2 (bf16),
- * and no NaN left anywhere. Mixings: random (the general inter-block
- * reduction) or uniform-causal rows (the constant-row path, mix = W[i,0]·T).
- *
- * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
-#include "cuda_test_util.h"
-
-static bool small_only;
+ * Each case draws q, k, v (the CPU sees the very same rounded values),
+ * creates one state on the CPU and one on the device from the same mixing,
+ * appends the same pieces to both (1 token at a time, or pieces of varying
+ * sizes), and compares the device output, poisoned with NaN before, in full
+ * against the CPU state's output and against la_mhla_causal_forward on the
+ * CPU: rel = max|gpu - cpu| / max|cpu| <= 1e-4 (f32) or 1e-2 (bf16), and no
+ * NaN left anywhere. Mixings: random (the general inter-block reduction) or
+ * uniform-causal rows (the constant-row path, mix = W[i,0] T). The error
+ * case checks refused calls (devices, shapes, capacity) write nothing. */
+#include "bo_staging.h"
 
 /* Tokens [r0, r0+n) of a [B,N,H,X] view. */
 static la_tensor rows(const la_tensor *t, int64_t r0, int64_t n) {
@@ -33,7 +30,7 @@ static tb make_mixing(int64_t M, int64_t H, int per_head, int kind) {
     for (int64_t h = 0; h < Hw; h++)
         for (int64_t i = 0; i < M; i++)
             for (int64_t j = 0; j < M; j++) {
-                float x = (float)(0.05 + la_rng_uniform(&rng));
+                float x = (float)(0.05 + la_rng_uniform(&bo_rng));
                 if (kind == 1 && j <= i) x = (float)((1.0 + 0.5 * (double)h) / (double)(i + 1));
                 w[(h * M + i) * M + j] = x;
             }
@@ -97,8 +94,8 @@ static void t_decode(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, int
                       oh = rows(&o.host, r, n);
             la_tensor qd = rows(&q.dev, r, n), kd = rows(&k.dev, r, n), vd = rows(&v.dev, r, n),
                       od = rows(&o.dev, r, n);
-            la_status a1 = la_mhla_state_append(sc, &qh, &kh, &vh, &oh, NULL);
-            la_status a2 = la_mhla_state_append(sg, &qd, &kd, &vd, &od, NULL);
+            la_status a1 = la_mhla_state_append(sc, &qh, &kh, &vh, &oh, bo_ctx());
+            la_status a2 = la_mhla_state_append(sg, &qd, &kd, &vd, &od, bo_ctx());
             if (a1 != LA_OK || a2 != LA_OK) {
                 CHECK(0, "%s: append at %lld (+%lld): cpu %s gpu %s: %s", what, (long long)r,
                       (long long)n, la_status_string(a1), la_status_string(a2), la_last_error());
@@ -109,7 +106,7 @@ static void t_decode(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, int
         int64_t len = -1;
         la_mhla_state_length(sg, &len);
         CHECK(len == N, "%s: state length %lld, want %lld", what, (long long)len, (long long)N);
-        CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &of.host, NULL));
+        CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &of.host, bo_ctx()));
         CHECK_OK(la_dev_synchronize());
         const double tol = dt == LA_BF16 ? 1e-2 : 1e-4;
         int64_t n = tb_numel(&o);
@@ -135,8 +132,8 @@ static bool all_nan(const tb *t) {
 }
 static bool mentions(const char *w) { return strstr(la_last_error(), w) != NULL; }
 
-static void t_errors(void) {
-    printf("# errors\n");
+static void t_errors(const void *arg) {
+    (void)arg;
     int64_t nq[4] = {2, 4, 3, 8}, nv[4] = {2, 4, 3, 5}, nq2[4] = {2, 4, 3, 9};
     tb q = tb_rand(4, nq, LA_F32, 0, 1.0), k = tb_rand(4, nq, LA_F32, 0, 1.0),
        v = tb_rand(4, nv, LA_F32, 0, 1.0), o = tb_poison(4, nv, LA_F32, 0),
@@ -187,10 +184,10 @@ static void t_errors(void) {
         CHECK(sx == NULL, "a failed create returned a state");
         printf("  %s\n", la_last_error());
     }
-    /* absurd sizes: overflow or out of device memory, cleanly (not under
-     * compute-sanitizer, LA_CUDA_SMALL: it reports the deliberate failed
+    /* absurd sizes: overflow or out of device memory, cleanly (not in the
+     * --small run, for compute-sanitizer: it reports the deliberate failed
      * cudaMalloc as an API error) */
-    if (!getenv("LA_CUDA_SMALL")) {
+    if (!bo_small()) {
         la_mhla_state *sx = NULL;
         la_status s = la_mhla_state_create(&p, (int64_t)1 << 16, 1 << 10, 64, 64, &W.dev, &sx);
         CHECK((s == LA_ERR_NOMEM || s == LA_ERR_OVERFLOW) && sx == NULL,
@@ -210,33 +207,46 @@ done:
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&q2); tb_free(&W);
 }
 
-int main(void) {
-    rng = la_test_rng("test_cuda_decode");
-    small_only = getenv("LA_CUDA_SMALL") != NULL;
-    if (cuda_test_skip()) return la_test_finish();
+typedef struct decode_args {
+    int64_t B, N, H, D, Dv, C; la_mhla_normalize norm; la_feature feat; int per_head, wkind;
+    int64_t piece; int perm; la_dtype dt;
+} decode_args;
+
+static void run_decode(const void *p) {
+    const decode_args *a = p;
+    t_decode(a->B, a->N, a->H, a->D, a->Dv, a->C, a->norm, a->feat, a->per_head, a->wkind,
+             a->piece, a->dt, a->perm);
+}
+
+/* DECODE(small, B, N, H, D, Dv, C, norm, feat, per_head, mixing kind, piece, perm):
+ * the case in f32 and in bf16 */
+#define DECODE_DT(SMALL, ...)                                                                   \
+    BO_ADD(L, ((bo_opts){"mhla_decode", BO_CUDA, (SMALL), NULL, NULL, NULL}), run_decode,          \
+           decode_args, __VA_ARGS__)
+#define DECODE(SMALL, ...)                                                                      \
+    do {                                                                                        \
+        DECODE_DT(SMALL, __VA_ARGS__, LA_F32);                                                  \
+        DECODE_DT(SMALL, __VA_ARGS__, LA_BF16);                                                 \
+    } while (0)
+
+void cases_decode(bo_list *L) {
     const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
     const la_feature RE = LA_FEATURE_RELU, RP = LA_FEATURE_RELU_EPS, EL = LA_FEATURE_ELU1;
-    const la_dtype dts[2] = {LA_F32, LA_BF16};
-    for (int di = 0; di < 2; di++) {
-        la_dtype dt = dts[di];
-        printf("# decode %s\n", dtn(dt));
-        /*       B  N    H  D    Dv   C   norm feat ph w  piece  perm */
-        t_decode(2, 1, 3, 16, 17, 64, NO, RE, 0, 0, 1, dt, 0);
-        t_decode(2, 63, 3, 16, 24, 64, PQ, RP, 1, 0, 1, dt, 1);
-        t_decode(2, 65, 3, 64, 48, 64, NO, RE, 0, 1, 1, dt, 0);
-        t_decode(2, 65, 3, 64, 48, 64, PQ, RP, 1, 0, 5, dt, 0);
-        t_decode(2, 200, 3, 16, 8, 7, PQ, RP, 0, 0, 1, dt, 0);
-        t_decode(2, 200, 3, 64, 32, 7, NO, RE, 1, 1, 9, dt, 1);
-        t_decode(2, 200, 3, 128, 96, 64, NO, RE, 0, 0, 1, dt, 1);
-        t_decode(2, 200, 3, 128, 128, 64, PQ, RP, 1, 0, 17, dt, 0);
-        t_decode(2, 65, 3, 128, 64, 7, PQ, EL, 0, 1, 1, dt, 0);
-        t_decode(2, 200, 3, 16, 40, 7, NO, RE, 1, 0, 70, dt, 0);
-        if (!small_only) {
-            t_decode(2, 1000, 3, 64, 64, 7, NO, RE, 0, 0, 1, dt, 0);    /* M = 144 blocks */
-            t_decode(2, 1000, 3, 128, 128, 7, PQ, RP, 1, 1, 33, dt, 1);
-            t_decode(1, 2000, 3, 128, 130, 64, PQ, RP, 0, 0, 64, dt, 0);
-        }
-    }
-    t_errors();
-    return la_test_finish();
+    /*  small B  N    H  D    Dv   C   norm feat ph w  piece perm */
+    DECODE(1, 2, 1, 3, 16, 17, 64, NO, RE, 0, 0, 1, 0);
+    DECODE(1, 2, 63, 3, 16, 24, 64, PQ, RP, 1, 0, 1, 1);
+    DECODE(1, 2, 65, 3, 64, 48, 64, NO, RE, 0, 1, 1, 0);
+    DECODE(1, 2, 65, 3, 64, 48, 64, PQ, RP, 1, 0, 5, 0);
+    DECODE(1, 2, 200, 3, 16, 8, 7, PQ, RP, 0, 0, 1, 0);
+    DECODE(1, 2, 200, 3, 64, 32, 7, NO, RE, 1, 1, 9, 1);
+    DECODE(1, 2, 200, 3, 128, 96, 64, NO, RE, 0, 0, 1, 1);
+    DECODE(1, 2, 200, 3, 128, 128, 64, PQ, RP, 1, 0, 17, 0);
+    DECODE(1, 2, 65, 3, 128, 64, 7, PQ, EL, 0, 1, 1, 0);
+    DECODE(1, 2, 200, 3, 16, 40, 7, NO, RE, 1, 0, 70, 0);
+    DECODE(0, 2, 1000, 3, 64, 64, 7, NO, RE, 0, 0, 1, 0);    /* M = 144 blocks */
+    DECODE(0, 2, 1000, 3, 128, 128, 7, PQ, RP, 1, 1, 33, 1);
+    DECODE(0, 1, 2000, 3, 128, 130, 64, PQ, RP, 0, 0, 64, 0);
+    const bo_opts o = {"mhla_decode", BO_CUDA, 1, NULL, NULL, NULL};
+    bo_add(L, &o, t_errors, NULL, 0,
+           "decode errors: devices, shapes, capacity, absurd sizes; refused calls write nothing");
 }

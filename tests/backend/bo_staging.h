@@ -1,40 +1,27 @@
-/* Helpers shared by the GPU tests in tests/cuda/ (header-only, every function
- * static inline so that a test that does not use one gets no warning). On top
- * of tests/test_util.h (CHECK macros, la_rng, la_rel_err, la_fill_normal):
+/* Staging helpers of the backend harness's case tables (header-only, every
+ * function static inline so that a table that does not use one gets no
+ * warning). On top of tests/test_util.h (CHECK macros, la_rng, la_rel_err):
  *
  *   tb     a tensor staged on the host and the device with the same layout:
  *          tb_make / tb_rand / tb_poison / tb_read / tb_free, tb_compare
- *          (device copy vs host copy, in full), tol_of, dtn
- *          (test_cuda_linear, _focused, _causal, _decode, _softmax);
+ *          (device copy vs host copy, in full), tol_of, dtn;
  *   dbuf   a bare device buffer: dalloc / dfree / dput / dput_raw / dput_i32 /
- *          dget_f32, and tset (a contiguous la_tensor over a pointer)
- *          (test_cuda_sparse, _smla, _dsa_fp8);
+ *          dget_f32, and tset (a contiguous la_tensor over a pointer);
  *   ranges_of / score_err / overlap / check_own_topk / e4m3_enc, e4m3_dec:
- *   the indexer checks shared by
- *          test_cuda_sparse, test_cuda_dsa_fp8 and test_cuda_dsa_epi;
- *   cuda_test_skip: the "no CUDA device" skip of every main.
+ *   the indexer checks shared by the sparse, dsa_fp8 and dsa_epi tables.
  *
- * Poison is 0xFF bytes: NaN in f32 and bf16. */
-#ifndef LA_CUDA_TEST_UTIL_H
-#define LA_CUDA_TEST_UTIL_H
+ * Random values come from bo_rng, the current case's generator. Poison is
+ * 0xFF bytes: NaN in f32 and bf16. */
+#ifndef LA_BO_STAGING_H
+#define LA_BO_STAGING_H
 
-#include "test_util.h"
+#include "backend_ops.h"
 
 #include <stdbool.h>
 
 #include "core/devmem.h"
 #include "core/internal.h"
 
-static la_rng rng; /* seeded by each test's main (la_test_rng) */
-
-/* No CUDA device: prints the skip line and returns 1 (main then returns
- * la_test_finish(), which prints "0 passed, 0 failed"). */
-static inline int cuda_test_skip(void) {
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) printf("# no CUDA device: skipped\n");
-    return !avail;
-}
 
 static inline const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
 
@@ -147,7 +134,7 @@ static inline float *tb_read(const tb *t, bool device) {
 /* n normal draws of standard deviation scale from rng. */
 static inline float *randv(int64_t n, double scale) {
     float *x = malloc(sizeof(float) * (size_t)n);
-    la_fill_normal(&rng, x, n, scale);
+    la_fill_normal(&bo_rng, x, n, scale);
     return x;
 }
 static inline tb tb_rand(int ndim, const int64_t *ne, la_dtype dt, int layout, double scale) {

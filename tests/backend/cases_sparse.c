@@ -1,23 +1,19 @@
-/* GPU tests of the sparse family (DSA, HISA, block-sparse, top-k, sparse MLA
- * attention): each CUDA operator against float64 references written here
- * (score rows, attention out/lse) and against the CPU path (index sets; the
- * CPU top-k follows the SPEC ordering and has its own tests in tests/cpu/).
- * Inputs are fresh random draws (seed printed); outputs are poisoned
- * (0xFF bytes: NaN / -1) before each call and checked fully written.
+/* Case table of the sparse family on CUDA (DSA, HISA, block-sparse, top-k,
+ * sparse attention), from the former tests/cuda/test_cuda_sparse.c: each
+ * CUDA operator against float64 references written here (score rows,
+ * attention out/lse) and against the CPU path (index sets; the CPU top-k
+ * follows the SPEC ordering and has its own cases in cases_cpu.c and
+ * tests/cpu/). Inputs are fresh random draws; outputs are poisoned (0xFF
+ * bytes: NaN / -1) before each call and checked fully written.
  *   fp32: scores rel <= 1e-5 (norm-wise over the row set), index sets equal
  *   bf16: scores vs the f64 reference on the dequantized inputs; index sets
  *         vs the CPU on the same bf16 inputs (agreement), recall vs the fp32
  *         set of the unrounded inputs >= 0.99
  *   HISA == DSA exactly when m*B >= L; block-sparse == CPU exactly.
- * Runs on the GPU machine only; without a device it skips.
- * LA_CUDA_SMALL=1 runs only small cases (for compute-sanitizer).
  * Every top-k case, and each indexer case's DSA and HISA call, also runs with
- * the first top-k kernel (LA_CUDA_TOPK_PATH=old, another algorithm): the same
- * indices as the default kernel, bit for bit; long rows also with the
- * default kernel's L2 prefetch on (LA_CUDA_TOPK_PF=3, 16). */
-#include "cuda_test_util.h"
-
-static bool small_only;
+ * the first top-k kernel (variant "portable" of family "topk", another
+ * algorithm): the same indices as the default kernel, bit for bit. */
+#include "bo_staging.h"
 
 /* ---- references --------------------------------------------------------------- */
 /* f64 score rows; -inf outside the range */
@@ -52,22 +48,27 @@ static int64_t count_diff(const int32_t *a, const int32_t *b, int64_t n) {
 }
 
 /* ---- top-k ---------------------------------------------------------------- */
-static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
+typedef struct topk_args { int64_t R, L, k; int ties, strided; } topk_args;
+
+static void test_topk(const void *arg) {
+    const topk_args *A = arg;
+    const int64_t R = A->R, L = A->L, k = A->k;
+    const int ties = A->ties, strided = A->strided;
     const int64_t cs = strided ? 3 : 1;
     float *x = malloc((size_t)(R * L * cs) * 4);
     /* ties: 0 normal, 1 quantized (many equal scores), 2 all equal, 3 a few
      * far outliers (the v2 kernel's range narrowing), 4 mostly -inf (wide
      * rows with fewer than k valid: the radix fallback), 5 NaN and +inf mixed
-     * in (NaN is never a candidate, +inf is) */
+     * in (NaN ranks first, above +inf, as in torch.topk; -inf is masked) */
     for (int64_t i = 0; i < R * L * cs; i++) {
-        double u = la_rng_normal(&rng);
+        double u = la_rng_normal(&bo_rng);
         x[i] = ties == 1 ? (float)floor(u * 4) : (float)u;
-        if (la_rng_uniform(&rng) < 0.1) x[i] = -INFINITY;
+        if (la_rng_uniform(&bo_rng) < 0.1) x[i] = -INFINITY;
         if (ties == 2) x[i] = 1.5f; /* every score equal */
-        if (ties == 3 && la_rng_uniform(&rng) < 1e-4) x[i] = (float)(1e30 * (1.0 + la_rng_uniform(&rng)));
-        if (ties == 4 && la_rng_uniform(&rng) < 0.985) x[i] = -INFINITY;
+        if (ties == 3 && la_rng_uniform(&bo_rng) < 1e-4) x[i] = (float)(1e30 * (1.0 + la_rng_uniform(&bo_rng)));
+        if (ties == 4 && la_rng_uniform(&bo_rng) < 0.985) x[i] = -INFINITY;
         if (ties == 5) {
-            const double v = la_rng_uniform(&rng);
+            const double v = la_rng_uniform(&bo_rng);
             if (v < 0.01) x[i] = NAN;
             else if (v < 0.0105) x[i] = INFINITY;
         }
@@ -83,30 +84,30 @@ static void test_topk(int64_t R, int64_t L, int64_t k, int ties, int strided) {
     tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, R, k, 0);
     int32_t *ig = malloc((size_t)(R * k) * 4), *ic = malloc((size_t)(R * k) * 4);
     tset(&hi, ic, LA_I32, LA_DEVICE_CPU, 2, R, k, 0);
-    CHECK_OK(la_topk(&ts, &ti, NULL));
-    CHECK_OK(la_topk(&hs, &hi, NULL));
+    CHECK_OK(la_topk(&ts, &ti, bo_ctx()));
+    CHECK_OK(la_topk(&hs, &hi, bo_ctx()));
     la_dev_download(ig, di.d, di.bytes);
     int64_t d = count_diff(ig, ic, R * k);
     CHECK(d == 0, "topk R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU",
           (long long)R, (long long)L, (long long)k, ties, strided, (long long)d, (long long)(R * k));
-    /* the first kernel (LA_CUDA_TOPK_PATH=old: radix passes and a bitonic
-     * sort), and the default one with L2 prefetch 3 and 16 steps ahead: the
-     * CPU's indices and the default call's, bit for bit */
+    /* the first kernel (variant "portable" of family "topk": radix passes and
+     * a bitonic sort): the CPU's indices and the default call's, bit for bit
+     * (the former test also ran the default kernel with its L2 prefetch on,
+     * a choice removed from src/) */
     int32_t *i3 = malloc((size_t)(R * k) * 4);
-    static const char *pfs[] = {NULL, "3", "16"};
-    for (int v = 0; v < (L >= 4096 ? 3 : 1); v++) {
+    static const char *pfs[] = {NULL};
+    for (int v = 0; v < 1; v++) {
+        if (!bo_use_variant("topk", "portable")) continue;
         la_dev_memset(di.d, v & 1 ? 0x7f : 0xff, di.bytes); /* poisoned */
-        if (v == 0) setenv("LA_CUDA_TOPK_PATH", "old", 1);
-        if (pfs[v]) setenv("LA_CUDA_TOPK_PF", pfs[v], 1);
-        CHECK_OK(la_topk(&ts, &ti, NULL));
-        unsetenv("LA_CUDA_TOPK_PF");
-        unsetenv("LA_CUDA_TOPK_PATH");
+        const int ran = CHECK_DEV(la_topk(&ts, &ti, bo_ctx()));
+        bo_use_variant("topk", NULL);
+        if (!ran) continue;
         la_dev_download(i3, di.d, di.bytes);
         const int64_t dc = count_diff(i3, ic, R * k), dg = count_diff(i3, ig, R * k);
         CHECK(dc == 0 && dg == 0,
               "topk %s (pf %s) R=%lld L=%lld k=%lld ties=%d strided=%d: %lld of %lld entries differ from the CPU, "
               "%lld from the default kernel",
-              v == 0 ? "old" : "default", pfs[v] ? pfs[v] : "default", (long long)R, (long long)L, (long long)k, ties, strided, (long long)dc,
+              v == 0 ? "portable" : "default", pfs[v] ? pfs[v] : "default", (long long)R, (long long)L, (long long)k, ties, strided, (long long)dc,
               (long long)(R * k), (long long)dg);
     }
     free(i3);
@@ -188,14 +189,15 @@ typedef struct idx_case {
     la_dtype dt;
 } idx_case;
 
-static void test_indexers(idx_case c) {
+static void test_indexers(const void *arg) {
+    const idx_case c = *(const idx_case *)arg;
     const int64_t T = c.T, HI = c.HI, dI = c.dI, L = c.L, K = c.topk;
     float *q = malloc((size_t)(T * HI * dI) * 4), *k = malloc((size_t)(L * dI) * 4),
           *w = malloc((size_t)(T * HI) * 4);
     float *q0 = malloc((size_t)(T * HI * dI) * 4), *k0 = malloc((size_t)(L * dI) * 4);
-    la_fill_normal(&rng, q, T * HI * dI, 1.0);
-    la_fill_normal(&rng, k, L * dI, 1.0);
-    la_fill_normal(&rng, w, T * HI, 1.0 / sqrt((double)HI * dI));
+    la_fill_normal(&bo_rng, q, T * HI * dI, 1.0);
+    la_fill_normal(&bo_rng, k, L * dI, 1.0);
+    la_fill_normal(&bo_rng, w, T * HI, 1.0 / sqrt((double)HI * dI));
     memcpy(q0, q, (size_t)(T * HI * dI) * 4);
     memcpy(k0, k, (size_t)(L * dI) * 4);
     int32_t *st = NULL, *en = NULL;
@@ -203,7 +205,7 @@ static void test_indexers(idx_case c) {
         st = malloc((size_t)T * 4);
         en = malloc((size_t)T * 4);
         for (int64_t t = 0; t < T; t++) {
-            int64_t a = (int64_t)(la_rng_uniform(&rng) * L), b = (int64_t)(la_rng_uniform(&rng) * (L + 1));
+            int64_t a = (int64_t)(la_rng_uniform(&bo_rng) * L), b = (int64_t)(la_rng_uniform(&bo_rng) * (L + 1));
             if (a > b) { int64_t x = a; a = b; b = x; }
             if (t % 7 == 3) b = a; /* empty range */
             if (t % 5 == 1) { a = 0; b = L; }
@@ -287,14 +289,14 @@ static void test_indexers(idx_case c) {
     /* DSA: score rows vs f64, index set vs CPU (same rounded inputs) */
     la_dev_memset(didx.d, 0x7f, didx.bytes);
     la_dev_memset(dsc.d, 0xff, dsc.bytes);
-    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, NULL));
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, bo_ctx()));
     la_dev_download(ig, didx.d, didx.bytes);
     la_dev_download(sg, dsc.d, dsc.bytes);
     ref_scores(q, k, w, T, HI, dI, L, st, en, sr, sm);
     double e = score_err_mag(sg, sr, sm, T * L);
     const double tol = c.dt == LA_F32 ? 1e-5 : 1e-4;
     CHECK(e <= tol, "dsa scores %s: rel err %.3g > %.1g", tag, e, tol);
-    CHECK_OK(la_dsa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL, NULL));
+    CHECK_OK(la_dsa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL, bo_ctx()));
     int64_t d = count_diff(ig, ic, T * K);
     double ov = overlap(ig, ic, T, K, L, NULL);
     if (c.dt == LA_F32)
@@ -308,7 +310,7 @@ static void test_indexers(idx_case c) {
         tset(&h0q, q0, LA_F32, LA_DEVICE_CPU, 3, T, HI, dI);
         tset(&h0k, k0, LA_F32, LA_DEVICE_CPU, 2, L, dI, 0);
         tset(&h0i, i32, LA_I32, LA_DEVICE_CPU, 2, T, K, 0);
-        CHECK_OK(la_dsa_indexer(&p, &h0q, &h0k, &hw, cs_, ce, &h0i, NULL, NULL));
+        CHECK_OK(la_dsa_indexer(&p, &h0q, &h0k, &hw, cs_, ce, &h0i, NULL, bo_ctx()));
         double rc = overlap(ig, i32, T, K, L, NULL);
         printf("  dsa %s: bf16 recall vs fp32 set %.4f, agreement with CPU-bf16 %.6f\n", tag, rc, ov);
         if (K >= 256 && L >= 2 * K) CHECK(rc >= 0.99, "dsa %s: bf16 recall %.4f < 0.99", tag, rc);
@@ -317,37 +319,38 @@ static void test_indexers(idx_case c) {
     memcpy(ih, ig, (size_t)(T * K) * 4); /* GPU DSA set, for HISA == DSA */
     /* the DSA's top-k (per-row ranges) on the first top-k kernel: the same indices */
     la_dev_memset(didx.d, 0xff, didx.bytes);
-    setenv("LA_CUDA_TOPK_PATH", "old", 1);
-    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL, NULL));
-    unsetenv("LA_CUDA_TOPK_PATH");
-    la_dev_download(ig, didx.d, didx.bytes);
-    d = count_diff(ig, ih, T * K);
-    CHECK(d == 0, "dsa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
+    if (bo_use_variant("topk", "portable")) {
+        const int ran = CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL, bo_ctx()));
+        bo_use_variant("topk", NULL);
+        la_dev_download(ig, didx.d, didx.bytes);
+        d = count_diff(ig, ih, T * K);
+        if (ran)
+            CHECK(d == 0, "dsa idx %s, topk portable: %lld entries differ from the default top-k", tag,
+                  (long long)d);
+    }
 
-    /* HISA vs CPU; HISA == DSA when m*B >= L; under each stage-2 path
-     * (LA_CUDA_HISA_PATH: default = the block-major wgmma hb2_kernel for
-     * bf16 HI=64 dI=128, the gather kernels otherwise, e.g. f32; "old" = the
-     * gather kernels for every input), and every path's indices equal to the
-     * first one's (same arithmetic); "stage1_prev" = the default stage 2 with
-     * the previous stage-1 kernels (LA_CUDA_HISA_FAST1=0: hs_pool_bf16_kernel,
-     * mma.sync block scores; the same means and block scores bit for bit) */
-    static const char *hisa_paths[] = {NULL, "old", "stage1_prev"};
+    /* HISA vs CPU; HISA == DSA when m*B >= L; under each path (variants of
+     * family "hisa": the default = the block-major wgmma hb2_kernel for bf16
+     * HI=64 dI=128; "gather" = stage 2 on the DSA score kernels in gather
+     * mode), and every path's indices equal to the first one's (same
+     * arithmetic); "mma" = stage 2 as gather with the previous stage-1
+     * kernels (hs_pool_bf16_kernel, mma.sync block scores; the same means and
+     * block scores bit for bit). A variant that does not take the views
+     * (f32, other head shapes) is a skipped sub-check. */
+    static const char *hisa_paths[] = {NULL, "gather", "mma"};
     int32_t *i0 = malloc((size_t)(T * K) * 4);
     for (int pi = 0; pi < (int)(sizeof hisa_paths / sizeof hisa_paths[0]); pi++) {
         char ptag[200];
         snprintf(ptag, sizeof ptag, "%s path=%s", tag, hisa_paths[pi] ? hisa_paths[pi] : "default");
-        const bool prev1 = hisa_paths[pi] && !strcmp(hisa_paths[pi], "stage1_prev");
-        if (hisa_paths[pi] && !prev1) setenv("LA_CUDA_HISA_PATH", hisa_paths[pi], 1);
-        else unsetenv("LA_CUDA_HISA_PATH");
-        if (prev1) setenv("LA_CUDA_HISA_FAST1", "0", 1);
+        if (hisa_paths[pi] && !bo_use_variant("hisa", hisa_paths[pi])) continue;
         la_dev_memset(didx.d, pi & 1 ? 0xff : 0x7f, didx.bytes); /* poisoned */
-        CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+        const int ran = CHECK_DEV(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, bo_ctx()));
         la_dev_download(ig, didx.d, didx.bytes);
-        unsetenv("LA_CUDA_HISA_PATH");
-        unsetenv("LA_CUDA_HISA_FAST1");
+        bo_use_variant("hisa", NULL);
+        if (!ran) continue;
         if (pi == 0) {
             memcpy(i0, ig, (size_t)(T * K) * 4);
-            CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
+            CHECK_OK(la_hisa_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, bo_ctx()));
         } else {
             d = count_diff(ig, i0, T * K);
             CHECK(d == 0, "hisa %s: %lld entries differ from the default path", ptag, (long long)d);
@@ -368,20 +371,23 @@ static void test_indexers(idx_case c) {
     }
     /* HISA with both of its selections (top-m of the block scores with
      * ranges, token top-k in gather mode) on the first top-k kernel: the same indices */
-    la_dev_memset(didx.d, 0x7f, didx.bytes);
-    setenv("LA_CUDA_TOPK_PATH", "old", 1);
-    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
-    unsetenv("LA_CUDA_TOPK_PATH");
-    la_dev_download(ig, didx.d, didx.bytes);
-    d = count_diff(ig, i0, T * K);
-    CHECK(d == 0, "hisa idx %s, topk old: %lld entries differ from the default top-k", tag, (long long)d);
+    if (bo_use_variant("topk", "portable")) {
+        la_dev_memset(didx.d, 0x7f, didx.bytes);
+        const int ran = CHECK_DEV(la_hisa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, bo_ctx()));
+        bo_use_variant("topk", NULL);
+        la_dev_download(ig, didx.d, didx.bytes);
+        d = count_diff(ig, i0, T * K);
+        if (ran)
+            CHECK(d == 0, "hisa idx %s, topk portable: %lld entries differ from the default top-k", tag,
+                  (long long)d);
+    }
     free(i0);
     /* block-sparse vs CPU */
     if (K >= c.B) {
         la_dev_memset(didx.d, 0x7f, didx.bytes);
-        CHECK_OK(la_blocksparse_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, NULL));
+        CHECK_OK(la_blocksparse_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, bo_ctx()));
         la_dev_download(ig, didx.d, didx.bytes);
-        CHECK_OK(la_blocksparse_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, NULL));
+        CHECK_OK(la_blocksparse_indexer(&p, &hq, &hk, &hw, cs_, ce, &hi, bo_ctx()));
         d = count_diff(ig, ic, T * K);
         if (c.dt == LA_F32)
             CHECK(d == 0, "blocksparse idx %s: %lld entries differ from the CPU", tag, (long long)d);
@@ -407,16 +413,20 @@ static void test_indexers(idx_case c) {
 }
 
 /* ---- sparse attention ----------------------------------------------------------- */
-static void test_sparse_attn(int64_t T, int64_t Hq, int64_t Hkv, int64_t Dqk, int64_t Dv,
-                             int64_t L, int64_t K, la_dtype dt) {
+typedef struct attn_args { int64_t T, Hq, Hkv, Dqk, Dv, L, K; la_dtype dt; } attn_args;
+
+static void test_sparse_attn(const void *arg) {
+    const attn_args *A = arg;
+    const int64_t T = A->T, Hq = A->Hq, Hkv = A->Hkv, Dqk = A->Dqk, Dv = A->Dv, L = A->L, K = A->K;
+    const la_dtype dt = A->dt;
     float *q = malloc((size_t)(T * Hq * Dqk) * 4), *kv = malloc((size_t)(L * Hkv * Dqk) * 4);
-    la_fill_normal(&rng, q, T * Hq * Dqk, 1.0);
-    la_fill_normal(&rng, kv, L * Hkv * Dqk, 1.0);
+    la_fill_normal(&bo_rng, q, T * Hq * Dqk, 1.0);
+    la_fill_normal(&bo_rng, kv, L * Hkv * Dqk, 1.0);
     int32_t *ix = malloc((size_t)(T * K) * 4);
     for (int64_t t = 0; t < T; t++)
         for (int64_t j = 0; j < K; j++) {
-            double u = la_rng_uniform(&rng);
-            int32_t v = (int32_t)(la_rng_uniform(&rng) * L);
+            double u = la_rng_uniform(&bo_rng);
+            int32_t v = (int32_t)(la_rng_uniform(&bo_rng) * L);
             if (u < 0.05) v = -1;
             else if (u < 0.08) v = (int32_t)(L + 3); /* >= L: skipped */
             if (t == T - 1 && T > 1) v = (j & 1) ? -1 : (int32_t)L; /* all invalid */
@@ -436,7 +446,7 @@ static void test_sparse_attn(int64_t T, int64_t Hq, int64_t Hkv, int64_t Dqk, in
     la_sparse_attn_params p;
     la_sparse_attn_params_init(&p);
     p.dv = Dv;
-    CHECK_OK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, NULL));
+    CHECK_OK(la_sparse_attention(&p, &tq, &tkv, &ti, &to, &tl, bo_ctx()));
     float *og = malloc((size_t)(T * Hq * Dv) * 4), *lg = malloc((size_t)(T * Hq) * 4);
     dget_f32(og, &dout, T * Hq * Dv, dt);
     dget_f32(lg, &dl, T * Hq, LA_F32);
@@ -501,75 +511,128 @@ static void test_sparse_attn(int64_t T, int64_t Hq, int64_t Hkv, int64_t Dqk, in
     free(q); free(kv); free(ix); free(og); free(lg); free(oref); free(lref); free(sc);
 }
 
-int main(void) {
-    if (cuda_test_skip()) return la_test_finish();
-    rng = la_test_rng("test_cuda_sparse");
-    small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
-    /* LA_CUDA_ONLY_INDEXERS=1: only the DSA / HISA / block-sparse cases
-     * (tests/cuda/gpu_hisa2.sh) */
-    const bool only_idx = getenv("LA_CUDA_ONLY_INDEXERS") && atoi(getenv("LA_CUDA_ONLY_INDEXERS"));
-    /* LA_CUDA_ONLY_TOPK=1: the top-k cases and a few indexer cases whose
-     * top-k calls use per-row ranges and gather mode (tests/cuda/gpu_topk3.sh) */
-    const bool only_topk = getenv("LA_CUDA_ONLY_TOPK") && atoi(getenv("LA_CUDA_ONLY_TOPK"));
 
+#define TOPK_KF(SMALL, KF, ...)                                                                 \
+    do {                                                                                        \
+        const topk_args a_ = {__VA_ARGS__};                                                     \
+        const bo_opts o_ = {"topk", BO_CUDA, (SMALL), NULL, NULL, KF};                          \
+        bo_add(L, &o_, test_topk, &a_, sizeof a_, "topk(" #__VA_ARGS__ ")");                     \
+    } while (0)
+#define TOPK(SMALL, ...) TOPK_KF(SMALL, NULL, __VA_ARGS__)
+/* Rows with NaN: the CUDA top-k ranks NaN first (structure-cuda 64b6575),
+ * the CPU top-k of this branch still masks it; structure-cpu 1def0d3 makes
+ * the CPU rank NaN first too. Remove the mark once both are merged (the
+ * harness then reports these cases as "listed as a known failure; passes
+ * now"). */
+#define TOPK_NAN(SMALL, ...)                                                                    \
+    TOPK_KF(SMALL, "NaN order: CUDA ranks NaN first, the CPU top-k of this branch masks it "    \
+                   "(equal once structure-cpu's NaN-first top-k is merged)", __VA_ARGS__)
+#define SPATTN(SMALL, ...)                                                                      \
+    do {                                                                                        \
+        const attn_args a_ = {__VA_ARGS__};                                                     \
+        const bo_opts o_ = {"sparse_attn", BO_CUDA, (SMALL), NULL, NULL, NULL};                 \
+        bo_add(L, &o_, test_sparse_attn, &a_, sizeof a_, "sparse_attn(" #__VA_ARGS__ ")");       \
+    } while (0)
+
+static void add_indexers(bo_list *L, int small, const idx_case *c) {
+    char name[BO_NAME_MAX];
+    snprintf(name, sizeof name,
+             "dsa+hisa+blocksparse T=%lld HI=%lld dI=%lld L=%lld k=%lld B=%lld m=%lld ranges=%d perm=%d %s",
+             (long long)c->T, (long long)c->HI, (long long)c->dI, (long long)c->L,
+             (long long)c->topk, (long long)c->B, (long long)c->m, c->ranges, c->permuted,
+             la_dtype_name(c->dt));
+    const bo_opts o = {"dsa", BO_CUDA, small, NULL, NULL, NULL};
+    bo_add(L, &o, test_indexers, c, sizeof *c, name);
+}
+
+/* The smallest top-k call through the family's kernel choice. */
+static la_status probe_topk(la_context *ctx) {
+    const int64_t R = 2, Lr = 64, k = 8;
+    dbuf ds = dalloc((size_t)(R * Lr) * 4), di = dalloc((size_t)(R * k) * 4);
+    la_dev_memset(ds.d, 0, ds.bytes);
+    la_tensor ts, ti;
+    tset(&ts, ds.d, LA_F32, LA_DEVICE_CUDA, 2, R, Lr, 0);
+    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, R, k, 0);
+    const la_status s = la_topk(&ts, &ti, ctx);
+    la_dev_synchronize();
+    dfree(&ds);
+    dfree(&di);
+    return s;
+}
+/* The smallest HISA call through its kernel choice (bf16 HI = 64, dI = 128). */
+static la_status probe_hisa(la_context *ctx) {
+    const int64_t T = 2, HI = 64, dI = 128, Lk = 256, K = 64;
+    dbuf dq = dalloc((size_t)(T * HI * dI) * 2), dk = dalloc((size_t)(Lk * dI) * 2),
+         dw = dalloc((size_t)(T * HI) * 4), di = dalloc((size_t)(T * K) * 4);
+    la_dev_memset(dq.d, 0, dq.bytes);
+    la_dev_memset(dk.d, 0, dk.bytes);
+    la_dev_memset(dw.d, 0, dw.bytes);
+    la_tensor tq, tk, tw, ti;
+    tset(&tq, dq.d, LA_BF16, LA_DEVICE_CUDA, 3, T, HI, dI);
+    tset(&tk, dk.d, LA_BF16, LA_DEVICE_CUDA, 2, Lk, dI, 0);
+    tset(&tw, dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
+    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+    la_index_params p;
+    la_index_params_init(&p);
+    p.topk = K;
+    p.block = 64;
+    p.block_topk = 2;
+    const la_status s = la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, ctx);
+    la_dev_synchronize();
+    dfree(&dq); dfree(&dk); dfree(&dw); dfree(&di);
+    return s;
+}
+
+void cases_sparse(bo_list *L) {
+    bo_add_probe(L, "topk", probe_topk);
+    bo_add_probe(L, "hisa", probe_hisa);
+    const int small = 1;
     /* top-k: odd sizes, ties, masked entries, k > valid, strided rows */
-    if (!only_idx) {
-    test_topk(3, 1, 1, 0, 0);
-    test_topk(5, 63, 16, 0, 0);
-    test_topk(7, 65, 100, 1, 0);
-    test_topk(4, 1000, 64, 1, 1);
-    test_topk(3, 5000, 2048, 2, 0);
-    test_topk(2, 9000, 300, 0, 1);   /* sampled-threshold path, strided */
-    test_topk(3, 20000, 2048, 0, 0); /* sampled-threshold path */
-    test_topk(3, 6144, 1537, 0, 0);  /* widest row of the direct path, odd k */
-    test_topk(3, 6145, 1537, 0, 1);  /* narrowest sampled row, strided */
-    test_topk(4, 3000, 64, 3, 0);    /* outliers, direct path */
-    test_topk(4, 2000, 100, 5, 0);   /* NaN and +inf */
+    TOPK(small, 3, 1, 1, 0, 0);
+    TOPK(small, 5, 63, 16, 0, 0);
+    TOPK(small, 7, 65, 100, 1, 0);
+    TOPK(small, 4, 1000, 64, 1, 1);
+    TOPK(small, 3, 5000, 2048, 2, 0);
+    TOPK(small, 2, 9000, 300, 0, 1);   /* sampled-threshold path, strided */
+    TOPK(small, 3, 20000, 2048, 0, 0); /* sampled-threshold path */
+    TOPK(small, 3, 6144, 1537, 0, 0);  /* widest row of the direct path, odd k */
+    TOPK(small, 3, 6145, 1537, 0, 1);  /* narrowest sampled row, strided */
+    TOPK(small, 4, 3000, 64, 3, 0);    /* outliers, direct path */
+    TOPK_NAN(small, 4, 2000, 100, 5, 0);   /* NaN and +inf */
     /* v3's boundaries (every case above also runs v3): rows of k-1, k, k+1
      * columns; 4016 = its widest direct row, 4017 its narrowest sampled one
      * (k = 2048: the threshold keeps ~3008 of 4017) */
-    test_topk(3, 2047, 2048, 0, 0);
-    test_topk(3, 2048, 2048, 1, 0);
-    test_topk(3, 2049, 2048, 0, 1);
-    test_topk(3, 4016, 2048, 0, 0);
-    test_topk(3, 4017, 2048, 0, 0);
-    test_topk(3, 4017, 2048, 5, 1);  /* NaN / +inf, strided, sampled */
-    test_topk(2, 4100, 2048, 4, 0);  /* ~60 valid of 4100: fewer than k */
-    test_topk(5, 63, 63, 2, 0);      /* all equal, k = row */
-    if (!small_only) {
-        test_topk(33, 70001, 2048, 0, 0);
-        test_topk(9, 70001, 2048, 1, 0);
-        test_topk(5, 262144, 2048, 0, 0);
-        test_topk(8, 30000, 1000, 2, 1);
-        test_topk(6, 65536, 2048, 3, 0); /* outliers above the sampled candidates */
-        test_topk(6, 100000, 2048, 4, 0); /* ~1500 valid < k on wide rows */
-        test_topk(5, 65536, 777, 5, 1);
-        test_topk(7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
+    TOPK(small, 3, 2047, 2048, 0, 0);
+    TOPK(small, 3, 2048, 2048, 1, 0);
+    TOPK(small, 3, 2049, 2048, 0, 1);
+    TOPK(small, 3, 4016, 2048, 0, 0);
+    TOPK(small, 3, 4017, 2048, 0, 0);
+    TOPK_NAN(small, 3, 4017, 2048, 5, 1);  /* NaN / +inf, strided, sampled */
+    TOPK(small, 2, 4100, 2048, 4, 0);  /* ~60 valid of 4100: fewer than k */
+    TOPK(small, 5, 63, 63, 2, 0);      /* all equal, k = row */
+    {
+        const int small = 0;
+        TOPK(small, 33, 70001, 2048, 0, 0);
+        TOPK(small, 9, 70001, 2048, 1, 0);
+        TOPK(small, 5, 262144, 2048, 0, 0);
+        TOPK(small, 8, 30000, 1000, 2, 1);
+        TOPK(small, 6, 65536, 2048, 3, 0); /* outliers above the sampled candidates */
+        TOPK(small, 6, 100000, 2048, 4, 0); /* ~1500 valid < k on wide rows */
+        TOPK_NAN(small, 5, 65536, 777, 5, 1);
+        TOPK(small, 7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
         /* v3: 64K rows (the bench shape; 4096 samples), > 64K (8192 samples) */
-        test_topk(9, 65536, 2048, 0, 0);
-        test_topk(5, 65537, 2048, 0, 0);
-        test_topk(3, 262144, 2048, 4, 0); /* ~3900 valid of 256K: near v3's capacity */
-        test_topk(3, 65536, 2048, 2, 0);  /* all equal: every column passes tau, radix fallback */
-        test_topk(4, 131072, 2048, 1, 0); /* quantized ties on 128K rows */
-        test_topk(3, 65536, 2048, 5, 0);  /* NaN / +inf on 64K rows */
-        test_topk(3, 200000, 64, 0, 1);   /* small k, strided, 8192 samples */
-    }
+        TOPK(small, 9, 65536, 2048, 0, 0);
+        TOPK(small, 5, 65537, 2048, 0, 0);
+        TOPK(small, 3, 262144, 2048, 4, 0); /* ~3900 valid of 256K: near v3's capacity */
+        TOPK(small, 3, 65536, 2048, 2, 0);  /* all equal: every column passes tau, radix fallback */
+        TOPK(small, 4, 131072, 2048, 1, 0); /* quantized ties on 128K rows */
+        TOPK_NAN(small, 3, 65536, 2048, 5, 0);  /* NaN / +inf on 64K rows */
+        TOPK(small, 3, 200000, 64, 0, 1);   /* small k, strided, 8192 samples */
     }
 
     /* indexers: {T, HI, dI, L, topk, B, m, ranges, permuted, dtype} */
     /* ranged rows up to 70000 columns (v3's 8192-sample path under ranges) */
     const idx_case long_rows = {4, 4, 16, 70000, 2048, 64, 40, 1, 0, LA_F32};
-    if (only_topk) {
-        const idx_case tk_cases[] = {
-            {63, 4, 16, 65, 16, 8, 2, 1, 0, LA_F32},
-            {17, 8, 32, 300, 512, 16, 64, 1, 0, LA_F32},
-            {8, 64, 128, 16384, 2048, 128, 64, 0, 0, LA_F32}, /* gather-mode rows of 8192 */
-            {8, 64, 128, 16384, 2048, 128, 64, 1, 0, LA_F32}, /* ragged ranges */
-            long_rows,
-        };
-        for (size_t i = 0; i < sizeof tk_cases / sizeof tk_cases[0]; i++) test_indexers(tk_cases[i]);
-        return la_test_finish();
-    }
     idx_case cs[] = {
         {1, 1, 1, 1, 4, 2, 1, 0, 0, LA_F32},
         {63, 4, 16, 65, 16, 8, 2, 1, 0, LA_F32},
@@ -583,8 +646,8 @@ int main(void) {
         {9, 64, 128, 600, 32, 16, 40, 1, 2, LA_BF16},    /* k rows not 16-byte aligned (copied), HISA == DSA */
         {17, 64, 128, 3000, 256, 64, 12, 1, 0, LA_BF16}, /* HISA paths: odd T, ragged, bf16 fast */
     };
-    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) test_indexers(cs[i]);
-    if (!small_only) {
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) add_indexers(L, 1, &cs[i]);
+    {
         idx_case big[] = {
             {129, 64, 128, 8192, 2048, 128, 8, 0, 0, LA_BF16},
             {64, 64, 128, 4100, 2048, 128, 64, 1, 0, LA_BF16}, /* m*B >= L */
@@ -598,15 +661,13 @@ int main(void) {
             {15, 64, 128, 8500, 2048, 128, 80, 1, 0, LA_BF16},   /* m*B >= L, ragged: HISA == DSA on every path */
             long_rows,
         };
-        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) test_indexers(big[i]);
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) add_indexers(L, 0, &big[i]);
     }
 
-    if (only_idx) return la_test_finish();
     /* sparse attention: fast path (bf16 576/512) and the exact path */
-    test_sparse_attn(3, 64, 1, 576, 512, 300, 100, LA_BF16);
-    test_sparse_attn(4, 4, 2, 63, 16, 65, 33, LA_F32);
-    test_sparse_attn(2, 3, 1, 16, 1, 10, 7, LA_F32);
-    test_sparse_attn(3, 64, 1, 576, 512, 300, 70, LA_F32); /* f32: exact path */
-    if (!small_only) test_sparse_attn(5, 128, 1, 576, 512, 5000, 2048, LA_BF16);
-    return la_test_finish();
+    SPATTN(1, 3, 64, 1, 576, 512, 300, 100, LA_BF16);
+    SPATTN(1, 4, 4, 2, 63, 16, 65, 33, LA_F32);
+    SPATTN(1, 2, 3, 1, 16, 1, 10, 7, LA_F32);
+    SPATTN(1, 3, 64, 1, 576, 512, 300, 70, LA_F32); /* f32: exact path */
+    SPATTN(0, 5, 128, 1, 576, 512, 5000, 2048, LA_BF16);
 }

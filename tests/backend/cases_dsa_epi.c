@@ -1,12 +1,12 @@
-/* GPU test of the DSA v2 score kernel (dsa.cu's sc_wgmma_kernel, its
- * instruction count in dev/NOTES_dsa_epilogue.md). Every case runs the DSA
+/* Case table of the DSA v2 score kernel (dsa.cu's sc_wgmma_kernel) on CUDA,
+ * from the former tests/cuda/test_cuda_dsa_epi.c. Every case runs the DSA
  * indexer (HI = 64, dI = 128: the v2 kernels; bf16, and fp8 e4m3 with k/q
- * scales) against the mma.sync kernels (LA_CUDA_DSA_PATH=old, timed only)
- * for several query groups (LA_CUDA_DSA_QG unset / 6 / 64: chunks with one
- * valid query, every pipeline stage reused), and checks
+ * scales) for several query groups (the automatic one, and variants "qg6"
+ * / "qg64" of family "dsa": chunks with one valid query, every pipeline
+ * stage reused), and checks
  *   - scores vs a float64 reference on the dequantized inputs the device
  *     sees (score_err_mag: relative to max(|ref|, the entry's sum of absolute
- *     head terms); bf16 1e-4, fp8 5e-4 as test_cuda_dsa_fp8), -inf outside
+ *     head terms); bf16 1e-4, fp8 5e-4 as cases_dsa_fp8.c), -inf outside
  *     the valid ranges exactly; on every row, or on 24 spread rows when the
  *     case is large;
  *   - idx = the exact row top-k of the scores the call returned (descending,
@@ -17,13 +17,10 @@
  * Shapes: odd T and L (partial key tiles, one-key tiles, a final chunk with
  * one valid query), ragged ranges with empty rows, topk > L, q as a permuted
  * view (query stride != head stride), padded k rows, and the bench shape
- * T = 1024, L = 64K, timed against the mma.sync kernels (median of CUDA
- * events, 15 calls after 2 warm-ups, the whole indexer call: scores +
- * top-k).
- *   test_cuda_dsa_epi        the test (skips without a device)
- *   test_cuda_dsa_epi one    one bf16 and one fp8 call at T = 1024, L = 64K
- *                            with the current environment, no checks (ncu) */
-#include "cuda_test_util.h"
+ * T = 1024, L = 64K (checked on 24 rows; with --perf also timed against the
+ * mma.sync kernels, variant "mma": median of CUDA events, 15 calls after 2
+ * warm-ups, the whole indexer call: scores + top-k). */
+#include "bo_staging.h"
 
 #ifdef LA_WITH_CUDA
 /* the few CUDA runtime calls the timing needs (extern "C" in libcudart; the
@@ -57,11 +54,6 @@ typedef struct edata {
     la_index_params p;
 } edata;
 
-/* "one" mode: arbitrary finite input bytes and constant scales, no host
- * values (ncu counts instructions; the kernels have no data-dependent
- * branches apart from the ranges) */
-static bool fast_fill;
-
 static void edata_make(edata *d, ecase c) {
     memset(d, 0, sizeof *d);
     d->c = c;
@@ -69,23 +61,15 @@ static void edata_make(edata *d, ecase c) {
     const size_t es = c.fp8 ? 1 : 2;
     float *q = malloc((size_t)(T * HI * DI) * 4), *k = malloc((size_t)(L * DI) * 4);
     d->w = malloc((size_t)(T * HI) * 4);
-    if (!fast_fill) {
-        la_fill_normal(&rng, q, T * HI * DI, 1.0);
-        la_fill_normal(&rng, k, L * DI, 1.0);
-    }
-    la_fill_normal(&rng, d->w, T * HI, 1.0 / sqrt((double)HI * DI));
+    la_fill_normal(&bo_rng, q, T * HI * DI, 1.0);
+    la_fill_normal(&bo_rng, k, L * DI, 1.0);
+    la_fill_normal(&bo_rng, d->w, T * HI, 1.0 / sqrt((double)HI * DI));
     d->qv = malloc((size_t)(T * HI * DI) * 4);
     d->kv = malloc((size_t)(L * DI) * 4);
     d->qsc = malloc((size_t)(T * HI) * 4);
     d->ksc = malloc((size_t)L * 4);
     uint8_t *qh = malloc((size_t)(T * HI * DI) * es), *kh = calloc((size_t)(L * kst) * es + 16, 1);
-    if (fast_fill) { /* bytes & 0x3b: no NaN / inf in e4m3 or bf16 */
-        for (size_t i = 0; i < (size_t)(L * kst) * es; i++) kh[i] = (uint8_t)((i * 2654435761u) >> 24) & 0x3b;
-        for (size_t i = 0; i < (size_t)(T * HI * DI) * es; i++) qh[i] = (uint8_t)((i * 40503u + 7) >> 8) & 0x3b;
-        for (int64_t s = 0; s < L; s++) d->ksc[s] = c.fp8 ? 0.01f : 1.f;
-        for (int64_t i = 0; i < T * HI; i++) d->qsc[i] = c.fp8 ? 0.02f : 1.f;
-    }
-    for (int64_t s = 0; s < L && !fast_fill; s++) {
+    for (int64_t s = 0; s < L; s++) {
         double amax = 0;
         for (int64_t i = 0; i < DI; i++) amax = fmax(amax, fabs(k[s * DI + i]));
         d->ksc[s] = c.fp8 && amax > 0 ? (float)(amax / 448.0) : 1.f;
@@ -102,7 +86,7 @@ static void edata_make(edata *d, ecase c) {
             }
         }
     }
-    for (int64_t t = 0; t < T && !fast_fill; t++)
+    for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < HI; h++) {
             const float *qr = q + (t * HI + h) * DI;
             double amax = 0;
@@ -126,7 +110,7 @@ static void edata_make(edata *d, ecase c) {
         d->st = malloc((size_t)T * 4);
         d->en = malloc((size_t)T * 4);
         for (int64_t t = 0; t < T; t++) {
-            int64_t a = (int64_t)(la_rng_uniform(&rng) * L), b = (int64_t)(la_rng_uniform(&rng) * (L + 1));
+            int64_t a = (int64_t)(la_rng_uniform(&bo_rng) * L), b = (int64_t)(la_rng_uniform(&bo_rng) * (L + 1));
             if (a > b) { const int64_t x = a; a = b; b = x; }
             if (t % 7 == 3) b = a;                               /* empty */
             if (t % 5 == 1) { a = 0; b = L; }                    /* full */
@@ -181,7 +165,7 @@ static void edata_free(edata *d) {
 }
 static la_status edata_call(edata *d) {
     return la_dsa_indexer(&d->p, &d->tq, &d->tk, &d->tw, d->c.ranges ? &d->ts : NULL,
-                          d->c.ranges ? &d->te : NULL, &d->ti, &d->tsc, NULL);
+                          d->c.ranges ? &d->te : NULL, &d->ti, &d->tsc, bo_ctx());
 }
 
 /* f64 reference of row t (out, mag: L entries; -inf / 0 outside the range) */
@@ -214,11 +198,6 @@ static int64_t bad_topk_rows(const edata *d, const int32_t *ix, const float *sg,
     return check_own_topk(ix, sg, d->c.T, d->c.L, d->c.K, d->st, d->en, msg, mlen);
 }
 
-static void set_env(const char *name, const char *v) {
-    if (v) setenv(name, v, 1);
-    else unsetenv(name);
-}
-
 /* the rows checked against the reference: all, or 24 spread ones (first,
  * last, both of a chunk, both ends of a query group) */
 static int64_t pick_rows(int64_t T, int64_t *rows) {
@@ -241,7 +220,7 @@ static int cmp_f(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 /* median ms of reps timed calls (events on the default stream, which the
- * library uses without a context) after 2 warm-ups */
+ * library uses when the context sets none) after 2 warm-ups */
 static double time_call(edata *d, int reps) {
     float ms[32];
     epi_event e0, e1;
@@ -264,7 +243,12 @@ static double time_call(edata *d, int reps) {
 }
 #endif
 
-static void run_case(ecase c, bool timed) {
+typedef struct epi_args { ecase c; int timed; } epi_args;
+
+static void run_case(const void *arg) {
+    const ecase c = ((const epi_args *)arg)->c;
+    const bool timed = ((const epi_args *)arg)->timed && bo_perf();
+    (void)timed; /* used by the CUDA build only */
     edata d;
     edata_make(&d, c);
     const int64_t T = c.T, L = c.L, K = c.K;
@@ -280,16 +264,15 @@ static void run_case(ecase c, bool timed) {
     float *sg = malloc((size_t)(T * L) * 4 + 4), *s0 = malloc((size_t)(T * L) * 4 + 4),
           *sub = malloc((size_t)(nr * L) * 4 + 4);
     int32_t *ig = malloc((size_t)(T * K) * 4), *i0 = malloc((size_t)(T * K) * 4);
-    const char *qgs[3] = {NULL, "6", "64"};
-    const int nqg = timed ? 1 : 3;
+    /* the automatic query group, then variants "qg6" and "qg64" of family "dsa" */
+    const char *qgs[3] = {NULL, "qg6", "qg64"};
+    const int nqg = ((const epi_args *)arg)->timed ? 1 : 3;
     for (int qi = 0; qi < nqg; qi++) {
-        const char *qn = qgs[qi] ? qgs[qi] : "auto";
-        set_env("LA_CUDA_DSA_QG", qgs[qi]);
+        const char *qn = qgs[qi] ? qgs[qi] + 2 : "auto";
+        if (qgs[qi] && !bo_use_variant("dsa", qgs[qi])) continue;
         la_dev_memset(d.didx.d, 0x7f, d.didx.bytes);
         la_dev_memset(d.dsc.d, 0xff, d.dsc.bytes);
-        const la_status s = edata_call(&d);
-        CHECK(s == LA_OK, "dsa %s [qg %s]: %s: %s", tag, qn, la_status_string(s), la_last_error());
-        if (s != LA_OK) continue;
+        if (!CHECK_DEV(edata_call(&d))) continue; /* (a query group that does not take the views: skipped) */
         la_dev_download(ig, d.didx.d, d.didx.bytes);
         la_dev_download(sg, d.dsc.d, d.dsc.bytes);
         for (int64_t r = 0; r < nr; r++) memcpy(sub + r * L, sg + rows[r] * L, (size_t)L * 4);
@@ -312,13 +295,14 @@ static void run_case(ecase c, bool timed) {
         printf("  %-58s [qg %-4s] rel err %.2e (%lld rows), idx ok %s%s\n", tag, qn, e, (long long)nr,
                bad ? "NO" : "yes", qi == 0 ? "" : (nds || ndi ? ", DIFFERS from [auto]" : ", == [auto] bit for bit"));
     }
-    set_env("LA_CUDA_DSA_QG", NULL);
+    bo_use_variant("dsa", NULL);
 #ifdef LA_WITH_CUDA
-    if (timed) {
+    if (timed && bo_use_variant("dsa", "mma")) { /* --perf: v2 against the mma.sync kernels */
+        bo_use_variant("dsa", NULL);
         const double t0 = time_call(&d, 15);
-        set_env("LA_CUDA_DSA_PATH", "old");
+        bo_use_variant("dsa", "mma");
         const double t1 = time_call(&d, 15);
-        set_env("LA_CUDA_DSA_PATH", NULL);
+        bo_use_variant("dsa", NULL);
         printf("TIME dsa %s: v2 %.3f ms, mma.sync %.3f ms (median of 15, scores + top-k), v2 %.2fx faster\n",
                tag, t0, t1, t1 / t0);
     }
@@ -327,20 +311,8 @@ static void run_case(ecase c, bool timed) {
     edata_free(&d);
 }
 
-int main(int argc, char **argv) {
-    if (cuda_test_skip()) return la_test_finish();
-    rng = la_test_rng("test_cuda_dsa_epi");
-    if (argc > 1 && !strcmp(argv[1], "one")) { /* for ncu: one call each, no checks */
-        fast_fill = true;
-        for (int f = 0; f < 2; f++) {
-            edata d;
-            edata_make(&d, (ecase){1024, 65536, 2048, f, 0, 0, 0});
-            CHECK_OK(edata_call(&d));
-            la_dev_synchronize();
-            edata_free(&d);
-        }
-        return la_test_finish();
-    }
+
+void cases_dsa_epi(bo_list *L) {
     /* {T, L, K, fp8, ranges, q_perm, k_pad} */
     const ecase cases[] = {
         {1, 1, 1, 0, 0, 0, 0},
@@ -357,10 +329,19 @@ int main(int argc, char **argv) {
         {130, 777, 33, 1, 0, 0, 16},
         {257, 5000, 2048, 0, 0, 0, 0}, /* bench-like */
         {257, 5000, 2048, 1, 1, 0, 0},
+        /* the bench shape, checked on 24 rows (and timed with --perf) */
+        {1024, 65536, 2048, 0, 0, 0, 0},
+        {1024, 65536, 2048, 1, 0, 0, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) run_case(cases[i], false);
-    /* the bench shape, checked on 24 rows and timed */
-    run_case((ecase){1024, 65536, 2048, 0, 0, 0, 0}, true);
-    run_case((ecase){1024, 65536, 2048, 1, 0, 0, 0}, true);
-    return la_test_finish();
+    const int n = (int)(sizeof cases / sizeof cases[0]);
+    for (int i = 0; i < n; i++) {
+        const ecase *c = &cases[i];
+        const epi_args a = {*c, i >= n - 2};
+        char name[BO_NAME_MAX];
+        snprintf(name, sizeof name, "dsa v2 %s T=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d",
+                 c->fp8 ? "fp8" : "bf16", (long long)c->T, (long long)c->L, (long long)c->K,
+                 c->ranges, c->q_perm, c->k_pad);
+        const bo_opts o = {"dsa", BO_CUDA, c->T * c->L <= 200000, NULL, NULL, NULL};
+        bo_add(L, &o, run_case, &a, sizeof a, name);
+    }
 }

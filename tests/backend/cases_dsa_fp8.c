@@ -1,6 +1,7 @@
-/* GPU tests of the flat DSA indexer's tensor-core paths (issue 7, "fp8 / DSA
- * v2"): fp8 e4m3 q/k with per-key-row and per-(query, head) fp32 scales, and
- * the bf16 wgmma kernel, each against
+/* Case table of the flat DSA indexer's tensor-core paths on CUDA (fp8 e4m3
+ * q/k with per-key-row and per-(query, head) fp32 scales, and the bf16
+ * wgmma kernel), from the former tests/cuda/test_cuda_dsa_fp8.c, each
+ * against
  *   - a float64 reference of the score rows computed on the dequantized
  *     inputs (what the device sees): norm-wise rel error (max |err| over the
  *     row set / max |ref|), -inf outside the ranges exactly;
@@ -10,32 +11,28 @@
  *     of the k-th best reference score (a set check that tolerates near-ties);
  *   - the CPU DSA on the dequantized f32 inputs: recall >= 0.99 over large
  *     row sets (exact equality can fail on near-ties).
- * Every case runs on the default path (wgmma v2 where it applies), with the
- * query group forced to 64 (LA_CUDA_DSA_QG: many chunks per CTA, so every
- * pipeline stage is reused), and on LA_CUDA_DSA_PATH=old (mma.sync); fp8
- * also on =exact (dequantized fp32). Outputs are poisoned (idx 0x7f bytes,
+ * Every case runs on the default path (wgmma v2 where it applies), and under
+ * the variants of family "dsa": "qg64" (the query group forced to 64: many
+ * chunks per CTA, so every pipeline stage is reused), "mma" (mma.sync) and,
+ * for fp8, "portable" (dequantized fp32). Outputs are poisoned (idx 0x7f bytes,
  * scores NaN) before each call and checked fully written. Bad fp8 inputs
  * (non-positive / NaN scales, mixed dtypes, scales without fp8, wrong scale
  * shapes, fp8 on the CPU, fp8 through HISA) must fail with a message.
- * Tolerances: bf16 1e-4 (tensor-core fp32 accumulation, as test_cuda_sparse);
+ * Tolerances: bf16 1e-4 (tensor-core fp32 accumulation, as cases_sparse.c);
  * fp8 mma.sync (f16 tensor-core path on sm_90) 1e-4; fp8 wgmma 5e-4:
- * Hopper's fp8 MMA keeps ~14 accumulator bits (DeepSeek-V3 §3.3.2), so the
- * brief's 1e-5 (exact fp32 accumulation) is not reachable there; the
- * measured error is printed for every case.
- * HISA on every fp8 case (B 16/64, m < nb and m = nb) runs under
- * LA_CUDA_HISA_FP8=f32 (dequantized copies through the exact kernels: the
- * CPU's sets) and under =wg (hisa.cu's e4m3 wgmma route, the default):
- * against the CPU on the
- * dequantized inputs (row structure exact, recall >= 0.99 over >= 1000
- * indices), every block kept = the GPU DSA indices; LA_CUDA_HISA_FP8=wg_force
- * with every block kept runs the new stage-2 kernel instead of the DSA
- * route, and its indices must equal the DSA fp8 indices exactly (the whole
- * row order: the candidate scores are DSA v2's fp8 scores bit for bit).
- * Runs on the GPU machine only; without a device it skips.
- * LA_CUDA_SMALL=1 runs only the small cases (for compute-sanitizer). */
-#include "cuda_test_util.h"
-
-static bool small_only;
+ * Hopper's fp8 MMA keeps ~14 accumulator bits (DeepSeek-V3 §3.3.2), so 1e-5
+ * (exact fp32 accumulation) is not reachable there; the measured error is
+ * printed for every case.
+ * HISA on every fp8 case (B 16/64, m < nb and m = nb) runs under the
+ * variants of family "hisa": "portable" (dequantized copies through the
+ * exact kernels: the CPU's sets) and "wgmma" (hisa.cu's e4m3 wgmma route, the
+ * default): against the CPU on the dequantized inputs (row structure exact,
+ * recall >= 0.99 over >= 1000 indices), every block kept = the GPU DSA
+ * indices; "hb2" with every block kept runs the new stage-2 kernel
+ * instead of the DSA route, and its indices must equal the DSA fp8 indices
+ * exactly (the whole row order: the candidate scores are DSA v2's fp8 scores
+ * bit for bit). */
+#include "bo_staging.h"
 
 /* ---- cases ---------------------------------------------------------------------- */
 typedef struct dcase {
@@ -102,13 +99,6 @@ static int64_t check_ref_set(const int32_t *ix, const double *ref, int64_t T, in
     return bad;
 }
 
-static void set_path(const char *path, const char *qg) {
-    if (path) setenv("LA_CUDA_DSA_PATH", path, 1);
-    else unsetenv("LA_CUDA_DSA_PATH");
-    if (qg) setenv("LA_CUDA_DSA_QG", qg, 1);
-    else unsetenv("LA_CUDA_DSA_QG");
-}
-
 static int cmp_i32(const void *a, const void *b) {
     const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
@@ -134,9 +124,10 @@ static int64_t rows_set_differ(const int32_t *a, const int32_t *b, int64_t T, in
  * on the device; LA_ERR_UNSUPPORTED where hb2_kernel<1> does not take the views. */
 la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, const la_tensor *q, const la_tensor *k,
                                          const la_tensor *w, const la_tensor *start, const la_tensor *end,
-                                         const la_tensor *idx, float *out, la_context *ctx);
+                                         const la_tensor *idx, float *out, la_context *ctx)
+    __attribute__((weak)); /* CUDA builds only */
 
-/* LA_CUDA_HISA_FP8=wg rows against the CPU's rows on the dequantized inputs:
+/* HISA "wgmma" rows against the CPU's rows on the dequantized inputs:
  * the same number of valid entries per row (the kept blocks' candidate count
  * does not depend on which non-forced blocks are kept: those are whole
  * blocks inside the range), valid entries in [lo, hi) and distinct, -1
@@ -175,15 +166,16 @@ static int64_t hisa_rows_check(const int32_t *ix, const int32_t *ref, int64_t T,
     return bad;
 }
 
-static void run_case(dcase c) {
+static void run_case(const void *arg) {
+    const dcase c = *(const dcase *)arg;
     const int64_t T = c.T, HI = c.HI, dI = c.dI, L = c.L, K = c.topk;
     const bool fp8 = c.dt == LA_FP8_E4M3;
     const int64_t kst = dI + c.k_pad; /* k row stride (elements) */
     float *q = malloc((size_t)(T * HI * dI) * 4), *k = malloc((size_t)(L * dI) * 4),
           *w = malloc((size_t)(T * HI) * 4);
-    la_fill_normal(&rng, q, T * HI * dI, 1.0);
-    la_fill_normal(&rng, k, L * dI, 1.0);
-    la_fill_normal(&rng, w, T * HI, 1.0 / sqrt((double)HI * dI));
+    la_fill_normal(&bo_rng, q, T * HI * dI, 1.0);
+    la_fill_normal(&bo_rng, k, L * dI, 1.0);
+    la_fill_normal(&bo_rng, w, T * HI, 1.0 / sqrt((double)HI * dI));
     /* quantize: values the device sees (qv, kv) and their scales (1 if none) */
     float *qv = malloc((size_t)(T * HI * dI) * 4), *kv = malloc((size_t)(L * dI) * 4);
     float *qsc = malloc((size_t)(T * HI) * 4), *ksc = malloc((size_t)L * 4);
@@ -236,7 +228,7 @@ static void run_case(dcase c) {
         st = malloc((size_t)T * 4);
         en = malloc((size_t)T * 4);
         for (int64_t t = 0; t < T; t++) {
-            int64_t a = (int64_t)(la_rng_uniform(&rng) * L), b = (int64_t)(la_rng_uniform(&rng) * (L + 1));
+            int64_t a = (int64_t)(la_rng_uniform(&bo_rng) * L), b = (int64_t)(la_rng_uniform(&bo_rng) * (L + 1));
             if (a > b) { int64_t x = a; a = b; b = x; }
             if (t % 7 == 3) b = a;                 /* empty range */
             if (t % 5 == 1) { a = 0; b = L; }      /* full range */
@@ -312,7 +304,7 @@ static void run_case(dcase c) {
         la_index_params_init(&pc);
         pc.topk = K;
         CHECK_OK(la_dsa_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL, c.ranges ? &he : NULL, &hi,
-                                NULL, NULL));
+                                NULL, bo_ctx()));
     }
 
     int32_t *ig = malloc((size_t)(T * K) * 4);
@@ -322,17 +314,21 @@ static void run_case(dcase c) {
     snprintf(tag, sizeof tag, "%s T=%lld HI=%lld dI=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d scales=%d",
              la_dtype_name(c.dt), (long long)T, (long long)HI, (long long)dI, (long long)L, (long long)K,
              c.ranges, c.q_perm, c.k_pad, fp8 ? c.scales : 0);
-    /* paths: {LA_CUDA_DSA_PATH, LA_CUDA_DSA_QG} */
-    const char *paths[4][2] = {{NULL, NULL}, {NULL, "64"}, {"old", NULL}, {"exact", NULL}};
+    /* paths: the default, then variants of family "dsa": the wgmma kernel
+     * with the query group forced to 64 ("qg64"), mma.sync ("mma"), the
+     * exact fp32 kernel ("portable", on dequantized copies; fp8 only). A
+     * variant that does not take the views is a skipped sub-check. */
+    static const char *paths[4] = {NULL, "qg64", "mma", "portable"};
     const int npaths = fp8 ? 4 : 3;
     for (int pi = 0; pi < npaths; pi++) {
-        set_path(paths[pi][0], paths[pi][1]);
-        const char *pname = pi == 0 ? "new" : pi == 1 ? "new/qg64" : paths[pi][0];
+        if (paths[pi] && !bo_use_variant("dsa", paths[pi])) continue;
+        const char *pname = pi == 0 ? "default" : paths[pi];
         la_dev_memset(didx.d, 0x7f, didx.bytes);
         la_dev_memset(dsc.d, 0xff, dsc.bytes);
-        la_status sres = la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, NULL);
-        CHECK(sres == LA_OK, "dsa %s [%s]: %s: %s", tag, pname, la_status_string(sres), la_last_error());
-        if (sres != LA_OK) continue;
+        if (!CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, gs, ge, &ti, &tsc, bo_ctx()))) {
+            bo_use_variant("dsa", NULL);
+            continue;
+        }
         la_dev_download(ig, didx.d, didx.bytes);
         la_dev_download(sg, dsc.d, dsc.bytes);
         const double e = score_err_mag(sg, sr, sm, T * L);
@@ -358,7 +354,7 @@ static void run_case(dcase c) {
         printf("  %-70s [%-8s] score rel err %.2e, recall vs CPU %.4f (%lld), scores != new: %lld\n", tag,
                pname, e, rc, (long long)tot, (long long)ndiff);
     }
-    set_path(NULL, NULL);
+    bo_use_variant("dsa", NULL);
     if (fp8 && L > 0) {
         /* HISA and block-sparse on the same fp8 inputs and scales (hisa.cu:
          * dequantized f32 copies through the exact pipeline, or the DSA
@@ -380,17 +376,15 @@ static void run_case(dcase c) {
                 pc.block_topk = m;
                 la_dev_memset(didx.d, mi ? 0xff : 0x7f, didx.bytes);
                 /* the f32 route (dequantized copies, exact kernels): the CPU's sets */
-                setenv("LA_CUDA_HISA_FP8", "f32", 1);
-                la_status sh = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
-                unsetenv("LA_CUDA_HISA_FP8");
-                CHECK(sh == LA_OK, "hisa fp8 %s B=%lld m=%lld: %s: %s", tag, (long long)B, (long long)m,
-                      la_status_string(sh), la_last_error());
-                if (sh != LA_OK) continue;
+                if (!bo_use_variant("hisa", "portable")) continue;
+                const int sh = CHECK_DEV(la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx()));
+                bo_use_variant("hisa", NULL);
+                if (!sh) continue;
                 la_dev_download(ig, didx.d, didx.bytes);
                 const int32_t *want = ig0;
                 if (m < nb) {
                     CHECK_OK(la_hisa_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL, c.ranges ? &he : NULL,
-                                             &hi, NULL));
+                                             &hi, bo_ctx()));
                     want = ic;
                 }
                 int64_t nd = 0;
@@ -408,12 +402,12 @@ static void run_case(dcase c) {
                 }
                 printf("  hisa fp8 %-60s B=%-3lld m=%-4lld vs %s: %lld positions differ\n", tag, (long long)B,
                        (long long)m, m < nb ? "CPU" : "DSA", (long long)nd);
-                /* LA_CUDA_HISA_FP8=wg (hisa.cu: stage 1 on bf16 q / bf16 block means / w*q_scale,
+                /* variant "wgmma" of family "hisa" (hisa.cu: stage 1 on bf16 q / bf16 block means / w*q_scale,
                  * stage 2 hb2_kernel<1> on the e4m3 rows). m < nb: against the CPU on the
                  * dequantized inputs, row structure exact and recall >= 0.99 where >= 1000
                  * indices are compared (bf16 block means may flip near-tied blocks, v2's fp8
-                 * accumulation near-tied tokens). m = nb: "wg" keeps the DSA route (equal to
-                 * the GPU DSA); "wg_force" runs hb2_kernel<1> anyway where it takes the views
+                 * accumulation near-tied tokens). m = nb: "wgmma" keeps the DSA route (equal to
+                 * the GPU DSA); "hb2" runs hb2_kernel<1> anyway where it takes the views
                  * (HI 64, dI 128, 16-byte rows): its candidate scores are DSA v2's fp8 scores
                  * bit for bit by construction, so the indices must equal the GPU DSA's exactly
                  * (rows here are up to 2048 long: the whole order is compared); other views
@@ -421,12 +415,13 @@ static void run_case(dcase c) {
                 const bool wg_views = HI == 64 && dI == 128 && kst % 16 == 0;
                 for (int wm = 0; wm < 2; wm++) {
                     const bool force = wm == 1;
-                    if (force && m < nb) continue; /* "wg_force" = "wg" when blocks are dropped */
-                    setenv("LA_CUDA_HISA_FP8", force ? "wg_force" : "wg", 1);
+                    if (force && m < nb) continue; /* "hb2" = "wgmma" when blocks are dropped */
+                    if (!bo_use_variant("hisa", force ? "hb2" : "wgmma")) continue;
                     la_dev_memset(didx.d, 0x7f, didx.bytes); /* 0x7f7f7f7f: out of range */
-                    const la_status sw = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
-                    unsetenv("LA_CUDA_HISA_FP8");
-                    const char *mname = force ? "wg_force" : "wg";
+                    const la_status sw = la_hisa_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx());
+                    bo_use_variant("hisa", NULL);
+                    if (sw == LA_ERR_UNSUPPORTED && !wg_views) continue; /* hb2 / wgmma take HI 64, dI 128 rows */
+                    const char *mname = force ? "hb2" : "wgmma";
                     CHECK(sw == LA_OK, "hisa fp8 %s %s B=%lld m=%lld: %s: %s", mname, tag, (long long)B,
                           (long long)m, la_status_string(sw), la_last_error());
                     if (sw != LA_OK) continue;
@@ -445,7 +440,7 @@ static void run_case(dcase c) {
                     }
                     if (m >= nb) /* the CPU rows for m = nb (not computed above) */
                         CHECK_OK(la_hisa_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL,
-                                                 c.ranges ? &he : NULL, &hi, NULL));
+                                                 c.ranges ? &he : NULL, &hi, bo_ctx()));
                     int64_t hits = 0, tot = 0;
                     const int64_t bad = hisa_rows_check(ig, ic, T, K, L, st, en, &hits, &tot);
                     const double rc = tot ? (double)hits / (double)tot : 1.0;
@@ -464,14 +459,14 @@ static void run_case(dcase c) {
             /* (d) direct: hb2_kernel<1>'s scores (every block kept, ascending) against the
              * DSA's fp8 score rows of the default path (v2 for these views), bit for bit;
              * columns past L must be -inf; output poisoned (0x7f7f7f7f, finite) first */
-            if (HI == 64 && dI == 128 && kst % 16 == 0) {
+            if (HI == 64 && dI == 128 && kst % 16 == 0 && la_hisa_fp8_stage2_scores_test) {
                 la_index_params ph = p;
                 ph.block = B;
                 ph.block_topk = nb;
                 const int64_t ncol = nb * Be;
                 dbuf d2 = dalloc((size_t)(T * ncol) * 4);
                 la_dev_memset(d2.d, 0x7f, d2.bytes);
-                const la_status s2 = la_hisa_fp8_stage2_scores_test(&ph, &tq, &tk, &tw, gs, ge, &ti, (float *)d2.d, NULL);
+                const la_status s2 = la_hisa_fp8_stage2_scores_test(&ph, &tq, &tk, &tw, gs, ge, &ti, (float *)d2.d, bo_ctx());
                 CHECK(s2 == LA_OK, "hisa fp8 stage-2 hook %s B=%lld: %s: %s", tag, (long long)B,
                       la_status_string(s2), la_last_error());
                 if (s2 == LA_OK) {
@@ -509,13 +504,13 @@ static void run_case(dcase c) {
                 pc.topk = K;
                 pc.block = B;
                 la_dev_memset(didx.d, 0x7f, didx.bytes);
-                la_status sb = la_blocksparse_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, NULL);
+                la_status sb = la_blocksparse_indexer(&ph, &tq, &tk, &tw, gs, ge, &ti, bo_ctx());
                 CHECK(sb == LA_OK, "blocksparse fp8 %s B=%lld: %s: %s", tag, (long long)B,
                       la_status_string(sb), la_last_error());
                 if (sb == LA_OK) {
                     la_dev_download(ig, didx.d, didx.bytes);
                     CHECK_OK(la_blocksparse_indexer(&pc, &hq, &hk, &hw, c.ranges ? &hs : NULL,
-                                                    c.ranges ? &he : NULL, &hi, NULL));
+                                                    c.ranges ? &he : NULL, &hi, bo_ctx()));
                     const int64_t bad = rows_set_differ(ig, ic, T, K);
                     CHECK(bad == 0, "blocksparse fp8 %s B=%lld: %lld rows select another set than the CPU", tag,
                           (long long)B, (long long)bad);
@@ -538,7 +533,8 @@ static void expect_fail(la_status got, la_status want, const char *what, const c
           needle ? needle : "");
     printf("  bad input %-44s -> %s: %s\n", what, la_status_string(got), m);
 }
-static void test_bad_inputs(void) {
+static void test_bad_inputs(const void *arg) {
+    (void)arg;
     const int64_t T = 3, HI = 64, dI = 128, L = 50, K = 4;
     uint8_t *q8 = calloc((size_t)(T * HI * dI), 1), *k8 = calloc((size_t)(L * dI), 1);
     float *w = calloc((size_t)(T * HI), 4), *ks = malloc((size_t)L * 4), *qs = malloc((size_t)(T * HI) * 4);
@@ -565,7 +561,7 @@ static void test_bad_inputs(void) {
     p.k_scale = &tks;
     p.q_scale = &tqs;
     /* the valid call first */
-    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL));
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()));
     /* scale values */
     float bad_vals[4] = {-0.5f, 0.f, NAN, INFINITY};
     const char *bad_names[4] = {"negative", "zero", "NaN", "inf"};
@@ -573,31 +569,31 @@ static void test_bad_inputs(void) {
         char what[64];
         la_dev_upload((float *)dks.d + 17, &bad_vals[i], 4);
         snprintf(what, sizeof what, "%s k_scale[17]", bad_names[i]);
-        expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_ARG, what,
+        expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_ARG, what,
                     "k_scale[17]");
         la_dev_upload((float *)dks.d + 17, &ks[17], 4);
         la_dev_upload((float *)dqs.d + 70, &bad_vals[i], 4); /* q_scale[1, 6] */
         snprintf(what, sizeof what, "%s q_scale[1, 6]", bad_names[i]);
-        expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_ARG, what,
+        expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_ARG, what,
                     "q_scale[1, 6]");
         la_dev_upload((float *)dqs.d + 70, &qs[70], 4);
     }
-    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL));
+    CHECK_OK(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()));
     /* shapes / dtypes */
     p.k_scale = &tks_short;
-    expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_SHAPE,
+    expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_SHAPE,
                 "k_scale of L-1 entries", "k_scale");
     p.k_scale = &tks_bf;
-    expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_DTYPE,
+    expect_fail(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_DTYPE,
                 "bf16 k_scale", "k_scale");
     p.k_scale = &tks;
-    expect_fail(la_dsa_indexer(&p, &tq, &tkb, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_DTYPE,
+    expect_fail(la_dsa_indexer(&p, &tq, &tkb, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_DTYPE,
                 "fp8 q with bf16 k", "fp8_e4m3");
     {
         la_tensor tqb;
         dbuf dqb = dalloc((size_t)(T * HI * dI) * 2);
         tset(&tqb, dqb.d, LA_BF16, LA_DEVICE_CUDA, 3, T, HI, dI);
-        expect_fail(la_dsa_indexer(&p, &tqb, &tkb, &tw, NULL, NULL, &ti, NULL, NULL), LA_ERR_ARG,
+        expect_fail(la_dsa_indexer(&p, &tqb, &tkb, &tw, NULL, NULL, &ti, NULL, bo_ctx()), LA_ERR_ARG,
                     "scales with bf16 q/k", "fp8");
         dfree(&dqb);
     }
@@ -605,10 +601,10 @@ static void test_bad_inputs(void) {
      * after the operator) and their own parameter checks */
     p.block = 16;
     p.block_topk = 2;
-    expect_fail(la_hisa_indexer(&p, &tq, &tkb, &tw, NULL, NULL, &ti, NULL), LA_ERR_DTYPE,
+    expect_fail(la_hisa_indexer(&p, &tq, &tkb, &tw, NULL, NULL, &ti, bo_ctx()), LA_ERR_DTYPE,
                 "hisa: fp8 q with bf16 k", "hisa: q is fp8_e4m3");
     p.block_topk = 0;
-    expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+    expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()), LA_ERR_ARG,
                 "hisa fp8 with block_topk 0", "block_topk");
     p.block_topk = 2;
     p.topk = 8; /* < block */
@@ -616,28 +612,29 @@ static void test_bad_inputs(void) {
         dbuf dib = dalloc((size_t)(T * 8) * 4);
         la_tensor tib;
         tset(&tib, dib.d, LA_I32, LA_DEVICE_CUDA, 2, T, 8, 0);
-        expect_fail(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &tib, NULL),
+        expect_fail(la_blocksparse_indexer(&p, &tq, &tk, &tw, NULL, NULL, &tib, bo_ctx()),
                     LA_ERR_ARG, "blocksparse fp8 with topk < block", "smaller than the block size");
         dfree(&dib);
     }
     p.topk = K;
-    /* LA_CUDA_HISA_FP8=wg (m = 2 < 4 blocks: the wgmma route): the valid call, then
-     * bad scale values named as for the DSA */
-    setenv("LA_CUDA_HISA_FP8", "wg", 1);
-    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
+    /* variant "wgmma" of family "hisa" (m = 2 < 4 blocks: the e4m3 wgmma
+     * route): the valid call, then bad scale values named as for the DSA */
+    if (bo_use_variant("hisa", "wgmma")) {
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()));
     {
         const float z = 0.f, nan = NAN;
         la_dev_upload((float *)dks.d + 17, &z, 4);
-        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()), LA_ERR_ARG,
                     "hisa wg: zero k_scale[17]", "k_scale[17]");
         la_dev_upload((float *)dks.d + 17, &ks[17], 4);
         la_dev_upload((float *)dqs.d + 70, &nan, 4);
-        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL), LA_ERR_ARG,
+        expect_fail(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()), LA_ERR_ARG,
                     "hisa wg: NaN q_scale[1, 6]", "q_scale[1, 6]");
         la_dev_upload((float *)dqs.d + 70, &qs[70], 4);
     }
-    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL));
-    unsetenv("LA_CUDA_HISA_FP8");
+    CHECK_OK(la_hisa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, bo_ctx()));
+    bo_use_variant("hisa", NULL);
+    }
     /* fp8 on the CPU: rejected (the CPU takes f32/f64/bf16) */
     {
         la_tensor hq, hk, hw, hi;
@@ -649,7 +646,7 @@ static void test_bad_inputs(void) {
         la_index_params pc;
         la_index_params_init(&pc);
         pc.topk = K;
-        la_status s = la_dsa_indexer(&pc, &hq, &hk, &hw, NULL, NULL, &hi, NULL, NULL);
+        la_status s = la_dsa_indexer(&pc, &hq, &hk, &hw, NULL, NULL, &hi, NULL, bo_ctx());
         CHECK(s != LA_OK && strlen(la_last_error()) > 0, "fp8 on the CPU must be rejected with a message");
         printf("  bad input %-44s -> %s: %s\n", "fp8 q/k on the CPU", la_status_string(s), la_last_error());
         free(hidx);
@@ -658,17 +655,45 @@ static void test_bad_inputs(void) {
     free(q8); free(k8); free(w); free(ks); free(qs);
 }
 
-int main(void) {
-    if (cuda_test_skip()) return la_test_finish();
-    rng = la_test_rng("test_cuda_dsa_fp8");
-    small_only = getenv("LA_CUDA_SMALL") && atoi(getenv("LA_CUDA_SMALL"));
-    /* the test sets LA_CUDA_HISA_FP8 per call (f32, wg, wg_force; unset = wg) */
-    if (getenv("LA_CUDA_HISA_FP8")) {
-        printf("# LA_CUDA_HISA_FP8=%s in the environment: ignored (every HISA case runs both routes)\n",
-               getenv("LA_CUDA_HISA_FP8"));
-        unsetenv("LA_CUDA_HISA_FP8");
+
+/* The smallest DSA call through the family's kernel choice (bf16 HI = 64, dI = 128). */
+static la_status probe_dsa(la_context *ctx) {
+    const int64_t T = 2, HI = 64, dI = 128, Lk = 64, K = 8;
+    dbuf dq = dalloc((size_t)(T * HI * dI) * 2), dk = dalloc((size_t)(Lk * dI) * 2),
+         dw = dalloc((size_t)(T * HI) * 4), di = dalloc((size_t)(T * K) * 4);
+    la_dev_memset(dq.d, 0, dq.bytes);
+    la_dev_memset(dk.d, 0, dk.bytes);
+    la_dev_memset(dw.d, 0, dw.bytes);
+    la_tensor tq, tk, tw, ti;
+    tset(&tq, dq.d, LA_BF16, LA_DEVICE_CUDA, 3, T, HI, dI);
+    tset(&tk, dk.d, LA_BF16, LA_DEVICE_CUDA, 2, Lk, dI, 0);
+    tset(&tw, dw.d, LA_F32, LA_DEVICE_CUDA, 2, T, HI, 0);
+    tset(&ti, di.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
+    la_index_params p;
+    la_index_params_init(&p);
+    p.topk = K;
+    const la_status s = la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, ctx);
+    la_dev_synchronize();
+    dfree(&dq); dfree(&dk); dfree(&dw); dfree(&di);
+    return s;
+}
+static void add_case(bo_list *L, int small, const dcase *c) {
+    char name[BO_NAME_MAX];
+    snprintf(name, sizeof name, "dsa %s T=%lld HI=%lld dI=%lld L=%lld k=%lld ranges=%d qperm=%d kpad=%d scales=%d",
+             la_dtype_name(c->dt), (long long)c->T, (long long)c->HI, (long long)c->dI,
+             (long long)c->L, (long long)c->topk, c->ranges, c->q_perm, c->k_pad,
+             c->dt == LA_FP8_E4M3 ? c->scales : 0);
+    const bo_opts o = {"dsa", BO_CUDA, small, NULL, NULL, NULL};
+    bo_add(L, &o, run_case, c, sizeof *c, name);
+}
+
+void cases_dsa_fp8(bo_list *L) {
+    bo_add_probe(L, "dsa", probe_dsa);
+    {
+        const bo_opts o = {"dsa", BO_CUDA, 1, NULL, NULL, NULL};
+        bo_add(L, &o, test_bad_inputs, NULL, 0,
+               "dsa/hisa/blocksparse fp8 bad inputs: scales, shapes, dtypes, fp8 on the CPU");
     }
-    test_bad_inputs();
     /* {T, HI, dI, L, topk, ranges, q_perm, k_pad, scales, dtype} */
     const dcase small[] = {
         {1, 64, 128, 1, 1, 0, 0, 0, 3, LA_FP8_E4M3},
@@ -691,8 +716,8 @@ int main(void) {
         {9, 16, 128, 200, 7, 0, 0, 0, 3, LA_FP8_E4M3},
         {63, 5, 20, 100, 7, 1, 0, 0, 3, LA_FP8_E4M3},      /* generic shape: dequantized */
     };
-    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) run_case(small[i]);
-    if (!small_only) {
+    for (size_t i = 0; i < sizeof small / sizeof small[0]; i++) add_case(L, 1, &small[i]);
+    {
         const dcase big[] = {
             {1, 64, 128, 5000, 2048, 0, 0, 0, 3, LA_FP8_E4M3},
             {1, 64, 128, 5000, 2048, 0, 0, 0, 0, LA_BF16},
@@ -701,7 +726,6 @@ int main(void) {
             {257, 64, 128, 1500, 2048, 0, 0, 0, 3, LA_FP8_E4M3}, /* causal, many chunks */
             {257, 64, 128, 1500, 1, 0, 0, 0, 0, LA_BF16},
         };
-        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) run_case(big[i]);
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) add_case(L, 0, &big[i]);
     }
-    return la_test_finish();
 }
