@@ -99,7 +99,7 @@ BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
 BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
 TEST_BINS    += $(BACKEND_BIN)
 
-.PHONY: all lib cli tests test demo clean install uninstall test-asan test-tsan test-portable fuzz deps cuda-tests dev-cuda info
+.PHONY: all lib cli tests test demo study-smoke clean install uninstall test-asan test-tsan test-portable fuzz deps cuda-tests dev-cuda info
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -198,6 +198,15 @@ endif
 
 demo: all
 	$(BUILD)/longattn demo
+
+# The training study (studies/train, docs/TRAINING_STUDY.md): the tiny CPU
+# setting, which checks that every attention variant's loss falls.
+study-smoke: all
+ifneq ($(SKIP_DEPS),1)
+	@bash scripts/setup.sh test
+endif
+	LA_BUILD=$(BUILD) PYTHONPATH=python /usr/bin/python3 studies/train/run_study.py --suite smoke \
+	    --device cpu --check-falls
 
 # Sanitizer build of the C tests in a separate tree.
 # -march=native so the sanitizers also watch the AVX-512 kernels.

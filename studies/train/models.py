@@ -1,0 +1,105 @@
+"""A 2-layer pre-norm transformer whose attention is one of longattn's layers.
+
+Every variant has the same embedding, MLP, norms and head; only the attention
+module differs (its parameter count is reported beside the results):
+
+    softmax   SoftmaxAttention below: qkv projection, longattn.softmax_attention
+              (or torch SDPA with impl="sdpa", the cross-check), output projection
+    linear    longattn.nn.LinearAttention(feature="elu1")
+    mhla      longattn.nn.MHLA (learned mixing; causal: chunkwise with
+              uniform_causal init; 2-D: locality init over the block grid)
+    focused   longattn.nn.FocusedLinearAttention (FLatten; 2-D maps only)
+"""
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+import longattn
+import longattn.nn as lnn
+
+
+class SoftmaxAttention(nn.Module):
+    def __init__(self, dim, num_heads, causal=False, impl="longattn"):
+        super().__init__()
+        self.h, self.causal, self.impl = num_heads, causal, impl
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, N, C = x.shape
+        q, k, v = self.qkv(x).view(B, N, 3, self.h, C // self.h).unbind(2)
+        if self.impl == "sdpa":
+            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
+                                               v.transpose(1, 2), is_causal=self.causal)
+            o = o.transpose(1, 2)
+        else:
+            o = longattn.softmax_attention(q, k, v, causal=self.causal)
+        return self.proj(o.reshape(B, N, C))
+
+
+def make_attention(variant, dim, heads, causal, seq_len=None, grid=None, blocks=None,
+                   chunk=None):
+    if variant in ("softmax", "sdpa"):
+        return SoftmaxAttention(dim, heads, causal=causal,
+                                impl="sdpa" if variant == "sdpa" else "longattn")
+    if variant == "linear":
+        return lnn.LinearAttention(dim, heads, feature="elu1", causal=causal)
+    if variant == "mhla":
+        if causal:
+            m = math.ceil(seq_len / chunk)
+            return lnn.MHLA(dim, heads, blocks=(m,), causal=True, chunk=chunk)
+        return lnn.MHLA(dim, heads, blocks=tuple(blocks), grid=tuple(grid))
+    if variant == "focused":
+        if causal:
+            raise ValueError("focused attention (FLatten) is non-causal: 2-D tasks only")
+        return lnn.FocusedLinearAttention(dim, heads, map=tuple(grid))
+    raise ValueError("unknown attention variant %r" % variant)
+
+
+class Block(nn.Module):
+    def __init__(self, dim, attn, mlp_ratio=4):
+        super().__init__()
+        self.n1, self.attn = nn.LayerNorm(dim), attn
+        self.n2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(),
+                                 nn.Linear(mlp_ratio * dim, dim))
+
+    def forward(self, x):
+        x = x + self.attn(self.n1(x))
+        return x + self.mlp(self.n2(x))
+
+
+class TinyLM(nn.Module):
+    """Token + learned position embedding (1-D, or row + column on a 2-D grid),
+    `layers` blocks, a linear head over `classes`."""
+
+    def __init__(self, vocab, classes, dim, heads, layers, variant, causal, seq_len,
+                 grid=None, blocks=None, chunk=None):
+        super().__init__()
+        self.emb = nn.Embedding(vocab, dim)
+        self.grid = grid
+        if grid is None:
+            self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
+        else:
+            self.row = nn.Parameter(torch.randn(grid[0], 1, dim) * 0.02)
+            self.col = nn.Parameter(torch.randn(1, grid[1], dim) * 0.02)
+        self.blocks = nn.ModuleList([
+            Block(dim, make_attention(variant, dim, heads, causal, seq_len=seq_len, grid=grid,
+                                      blocks=blocks, chunk=chunk)) for _ in range(layers)])
+        self.norm = nn.LayerNorm(dim)
+        self.head = nn.Linear(dim, classes)
+
+    def forward(self, tokens):
+        x = self.emb(tokens)
+        if self.grid is None:
+            x = x + self.pos[: tokens.shape[1]]
+        else:
+            x = x + (self.row + self.col).reshape(-1, x.shape[-1])
+        for blk in self.blocks:
+            x = blk(x)
+        return self.head(self.norm(x))
+
+    def attention_params(self):
+        return sum(p.numel() for blk in self.blocks for p in blk.attn.parameters())
