@@ -8,6 +8,8 @@ item size) is refused with a ValueError rather than copied behind the
 caller's back.
 """
 import ctypes
+import math
+import operator
 import os
 import sys
 import threading
@@ -59,6 +61,43 @@ def is_cuda(x):
     return is_torch(x) and x.is_cuda
 
 
+_INT_RANGES = {"int64": (-2**63, 2**63 - 1), "int32": (-2**31, 2**31 - 1)}
+_F32_MAX = 3.4028234663852886e38
+
+
+def c_int(value, what, ctype="int64"):
+    """`value` as a Python int that fits the C type `ctype` ("int64" or
+    "int32"). ctypes would silently keep the low bits (2**64 + 16 -> 16):
+    a value outside the range raises OverflowError, a non-integer (float,
+    str, None) raises TypeError."""
+    if isinstance(value, bool):
+        value = int(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s: expected an integer, got %r (%s)"
+                        % (what, value, type(value).__name__)) from None
+    lo, hi = _INT_RANGES[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError("%s: %d does not fit in the C type %s_t [%d, %d]"
+                            % (what, v, ctype, lo, hi))
+    return v
+
+
+def c_float(value, what):
+    """`value` as a float that a C float holds: a finite value beyond the
+    float32 range raises OverflowError instead of becoming inf."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError("%s: expected a number, got %r (%s)"
+                        % (what, value, type(value).__name__)) from None
+    if math.isfinite(v) and abs(v) > _F32_MAX:
+        raise OverflowError("%s: %r does not fit in a C float (|x| <= %.7g)"
+                            % (what, value, _F32_MAX))
+    return v
+
+
 def _la_dtype(x, name):
     if is_numpy(x):
         dt = _NP_DTYPES.get(x.dtype.name)
@@ -89,6 +128,11 @@ def view(x, name):
     t.dtype = _la_dtype(x, name)
     t.ndim = ndim
     if is_numpy(x):
+        if not x.dtype.isnative:
+            raise ValueError("%s: numpy dtype %s has non-native byte order (%s-endian data on a "
+                             "%s-endian machine); pass %s.astype(%s.dtype.newbyteorder('='))"
+                             % (name, x.dtype.str, "big" if x.dtype.byteorder == ">" else
+                                "little", sys.byteorder, name, name))
         item = x.itemsize
         for i, (n, s) in enumerate(zip(x.shape, x.strides)):
             if s % item:
@@ -97,19 +141,29 @@ def view(x, name):
                                  % (name, x.strides, item, name))
             t.ne[i] = n
             t.nb[i] = s // item
-        t.data = x.__array_interface__["data"][0] or None
+        addr = x.__array_interface__["data"][0]
+        item_size = item
         t.device = L.LA_DEVICE_CPU
     else:
         for i, (n, s) in enumerate(zip(x.shape, x.stride())):
             t.ne[i] = n
             t.nb[i] = s
-        t.data = x.data_ptr() or None
+        addr = x.data_ptr()
+        item_size = x.element_size()
         if x.is_cuda:
             t.device = L.LA_DEVICE_CUDA
         elif x.device.type == "cpu":
             t.device = L.LA_DEVICE_CPU
         else:
             raise ValueError("%s: device %s is not supported (cpu or cuda)" % (name, x.device))
+    if addr % item_size:
+        # The C kernels load elements through typed pointers: a misaligned
+        # address is undefined behaviour there, so it is refused, not copied
+        # (an output could not be copied back in place anyway).
+        raise ValueError("%s: data address 0x%x is not aligned to its %d-byte elements (a view "
+                         "at an odd byte offset); pass a copy (np.ascontiguousarray / "
+                         ".clone())" % (name, addr, item_size))
+    t.data = addr or None
     return t
 
 
@@ -131,7 +185,7 @@ _POISON = os.environ.get("LONGATTN_POISON", "") not in ("", "0")
 def set_num_threads(n):
     """Threads used by CPU operators from now on (0 = all cores)."""
     global _num_threads
-    n = int(n)
+    n = c_int(n, "set_num_threads: n", "int32")
     if n < 0:
         raise ValueError("set_num_threads: n must be >= 0, got %d" % n)
     _num_threads = n
@@ -209,7 +263,12 @@ class Call:
     outputs follow. Views are kept alive by the Call for the duration of
     the C call (the arrays themselves by the caller)."""
 
-    def __init__(self, op, like):
+    def __init__(self, op, like, like_name="q"):
+        if not is_array(like):
+            raise TypeError("%s: %s: expected a numpy.ndarray or torch.Tensor, got %s"
+                            % (op, like_name, type(like).__name__))
+        if is_numpy(like) and not like.dtype.isnative:
+            view(like, like_name)  # raises the byte-order error under the input's name
         self.op = op
         self.like = like
         self.cuda = is_cuda(like)
@@ -219,7 +278,8 @@ class Call:
         if x is None:
             if optional:
                 return None
-            raise TypeError("%s: %s is required" % (self.op, name))
+            raise TypeError("%s: %s is required (a numpy.ndarray or torch.Tensor, got None)"
+                            % (self.op, name))
         if is_cuda(x) and self.cuda and x.device != self.like.device:
             raise ValueError("%s: %s is on %s but the other inputs are on %s"
                              % (self.op, name, x.device, self.like.device))

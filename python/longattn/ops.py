@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _lib as L
 from ._errors import call
-from ._tensor import Call, is_torch, _torch
+from ._tensor import Call, c_float, c_int, is_array, is_torch, _torch
 
 __all__ = [
     "softmax_attention", "linear_attention", "mhla", "mhla_causal", "mhla_init",
@@ -54,12 +54,15 @@ def _dims(value, what):
     if isinstance(value, str):
         try:
             dims = tuple(int(s) for s in value.lower().split("x"))
+            dims = tuple(c_int(d, what) for d in dims)
         except ValueError:
             raise ValueError("%s: %r is not of the form N, HxW or TxHxW" % (what, value)) from None
     elif isinstance(value, (int, np.integer)):
-        dims = (int(value),)
+        dims = (c_int(value, what),)
+    elif isinstance(value, (tuple, list)):
+        dims = tuple(c_int(s, "%s[%d]" % (what, i)) for i, s in enumerate(value))
     else:
-        dims = tuple(int(s) for s in value)
+        dims = (c_int(value, what),)
     if not 1 <= len(dims) <= 3:
         raise ValueError("%s: %r must have 1, 2 or 3 dims" % (what, value))
     return dims
@@ -106,7 +109,7 @@ def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
     p = L.la_softmax_params()
     call("la_softmax_params_init", ctypes.byref(p))
     p.causal = int(bool(causal))
-    p.scale = 0.0 if scale is None else float(scale)
+    p.scale = 0.0 if scale is None else c_float(scale, "softmax_attention: scale")
     c = Call("softmax_attention", q)
     B, Nq, H, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
     out, vo = c.out((B, Nq, H, Dv), "out")
@@ -158,9 +161,9 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
     p.feature = _feature(feature)
     p.causal = int(bool(causal))
     p.normalize = int(bool(normalize))
-    p.eps = float(eps)
-    p.scale_q = float(scale)
-    p.chunk = int(chunk)
+    p.eps = c_float(eps, "linear_attention: eps")
+    p.scale_q = c_float(scale, "linear_attention: scale")
+    p.chunk = c_int(chunk, "linear_attention: chunk")
     c = Call("linear_attention", q)
     B, N, H, D, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(q, 3), _dim(v, 3)
     out, vo = c.out((B, N, H, Dv), "out")
@@ -212,8 +215,8 @@ def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, 
     call("la_focused_params_init", ctypes.byref(prm))
     prm.variant = _choice(variant, L.FOCUSED_VARIANTS, "focused_attention: variant")
     prm.map_h, prm.map_w = hw
-    prm.p = float(p)
-    prm.eps = float(eps)
+    prm.p = c_float(p, "focused_attention: p")
+    prm.eps = c_float(eps, "focused_attention: eps")
     c = Call("focused_attention", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_focused_attention", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
@@ -234,6 +237,9 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
                              % (what, len(_dims(grid, what + ": grid"))))
         if mixing is None:
             raise ValueError("%s: blocks is required" % what)
+        if not is_array(mixing):
+            raise TypeError("%s: mixing: expected a numpy.ndarray or torch.Tensor, got %s"
+                            % (what, type(mixing).__name__))
         blocks = (_dim(mixing, mixing.ndim - 1),)
     b = _dims(blocks, what + ": blocks")
     g = (0,) if grid is None else _dims(grid, what + ": grid")
@@ -249,9 +255,9 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
     if normalize is not None:
         p.normalize = _choice(normalize, L.MHLA_NORMALIZE, what + ": normalize")
     if eps is not None:
-        p.eps = float(eps)
+        p.eps = c_float(eps, what + ": eps")
     if scale is not None:
-        p.scale_q = float(scale)
+        p.scale_q = c_float(scale, what + ": scale")
     return p
 
 
@@ -297,11 +303,11 @@ def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize
 def _mhla_causal_params(chunk, feature, normalize, eps, scale):
     p = L.la_mhla_causal_params()
     call("la_mhla_causal_params_init", ctypes.byref(p))
-    p.chunk = int(chunk)
+    p.chunk = c_int(chunk, "mhla_causal: chunk")
     p.feature = _feature(feature)
     p.normalize = _choice(normalize, L.MHLA_NORMALIZE, "mhla_causal: normalize")
-    p.eps = float(eps)
-    p.scale_q = 0.0 if scale is None else float(scale)
+    p.eps = c_float(eps, "mhla_causal: eps")
+    p.scale_q = 0.0 if scale is None else c_float(scale, "mhla_causal: scale")
     return p
 
 
@@ -353,7 +359,10 @@ def mhla_init(blocks, kind="locality", like=None):
     """
     b = _dims(blocks, "mhla_init: blocks")
     k = _choice(kind, L.MHLA_INIT_KINDS, "mhla_init: kind")
-    M = int(np.prod(b))
+    M = 1
+    for d in b:
+        M *= d
+    c_int(M * M, "mhla_init: blocks %r gives M*M entries, which" % (b,))
     out = np.empty((M, M), dtype=np.float32)
     from ._tensor import view
     t = view(out, "out")
@@ -439,8 +448,11 @@ class MHLADecoder(_CHandle):
         self._handle = None
         self._destroy = L.lib.la_mhla_state_destroy
         p = _mhla_causal_params(chunk, feature, normalize, eps, scale)
-        self.batch, self.heads, self.head_dim = int(batch), int(heads), int(head_dim)
-        self.value_dim = self.head_dim if value_dim is None else int(value_dim)
+        self.batch = c_int(batch, "MHLADecoder: batch")
+        self.heads = c_int(heads, "MHLADecoder: heads")
+        self.head_dim = c_int(head_dim, "MHLADecoder: head_dim")
+        self.value_dim = (self.head_dim if value_dim is None
+                          else c_int(value_dim, "MHLADecoder: value_dim"))
         t = view(mixing, "mixing")
         h = ctypes.c_void_p()
         call("la_mhla_state_create", ctypes.byref(p), self.batch, self.heads, self.head_dim,
@@ -474,11 +486,11 @@ class MHLADecoder(_CHandle):
 def _index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=None):
     p = L.la_index_params()
     call("la_index_params_init", ctypes.byref(p))
-    p.topk = int(topk)
+    p.topk = c_int(topk, c.op + ": topk")
     if block is not None:
-        p.block = int(block)
+        p.block = c_int(block, c.op + ": block")
     if block_topk is not None:
-        p.block_topk = int(block_topk)
+        p.block_topk = c_int(block_topk, c.op + ": block_topk")
     p.k_scale = c.view(k_scale, "k_scale", True)
     p.q_scale = c.view(q_scale, "q_scale", True)
     return p
@@ -564,8 +576,8 @@ def topk(scores, k):
     Example:
         >>> idx = longattn.topk(torch.randn(4, 100), 10)
     """
-    c = Call("topk", scores)
-    idx, vi = c.out((_dim(scores, 0), int(k)), "idx", "int32")
+    c = Call("topk", scores, "scores")
+    idx, vi = c.out((_dim(scores, 0), c_int(k, "topk: k")), "idx", "int32")
     c.run("la_topk", c.view(scores, "scores"), vi)
     return idx
 
@@ -587,7 +599,9 @@ class IndexCache(_CHandle):
     def __init__(self, dim, capacity, block=128):
         self._handle = None
         self._destroy = L.lib.la_index_cache_destroy
-        self.dim, self.capacity, self.block = int(dim), int(capacity), int(block)
+        self.dim = c_int(dim, "IndexCache: dim")
+        self.capacity = c_int(capacity, "IndexCache: capacity")
+        self.block = c_int(block, "IndexCache: block")
         h = ctypes.c_void_p()
         call("la_index_cache_create", self.dim, self.block, self.capacity, ctypes.byref(h))
         self._handle = h
@@ -650,8 +664,8 @@ def sparse_attention(q, kv, idx, dv=512, scale=None):
 def _sparse_attention(q, kv, idx, dv=512, scale=None):
     p = L.la_sparse_attn_params()
     call("la_sparse_attn_params_init", ctypes.byref(p))
-    p.dv = int(dv)
-    p.scale = 0.0 if scale is None else float(scale)
+    p.dv = c_int(dv, "sparse_attention: dv")
+    p.scale = 0.0 if scale is None else c_float(scale, "sparse_attention: scale")
     c = Call("sparse_attention", q)
     T, Hq = _dim(q, 0), _dim(q, 1)
     out, vo = c.out((T, Hq, p.dv), "out")
@@ -694,7 +708,7 @@ def attention_map(q, k, variant="softmax", feature=None, scale=None, mixing=None
     if feature is not None:
         prm.feature = _feature(feature)
     if scale is not None:
-        prm.scale = float(scale)
+        prm.scale = c_float(scale, "attention_map: scale")
     if var == "mhla":
         prm.mhla = _mhla_params(grid, blocks, mixing, feature, None, None, scale,
                                 "attention_map")
@@ -705,7 +719,7 @@ def attention_map(q, k, variant="softmax", feature=None, scale=None, mixing=None
         if len(hw) != 2:
             raise ValueError("attention_map: map %r must be (Hm, Wm)" % (map,))
         prm.focused.map_h, prm.focused.map_w = hw
-        prm.focused.p = float(p)
+        prm.focused.p = c_float(p, "attention_map: p")
         prm.focused.variant = 0 if var == "focused_flatten" else 1
     c = Call("attention_map", q)
     N = _dim(q, 0)
