@@ -18,10 +18,10 @@ from . import _lib
 from ._errors import (LongattnError, LongattnRuntimeError, LongattnUnsupportedError,
                       LongattnValueError)
 from ._tensor import build_info, cuda_available, get_num_threads, set_num_threads
-from .ops import (IndexCache, MHLADecoder, attention_map, blocksparse_topk, dsa_topk,
-                  focused_attention, hisa_topk, linear_attention, map_rank_entropy, mhla,
-                  mhla_causal, mhla_init, mhla_project, softmax_attention, sparse_attention,
-                  topk)
+from .ops import (MHLADecoder, focused_attention, linear_attention, mhla, mhla_causal,
+                  mhla_init, mhla_project, softmax_attention)
+from .index_ops import (IndexCache, attention_map, blocksparse_topk, dsa_topk, hisa_topk,
+                        map_rank_entropy, sparse_attention, topk)
 
 __version__ = "0.1.0"
 
@@ -48,18 +48,18 @@ OPS = {
 }
 
 
-def library_path():
+def library_path() -> str:
     """Path of the loaded liblongattn.so (loads it if needed)."""
     _lib.lib.dll
     return _lib.lib.path
 
 
-def has_op(name):
+def has_op(name: str) -> bool:
     """Whether the loaded library implements Python function `name`."""
     return all(_lib.lib.has(s) for s in OPS[name])
 
 
-def available_ops():
+def available_ops() -> list:
     """Names of the Python functions whose C symbols are present."""
     return [n for n in OPS if has_op(n)]
 

@@ -182,7 +182,7 @@ _num_threads = 0  # 0 = all cores; set by set_num_threads()
 _POISON = os.environ.get("LONGATTN_POISON", "") not in ("", "0")
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Threads used by CPU operators from now on (0 = all cores)."""
     global _num_threads
     n = c_int(n, "set_num_threads: n", "int32")
@@ -191,7 +191,7 @@ def set_num_threads(n):
     _num_threads = n
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """The value set by set_num_threads (0 = all cores)."""
     return _num_threads
 
@@ -238,7 +238,7 @@ def thread_context():
 _cuda_state = []
 
 
-def cuda_available():
+def cuda_available() -> bool:
     """Whether liblongattn was built with CUDA and sees a device."""
     if not _cuda_state:
         flag = ctypes.c_int(0)
@@ -247,7 +247,7 @@ def cuda_available():
     return _cuda_state[0]
 
 
-def build_info():
+def build_info() -> str:
     s = L.lib.la_build_info()
     return s.decode() if s else ""
 

@@ -8,18 +8,23 @@ The C library validates every shape; its message comes back in the
 exception (ValueError for arguments/shapes/dtypes, RuntimeError otherwise).
 """
 import ctypes
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib as L
+from . import _varlen
 from ._errors import call
 from ._tensor import Call, c_float, c_int, is_array, is_torch, _torch
 
+# A numpy.ndarray or a torch.Tensor (torch is never imported by this module).
+Array = Any
+# Grid / block / map sizes: 4, (4, 4), "4x4".
+Dims = Union[int, str, Sequence[int]]
+
 __all__ = [
     "softmax_attention", "linear_attention", "mhla", "mhla_causal", "mhla_init",
-    "mhla_project", "MHLADecoder", "focused_attention", "dsa_topk", "hisa_topk",
-    "blocksparse_topk", "topk", "IndexCache", "sparse_attention", "attention_map",
-    "map_rank_entropy",
+    "mhla_project", "MHLADecoder", "focused_attention",
 ]
 
 
@@ -83,7 +88,9 @@ def _autograd(fn_name, impl, options, *inputs):
 # ---------------------------------------------------------------------------
 # §1 softmax attention
 # ---------------------------------------------------------------------------
-def softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
+                      scale: Optional[float] = None, return_lse: bool = False,
+                      cu_seqlens: Optional[Array] = None) -> Union[Array, Tuple[Array, Array]]:
     """Softmax attention O = softmax(scale·QKᵀ + mask)·V (SPEC §1).
 
     Shapes: q [B, Nq, H, D], k [B, Nk, Hk, D], v [B, Nk, Hk, Dv] with
@@ -93,12 +100,17 @@ def softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
 
     causal: query t sees keys s <= t + (Nk - Nq) (bottom-right aligned, as
     flash-attn). scale: None = D**-0.5.
+    cu_seqlens: int32 [nseq + 1] prefix sums of packed sequences (B = 1, q, k
+    and v packed alike along N); each sequence attends only within itself.
 
     Example:
         >>> q = k = v = torch.randn(2, 128, 4, 64)
         >>> o = longattn.softmax_attention(q, k, v, causal=True)
         >>> o, lse = longattn.softmax_attention(q, k, v, return_lse=True)
     """
+    if cu_seqlens is not None:
+        return _varlen.softmax(softmax_attention, q, k, v, cu_seqlens, causal, scale,
+                               return_lse)
     opts = dict(causal=causal, scale=scale, return_lse=return_lse)
     if _needs_autograd(q, k, v):
         return _autograd("softmax_attention", _softmax_attention, opts, q, k, v)
@@ -122,8 +134,12 @@ def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
 # ---------------------------------------------------------------------------
 # §3 linear attention
 # ---------------------------------------------------------------------------
-def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=1e-6,
-                     scale=1.0, chunk=64, initial_state=None, output_final_state=False):
+def linear_attention(q: Array, k: Array, v: Array, feature: str = "relu", causal: bool = False,
+                     normalize: bool = True, eps: float = 1e-6, scale: float = 1.0,
+                     chunk: int = 64, initial_state: Optional[Tuple[Array, Array]] = None,
+                     output_final_state: bool = False,
+                     cu_seqlens: Optional[Array] = None
+                     ) -> Union[Array, Tuple[Array, Tuple[Array, Array]]]:
     """Linear attention with feature map φ (SPEC §3).
 
     q̃ = scale·φ(q), k̃ = φ(k); S = Σ_j k̃_j v_jᵀ, z = Σ_j k̃_j (over j <= t when
@@ -135,6 +151,9 @@ def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=
     (None = zeros); output_final_state=True returns (out, (S, z)) with the
     state after the last token, so a sequence split in two parts gives the
     same outputs as one pass.
+    cu_seqlens (causal only): int32 [nseq + 1] prefix sums of packed
+    sequences (B = 1); the states are then per sequence: initial_state
+    (S [nseq, H, D, Dv], z [nseq, H, D]) and the returned final state alike.
 
     Example:
         >>> q, k = torch.randn(1, 1000, 8, 64), torch.randn(1, 1000, 8, 64)
@@ -148,6 +167,15 @@ def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=
     opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
                 chunk=chunk, output_final_state=output_final_state)
     S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
+    if cu_seqlens is not None:
+        return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
+    if _needs_autograd(q, k, v, S0, z0):
+        return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
+    return _linear_attention(q, k, v, S0, z0, **opts)
+
+
+def _linear_attention_public(q, k, v, S0, z0, **opts):
+    """linear_attention with the state split in two arguments (for _varlen)."""
     if _needs_autograd(q, k, v, S0, z0):
         return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
     return _linear_attention(q, k, v, S0, z0, **opts)
@@ -180,8 +208,11 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
 # ---------------------------------------------------------------------------
 # §4 focused linear attention
 # ---------------------------------------------------------------------------
-def focused_attention(q, k, v, variant="flatten", map=None, conv=None, conv_bias=None,
-                      softplus_param=None, p=3.0, focus=None, eps=1e-6):
+def focused_attention(q: Array, k: Array, v: Array, variant: str = "flatten",
+                      map: Optional[Dims] = None, conv: Optional[Array] = None,
+                      conv_bias: Optional[Array] = None, softplus_param: Optional[Array] = None,
+                      p: float = 3.0, focus: Optional[Array] = None,
+                      eps: float = 1e-6) -> Array:
     """Focused linear attention over an Hm×Wm token map (SPEC §4).
 
     Shapes: q, k, v [B, N, H, D] with N = Hm·Wm (raster order) -> out
@@ -261,8 +292,9 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
     return p
 
 
-def mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
-         eps=1e-6, scale=1.0):
+def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = None,
+         blocks: Optional[Dims] = None, feature: str = "relu_eps",
+         normalize: str = "per_query", eps: float = 1e-6, scale: float = 1.0) -> Array:
     """Multi-head linear attention over token blocks (SPEC §5.1–5.2).
 
     Tokens lie on a grid (N), (Hm, Wm) or (T, Hm, Wm) in raster order, cut
@@ -311,8 +343,9 @@ def _mhla_causal_params(chunk, feature, normalize, eps, scale):
     return p
 
 
-def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,
-                scale=None):
+def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
+                feature: str = "relu", normalize: str = "none", eps: float = 1e-6,
+                scale: Optional[float] = None, cu_seqlens: Optional[Array] = None) -> Array:
     """Causal MHLA over chunks of `chunk` tokens (SPEC §5.4).
 
     Token t in chunk i: o_t = q̃_tᵀ[Σ_{b<i} W[i,b] S_b + W[i,i] Σ_{j in i, j<=t}
@@ -322,6 +355,9 @@ def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps
     Shapes: q, k [B, N, H, D], v [B, N, H, Dv], mixing [M, M] or [H, M, M]
     (float32, M >= ceil(N / chunk)) -> out [B, N, H, Dv].
     feature default relu; scale None = D**-0.5.
+    cu_seqlens: int32 [nseq + 1] prefix sums of packed sequences (B = 1);
+    every sequence starts its own chunks at its first token and uses the
+    same mixing.
 
     Example:
         >>> q = k = v = torch.randn(1, 1000, 4, 64)
@@ -329,6 +365,8 @@ def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps
         >>> o = longattn.mhla_causal(q, k, v, W, chunk=64)
     """
     opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
+    if cu_seqlens is not None:
+        return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
     if _needs_autograd(q, k, v, mixing):
         return _autograd("mhla_causal", _mhla_causal, opts, q, k, v, mixing)
     return _mhla_causal(q, k, v, mixing, **opts)
@@ -344,7 +382,7 @@ def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", ep
     return out
 
 
-def mhla_init(blocks, kind="locality", like=None):
+def mhla_init(blocks: Dims, kind: str = "locality", like: Optional[Array] = None) -> Array:
     """Mixing-matrix initializer W (SPEC §5.3), float32 [M, M], M = Π blocks.
 
     kind: "locality" (paper: rows ∝ 1 - dist/max row dist, rows sum to 1),
@@ -373,7 +411,7 @@ def mhla_init(blocks, kind="locality", like=None):
     return out
 
 
-def mhla_project(mixing, causal=False):
+def mhla_project(mixing: Array, causal: bool = False) -> Array:
     """Training-time projection of W, in place: clamp to [1e-5, 1]; causal
     also zeroes the upper triangle (j > i). mixing: float32 [M, M] or
     [H, M, M] (CPU). Returns mixing.
@@ -460,7 +498,7 @@ class MHLADecoder(_CHandle):
         self._handle = h
 
 
-    def append(self, q, k, v):
+    def append(self, q: Array, k: Array, v: Array) -> Array:
         """Append n tokens: q, k [B, n, H, D], v [B, n, H, Dv] -> out [B, n, H, Dv]."""
         h = self._live()
         c = Call("MHLADecoder.append", q)
@@ -469,7 +507,7 @@ class MHLADecoder(_CHandle):
         return out
 
     @property
-    def length(self):
+    def length(self) -> int:
         """Tokens appended so far."""
         n = ctypes.c_int64(0)
         call("la_mhla_state_length", self._live(), ctypes.byref(n))
@@ -477,270 +515,3 @@ class MHLADecoder(_CHandle):
 
     def __len__(self):
         return self.length
-
-
-
-# ---------------------------------------------------------------------------
-# §6–§7 indexers
-# ---------------------------------------------------------------------------
-def _index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=None):
-    p = L.la_index_params()
-    call("la_index_params_init", ctypes.byref(p))
-    p.topk = c_int(topk, c.op + ": topk")
-    if block is not None:
-        p.block = c_int(block, c.op + ": block")
-    if block_topk is not None:
-        p.block_topk = c_int(block_topk, c.op + ": block_topk")
-    p.k_scale = c.view(k_scale, "k_scale", True)
-    p.q_scale = c.view(q_scale, "q_scale", True)
-    return p
-
-
-def dsa_topk(q, k, w, topk=2048, start=None, end=None, return_scores=False, k_scale=None,
-             q_scale=None):
-    """DSA indexer (flat scan, SPEC §6): top-k keys per query.
-
-    I(t, s) = Σ_h w[t,h]·ReLU(q[t,h]·k[s]) for s in [start_t, end_t); returns
-    idx int32 [T, topk]: descending score, ties to the lower index, -1
-    padding. Fold dI**-0.5·HI**-0.5 and quantization scales into w.
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI]; start, end int32 [T]
-    (None = causal bottom-right: start 0, end = L - T + t + 1).
-    return_scores=True also returns scores float32 [T, L] (-inf outside the
-    range). k_scale [L] / q_scale [T, HI]: fp8 e4m3 inputs only (GPU).
-
-    Example:
-        >>> q, k, w = torch.randn(64, 8, 32), torch.randn(4096, 32), torch.rand(64, 8)
-        >>> idx = longattn.dsa_topk(q, k, w, topk=256)          # [64, 256] int32
-    """
-    c = Call("dsa_topk", q)
-    p = _index_params(c, topk, k_scale=k_scale, q_scale=q_scale)
-    T, Lk = _dim(q, 0), _dim(k, 0)
-    idx, vi = c.out((T, p.topk), "idx", "int32")
-    sc, vs = c.out((T, Lk), "scores", "float32") if return_scores else (None, None)
-    c.run("la_dsa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi, vs)
-    return (idx, sc) if return_scores else idx
-
-
-def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None,
-              k_scale=None, q_scale=None):
-    """HISA indexer (SPEC §7): block filter on pooled keys, then token refine.
-
-    Keys are mean-pooled over blocks of `block` tokens; per query the
-    `block_topk` best blocks meeting [start_t, end_t) are kept (the first and
-    last always), then the top `topk` tokens inside them as in dsa_topk. When
-    the kept blocks are all blocks meeting the range, i.e. block_topk >=
-    ceil(end_t/block) - floor(start_t/block) (for block-aligned starts, as in
-    causal prefill: block_topk·block >= end_t - start_t), this equals
-    dsa_topk exactly (docs/SPARSE.md).
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI], start/end int32 [T] ->
-    idx int32 [T, topk].
-
-    Example:
-        >>> idx = longattn.hisa_topk(q, k, w, topk=256, block=64, block_topk=8)
-    """
-    c = Call("hisa_topk", q)
-    p = _index_params(c, topk, block, block_topk, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_hisa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi)
-    return idx
-
-
-def blocksparse_topk(q, k, w, topk=2048, block=128, start=None, end=None, k_scale=None,
-                     q_scale=None):
-    """Block-sparse baseline indexer (SPEC §7): the same block scores and
-    forcing as HISA, keeps the top topk/block blocks and returns all their
-    valid tokens.
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI], start/end int32 [T] ->
-    idx int32 [T, topk].
-
-    Example:
-        >>> idx = longattn.blocksparse_topk(q, k, w, topk=256, block=64)
-    """
-    c = Call("blocksparse_topk", q)
-    p = _index_params(c, topk, block, None, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_blocksparse_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(w, "w"), c.view(start, "start", True), c.view(end, "end", True), vi)
-    return idx
-
-
-def topk(scores, k):
-    """Row-wise top-k of scores [R, L] (float32; -inf = masked) -> idx int32
-    [R, k]: descending score, ties to the lower index, -1 padding.
-
-    Example:
-        >>> idx = longattn.topk(torch.randn(4, 100), 10)
-    """
-    c = Call("topk", scores, "scores")
-    idx, vi = c.out((_dim(scores, 0), c_int(k, "topk: k")), "idx", "int32")
-    c.run("la_topk", c.view(scores, "scores"), vi)
-    return idx
-
-
-class IndexCache(_CHandle):
-    """Decode-time HISA key cache (wraps la_index_cache, SPEC §7): keeps the
-    keys and their pooled block means incrementally.
-
-    IndexCache(dim, capacity, block=128): dim = dI, capacity = most tokens.
-
-    Example:
-        >>> cache = longattn.IndexCache(32, capacity=8192, block=64)
-        >>> cache.append(k)                        # k [n, 32] float32
-        >>> idx = cache.hisa(q, w, topk=256, block_topk=8)   # as hisa_topk(q, k, w, ...)
-    """
-
-    _closed_message = "IndexCache: the cache has been closed"
-
-    def __init__(self, dim, capacity, block=128):
-        self._handle = None
-        self._destroy = L.lib.la_index_cache_destroy
-        self.dim = c_int(dim, "IndexCache: dim")
-        self.capacity = c_int(capacity, "IndexCache: capacity")
-        self.block = c_int(block, "IndexCache: block")
-        h = ctypes.c_void_p()
-        call("la_index_cache_create", self.dim, self.block, self.capacity, ctypes.byref(h))
-        self._handle = h
-
-
-    def append(self, k):
-        """Append keys k [n, dI] (CPU) at the end."""
-        from ._tensor import view
-        t = view(k, "k")
-        call("la_index_cache_append", self._live(), ctypes.byref(t))
-        return self
-
-    @property
-    def length(self):
-        n = ctypes.c_int64(0)
-        call("la_index_cache_length", self._live(), ctypes.byref(n))
-        return n.value
-
-    def __len__(self):
-        return self.length
-
-    def hisa(self, q, w, topk=2048, block_topk=64, start=None, end=None):
-        """HISA selection over the cached keys: q [T, HI, dI], w [T, HI],
-        start/end int32 [T] (None = causal bottom-right) -> idx int32
-        [T, topk]; equals hisa_topk on the same keys."""
-        h = self._live()
-        c = Call("IndexCache.hisa", q)
-        p = _index_params(c, topk, self.block, block_topk)
-        idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-        c.run("la_index_cache_hisa", h, ctypes.byref(p), c.view(q, "q"), c.view(w, "w"),
-              c.view(start, "start", True), c.view(end, "end", True), vi)
-        return idx
-
-
-
-# ---------------------------------------------------------------------------
-# §8 sparse attention
-# ---------------------------------------------------------------------------
-def sparse_attention(q, kv, idx, dv=512, scale=None):
-    """Sparse attention over selected keys (Sparse MLA, MQA mode; SPEC §8).
-
-    o[t,h] = Σ_{s in idx[t]} softmax_s(scale·q[t,h]·kv[s])·kv[s][:dv]; indices
-    -1 or >= L are skipped; a row with no valid index gives o = 0, lse = -inf.
-
-    Shapes: q [T, Hq, Dqk], kv [L, Dqk] or [L, Hkv, Dqk] (head h uses kv
-    head h·Hkv/Hq), idx int32 [T, k] -> (out [T, Hq, dv] (q's dtype),
-    lse [T, Hq] float32). scale None = Dqk**-0.5.
-
-    Example:
-        >>> q, kv = torch.randn(16, 8, 576), torch.randn(4096, 576)
-        >>> idx = longattn.dsa_topk(qi, ki, w, topk=256)
-        >>> out, lse = longattn.sparse_attention(q, kv, idx, dv=512)
-    """
-    opts = dict(dv=dv, scale=scale)
-    if _needs_autograd(q, kv):
-        return _autograd("sparse_attention", _sparse_attention, opts, q, kv, idx)
-    return _sparse_attention(q, kv, idx, **opts)
-
-
-def _sparse_attention(q, kv, idx, dv=512, scale=None):
-    p = L.la_sparse_attn_params()
-    call("la_sparse_attn_params_init", ctypes.byref(p))
-    p.dv = c_int(dv, "sparse_attention: dv")
-    p.scale = 0.0 if scale is None else c_float(scale, "sparse_attention: scale")
-    c = Call("sparse_attention", q)
-    T, Hq = _dim(q, 0), _dim(q, 1)
-    out, vo = c.out((T, Hq, p.dv), "out")
-    lse, vl = c.out((T, Hq), "lse", "float32")
-    c.run("la_sparse_attention", ctypes.byref(p), c.view(q, "q"), c.view(kv, "kv"),
-          c.view(idx, "idx"), vo, vl)
-    return out, lse
-
-
-# ---------------------------------------------------------------------------
-# §9 analysis
-# ---------------------------------------------------------------------------
-_MAP_DEFAULT_FEATURE = {"linear": "relu", "mhla": "relu_eps"}
-
-
-def attention_map(q, k, variant="softmax", feature=None, scale=None, mixing=None, grid=None,
-                  blocks=None, map=None, p=3.0, softplus_param=None, rtol=1e-6):
-    """Explicit N×N attention weights of one head, with rank and entropy
-    (SPEC §9).
-
-    variant: softmax | linear | mhla | focused_flatten | focused_blog
-    ("focused-flatten" spelling accepted). q, k [N, D]; mixing [M, M] and
-    grid/blocks for mhla; map (Hm, Wm) and p, softplus_param [D] for the
-    focused variants. feature: None = the operator's default (linear relu,
-    mhla relu_eps). scale: softmax None = D**-0.5; linear/mhla scale_q.
-    Returns (A [N, N] (float64 if q is float64 else float32; rows sum to
-    1), rank (int: #σ > rtol·σ1, float64 SVD), entropy (float: mean row
-    entropy)).
-
-    Example:
-        >>> q, k = torch.randn(256, 32), torch.randn(256, 32)
-        >>> A, rank, H = longattn.attention_map(q, k, variant="linear")
-    """
-    prm = L.la_attn_map_params()
-    call("la_attn_map_params_init", ctypes.byref(prm))
-    var = str(variant).replace("-", "_")
-    prm.variant = _choice(var, L.MAP_VARIANTS, "attention_map: variant")
-    if feature is None:
-        feature = _MAP_DEFAULT_FEATURE.get(var)
-    if feature is not None:
-        prm.feature = _feature(feature)
-    if scale is not None:
-        prm.scale = c_float(scale, "attention_map: scale")
-    if var == "mhla":
-        prm.mhla = _mhla_params(grid, blocks, mixing, feature, None, None, scale,
-                                "attention_map")
-    if var.startswith("focused"):
-        if map is None:
-            raise ValueError("attention_map: map=(Hm, Wm) is required for %s" % variant)
-        hw = _dims(map, "attention_map: map")
-        if len(hw) != 2:
-            raise ValueError("attention_map: map %r must be (Hm, Wm)" % (map,))
-        prm.focused.map_h, prm.focused.map_w = hw
-        prm.focused.p = c_float(p, "attention_map: p")
-        prm.focused.variant = 0 if var == "focused_flatten" else 1
-    c = Call("attention_map", q)
-    N = _dim(q, 0)
-    dt = "float64" if str(q.dtype).endswith("float64") else "float32"
-    A, va = c.out((N, N), "out", dt)
-    c.run("la_attention_map", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
-          c.view(mixing, "mixing", True), c.view(softplus_param, "softplus_param", True), va)
-    rank, ent = map_rank_entropy(A, rtol)
-    return A, rank, ent
-
-
-def map_rank_entropy(A, rtol=1e-6):
-    """Numerical rank (#σ > rtol·σ1, float64 SVD) and mean row entropy of an
-    attention map A [N, N] (CPU, float32/float64).
-
-    Example:
-        >>> rank, ent = longattn.map_rank_entropy(np.eye(8))   # (8, 0.0)
-    """
-    from ._tensor import view
-    t = view(A, "map")
-    r = ctypes.c_int64(0)
-    e = ctypes.c_double(0)
-    call("la_map_rank_entropy", ctypes.byref(t), float(rtol), ctypes.byref(r), ctypes.byref(e))
-    return int(r.value), float(e.value)
