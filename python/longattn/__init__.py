@@ -48,6 +48,15 @@ OPS = {
 }
 
 
+def __getattr__(name):
+    """`longattn.nn` (the torch layers) is imported on first use, so that
+    `import longattn` does not import torch."""
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'longattn' has no attribute %r" % name)
+
+
 def library_path() -> str:
     """Path of the loaded liblongattn.so (loads it if needed)."""
     _lib.lib.dll
