@@ -1,15 +1,19 @@
 """torch.autograd.Function wrappers of the attention operators.
 
-The C library has forward passes only (for now). These Functions give the
-outputs a grad_fn, so that a training graph that reaches them fails loudly
-in backward instead of silently treating the operator as a constant. A
-backward pass plugs in by filling `backward` of the class concerned (the
-forward saves nothing yet; save what the backward needs in `forward`).
+softmax_attention and linear_attention have backward passes (the C library's
+la_*_backward through longattn._backward, on the CPU and on CUDA tensors;
+shared/TRAINING.md §1): softmax's lse is returned detached, linear causal's
+initial_state (S, z) and the returned final state are differentiable. The
+other operators are still forward-only: their Functions give the outputs a
+grad_fn so that a training graph that reaches them fails loudly in backward
+instead of silently treating the operator as a constant.
 
 Used automatically by longattn.softmax_attention & co. when torch grad
 mode is on and an input requires grad.
 """
 import torch
+
+from . import _backward
 
 
 class _ForwardOnly(torch.autograd.Function):
@@ -37,20 +41,64 @@ class _ForwardOnly(torch.autograd.Function):
             "inference, or use a PyTorch reference implementation for training." % cls.op)
 
 
-class SoftmaxAttentionFunction(_ForwardOnly):
+class SoftmaxAttentionFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, k, v) -> out, or (out, lse) when
+    options["return_lse"]; lse is not differentiable (as flash-attn)."""
+
     op = "softmax_attention"
 
     @staticmethod
-    def backward(ctx, *grads):
-        SoftmaxAttentionFunction._no_backward()
+    def forward(ctx, impl, options, q, k, v):
+        opts = dict(options)
+        want_lse = bool(opts.pop("return_lse", False))
+        out, lse = impl(q, k, v, return_lse=True, **opts)
+        ctx.save_for_backward(q, k, v, out, lse)
+        ctx.opts = opts
+        ctx.mark_non_differentiable(lse)
+        return (out, lse) if want_lse else out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, *unused):
+        q, k, v, out, lse = ctx.saved_tensors
+        dq, dk, dv = _backward.softmax_attention_backward(
+            q, k, v, out, lse, d_out, causal=ctx.opts.get("causal", False),
+            scale=ctx.opts.get("scale"), needs=ctx.needs_input_grad[2:5])
+        return None, None, dq, dk, dv
 
 
-class LinearAttentionFunction(_ForwardOnly):
+class LinearAttentionFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, k, v, S0, z0) -> out, or out, S1, z1
+    when options["output_final_state"] (regrouped by apply)."""
+
     op = "linear_attention"
 
     @staticmethod
-    def backward(ctx, *grads):
-        LinearAttentionFunction._no_backward()
+    def forward(ctx, impl, options, q, k, v, S0, z0):
+        res = impl(q, k, v, S0, z0, **options)
+        ctx.save_for_backward(q, k, v, S0, z0)
+        ctx.opts = dict(options)
+        if options.get("output_final_state"):
+            out, (S1, z1) = res
+            return out, S1, z1
+        return res
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, dS1=None, dz1=None):
+        q, k, v, S0, z0 = ctx.saved_tensors
+        o = ctx.opts
+        init = None if S0 is None else (S0, z0)
+        d_final = None if dS1 is None and dz1 is None else (dS1, dz1)
+        needs = ctx.needs_input_grad[2:7]
+        dq, dk, dv, dS0, dz0 = _backward.linear_attention_backward(
+            q, k, v, d_out, feature=o.get("feature", "relu"), causal=o.get("causal", False),
+            normalize=o.get("normalize", True), eps=o.get("eps", 1e-6),
+            scale=o.get("scale", 1.0), chunk=o.get("chunk", 64), initial_state=init,
+            d_final_state=d_final, needs=needs)
+        if z0 is None:
+            dz0 = None
+        return None, None, dq, dk, dv, dS0, dz0
 
 
 class FocusedAttentionFunction(_ForwardOnly):

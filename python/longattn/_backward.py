@@ -1,0 +1,106 @@
+"""Backward passes of the operators (shared/TRAINING.md §1) as plain functions.
+
+Each takes the forward's inputs (and, where the C backward reads them, its
+outputs: softmax's out and lse), the gradient of the output, and the forward's
+options with the keyword names and defaults of longattn.ops; it returns the
+gradients of the differentiable inputs as a tuple, None where not requested.
+`needs` (optional, a tuple of bools in the order of the returned tuple) skips
+gradients nobody wants. Inputs are numpy arrays or torch tensors (CPU or CUDA:
+the C library runs the backward of the tensors' device); gradients are new
+arrays of their input's dtype and device (state gradients: float32).
+
+Used by longattn.autograd (torch.autograd.Function) and by the torch.library
+registrations (register_autograd).
+"""
+import ctypes
+
+import numpy as np
+
+from . import _lib as L
+from ._errors import call
+from ._tensor import Call, is_torch, _torch, _POISON
+
+__all__ = ["softmax_attention_backward", "linear_attention_backward"]
+
+
+def _new_like(x, dtype=None):
+    """Uninitialized array shaped like x on x's device (dtype: x's, or a name)."""
+    if is_torch(x):
+        torch = _torch()
+        dt = x.dtype if dtype is None else getattr(torch, dtype)
+        a = torch.empty(tuple(x.shape), dtype=dt, device=x.device)
+        if _POISON:
+            a.fill_(float("nan"))
+        return a
+    a = np.empty(x.shape, dtype=x.dtype if dtype is None else np.dtype(dtype))
+    if _POISON:
+        a.fill(np.nan)
+    return a
+
+
+def _grads(c, pairs, needs):
+    """For each (input, name) wanted: a new gradient and its view; else None."""
+    arrs, views = [], []
+    for i, (x, name) in enumerate(pairs):
+        want = x is not None and (needs is None or bool(needs[i]))
+        a = _new_like(x) if want else None
+        arrs.append(a)
+        views.append(c.view(a, name) if want else None)
+    return arrs, views
+
+
+def _feature(name):
+    f = ctypes.c_int(0)
+    call("la_feature_from_name", str(name).encode(), ctypes.byref(f))
+    return f.value
+
+
+def softmax_attention_backward(q, k, v, out, lse, d_out, causal=False, scale=None, needs=None):
+    """(dq, dk, dv) of longattn.softmax_attention; out and lse [B, Nq, H]
+    (float32) are the forward's outputs (softmax_attention(..., return_lse=True))."""
+    p = L.la_softmax_params()
+    call("la_softmax_params_init", ctypes.byref(p))
+    p.causal = int(bool(causal))
+    p.scale = 0.0 if scale is None else float(scale)
+    c = Call("softmax_attention_backward", q)
+    (dq, dk, dv), (vq, vk, vv) = _grads(c, ((q, "dq"), (k, "dk"), (v, "dv")), needs)
+    c.run("la_softmax_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
+          c.view(v, "v"), c.view(out, "out"), c.view(lse, "lse"), c.view(d_out, "d_out"),
+          vq, vk, vv)
+    return dq, dk, dv
+
+
+def linear_attention_backward(q, k, v, d_out, feature="relu", causal=False, normalize=True,
+                              eps=1e-6, scale=1.0, chunk=64, initial_state=None,
+                              d_final_state=None, needs=None):
+    """(dq, dk, dv, dS_in, dz_in) of longattn.linear_attention. Causal only:
+    initial_state = (S [B,H,D,Dv], z [B,H,D]) float32 of the forward (None =
+    zeros; z may be None when normalize is off), d_final_state = (dS, dz)
+    the gradient of the returned final state (None or None parts = zero);
+    dS_in, dz_in (float32) are returned when an initial state was given."""
+    p = L.la_linear_params()
+    call("la_linear_params_init", ctypes.byref(p))
+    p.feature = _feature(feature)
+    p.causal = int(bool(causal))
+    p.normalize = int(bool(normalize))
+    p.eps = float(eps)
+    p.scale_q = float(scale)
+    p.chunk = int(chunk)
+    S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
+    dS1, dz1 = (None, None) if d_final_state is None else tuple(d_final_state)
+    c = Call("linear_attention_backward", q)
+    (dq, dk, dv), (vq, vk, vv) = _grads(c, ((q, "dq"), (k, "dk"), (v, "dv")),
+                                        None if needs is None else needs[:3])
+    want_S = S0 is not None and (needs is None or needs[3])
+    want_z = S0 is not None and (needs is None or needs[4])
+    B, H, D, Dv = q.shape[0], q.shape[2], q.shape[3], v.shape[3]
+    dS0 = vS = dz0 = vz = None
+    if want_S:
+        dS0, vS = c.out((B, H, D, Dv), "d_S_in", "float32")
+    if want_z:
+        dz0, vz = c.out((B, H, D), "d_z_in", "float32")
+    c.run("la_linear_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
+          c.view(v, "v"), None, c.view(S0, "S_in", True), c.view(z0, "z_in", True),
+          c.view(d_out, "d_out"), c.view(dS1, "d_S_out", True), c.view(dz1, "d_z_out", True),
+          vq, vk, vv, vS, vz)
+    return dq, dk, dv, dS0, dz0

@@ -1,0 +1,44 @@
+/* CPU backward passes (TRAINING.md §1). Each is called by its public entry
+ * point in src/ops/<op>_backward.c after every view was validated; NULL
+ * gradients are skipped, the others are written in full. */
+#ifndef LA_BACKWARD_CPU_H
+#define LA_BACKWARD_CPU_H
+
+#include "core/internal.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* dφ/dx of a feature map at x (SPEC §2; relu family: 0 at x <= 0). */
+static inline float la_feature_deriv(la_feature f, float x) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY: return 1.f;
+    case LA_FEATURE_RELU:
+    case LA_FEATURE_RELU_EPS:
+    case LA_FEATURE_RELU1: return x > 0.f ? 1.f : 0.f;
+    case LA_FEATURE_ELU1: return x >= 0.f ? 1.f : expf(x);
+    }
+    return 1.f;
+}
+
+/* q [B,Nq,H,D], k [B,Nk,Hk,D], v [B,Nk,Hk,Dv], out/d_out [B,Nq,H,Dv],
+ * lse [B,Nq,H]; scale resolved. */
+la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v, const la_tensor *out,
+                                  const la_tensor *lse, const la_tensor *d_out, la_tensor *dq,
+                                  la_tensor *dk, la_tensor *dv, la_context *ctx);
+
+/* q,k [B,N,H,D], v/d_out [B,N,H,Dv]; causal: S_in/d_S_out/d_S_in
+ * [B,H,D,Dv], z_in/d_z_out/d_z_in [B,H,D] (each may be NULL). */
+la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
+                                 const la_tensor *k, const la_tensor *v, const la_tensor *S_in,
+                                 const la_tensor *z_in, const la_tensor *d_out,
+                                 const la_tensor *d_S_out, const la_tensor *d_z_out,
+                                 la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in,
+                                 la_tensor *d_z_in, la_context *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

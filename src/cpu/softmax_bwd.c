@@ -1,0 +1,197 @@
+/* CPU softmax attention backward (TRAINING.md §1), FlashAttention-2 style.
+ *
+ * With the forward's lse, per (batch, head), P = exp(scale·QKᵀ − lse) is
+ * recomputed tile by tile, never stored whole:
+ *
+ *     Δ_i  = Σ_e dO[i,e]·O[i,e]                  (rowsum(dO∘O))
+ *     dP   = dO Vᵀ,   dS = P∘(dP − Δ)
+ *     dQ   = scale · dS K,   dK = scale · dSᵀ Q,   dV = Pᵀ dO
+ *
+ * Two passes keep every gradient row owned by one task (deterministic, no
+ * atomics): pass A, one task per (b, h, query tile), sums dQ over the key
+ * tiles; pass B, one task per (b, kv head, key tile), sums dK and dV over the
+ * query heads of its group (GQA) and the query tiles that see it. Inputs are
+ * first packed into contiguous f32 panels (Q pre-scaled), O(N·H·D) memory.
+ * Causal masking is bottom-right aligned like the forward (row i sees keys
+ * s <= i + Nk − Nq); a row that sees no key (lse = −inf) has zero gradient. */
+#include "cpu/backward_cpu.h"
+#include "cpu/softmax_cpu.h"
+
+#include <stdlib.h>
+
+#define SB_BQ 128
+#define SB_BK 128
+
+typedef struct sb_job {
+    int causal;
+    int64_t B, Nq, Nk, H, Hk, D, Dv, off;
+    float *qs;   /* [B,H,Nq,D]  scale·q  */
+    float *dO;   /* [B,H,Nq,Dv]          */
+    float *kk;   /* [B,Hk,Nk,D]          */
+    float *vv;   /* [B,Hk,Nk,Dv]         */
+    float *dl;   /* [B,H,Nq]   Δ         */
+    float *ls;   /* [B,H,Nq]   lse       */
+} sb_job;
+
+static const float *qs_at(const sb_job *j, int64_t b, int64_t h, int64_t i) {
+    return j->qs + ((b * j->H + h) * j->Nq + i) * j->D;
+}
+static const float *do_at(const sb_job *j, int64_t b, int64_t h, int64_t i) {
+    return j->dO + ((b * j->H + h) * j->Nq + i) * j->Dv;
+}
+static const float *k_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
+    return j->kk + ((b * j->Hk + hk) * j->Nk + s) * j->D;
+}
+static const float *v_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
+    return j->vv + ((b * j->Hk + hk) * j->Nk + s) * j->Dv;
+}
+
+/* P and dS of query rows [i0, i0+bq) of head h against keys [j0, j0+bk):
+ * p, ds are bq×bk with row stride SB_BK. */
+static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
+                      int64_t bk, float *p, float *ds) {
+    const int64_t hk = h / (j->H / j->Hk);
+    la_sgemm(false, true, bq, bk, j->D, 1.f, qs_at(j, b, h, i0), j->D, k_at(j, b, hk, j0), j->D,
+             0.f, p, SB_BK);
+    la_sgemm(false, true, bq, bk, j->Dv, 1.f, do_at(j, b, h, i0), j->Dv, v_at(j, b, hk, j0),
+             j->Dv, 0.f, ds, SB_BK);
+    const float *lrow = j->ls + (b * j->H + h) * j->Nq;
+    const float *drow = j->dl + (b * j->H + h) * j->Nq;
+    for (int64_t r = 0; r < bq; r++) {
+        const int64_t i = i0 + r;
+        float *pr = p + r * SB_BK, *dr = ds + r * SB_BK;
+        const float L = lrow[i], dd = drow[i];
+        int64_t lim = bk; /* visible columns [0, lim) */
+        if (j->causal) {
+            int64_t last = i + j->off - j0;
+            lim = last < 0 ? 0 : (last + 1 < bk ? last + 1 : bk);
+        }
+        if (L == -INFINITY) lim = 0;
+        for (int64_t c = 0; c < lim; c++) {
+            const float e = la_expf_nonpos(pr[c] - L);
+            pr[c] = e;
+            dr[c] = e * (dr[c] - dd);
+        }
+        for (int64_t c = lim; c < bk; c++) pr[c] = dr[c] = 0.f;
+    }
+}
+
+/* Pack the inputs (f32, contiguous per head) and the row statistics. */
+static void pack_inputs(sb_job *j, float scale, const la_tensor *q, const la_tensor *k,
+                        const la_tensor *v, const la_tensor *out, const la_tensor *lse,
+                        const la_tensor *d_out, int threads) {
+    const int64_t nqh = j->B * j->H, nkh = j->B * j->Hk;
+#pragma omp parallel for num_threads(threads) schedule(dynamic)
+    for (int64_t x = 0; x < nqh + nkh; x++) {
+        if (x < nqh) {
+            const int64_t b = x / j->H, h = x % j->H;
+            float *qp = j->qs + x * j->Nq * j->D, *dp = j->dO + x * j->Nq * j->Dv;
+            la_gather_bnhd(q, b, h, qp, j->D);
+            for (int64_t t = 0; t < j->Nq * j->D; t++) qp[t] *= scale;
+            la_gather_bnhd(d_out, b, h, dp, j->Dv);
+            for (int64_t i = 0; i < j->Nq; i++) {
+                const int64_t ob = la_off4(out, b, i, h, 0);
+                double acc = 0;
+                for (int64_t e = 0; e < j->Dv; e++)
+                    acc += (double)dp[i * j->Dv + e] * la_load_f32(out, ob + e * out->nb[3]);
+                j->dl[x * j->Nq + i] = (float)acc;
+                j->ls[x * j->Nq + i] = la_load_f32(lse, la_off3(lse, b, i, h));
+            }
+        } else {
+            const int64_t y = x - nqh, b = y / j->Hk, hk = y % j->Hk;
+            la_gather_bnhd(k, b, hk, j->kk + y * j->Nk * j->D, j->D);
+            la_gather_bnhd(v, b, hk, j->vv + y * j->Nk * j->Dv, j->Dv);
+        }
+    }
+}
+
+la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v, const la_tensor *out,
+                                  const la_tensor *lse, const la_tensor *d_out, la_tensor *dq,
+                                  la_tensor *dk, la_tensor *dv, la_context *ctx) {
+    sb_job j = {0};
+    j.causal = causal;
+    j.B = q->ne[0], j.Nq = q->ne[1], j.H = q->ne[2], j.D = q->ne[3];
+    j.Nk = k->ne[1], j.Hk = k->ne[2], j.Dv = v->ne[3], j.off = j.Nk - j.Nq;
+    const int threads = la_ctx_threads(ctx);
+    const int64_t D = j.D, Dv = j.Dv;
+
+    /* Workspace: packed panels + per-thread tiles. */
+    size_t nq_el, nk_el, tmp, total = 0, rows;
+    LA_TRY(la_mul_size((size_t)(j.B * j.H), (size_t)j.Nq, &rows, "softmax backward rows"));
+    LA_TRY(la_mul_size(rows, (size_t)(D + Dv + 2), &nq_el, "softmax backward q/dO panels"));
+    LA_TRY(la_mul_size((size_t)(j.B * j.Hk), (size_t)j.Nk, &tmp, "softmax backward keys"));
+    LA_TRY(la_mul_size(tmp, (size_t)(D + Dv), &nk_el, "softmax backward k/v panels"));
+    const size_t per_thread = 2 * SB_BQ * SB_BK + (size_t)SB_BK * (D + Dv) + (size_t)SB_BQ * D;
+    LA_TRY(la_mul_size(per_thread, (size_t)threads, &tmp, "softmax backward tiles"));
+    total = nq_el + nk_el + tmp;
+    if (total < nq_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
+    LA_TRY(la_mul_size(total, sizeof(float), &tmp, "softmax backward workspace"));
+    float *ws = la_ws_alloc(ctx, tmp);
+    if (!ws) return LA_ERR_NOMEM;
+    j.qs = ws;
+    j.dO = j.qs + rows * D;
+    j.dl = j.dO + rows * Dv;
+    j.ls = j.dl + rows;
+    j.kk = j.ls + rows;
+    j.vv = j.kk + (size_t)(j.B * j.Hk * j.Nk) * D;
+    float *tiles = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
+
+    pack_inputs(&j, scale, q, k, v, out, lse, d_out, threads);
+
+    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ, nkt = (j.Nk + SB_BK - 1) / SB_BK;
+    const int64_t group = j.H / j.Hk;
+#pragma omp parallel num_threads(threads)
+    {
+        float *p = tiles + (size_t)la_thread_id() * per_thread;
+        float *ds = p + SB_BQ * SB_BK;
+        float *acc = ds + SB_BQ * SB_BK; /* pass A: bq×D; pass B: bk×D then bk×Dv */
+        if (dq) {
+#pragma omp for schedule(dynamic)
+            for (int64_t x = 0; x < j.B * j.H * nqt; x++) {
+                const int64_t b = x / (j.H * nqt), h = (x / nqt) % j.H, i0 = (x % nqt) * SB_BQ;
+                const int64_t bq = j.Nq - i0 < SB_BQ ? j.Nq - i0 : SB_BQ;
+                const int64_t hk = h / group;
+                int64_t kend = j.Nk;
+                if (causal) {
+                    int64_t last = i0 + bq - 1 + j.off + 1;
+                    kend = last < j.Nk ? (last > 0 ? last : 0) : j.Nk;
+                }
+                memset(acc, 0, (size_t)(bq * D) * sizeof(float));
+                for (int64_t j0 = 0; j0 < kend; j0 += SB_BK) {
+                    const int64_t bk = kend - j0 < SB_BK ? kend - j0 : SB_BK;
+                    tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
+                    la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(&j, b, hk, j0), D,
+                             1.f, acc, D);
+                }
+                la_scatter_bnhd_rows(dq, b, h, i0, bq, acc, D);
+            }
+        }
+        if (dk || dv) {
+#pragma omp for schedule(dynamic)
+            for (int64_t x = 0; x < j.B * j.Hk * nkt; x++) {
+                const int64_t b = x / (j.Hk * nkt), hk = (x / nkt) % j.Hk, j0 = (x % nkt) * SB_BK;
+                const int64_t bk = j.Nk - j0 < SB_BK ? j.Nk - j0 : SB_BK;
+                float *dka = acc, *dva = acc + SB_BK * D;
+                memset(acc, 0, (size_t)(SB_BK * (D + Dv)) * sizeof(float));
+                int64_t istart = causal ? j0 - j.off : 0;
+                if (istart < 0) istart = 0;
+                for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+                    for (int64_t i0 = istart; i0 < j.Nq; i0 += SB_BQ) {
+                        const int64_t bq = j.Nq - i0 < SB_BQ ? j.Nq - i0 : SB_BQ;
+                        tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
+                        if (dv)
+                            la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(&j, b, h, i0),
+                                     Dv, 1.f, dva, Dv);
+                        if (dk)
+                            la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(&j, b, h, i0),
+                                     D, 1.f, dka, D);
+                    }
+                if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
+                if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
+            }
+        }
+    }
+    la_ws_free(ctx, ws);
+    return LA_OK;
+}
