@@ -86,7 +86,8 @@ TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(TEST_SRCS))
 CUDA_TEST_SRCS := $(wildcard tests/cuda/test_*.c)
 CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
 
-.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info
+.PHONY: all lib cli tests test demo clean install test-asan test-portable fuzz deps cuda-tests info \
+        install-python test-torch-compile
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -165,6 +166,17 @@ install: all
 	ln -sf $(SONAME) $(DESTDIR)$(PREFIX)/lib/liblongattn.so
 	install -m 755 $(BUILD)/longattn $(DESTDIR)$(PREFIX)/bin/
 	sed 's|^prefix=.*|prefix=$(PREFIX)|' $(BUILD)/longattn.pc > $(DESTDIR)$(PREFIX)/lib/pkgconfig/longattn.pc
+
+# The Python package into the current interpreter's environment (a venv on
+# Debian: docs/PYTHON.md), with this build's library bundled.
+PIP ?= pip
+install-python: $(BUILD)/liblongattn.so
+	LA_BUILD=$(BUILD) $(PIP) install --no-build-isolation ./python
+
+# torch.compile / custom-op tests under a PyPI torch >= 2.4 in a venv
+# ($(BUILD)/venv-torch); skipped with a printed reason when it cannot install.
+test-torch-compile: $(BUILD)/liblongattn.so
+	bash scripts/torch_compile_check.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-portable

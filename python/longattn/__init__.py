@@ -25,6 +25,12 @@ from .index_ops import (IndexCache, attention_map, blocksparse_topk, dsa_topk, h
 
 __version__ = "0.1.0"
 
+# torch.ops.longattn.* custom ops (torch >= 2.4) are registered now when torch
+# is already imported, else on the first call that sees a torch tensor.
+if "torch" in __import__("sys").modules:
+    from .ops import install_custom_ops as _install
+    _install()
+
 # Python function -> the C symbols it needs (has_op() checks them).
 OPS = {
     "softmax_attention": ("la_softmax_attention",),

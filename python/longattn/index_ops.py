@@ -12,7 +12,14 @@ from . import _lib as L
 from ._errors import call
 from ._tensor import Call, c_float, c_int
 from .ops import Array, Dims, _CHandle, _autograd, _choice, _dim, _dims, _feature, _mhla_params
-from .ops import _needs_autograd
+from .ops import _needs_autograd, _route
+
+def _route_tracing(*xs):
+    """As ops._route, for ops without gradients: only tracing / meta tensors
+    go through the custom ops."""
+    c = _route()
+    return c if c is not None and c.tracing(*xs) else None
+
 
 __all__ = ["dsa_topk", "hisa_topk", "blocksparse_topk", "topk", "IndexCache",
            "sparse_attention", "attention_map", "map_rank_entropy"]
@@ -53,6 +60,9 @@ def dsa_topk(q: Array, k: Array, w: Array, topk: int = 2048, start: Optional[Arr
         >>> q, k, w = torch.randn(64, 8, 32), torch.randn(4096, 32), torch.rand(64, 8)
         >>> idx = longattn.dsa_topk(q, k, w, topk=256)          # [64, 256] int32
     """
+    r = _route_tracing(q, k, w)
+    if r is not None:
+        return r.call_dsa_topk(q, k, w, topk, start, end, return_scores, k_scale, q_scale)
     c = Call("dsa_topk", q)
     p = _index_params(c, topk, k_scale=k_scale, q_scale=q_scale)
     T, Lk = _dim(q, 0), _dim(k, 0)
@@ -82,6 +92,9 @@ def hisa_topk(q: Array, k: Array, w: Array, topk: int = 2048, block: int = 128,
     Example:
         >>> idx = longattn.hisa_topk(q, k, w, topk=256, block=64, block_topk=8)
     """
+    r = _route_tracing(q, k, w)
+    if r is not None:
+        return r.call_hisa_topk(q, k, w, topk, block, block_topk, start, end, k_scale, q_scale)
     c = Call("hisa_topk", q)
     p = _index_params(c, topk, block, block_topk, k_scale, q_scale)
     idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
@@ -103,6 +116,9 @@ def blocksparse_topk(q: Array, k: Array, w: Array, topk: int = 2048, block: int 
     Example:
         >>> idx = longattn.blocksparse_topk(q, k, w, topk=256, block=64)
     """
+    r = _route_tracing(q, k, w)
+    if r is not None:
+        return r.call_blocksparse_topk(q, k, w, topk, block, start, end, k_scale, q_scale)
     c = Call("blocksparse_topk", q)
     p = _index_params(c, topk, block, None, k_scale, q_scale)
     idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
@@ -118,6 +134,9 @@ def topk(scores: Array, k: int) -> Array:
     Example:
         >>> idx = longattn.topk(torch.randn(4, 100), 10)
     """
+    r = _route_tracing(scores)
+    if r is not None:
+        return r.call_topk(scores, k)
     c = Call("topk", scores, "scores")
     idx, vi = c.out((_dim(scores, 0), c_int(k, "topk: k")), "idx", "int32")
     c.run("la_topk", c.view(scores, "scores"), vi)
@@ -200,6 +219,9 @@ def sparse_attention(q: Array, kv: Array, idx: Array, dv: int = 512,
         >>> out, lse = longattn.sparse_attention(q, kv, idx, dv=512)
     """
     opts = dict(dv=dv, scale=scale)
+    r = _route(q, kv)
+    if r is not None:
+        return r.call_sparse_attention(q, kv, idx, dv, scale)
     if _needs_autograd(q, kv):
         return _autograd("sparse_attention", _sparse_attention, opts, q, kv, idx)
     return _sparse_attention(q, kv, idx, **opts)

@@ -27,6 +27,8 @@ from torch import nn
 
 from . import ops
 
+ops.install_custom_ops()  # torch.ops.longattn.* where torch >= 2.4
+
 Dims = Union[int, str, Sequence[int]]
 
 __all__ = ["MHLA", "FocusedLinearAttention", "LinearAttention"]

@@ -80,6 +80,48 @@ def _needs_autograd(*xs):
     return any(is_torch(x) and x.requires_grad for x in xs)
 
 
+class _Direct:
+    """Stands for the custom-op module where torch.library custom ops are not
+    in use (no torch, or torch < 2.4): every call takes the direct path."""
+
+    @staticmethod
+    def active(*xs):
+        return False
+
+    tracing = active
+
+
+# CUSTOM[0]: None until the first call that sees torch (then longattn._torch_ops
+# when torch >= 2.4 has custom ops, else _Direct). A one-element cell: it is
+# filled once per process and read on every call.
+CUSTOM = [None]
+
+
+def install_custom_ops():
+    """Register torch.ops.longattn.* when torch >= 2.4 is importable and
+    already imported; returns the module that routes calls (_Direct if not)."""
+    if CUSTOM[0] is None:
+        mod = _Direct
+        torch = _torch()
+        if torch is not None and hasattr(getattr(torch, "library", None), "custom_op"):
+            from . import _torch_ops
+            if _torch_ops.supported():
+                mod = _torch_ops
+        CUSTOM[0] = mod
+    return CUSTOM[0]
+
+
+def _route(*xs):
+    """The custom-op module when this call must go through torch.ops.longattn
+    (tracing, meta tensors, autograd recording), else None."""
+    c = CUSTOM[0]
+    if c is None:
+        if _torch() is None:
+            return None
+        c = install_custom_ops()
+    return c if c.active(*xs) else None
+
+
 def _autograd(fn_name, impl, options, *inputs):
     from . import autograd
     return autograd.apply(fn_name, impl, options, *inputs)
@@ -108,6 +150,9 @@ def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
         >>> o = longattn.softmax_attention(q, k, v, causal=True)
         >>> o, lse = longattn.softmax_attention(q, k, v, return_lse=True)
     """
+    c = _route(q, k, v)
+    if c is not None:
+        return c.call_softmax_attention(q, k, v, causal, scale, return_lse, cu_seqlens)
     if cu_seqlens is not None:
         return _varlen.softmax(softmax_attention, q, k, v, cu_seqlens, causal, scale,
                                return_lse)
@@ -167,6 +212,9 @@ def linear_attention(q: Array, k: Array, v: Array, feature: str = "relu", causal
     opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
                 chunk=chunk, output_final_state=output_final_state)
     S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
+    c = _route(q, k, v, S0, z0)
+    if c is not None:
+        return c.call_linear_attention(q, k, v, S0, z0, cu_seqlens, **opts)
     if cu_seqlens is not None:
         return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
     if _needs_autograd(q, k, v, S0, z0):
@@ -231,6 +279,9 @@ def focused_attention(q: Array, k: Array, v: Array, variant: str = "flatten",
     """
     opts = dict(variant=variant, map=map, p=p, eps=eps)
     args = (q, k, v, conv, conv_bias, softplus_param, focus)
+    c = _route(*args)
+    if c is not None:
+        return c.call_focused_attention(*args, **opts)
     if _needs_autograd(*args):
         return _autograd("focused_attention", _focused_attention, opts, *args)
     return _focused_attention(*args, **opts)
@@ -317,6 +368,9 @@ def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = Non
     """
     opts = dict(grid=grid, blocks=blocks, feature=feature, normalize=normalize, eps=eps,
                 scale=scale)
+    c = _route(q, k, v, mixing)
+    if c is not None:
+        return c.call_mhla(q, k, v, mixing, **opts)
     if _needs_autograd(q, k, v, mixing):
         return _autograd("mhla", _mhla, opts, q, k, v, mixing)
     return _mhla(q, k, v, mixing, **opts)
@@ -365,6 +419,9 @@ def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
         >>> o = longattn.mhla_causal(q, k, v, W, chunk=64)
     """
     opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
+    c = _route(q, k, v, mixing)
+    if c is not None:
+        return c.call_mhla_causal(q, k, v, mixing, cu_seqlens, **opts)
     if cu_seqlens is not None:
         return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
     if _needs_autograd(q, k, v, mixing):
