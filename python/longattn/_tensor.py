@@ -11,6 +11,7 @@ import ctypes
 import math
 import operator
 import os
+import struct
 import sys
 import threading
 
@@ -167,6 +168,50 @@ def view(x, name):
     return t
 
 
+# ---------------------------------------------------------------------------
+# fast views of torch tensors: one struct.pack_into writes a whole la_tensor
+# into a reused per-thread slot (the call overhead budget of TRAINING.md §3)
+# ---------------------------------------------------------------------------
+_PACK = struct.Struct("Piii4q4q")  # data, dtype, device, ndim, ne[4], nb[4] (native alignment)
+_FAST = (_PACK.size == ctypes.sizeof(L.la_tensor) and L.la_tensor.ne.offset == 24
+         and L.la_tensor.nb.offset == 56)
+_TORCH_CODES = {}  # torch.dtype -> (la_dtype, item size); filled on first use
+_ZEROS = ((), (0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
+
+
+def _torch_codes():
+    if not _TORCH_CODES:
+        torch = _torch()
+        for attr, code in _TORCH_DTYPES.items():
+            dt = getattr(torch, attr, None)
+            if dt is not None:
+                _TORCH_CODES[dt] = (code, torch.empty((), dtype=dt).element_size())
+    return _TORCH_CODES
+
+
+def pack_torch(slot, x, name):
+    """Write the la_tensor of torch tensor x into `slot` (an la_tensor);
+    anything unusual (rank > 4, other dtypes or devices, misalignment)
+    goes to view() for its error message."""
+    code = _TORCH_CODES.get(x.dtype) or _torch_codes().get(x.dtype)
+    shape = x.shape
+    nd = len(shape)
+    if code is None or nd > L.LA_MAX_DIMS:
+        return view(x, name)
+    if x.is_cuda:
+        dev = L.LA_DEVICE_CUDA
+    elif x.is_cpu if hasattr(x, "is_cpu") else x.device.type == "cpu":
+        dev = L.LA_DEVICE_CPU
+    else:
+        return view(x, name)
+    addr = x.data_ptr()
+    if addr % code[1]:
+        return view(x, name)
+    pad = _ZEROS[4 - nd]
+    _PACK.pack_into(slot, 0, addr, code[0], dev, nd, *shape, *pad, *x.stride(), *pad)
+    return slot
+
+
 def ptr(t):
     """ctypes pointer to an la_tensor, or None."""
     return None if t is None else ctypes.pointer(t)
@@ -204,12 +249,17 @@ class Context:
         call("la_context_create", ctypes.byref(self.handle))
         self._destroy = L.lib.la_context_destroy
         self.threads = None
+        self.stream = None        # the stream last handed to the context
+        self.slots = []           # reused la_tensor views (see Call)
+        self.slots_busy = False
 
     def prepare(self, stream):
         if self.threads != _num_threads:
             call("la_context_set_threads", self.handle, _num_threads)
             self.threads = _num_threads
-        call("la_context_set_cuda_stream", self.handle, stream)
+        if stream != self.stream:
+            call("la_context_set_cuda_stream", self.handle, stream)
+            self.stream = stream
         return self.handle
 
     def __del__(self):
@@ -264,15 +314,34 @@ class Call:
     the C call (the arrays themselves by the caller)."""
 
     def __init__(self, op, like, like_name="q"):
-        if not is_array(like):
-            raise TypeError("%s: %s: expected a numpy.ndarray or torch.Tensor, got %s"
-                            % (op, like_name, type(like).__name__))
-        if is_numpy(like) and not like.dtype.isnative:
-            view(like, like_name)  # raises the byte-order error under the input's name
+        self.torch = t = _torch()
+        self.is_torch = t is not None and isinstance(like, t.Tensor)
+        if not self.is_torch:
+            if not is_numpy(like):
+                raise TypeError("%s: %s: expected a numpy.ndarray or torch.Tensor, got %s"
+                                % (op, like_name, type(like).__name__))
+            if not like.dtype.isnative:
+                view(like, like_name)  # raises the byte-order error under the input's name
         self.op = op
         self.like = like
-        self.cuda = is_cuda(like)
+        self.cuda = self.is_torch and like.is_cuda
         self._keep = []
+        # The context's reusable view slots, unless another Call of this
+        # thread holds them (then this Call allocates its own views).
+        self.ctx = ctx = thread_context()
+        self._slots = None
+        if _FAST and not ctx.slots_busy:
+            ctx.slots_busy = True
+            self._slots = ctx.slots
+        self._n = 0
+
+    def _release(self):
+        if self._slots is not None:
+            self._slots = None
+            self.ctx.slots_busy = False
+
+    def __del__(self):
+        self._release()
 
     def view(self, x, name, optional=False):
         if x is None:
@@ -280,23 +349,34 @@ class Call:
                 return None
             raise TypeError("%s: %s is required (a numpy.ndarray or torch.Tensor, got None)"
                             % (self.op, name))
-        if is_cuda(x) and self.cuda and x.device != self.like.device:
-            raise ValueError("%s: %s is on %s but the other inputs are on %s"
-                             % (self.op, name, x.device, self.like.device))
-        if is_cuda(x) and not self.cuda:
-            self.cuda = True
-        t = view(x, name)
-        p = ctypes.pointer(t)
-        self._keep.append(t)
-        return p
+        t = self.torch
+        if t is not None and isinstance(x, t.Tensor):
+            if x.is_cuda:
+                if self.cuda and x.device != self.like.device and is_cuda(self.like):
+                    raise ValueError("%s: %s is on %s but the other inputs are on %s"
+                                     % (self.op, name, x.device, self.like.device))
+                self.cuda = True
+            if self._slots is not None:
+                slots = self._slots
+                if self._n == len(slots):
+                    slots.append(L.la_tensor())
+                slot = slots[self._n]
+                self._n += 1
+                v = pack_torch(slot, x, name)
+            else:
+                v = view(x, name)
+        else:
+            v = view(x, name)
+        self._keep.append(v)
+        return ctypes.byref(v)
 
     def empty(self, shape, dtype=None):
         """New output on like's device; dtype None = like's dtype, or
         'float32' / 'int32'."""
         shape = tuple(max(int(s), 0) for s in shape)
         x = self.like
-        if is_torch(x):
-            torch = _torch()
+        if self.is_torch:
+            torch = self.torch
             dt = x.dtype if dtype is None else getattr(torch, dtype)
             out = torch.empty(shape, dtype=dt, device=x.device)
             if _POISON:
@@ -315,20 +395,32 @@ class Call:
 
     def run(self, fn_name, *args):
         """Call fn_name(*args, ctx) with a prepared context."""
-        ctx = thread_context()
-        if self.cuda:
-            torch = _torch()
-            if not cuda_available():
-                raise RuntimeError(
-                    "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
-                    "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
-                    "the inputs to the CPU." % (self.op, build_info()))
-            dev = self.like.device if is_cuda(self.like) else None
-            with torch.cuda.device(dev):
-                stream = torch.cuda.current_stream(dev).cuda_stream
-                handle = ctx.prepare(stream)
+        ctx = self.ctx
+        try:
+            if self.cuda:
+                self._run_cuda(ctx, fn_name, args)
+            else:
+                handle = ctx.prepare(None)
                 call(fn_name, *args, handle)
-        else:
-            handle = ctx.prepare(None)
-            call(fn_name, *args, handle)
-        self._keep.clear()
+        finally:
+            self._keep.clear()
+            self._release()
+
+    def _run_cuda(self, ctx, fn_name, args):
+        torch = self.torch
+        if not cuda_available():
+            raise RuntimeError(
+                "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
+                "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
+                "the inputs to the CPU." % (self.op, build_info()))
+        idx = self.like.device.index if is_cuda(self.like) else None
+        cur = torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if (idx is None or idx == cur) and raw is not None:
+            # the common case: the tensors are on the current device; the raw
+            # stream lookup is what torch's own generated code uses
+            call(fn_name, *args, ctx.prepare(raw(cur) or None))
+            return
+        with torch.cuda.device(idx):
+            stream = torch.cuda.current_stream(idx).cuda_stream
+            call(fn_name, *args, ctx.prepare(stream))

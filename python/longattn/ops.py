@@ -54,6 +54,25 @@ def _feature(name):
     return f.value
 
 
+# Parameter structs by (operator, options): the C functions take them as
+# const pointers, so one built struct serves every later call with the same
+# options (a per-call saving of the init call and the conversions).
+_PARAMS = {}
+
+
+def _cached_params(key, build):
+    try:
+        p = _PARAMS.get(key)
+    except TypeError:  # an unhashable option (e.g. a list grid): build each time
+        return build()
+    if p is None:
+        p = build()
+        if len(_PARAMS) >= 1024:
+            _PARAMS.clear()
+        _PARAMS[key] = p
+    return p
+
+
 def _dims(value, what):
     """4 -> (4,), "4x4" -> (4, 4), (3, 5, 10) -> (3, 5, 10)."""
     if isinstance(value, str):
@@ -74,6 +93,10 @@ def _dims(value, what):
 
 
 def _needs_autograd(*xs):
+    """Whether the call must go through longattn.autograd's Functions (torch
+    < 2.4; with custom ops, _route has already sent such calls there)."""
+    if CUSTOM[0] is not _Direct:
+        return False
     torch = _torch()
     if torch is None or not torch.is_grad_enabled():
         return False
@@ -162,11 +185,16 @@ def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
     return _softmax_attention(q, k, v, **opts)
 
 
-def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+def _softmax_params(causal, scale):
     p = L.la_softmax_params()
     call("la_softmax_params_init", ctypes.byref(p))
     p.causal = int(bool(causal))
     p.scale = 0.0 if scale is None else c_float(scale, "softmax_attention: scale")
+    return p
+
+
+def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+    p = _cached_params(("softmax", causal, scale), lambda: _softmax_params(causal, scale))
     c = Call("softmax_attention", q)
     B, Nq, H, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
     out, vo = c.out((B, Nq, H, Dv), "out")
@@ -229,9 +257,7 @@ def _linear_attention_public(q, k, v, S0, z0, **opts):
     return _linear_attention(q, k, v, S0, z0, **opts)
 
 
-def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
-                      normalize=True, eps=1e-6, scale=1.0, chunk=64,
-                      output_final_state=False):
+def _linear_params(feature, causal, normalize, eps, scale, chunk):
     p = L.la_linear_params()
     call("la_linear_params_init", ctypes.byref(p))
     p.feature = _feature(feature)
@@ -240,6 +266,14 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
     p.eps = c_float(eps, "linear_attention: eps")
     p.scale_q = c_float(scale, "linear_attention: scale")
     p.chunk = c_int(chunk, "linear_attention: chunk")
+    return p
+
+
+def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
+                      normalize=True, eps=1e-6, scale=1.0, chunk=64,
+                      output_final_state=False):
+    p = _cached_params(("linear", feature, causal, normalize, eps, scale, chunk),
+                       lambda: _linear_params(feature, causal, normalize, eps, scale, chunk))
     c = Call("linear_attention", q)
     B, N, H, D, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(q, 3), _dim(v, 3)
     out, vo = c.out((B, N, H, Dv), "out")
@@ -378,7 +412,12 @@ def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = Non
 
 def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
           eps=1e-6, scale=1.0):
-    p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla")
+    if blocks is None:  # M from the mixing matrix: not part of the key
+        p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla")
+    else:
+        p = _cached_params(("mhla", grid, blocks, feature, normalize, eps, scale),
+                           lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
+                                                scale, "mhla"))
     c = Call("mhla", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_mhla_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
@@ -431,7 +470,8 @@ def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
 
 def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,
                  scale=None):
-    p = _mhla_causal_params(chunk, feature, normalize, eps, scale)
+    p = _cached_params(("mhla_causal", chunk, feature, normalize, eps, scale),
+                       lambda: _mhla_causal_params(chunk, feature, normalize, eps, scale))
     c = Call("mhla_causal", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_mhla_causal_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
