@@ -116,6 +116,8 @@ int la_run_dsa(int argc, char **argv);
 int la_run_hisa(int argc, char **argv);
 int la_run_blocksparse(int argc, char **argv);
 int la_run_sparse_attn(int argc, char **argv);
+/* `run OP ... --backward`: the gradients of OP; -1 when argv has no --backward. */
+int la_run_backward(int argc, char **argv);
 
 /* Demo sections (cli/demo_*.c): print to f; return number of failed checks. */
 int la_demo_dense(FILE *f, int quick);

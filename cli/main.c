@@ -70,6 +70,8 @@ static int cmd_run(int argc, char **argv) {
             fprintf(f, "  %-12s %s%s\n", ops[i].name, ops[i].help, ops[i].fn ? "" : " [not in this build]");
         return argc < 2 ? 2 : 0;
     }
+    const int brc = la_run_backward(argc - 1, argv + 1); /* OP --backward (cli/run_backward.c) */
+    if (brc >= 0) return brc;
     for (int i = 0; i < NOPS; i++) {
         if (strcmp(argv[1], ops[i].name) == 0) {
             if (!ops[i].fn) return la_cli_fail("run %s: not available in this build", ops[i].name);

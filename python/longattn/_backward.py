@@ -20,7 +20,8 @@ from . import _lib as L
 from ._errors import call
 from ._tensor import Call, is_torch, _torch, _POISON
 
-__all__ = ["softmax_attention_backward", "linear_attention_backward"]
+__all__ = ["softmax_attention_backward", "linear_attention_backward", "mhla_backward",
+           "mhla_causal_backward", "focused_attention_backward", "sparse_attention_backward"]
 
 
 def _new_like(x, dtype=None):
@@ -104,3 +105,91 @@ def linear_attention_backward(q, k, v, d_out, feature="relu", causal=False, norm
           c.view(d_out, "d_out"), c.view(dS1, "d_S_out", True), c.view(dz1, "d_z_out", True),
           vq, vk, vv, vS, vz)
     return dq, dk, dv, dS0, dz0
+
+
+def _f32_like(c, x, name, want):
+    """A float32 gradient shaped like x (on the call's device), or (None, None)."""
+    if x is None or not want:
+        return None, None
+    return c.out(tuple(x.shape), name, "float32")
+
+
+def _want(needs, i):
+    return needs is None or bool(needs[i])
+
+
+def mhla_backward(q, k, v, mixing, d_out, grid=None, blocks=None, feature="relu_eps",
+                  normalize="per_query", eps=1e-6, scale=1.0, needs=None):
+    """(dq, dk, dv, d_mixing) of longattn.mhla; d_mixing is float32 with
+    mixing's shape ([M, M] or [H, M, M])."""
+    from .ops import _mhla_params
+    p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla_backward")
+    c = Call("mhla_backward", q)
+    (dq, dk, dv), (vq, vk, vv) = _grads(c, ((q, "dq"), (k, "dk"), (v, "dv")),
+                                        None if needs is None else needs[:3])
+    dW, vW = _f32_like(c, mixing, "d_mixing", _want(needs, 3))
+    c.run("la_mhla_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
+          c.view(mixing, "mixing"), None, c.view(d_out, "d_out"), vq, vk, vv, vW)
+    return dq, dk, dv, dW
+
+
+def mhla_causal_backward(q, k, v, mixing, d_out, chunk=64, feature="relu", normalize="none",
+                         eps=1e-6, scale=None, needs=None):
+    """(dq, dk, dv, d_mixing) of longattn.mhla_causal; d_mixing is float32
+    with mixing's shape, zero above the diagonal and past the last chunk."""
+    from .ops import _mhla_causal_params
+    p = _mhla_causal_params(chunk, feature, normalize, eps, scale)
+    c = Call("mhla_causal_backward", q)
+    (dq, dk, dv), (vq, vk, vv) = _grads(c, ((q, "dq"), (k, "dk"), (v, "dv")),
+                                        None if needs is None else needs[:3])
+    dW, vW = _f32_like(c, mixing, "d_mixing", _want(needs, 3))
+    c.run("la_mhla_causal_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
+          c.view(v, "v"), c.view(mixing, "mixing"), None, c.view(d_out, "d_out"), vq, vk, vv, vW)
+    return dq, dk, dv, dW
+
+
+def focused_attention_backward(q, k, v, d_out, variant="flatten", map=None, conv=None,
+                               conv_bias=None, softplus_param=None, p=3.0, focus=None, eps=1e-6,
+                               needs=None):
+    """(dq, dk, dv, d_conv, d_conv_bias, d_softplus_param, d_focus) of
+    longattn.focused_attention. Gradients of inputs that are None, or that
+    the variant ignores (flatten: focus; blog: conv_bias, softplus_param),
+    are None. Each has its input's dtype."""
+    from .ops import _dims, _choice
+    hw = (0, 0) if map is None else _dims(map, "focused_attention_backward: map")
+    if len(hw) != 2:
+        raise ValueError("focused_attention_backward: map %r must be (Hm, Wm)" % (map,))
+    prm = L.la_focused_params()
+    call("la_focused_params_init", ctypes.byref(prm))
+    prm.variant = _choice(variant, L.FOCUSED_VARIANTS, "focused_attention_backward: variant")
+    prm.map_h, prm.map_w = hw
+    prm.p = float(p)
+    prm.eps = float(eps)
+    blog = prm.variant == L.FOCUSED_VARIANTS["blog"]
+    c = Call("focused_attention_backward", q)
+    params = (conv, None if blog else conv_bias, None if blog else softplus_param,
+              focus if blog else None)
+    pairs = ((q, "dq"), (k, "dk"), (v, "dv"), (params[0], "d_conv"), (params[1], "d_conv_bias"),
+             (params[2], "d_softplus_param"), (params[3], "d_focus"))
+    grads, views = _grads(c, pairs, needs)
+    c.run("la_focused_backward", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
+          c.view(v, "v"), c.view(conv, "conv", True), c.view(conv_bias, "conv_bias", True),
+          c.view(softplus_param, "softplus_param", True), c.view(focus, "focus", True), None,
+          c.view(d_out, "d_out"), *views)
+    return tuple(grads)
+
+
+def sparse_attention_backward(q, kv, idx, out, lse, d_out, dv=512, scale=None, needs=None):
+    """(dq, dkv) of longattn.sparse_attention; out and lse are its outputs.
+    Keys selected by several queries sum their contributions in a fixed
+    order (deterministic)."""
+    prm = L.la_sparse_attn_params()
+    call("la_sparse_attn_params_init", ctypes.byref(prm))
+    prm.dv = int(dv)
+    prm.scale = 0.0 if scale is None else float(scale)
+    c = Call("sparse_attention_backward", q)
+    (dq, dkv), (vq, vkv) = _grads(c, ((q, "dq"), (kv, "dkv")), needs)
+    c.run("la_sparse_attention_backward", ctypes.byref(prm), c.view(q, "q"), c.view(kv, "kv"),
+          c.view(idx, "idx"), c.view(out, "out"), c.view(lse, "lse"), c.view(d_out, "d_out"),
+          vq, vkv)
+    return dq, dkv

@@ -1,12 +1,12 @@
 """torch.autograd.Function wrappers of the attention operators.
 
-softmax_attention and linear_attention have backward passes (the C library's
-la_*_backward through longattn._backward, on the CPU and on CUDA tensors;
-shared/TRAINING.md §1): softmax's lse is returned detached, linear causal's
-initial_state (S, z) and the returned final state are differentiable. The
-other operators are still forward-only: their Functions give the outputs a
-grad_fn so that a training graph that reaches them fails loudly in backward
-instead of silently treating the operator as a constant.
+Every differentiable operator has its backward pass: the C library's
+la_*_backward through longattn._backward, on the CPU and on CUDA tensors
+(shared/TRAINING.md §1). softmax's and sparse attention's lse are returned
+detached; linear causal's initial_state (S, z) and the returned final state
+are differentiable; mhla / mhla_causal differentiate the mixing (float32
+gradient cast to the mixing's dtype); focused: conv, conv_bias,
+softplus_param (flatten) or conv, focus (blog).
 
 Used automatically by longattn.softmax_attention & co. when torch grad
 mode is on and an input requires grad.
@@ -14,31 +14,6 @@ mode is on and an input requires grad.
 import torch
 
 from . import _backward
-
-
-class _ForwardOnly(torch.autograd.Function):
-    """forward(ctx, op, impl, options, *inputs): outputs = impl(*inputs, **options)."""
-
-    op = "?"
-
-    @staticmethod
-    def forward(ctx, impl, options, *inputs):
-        outs = impl(*inputs, **options)
-        flat = []
-        for o in outs if isinstance(outs, tuple) else (outs,):
-            if isinstance(o, tuple):  # linear attention's (S, z) final state
-                flat.extend(o)
-            else:
-                flat.append(o)
-        ctx.mark_non_differentiable(*[o for o in flat[1:] if o is not None])
-        return tuple(flat) if len(flat) > 1 else flat[0]
-
-    @classmethod
-    def _no_backward(cls):
-        raise NotImplementedError(
-            "longattn.%s: backward is not implemented yet (the C library provides the "
-            "forward pass only). Run it under torch.no_grad() / on detached inputs for "
-            "inference, or use a PyTorch reference implementation for training." % cls.op)
 
 
 class SoftmaxAttentionFunction(torch.autograd.Function):
@@ -101,36 +76,98 @@ class LinearAttentionFunction(torch.autograd.Function):
         return None, None, dq, dk, dv, dS0, dz0
 
 
-class FocusedAttentionFunction(_ForwardOnly):
+class FocusedAttentionFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, k, v, conv, conv_bias, softplus_param, focus)."""
+
     op = "focused_attention"
 
     @staticmethod
-    def backward(ctx, *grads):
-        FocusedAttentionFunction._no_backward()
+    def forward(ctx, impl, options, q, k, v, conv, conv_bias, softplus_param, focus):
+        out = impl(q, k, v, conv, conv_bias, softplus_param, focus, **options)
+        ctx.save_for_backward(q, k, v, conv, conv_bias, softplus_param, focus)
+        ctx.opts = dict(options)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, conv, conv_bias, softplus_param, focus = ctx.saved_tensors
+        o = ctx.opts
+        grads = _backward.focused_attention_backward(
+            q, k, v, d_out, variant=o.get("variant", "flatten"), map=o.get("map"), conv=conv,
+            conv_bias=conv_bias, softplus_param=softplus_param, p=o.get("p", 3.0), focus=focus,
+            eps=o.get("eps", 1e-6), needs=ctx.needs_input_grad[2:9])
+        return (None, None) + tuple(grads)
 
 
-class MHLAFunction(_ForwardOnly):
+class MHLAFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, k, v, mixing)."""
+
     op = "mhla"
 
     @staticmethod
-    def backward(ctx, *grads):
-        MHLAFunction._no_backward()
+    def forward(ctx, impl, options, q, k, v, mixing):
+        out = impl(q, k, v, mixing, **options)
+        ctx.save_for_backward(q, k, v, mixing)
+        ctx.opts = dict(options)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, mixing = ctx.saved_tensors
+        dq, dk, dv, dW = _backward.mhla_backward(q, k, v, mixing, d_out, **ctx.opts,
+                                                 needs=ctx.needs_input_grad[2:6])
+        if dW is not None and dW.dtype != mixing.dtype:
+            dW = dW.to(mixing.dtype)
+        return None, None, dq, dk, dv, dW
 
 
-class MHLACausalFunction(_ForwardOnly):
+class MHLACausalFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, k, v, mixing); the upper triangle of
+    mixing gets zero gradient."""
+
     op = "mhla_causal"
 
     @staticmethod
-    def backward(ctx, *grads):
-        MHLACausalFunction._no_backward()
+    def forward(ctx, impl, options, q, k, v, mixing):
+        out = impl(q, k, v, mixing, **options)
+        ctx.save_for_backward(q, k, v, mixing)
+        ctx.opts = dict(options)
+        return out
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out):
+        q, k, v, mixing = ctx.saved_tensors
+        dq, dk, dv, dW = _backward.mhla_causal_backward(q, k, v, mixing, d_out, **ctx.opts,
+                                                        needs=ctx.needs_input_grad[2:6])
+        if dW is not None and dW.dtype != mixing.dtype:
+            dW = dW.to(mixing.dtype)
+        return None, None, dq, dk, dv, dW
 
 
-class SparseAttentionFunction(_ForwardOnly):
+class SparseAttentionFunction(torch.autograd.Function):
+    """forward(ctx, impl, options, q, kv, idx) -> (out, lse); lse and idx
+    are not differentiable."""
+
     op = "sparse_attention"
 
     @staticmethod
-    def backward(ctx, *grads):
-        SparseAttentionFunction._no_backward()
+    def forward(ctx, impl, options, q, kv, idx):
+        out, lse = impl(q, kv, idx, **options)
+        ctx.save_for_backward(q, kv, idx, out, lse)
+        ctx.opts = dict(options)
+        ctx.mark_non_differentiable(lse)
+        return out, lse
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, d_out, d_lse=None):
+        q, kv, idx, out, lse = ctx.saved_tensors
+        dq, dkv = _backward.sparse_attention_backward(q, kv, idx, out, lse, d_out, **ctx.opts,
+                                                      needs=ctx.needs_input_grad[2:4])
+        return None, None, dq, dkv, None
 
 
 FUNCTIONS = {

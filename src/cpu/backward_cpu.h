@@ -5,6 +5,7 @@
 #define LA_BACKWARD_CPU_H
 
 #include "core/internal.h"
+#include "cpu/mhla_cpu.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -37,6 +38,39 @@ la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
                                  const la_tensor *d_S_out, const la_tensor *d_z_out,
                                  la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in,
                                  la_tensor *d_z_in, la_context *ctx);
+
+/* MHLA non-causal: views validated, geom from the resolved grid; mixing
+ * [M,M] or [H,M,M], d_mixing (f32, mixing's shape) or NULL. */
+la_status la_mhla_backward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
+                               const la_tensor *q, const la_tensor *k, const la_tensor *v,
+                               const la_tensor *mixing, const la_tensor *d_out, la_tensor *dq,
+                               la_tensor *dk, la_tensor *dv, la_tensor *d_mixing,
+                               la_context *ctx);
+
+/* Causal MHLA: views validated, p->scale_q resolved, mixing at least
+ * ceil(N/chunk) square; d_mixing (f32, mixing's shape) or NULL. */
+la_status la_mhla_causal_backward_cpu(const la_mhla_causal_params *p, const la_tensor *q,
+                                      const la_tensor *k, const la_tensor *v,
+                                      const la_tensor *mixing, const la_tensor *d_out,
+                                      la_tensor *dq, la_tensor *dk, la_tensor *dv,
+                                      la_tensor *d_mixing, la_context *ctx);
+
+/* Focused attention: views validated; conv_bias / softplus_param given only
+ * for flatten, focus only for blog (the others NULL). */
+la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v, const la_tensor *conv,
+                                  const la_tensor *conv_bias, const la_tensor *softplus_param,
+                                  const la_tensor *focus, const la_tensor *d_out, la_tensor *dq,
+                                  la_tensor *dk, la_tensor *dv, la_tensor *d_conv,
+                                  la_tensor *d_conv_bias, la_tensor *d_softplus_param,
+                                  la_tensor *d_focus, la_context *ctx);
+
+/* Sparse attention: views validated; scale resolved. */
+la_status la_sparse_attention_backward_cpu(const la_tensor *q, const la_tensor *kv,
+                                           const la_tensor *idx, const la_tensor *out,
+                                           const la_tensor *lse, const la_tensor *d_out,
+                                           int64_t dv, float scale, la_tensor *dq, la_tensor *dkv,
+                                           la_context *ctx);
 
 #ifdef __cplusplus
 }

@@ -66,4 +66,12 @@ static inline la_status la_bwd_check_overlaps(const la_tensor *const *outs,
     return LA_OK;
 }
 
+/* The views of the MHLA backward entry points (src/ops/mhla_backward.c):
+ * q, k, v, mixing, out (optional), d_out and the gradients; sets *M. */
+la_status la_mhla_bwd_check_views(const char *op, const la_tensor *q, const la_tensor *k,
+                                  const la_tensor *v, const la_tensor *mixing,
+                                  const la_tensor *out, const la_tensor *d_out,
+                                  const la_tensor *dq, const la_tensor *dk, const la_tensor *dv,
+                                  const la_tensor *d_mixing, int64_t *M);
+
 #endif

@@ -1,0 +1,374 @@
+/* CPU focused linear attention backward (TRAINING.md §1, SPEC §4).
+ *
+ * Per batch element, the forward's quantities are rebuilt over all tokens
+ * (O(N·H·D) memory, as the forward): q̃, k̃ (flatten: f_p over all C = H·d
+ * channels of a token; blog: relu1(q·d^-1/2) and K̂ = focus·DWConv(relu1(k))),
+ * the per-head summaries S, z (flatten: their means S/N, z/N). Then, per
+ * head, with den = q̃·z̄ + eps:
+ *     g = dO/den, dden = −(dO·o_lin)/den,  dq̃ = S̄ g + dden z̄,
+ *     dS̄ = Σ q̃ gᵀ, dz̄ = Σ dden q̃   (flatten: dS = dS̄/N, dz = dz̄/N)
+ *     dk̃ = V dSᵀ + dz,  dv = K̃ dS
+ * flatten: dv, d_conv, d_conv_bias also through o += DWC(v) + bias; dq, dk
+ * through f_p (x' = (relu(x)+1e-6)/softplus(s), f = ‖x'‖·ŷ with ŷ = x'^p/‖x'^p‖):
+ *     dx'_c = (df·f)/‖x'‖² · x'_c + ‖x'‖·p·u_c^{p−1}/(max x'·‖u^p‖) · (df_c − (df·ŷ) ŷ_c)
+ * (u = x'/max x'), dx = dx'/softplus(s) where x > 0, and the softplus scale
+ * collects Σ dx'·(relu(x)+1e-6) over q and k of every token, times
+ * d(1/softplus(s))/ds = −sigmoid(s)/softplus(s)².
+ * blog: d_focus[h] = Σ dK̂∘DWConv(φK), dφK = DWConvᵀ(focus·dK̂), d_conv.
+ * Every reduction is owned by one task and runs in a fixed order (tokens in
+ * order, batch elements in order, float64): deterministic. */
+#include "cpu/backward_cpu.h"
+#include "cpu/focused_cpu.h"
+
+#include <stdlib.h>
+
+#define FB_TILE 64
+
+/* Backward of la_flatten_focus_row for one token: df = dL/df_p(x') (C);
+ * dx = dL/dx, da = dL/d(1/softplus) contribution per channel. */
+static void focus_row_bwd(const double *x, const double *inv_sp, int64_t C, double p,
+                          const double *df, double *dx, double *da, double *xp) {
+    double nx2 = 0, mx = 0;
+    for (int64_t c = 0; c < C; c++) {
+        xp[c] = ((x[c] > 0 ? x[c] : 0.0) + 1e-6) * inv_sp[c];
+        nx2 += xp[c] * xp[c];
+        if (xp[c] > mx) mx = xp[c];
+    }
+    const int ip = (p == floor(p) && p >= 1 && p <= 8) ? (int)p : 0;
+    double nu2 = 0;
+    /* dx holds u^p for now, da holds u^(p-1) */
+    for (int64_t c = 0; c < C; c++) {
+        const double u = xp[c] / mx;
+        double um1;
+        if (ip) {
+            um1 = 1;
+            for (int e = 1; e < ip; e++) um1 *= u;
+        } else {
+            um1 = pow(u, p - 1);
+        }
+        da[c] = um1;
+        dx[c] = um1 * u;
+        nu2 += dx[c] * dx[c];
+    }
+    const double nx = sqrt(nx2), nu = sqrt(nu2);
+    double s1 = 0, s2 = 0; /* df·f, df·ŷ */
+    for (int64_t c = 0; c < C; c++) {
+        const double yh = dx[c] / nu;
+        s2 += df[c] * yh;
+        s1 += df[c] * nx * yh;
+    }
+    const double k2 = nx * p / (mx * nu);
+    for (int64_t c = 0; c < C; c++) {
+        const double yh = dx[c] / nu;
+        const double dxp = s1 / nx2 * xp[c] + k2 * da[c] * (df[c] - s2 * yh);
+        dx[c] = x[c] > 0 ? dxp * inv_sp[c] : 0.0;
+        da[c] = dxp * ((x[c] > 0 ? x[c] : 0.0) + 1e-6);
+    }
+}
+
+la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q,
+                                  const la_tensor *k, const la_tensor *v, const la_tensor *conv,
+                                  const la_tensor *conv_bias, const la_tensor *softplus_param,
+                                  const la_tensor *focus, const la_tensor *d_out, la_tensor *dq,
+                                  la_tensor *dk, la_tensor *dv, la_tensor *d_conv,
+                                  la_tensor *d_conv_bias, la_tensor *d_softplus_param,
+                                  la_tensor *d_focus, la_context *ctx) {
+    const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
+    const int64_t C = H * D, Wm = p->map_w, Hm = p->map_h, HDv = H * Dv;
+    const int blog = p->variant == LA_FOCUSED_BLOG;
+    const int64_t ks = conv ? conv->ne[1] : 1, r = ks / 2, Cc = blog ? C : D;
+    const int64_t sz = D * Dv + D;
+    const int nt = la_ctx_threads(ctx);
+    const double pf = p->p;
+    const float eps = p->eps;
+
+    size_t nc, nv, tot, bytes, dbl, dbytes;
+    LA_TRY(la_mul_size((size_t)N, (size_t)C, &nc, "focused backward: N*H*D"));
+    LA_TRY(la_mul_size((size_t)N, (size_t)HDv, &nv, "focused backward: N*H*Dv"));
+    LA_TRY(la_mul_size(nc, 5, &tot, "focused backward: feature workspace"));
+    size_t rest = 3 * nv + 2 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
+                  (size_t)H + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
+    if (tot + rest < tot) return la_err(LA_ERR_OVERFLOW, "focused backward: workspace overflows");
+    LA_TRY(la_mul_size(tot + rest, sizeof(float), &bytes, "focused backward workspace"));
+    LA_TRY(la_mul_size((size_t)C * 2 + (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H,
+                       1, &dbl, "focused backward accumulators"));
+    size_t rows;
+    LA_TRY(la_mul_size((size_t)nt * 6, (size_t)C, &rows, "focused backward rows"));
+    LA_TRY(la_mul_size(dbl + rows, sizeof(double), &dbytes, "focused backward accumulators"));
+    float *ws = la_ws_alloc(ctx, bytes);
+    if (!ws) return LA_ERR_NOMEM;
+    double *dw = la_ws_alloc(ctx, dbytes);
+    if (!dw) {
+        la_ws_free(ctx, ws);
+        return LA_ERR_NOMEM;
+    }
+    float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + nc, *DK = DQ + nc;
+    float *V = DK + nc, *G = V + nv, *DV = G + nv, *Sz = DV + nv, *dSz = Sz + H * sz;
+    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *TW = foc + H;
+    double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
+    double *dfoc = dbias + D, *RW = dfoc + H;
+    memset(dsp, 0, (size_t)(C + ks * ks * Cc + D + H) * sizeof(double));
+    if (conv)
+        for (int64_t c = 0; c < Cc; c++)
+            for (int64_t a = 0; a < ks; a++)
+                for (int64_t bb = 0; bb < ks; bb++)
+                    Wc[(a * ks + bb) * Cc + c] = la_load_f32(conv, la_off3(conv, c, a, bb));
+    for (int64_t j = 0; j < D; j++) bias[j] = conv_bias ? la_load_f32(conv_bias, conv_bias->nb[0] * j) : 0.f;
+    for (int64_t c = 0; c < C; c++) {
+        const double s = softplus_param ? la_load_f32(softplus_param, softplus_param->nb[0] * c) : 0.0;
+        inv_sp[c] = 1.0 / la_softplus(s);
+    }
+    for (int64_t h = 0; h < H; h++) foc[h] = focus ? la_load_f32(focus, focus->nb[0] * h) : 2.0f;
+    const double qscale = 1.0 / sqrt((double)D);
+
+    for (int64_t b = 0; b < B; b++) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t h = 0; h < H; h++) {
+            la_gather_bnhd_rows(v, b, h, 0, N, V + h * Dv, HDv);
+            la_gather_bnhd_rows(d_out, b, h, 0, N, G + h * Dv, HDv);
+        }
+        /* features */
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            double *x = RW + (size_t)la_thread_id() * 6 * C, *y = x + C;
+            for (int w = 0; w < 2; w++) {
+                const la_tensor *t = w ? k : q;
+                float *dst = (w ? (blog ? Pk : Kt) : Qt) + n * C;
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t j = 0; j < D; j++) x[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
+                if (!blog) {
+                    la_flatten_focus_row(x, inv_sp, C, pf, y);
+                    for (int64_t c = 0; c < C; c++) dst[c] = (float)y[c];
+                } else {
+                    for (int64_t c = 0; c < C; c++) {
+                        const float xv = w ? (float)x[c] : (float)(x[c] * qscale);
+                        dst[c] = (xv > 0.f ? xv : 0.f) + 1.f;
+                    }
+                }
+            }
+        }
+        if (blog) /* Kt = DWConv(φK), before the focus factor */
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t y = n / Wm, x = n % Wm;
+                float *dst = Kt + n * C;
+                if (!conv) {
+                    memcpy(dst, Pk + n * C, sizeof(float) * (size_t)C);
+                    continue;
+                }
+                for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
+                for (int64_t a = 0; a < ks; a++) {
+                    const int64_t yy = y + a - r;
+                    if (yy < 0 || yy >= Hm) continue;
+                    for (int64_t bb = 0; bb < ks; bb++) {
+                        const int64_t xx = x + bb - r;
+                        if (xx < 0 || xx >= Wm) continue;
+                        const float *src = Pk + (yy * Wm + xx) * C, *w = Wc + (a * ks + bb) * C;
+                        for (int64_t c = 0; c < C; c++) dst[c] += w[c] * src[c];
+                    }
+                }
+            }
+        /* per head: summaries, then dq̃, dS̄, dz̄, then dk̃, dv (linear part) */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+        for (int64_t h = 0; h < H; h++) {
+            float *S = Sz + h * sz, *z = S + D * Dv, *dS = dSz + h * sz, *dz = dS + D * Dv;
+            const float *kt = Kt + h * D, *qt = Qt + h * D, *vt = V + h * Dv, *gt = G + h * Dv;
+            const float fsc = blog ? foc[h] : (float)(1.0 / (double)N);
+            la_sgemm(true, false, D, Dv, N, fsc, kt, C, vt, HDv, 0.f, S, Dv);
+            for (int64_t j = 0; j < D; j++) {
+                double a = 0;
+                for (int64_t n = 0; n < N; n++) a += kt[n * C + j];
+                z[j] = (float)(a * fsc);
+            }
+            memset(dS, 0, (size_t)sz * sizeof(float));
+            double *dzd = RW + (size_t)la_thread_id() * 6 * C, ddsum = 0; /* dz, Σ dden in float64 */
+            for (int64_t j = 0; j < D; j++) dzd[j] = 0;
+            float *ot = TW + (size_t)la_thread_id() * FB_TILE * 2 * Dv, *g = ot + FB_TILE * Dv;
+            for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) {
+                const int64_t len = N - n0 < FB_TILE ? N - n0 : FB_TILE;
+                la_sgemm(false, false, len, Dv, D, 1.f, qt + n0 * C, C, S, Dv, 0.f, ot, Dv);
+                for (int64_t i = 0; i < len; i++) {
+                    double den = 0;
+                    for (int64_t j = 0; j < D; j++) den += (double)qt[(n0 + i) * C + j] * z[j];
+                    const float inv = (float)(1.0 / (den + eps));
+                    float go = 0.f;
+                    for (int64_t e = 0; e < Dv; e++) {
+                        go += gt[(n0 + i) * HDv + e] * ot[i * Dv + e];
+                        g[i * Dv + e] = gt[(n0 + i) * HDv + e] * inv;
+                    }
+                    const float dden = -go * inv * inv;
+                    float *dqr = DQ + (n0 + i) * C + h * D;
+                    ddsum += dden;
+                    for (int64_t j = 0; j < D; j++) {
+                        dqr[j] = dden * z[j];
+                        dzd[j] += (double)dden * qt[(n0 + i) * C + j];
+                    }
+                }
+                la_sgemm(false, true, len, D, Dv, 1.f, g, Dv, S, Dv, 1.f, DQ + n0 * C + h * D, C);
+                la_sgemm(true, false, D, Dv, len, 1.f, qt + n0 * C, C, g, Dv, 1.f, dS, Dv);
+            }
+            for (int64_t j = 0; j < D; j++) dz[j] = (float)dzd[j];
+            /* dK̃ (blog: dK̂) = V dSᵀ + dz; the summaries were scaled by fsc
+             * (flatten 1/N, blog focus[h]), so dk̃ and dv carry fsc */
+            la_sgemm(false, true, N, D, Dv, 1.f, vt, HDv, dS, Dv, 0.f, DK + h * D, C);
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t j = 0; j < D; j++) DK[n * C + h * D + j] += dz[j];
+            la_sgemm(false, false, N, Dv, D, fsc, kt, C, dS, Dv, 0.f, DV + h * Dv, HDv);
+            if (blog) {
+                /* d_focus[h] = Σ dK̂∘DWConv(φK). focus scales numerator and
+                 * denominator alike, so that sum cancels down to its eps part;
+                 * formed directly: ∂o/∂f = num·eps/(f·den²), i.e. −(eps/f)·Σ dden
+                 * (the plain sum only when f = 0). */
+                if (fsc != 0.f) {
+                    dfoc[h] += -(double)eps / fsc * ddsum;
+                } else {
+                    double a = 0;
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t j = 0; j < D; j++) a += (double)DK[n * C + h * D + j] * kt[n * C + j];
+                    dfoc[h] += a;
+                }
+            }
+            for (int64_t n = 0; n < N; n++)
+                for (int64_t j = 0; j < D; j++) DK[n * C + h * D + j] *= fsc;
+        }
+        if (!blog && conv) {
+            /* dv += DWCᵀ(dO); d_conv_bias, d_conv per channel j */
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t n = 0; n < N; n++) {
+                const int64_t y = n / Wm, x = n % Wm;
+                for (int64_t a = 0; a < ks; a++) {
+                    const int64_t yy = y - a + r;
+                    if (yy < 0 || yy >= Hm) continue;
+                    for (int64_t bb = 0; bb < ks; bb++) {
+                        const int64_t xx = x - bb + r;
+                        if (xx < 0 || xx >= Wm) continue;
+                        const float *w = Wc + (a * ks + bb) * D, *src = G + (yy * Wm + xx) * HDv;
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t j = 0; j < D; j++) DV[n * HDv + h * Dv + j] += w[j] * src[h * Dv + j];
+                    }
+                }
+            }
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t j = 0; j < D; j++) {
+                double sb = 0;
+                for (int64_t n = 0; n < N; n++)
+                    for (int64_t h = 0; h < H; h++) sb += G[n * HDv + h * Dv + j];
+                dbias[j] += sb;
+                for (int64_t a = 0; a < ks; a++)
+                    for (int64_t bb = 0; bb < ks; bb++) {
+                        double s = 0;
+                        for (int64_t n = 0; n < N; n++) {
+                            const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
+                            if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
+                            for (int64_t h = 0; h < H; h++)
+                                s += (double)G[n * HDv + h * Dv + j] * V[(yy * Wm + xx) * HDv + h * Dv + j];
+                        }
+                        dconv[(a * ks + bb) * D + j] += s;
+                    }
+            }
+        }
+        if (blog) {
+            /* d_conv[c] = Σ dKc[n,c] φK[n',c]; dφK = DWConvᵀ(dKc) (into Qt: q̃ done) */
+            if (conv && d_conv)
+#pragma omp parallel for num_threads(nt) schedule(static)
+                for (int64_t c = 0; c < C; c++)
+                    for (int64_t a = 0; a < ks; a++)
+                        for (int64_t bb = 0; bb < ks; bb++) {
+                            double s = 0;
+                            for (int64_t n = 0; n < N; n++) {
+                                const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
+                                if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
+                                s += (double)DK[n * C + c] * Pk[(yy * Wm + xx) * C + c];
+                            }
+                            dconv[(a * ks + bb) * C + c] += s;
+                        }
+            if (dk)
+#pragma omp parallel for num_threads(nt) schedule(static)
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t y = n / Wm, x = n % Wm;
+                    float *dst = Kt + n * C; /* Kt is no longer needed */
+                    if (!conv) {
+                        memcpy(dst, DK + n * C, sizeof(float) * (size_t)C);
+                    } else {
+                        for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
+                        for (int64_t a = 0; a < ks; a++) {
+                            const int64_t yy = y - a + r;
+                            if (yy < 0 || yy >= Hm) continue;
+                            for (int64_t bb = 0; bb < ks; bb++) {
+                                const int64_t xx = x - bb + r;
+                                if (xx < 0 || xx >= Wm) continue;
+                                const float *w = Wc + (a * ks + bb) * C, *src = DK + (yy * Wm + xx) * C;
+                                for (int64_t c = 0; c < C; c++) dst[c] += w[c] * src[c];
+                            }
+                        }
+                    }
+                    for (int64_t c = 0; c < C; c++)
+                        if (!(Pk[n * C + c] > 1.f)) dst[c] = 0.f; /* relu1: k > 0 */
+                }
+        }
+        /* dq, dk (flatten through f_p; blog through relu1), softplus sums */
+#pragma omp parallel for num_threads(nt) schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+            double *x = RW + (size_t)la_thread_id() * 6 * C, *df = x + C, *dx = df + C;
+            double *da = dx + C, *tmp = da + C;
+            for (int w = 0; w < 2; w++) {
+                la_tensor *gt = w ? dk : dq;
+                if (!gt && (blog || !d_softplus_param)) continue;
+                const la_tensor *t = w ? k : q;
+                float *src = (w ? DK : DQ) + n * C;
+                if (blog) {
+                    if (w) { /* dk from dφK in Kt */
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t j = 0; j < D; j++)
+                                la_store_f32(gt, la_off4(gt, b, n, h, j), Kt[n * C + h * D + j]);
+                    } else {
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t j = 0; j < D; j++) {
+                                const double xv = la_load_f32(q, la_off4(q, b, n, h, j)) * qscale;
+                                const float gq = xv > 0 ? (float)(src[h * D + j] * qscale) : 0.f;
+                                la_store_f32(gt, la_off4(gt, b, n, h, j), gq);
+                            }
+                    }
+                    continue;
+                }
+                for (int64_t h = 0; h < H; h++)
+                    for (int64_t j = 0; j < D; j++) x[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
+                for (int64_t c = 0; c < C; c++) df[c] = src[c];
+                focus_row_bwd(x, inv_sp, C, pf, df, dx, da, tmp);
+                if (gt)
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t j = 0; j < D; j++)
+                            la_store_f32(gt, la_off4(gt, b, n, h, j), (float)dx[h * D + j]);
+                for (int64_t c = 0; c < C; c++) src[c] = (float)da[c];
+            }
+        }
+        if (!blog && d_softplus_param)
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t c = 0; c < C; c++) {
+                double a = 0;
+                for (int64_t n = 0; n < N; n++) a += (double)DQ[n * C + c] + DK[n * C + c];
+                dsp[c] += a;
+            }
+        if (dv)
+            for (int64_t h = 0; h < H; h++) la_scatter_bnhd_rows(dv, b, h, 0, N, DV + h * Dv, HDv);
+    }
+    if (d_conv)
+        for (int64_t c = 0; c < Cc; c++)
+            for (int64_t a = 0; a < ks; a++)
+                for (int64_t bb = 0; bb < ks; bb++) {
+                    la_store_f32(d_conv, la_off3(d_conv, c, a, bb), (float)dconv[(a * ks + bb) * Cc + c]);
+                }
+    if (d_conv_bias)
+        for (int64_t j = 0; j < D; j++) la_store_f32(d_conv_bias, d_conv_bias->nb[0] * j, (float)dbias[j]);
+    if (d_softplus_param)
+        for (int64_t c = 0; c < C; c++) {
+            const double s = la_load_f32(softplus_param, softplus_param->nb[0] * c);
+            const double sp = la_softplus(s), sig = 1.0 / (1.0 + exp(-s));
+            la_store_f32(d_softplus_param, d_softplus_param->nb[0] * c, (float)(-dsp[c] * sig / (sp * sp)));
+        }
+    if (d_focus)
+        for (int64_t h = 0; h < H; h++) la_store_f32(d_focus, d_focus->nb[0] * h, (float)dfoc[h]);
+    la_ws_free(ctx, dw);
+    la_ws_free(ctx, ws);
+    return LA_OK;
+}
