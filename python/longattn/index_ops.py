@@ -12,13 +12,18 @@ from . import _lib as L
 from ._errors import call
 from ._tensor import Call, c_float, c_int
 from .ops import Array, Dims, _CHandle, _autograd, _choice, _dim, _dims, _feature, _mhla_params
-from .ops import _needs_autograd, _route
+from .ops import CUSTOM, _needs_autograd, _route, install_custom_ops
+from ._tensor import _torch
 
 def _route_tracing(*xs):
     """As ops._route, for ops without gradients: only tracing / meta tensors
     go through the custom ops."""
-    c = _route()
-    return c if c is not None and c.tracing(*xs) else None
+    c = CUSTOM[0]
+    if c is None:
+        if _torch() is None:
+            return None
+        c = install_custom_ops()
+    return c if c.tracing(*xs) else None
 
 
 __all__ = ["dsa_topk", "hisa_topk", "blocksparse_topk", "topk", "IndexCache",

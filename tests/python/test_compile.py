@@ -96,9 +96,13 @@ def test_fake_implementation_matches_the_real_outputs(name):
     assert len(real) == len(fake)
     for a, b in zip(real, fake):
         assert a.shape == b.shape and a.dtype == b.dtype and a.device == b.device, name
-    # meta tensors route through the custom op from the public API too
+    # meta tensors route through the custom ops from the public API too
     q = torch.empty(1, 9, 2, 4, device="meta")
     assert longattn.softmax_attention(q, q, q).shape == (1, 9, 2, 4)
+    assert longattn.topk(torch.empty(3, 20, device="meta"), 5).shape == (3, 5)
+    qi, ki, w = (torch.empty(*s, device="meta") for s in ((4, 2, 8), (30, 8), (4, 2)))
+    assert longattn.dsa_topk(qi, ki, w, topk=6).shape == (4, 6)
+    assert longattn.hisa_topk(qi, ki, w, topk=6, block=8, block_topk=2).dtype == torch.int32
 
 
 @pytest.mark.parametrize("name", OPS)
