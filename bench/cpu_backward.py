@@ -27,12 +27,13 @@ import platform
 import re
 import statistics
 import sys
+import time
 
 import torch
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "bench"))
-from benchlib import cpu_model, interleaved_times  # noqa: E402
+from benchlib import cpu_model  # noqa: E402
 
 SECTION = "## Backward (CPU)"
 F = torch.nn.functional
@@ -155,26 +156,25 @@ def cases(longattn, N, H, D):
     return out
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--n", type=int, default=4096)
-    ap.add_argument("--heads", type=int, default=4)
-    ap.add_argument("--d", type=int, default=64)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--min-time", type=float, default=1.0)
-    ap.add_argument("--build", default=os.environ.get("LA_BUILD", "build"))
-    ap.add_argument("--write-perf", action="store_true")
-    ap.add_argument("--only", default="", help="comma-separated name filters (e.g. softmax,mhla)")
-    args = ap.parse_args()
-    os.environ.setdefault("LONGATTN_LIB", str(ROOT / args.build / "liblongattn.so"))
-    sys.path.insert(0, str(ROOT / "python"))
-    import longattn
+def timed_rounds(fns, rounds, min_time, clock):
+    """interleaved_times with a choice of clock (process CPU time does not
+    count the time other processes take from us)."""
+    for f in fns.values():
+        f()
+    times = {k: [] for k in fns}
+    start, r = time.perf_counter(), 0
+    while r < rounds or time.perf_counter() - start < min_time:
+        for k, f in fns.items():
+            t0 = clock()
+            f()
+            times[k].append(clock() - t0)
+        r += 1
+        if r >= 50:
+            break
+    return times
 
-    torch.set_num_threads(args.threads)
-    longattn.set_num_threads(args.threads)
-    load0 = " ".join(open("/proc/loadavg").read().split()[:3])
-    start = datetime.datetime.now(datetime.timezone.utc)
+
+def measure(longattn, args, clock):
     rows = []
     for name, xs, ours, ref, bwd, extra in cases(longattn, args.n, args.heads, args.d):
         if args.only and not any(w in name for w in args.only.split(",")):
@@ -197,7 +197,7 @@ def main():
 
         fns = {"ours": run_ours, "ref": run_ref,
                "bwd": (lambda: bwd(*xs, *saved, g)) if saved else (lambda: bwd(*xs, g))}
-        t = interleaved_times(fns, args.rounds, args.min_time)
+        t = timed_rounds(fns, args.rounds, args.min_time, clock)
         med = {k: statistics.median(v) for k, v in t.items()}
         # correctness of the timed gradients against the torch ones
         run_ours()
@@ -208,6 +208,37 @@ def main():
         print("%-52s ours %.1f ms (bwd %s) torch %.1f ms  %.1fx  err %.1e" % (
             name, med["ours"] * 1e3, "%.1f" % (med["bwd"] * 1e3) if "bwd" in med else "-",
             med["ref"] * 1e3, med["ref"] / med["ours"], err), flush=True)
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--n", type=int, default=4096)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=1.0)
+    ap.add_argument("--build", default=os.environ.get("LA_BUILD", "build"))
+    ap.add_argument("--write-perf", action="store_true")
+    ap.add_argument("--only", default="", help="comma-separated name filters (e.g. softmax,mhla)")
+    ap.add_argument("--no-cpu-time", action="store_true", help="skip the 1-thread CPU-time table")
+    args = ap.parse_args()
+    os.environ.setdefault("LONGATTN_LIB", str(ROOT / args.build / "liblongattn.so"))
+    sys.path.insert(0, str(ROOT / "python"))
+    import longattn
+
+    load0 = " ".join(open("/proc/loadavg").read().split()[:3])
+    start = datetime.datetime.now(datetime.timezone.utc)
+    tables = []
+    for threads, clock, label in ((args.threads, time.perf_counter, "wall time, %d threads" % args.threads),
+                                  (1, time.process_time, "process CPU time, 1 thread")):
+        if label.startswith("process") and args.no_cpu_time:
+            continue
+        torch.set_num_threads(threads)
+        longattn.set_num_threads(threads)
+        print("# %s" % label, flush=True)
+        tables.append((label, measure(longattn, args, clock)))
     load1 = " ".join(open("/proc/loadavg").read().split()[:3])
     secs = (datetime.datetime.now(datetime.timezone.utc) - start).total_seconds()
     lines = [SECTION, "",
@@ -221,12 +252,16 @@ def main():
              "alone (`longattn._backward`, given the forward's outputs where it reads them). Medians of "
              "interleaved rounds. err: largest relative Frobenius difference of the gradients against "
              "torch's (both float32)." % (args.n, args.heads, args.d, args.threads, torch.__version__),
-             "- The machine is shared: other processes' load inflates both columns alike (interleaved).",
-             "", "| op | longattn fwd+bwd ms | longattn bwd ms | torch fwd+bwd ms | torch / longattn | gradient diff |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, a, b, r, e in rows:
-        lines.append("| %s | %.1f | %s | %.1f | %.1f× | %.1e |" % (
-            name, a * 1e3, "%.1f" % (b * 1e3) if b else "—", r * 1e3, r / a, e))
+             "- Two tables: wall time with the threads given (what a user sees, inflated by the other "
+             "processes on a shared machine), and process CPU time on one thread (what each side costs, "
+             "insensitive to the others' load)."]
+    for label, rows in tables:
+        lines += ["", "%s:" % label, "",
+                  "| op | longattn fwd+bwd ms | longattn bwd ms | torch fwd+bwd ms | torch / longattn | gradient diff |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for name, a, b, r, e in rows:
+            lines.append("| %s | %.1f | %s | %.1f | %.1f× | %.1e |" % (
+                name, a * 1e3, "%.1f" % (b * 1e3) if b else "—", r * 1e3, r / a, e))
     text = "\n".join(lines) + "\n"
     print("\n" + text)
     if args.write_perf:

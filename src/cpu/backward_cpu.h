@@ -23,6 +23,45 @@ static inline float la_feature_deriv(la_feature f, float x) {
     return 1.f;
 }
 
+/* y[i] = scale·φ(x[i]) for n values (the map chosen outside the loop, so
+ * that each loop vectorizes; y may be x). */
+static inline void la_feature_map_n(la_feature f, const float *x, float *y, int64_t n, float scale) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY:
+        for (int64_t i = 0; i < n; i++) y[i] = scale * x[i];
+        break;
+    case LA_FEATURE_RELU:
+        for (int64_t i = 0; i < n; i++) y[i] = scale * (x[i] > 0.f ? x[i] : 0.f);
+        break;
+    case LA_FEATURE_RELU_EPS:
+        for (int64_t i = 0; i < n; i++) y[i] = scale * ((x[i] > 0.f ? x[i] : 0.f) + 1e-6f);
+        break;
+    case LA_FEATURE_RELU1:
+        for (int64_t i = 0; i < n; i++) y[i] = scale * ((x[i] > 0.f ? x[i] : 0.f) + 1.f);
+        break;
+    case LA_FEATURE_ELU1:
+        for (int64_t i = 0; i < n; i++) y[i] = scale * la_feature_apply(LA_FEATURE_ELU1, x[i]);
+        break;
+    }
+}
+
+/* g[i] *= scale·φ'(x[i]) for n values. */
+static inline void la_feature_grad_n(la_feature f, const float *x, float *g, int64_t n, float scale) {
+    switch (f) {
+    case LA_FEATURE_IDENTITY:
+        for (int64_t i = 0; i < n; i++) g[i] *= scale;
+        break;
+    case LA_FEATURE_RELU:
+    case LA_FEATURE_RELU_EPS:
+    case LA_FEATURE_RELU1:
+        for (int64_t i = 0; i < n; i++) g[i] = x[i] > 0.f ? g[i] * scale : 0.f;
+        break;
+    case LA_FEATURE_ELU1:
+        for (int64_t i = 0; i < n; i++) g[i] *= scale * la_feature_deriv(LA_FEATURE_ELU1, x[i]);
+        break;
+    }
+}
+
 /* q [B,Nq,H,D], k [B,Nk,Hk,D], v [B,Nk,Hk,Dv], out/d_out [B,Nq,H,Dv],
  * lse [B,Nq,H]; scale resolved. */
 la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,

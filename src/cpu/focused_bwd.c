@@ -40,7 +40,9 @@ static void focus_row_bwd(const double *x, const double *inv_sp, int64_t C, doub
     for (int64_t c = 0; c < C; c++) {
         const double u = xp[c] / mx;
         double um1;
-        if (ip) {
+        if (ip == 3) {
+            um1 = u * u;
+        } else if (ip) {
             um1 = 1;
             for (int e = 1; e < ip; e++) um1 *= u;
         } else {
@@ -248,40 +250,44 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     }
                 }
             }
-#pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t j = 0; j < D; j++) {
-                double sb = 0;
-                for (int64_t n = 0; n < N; n++)
-                    for (int64_t h = 0; h < H; h++) sb += G[n * HDv + h * Dv + j];
-                dbias[j] += sb;
-                for (int64_t a = 0; a < ks; a++)
-                    for (int64_t bb = 0; bb < ks; bb++) {
-                        double s = 0;
-                        for (int64_t n = 0; n < N; n++) {
-                            const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
-                            if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
-                            for (int64_t h = 0; h < H; h++)
-                                s += (double)G[n * HDv + h * Dv + j] * V[(yy * Wm + xx) * HDv + h * Dv + j];
-                        }
-                        dconv[(a * ks + bb) * D + j] += s;
-                    }
+            /* d_conv_bias[j] = Σ dO[.,.,j]; d_conv[a,b][j] = Σ_n Σ_h dO[n,h,j] v[n+(a,b)-r, h, j]:
+             * one task per kernel tap (and one for the bias), channels innermost */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+            for (int64_t tap = 0; tap <= ks * ks; tap++) {
+                double *acc = RW + (size_t)la_thread_id() * 6 * C; /* D doubles */
+                for (int64_t j = 0; j < D; j++) acc[j] = 0;
+                if (tap == ks * ks) {
+                    for (int64_t n = 0; n < N; n++)
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t j = 0; j < D; j++) acc[j] += G[n * HDv + h * Dv + j];
+                    for (int64_t j = 0; j < D; j++) dbias[j] += acc[j];
+                    continue;
+                }
+                const int64_t a = tap / ks, bb = tap % ks;
+                for (int64_t n = 0; n < N; n++) {
+                    const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
+                    if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
+                    const float *gr = G + n * HDv, *vr = V + (yy * Wm + xx) * HDv;
+                    for (int64_t h = 0; h < H; h++)
+                        for (int64_t j = 0; j < D; j++) acc[j] += (double)gr[h * Dv + j] * vr[h * Dv + j];
+                }
+                for (int64_t j = 0; j < D; j++) dconv[tap * D + j] += acc[j];
             }
         }
         if (blog) {
             /* d_conv[c] = Σ dKc[n,c] φK[n',c]; dφK = DWConvᵀ(dKc) (into Qt: q̃ done) */
-            if (conv && d_conv)
-#pragma omp parallel for num_threads(nt) schedule(static)
-                for (int64_t c = 0; c < C; c++)
-                    for (int64_t a = 0; a < ks; a++)
-                        for (int64_t bb = 0; bb < ks; bb++) {
-                            double s = 0;
-                            for (int64_t n = 0; n < N; n++) {
-                                const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
-                                if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
-                                s += (double)DK[n * C + c] * Pk[(yy * Wm + xx) * C + c];
-                            }
-                            dconv[(a * ks + bb) * C + c] += s;
-                        }
+            if (conv && d_conv) /* one task per kernel tap, channels innermost */
+#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
+                for (int64_t tap = 0; tap < ks * ks; tap++) {
+                    double *acc = dconv + tap * C; /* owned by this task */
+                    const int64_t a = tap / ks, bb = tap % ks;
+                    for (int64_t n = 0; n < N; n++) {
+                        const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
+                        if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
+                        const float *dr = DK + n * C, *pr = Pk + (yy * Wm + xx) * C;
+                        for (int64_t c = 0; c < C; c++) acc[c] += (double)dr[c] * pr[c];
+                    }
+                }
             if (dk)
 #pragma omp parallel for num_threads(nt) schedule(static)
                 for (int64_t n = 0; n < N; n++) {
@@ -342,12 +348,16 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 for (int64_t c = 0; c < C; c++) src[c] = (float)da[c];
             }
         }
-        if (!blog && d_softplus_param)
+        if (!blog && d_softplus_param) /* channel blocks, tokens in order, rows read contiguously */
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t c = 0; c < C; c++) {
-                double a = 0;
-                for (int64_t n = 0; n < N; n++) a += (double)DQ[n * C + c] + DK[n * C + c];
-                dsp[c] += a;
+            for (int64_t c0 = 0; c0 < C; c0 += 64) {
+                const int64_t cn = C - c0 < 64 ? C - c0 : 64;
+                double a[64] = {0};
+                for (int64_t n = 0; n < N; n++) {
+                    const float *dqr = DQ + n * C + c0, *dkr = DK + n * C + c0;
+                    for (int64_t c = 0; c < cn; c++) a[c] += (double)dqr[c] + dkr[c];
+                }
+                for (int64_t c = 0; c < cn; c++) dsp[c0 + c] += a[c];
             }
         if (dv)
             for (int64_t h = 0; h < H; h++) la_scatter_bnhd_rows(dv, b, h, 0, N, DV + h * Dv, HDv);

@@ -78,11 +78,11 @@ static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n
     const la_feature f = j->p->feature;
     const float sq = j->p->scale_q;
     la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
-    for (int64_t x = 0; x < n * D; x++) s->kt[x] = la_feature_apply(f, s->kr[x]);
+    la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
     la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
     if (want_q) {
         la_gather_bnhd_rows(j->q, b, h, t0, n, s->qr, D);
-        for (int64_t x = 0; x < n * D; x++) s->qt[x] = sq * la_feature_apply(f, s->qr[x]);
+        la_feature_map_n(f, s->qr, s->qt, n * D, sq);
     }
     if (want_do) la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, j->Dv);
 }
@@ -106,17 +106,14 @@ static void lb_g(const lb_job *j, int64_t n, lb_scratch *s) {
 /* dq̃ (in s->dqt) → dq rows [t0, t0+n). */
 static void lb_store_dq(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n,
                         lb_scratch *s) {
-    const float sq = j->p->scale_q;
-    for (int64_t x = 0; x < n * j->D; x++)
-        s->dqt[x] *= sq * la_feature_deriv(j->p->feature, s->qr[x]);
+    la_feature_grad_n(j->p->feature, s->qr, s->dqt, n * j->D, j->p->scale_q);
     la_scatter_bnhd_rows(j->dq, b, h, t0, n, s->dqt, j->D);
 }
 
 static void lb_store_dk_dv(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n,
                            lb_scratch *s) {
     if (j->dk) {
-        for (int64_t x = 0; x < n * j->D; x++)
-            s->dkt[x] *= la_feature_deriv(j->p->feature, s->kr[x]);
+        la_feature_grad_n(j->p->feature, s->kr, s->dkt, n * j->D, 1.f);
         la_scatter_bnhd_rows(j->dk, b, h, t0, n, s->dkt, j->D);
     }
     if (j->dv) la_scatter_bnhd_rows(j->dv, b, h, t0, n, s->dvv, j->Dv);

@@ -93,12 +93,11 @@ static void scatter_block(const mb_job *j, la_tensor *x, int64_t b, int64_t h, i
 
 static void load_q(const mb_job *j, int64_t b, int64_t h, int64_t blk, int64_t n, mb_ws *s) {
     gather_block(j, j->q, b, h, blk, s->qr, j->D);
-    for (int64_t x = 0; x < n * j->D; x++)
-        s->qt[x] = j->p->scale_q * la_feature_apply(j->p->feature, s->qr[x]);
+    la_feature_map_n(j->p->feature, s->qr, s->qt, n * j->D, j->p->scale_q);
 }
 static void load_kv(const mb_job *j, int64_t b, int64_t h, int64_t blk, int64_t n, mb_ws *s) {
     gather_block(j, j->k, b, h, blk, s->kr, j->D);
-    for (int64_t x = 0; x < n * j->D; x++) s->kt[x] = la_feature_apply(j->p->feature, s->kr[x]);
+    la_feature_map_n(j->p->feature, s->kr, s->kt, n * j->D, 1.f);
     gather_block(j, j->v, b, h, blk, s->vv, j->Dv);
 }
 
@@ -139,8 +138,7 @@ static void mb_block_pass(const mb_job *j, int64_t b, int64_t h, int64_t i, bool
             for (int64_t r = 0; r < n; r++)
                 for (int64_t d = 0; d < D; d++) s->dqt[r * D + d] += s->dr[i * j->P + r] * zb[d];
         }
-        for (int64_t x = 0; x < n * D; x++)
-            s->dqt[x] *= j->p->scale_q * la_feature_deriv(j->p->feature, s->qr[x]);
+        la_feature_grad_n(j->p->feature, s->qr, s->dqt, n * D, j->p->scale_q);
         scatter_block(j, j->dq, b, h, i, s->dqt, D);
     }
     if (acc) {
@@ -231,9 +229,8 @@ static void mb_head(const mb_job *j, int64_t b, int64_t h, mb_ws *s) {
         if (j->dk) {
             la_sgemm(false, true, n, D, Dv, 1.f, s->vv, Dv, dSb, Dv, 0.f, s->dkt, D);
             for (int64_t r = 0; r < n; r++)
-                for (int64_t d = 0; d < D; d++)
-                    s->dkt[r * D + d] = (s->dkt[r * D + d] + dzb[d]) *
-                                        la_feature_deriv(j->p->feature, s->kr[r * D + d]);
+                for (int64_t d = 0; d < D; d++) s->dkt[r * D + d] += dzb[d];
+            la_feature_grad_n(j->p->feature, s->kr, s->dkt, n * D, 1.f);
             scatter_block(j, j->dk, b, h, blk, s->dkt, D);
         }
         if (j->dv) {

@@ -63,10 +63,8 @@ static void cb_load(const cb_job *j, int64_t b, int64_t h, int64_t c0, int64_t n
     la_gather_bnhd_rows(j->q, b, h, c0, n, s->qr, D);
     la_gather_bnhd_rows(j->k, b, h, c0, n, s->kr, D);
     la_gather_bnhd_rows(j->v, b, h, c0, n, s->vv, j->Dv);
-    for (int64_t x = 0; x < n * D; x++) {
-        s->qt[x] = j->p->scale_q * la_feature_apply(f, s->qr[x]);
-        s->kt[x] = la_feature_apply(f, s->kr[x]);
-    }
+    la_feature_map_n(f, s->qr, s->qt, n * D, j->p->scale_q);
+    la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
 }
 
 /* A = tril(Q̃K̃ᵀ); with da, dA = tril(G Vᵀ + dden 1ᵀ) (G in s->go). */
@@ -129,8 +127,7 @@ static void cb_head(const cb_job *j, int64_t b, int64_t h, cb_ws *s) {
                 for (int64_t r = 0; r < n; r++)
                     for (int64_t d = 0; d < D; d++) s->dqt[r * D + d] += s->dden[r] * zi[d];
             la_sgemm(false, false, n, D, n, wii, s->da, C, s->kt, D, 1.f, s->dqt, D);
-            for (int64_t x = 0; x < n * D; x++)
-                s->dqt[x] *= j->p->scale_q * la_feature_deriv(j->p->feature, s->qr[x]);
+            la_feature_grad_n(j->p->feature, s->qr, s->dqt, n * D, j->p->scale_q);
             la_scatter_bnhd_rows(j->dq, b, h, c0, n, s->dqt, D);
         }
         float *dSi = s->dSm + i * L, *dzi = dSi + D * Dv;
@@ -172,9 +169,8 @@ static void cb_head(const cb_job *j, int64_t b, int64_t h, cb_ws *s) {
             la_sgemm(false, true, n, D, Dv, 1.f, s->vv, Dv, dSb, Dv, 0.f, s->dkt, D);
             la_sgemm(true, false, n, D, n, wii, s->da, C, s->qt, D, 1.f, s->dkt, D);
             for (int64_t r = 0; r < n; r++)
-                for (int64_t d = 0; d < D; d++)
-                    s->dkt[r * D + d] = (s->dkt[r * D + d] + dzb[d]) *
-                                        la_feature_deriv(j->p->feature, s->kr[r * D + d]);
+                for (int64_t d = 0; d < D; d++) s->dkt[r * D + d] += dzb[d];
+            la_feature_grad_n(j->p->feature, s->kr, s->dkt, n * D, 1.f);
             la_scatter_bnhd_rows(j->dk, b, h, c0, n, s->dkt, D);
         }
         if (j->dv) {

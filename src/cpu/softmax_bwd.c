@@ -7,10 +7,14 @@
  *     dP   = dO Vᵀ,   dS = P∘(dP − Δ)
  *     dQ   = scale · dS K,   dK = scale · dSᵀ Q,   dV = Pᵀ dO
  *
- * Two passes keep every gradient row owned by one task (deterministic, no
- * atomics): pass A, one task per (b, h, query tile), sums dQ over the key
- * tiles; pass B, one task per (b, kv head, key tile), sums dK and dV over the
- * query heads of its group (GQA) and the query tiles that see it. Inputs are
+ * Every gradient row is owned by one task (deterministic, no atomics). When
+ * the (batch, kv head) pairs alone keep the threads busy, one pass: a task per
+ * (b, kv head) walks the key tiles, sums dK, dV of each over the query heads
+ * of its group (GQA) and the query tiles that see it, and adds dQ into its
+ * own dQ panel of the group (O(N·D) per task). Else two passes: pass A, one
+ * task per (b, h, query tile), sums dQ over the key tiles; pass B, one task
+ * per (b, kv head, key tile), sums dK and dV. The one-pass order does 5 tile
+ * products per tile pair instead of 7. Inputs are
  * first packed into contiguous f32 panels (Q pre-scaled), O(N·H·D) memory.
  * Causal masking is bottom-right aligned like the forward (row i sees keys
  * s <= i + Nk − Nq); a row that sees no key (lse = −inf) has zero gradient. */
@@ -122,7 +126,16 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     LA_TRY(la_mul_size(rows, (size_t)(D + Dv + 2), &nq_el, "softmax backward q/dO panels"));
     LA_TRY(la_mul_size((size_t)(j.B * j.Hk), (size_t)j.Nk, &tmp, "softmax backward keys"));
     LA_TRY(la_mul_size(tmp, (size_t)(D + Dv), &nk_el, "softmax backward k/v panels"));
-    const size_t per_thread = 2 * SB_BQ * SB_BK + (size_t)SB_BK * (D + Dv) + (size_t)SB_BQ * D;
+    /* One pass (dK, dV per key tile and dQ of the whole head group summed
+     * in the task, FlashAttention-2's loop order) when the (batch, kv head)
+     * tasks alone keep every thread busy; else two passes. */
+    const int one_pass = j.B * j.Hk >= threads;
+    size_t per_thread = 2 * SB_BQ * SB_BK + (size_t)SB_BK * (D + Dv) + (size_t)SB_BQ * D;
+    if (one_pass) {
+        size_t dqp;
+        LA_TRY(la_mul_size((size_t)(j.H / j.Hk) * (size_t)j.Nq, (size_t)D, &dqp, "softmax backward dQ panel"));
+        per_thread += dqp;
+    }
     LA_TRY(la_mul_size(per_thread, (size_t)threads, &tmp, "softmax backward tiles"));
     total = nq_el + nk_el + tmp;
     if (total < nq_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
@@ -146,7 +159,41 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
         float *p = tiles + (size_t)la_thread_id() * per_thread;
         float *ds = p + SB_BQ * SB_BK;
         float *acc = ds + SB_BQ * SB_BK; /* pass A: bq×D; pass B: bk×D then bk×Dv */
-        if (dq) {
+        if (one_pass) {
+            float *dqp = acc + SB_BK * (D + Dv); /* [group][Nq][D] */
+#pragma omp for schedule(dynamic)
+            for (int64_t x = 0; x < j.B * j.Hk; x++) {
+                const int64_t b = x / j.Hk, hk = x % j.Hk;
+                if (dq) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
+                for (int64_t j0 = 0; j0 < j.Nk; j0 += SB_BK) {
+                    const int64_t bk = j.Nk - j0 < SB_BK ? j.Nk - j0 : SB_BK;
+                    float *dka = acc, *dva = acc + SB_BK * D;
+                    memset(acc, 0, (size_t)(SB_BK * (D + Dv)) * sizeof(float));
+                    int64_t istart = causal ? j0 - j.off : 0;
+                    if (istart < 0) istart = 0;
+                    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+                        for (int64_t i0 = istart; i0 < j.Nq; i0 += SB_BQ) {
+                            const int64_t bq = j.Nq - i0 < SB_BQ ? j.Nq - i0 : SB_BQ;
+                            tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
+                            if (dv)
+                                la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(&j, b, h, i0),
+                                         Dv, 1.f, dva, Dv);
+                            if (dk)
+                                la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(&j, b, h, i0),
+                                         D, 1.f, dka, D);
+                            if (dq)
+                                la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(&j, b, hk, j0),
+                                         D, 1.f, dqp + ((h - hk * group) * j.Nq + i0) * D, D);
+                        }
+                    if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
+                    if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
+                }
+                if (dq)
+                    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+                        la_scatter_bnhd_rows(dq, b, h, 0, j.Nq, dqp + (h - hk * group) * j.Nq * D, D);
+            }
+        }
+        if (dq && !one_pass) {
 #pragma omp for schedule(dynamic)
             for (int64_t x = 0; x < j.B * j.H * nqt; x++) {
                 const int64_t b = x / (j.H * nqt), h = (x / nqt) % j.H, i0 = (x % nqt) * SB_BQ;
@@ -167,7 +214,7 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                 la_scatter_bnhd_rows(dq, b, h, i0, bq, acc, D);
             }
         }
-        if (dk || dv) {
+        if ((dk || dv) && !one_pass) {
 #pragma omp for schedule(dynamic)
             for (int64_t x = 0; x < j.B * j.Hk * nkt; x++) {
                 const int64_t b = x / (j.Hk * nkt), hk = (x / nkt) % j.Hk, j0 = (x % nkt) * SB_BK;

@@ -141,12 +141,16 @@ la_status la_sparse_attention_backward_cpu(const la_tensor *q, const la_tensor *
                         if (l == -INFINITY) continue;
                         const float *qr = Qp + (t * Hq + h) * Dqk, *gr = Gp + (t * Hq + h) * dv;
                         float sc = 0.f, dp = 0.f;
+#pragma omp simd reduction(+ : sc)
                         for (int64_t d = 0; d < Dqk; d++) sc += qr[d] * kr[d];
+#pragma omp simd reduction(+ : dp)
                         for (int64_t d = 0; d < dv; d++) dp += gr[d] * kr[d];
                         const float pe = expf(scale * sc - l);
                         const float ds = scale * pe * (dp - Dl[t * Hq + h]);
-                        for (int64_t d = 0; d < Dqk; d++) acc[d] += ds * qr[d];
-                        for (int64_t d = 0; d < dv; d++) acc[d] += pe * gr[d];
+#pragma omp simd
+                        for (int64_t d = 0; d < dv; d++) acc[d] += ds * qr[d] + pe * gr[d];
+#pragma omp simd
+                        for (int64_t d = dv; d < Dqk; d++) acc[d] += ds * qr[d];
                     }
                 }
                 for (int64_t d = 0; d < Dqk; d++)

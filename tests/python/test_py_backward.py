@@ -21,8 +21,13 @@ pytestmark = needs("softmax_attention")
 
 
 def rel(a, b):
+    """Relative Frobenius error; against an exactly-zero reference (softmax
+    over a single key: dq = dk = 0) the largest absolute error scaled so that
+    1e-6 (float32 rounding gives ~1e-8) reads as the 1e-4 bound."""
     a, b = a.double(), b.double()
-    return ((a - b).norm() / b.norm().clamp_min(1e-300)).item()
+    if b.norm() == 0:
+        return a.abs().max().item() * 100
+    return ((a - b).norm() / b.norm()).item()
 
 
 def away_from_zero(x, margin=0.05):
