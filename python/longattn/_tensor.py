@@ -344,6 +344,14 @@ class Call:
         self._release()
 
     def view(self, x, name, optional=False):
+        try:
+            return self._view(x, name, optional)
+        except BaseException:
+            # a traceback keeps this Call alive: free the slots now
+            self._release()
+            raise
+
+    def _view(self, x, name, optional):
         if x is None:
             if optional:
                 return None

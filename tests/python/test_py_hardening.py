@@ -190,3 +190,52 @@ def test_misaligned_output_of_mhla_project_is_refused_and_untouched():
     with pytest.raises(ValueError, match="not aligned"):
         longattn.mhla_project(W)
     assert (W == 2.0).all()
+
+
+# ---------------------------------------------------------------------------
+# the per-thread view slots of the fast path
+# ---------------------------------------------------------------------------
+def test_view_slots_are_released_after_errors_and_results_stay_right():
+    from longattn._tensor import Call, thread_context
+    g = gen(12)
+    q, k, v = (randn(g, 1, 40, 2, 16) for _ in range(3))
+    want = longattn.softmax_attention(q, k, v)
+    ctx = thread_context()
+    for bad in (randn(g, 1, 40, 2, 15), [1.0]):   # a C-side shape error, a Python TypeError
+        with pytest.raises((ValueError, TypeError)) as info:
+            longattn.softmax_attention(q, bad, v)
+        assert info.traceback is not None          # the failed call's frames are still alive
+        assert not ctx.slots_busy
+    assert torch.equal(longattn.softmax_attention(q, k, v), want)
+    # a second Call while the first holds the slots gets views of its own
+    c1 = Call("outer", q)
+    p1 = c1.view(q, "q")
+    c2 = Call("inner", k)
+    assert c2._slots is None and c1._slots is not None
+    c2.view(k, "k")
+    assert p1._obj.data == q.data_ptr()
+    del c2
+    c1._release()
+    assert not ctx.slots_busy
+
+
+def test_threads_calling_at_once_get_their_own_results():
+    import threading
+    g = gen(13)
+    inputs = [tuple(randn(g, 1, 50, 2, 16) for _ in range(3)) for _ in range(4)]
+    want = [longattn.linear_attention(*x, causal=True) for x in inputs]
+    errors = []
+
+    def work(i):
+        try:
+            for _ in range(30):
+                if not torch.equal(longattn.linear_attention(*inputs[i], causal=True), want[i]):
+                    errors.append(i)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(repr(e))
+    ts = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert not errors, errors
