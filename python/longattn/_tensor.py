@@ -313,6 +313,8 @@ class Call:
     outputs follow. Views are kept alive by the Call for the duration of
     the C call (the arrays themselves by the caller)."""
 
+    _slots = None  # set in __init__ once the argument checks passed
+
     def __init__(self, op, like, like_name="q"):
         self.torch = t = _torch()
         self.is_torch = t is not None and isinstance(like, t.Tensor)
