@@ -27,6 +27,15 @@ from longattn import _torch_ops  # noqa: E402
 pytestmark = needs("softmax_attention", "linear_attention", "mhla", "mhla_causal",
                    "focused_attention", "sparse_attention", "dsa_topk", "topk")
 
+
+@pytest.fixture(autouse=True)
+def _keep_global_torch_rng():
+    """These tests seed torch's global generator (layer initialization, the
+    example's training); they leave it as they found it, so that the random
+    inputs of later test files do not depend on which tests ran before."""
+    with torch.random.fork_rng(devices=[]):
+        yield
+
 OPS = ["softmax_attention", "linear_attention", "focused_attention", "mhla", "mhla_causal",
        "sparse_attention", "dsa_topk", "hisa_topk", "blocksparse_topk", "topk"]
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() and longattn.cuda_available()

@@ -17,6 +17,15 @@ import longattn.nn as lnn
 pytestmark = needs("mhla", "mhla_causal", "focused_attention", "linear_attention")
 
 
+@pytest.fixture(autouse=True)
+def _keep_global_torch_rng():
+    """These tests seed torch's global generator (layer initialization, the
+    example's training); they leave it as they found it, so that the random
+    inputs of later test files do not depend on which tests ran before."""
+    with torch.random.fork_rng(devices=[]):
+        yield
+
+
 # ---------------------------------------------------------------------------
 # plain-PyTorch references (same parameter names as the layers)
 # ---------------------------------------------------------------------------
