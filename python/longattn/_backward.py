@@ -73,12 +73,13 @@ def softmax_attention_backward(q, k, v, out, lse, d_out, causal=False, scale=Non
 
 def linear_attention_backward(q, k, v, d_out, feature="relu", causal=False, normalize=True,
                               eps=1e-6, scale=1.0, chunk=64, initial_state=None,
-                              d_final_state=None, needs=None):
+                              d_final_state=None, needs=None, out=None):
     """(dq, dk, dv, dS_in, dz_in) of longattn.linear_attention. Causal only:
     initial_state = (S [B,H,D,Dv], z [B,H,D]) float32 of the forward (None =
     zeros; z may be None when normalize is off), d_final_state = (dS, dz)
     the gradient of the returned final state (None or None parts = zero);
-    dS_in, dz_in (float32) are returned when an initial state was given."""
+    dS_in, dz_in (float32) are returned when an initial state was given.
+    out (optional): the forward's output, read instead of recomputed."""
     p = L.la_linear_params()
     call("la_linear_params_init", ctypes.byref(p))
     p.feature = _feature(feature)
@@ -101,7 +102,7 @@ def linear_attention_backward(q, k, v, d_out, feature="relu", causal=False, norm
     if want_z:
         dz0, vz = c.out((B, H, D), "d_z_in", "float32")
     c.run("la_linear_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(v, "v"), None, c.view(S0, "S_in", True), c.view(z0, "z_in", True),
+          c.view(v, "v"), c.view(out, "out", True), c.view(S0, "S_in", True), c.view(z0, "z_in", True),
           c.view(d_out, "d_out"), c.view(dS1, "d_S_out", True), c.view(dz1, "d_z_out", True),
           vq, vk, vv, vS, vz)
     return dq, dk, dv, dS0, dz0
@@ -119,9 +120,10 @@ def _want(needs, i):
 
 
 def mhla_backward(q, k, v, mixing, d_out, grid=None, blocks=None, feature="relu_eps",
-                  normalize="per_query", eps=1e-6, scale=1.0, needs=None):
+                  normalize="per_query", eps=1e-6, scale=1.0, needs=None, out=None):
     """(dq, dk, dv, d_mixing) of longattn.mhla; d_mixing is float32 with
-    mixing's shape ([M, M] or [H, M, M])."""
+    mixing's shape ([M, M] or [H, M, M]). out (optional): the forward's
+    output, read instead of recomputed."""
     from .ops import _mhla_params
     p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla_backward")
     c = Call("mhla_backward", q)
@@ -129,7 +131,8 @@ def mhla_backward(q, k, v, mixing, d_out, grid=None, blocks=None, feature="relu_
                                         None if needs is None else needs[:3])
     dW, vW = _f32_like(c, mixing, "d_mixing", _want(needs, 3))
     c.run("la_mhla_backward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
-          c.view(mixing, "mixing"), None, c.view(d_out, "d_out"), vq, vk, vv, vW)
+          c.view(mixing, "mixing"), c.view(out, "out", True), c.view(d_out, "d_out"), vq, vk,
+          vv, vW)
     return dq, dk, dv, dW
 
 

@@ -51,17 +51,18 @@ class LinearAttentionFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, impl, options, q, k, v, S0, z0):
         res = impl(q, k, v, S0, z0, **options)
-        ctx.save_for_backward(q, k, v, S0, z0)
         ctx.opts = dict(options)
         if options.get("output_final_state"):
             out, (S1, z1) = res
+            ctx.save_for_backward(q, k, v, S0, z0, out)
             return out, S1, z1
+        ctx.save_for_backward(q, k, v, S0, z0, res)
         return res
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out, dS1=None, dz1=None):
-        q, k, v, S0, z0 = ctx.saved_tensors
+        q, k, v, S0, z0, out = ctx.saved_tensors
         o = ctx.opts
         init = None if S0 is None else (S0, z0)
         d_final = None if dS1 is None and dz1 is None else (dS1, dz1)
@@ -70,7 +71,7 @@ class LinearAttentionFunction(torch.autograd.Function):
             q, k, v, d_out, feature=o.get("feature", "relu"), causal=o.get("causal", False),
             normalize=o.get("normalize", True), eps=o.get("eps", 1e-6),
             scale=o.get("scale", 1.0), chunk=o.get("chunk", 64), initial_state=init,
-            d_final_state=d_final, needs=needs)
+            d_final_state=d_final, needs=needs, out=out)
         if z0 is None:
             dz0 = None
         return None, None, dq, dk, dv, dS0, dz0
@@ -108,16 +109,16 @@ class MHLAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, impl, options, q, k, v, mixing):
         out = impl(q, k, v, mixing, **options)
-        ctx.save_for_backward(q, k, v, mixing)
+        ctx.save_for_backward(q, k, v, mixing, out)
         ctx.opts = dict(options)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, d_out):
-        q, k, v, mixing = ctx.saved_tensors
+        q, k, v, mixing, out = ctx.saved_tensors
         dq, dk, dv, dW = _backward.mhla_backward(q, k, v, mixing, d_out, **ctx.opts,
-                                                 needs=ctx.needs_input_grad[2:6])
+                                                 needs=ctx.needs_input_grad[2:6], out=out)
         if dW is not None and dW.dtype != mixing.dtype:
             dW = dW.to(mixing.dtype)
         return None, None, dq, dk, dv, dW

@@ -69,22 +69,24 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                                   const la_tensor *lse, const la_tensor *d_out, la_tensor *dq,
                                   la_tensor *dk, la_tensor *dv, la_context *ctx);
 
-/* q,k [B,N,H,D], v/d_out [B,N,H,Dv]; causal: S_in/d_S_out/d_S_in
+/* q,k [B,N,H,D], v/d_out [B,N,H,Dv], out (the forward's, optional); causal: S_in/d_S_out/d_S_in
  * [B,H,D,Dv], z_in/d_z_out/d_z_in [B,H,D] (each may be NULL). */
 la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
-                                 const la_tensor *k, const la_tensor *v, const la_tensor *S_in,
+                                 const la_tensor *k, const la_tensor *v, const la_tensor *out,
+                                 const la_tensor *S_in,
                                  const la_tensor *z_in, const la_tensor *d_out,
                                  const la_tensor *d_S_out, const la_tensor *d_z_out,
                                  la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in,
                                  la_tensor *d_z_in, la_context *ctx);
 
-/* MHLA non-causal: views validated, geom from the resolved grid; mixing
+/* MHLA non-causal: views validated, geom from the resolved grid; out (the
+ * forward's, optional: read instead of formed); mixing
  * [M,M] or [H,M,M], d_mixing (f32, mixing's shape) or NULL. */
 la_status la_mhla_backward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                                const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               const la_tensor *mixing, const la_tensor *d_out, la_tensor *dq,
-                               la_tensor *dk, la_tensor *dv, la_tensor *d_mixing,
-                               la_context *ctx);
+                               const la_tensor *mixing, const la_tensor *out,
+                               const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                               la_tensor *dv, la_tensor *d_mixing, la_context *ctx);
 
 /* Causal MHLA: views validated, p->scale_q resolved, mixing at least
  * ceil(N/chunk) square; d_mixing (f32, mixing's shape) or NULL. */

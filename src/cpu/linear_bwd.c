@@ -16,7 +16,8 @@
  * dden (O(N·Dv) per head); a reverse sweep carries (dS̄, dz̄) from the
  * final-state gradient back to the first chunk and forms dk̃, dv:
  *     dK̃ = V dS̄ᵀ + 1 dz̄ᵀ + dAᵀ Q̃,   dV = K̃ dS̄ + Aᵀ G.
- * No per-token state is stored. Non-causal: three passes over row blocks
+ * With the forward's out given, o is read instead of formed (normalize on:
+ * num = out·den; off: o is not needed). No per-token state is stored. Non-causal: three passes over row blocks
  * (S, z; then g, dq, dS, dz; then dk, dv). One task per (batch, head); every
  * product is a la_sgemm; each gradient element is written by one task. */
 #include "cpu/backward_cpu.h"
@@ -27,6 +28,7 @@
 typedef struct lb_job {
     const la_linear_params *p;
     const la_tensor *q, *k, *v, *d_out;
+    const la_tensor *out; /* the forward's output (optional): o without the products */
     la_tensor *dq, *dk, *dv;
     int64_t B, N, H, D, Dv, R; /* R: rows per block (causal: the chunk) */
 } lb_job;
@@ -146,6 +148,23 @@ static void lb_dk_dv_inter(const lb_job *j, int64_t n, lb_scratch *s) {
     la_sgemm(false, false, n, Dv, D, 1.f, s->kt, D, s->dS, Dv, 0.f, s->dvv, Dv);
 }
 
+/* The numerator q̃ S of rows [t0, t0+n) into s->o: from the forward's out
+ * (times den) when given; else, with noncausal, q̃ S (the causal caller forms
+ * its own). Returns whether s->o was filled. */
+static bool lb_num(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n, lb_scratch *s,
+                   bool noncausal) {
+    const int64_t Dv = j->Dv;
+    if (j->out) {
+        la_gather_bnhd_rows(j->out, b, h, t0, n, s->o, Dv);
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t e = 0; e < Dv; e++) s->o[r * Dv + e] *= s->den[r];
+        return true;
+    }
+    if (!noncausal) return false;
+    la_sgemm(false, false, n, Dv, j->D, 1.f, s->qt, j->D, s->S, Dv, 0.f, s->o, Dv);
+    return true;
+}
+
 static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     const int64_t N = j->N, D = j->D, Dv = j->Dv, R = j->R;
     const float eps = j->p->eps;
@@ -163,13 +182,14 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
         lb_load(j, b, h, t0, n, true, true, s);
-        la_sgemm(false, false, n, Dv, D, 1.f, s->qt, D, s->S, Dv, 0.f, s->o, Dv);
-        if (j->p->normalize)
+        if (j->p->normalize) { /* o is needed for dden only (normalize off: dden = 0) */
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
                 for (int64_t d = 0; d < D; d++) acc += s->qt[r * D + d] * s->z[d];
                 s->den[r] = acc + eps;
             }
+            lb_num(j, b, h, t0, n, s, true);
+        }
         lb_g(j, n, s);
         if (j->dq) {
             lb_dqt_inter(j, n, s);
@@ -218,15 +238,18 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
         const int64_t n = N - c0 < C ? N - c0 : C;
         lb_load(j, b, h, c0, n, true, true, s);
         lb_masked(j, n, s, false);
-        la_sgemm(false, false, n, Dv, n, 1.f, s->a, C, s->vv, Dv, 0.f, s->o, Dv);
-        la_sgemm(false, false, n, Dv, D, 1.f, s->qt, D, s->S, Dv, 1.f, s->o, Dv);
-        if (j->p->normalize)
+        if (j->p->normalize) {
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
                 for (int64_t d = 0; d < D; d++) acc += s->qt[r * D + d] * s->z[d];
                 for (int64_t c = 0; c <= r; c++) acc += s->a[r * C + c];
                 s->den[r] = acc + eps;
             }
+            if (!lb_num(j, b, h, c0, n, s, false)) {
+                la_sgemm(false, false, n, Dv, n, 1.f, s->a, C, s->vv, Dv, 0.f, s->o, Dv);
+                la_sgemm(false, false, n, Dv, D, 1.f, s->qt, D, s->S, Dv, 1.f, s->o, Dv);
+            }
+        }
         lb_g(j, n, s);
         memcpy(s->gall + c0 * Dv, s->go, (size_t)(n * Dv) * sizeof(float));
         memcpy(s->ddall + c0, s->dden, (size_t)n * sizeof(float));
@@ -265,12 +288,13 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
 }
 
 la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
-                                 const la_tensor *k, const la_tensor *v, const la_tensor *S_in,
+                                 const la_tensor *k, const la_tensor *v, const la_tensor *out,
+                                 const la_tensor *S_in,
                                  const la_tensor *z_in, const la_tensor *d_out,
                                  const la_tensor *d_S_out, const la_tensor *d_z_out,
                                  la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in,
                                  la_tensor *d_z_in, la_context *ctx) {
-    lb_job j = {p, q, k, v, d_out, dq, dk, dv, q->ne[0], q->ne[1], q->ne[2], q->ne[3], v->ne[3], 0};
+    lb_job j = {p, q, k, v, d_out, out, dq, dk, dv, q->ne[0], q->ne[1], q->ne[2], q->ne[3], v->ne[3], 0};
     const bool causal = p->causal != 0;
     j.R = causal ? (p->chunk < j.N ? p->chunk : j.N) : (LA_LINEAR_BLOCK < j.N ? LA_LINEAR_BLOCK : j.N);
     if (!dq && !dk && !dv && !d_S_in && !d_z_in) return LA_OK;

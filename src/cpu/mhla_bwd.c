@@ -29,6 +29,7 @@ typedef struct mb_job {
     const la_mhla_params *p;
     const la_mhla_geom *g;
     const la_tensor *q, *k, *v, *mixing, *d_out;
+    const la_tensor *out; /* the forward's output (optional): read, not formed */
     la_tensor *dq, *dk, *dv;
     int64_t B, N, H, D, Dv, M, L, P; /* P: max tokens per block */
     int64_t Hw;                      /* heads of the mixing (1 = shared) */
@@ -110,20 +111,29 @@ static void mb_block_pass(const mb_job *j, int64_t b, int64_t h, int64_t i, bool
     const float *Si = s->Sm + i * L, *zi = Si + D * Dv;
     load_q(j, b, h, i, n, s);
     gather_block(j, j->d_out, b, h, i, s->go, Dv);
-    la_sgemm(false, false, n, Dv, D, 1.f, s->qt, D, Si, Dv, 0.f, s->o, Dv);
     const la_mhla_normalize nm = j->p->normalize;
-    for (int64_t r = 0; r < n; r++) {
-        float den = 1.f;
-        if (nm == LA_MHLA_NORM_PER_QUERY) {
+    if (nm == LA_MHLA_NORM_PER_QUERY)
+        for (int64_t r = 0; r < n; r++) {
             float acc_d = 0.f;
             for (int64_t d = 0; d < D; d++) acc_d += s->qt[r * D + d] * zi[d];
-            den = acc_d + j->p->eps;
-        } else if (nm == LA_MHLA_NORM_RELEASED_VISION) {
-            den = s->den[r]; /* filled by the caller */
+            s->den[r] = acc_d + j->p->eps;
         }
+    /* released_vision: s->den filled by the caller; none: o is not needed */
+    if (nm != LA_MHLA_NORM_NONE) {
+        if (j->out) { /* numerator = the forward's out times den */
+            gather_block(j, j->out, b, h, i, s->o, Dv);
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t e = 0; e < Dv; e++) s->o[r * Dv + e] *= s->den[r];
+        } else {
+            la_sgemm(false, false, n, Dv, D, 1.f, s->qt, D, Si, Dv, 0.f, s->o, Dv);
+        }
+    }
+    for (int64_t r = 0; r < n; r++) {
+        const float den = nm == LA_MHLA_NORM_NONE ? 1.f : s->den[r];
         const float inv = 1.f / den;
         float go = 0.f;
-        for (int64_t e = 0; e < Dv; e++) go += s->go[r * Dv + e] * s->o[r * Dv + e];
+        if (nm != LA_MHLA_NORM_NONE)
+            for (int64_t e = 0; e < Dv; e++) go += s->go[r * Dv + e] * s->o[r * Dv + e];
         s->dden[r] = nm == LA_MHLA_NORM_NONE ? 0.f : -go * inv * inv;
         for (int64_t e = 0; e < Dv; e++) s->go[r * Dv + e] *= inv;
     }
@@ -242,11 +252,11 @@ static void mb_head(const mb_job *j, int64_t b, int64_t h, mb_ws *s) {
 
 la_status la_mhla_backward_cpu(const la_mhla_params *p, const la_mhla_geom *geom,
                                const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               const la_tensor *mixing, const la_tensor *d_out, la_tensor *dq,
-                               la_tensor *dk, la_tensor *dv, la_tensor *d_mixing,
-                               la_context *ctx) {
+                               const la_tensor *mixing, const la_tensor *out,
+                               const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
+                               la_tensor *dv, la_tensor *d_mixing, la_context *ctx) {
     mb_job j = {0};
-    j.p = p, j.g = geom, j.q = q, j.k = k, j.v = v, j.mixing = mixing, j.d_out = d_out;
+    j.p = p, j.g = geom, j.q = q, j.k = k, j.v = v, j.mixing = mixing, j.d_out = d_out, j.out = out;
     j.dq = dq, j.dk = dk, j.dv = dv;
     j.B = q->ne[0], j.N = q->ne[1], j.H = q->ne[2], j.D = q->ne[3], j.Dv = v->ne[3];
     j.M = geom->M, j.L = j.D * j.Dv + j.D, j.Hw = mixing->ndim == 3 ? j.H : 1;

@@ -53,7 +53,8 @@ la_status la_linear_backward(const la_linear_params *p, const la_tensor *q, cons
     if (D > LA_LINEAR_BWD_MAX_HEAD_DIM || Dv > LA_LINEAR_BWD_MAX_HEAD_DIM)
         return la_err(LA_ERR_SHAPE, "linear backward: head dims D=%lld, Dv=%lld exceed the maximum %d",
                       (long long)D, (long long)Dv, LA_LINEAR_BWD_MAX_HEAD_DIM);
-    /* out is not read (recomputed); when given it must be the forward's. */
+    /* out (optional) must be the forward's output: the backward then reads
+     * o instead of forming it. */
     if (out) {
         LA_TRY(la_check_tensor(out, "out", 4, LA_DT_FLOAT, dev, false));
         LA_TRY(la_check_dim(out, "out", 0, B, "(batch of q)"));
@@ -106,7 +107,7 @@ la_status la_linear_backward(const la_linear_params *p, const la_tensor *q, cons
                       "linear backward: no CUDA implementation in this build (q is on cuda)");
 #endif
     }
-    la_status s = la_linear_backward_cpu(p, q, k, v, S_in, z_in, d_out, d_S_out, d_z_out, dq, dk,
+    la_status s = la_linear_backward_cpu(p, q, k, v, out, S_in, z_in, d_out, d_S_out, d_z_out, dq, dk,
                                          dv, d_S_in, d_z_in, ctx);
     if (s == LA_OK) la_err_clear();
     return s;

@@ -119,7 +119,8 @@ la_status la_mhla_backward(const la_mhla_params *p, const la_tensor *q, const la
         return la_err(LA_ERR_UNSUPPORTED, "%s: no CUDA implementation in this build (q is on cuda)", op);
 #endif
     }
-    la_status s = la_mhla_backward_cpu(p, &geom, q, k, v, mixing, d_out, dq, dk, dv, d_mixing, ctx);
+    la_status s = la_mhla_backward_cpu(p, &geom, q, k, v, mixing, out, d_out, dq, dk, dv, d_mixing,
+                                       ctx);
     if (s == LA_OK) la_err_clear();
     return s;
 }

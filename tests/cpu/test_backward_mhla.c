@@ -304,6 +304,20 @@ static void run_case(la_rng *rng, mh_case c) {
               la_feature_name(m.f), m.norm, m.per_head, la_dtype_name(c.dt), layout_name[c.layout],
               c.use_fd, nm[i], e);
     }
+    { /* with the forward's out given (read instead of formed) */
+        hview O = make_view(NULL, 4, ev, c.dt, c.layout), dQo = make_view(NULL, 4, eq, c.dt, c.layout);
+        hview dWo = make_mix(NULL, m.per_head ? 3 : 2, m.per_head ? ew : ew + 1);
+        CHECK_OK(la_mhla_forward(&p, &Q.t, &K.t, &V.t, &Wv.t, &O.t, ctx));
+        CHECK_OK(la_mhla_backward(&p, &Q.t, &K.t, &V.t, &Wv.t, &O.t, &G.t, &dQo.t, NULL, NULL, &dWo.t, ctx));
+        read_view(&dQo, a);
+        const double e0 = frob_rel_err(a, r[0], n[0]);
+        memcpy(a, dWo.buf, (size_t)n[3] * 4);
+        const double e3 = frob_rel_err(a, r[3], n[3]);
+        CHECK(e0 <= (c.use_fd ? 2e-4 : 1e-4) && e3 <= (c.use_fd ? 2e-4 : 1e-4),
+              "mhla bwd with out N%lld norm=%d %s: dq %.3g d_mixing %.3g", (long long)m.N, m.norm,
+              la_feature_name(m.f), e0, e3);
+        free(O.buf), free(dQo.buf), free(dWo.buf);
+    }
     hview dQ2 = make_view(NULL, 4, eq, c.dt, c.layout), dW2 = make_mix(NULL, m.per_head ? 3 : 2, m.per_head ? ew : ew + 1);
     hview dK2 = make_view(NULL, 4, eq, c.dt, c.layout), dV2 = make_view(NULL, 4, ev, c.dt, c.layout);
     CHECK_OK(la_mhla_backward(&p, &Q.t, &K.t, &V.t, &Wv.t, NULL, &G.t, &dQ2.t, NULL, NULL, &dW2.t, ctx));

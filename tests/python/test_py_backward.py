@@ -39,8 +39,8 @@ def away_from_zero(x, margin=0.05):
     return x
 
 
-def gradcheck(fn, inputs):
-    assert torch.autograd.gradcheck(fn, inputs, eps=1e-3, atol=1e-3, rtol=1e-2,
+def gradcheck(fn, inputs, eps=1e-3):
+    assert torch.autograd.gradcheck(fn, inputs, eps=eps, atol=1e-3, rtol=1e-2,
                                     check_undefined_grad=False)
 
 
@@ -173,7 +173,9 @@ def test_linear_gradcheck(feature, causal, normalize):
     q, k, v = lin_inputs(1, 9, 2, 3, 4, feature, normalize)
     fn = lambda q, k, v: longattn.linear_attention(q, k, v, feature=feature, causal=causal,
                                                    normalize=normalize, scale=0.7, chunk=4)
-    gradcheck(fn, (q, k, v))
+    # unnormalized outputs grow with the token count: their float32 rounding
+    # over 2·eps needs the larger step (inputs stay 0.05 off the relu kink)
+    gradcheck(fn, (q, k, v), eps=1e-3 if normalize else 1e-2)
 
 
 @pytest.mark.filterwarnings("ignore:Input #")
@@ -308,6 +310,9 @@ def test_mhla_gradcheck(grid, blocks, per_head, normalize):
     if normalize == "released_vision" and any(n % b for n, b in zip(grid, blocks)):
         pytest.skip("released_vision needs equal blocks")
     q, k, v = lin_inputs(1, N, 2, 3, 2, "relu_eps", True)
+    if normalize != "none":  # relu features with D = 3 can make a denominator ~eps: keep q, k > 0
+        with torch.no_grad():
+            q.abs_().add_(0.2), k.abs_().add_(0.2)
     W = (0.1 + torch.rand(*((2, M, M) if per_head else (M, M)), dtype=torch.float64)).requires_grad_()
     fn = lambda q, k, v, W: longattn.mhla(q, k, v, W, grid=grid, blocks=blocks,
                                           normalize=normalize, scale=0.8)
@@ -348,14 +353,23 @@ def test_mhla_causal_fp32_vs_float64_autograd(normalize, feature, chunk):
     B, N, H = 2, 65, 2
     nc = (N + chunk - 1) // chunk
     q, k, v = lin_inputs(B, N, H, 16, 8, feature, normalize != "none", torch.float32)
+    if normalize != "none":  # the first tokens' denominators see few keys: keep them away from eps
+        with torch.no_grad():
+            q.abs_().add_(0.1), k.abs_().add_(0.1)
     W = (0.1 + torch.rand(H, nc + 2, nc + 2)).requires_grad_()
     g = torch.randn(B, N, H, 8)
     kw = dict(chunk=chunk, feature=feature, normalize=normalize)
     longattn.mhla_causal(q, k, v, W, **kw).backward(g)
     xs = [x.detach().double().requires_grad_() for x in (q, k, v, W)]
     ref_mhla_causal(*xs, **kw).backward(g.double())
-    for a, r in zip((q, k, v, W), xs):
-        assert rel(a.grad, r.grad) <= 1e-4
+    gW, rW = W.grad.clone().double(), xs[3].grad.clone()
+    if normalize == "per_query":
+        # chunk 0 sees only W[0,0], which cancels but for eps: its gradient is
+        # eps-sized (float32 rounding), checked in absolute terms
+        assert (gW[:, 0, 0] - rW[:, 0, 0]).abs().max() <= 1e-3 * rW.norm()
+        gW[:, 0, 0] = rW[:, 0, 0] = 0
+    for a, r in zip((q.grad, k.grad, v.grad, gW), (xs[0].grad, xs[1].grad, xs[2].grad, rW)):
+        assert rel(a, r) <= 1e-4
     assert (torch.triu(W.grad, 1) == 0).all()
 
 
