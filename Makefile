@@ -99,7 +99,8 @@ BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
 BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
 TEST_BINS    += $(BACKEND_BIN)
 
-.PHONY: all lib cli tests test demo study-smoke clean install uninstall test-asan test-tsan test-portable fuzz deps cuda-tests dev-cuda info
+.PHONY: all lib cli tests test demo study-smoke clean install uninstall test-asan test-tsan test-portable fuzz deps \
+        cuda-tests dev-cuda info install-python test-torch-compile
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
 info:
@@ -270,6 +271,17 @@ uninstall:
 	rm -f $(DESTDIR)$(PREFIX)/bin/longattn
 	rm -f $(addprefix $(DESTDIR)$(PREFIX)/share/longattn/,$(notdir $(SHARE_FILES)))
 	-rmdir $(DESTDIR)$(PREFIX)/share/longattn 2>/dev/null
+
+# The Python package into the current interpreter's environment (a venv on
+# Debian: docs/PYTHON.md), with this build's library bundled.
+PIP ?= pip
+install-python: $(BUILD)/liblongattn.so
+	LA_BUILD=$(BUILD) $(PIP) install --no-build-isolation ./python
+
+# torch.compile / custom-op tests under a PyPI torch >= 2.4 in a venv
+# ($(BUILD)/venv-torch); skipped with a printed reason when it cannot install.
+test-torch-compile: $(BUILD)/liblongattn.so
+	bash scripts/torch_compile_check.sh $(BUILD)
 
 clean:
 	rm -rf build build-asan build-portable build-tsan $(CUDA_CHECK_BUILD)

@@ -1,17 +1,20 @@
-"""Install the longattn Python package and bundle liblongattn.so into it.
+"""Install the longattn Python package with liblongattn.so bundled into it.
 
-Build the C library first (`make` at the repository root). At install time
-the library is copied into the package from, in order:
+At install time the library is taken from, in order:
   $LONGATTN_LIB, <repo>/$LA_BUILD/liblongattn.so, <repo>/build/liblongattn.so.
-The installed package then loads its bundled copy (longattn/liblongattn.so);
-LONGATTN_LIB still overrides it at run time. Without a built library the
-package installs anyway (with a warning) and looks for the library at run
-time (LONGATTN_LIB, or the system, e.g. after `make install`).
+When none exists and the package sits in a checkout (../Makefile), it is
+built by running `make` there (`make -j<cores> <build>/liblongattn.so`; set
+CUDA=0 in the environment to skip the CUDA backend). When that fails, or the
+package is not in a checkout, the install stops with an error saying what to
+do: a package without its library is never installed silently.
+The installed package loads its bundled copy (longattn/liblongattn.so);
+LONGATTN_LIB still overrides it at run time.
 An editable install (`pip install -e ./python`) copies nothing: it uses the
-checkout's build tree directly.
+checkout's build tree directly (built the same way if missing).
 """
 import os
 import shutil
+import subprocess
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -20,6 +23,10 @@ from setuptools.dist import Distribution
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 LIBNAME = "liblongattn.so"
+
+
+def _build_dir():
+    return os.environ.get("LA_BUILD") or "build"
 
 
 def find_built_library():
@@ -35,29 +42,55 @@ def find_built_library():
     return None
 
 
-LIB = find_built_library()
+def build_library():
+    """Run `make` in the checkout; return the built library's path or stop."""
+    if os.environ.get("LONGATTN_LIB"):
+        raise SystemExit("longattn: LONGATTN_LIB=%s does not exist; point it at a built "
+                         "liblongattn.so or unset it to build one" % os.environ["LONGATTN_LIB"])
+    makefile = os.path.join(REPO, "Makefile")
+    if not os.path.isfile(makefile):
+        raise SystemExit(
+            "longattn: liblongattn.so was not found and %s is not a longattn checkout (no "
+            "Makefile), so it cannot be built here. Install from the repository "
+            "(`make && pip install ./python` at its root) or set LONGATTN_LIB=/path/to/"
+            "liblongattn.so." % REPO)
+    target = os.path.join(_build_dir(), LIBNAME)
+    cmd = ["make", "-C", REPO, "-j%d" % (os.cpu_count() or 1), "SKIP_DEPS=1",
+           "BUILD=" + _build_dir(), target]
+    print("longattn: liblongattn.so not built yet; running: " + " ".join(cmd), flush=True)
+    try:
+        r = subprocess.run(cmd)
+    except OSError as e:
+        raise SystemExit("longattn: could not run make (%s). Install make and a C compiler "
+                         "(Debian: apt-get install build-essential libopenblas-dev), or build "
+                         "the library yourself and set LONGATTN_LIB." % e) from None
+    path = os.path.join(REPO, target)
+    if r.returncode != 0 or not os.path.isfile(path):
+        raise SystemExit(
+            "longattn: building liblongattn.so failed (`%s` exited with status %d). See the "
+            "compiler output above; `make` at the repository root installs missing Debian "
+            "packages (needs root), or set LONGATTN_LIB to a built library."
+            % (" ".join(cmd), r.returncode))
+    return path
 
 
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
+        lib = find_built_library() or build_library()
         if getattr(self, "editable_mode", False):
-            return
-        if LIB is None:
-            print("longattn: WARNING: liblongattn.so not found (run `make` at the repository "
-                  "root first); installing without it: set LONGATTN_LIB at run time")
             return
         dst = os.path.join(self.build_lib, "longattn", LIBNAME)
         os.makedirs(os.path.dirname(dst), exist_ok=True)
-        shutil.copy2(LIB, dst)
-        print("longattn: bundled %s" % LIB)
+        shutil.copy2(lib, dst)
+        print("longattn: bundled %s" % lib)
 
 
 class BinaryDistribution(Distribution):
     """A wheel with a bundled .so is platform specific."""
 
     def has_ext_modules(self):
-        return LIB is not None
+        return True
 
 
 setup(cmdclass={"build_py": BuildPyWithLibrary}, distclass=BinaryDistribution)

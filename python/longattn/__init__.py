@@ -18,13 +18,19 @@ from . import _lib
 from ._errors import (LongattnError, LongattnRuntimeError, LongattnUnsupportedError,
                       LongattnValueError)
 from ._tensor import build_info, cuda_available, get_num_threads, set_num_threads
-from .ops import (IndexCache, MHLADecoder, attention_map, blocksparse_topk, dsa_topk,
-                  focused_attention, hisa_topk, linear_attention, map_rank_entropy, mhla,
-                  mhla_causal, mhla_init, mhla_project, softmax_attention, sparse_attention,
-                  topk)
+from .ops import (MHLADecoder, focused_attention, linear_attention, mhla, mhla_causal,
+                  mhla_init, mhla_project, softmax_attention)
+from .index_ops import (IndexCache, attention_map, blocksparse_topk, dsa_topk, hisa_topk,
+                        map_rank_entropy, sparse_attention, topk)
 from .paged import PagedIndexCache, dsa_topk_paged, hisa_topk_paged
 
 __version__ = "0.1.0"
+
+# torch.ops.longattn.* custom ops (torch >= 2.4) are registered now when torch
+# is already imported, else on the first call that sees a torch tensor.
+if "torch" in __import__("sys").modules:
+    from .ops import install_custom_ops as _install
+    _install()
 
 # Python function -> the C symbols it needs (has_op() checks them).
 OPS = {
@@ -49,18 +55,27 @@ OPS = {
 }
 
 
-def library_path():
+def __getattr__(name):
+    """`longattn.nn` (the torch layers) is imported on first use, so that
+    `import longattn` does not import torch."""
+    if name == "nn":
+        import importlib
+        return importlib.import_module(".nn", __name__)
+    raise AttributeError("module 'longattn' has no attribute %r" % name)
+
+
+def library_path() -> str:
     """Path of the loaded liblongattn.so (loads it if needed)."""
     _lib.lib.dll
     return _lib.lib.path
 
 
-def has_op(name):
+def has_op(name: str) -> bool:
     """Whether the loaded library implements Python function `name`."""
     return all(_lib.lib.has(s) for s in OPS[name])
 
 
-def available_ops():
+def available_ops() -> list:
     """Names of the Python functions whose C symbols are present."""
     return [n for n in OPS if has_op(n)]
 

@@ -8,7 +8,10 @@ item size) is refused with a ValueError rather than copied behind the
 caller's back.
 """
 import ctypes
+import math
+import operator
 import os
+import struct
 import sys
 import threading
 
@@ -59,6 +62,43 @@ def is_cuda(x):
     return is_torch(x) and x.is_cuda
 
 
+_INT_RANGES = {"int64": (-2**63, 2**63 - 1), "int32": (-2**31, 2**31 - 1)}
+_F32_MAX = 3.4028234663852886e38
+
+
+def c_int(value, what, ctype="int64"):
+    """`value` as a Python int that fits the C type `ctype` ("int64" or
+    "int32"). ctypes would silently keep the low bits (2**64 + 16 -> 16):
+    a value outside the range raises OverflowError, a non-integer (float,
+    str, None) raises TypeError."""
+    if isinstance(value, bool):
+        value = int(value)
+    try:
+        v = operator.index(value)
+    except TypeError:
+        raise TypeError("%s: expected an integer, got %r (%s)"
+                        % (what, value, type(value).__name__)) from None
+    lo, hi = _INT_RANGES[ctype]
+    if not lo <= v <= hi:
+        raise OverflowError("%s: %d does not fit in the C type %s_t [%d, %d]"
+                            % (what, v, ctype, lo, hi))
+    return v
+
+
+def c_float(value, what):
+    """`value` as a float that a C float holds: a finite value beyond the
+    float32 range raises OverflowError instead of becoming inf."""
+    try:
+        v = float(value)
+    except (TypeError, ValueError):
+        raise TypeError("%s: expected a number, got %r (%s)"
+                        % (what, value, type(value).__name__)) from None
+    if math.isfinite(v) and abs(v) > _F32_MAX:
+        raise OverflowError("%s: %r does not fit in a C float (|x| <= %.7g)"
+                            % (what, value, _F32_MAX))
+    return v
+
+
 def _la_dtype(x, name):
     if is_numpy(x):
         dt = _NP_DTYPES.get(x.dtype.name)
@@ -89,6 +129,11 @@ def view(x, name):
     t.dtype = _la_dtype(x, name)
     t.ndim = ndim
     if is_numpy(x):
+        if not x.dtype.isnative:
+            raise ValueError("%s: numpy dtype %s has non-native byte order (%s-endian data on a "
+                             "%s-endian machine); pass %s.astype(%s.dtype.newbyteorder('='))"
+                             % (name, x.dtype.str, "big" if x.dtype.byteorder == ">" else
+                                "little", sys.byteorder, name, name))
         item = x.itemsize
         for i, (n, s) in enumerate(zip(x.shape, x.strides)):
             if s % item:
@@ -97,20 +142,74 @@ def view(x, name):
                                  % (name, x.strides, item, name))
             t.ne[i] = n
             t.nb[i] = s // item
-        t.data = x.__array_interface__["data"][0] or None
+        addr = x.__array_interface__["data"][0]
+        item_size = item
         t.device = L.LA_DEVICE_CPU
     else:
         for i, (n, s) in enumerate(zip(x.shape, x.stride())):
             t.ne[i] = n
             t.nb[i] = s
-        t.data = x.data_ptr() or None
+        addr = x.data_ptr()
+        item_size = x.element_size()
         if x.is_cuda:
             t.device = L.LA_DEVICE_CUDA
         elif x.device.type == "cpu":
             t.device = L.LA_DEVICE_CPU
         else:
             raise ValueError("%s: device %s is not supported (cpu or cuda)" % (name, x.device))
+    if addr % item_size:
+        # The C kernels load elements through typed pointers: a misaligned
+        # address is undefined behaviour there, so it is refused, not copied
+        # (an output could not be copied back in place anyway).
+        raise ValueError("%s: data address 0x%x is not aligned to its %d-byte elements (a view "
+                         "at an odd byte offset); pass a copy (np.ascontiguousarray / "
+                         ".clone())" % (name, addr, item_size))
+    t.data = addr or None
     return t
+
+
+# ---------------------------------------------------------------------------
+# fast views of torch tensors: one struct.pack_into writes a whole la_tensor
+# into a reused per-thread slot (the call overhead budget of TRAINING.md §3)
+# ---------------------------------------------------------------------------
+_PACK = struct.Struct("Piii4q4q")  # data, dtype, device, ndim, ne[4], nb[4] (native alignment)
+_FAST = (_PACK.size == ctypes.sizeof(L.la_tensor) and L.la_tensor.ne.offset == 24
+         and L.la_tensor.nb.offset == 56)
+_TORCH_CODES = {}  # torch.dtype -> (la_dtype, item size); filled on first use
+_ZEROS = ((), (0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
+
+
+def _torch_codes():
+    if not _TORCH_CODES:
+        torch = _torch()
+        for attr, code in _TORCH_DTYPES.items():
+            dt = getattr(torch, attr, None)
+            if dt is not None:
+                _TORCH_CODES[dt] = (code, torch.empty((), dtype=dt).element_size())
+    return _TORCH_CODES
+
+
+def pack_torch(slot, x, name):
+    """Write the la_tensor of torch tensor x into `slot` (an la_tensor);
+    anything unusual (rank > 4, other dtypes or devices, misalignment)
+    goes to view() for its error message."""
+    code = _TORCH_CODES.get(x.dtype) or _torch_codes().get(x.dtype)
+    shape = x.shape
+    nd = len(shape)
+    if code is None or nd > L.LA_MAX_DIMS:
+        return view(x, name)
+    if x.is_cuda:
+        dev = L.LA_DEVICE_CUDA
+    elif x.is_cpu if hasattr(x, "is_cpu") else x.device.type == "cpu":
+        dev = L.LA_DEVICE_CPU
+    else:
+        return view(x, name)
+    addr = x.data_ptr()
+    if addr % code[1]:
+        return view(x, name)
+    pad = _ZEROS[4 - nd]
+    _PACK.pack_into(slot, 0, addr, code[0], dev, nd, *shape, *pad, *x.stride(), *pad)
+    return slot
 
 
 def ptr(t):
@@ -128,16 +227,16 @@ _num_threads = 0  # 0 = all cores; set by set_num_threads()
 _POISON = os.environ.get("LONGATTN_POISON", "") not in ("", "0")
 
 
-def set_num_threads(n):
+def set_num_threads(n: int) -> None:
     """Threads used by CPU operators from now on (0 = all cores)."""
     global _num_threads
-    n = int(n)
+    n = c_int(n, "set_num_threads: n", "int32")
     if n < 0:
         raise ValueError("set_num_threads: n must be >= 0, got %d" % n)
     _num_threads = n
 
 
-def get_num_threads():
+def get_num_threads() -> int:
     """The value set by set_num_threads (0 = all cores)."""
     return _num_threads
 
@@ -150,12 +249,17 @@ class Context:
         call("la_context_create", ctypes.byref(self.handle))
         self._destroy = L.lib.la_context_destroy
         self.threads = None
+        self.stream = None        # the stream last handed to the context
+        self.slots = []           # reused la_tensor views (see Call)
+        self.slots_busy = False
 
     def prepare(self, stream):
         if self.threads != _num_threads:
             call("la_context_set_threads", self.handle, _num_threads)
             self.threads = _num_threads
-        call("la_context_set_cuda_stream", self.handle, stream)
+        if stream != self.stream:
+            call("la_context_set_cuda_stream", self.handle, stream)
+            self.stream = stream
         return self.handle
 
     def __del__(self):
@@ -184,7 +288,7 @@ def thread_context():
 _cuda_state = []
 
 
-def cuda_available():
+def cuda_available() -> bool:
     """Whether liblongattn was built with CUDA and sees a device."""
     if not _cuda_state:
         flag = ctypes.c_int(0)
@@ -193,7 +297,7 @@ def cuda_available():
     return _cuda_state[0]
 
 
-def build_info():
+def build_info() -> str:
     s = L.lib.la_build_info()
     return s.decode() if s else ""
 
@@ -209,34 +313,80 @@ class Call:
     outputs follow. Views are kept alive by the Call for the duration of
     the C call (the arrays themselves by the caller)."""
 
-    def __init__(self, op, like):
+    _slots = None  # set in __init__ once the argument checks passed
+
+    def __init__(self, op, like, like_name="q"):
+        self.torch = t = _torch()
+        self.is_torch = t is not None and isinstance(like, t.Tensor)
+        if not self.is_torch:
+            if not is_numpy(like):
+                raise TypeError("%s: %s: expected a numpy.ndarray or torch.Tensor, got %s"
+                                % (op, like_name, type(like).__name__))
+            if not like.dtype.isnative:
+                view(like, like_name)  # raises the byte-order error under the input's name
         self.op = op
         self.like = like
-        self.cuda = is_cuda(like)
+        self.cuda = self.is_torch and like.is_cuda
         self._keep = []
+        # The context's reusable view slots, unless another Call of this
+        # thread holds them (then this Call allocates its own views).
+        self.ctx = ctx = thread_context()
+        self._slots = None
+        if _FAST and not ctx.slots_busy:
+            ctx.slots_busy = True
+            self._slots = ctx.slots
+        self._n = 0
+
+    def _release(self):
+        if self._slots is not None:
+            self._slots = None
+            self.ctx.slots_busy = False
+
+    def __del__(self):
+        self._release()
 
     def view(self, x, name, optional=False):
+        try:
+            return self._view(x, name, optional)
+        except BaseException:
+            # a traceback keeps this Call alive: free the slots now
+            self._release()
+            raise
+
+    def _view(self, x, name, optional):
         if x is None:
             if optional:
                 return None
-            raise TypeError("%s: %s is required" % (self.op, name))
-        if is_cuda(x) and self.cuda and x.device != self.like.device:
-            raise ValueError("%s: %s is on %s but the other inputs are on %s"
-                             % (self.op, name, x.device, self.like.device))
-        if is_cuda(x) and not self.cuda:
-            self.cuda = True
-        t = view(x, name)
-        p = ctypes.pointer(t)
-        self._keep.append(t)
-        return p
+            raise TypeError("%s: %s is required (a numpy.ndarray or torch.Tensor, got None)"
+                            % (self.op, name))
+        t = self.torch
+        if t is not None and isinstance(x, t.Tensor):
+            if x.is_cuda:
+                if self.cuda and x.device != self.like.device and is_cuda(self.like):
+                    raise ValueError("%s: %s is on %s but the other inputs are on %s"
+                                     % (self.op, name, x.device, self.like.device))
+                self.cuda = True
+            if self._slots is not None:
+                slots = self._slots
+                if self._n == len(slots):
+                    slots.append(L.la_tensor())
+                slot = slots[self._n]
+                self._n += 1
+                v = pack_torch(slot, x, name)
+            else:
+                v = view(x, name)
+        else:
+            v = view(x, name)
+        self._keep.append(v)
+        return ctypes.byref(v)
 
     def empty(self, shape, dtype=None):
         """New output on like's device; dtype None = like's dtype, or
         'float32' / 'int32'."""
         shape = tuple(max(int(s), 0) for s in shape)
         x = self.like
-        if is_torch(x):
-            torch = _torch()
+        if self.is_torch:
+            torch = self.torch
             dt = x.dtype if dtype is None else getattr(torch, dtype)
             out = torch.empty(shape, dtype=dt, device=x.device)
             if _POISON:
@@ -255,20 +405,32 @@ class Call:
 
     def run(self, fn_name, *args):
         """Call fn_name(*args, ctx) with a prepared context."""
-        ctx = thread_context()
-        if self.cuda:
-            torch = _torch()
-            if not cuda_available():
-                raise RuntimeError(
-                    "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
-                    "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
-                    "the inputs to the CPU." % (self.op, build_info()))
-            dev = self.like.device if is_cuda(self.like) else None
-            with torch.cuda.device(dev):
-                stream = torch.cuda.current_stream(dev).cuda_stream
-                handle = ctx.prepare(stream)
+        ctx = self.ctx
+        try:
+            if self.cuda:
+                self._run_cuda(ctx, fn_name, args)
+            else:
+                handle = ctx.prepare(None)
                 call(fn_name, *args, handle)
-        else:
-            handle = ctx.prepare(None)
-            call(fn_name, *args, handle)
-        self._keep.clear()
+        finally:
+            self._keep.clear()
+            self._release()
+
+    def _run_cuda(self, ctx, fn_name, args):
+        torch = self.torch
+        if not cuda_available():
+            raise RuntimeError(
+                "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
+                "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
+                "the inputs to the CPU." % (self.op, build_info()))
+        idx = self.like.device.index if is_cuda(self.like) else None
+        cur = torch.cuda.current_device()
+        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        if (idx is None or idx == cur) and raw is not None:
+            # the common case: the tensors are on the current device; the raw
+            # stream lookup is what torch's own generated code uses
+            call(fn_name, *args, ctx.prepare(raw(cur) or None))
+            return
+        with torch.cuda.device(idx):
+            stream = torch.cuda.current_stream(idx).cuda_stream
+            call(fn_name, *args, ctx.prepare(stream))

@@ -8,18 +8,23 @@ The C library validates every shape; its message comes back in the
 exception (ValueError for arguments/shapes/dtypes, RuntimeError otherwise).
 """
 import ctypes
+from typing import Any, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 from . import _lib as L
+from . import _varlen
 from ._errors import call
-from ._tensor import Call, is_torch, _torch
+from ._tensor import Call, c_float, c_int, is_array, is_torch, _torch
+
+# A numpy.ndarray or a torch.Tensor (torch is never imported by this module).
+Array = Any
+# Grid / block / map sizes: 4, (4, 4), "4x4".
+Dims = Union[int, str, Sequence[int]]
 
 __all__ = [
     "softmax_attention", "linear_attention", "mhla", "mhla_causal", "mhla_init",
-    "mhla_project", "MHLADecoder", "focused_attention", "dsa_topk", "hisa_topk",
-    "blocksparse_topk", "topk", "IndexCache", "sparse_attention", "attention_map",
-    "map_rank_entropy",
+    "mhla_project", "MHLADecoder", "focused_attention",
 ]
 
 
@@ -49,27 +54,95 @@ def _feature(name):
     return f.value
 
 
+# Parameter structs by (operator, options): the C functions take them as
+# const pointers, so one built struct serves every later call with the same
+# options (a per-call saving of the init call and the conversions).
+_PARAMS = {}
+
+
+def _cached_params(key, build):
+    try:
+        p = _PARAMS.get(key)
+    except TypeError:  # an unhashable option (e.g. a list grid): build each time
+        return build()
+    if p is None:
+        p = build()
+        if len(_PARAMS) >= 1024:
+            _PARAMS.clear()
+        _PARAMS[key] = p
+    return p
+
+
 def _dims(value, what):
     """4 -> (4,), "4x4" -> (4, 4), (3, 5, 10) -> (3, 5, 10)."""
     if isinstance(value, str):
         try:
             dims = tuple(int(s) for s in value.lower().split("x"))
+            dims = tuple(c_int(d, what) for d in dims)
         except ValueError:
             raise ValueError("%s: %r is not of the form N, HxW or TxHxW" % (what, value)) from None
     elif isinstance(value, (int, np.integer)):
-        dims = (int(value),)
+        dims = (c_int(value, what),)
+    elif isinstance(value, (tuple, list)):
+        dims = tuple(c_int(s, "%s[%d]" % (what, i)) for i, s in enumerate(value))
     else:
-        dims = tuple(int(s) for s in value)
+        dims = (c_int(value, what),)
     if not 1 <= len(dims) <= 3:
         raise ValueError("%s: %r must have 1, 2 or 3 dims" % (what, value))
     return dims
 
 
 def _needs_autograd(*xs):
+    """Whether the call must go through longattn.autograd's Functions (torch
+    < 2.4; with custom ops, _route has already sent such calls there)."""
+    if CUSTOM[0] is not _Direct:
+        return False
     torch = _torch()
     if torch is None or not torch.is_grad_enabled():
         return False
     return any(is_torch(x) and x.requires_grad for x in xs)
+
+
+class _Direct:
+    """Stands for the custom-op module where torch.library custom ops are not
+    in use (no torch, or torch < 2.4): every call takes the direct path."""
+
+    @staticmethod
+    def active(*xs):
+        return False
+
+    tracing = active
+
+
+# CUSTOM[0]: None until the first call that sees torch (then longattn._torch_ops
+# when torch >= 2.4 has custom ops, else _Direct). A one-element cell: it is
+# filled once per process and read on every call.
+CUSTOM = [None]
+
+
+def install_custom_ops():
+    """Register torch.ops.longattn.* when torch >= 2.4 is importable and
+    already imported; returns the module that routes calls (_Direct if not)."""
+    if CUSTOM[0] is None:
+        mod = _Direct
+        torch = _torch()
+        if torch is not None and hasattr(getattr(torch, "library", None), "custom_op"):
+            from . import _torch_ops
+            if _torch_ops.supported():
+                mod = _torch_ops
+        CUSTOM[0] = mod
+    return CUSTOM[0]
+
+
+def _route(*xs):
+    """The custom-op module when this call must go through torch.ops.longattn
+    (tracing, meta tensors, autograd recording), else None."""
+    c = CUSTOM[0]
+    if c is None:
+        if _torch() is None:
+            return None
+        c = install_custom_ops()
+    return c if c.active(*xs) else None
 
 
 def _autograd(fn_name, impl, options, *inputs):
@@ -80,7 +153,9 @@ def _autograd(fn_name, impl, options, *inputs):
 # ---------------------------------------------------------------------------
 # §1 softmax attention
 # ---------------------------------------------------------------------------
-def softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
+                      scale: Optional[float] = None, return_lse: bool = False,
+                      cu_seqlens: Optional[Array] = None) -> Union[Array, Tuple[Array, Array]]:
     """Softmax attention O = softmax(scale·QKᵀ + mask)·V (SPEC §1).
 
     Shapes: q [B, Nq, H, D], k [B, Nk, Hk, D], v [B, Nk, Hk, Dv] with
@@ -90,23 +165,36 @@ def softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
 
     causal: query t sees keys s <= t + (Nk - Nq) (bottom-right aligned, as
     flash-attn). scale: None = D**-0.5.
+    cu_seqlens: int32 [nseq + 1] prefix sums of packed sequences (B = 1, q, k
+    and v packed alike along N); each sequence attends only within itself.
 
     Example:
         >>> q = k = v = torch.randn(2, 128, 4, 64)
         >>> o = longattn.softmax_attention(q, k, v, causal=True)
         >>> o, lse = longattn.softmax_attention(q, k, v, return_lse=True)
     """
+    c = _route(q, k, v)
+    if c is not None:
+        return c.call_softmax_attention(q, k, v, causal, scale, return_lse, cu_seqlens)
+    if cu_seqlens is not None:
+        return _varlen.softmax(softmax_attention, q, k, v, cu_seqlens, causal, scale,
+                               return_lse)
     opts = dict(causal=causal, scale=scale, return_lse=return_lse)
     if _needs_autograd(q, k, v):
         return _autograd("softmax_attention", _softmax_attention, opts, q, k, v)
     return _softmax_attention(q, k, v, **opts)
 
 
-def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+def _softmax_params(causal, scale):
     p = L.la_softmax_params()
     call("la_softmax_params_init", ctypes.byref(p))
     p.causal = int(bool(causal))
-    p.scale = 0.0 if scale is None else float(scale)
+    p.scale = 0.0 if scale is None else c_float(scale, "softmax_attention: scale")
+    return p
+
+
+def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
+    p = _cached_params(("softmax", causal, scale), lambda: _softmax_params(causal, scale))
     c = Call("softmax_attention", q)
     B, Nq, H, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
     out, vo = c.out((B, Nq, H, Dv), "out")
@@ -119,8 +207,12 @@ def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
 # ---------------------------------------------------------------------------
 # §3 linear attention
 # ---------------------------------------------------------------------------
-def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=1e-6,
-                     scale=1.0, chunk=64, initial_state=None, output_final_state=False):
+def linear_attention(q: Array, k: Array, v: Array, feature: str = "relu", causal: bool = False,
+                     normalize: bool = True, eps: float = 1e-6, scale: float = 1.0,
+                     chunk: int = 64, initial_state: Optional[Tuple[Array, Array]] = None,
+                     output_final_state: bool = False,
+                     cu_seqlens: Optional[Array] = None
+                     ) -> Union[Array, Tuple[Array, Tuple[Array, Array]]]:
     """Linear attention with feature map φ (SPEC §3).
 
     q̃ = scale·φ(q), k̃ = φ(k); S = Σ_j k̃_j v_jᵀ, z = Σ_j k̃_j (over j <= t when
@@ -132,6 +224,9 @@ def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=
     (None = zeros); output_final_state=True returns (out, (S, z)) with the
     state after the last token, so a sequence split in two parts gives the
     same outputs as one pass.
+    cu_seqlens (causal only): int32 [nseq + 1] prefix sums of packed
+    sequences (B = 1); the states are then per sequence: initial_state
+    (S [nseq, H, D, Dv], z [nseq, H, D]) and the returned final state alike.
 
     Example:
         >>> q, k = torch.randn(1, 1000, 8, 64), torch.randn(1, 1000, 8, 64)
@@ -145,22 +240,40 @@ def linear_attention(q, k, v, feature="relu", causal=False, normalize=True, eps=
     opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
                 chunk=chunk, output_final_state=output_final_state)
     S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
+    c = _route(q, k, v, S0, z0)
+    if c is not None:
+        return c.call_linear_attention(q, k, v, S0, z0, cu_seqlens, **opts)
+    if cu_seqlens is not None:
+        return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
     if _needs_autograd(q, k, v, S0, z0):
         return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
     return _linear_attention(q, k, v, S0, z0, **opts)
 
 
-def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
-                      normalize=True, eps=1e-6, scale=1.0, chunk=64,
-                      output_final_state=False):
+def _linear_attention_public(q, k, v, S0, z0, **opts):
+    """linear_attention with the state split in two arguments (for _varlen)."""
+    if _needs_autograd(q, k, v, S0, z0):
+        return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
+    return _linear_attention(q, k, v, S0, z0, **opts)
+
+
+def _linear_params(feature, causal, normalize, eps, scale, chunk):
     p = L.la_linear_params()
     call("la_linear_params_init", ctypes.byref(p))
     p.feature = _feature(feature)
     p.causal = int(bool(causal))
     p.normalize = int(bool(normalize))
-    p.eps = float(eps)
-    p.scale_q = float(scale)
-    p.chunk = int(chunk)
+    p.eps = c_float(eps, "linear_attention: eps")
+    p.scale_q = c_float(scale, "linear_attention: scale")
+    p.chunk = c_int(chunk, "linear_attention: chunk")
+    return p
+
+
+def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
+                      normalize=True, eps=1e-6, scale=1.0, chunk=64,
+                      output_final_state=False):
+    p = _cached_params(("linear", feature, causal, normalize, eps, scale, chunk),
+                       lambda: _linear_params(feature, causal, normalize, eps, scale, chunk))
     c = Call("linear_attention", q)
     B, N, H, D, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(q, 3), _dim(v, 3)
     out, vo = c.out((B, N, H, Dv), "out")
@@ -177,8 +290,11 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
 # ---------------------------------------------------------------------------
 # §4 focused linear attention
 # ---------------------------------------------------------------------------
-def focused_attention(q, k, v, variant="flatten", map=None, conv=None, conv_bias=None,
-                      softplus_param=None, p=3.0, focus=None, eps=1e-6):
+def focused_attention(q: Array, k: Array, v: Array, variant: str = "flatten",
+                      map: Optional[Dims] = None, conv: Optional[Array] = None,
+                      conv_bias: Optional[Array] = None, softplus_param: Optional[Array] = None,
+                      p: float = 3.0, focus: Optional[Array] = None,
+                      eps: float = 1e-6) -> Array:
     """Focused linear attention over an Hm×Wm token map (SPEC §4).
 
     Shapes: q, k, v [B, N, H, D] with N = Hm·Wm (raster order) -> out
@@ -197,6 +313,9 @@ def focused_attention(q, k, v, variant="flatten", map=None, conv=None, conv_bias
     """
     opts = dict(variant=variant, map=map, p=p, eps=eps)
     args = (q, k, v, conv, conv_bias, softplus_param, focus)
+    c = _route(*args)
+    if c is not None:
+        return c.call_focused_attention(*args, **opts)
     if _needs_autograd(*args):
         return _autograd("focused_attention", _focused_attention, opts, *args)
     return _focused_attention(*args, **opts)
@@ -212,8 +331,8 @@ def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, 
     call("la_focused_params_init", ctypes.byref(prm))
     prm.variant = _choice(variant, L.FOCUSED_VARIANTS, "focused_attention: variant")
     prm.map_h, prm.map_w = hw
-    prm.p = float(p)
-    prm.eps = float(eps)
+    prm.p = c_float(p, "focused_attention: p")
+    prm.eps = c_float(eps, "focused_attention: eps")
     c = Call("focused_attention", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_focused_attention", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
@@ -234,6 +353,9 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
                              % (what, len(_dims(grid, what + ": grid"))))
         if mixing is None:
             raise ValueError("%s: blocks is required" % what)
+        if not is_array(mixing):
+            raise TypeError("%s: mixing: expected a numpy.ndarray or torch.Tensor, got %s"
+                            % (what, type(mixing).__name__))
         blocks = (_dim(mixing, mixing.ndim - 1),)
     b = _dims(blocks, what + ": blocks")
     g = (0,) if grid is None else _dims(grid, what + ": grid")
@@ -249,14 +371,15 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
     if normalize is not None:
         p.normalize = _choice(normalize, L.MHLA_NORMALIZE, what + ": normalize")
     if eps is not None:
-        p.eps = float(eps)
+        p.eps = c_float(eps, what + ": eps")
     if scale is not None:
-        p.scale_q = float(scale)
+        p.scale_q = c_float(scale, what + ": scale")
     return p
 
 
-def mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
-         eps=1e-6, scale=1.0):
+def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = None,
+         blocks: Optional[Dims] = None, feature: str = "relu_eps",
+         normalize: str = "per_query", eps: float = 1e-6, scale: float = 1.0) -> Array:
     """Multi-head linear attention over token blocks (SPEC §5.1–5.2).
 
     Tokens lie on a grid (N), (Hm, Wm) or (T, Hm, Wm) in raster order, cut
@@ -279,6 +402,9 @@ def mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize=
     """
     opts = dict(grid=grid, blocks=blocks, feature=feature, normalize=normalize, eps=eps,
                 scale=scale)
+    c = _route(q, k, v, mixing)
+    if c is not None:
+        return c.call_mhla(q, k, v, mixing, **opts)
     if _needs_autograd(q, k, v, mixing):
         return _autograd("mhla", _mhla, opts, q, k, v, mixing)
     return _mhla(q, k, v, mixing, **opts)
@@ -286,7 +412,12 @@ def mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize=
 
 def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
           eps=1e-6, scale=1.0):
-    p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla")
+    if blocks is None:  # M from the mixing matrix: not part of the key
+        p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla")
+    else:
+        p = _cached_params(("mhla", grid, blocks, feature, normalize, eps, scale),
+                           lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
+                                                scale, "mhla"))
     c = Call("mhla", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_mhla_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
@@ -297,16 +428,17 @@ def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize
 def _mhla_causal_params(chunk, feature, normalize, eps, scale):
     p = L.la_mhla_causal_params()
     call("la_mhla_causal_params_init", ctypes.byref(p))
-    p.chunk = int(chunk)
+    p.chunk = c_int(chunk, "mhla_causal: chunk")
     p.feature = _feature(feature)
     p.normalize = _choice(normalize, L.MHLA_NORMALIZE, "mhla_causal: normalize")
-    p.eps = float(eps)
-    p.scale_q = 0.0 if scale is None else float(scale)
+    p.eps = c_float(eps, "mhla_causal: eps")
+    p.scale_q = 0.0 if scale is None else c_float(scale, "mhla_causal: scale")
     return p
 
 
-def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,
-                scale=None):
+def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
+                feature: str = "relu", normalize: str = "none", eps: float = 1e-6,
+                scale: Optional[float] = None, cu_seqlens: Optional[Array] = None) -> Array:
     """Causal MHLA over chunks of `chunk` tokens (SPEC §5.4).
 
     Token t in chunk i: o_t = q̃_tᵀ[Σ_{b<i} W[i,b] S_b + W[i,i] Σ_{j in i, j<=t}
@@ -316,6 +448,9 @@ def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps
     Shapes: q, k [B, N, H, D], v [B, N, H, Dv], mixing [M, M] or [H, M, M]
     (float32, M >= ceil(N / chunk)) -> out [B, N, H, Dv].
     feature default relu; scale None = D**-0.5.
+    cu_seqlens: int32 [nseq + 1] prefix sums of packed sequences (B = 1);
+    every sequence starts its own chunks at its first token and uses the
+    same mixing.
 
     Example:
         >>> q = k = v = torch.randn(1, 1000, 4, 64)
@@ -323,6 +458,11 @@ def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps
         >>> o = longattn.mhla_causal(q, k, v, W, chunk=64)
     """
     opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
+    c = _route(q, k, v, mixing)
+    if c is not None:
+        return c.call_mhla_causal(q, k, v, mixing, cu_seqlens, **opts)
+    if cu_seqlens is not None:
+        return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
     if _needs_autograd(q, k, v, mixing):
         return _autograd("mhla_causal", _mhla_causal, opts, q, k, v, mixing)
     return _mhla_causal(q, k, v, mixing, **opts)
@@ -330,7 +470,8 @@ def mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps
 
 def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,
                  scale=None):
-    p = _mhla_causal_params(chunk, feature, normalize, eps, scale)
+    p = _cached_params(("mhla_causal", chunk, feature, normalize, eps, scale),
+                       lambda: _mhla_causal_params(chunk, feature, normalize, eps, scale))
     c = Call("mhla_causal", q)
     out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
     c.run("la_mhla_causal_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
@@ -338,7 +479,7 @@ def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", ep
     return out
 
 
-def mhla_init(blocks, kind="locality", like=None):
+def mhla_init(blocks: Dims, kind: str = "locality", like: Optional[Array] = None) -> Array:
     """Mixing-matrix initializer W (SPEC §5.3), float32 [M, M], M = Π blocks.
 
     kind: "locality" (paper: rows ∝ 1 - dist/max row dist, rows sum to 1),
@@ -353,7 +494,10 @@ def mhla_init(blocks, kind="locality", like=None):
     """
     b = _dims(blocks, "mhla_init: blocks")
     k = _choice(kind, L.MHLA_INIT_KINDS, "mhla_init: kind")
-    M = int(np.prod(b))
+    M = 1
+    for d in b:
+        M *= d
+    c_int(M * M, "mhla_init: blocks %r gives M*M entries, which" % (b,))
     out = np.empty((M, M), dtype=np.float32)
     from ._tensor import view
     t = view(out, "out")
@@ -364,7 +508,7 @@ def mhla_init(blocks, kind="locality", like=None):
     return out
 
 
-def mhla_project(mixing, causal=False):
+def mhla_project(mixing: Array, causal: bool = False) -> Array:
     """Training-time projection of W, in place: clamp to [1e-5, 1]; causal
     also zeroes the upper triangle (j > i). mixing: float32 [M, M] or
     [H, M, M] (CPU). Returns mixing.
@@ -439,8 +583,11 @@ class MHLADecoder(_CHandle):
         self._handle = None
         self._destroy = L.lib.la_mhla_state_destroy
         p = _mhla_causal_params(chunk, feature, normalize, eps, scale)
-        self.batch, self.heads, self.head_dim = int(batch), int(heads), int(head_dim)
-        self.value_dim = self.head_dim if value_dim is None else int(value_dim)
+        self.batch = c_int(batch, "MHLADecoder: batch")
+        self.heads = c_int(heads, "MHLADecoder: heads")
+        self.head_dim = c_int(head_dim, "MHLADecoder: head_dim")
+        self.value_dim = (self.head_dim if value_dim is None
+                          else c_int(value_dim, "MHLADecoder: value_dim"))
         t = view(mixing, "mixing")
         h = ctypes.c_void_p()
         call("la_mhla_state_create", ctypes.byref(p), self.batch, self.heads, self.head_dim,
@@ -448,7 +595,7 @@ class MHLADecoder(_CHandle):
         self._handle = h
 
 
-    def append(self, q, k, v):
+    def append(self, q: Array, k: Array, v: Array) -> Array:
         """Append n tokens: q, k [B, n, H, D], v [B, n, H, Dv] -> out [B, n, H, Dv]."""
         h = self._live()
         c = Call("MHLADecoder.append", q)
@@ -457,7 +604,7 @@ class MHLADecoder(_CHandle):
         return out
 
     @property
-    def length(self):
+    def length(self) -> int:
         """Tokens appended so far."""
         n = ctypes.c_int64(0)
         call("la_mhla_state_length", self._live(), ctypes.byref(n))
@@ -465,268 +612,3 @@ class MHLADecoder(_CHandle):
 
     def __len__(self):
         return self.length
-
-
-
-# ---------------------------------------------------------------------------
-# §6–§7 indexers
-# ---------------------------------------------------------------------------
-def _index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=None):
-    p = L.la_index_params()
-    call("la_index_params_init", ctypes.byref(p))
-    p.topk = int(topk)
-    if block is not None:
-        p.block = int(block)
-    if block_topk is not None:
-        p.block_topk = int(block_topk)
-    p.k_scale = c.view(k_scale, "k_scale", True)
-    p.q_scale = c.view(q_scale, "q_scale", True)
-    return p
-
-
-def dsa_topk(q, k, w, topk=2048, start=None, end=None, return_scores=False, k_scale=None,
-             q_scale=None):
-    """DSA indexer (flat scan, SPEC §6): top-k keys per query.
-
-    I(t, s) = Σ_h w[t,h]·ReLU(q[t,h]·k[s]) for s in [start_t, end_t); returns
-    idx int32 [T, topk]: descending score, ties to the lower index, -1
-    padding. Fold dI**-0.5·HI**-0.5 and quantization scales into w.
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI]; start, end int32 [T]
-    (None = causal bottom-right: start 0, end = L - T + t + 1).
-    return_scores=True also returns scores float32 [T, L] (-inf outside the
-    range). k_scale [L] / q_scale [T, HI]: fp8 e4m3 inputs only (GPU).
-
-    Example:
-        >>> q, k, w = torch.randn(64, 8, 32), torch.randn(4096, 32), torch.rand(64, 8)
-        >>> idx = longattn.dsa_topk(q, k, w, topk=256)          # [64, 256] int32
-    """
-    c = Call("dsa_topk", q)
-    p = _index_params(c, topk, k_scale=k_scale, q_scale=q_scale)
-    T, Lk = _dim(q, 0), _dim(k, 0)
-    idx, vi = c.out((T, p.topk), "idx", "int32")
-    sc, vs = c.out((T, Lk), "scores", "float32") if return_scores else (None, None)
-    c.run("la_dsa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi, vs)
-    return (idx, sc) if return_scores else idx
-
-
-def hisa_topk(q, k, w, topk=2048, block=128, block_topk=64, start=None, end=None,
-              k_scale=None, q_scale=None):
-    """HISA indexer (SPEC §7): block filter on pooled keys, then token refine.
-
-    Keys are mean-pooled over blocks of `block` tokens; per query the
-    `block_topk` best blocks meeting [start_t, end_t) are kept (the first and
-    last always), then the top `topk` tokens inside them as in dsa_topk. When
-    the kept blocks are all blocks meeting the range, i.e. block_topk >=
-    ceil(end_t/block) - floor(start_t/block) (for block-aligned starts, as in
-    causal prefill: block_topk·block >= end_t - start_t), this equals
-    dsa_topk exactly (docs/SPARSE.md).
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI], start/end int32 [T] ->
-    idx int32 [T, topk].
-
-    Example:
-        >>> idx = longattn.hisa_topk(q, k, w, topk=256, block=64, block_topk=8)
-    """
-    c = Call("hisa_topk", q)
-    p = _index_params(c, topk, block, block_topk, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_hisa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi)
-    return idx
-
-
-def blocksparse_topk(q, k, w, topk=2048, block=128, start=None, end=None, k_scale=None,
-                     q_scale=None):
-    """Block-sparse baseline indexer (SPEC §7): the same block scores and
-    forcing as HISA, keeps the top topk/block blocks and returns all their
-    valid tokens.
-
-    Shapes: q [T, HI, dI], k [L, dI], w [T, HI], start/end int32 [T] ->
-    idx int32 [T, topk].
-
-    Example:
-        >>> idx = longattn.blocksparse_topk(q, k, w, topk=256, block=64)
-    """
-    c = Call("blocksparse_topk", q)
-    p = _index_params(c, topk, block, None, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_blocksparse_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(w, "w"), c.view(start, "start", True), c.view(end, "end", True), vi)
-    return idx
-
-
-def topk(scores, k):
-    """Row-wise top-k of scores [R, L] (float32; -inf = masked) -> idx int32
-    [R, k]: descending score, ties to the lower index, -1 padding.
-
-    Example:
-        >>> idx = longattn.topk(torch.randn(4, 100), 10)
-    """
-    c = Call("topk", scores)
-    idx, vi = c.out((_dim(scores, 0), int(k)), "idx", "int32")
-    c.run("la_topk", c.view(scores, "scores"), vi)
-    return idx
-
-
-class IndexCache(_CHandle):
-    """Decode-time HISA key cache (wraps la_index_cache, SPEC §7): keeps the
-    keys and their pooled block means incrementally.
-
-    IndexCache(dim, capacity, block=128): dim = dI, capacity = most tokens.
-
-    Example:
-        >>> cache = longattn.IndexCache(32, capacity=8192, block=64)
-        >>> cache.append(k)                        # k [n, 32] float32
-        >>> idx = cache.hisa(q, w, topk=256, block_topk=8)   # as hisa_topk(q, k, w, ...)
-    """
-
-    _closed_message = "IndexCache: the cache has been closed"
-
-    def __init__(self, dim, capacity, block=128):
-        self._handle = None
-        self._destroy = L.lib.la_index_cache_destroy
-        self.dim, self.capacity, self.block = int(dim), int(capacity), int(block)
-        h = ctypes.c_void_p()
-        call("la_index_cache_create", self.dim, self.block, self.capacity, ctypes.byref(h))
-        self._handle = h
-
-
-    def append(self, k):
-        """Append keys k [n, dI] (CPU) at the end."""
-        from ._tensor import view
-        t = view(k, "k")
-        call("la_index_cache_append", self._live(), ctypes.byref(t))
-        return self
-
-    @property
-    def length(self):
-        n = ctypes.c_int64(0)
-        call("la_index_cache_length", self._live(), ctypes.byref(n))
-        return n.value
-
-    def __len__(self):
-        return self.length
-
-    def hisa(self, q, w, topk=2048, block_topk=64, start=None, end=None):
-        """HISA selection over the cached keys: q [T, HI, dI], w [T, HI],
-        start/end int32 [T] (None = causal bottom-right) -> idx int32
-        [T, topk]; equals hisa_topk on the same keys."""
-        h = self._live()
-        c = Call("IndexCache.hisa", q)
-        p = _index_params(c, topk, self.block, block_topk)
-        idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-        c.run("la_index_cache_hisa", h, ctypes.byref(p), c.view(q, "q"), c.view(w, "w"),
-              c.view(start, "start", True), c.view(end, "end", True), vi)
-        return idx
-
-
-
-# ---------------------------------------------------------------------------
-# §8 sparse attention
-# ---------------------------------------------------------------------------
-def sparse_attention(q, kv, idx, dv=512, scale=None):
-    """Sparse attention over selected keys (Sparse MLA, MQA mode; SPEC §8).
-
-    o[t,h] = Σ_{s in idx[t]} softmax_s(scale·q[t,h]·kv[s])·kv[s][:dv]; indices
-    -1 or >= L are skipped; a row with no valid index gives o = 0, lse = -inf.
-
-    Shapes: q [T, Hq, Dqk], kv [L, Dqk] or [L, Hkv, Dqk] (head h uses kv
-    head h·Hkv/Hq), idx int32 [T, k] -> (out [T, Hq, dv] (q's dtype),
-    lse [T, Hq] float32). scale None = Dqk**-0.5.
-
-    Example:
-        >>> q, kv = torch.randn(16, 8, 576), torch.randn(4096, 576)
-        >>> idx = longattn.dsa_topk(qi, ki, w, topk=256)
-        >>> out, lse = longattn.sparse_attention(q, kv, idx, dv=512)
-    """
-    opts = dict(dv=dv, scale=scale)
-    if _needs_autograd(q, kv):
-        return _autograd("sparse_attention", _sparse_attention, opts, q, kv, idx)
-    return _sparse_attention(q, kv, idx, **opts)
-
-
-def _sparse_attention(q, kv, idx, dv=512, scale=None):
-    p = L.la_sparse_attn_params()
-    call("la_sparse_attn_params_init", ctypes.byref(p))
-    p.dv = int(dv)
-    p.scale = 0.0 if scale is None else float(scale)
-    c = Call("sparse_attention", q)
-    T, Hq = _dim(q, 0), _dim(q, 1)
-    out, vo = c.out((T, Hq, p.dv), "out")
-    lse, vl = c.out((T, Hq), "lse", "float32")
-    c.run("la_sparse_attention", ctypes.byref(p), c.view(q, "q"), c.view(kv, "kv"),
-          c.view(idx, "idx"), vo, vl)
-    return out, lse
-
-
-# ---------------------------------------------------------------------------
-# §9 analysis
-# ---------------------------------------------------------------------------
-_MAP_DEFAULT_FEATURE = {"linear": "relu", "mhla": "relu_eps"}
-
-
-def attention_map(q, k, variant="softmax", feature=None, scale=None, mixing=None, grid=None,
-                  blocks=None, map=None, p=3.0, softplus_param=None, rtol=1e-6):
-    """Explicit N×N attention weights of one head, with rank and entropy
-    (SPEC §9).
-
-    variant: softmax | linear | mhla | focused_flatten | focused_blog
-    ("focused-flatten" spelling accepted). q, k [N, D]; mixing [M, M] and
-    grid/blocks for mhla; map (Hm, Wm) and p, softplus_param [D] for the
-    focused variants. feature: None = the operator's default (linear relu,
-    mhla relu_eps). scale: softmax None = D**-0.5; linear/mhla scale_q.
-    Returns (A [N, N] (float64 if q is float64 else float32; rows sum to
-    1), rank (int: #σ > rtol·σ1, float64 SVD), entropy (float: mean row
-    entropy)).
-
-    Example:
-        >>> q, k = torch.randn(256, 32), torch.randn(256, 32)
-        >>> A, rank, H = longattn.attention_map(q, k, variant="linear")
-    """
-    prm = L.la_attn_map_params()
-    call("la_attn_map_params_init", ctypes.byref(prm))
-    var = str(variant).replace("-", "_")
-    prm.variant = _choice(var, L.MAP_VARIANTS, "attention_map: variant")
-    if feature is None:
-        feature = _MAP_DEFAULT_FEATURE.get(var)
-    if feature is not None:
-        prm.feature = _feature(feature)
-    if scale is not None:
-        prm.scale = float(scale)
-    if var == "mhla":
-        prm.mhla = _mhla_params(grid, blocks, mixing, feature, None, None, scale,
-                                "attention_map")
-    if var.startswith("focused"):
-        if map is None:
-            raise ValueError("attention_map: map=(Hm, Wm) is required for %s" % variant)
-        hw = _dims(map, "attention_map: map")
-        if len(hw) != 2:
-            raise ValueError("attention_map: map %r must be (Hm, Wm)" % (map,))
-        prm.focused.map_h, prm.focused.map_w = hw
-        prm.focused.p = float(p)
-        prm.focused.variant = 0 if var == "focused_flatten" else 1
-    c = Call("attention_map", q)
-    N = _dim(q, 0)
-    dt = "float64" if str(q.dtype).endswith("float64") else "float32"
-    A, va = c.out((N, N), "out", dt)
-    c.run("la_attention_map", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
-          c.view(mixing, "mixing", True), c.view(softplus_param, "softplus_param", True), va)
-    rank, ent = map_rank_entropy(A, rtol)
-    return A, rank, ent
-
-
-def map_rank_entropy(A, rtol=1e-6):
-    """Numerical rank (#σ > rtol·σ1, float64 SVD) and mean row entropy of an
-    attention map A [N, N] (CPU, float32/float64).
-
-    Example:
-        >>> rank, ent = longattn.map_rank_entropy(np.eye(8))   # (8, 0.0)
-    """
-    from ._tensor import view
-    t = view(A, "map")
-    r = ctypes.c_int64(0)
-    e = ctypes.c_double(0)
-    call("la_map_rank_entropy", ctypes.byref(t), float(rtol), ctypes.byref(r), ctypes.byref(e))
-    return int(r.value), float(e.value)

@@ -1,0 +1,218 @@
+"""Python call overhead of the longattn operators (shared/TRAINING.md §3:
+at most 15 µs per call above the kernels' own time).
+
+    PYTHONPATH=python python3 bench/py_overhead.py                 # CPU
+    PYTHONPATH=python python3 bench/py_overhead.py --device cuda   # GPU machine
+
+CPU: the time of one call through the Python API (torch tensors, no grad,
+one thread; the best of 25 runs of --calls calls), minus the time of the
+same C call measured in C (also the best of 25 runs) by
+bench/py_overhead_c.c (compiled here against $LA_BUILD/liblongattn.so) at
+the same sizes (B 1, N 64, H 2, D 16; indexers T 16, L 256). Since that
+difference is noisy on a loaded machine, a second estimate is measured in
+one process, alternating blocks: the Python call against the bare ctypes
+call of the same C function with the same prepared arguments (a lower
+bound: the ctypes call's own argument conversion, about 1 µs, is overhead
+too).
+CUDA: over --calls back-to-back calls, CUDA-event time minus the kernels'
+time reported by torch.profiler (the host-bound part of the wall time),
+divided by the number of calls; sizes as on the CPU unless --n is given.
+CPU times are the calling thread's CPU time (time.thread_time,
+CLOCK_THREAD_CPUTIME_ID), not wall time, so that other processes on a
+loaded machine do not count. Prints a table (and --json).
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), ".."))
+sys.path.insert(0, os.path.join(ROOT, "python"))
+
+import torch  # noqa: E402
+
+import longattn  # noqa: E402
+
+BUILD = os.environ.get("LA_BUILD", "build")
+N, H, D, T, L = 64, 2, 16, 16, 256
+
+
+def make_calls(device, n=N):
+    g = torch.Generator().manual_seed(0)
+
+    def r(*s):
+        return torch.randn(*s, generator=g).to(device)
+    q, k, v = r(1, n, H, D), r(1, n, H, D), r(1, n, H, D)
+    W = (torch.rand(4, 4, generator=g) + 0.5).to(device)
+    Wc = (torch.rand(64, 64, generator=g) + 0.5).to(device)
+    sc = r(T, L)
+    kv, qs = r(L, 24), r(T, H, 24)
+    idx = (torch.arange(T * 64, dtype=torch.int32) % L).reshape(T, 64).to(device)
+    qi, ki, w = r(T, H, 16), r(L, 16), r(T, H).abs()
+    return {
+        "softmax": lambda: longattn.softmax_attention(q, k, v),
+        "linear": lambda: longattn.linear_attention(q, k, v),
+        "linear_causal": lambda: longattn.linear_attention(q, k, v, causal=True),
+        "mhla": lambda: longattn.mhla(q, k, v, W, blocks=4),
+        "mhla_causal": lambda: longattn.mhla_causal(q, k, v, Wc, chunk=16),
+        "topk": lambda: longattn.topk(sc, 64),
+        "sparse": lambda: longattn.sparse_attention(qs, kv, idx, dv=16),
+        "dsa": lambda: longattn.dsa_topk(qi, ki, w, topk=64),
+    }
+
+
+def time_python(fn, calls, repeats=25):
+    for _ in range(calls // 10 + 1):
+        fn()
+    best = []
+    for _ in range(repeats):
+        t0 = time.thread_time()
+        for _ in range(calls):
+            fn()
+        best.append((time.thread_time() - t0) / calls * 1e6)
+    return min(best)
+
+
+def c_harness():
+    exe = os.path.join(tempfile.mkdtemp(prefix="la_pyovh_"), "py_overhead_c")
+    lib = os.path.join(ROOT, BUILD)
+    subprocess.run(["cc", "-O2", "-std=c11", "-D_GNU_SOURCE", "-I" + os.path.join(ROOT, "include"),
+                    os.path.join(ROOT, "bench", "py_overhead_c.c"), "-o", exe, "-L" + lib,
+                    "-llongattn", "-Wl,-rpath," + lib], check=True)
+    return exe
+
+
+def time_c(exe, op, calls, repeats=25):
+    out = []
+    for _ in range(repeats):
+        r = subprocess.run([exe, op, str(calls)], capture_output=True, text=True, check=True)
+        out.append(float(r.stdout.split()[1]))
+    return min(out)
+
+
+def capture_direct(fn):
+    """The C call that fn makes, as a zero-argument callable with the very
+    same prepared arguments (the views, params and context of one real
+    call), plus fn's result kept alive (its outputs are written again)."""
+    from longattn import _tensor
+    seen = []
+    orig = _tensor.call
+
+    def spy(name, *args):
+        seen.append((name, args))
+        return orig(name, *args)
+    _tensor.call = spy
+    try:
+        keep = fn()
+    finally:
+        _tensor.call = orig
+    name, args = [x for x in seen if x[0] not in ("la_context_set_threads",
+                                                   "la_context_set_cuda_stream")][-1]
+    # the views live in per-thread slots that the next Python call rewrites:
+    # the direct call gets copies of its own
+    import ctypes
+    L = longattn._lib
+    own = []
+    for x in args:
+        obj = getattr(x, "_obj", None)
+        if isinstance(obj, L.la_tensor):
+            x = ctypes.byref(L.la_tensor.from_buffer_copy(obj))
+        own.append(x)
+    cfn = getattr(L.lib, name)
+    return (lambda: cfn(*own)), keep
+
+
+def time_interleaved(fns, calls, repeats=40):
+    """Best per-call time of each callable, timed in alternating blocks so
+    that load from other processes hits all of them alike."""
+    best = [float("inf")] * len(fns)
+    for f in fns:
+        for _ in range(calls // 10 + 1):
+            f()
+    for _ in range(repeats):
+        for i, f in enumerate(fns):
+            t0 = time.thread_time()
+            for _ in range(calls):
+                f()
+            best[i] = min(best[i], (time.thread_time() - t0) / calls * 1e6)
+    return best
+
+
+def bench_cpu(a):
+    torch.set_num_threads(1)
+    longattn.set_num_threads(1)
+    exe = c_harness()
+    rows = []
+    with torch.no_grad():
+        for op, fn in make_calls("cpu").items():
+            direct, keep = capture_direct(fn)
+            py, dc = time_interleaved([fn, direct], a.calls)
+            c = time_c(exe, op, a.calls)
+            rows.append(dict(op=op, python_us=py, c_us=c, overhead_us=py - c, direct_us=dc,
+                             overhead_vs_direct_us=py - dc))
+            del keep
+    return rows
+
+
+def bench_cuda(a):
+    from torch.profiler import ProfilerActivity, profile
+    rows = []
+    with torch.no_grad():
+        for op, fn in make_calls("cuda", a.n).items():
+            for _ in range(50):
+                fn()
+            torch.cuda.synchronize()
+            ev = []
+            for _ in range(3):
+                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                s.record()
+                for _ in range(a.calls):
+                    fn()
+                e.record()
+                torch.cuda.synchronize()
+                ev.append(s.elapsed_time(e) * 1e3 / a.calls)
+            with profile(activities=[ProfilerActivity.CUDA]) as prof:
+                for _ in range(a.calls):
+                    fn()
+                torch.cuda.synchronize()
+            kern = sum(x.device_time_total for x in prof.key_averages()
+                       if x.device_type is not None and "CUDA" in str(x.device_type))
+            kern_us = kern / a.calls
+            wall = statistics.median(ev)
+            rows.append(dict(op=op, event_us=wall, kernel_us=kern_us,
+                             overhead_us=max(wall - kern_us, 0.0)))
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    ap.add_argument("--calls", type=int, default=1000)
+    ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
+    ap.add_argument("--json", action="store_true")
+    a = ap.parse_args()
+    rows = bench_cuda(a) if a.device == "cuda" else bench_cpu(a)
+    if a.json:
+        print(json.dumps(rows, indent=1))
+        return
+    print("torch %s, %s, %d calls per measurement" % (torch.__version__, a.device, a.calls))
+    if a.device == "cuda":
+        print("%-14s %12s %12s %12s" % ("op", "event µs", "kernel µs", "overhead µs"))
+        for r in rows:
+            print("%-14s %12.2f %12.2f %12.2f" % (r["op"], r["event_us"], r["kernel_us"],
+                                                  r["overhead_us"]))
+    else:
+        print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
+                                                  "ctypes call µs", "py - ctypes µs"))
+        for r in rows:
+            print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
+                  % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
+                     r["overhead_vs_direct_us"]))
+
+
+if __name__ == "__main__":
+    main()
