@@ -14,7 +14,8 @@ import numpy as np
 from . import _lib as L
 from ._errors import call
 from ._tensor import Call, is_torch, view
-from .ops import _CHandle, _index_params
+from .index_ops import _index_params
+from .ops import _CHandle
 
 __all__ = ["PagedIndexCache", "dsa_topk_paged", "hisa_topk_paged"]
 
