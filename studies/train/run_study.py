@@ -104,7 +104,7 @@ def train_one(task, cfg, variant, dim, lr, seed, device, setting, blocks=None):
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
-        losses.append(float(loss))
+        losses.append(loss.item())
         if not math.isfinite(losses[-1]):
             break
     model.eval()

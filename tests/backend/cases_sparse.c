@@ -519,14 +519,6 @@ static void test_sparse_attn(const void *arg) {
         bo_add(L, &o_, test_topk, &a_, sizeof a_, "topk(" #__VA_ARGS__ ")");                     \
     } while (0)
 #define TOPK(SMALL, ...) TOPK_KF(SMALL, NULL, __VA_ARGS__)
-/* Rows with NaN: the CUDA top-k ranks NaN first (structure-cuda 64b6575),
- * the CPU top-k of this branch still masks it; structure-cpu 1def0d3 makes
- * the CPU rank NaN first too. Remove the mark once both are merged (the
- * harness then reports these cases as "listed as a known failure; passes
- * now"). */
-#define TOPK_NAN(SMALL, ...)                                                                    \
-    TOPK_KF(SMALL, "NaN order: CUDA ranks NaN first, the CPU top-k of this branch masks it "    \
-                   "(equal once structure-cpu's NaN-first top-k is merged)", __VA_ARGS__)
 #define SPATTN(SMALL, ...)                                                                      \
     do {                                                                                        \
         const attn_args a_ = {__VA_ARGS__};                                                     \
@@ -598,7 +590,7 @@ void cases_sparse(bo_list *L) {
     TOPK(small, 3, 6144, 1537, 0, 0);  /* widest row of the direct path, odd k */
     TOPK(small, 3, 6145, 1537, 0, 1);  /* narrowest sampled row, strided */
     TOPK(small, 4, 3000, 64, 3, 0);    /* outliers, direct path */
-    TOPK_NAN(small, 4, 2000, 100, 5, 0);   /* NaN and +inf */
+    TOPK(small, 4, 2000, 100, 5, 0);   /* NaN (ranked first) and +inf */
     /* v3's boundaries (every case above also runs v3): rows of k-1, k, k+1
      * columns; 4016 = its widest direct row, 4017 its narrowest sampled one
      * (k = 2048: the threshold keeps ~3008 of 4017) */
@@ -607,7 +599,7 @@ void cases_sparse(bo_list *L) {
     TOPK(small, 3, 2049, 2048, 0, 1);
     TOPK(small, 3, 4016, 2048, 0, 0);
     TOPK(small, 3, 4017, 2048, 0, 0);
-    TOPK_NAN(small, 3, 4017, 2048, 5, 1);  /* NaN / +inf, strided, sampled */
+    TOPK(small, 3, 4017, 2048, 5, 1);  /* NaN / +inf, strided, sampled */
     TOPK(small, 2, 4100, 2048, 4, 0);  /* ~60 valid of 4100: fewer than k */
     TOPK(small, 5, 63, 63, 2, 0);      /* all equal, k = row */
     {
@@ -618,7 +610,7 @@ void cases_sparse(bo_list *L) {
         TOPK(small, 8, 30000, 1000, 2, 1);
         TOPK(small, 6, 65536, 2048, 3, 0); /* outliers above the sampled candidates */
         TOPK(small, 6, 100000, 2048, 4, 0); /* ~1500 valid < k on wide rows */
-        TOPK_NAN(small, 5, 65536, 777, 5, 1);
+        TOPK(small, 5, 65536, 777, 5, 1);
         TOPK(small, 7, 8192, 2048, 0, 0);  /* HISA's candidate row width */
         /* v3: 64K rows (the bench shape; 4096 samples), > 64K (8192 samples) */
         TOPK(small, 9, 65536, 2048, 0, 0);
@@ -626,7 +618,7 @@ void cases_sparse(bo_list *L) {
         TOPK(small, 3, 262144, 2048, 4, 0); /* ~3900 valid of 256K: near v3's capacity */
         TOPK(small, 3, 65536, 2048, 2, 0);  /* all equal: every column passes tau, radix fallback */
         TOPK(small, 4, 131072, 2048, 1, 0); /* quantized ties on 128K rows */
-        TOPK_NAN(small, 3, 65536, 2048, 5, 0);  /* NaN / +inf on 64K rows */
+        TOPK(small, 3, 65536, 2048, 5, 0);  /* NaN / +inf on 64K rows */
         TOPK(small, 3, 200000, 64, 0, 1);   /* small k, strided, 8192 samples */
     }
 
