@@ -114,7 +114,7 @@ void cli_dev_why(char *msg, size_t n);
 /* malloc, but a large buffer is 2 MiB aligned with transparent huge pages
  * requested (madvise): far fewer page faults. Free with free(). */
 void *cli_big_alloc(size_t bytes);
-/* Bytes this process can still allocate (cli/memavail.c): the least of
+/* Bytes this process can still allocate (la_memory_available of the public API): the least of
  * MemAvailable, the memory cgroup's limit minus usage (inactive file cache
  * counted free) and RLIMIT_AS minus the mapped address space; SIZE_MAX when
  * none can be read. */

@@ -2,6 +2,7 @@
  * device staging, memory checks, progress display. Options are in args.c,
  * output files in outputs.c. */
 #include <errno.h>
+#include <stdint.h>
 #include <float.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -120,6 +121,12 @@ void *cli_big_alloc(size_t bytes) {
     madvise(p, n, MADV_HUGEPAGE);
 #endif
     return p;
+}
+
+size_t cli_memory_available(void) {
+    size_t avail = SIZE_MAX;
+    if (la_memory_available(&avail) != LA_OK) avail = SIZE_MAX;
+    return avail;
 }
 
 int cli_mem_check(size_t bytes, const char *what) {

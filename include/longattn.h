@@ -64,6 +64,12 @@ LA_API const char *la_last_error(void);
 LA_API const char *la_version(void);
 /* Library version and build features (e.g. "0.1.0 blas=openblas cuda=no"). */
 LA_API const char *la_build_info(void);
+/* Host memory this process can still allocate, in bytes: the least of
+ * MemAvailable, the cgroup (v2 or v1) limit less its usage, and the room
+ * left under RLIMIT_AS (SIZE_MAX when none is known). The CLI checks its
+ * arrays against it before allocating; workspaces of 64 MiB and more are
+ * checked against it too. */
+LA_API la_status la_memory_available(size_t *bytes);
 /* Whether the CUDA backend was compiled in and a device is present. */
 LA_API la_status la_cuda_available(int *available);
 

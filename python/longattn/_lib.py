@@ -175,6 +175,7 @@ SIGNATURES = {
     "la_status_string": (ctypes.c_char_p, [la_status]),
     "la_last_error": (ctypes.c_char_p, []),
     "la_version": (ctypes.c_char_p, []),
+    "la_memory_available": (_S, [P(ctypes.c_size_t)]),
     "la_build_info": (ctypes.c_char_p, []),
     "la_cuda_available": (_S, [P(ctypes.c_int)]),
     # tensors

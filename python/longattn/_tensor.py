@@ -353,6 +353,12 @@ class Call:
             self._release()
             raise
 
+    def view_field(self, x, name, optional=False):
+        """As view(), as a pointer for a struct field (la_index_params.k_scale,
+        la_paged_query.block_table): the view stays alive with this Call."""
+        v = self.view(x, name, optional)
+        return None if v is None else ctypes.pointer(v._obj)
+
     def _view(self, x, name, optional):
         if x is None:
             if optional:

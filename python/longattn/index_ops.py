@@ -41,8 +41,8 @@ def _index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=No
         p.block = c_int(block, c.op + ": block")
     if block_topk is not None:
         p.block_topk = c_int(block_topk, c.op + ": block_topk")
-    p.k_scale = c.view(k_scale, "k_scale", True)
-    p.q_scale = c.view(q_scale, "q_scale", True)
+    p.k_scale = c.view_field(k_scale, "k_scale", True)
+    p.q_scale = c.view_field(q_scale, "q_scale", True)
     return p
 
 

@@ -113,9 +113,9 @@ def _paged(fn, op, q, w, cache, block_table, context_lens, q_seq, next_n, topk, 
     p = _index_params(c, topk, block, block_topk)
     pq = L.la_paged_query()
     call("la_paged_query_init", ctypes.byref(pq))
-    pq.block_table = c.view(block_table, "block_table")
-    pq.context_lens = c.view(context_lens, "context_lens")
-    pq.q_seq = c.view(q_seq, "q_seq", True)
+    pq.block_table = c.view_field(block_table, "block_table")
+    pq.context_lens = c.view_field(context_lens, "context_lens")
+    pq.q_seq = c.view_field(q_seq, "q_seq", True)
     pq.next_n = int(next_n)
     pq.return_slots = 1 if return_slots else 0
     T = q.shape[0]

@@ -1,5 +1,5 @@
 /* Memory-availability check before large host allocations (internal; the
- * CLI keeps its own copy in cli/memavail.c). */
+ * availability itself is the public la_memory_available). */
 #ifndef LA_CORE_MEMCHECK_H
 #define LA_CORE_MEMCHECK_H
 #include <stddef.h>
@@ -19,7 +19,6 @@ extern "C" {
  * (v2 or v1; inactive file cache counted as free) and the address-space
  * limit (RLIMIT_AS, `ulimit -v`) minus the address space in use. SIZE_MAX
  * when none of them can be read. Stateless: reads the files on each call. */
-la_status la_memory_available(size_t *bytes);
 
 /* LA_OK when `bytes` fit in la_memory_available; else LA_ERR_NOMEM with
  * "WHAT: needs X GiB, Y GiB available". */
