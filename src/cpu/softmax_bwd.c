@@ -109,6 +109,36 @@ static void pack_inputs(sb_job *j, float scale, const la_tensor *q, const la_ten
     }
 }
 
+/* One key tile [j0, j0 + SB_BK) of kv head hk: dK and dV of the tile summed
+ * over the group's query heads and query tiles (in a fixed order), written
+ * out; with dqp, also each query tile's dQ contribution added to the task's
+ * dQ panel dqp [group][Nq][D]. acc holds SB_BK * (D + Dv) floats. */
+static void key_tile(const sb_job *j, int64_t b, int64_t hk, int64_t j0, int64_t group,
+                     float scale, float *p, float *ds, float *acc, la_tensor *dk, la_tensor *dv,
+                     float *dqp) {
+    const int64_t D = j->D, Dv = j->Dv;
+    const int64_t bk = j->Nk - j0 < SB_BK ? j->Nk - j0 : SB_BK;
+    float *dka = acc, *dva = acc + SB_BK * D;
+    memset(acc, 0, (size_t)(SB_BK * (D + Dv)) * sizeof(float));
+    int64_t istart = j->causal ? j0 - j->off : 0;
+    if (istart < 0) istart = 0;
+    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
+        for (int64_t i0 = istart; i0 < j->Nq; i0 += SB_BQ) {
+            const int64_t bq = j->Nq - i0 < SB_BQ ? j->Nq - i0 : SB_BQ;
+            tile_p_ds(j, b, h, i0, bq, j0, bk, p, ds);
+            if (dv)
+                la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(j, b, h, i0), Dv, 1.f, dva,
+                         Dv);
+            if (dk)
+                la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(j, b, h, i0), D, 1.f, dka, D);
+            if (dqp)
+                la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(j, b, hk, j0), D, 1.f,
+                         dqp + ((h - hk * group) * j->Nq + i0) * D, D);
+        }
+    if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
+    if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
+}
+
 la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *v, const la_tensor *out,
                                   const la_tensor *lse, const la_tensor *d_out, la_tensor *dq,
@@ -165,29 +195,8 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
             for (int64_t x = 0; x < j.B * j.Hk; x++) {
                 const int64_t b = x / j.Hk, hk = x % j.Hk;
                 if (dq) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
-                for (int64_t j0 = 0; j0 < j.Nk; j0 += SB_BK) {
-                    const int64_t bk = j.Nk - j0 < SB_BK ? j.Nk - j0 : SB_BK;
-                    float *dka = acc, *dva = acc + SB_BK * D;
-                    memset(acc, 0, (size_t)(SB_BK * (D + Dv)) * sizeof(float));
-                    int64_t istart = causal ? j0 - j.off : 0;
-                    if (istart < 0) istart = 0;
-                    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-                        for (int64_t i0 = istart; i0 < j.Nq; i0 += SB_BQ) {
-                            const int64_t bq = j.Nq - i0 < SB_BQ ? j.Nq - i0 : SB_BQ;
-                            tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
-                            if (dv)
-                                la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(&j, b, h, i0),
-                                         Dv, 1.f, dva, Dv);
-                            if (dk)
-                                la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(&j, b, h, i0),
-                                         D, 1.f, dka, D);
-                            if (dq)
-                                la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(&j, b, hk, j0),
-                                         D, 1.f, dqp + ((h - hk * group) * j.Nq + i0) * D, D);
-                        }
-                    if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
-                    if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
-                }
+                for (int64_t j0 = 0; j0 < j.Nk; j0 += SB_BK)
+                    key_tile(&j, b, hk, j0, group, scale, p, ds, acc, dk, dv, dq ? dqp : NULL);
                 if (dq)
                     for (int64_t h = hk * group; h < (hk + 1) * group; h++)
                         la_scatter_bnhd_rows(dq, b, h, 0, j.Nq, dqp + (h - hk * group) * j.Nq * D, D);
@@ -218,24 +227,7 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
 #pragma omp for schedule(dynamic)
             for (int64_t x = 0; x < j.B * j.Hk * nkt; x++) {
                 const int64_t b = x / (j.Hk * nkt), hk = (x / nkt) % j.Hk, j0 = (x % nkt) * SB_BK;
-                const int64_t bk = j.Nk - j0 < SB_BK ? j.Nk - j0 : SB_BK;
-                float *dka = acc, *dva = acc + SB_BK * D;
-                memset(acc, 0, (size_t)(SB_BK * (D + Dv)) * sizeof(float));
-                int64_t istart = causal ? j0 - j.off : 0;
-                if (istart < 0) istart = 0;
-                for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-                    for (int64_t i0 = istart; i0 < j.Nq; i0 += SB_BQ) {
-                        const int64_t bq = j.Nq - i0 < SB_BQ ? j.Nq - i0 : SB_BQ;
-                        tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
-                        if (dv)
-                            la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(&j, b, h, i0),
-                                     Dv, 1.f, dva, Dv);
-                        if (dk)
-                            la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(&j, b, h, i0),
-                                     D, 1.f, dka, D);
-                    }
-                if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
-                if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
+                key_tile(&j, b, hk, j0, group, scale, p, ds, acc, dk, dv, NULL);
             }
         }
     }
