@@ -72,7 +72,9 @@ __device__ __forceinline__ float pg_load(const pg_cache &C, int64_t slot, int64_
     const unsigned char *pg = C.pages + page * C.page_bytes;
     if (C.dt == LA_FP8_E4M3) {
         const float scale = *(const float *)(pg + C.ps * C.dI + off * 4);
-        return pg_e4m3(pg[off * C.dI + d]) * scale;
+        /* __fmul_rn: the product is rounded on its own, as the CPU stores it;
+         * a plain `*` inlined into the pooling sum contracts to an FMA. */
+        return __fmul_rn(pg_e4m3(pg[off * C.dI + d]), scale);
     }
     if (C.dt == LA_BF16) return __bfloat162float(((const __nv_bfloat16 *)pg)[off * C.dI + d]);
     return ((const float *)pg)[off * C.dI + d];
