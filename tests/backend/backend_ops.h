@@ -148,7 +148,8 @@ int bo_have_cuda(void);
     X(sparse)                                                                                  \
     X(smla)                                                                                    \
     X(dsa_fp8)                                                                                 \
-    X(dsa_epi)
+    X(dsa_epi)                                                                                 \
+    X(nan)
 #define BO_DECLARE(t) void cases_##t(bo_list *L);
 BO_TABLES(BO_DECLARE)
 #undef BO_DECLARE
