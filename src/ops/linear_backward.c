@@ -5,19 +5,11 @@
 #include "cpu/backward_cpu.h"
 #include "cpu/linear_cpu.h"
 #include "ops/backward_check.h"
+#include "ops/linear_check.h"
 #ifdef LA_WITH_CUDA
 #include "cuda/cuda_bwd.h"
 #endif
 
-#define LA_LINEAR_BWD_MAX_HEAD_DIM 65536
-
-static la_status check_state(const la_tensor *t, const char *name, la_device dev, int ndim,
-                             const int64_t *want) {
-    static const char *why[4] = {"(batch of q)", "(heads of q)", "(head dim of q)", "(head dim of v)"};
-    LA_TRY(la_check_tensor(t, name, ndim, LA_DT(LA_F32), dev, false));
-    for (int i = 0; i < ndim; i++) LA_TRY(la_check_dim(t, name, i, want[i], why[i]));
-    return LA_OK;
-}
 
 la_status la_linear_backward(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
                              const la_tensor *v, const la_tensor *out, const la_tensor *S_in,
@@ -25,34 +17,9 @@ la_status la_linear_backward(const la_linear_params *p, const la_tensor *q, cons
                              const la_tensor *d_S_out, const la_tensor *d_z_out, la_tensor *dq,
                              la_tensor *dk, la_tensor *dv, la_tensor *d_S_in, la_tensor *d_z_in,
                              la_context *ctx) {
-    char sq[96], sk[96];
-    if (!p) return la_err(LA_ERR_ARG, "linear backward: params is NULL");
-    LA_TRY(la_check_feature(p->feature, "feature"));
-    if (!isfinite(p->eps) || p->eps < 0.f)
-        return la_err(LA_ERR_ARG, "eps: %g, expected a finite value >= 0", (double)p->eps);
-    if (!isfinite(p->scale_q))
-        return la_err(LA_ERR_ARG, "scale: %g is not finite", (double)p->scale_q);
-    if (p->chunk < 1 || p->chunk > LA_LINEAR_MAX_CHUNK)
-        return la_err(LA_ERR_ARG, "chunk: %lld, expected 1..%d", (long long)p->chunk,
-                      LA_LINEAR_MAX_CHUNK);
-    if (!q) return la_err(LA_ERR_ARG, "linear backward: q is NULL");
+    LA_TRY(la_linear_check_views("linear backward", p, q, k, v, NULL, false));
     const la_device dev = q->device;
-    if (dev != LA_DEVICE_CPU && dev != LA_DEVICE_CUDA)
-        return la_err(LA_ERR_DEVICE, "q: unknown device %d", (int)dev);
-    LA_TRY(la_check_tensor(q, "q", 4, LA_DT_FLOAT, dev, false));
-    LA_TRY(la_check_tensor(k, "k", 4, LA_DT_FLOAT, dev, false));
-    LA_TRY(la_check_tensor(v, "v", 4, LA_DT_FLOAT, dev, false));
     const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
-    for (int i = 0; i < 4; i++)
-        if (k->ne[i] != q->ne[i])
-            return la_err(LA_ERR_SHAPE, "k: %s, but q is %s (k must have q's shape [B,N,H,D])",
-                          la_shape_str(k, sk, sizeof sk), la_shape_str(q, sq, sizeof sq));
-    LA_TRY(la_check_dim(v, "v", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(v, "v", 1, N, "(tokens of q)"));
-    LA_TRY(la_check_dim(v, "v", 2, H, "(heads of q)"));
-    if (D > LA_LINEAR_BWD_MAX_HEAD_DIM || Dv > LA_LINEAR_BWD_MAX_HEAD_DIM)
-        return la_err(LA_ERR_SHAPE, "linear backward: head dims D=%lld, Dv=%lld exceed the maximum %d",
-                      (long long)D, (long long)Dv, LA_LINEAR_BWD_MAX_HEAD_DIM);
     /* out (optional) must be the forward's output: the backward then reads
      * o instead of forming it. */
     if (out) {
@@ -75,12 +42,12 @@ la_status la_linear_backward(const la_linear_params *p, const la_tensor *q, cons
     if (any_state && !p->causal)
         return la_err(LA_ERR_ARG, "state: a recurrent state (or its gradient) needs causal = 1");
     const int64_t wS[4] = {B, H, D, Dv}, wz[3] = {B, H, D};
-    if (S_in) LA_TRY(check_state(S_in, "S_in", dev, 4, wS));
-    if (z_in) LA_TRY(check_state(z_in, "z_in", dev, 3, wz));
-    if (d_S_out) LA_TRY(check_state(d_S_out, "d_S_out", dev, 4, wS));
-    if (d_z_out) LA_TRY(check_state(d_z_out, "d_z_out", dev, 3, wz));
-    if (d_S_in) LA_TRY(check_state(d_S_in, "d_S_in", dev, 4, wS));
-    if (d_z_in) LA_TRY(check_state(d_z_in, "d_z_in", dev, 3, wz));
+    if (S_in) LA_TRY(la_linear_check_state(S_in, "S_in", dev, 4, wS));
+    if (z_in) LA_TRY(la_linear_check_state(z_in, "z_in", dev, 3, wz));
+    if (d_S_out) LA_TRY(la_linear_check_state(d_S_out, "d_S_out", dev, 4, wS));
+    if (d_z_out) LA_TRY(la_linear_check_state(d_z_out, "d_z_out", dev, 3, wz));
+    if (d_S_in) LA_TRY(la_linear_check_state(d_S_in, "d_S_in", dev, 4, wS));
+    if (d_z_in) LA_TRY(la_linear_check_state(d_z_in, "d_z_in", dev, 3, wz));
     if (z_in && !S_in) return la_err(LA_ERR_ARG, "S_in: NULL while z_in is given (pass both or neither)");
     if (S_in && !z_in && p->normalize)
         return la_err(LA_ERR_ARG, "z_in: NULL while S_in is given and normalize is on (pass both)");
