@@ -12,8 +12,8 @@
 
 #define GRAD_OPTS                                                                             \
     {"backward", CLI_OPT_FLAG, "off", "compute the gradients (this mode)"},                   \
-    {"dout", CLI_OPT_VALUE, NULL, "gradient of the output .npy (the output's shape; required)"}, \
-    {"out", CLI_OPT_VALUE, NULL, "optional: also write the forward output .npy"}
+    {"dout", CLI_OPT_IN, NULL, "gradient of the output .npy (the output's shape; required)"}, \
+    {"out", CLI_OPT_OUT, NULL, "optional: also write the forward output .npy"}
 
 static int parse_number(const char *s, double *out) {
     char *end;
@@ -59,15 +59,15 @@ static int need_some(const cli_args *a, const char *const *names, int n) {
 
 /* ---- softmax -------------------------------------------------------------- */
 static const cli_opt softmax_bwd_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,Nq,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,Nk,Hk,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,Nk,Hk,Dv]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,Nq,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,Nk,Hk,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,Nk,Hk,Dv]"},
     {"causal", CLI_OPT_FLAG, "off", "causal mask, bottom-right aligned"},
     {"scale", CLI_OPT_VALUE, NULL, "score scale (default: D^-1/2)"},
     GRAD_OPTS,
-    {"grad-q", CLI_OPT_VALUE, NULL, "output dL/dq .npy [B,Nq,H,D]"},
-    {"grad-k", CLI_OPT_VALUE, NULL, "output dL/dk .npy [B,Nk,Hk,D]"},
-    {"grad-v", CLI_OPT_VALUE, NULL, "output dL/dv .npy [B,Nk,Hk,Dv]"},
+    {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,Nq,H,D]"},
+    {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,Nk,Hk,D]"},
+    {"grad-v", CLI_OPT_OUT, NULL, "output dL/dv .npy [B,Nk,Hk,Dv]"},
 };
 
 static int bwd_softmax(int argc, char **argv) {
@@ -110,9 +110,9 @@ static int bwd_softmax(int argc, char **argv) {
 
 /* ---- linear ----------------------------------------------------------------- */
 static const cli_opt linear_bwd_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
     {"feature", CLI_OPT_VALUE, "relu", "feature map identity|relu|relu_eps|relu1|elu1"},
     {"causal", CLI_OPT_FLAG, "off", "causal (chunkwise)"},
     {"normalize", CLI_OPT_FLAG, "on", "divide by q~ . z + eps"},
@@ -122,9 +122,9 @@ static const cli_opt linear_bwd_opts[] = {
     {"state-in", CLI_OPT_VALUE, NULL, "--causal: initial state PREFIX.S.npy [B,H,D,Dv], PREFIX.z.npy [B,H,D]"},
     {"dstate-out", CLI_OPT_VALUE, NULL, "--causal: gradient of the final state, PREFIX.S.npy and PREFIX.z.npy"},
     GRAD_OPTS,
-    {"grad-q", CLI_OPT_VALUE, NULL, "output dL/dq .npy [B,N,H,D]"},
-    {"grad-k", CLI_OPT_VALUE, NULL, "output dL/dk .npy [B,N,H,D]"},
-    {"grad-v", CLI_OPT_VALUE, NULL, "output dL/dv .npy [B,N,H,Dv]"},
+    {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
+    {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,N,H,D]"},
+    {"grad-v", CLI_OPT_OUT, NULL, "output dL/dv .npy [B,N,H,Dv]"},
     {"grad-state-in", CLI_OPT_VALUE, NULL, "--causal: write the initial-state gradient to PREFIX.S.npy and PREFIX.z.npy"},
 };
 
@@ -229,10 +229,10 @@ static int bwd_linear(int argc, char **argv) {
 
 /* ---- mhla (non-causal and --causal) ------------------------------------------- */
 static const cli_opt mhla_bwd_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
-    {"mixing", CLI_OPT_VALUE, NULL, "mixing matrix .npy [M,M] or [H,M,M]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
+    {"mixing", CLI_OPT_IN, NULL, "mixing matrix .npy [M,M] or [H,M,M]"},
     {"causal", CLI_OPT_FLAG, "off", "causal chunkwise MHLA"},
     {"grid", CLI_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW (default: N)"},
     {"blocks", CLI_OPT_VALUE, NULL, "non-causal: block grid (default for a 1-D grid: M of --mixing)"},
@@ -242,10 +242,10 @@ static const cli_opt mhla_bwd_opts[] = {
     {"scale", CLI_OPT_VALUE, NULL, "query scale (default: 1; D^-1/2 with --causal)"},
     {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size"},
     GRAD_OPTS,
-    {"grad-q", CLI_OPT_VALUE, NULL, "output dL/dq .npy [B,N,H,D]"},
-    {"grad-k", CLI_OPT_VALUE, NULL, "output dL/dk .npy [B,N,H,D]"},
-    {"grad-v", CLI_OPT_VALUE, NULL, "output dL/dv .npy [B,N,H,Dv]"},
-    {"grad-mixing", CLI_OPT_VALUE, NULL, "output dL/dmixing .npy, the mixing's shape (--causal: zero above the diagonal)"},
+    {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
+    {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,N,H,D]"},
+    {"grad-v", CLI_OPT_OUT, NULL, "output dL/dv .npy [B,N,H,Dv]"},
+    {"grad-mixing", CLI_OPT_OUT, NULL, "output dL/dmixing .npy, the mixing's shape (--causal: zero above the diagonal)"},
 };
 
 static int norm_of(const char *s, la_mhla_normalize *n) {
@@ -334,25 +334,25 @@ static int bwd_mhla(int argc, char **argv) {
 
 /* ---- focused ------------------------------------------------------------------ */
 static const cli_opt focused_bwd_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_VALUE, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_VALUE, NULL, "values .npy [B,N,H,Dv]"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
+    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
+    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
     {"variant", CLI_OPT_VALUE, "flatten", "flatten or blog"},
     {"map", CLI_OPT_VALUE, NULL, "token map HxW (required)"},
-    {"conv", CLI_OPT_VALUE, NULL, "depthwise kernel .npy: flatten [D,k,k], blog [H*D,k,k]"},
-    {"conv-bias", CLI_OPT_VALUE, NULL, "flatten: conv bias .npy [D]"},
-    {"softplus-param", CLI_OPT_VALUE, NULL, "flatten: s .npy [H*D] (default: zeros)"},
+    {"conv", CLI_OPT_IN, NULL, "depthwise kernel .npy: flatten [D,k,k], blog [H*D,k,k]"},
+    {"conv-bias", CLI_OPT_IN, NULL, "flatten: conv bias .npy [D]"},
+    {"softplus-param", CLI_OPT_IN, NULL, "flatten: s .npy [H*D] (default: zeros)"},
     {"p", CLI_OPT_VALUE, "3", "flatten: focusing factor"},
     {"focus", CLI_OPT_VALUE, "2.0", "blog: .npy [H] or one number (a number is a constant: no --grad-focus)"},
     {"eps", CLI_OPT_VALUE, "1e-6", "normalizer epsilon"},
     GRAD_OPTS,
-    {"grad-q", CLI_OPT_VALUE, NULL, "output dL/dq .npy [B,N,H,D]"},
-    {"grad-k", CLI_OPT_VALUE, NULL, "output dL/dk .npy [B,N,H,D]"},
-    {"grad-v", CLI_OPT_VALUE, NULL, "output dL/dv .npy [B,N,H,Dv]"},
-    {"grad-conv", CLI_OPT_VALUE, NULL, "output dL/dconv .npy (the conv's shape)"},
-    {"grad-conv-bias", CLI_OPT_VALUE, NULL, "flatten: output dL/dconv_bias .npy [D]"},
-    {"grad-softplus-param", CLI_OPT_VALUE, NULL, "flatten: output dL/ds .npy [H*D]"},
-    {"grad-focus", CLI_OPT_VALUE, NULL, "blog: output dL/dfocus .npy [H] (needs --focus FILE)"},
+    {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
+    {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,N,H,D]"},
+    {"grad-v", CLI_OPT_OUT, NULL, "output dL/dv .npy [B,N,H,Dv]"},
+    {"grad-conv", CLI_OPT_OUT, NULL, "output dL/dconv .npy (the conv's shape)"},
+    {"grad-conv-bias", CLI_OPT_OUT, NULL, "flatten: output dL/dconv_bias .npy [D]"},
+    {"grad-softplus-param", CLI_OPT_OUT, NULL, "flatten: output dL/ds .npy [H*D]"},
+    {"grad-focus", CLI_OPT_OUT, NULL, "blog: output dL/dfocus .npy [H] (needs --focus FILE)"},
 };
 
 static int bwd_focused(int argc, char **argv) {
@@ -438,14 +438,14 @@ static int bwd_focused(int argc, char **argv) {
 
 /* ---- sparse-attn -------------------------------------------------------------- */
 static const cli_opt sparse_bwd_opts[] = {
-    {"q", CLI_OPT_VALUE, NULL, "queries .npy [T,Hq,Dqk]"},
-    {"kv", CLI_OPT_VALUE, NULL, "latent entries .npy [L,Dqk] or [L,Hkv,Dqk]"},
-    {"idx", CLI_OPT_VALUE, NULL, "int32 .npy [T,k]: selected keys (-1 or >= L: skipped)"},
+    {"q", CLI_OPT_IN, NULL, "queries .npy [T,Hq,Dqk]"},
+    {"kv", CLI_OPT_IN, NULL, "latent entries .npy [L,Dqk] or [L,Hkv,Dqk]"},
+    {"idx", CLI_OPT_IN, NULL, "int32 .npy [T,k]: selected keys (-1 or >= L: skipped)"},
     {"dv", CLI_OPT_VALUE, "512", "value width (first dv columns of kv)"},
     {"scale", CLI_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2)"},
     GRAD_OPTS,
-    {"grad-q", CLI_OPT_VALUE, NULL, "output dL/dq .npy [T,Hq,Dqk]"},
-    {"grad-kv", CLI_OPT_VALUE, NULL, "output dL/dkv .npy (kv's shape)"},
+    {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [T,Hq,Dqk]"},
+    {"grad-kv", CLI_OPT_OUT, NULL, "output dL/dkv .npy (kv's shape)"},
 };
 
 static int bwd_sparse(int argc, char **argv) {

@@ -183,3 +183,21 @@ def test_backward_bad_input(tmp_path):
     assert "--grad-conv" in r.stderr
     assert not (tmp_path / "dq.npy").exists() and not (tmp_path / "dc.npy").exists()
     assert not list(tmp_path.glob("*.tmp*"))
+
+
+def test_backward_outputs_checked_before_computing(tmp_path):
+    """The gradient outputs go through the same output checks as the forward's
+    (docs/CLI.md): one naming an input is refused before anything is computed,
+    and the input is left as it was."""
+    q, v, g = randn(1, 8, 2, 4), randn(1, 8, 2, 3), randn(1, 8, 2, 3)
+    qp = save(tmp_path, "q", q)
+    before = qp.read_bytes()
+    r = run("softmax", "--backward", "--q", qp, "--k", qp, "--v", save(tmp_path, "v", v),
+            "--dout", save(tmp_path, "g", g), "--grad-q", qp, expect=2)
+    assert "--grad-q" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert qp.read_bytes() == before
+    r = run("softmax", "--backward", "--q", qp, "--k", qp, "--v", tmp_path / "v.npy",
+            "--dout", tmp_path / "g.npy", "--grad-q", tmp_path / "d.npy", "--grad-k",
+            tmp_path / "d.npy", expect=2)
+    assert "--grad-k" in r.stderr or "--grad-q" in r.stderr
+    assert not (tmp_path / "d.npy").exists()
