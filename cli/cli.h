@@ -318,6 +318,19 @@ double cli_feature(la_feature f, double x);
 /* Signal cleanup of temporaries (cli/common.c): handlers are installed once
  * by cli_begin; a registered name is unlinked if the process is killed by
  * SIGINT, SIGTERM or SIGHUP before it is released. */
+/* A text report (--json-out): written to a temporary made with mkostemp
+ * beside `path` (a random name, O_EXCL, removed on SIGINT/SIGTERM), put in
+ * place by cli_text_commit, removed by cli_text_abort. Each returns 0, or 2
+ * after printing a line naming the option. */
+typedef struct cli_text {
+    FILE *f;            /* write the report here */
+    const char *opt, *path;
+    char *tmp;
+    int slot;
+} cli_text;
+int cli_text_begin(cli_text *t, const char *opt, const char *path);
+int cli_text_commit(cli_text *t);
+void cli_text_abort(cli_text *t);
 int cli_tmp_register(const char *path);
 void cli_tmp_release(int slot);
 

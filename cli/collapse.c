@@ -190,18 +190,14 @@ int cli_cmd_collapse(int argc, char **argv) {
     float *k = (float *)malloc((size_t)nmax * (size_t)d * sizeof(float));
     float *W = (float *)malloc(64 * 64 * sizeof(float));
     double *scratch = (double *)malloc((size_t)clusters * (size_t)(2 + d) * sizeof(double));
-    char tmp_json[PATH_MAX + 32];
-    snprintf(tmp_json, sizeof tmp_json, "%s.tmp.%ld", json_path, (long)getpid());
+    cli_text jt = {NULL, NULL, NULL, NULL, -1};
     FILE *jf = NULL;
     if (!map || !q || !k || !W || !scratch) {
         rc = cli_fail("collapse: cannot allocate the %lld x %lld map", (long long)nmax, (long long)nmax);
         goto done;
     }
-    jf = fopen(tmp_json, "w");
-    if (!jf) {
-        rc = cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno));
-        goto done;
-    }
+    if ((rc = cli_text_begin(&jt, "json-out", json_path))) goto done;
+    jf = jt.f;
 
     gen_cfg g = {clusters, noise, gfrac, (uint64_t)seed};
     fprintf(jf, "{\n  \"study\": \"global context collapse (MHLA paper §3.2)\",\n");
@@ -293,16 +289,8 @@ int cli_cmd_collapse(int argc, char **argv) {
     cli_progress_end(&pr);
     if (rc) goto done;
     fprintf(jf, "\n  ],\n  \"seconds_total\": %.2f\n}\n", cli_now() - t_all);
-    if (fclose(jf) != 0) {
-        jf = NULL;
-        rc = cli_fail("--json-out %s: write failed: %s", json_path, strerror(errno));
-        goto done;
-    }
     jf = NULL;
-    if (rename(tmp_json, json_path) != 0) {
-        rc = cli_fail("--json-out %s: cannot rename: %s", json_path, strerror(errno));
-        goto done;
-    }
+    if ((rc = cli_text_commit(&jt))) goto done;
     printf("wrote %s (%.1fs)\n", json_path, cli_now() - t_all);
     fflush(stdout);
 
@@ -323,10 +311,7 @@ int cli_cmd_collapse(int argc, char **argv) {
         }
     }
 done:
-    if (jf) {
-        fclose(jf);
-        unlink(tmp_json);
-    }
+    cli_text_abort(&jt);
     free(map); free(q); free(k); free(W); free(scratch);
     la_context_destroy(ctx);
     return rc;

@@ -585,13 +585,12 @@ int cli_cmd_eval_index(int argc, char **argv) {
 
     /* ---- JSON ---- */
     if (json_path) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", json_path, (long)getpid());
-        FILE *f = fopen(tmp, "w");
-        if (!f) {
+        cli_text jt;
+        if (cli_text_begin(&jt, "json-out", json_path)) {
             free(R.hit);
-            return cli_end(&c, cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno)));
+            return cli_end(&c, 2);
         }
+        FILE *f = jt.f;
         fprintf(f, "{\n  \"tool\": \"longattn eval-index\",\n  \"build\": \"%s\",\n  \"threads\": %d,\n", la_build_info(), threads);
         if (dv.cuda) /* (the CPU study's JSON keeps its previous fields) */
             fprintf(f, "  \"device\": \"cuda\",\n  \"precision\": \"%s\",\n", la_dtype_name(dv.prec));
@@ -636,11 +635,9 @@ int cli_cmd_eval_index(int argc, char **argv) {
             fprintf(f, "}%s\n", mi + 1 < nm ? "," : "");
         }
         fprintf(f, "  ]\n}\n");
-        const int werr = ferror(f);
-        if (fclose(f) != 0 || werr || rename(tmp, json_path) != 0) {
-            unlink(tmp);
+        if (cli_text_commit(&jt)) {
             free(R.hit);
-            return cli_end(&c, cli_fail("--json-out %s: write failed", json_path));
+            return cli_end(&c, 2);
         }
         printf("\nwrote %s\n", json_path);
         if (png) {

@@ -342,3 +342,73 @@ int cli_finish_outputs(cli_state *c, int rc) {
     c->nouts = 0;
     return rc;
 }
+
+/* ---- text reports (JSON) -------------------------------------------------- */
+int cli_text_begin(cli_text *t, const char *opt, const char *path) {
+    memset(t, 0, sizeof *t);
+    t->opt = opt;
+    t->path = path;
+    t->slot = -1;
+    char *dir = dir_of(path);
+    const char *slash = strrchr(path, '/');
+    const char *base = slash ? slash + 1 : path;
+    if (!dir || !*base) {
+        free(dir);
+        return cli_fail("--%s %s: expected a file name", opt, path);
+    }
+    const size_t n = strlen(dir) + strlen(base) + 16;
+    t->tmp = (char *)malloc(n);
+    if (!t->tmp) {
+        free(dir);
+        return cli_fail("out of memory");
+    }
+    snprintf(t->tmp, n, "%s/.%s.XXXXXX", dir, base);
+    const int fd = mkostemp(t->tmp, O_CLOEXEC);
+    if (fd < 0) {
+        const int rc = cli_fail("--%s %s: cannot create a file in directory %s: %s", opt, path, dir,
+                                strerror(errno));
+        free(dir);
+        free(t->tmp);
+        t->tmp = NULL;
+        return rc;
+    }
+    free(dir);
+    t->slot = cli_tmp_register(t->tmp);
+    mode_t um = umask(0);
+    umask(um);
+    fchmod(fd, 0666 & ~um);
+    t->f = fdopen(fd, "w");
+    if (!t->f) {
+        close(fd);
+        cli_text_abort(t);
+        return cli_fail("--%s %s: cannot write: %s", opt, path, strerror(errno));
+    }
+    return 0;
+}
+
+int cli_text_commit(cli_text *t) {
+    errno = 0;
+    const int werr = ferror(t->f);
+    const int cerr = fclose(t->f) != 0;
+    t->f = NULL;
+    if (werr || cerr || rename(t->tmp, t->path) != 0) {
+        const int e = errno;
+        cli_text_abort(t);
+        return cli_fail("--%s %s: write failed%s%s", t->opt, t->path, e ? ": " : "", e ? strerror(e) : "");
+    }
+    cli_tmp_release(t->slot);
+    t->slot = -1;
+    free(t->tmp);
+    t->tmp = NULL;
+    return 0;
+}
+
+void cli_text_abort(cli_text *t) {
+    if (t->f) fclose(t->f);
+    t->f = NULL;
+    if (t->tmp) unlink(t->tmp);
+    cli_tmp_release(t->slot);
+    t->slot = -1;
+    free(t->tmp);
+    t->tmp = NULL;
+}

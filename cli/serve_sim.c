@@ -323,13 +323,9 @@ int cli_cmd_serve_sim(int argc, char **argv) {
     }
     if (isatty(2)) fprintf(stderr, "\r\033[K");
     if (json_path) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%ld", json_path, (long)getpid());
-        FILE *fj = fopen(tmp, "w");
-        if (!fj) {
-            rc = cli_fail("--json-out %s: cannot write: %s", json_path, strerror(errno));
-            goto done;
-        }
+        cli_text jt;
+        if ((rc = cli_text_begin(&jt, "json-out", json_path))) goto done;
+        FILE *fj = jt.f;
         fprintf(fj, "{\"tool\": \"longattn serve-sim\", \"build\": \"%s\", \"device\": \"%s\", \"threads\": %d,\n",
                 la_build_info(), cu ? "cuda" : "cpu", sim_threads(c.ctx));
         fprintf(fj, " \"batch\": %lld, \"next_n\": %lld, \"HI\": %lld, \"dI\": %lld, \"topk\": %lld, \"block\": %lld, "
@@ -340,12 +336,7 @@ int cli_cmd_serve_sim(int argc, char **argv) {
             fprintf(fj, "%s\n  {\"context\": %lld, \"dsa_ms\": %.4f, \"hisa_ms\": %.4f, \"overlap\": %.4f}",
                     pi ? "," : "", (long long)res[pi * 4], res[pi * 4 + 1], res[pi * 4 + 2], res[pi * 4 + 3]);
         fprintf(fj, "\n]}\n");
-        const int werr = ferror(fj);
-        if (fclose(fj) != 0 || werr || rename(tmp, json_path) != 0) {
-            unlink(tmp);
-            rc = cli_fail("--json-out %s: write failed", json_path);
-            goto done;
-        }
+        if ((rc = cli_text_commit(&jt))) goto done;
         printf("wrote %s\n", json_path);
         if (png) {
             char script[4200];
