@@ -170,28 +170,49 @@ __device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
 /* a candidate key at or above ulo (>= TB_ULO: -inf excluded; NaN included) */
 __device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo; }
 
+/* The filter loops test raw keys (tk_fkey without its NaN rule) shifted by
+ * TB_NSHIFT = rawkey(-inf): -inf lands at 0, the finite scores and +inf keep
+ * their order, and every NaN, whatever its sign bit, lands above +inf. The
+ * test is then one add and one compare per score; the NaN rule is applied
+ * only to the keys that pass (tb_key_of_raw). */
+#define TB_NSHIFT 0x007FFFFFu
+__device__ __forceinline__ uint32_t tb_rawkey(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+/* The shifted threshold of key threshold ulo (>= TB_ULO); the NaN key as
+ * threshold admits exactly the NaN scores. */
+__device__ __forceinline__ uint32_t tb_shifted_threshold(uint32_t ulo) {
+    return ulo > TB_UINF ? TB_UINF - TB_NSHIFT + 1u : ulo - TB_NSHIFT;
+}
+__device__ __forceinline__ bool tb_in_raw(uint32_t r, uint32_t sulo) { return r - TB_NSHIFT >= sulo; }
+__device__ __forceinline__ uint32_t tb_key_of_raw(uint32_t r) {
+    return r - TB_NSHIFT > TB_UINF - TB_NSHIFT ? TK_KEY_NAN : r;
+}
+
 /* Append the keys >= ulo among the 16 scores of x[4] (a thread's step of
  * the 16-byte filter loop) to cand, warp-aggregated; col(e) is the column
  * of score e (x[e >> 2], component e & 3). Every lane of the warp calls it. */
 template <uint32_t CAP, typename TOK, typename COL>
 __device__ __forceinline__ void tb_append16(const float4 (&x)[4], uint32_t ulo, TOK &tok, COL &&col,
                                             uint64_t *cand, uint32_t *s_n) {
+    const uint32_t sulo = tb_shifted_threshold(ulo);
     uint32_t u[16], m = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        u[4 * j] = tk_fkey(x[j].x);
-        u[4 * j + 1] = tk_fkey(x[j].y);
-        u[4 * j + 2] = tk_fkey(x[j].z);
-        u[4 * j + 3] = tk_fkey(x[j].w);
+        u[4 * j] = tb_rawkey(x[j].x);
+        u[4 * j + 1] = tb_rawkey(x[j].y);
+        u[4 * j + 2] = tb_rawkey(x[j].z);
+        u[4 * j + 3] = tb_rawkey(x[j].w);
     }
 #pragma unroll
-    for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in(u[e], ulo) << e;
+    for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in_raw(u[e], sulo) << e;
     if (!__any_sync(TB_FULL, m != 0)) return;
     uint32_t pos = tb_reserve(__popc(m), s_n);
 #pragma unroll
     for (int e = 0; e < 16; e++)
         if ((m >> e) & 1u) {
-            if (pos < CAP) cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~tok(col(e));
+            if (pos < CAP) cand[pos] = ((uint64_t)tb_key_of_raw(u[e]) << 32) | (uint32_t)~tok(col(e));
             pos++;
         }
 }
