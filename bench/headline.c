@@ -467,6 +467,17 @@ int main(int argc, char **argv) {
             return 2;
         }
     }
+    for (const char *s = rows; s && *s;) { /* every name given must be a row */
+        const char *e = strchr(s, ',');
+        const size_t l = e ? (size_t)(e - s) : strlen(s);
+        int known = 0;
+        for (int r = 0; r < NROWS && !known; r++) known = strlen(ROWS[r].name) == l && !strncmp(s, ROWS[r].name, l);
+        if (!known) {
+            fprintf(stderr, "headline: --rows: no row '%.*s' (--list names them)\n", (int)l, s);
+            return 2;
+        }
+        s += l + (e ? 1 : 0);
+    }
     if (!(min_time > 0 && min_time < 60)) {
         fprintf(stderr, "headline: --min-time must be in (0, 60) s\n");
         return 2;

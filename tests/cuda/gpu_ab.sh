@@ -15,6 +15,8 @@
 #      LA_AB_MIN_TIME seconds of timed calls per row and run (default 0.2)
 #      LA_AB_ROWS     comma-separated rows (default all: build-gpu/bench/headline --list)
 #      LA_AB_TOL      the FLAG threshold on HEAD / base (default 1.03)
+#      LA_AB_ORDER    abab (default: base first in every round) or abba (HEAD first
+#                     in the even rounds, so that a drift over the call falls on both)
 #      LA_AB_DEADLINE no new round after this many seconds of the step (default 600)
 #      LA_SKIP_BUILD=1  HEAD's library is built already (gpu_round.sh sets it);
 #                     otherwise it is built here, concurrently with the base's.
@@ -30,6 +32,8 @@ ROUNDS=${LA_AB_ROUNDS:-3}
 MIN_TIME=${LA_AB_MIN_TIME:-0.2}
 TOL=${LA_AB_TOL:-1.03}
 DEADLINE=${LA_AB_DEADLINE:-600}
+ORDER=${LA_AB_ORDER:-abab}
+case $ORDER in abab|abba) ;; *) say "ab: LA_AB_ORDER must be abab or abba, not '$ORDER'"; exit 2;; esac
 say "# base $(cat "$BASE_DIR/.ab_rev" 2>/dev/null || echo '(no .ab_rev)') at $BASE_DIR; HEAD $([ -e .git ] && git rev-parse HEAD || echo '(no .git here)')"
 
 # ---- builds: the base library (its own Makefile) beside HEAD's ----
@@ -70,10 +74,11 @@ for line in open(log):
     ms = float(kv["ms"]) if kv.get("status") == "ok" else float("nan")
     runs.setdefault(row, {}).setdefault(tag, []).append(ms)
 bad = 0
+want = max((len(v) for t in runs.values() for v in t.values()), default=0)  # runs per binary
 print(f"{'row':<20} {'base ms':>9} {'HEAD ms':>9} {'HEAD/base':>9}  {'base runs (ms)':<27} {'HEAD runs (ms)':<27}")
 for row in order:
     a, b = runs[row].get("base", []), runs[row].get("head", [])
-    ok = a and b and all(x == x for x in a + b)
+    ok = len(a) == want and len(b) == want and all(x == x for x in a + b)
     if not ok:
         bad += 1
         print(f"{row:<20} {'-':>9} {'-':>9} {'-':>9}  ERROR (a run failed or is missing: base {a}, HEAD {b})")
@@ -86,14 +91,16 @@ for row in order:
     fb = " ".join(f"{x:.4f}" for x in b)
     print(f"{row:<20} {ma:9.4f} {mb:9.4f} {r:9.3f}  {fa:<27} {fb:<27} {flag}")
 n = len(order)
-print(f"# {n} rows, {bad} flagged or failed (FLAG: HEAD > {tol:.2f} x base, medians over rounds)")
+print(f"# {n} rows, {want} runs each, {bad} flagged or failed (FLAG: HEAD > {tol:.2f} x base, medians over rounds)")
 sys.exit(1 if bad or not n else 0)
 EOF
 }
 done_rounds=0
 for r in $(seq 1 "$ROUNDS"); do
   if [ "$(el)" -gt "$DEADLINE" ]; then say "ab: deadline ${DEADLINE} s reached after $done_rounds rounds"; break; fi
-  for side in base head; do
+  sides="base head"
+  [ "$ORDER" = abba ] && [ $((r % 2)) -eq 0 ] && sides="head base"
+  for side in $sides; do
     bin="$B/bench/headline"
     [ $side = base ] && bin="$B/bench/headline_base"
     t1=$(date +%s)
