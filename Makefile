@@ -168,7 +168,7 @@ DEV_C_BINS := $(DEV_C_SRCS:%.c=$(BUILD)/%)
 cuda-build-check:
 ifeq ($(WITH_CUDA),1)
 	$(MAKE) BUILD=$(CUDA_CHECK_BUILD) SKIP_DEPS=1 $(CUDA_CHECK_BUILD)/tests/backend/test_backend_ops \
-	    $(CUDA_TEST_SRCS:tests/%.c=$(CUDA_CHECK_BUILD)/tests/%) dev-cuda dev-c
+	    $(CUDA_TEST_SRCS:tests/%.c=$(CUDA_CHECK_BUILD)/tests/%) $(CUDA_CHECK_BUILD)/bench/headline dev-cuda dev-c
 	@echo "cuda-build-check: the harness and the dev drivers compiled and linked"
 else
 	@echo "cuda-build-check: no nvcc (or CUDA=0): nothing compiled"
@@ -190,6 +190,25 @@ $(BUILD)/dev/%: dev/%.cu dev/bench_gpu_common.cuh $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(DEV_NVCCFLAGS) $< $(BUILD)/liblongattn.a -o $@ $(filter-out -fopenmp -lcudart_static,$(LDLIBS))
 dev-cuda: all $(DEV_CUDA_BINS)
+
+# bench/headline: the headline forward rows of docs/PERF.md on the GPU, public
+# API only (run on the GPU machine; tests/cuda/gpu_ab.sh). headline_base is the
+# same source against another tree's header and static library, for the A/B
+# against an older commit:
+#   make BUILD=build-gpu HEADLINE_BASE=DIR build-gpu/bench/headline_base
+# links DIR/include/longattn.h and DIR/$(HEADLINE_BASE_BUILD)/liblongattn.a.
+ifeq ($(WITH_CUDA),1)
+HEADLINE_CFLAGS = $(filter-out -Iinclude -Isrc,$(ALL_CFLAGS)) -I$(CUDA_HOME)/include
+HEADLINE_BASE_BUILD ?= build-ab
+$(BUILD)/bench/headline: bench/headline.c include/longattn.h $(BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(HEADLINE_CFLAGS) -Iinclude $< $(BUILD)/liblongattn.a $(LDLIBS) -o $@
+$(BUILD)/bench/headline_base: bench/headline.c $(HEADLINE_BASE)/include/longattn.h \
+                              $(HEADLINE_BASE)/$(HEADLINE_BASE_BUILD)/liblongattn.a
+	@mkdir -p $(dir $@)
+	$(CC) $(HEADLINE_CFLAGS) -I$(HEADLINE_BASE)/include $< \
+	    $(HEADLINE_BASE)/$(HEADLINE_BASE_BUILD)/liblongattn.a $(LDLIBS) -o $@
+endif
 
 test: tests
 ifneq ($(SKIP_DEPS),1)
