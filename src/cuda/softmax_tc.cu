@@ -207,17 +207,29 @@ TC_FN void load_tile(T *s_thr, const T *g_thr, int64_t step, int nvalid, const T
     }
 }
 
+/* Whether the Q tile shares stage 1 of the K/V buffers (Q in registers and
+ * small enough) */
+template <int D, int DV, int MT, bool QREG, int NW, int BKV>
+constexpr TC_FN bool q_aliases() {
+    return QREG && 16 * MT * NW * D <= BKV * (D + DV);
+}
+/* shared memory of a tiling, bytes (16-bit elements) */
+template <int D, int DV, int MT, bool QREG, int NW, int BKV>
+constexpr size_t tc_smem_bytes() {
+    return 2 * (size_t)(2 * BKV * (D + DV) + (q_aliases<D, DV, MT, QREG, NW, BKV>() ? 0 : 16 * MT * NW * D));
+}
+
 /* T: bf16 or f16; D: head dim of q, k; DV: of v and out. */
 template <typename T, int D, int DV, int MT, bool QREG, int NW, int BKV>
 TC_FN void tc_fwd_body(const tc_args &a, unsigned char *smem_raw, int tid, int bx, int h, int b,
                        int nqt) {
     constexpr int NT = NW * 32, BQ = 16 * MT * NW, KS = D / 16, NB = BKV / 8, ND = DV / 8;
     constexpr int SST = BKV * (D + DV); /* elements of one K + V stage */
-    static_assert(!QREG || BQ * D <= SST, "Q tile must fit in stage 1");
     T *sm = reinterpret_cast<T *>(smem_raw);
-    /* stage s: K at sm + s·SST, V right after; Q aliases stage 1 (QREG:
-     * read into registers before stage 1 is first written) or follows. */
-    T *Qs = QREG ? sm + SST : sm + 2 * SST;
+    /* stage s: K at sm + s·SST, V right after; Q aliases stage 1 where it
+     * fits there and lives in registers (read before stage 1 is first
+     * written: q_aliases), else follows the stages. */
+    T *Qs = q_aliases<D, DV, MT, QREG, NW, BKV>() ? sm + SST : sm + 2 * SST;
 
     const int warp = tid >> 5, lane = tid & 31;
     const int qt = a.causal ? nqt - 1 - bx : bx; /* heaviest first */
@@ -418,7 +430,7 @@ __global__ void __launch_bounds__(NW * 32, MINB) tc_fwd_kernel(tc_args a) {
 template <typename T, int D, int DV, int MT, bool QREG, int NW, int MINB, int BKV = 64>
 la_status launch(const tc_args &a, int B, int H, cudaStream_t st) {
     constexpr int BQ = 16 * MT * NW;
-    const size_t smem = sizeof(T) * (size_t)(2 * BKV * (D + DV) + (QREG ? 0 : BQ * D));
+    const size_t smem = tc_smem_bytes<D, DV, MT, QREG, NW, BKV>();
     auto kern = tc_fwd_kernel<T, D, DV, MT, QREG, NW, MINB, BKV>;
     LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)la_cu_cdiv(a.Nq, BQ), (unsigned)H, (unsigned)B);
@@ -432,8 +444,12 @@ la_status launch(const tc_args &a, int B, int H, cudaStream_t st) {
  * in registers where they and the O accumulators fit (D ≤ 64 with Dv ≤ 64),
  * else they are ldmatrix'ed from smem every tile. */
 template <typename T>
-la_status launch_dims(const tc_args &a, int D, int DV, int B, int H, cudaStream_t st) {
-    if (D == 32 && DV == 32) return launch<T, 32, 32, 2, true, 4, 3>(a, B, H, st);
+la_status launch_dims(const tc_args &a, int D, int DV, int tiling, int B, int H, cudaStream_t st) {
+    if (D == 32 && DV == 32) {
+        if (tiling == LA_SMTC_W8) return launch<T, 32, 32, 2, true, 8, 1>(a, B, H, st);
+        if (tiling == LA_SMTC_M1) return launch<T, 32, 32, 1, true, 8, 2>(a, B, H, st);
+        return launch<T, 32, 32, 2, true, 4, 3>(a, B, H, st);
+    }
     if (D == 64 && DV == 64) return launch<T, 64, 64, 2, true, 4, 2>(a, B, H, st);
     if (D == 64 && DV == 128) return launch<T, 64, 128, 2, false, 4, 2>(a, B, H, st);
     if (D == 128 && DV == 64) return launch<T, 128, 64, 2, false, 4, 2>(a, B, H, st);
@@ -466,7 +482,7 @@ bool la_softmax_tc_applies(const la_tensor *q, const la_tensor *k, const la_tens
 }
 
 la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               la_tensor *out, la_tensor *lse, float scale, int causal,
+                               la_tensor *out, la_tensor *lse, float scale, int causal, int tiling,
                                cudaStream_t st) {
     tc_args a;
     a.q = q->data;
@@ -488,6 +504,6 @@ la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_
     a.causal = causal != 0;
     if (B == 0 || H == 0 || a.Nq == 0) return LA_OK;
     const int D = (int)q->ne[3], DV = (int)v->ne[3];
-    if (q->dtype == LA_F16) return launch_dims<__half>(a, D, DV, (int)B, (int)H, st);
-    return launch_dims<__nv_bfloat16>(a, D, DV, (int)B, (int)H, st);
+    if (q->dtype == LA_F16) return launch_dims<__half>(a, D, DV, tiling, (int)B, (int)H, st);
+    return launch_dims<__nv_bfloat16>(a, D, DV, tiling, (int)B, (int)H, st);
 }
