@@ -399,9 +399,8 @@ int main(int argc, char **argv) {
     suite<__half, 64, 64, 2, true, 4, 64>("f16 D64 MT2 Qreg NW4", true);
     suite<__half, 128, 128, 2, false, 4, 64>("f16 D128 MT2 Qsmem NW4", true);
     /* other tilings the body takes */
-    suite<bf16, 32, 32, 1, true, 8, 64>("bf16 D32 MT1 Qreg NW8 (tc-m1)", quick);
-    suite<bf16, 32, 32, 2, true, 8, 64>("bf16 D32 MT2 Qreg NW8 (tc-w8)", quick);
-    suite<__half, 32, 32, 2, true, 8, 64>("f16 D32 MT2 Qreg NW8 (tc-w8)", true);
+    suite<bf16, 32, 32, 1, true, 8, 64>("bf16 D32 MT1 Qreg NW8", true);
+    suite<bf16, 32, 32, 2, true, 8, 64>("bf16 D32 MT2 Qreg NW8 (BQ 256)", true);
     suite<bf16, 128, 128, 2, false, 4, 32>("bf16 D128 MT2 Qsmem NW4 BKV32", true);
     printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;

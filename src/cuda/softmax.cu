@@ -162,8 +162,8 @@ __global__ void __launch_bounds__(NT, 1) sm_fwd_kernel(sm_args a) {
     }
 }
 
-enum sm_kernel { SM_TC, SM_PORTABLE, SM_TC_W8, SM_TC_M1 };
-const char *const sm_names[] = {"tc", "portable", "tc-w8", "tc-m1"};
+enum sm_kernel { SM_TC, SM_PORTABLE };
+const char *const sm_names[] = {"tc", "portable"};
 
 /* The kernel for these views; `forced`: the context's variant (NULL: the
  * default). */
@@ -174,10 +174,8 @@ la_status sm_select(const la_tensor *q, const la_tensor *k, const la_tensor *v,
         *kern = tc ? SM_TC : SM_PORTABLE;
         return LA_OK;
     }
-    const int i = la_cu_variant_index(forced, sm_names, 4);
-    if (i < 0) return la_cu_unknown_variant("softmax", forced, "tc, portable, tc-w8, tc-m1");
-    if ((i == SM_TC_W8 || i == SM_TC_M1) && !(tc && q->ne[3] == 32 && v->ne[3] == 32))
-        return la_cu_variant_unsupported("softmax", forced, "the tc tilings for D = Dv = 32");
+    const int i = la_cu_variant_index(forced, sm_names, 2);
+    if (i < 0) return la_cu_unknown_variant("softmax", forced, "tc, portable");
     if (i == SM_TC && !tc)
         return la_cu_variant_unsupported("softmax", forced,
                                          "bf16 or f16, D = Dv in {32, 64, 128} or D/Dv 64/128, "
@@ -193,7 +191,7 @@ la_status sm_select(const la_tensor *q, const la_tensor *k, const la_tensor *v,
 extern "C" int la_softmax_cuda_tc_path(const la_tensor *q, const la_tensor *k, const la_tensor *v,
                                        const la_tensor *out) {
     sm_kernel kern = SM_PORTABLE;
-    return sm_select(q, k, v, out, nullptr, &kern) == LA_OK && kern != SM_PORTABLE;
+    return sm_select(q, k, v, out, nullptr, &kern) == LA_OK && kern == SM_TC;
 }
 
 extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const la_tensor *q,
@@ -220,14 +218,11 @@ extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const
                  "B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d%s", (long long)a.B,
                  (long long)a.Nq, (long long)a.Nk, (long long)a.H, (long long)a.Hk, (long long)a.D,
                  (long long)a.Dv, a.causal,
-                 kern != SM_PORTABLE ? ""
+                 kern == SM_TC ? ""
                  : la_softmax_tc_dims(a.D, a.Dv)
                      ? "; not tensor cores: needs bf16/f16 views, rows contiguous, 16-byte aligned"
                      : "; not tensor cores: no tiling for these head dims");
-    if (kern != SM_PORTABLE) {
-        const int tiling = kern == SM_TC_W8 ? LA_SMTC_W8 : kern == SM_TC_M1 ? LA_SMTC_M1 : LA_SMTC_DEFAULT;
-        return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, tiling, la_cu_stream(ctx));
-    }
+    if (kern == SM_TC) return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, la_cu_stream(ctx));
     if (a.D > MAX_D)
         return la_err(LA_ERR_UNSUPPORTED, "softmax CUDA: head dim D=%lld exceeds %d",
                       (long long)a.D, MAX_D);

@@ -442,14 +442,12 @@ la_status launch(const tc_args &a, int B, int H, cudaStream_t st) {
 /* The tilings by (D, Dv), for element type T: template D, Dv, query m tiles
  * a warp, Q in registers, warps, min CTAs an SM (BKV = 64). Q fragments stay
  * in registers where they and the O accumulators fit (D ≤ 64 with Dv ≤ 64),
- * else they are ldmatrix'ed from smem every tile. */
+ * else they are ldmatrix'ed from smem every tile. D = 32: 4 warps × 32 rows
+ * at 3 CTAs an SM measured 10–20% faster than 8 warps × 32 rows (BQ = 256)
+ * and 8 warps × 16 rows (docs/PERF.md, "Softmax head dims and fp16"). */
 template <typename T>
-la_status launch_dims(const tc_args &a, int D, int DV, int tiling, int B, int H, cudaStream_t st) {
-    if (D == 32 && DV == 32) {
-        if (tiling == LA_SMTC_W8) return launch<T, 32, 32, 2, true, 8, 1>(a, B, H, st);
-        if (tiling == LA_SMTC_M1) return launch<T, 32, 32, 1, true, 8, 2>(a, B, H, st);
-        return launch<T, 32, 32, 2, true, 4, 3>(a, B, H, st);
-    }
+la_status launch_dims(const tc_args &a, int D, int DV, int B, int H, cudaStream_t st) {
+    if (D == 32 && DV == 32) return launch<T, 32, 32, 2, true, 4, 3>(a, B, H, st);
     if (D == 64 && DV == 64) return launch<T, 64, 64, 2, true, 4, 2>(a, B, H, st);
     if (D == 64 && DV == 128) return launch<T, 64, 128, 2, false, 4, 2>(a, B, H, st);
     if (D == 128 && DV == 64) return launch<T, 128, 64, 2, false, 4, 2>(a, B, H, st);
@@ -482,7 +480,7 @@ bool la_softmax_tc_applies(const la_tensor *q, const la_tensor *k, const la_tens
 }
 
 la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               la_tensor *out, la_tensor *lse, float scale, int causal, int tiling,
+                               la_tensor *out, la_tensor *lse, float scale, int causal,
                                cudaStream_t st) {
     tc_args a;
     a.q = q->data;
@@ -504,6 +502,6 @@ la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_
     a.causal = causal != 0;
     if (B == 0 || H == 0 || a.Nq == 0) return LA_OK;
     const int D = (int)q->ne[3], DV = (int)v->ne[3];
-    if (q->dtype == LA_F16) return launch_dims<__half>(a, D, DV, tiling, (int)B, (int)H, st);
-    return launch_dims<__nv_bfloat16>(a, D, DV, tiling, (int)B, (int)H, st);
+    if (q->dtype == LA_F16) return launch_dims<__half>(a, D, DV, (int)B, (int)H, st);
+    return launch_dims<__nv_bfloat16>(a, D, DV, (int)B, (int)H, st);
 }

@@ -16,17 +16,11 @@ bool la_softmax_tc_dims(int64_t D, int64_t Dv);
 bool la_softmax_tc_applies(const la_tensor *q, const la_tensor *k, const la_tensor *v,
                            const la_tensor *out);
 
-/* Tilings of the kernel: the default (4 warps × 32 query rows, BQ = 128)
- * and, for D = Dv = 32 only (A/B timing), 8 warps × 32 rows (BQ = 256) and
- * 8 warps × 16 rows (BQ = 128). */
-enum { LA_SMTC_DEFAULT = 0, LA_SMTC_W8 = 1, LA_SMTC_M1 = 2 };
-
-/* Launches it (the views must satisfy la_softmax_tc_applies; `tiling` one of
- * the above, W8/M1 only where D = Dv = 32): BKV = 64; Q fragments in
- * registers for D = Dv ≤ 64, else ldmatrix'ed from smem every tile (D = 128:
- * 96 KB smem, 2 CTAs an SM). */
+/* Launches it (the views must satisfy la_softmax_tc_applies): 4 warps × 32
+ * query rows (BQ = 128), BKV = 64; Q fragments in registers for D = Dv ≤ 64,
+ * else ldmatrix'ed from smem every tile (D = 128: 96 KB smem, 2 CTAs an SM). */
 la_status la_softmax_tc_launch(const la_tensor *q, const la_tensor *k, const la_tensor *v,
-                               la_tensor *out, la_tensor *lse, float scale, int causal, int tiling,
+                               la_tensor *out, la_tensor *lse, float scale, int causal,
                                cudaStream_t st);
 
 #endif
