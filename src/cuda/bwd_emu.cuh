@@ -6,7 +6,7 @@
  * exchanging through per-warp slots between two warp barriers:
  *   ldmatrix: lane l addresses row l % 8 of matrix l / 8; lane t receives
  *     row t / 4, elements 2(t % 4), +1 (trans: rows 2(t % 4), +1 of column t / 4)
- *   mma: a0..a3 = (g, 2c..) (g+8, 2c..) (g, 2c+8..) (g+8, 2c+8..); b0, b1 =
+ *   mma (bf16 or f16): a0..a3 = (g, 2c..) (g+8, 2c..) (g, 2c+8..) (g+8, 2c+8..); b0, b1 =
  *     (k 2c.., n g) (k 2c+8.., n g); c0..c3 = (g, 2c) (g, 2c+1) (g+8, 2c)
  *     (g+8, 2c+1), g = lane / 4, c = lane % 4. */
 #ifndef LA_CUDA_BWD_EMU_CUH
@@ -59,7 +59,13 @@ static inline void bt_ldsm_emu(uint32_t *r, const void *p, bool trans) {
 }
 static inline void bt_ldsm4(uint32_t *r, const void *p) { bt_ldsm_emu(r, p, false); }
 static inline void bt_ldsm4t(uint32_t *r, const void *p) { bt_ldsm_emu(r, p, true); }
-static inline void bt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+static inline float bt_hf(uint32_t v) {
+    __half_raw r;
+    r.x = (unsigned short)(v & 0xffffu);
+    return __half2float(__half(r));
+}
+/* mma m16n8k16, bf16 (f16 = false) or f16 inputs */
+static inline void bt_mma_emu(float *c, const uint32_t *a, uint32_t b0, uint32_t b1, bool f16) {
     const int w = bwd_emu_tid / 32, lane = bwd_emu_tid % 32;
     for (int i = 0; i < 4; i++) bwd_emu_b->fa[w][lane][i] = a[i];
     bwd_emu_b->fb[w][lane][0] = b0;
@@ -67,11 +73,11 @@ static inline void bt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
     bt_syncwarp();
     auto A = [&](int r, int k) {
         const uint32_t v = bwd_emu_b->fa[w][(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-        return bt_bf((k & 1) ? v >> 16 : v);
+        return f16 ? bt_hf((k & 1) ? v >> 16 : v) : bt_bf((k & 1) ? v >> 16 : v);
     };
     auto B = [&](int k, int n) {
         const uint32_t v = bwd_emu_b->fb[w][n * 4 + (k % 8) / 2][k >= 8];
-        return bt_bf((k & 1) ? v >> 16 : v);
+        return f16 ? bt_hf((k & 1) ? v >> 16 : v) : bt_bf((k & 1) ? v >> 16 : v);
     };
     const int g = lane / 4, cc = lane % 4;
     float out[4];
@@ -83,6 +89,12 @@ static inline void bt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1)
     }
     bt_syncwarp();
     for (int e = 0; e < 4; e++) c[e] = out[e];
+}
+static inline void bt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    bt_mma_emu(c, a, b0, b1, false);
+}
+static inline void bt_mma_f16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    bt_mma_emu(c, a, b0, b1, true);
 }
 /* run kern(args...) on a gx × gy grid of nth-thread CTAs, one CTA at a time */
 template <class F> static void bt_emu_launch(unsigned gx, unsigned gy, int nth, size_t smem, F f) {

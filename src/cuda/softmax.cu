@@ -9,9 +9,11 @@
  * and lse = −inf (as the CPU path). This is the general path; it runs on
  * CUDA cores, not tensor cores (see docs/PERF.md for its speed).
  *
- * Selection (sm_select, family "softmax"): bf16 q/k/v/out with D = Dv ∈
- * {64, 128} and rows of D contiguous and 16-byte aligned take the tensor-core
- * kernel of softmax_tc.cu ("tc"); the rest this kernel ("portable"). */
+ * Selection (sm_select, family "softmax"): bf16 or f16 q/k/v/out (one
+ * dtype) with head dims D = Dv ∈ {32, 64, 128} or (D, Dv) = (64, 128),
+ * (128, 64) and rows of D contiguous and 16-byte aligned take the
+ * tensor-core kernel of softmax_tc.cu ("tc"); the rest this kernel
+ * ("portable"), and a verbose context says which and why. */
 #include "cuda_ops.h"
 #include "common.cuh"
 #include "select.cuh"
@@ -176,7 +178,8 @@ la_status sm_select(const la_tensor *q, const la_tensor *k, const la_tensor *v,
     if (i < 0) return la_cu_unknown_variant("softmax", forced, "tc, portable");
     if (i == SM_TC && !tc)
         return la_cu_variant_unsupported("softmax", forced,
-                                         "bf16, D = Dv in {64, 128}, rows contiguous");
+                                         "bf16 or f16, D = Dv in {32, 64, 128} or D/Dv 64/128, "
+                                         "128/64, rows contiguous and 16-byte aligned");
     *kern = (sm_kernel)i;
     return LA_OK;
 }
@@ -211,9 +214,14 @@ extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const
     a.causal = p->causal != 0;
     sm_kernel kern;
     LA_TRY(sm_select(q, k, v, out, la_context_variant(ctx, "softmax"), &kern));
-    la_cu_report(ctx, "softmax", sm_names[kern], "B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d",
-                 (long long)a.B, (long long)a.Nq, (long long)a.Nk, (long long)a.H, (long long)a.Hk,
-                 (long long)a.D, (long long)a.Dv, a.causal);
+    la_cu_report(ctx, "softmax", sm_names[kern],
+                 "B=%lld Nq=%lld Nk=%lld H=%lld Hk=%lld D=%lld Dv=%lld causal=%d%s", (long long)a.B,
+                 (long long)a.Nq, (long long)a.Nk, (long long)a.H, (long long)a.Hk, (long long)a.D,
+                 (long long)a.Dv, a.causal,
+                 kern == SM_TC ? ""
+                 : la_softmax_tc_dims(a.D, a.Dv)
+                     ? "; not tensor cores: needs bf16/f16 views, rows contiguous, 16-byte aligned"
+                     : "; not tensor cores: no tiling for these head dims");
     if (kern == SM_TC) return la_softmax_tc_launch(q, k, v, out, lse, a.scale, a.causal, la_cu_stream(ctx));
     if (a.D > MAX_D)
         return la_err(LA_ERR_UNSUPPORTED, "softmax CUDA: head dim D=%lld exceeds %d",

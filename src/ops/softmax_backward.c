@@ -20,13 +20,15 @@ la_status la_softmax_backward(const la_softmax_params *p, const la_tensor *q,
     const la_device dev = q->device;
     if (dev != LA_DEVICE_CPU && dev != LA_DEVICE_CUDA)
         return la_err(LA_ERR_DEVICE, "q: unknown device %d", (int)dev);
-    LA_TRY(la_check_tensor(q, "q", 4, LA_DT_FLOAT, dev, false));
-    LA_TRY(la_check_tensor(k, "k", 4, LA_DT_FLOAT, dev, false));
-    LA_TRY(la_check_tensor(v, "v", 4, LA_DT_FLOAT, dev, false));
+    /* f16 on CUDA only (the CPU path loads f32, f64 and bf16) */
+    const unsigned dts = LA_DT_FLOAT | (dev == LA_DEVICE_CUDA ? LA_DT(LA_F16) : 0u);
+    LA_TRY(la_check_tensor(q, "q", 4, dts, dev, false));
+    LA_TRY(la_check_tensor(k, "k", 4, dts, dev, false));
+    LA_TRY(la_check_tensor(v, "v", 4, dts, dev, false));
     if (!out) return la_err(LA_ERR_ARG, "out: NULL (the softmax backward reads the forward's output)");
     if (!lse) return la_err(LA_ERR_ARG, "lse: NULL (the softmax backward needs the forward's lse)");
-    LA_TRY(la_check_tensor(out, "out", 4, LA_DT_FLOAT, dev, false));
-    LA_TRY(la_check_tensor(lse, "lse", 3, LA_DT_FLOAT, dev, false));
+    LA_TRY(la_check_tensor(out, "out", 4, dts, dev, false));
+    LA_TRY(la_check_tensor(lse, "lse", 3, dts, dev, false));
 
     const int64_t B = q->ne[0], Nq = q->ne[1], H = q->ne[2], D = q->ne[3];
     const int64_t Nk = k->ne[1], Hk = k->ne[2], Dv = v->ne[3];
@@ -50,7 +52,7 @@ la_status la_softmax_backward(const la_softmax_params *p, const la_tensor *q,
     LA_TRY(la_check_dim(lse, "lse", 0, B, "(batch of q)"));
     LA_TRY(la_check_dim(lse, "lse", 1, Nq, "(queries of q)"));
     LA_TRY(la_check_dim(lse, "lse", 2, H, "(heads of q)"));
-    LA_TRY(la_bwd_check_like(d_out, "d_out", out, "out", LA_DT_FLOAT));
+    LA_TRY(la_bwd_check_like(d_out, "d_out", out, "out", dts));
     if (dq) LA_TRY(la_bwd_check_grad(dq, "dq", q, "q"));
     if (dk) LA_TRY(la_bwd_check_grad(dk, "dk", k, "k"));
     if (dv) LA_TRY(la_bwd_check_grad(dv, "dv", v, "v"));

@@ -3,8 +3,10 @@
  * same fresh random inputs (the CPU path has its float64-reference cases in
  * cases_cpu.c and tests/cpu/test_softmax.c).
  *
- * Both CUDA paths: the tensor-core kernel (bf16, D = Dv in {64, 128}, rows of
- * D contiguous and 16-byte aligned; variant "tc" of family "softmax") and
+ * Both CUDA paths: the tensor-core kernel (bf16 or f16, D = Dv in {32, 64,
+ * 128} or D/Dv = 64/128, 128/64, rows of D contiguous and 16-byte aligned;
+ * variant "tc" of family "softmax"; f16 is checked by dev/cuda/softmax.cu
+ * until the op layer and this harness take f16) and
  * the general fp32 kernel (other head dims, f32, unaligned rows, variant
  * "portable"). Each case without a
  * forced variant checks which path the dispatch takes; out and lse are
@@ -146,8 +148,8 @@ static la_status probe(la_context *ctx) {
 
 /* The tensor-core path: partial tiles, Nq != Nk, GQA, layouts, lse, scales. */
 static void tc_cases(bo_list *L) {
-    for (int di = 0; di < 2; di++) {
-        const int64_t D = di ? 128 : 64;
+    for (int di = 0; di < 3; di++) {
+        const int64_t D = di == 2 ? 32 : di ? 128 : 64;
         for (int causal = 0; causal < 2; causal++) {
             add(L, 1, NULL, mk(1, 1, 1, 1, 1, D, causal, 0, 1));
             add(L, 1, NULL, mk(2, 63, 63, 2, 1, D, causal, 1, 1));
@@ -179,11 +181,27 @@ void cases_softmax(bo_list *L) {
         add(L, 0, NULL, mk(1, 4096, 4096, 4, 1, 64, causal, 1, 1));
     }
     add(L, 0, NULL, mk(1, 1000, 4096, 2, 1, 128, 1, 1, 1));
+    add(L, 0, NULL, mk(1, 4096, 4096, 8, 2, 32, 1, 1, 1));
+
+    /* Dv != D on the tensor-core path: (64, 128) and (128, 64) */
+    for (int causal = 0; causal < 2; causal++)
+        for (int di = 0; di < 2; di++) {
+            const int64_t D = di ? 128 : 64, Dv = di ? 64 : 128;
+            sm_case c = mk(2, 63, 63, 2, 1, D, causal, 1, 1);
+            c.Dv = Dv;
+            add(L, 1, NULL, c);
+            c = mk(1, 1000, 1000, 4, 2, D, causal, causal, 1);
+            c.Dv = Dv;
+            add(L, 1, NULL, c);
+            c = mk(1, 130, 65, 2, 2, D, causal, 0, 1); /* Nq > Nk */
+            c.Dv = Dv;
+            add(L, 1, NULL, c);
+        }
 
     /* the tensor-core kernel forced ("tc"; the former tests ran these shapes
      * under each of the other tilings, removed from src/) */
-    for (int di = 0; di < 2; di++) {
-        const int64_t D = di ? 128 : 64;
+    for (int di = 0; di < 3; di++) {
+        const int64_t D = di == 2 ? 32 : di ? 128 : 64;
         add(L, 1, "tc", mk(2, 63, 63, 2, 1, D, 1, 1, 1));
         add(L, 1, "tc", mk(1, 1000, 1000, 4, 2, D, 0, 0, 1));
         add(L, 1, "tc", mk(1, 1000, 1000, 4, 2, D, 1, 1, 1));
@@ -201,8 +219,14 @@ void cases_softmax(bo_list *L) {
     c = mk(1, 1000, 1000, 2, 2, 63, 0, 1, 1);
     c.want_tc = 0;
     add(L, 1, NULL, c);
-    c = mk(1, 130, 65, 2, 2, 64, 1, 0, 1); /* D = 64, Dv = 32 */
+    c = mk(1, 130, 65, 2, 2, 64, 1, 0, 1); /* D = 64, Dv = 32: no tiling */
     c.Dv = 32;
+    c.want_tc = 0;
+    add(L, 1, NULL, c);
+    c = mk(1, 65, 63, 2, 1, 48, 0, 1, 1); /* D = 48: no tiling */
+    c.want_tc = 0;
+    add(L, 1, NULL, c);
+    c = mk(1, 300, 300, 2, 1, 32, 1, 2, 1); /* bf16 D = 32, rows not 16-byte aligned */
     c.want_tc = 0;
     add(L, 1, NULL, c);
     c = mk(1, 300, 300, 2, 1, 128, 1, 2, 1); /* bf16 D = 128, rows not 16-byte aligned */
@@ -217,6 +241,9 @@ void cases_softmax(bo_list *L) {
     c.want_tc = 0;
     add(L, 1, "portable", c);
     c = mk(1, 65, 1000, 2, 1, 64, 0, 1, 1);
+    c.want_tc = 0;
+    add(L, 1, "portable", c);
+    c = mk(1, 65, 1000, 2, 1, 32, 1, 1, 1);
     c.want_tc = 0;
     add(L, 1, "portable", c);
 }

@@ -145,7 +145,7 @@ static void t_softmax_v(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64
 static void t_softmax(la_rng *r, la_context *ctx, int64_t B, int64_t Nq, int64_t Nk, int64_t H,
                       int64_t Hk, int64_t D, int64_t Dv, int causal, la_dtype dt, int perm) {
     t_softmax_v(r, ctx, B, Nq, Nk, H, Hk, D, Dv, causal, dt, perm, NULL);
-    if (dt == LA_BF16 && D == 128 && Dv == 128)
+    if (dt == LA_BF16 && D == Dv && (D == 32 || D == 64 || D == 128))
         t_softmax_v(r, ctx, B, Nq, Nk, H, Hk, D, Dv, causal, dt, perm, "portable");
 }
 
@@ -565,6 +565,9 @@ static void run_attn_tests(la_rng *r, la_context *ctx) {
         t_softmax(r, ctx, 1, 200, 300, 2, 1, 128, 64, 0, LA_F32, 1);
         t_softmax(r, ctx, 1, 1000, 1000, 2, 2, 64, 64, 0, LA_BF16, 1);
     }
+    /* the tensor-core path at D = Dv = 32 */
+    t_softmax(r, ctx, 1, 63, 65, 4, 2, 32, 32, 1, LA_BF16, 1);
+    t_softmax(r, ctx, 2, 65, 63, 2, 1, 32, 32, 1, LA_BF16, 0); /* first rows see no key */
     /* the tensor-core path: bf16, D = Dv = 128 */
     t_softmax(r, ctx, 1, 1, 1, 1, 1, 128, 128, 0, LA_BF16, 0);
     t_softmax(r, ctx, 1, 63, 65, 4, 2, 128, 128, 1, LA_BF16, 1);
