@@ -18,7 +18,7 @@
  * A case with `known_failure` set reports its failed checks as KNOWN-FAIL
  * (with the reason) and does not fail the run.
  *
- * Adding a family (e.g. the backward passes as cases_backward.c): write
+ * Adding a family (e.g. a new operator as cases_<family>.c): write
  * tests/backend/cases_<family>.c with
  *   - the case functions (`static void run_x(const void *arg)`: unpack a
  *     parameter struct, stage inputs -- bo_staging.h for host + device
@@ -149,7 +149,11 @@ int bo_have_cuda(void);
     X(smla)                                                                                    \
     X(dsa_fp8)                                                                                 \
     X(dsa_epi)                                                                                 \
-    X(nan)
+    X(nan)                                                                                     \
+    X(paged)                                                                                   \
+    X(backward_lin)                                                                            \
+    X(backward_attn)                                                                           \
+    X(backward_focused)
 #define BO_DECLARE(t) void cases_##t(bo_list *L);
 BO_TABLES(BO_DECLARE)
 #undef BO_DECLARE
