@@ -78,16 +78,18 @@ static inline int bwd_ok(int cuda, la_status st, const char *family, const char 
     return st == LA_OK;
 }
 
-/* Registers one backward case: BO_CPU, BO_CUDA with the library's choice,
- * and BO_CUDA once per variant of `family` in `variants` (n names). The
- * case argument's first member is an int `cuda` set here. */
+/* Registers one backward case: BO_CPU (small cases only: the CPU backward's
+ * own tests, tests/cpu/test_backward_*.c, cover it further, and these float64
+ * references are pairwise), BO_CUDA with the library's choice, and BO_CUDA
+ * once per variant of `family` in `variants` (n names). The case argument's
+ * first member is an int `cuda` set here. */
 static inline void bwd_add(bo_list *L, const char *op, const char *family,
                            const char *const *variants, int n, int small, bo_fn fn, void *arg,
                            size_t size, const char *name) {
     int *cuda = (int *)arg;
     *cuda = 0;
     const bo_opts oc = {op, BO_CPU, small, NULL, NULL, NULL};
-    bo_add(L, &oc, fn, arg, size, name);
+    if (small) bo_add(L, &oc, fn, arg, size, name);
     *cuda = 1;
     const bo_opts od = {op, BO_CUDA, small, NULL, NULL, NULL};
     bo_add(L, &od, fn, arg, size, name);
