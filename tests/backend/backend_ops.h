@@ -65,7 +65,7 @@ typedef la_status (*bo_probe_fn)(la_context *ctx);
 typedef struct bo_opts {
     const char *op;            /* the operator (-o filter): "softmax", "dsa", ... */
     int backend;               /* BO_CUDA (vs the CPU path) or BO_CPU (vs float64) */
-    int small;                 /* in the --small subset (compute-sanitizer) */
+    int small;                 /* in the --small subset (memcheck runs it, with --san) */
     const char *family;        /* kernel-variant family forced for the case, or NULL */
     const char *variant;       /* its variant (NULL: the library's own choice) */
     const char *known_failure; /* reason, when the case is a known library bug */

@@ -1,12 +1,15 @@
 /* test_backend_ops: every backend against its reference, from one list of
  * cases (see backend_ops.h for what a case is and how to add a family).
  *
- *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--perf] [--list]
- *                    [--shard I/N]
+ *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--san] [--perf]
+ *                    [--list] [--shard I/N]
  *
  *   -o OP      only cases of operator OP (softmax, linear, mhla, mhla_causal,
  *              mhla_decode, focused, topk, dsa -- the indexer cases, DSA with
- *              HISA and block-sparse --, sparse_attn); may be given several times
+ *              HISA and block-sparse --, sparse_attn, paged, and the backward
+ *              passes softmax_backward, linear_backward, mhla_backward,
+ *              mhla_causal_backward, focused_backward, sparse_attn_backward);
+ *              may be given several times
  *   -b B       only the cases of backend B: cpu (CPU vs float64) or cuda
  *              (CUDA vs the CPU path)
  *   -n SUBSTR  only cases whose name contains SUBSTR
