@@ -147,12 +147,9 @@ $(BACKEND_BIN): $(BACKEND_OBJS) $(BUILD)/liblongattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(BACKEND_OBJS) $(BUILD)/liblongattn.a $(LDLIBS)
 
 tests: all $(TEST_BINS)
-# The GPU tests: the harness's CUDA cases, and the families still tested by
-# their own binary until they become harness tables (tests/cuda/test_cuda_*.c:
-# the backward passes, the paged index cache).
-CUDA_TEST_SRCS := $(wildcard tests/cuda/test_cuda_*.c)
-CUDA_TEST_BINS := $(patsubst tests/%.c,$(BUILD)/tests/%,$(CUDA_TEST_SRCS))
-cuda-tests: all $(BACKEND_BIN) $(CUDA_TEST_BINS)
+# The GPU tests: the harness's CUDA cases (every operator, forward and
+# backward, and the paged index cache are case tables of tests/backend/).
+cuda-tests: all $(BACKEND_BIN)
 
 # ---- compile checks of the GPU-only code (CI: nvcc without a GPU) --------------
 # `make cuda-build-check` builds, in its own tree, the CUDA library, the
@@ -168,7 +165,7 @@ DEV_C_BINS := $(DEV_C_SRCS:%.c=$(BUILD)/%)
 cuda-build-check:
 ifeq ($(WITH_CUDA),1)
 	$(MAKE) BUILD=$(CUDA_CHECK_BUILD) SKIP_DEPS=1 $(CUDA_CHECK_BUILD)/tests/backend/test_backend_ops \
-	    $(CUDA_TEST_SRCS:tests/%.c=$(CUDA_CHECK_BUILD)/tests/%) $(CUDA_CHECK_BUILD)/bench/headline dev-cuda dev-c
+	    $(CUDA_CHECK_BUILD)/bench/headline dev-cuda dev-c
 	@echo "cuda-build-check: the harness and the dev drivers compiled and linked"
 else
 	@echo "cuda-build-check: no nvcc (or CUDA=0): nothing compiled"

@@ -62,6 +62,14 @@ static inline void la_feature_grad_n(la_feature f, const float *x, float *g, int
     }
 }
 
+/* Carves n consecutive blocks of len floats from the scratch w into *dst[0..n)
+ * and returns the first float after them (the backward passes lay their
+ * per-row blocks out this way). */
+static inline float *la_carve_blocks(float *w, int64_t len, float **const *dst, int n) {
+    for (int i = 0; i < n; i++) *dst[i] = w, w += len;
+    return w;
+}
+
 /* q [B,Nq,H,D], k [B,Nk,Hk,D], v [B,Nk,Hk,Dv], out/d_out [B,Nq,H,Dv],
  * lse [B,Nq,H]; scale resolved. */
 la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,

@@ -51,24 +51,16 @@ static size_t lb_scratch_floats(const lb_job *j, bool causal) {
 
 static void lb_carve(const lb_job *j, float *w, lb_scratch *s) {
     const int64_t R = j->R, D = j->D, Dv = j->Dv;
-    s->qr = w, w += R * D;
-    s->qt = w, w += R * D;
-    s->kr = w, w += R * D;
-    s->kt = w, w += R * D;
-    s->dqt = w, w += R * D;
-    s->dkt = w, w += R * D;
-    s->vv = w, w += R * Dv;
-    s->go = w, w += R * Dv;
-    s->o = w, w += R * Dv;
-    s->dvv = w, w += R * Dv;
-    s->a = w, w += R * R;
-    s->da = w, w += R * R;
-    s->den = w, w += R;
-    s->dden = w, w += R;
-    s->S = w, w += D * Dv;
-    s->dS = w, w += D * Dv;
-    s->z = w, w += D;
-    s->dz = w, w += D;
+    float **const rows_d[] = {&s->qr, &s->qt, &s->kr, &s->kt, &s->dqt, &s->dkt};
+    float **const rows_dv[] = {&s->vv, &s->go, &s->o, &s->dvv};
+    float **const rows_r[] = {&s->a, &s->da}, **const rows_1[] = {&s->den, &s->dden};
+    float **const state_dv[] = {&s->S, &s->dS}, **const state_1[] = {&s->z, &s->dz};
+    w = la_carve_blocks(w, R * D, rows_d, 6);
+    w = la_carve_blocks(w, R * Dv, rows_dv, 4);
+    w = la_carve_blocks(w, R * R, rows_r, 2);
+    w = la_carve_blocks(w, R, rows_1, 2);
+    w = la_carve_blocks(w, D * Dv, state_dv, 2);
+    w = la_carve_blocks(w, D, state_1, 2);
     s->gall = w;
     s->ddall = w + j->N * Dv;
 }

@@ -57,26 +57,16 @@ static size_t mb_ws_floats(const mb_job *j) {
 
 static void mb_carve(const mb_job *j, float *w, mb_ws *s) {
     const int64_t M = j->M, P = j->P, D = j->D, Dv = j->Dv;
-    s->Sa = w, w += M * j->L;
-    s->Sm = w, w += M * j->L;
-    s->dSm = w, w += M * j->L;
-    s->qr = w, w += P * D;
-    s->qt = w, w += P * D;
-    s->kr = w, w += P * D;
-    s->kt = w, w += P * D;
-    s->dqt = w, w += P * D;
-    s->dkt = w, w += P * D;
-    s->vv = w, w += P * Dv;
-    s->go = w, w += P * Dv;
-    s->o = w, w += P * Dv;
-    s->dvv = w, w += P * Dv;
-    s->den = w, w += P;
-    s->dden = w, w += P;
+    float **const mix[] = {&s->Sa, &s->Sm, &s->dSm};
+    float **const rows_d[] = {&s->qr, &s->qt, &s->kr, &s->kt, &s->dqt, &s->dkt};
+    float **const rows_dv[] = {&s->vv, &s->go, &s->o, &s->dvv}, **const rows_1[] = {&s->den, &s->dden};
+    w = la_carve_blocks(w, M * j->L, mix, 3);
+    w = la_carve_blocks(w, P * D, rows_d, 6);
+    w = la_carve_blocks(w, P * Dv, rows_dv, 4);
+    w = la_carve_blocks(w, P, rows_1, 2);
     if (j->rv) {
-        s->r = w, w += M * P;
-        s->dd = w, w += M * P;
-        s->dr = w, w += M * P;
-        s->dzx = w;
+        float **const rv_mp[] = {&s->r, &s->dd, &s->dr};
+        s->dzx = la_carve_blocks(w, M * P, rv_mp, 3);
     }
 }
 

@@ -172,6 +172,26 @@ __global__ void __launch_bounds__(NT) lf_rv_kernel(lf_args a) {
 }
 
 
+/* acc[i][j] += Σ_{c < TK} a[ty + 16i][c0 + c] · b[c][tx + 16j]: one TK-deep
+ * step of a 64×64 tile product held in shared memory, 4×4 outputs per thread
+ * (the output pass's q̃·summary, q̃·k̃ᵀ and A·V products). */
+template <int LDA>
+__device__ __forceinline__ void lf_tile_step(const float (*a)[LDA], int c0, const float (*b)[TILE],
+                                             int ty, int tx, float (&acc)[4][4]) {
+#pragma unroll 4
+    for (int c = 0; c < TK; c++) {
+        float ar[4], br[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) ar[i] = a[ty + 16 * i][c0 + c];
+#pragma unroll
+        for (int j = 0; j < 4; j++) br[j] = b[c][tx + 16 * j];
+#pragma unroll
+        for (int i = 0; i < 4; i++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], br[j], acc[i][j]);
+    }
+}
+
 /* ---- pass 3: outputs -----------------------------------------------------
  * grid (M·tiles_per_block, ceil(Dv/64), BH). Tokens: 64 consecutive positions
  * of one block's box. */
@@ -220,18 +240,7 @@ __global__ void __launch_bounds__(NT) lf_output_kernel(lf_args a, int64_t tpb) {
         }
         if (tid < TK) zs[tid] = (dc + tid < P.D) ? mrow[P.D * P.Dv + dc + tid] : 0.f;
         __syncthreads();
-#pragma unroll 4
-        for (int c = 0; c < TK; c++) {
-            float qr[4], mr[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++) qr[i] = qs[ty + 16 * i][c];
-#pragma unroll
-            for (int j = 0; j < 4; j++) mr[j] = ms[c][tx + 16 * j];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++) acc[i][j] = fmaf(qr[i], mr[j], acc[i][j]);
-        }
+        lf_tile_step(qs, 0, ms, ty, tx, acc);
         if (tid < TILE)
             for (int c = 0; c < TK; c++) dacc = fmaf(qs[tid][c], zs[c], dacc);
         __syncthreads();
@@ -260,18 +269,7 @@ __global__ void __launch_bounds__(NT) lf_output_kernel(lf_args a, int64_t tpb) {
                                                    : 0.f;
                 }
                 __syncthreads();
-#pragma unroll 4
-                for (int c = 0; c < TK; c++) {
-                    float qr[4], kr[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) qr[i] = qs[ty + 16 * i][c];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) kr[j] = ms[c][tx + 16 * j];
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++) sacc[i][j] = fmaf(qr[i], kr[j], sacc[i][j]);
-                }
+                lf_tile_step(qs, 0, ms, ty, tx, sacc);
             }
             /* mask (key position ≤ query position) and weight */
 #pragma unroll
@@ -294,18 +292,7 @@ __global__ void __launch_bounds__(NT) lf_output_kernel(lf_args a, int64_t tpb) {
                                                           : 0.f;
                 }
                 __syncthreads();
-#pragma unroll 4
-                for (int r = 0; r < TK; r++) {
-                    float ar[4], vr[4];
-#pragma unroll
-                    for (int i = 0; i < 4; i++) ar[i] = As[ty + 16 * i][half * TK + r];
-#pragma unroll
-                    for (int j = 0; j < 4; j++) vr[j] = ms[r][tx + 16 * j];
-#pragma unroll
-                    for (int i = 0; i < 4; i++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++) acc[i][j] = fmaf(ar[i], vr[j], acc[i][j]);
-                }
+                lf_tile_step(As, half * TK, ms, ty, tx, acc);
                 __syncthreads();
             }
         }

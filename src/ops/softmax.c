@@ -4,13 +4,11 @@
 
 #include "core/internal.h"
 #include "cpu/softmax_cpu.h"
+#include "ops/softmax_check.h"
 #ifdef LA_WITH_CUDA
 #include "cuda/cuda_ops.h"
 #endif
 
-/* Head dims beyond this are rejected: tile buffers scale with them and the
- * BLAS interface takes int extents. */
-#define LA_SOFTMAX_MAX_HEAD_DIM 65536
 
 la_status la_softmax_params_init(la_softmax_params *p) {
     if (!p) return la_err(LA_ERR_ARG, "la_softmax_params_init: p is NULL");
@@ -22,7 +20,6 @@ la_status la_softmax_params_init(la_softmax_params *p) {
 la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
                                const la_tensor *k, const la_tensor *v, la_tensor *out,
                                la_tensor *lse, la_context *ctx) {
-    char sq[96], sk[96];
     if (!p) return la_err(LA_ERR_ARG, "softmax: params is NULL");
     if (!q) return la_err(LA_ERR_ARG, "softmax: q is NULL");
     const la_device dev = q->device;
@@ -36,37 +33,8 @@ la_status la_softmax_attention(const la_softmax_params *p, const la_tensor *q,
     LA_TRY(la_check_tensor(out, "out", 4, dts, dev, false));
     if (lse) LA_TRY(la_check_tensor(lse, "lse", 3, dts, dev, false));
 
-    const int64_t B = q->ne[0], Nq = q->ne[1], H = q->ne[2], D = q->ne[3];
-    const int64_t Nk = k->ne[1], Hk = k->ne[2], Dv = v->ne[3];
-    if (k->ne[0] != B)
-        return la_err(LA_ERR_SHAPE, "k: batch %lld in %s, but q %s has B=%lld",
-                      (long long)k->ne[0], la_shape_str(k, sk, sizeof sk),
-                      la_shape_str(q, sq, sizeof sq), (long long)B);
-    if (k->ne[3] != D)
-        return la_err(LA_ERR_SHAPE, "k: head dim %lld in %s, but q %s has D=%lld",
-                      (long long)k->ne[3], la_shape_str(k, sk, sizeof sk),
-                      la_shape_str(q, sq, sizeof sq), (long long)D);
-    if (H % Hk != 0)
-        return la_err(LA_ERR_SHAPE,
-                      "k: %lld kv heads in %s do not divide the %lld query heads of q %s (GQA "
-                      "needs H %% Hk == 0)",
-                      (long long)Hk, la_shape_str(k, sk, sizeof sk), (long long)H,
-                      la_shape_str(q, sq, sizeof sq));
-    LA_TRY(la_check_dim(v, "v", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(v, "v", 1, Nk, "(keys of k)"));
-    LA_TRY(la_check_dim(v, "v", 2, Hk, "(kv heads of k)"));
-    if (D > LA_SOFTMAX_MAX_HEAD_DIM || Dv > LA_SOFTMAX_MAX_HEAD_DIM)
-        return la_err(LA_ERR_SHAPE, "softmax: head dims D=%lld, Dv=%lld exceed the maximum %d",
-                      (long long)D, (long long)Dv, LA_SOFTMAX_MAX_HEAD_DIM);
-    LA_TRY(la_check_dim(out, "out", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(out, "out", 1, Nq, "(queries of q)"));
-    LA_TRY(la_check_dim(out, "out", 2, H, "(heads of q)"));
-    LA_TRY(la_check_dim(out, "out", 3, Dv, "(head dim of v)"));
-    if (lse) {
-        LA_TRY(la_check_dim(lse, "lse", 0, B, "(batch of q)"));
-        LA_TRY(la_check_dim(lse, "lse", 1, Nq, "(queries of q)"));
-        LA_TRY(la_check_dim(lse, "lse", 2, H, "(heads of q)"));
-    }
+    LA_TRY(la_softmax_check_shapes("softmax", q, k, v, out, lse));
+    const int64_t D = q->ne[3];
     if (!isfinite(p->scale))
         return la_err(LA_ERR_ARG, "scale: %g is not finite (0 = default D^-1/2)", (double)p->scale);
     const float scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)D);

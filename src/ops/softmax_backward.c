@@ -4,17 +4,15 @@
 #include "core/internal.h"
 #include "cpu/backward_cpu.h"
 #include "ops/backward_check.h"
+#include "ops/softmax_check.h"
 #ifdef LA_WITH_CUDA
 #include "cuda/cuda_bwd.h"
 #endif
-
-#define LA_SOFTMAX_BWD_MAX_HEAD_DIM 65536
 
 la_status la_softmax_backward(const la_softmax_params *p, const la_tensor *q,
                               const la_tensor *k, const la_tensor *v, const la_tensor *out,
                               const la_tensor *lse, const la_tensor *d_out, la_tensor *dq,
                               la_tensor *dk, la_tensor *dv, la_context *ctx) {
-    char sq[96], sk[96];
     if (!p) return la_err(LA_ERR_ARG, "softmax backward: params is NULL");
     if (!q) return la_err(LA_ERR_ARG, "softmax backward: q is NULL");
     const la_device dev = q->device;
@@ -30,35 +28,14 @@ la_status la_softmax_backward(const la_softmax_params *p, const la_tensor *q,
     LA_TRY(la_check_tensor(out, "out", 4, dts, dev, false));
     LA_TRY(la_check_tensor(lse, "lse", 3, dts, dev, false));
 
-    const int64_t B = q->ne[0], Nq = q->ne[1], H = q->ne[2], D = q->ne[3];
-    const int64_t Nk = k->ne[1], Hk = k->ne[2], Dv = v->ne[3];
-    if (k->ne[0] != B || k->ne[3] != D)
-        return la_err(LA_ERR_SHAPE, "k: %s, but q is %s (k is [B,Nk,Hk,D] with q's B and D)",
-                      la_shape_str(k, sk, sizeof sk), la_shape_str(q, sq, sizeof sq));
-    if (H % Hk != 0)
-        return la_err(LA_ERR_SHAPE, "k: %lld kv heads in %s do not divide the %lld query heads of q %s",
-                      (long long)Hk, la_shape_str(k, sk, sizeof sk), (long long)H,
-                      la_shape_str(q, sq, sizeof sq));
-    LA_TRY(la_check_dim(v, "v", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(v, "v", 1, Nk, "(keys of k)"));
-    LA_TRY(la_check_dim(v, "v", 2, Hk, "(kv heads of k)"));
-    if (D > LA_SOFTMAX_BWD_MAX_HEAD_DIM || Dv > LA_SOFTMAX_BWD_MAX_HEAD_DIM)
-        return la_err(LA_ERR_SHAPE, "softmax backward: head dims D=%lld, Dv=%lld exceed the maximum %d",
-                      (long long)D, (long long)Dv, LA_SOFTMAX_BWD_MAX_HEAD_DIM);
-    LA_TRY(la_check_dim(out, "out", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(out, "out", 1, Nq, "(queries of q)"));
-    LA_TRY(la_check_dim(out, "out", 2, H, "(heads of q)"));
-    LA_TRY(la_check_dim(out, "out", 3, Dv, "(head dim of v)"));
-    LA_TRY(la_check_dim(lse, "lse", 0, B, "(batch of q)"));
-    LA_TRY(la_check_dim(lse, "lse", 1, Nq, "(queries of q)"));
-    LA_TRY(la_check_dim(lse, "lse", 2, H, "(heads of q)"));
+    LA_TRY(la_softmax_check_shapes("softmax backward", q, k, v, out, lse));
     LA_TRY(la_bwd_check_like(d_out, "d_out", out, "out", dts));
     if (dq) LA_TRY(la_bwd_check_grad(dq, "dq", q, "q"));
     if (dk) LA_TRY(la_bwd_check_grad(dk, "dk", k, "k"));
     if (dv) LA_TRY(la_bwd_check_grad(dv, "dv", v, "v"));
     if (!isfinite(p->scale))
         return la_err(LA_ERR_ARG, "scale: %g is not finite (0 = default D^-1/2)", (double)p->scale);
-    const float scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)D);
+    const float scale = p->scale != 0.f ? p->scale : 1.f / sqrtf((float)q->ne[3]);
 
     const la_tensor *outs[3] = {dq, dk, dv};
     const char *out_names[3] = {"dq", "dk", "dv"};

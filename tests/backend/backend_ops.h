@@ -18,7 +18,7 @@
  * A case with `known_failure` set reports its failed checks as KNOWN-FAIL
  * (with the reason) and does not fail the run.
  *
- * Adding a family (e.g. the backward passes as cases_backward.c): write
+ * Adding a family (e.g. a new operator as cases_<family>.c): write
  * tests/backend/cases_<family>.c with
  *   - the case functions (`static void run_x(const void *arg)`: unpack a
  *     parameter struct, stage inputs -- bo_staging.h for host + device
@@ -65,7 +65,7 @@ typedef la_status (*bo_probe_fn)(la_context *ctx);
 typedef struct bo_opts {
     const char *op;            /* the operator (-o filter): "softmax", "dsa", ... */
     int backend;               /* BO_CUDA (vs the CPU path) or BO_CPU (vs float64) */
-    int small;                 /* in the --small subset (compute-sanitizer) */
+    int small;                 /* in the --small subset (memcheck runs it, with --san) */
     const char *family;        /* kernel-variant family forced for the case, or NULL */
     const char *variant;       /* its variant (NULL: the library's own choice) */
     const char *known_failure; /* reason, when the case is a known library bug */
@@ -76,6 +76,9 @@ typedef struct bo_case {
     const char *table;         /* the case table (cases_<table>.c) */
     bo_fn fn;
     int repeat;                /* cases of the same name before this one (seeds differ) */
+    const char *kernel;        /* the kernel path beyond op x variant x dtype (bo_set_kernel) */
+    int san_rep;               /* marked as its kernel's --san representative (bo_mark_san) */
+    int san_pick;              /* chosen for --san (set by the harness) */
     char name[BO_NAME_MAX];
     _Alignas(max_align_t) unsigned char arg[BO_ARG_MAX];
 } bo_case;
@@ -98,6 +101,13 @@ typedef struct bo_list {
 void bo_add(bo_list *L, const bo_opts *o, bo_fn fn, const void *arg, size_t arg_size,
             const char *name);
 void bo_add_probe(bo_list *L, const char *family, bo_probe_fn fn);
+/* For --san (one case per distinct kernel, see test_backend_ops.c), about
+ * the case added last: the kernel path it exercises beyond op x variant x
+ * dtype (e.g. "D128 causal"; a static string; default: read from the name),
+ * and that it is its kernel's representative (the smallest shape with >= 2
+ * tiles along each tiled axis; default: chosen from the names). */
+void bo_set_kernel(bo_list *L, const char *path);
+void bo_mark_san(bo_list *L);
 
 /* BO_ADD(L, opts, fn, T, field values...): a case whose argument is the
  * struct T built from the values in field order; its name is fn and the
@@ -149,7 +159,11 @@ int bo_have_cuda(void);
     X(smla)                                                                                    \
     X(dsa_fp8)                                                                                 \
     X(dsa_epi)                                                                                 \
-    X(nan)
+    X(nan)                                                                                     \
+    X(paged)                                                                                   \
+    X(backward_lin)                                                                            \
+    X(backward_attn)                                                                           \
+    X(backward_focused)
 #define BO_DECLARE(t) void cases_##t(bo_list *L);
 BO_TABLES(BO_DECLARE)
 #undef BO_DECLARE

@@ -1,16 +1,22 @@
 /* test_backend_ops: every backend against its reference, from one list of
  * cases (see backend_ops.h for what a case is and how to add a family).
  *
- *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--perf] [--list]
- *                    [--shard I/N]
+ *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--san] [--perf]
+ *                    [--list] [--shard I/N]
  *
  *   -o OP      only cases of operator OP (softmax, linear, mhla, mhla_causal,
  *              mhla_decode, focused, topk, dsa -- the indexer cases, DSA with
- *              HISA and block-sparse --, sparse_attn); may be given several times
+ *              HISA and block-sparse --, sparse_attn, paged, and the backward
+ *              passes softmax_backward, linear_backward, mhla_backward,
+ *              mhla_causal_backward, focused_backward, sparse_attn_backward);
+ *              may be given several times
  *   -b B       only the cases of backend B: cpu (CPU vs float64) or cuda
  *              (CUDA vs the CPU path)
  *   -n SUBSTR  only cases whose name contains SUBSTR
- *   --small    only the small cases (the compute-sanitizer subset)
+ *   --small    only the small cases
+ *   --san      one CUDA case per distinct kernel (op x variant x dtype x
+ *              path), at the smallest shape with several tiles: the
+ *              compute-sanitizer selection (with --small: the union)
  *   --perf     print the wall time of each case
  *   --list     list the selected cases, run nothing
  *   --shard I/N  only the selected cases whose position in the list is I
@@ -21,6 +27,7 @@
  * last "N passed, N failed" (checks). Exit status 1 when a check failed. */
 #include "backend_ops.h"
 
+#include <ctype.h>
 #include <setjmp.h>
 #include <stdarg.h>
 
@@ -64,12 +71,149 @@ void bo_add_probe(bo_list *L, const char *family, bo_probe_fn fn) {
     L->nprobes++;
 }
 
+void bo_set_kernel(bo_list *L, const char *path) {
+    if (L->n) L->cases[L->n - 1].kernel = path;
+}
+void bo_mark_san(bo_list *L) {
+    if (L->n) L->cases[L->n - 1].san_rep = 1;
+}
+
+/* ---- --san: one case per distinct kernel ------------------------------------------
+ * compute-sanitizer (racecheck above all) multiplies a case's time by 10 to
+ * 1000, so the sanitizer runs take one case per distinct kernel. A CUDA
+ * case's kernel key is: op, forced variant, case function (the name's first
+ * word), dtype (the first dtype the name spells: fp8 / e4m3, bf16, f16, f32,
+ * f64, any case) and path (bo_set_kernel's, else the class of the name's
+ * head-dim token "D<n>": D32, D64, D128 -- the head dims kernels are
+ * templated on -- or Dx for any other, and "causal" when a word of the
+ * name is causal, causal1 or c1).
+ * Per key the representative is the case marked with bo_mark_san, else,
+ * among the cases whose sequence extent (name_size) is at most
+ * SAN_MAX_EXTENT, the smallest (product of the name's numbers) whose extent
+ * is at least SAN_MIN_EXTENT (two 64-row tiles and a partial one along each
+ * sequence axis), else the largest of the --small subset, else the
+ * smallest. A key with no case within SAN_MAX_EXTENT (kernels that only run
+ * past 8K tokens) is left out: the run says how many kernels it covers of
+ * how many. The names are the tables' own, so this is a heuristic: a table
+ * overrides it with bo_set_kernel and bo_mark_san. */
+#define SAN_MIN_EXTENT 129
+#define SAN_MAX_EXTENT 8192
+
+static int has_word(const char *name, const char *w) {
+    const size_t n = strlen(w);
+    for (const char *p = strstr(name, w); p; p = strstr(p + 1, w)) {
+        const int left = p == name || strchr(" (,[", p[-1]) != NULL;
+        const int right = p[n] == 0 || strchr(" ),]", p[n]) != NULL;
+        if (left && right) return 1;
+    }
+    return 0;
+}
+static const char *name_dtype(const char *name) {
+    static const struct { const char *tok, *dt; } tab[] = {
+        {"fp8", "fp8"}, {"FP8", "fp8"}, {"e4m3", "fp8"}, {"E4M3", "fp8"}, {"bf16", "bf16"},
+        {"BF16", "bf16"}, {"f16", "f16"}, {"F16", "f16"}, {"f32", "f32"}, {"F32", "f32"},
+        {"f64", "f64"}, {"F64", "f64"}};
+    for (size_t i = 0; i < sizeof tab / sizeof tab[0]; i++)
+        if (strstr(name, tab[i].tok)) return tab[i].dt;
+    return "-";
+}
+static void kernel_key(const bo_case *c, char *key, size_t len) {
+    char path[64] = "";
+    if (c->kernel) {
+        snprintf(path, sizeof path, "%s", c->kernel);
+    } else {
+        for (const char *p = c->name; *p; p++)
+            if (*p == 'D' && p[1] >= '0' && p[1] <= '9' && (p == c->name || strchr(" (,[", p[-1]))) {
+                const long d = strtol(p + 1, NULL, 10);
+                snprintf(path, sizeof path, (d == 32 || d == 64 || d == 128) ? "D%ld" : "Dx", d);
+                break;
+            }
+        if (has_word(c->name, "causal") || has_word(c->name, "causal1") || has_word(c->name, "c1"))
+            snprintf(path + strlen(path), sizeof path - strlen(path), " causal");
+    }
+    int w = 0;
+    while (c->name[w] && !strchr(" (", c->name[w])) w++;
+    snprintf(key, len, "%s|%s=%s|%.*s|%s|%s", c->o.op, c->o.family ? c->o.family : "",
+             c->o.variant ? c->o.variant : "", w, c->name, name_dtype(c->name), path);
+}
+/* Whether the number at p in name follows a sequence-axis label: N, Nq,
+ * Nk, T, L (then optionally '='), "grid " or "map ". */
+static int seq_label(const char *name, const char *p) {
+    static const char *const labels[] = {"N", "Nq", "Nk", "T", "L", "N=", "T=", "L=", "grid ",
+                                         "map "};
+    for (size_t i = 0; i < sizeof labels / sizeof labels[0]; i++) {
+        const size_t n = strlen(labels[i]);
+        if ((size_t)(p - name) < n || strncmp(p - n, labels[i], n)) continue;
+        const char *b = p - n;
+        if (b == name || !isalnum((unsigned char)b[-1])) return 1;
+    }
+    return 0;
+}
+/* The numbers of a case's name (a map "AxB" counts as one number A*B, a
+ * suffix K as 1024): their product (a size) and the sequence extent (the
+ * smallest number after a sequence-axis label, as each such axis is tiled;
+ * without one, the largest number). */
+static void name_size(const char *name, double *volume, long *extent) {
+    long largest = 0, seq = 0;
+    *volume = 1;
+    for (const char *p = name; *p;) {
+        if (*p < '0' || *p > '9') {
+            p++;
+            continue;
+        }
+        char *end;
+        long v = strtol(p, &end, 10);
+        while (*end == 'x' && end[1] >= '0' && end[1] <= '9') v *= strtol(end + 1, &end, 10);
+        if (*end == 'K') v *= 1024;
+        if (v > 1) *volume *= (double)v;
+        if (v > largest) largest = v;
+        if (seq_label(name, p) && (!seq || v < seq)) seq = v;
+        p = end;
+    }
+    *extent = seq ? seq : largest;
+}
+/* Sets san_pick on one CUDA case per kernel key; returns the number of keys. */
+static int san_select(bo_list *L) {
+    char(*keys)[256] = calloc((size_t)(L->n ? L->n : 1), sizeof *keys);
+    int *done = calloc((size_t)(L->n ? L->n : 1), sizeof(int)), nkeys = 0;
+    if (!keys || !done) {
+        fprintf(stderr, "test_backend_ops: out of memory\n");
+        exit(2);
+    }
+    for (int i = 0; i < L->n; i++)
+        if (L->cases[i].o.backend == BO_CUDA) kernel_key(&L->cases[i], keys[i], sizeof keys[i]);
+    for (int i = 0; i < L->n; i++) {
+        if (L->cases[i].o.backend != BO_CUDA || done[i]) continue;
+        nkeys++;
+        int marked = -1, multi = -1, small = -1, any = -1;
+        double vm = 0, vs = 0, va = 0;
+        for (int j = i; j < L->n; j++) {
+            const bo_case *c = &L->cases[j];
+            if (c->o.backend != BO_CUDA || done[j] || strcmp(keys[j], keys[i])) continue;
+            done[j] = 1;
+            double v;
+            long big;
+            name_size(c->name, &v, &big);
+            if (c->san_rep && marked < 0) marked = j;
+            if (big > SAN_MAX_EXTENT) continue;
+            if (big >= SAN_MIN_EXTENT && (multi < 0 || v < vm)) multi = j, vm = v;
+            if (c->o.small && (small < 0 || v > vs)) small = j, vs = v;
+            if (any < 0 || v < va) any = j, va = v;
+        }
+        const int pick = marked >= 0 ? marked : multi >= 0 ? multi : small >= 0 ? small : any;
+        if (pick >= 0) L->cases[pick].san_pick = 1;
+    }
+    free(keys);
+    free(done);
+    return nkeys;
+}
+
 /* ---- run state ------------------------------------------------------------------ */
 typedef struct bo_run {
     bo_list *L;
     la_context *ctx;
     const bo_case *cur;
-    int small, perf, have_cuda;
+    int small, san, perf, have_cuda;
     char skip_reason[400];
     int sub_skips;
     int in_case_variant;   /* a bo_use_variant override is in effect */
@@ -230,7 +374,7 @@ static const char *state_name[4] = {"ok", "FAIL", "SKIP", "KNOWN-FAIL"};
 
 static void usage(void) {
     fprintf(stderr, "usage: test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] "
-                    "[--perf] [--list] [--shard I/N]\n");
+                    "[--san] [--perf] [--list] [--shard I/N]\n");
 }
 
 int main(int argc, char **argv) {
@@ -253,6 +397,8 @@ int main(int argc, char **argv) {
             name_sub = argv[++i];
         } else if (!strcmp(a, "--small")) {
             R.small = 1;
+        } else if (!strcmp(a, "--san")) {
+            R.san = 1;
         } else if (!strcmp(a, "--perf")) {
             R.perf = 1;
         } else if (!strcmp(a, "--list")) {
@@ -284,12 +430,20 @@ int main(int argc, char **argv) {
     BO_TABLES(BO_REGISTER)
 #undef BO_REGISTER
 
+    int nkeys = 0, ncuda = 0, san_total = 0;
+    if (R.san) {
+        nkeys = san_select(&L);
+        for (int ci = 0; ci < L.n; ci++) {
+            ncuda += L.cases[ci].o.backend == BO_CUDA;
+            san_total += L.cases[ci].san_pick;
+        }
+    }
     table_sum sums[32];
-    int nsums = 0, nselected = 0;
+    int nsums = 0, nselected = 0, san_run = 0;
     for (int ci = 0; ci < L.n; ci++) {
         bo_case *c = &L.cases[ci];
         if (backend && c->o.backend != backend) continue;
-        if (R.small && !c->o.small) continue;
+        if (R.san ? !(c->san_pick || (R.small && c->o.small)) : R.small && !c->o.small) continue;
         if (name_sub && !strstr(c->name, name_sub)) continue;
         if (nops) {
             int hit = 0;
@@ -297,6 +451,7 @@ int main(int argc, char **argv) {
             if (!hit) continue;
         }
         if (nselected++ % nshards != shard) continue;
+        san_run += c->san_pick;
         table_sum *ts = NULL;
         for (int i = 0; i < nsums; i++)
             if (!strcmp(sums[i].table, c->table)) ts = &sums[i];
@@ -313,7 +468,7 @@ int main(int argc, char **argv) {
             snprintf(label, sizeof label, "[%s %s] %s", c->o.backend == BO_CUDA ? "cuda" : "cpu",
                      c->o.op, c->name);
         if (list) {
-            printf("%s%s\n", label, c->o.small ? " small" : "");
+            printf("%s%s%s\n", label, c->o.small ? " small" : "", c->san_pick ? " san" : "");
             ts->cases[4]++;
             continue;
         }
@@ -380,6 +535,9 @@ int main(int argc, char **argv) {
     else
         printf("# cases: %d ok, %d failed, %d skipped, %d known failures\n", tot[0], tot[1], tot[2],
                tot[3]);
+    if (R.san)
+        printf("# --san: %d cases here, one per kernel; the selection covers %d of the %d distinct "
+               "kernels of the full table (%d CUDA cases)\n", san_run, san_total, nkeys, ncuda);
     free(L.cases);
     printf("%d passed, %d failed\n", bo_checks.passed, bo_checks.failed);
     return bo_checks.failed ? 1 : 0;

@@ -4,9 +4,12 @@
 #      build-gpu; skipped when LA_SKIP_BUILD=1, as under gpu_round.sh);
 #   2. the harness, every case (tests/backend/test_backend_ops: CUDA vs the
 #      CPU path, CPU vs float64; summary per table);
-#   3. compute-sanitizer on its --small cases: memcheck beside step 2, then
-#      racecheck in LA_SAN_SHARDS processes (caps LA_SAN_MEM_S, LA_SAN_RACE_S:
-#      a run cut by its cap reports how many cases it did);
+#   3. compute-sanitizer: memcheck on the --small cases and the --san
+#      selection (one case per distinct kernel at its smallest multi-tile
+#      shape) beside step 2, then racecheck on the --san selection in
+#      LA_SAN_SHARDS processes (caps LA_SAN_MEM_S, LA_SAN_RACE_S: a run cut
+#      by its cap reports how many cases it did; the --san line says how many
+#      of the table's kernels the selection covers);
 #   4. the CLI's --device cuda against --device cpu (tests/cuda/cli_device_check.py;
 #      LA_CHECK_CLI=0 leaves it out).
 # LA_SHARDS (4) harness processes; caps LA_HARNESS_S, LA_SAN_MEM_S, LA_SAN_RACE_S,
@@ -25,12 +28,13 @@ rc=0
 # cap of a step: its own, or what is left before LA_CHECK_DEADLINE (seconds
 # since the start) when that is sooner; at least 5
 cap() { local c=$1; if [ -n "${LA_CHECK_DEADLINE:-}" ]; then local l=$(( LA_CHECK_DEADLINE - $(el) )); [ $l -lt $c ] && c=$l; fi; [ $c -lt 5 ] && c=5; echo $c; }
-san() { # tool cap log [harness args]: one sanitizer run of the --small cases
+san() { # tool cap log [harness args]: one sanitizer run of a selection (--small, --san)
   local tool=$1 c=$2 log=$3; shift 3
   if ! command -v compute-sanitizer >/dev/null; then say "compute-sanitizer $tool: not installed"; return 0; fi
-  timeout "$c" compute-sanitizer --tool "$tool" --error-exitcode 3 "$H" --small "$@" > "$OUT/$log" 2>&1
+  timeout "$c" compute-sanitizer --tool "$tool" --error-exitcode 3 "$H" "$@" > "$OUT/$log" 2>&1
   local r=$?
-  say "compute-sanitizer $tool (--small $*): rc=$r$([ $r = 124 ] && echo ' (cap reached)')  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$log" | tail -1)  $(grep -cE '^(ok|SKIP|FAIL|KNOWN-FAIL) ' "$OUT/$log") cases done  $(grep -E '^[0-9]+ passed, ' "$OUT/$log" | tail -1)  ($(el) s)"
+  say "compute-sanitizer $tool ($*): rc=$r$([ $r = 124 ] && echo ' (cap reached)')  $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$log" | tail -1)  $(grep -cE '^(ok|SKIP|FAIL|KNOWN-FAIL) ' "$OUT/$log") cases done  $(grep -E '^[0-9]+ passed, ' "$OUT/$log" | tail -1)  ($(el) s)"
+  grep -E '^# --san: ' "$OUT/$log" | tail -1 | tee -a "$S"
   grep -E "^FAIL|Invalid|Race reported|Error:" "$OUT/$log" | head -5 | tee -a "$S"
   [ $r -eq 0 ] || [ $r -eq 124 ]
 }
@@ -39,7 +43,7 @@ san() { # tool cap log [harness args]: one sanitizer run of the --small cases
 # H200 (16 cores) the harness takes ~90 s so; with racecheck beside it too it
 # ran ~2.5x slower, so racecheck (3b) comes after it.
 spids=()
-( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" sanitizer_memcheck.log ) & spids+=($!)
+( san memcheck "$(cap "${LA_SAN_MEM_S:-150}")" sanitizer_memcheck.log --small --san ) & spids+=($!)
 N=${LA_SHARDS:-4}
 pids=()
 for i in $(seq 0 $((N - 1))); do
@@ -66,11 +70,12 @@ for i in $(seq 0 $((N - 1))); do # a shard cut by its cap has no summary: count 
 done
 [ $hrc -eq 0 ] || rc=1
 for p in "${spids[@]}"; do wait $p || rc=1; done
-# 3b. racecheck in LA_SAN_SHARDS processes
+# 3b. racecheck on the --san selection in LA_SAN_SHARDS processes
 spids=()
-RN=${LA_SAN_SHARDS:-4}
+RN=${LA_SAN_SHARDS:-6}
+"$H" --san --list | grep -E '^# --san: ' | sed 's/ cases here, one per kernel;/ cases, one per kernel:/' | tee -a "$S"
 for i in $(seq 0 $((RN - 1))); do
-  ( san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" sanitizer_racecheck_$i.log --shard $i/$RN ) & spids+=($!)
+  ( san racecheck "$(cap "${LA_SAN_RACE_S:-150}")" sanitizer_racecheck_$i.log --san --shard $i/$RN ) & spids+=($!)
 done
 for p in "${spids[@]}"; do wait $p || rc=1; done
 # 4. the CLI on the device

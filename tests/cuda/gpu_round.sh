@@ -4,8 +4,8 @@
 #   bash tests/cuda/gpu_round.sh NAME[:SECONDS] ...
 # NAME is tests/cuda/gpu_NAME.sh: check (build, the harness, compute-sanitizer
 # on its --small cases, the CLI on the device) or bench_FAMILY (softmax,
-# linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers),
-# e.g. `gpu_round.sh check:300 bench_sparse:200`. Logs go to $OUT/NAME/; each
+# linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers)
+# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`. Logs go to $OUT/NAME/; each
 # step's own summary is printed under a header; every log is packed into
 # $OUT/round_logs.tgz at the end.
 OUT=${OUT:-/tmp/la_gpu_out}

@@ -1,19 +1,20 @@
-/* CUDA paged indexer key cache and paged DSA / HISA against the CPU path
+/* Case table of the paged indexer key cache and paged DSA / HISA on CUDA
+ * against the CPU path, from the former tests/cuda/test_cuda_paged.c
  * (tests/cpu/test_paged_index.c checks the CPU path against the dense
- * indexers and float64). Self-contained: own tiny helpers.
+ * indexers and float64). Each case:
  *
- *  - the same appends (interleaved, chunked, pooled) into a CPU and a CUDA
- *    cache: page bytes identical (e4m3 values, fp32 scales, bf16, f32) and
+ *  - the same appends (interleaved, chunked) into a CPU and a CUDA cache:
+ *    page bytes identical (e4m3 values and fp32 scales, bf16, f32) and
  *    pooled means identical;
  *  - paged DSA / HISA idx (positions and slots): equal to the CPU's; rows
  *    that differ must be near-ties: the float64 scores of both selections,
  *    sorted, agree within 1e-5 relative (counted and printed);
- *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 1 ... 128K
- *    (LA_CUDA_SMALL=1 keeps the small cases, for compute-sanitizer);
- *  - bad input on device views: status naming the argument, pages and idx
- *    unchanged. */
-#include "core/devmem.h"
-#include "test_util.h"
+ *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 0 ... 128K;
+ *  - bad input on device views: a status naming the argument, pages and
+ *    idx unchanged.
+ * Cases: f32, bf16 and fp8 e4m3 over four configurations (the --small
+ * subset), then two 128K-token contexts (fp8, bf16). */
+#include "bo_staging.h"
 
 #define PS 64
 
@@ -45,9 +46,10 @@ static int cmp_desc(const void *a, const void *b) {
     return (x < y) - (x > y);
 }
 
-static int64_t g_exact_rows, g_tie_rows;
-
-static void run(la_rng *r, const cfg *C) {
+static void run_paged(const void *arg) {
+    const cfg *C = arg;
+    la_rng *r = &bo_rng;
+    int64_t exact_rows = 0, tie_rows = 0;
     const int64_t nseq = C->nseq, dI = C->dI, HI = C->HI, topk = C->topk, nn = C->next_n;
     int64_t pages = 0, maxlen = 1;
     for (int64_t s = 0; s < nseq; s++) {
@@ -56,7 +58,7 @@ static void run(la_rng *r, const cfg *C) {
     }
     pages += 2;
     const int64_t maxp = (maxlen + PS - 1) / PS + 1;
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)pages), *table = calloc((size_t)(nseq * maxp), 4);
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)(pages > 0 ? pages : 1)), *table = calloc((size_t)(nseq * maxp), 4);
     for (int64_t i = 0; i < pages; i++) perm[i] = (int32_t)i;
     for (int64_t i = pages - 1; i > 0; i--) {
         int64_t j = (int64_t)(la_rng_uniform(r) * (double)(i + 1));
@@ -226,7 +228,7 @@ static void run(la_rng *r, const cfg *C) {
                 for (int64_t j = 0; j < nn; j++) {
                     const int64_t t = rowof[s * nn + j];
                     if (!memcmp(ih + t * topk, id + t * topk, (size_t)topk * 4)) {
-                        g_exact_rows++;
+                        exact_rows++;
                         continue;
                     }
                     /* near-tie check on the selections' float64 scores (positions only) */
@@ -246,7 +248,7 @@ static void run(la_rng *r, const cfg *C) {
                     int ok = na == nb && !oob;
                     const double tol = 1e-5; /* keys[s] now holds the stored (dequantized) keys */
                     for (int64_t i = 0; ok && i < na; i++) ok = fabs(a[i] - b[i]) <= tol * mx;
-                    if (ok) g_tie_rows++;
+                    if (ok) tie_rows++;
                     else bad++;
                     free(a); free(b);
                 }
@@ -302,37 +304,38 @@ static void run(la_rng *r, const cfg *C) {
     free(ih); free(id); free(perm); free(table);
     la_paged_index_cache_destroy(hc);
     la_paged_index_cache_destroy(dc);
+    printf("  rows equal to the CPU bit for bit: %lld, near-tie rows: %lld\n", (long long)exact_rows,
+           (long long)tie_rows);
 }
 
-int main(void) {
-    la_rng r = la_test_rng("test_cuda_paged");
-    int avail = 0;
-    la_cuda_available(&avail);
-    if (!avail) {
-        printf("no CUDA device\n0 passed, 1 failed\n");
-        return 1;
-    }
-    const int small = getenv("LA_CUDA_SMALL") != NULL;
+void cases_paged(bo_list *L) {
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
+    /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
         {LA_F32, 3, 4, 16, 8, 2, 1, {1, 63, 65}, 0},
         {LA_F32, 4, 8, 64, 64, 3, 2, {128, 129, 1000, 2}, 1},
         {LA_F32, 2, 5, 63, 100, 4, 4, {700, 5}, 0},
         {LA_F32, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1},
     };
+    char name[BO_NAME_MAX];
     for (int di = 0; di < 3; di++)
         for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
             cfg c = cases[i];
             c.dt = dts[di];
-            run(&r, &c);
+            const bo_opts o = {"paged", BO_CUDA, 1, NULL, NULL, NULL};
+            snprintf(name, sizeof name, "paged %s nseq %lld HI %lld dI %lld topk %lld m %lld next_n %lld%s",
+                     la_dtype_name(c.dt), (long long)c.nseq, (long long)c.HI, (long long)c.dI,
+                     (long long)c.topk, (long long)c.m, (long long)c.next_n, c.qseq ? " q_seq" : "");
+            bo_add(L, &o, run_paged, &c, sizeof c, name);
         }
-    if (!small) {
-        cfg big = {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0};
-        run(&r, &big);
-        cfg big2 = {LA_BF16, 2, 64, 128, 2048, 64, 4, {131072, 4097}, 1};
-        run(&r, &big2);
+    const cfg big[2] = {
+        {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0},
+        {LA_BF16, 2, 64, 128, 2048, 64, 4, {131072, 4097}, 1},
+    };
+    for (int i = 0; i < 2; i++) {
+        const bo_opts o = {"paged", BO_CUDA, 0, NULL, NULL, NULL};
+        snprintf(name, sizeof name, "paged %s 128K contexts next_n %lld", la_dtype_name(big[i].dt),
+                 (long long)big[i].next_n);
+        bo_add(L, &o, run_paged, &big[i], sizeof big[i], name);
     }
-    printf("# rows equal to the CPU bit for bit: %lld, near-tie rows: %lld\n", (long long)g_exact_rows,
-           (long long)g_tie_rows);
-    return la_test_finish();
 }

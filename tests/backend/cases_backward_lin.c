@@ -1,8 +1,11 @@
-/* Part of test_cuda_backward.c: linear attention, MHLA (non-causal and
- * causal) and focused attention backward against a pairwise float64
- * reference: o_t = Σ_s m_ts (q̃_t·k̃_s) v_s / (Σ_s m_ts (q̃_t·k̃_s) + eps)
+/* Backward case table: linear attention, MHLA (non-causal and causal)
+ * against a pairwise float64 reference (a different algorithm from the
+ * kernels' chunked / block-summary ones):
+ *     o_t = Σ_s m_ts (q̃_t·k̃_s) v_s / (Σ_s m_ts (q̃_t·k̃_s) + eps)
  * with m_ts the mask / mixing weight of the pair, and its gradient written
- * out pair by pair. */
+ * out pair by pair. From the former tests/cuda/test_cuda_backward_lin.h;
+ * staging, bounds and what each backend checks: bo_bwd.h. */
+#include "bo_bwd.h"
 
 static double ref_feature_grad(la_feature f, double x) {
     switch (f) {
@@ -149,6 +152,7 @@ static void lf_reference(const lf_ref *R) {
 
 /* ---- one linear-family case ----------------------------------------------------- */
 typedef struct lf_case {
+    int cuda; /* set by bwd_add */
     const char *name;
     int kind; /* 0 linear, 1 mhla, 2 mhla causal */
     int64_t B, N, H, D, Dv;
@@ -201,17 +205,22 @@ static double lf_at(const tt *x, int64_t b, int64_t n, int64_t h, int64_t d) {
     return x->h[((b * x->ne[1] + n) * x->ne[2] + h) * x->ne[3] + d];
 }
 
-static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
+static void run_lin(const void *arg) {
+    const lf_case *c = arg;
+    const int cu = c->cuda;
+    la_rng *r = &bo_rng;
+    la_context *ctx = bo_ctx();
+    static const char *const family[3] = {"linear_bwd", "mhla_bwd", "mhla_causal_bwd"};
     const int64_t B = c->B, N = c->N, H = c->H, D = c->D, Dv = c->Dv;
     int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
     char what[160];
     snprintf(what, sizeof what, "%s B%lld N%lld H%lld D%lld Dv%lld %s%s", c->name, (long long)B,
              (long long)N, (long long)H, (long long)D, (long long)Dv,
              c->dt == LA_BF16 ? "bf16" : "f32", c->perm ? " perm" : "");
-    tt q = tt_rand(r, 4, nq, c->dt, c->perm, 1.0), k = tt_rand(r, 4, nq, c->dt, c->perm, 1.0);
-    tt v = tt_rand(r, 4, nv, c->dt, c->perm, 1.0), go = tt_rand(r, 4, nv, c->dt, c->perm, 1.0);
-    tt dq = tt_poison(4, nq, c->dt, c->perm), dk = tt_poison(4, nq, c->dt, c->perm);
-    tt dv = tt_poison(4, nv, c->dt, c->perm);
+    tt q = tt_rand(cu, r, 4, nq, c->dt, c->perm, 1.0), k = tt_rand(cu, r, 4, nq, c->dt, c->perm, 1.0);
+    tt v = tt_rand(cu, r, 4, nv, c->dt, c->perm, 1.0), go = tt_rand(cu, r, 4, nv, c->dt, c->perm, 1.0);
+    tt dq = tt_poison(cu, 4, nq, c->dt, c->perm), dk = tt_poison(cu, 4, nq, c->dt, c->perm);
+    tt dv = tt_poison(cu, 4, nv, c->dt, c->perm);
     int64_t M, maxw, *blk, *pos, *tokof;
     lf_blocks(c, &M, &maxw, &blk, &pos, &tokof);
     /* mixing: causal MHLA gets one spare row/column (past the last chunk) */
@@ -219,22 +228,22 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
     tt W = {0}, dW = {0};
     int64_t nw[3] = {Hw, WM, WM};
     if (c->kind) {
-        W = tt_new(c->per_head_w ? 3 : 2, c->per_head_w ? nw : nw + 1, LA_F32, 0);
+        W = tt_new(cu, c->per_head_w ? 3 : 2, c->per_head_w ? nw : nw + 1, LA_F32, 0);
         for (int64_t i = 0; i < W.n; i++) W.h[i] = (float)(0.1 + 0.9 * la_rng_uniform(r));
         tt_upload(&W);
-        dW = tt_poison(W.ndim, W.ne, LA_F32, 0);
+        dW = tt_poison(cu, W.ndim, W.ne, LA_F32, 0);
     }
     int64_t nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
     tt Si = {0}, zi = {0}, dSo = {0}, dzo = {0}, dSi = {0}, dzi = {0};
     if (c->state) {
-        Si = tt_rand(r, 4, nS, LA_F32, 0, 0.3);
-        zi = tt_new(3, nz, LA_F32, 0);
+        Si = tt_rand(cu, r, 4, nS, LA_F32, 0, 0.3);
+        zi = tt_new(cu, 3, nz, LA_F32, 0);
         for (int64_t i = 0; i < zi.n; i++) zi.h[i] = (float)(0.5 + la_rng_uniform(r));
         tt_upload(&zi);
-        dSo = tt_rand(r, 4, nS, LA_F32, 0, 0.3);
-        dzo = tt_rand(r, 3, nz, LA_F32, 0, 0.3);
-        dSi = tt_poison(4, nS, LA_F32, 0);
-        dzi = tt_poison(3, nz, LA_F32, 0);
+        dSo = tt_rand(cu, r, 4, nS, LA_F32, 0, 0.3);
+        dzo = tt_rand(cu, r, 3, nz, LA_F32, 0, 0.3);
+        dSi = tt_poison(cu, 4, nS, LA_F32, 0);
+        dzi = tt_poison(cu, 3, nz, LA_F32, 0);
     }
     const double sq = c->kind == 2 ? 1.0 / sqrt((double)D) : (c->kind == 0 ? 0.7 : 1.3);
     const float eps = 1e-6f;
@@ -249,7 +258,7 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = c->norm == LA_MHLA_NORM_PER_QUERY;
             p.scale_q = (float)sq;
             p.eps = eps;
-            st = (call ? la_linear_backward : la_linear_backward_cuda)(&p, &q.t, &k.t, &v.t, NULL, c->state ? &Si.t : NULL,
+            st = (call ? la_linear_backward : BWD_FIRST(cu, la_linear_backward, la_linear_backward_cuda))(&p, &q.t, &k.t, &v.t, NULL, c->state ? &Si.t : NULL,
                                          c->state ? &zi.t : NULL, &go.t,
                                          c->state ? &dSo.t : NULL, c->state ? &dzo.t : NULL,
                                          &dq.t, &dk.t, &dv.t, c->state ? &dSi.t : NULL,
@@ -263,7 +272,7 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = (la_mhla_normalize)c->norm;
             p.scale_q = (float)sq;
             p.eps = eps;
-            st = (call ? la_mhla_backward : la_mhla_backward_cuda)(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t, &dk.t,
+            st = (call ? la_mhla_backward : BWD_FIRST(cu, la_mhla_backward, la_mhla_backward_cuda))(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t, &dk.t,
                                        &dv.t, &dW.t, ctx);
         } else {
             la_mhla_causal_params p;
@@ -273,11 +282,10 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             p.normalize = (la_mhla_normalize)c->norm;
             p.scale_q = 0.f;
             p.eps = eps;
-            st = (call ? la_mhla_causal_backward : la_mhla_causal_backward_cuda)(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t,
+            st = (call ? la_mhla_causal_backward : BWD_FIRST(cu, la_mhla_causal_backward, la_mhla_causal_backward_cuda))(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t,
                                               &dk.t, &dv.t, &dW.t, ctx);
         }
-        CHECK(st == LA_OK, "%s: %s %s", what, la_status_string(st), la_last_error());
-        if (st != LA_OK) break;
+        if (!bwd_ok(cu, st, family[c->kind], what)) break;
         if (call == 0) {
             /* reference, exact and (bf16) with rounded intermediates */
             const int nref = c->dt == LA_BF16 ? 2 : 1;
@@ -412,8 +420,8 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
             if (c->kind) check_same(what, "d_mixing", &dW, saved[3]);
         }
     }
-    if (saved[2] && (!c->kind || saved[3])) {
-        /* the CPU backward on the same values */
+    if (cu && saved[2] && (!c->kind || saved[3])) {
+        /* CUDA: the CPU backward on the same values */
         ct cq = ct_of(&q, 0), ck = ct_of(&k, 0), cv = ct_of(&v, 0), cg = ct_of(&go, 0);
         ct cdq = ct_of(&q, 1), cdk = ct_of(&k, 1), cdv = ct_of(&v, 1);
         ct cW = {0}, cdW = {0}, cSi = {0}, czi = {0}, cSo = {0}, czo = {0}, cdSi = {0}, cdzi = {0};
@@ -473,35 +481,96 @@ static void t_linfam(la_rng *r, la_context *ctx, const lf_case *c) {
     free(blk), free(pos), free(tokof);
 }
 
-static void run_lin_tests(la_rng *r, la_context *ctx) {
+static const char *const lin_variants[] = BWD_VARIANTS_LINEAR;
+static const char *const mhla_variants[] = BWD_VARIANTS_MHLA;
+static const char *const causal_variants[] = BWD_VARIANTS_MHLA_CAUSAL;
+#define NV(a) ((int)(sizeof(a) / sizeof((a)[0])))
+
+/* The smallest CUDA call of each family (f32, N = 16, D = 16, zeros),
+ * through the public entry point: its kernel choice under the variant
+ * forced in ctx. */
+static la_status probe_kind(la_context *ctx, int kind) {
+    static const char *const family[3] = {"linear_bwd", "mhla_bwd", "mhla_causal_bwd"};
+    la_status s;
+    int64_t ne[4] = {1, 16, 1, 16}, nw[2] = {4, 4};
+    tt q = tt_new(1, 4, ne, LA_F32, 0), g = tt_new(1, 4, ne, LA_F32, 0);
+    tt W = tt_new(1, 2, nw, LA_F32, 0);
+    la_dev_memset(q.d, 0, (size_t)q.phys * 4);
+    la_dev_memset(W.d, 0, (size_t)W.phys * 4);
+    if (kind == 0) {
+        la_linear_params p;
+        la_linear_params_init(&p);
+        s = la_linear_backward(&p, &q.t, &q.t, &q.t, NULL, NULL, NULL, &q.t, NULL, NULL, &g.t,
+                               NULL, NULL, NULL, NULL, ctx);
+    } else if (kind == 1) {
+        la_mhla_params p;
+        la_mhla_params_init(&p);
+        p.grid_ndim = 1, p.grid[0] = 16, p.blocks[0] = 4;
+        s = la_mhla_backward(&p, &q.t, &q.t, &q.t, &W.t, NULL, &q.t, &g.t, NULL, NULL, NULL, ctx);
+    } else {
+        la_mhla_causal_params p;
+        la_mhla_causal_params_init(&p);
+        p.chunk = 4;
+        s = la_mhla_causal_backward(&p, &q.t, &q.t, &q.t, &W.t, NULL, &q.t, &g.t, NULL, NULL, NULL,
+                                    ctx);
+    }
+    s = bwd_dev(s, family[kind]);
+    la_dev_synchronize();
+    tt_free(&q), tt_free(&g), tt_free(&W);
+    return s;
+}
+static la_status probe_linear(la_context *ctx) { return probe_kind(ctx, 0); }
+static la_status probe_mhla(la_context *ctx) { return probe_kind(ctx, 1); }
+static la_status probe_causal(la_context *ctx) { return probe_kind(ctx, 2); }
+
+void cases_backward_lin(bo_list *L) {
+    bo_add_probe(L, "linear_bwd", probe_linear);
+    bo_add_probe(L, "mhla_bwd", probe_mhla);
+    bo_add_probe(L, "mhla_causal_bwd", probe_causal);
     const int PQ = LA_MHLA_NORM_PER_QUERY, NO = LA_MHLA_NORM_NONE,
               RV = LA_MHLA_NORM_RELEASED_VISION;
     const lf_case cases[] = {
-        /* name kind B N H D Dv causal norm f dt perm state ndim grid blocks chunk phw */
+        /* cuda name kind B N H D Dv causal norm f dt perm state ndim grid blocks chunk phw */
         /* N = 1 normalized: o = v up to eps, the gradient is eps-sized noise; tested without */
-        {"linear", 0, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 2, 63, 2, 32, 48, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, 1, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 200, 2, 128, 64, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 1000, 1, 64, 32, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
-        {"linear", 0, 1, 1000, 1, 32, 64, 0, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
-        {"mhla", 1, 1, 65, 2, 16, 24, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 1, {65}, {4}, 0, 0},
-        {"mhla", 1, 2, 63, 2, 16, 24, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 2, {9, 7}, {3, 2}, 0, 1},
-        {"mhla", 1, 1, 120, 2, 32, 16, 0, RV, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0},
-        {"mhla", 1, 1, 64, 1, 63, 33, 0, RV, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {8, 8}, {2, 4}, 0, 1},
-        {"mhla", 1, 1, 1000, 1, 64, 32, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {0}, {10}, 0, 1},
-        {"mhla", 1, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_RELU_EPS, LA_F32, 0, 0, 1, {1}, {1}, 0, 0},
-        {"mhla_causal", 2, 1, 65, 2, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 16, 1},
-        {"mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0},
-        {"mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
-        {"mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
+        {0, "linear", 0, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 2, 63, 2, 32, 48, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, 1, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 200, 2, 128, 64, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 1000, 1, 64, 32, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 1000, 1, 32, 64, 0, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
+        {0, "mhla", 1, 1, 65, 2, 16, 24, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 1, {65}, {4}, 0, 0},
+        {0, "mhla", 1, 2, 63, 2, 16, 24, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 2, {9, 7}, {3, 2}, 0, 1},
+        {0, "mhla", 1, 1, 120, 2, 32, 16, 0, RV, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0},
+        {0, "mhla", 1, 1, 64, 1, 63, 33, 0, RV, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {8, 8}, {2, 4}, 0, 1},
+        {0, "mhla", 1, 1, 1000, 1, 64, 32, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {0}, {10}, 0, 1},
+        {0, "mhla", 1, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_RELU_EPS, LA_F32, 0, 0, 1, {1}, {1}, 0, 0},
+        {0, "mhla_causal", 2, 1, 65, 2, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 16, 1},
+        {0, "mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0},
+        {0, "mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
+        {0, "mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
         /* chunks over 256 tokens: the one-thread-per-token kernels */
-        {"mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1},
+        {0, "mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1},
     };
+    static const char *const ops[3] = {"linear_backward", "mhla_backward", "mhla_causal_backward"};
+    static const char *const fams[3] = {"linear_bwd", "mhla_bwd", "mhla_causal_bwd"};
+    const char *const *vars[3] = {lin_variants, mhla_variants, causal_variants};
+    const int nvars[3] = {NV(lin_variants), NV(mhla_variants), NV(causal_variants)};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        if (small_only && cases[i].N > 130) continue;
-        t_linfam(r, ctx, &cases[i]); /* a 1-D grid of 0 means N */
+        lf_case c = cases[i];
+        char name[BO_NAME_MAX];
+        snprintf(name, sizeof name,
+                 "%s B%lld N%lld H%lld D%lld Dv%lld%s norm%d feature%d %s%s%s grid%d {%lld,%lld,%lld} "
+                 "blocks {%lld,%lld,%lld} chunk%lld%s",
+                 c.name, (long long)c.B, (long long)c.N, (long long)c.H, (long long)c.D,
+                 (long long)c.Dv, c.causal ? " causal" : "", c.norm, (int)c.f, dtn(c.dt),
+                 c.perm ? " perm" : "", c.state ? " state" : "", c.grid_ndim, (long long)c.grid[0],
+                 (long long)c.grid[1], (long long)c.grid[2], (long long)c.blocks[0],
+                 (long long)c.blocks[1], (long long)c.blocks[2], (long long)c.chunk,
+                 c.per_head_w ? " per-head mixing" : "");
+        /* a 1-D grid of 0 means N */
+        bwd_add(L, ops[c.kind], fams[c.kind], vars[c.kind], nvars[c.kind], c.N <= 130, run_lin, &c,
+                sizeof c, name);
     }
 }
