@@ -95,7 +95,7 @@ static int fill_cache(la_rng *r, const batch *b, la_paged_index_cache *c) {
     for (;;) {
         int64_t n = 0;
         for (int64_t s = 0; s < b->nseq; s++) {
-            int64_t want = done[s] == 0 ? (int64_t)(la_rng_uniform(r) * 300) : 1 + (int64_t)(la_rng_uniform(r) * 5);
+            int64_t want = done[s] == 0 ? 1 + (int64_t)(la_rng_uniform(r) * 300) : 1 + (int64_t)(la_rng_uniform(r) * 5);
             if (want > b->len[s] - done[s]) want = b->len[s] - done[s];
             if (n + want > cap) want = cap - n;
             for (int64_t i = 0; i < want; i++, n++) {
