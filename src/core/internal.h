@@ -46,6 +46,11 @@ struct la_context {
     char variant_family[16][24];
     char variant_name[16][24];
     int verbose;            /* selection functions report their choice */
+    /* The CUDA device's compute capability, read on first use by la_cu_cc
+     * (src/cuda/common.cuh): ((device + 1) << 10) | (10 * major + minor),
+     * 0 = not read yet. Written with relaxed atomics: every writer stores the
+     * same value for a device, so concurrent first calls agree. */
+    int cuda_arch_cache;
 };
 /* This thread's number inside an OpenMP parallel region (0 outside one, or
  * without OpenMP): the index of its slice of a per-thread workspace. */
