@@ -197,3 +197,47 @@ def test_autograd_f16(name):
                                       blocks=(7,), out=o16.float())[:3]
     for i, (a, b) in enumerate(zip(g16, g32)):
         check(a, b, "%s grad %d" % (name, i))
+
+
+# ---------------------------------------------------------------------------
+# CUDA (the GPU machine; skipped elsewhere): float16 CUDA tensors against the
+# CPU path on the same float16 values. Both compute in fp32 from the same
+# inputs and round the output once: one float16 ulp apart (2^-11 of the
+# largest output), checked at 2e-3 as the harness does.
+# ---------------------------------------------------------------------------
+def _cuda_ok():
+    return torch.cuda.is_available() and longattn.cuda_available()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not _cuda_ok(), reason="no CUDA device or a library without CUDA")
+@pytest.mark.parametrize("name", ["softmax", "linear", "linear_causal", "mhla", "mhla_causal",
+                                  "focused", "sparse"])
+def test_cuda_f16_matches_cpu(name):
+    q, k, v = h(1, 1000, 2, 64, seed=50), h(1, 1000, 2, 64, seed=51), h(1, 1000, 2, 64, seed=52)
+    xs = [q, k, v]
+    if name == "softmax":
+        def fn(a, b, c): return longattn.softmax_attention(a, b, c, causal=True)
+    elif name == "linear":
+        def fn(a, b, c): return longattn.linear_attention(a, b, c, feature="elu1")
+    elif name == "linear_causal":
+        def fn(a, b, c): return longattn.linear_attention(a, b, c, causal=True)
+    elif name == "mhla":
+        def fn(a, b, c):
+            return longattn.mhla(a, b, c, longattn.mhla_init((10,), like=a.float()), grid=(1000,),
+                                 blocks=(10,))
+    elif name == "mhla_causal":
+        def fn(a, b, c):
+            return longattn.mhla_causal(a, b, c, longattn.mhla_init(
+                (16,), kind="uniform_causal", like=a.float()), chunk=64)
+    elif name == "focused":
+        def fn(a, b, c): return longattn.focused_attention(a, b, c, map=(25, 40))
+    else:
+        idx = torch.randint(-1, 300, (17, 64), generator=gen(53), dtype=torch.int32)
+        xs = [h(17, 16, 64, seed=54), h(300, 64, seed=55)]
+        def fn(a, b): return longattn.sparse_attention(a, b, idx.to(a.device), dv=32)[0]
+    oc = fn(*xs)
+    og = fn(*(x.cuda() for x in xs))
+    assert og.is_cuda and og.dtype == torch.float16
+    assert torch.isfinite(og).all()
+    assert err(og.cpu(), oc) <= 2e-3, name
