@@ -73,6 +73,7 @@ ifneq ($(and $(NVCC),$(CUDA_SRCS)),)
   # functions never pick them: src/cuda/ptx.cuh). CUDA_ARCH=ptx80 builds the
   # compute_80 PTX alone (tests/cuda/gpu_sm80.sh runs that build on the H200);
   # CUDA_ARCH=sm90a the sm_90a code alone (quicker builds for the H200).
+  # Objects do not record the targets: give each CUDA_ARCH its own BUILD.
   CUDA_ARCH ?= all
   ifeq ($(CUDA_ARCH),all)
     CUDA_GENCODE := -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \

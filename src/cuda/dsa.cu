@@ -477,9 +477,12 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     const bool mma_ok = fp8 ? dsa_fp8_mma_ok(a) && a.T <= 65535 : la_sp_scores_mma_ok(a) && a.T <= 65535;
     if (c.kernel == DSA_WGMMA && !wg_ok)
         return la_cu_variant_unsupported("dsa", c.qg ? "qg<N>" : "wgmma",
-                                         "HI = 64, dI = 128, bf16 or e4m3 rows contiguous");
+                                         "an sm_90 device, HI = 64, dI = 128, bf16 or e4m3 rows "
+                                         "contiguous");
     if (c.kernel == DSA_MMA && !mma_ok)
-        return la_cu_variant_unsupported("dsa", "mma", "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
+        return la_cu_variant_unsupported("dsa", "mma", fp8 ? "an sm_90 device for fp8, HI in {16, 32, 64}, "
+                                                            "dI in {64, 128}, aligned rows"
+                                                          : "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
     auto report = [&](const char *kernel) {
         la_cu_report(ctx, "dsa", kernel, "T=%lld L=%lld HI=%lld dI=%lld %s%s", (long long)a.T,
                      (long long)a.Lk, (long long)a.HI, (long long)a.dI, fp8 ? "fp8" : "",
