@@ -2,7 +2,9 @@
 # The pre-Hopper build on the GPU machine: the library and the harness built
 # with CUDA_ARCH=ptx80 (compute_80 PTX only, no sm_90a code: what an Ampere or
 # Ada GPU loads), run on the H200 through the driver's JIT.
-#   1. build $B (default build-ptx80) with CUDA_ARCH=ptx80 (cap LA_BUILD_S);
+#   1. build $B (default build-ptx80) with CUDA_ARCH=ptx80 (cap LA_BUILD_S;
+#      also under gpu_round.sh, whose shared build is another target set:
+#      LA_SM80_SKIP_BUILD=1 skips it);
 #   2. check the library holds no SASS and only compute_80 PTX (cuobjdump,
 #      when installed);
 #   3. the harness's CUDA cases (-b cuda) in LA_SHARDS processes (cap
@@ -17,7 +19,7 @@
 BUILD=${BUILD:-build-ptx80}
 . tests/cuda/gpu_common.sh sm80
 H=$B/tests/backend/test_backend_ops
-if [ "${LA_SKIP_BUILD:-0}" != 1 ]; then
+if [ "${LA_SM80_SKIP_BUILD:-0}" != 1 ]; then  # its own tree: built even under gpu_round.sh (LA_SKIP_BUILD)
   timeout "${LA_BUILD_S:-400}" make -j16 BUILD=$B SKIP_DEPS=1 CUDA_ARCH=ptx80 all "$H" > "$OUT/build_sm80.log" 2>&1 \
     || { say "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build_sm80.log" | head -20 | tee -a "$S"; exit 1; }
   say "# build (CUDA_ARCH=ptx80): $(el) s"
