@@ -280,8 +280,9 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     hs_choice ch;
     LA_TRY(hs_select(ctx, &ch));
     la_cu_report(ctx, "hisa", la_context_variant(ctx, "hisa") ? la_context_variant(ctx, "hisa") : "wgmma",
-                 "%s T=%lld L=%lld HI=%lld dI=%lld block=%lld", op, (long long)T, (long long)L,
-                 (long long)a.HI, (long long)dI, (long long)B);
+                 "%s T=%lld L=%lld HI=%lld dI=%lld block=%lld %s%s", op, (long long)T, (long long)L,
+                 (long long)a.HI, (long long)dI, (long long)B, la_dtype_name((la_dtype)a.q_dt),
+                 a.hopper ? "" : ", no sm_90: wgmma kernels replaced by mma.sync / exact ones");
 
     /* 1. block means */
     const bool bf = a.k_dt == LA_BF16 && a.q_dt == LA_BF16;
