@@ -12,6 +12,8 @@
 #   make install PREFIX=/usr/local   (make uninstall removes what it installed)
 #
 # Options: CUDA=0 skips the CUDA backend even when nvcc exists;
+#          CUDA_ARCH=all (default: sm_90a + sm_80 + compute_80 PTX), ptx80
+#          (compute_80 PTX only) or sm90a (sm_90a only);
 #          SKIP_DEPS=1 skips the Debian package check.
 
 PREFIX ?= /usr/local
@@ -64,7 +66,26 @@ CUDA_SRCS := $(wildcard src/cuda/*.cu)
 ifneq ($(and $(NVCC),$(CUDA_SRCS)),)
   WITH_CUDA := 1
   CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-  NVCCFLAGS ?= -O3 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -lineinfo \
+  # Targets: sm_90a (every kernel, the Hopper-only wgmma / TMA-style / fp8
+  # ones included), sm_80 SASS and compute_80 PTX (the portable and mma.sync
+  # kernels, for Ampere, Ada and later GPUs through the driver's JIT; the
+  # Hopper-only kernels have a trap for a body there and their selection
+  # functions never pick them: src/cuda/ptx.cuh). CUDA_ARCH=ptx80 builds the
+  # compute_80 PTX alone (tests/cuda/gpu_sm80.sh runs that build on the H200);
+  # CUDA_ARCH=sm90a the sm_90a code alone (quicker builds for the H200).
+  # Objects do not record the targets: give each CUDA_ARCH its own BUILD.
+  CUDA_ARCH ?= all
+  ifeq ($(CUDA_ARCH),all)
+    CUDA_GENCODE := -gencode=arch=compute_90a,code=sm_90a -gencode=arch=compute_80,code=sm_80 \
+                    -gencode=arch=compute_80,code=compute_80 -DLA_CUDA_HAVE_SM90A=1
+  else ifeq ($(CUDA_ARCH),ptx80)
+    CUDA_GENCODE := -gencode=arch=compute_80,code=compute_80
+  else ifeq ($(CUDA_ARCH),sm90a)
+    CUDA_GENCODE := -gencode=arch=compute_90a,code=sm_90a -DLA_CUDA_HAVE_SM90A=1
+  else
+    $(error CUDA_ARCH=$(CUDA_ARCH): expected all, ptx80 or sm90a)
+  endif
+  NVCCFLAGS ?= -O3 -std=c++17 $(CUDA_GENCODE) -lineinfo \
                --expt-relaxed-constexpr -Xcompiler -fPIC -Xcompiler -fvisibility=hidden -Iinclude -Isrc
   CFLAGS_BASE += -DLA_WITH_CUDA
   LDLIBS += -L$(CUDA_HOME)/lib64 -L$(CUDA_HOME)/targets/x86_64-linux/lib -lcudart_static -lrt -lstdc++
@@ -182,7 +203,7 @@ $(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
 # library so that CI compiles them: `make dev-cuda`.
 DEV_CUDA_SRCS := $(wildcard dev/bench_gpu_*.cu dev/bench_hisa2.cu dev/emu_softmax_tc.cu)
 DEV_CUDA_BINS := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(DEV_CUDA_SRCS))
-DEV_NVCCFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Xcompiler -fopenmp
+DEV_NVCCFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DLA_CUDA_HAVE_SM90A=1 -Iinclude -Isrc -Xcompiler -fopenmp
 $(BUILD)/dev/%: dev/%.cu dev/bench_gpu_common.cuh $(BUILD)/liblongattn.a
 	@mkdir -p $(dir $@)
 	$(NVCC) $(DEV_NVCCFLAGS) $< $(BUILD)/liblongattn.a -o $@ $(filter-out -fopenmp -lcudart_static,$(LDLIBS))

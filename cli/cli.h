@@ -78,7 +78,7 @@ int cli_fail(const char *fmt, ...)
 /* ---- .npy files (cli/cli_npy.c: the CLI's own reader and writer) -------- */
 #define CLI_NPY_MAX_DIMS 8
 typedef struct cli_array {
-    la_dtype dtype;     /* LA_F32, LA_F64 or LA_I32 as stored (LA_F32 after conversion) */
+    la_dtype dtype;     /* LA_F32, LA_F64, LA_F16 or LA_I32 as stored (LA_F32 after conversion) */
     int ndim;
     int64_t shape[CLI_NPY_MAX_DIMS];
     void *data;         /* malloc'd, contiguous C order */
@@ -195,16 +195,21 @@ int cli_note_input(cli_state *c, const char *opt, const char *path);
 int cli_plan_output(cli_state *c, const char *opt, const char *path, const char *may_replace);
 /* Load the .npy named by option `opt` (if not given: required -> error 2,
  * else t->data = NULL and returns 0). ndim: expected rank (-1 any).
- * want: LA_F32 (f32/f64 accepted, converted) or LA_I32. The tensor is on
+ * want: LA_F32 (f32/f64 accepted, f64 converted to f32; f16 kept as f16,
+ * which the operators take as such) or LA_I32. The tensor is on
  * the host, contiguous. `shape_doc` (e.g. "[B,N,H,D]") goes in messages. */
 int cli_load(cli_state *c, const cli_args *a, const char *opt, int required, int ndim,
                 la_dtype want, const char *shape_doc, la_tensor *t);
 /* The same for an explicit path (e.g. PREFIX.S.npy of --state-in). */
 int cli_load_path(cli_state *c, const char *opt, const char *path, int ndim, la_dtype want,
                   const char *shape_doc, la_tensor *t);
-/* Host output buffer (contiguous), filled with NaN (f32) / -7 (i32) so that
- * unwritten elements are visible. */
+/* Host output buffer (contiguous), filled with NaN (f32/f64/f16) / -7 (i32)
+ * so that unwritten elements are visible. */
 int cli_alloc(cli_state *c, la_dtype dt, int ndim, const int64_t *shape, la_tensor *t);
+/* The dtype of an output computed from input `like` (and of a gradient of
+ * it): float16 when like is float16 (a `<f2` file), else float32.
+ * Normalizers, states and scores stay float32 whatever the inputs. */
+la_dtype cli_out_dtype(const la_tensor *like);
 /* With --device cuda: copy a host tensor to a new device buffer and make t
  * point to it (contiguous). No-op on cpu. 0/2/1. */
 int cli_upload(cli_state *c, la_tensor *t);

@@ -166,10 +166,11 @@ int cli_npy_header(const unsigned char *b, size_t len, size_t total, cli_array *
     if (strcmp(descr, "<f4") == 0) { out->dtype = LA_F32; item = 4; }
     else if (strcmp(descr, "<f8") == 0) { out->dtype = LA_F64; item = 8; }
     else if (strcmp(descr, "<i4") == 0) { out->dtype = LA_I32; item = 4; }
+    else if (strcmp(descr, "<f2") == 0) { out->dtype = LA_F16; item = 2; }
     else if (descr[0] == '>')
         return msgf(msg, mn, "big-endian dtype '%s' (only little-endian is supported)", descr);
     else
-        return msgf(msg, mn, "dtype '%s' not supported (float32 '<f4', float64 '<f8', int32 '<i4')", descr);
+        return msgf(msg, mn, "dtype '%s' not supported (float32 '<f4', float64 '<f8', float16 '<f2', int32 '<i4')", descr);
     size_t count = 1, nbytes;
     for (int i = 0; i < ndim; i++)
         if (__builtin_mul_overflow(count, (size_t)shape[i], &count))
@@ -300,6 +301,7 @@ int cli_npy_write_fd(int fd, la_dtype dtype, int ndim, const int64_t *shape, con
     case LA_F32: descr = "<f4"; item = 4; break;
     case LA_F64: descr = "<f8"; item = 8; break;
     case LA_I32: descr = "<i4"; item = 4; break;
+    case LA_F16: descr = "<f2"; item = 2; break;
     default: return EINVAL;
     }
     if (ndim < 0 || ndim > CLI_NPY_MAX_DIMS) return EINVAL;

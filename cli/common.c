@@ -61,7 +61,7 @@ int cli_load_path(cli_state *c, const char *opt, const char *path, int ndim, la_
     c->narrays++;
     if (want == LA_F32) {
         if (arr->dtype == LA_I32)
-            return cli_fail("--%s %s: dtype int32, expected float32 or float64", opt, path);
+            return cli_fail("--%s %s: dtype int32, expected float32, float64 or float16", opt, path);
     } else if (want == LA_I32 && arr->dtype != LA_I32) {
         return cli_fail("--%s %s: dtype %s, expected int32", opt, path, la_dtype_name(arr->dtype));
     }
@@ -162,9 +162,14 @@ int cli_alloc(cli_state *c, la_dtype dt, int ndim, const int64_t *shape, la_tens
     c->bufs[c->nbufs++] = p;
     if (dt == LA_F32) for (size_t i = 0; i < n; i++) ((float *)p)[i] = NAN;
     else if (dt == LA_F64) for (size_t i = 0; i < n; i++) ((double *)p)[i] = NAN;
+    else if (dt == LA_F16) for (size_t i = 0; i < n; i++) ((uint16_t *)p)[i] = 0x7e00; /* NaN */
     else if (dt == LA_I32) for (size_t i = 0; i < n; i++) ((int32_t *)p)[i] = -7;
     if (la_tensor_init(t, p, dt, LA_DEVICE_CPU, ndim, shape) != LA_OK) return cli_fail("%s", la_last_error());
     return 0;
+}
+
+la_dtype cli_out_dtype(const la_tensor *like) {
+    return like && like->dtype == LA_F16 ? LA_F16 : LA_F32;
 }
 
 int64_t cli_numel(const la_tensor *t) {

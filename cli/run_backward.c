@@ -24,16 +24,21 @@ static int parse_number(const char *s, double *out) {
     return 1;
 }
 
-/* A host gradient buffer shaped like t (f32) and its device twin, when the
- * option is given; else both zeroed (NULL data). */
-static int grad_out(cli_state *c, const cli_args *a, const char *opt, const la_tensor *like,
-                    la_tensor *host, la_tensor *dev) {
+/* A host gradient buffer shaped like t (float16 for a float16 input, else
+ * float32; f32 forced: always float32, as d_mixing) and its device twin, when
+ * the option is given; else both zeroed (NULL data). */
+static int grad_out_dt(cli_state *c, const cli_args *a, const char *opt, const la_tensor *like,
+                       int f32, la_tensor *host, la_tensor *dev) {
     memset(host, 0, sizeof *host);
     memset(dev, 0, sizeof *dev);
     if (!cli_args_get(a, opt)) return 0;
     if (!like->data) return cli_fail("--%s: the input it belongs to is not given", opt);
-    if (cli_alloc(c, LA_F32, like->ndim, like->ne, host)) return 2;
+    if (cli_alloc(c, f32 ? LA_F32 : cli_out_dtype(like), like->ndim, like->ne, host)) return 2;
     return cli_device_out(c, host, dev);
+}
+static int grad_out(cli_state *c, const cli_args *a, const char *opt, const la_tensor *like,
+                    la_tensor *host, la_tensor *dev) {
+    return grad_out_dt(c, a, opt, like, 0, host, dev);
 }
 static la_tensor *opt_t(la_tensor *t) { return t->data ? t : NULL; }
 static int save_if(cli_state *c, const cli_args *a, const char *opt, la_tensor *host, la_tensor *dev) {
@@ -91,7 +96,7 @@ static int bwd_softmax(int argc, char **argv) {
         cli_load(&c, &a, "v", 1, 4, LA_F32, "[B,Nk,Hk,Dv]", &v))
         return cli_end(&c, 2);
     const int64_t os[4] = {q.ne[0], q.ne[1], q.ne[2], v.ne[3]};
-    if (cli_alloc(&c, LA_F32, 4, os, &o) || cli_alloc(&c, LA_F32, 3, os, &l) ||
+    if (cli_alloc(&c, cli_out_dtype(&q), 4, os, &o) || cli_alloc(&c, LA_F32, 3, os, &l) ||
         cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
         cli_device_out(&c, &o, &od) || cli_device_out(&c, &l, &ld) ||
         load_dout(&c, &a, 4, os, "[B,Nq,H,Dv]", &g) || grad_out(&c, &a, "grad-q", &q, &hq, &dq) ||
@@ -210,7 +215,7 @@ static int bwd_linear(int argc, char **argv) {
                                           opt_t(&dv), opt_t(&dS), opt_t(&dz), c.ctx),
                        "linear backward");
     if (!rc && cli_args_get(&a, "out")) {
-        rc = cli_alloc(&c, LA_F32, 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
+        rc = cli_alloc(&c, cli_out_dtype(&q), 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
         if (!rc)
             rc = cli_status(la_linear_attention(&p, &q, &k, &v, &od, opt_t(&Si), opt_t(&zi),
                                                    NULL, NULL, c.ctx), "linear");
@@ -311,7 +316,7 @@ static int bwd_mhla(int argc, char **argv) {
     if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) || cli_upload(&c, &w) ||
         load_dout(&c, &a, 4, os, "[B,N,H,Dv]", &g) || grad_out(&c, &a, "grad-q", &q, &hq, &dq) ||
         grad_out(&c, &a, "grad-k", &k, &hk, &dk) || grad_out(&c, &a, "grad-v", &v, &hv, &dv) ||
-        grad_out(&c, &a, "grad-mixing", &w, &hw, &dw))
+        grad_out_dt(&c, &a, "grad-mixing", &w, 1, &hw, &dw))
         return cli_end(&c, 2);
     la_status s = causal ? la_mhla_causal_backward(&pc, &q, &k, &v, &w, NULL, &g, opt_t(&dq), opt_t(&dk),
                                                    opt_t(&dv), opt_t(&dw), c.ctx)
@@ -319,7 +324,7 @@ static int bwd_mhla(int argc, char **argv) {
                                             opt_t(&dv), opt_t(&dw), c.ctx);
     rc = cli_status(s, "mhla backward");
     if (!rc && cli_args_get(&a, "out")) {
-        rc = cli_alloc(&c, LA_F32, 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
+        rc = cli_alloc(&c, cli_out_dtype(&q), 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
         if (!rc)
             rc = cli_status(causal ? la_mhla_causal_forward(&pc, &q, &k, &v, &w, &od, c.ctx)
                                       : la_mhla_forward(&p, &q, &k, &v, &w, &od, c.ctx), "mhla");
@@ -423,7 +428,7 @@ static int bwd_focused(int argc, char **argv) {
                                            opt_t(&dc), opt_t(&db), opt_t(&ds), opt_t(&df), c.ctx),
                        "focused backward");
     if (!rc && cli_args_get(&a, "out")) {
-        rc = cli_alloc(&c, LA_F32, 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
+        rc = cli_alloc(&c, cli_out_dtype(&q), 4, os, &o) || cli_device_out(&c, &o, &od) ? 2 : 0;
         if (!rc)
             rc = cli_status(la_focused_attention(&p, &q, &k, &v, opt_t(&cv), opt_t(&cb), opt_t(&sp),
                                                     opt_t(&fo), &od, c.ctx), "focused");
@@ -469,7 +474,7 @@ static int bwd_sparse(int argc, char **argv) {
         cli_load(&c, &a, "idx", 1, 2, LA_I32, "[T,k]", &ix))
         return cli_end(&c, 2);
     const int64_t os[3] = {q.ne[0], q.ne[1], p.dv};
-    if (cli_alloc(&c, LA_F32, 3, os, &o) || cli_alloc(&c, LA_F32, 2, os, &l) ||
+    if (cli_alloc(&c, cli_out_dtype(&q), 3, os, &o) || cli_alloc(&c, LA_F32, 2, os, &l) ||
         cli_upload(&c, &q) || cli_upload(&c, &kv) || cli_upload(&c, &ix) ||
         cli_device_out(&c, &o, &od) || cli_device_out(&c, &l, &ld) ||
         load_dout(&c, &a, 3, os, "[T,Hq,dv]", &g) || grad_out(&c, &a, "grad-q", &q, &hq, &dq) ||

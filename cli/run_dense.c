@@ -40,7 +40,7 @@ int cli_run_softmax(int argc, char **argv) {
         return cli_end(&c, 2);
     const int want_lse = cli_args_get(&a, "lse") != NULL;
     const int64_t oshape[4] = {q.ne[0], q.ne[1], q.ne[2], v.ne[3]};
-    if (cli_alloc(&c, LA_F32, 4, oshape, &out) ||
+    if (cli_alloc(&c, cli_out_dtype(&q), 4, oshape, &out) ||
         (want_lse && cli_alloc(&c, LA_F32, 3, oshape, &lse)))
         return cli_end(&c, 2);
     if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
@@ -163,7 +163,7 @@ int cli_run_linear(int argc, char **argv) {
         if (!rc) rc = load_state(&c, pzi, 3, wz, "[B,H,D]", &zi);
     }
     const int64_t oshape[4] = {B, q.ne[1], H, Dv};
-    if (!rc) rc = cli_alloc(&c, LA_F32, 4, oshape, &out);
+    if (!rc) rc = cli_alloc(&c, cli_out_dtype(&q), 4, oshape, &out);
     if (!rc && sout && (cli_alloc(&c, LA_F32, 4, wS, &So) || cli_alloc(&c, LA_F32, 3, wz, &zo)))
         rc = 2;
     if (!rc && (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||

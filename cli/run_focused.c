@@ -140,7 +140,7 @@ int cli_run_focused(int argc, char **argv) {
     }
 
     int64_t oshape[4] = {q.ne[0], N, H, v.ne[3]};
-    if (cli_alloc(&c, LA_F32, 4, oshape, &out)) return cli_end(&c, 2);
+    if (cli_alloc(&c, cli_out_dtype(&q), 4, oshape, &out)) return cli_end(&c, 2);
     if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
         cli_upload(&c, &conv) || cli_upload(&c, &bias) || cli_upload(&c, &sp) ||
         cli_upload(&c, &focus) || cli_device_out(&c, &out, &dout))

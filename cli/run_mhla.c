@@ -123,7 +123,7 @@ int cli_run_mhla(int argc, char **argv) {
         return cli_end(&c, cli_fail("--prefill %lld is more than N = %lld tokens of --q",
                                           (long long)prefill, (long long)q.ne[1]));
     int64_t oshape[4] = {q.ne[0], q.ne[1], q.ne[2], v.ne[3]};
-    if (cli_alloc(&c, LA_F32, 4, oshape, &out)) return cli_end(&c, 2);
+    if (cli_alloc(&c, cli_out_dtype(&q), 4, oshape, &out)) return cli_end(&c, 2);
     if (cli_upload(&c, &q) || cli_upload(&c, &k) || cli_upload(&c, &v) ||
         cli_upload(&c, &mix) || cli_device_out(&c, &out, &dout))
         return cli_end(&c, 2);

@@ -171,7 +171,7 @@ int cli_run_sparse_attn(int argc, char **argv) {
                                           (long long)p.dv, (long long)q.ne[2]));
     const int want_lse = cli_args_get(&a, "lse") != NULL;
     const int64_t oshape[3] = {q.ne[0], q.ne[1], p.dv};
-    if (check_out_size("out", q.ne[0], q.ne[1], p.dv) || cli_alloc(&c, LA_F32, 3, oshape, &out) ||
+    if (check_out_size("out", q.ne[0], q.ne[1], p.dv) || cli_alloc(&c, cli_out_dtype(&q), 3, oshape, &out) ||
         (want_lse && cli_alloc(&c, LA_F32, 2, oshape, &lse)))
         return cli_end(&c, 2);
     if (cli_upload(&c, &q) || cli_upload(&c, &kv) || cli_upload(&c, &idx) ||

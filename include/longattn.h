@@ -76,6 +76,10 @@ LA_API la_status la_cuda_available(int *available);
 /* ------------------------------------------------------------------------ */
 /* Tensors                                                                   */
 /* ------------------------------------------------------------------------ */
+/* Float views of every operator: f32, f64, bf16 and f16, on CPU and CUDA,
+ * loaded to fp32; every sum, normalizer and state is fp32; bf16 / f16
+ * outputs are rounded to nearest even (f16 saturates to +-Inf beyond 65504:
+ * docs/DTYPES.md). fp8 e4m3 where noted (indexer keys/queries). */
 typedef enum la_dtype {
     LA_F32 = 0,
     LA_F64 = 1,
@@ -471,7 +475,7 @@ LA_API la_status la_paged_index_cache_get_params(const la_paged_index_cache *cac
 LA_API la_status la_paged_index_cache_storage(const la_paged_index_cache *cache, void **data,
                                               size_t *page_bytes);
 
-/* Write n tokens' keys k [n,dI] (f32/f64/bf16) to slot_mapping int32 [n]
+/* Write n tokens' keys k [n,dI] (f32/f64/bf16/f16) to slot_mapping int32 [n]
  * (−1 = skip, as padding). seq_ids and positions int32 [n] (both or
  * neither; need max_seqs > 0) name each token's sequence and absolute
  * position: the pooled sum of block positions/B of that sequence grows by

@@ -119,6 +119,23 @@ static inline float la_round_bf16(float f) {
     memcpy(&f, &u, 4);
     return f;
 }
+/* f rounded to the nearest IEEE binary16 (ties to even; +-Inf from 65520 on,
+ * subnormals below 2^-14), kept as float: what an f16 input holds. Written
+ * independently of the library's converter (frexp / rint in double). */
+static inline float la_round_f16(float f) {
+    if (isnan(f) || isinf(f)) return f;
+    const double a = fabs((double)f);
+    if (a >= 65520.0) return copysignf(INFINITY, f);
+    int e;
+    frexp(a, &e);              /* a = m 2^e, m in [0.5, 1) */
+    int q = e - 11;            /* ulp exponent: 10 mantissa bits below the leading one */
+    if (q < -24) q = -24;      /* the subnormal ulp */
+    return copysignf((float)ldexp(rint(ldexp(a, -q)), q), f);
+}
+/* f rounded to the storage of dt (bf16, f16; f32 and others unchanged). */
+static inline float la_round_dt(float f, la_dtype dt) {
+    return dt == LA_BF16 ? la_round_bf16(f) : dt == LA_F16 ? la_round_f16(f) : f;
+}
 static inline void la_fill_normal(la_rng *r, float *x, int64_t n, double scale) {
     for (int64_t i = 0; i < n; i++) x[i] = (float)(la_rng_normal(r) * scale);
 }

@@ -112,7 +112,7 @@ def _la_dtype(x, name):
         what = str(x.dtype)
     if dt is None:
         raise ValueError("%s: dtype %s is not supported by longattn "
-                         "(use float32, float64, bfloat16 or int32)" % (name, what))
+                         "(use float32, float64, bfloat16, float16 or int32)" % (name, what))
     return dt
 
 

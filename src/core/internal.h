@@ -46,6 +46,11 @@ struct la_context {
     char variant_family[16][24];
     char variant_name[16][24];
     int verbose;            /* selection functions report their choice */
+    /* The CUDA device's compute capability, read on first use by la_cu_cc
+     * (src/cuda/common.cuh): ((device + 1) << 10) | (10 * major + minor),
+     * 0 = not read yet. Written with relaxed atomics: every writer stores the
+     * same value for a device, so concurrent first calls agree. */
+    int cuda_arch_cache;
 };
 /* This thread's number inside an OpenMP parallel region (0 outside one, or
  * without OpenMP): the index of its slice of a per-thread workspace. */
@@ -69,7 +74,10 @@ la_status la_mul_size(size_t a, size_t b, size_t *out, const char *what);
 /* ---- tensor checks ----------------------------------------------------- */
 /* dtype mask helpers */
 #define LA_DT(x) (1u << (x))
-#define LA_DT_FLOAT (LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16))
+/* The float dtypes every operator takes for its q/k/v/out-like views: on the
+ * CPU they are loaded to fp32 and stored back rounded to nearest even (bf16,
+ * f16: la_load_f32 / la_store_f32); every sum is fp32. */
+#define LA_DT_FLOAT (LA_DT(LA_F32) | LA_DT(LA_F64) | LA_DT(LA_BF16) | LA_DT(LA_F16))
 
 /* Checks: t non-NULL, data non-NULL, rank == ndim, dtype in mask, device
  * as given, extents > 0 (unless allow_empty), strides >= 0 and the
@@ -101,12 +109,61 @@ static inline uint16_t la_f32_to_bf16(float f) {
     u += 0x7fffu + ((u >> 16) & 1u); /* round to nearest even */
     return (uint16_t)(u >> 16);
 }
+/* IEEE binary16 <-> f32, bit-exact with F16C / _Float16 / CUDA __half: the
+ * load is exact; the store rounds to nearest even, values of magnitude
+ * >= 65520 (65504 plus half an ulp) become +-Inf, NaN stays a (quiet) NaN,
+ * and results below 2^-14 are subnormals. Plain C (no F16C needed), so the
+ * portable build behaves the same. */
+static inline float la_f16_to_f32(uint16_t h) {
+    const uint32_t sign = (uint32_t)(h & 0x8000u) << 16;
+    const uint32_t ex = (h >> 10) & 0x1fu, man = h & 0x3ffu;
+    uint32_t u;
+    if (ex == 0x1fu) {
+        u = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
+    } else if (ex == 0) {
+        const float m = (float)man * 5.9604644775390625e-8f; /* man * 2^-24: exact */
+        memcpy(&u, &m, 4);
+        u |= sign;
+    } else {
+        u = sign | ((ex + 112u) << 23) | (man << 13);
+    }
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint16_t la_f32_to_f16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    u &= 0x7fffffffu;
+    uint32_t o;
+    if (u >= 0x47800000u) {            /* >= 2^16 (or Inf / NaN) */
+        o = u > 0x7f800000u ? 0x7e00u : 0x7c00u;
+    } else if (u < 0x38800000u) {      /* below 2^-14: subnormal or zero */
+        /* adding 0.5 leaves the rounded-to-nearest-even multiple of 2^-24 in
+         * the low mantissa bits (the FPU does the rounding) */
+        float a, magic;
+        const uint32_t mu = 126u << 23;
+        memcpy(&a, &u, 4);
+        memcpy(&magic, &mu, 4);
+        const float s = a + magic;
+        uint32_t su;
+        memcpy(&su, &s, 4);
+        o = su - mu;
+    } else {
+        const uint32_t odd = (u >> 13) & 1u;
+        u += 0xc8000fffu + odd;        /* rebias exponent (-112 << 23), round half even */
+        o = u >> 13;                    /* a carry into exponent 31 gives Inf */
+    }
+    return (uint16_t)(o | sign);
+}
 /* Load element at flat element offset `off` of a float tensor as f32. */
 static inline float la_load_f32(const la_tensor *t, int64_t off) {
     switch (t->dtype) {
     case LA_F32: return ((const float *)t->data)[off];
     case LA_F64: return (float)((const double *)t->data)[off];
     case LA_BF16: return la_bf16_to_f32(((const uint16_t *)t->data)[off]);
+    case LA_F16: return la_f16_to_f32(((const uint16_t *)t->data)[off]);
     case LA_I32: return (float)((const int32_t *)t->data)[off];
     default: return NAN;
     }
@@ -116,6 +173,7 @@ static inline void la_store_f32(la_tensor *t, int64_t off, float x) {
     case LA_F32: ((float *)t->data)[off] = x; break;
     case LA_F64: ((double *)t->data)[off] = (double)x; break;
     case LA_BF16: ((uint16_t *)t->data)[off] = la_f32_to_bf16(x); break;
+    case LA_F16: ((uint16_t *)t->data)[off] = la_f32_to_f16(x); break;
     default: break;
     }
 }

@@ -161,10 +161,11 @@ static la_status parse_header(const unsigned char *b, size_t len, size_t total, 
     if (strcmp(descr, "<f4") == 0) { out->dtype = LA_F32; item = 4; }
     else if (strcmp(descr, "<f8") == 0) { out->dtype = LA_F64; item = 8; }
     else if (strcmp(descr, "<i4") == 0) { out->dtype = LA_I32; item = 4; }
+    else if (strcmp(descr, "<f2") == 0) { out->dtype = LA_F16; item = 2; }
     else if (descr[0] == '>')
         return la_err(LA_ERR_FORMAT, "%s: big-endian dtype '%s' (only little-endian is supported)", name, descr);
     else
-        return la_err(LA_ERR_FORMAT, "%s: dtype '%s' not supported (float32 '<f4', float64 '<f8', int32 '<i4')", name, descr);
+        return la_err(LA_ERR_FORMAT, "%s: dtype '%s' not supported (float32 '<f4', float64 '<f8', float16 '<f2', int32 '<i4')", name, descr);
 
     size_t count = 1;
     for (int i = 0; i < ndim; i++)
@@ -259,6 +260,7 @@ la_status la_npy_write_raw(const char *path, la_dtype dtype, int ndim, const int
     case LA_F32: descr = "<f4"; item = 4; break;
     case LA_F64: descr = "<f8"; item = 8; break;
     case LA_I32: descr = "<i4"; item = 4; break;
+    case LA_F16: descr = "<f2"; item = 2; break;
     default: return la_err(LA_ERR_DTYPE, "%s: cannot write dtype %s", path, la_dtype_name(dtype));
     }
     if (ndim < 0 || ndim > LA_NPY_MAX_DIMS) return la_err(LA_ERR_SHAPE, "%s: bad rank %d", path, ndim);
@@ -320,13 +322,19 @@ void la_npy_free(la_npy_array *a) {
 
 la_status la_npy_to_f32(la_npy_array *a, const char *name) {
     if (a->dtype == LA_F32) return LA_OK;
-    if (a->dtype != LA_F64)
-        return la_err(LA_ERR_DTYPE, "%s: dtype %s, expected float32 or float64", name, la_dtype_name(a->dtype));
-    size_t n = a->nbytes / 8;
+    if (a->dtype != LA_F64 && a->dtype != LA_F16)
+        return la_err(LA_ERR_DTYPE, "%s: dtype %s, expected float32, float64 or float16", name,
+                      la_dtype_name(a->dtype));
+    const size_t n = a->nbytes / la_dtype_size(a->dtype);
     float *f = (float *)malloc(n ? n * 4 : 1);
     if (!f) return la_err(LA_ERR_NOMEM, "%s: cannot allocate", name);
-    const double *d = (const double *)a->data;
-    for (size_t i = 0; i < n; i++) f[i] = (float)d[i];
+    if (a->dtype == LA_F64) {
+        const double *d = (const double *)a->data;
+        for (size_t i = 0; i < n; i++) f[i] = (float)d[i];
+    } else {
+        const uint16_t *h = (const uint16_t *)a->data;
+        for (size_t i = 0; i < n; i++) f[i] = la_f16_to_f32(h[i]);
+    }
     free(a->data);
     a->data = f;
     a->dtype = LA_F32;

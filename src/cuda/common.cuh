@@ -35,6 +35,43 @@ static inline cudaStream_t la_cu_stream(const la_context *ctx) {
     return ctx ? (cudaStream_t)ctx->cuda_stream : (cudaStream_t)0;
 }
 
+/* Compute capability of the current device as 10 * major + minor (0 when it
+ * cannot be read), cached in the context per device (cuda_arch_cache); with
+ * ctx NULL it is asked every time (two cheap host-side queries). */
+static inline int la_cu_cc(const la_context *ctx) {
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    if (ctx) {
+        const int c = __atomic_load_n(&ctx->cuda_arch_cache, __ATOMIC_RELAXED);
+        if (c && (c >> 10) == dev + 1) return c & 1023;
+    }
+    int major = 0, minor = 0;
+    if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) {
+        cudaGetLastError();
+        return 0;
+    }
+    const int cc = 10 * major + minor;
+    if (ctx)
+        __atomic_store_n(&((la_context *)ctx)->cuda_arch_cache, ((dev + 1) << 10) | cc,
+                         __ATOMIC_RELAXED);
+    return cc;
+}
+/* Whether the Hopper-only kernels (ptx.cuh, LA_CU_SM90_CODE) may run: the
+ * library has their sm_90a build (the Makefile defines LA_CUDA_HAVE_SM90A
+ * unless CUDA_ARCH=ptx80) and the device is sm_90, the one that loads it. */
+static inline bool la_cu_hopper(const la_context *ctx) {
+#if defined(LA_CUDA_HAVE_SM90A)
+    return la_cu_cc(ctx) == 90;
+#else
+    (void)ctx;
+    return false;
+#endif
+}
+
 /* ---- element access on device -------------------------------------------
  * A view as the kernels see it: base pointer, dtype, strides in elements. */
 struct la_cu_view {

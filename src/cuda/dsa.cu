@@ -105,7 +105,11 @@ __device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0,
     if constexpr (EB == 2) {
         la_mma_bf16(c, a, b0, b1);
     } else {
+#if LA_CU_SM90_CODE
         la_mma_e4m3(c, a, b0, b1);
+#else
+        __trap(); /* fp8 mma.sync: built for sm_90a only (dsa_fp8_mma_ok) */
+#endif
     }
 }
 
@@ -455,7 +459,7 @@ static la_status dsa_select(const char *forced, dsa_choice *c) {
 /* The mma.sync fp8 kernel reads q rows with 16-byte cp.async and k rows
  * with 4-byte loads. */
 static bool dsa_fp8_mma_ok(const la_sp_score_args &a) {
-    return la_sp_scores_fast_shape(a.HI, a.dI) && a.q_nb2 == 1 && a.q_nb1 % 16 == 0 &&
+    return a.hopper && la_sp_scores_fast_shape(a.HI, a.dI) && a.q_nb2 == 1 && a.q_nb1 % 16 == 0 &&
            a.q_nb0 % 16 == 0 && ((uintptr_t)a.q & 15) == 0 && a.k_nb1 == 1 && a.k_nb0 % 4 == 0 &&
            ((uintptr_t)a.k & 3) == 0;
 }
@@ -473,9 +477,12 @@ static la_status dsa_scores(la_sp_score_args a, const sc_scales &sc, bool fp8, c
     const bool mma_ok = fp8 ? dsa_fp8_mma_ok(a) && a.T <= 65535 : la_sp_scores_mma_ok(a) && a.T <= 65535;
     if (c.kernel == DSA_WGMMA && !wg_ok)
         return la_cu_variant_unsupported("dsa", c.qg ? "qg<N>" : "wgmma",
-                                         "HI = 64, dI = 128, bf16 or e4m3 rows contiguous");
+                                         "an sm_90 device, HI = 64, dI = 128, bf16 or e4m3 rows "
+                                         "contiguous");
     if (c.kernel == DSA_MMA && !mma_ok)
-        return la_cu_variant_unsupported("dsa", "mma", "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
+        return la_cu_variant_unsupported("dsa", "mma", fp8 ? "an sm_90 device for fp8, HI in {16, 32, 64}, "
+                                                            "dI in {64, 128}, aligned rows"
+                                                          : "HI in {16, 32, 64}, dI in {64, 128}, aligned rows");
     auto report = [&](const char *kernel) {
         la_cu_report(ctx, "dsa", kernel, "T=%lld L=%lld HI=%lld dI=%lld %s%s", (long long)a.T,
                      (long long)a.Lk, (long long)a.HI, (long long)a.dI, fp8 ? "fp8" : "",
@@ -553,7 +560,7 @@ extern "C" la_status la_dsa_indexer_cuda(const la_index_params *p, const la_tens
                       la_dtype_name(scores->dtype), (long long)scores->nb[1]);
     cudaStream_t s = la_cu_stream(ctx);
     la_sp_score_args a;
-    la_sp_fill_score_args(&a, q, k, w, start, end);
+    la_sp_fill_score_args(&a, q, k, w, start, end, ctx);
     const sc_scales sc = sc_scales_of(p);
     LA_TRY(dsa_check_scale_values(sc, a.Lk, a.T, a.HI, s));
     la_cu_ws qw, kw, sw;

@@ -251,6 +251,7 @@ __device__ __forceinline__ void v2_prod_run(const la_sp_score_args &a, const sc_
 template <int EB>
 __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
     sc_wgmma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+#if LA_CU_SM90_CODE
     using C = v2_cfg<EB>;
     extern __shared__ uint8_t v2_raw[];
     const uint32_t raw = (uint32_t)__cvta_generic_to_shared(v2_raw);
@@ -360,6 +361,9 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
         epilogue(acc1, 1);
         la_mbar_arrive(empty_a + 8 * st);
     }
+#else
+    __trap(); /* built without sm_90a: selection never picks this kernel there */
+#endif
 }
 
 /* SM count of the current device, asked every call (cudaDeviceGetAttribute
@@ -374,9 +378,11 @@ static int la_sp_num_sms() {
     return 132;
 }
 
-/* Whether the v2 kernel takes these views: HI = 64, dI = 128, q rows and k
- * rows 16-byte aligned and contiguous along dI, dense DSA mode. */
+/* Whether the v2 kernel takes these views: an sm_90 device, HI = 64, dI =
+ * 128, q rows and k rows 16-byte aligned and contiguous along dI, dense DSA
+ * mode. */
 static bool v2_ok(const la_sp_score_args &a, int EB) {
+    if (!a.hopper) return false;
     if (a.HI != V2_HI || a.dI != V2_DI || a.blocks || a.force_ends || a.range.blk != 1) return false;
     if (a.q_nb2 != 1 || a.k_nb1 != 1) return false;
     if ((a.q_nb0 * EB) % 16 || (a.q_nb1 * EB) % 16 || (a.k_nb0 * EB) % 16) return false;

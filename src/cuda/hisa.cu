@@ -249,7 +249,7 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     LA_TRY(hs_check_params(op, blocksparse, p));
     cudaStream_t s = la_cu_stream(ctx);
     la_sp_score_args a;
-    la_sp_fill_score_args(&a, q, k, w, start, end);
+    la_sp_fill_score_args(&a, q, k, w, start, end, ctx);
     la_cu_ws qw, kw, kbw, bsw, keptw, csw, kw16;
     LA_TRY(la_sp_prepare_bf16(&a, &qw, &kw, s));
     if (!blocksparse && a.q_dt == LA_BF16 && a.k_dt == LA_BF16 &&
@@ -280,8 +280,9 @@ static la_status hs_run(const char *op, int blocksparse, const la_index_params *
     hs_choice ch;
     LA_TRY(hs_select(ctx, &ch));
     la_cu_report(ctx, "hisa", la_context_variant(ctx, "hisa") ? la_context_variant(ctx, "hisa") : "wgmma",
-                 "%s T=%lld L=%lld HI=%lld dI=%lld block=%lld", op, (long long)T, (long long)L,
-                 (long long)a.HI, (long long)dI, (long long)B);
+                 "%s T=%lld L=%lld HI=%lld dI=%lld block=%lld %s%s", op, (long long)T, (long long)L,
+                 (long long)a.HI, (long long)dI, (long long)B, la_dtype_name((la_dtype)a.q_dt),
+                 a.hopper ? "" : ", no sm_90: wgmma kernels replaced by mma.sync / exact ones");
 
     /* 1. block means */
     const bool bf = a.k_dt == LA_BF16 && a.q_dt == LA_BF16;
@@ -410,7 +411,7 @@ static la_status hs_run_fp8wg(const la_index_params *p, const la_tensor *q, cons
                               la_tensor *idx, la_context *ctx, bool *taken) {
     *taken = false;
     la_sp_score_args a;
-    la_sp_fill_score_args(&a, q, k, w, start, end);
+    la_sp_fill_score_args(&a, q, k, w, start, end, ctx);
     const int64_t T = a.T, L = a.Lk, HI = a.HI, dI = a.dI;
     if (T < 1 || L < 1 || T > 65535 || p->topk > LA_SP_TOPK_MAX) return LA_OK;
     const int64_t B = p->block < L ? p->block : L;
@@ -512,7 +513,7 @@ extern "C" la_status la_hisa_fp8_stage2_scores_test(const la_index_params *p, co
     LA_TRY(la_sp_validate_fp8_cuda("hisa", p, q, k, w, start, end, idx));
     LA_TRY(hs_check_params("hisa", 0, p));
     la_sp_score_args a;
-    la_sp_fill_score_args(&a, q, k, w, start, end);
+    la_sp_fill_score_args(&a, q, k, w, start, end, ctx);
     const int64_t T = a.T, L = a.Lk, HI = a.HI;
     if (T < 1 || L < 1) return LA_OK;
     const int64_t B = p->block < L ? p->block : L, nb = (L + B - 1) / B;

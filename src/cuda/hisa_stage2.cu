@@ -133,6 +133,7 @@ __device__ __forceinline__ void hb2_store(float *op, bool st_ok, int jk, const h
 template <int EB, bool DENSE>
 __global__ void __launch_bounds__(HB_THREADS, 2)
     hb2_kernel(la_sp_score_args a, hb_lists h, const float *ks, int64_t ks_nb, int dqs) {
+#if LA_CU_SM90_CODE
     using C = hb_cfg<EB>;
     using C2 = hb2_cfg<EB>;
     constexpr int RP = C2::RP, JQ = C2::JQ, JA = C2::JA;
@@ -300,6 +301,9 @@ __global__ void __launch_bounds__(HB_THREADS, 2)
         }
     }
     asm volatile("cp.async.wait_group 0;\n" ::: "memory");
+#else
+    __trap(); /* built without sm_90a: selection never picks this kernel there */
+#endif
 }
 
 
@@ -391,6 +395,7 @@ __global__ void hb_fill_kernel(const int32_t *kept, int64_t n, int32_t *cur, int
 
 /* Whether the block-major kernel takes these views. */
 bool hb_ok(const la_sp_score_args &a) {
+    if (!a.hopper) return false; /* wgmma: sm_90a only */
     if (a.q_dt != LA_BF16 || a.k_dt != LA_BF16 || a.HI != HB_HI || a.dI != HB_DI) return false;
     if (a.q_nb2 != 1 || a.q_nb1 % 8 || a.q_nb0 % 8 || ((uintptr_t)a.q & 15)) return false;
     if (a.k_nb1 != 1 || a.k_nb0 % 8 || ((uintptr_t)a.k & 15)) return false;
@@ -451,6 +456,7 @@ la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8, const f
  * aligned rows, contiguous along dI) and block means (contiguous rows), HI =
  * 64, dI = 128, dense (no gather), nb <= INT32_MAX. */
 bool hb2_dense_ok(const la_sp_score_args &a) {
+    if (!a.hopper) return false; /* wgmma: sm_90a only */
     if (a.q_dt != LA_BF16 || a.k_dt != LA_BF16 || a.HI != HB_HI || a.dI != HB_DI || a.blocks)
         return false;
     if (a.q_nb2 != 1 || a.q_nb1 % 8 || a.q_nb0 % 8 || ((uintptr_t)a.q & 15)) return false;
@@ -496,6 +502,7 @@ la_status hb2_dense_launch(la_sp_score_args a, cudaStream_t s) {
 /* Whether hb2_kernel<1> takes these views (HI = 64, dI = 128, e4m3 rows
  * 16-byte aligned and contiguous along dI; the list sizes of hb_ok). */
 bool hb8_ok(const la_sp_score_args &a) {
+    if (!a.hopper) return false; /* wgmma: sm_90a only */
     if (a.q_dt != LA_FP8_E4M3 || a.k_dt != LA_FP8_E4M3 || a.HI != HB_HI || a.dI != HB_DI)
         return false;
     if (a.q_nb2 != 1 || a.q_nb1 % 16 || a.q_nb0 % 16 || ((uintptr_t)a.q & 15)) return false;

@@ -25,6 +25,19 @@
 
 #include <stdint.h>
 
+/* ---- Hopper-only code --------------------------------------------------------
+ * wgmma, mbarrier.try_wait, fence.proxy.async, setmaxnreg and the fp8 mma.sync
+ * exist for sm_90a only. The library is built for sm_90a, sm_80 and compute_80
+ * PTX (Makefile): LA_CU_SM90_CODE is 1 in the sm_90a device pass (and the host
+ * pass), 0 in the others, where the kernels using them have a body of one trap.
+ * Their selection functions take them only on a compute capability 9.0 device
+ * (la_cu_hopper, common.cuh), the one device that loads the sm_90a code. */
+#if !defined(__CUDA_ARCH__) || defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define LA_CU_SM90_CODE 1
+#else
+#define LA_CU_SM90_CODE 0
+#endif
+
 /* ---- NaN-propagating max (torch.relu / torch.max semantics) -----------------
  * fmaxf returns the operand that is not NaN, so fmaxf(NaN, 0) = 0 would
  * swallow a NaN input; max.NaN.f32 (sm_80+, one FMNMX as fmaxf) returns NaN

@@ -408,8 +408,9 @@ enum smla_kernel_id { SMLA_WGMMA = 0, SMLA_PORTABLE = 1 };
 static const char *const smla_names[] = {"wgmma", "portable"};
 
 /* The kernel for these arguments (pure); forced: the context's variant. */
-static la_status smla_select(const smla_args &a, const char *forced, smla_kernel_id *kern) {
-    const bool wg = a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 && a.Dqk == SM_DQK && a.Dv == SM_DV &&
+static la_status smla_select(const smla_args &a, const char *forced, bool hopper,
+                             smla_kernel_id *kern) {
+    const bool wg = hopper && a.q_dt == LA_BF16 && a.kv_dt == LA_BF16 && a.Dqk == SM_DQK && a.Dv == SM_DV &&
                     a.Hkv == 1 && a.q_nb2 == 1 && a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 &&
                     ((uintptr_t)a.q & 15) == 0 && a.kv_nb2 == 1 && a.kv_nb0 % 8 == 0 &&
                     ((uintptr_t)a.kv & 15) == 0 && (a.out_dt == LA_BF16 || a.out_dt == LA_F32) &&
@@ -422,7 +423,8 @@ static la_status smla_select(const smla_args &a, const char *forced, smla_kernel
     if (i < 0) return la_cu_unknown_variant("sparse_attn", forced, "wgmma, portable");
     if (i == SMLA_WGMMA && !wg)
         return la_cu_variant_unsupported("sparse_attn", forced,
-                                         "bf16 q/kv, Dqk = 576, Dv = 512, one kv head, rows contiguous");
+                                         "an sm_90 device, bf16 q/kv, Dqk = 576, Dv = 512, one kv head, "
+                                         "rows contiguous");
     *kern = (smla_kernel_id)i;
     return LA_OK;
 }
@@ -478,7 +480,7 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
                       (long long)a.T);
 
     smla_kernel_id kern;
-    LA_TRY(smla_select(a, la_context_variant(ctx, "sparse_attn"), &kern));
+    LA_TRY(smla_select(a, la_context_variant(ctx, "sparse_attn"), la_cu_hopper(ctx), &kern));
     la_cu_report(ctx, "sparse_attn", smla_names[kern], "T=%lld Hq=%lld Dqk=%lld Dv=%lld K=%lld",
                  (long long)a.T, (long long)a.Hq, (long long)a.Dqk, (long long)a.Dv, (long long)a.K);
     if (kern == SMLA_WGMMA) {

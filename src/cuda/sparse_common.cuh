@@ -89,6 +89,7 @@ struct la_sp_score_args {
     int64_t ncols;
     float *out;
     int64_t out_ld;
+    int hopper; /* la_cu_hopper of the call: the wgmma / fp8 kernels may run */
 };
 /* Whether the bf16 mma.sync score kernel takes these args. */
 bool la_sp_scores_mma_ok(const la_sp_score_args &a);
@@ -101,9 +102,11 @@ la_status la_sp_pack_bf16(const void *src, int dt, int64_t n0, int64_t n1, int64
                           cudaStream_t s);
 /* Whether the tensor-core score kernel takes these extents. */
 bool la_sp_scores_fast_shape(int64_t HI, int64_t dI);
-/* Score args from the public views (ncols/out/force/gather left zero). */
+/* Score args from the public views (ncols/out/force/gather left zero) and
+ * the device of ctx (hopper). */
 void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_tensor *k,
-                           const la_tensor *w, const la_tensor *start, const la_tensor *end);
+                           const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                           const la_context *ctx);
 /* bf16 q/k that the tensor-core kernel can't read in place are packed into
  * contiguous copies held by qw/kw (a is updated to point at them). */
 la_status la_sp_prepare_bf16(la_sp_score_args *a, la_cu_ws *qw, la_cu_ws *kw, cudaStream_t s);

@@ -28,8 +28,10 @@ la_status la_sp_pack_bf16(const void *src, int dt, int64_t n0, int64_t n1, int64
 /* ---- la_dsa_indexer on CUDA ---------------------------------------------- */
 /* Fill the score args from the public views (q, k, w, start, end). */
 void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_tensor *k,
-                           const la_tensor *w, const la_tensor *start, const la_tensor *end) {
+                           const la_tensor *w, const la_tensor *start, const la_tensor *end,
+                           const la_context *ctx) {
     memset(a, 0, sizeof *a);
+    a->hopper = la_cu_hopper(ctx);
     a->q = q->data;
     a->q_dt = q->dtype;
     a->q_nb0 = q->nb[0];

@@ -217,7 +217,7 @@ static la_status append_impl(la_paged_index_cache *c, const la_tensor *k, const 
                           c->p.device == LA_DEVICE_CUDA ? "cuda" : "cpu",
                           views[i]->device == LA_DEVICE_CUDA ? "cuda" : "the cpu");
     const int on_cuda = c->p.device == LA_DEVICE_CUDA;
-    LA_TRY(la_check_tensor(k, "k", 2, on_cuda ? LA_DT_FLOAT | LA_DT(LA_F16) : LA_DT_FLOAT, c->p.device, false));
+    LA_TRY(la_check_tensor(k, "k", 2, LA_DT_FLOAT, c->p.device, false));
     la_tensor hsl, hsq, hps;
     LA_TRY(host_i32(hc, slot_mapping, "slot_mapping", 1, &hsl, &slot_mapping));
     LA_TRY(host_i32(hc, seq_ids, "seq_ids", 1, &hsq, &seq_ids));
@@ -485,7 +485,7 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
                           c->p.device == LA_DEVICE_CUDA ? "cuda" : "cpu");
     if (p->k_scale || p->q_scale)
         return la_err(LA_ERR_ARG, "%s: k_scale/q_scale: the paged cache holds its own scales; pass NULL", op);
-    const unsigned fmask = c->p.device == LA_DEVICE_CUDA ? LA_DT_FLOAT | LA_DT(LA_F16) : LA_DT_FLOAT;
+    const unsigned fmask = LA_DT_FLOAT;
     LA_TRY(la_check_tensor(q, "q", 3, fmask, c->p.device, false));
     LA_TRY(la_check_tensor(w, "w", 2, fmask, c->p.device, false));
     LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), c->p.device, false));

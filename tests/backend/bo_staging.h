@@ -11,7 +11,7 @@
  *   the indexer checks shared by the sparse, dsa_fp8 and dsa_epi tables.
  *
  * Random values come from bo_rng, the current case's generator. Poison is
- * 0xFF bytes: NaN in f32 and bf16. */
+ * 0xFF bytes: NaN in f32, bf16 and f16. */
 #ifndef LA_BO_STAGING_H
 #define LA_BO_STAGING_H
 
@@ -23,7 +23,9 @@
 #include "core/internal.h"
 
 
-static inline const char *dtn(la_dtype dt) { return dt == LA_BF16 ? "bf16" : "f32"; }
+static inline const char *dtn(la_dtype dt) {
+    return dt == LA_BF16 ? "bf16" : dt == LA_F16 ? "f16" : "f32";
+}
 
 /* ---- tensors staged on host and device ----------------------------------- */
 typedef struct tb {
@@ -44,9 +46,11 @@ typedef struct tb {
 static inline void set_elem(void *p, la_dtype dt, int64_t off, float x) {
     if (dt == LA_F32) ((float *)p)[off] = x;
     else if (dt == LA_BF16) ((uint16_t *)p)[off] = la_f32_to_bf16(x);
+    else if (dt == LA_F16) ((uint16_t *)p)[off] = la_f32_to_f16(x);
 }
 static inline float get_elem(const void *p, la_dtype dt, int64_t off) {
     if (dt == LA_F32) return ((const float *)p)[off];
+    if (dt == LA_F16) return la_f16_to_f32(((const uint16_t *)p)[off]);
     return la_bf16_to_f32(((const uint16_t *)p)[off]);
 }
 
@@ -177,9 +181,12 @@ static inline double tb_compare(const tb *t, const char *what, double tol) {
     free(ref);
     return rel;
 }
-/* 1e-2 for bf16; 1e-5 for f32 (1e-4 past N = 20000) */
+/* 1e-2 for bf16; 2e-3 for f16 (GPU and CPU both compute in fp32 from the
+ * same f16 inputs and round the output once: they differ by about one f16
+ * ulp, 2^-11 of the largest output, well inside twice the error of the same
+ * formula computed in fp16); 1e-5 for f32 (1e-4 past N = 20000) */
 static inline double tol_of(la_dtype dt, int64_t N) {
-    return dt == LA_BF16 ? 1e-2 : (N > 20000 ? 1e-4 : 1e-5);
+    return dt == LA_BF16 ? 1e-2 : dt == LA_F16 ? 2e-3 : (N > 20000 ? 1e-4 : 1e-5);
 }
 
 /* ---- bare device buffers ---------------------------------------------------- */
@@ -205,14 +212,18 @@ static inline dbuf dput_raw(const void *h, size_t bytes) {
     la_dev_upload(b.d, h, bytes);
     return b;
 }
-/* Upload n floats as dtype dt (f32 or bf16); bf16 `vals` are rounded in place
+/* Upload n floats as dtype dt (f32, bf16 or f16); 16-bit `vals` are rounded in place
  * to what the device sees (so a reference sees the same inputs). */
 static inline dbuf dput(float *vals, int64_t n, la_dtype dt) {
     size_t es = la_dtype_size(dt);
     void *h = malloc((size_t)n * es + 4);
     for (int64_t i = 0; i < n; i++) {
         if (dt == LA_F32) ((float *)h)[i] = vals[i];
-        else {
+        else if (dt == LA_F16) {
+            uint16_t b = la_f32_to_f16(vals[i]);
+            ((uint16_t *)h)[i] = b;
+            vals[i] = la_f16_to_f32(b);
+        } else {
             uint16_t b = la_f32_to_bf16(vals[i]);
             ((uint16_t *)h)[i] = b;
             vals[i] = la_bf16_to_f32(b);
@@ -223,7 +234,7 @@ static inline dbuf dput(float *vals, int64_t n, la_dtype dt) {
     return b;
 }
 static inline dbuf dput_i32(const int32_t *v, int64_t n) { return dput_raw(v, (size_t)n * 4); }
-/* Download n values of dtype dt (f32 or bf16) as floats. */
+/* Download n values of dtype dt (f32, bf16 or f16) as floats. */
 static inline void dget_f32(float *dst, const dbuf *b, int64_t n, la_dtype dt) {
     if (dt == LA_F32) {
         la_dev_download(dst, b->d, (size_t)n * 4);
@@ -231,7 +242,7 @@ static inline void dget_f32(float *dst, const dbuf *b, int64_t n, la_dtype dt) {
     }
     uint16_t *h = malloc((size_t)n * 2 + 2);
     la_dev_download(h, b->d, (size_t)n * 2);
-    for (int64_t i = 0; i < n; i++) dst[i] = la_bf16_to_f32(h[i]);
+    for (int64_t i = 0; i < n; i++) dst[i] = dt == LA_F16 ? la_f16_to_f32(h[i]) : la_bf16_to_f32(h[i]);
     free(h);
 }
 /* Contiguous tensor of rank nd (extents a, b, c; the first nd used). */

@@ -107,10 +107,10 @@ static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
     la_dev_synchronize();
     char what[200];
     snprintf(what, sizeof what, "causal %s%s%s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d",
-             path ? "[" : "", path ? path : "", path ? "] " : "", dt == LA_BF16 ? "bf16" : "f32", (long long)B, (long long)N,
+             path ? "[" : "", path ? path : "", path ? "] " : "", dtn(dt), (long long)B, (long long)N,
              (long long)H, (long long)D, (long long)Dv, feat_name(p.feature), normalize,
              (long long)chunk, state, perm);
-    compare(&o, what, dt == LA_BF16 ? TOL_OUT : 1e-4, false);
+    compare(&o, what, dt == LA_BF16 ? TOL_OUT : dt == LA_F16 ? tol_of(LA_F16, N) : 1e-4, false);
     if (state) {
         char w2[240];
         snprintf(w2, sizeof w2, "%s S_out", what);
@@ -357,4 +357,8 @@ void cases_causal(bo_list *L) {
     add_causal(L, 0, 1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64   */
     add_causal(L, 0, 1, 300, 2, 128, 64, LA_FEATURE_RELU, 0, 64, 0, bf, 1, NULL);   /* Dv = 64  */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, LA_F32, 0, NULL); /* f32 */
+    /* f16: the portable path (no f16 tensor-core kernel yet) */
+    add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, LA_F16, 1, NULL);
+    add_causal(L, 0, 1, 65, 2, 64, 32, LA_FEATURE_ELU1, 0, 64, 0, LA_F16, 0, NULL);
+    add_causal(L, 0, 2, 63, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 1, LA_F16, 0, "portable");
 }

@@ -4,7 +4,7 @@
  * DSA indexer and sparse attention are in cases_cpu_sparse.c --, on fresh random inputs at odd sizes (N = 1,
  * 63, 65, 1000; D = 16, 32, 63, 64, 128; Dv != D), in every layout of
  * tests/cpu/dense_views.h (contiguous, a permuted [B,H,N,D] buffer, strided
- * rows whose gaps hold NaN), f32 / f64 / bf16 views, outputs poisoned with
+ * rows whose gaps hold NaN), f32 / f64 / bf16 / f16 views, outputs poisoned with
  * NaN before the call.
  *
  * The error bound is relative to a same-precision reference: each reference
@@ -13,7 +13,7 @@
  * rounded to the output dtype). A case passes when
  *   err(op) <= max(floor, 2 err(fp32 formula))
  * with err = max|x - ref64| / max|ref64| and floor 1e-5 for f32/f64 outputs
- * (the CPU computes in fp32), 0 for bf16 outputs (whose rounding dominates).
+ * (the CPU computes in fp32), 0 for bf16 / f16 outputs (whose rounding dominates).
  * Outputs are checked in full (a NaN left is an unwritten entry) and, for the
  * strided layout, nothing outside the view may be written (gaps stay NaN).
  * MHLA's released_vision normalization and the blog variant of focused
@@ -475,17 +475,21 @@ void cases_cpu(bo_list *L) {
     CPU_CASE("softmax", cpu_softmax, sm_args, 1, 130, 65, 2, 2, 64, 32, 1, LA_F64, L_BHND, 0.3f);
     CPU_CASE("softmax", cpu_softmax, sm_args, 1, 1000, 1000, 2, 1, 32, 48, 1, LA_F32, L_CONTIG, 0.f);
     CPU_CASE("softmax", cpu_softmax, sm_args, 1, 65, 1000, 2, 2, 128, 128, 0, LA_BF16, L_GAPS, 0.f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 65, 1000, 2, 2, 128, 128, 0, LA_F16, L_GAPS, 0.f);
     CPU_CASE("softmax", cpu_softmax, sm_args, 1, 63, 65, 2, 2, 128, 64, 1, LA_BF16, L_BHND, -0.2f);
+    CPU_CASE("softmax", cpu_softmax, sm_args, 1, 63, 65, 2, 2, 128, 64, 1, LA_F16, L_BHND, -0.2f);
     /* linear: B, N, H, D, Dv, feature, causal, normalize, chunk, state, dtype, layout */
     CPU_CASE("linear", cpu_linear, lin_args, 1, 1, 1, 16, 16, LA_FEATURE_RELU, 0, 1, 64, 0, LA_F32, L_CONTIG);
     CPU_CASE("linear", cpu_linear, lin_args, 2, 63, 3, 63, 64, LA_FEATURE_ELU1, 0, 1, 64, 0, LA_F32, L_BHND);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 65, 2, 16, 17, LA_FEATURE_RELU1, 0, 0, 64, 0, LA_F64, L_GAPS);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, LA_BF16, L_BHND);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_RELU_EPS, 0, 1, 64, 0, LA_F16, L_BHND);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 1, 1, 32, 32, LA_FEATURE_RELU, 1, 1, 64, 1, LA_F32, L_CONTIG);
     CPU_CASE("linear", cpu_linear, lin_args, 2, 63, 2, 16, 17, LA_FEATURE_ELU1, 1, 1, 7, 1, LA_F32, L_BHND);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 65, 3, 63, 64, LA_FEATURE_RELU, 1, 0, 64, 1, LA_F32, L_GAPS);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 1, 100, 1, LA_F32, L_CONTIG);
     CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_ELU1, 1, 1, 64, 0, LA_BF16, L_BHND);
+    CPU_CASE("linear", cpu_linear, lin_args, 1, 1000, 2, 64, 32, LA_FEATURE_ELU1, 1, 1, 64, 0, LA_F16, L_BHND);
     /* mhla: B, nd, grid, blocks (causal: {N}, {chunk}), H, D, Dv, causal, per_query,
      * per_head, dtype, layout */
     CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 1, {1}, {1}, 1, 16, 16, 0, 1, 0, LA_F32, L_CONTIG);
@@ -493,14 +497,17 @@ void cases_cpu(bo_list *L) {
     CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 2, {15, 17}, {4, 3}, 2, 16, 17, 0, 0, 0, LA_F32, L_GAPS);
     CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 3, {5, 6, 7}, {2, 3, 2}, 2, 32, 32, 0, 1, 1, LA_F64, L_CONTIG);
     CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 1, {1000}, {16}, 2, 64, 32, 0, 1, 0, LA_BF16, L_BHND);
+    CPU_CASE("mhla", cpu_mhla, mhla_args, 1, 1, {1000}, {16}, 2, 64, 32, 0, 1, 0, LA_F16, L_BHND);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1}, {64}, 1, 16, 16, 1, 0, 0, LA_F32, L_CONTIG);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 2, 1, {63}, {7}, 2, 16, 17, 1, 1, 1, LA_F32, L_BHND);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {300}, {64}, 2, 63, 32, 1, 0, 1, LA_F32, L_GAPS);
     CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1000}, {100}, 1, 128, 128, 1, 1, 0, LA_BF16, L_CONTIG);
+    CPU_CASE("mhla_causal", cpu_mhla, mhla_args, 1, 1, {1000}, {100}, 1, 128, 128, 1, 1, 0, LA_F16, L_CONTIG);
     /* focused (flatten): B, Hm, Wm, H, D, Dv, conv k, bias, softplus, p, dtype, layout */
     CPU_CASE("focused", cpu_focused, focused_args, 1, 1, 1, 1, 16, 16, 0, 0, 0, 3.f, LA_F32, L_CONTIG);
     CPU_CASE("focused", cpu_focused, focused_args, 2, 7, 9, 2, 16, 16, 5, 1, 1, 3.f, LA_F32, L_BHND);
     CPU_CASE("focused", cpu_focused, focused_args, 1, 13, 5, 3, 63, 40, 0, 0, 1, 2.5f, LA_F32, L_GAPS);
     CPU_CASE("focused", cpu_focused, focused_args, 1, 5, 13, 2, 32, 32, 3, 0, 0, 4.f, LA_F64, L_CONTIG);
     CPU_CASE("focused", cpu_focused, focused_args, 1, 25, 40, 2, 64, 64, 3, 1, 1, 3.f, LA_BF16, L_BHND);
+    CPU_CASE("focused", cpu_focused, focused_args, 1, 25, 40, 2, 64, 64, 3, 1, 1, 3.f, LA_F16, L_BHND);
 }

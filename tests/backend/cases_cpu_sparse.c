@@ -1,7 +1,7 @@
 /* Case table of the sparse family's CPU path against float64 references
  * (backend BO_CPU): top-k (ties, -inf, NaN / +inf, strided rows), the DSA
  * indexer (scores, index rows, recall) and sparse attention (invalid
- * indices, a row without a valid one, GQA), f32 and bf16, outputs poisoned
+ * indices, a row without a valid one, GQA), f32, bf16 and f16, outputs poisoned
  * before the call; the bound as in cases_cpu.c (cpu_check.h). */
 #include "cpu_check.h"
 
@@ -223,9 +223,11 @@ void cases_cpu_sparse(bo_list *L) {
     CPU_CASE("dsa", cpu_dsa, dsa_args, 63, 4, 16, 65, 16, LA_F32);
     CPU_CASE("dsa", cpu_dsa, dsa_args, 65, 3, 63, 1000, 64, LA_F32);
     CPU_CASE("dsa", cpu_dsa, dsa_args, 17, 8, 32, 300, 512, LA_BF16);
+    CPU_CASE("dsa", cpu_dsa, dsa_args, 17, 8, 32, 300, 512, LA_F16);
     /* sparse attention: T, Hq, Hkv, Dqk, Dv, L, k, dtype */
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 2, 3, 1, 16, 1, 10, 7, LA_F32);
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 4, 4, 2, 63, 16, 65, 33, LA_F32);
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 3, 16, 1, 128, 64, 300, 100, LA_BF16);
+    CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 3, 16, 1, 128, 64, 300, 100, LA_F16);
     CPU_CASE("sparse_attn", cpu_sparse_attn, sa_args, 5, 8, 1, 576, 512, 1000, 65, LA_F32);
 }

@@ -108,7 +108,7 @@ static void t_decode(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, int
         CHECK(len == N, "%s: state length %lld, want %lld", what, (long long)len, (long long)N);
         CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &of.host, bo_ctx()));
         CHECK_OK(la_dev_synchronize());
-        const double tol = dt == LA_BF16 ? 1e-2 : 1e-4;
+        const double tol = dt == LA_BF16 ? 1e-2 : dt == LA_F16 ? tol_of(LA_F16, N) : 1e-4;
         int64_t n = tb_numel(&o);
         float *g = tb_read(&o, true), *c = tb_read(&o, false), *f = tb_read(&of, false);
         cmp(g, c, n, what, "cpu-dec", tol);
@@ -219,7 +219,7 @@ static void run_decode(const void *p) {
 }
 
 /* DECODE(small, B, N, H, D, Dv, C, norm, feat, per_head, mixing kind, piece, perm):
- * the case in f32 and in bf16 */
+ * the case in f32, bf16 and f16 */
 #define DECODE_DT(SMALL, ...)                                                                   \
     BO_ADD(L, ((bo_opts){"mhla_decode", BO_CUDA, (SMALL), NULL, NULL, NULL}), run_decode,          \
            decode_args, __VA_ARGS__)
@@ -227,6 +227,7 @@ static void run_decode(const void *p) {
     do {                                                                                        \
         DECODE_DT(SMALL, __VA_ARGS__, LA_F32);                                                  \
         DECODE_DT(SMALL, __VA_ARGS__, LA_BF16);                                                 \
+        DECODE_DT(SMALL, __VA_ARGS__, LA_F16);                                                  \
     } while (0)
 
 void cases_decode(bo_list *L) {

@@ -148,19 +148,24 @@ void cases_focused(bo_list *L) {
     bo_add_probe(L, "focused", probe);
     const int small = 1;
     FLATTEN(small, 1, 1, 1, 2, 128, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);     /* N = 1 */
+    FLATTEN(small, 1, 1, 1, 2, 128, 0, 0, 0, 3.f, LA_F16 , 0, 0, 1.0);     /* N = 1 */
     FLATTEN(small, 1, 1, 1, 2, 128, 1, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);     /* N = 1, 1x1 conv */
     FLATTEN(small, 2, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);     /* N = 63 */
+    FLATTEN(small, 2, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_F16 , 1, 0, 1.0);     /* N = 63 */
     FLATTEN(small, 1, 7, 9, 3, 128, 0, 0, 1, 2.5f, LA_BF16, 0, 0, 1.0);    /* N = 63, p = 2.5 */
     FLATTEN(small, 1, 5, 13, 4, 128, 3, 1, 1, 2.5f, LA_BF16, 0, 0, 1.0);   /* N = 65 */
+    FLATTEN(small, 1, 5, 13, 4, 128, 3, 1, 1, 2.5f, LA_F16 , 0, 0, 1.0);   /* N = 65 */
     FLATTEN(small, 1, 5, 13, 4, 128, 3, 0, 0, 4.f, LA_BF16, 1, 0, 1.0);    /* conv without bias */
     FLATTEN(small, 1, 1, 65, 2, 128, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);    /* 1 x 65 map */
     FLATTEN(small, 1, 25, 40, 12, 128, 5, 1, 1, 3.f, LA_BF16, 0, 0, 1.0);  /* N = 1000, H = 12 */
+    FLATTEN(small, 1, 25, 40, 12, 128, 5, 1, 1, 3.f, LA_F16 , 0, 0, 1.0);  /* N = 1000, H = 12 */
     FLATTEN(small, 1, 40, 25, 5, 128, 7, 1, 0, 1.5f, LA_BF16, 1, 0, 1.0);  /* N = 1000, p = 1.5 */
     FLATTEN(small, 1, 16, 20, 2, 128, 9, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* k = 9 */
     FLATTEN(small, 1, 9, 300, 2, 128, 5, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* 3 column blocks */
     FLATTEN(small, 1, 3, 3, 32, 128, 3, 1, 1, 3.f, LA_BF16, 0, 0, 1.0);    /* H = 32: 16 chunks/lane */
     FLATTEN(small, 1, 8, 8, 1, 128, 3, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);     /* H = 1: partial lanes */
     FLATTEN(small, 1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_BF16, 0, 0, 10.0);    /* inputs of scale 10 */
+    FLATTEN(small, 1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_F16 , 0, 0, 10.0);    /* inputs of scale 10 */
     {
         const bo_opts o = {"focused", BO_CUDA, 1, NULL, NULL, NULL};
         bo_add(L, &o, t_flatten_guard, NULL, 0,
@@ -176,6 +181,7 @@ void cases_focused(bo_list *L) {
     FLATTEN(small, 1, 5, 13, 2, 128, 0, 0, 1, 2.5f, LA_F32, 1, 0, 1.0);
     FLATTEN(small, 1, 7, 9, 3, 64, 5, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);
     FLATTEN(small, 1, 5, 13, 2, 63, 3, 0, 0, 2.f, LA_BF16, 0, 0, 1.0);
+    FLATTEN(small, 1, 5, 13, 2, 63, 3, 0, 0, 2.f, LA_F16 , 0, 0, 1.0);
     FLATTEN(small, 1, 3, 3, 33, 128, 3, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
     FLATTEN(small, 1, 12, 12, 2, 128, 11, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
     FLATTEN(small, 1, 25, 40, 4, 128, 5, 1, 1, 3.f, LA_BF16, 0, 1, 1.0);

@@ -220,12 +220,13 @@ static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
     if (with_params) { tb_free(&sp); tb_free(&foc); }
 }
 
-/* bf16 at N = 256K with inputs of scale 10: outputs finite (no overflow). */
-static void t_no_overflow(void) {
+/* bf16 and f16 at N = 256K with inputs of scale 10: outputs finite (no overflow;
+ * the true results are convex combinations of v, far below f16's 65504). */
+static void t_no_overflow_dt(la_dtype dt) {
     const int64_t N = 262144, H = 2, D = 64;
     int64_t nq[4] = {1, N, H, D};
-    tb q = tb_rand(4, nq, LA_BF16, 0, 10.0), k = tb_rand(4, nq, LA_BF16, 0, 10.0),
-       v = tb_rand(4, nq, LA_BF16, 0, 10.0), o = tb_poison(4, nq, LA_BF16, 0);
+    tb q = tb_rand(4, nq, dt, 0, 10.0), k = tb_rand(4, nq, dt, 0, 10.0),
+       v = tb_rand(4, nq, dt, 0, 10.0), o = tb_poison(4, nq, dt, 0);
     const char *names[4] = {"linear", "linear-causal", "mhla 512x512/8x8", "focused-flatten 512x512"};
     for (int c = 0; c < 4; c++) {
         la_dev_memset(o.dev.data, 0xff, o.bytes);
@@ -251,16 +252,20 @@ static void t_no_overflow(void) {
             p.map_h = p.map_w = 512;
             s = la_focused_attention(&p, &q.dev, &k.dev, &v.dev, NULL, NULL, NULL, NULL, &o.dev, bo_ctx());
         }
-        CHECK(s == LA_OK, "%s bf16 N=256K: %s", names[c], la_last_error());
+        CHECK(s == LA_OK, "%s %s N=256K: %s", names[c], dtn(dt), la_last_error());
         la_dev_synchronize();
         float *g = tb_read(&o, true);
         int64_t bad = 0;
         for (int64_t i = 0; i < N * H * D; i++) bad += !isfinite(g[i]);
-        CHECK(bad == 0, "%s bf16 N=256K scale 10: %lld non-finite outputs", names[c], (long long)bad);
-        printf("  %-72s %s\n", names[c], bad ? "FAIL (non-finite)" : "finite ok");
+        CHECK(bad == 0, "%s %s N=256K scale 10: %lld non-finite outputs", names[c], dtn(dt), (long long)bad);
+        printf("  %-67s %-4s %s\n", names[c], dtn(dt), bad ? "FAIL (non-finite)" : "finite ok");
         free(g);
     }
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
+}
+static void t_no_overflow(void) {
+    t_no_overflow_dt(LA_BF16);
+    t_no_overflow_dt(LA_F16);
 }
 
 
@@ -486,8 +491,8 @@ void cases_linear(bo_list *L) {
     bo_add_probe(L, "mhla", probe_mhla);
     reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
     const reg *r = &rs;
-    const la_dtype dts[2] = {LA_F32, LA_BF16};
-    for (int di = 0; di < 2; di++) {
+    const la_dtype dts[3] = {LA_F32, LA_BF16, LA_F16};
+    for (int di = 0; di < 3; di++) {
         la_dtype dt = dts[di];
         add_softmax(r, 1, 1, 1, 1, 1, 1, 1, 0, dt, 0);
         add_softmax(r, 2, 63, 63, 2, 1, 16, 17, 1, dt, 1);
@@ -559,7 +564,7 @@ void cases_linear(bo_list *L) {
         }
         const bo_opts o = opts(r, "linear");
         bo_add(L, &o, run_no_overflow, NULL, 0,
-               "linear, linear-causal, mhla 512x512/8x8, focused-flatten 512x512: bf16 N=256K, "
+               "linear, linear-causal, mhla 512x512/8x8, focused-flatten 512x512: bf16, f16 N=256K, "
                "inputs of scale 10, outputs finite");
     }
 }

@@ -89,7 +89,7 @@ static void run_nan_dense(const void *arg) {
     x[a->which][a->token * H * D] = NAN;
     {
         const float nanv = NAN;
-        const uint16_t nanb = la_f32_to_bf16(NAN);
+        const uint16_t nanb = a->dt == LA_F16 ? la_f32_to_f16(NAN) : la_f32_to_bf16(NAN);
         const size_t es = la_dtype_size(a->dt);
         la_dev_upload((char *)d[a->which].d + (size_t)(a->token * H * D) * es,
                       a->dt == LA_F32 ? (const void *)&nanv : (const void *)&nanb, es);
@@ -194,9 +194,9 @@ void cases_nan(bo_list *L) {
     static const char *names[] = {"linear", "linear", "mhla", "mhla", "focused", "focused"};
     for (int o = 0; o < 6; o++)
         for (int which = 0; which < 3; which++)
-            for (int d = 0; d < 2; d++) {
-                const int64_t D = d ? 128 : 32;
-                const la_dtype dt = d ? LA_BF16 : LA_F32;
+            for (int d = 0; d < 3; d++) {
+                const int64_t D = d == 1 ? 128 : d == 2 ? 64 : 32;
+                const la_dtype dt = d == 1 ? LA_BF16 : d == 2 ? LA_F16 : LA_F32;
                 /* token 0: every output that depends on it is NaN on both backends
                  * (a later token would also test that a causal op's masked
                  * intra-chunk product does not leak it backwards) */

@@ -159,6 +159,7 @@ void cases_smla(bo_list *L) {
     SMLA(1, 3, 64, 300, 100, 1.0, LA_BF16);
     SMLA(1, 5, 80, 1000, 65, 1.0, LA_BF16);   /* partial head group, tile of 1 */
     SMLA(1, 9, 128, 1000, 130, 4.0, LA_F32);  /* large logits, f32 out */
+    SMLA(1, 3, 64, 300, 100, 1.0, LA_F16);    /* f16 out: the portable kernel */
     SMLA(1, 4, 128, 3000, 64, 1.0, LA_BF16);
     SMLA(0, 5, 128, 5000, 2048, 1.0, LA_BF16);
     SMLA(0, 3, 64, 70000, 2048, 3.0, LA_BF16);

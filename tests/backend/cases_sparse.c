@@ -492,7 +492,7 @@ static void test_sparse_attn(const void *arg) {
         double d = fabs(lg[i] - lref[i]);
         if (d > el) el = d;
     }
-    const double tol = dt == LA_F32 ? 1e-5 : 1e-2;
+    const double tol = dt == LA_F32 ? 1e-5 : dt == LA_F16 ? tol_of(LA_F16, 0) : 1e-2;
     CHECK(eo <= tol, "sparse attn T=%lld Hq=%lld Hkv=%lld Dqk=%lld Dv=%lld L=%lld k=%lld %s: out rel err %.3g",
           (long long)T, (long long)Hq, (long long)Hkv, (long long)Dqk, (long long)Dv, (long long)L,
           (long long)K, la_dtype_name(dt), eo);
@@ -637,6 +637,9 @@ void cases_sparse(bo_list *L) {
         {5, 5, 20, 200, 16, 8, 3, 0, 0, LA_BF16},        /* bf16, generic path */
         {9, 64, 128, 600, 32, 16, 40, 1, 2, LA_BF16},    /* k rows not 16-byte aligned (copied), HISA == DSA */
         {17, 64, 128, 3000, 256, 64, 12, 1, 0, LA_BF16}, /* HISA paths: odd T, ragged, bf16 fast */
+        {65, 64, 128, 1000, 64, 16, 100, 1, 0, LA_F16},  /* f16: the fp32 score kernels */
+        {63, 64, 128, 777, 64, 16, 8, 1, 1, LA_F16},     /* f16, permuted q */
+        {20, 32, 64, 500, 32, 8, 5, 0, 2, LA_F16},       /* f16, padded k */
     };
     for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) add_indexers(L, 1, &cs[i]);
     {
@@ -661,5 +664,7 @@ void cases_sparse(bo_list *L) {
     SPATTN(1, 4, 4, 2, 63, 16, 65, 33, LA_F32);
     SPATTN(1, 2, 3, 1, 16, 1, 10, 7, LA_F32);
     SPATTN(1, 3, 64, 1, 576, 512, 300, 70, LA_F32); /* f32: exact path */
+    SPATTN(1, 3, 64, 1, 576, 512, 300, 100, LA_F16); /* f16: exact path */
+    SPATTN(1, 4, 4, 2, 63, 16, 65, 33, LA_F16);
     SPATTN(0, 5, 128, 1, 576, 512, 5000, 2048, LA_BF16);
 }

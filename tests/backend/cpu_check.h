@@ -15,8 +15,8 @@
 static inline float *rand_rounded(int64_t n, double scale, la_dtype dt) {
     float *x = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     la_fill_normal(&bo_rng, x, n, scale);
-    if (dt == LA_BF16)
-        for (int64_t i = 0; i < n; i++) x[i] = la_round_bf16(x[i]);
+    if (dt == LA_BF16 || dt == LA_F16)
+        for (int64_t i = 0; i < n; i++) x[i] = la_round_dt(x[i], dt);
     return x;
 }
 static inline int64_t numel(const la_tensor *t) {
@@ -62,7 +62,7 @@ static inline double rel_err_d(const double *a, const double *ref, int64_t n) {
     return md / (mr > 1e-30 ? mr : 1e-30);
 }
 static inline double round_to(double x, la_dtype dt) {
-    if (dt == LA_BF16) return la_round_bf16((float)x);
+    if (dt == LA_BF16 || dt == LA_F16) return la_round_dt((float)x, dt);
     if (dt == LA_F32) return (float)x;
     return x;
 }
@@ -72,7 +72,7 @@ static inline void check_out(const char *what, const float *got, const double *r
                       la_dtype dt) {
     for (int64_t i = 0; i < n; i++) sp[i] = round_to(sp[i], dt);
     const double e = la_rel_err(got, ref, n), esp = rel_err_d(sp, ref, n);
-    const double floor = dt == LA_BF16 ? 0.0 : 1e-5, bound = fmax(floor, 2 * esp);
+    const double floor = dt == LA_BF16 || dt == LA_F16 ? 0.0 : 1e-5, bound = fmax(floor, 2 * esp);
     CHECK(e <= bound, "%s: rel err %.3g > bound %.3g (fp32 formula %.3g)", what, e, bound, esp);
     printf("  %-40s rel %.2e  bound %.2e (fp32 formula %.2e) %s\n", what, e, bound, esp,
            e <= bound ? "ok" : "FAIL");

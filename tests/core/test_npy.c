@@ -73,6 +73,20 @@ int main(void) {
         CHECK(a.dtype == LA_F32 && ((float *)a.data)[1] == -2.25f && ((float *)a.data)[2] == 1e10f, "f64->f32");
         la_npy_free(&a);
     }
+    /* float16: read as LA_F16, written back as '<f2', converted exactly to f32 */
+    {
+        const uint16_t h[4] = {0x3c00, 0xc500, 0x7bff, 0x0001}; /* 1, -5, 65504, 2^-24 */
+        int64_t sh[1] = {4};
+        CHECK_OK(la_npy_write(path, LA_F16, 1, sh, h));
+        la_npy_array a;
+        CHECK_OK(la_npy_read(path, &a));
+        CHECK(a.dtype == LA_F16 && a.nbytes == 8 && !memcmp(a.data, h, 8), "f16 round trip");
+        CHECK_OK(la_npy_to_f32(&a, path));
+        const float *f = (const float *)a.data;
+        CHECK(a.dtype == LA_F32 && f[0] == 1.f && f[1] == -5.f && f[2] == 65504.f && f[3] == 0x1p-24f,
+              "f16->f32");
+        la_npy_free(&a);
+    }
     /* writer output is readable by the strict parser and 64-byte aligned */
     {
         FILE *fp = fopen(path, "rb");
@@ -103,7 +117,8 @@ int main(void) {
     /* malformed */
     expect_reject("fortran order", 1, "{'descr': '<f4', 'fortran_order': True, 'shape': (2, 3), }", 24, LA_ERR_FORMAT);
     expect_reject("big endian", 1, "{'descr': '>f4', 'fortran_order': False, 'shape': (2, 3), }", 24, LA_ERR_FORMAT);
-    expect_reject("float16", 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 12, LA_ERR_FORMAT);
+    expect_reject("complex64", 1, "{'descr': '<c8', 'fortran_order': False, 'shape': (2, 3), }", 48, LA_ERR_FORMAT);
+    expect_reject("float16 short data", 1, "{'descr': '<f2', 'fortran_order': False, 'shape': (2, 3), }", 10, LA_ERR_FORMAT);
     expect_reject("object dtype", 1, "{'descr': '|O', 'fortran_order': False, 'shape': (2, 3), }", 48, LA_ERR_FORMAT);
     expect_reject("structured dtype", 1, "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (2,), }", 8, LA_ERR_FORMAT);
     expect_reject("short data", 1, "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }", 20, LA_ERR_FORMAT);

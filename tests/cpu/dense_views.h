@@ -28,6 +28,7 @@ static void store_elem(la_dtype dt, void *buf, int64_t off, double x) {
     case LA_F32: ((float *)buf)[off] = (float)x; break;
     case LA_F64: ((double *)buf)[off] = x; break;
     case LA_BF16: ((uint16_t *)buf)[off] = la_f32_to_bf16((float)x); break;
+    case LA_F16: ((uint16_t *)buf)[off] = la_f32_to_f16((float)x); break;
     default: break;
     }
 }
