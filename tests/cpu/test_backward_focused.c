@@ -219,10 +219,15 @@ static void run_case(la_rng *rng, fo_case c) {
             }
             e = frob_rel_err(got[a], fd, n[a]);
             if (a == 6) {
+                /* d_focus is eps-sized: even fourth-order differences of the
+                 * float64 loss resolve it only to ~1e-3 on some inputs. They
+                 * check the analytic reference's formula (a wrong formula is
+                 * off by O(1)); the library is held to the analytic value. */
                 double *ref = calloc(n[6], 8);
                 ref_fwd_f(&m, xd, gd, ref);
                 const double ea = frob_rel_err_d(ref, fd, n[6]);
-                CHECK(ea < 1e-4, "focused reference: analytic d_focus vs central differences %.3g", ea);
+                CHECK(ea < 1e-2, "focused reference: analytic d_focus vs central differences %.3g", ea);
+                e = frob_rel_err(got[a], ref, n[a]);
                 free(ref);
             }
             free(fd);
