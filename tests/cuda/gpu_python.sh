@@ -4,10 +4,10 @@
 #   1. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
 #      replay of every op forward and backward, the layers on CUDA against
 #      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
-#   2. pytest, the torch.compile tests (mark compile_heavy: fullgraph=True and
+#   2. bench/py_overhead.py --device cuda (call overhead per op);
+#   3. pytest, the torch.compile tests (mark compile_heavy: fullgraph=True and
 #      mode="reduce-overhead" training steps of 2-block models per layer);
-#   3. examples/vit_swap.py, a few training steps per layer on CPU and CUDA;
-#   4. bench/py_overhead.py --device cuda (call overhead per op);
+#   4. examples/vit_swap.py, a few training steps per layer on CPU and CUDA;
 #   5. bench/gpu_backward.py: ours through the package's autograd (ours_py),
 #      fla's chunk_linear_attn, plain-PyTorch autograd eager and compiled.
 #   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
@@ -55,6 +55,12 @@ pytest_step() {   # NAME CAP MARK-EXPRESSION
   grep -E "^[0-9.]+s (call|setup)" "$OUT/$name.log" | head -5 | tee -a "$S"
 }
 pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy"
+cap=${LA_OVH_S:-25}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
+  say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
+  tee -a "$S" < "$OUT/py_overhead.log" | tail -12
+fi
 pytest_step pytest_compile "${LA_COMPILE_S:-90}" "compile_heavy"
 
 cap=${LA_VIT_S:-25}
@@ -62,12 +68,6 @@ if [ "$cap" != 0 ]; then
   timeout "$cap" python3 examples/vit_swap.py --steps 3 > "$OUT/vit_swap.log" 2>&1
   say "examples/vit_swap.py --steps 3 (cpu, cuda): rc=$? ($(el) s)"
   grep -E "step 2|did not|Error" "$OUT/vit_swap.log" | head -8 | tee -a "$S"
-fi
-cap=${LA_OVH_S:-25}
-if [ "$cap" != 0 ]; then
-  timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
-  say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
-  tee -a "$S" < "$OUT/py_overhead.log" | tail -12
 fi
 cap=${LA_BWD_S:-95}
 if [ "$cap" != 0 ]; then
