@@ -41,15 +41,16 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
   | tee -a "$S"
 files="tests/python/test_compile.py tests/python/test_py_cuda.py tests/python/test_nn.py \
   tests/python/test_varlen.py tests/python/test_py_backward.py"
-popts="-q -p no:cacheprovider -rfEs --durations=12"
+popts="-v -p no:cacheprovider -rfEs --durations=12"
 python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-60}"
 pytest_step() {   # NAME CAP MARK-EXPRESSION
   local name=$1 cap=$2 mark=$3 rc
   [ "$cap" = 0 ] && { say "$name: skipped (cap 0)"; return; }
   timeout "$cap" python3 -m pytest $popts -m "$mark" $files > "$OUT/$name.log" 2>&1
   rc=$?
-  [ $rc = 124 ] && say "$name: CUT by its ${cap} s cap, after $(grep -E '^[.sFEx]+( |$)' \
-    "$OUT/$name.log" | tr -cd '.' | wc -c) passing tests"
+  [ $rc = 124 ] && say "$name: CUT by its ${cap} s cap, after $(grep -c ' PASSED' \
+    "$OUT/$name.log") passing tests; last: $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/$name.log" \
+    | tail -1 | cut -c1-120)"
   say "$name: rc=$rc $(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1) ($(el) s)"
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-200 | head -20 | tee -a "$S"
   grep -E "^[0-9.]+s (call|setup)" "$OUT/$name.log" | head -5 | tee -a "$S"
