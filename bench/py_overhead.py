@@ -189,7 +189,7 @@ def _kernel_us(fn, calls):
     return tot / calls
 
 
-def bench_cuda(a):
+def bench_cuda(a, emit=lambda row: None):
     """Per op: CUDA-event time of --calls calls through the Python API, minus
     the kernels' time (the issue's definition of the overhead); the same for
     the bare ctypes call of the same C function with the same prepared
@@ -202,8 +202,12 @@ def bench_cuda(a):
                 fn()
             torch.cuda.synchronize()
             direct, keep = capture_direct(fn)
+            st = direct()
+            if st != 0:
+                raise RuntimeError("%s: the bare C call returned status %s" % (op, st))
             for _ in range(50):
                 direct()
+            torch.cuda.synchronize()
             wall = _event_us(fn, a.calls)
             kern_us = _kernel_us(fn, a.calls)
             dwall = _event_us(direct, a.calls)
@@ -211,8 +215,15 @@ def bench_cuda(a):
                              overhead_us=max(wall - kern_us, 0.0), ctypes_event_us=dwall,
                              c_overhead_us=max(dwall - kern_us, 0.0),
                              python_minus_ctypes_us=wall - dwall))
+            emit(rows[-1])
             del keep
     return rows
+
+
+def _print_cuda_row(r):
+    print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f"
+          % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"], r["ctypes_event_us"],
+             r["c_overhead_us"], r["python_minus_ctypes_us"]), flush=True)
 
 
 def main():
@@ -222,26 +233,30 @@ def main():
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rows = bench_cuda(a) if a.device == "cuda" else bench_cpu(a)
+    if a.device == "cuda":
+        # rows are printed as they are measured (a run cut by a time limit
+        # still reports the ops it finished)
+        if not a.json:
+            print("torch %s, cuda (%s), %d calls per measurement"
+                  % (torch.__version__, torch.cuda.get_device_name(), a.calls))
+            print("%-14s %10s %10s %12s %14s %12s %14s" % (
+                "op", "event µs", "kernel µs", "overhead µs", "ctypes ev µs", "C ovh µs",
+                "py - ctypes µs"), flush=True)
+        rows = bench_cuda(a, emit=(lambda r: None) if a.json else _print_cuda_row)
+        if a.json:
+            print(json.dumps(rows, indent=1))
+        return
+    rows = bench_cpu(a)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
     print("torch %s, %s, %d calls per measurement" % (torch.__version__, a.device, a.calls))
-    if a.device == "cuda":
-        print("%-14s %10s %10s %12s %14s %12s %14s" % (
-            "op", "event µs", "kernel µs", "overhead µs", "ctypes ev µs", "C ovh µs",
-            "py - ctypes µs"))
-        for r in rows:
-            print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f"
-                  % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"],
-                     r["ctypes_event_us"], r["c_overhead_us"], r["python_minus_ctypes_us"]))
-    else:
-        print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
-                                                  "ctypes call µs", "py - ctypes µs"))
-        for r in rows:
-            print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
-                  % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
-                     r["overhead_vs_direct_us"]))
+    print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
+                                              "ctypes call µs", "py - ctypes µs"))
+    for r in rows:
+        print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
+              % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
+                 r["overhead_vs_direct_us"]))
 
 
 if __name__ == "__main__":

@@ -11,9 +11,12 @@
 #   5. bench/gpu_backward.py: ours through the package's autograd (ours_py),
 #      fla's chunk_linear_attn, plain-PyTorch autograd eager and compiled.
 #   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
-# Each step has its own cap (seconds): LA_PYTEST_S (60), LA_COMPILE_S (90),
-# LA_VIT_S (25), LA_OVH_S (25), LA_BWD_S (95); 0 skips the step.
-# LA_BWD_PEERS: the peers of step 5 (default ours_py,fla,linear,mhla,focused).
+# Each step has its own cap (seconds): LA_PYTEST_S (60), LA_OVH_S (30),
+# LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (95); 0 skips the step. The two
+# pytest steps run in LA_PYTEST_N (4) and LA_COMPILE_N (6) processes where
+# pytest-xdist is installed (it is on the device): one torch.compile of a
+# 2-block model takes ~10 s there, mostly single-threaded host work.
+# LA_BWD_PEERS: the peers of step 5 (default ours_py,fla,mhla,focused,linear).
 # LA_STUDY_S > 0 adds the training-study pilot (studies/train) with that cap.
 # Wheels: every *.whl in $LA_WHEELS (default .whl; e.g. fla-core, which is
 # not on the device) is installed into /tmp/la_site first.
@@ -42,29 +45,35 @@ python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_devic
 files="tests/python/test_compile.py tests/python/test_py_cuda.py tests/python/test_nn.py \
   tests/python/test_varlen.py tests/python/test_py_backward.py"
 popts="-v -p no:cacheprovider -rfEs --durations=12"
-python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-60}"
-pytest_step() {   # NAME CAP MARK-EXPRESSION
-  local name=$1 cap=$2 mark=$3 rc
+python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-90}"
+xdist=0
+python3 -c "import xdist" 2> /dev/null && xdist=1
+pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS (pytest-xdist processes, where installed)
+  local name=$1 cap=$2 mark=$3 n=$4 rc par=""
   [ "$cap" = 0 ] && { say "$name: skipped (cap 0)"; return; }
-  timeout "$cap" python3 -m pytest $popts -m "$mark" $files > "$OUT/$name.log" 2>&1
+  [ "$xdist" = 1 ] && [ "$n" -gt 1 ] && par="-n $n --dist worksteal"
+  timeout "$cap" python3 -m pytest $popts $par -m "$mark" $files > "$OUT/$name.log" 2>&1
   rc=$?
   [ $rc = 124 ] && say "$name: CUT by its ${cap} s cap, after $(grep -c ' PASSED' \
     "$OUT/$name.log") passing tests; last: $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/$name.log" \
     | tail -1 | cut -c1-120)"
-  say "$name: rc=$rc $(grep -E '(passed|failed|error)' "$OUT/$name.log" | tail -1) ($(el) s)"
+  say "$name (${par:-1 process}): rc=$rc $(grep -E '(passed|failed|error)' "$OUT/$name.log" \
+    | tail -1) ($(el) s)"
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-200 | head -20 | tee -a "$S"
   grep -E "^[0-9.]+s (call|setup)" "$OUT/$name.log" | head -5 | tee -a "$S"
 }
-pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy"
-cap=${LA_OVH_S:-25}
+pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}"
+cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
   say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
   tee -a "$S" < "$OUT/py_overhead.log" | tail -12
 fi
-pytest_step pytest_compile "${LA_COMPILE_S:-90}" "compile_heavy"
+# Inductor's compile workers per process: few, as several pytest processes compile at once
+TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2} \
+  pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
 
-cap=${LA_VIT_S:-25}
+cap=${LA_VIT_S:-20}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 examples/vit_swap.py --steps 3 > "$OUT/vit_swap.log" 2>&1
   say "examples/vit_swap.py --steps 3 (cpu, cuda): rc=$? ($(el) s)"
@@ -73,7 +82,7 @@ fi
 cap=${LA_BWD_S:-95}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 bench/gpu_backward.py --driver none --timeout $((cap - 5)) \
-    --peers "${LA_BWD_PEERS:-ours_py,fla,linear,mhla,focused}" > "$OUT/gpu_backward.log" 2>&1
+    --peers "${LA_BWD_PEERS:-ours_py,fla,mhla,focused,linear}" > "$OUT/gpu_backward.log" 2>&1
   say "bench/gpu_backward.py: rc=$? ($(el) s)"
   grep -E "ms|skipped|failed|timeout|Error" "$OUT/gpu_backward.log" | cut -c1-160 | head -30 \
     | tee -a "$S"
