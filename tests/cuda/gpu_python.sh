@@ -12,7 +12,8 @@
 #      fla's chunk_linear_attn, plain-PyTorch autograd eager and compiled.
 #   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
 # Each step has its own cap (seconds): LA_PYTEST_S (60), LA_OVH_S (30),
-# LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (95); 0 skips the step. The two
+# LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (what is left of LA_TOTAL_S =
+# 295 s since the start, at least 60); 0 skips the step. The two
 # pytest steps run in LA_PYTEST_N (4) and LA_COMPILE_N (6) processes where
 # pytest-xdist is installed (it is on the device): one torch.compile of a
 # 2-block model takes ~10 s there, mostly single-threaded host work.
@@ -67,11 +68,12 @@ cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
   say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
-  tee -a "$S" < "$OUT/py_overhead.log" | tail -12
+  grep -v -E "Warning|_warn_once" "$OUT/py_overhead.log" | tail -12 | tee -a "$S"
 fi
 # Inductor's compile workers per process: few, as several pytest processes compile at once
-TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2} \
-  pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
+export TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2}
+pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
+unset TORCHINDUCTOR_COMPILE_THREADS
 
 cap=${LA_VIT_S:-20}
 if [ "$cap" != 0 ]; then
@@ -79,7 +81,9 @@ if [ "$cap" != 0 ]; then
   say "examples/vit_swap.py --steps 3 (cpu, cuda): rc=$? ($(el) s)"
   grep -E "step 2|did not|Error" "$OUT/vit_swap.log" | head -8 | tee -a "$S"
 fi
-cap=${LA_BWD_S:-95}
+# the benchmark step gets what is left of LA_TOTAL_S (default 295 s), at least 60 s
+left=$(( ${LA_TOTAL_S:-295} - $(el) ))
+cap=${LA_BWD_S:-$(( left > 60 ? left : 60 ))}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 bench/gpu_backward.py --driver none --timeout $((cap - 5)) \
     --peers "${LA_BWD_PEERS:-ours_py,fla,mhla,focused,linear}" > "$OUT/gpu_backward.log" 2>&1
