@@ -211,50 +211,115 @@ def peer_focused(compile_too):
         print(f"peer flatten_torch_{fname} 128x128 fwd+bwd: {timeit(step):.3f} ms", flush=True)
 
 
+def kernel_ms(fn):
+    """The CUDA kernels' time of one fn() call from torch.profiler (the sum of
+    every kernel's, memset's and memcpy's self device time), in ms."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    tot = 0.0
+    for ev in prof.key_averages():
+        t = getattr(ev, "self_device_time_total", None)
+        if t is None:
+            t = getattr(ev, "self_cuda_time_total", 0.0)
+        tot += t
+    return tot / 1e3
+
+
+def ours_py_cases(dev="cuda", small=False):
+    """(name, differentiable inputs, forward) of the driver's workloads, as a
+    user calls them through the longattn package (bf16, B1 H12 D128; the
+    parameters of focused attention and the mixing in float32, as the
+    driver). small=True: tiny sizes of the same calls (a CPU smoke test)."""
+    import torch
+    import longattn
+    bf = torch.bfloat16
+    H, D = (2, 16) if small else (12, 128)
+
+    def t(*shape, dtype=bf):
+        return torch.randn(*shape, device=dev, dtype=dtype, requires_grad=True)
+    for n, causal in ((8192, False), (8192, True), (32768, False), (32768, True)):
+        n = n // 256 if small else n
+        q, k, v = t(1, n, H, D), t(1, n, H, D), t(1, n, H, D)
+        yield (f"softmax N={n} causal={int(causal)}", (q, k, v),
+               lambda q=q, k=k, v=v, c=causal: longattn.softmax_attention(q, k, v, causal=c))
+        del q, k, v
+    n = 128 if small else 32768
+    q, k, v = t(1, n, H, D), t(1, n, H, D), t(1, n, H, D)
+    yield (f"linear causal N={n}", (q, k, v),
+           lambda: longattn.linear_attention(q, k, v, feature="identity", causal=True,
+                                             normalize=False, scale=D ** -0.5))
+    shapes = ((("wan 21x30x50/3x5x10", (21, 30, 50), (3, 5, 10)),
+               ("1-D N=65536 M=16", (65536,), (16,))) if not small else
+              (("3-D 3x4x6/1x2x3", (3, 4, 6), (1, 2, 3)), ("1-D N=128 M=4", (128,), (4,))))
+    for name, grid, blocks in shapes:
+        n = 1
+        for x in grid:
+            n *= x
+        M = 1
+        for x in blocks:
+            M *= x
+        q, k, v = t(1, n, H, D), t(1, n, H, D), t(1, n, H, D)
+        W = torch.rand(M, M, device=dev, requires_grad=True)
+        yield (f"mhla {name}", (q, k, v, W),
+               lambda q=q, k=k, v=v, W=W, g=grid, b=blocks: longattn.mhla(
+                   q, k, v, W, grid=g, blocks=b, normalize="none"))
+    hm = wm = 8 if small else 128
+    q, k, v = t(1, hm * wm, H, D), t(1, hm * wm, H, D), t(1, hm * wm, H, D)
+    conv = (0.2 * torch.randn(D, 5, 5, device=dev)).requires_grad_()
+    cb = (0.2 * torch.randn(D, device=dev)).requires_grad_()
+    sp = (0.5 * torch.randn(H * D, device=dev)).requires_grad_()
+    yield (f"focused flatten {hm}x{wm}", (q, k, v, conv, cb, sp),
+           lambda: longattn.focused_attention(q, k, v, map=(hm, wm), conv=conv, conv_bias=cb,
+                                              softplus_param=sp))
+    T, Hq, L, K = (8, 4, 64, 16) if small else (256, 128, 4096, 2048)
+    Dqk, Dv = (24, 16) if small else (576, 512)
+    qm = t(T, Hq, Dqk)
+    kv = t(L, Dqk)
+    idx = torch.stack([torch.randperm(L, device=dev)[:K] for _ in range(T)]).int()
+    yield (f"sparse MLA T={T} Hq={Hq} k={K}", (qm, kv),
+           lambda: longattn.sparse_attention(qm, kv, idx, dv=Dv))
+
+
 def peer_ours_py():
     """ours as users call it: the longattn package's autograd on CUDA tensors
-    (forward + torch.autograd.grad, CUDA events around both)"""
+    (forward + torch.autograd.grad; CUDA events around both), and beside it
+    the time of the CUDA kernels of one such step from torch.profiler (the
+    C-level kernel time; the difference is host overhead and launch gaps)."""
     import torch
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "python"))
     try:
-        import longattn
+        import longattn  # noqa: F401
     except Exception as e:  # noqa: BLE001
         print(f"ours_py: skipped ({type(e).__name__}: {e})", flush=True)
         return
-    bf = torch.bfloat16
-
-    def t(*shape):
-        return torch.randn(*shape, device="cuda", dtype=bf, requires_grad=True)
-
-    cases = []
-    for n, causal in ((8192, False), (8192, True)):
-        q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
-        cases.append((f"softmax N={n} causal={int(causal)}", (q, k, v),
-                      lambda q=q, k=k, v=v, c=causal: longattn.softmax_attention(q, k, v, causal=c)))
-    q, k, v = t(1, 32768, 12, 128), t(1, 32768, 12, 128), t(1, 32768, 12, 128)
-    cases.append(("linear causal N=32768", (q, k, v),
-                  lambda q=q, k=k, v=v: longattn.linear_attention(
-                      q, k, v, feature="identity", causal=True, normalize=False, scale=128 ** -0.5)))
-    n = 21 * 30 * 50
-    q, k, v = t(1, n, 12, 128), t(1, n, 12, 128), t(1, n, 12, 128)
-    W = torch.rand(150, 150, device="cuda", requires_grad=True)
-    cases.append(("mhla wan", (q, k, v, W),
-                  lambda q=q, k=k, v=v, W=W: longattn.mhla(q, k, v, W, grid=(21, 30, 50),
-                                                           blocks=(3, 5, 10), normalize="none")))
-    for name, ins, fwd in cases:
+    only = os.environ.get("LA_OURS_PY", "")
+    for name, ins, fwd in ours_py_cases():
+        if only and not any(w in name for w in only.split(",")):
+            continue
         try:
             o = fwd()
             o = o[0] if isinstance(o, tuple) else o
             g = torch.randn_like(o)
+            del o
 
             def step():
                 out = fwd()
                 out = out[0] if isinstance(out, tuple) else out
                 torch.autograd.grad(out, ins, g)
-            print(f"ours_py {name} fwd+bwd: {timeit(step, reps=3, warm=1):.3f} ms", flush=True)
+            ms = timeit(step, reps=3, warm=1)
+            kms = kernel_ms(step)
+            peak = torch.cuda.max_memory_allocated() / 2**20
+            print(f"ours_py {name} fwd+bwd: {ms:.3f} ms (kernels {kms:.3f} ms, "
+                  f"torch peak {peak:.0f} MiB)", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"ours_py {name}: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
 
 
 def main():

@@ -158,34 +158,72 @@ def bench_cpu(a):
     return rows
 
 
-def bench_cuda(a):
+def _event_us(fn, calls, rounds=3):
+    """Median over rounds of the CUDA-event time of `calls` back-to-back
+    fn() calls, per call (µs)."""
+    ev = []
+    for _ in range(rounds):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        for _ in range(calls):
+            fn()
+        e.record()
+        torch.cuda.synchronize()
+        ev.append(s.elapsed_time(e) * 1e3 / calls)
+    return statistics.median(ev)
+
+
+def _kernel_us(fn, calls):
+    """The GPU time of the kernels (and memsets/copies) of `calls` fn() calls
+    from torch.profiler, per call (µs): the sum of their self device time."""
     from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            fn()
+        torch.cuda.synchronize()
+    tot = 0.0
+    for x in prof.key_averages():
+        t = getattr(x, "self_device_time_total", None)
+        tot += getattr(x, "self_cuda_time_total", 0.0) if t is None else t
+    return tot / calls
+
+
+def bench_cuda(a, emit=lambda row: None):
+    """Per op: CUDA-event time of --calls calls through the Python API, minus
+    the kernels' time (the issue's definition of the overhead); the same for
+    the bare ctypes call of the same C function with the same prepared
+    arguments (the C library's own host time per call: launches, argument
+    checks); their difference is what the Python layer adds."""
     rows = []
     with torch.no_grad():
         for op, fn in make_calls("cuda", a.n).items():
             for _ in range(50):
                 fn()
             torch.cuda.synchronize()
-            ev = []
-            for _ in range(3):
-                s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                s.record()
-                for _ in range(a.calls):
-                    fn()
-                e.record()
-                torch.cuda.synchronize()
-                ev.append(s.elapsed_time(e) * 1e3 / a.calls)
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(a.calls):
-                    fn()
-                torch.cuda.synchronize()
-            kern = sum(x.device_time_total for x in prof.key_averages()
-                       if x.device_type is not None and "CUDA" in str(x.device_type))
-            kern_us = kern / a.calls
-            wall = statistics.median(ev)
+            direct, keep = capture_direct(fn)
+            st = direct()
+            if st != 0:
+                raise RuntimeError("%s: the bare C call returned status %s" % (op, st))
+            for _ in range(50):
+                direct()
+            torch.cuda.synchronize()
+            wall = _event_us(fn, a.calls)
+            kern_us = _kernel_us(fn, a.calls)
+            dwall = _event_us(direct, a.calls)
             rows.append(dict(op=op, event_us=wall, kernel_us=kern_us,
-                             overhead_us=max(wall - kern_us, 0.0)))
+                             overhead_us=max(wall - kern_us, 0.0), ctypes_event_us=dwall,
+                             c_overhead_us=max(dwall - kern_us, 0.0),
+                             python_minus_ctypes_us=wall - dwall))
+            emit(rows[-1])
+            del keep
     return rows
+
+
+def _print_cuda_row(r):
+    print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f"
+          % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"], r["ctypes_event_us"],
+             r["c_overhead_us"], r["python_minus_ctypes_us"]), flush=True)
 
 
 def main():
@@ -195,23 +233,30 @@ def main():
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args()
-    rows = bench_cuda(a) if a.device == "cuda" else bench_cpu(a)
+    if a.device == "cuda":
+        # rows are printed as they are measured (a run cut by a time limit
+        # still reports the ops it finished)
+        if not a.json:
+            print("torch %s, cuda (%s), %d calls per measurement"
+                  % (torch.__version__, torch.cuda.get_device_name(), a.calls))
+            print("%-14s %10s %10s %12s %14s %12s %14s" % (
+                "op", "event µs", "kernel µs", "overhead µs", "ctypes ev µs", "C ovh µs",
+                "py - ctypes µs"), flush=True)
+        rows = bench_cuda(a, emit=(lambda r: None) if a.json else _print_cuda_row)
+        if a.json:
+            print(json.dumps(rows, indent=1))
+        return
+    rows = bench_cpu(a)
     if a.json:
         print(json.dumps(rows, indent=1))
         return
     print("torch %s, %s, %d calls per measurement" % (torch.__version__, a.device, a.calls))
-    if a.device == "cuda":
-        print("%-14s %12s %12s %12s" % ("op", "event µs", "kernel µs", "overhead µs"))
-        for r in rows:
-            print("%-14s %12.2f %12.2f %12.2f" % (r["op"], r["event_us"], r["kernel_us"],
-                                                  r["overhead_us"]))
-    else:
-        print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
-                                                  "ctypes call µs", "py - ctypes µs"))
-        for r in rows:
-            print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
-                  % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
-                     r["overhead_vs_direct_us"]))
+    print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
+                                              "ctypes call µs", "py - ctypes µs"))
+    for r in rows:
+        print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
+              % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
+                 r["overhead_vs_direct_us"]))
 
 
 if __name__ == "__main__":

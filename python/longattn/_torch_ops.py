@@ -164,6 +164,7 @@ def _(q, k, v, causal, scale, cu_seqlens):
 def _softmax_setup(ctx, inputs, output):
     q, k, v, causal, scale, cu = inputs
     ctx.save_for_backward(q, k, v, output[0], output[1], cu)
+    ctx.mark_non_differentiable(output[1])   # lse: no gradient (TRAINING.md §1)
     ctx.causal, ctx.scale = causal, scale
 
 
@@ -352,6 +353,7 @@ def _(q, kv, idx, dv, scale):
 def _sparse_setup(ctx, inputs, output):
     q, kv, idx, dv, scale = inputs
     ctx.save_for_backward(q, kv, idx, output[0], output[1])
+    ctx.mark_non_differentiable(output[1])   # lse: no gradient (TRAINING.md §1)
     ctx.dv, ctx.scale = dv, scale
 
 

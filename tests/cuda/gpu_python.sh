@@ -1,20 +1,101 @@
 #!/bin/bash
-# The Python package on the device (torch with CUDA, >= 2.4 there): the
-# tests that need CUDA tensors or a current torch (custom ops and
-# torch.compile, CUDA-graph replay, the nn layers, autograd on CUDA), then a
-# short pilot of the training study (studies/train, MQAR), timing per step.
-#   bash tests/cuda/gpu_python.sh        (logs and summary under $OUT)
-# LA_PY_TESTS: the test files (default below); LA_STUDY_S: the pilot's cap.
+# The Python package on the device (torch with CUDA, >= 2.4 there), in one
+# device call of at most ~300 s of its own (issues 16 and 14):
+#   1. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
+#      replay of every op forward and backward, the layers on CUDA against
+#      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
+#   2. bench/py_overhead.py --device cuda (call overhead per op);
+#   3. pytest, the torch.compile tests (mark compile_heavy: fullgraph=True and
+#      mode="reduce-overhead" training steps of 2-block models per layer);
+#   4. examples/vit_swap.py, a few training steps per layer on CPU and CUDA;
+#   5. bench/gpu_backward.py: ours through the package's autograd (ours_py),
+#      fla's chunk_linear_attn, plain-PyTorch autograd eager and compiled.
+#   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
+# Each step has its own cap (seconds): LA_PYTEST_S (60), LA_OVH_S (30),
+# LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (what is left of LA_TOTAL_S =
+# 295 s since the start, at least 60); 0 skips the step. The two
+# pytest steps run in LA_PYTEST_N (4) and LA_COMPILE_N (6) processes where
+# pytest-xdist is installed (it is on the device): one torch.compile of a
+# 2-block model takes ~10 s there, mostly single-threaded host work.
+# LA_BWD_PEERS: the peers of step 5 (default ours_py,fla,mhla,focused,linear).
+# LA_STUDY_S > 0 adds the training-study pilot (studies/train) with that cap.
+# Wheels: every *.whl in $LA_WHEELS (default .whl; e.g. fla-core, which is
+# not on the device) is installed into /tmp/la_site first.
+# The build (the .so only) is skipped with LA_SKIP_BUILD=1 (gpu_round.sh).
 . tests/cuda/gpu_common.sh python
-[ "${LA_SKIP_BUILD:-0}" = 1 ] || timeout 200 make -j16 BUILD=$B SKIP_DEPS=1 all > "$OUT/build.log" 2>&1 \
-  || { say "BUILD FAILED"; exit 1; }
+if [ "${LA_SKIP_BUILD:-0}" != 1 ]; then
+  timeout 200 make -j16 BUILD=$B SKIP_DEPS=1 "$B/liblongattn.so" > "$OUT/build.log" 2>&1 \
+    || { say "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -10 | tee -a "$S"; exit 1; }
+  say "build: $(el) s"
+fi
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
-tests=${LA_PY_TESTS:-$(ls tests/python/test_compile.py tests/python/test_nn.py tests/python/test_py_cuda.py \
-  tests/python/test_varlen.py tests/python/test_py_backward.py 2>/dev/null)}
-timeout "${LA_PYTEST_S:-150}" python3 -m pytest -q -p no:cacheprovider -x -rs $tests > "$OUT/pytest.log" 2>&1
-say "pytest ($(echo $tests | wc -w) files): rc=$? $(tail -1 "$OUT/pytest.log") ($(el) s)"
-grep -E "^(FAILED|ERROR|SKIPPED)" "$OUT/pytest.log" | head -20 | tee -a "$S"
-timeout "${LA_STUDY_S:-90}" python3 studies/train/run_study.py --suite pilot --device cuda \
-  --out "$OUT/study" > "$OUT/study.log" 2>&1
-say "study pilot: rc=$? ($(el) s)"
-tail -25 "$OUT/study.log" | tee -a "$S"
+W=${LA_WHEELS:-.whl}
+if ls "$W"/*.whl > /dev/null 2>&1; then
+  if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+       --target /tmp/la_site "$W"/*.whl > /tmp/la_wheels.log 2>&1; then
+    export PYTHONPATH=python:/tmp/la_site
+    say "wheels: $(cd "$W" && ls *.whl | tr '\n' ' ')"
+  else
+    say "wheels: install failed: $(tail -2 /tmp/la_wheels.log)"
+  fi
+else
+  say "wheels: none in $W (fla peer skipped; pip download --no-deps -d .whl fla-core==0.6.0)"
+fi
+python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 \
+  | tee -a "$S"
+files="tests/python/test_compile.py tests/python/test_py_cuda.py tests/python/test_nn.py \
+  tests/python/test_varlen.py tests/python/test_py_backward.py"
+popts="-v -p no:cacheprovider -rfEs --durations=12"
+python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-90}"
+xdist=0
+python3 -c "import xdist" 2> /dev/null && xdist=1
+pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS (pytest-xdist processes, where installed)
+  local name=$1 cap=$2 mark=$3 n=$4 rc par=""
+  [ "$cap" = 0 ] && { say "$name: skipped (cap 0)"; return; }
+  [ "$xdist" = 1 ] && [ "$n" -gt 1 ] && par="-n $n --dist worksteal"
+  timeout "$cap" python3 -m pytest $popts $par -m "$mark" $files > "$OUT/$name.log" 2>&1
+  rc=$?
+  [ $rc = 124 ] && say "$name: CUT by its ${cap} s cap, after $(grep -c ' PASSED' \
+    "$OUT/$name.log") passing tests; last: $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/$name.log" \
+    | tail -1 | cut -c1-120)"
+  say "$name (${par:-1 process}): rc=$rc $(grep -E '(passed|failed|error)' "$OUT/$name.log" \
+    | tail -1) ($(el) s)"
+  grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-200 | head -20 | tee -a "$S"
+  grep -E "^[0-9.]+s (call|setup)" "$OUT/$name.log" | head -5 | tee -a "$S"
+}
+pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}"
+cap=${LA_OVH_S:-30}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
+  say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
+  grep -v -E "Warning|_warn_once" "$OUT/py_overhead.log" | tail -12 | tee -a "$S"
+fi
+# Inductor's compile workers per process: few, as several pytest processes compile at once
+export TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2}
+pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
+unset TORCHINDUCTOR_COMPILE_THREADS
+
+cap=${LA_VIT_S:-20}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 examples/vit_swap.py --steps 3 > "$OUT/vit_swap.log" 2>&1
+  say "examples/vit_swap.py --steps 3 (cpu, cuda): rc=$? ($(el) s)"
+  grep -E "step 2|did not|Error" "$OUT/vit_swap.log" | head -8 | tee -a "$S"
+fi
+# the benchmark step gets what is left of LA_TOTAL_S (default 295 s), at least 60 s
+left=$(( ${LA_TOTAL_S:-295} - $(el) ))
+cap=${LA_BWD_S:-$(( left > 60 ? left : 60 ))}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 bench/gpu_backward.py --driver none --timeout $((cap - 5)) \
+    --peers "${LA_BWD_PEERS:-ours_py,fla,mhla,focused,linear}" > "$OUT/gpu_backward.log" 2>&1
+  say "bench/gpu_backward.py: rc=$? ($(el) s)"
+  grep -E "ms|skipped|failed|timeout|Error" "$OUT/gpu_backward.log" | cut -c1-160 | head -30 \
+    | tee -a "$S"
+fi
+cap=${LA_STUDY_S:-0}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 studies/train/run_study.py --suite pilot --device cuda \
+    --out "$OUT/study" > "$OUT/study.log" 2>&1
+  say "study pilot: rc=$? ($(el) s)"
+  grep -E "ms/step" "$OUT/study.log" | tail -12 | tee -a "$S"
+fi
+say "total $(el) s"

@@ -174,6 +174,12 @@ def test_custom_op_gradients_equal_float64_reference(name):
 # ---------------------------------------------------------------------------
 # torch.compile of 2-block models per layer
 # ---------------------------------------------------------------------------
+# Each compile costs seconds (Dynamo, AOT autograd, Inductor code generation:
+# C++ on the CPU, Triton on CUDA), so every layer is compiled once per device
+# and mode, as a training step (one joint forward + backward graph), and that
+# one call checks the output and every gradient against eager. On a machine
+# with CUDA the compile tests run on CUDA only (the CPU compile path is checked
+# on the CPU machines, scripts/torch_compile_check.sh); LA_COMPILE_CPU=1 adds it.
 class TwoBlocks(torch.nn.Module):
     def __init__(self, make, dim):
         super().__init__()
@@ -194,32 +200,51 @@ LAYERS = {
 }
 LAYER_OPS = {"mhla": "mhla", "mhla_causal": "mhla_causal", "focused": "focused_attention",
              "linear": "linear_attention", "linear_causal": "linear_attention"}
+COMPILE_DEVICES = (["cuda"] + (["cpu"] if os.environ.get("LA_COMPILE_CPU") == "1" else [])
+                   if "cuda" in DEVICES else ["cpu"])
+compile_heavy = pytest.mark.compile_heavy   # registered in conftest.py
 
 
-@pytest.mark.parametrize("device", DEVICES)
+def _eager_step(m, x):
+    """Output and gradients (input first, then every parameter) of one
+    training step's forward and backward."""
+    m.zero_grad(set_to_none=True)
+    x = x.clone().requires_grad_(True)
+    out = m(x)
+    out.square().sum().backward()
+    return out.detach().clone(), [x.grad.clone()] + [p.grad.clone() for p in m.parameters()]
+
+
+def _assert_step_equal(got, want, what):
+    out, grads = got
+    assert rel_err(out, want[0]) < 1e-5, what + ": output"
+    for i, (a, b) in enumerate(zip(grads, want[1])):
+        assert rel_err(a, b) < 1e-4, "%s: gradient %d" % (what, i)
+
+
+@compile_heavy
+@pytest.mark.parametrize("device", COMPILE_DEVICES)
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_compile_fullgraph_two_block_model_equals_eager(name, device):
+    """torch.compile(fullgraph=True) (any graph break raises) of a 2-block
+    model: a training step equals eager, output and every gradient; then the
+    compiled model on a second input (no recompile) equals eager again."""
     torch.manual_seed(3)
     m = TwoBlocks(LAYERS[name], 32).to(device)
     x = torch.randn(2, 24, 32, device=device)
     torch._dynamo.reset()
-    cm = torch.compile(m, fullgraph=True)     # any graph break raises
-    with torch.no_grad():
-        assert rel_err(cm(x), m(x)) < 1e-5
+    cm = torch.compile(m, fullgraph=True)
     if not _has_bwd(LAYER_OPS[name]):
+        with torch.no_grad():
+            assert rel_err(cm(x), m(x)) < 1e-5
         return
-    xe = x.clone().requires_grad_(True)
-    xc = x.clone().requires_grad_(True)
-    m(xe).square().sum().backward()
-    ge = [p.grad.clone() for p in m.parameters()]
-    m.zero_grad()
-    cm(xc).square().sum().backward()
-    assert rel_err(xc.grad, xe.grad) < 1e-4
-    for p, g in zip(m.parameters(), ge):
-        assert rel_err(p.grad, g) < 1e-4
+    _assert_step_equal(_eager_step(cm, x), _eager_step(m, x), name)
+    x2 = torch.randn(2, 24, 32, device=device)
+    _assert_step_equal(_eager_step(cm, x2), _eager_step(m, x2), name + " (second input)")
 
 
-@pytest.mark.parametrize("device", DEVICES)
+@compile_heavy
+@pytest.mark.parametrize("device", COMPILE_DEVICES)
 def test_compile_fullgraph_functional_ops_and_varlen(device):
     g = gen(5)
     q, k, v = (randn(g, 1, 40, 2, 16).to(device) for _ in range(3))
@@ -241,13 +266,16 @@ needs_gpu = pytest.mark.skipif("cuda" not in DEVICES,
                                reason="no CUDA device (or a library built without CUDA)")
 
 
-@needs_gpu
-@pytest.mark.parametrize("name", OPS)
-def test_cuda_graph_replay_equals_eager(name):
-    build, _ = _samples("cuda")[name]
-    args = build()
-    op = getattr(torch.ops.longattn, name)
-    eager = op(*args)
+def _tup(x):
+    return x if isinstance(x, tuple) else (x,)
+
+
+def _graph_replay_equals_eager(op, args, what):
+    """Capture op(*args) in a CUDA graph; replay it into poisoned outputs and
+    compare with eager bit for bit; then scale every floating-point input in
+    place and replay again against eager on the new inputs (the replay
+    recomputes from the captured input buffers)."""
+    eager = _tup(op(*args))
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -255,30 +283,98 @@ def test_cuda_graph_replay_equals_eager(name):
     torch.cuda.current_stream().wait_stream(s)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        captured = op(*args)
-    graph.replay()
-    torch.cuda.synchronize()
-    eager = eager if isinstance(eager, tuple) else (eager,)
-    captured = captured if isinstance(captured, tuple) else (captured,)
-    for a, b in zip(eager, captured):
-        assert torch.equal(a, b), name
+        captured = _tup(op(*args))
+    assert len(captured) == len(eager), what
+    for round_ in ("captured inputs", "inputs scaled in place"):
+        for c in captured:
+            c.fill_(float("nan") if c.is_floating_point() else -7)
+        graph.replay()
+        torch.cuda.synchronize()
+        for i, (a, b) in enumerate(zip(eager, captured)):
+            assert a.shape == b.shape and a.dtype == b.dtype, (what, i)
+            assert torch.equal(a, b), "%s: output %d differs after replay (%s)" % (what, i,
+                                                                                 round_)
+        for a in args:
+            if isinstance(a, torch.Tensor) and a.is_floating_point():
+                a.mul_(1.25)
+        eager = _tup(op(*args))
 
 
 @needs_gpu
+@pytest.mark.parametrize("name", OPS)
+def test_cuda_graph_replay_equals_eager(name):
+    build, _ = _samples("cuda")[name]
+    _graph_replay_equals_eager(getattr(torch.ops.longattn, name), build(), name)
+
+
+def _backward_samples(name, device="cuda"):
+    """(backward op, its arguments) built from a forward sample: the
+    forward's outputs where the backward reads them, a random d_out."""
+    g = gen(12)
+    build, _ = _samples(device)[name]
+    a = build()
+    out = _tup(getattr(torch.ops.longattn, name)(*a))
+
+    def d(x):
+        return randn(g, *x.shape).to(device=device, dtype=x.dtype)
+    op = getattr(torch.ops.longattn, name + "_backward")
+    if name == "softmax_attention":
+        q, k, v, causal, scale, cu = a
+        return op, (q, k, v, out[0], out[1], d(out[0]), causal, scale, cu)
+    if name == "linear_attention":
+        q, k, v, S0, z0, feat, causal, norm, eps, scale, chunk, _, cu = a
+        return op, (q, k, v, d(out[0]), S0, z0, d(out[1]), d(out[2]), feat, causal, norm, eps,
+                    scale, chunk, cu)
+    if name == "focused_attention":
+        q, k, v = a[:3]
+        return op, (q, k, v, d(out[0])) + tuple(a[3:])
+    if name in ("mhla", "mhla_causal"):
+        return op, tuple(a[:4]) + (d(out[0]),) + tuple(a[4:])
+    if name == "sparse_attention":
+        q, kv, idx, dv, scale = a
+        return op, (q, kv, idx, out[0], out[1], d(out[0]), dv, scale)
+    raise KeyError(name)
+
+
+BWD_OPS = ["softmax_attention", "linear_attention", "focused_attention", "mhla",
+           "mhla_causal", "sparse_attention"]
+
+
+@needs_gpu
+@pytest.mark.parametrize("name", BWD_OPS)
+def test_cuda_graph_replay_of_backward_equals_eager(name):
+    if not _has_bwd(name):
+        pytest.skip("longattn._backward.%s_backward is not in this build yet" % name)
+    op, args = _backward_samples(name)
+    _graph_replay_equals_eager(op, args, name + "_backward")
+
+
+@compile_heavy
+@needs_gpu
 @pytest.mark.parametrize("name", sorted(LAYERS))
 def test_compile_reduce_overhead_cuda_graphs_equals_eager(name):
+    """torch.compile(mode="reduce-overhead", fullgraph=True): Inductor with
+    CUDA graphs (cudagraph trees), training steps (forward and backward
+    replayed from graphs): no cudagraph skipped, every step on new inputs
+    equal to eager, output and gradients."""
+    from torch._dynamo.utils import counters
     torch.manual_seed(4)
     m = TwoBlocks(LAYERS[name], 32).cuda()
-    x = torch.randn(2, 24, 32, device="cuda")
     torch._dynamo.reset()
+    counters.clear()
     cm = torch.compile(m, mode="reduce-overhead", fullgraph=True)
-    with torch.no_grad():
-        ref = m(x)
-        for _ in range(3):   # record, then replay
-            out = cm(x)
-        assert rel_err(out, ref) < 1e-5
+    train = _has_bwd(LAYER_OPS[name])
+    for step in range(4):   # warm-up, record, then replays
+        x = torch.randn(2, 24, 32, device="cuda")
+        if train:
+            _assert_step_equal(_eager_step(cm, x), _eager_step(m, x), "%s step %d" % (name, step))
+        else:
+            with torch.no_grad():
+                assert rel_err(cm(x).clone(), m(x)) < 1e-5
+    skips = dict(counters["inductor"]).get("cudagraph_skips", 0)
+    assert skips == 0, "cudagraphs skipped: %s" % dict(counters["inductor"])
 
 
 def test_environment_report():
-    print("# test_compile: torch %s, devices %s, LA_BUILD=%s"
-          % (torch.__version__, DEVICES, os.environ.get("LA_BUILD", "build")))
+    print("# test_compile: torch %s, devices %s, compile devices %s, LA_BUILD=%s"
+          % (torch.__version__, DEVICES, COMPILE_DEVICES, os.environ.get("LA_BUILD", "build")))

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from test_py_common import gen, needs, rel_err  # noqa: I001 (sys.path first)
+from test_py_common import cuda, gen, needs, needs_cuda, rel_err  # noqa: I001 (sys.path first)
 import longattn
 import longattn.nn as lnn
 
@@ -301,6 +301,51 @@ def test_layer_gradients_equal_reference_module(name):
         assert err < 1e-4, (name, pname, float(err))
 
 
+def _cuda_library():
+    if not longattn.cuda_available():
+        pytest.skip("liblongattn built without CUDA (%s)" % longattn.build_info())
+
+
+@pytest.fixture
+def _no_tf32():
+    """fp32 on CUDA means fp32: no TF32 in torch's matmuls and convolutions
+    (the layers' projections and LePE conv) while comparing with float64."""
+    saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_layer_on_cuda_equals_reference_module(name, _no_tf32):
+    """The layer on CUDA (fp32, the CUDA kernels forward and backward) against
+    the float64 reference on the CPU: output, input gradient, every
+    parameter's gradient."""
+    _cuda_library()
+    layer, ref, x = _make(name, 90 + sorted(CASES).index(name))
+    layer = layer.cuda()
+    xa = x.cuda().requires_grad_(True)
+    xr = x.double().clone().requires_grad_(True)
+    dy = torch.randn(x.shape, generator=gen(6), dtype=torch.float64)
+    y = layer(xa)
+    assert y.is_cuda and y.dtype == torch.float32
+    r = ref(xr)
+    assert rel_err(y.detach().cpu(), r.detach()) < 1e-5, name
+    y.backward(dy.float().cuda())
+    r.backward(dy)
+    assert rel_err(xa.grad.cpu(), xr.grad) < 1e-4, "input"
+    rp = dict(ref.named_parameters())
+    for pname, p in layer.named_parameters():
+        gr = rp[pname].grad
+        assert p.grad is not None and p.grad.is_cuda, pname
+        if name == "mhla_causal" and pname == "mixing":
+            gr = torch.tril(gr)
+        err = (p.grad.double().cpu() - gr).norm() / max(gr.norm().item(), 1e-30)
+        assert err < 1e-4, (name, pname, float(err))
+
+
 # ---------------------------------------------------------------------------
 # examples/vit_swap.py: a training step per layer
 # ---------------------------------------------------------------------------
@@ -333,3 +378,15 @@ def test_vit_swap_training_steps_lower_the_loss(kind):
         pytest.skip("the backward of longattn.nn.%s's operator is not in the build yet" % kind)
     losses = vit.train(kind, "cpu", steps=4, log=lambda s: None)
     assert losses[-1] < losses[0], losses
+
+
+@cuda
+@needs_cuda
+@pytest.mark.parametrize("kind", ["mhla", "focused", "linear"])
+def test_vit_swap_training_steps_on_cuda(kind):
+    """examples/vit_swap.py's training on CUDA (timm's ViT where installed):
+    the loss goes down and every parameter stays on the GPU."""
+    _cuda_library()
+    vit = _vit_swap()
+    losses = vit.train(kind, "cuda", steps=4, log=lambda s: None)
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[0], losses
