@@ -17,8 +17,8 @@ const char *const lf_names[] = {"tc", "portable"};
 
 la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
                     lf_kernel *kern) {
-    /* tensor-core path: non-causal, D = Dv = 128, bf16 rows, no fused conv */
-    const bool tc = P->chunk == 0 && P->D == 128 && P->Dv == 128 && !P->conv.data &&
+    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 rows, no fused conv */
+    const bool tc = P->chunk == 0 && lf_tc_dims(P->D, P->Dv) && !P->conv.data &&
                     P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
                     lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
                     lf_view_fast(P->out) && maxcnt < INT32_MAX;
@@ -30,7 +30,8 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
     if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable");
     if (i == LF_TC && !tc)
         return la_cu_variant_unsupported(family, forced,
-                                         "non-causal, bf16, D = Dv = 128, rows contiguous");
+                                         "non-causal, bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                                         "(128, 64), rows contiguous");
     *kern = (lf_kernel)i;
     return LA_OK;
 }
