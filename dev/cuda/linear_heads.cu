@@ -12,7 +12,8 @@
  *   attention (relu, elu1 with and without normalization), MHLA 1-D (M = 5;
  *   M = 70: the tf32 mix), per-head W, released_vision.
  * time: B = 1, N = 32K, H·D = 1536 (the same bytes at every D): linear,
- *   MHLA M = 16 and M = 150, default path and "portable", median of 20
+ *   MHLA M = 16 and M = 150, focused flatten (map 128 × 256, without and
+ *   with a 5×5 conv + bias), default path and "portable", median of 20
  *   CUDA-event-timed calls, and the byte floor (Q, K, V read, O written). */
 #include "../bench_gpu_common.cuh"
 
@@ -200,6 +201,7 @@ void time_all() {
         for (const char *path : {(const char *)nullptr, "portable"}) {
             bench_variant("linear", path);
             bench_variant("mhla", path);
+            bench_variant("focused", path);
             const char *pn = path ? path : "default";
             la_linear_params pl;
             la_linear_params_init(&pl);
@@ -219,10 +221,27 @@ void time_all() {
                 report(op, D, Dv, H, pn,
                        time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 20), io);
             }
+            if (D == Dv) { /* focused flatten, map 128 × 256, with and without a 5×5 conv + bias */
+                la_tensor conv, bias;
+                const int64_t nc[3] = {Dv, 5, 5}, nbv[1] = {Dv};
+                la_tensor_init(&conv, Wd, LA_F32, LA_DEVICE_CUDA, 3, nc);
+                la_tensor_init(&bias, Wd, LA_F32, LA_DEVICE_CUDA, 1, nbv);
+                la_focused_params p;
+                la_focused_params_init(&p);
+                p.map_h = 128;
+                p.map_w = 256;
+                report("focused", D, Dv, H, pn, time_ms([&] {
+                    return la_focused_attention(&p, &tq, &tk, &tv, nullptr, nullptr, nullptr, nullptr, &to, BCTX);
+                }, 20), io);
+                report("focused+cv", D, Dv, H, pn, time_ms([&] {
+                    return la_focused_attention(&p, &tq, &tk, &tv, &conv, &bias, nullptr, nullptr, &to, BCTX);
+                }, 20), io + 4.0 * N * H * Dv);
+            }
         }
     }
     bench_variant("linear", nullptr);
     bench_variant("mhla", nullptr);
+    bench_variant("focused", nullptr);
     CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(Wd));
 }
 

@@ -52,12 +52,6 @@ static inline lf_args lf_args_of(const lf_problem *P) {
 /* The two paths' kernels and launches (a: lf_args_of(P)). */
 la_status lf_run_portable(lf_args &a, cudaStream_t st);
 la_status lf_run_tc(lf_args &a, cudaStream_t st);
-/* Head dims the tensor-core path is instantiated for: D, Dv ∈ {32, 64, 128}
- * with D = Dv, or (D, Dv) = (64, 128), (128, 64). */
-static inline bool lf_tc_dims(int64_t D, int64_t Dv) {
-    return (D == Dv && (D == 32 || D == 64 || D == 128)) || (D == 64 && Dv == 128) ||
-           (D == 128 && Dv == 64);
-}
 /* The tensor-core path's mix pass (linfam_tc_mix.cu): partials a.sum into S̃
  * (bf16 Pb) and z̃ (fp32 Pz); M ≥ 2 through the expanded weights Wx
  * [hw][Mp][Kp] (Mp, Kp: M, K rounded up to LF_GM, LF_GK). */

@@ -65,7 +65,7 @@ __device__ __forceinline__ float lf_rv_part(const lf_args &a, int64_t bh, int64_
     float sacc = 0.f;
     if (wpos < wend) {
         const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
-        for (int64_t bb = tid % C; bb < a.M; bb += C)
+        for (int64_t bb = tid & (C - 1); bb < a.M; bb += C)
             sacc = fmaf(lf_w(a.P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
     }
     return sacc;
@@ -395,9 +395,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 
     {   /* S̃ joins the first copy group */
         const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
-        for (int e = tid; e < DK * DV / 8; e += NT) {
-            const int r = e / (DV / 8), c = (e % (DV / 8)) * 8;
-            la_cp16z(&Ss[r * LV + c], src + r * DV + c, true);
+        constexpr int NCH = DK * DV / 8; /* 16-B chunks of S̃ */
+#pragma unroll
+        for (int u = 0; u < (NCH + NT - 1) / NT; u++) {
+            const int e = tid + u * NT, r = e / (DV / 8), c = (e % (DV / 8)) * 8;
+            if (NCH % NT == 0 || e < NCH) la_cp16z(&Ss[r * LV + c], src + r * DV + c, true);
         }
     }
     auto issue = [&](int t) {
@@ -446,7 +448,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         *(uint4 *)&Zs[tid * 8] = row;
     }
     const int rw = 32 * (warp % G::WRO), cw = G::CW * (warp / G::WRO), half = lane % 2;
-    __nv_bfloat16 *stg = stgs + warp * G::STG;
+    const int stg_off = warp * G::STG;
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
@@ -480,7 +482,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 #pragma unroll
                     for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
                     d = lf_sumc<CK>(d);
-                    if (tid % CK == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
+                    if ((tid & (CK - 1)) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
                 }
             }
         }
@@ -489,7 +491,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
             for (int u = 0; u < G::UQ; u++) {
                 const int r = r0 + (NT / CK) * u;
                 const float sacc = lf_sumc<CK>(lf_rv_part<CK>(a, bh, h, blk, wt + r, wend, tid));
-                if (tid % CK == 0) den[r] = 1.f / (sacc + P.eps);
+                if ((tid & (CK - 1)) == 0) den[r] = 1.f / (sacc + P.eps);
             }
         }
         __syncthreads(); /* tile t, its scales (and S̃) complete; tile t-1 consumed */
@@ -534,6 +536,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         /* scale, round to bf16 into the warp's staging tile [16][SLD], then
          * 16-byte stores: lane → row lane/2, columns (CW/2)(lane%2) + [0, CW/2) */
         constexpr int SLD = G::SLD, CH = G::CW / 16; /* 16-B chunks per lane */
+        __nv_bfloat16 *stg = stgs + stg_off;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int rr = rw + 16 * i;
