@@ -10,8 +10,11 @@
  *   values: rel = max|gpu - cpu| / max|cpu| ≤ 1e-2 and no NaN left. N = 1, 63,
  *   65, 1000; contiguous and permuted ([B,H,N,D] storage) views; linear
  *   attention (relu, elu1 with and without normalization), MHLA 1-D (M = 5;
- *   M = 70: the tf32 mix), per-head W, released_vision.
- * time: B = 1, N = 32K, H·D = 1536 (the same bytes at every D): linear,
+ *   M = 70: the tf32 mix), per-head W, released_vision; causal linear
+ *   attention at D = 128, 64, 32 (family "linear_causal" forced to "tc",
+ *   "walk", "chunk256"), with the state in and out (S_out, z_out compared).
+ * time: B = 1, N = 32K, H·D = 1536 (the same bytes at every D): linear
+ *   (non-causal and causal),
  *   MHLA M = 16 and M = 150, focused flatten (map 128 × 256, without and
  *   with a 5×5 conv + bias), default path and "portable", median of 20
  *   CUDA-event-timed calls, and the byte floor (Q, K, V read, O written). */
@@ -152,6 +155,78 @@ void check_mhla(int64_t N, int64_t M, int64_t H, int64_t D, int64_t Dv, la_mhla_
     free_pair(q); free_pair(k); free_pair(v); free_pair(o);
 }
 
+/* causal linear attention, variant `path` of family "linear_causal" forced,
+ * with the state in and out (compared too, f32, rel ≤ 1e-2) when `state` */
+void check_causal(int64_t B, int64_t N, int64_t H, int64_t D, la_feature f, int norm, int64_t chunk,
+                  bool state, bool perm, const char *path) {
+    pair_t q, k, v, o;
+    make_pair(q, B, N, H, D, perm, false);
+    make_pair(k, B, N, H, D, perm, false);
+    make_pair(v, B, N, H, D, perm, false);
+    make_pair(o, B, N, H, D, perm, true);
+    const int64_t nS = B * H * D * D, nz = B * H * D;
+    std::vector<float> Si(nS), zi(nz), So(nS, NAN), zo(nz, NAN), Sg(nS), zg(nz);
+    for (auto &x : Si) x = urand();
+    for (auto &x : zi) x = 5.f * std::fabs(urand()); /* keeps the denominators > 0 */
+    float *dSi, *dzi, *dSo, *dzo;
+    CK(cudaMalloc(&dSi, nS * 4)); CK(cudaMalloc(&dzi, nz * 4));
+    CK(cudaMalloc(&dSo, nS * 4)); CK(cudaMalloc(&dzo, nz * 4));
+    CK(cudaMemcpy(dSi, Si.data(), nS * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dzi, zi.data(), nz * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dSo, 0xff, nS * 4)); CK(cudaMemset(dzo, 0xff, nz * 4));
+    la_tensor hSi, hzi, hSo, hzo, gSi, gzi, gSo, gzo;
+    const int64_t neS[4] = {B, H, D, D}, nez[3] = {B, H, D};
+    LK(la_tensor_init(&hSi, Si.data(), LA_F32, LA_DEVICE_CPU, 4, neS));
+    LK(la_tensor_init(&hzi, zi.data(), LA_F32, LA_DEVICE_CPU, 3, nez));
+    LK(la_tensor_init(&hSo, So.data(), LA_F32, LA_DEVICE_CPU, 4, neS));
+    LK(la_tensor_init(&hzo, zo.data(), LA_F32, LA_DEVICE_CPU, 3, nez));
+    LK(la_tensor_init(&gSi, dSi, LA_F32, LA_DEVICE_CUDA, 4, neS));
+    LK(la_tensor_init(&gzi, dzi, LA_F32, LA_DEVICE_CUDA, 3, nez));
+    LK(la_tensor_init(&gSo, dSo, LA_F32, LA_DEVICE_CUDA, 4, neS));
+    LK(la_tensor_init(&gzo, dzo, LA_F32, LA_DEVICE_CUDA, 3, nez));
+    la_linear_params p;
+    la_linear_params_init(&p);
+    p.feature = f;
+    p.normalize = norm;
+    p.causal = 1;
+    p.chunk = chunk;
+    p.scale_q = 0.7f;
+    LK(la_linear_attention(&p, &q.th, &k.th, &v.th, &o.th, state ? &hSi : 0, state ? &hzi : 0,
+                           state ? &hSo : 0, state ? &hzo : 0, BCTX));
+    bench_variant("linear_causal", path);
+    const la_status s = la_linear_attention(&p, &q.td, &k.td, &v.td, &o.td, state ? &gSi : 0,
+                                            state ? &gzi : 0, state ? &gSo : 0, state ? &gzo : 0, BCTX);
+    bench_variant("linear_causal", nullptr);
+    char what[128];
+    snprintf(what, sizeof what, "causal B%lld N%lld H%lld D%lld f%d norm%d C%lld s%d perm%d %s", (long long)B,
+             (long long)N, (long long)H, (long long)D, (int)f, norm, (long long)chunk, (int)state, (int)perm, path);
+    if (s != LA_OK) {
+        printf("FAIL %s: %s\n", what, la_last_error());
+        fails++;
+        cases++;
+    } else {
+        compare(o, what);
+        if (state) {
+            CK(cudaMemcpy(Sg.data(), dSo, nS * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(zg.data(), dzo, nz * 4, cudaMemcpyDeviceToHost));
+            double mx = 0, md = 0;
+            size_t bad = 0;
+            for (int64_t i = 0; i < nS + nz; i++) {
+                const double c = i < nS ? So[i] : zo[i - nS], x = i < nS ? Sg[i] : zg[i - nS];
+                bad += !std::isfinite(x);
+                mx = std::max(mx, std::fabs(c));
+                md = std::max(md, std::fabs(x - c));
+            }
+            const bool ok = bad == 0 && md <= 1e-2 * mx;
+            cases++;
+            fails += !ok;
+            printf("%-4s %-58s rel %.2e\n", ok ? "ok" : "FAIL", "  (S_out, z_out)", md / std::max(mx, 1e-30));
+        }
+    }
+    CK(cudaFree(dSi)); CK(cudaFree(dzi)); CK(cudaFree(dSo)); CK(cudaFree(dzo));
+    free_pair(q); free_pair(k); free_pair(v); free_pair(o);
+}
+
 const int64_t dims[5][2] = {{128, 128}, {64, 64}, {32, 32}, {64, 128}, {128, 64}};
 
 void check_all() {
@@ -173,6 +248,16 @@ void check_all() {
     }
     bench_variant("linear", nullptr);
     bench_variant("mhla", nullptr);
+    for (int64_t D : {128, 64, 32}) {
+        int i = 0;
+        for (int64_t N : {1, 63, 65, 1000}) {
+            check_causal(N == 1000 ? 2 : 1, N, 2, D, LA_FEATURE_RELU, 1, i == 2 ? 7 : 64, i & 1, i & 1, "tc");
+            check_causal(1, N, 3, D, LA_FEATURE_ELU1, i & 1, 100, true, !(i & 1), "walk");
+            check_causal(1, N, 1, D, LA_FEATURE_RELU_EPS, 1, 64, true, false, "tc");
+            i++;
+        }
+        check_causal(1, 4095, 2, D, LA_FEATURE_RELU1, 1, 64, true, true, "chunk256");
+    }
     printf("# check: %d cases, %d failed\n", cases, fails);
 }
 
@@ -207,6 +292,14 @@ void time_all() {
             la_linear_params_init(&pl);
             report("linear", D, Dv, H, pn,
                    time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io);
+            if (D == Dv) {
+                bench_variant("linear_causal", path);
+                pl.causal = 1;
+                report("causal", D, Dv, H, pn,
+                       time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io);
+                pl.causal = 0;
+                bench_variant("linear_causal", nullptr);
+            }
             for (int64_t M : {16, 150}) {
                 la_mhla_params p;
                 la_mhla_params_init(&p);

@@ -5,7 +5,7 @@
 # given), then the backend harness on the linear, MHLA and focused tables.
 #   make -j16 BUILD=build-gpu SKIP_DEPS=1 build-gpu/dev/cuda/linear_heads \
 #        build-gpu/tests/backend/test_backend_ops
-#   [BIN=build-gpu] [OLD=...] [HARNESS_S=75] bash dev/cuda/linear_heads_run.sh
+#   [BIN=build-gpu] [OLD=...] [HARNESS_S=75] [HARNESS_ARGS=--small] bash dev/cuda/linear_heads_run.sh
 # Logs under $OUT (heads.log: summary and timings; check.log; harness.log).
 set -o pipefail
 B=${BIN:-build-gpu}
@@ -23,7 +23,7 @@ if [ -n "$OLD" ] && [ -x "$OLD" ]; then
   echo "# time (OLD build: $OLD)" | tee -a "$L"
   timeout 60 "$OLD" time 2>&1 | tee -a "$L"
 fi
-timeout "${HARNESS_S:-75}" "$B/tests/backend/test_backend_ops" -b cuda -o linear -o mhla -o focused \
+timeout "${HARNESS_S:-75}" "$B/tests/backend/test_backend_ops" -b cuda -o linear -o mhla -o focused $HARNESS_ARGS \
   > "$OUT/harness.log" 2>&1
 echo "# harness rc=$? ($(( $(date +%s) - t0 )) s)" | tee -a "$L"
 grep -E "FAIL|passed|failed" "$OUT/harness.log" | tail -25 | tee -a "$L"
