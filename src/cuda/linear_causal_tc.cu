@@ -271,7 +271,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
  * Q̃S̃. φ(q) enters unscaled; the outputs take scale_q at the end:
  * out = s·num / (s·den + eps) (normalize) or s·num. */
 constexpr int TS4 = 3;
-template <int D> struct lct_sm4 { /* pass 3's shared-memory regions (bytes) */
+template <int D> struct lct_smem4 { /* pass 3's shared-memory regions (bytes) */
     using G = lct_g<D>;
     static constexpr size_t STAGES = sizeof(__nv_bfloat16) * TS4 * 3 * G::TILE;
     static constexpr size_t SS = sizeof(__nv_bfloat16) * D * G::LD;
@@ -323,10 +323,10 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[lct_g<D>::NJO][4], c
 template <int D, int MODE>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     using G = lct_g<D>;
-    using SM = lct_sm4<D>;
+    using SM = lct_smem4<D>;
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT, OLD = G::OLD;
-    extern __shared__ __align__(128) unsigned char lct_sm4_buf[];
-    unsigned char *p8 = lct_sm4_buf;
+    extern __shared__ __align__(128) unsigned char lct_sm4[];
+    unsigned char *p8 = lct_sm4;
     __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM::STAGES; /* TS4 × {Q,K,V} */
     __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM::SS;     /* [D][LD] S̃    */
     __nv_bfloat16 *obuf = (__nv_bfloat16 *)p8;           p8 += SM::OB;     /* 8 × [16][OLD] */
@@ -628,7 +628,7 @@ lct_kernel_fn lct_output_mma_fn(int64_t D, int mode) {
                                                                : lct_output_mma_fn_d<128>(mode);
 }
 size_t lct_out_smem(int64_t D) {
-    return D == 32 ? lct_sm4<32>::TOTAL : D == 64 ? lct_sm4<64>::TOTAL : lct_sm4<128>::TOTAL;
+    return D == 32 ? lct_smem4<32>::TOTAL : D == 64 ? lct_smem4<64>::TOTAL : lct_smem4<128>::TOTAL;
 }
 /* bf16 elements of one pass-1 tile (64 rows of D + 8) */
 size_t lct_tile(int64_t D) { return (size_t)T * (D + 8); }
