@@ -1,5 +1,6 @@
 /* Causal linear attention (SPEC §3) on bf16 tensor cores (mma.sync
- * m16n8k16, fp32 accumulation) for D = Dv = 128 and bf16 [B,N,H,D] rows.
+ * m16n8k16, fp32 accumulation) for D = Dv ∈ {32, 64, 128} (templates on D,
+ * lct_g: the text below gives the D = 128 sizes) and bf16 [B,N,H,D] rows.
  *
  * With q̃ = scale_q·φ(q), k̃ = φ(k), a head's tokens are cut into state chunks
  * of L tokens (L a multiple of 64, chosen for about three waves of CTAs; it is

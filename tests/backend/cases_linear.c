@@ -8,8 +8,9 @@
  * and bf16) before the call, then compared in full: rel = max|gpu - cpu| /
  * max|cpu| <= 1e-5 (fp32; 1e-4 for huge N) or 1e-2 (bf16), and no NaN left.
  *
- * The bf16 tensor-core path of the linear family (non-causal, D = Dv = 128,
- * bf16 rows) runs under the default choice ("tc") and, on the same shapes,
+ * The bf16 tensor-core path of the linear family (non-causal, bf16 rows; D =
+ * Dv = 128 in tc_paths, the other head dims forced to "tc" in tc_heads) runs
+ * under the default choice ("tc") and, on the same shapes,
  * forced to the fp32 engine (variant "portable" of family "linear" / "mhla");
  * the default also gets the long cases. (The former test ran these shapes
  * under the variants v3, v2, wg and wgs too, removed from src/.) The long
