@@ -2,7 +2,7 @@
  * 128 (D = Dv = 64, 32; (D, Dv) = (64, 128), (128, 64)), validate, then time.
  *
  *   make dev-cuda   (builds $(BUILD)/dev/cuda/linear_heads)
- *   build-gpu/dev/cuda/linear_heads [check|time|all]
+ *   build-gpu/dev/cuda/linear_heads [check|time|all|wan|wan1]
  *
  * check: every shape forced to variant "tc" of families "linear" and "mhla"
  *   (a shape the path does not take fails), bf16 inputs, the output poisoned
@@ -17,7 +17,9 @@
  *   (non-causal and causal),
  *   MHLA M = 16 and M = 150, focused flatten (map 128 × 256, without and
  *   with a 5×5 conv + bias), default path and "portable", median of 20
- *   CUDA-event-timed calls, and the byte floor (Q, K, V read, O written). */
+ *   CUDA-event-timed calls, and the byte floor (Q, K, V read, O written).
+ * wan: MHLA at the Wan-2.1 video shape (median per call and back to back);
+ * wan1: one such call (for ncu). */
 #include "../bench_gpu_common.cuh"
 
 #include <cmath>
@@ -338,10 +340,48 @@ void time_all() {
     CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(Wd));
 }
 
+/* MHLA at the Wan-2.1 video shape: grid 21×30×50 (N = 31500), blocks 3×5×10
+ * (M = 150), H = 12, D = Dv = 128, shared W, per_query; reps = 0: one call
+ * (for ncu), else the median of reps timed calls and the byte floors. */
+void wan(int reps) {
+    const int64_t N = 21 * 30 * 50, H = 12, D = 128, M = 150;
+    const size_t n = (size_t)N * H * D;
+    void *q = make(n, 1), *k = make(n, 2), *v = make(n, 3), *o = make(n, 4);
+    float *Wd;
+    CK(cudaMalloc(&Wd, sizeof(float) * M * M));
+    std::vector<float> w(M * M);
+    for (size_t i = 0; i < w.size(); i++) w[i] = 0.01f + (float)((i * 7919) % 1000) / 1000.f;
+    CK(cudaMemcpy(Wd, w.data(), sizeof(float) * w.size(), cudaMemcpyHostToDevice));
+    la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, D),
+              to = view(o, 1, N, H, D), W;
+    const int64_t nw[2] = {M, M};
+    la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+    la_mhla_params p;
+    la_mhla_params_init(&p);
+    p.grid_ndim = 3;
+    p.grid[0] = 21; p.grid[1] = 30; p.grid[2] = 50;
+    p.blocks[0] = 3; p.blocks[1] = 5; p.blocks[2] = 10;
+    auto call = [&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
+    if (reps == 0) {
+        LK(call());
+        CK(cudaDeviceSynchronize());
+        printf("wan: one call done\n");
+    } else {
+        const double ms = time_ms(call, reps);
+        const double io = 8.0 * n, summ = (double)H * M * (D * D + D);
+        printf("mhla wan   21x30x50/3x5x10 M150 H12 D128: %.4f ms per call (%.4f ms back to back); "
+               "floor Q,K,V,O %.4f ms, + fp32 partials and bf16 S~ (write + read) %.4f ms\n",
+               ms, batch_ms([&] { LK(call()); }, reps), io / BW * 1e3, (io + 2 * 4 * summ + 2 * 2 * summ) / BW * 1e3);
+    }
+    CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(Wd));
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "all";
+    if (!strcmp(what, "wan")) wan(50);
+    if (!strcmp(what, "wan1")) wan(0);
     if (!strcmp(what, "check") || !strcmp(what, "all")) check_all();
     if (!strcmp(what, "time") || !strcmp(what, "all")) time_all();
     return fails ? 1 : 0;
