@@ -201,7 +201,7 @@ $(BUILD)/dev/%: dev/%.c $(BUILD)/liblongattn.a
 # The dev/ GPU drivers (validate, then time; run on the GPU machine) and the
 # host emulator of the softmax tensor-core kernel, built against the static
 # library so that CI compiles them: `make dev-cuda`.
-DEV_CUDA_SRCS := $(wildcard dev/bench_gpu_*.cu dev/bench_hisa2.cu dev/emu_softmax_tc.cu)
+DEV_CUDA_SRCS := $(wildcard dev/bench_gpu_*.cu dev/bench_hisa2.cu dev/emu_softmax_tc.cu dev/cuda/*.cu)
 DEV_CUDA_BINS := $(patsubst dev/%.cu,$(BUILD)/dev/%,$(DEV_CUDA_SRCS))
 DEV_NVCCFLAGS := -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -DLA_CUDA_HAVE_SM90A=1 -Iinclude -Isrc -Xcompiler -fopenmp
 $(BUILD)/dev/%: dev/%.cu dev/bench_gpu_common.cuh $(BUILD)/liblongattn.a

@@ -177,8 +177,9 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
 
 static int g_wide = 0;  /* 1: the wide scan (variant "tc"), 0: the walking scan ("walk") */
 static int g_L = 0;     /* forced state chunk (tokens, 0 = lct_run's choice: variant "chunk<N>") */
+static int64_t g_D = 128; /* head dim D = Dv (32, 64, 128) */
 static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
-    const int64_t D = 128, BH = B * H;
+    const int64_t D = g_D, BH = B * H;
     std::mt19937 g(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::vector<__nv_bfloat16> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
@@ -197,7 +198,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     int64_t st[3] = {N * H * D, H * D, D};
     if (perm) { st[0] = H * N * D; st[1] = D; st[2] = N * D; }
     for (int j = 0; j < 3; j++) a.qs[j] = a.ks[j] = a.vs[j] = a.os[j] = st[j];
-    a.N = N; a.H = H; a.feat = feat; a.normalize = normalize; a.scale_q = scale; a.eps = eps;
+    a.N = N; a.H = H; a.D = D; a.LS = D * D + D; a.feat = feat; a.normalize = normalize; a.scale_q = scale; a.eps = eps;
     la_tensor tSi, tzi, tSo, tzo;
     int64_t nS[4] = {B, H, D, D}, nz[3] = {B, H, D};
     mk(&tSi, Si.data(), 4, nS);
@@ -215,21 +216,21 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     a.nch = (N + a.L - 1) / a.L;
     const int64_t ndd = state ? a.nch : a.nch - 1;
     const int ks = 1;
-    std::vector<float> ws(BH * a.nch * LS, NAN);
+    std::vector<float> ws(BH * a.nch * a.LS, NAN);
     a.ws = ws.data();
     if (ndd > 0)
-        launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * TILE,
-               [&] { lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)(a); });
+        launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * lct_tile(D),
+               [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), a.split != 0)(a); });
     if (g_wide) { /* as lct_launch_scan */
         const int np = (int)ndd, G = np / SW + 1;
         int cw = NT;
         while (cw * G > NT) cw /= 2;
-        launch((unsigned)((LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
+        launch((unsigned)((a.LS / 4 + cw - 1) / cw), (unsigned)BH, sizeof(float4) * NT,
                [&] { lct_scan_wide_kernel(a, a.ws, a.ws, np, 1); }, cw, G);
     } else {
-        launch((unsigned)((LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
+        launch((unsigned)((a.LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
     }
-    launch((unsigned)a.nch, (unsigned)BH, LCT_OUT4_SMEM, [&] { lct_output_mma_fn(lct_mode_of(a.feat))(a); });
+    launch((unsigned)a.nch, (unsigned)BH, lct_out_smem(D), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat))(a); });
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
     /* float64 reference on the same bf16 inputs */
@@ -285,8 +286,8 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
         }
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
     const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
-    printf("%s B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           g_wide ? "wide" : "walk", (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
+    printf("%s D%lld B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
+           g_wide ? "wide" : "walk", (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
            ks, a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -328,6 +329,19 @@ int main(int argc, char **argv) {
     fails += run_case(1, 257, 3, LA_FEATURE_IDENTITY, 0, 1, 2, 8, 1, 0);
     fails += run_case(1, 64, 1, LA_FEATURE_RELU1, 0, 1, 4, 9, 0, 1);
     fails += run_case(1, 65, 1, LA_FEATURE_RELU_EPS, 1, 0, 4, 10, 1, 0);
+    /* head dims 64 and 32 (the templates' other geometries), both scans */
+    for (int64_t d : {64, 32}) {
+        g_D = d;
+        g_wide = 1;
+        g_L = 64;
+        fails += run_case(1, 200, 2, LA_FEATURE_RELU1, 1, 1, 1, 21, 0, 0);
+        fails += run_case(2, 333, 2, LA_FEATURE_ELU1, 1, 1, 1, 22, 1, 1);
+        g_wide = 0;
+        g_L = 0;
+        fails += run_case(1, 130, 1, LA_FEATURE_RELU_EPS, 0, 1, 4, 23, 1, 0);
+        fails += run_case(1, 65, 3, LA_FEATURE_IDENTITY, 1, 0, 4, 24, 0, 0);
+    }
+    g_D = 128;
     printf("%d failed\n", fails);
     return fails != 0;
 }

@@ -9,18 +9,19 @@
  * blog: K̂ = focus[h]·DWConv(relu1(K)) into an fp32 workspace, then normalized
  *   linear attention with φ(q) = relu1(q·D^-1/2) and K̂ taken as is.
  *
- * flatten, bf16 fast path (D = Dv = 128, bf16 rows with unit inner stride and
- * 16-B aligned rows, H ≤ 32, no conv or an odd conv of k ≤ 9; family
+ * flatten, bf16 fast path (head dims of the engine's tensor-core path,
+ * lf_tc_dims: D, Dv ∈ {32, 64, 128}; bf16 rows with unit inner stride and
+ * 16-B aligned rows, C = H·D ≤ 4096, no conv or an odd conv of k ≤ 9; family
  * "focused", fo_select: "tc"; "portable" forces the path above):
- *   1. fo_phi_kernel: one warp per (token, q|k) reads the token's C = H·128
+ *   1. fo_phi_kernel: one warp per (token, q|k) reads the token's C = H·D
  *      channels once into registers (bf16), two register passes (max of x',
  *      then Σu², Σu^{2p} with u = x'/max x'), and writes φ = u^p·r,
  *      r = max·‖u‖/‖u^p‖ (= ‖x'‖/‖x'^p‖·x'^p scaling, overflow-free), as bf16
- *      [B,N,H,128] workspaces;
+ *      [B,N,H,D] workspaces;
  *   2. the linear-family engine (tensor-core path) on φ(Q), φ(K), V with the
  *      identity feature and the mean form o = num·a/(den·a + eps), a = 1/N;
  *   3. fo_dwc_kernel (conv given): o += DWC(v) + bias in place on the bf16 O.
- *   Bytes, in [N,H,128] bf16 tensors: 1. reads Q, K, writes φQ, φK (4);
+ *   Bytes, in [N,H,D] bf16 tensors (D = Dv): 1. reads Q, K, writes φQ, φK (4);
  *   2. reads φQ, φK, V, writes O (4); 3. reads V, O, writes O (3).
  *   (φ formed in step 2's loaders from the raw Q, K instead, with step 1
  *   writing two floats per token, was slower: docs/CUDA.md.) */
@@ -131,7 +132,7 @@ __global__ void fo_blog_khat_kernel(la_cu_view k, la_cu_view conv, la_cu_view fo
 
 /* ---- flatten, bf16 fast path ------------------------------------------------ */
 constexpr int PT = 256;      /* threads of fo_phi_kernel (8 warps) */
-constexpr int PHI_MAXC = 4096; /* C = H·128 ≤ 4096: H ≤ 32, ≤ 16 chunks of 8 per lane */
+constexpr int PHI_MAXC = 4096; /* C = H·D ≤ 4096: ≤ 16 chunks of 8 per lane */
 
 /* the flatten φ helpers (lf_bf16_unpack8, lf_flat_xprime8, lf_flat_pow, ...)
  * are in linfam.cuh */
@@ -139,15 +140,15 @@ constexpr int PHI_MAXC = 4096; /* C = H·128 ≤ 4096: H ≤ 32, ≤ 16 chunks o
 #define fo_pack8 lf_bf16_pack8
 
 /* One warp per (token, q|k) unit u = 2·(b·N + t) + (0 q | 1 k). A lane holds
- * chunks ch = lane + 32 i (i < R) of 8 channels: c = 8·ch, head c / 128. The
- * raw bf16 values stay in registers over the three passes. */
+ * chunks ch = lane + 32 i (i < R) of 8 channels: c = 8·ch, head c / D (D =
+ * 8·2^lcpd). The raw bf16 values stay in registers over the three passes. */
 template <int R>
 __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, int64_t N,
-                                                    int H, const float *inv_sp, float p,
+                                                    int H, int lcpd, const float *inv_sp, float p,
                                                     __nv_bfloat16 *phq, __nv_bfloat16 *phk,
                                                     int64_t units) {
     __shared__ __align__(16) float isp[PHI_MAXC];
-    const int C = H * 128, nch = H * 16;
+    const int nch = H << lcpd, C = nch * 8, cmask = (1 << lcpd) - 1;
     for (int c = threadIdx.x; c < C; c += PT) isp[c] = inv_sp[c];
     __syncthreads();
     const int lane = threadIdx.x % 32;
@@ -167,7 +168,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
             const int ch = lane + 32 * i;
             raw[i] = make_uint4(0, 0, 0, 0);
             if (ch < nch)
-                raw[i] = __ldg((const uint4 *)(base + (int64_t)(ch >> 4) * n2 + (ch & 15) * 8));
+                raw[i] = __ldg((const uint4 *)(base + (int64_t)(ch >> lcpd) * n2 + (ch & cmask) * 8));
         }
         /* pass 1: max of x' = (relu(x) + 1e-6)·inv_sp */
         float mx = 0.f;
@@ -208,7 +209,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
         }
         /* ‖x'‖/‖u^p‖ = max·‖u‖/‖u^p‖; the largest u is ~1, so sp2 ≥ ~1 */
         const float r = mx * sqrtf(s2) / sqrtf(sp2);
-        /* pass 3: φ = u^p·r as bf16, [B,N,H,128] contiguous */
+        /* pass 3: φ = u^p·r as bf16, [B,N,H,D] contiguous */
         __nv_bfloat16 *dst = (which ? phk : phq) + bt * (int64_t)C;
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -218,29 +219,32 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
     }
 }
 
-/* o += DWC(v) + bias in place, bf16 o and v (D = 128), one [128,KS,KS] kernel
- * shared by the heads. CTA = (b·H + h, map row y, 128 map columns); thread =
- * 8 channels (c8 = 8·(tid % 16)) × 8 consecutive columns x0 + [0, 8): per tap
- * row it reads the 8 + KS − 1 v chunks of the window once (L1/L2) and reuses
- * each for up to KS outputs; weights and bias from shared memory (fp32). */
-constexpr int CT = 256, CX = 8 /* columns per thread */, CW = CX * (CT / 16) /* per CTA */;
-template <int KS>
+/* o += DWC(v) + bias in place, bf16 o and v (Dv = 8·2^lcpv ≤ 128), one
+ * [Dv,KS,KS] kernel shared by the heads. CTA = (b·H + h, map row y, cw map
+ * columns, cw = 8·256/(Dv/8)); thread = 8 channels (c8 = 8·(tid % (Dv/8))) ×
+ * 8 consecutive columns x0 + [0, 8): per tap row it reads the 8 + KS − 1 v
+ * chunks of the window once (L1/L2) and reuses each for up to KS outputs;
+ * weights and bias from shared memory (fp32). */
+constexpr int CT = 256, CX = 8 /* columns per thread */;
+constexpr int fo_dwc_cols(int lcpv) { return CX * (CT >> lcpv); } /* map columns per CTA */
+template <int KS, int LCPV>
 __global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out, la_cu_view conv,
                                                     la_cu_view bias, int64_t H, int64_t map_h,
                                                     int64_t map_w, int64_t xblocks) {
-    __shared__ __align__(16) float ws[KS * KS * 128];
-    __shared__ __align__(16) float bs[128];
-    for (int e = threadIdx.x; e < KS * KS * 128; e += CT) {
-        const int c = e % 128, tap = e / 128, a = tap / KS, cc = tap % KS;
+    constexpr int Dv = 8 << LCPV, lcpv = LCPV;
+    __shared__ __align__(16) float ws[KS * KS * Dv];
+    __shared__ __align__(16) float bs[Dv];
+    for (int e = threadIdx.x; e < KS * KS * Dv; e += CT) {
+        const int c = e % Dv, tap = e / Dv, a = tap / KS, cc = tap % KS;
         ws[e] = la_cu_ld(conv.data, conv.dt, c * conv.nb[0] + a * conv.nb[1] + cc * conv.nb[2]);
     }
-    for (int c = threadIdx.x; c < 128; c += CT)
+    for (int c = threadIdx.x; c < Dv; c += CT)
         bs[c] = bias.data ? la_cu_ld(bias.data, bias.dt, c * bias.nb[0]) : 0.f;
     __syncthreads();
     const int64_t bh = blockIdx.y, b = bh / H, h = bh % H;
     const int64_t y = blockIdx.x / xblocks, xb = blockIdx.x % xblocks;
-    const int c8 = (threadIdx.x % 16) * 8;
-    const int64_t x0 = xb * CW + (threadIdx.x / 16) * CX;
+    const int c8 = (threadIdx.x & ((1 << lcpv) - 1)) * 8;
+    const int64_t x0 = xb * fo_dwc_cols(lcpv) + (threadIdx.x >> lcpv) * CX;
     if (x0 >= map_w) return;
     constexpr int RR = KS / 2;
     float acc[CX][8];
@@ -264,8 +268,8 @@ __global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out
             for (int j = 0; j < CX; j++) {
                 const int cc = s - j; /* tap column of output x0 + j */
                 if (cc < 0 || cc >= KS) continue;
-                const float4 w0 = *(const float4 *)&ws[(a * KS + cc) * 128 + c8];
-                const float4 w1 = *(const float4 *)&ws[(a * KS + cc) * 128 + c8 + 4];
+                const float4 w0 = *(const float4 *)&ws[(a * KS + cc) * Dv + c8];
+                const float4 w1 = *(const float4 *)&ws[(a * KS + cc) * Dv + c8 + 4];
                 acc[j][0] = fmaf(w0.x, vv[0], acc[j][0]);
                 acc[j][1] = fmaf(w0.y, vv[1], acc[j][1]);
                 acc[j][2] = fmaf(w0.z, vv[2], acc[j][2]);
@@ -297,8 +301,11 @@ bool fo_view_fast(const la_cu_view &x) {
            x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
 
+/* log2 of a head dim's 16-byte chunks (D = 32, 64, 128: 2, 3, 4) */
+int fo_lchunks(int64_t D) { return D == 32 ? 2 : D == 64 ? 3 : 4; }
+
 template <int R>
-la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int H,
+la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int H, int lcpd,
                         const float *inv_sp, float p, __nv_bfloat16 *phq, __nv_bfloat16 *phk,
                         int64_t units, cudaStream_t st) {
     int dev = 0, nsm = 132;
@@ -306,21 +313,34 @@ la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
     const int64_t want = la_cu_cdiv(units, PT / 32);
     const unsigned grid = (unsigned)std::min<int64_t>(want, (int64_t)nsm * 16);
-    fo_phi_kernel<R><<<grid, PT, 0, st>>>(q, k, N, H, inv_sp, p, phq, phk, units);
+    fo_phi_kernel<R><<<grid, PT, 0, st>>>(q, k, N, H, lcpd, inv_sp, p, phq, phk, units);
     LA_CU_LAUNCH("fo_phi_kernel");
     return LA_OK;
 }
 
-template <int KS>
+template <int KS, int LCPV>
 la_status fo_launch_dwc(const lf_problem &P, const la_cu_view &conv, const la_cu_view &bias,
                         cudaStream_t st) {
-    const int64_t xblocks = la_cu_cdiv(P.map_w, CW), gx = xblocks * P.map_h;
+    const int64_t xblocks = la_cu_cdiv(P.map_w, fo_dwc_cols(LCPV)), gx = xblocks * P.map_h;
     if (gx > 0x7fffffff || P.B * P.H > 65535)
         return la_err(LA_ERR_UNSUPPORTED, "focused CUDA: conv grid too large");
-    fo_dwc_kernel<KS><<<dim3((unsigned)gx, (unsigned)(P.B * P.H)), CT, 0, st>>>(
+    fo_dwc_kernel<KS, LCPV><<<dim3((unsigned)gx, (unsigned)(P.B * P.H)), CT, 0, st>>>(
         P.v, P.out, conv, bias, P.H, P.map_h, P.map_w, xblocks);
     LA_CU_LAUNCH("fo_dwc_kernel");
     return LA_OK;
+}
+
+/* the conv launch for an odd k ≤ 9 at Dv = 8·2^LCPV */
+template <int LCPV>
+la_status fo_dwc_ks(const lf_problem &P, const la_cu_view &cv, const la_cu_view &bv, int ks,
+                    cudaStream_t st) {
+    switch (ks) {
+    case 1: return fo_launch_dwc<1, LCPV>(P, cv, bv, st);
+    case 3: return fo_launch_dwc<3, LCPV>(P, cv, bv, st);
+    case 5: return fo_launch_dwc<5, LCPV>(P, cv, bv, st);
+    case 7: return fo_launch_dwc<7, LCPV>(P, cv, bv, st);
+    default: return fo_launch_dwc<9, LCPV>(P, cv, bv, st);
+    }
 }
 
 /* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps. */
@@ -345,16 +365,16 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
                                                                    C, inv_sp);
     LA_CU_LAUNCH("fo_invsp_kernel");
     const int64_t units = 2 * BN;
-    const int H = (int)P.H, per_lane = (int)la_cu_cdiv(P.H * 16, 32);
+    const int H = (int)P.H, lcpd = fo_lchunks(P.D), per_lane = (int)la_cu_cdiv(C / 8, 32);
     if (per_lane <= 2)
-        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
     else if (per_lane <= 4)
-        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
     else if (per_lane <= 8)
-        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
     else
-        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, inv_sp, p->p, phq, phk, units, st));
-    /* the engine on φQ, φK (contiguous [B,N,H,128] bf16), identity features */
+        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
+    /* the engine on φQ, φK (contiguous [B,N,H,D] bf16), identity features */
     for (int w = 0; w < 2; w++) {
         la_cu_view &x = w ? P.k : P.q;
         x.data = w ? phk : phq;
@@ -373,12 +393,10 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
     LA_TRY(lf_run(&P, ctx, "focused", nullptr, st));
     if (conv) {
         const la_cu_view cv = la_cu_view_of(conv), bv = la_cu_view_of(conv_bias);
-        switch (conv->ne[1]) {
-        case 1: return fo_launch_dwc<1>(P, cv, bv, st);
-        case 3: return fo_launch_dwc<3>(P, cv, bv, st);
-        case 5: return fo_launch_dwc<5>(P, cv, bv, st);
-        case 7: return fo_launch_dwc<7>(P, cv, bv, st);
-        default: return fo_launch_dwc<9>(P, cv, bv, st);
+        switch (fo_lchunks(P.Dv)) {
+        case 2: return fo_dwc_ks<2>(P, cv, bv, (int)conv->ne[1], st);
+        case 3: return fo_dwc_ks<3>(P, cv, bv, (int)conv->ne[1], st);
+        default: return fo_dwc_ks<4>(P, cv, bv, (int)conv->ne[1], st);
         }
     }
     return LA_OK;
@@ -390,7 +408,7 @@ const char *const fo_names[] = {"tc", "portable"};
 /* flatten's kernels (pure): φ materialized + the tensor-core engine, or the
  * portable engine with φ and the conv fused; forced: the context's variant. */
 la_status fo_select(const lf_problem &P, const la_tensor *conv, const char *forced, fo_kernel *kern) {
-    const bool tc = P.D == 128 && P.Dv == 128 && P.H <= 32 && (!conv || conv->ne[1] <= 9) &&
+    const bool tc = lf_tc_dims(P.D, P.Dv) && P.H * P.D <= PHI_MAXC && (!conv || conv->ne[1] <= 9) &&
                     fo_view_fast(P.q) && fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
     if (!forced) {
         *kern = tc ? FO_TC : FO_PORTABLE;
@@ -400,7 +418,8 @@ la_status fo_select(const lf_problem &P, const la_tensor *conv, const char *forc
     if (i < 0) return la_cu_unknown_variant("focused", forced, "tc, portable");
     if (i == FO_TC && !tc)
         return la_cu_variant_unsupported("focused", forced,
-                                         "bf16, D = Dv = 128, rows contiguous, H <= 32, conv k <= 9");
+                                         "bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                                         "(128, 64), rows contiguous, H*D <= 4096, conv k <= 9");
     *kern = (fo_kernel)i;
     return LA_OK;
 }

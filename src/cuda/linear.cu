@@ -2,7 +2,7 @@
  * linear-family engine (linfam.cu). Non-causal: summary, sum, output.
  * Causal: chunk summaries, prefix scan with the state in/out, output with
  * the masked intra-chunk term. Views validated by src/ops/linear.c.
- * Causal with D = Dv = 128 and bf16 rows goes to the tensor-core kernels of
+ * Causal with D = Dv ∈ {32, 64, 128} and bf16 rows goes to the tensor-core kernels of
  * linear_causal_tc.cu instead (family "linear_causal": lct_select; the
  * non-causal kernels are family "linear": lf_select). */
 #include "core/variant.h"
@@ -22,7 +22,9 @@ extern "C" la_status la_linear_attention_cuda(const la_linear_params *p, const l
         LA_TRY(lct_select(p, q, k, v, out, forced, &c));
         if (c.kernel == LCT_TC)
             return lct_run(c, p, q, k, v, out, S_in, z_in, S_out, z_out, ctx, la_cu_stream(ctx));
-        forced = "portable";
+        /* the portable engine: forced is NULL or "portable" here (lct_select
+         * refuses a forced tensor-core variant it cannot run), and the engine
+         * has no causal tensor-core path of its own */
     }
     lf_problem P = {};
     lf_set_qkvo(&P, q, k, v, out);

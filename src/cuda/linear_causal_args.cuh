@@ -7,12 +7,8 @@
 #include "common.cuh"
 
 namespace {
-constexpr int D = 128;          /* D = Dv                                  */
 constexpr int T = 64;           /* tokens per tile                         */
-constexpr int LD = D + 8;       /* bf16 smem row stride of Q/K/V/S̃ tiles   */
 constexpr int NT = 256;         /* threads per CTA                         */
-constexpr int LS = D * D + D;   /* floats of one chunk state (S, then z)   */
-constexpr int TILE = T * LD;    /* bf16 elements of one 64-row tile        */
 }  // namespace
 
 struct lct_args {
@@ -20,6 +16,7 @@ struct lct_args {
     __nv_bfloat16 *o;
     int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
     int64_t N, H, L, nch;
+    int64_t D, LS; /* D = Dv (32, 64, 128); floats of one chunk state (S, then z): D·D + D */
     int feat, normalize, split;
     float scale_q, eps;
     float *ws; /* [B·H][nch][LS]: ΔS_c, then (in place) P_c */

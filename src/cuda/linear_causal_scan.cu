@@ -13,15 +13,15 @@ constexpr int SU = 8; /* loads in flight per thread */
 /* Entries x..x+3 of the input state (S, then z) of head (b, h); 0 without one. */
 __device__ __forceinline__ void lct_state_in4(const lct_args &a, int64_t b, int64_t h, int64_t x,
                                               float st[4]) {
-    const bool isS = x < (int64_t)D * D; /* D·D % 4 == 0: the 4 entries are all S or all z */
+    const bool isS = x < a.D * a.D; /* D·D % 4 == 0: the 4 entries are all S or all z */
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         float s = 0.f;
         if (isS) {
-            const int64_t d = (x + e) / D, dv = (x + e) % D;
+            const int64_t d = (x + e) / a.D, dv = (x + e) % a.D;
             if (a.S_in.data) s = la_cu_ld4(a.S_in, b, h, d, dv);
         } else {
-            const int64_t d = x + e - (int64_t)D * D;
+            const int64_t d = x + e - a.D * a.D;
             if (a.z_in.data)
                 s = la_cu_ld(a.z_in.data, a.z_in.dt,
                              b * a.z_in.nb[0] + h * a.z_in.nb[1] + d * a.z_in.nb[2]);
@@ -32,16 +32,16 @@ __device__ __forceinline__ void lct_state_in4(const lct_args &a, int64_t b, int6
 /* Entries x..x+3 of the final state into S_out / z_out (where asked for). */
 __device__ __forceinline__ void lct_state_out4(const lct_args &a, int64_t b, int64_t h, int64_t x,
                                                const float st[4]) {
-    const bool isS = x < (int64_t)D * D;
+    const bool isS = x < a.D * a.D;
 #pragma unroll
     for (int e = 0; e < 4; e++) {
         if (isS && a.S_out.data) {
-            const int64_t d = (x + e) / D, dv = (x + e) % D;
+            const int64_t d = (x + e) / a.D, dv = (x + e) % a.D;
             la_cu_st((void *)a.S_out.data, a.S_out.dt,
                      b * a.S_out.nb[0] + h * a.S_out.nb[1] + d * a.S_out.nb[2] + dv * a.S_out.nb[3],
                      st[e]);
         } else if (!isS && a.z_out.data) {
-            const int64_t d = x + e - (int64_t)D * D;
+            const int64_t d = x + e - a.D * a.D;
             la_cu_st((void *)a.z_out.data, a.z_out.dt,
                      b * a.z_out.nb[0] + h * a.z_out.nb[1] + d * a.z_out.nb[2], st[e]);
         }
@@ -50,11 +50,11 @@ __device__ __forceinline__ void lct_state_out4(const lct_args &a, int64_t b, int
 __global__ void __launch_bounds__(NT) lct_scan_kernel(lct_args a, int64_t nd) {
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int64_t x4 = (int64_t)blockIdx.x * NT + threadIdx.x;
-    if (x4 >= LS / 4) return;
+    if (x4 >= a.LS / 4) return;
     float st[4];
     lct_state_in4(a, b, h, 4 * x4, st);
-    float4 *base = (float4 *)(a.ws + (size_t)bh * a.nch * LS) + x4;
-    const int64_t cs = LS / 4; /* float4 stride between chunks */
+    float4 *base = (float4 *)(a.ws + (size_t)bh * a.nch * a.LS) + x4;
+    const int64_t cs = a.LS / 4; /* float4 stride between chunks */
     for (int64_t c0 = 0; c0 < a.nch; c0 += SU) {
         float4 dv[SU];
 #pragma unroll
@@ -95,9 +95,9 @@ __global__ void __launch_bounds__(NT) lct_scan_wide_kernel(lct_args a, const flo
     const int CW = blockDim.x, gi = threadIdx.y;
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H;
     const int64_t x4 = (int64_t)blockIdx.x * CW + threadIdx.x;
-    const bool live = x4 < LS / 4; /* no early return: the barrier below */
-    const int64_t cs = LS / 4;      /* float4 stride between states */
-    const float4 *src = (const float4 *)(part + (size_t)bh * a.nch * ks * LS) + x4;
+    const bool live = x4 < a.LS / 4; /* no early return: the barrier below */
+    const int64_t cs = a.LS / 4;      /* float4 stride between states */
+    const float4 *src = (const float4 *)(part + (size_t)bh * a.nch * ks * a.LS) + x4;
     float4 v[SW];
 #pragma unroll
     for (int u = 0; u < SW; u++) {
@@ -124,7 +124,7 @@ __global__ void __launch_bounds__(NT) lct_scan_wide_kernel(lct_args a, const flo
         st[2] += t.z;
         st[3] += t.w;
     }
-    float4 *dst = (float4 *)(out + (size_t)bh * a.nch * LS) + x4;
+    float4 *dst = (float4 *)(out + (size_t)bh * a.nch * a.LS) + x4;
 #pragma unroll
     for (int u = 0; u < SW; u++) {
         const int p = SW * gi + u;
@@ -144,11 +144,11 @@ la_status lct_launch_scan(const lct_args &a, int64_t BH, int64_t nd, bool wide, 
         const int np = (int)nd, G = np / SW + 1; /* G ≤ 32 */
         int cw = NT;
         while (cw * G > NT) cw /= 2; /* CW·G ≤ 256, CW a power of two ≥ 8 */
-        lct_scan_wide_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, cw), (unsigned)BH), dim3(cw, G), 0, st>>>(
+        lct_scan_wide_kernel<<<dim3((unsigned)la_cu_cdiv(a.LS / 4, cw), (unsigned)BH), dim3(cw, G), 0, st>>>(
             a, a.ws, a.ws, np, 1);
         LA_CU_LAUNCH("lct_scan_wide_kernel");
     } else {
-        lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
+        lct_scan_kernel<<<dim3((unsigned)la_cu_cdiv(a.LS / 4, NT), (unsigned)BH), NT, 0, st>>>(a, nd);
         LA_CU_LAUNCH("lct_scan_kernel");
     }
     return LA_OK;

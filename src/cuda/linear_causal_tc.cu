@@ -1,5 +1,6 @@
 /* Causal linear attention (SPEC §3) on bf16 tensor cores (mma.sync
- * m16n8k16, fp32 accumulation) for D = Dv = 128 and bf16 [B,N,H,D] rows.
+ * m16n8k16, fp32 accumulation) for D = Dv ∈ {32, 64, 128} (templates on D,
+ * lct_g: the text below gives the D = 128 sizes) and bf16 [B,N,H,D] rows.
  *
  * With q̃ = scale_q·φ(q), k̃ = φ(k), a head's tokens are cut into state chunks
  * of L tokens (L a multiple of 64, chosen for about three waves of CTAs; it is
@@ -78,6 +79,24 @@ __device__ __forceinline__ uint4 pack8(const float x[8]) {
 
 constexpr int TS1 = 3; /* pass 1: stages of K, V tiles */
 
+/* Geometry per head dim D = Dv ∈ {32, 64, 128} (the kernels are templates on
+ * it). A thread copies 16-byte chunk tid % CK of rows tid/CK + RPT·u (u < UR)
+ * of every 64-row tile. State (ΔS in pass 1, the running S in pass 3): warps
+ * w < SWN own rows SR·(w % SWR) + [0, SR) and columns SC·(w / SWR) + [0, SC)
+ * (MIS × NJS fragments; at D = 32 four warps, the other four skip the state
+ * products). Pass 3 outputs: warp w takes columns CWO·(w / 4) + [0, CWO). */
+template <int D> struct lct_g {
+    static constexpr int LD = D + 8;      /* bf16 smem row stride of Q/K/V/S̃ tiles */
+    static constexpr int TILE = T * LD;   /* bf16 elements of one 64-row tile      */
+    static constexpr int LS = D * D + D;  /* floats of one chunk state             */
+    static constexpr int CK = D / 8, RPT = NT / CK, UR = T / RPT;
+    static constexpr int SR = D == 128 ? 32 : 16, SC = D == 128 ? 64 : D == 64 ? 32 : 16;
+    static constexpr int MIS = SR / 16, NJS = SC / 8, SWR = D / SR, SWN = SWR * (D / SC);
+    static constexpr int CWO = D / 2, NJO = CWO / 8, KK = D / 16;
+    static constexpr int OLD = CWO + 8;   /* bf16 row stride of a warp's 16-row output staging tile */
+    static_assert(SWN <= 8 && NJS % 2 == 0 && NJO % 2 == 0 && UR * RPT == T, "causal tc geometry");
+};
+
 /* ==== passes 1 and 3: ldmatrix + mma.sync fragments ==================== */
 
 /* The five feature maps in one branch-light form: x ≥ 0: x + c; x < 0: x
@@ -116,8 +135,10 @@ __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
  * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-template <int MODE, bool SPLIT>
+template <int D, int MODE, bool SPLIT>
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
+    using G = lct_g<D>;
+    constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT;
     extern __shared__ __align__(128) unsigned char lct_sm2[];
     __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm2;
     const int nmat = SPLIT ? 3 : 2;
@@ -126,7 +147,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     const int nt = (int)((t1 - t0 + T - 1) / T);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, cq = lane % 4, li = lane % 8, lj = lane / 8;
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const int c8 = (tid & (CK - 1)) * 8, r0 = tid / CK;
     const lct_phi ph = lct_phi_of(a.feat);
     const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
     const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
@@ -135,8 +156,8 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         if (t < nt) {
             __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
+            for (int u = 0; u < G::UR; u++) {
+                const int r = r0 + RPT * u;
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
@@ -149,12 +170,13 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
 #pragma unroll
     for (int t = 0; t < TS1 - 1; t++) issue(t);
 
-    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4);
-    float acc[2][8][4];
+    const int rb = G::SR * (warp % G::SWR), cb = G::SC * (warp / G::SWR);
+    const bool sw = G::SWN == 8 || warp < G::SWN; /* a state warp */
+    float acc[G::MIS][G::NJS][4];
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < G::MIS; i++)
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < G::NJS; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
     float zp[8] = {0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f, 0.f};
@@ -163,8 +185,8 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         la_cp_wait<TS1 - 2>();
         __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int r = r0 + 16 * u;
+        for (int u = 0; u < G::UR; u++) {
+            const int r = r0 + RPT * u;
             __nv_bfloat16 *p = &Ks[r * LD + c8];
             float x[8], lo[8];
             if (t0 + (int64_t)t * T + r < t1) {
@@ -185,43 +207,46 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         }
         __syncthreads();
         issue(t + TS1 - 1);
+        if (sw) {
 #pragma unroll
-        for (int kk = 0; kk < T; kk += 16) {
-            uint32_t ka[2][4], kl[2][4];
+            for (int kk = 0; kk < T; kk += 16) {
+                uint32_t ka[G::MIS][4], kl[G::MIS][4];
 #pragma unroll
-            for (int i = 0; i < 2; i++)
-                la_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
-            if (SPLIT)
-#pragma unroll
-                for (int i = 0; i < 2; i++)
-                    la_ldsm4t(kl[i], &Kl[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
-#pragma unroll
-            for (int jp = 0; jp < 4; jp++) {
-                uint32_t bv[4];
-                la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
-#pragma unroll
-                for (int i = 0; i < 2; i++) {
-                    la_mma_bf16(acc[i][2 * jp], ka[i], bv[0], bv[1]);
-                    la_mma_bf16(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
-                }
+                for (int i = 0; i < G::MIS; i++)
+                    la_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
                 if (SPLIT)
 #pragma unroll
-                    for (int i = 0; i < 2; i++) {
-                        la_mma_bf16(acc[i][2 * jp], kl[i], bv[0], bv[1]);
-                        la_mma_bf16(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
+                    for (int i = 0; i < G::MIS; i++)
+                        la_ldsm4t(kl[i], &Kl[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
+#pragma unroll
+                for (int jp = 0; jp < G::NJS / 2; jp++) {
+                    uint32_t bv[4];
+                    la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+                    for (int i = 0; i < G::MIS; i++) {
+                        la_mma_bf16(acc[i][2 * jp], ka[i], bv[0], bv[1]);
+                        la_mma_bf16(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
                     }
+                    if (SPLIT)
+#pragma unroll
+                        for (int i = 0; i < G::MIS; i++) {
+                            la_mma_bf16(acc[i][2 * jp], kl[i], bv[0], bv[1]);
+                            la_mma_bf16(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
+                        }
+                }
             }
         }
     }
     float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
+    if (sw)
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+        for (int i = 0; i < G::MIS; i++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
-            *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
-            *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
-        }
+            for (int j = 0; j < G::NJS; j++) {
+                const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+                *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
+                *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
+            }
     la_cp_wait<0>();
     __syncthreads();
     float *zbuf = (float *)lct_sm2; /* [NT][8] */
@@ -230,7 +255,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     __syncthreads();
     if (tid < D) {
         float z = 0.f;
-        for (int m = 0; m < NT / 16; m++) z += zbuf[((tid / 8) + 16 * m) * 8 + tid % 8];
+        for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
         dst[D * D + tid] = z;
     }
 }
@@ -247,18 +272,19 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
  * Q̃S̃. φ(q) enters unscaled; the outputs take scale_q at the end:
  * out = s·num / (s·den + eps) (normalize) or s·num. */
 constexpr int TS4 = 3;
-constexpr int OLD = 72; /* bf16 row stride of a warp's 16×64 output staging tile */
-constexpr size_t SM4_STAGES = sizeof(__nv_bfloat16) * TS4 * 3 * TILE;
-constexpr size_t SM4_SS = sizeof(__nv_bfloat16) * D * LD;
-constexpr size_t SM4_OB = sizeof(__nv_bfloat16) * 8 * 16 * OLD;
-constexpr size_t SM4_ZS = sizeof(float) * D;
-constexpr size_t SM4_ZP = sizeof(float) * 16 * D;
-constexpr size_t SM4_QZ = sizeof(float) * T;
-constexpr size_t LCT_OUT4_SMEM = SM4_STAGES + SM4_SS + SM4_OB + SM4_ZS + SM4_ZP + SM4_QZ;
-static_assert(LCT_OUT4_SMEM <= 227 * 1024, "mma output kernel shared memory");
-static_assert(SM4_STAGES % 16 == 0 && SM4_SS % 16 == 0 && SM4_OB % 16 == 0 && SM4_ZS % 16 == 0 &&
-                  SM4_ZP % 16 == 0,
-              "16-byte alignment of the shared-memory regions");
+template <int D> struct lct_smem4 { /* pass 3's shared-memory regions (bytes) */
+    using G = lct_g<D>;
+    static constexpr size_t STAGES = sizeof(__nv_bfloat16) * TS4 * 3 * G::TILE;
+    static constexpr size_t SS = sizeof(__nv_bfloat16) * D * G::LD;
+    static constexpr size_t OB = sizeof(__nv_bfloat16) * 8 * 16 * G::OLD;
+    static constexpr size_t ZS = sizeof(float) * D;
+    static constexpr size_t ZP = sizeof(float) * G::RPT * D;
+    static constexpr size_t QZ = sizeof(float) * T;
+    static constexpr size_t TOTAL = STAGES + SS + OB + ZS + ZP + QZ;
+    static_assert(TOTAL <= 227 * 1024, "mma output kernel shared memory");
+    static_assert(STAGES % 16 == 0 && SS % 16 == 0 && OB % 16 == 0 && ZS % 16 == 0 && ZP % 16 == 0,
+                  "16-byte alignment of the shared-memory regions");
+};
 
 /* v3's causal blocks with the block count NB = r + 1 known at compile time:
  * the default loops test kb4 ≤ r per block, which nvcc turns into predicated
@@ -266,11 +292,12 @@ static_assert(SM4_STAGES % 16 == 0 && SM4_SS % 16 == 0 && SM4_OB % 16 == 0 && SM
  * ldmatrix latencies per tile in Q̃K̃ᵀ, SASS); unrolled per r, the loads can
  * be issued ahead of the mma that use them. A warp's r is fixed, so the
  * switch that picks NB is warp-uniform. */
-template <int NB>
-__device__ __forceinline__ void lct_qk_blocks(float (&sA)[8][4], const uint32_t (&qa)[8][4],
+template <int NB, int D>
+__device__ __forceinline__ void lct_qk_blocks(float (&sA)[8][4], const uint32_t (&qa)[D / 16][4],
                                               const __nv_bfloat16 *Ks, int li, int lj) {
+    constexpr int LD = lct_g<D>::LD;
 #pragma unroll
-    for (int kk = 0; kk < 8; kk++)
+    for (int kk = 0; kk < D / 16; kk++)
 #pragma unroll
         for (int kb4 = 0; kb4 < NB; kb4++) {
             uint32_t bk[4];
@@ -279,13 +306,14 @@ __device__ __forceinline__ void lct_qk_blocks(float (&sA)[8][4], const uint32_t 
             la_mma_bf16(sA[2 * kb4 + 1], qa[kk], bk[2], bk[3]);
         }
 }
-template <int NB>
-__device__ __forceinline__ void lct_av_blocks(float (&accO)[8][4], const uint32_t (&pa)[4][4],
+template <int NB, int D>
+__device__ __forceinline__ void lct_av_blocks(float (&accO)[lct_g<D>::NJO][4], const uint32_t (&pa)[4][4],
                                               const __nv_bfloat16 *Vs, int co, int li, int lj) {
+    constexpr int LD = lct_g<D>::LD;
 #pragma unroll
     for (int kb4 = 0; kb4 < NB; kb4++)
 #pragma unroll
-        for (int jp = 0; jp < 4; jp++) {
+        for (int jp = 0; jp < lct_g<D>::NJO / 2; jp++) {
             uint32_t bv[4];
             la_ldsm4t(bv, &Vs[(16 * kb4 + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
             la_mma_bf16(accO[2 * jp], pa[kb4], bv[0], bv[1]);
@@ -293,15 +321,18 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[8][4], const uint32_
         }
 }
 
-template <int MODE>
+template <int D, int MODE>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
+    using G = lct_g<D>;
+    using SM = lct_smem4<D>;
+    constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT, OLD = G::OLD;
     extern __shared__ __align__(128) unsigned char lct_sm4[];
     unsigned char *p8 = lct_sm4;
-    __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM4_STAGES; /* TS4 × {Q,K,V} */
-    __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM4_SS;     /* [D][LD] S̃    */
-    __nv_bfloat16 *obuf = (__nv_bfloat16 *)p8;           p8 += SM4_OB;     /* 8 × [16][OLD] */
-    float *zs = (float *)p8;                             p8 += SM4_ZS;     /* [D] running z */
-    float *zpart = (float *)p8;                          p8 += SM4_ZP;     /* [16][D]       */
+    __nv_bfloat16 *stg = (__nv_bfloat16 *)p8;            p8 += SM::STAGES; /* TS4 × {Q,K,V} */
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)p8;             p8 += SM::SS;     /* [D][LD] S̃    */
+    __nv_bfloat16 *obuf = (__nv_bfloat16 *)p8;           p8 += SM::OB;     /* 8 × [16][OLD] */
+    float *zs = (float *)p8;                             p8 += SM::ZS;     /* [D] running z */
+    float *zpart = (float *)p8;                          p8 += SM::ZP;     /* [RPT][D]      */
     float *qz = (float *)p8;                                               /* [T] φ(q)·z    */
 
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
@@ -309,7 +340,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     const int nt = (int)((t1 - t0 + T - 1) / T);
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, cq = lane % 4, li = lane % 8, lj = lane / 8;
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const int c8 = (tid & (CK - 1)) * 8, r0 = tid / CK;
     const bool norm = a.normalize != 0;
     const lct_phi ph = lct_phi_of(a.feat);
     const __nv_bfloat16 *qb = a.q + b * a.qs[0] + h * a.qs[2] + c8;
@@ -320,8 +351,8 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         if (t < nt) {
             __nv_bfloat16 *Qs = stg + (t % TS4) * 3 * TILE, *Ks = Qs + TILE, *Vs = Ks + TILE;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
+            for (int u = 0; u < G::UR; u++) {
+                const int r = r0 + RPT * u;
                 const int64_t tok = t0 + (int64_t)t * T + r;
                 const bool ok = tok < t1;
                 const int64_t tk = ok ? tok : 0;
@@ -336,16 +367,18 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     for (int t = 0; t < TS4 - 1; t++) issue(t);
 
     const int r = warp < 4 ? warp : 7 - warp; /* query row block (A and O) */
-    const int co = 64 * (warp / 4);          /* O columns                 */
-    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4); /* state tile  */
+    const int co = G::CWO * (warp / 4);      /* O columns                 */
+    const int rb = G::SR * (warp % G::SWR), cb = G::SC * (warp / G::SWR); /* state tile */
+    const bool sw = G::SWN == 8 || warp < G::SWN; /* a state warp */
     __nv_bfloat16 *ow = obuf + warp * 16 * OLD;
 
-    float accS[2][8][4];
+    float accS[G::MIS][G::NJS][4];
     auto state_to_smem = [&]() { /* S̃ = bf16(S), straight from the C fragments */
+        if (!sw) return;
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < G::MIS; i++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
+            for (int j = 0; j < G::NJS; j++) {
                 const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
                 *(uint32_t *)&Ss[row * LD + col] = lct_pack2(accS[i][j][0], accS[i][j][1]);
                 *(uint32_t *)&Ss[(row + 8) * LD + col] = lct_pack2(accS[i][j][2], accS[i][j][3]);
@@ -354,10 +387,10 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     {   /* the state before this chunk: P_c from pass 2 (fp32, global) */
         const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+        for (int i = 0; i < G::MIS; i++)
 #pragma unroll
-            for (int j = 0; j < 8; j++) {
-                const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+            for (int j = 0; j < G::NJS; j++) {
+                const int row = sw ? rb + 16 * i + g : 0, col = sw ? cb + 8 * j + 2 * cq : 0;
                 const float2 u = *(const float2 *)&P[row * D + col];
                 const float2 w = *(const float2 *)&P[(row + 8) * D + col];
                 accS[i][j][0] = u.x;
@@ -386,15 +419,16 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
              * below runs them one row after the other: ~4 × (load + 4 dependent
              * shuffles) of latency per tile, in the phase where no warp has
              * mma work). Same operations in the same order per row. */
-            float x[4][8], y[4][8], dq[4];
+            constexpr int UR = G::UR;
+            float x[UR][8], y[UR][8], dq[UR];
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                unpack8(&Qs[(r0 + 16 * u) * LD + c8], x[u]);
-                unpack8(&Ks[(r0 + 16 * u) * LD + c8], y[u]);
+            for (int u = 0; u < UR; u++) {
+                unpack8(&Qs[(r0 + RPT * u) * LD + c8], x[u]);
+                unpack8(&Ks[(r0 + RPT * u) * LD + c8], y[u]);
             }
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int rr = r0 + 16 * u;
+            for (int u = 0; u < UR; u++) {
+                const int rr = r0 + RPT * u;
                 lct_phi8<MODE>(x[u], ph);
                 lct_phi8<MODE>(y[u], ph);
                 dq[u] = 0.f;
@@ -409,16 +443,16 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 }
             }
 #pragma unroll
-            for (int o = 8; o >= 1; o >>= 1)
+            for (int o = CK / 2; o >= 1; o >>= 1)
 #pragma unroll
-                for (int u = 0; u < 4; u++) dq[u] += __shfl_xor_sync(0xffffffffu, dq[u], o);
-            if ((tid & 15) == 0)
+                for (int u = 0; u < UR; u++) dq[u] += __shfl_xor_sync(0xffffffffu, dq[u], o);
+            if ((tid & (CK - 1)) == 0)
 #pragma unroll
-                for (int u = 0; u < 4; u++) qz[r0 + 16 * u] = dq[u];
+                for (int u = 0; u < UR; u++) qz[r0 + RPT * u] = dq[u];
         } else {
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int rr = r0 + 16 * u;
+            for (int u = 0; u < G::UR; u++) {
+                const int rr = r0 + RPT * u;
                 float dq = 0.f;
                 if (rr < nvalid) {
                     float x[8], y[8];
@@ -437,11 +471,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                     }
                 }
                 /* rows past the end were zero-filled by cp.async: q̃ = k̃ = 0 there */
-                dq += __shfl_xor_sync(0xffffffffu, dq, 8);
-                dq += __shfl_xor_sync(0xffffffffu, dq, 4);
-                dq += __shfl_xor_sync(0xffffffffu, dq, 2);
-                dq += __shfl_xor_sync(0xffffffffu, dq, 1);
-                if ((tid & 15) == 0) qz[rr] = dq;
+#pragma unroll
+                for (int o = CK / 2; o >= 1; o >>= 1) dq += __shfl_xor_sync(0xffffffffu, dq, o);
+                if ((tid & (CK - 1)) == 0) qz[rr] = dq;
             }
         }
         /* two 16-byte stores (8 scalar ones were 8-way bank conflicts: stride 8 words) */
@@ -452,14 +484,14 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         if (tid < D) { /* z += this tile's Σ k̃ (read again in the next φ pass, after S4) */
             float s = 0.f;
 #pragma unroll
-            for (int m = 0; m < 16; m++) s += zpart[m * D + tid];
+            for (int m = 0; m < RPT; m++) s += zpart[m * D + tid];
             zs[tid] += s;
         }
 
-        /* 2. Q̃ fragments of the warp's 16 rows, all of D (32 registers) */
-        uint32_t qa[8][4];
+        /* 2. Q̃ fragments of the warp's 16 rows, all of D (2·D/8 registers) */
+        uint32_t qa[G::KK][4];
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++)
+        for (int kk = 0; kk < G::KK; kk++)
             la_ldsm4(qa[kk], &Qs[(16 * r + 8 * (lj & 1) + li) * LD + 16 * kk + 8 * (lj >> 1)]);
 
         /* 3. A = Q̃K̃ᵀ over key blocks 0..r (8-key n-tiles 0..2r+1) */
@@ -469,10 +501,10 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 #pragma unroll
             for (int e = 0; e < 4; e++) sA[j][e] = 0.f;
         switch (r) {
-        case 0: lct_qk_blocks<1>(sA, qa, Ks, li, lj); break;
-        case 1: lct_qk_blocks<2>(sA, qa, Ks, li, lj); break;
-        case 2: lct_qk_blocks<3>(sA, qa, Ks, li, lj); break;
-        default: lct_qk_blocks<4>(sA, qa, Ks, li, lj); break;
+        case 0: lct_qk_blocks<1, D>(sA, qa, Ks, li, lj); break;
+        case 1: lct_qk_blocks<2, D>(sA, qa, Ks, li, lj); break;
+        case 2: lct_qk_blocks<3, D>(sA, qa, Ks, li, lj); break;
+        default: lct_qk_blocks<4, D>(sA, qa, Ks, li, lj); break;
         }
     
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
@@ -501,44 +533,44 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             pa[kb4][3] = lct_pack2(sA[2 * kb4 + 1][2], sA[2 * kb4 + 1][3]);
         }
 
-        /* 4. num = Q̃ S̃ + A V (16 rows × 64 columns: 8 n-tiles) */
-        float accO[8][4];
+        /* 4. num = Q̃ S̃ + A V (16 rows × D/2 columns: NJO n-tiles) */
+        float accO[G::NJO][4];
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < G::NJO; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) accO[j][e] = 0.f;
 #pragma unroll
-        for (int kk = 0; kk < 8; kk++)
+        for (int kk = 0; kk < G::KK; kk++)
 #pragma unroll
-            for (int jp = 0; jp < 4; jp++) {
+            for (int jp = 0; jp < G::NJO / 2; jp++) {
                 uint32_t bs[4];
                 la_ldsm4t(bs, &Ss[(16 * kk + 8 * (lj & 1) + li) * LD + co + 16 * jp + 8 * (lj >> 1)]);
                 la_mma_bf16(accO[2 * jp], qa[kk], bs[0], bs[1]);
                 la_mma_bf16(accO[2 * jp + 1], qa[kk], bs[2], bs[3]);
             }
         switch (r) {
-        case 0: lct_av_blocks<1>(accO, pa, Vs, co, li, lj); break;
-        case 1: lct_av_blocks<2>(accO, pa, Vs, co, li, lj); break;
-        case 2: lct_av_blocks<3>(accO, pa, Vs, co, li, lj); break;
-        default: lct_av_blocks<4>(accO, pa, Vs, co, li, lj); break;
+        case 0: lct_av_blocks<1, D>(accO, pa, Vs, co, li, lj); break;
+        case 1: lct_av_blocks<2, D>(accO, pa, Vs, co, li, lj); break;
+        case 2: lct_av_blocks<3, D>(accO, pa, Vs, co, li, lj); break;
+        default: lct_av_blocks<4, D>(accO, pa, Vs, co, li, lj); break;
         }
     
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
-        if (more) {
+        if (more && sw) {
 #pragma unroll
             for (int kk = 0; kk < T; kk += 16) {
-                uint32_t ka[2][4];
+                uint32_t ka[G::MIS][4];
 #pragma unroll
-                for (int i = 0; i < 2; i++)
+                for (int i = 0; i < G::MIS; i++)
                     la_ldsm4t(ka[i], &Ks[(kk + 8 * (lj >> 1) + li) * LD + rb + 16 * i + 8 * (lj & 1)]);
 #pragma unroll
-                for (int jp = 0; jp < 4; jp++) {
+                for (int jp = 0; jp < G::NJS / 2; jp++) {
                     uint32_t bv[4];
                     la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
 #pragma unroll
-                    for (int i = 0; i < 2; i++) {
+                    for (int i = 0; i < G::MIS; i++) {
                         la_mma_bf16(accS[i][2 * jp], ka[i], bv[0], bv[1]);
                         la_mma_bf16(accS[i][2 * jp + 1], ka[i], bv[2], bv[3]);
                     }
@@ -555,14 +587,14 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         const float f0 = norm ? s / (s * (qz[16 * r + g] + rs0) + a.eps) : s;
         const float f1 = norm ? s / (s * (qz[16 * r + g + 8] + rs1) + a.eps) : s;
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < G::NJO; j++) {
             *(uint32_t *)&ow[g * OLD + 8 * j + 2 * cq] = lct_pack2(accO[j][0] * f0, accO[j][1] * f0);
             *(uint32_t *)&ow[(g + 8) * OLD + 8 * j + 2 * cq] = lct_pack2(accO[j][2] * f1, accO[j][3] * f1);
         }
         __syncwarp();
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int idx = lane + 32 * u, row = idx / 8, pc = idx % 8;
+        for (int u = 0; u < G::CWO / 16; u++) { /* 16 rows × CWO/8 chunks of 16 B */
+            const int idx = lane + 32 * u, row = idx / (G::CWO / 8), pc = idx % (G::CWO / 8);
             if (16 * r + row < nvalid)
                 *(uint4 *)(a.o + b * a.os[0] + h * a.os[2] + (tt + 16 * r + row) * a.os[1] + co + 8 * pc) =
                     *(const uint4 *)&ow[row * OLD + 8 * pc];
@@ -576,22 +608,37 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 
 /* the instantiation for a φ mode (lct_phi_of: 0 identity, 1 relu family, 2 elu1) */
 typedef void (*lct_kernel_fn)(lct_args);
-lct_kernel_fn lct_state_mma_fn(int mode, bool split) {
+template <int D> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split) {
     if (split)
-        return mode == 0 ? lct_state_mma_kernel<0, true>
-               : mode == 1 ? lct_state_mma_kernel<1, true> : lct_state_mma_kernel<2, true>;
-    return mode == 0 ? lct_state_mma_kernel<0, false>
-           : mode == 1 ? lct_state_mma_kernel<1, false> : lct_state_mma_kernel<2, false>;
+        return mode == 0 ? lct_state_mma_kernel<D, 0, true>
+               : mode == 1 ? lct_state_mma_kernel<D, 1, true> : lct_state_mma_kernel<D, 2, true>;
+    return mode == 0 ? lct_state_mma_kernel<D, 0, false>
+           : mode == 1 ? lct_state_mma_kernel<D, 1, false> : lct_state_mma_kernel<D, 2, false>;
 }
-lct_kernel_fn lct_output_mma_fn(int mode) {
-    return mode == 0 ? lct_output_mma_kernel<0>
-           : mode == 1 ? lct_output_mma_kernel<1> : lct_output_mma_kernel<2>;
+template <int D> lct_kernel_fn lct_output_mma_fn_d(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<D, 0>
+           : mode == 1 ? lct_output_mma_kernel<D, 1> : lct_output_mma_kernel<D, 2>;
 }
+/* the instantiations for head dim D (lct_dims) */
+lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split) {
+    return D == 32 ? lct_state_mma_fn_d<32>(mode, split)
+           : D == 64 ? lct_state_mma_fn_d<64>(mode, split) : lct_state_mma_fn_d<128>(mode, split);
+}
+lct_kernel_fn lct_output_mma_fn(int64_t D, int mode) {
+    return D == 32 ? lct_output_mma_fn_d<32>(mode) : D == 64 ? lct_output_mma_fn_d<64>(mode)
+                                                               : lct_output_mma_fn_d<128>(mode);
+}
+size_t lct_out_smem(int64_t D) {
+    return D == 32 ? lct_smem4<32>::TOTAL : D == 64 ? lct_smem4<64>::TOTAL : lct_smem4<128>::TOTAL;
+}
+/* bf16 elements of one pass-1 tile (64 rows of D + 8) */
+size_t lct_tile(int64_t D) { return (size_t)T * (D + 8); }
+bool lct_dims(int64_t D) { return D == 32 || D == 64 || D == 128; }
 int lct_mode_of(int feat) {
     return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
 }
 
-bool view_ok(const la_tensor *t) {
+bool view_ok(const la_tensor *t, int64_t D) {
     return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
            t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
            ((uintptr_t)t->data % 16) == 0;
@@ -608,14 +655,15 @@ la_status lct_prepare_device(int dev, int *nsm) {
         return LA_OK;
     }
     LA_CU(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
-    for (int m = 0; m < 3; m++) {
-        LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, false), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)(sizeof(__nv_bfloat16) * TS1 * 2 * TILE)));
-        LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)(sizeof(__nv_bfloat16) * TS1 * 3 * TILE)));
-        LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(m), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)LCT_OUT4_SMEM));
-    }
+    for (int64_t D : {32, 64, 128})
+        for (int m = 0; m < 3; m++) {
+            LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
+            LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)(sizeof(__nv_bfloat16) * TS1 * 3 * lct_tile(D))));
+            LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       (int)lct_out_smem(D)));
+        }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
 }
@@ -627,8 +675,9 @@ static const char *const lct_names[] = {"tc", "portable", "walk"};
 la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
                      const la_tensor *v, const la_tensor *out, const char *forced,
                      lct_choice *c) {
-    const bool tc = p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && view_ok(q) &&
-                    view_ok(k) && view_ok(v) && view_ok(out);
+    const int64_t D = q->ne[3];
+    const bool tc = p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && lct_dims(D) &&
+                    view_ok(q, D) && view_ok(k, D) && view_ok(v, D) && view_ok(out, D);
     c->kernel = tc ? LCT_TC : LCT_PORTABLE;
     c->walk = false;
     c->L = 0;
@@ -646,7 +695,7 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
     }
     if (!tc)
         return la_cu_variant_unsupported("linear_causal", forced,
-                                         "bf16, D = Dv = 128, rows contiguous, B*H <= 65535");
+                                         "bf16, D = Dv in {32, 64, 128}, rows contiguous, B*H <= 65535");
     c->walk = i == 2;
     return LA_OK;
 }
@@ -667,6 +716,8 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], BH = B * H;
     a.N = N;
     a.H = H;
+    a.D = q->ne[3];
+    a.LS = a.D * a.D + a.D;
     a.feat = (int)p->feature;
     a.normalize = p->normalize;
     a.scale_q = p->scale_q;
@@ -698,7 +749,7 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
 
     size_t nf, bytes;
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
-    LA_TRY(la_mul_size(nf, (size_t)LS, &nf, "CUDA causal states"));
+    LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
@@ -708,12 +759,13 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
                  (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
 
     if (nd > 0) {
-        const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * TILE;
-        lct_state_mma_fn(lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
+        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
-    lct_output_mma_fn(lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT, LCT_OUT4_SMEM, st>>>(a);
+    lct_output_mma_fn(a.D, lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
+                                                  lct_out_smem(a.D), st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");
     return LA_OK;
 }

@@ -1,4 +1,4 @@
-/* Causal linear attention (SPEC §3) on bf16 tensor cores: D = Dv = 128, bf16
+/* Causal linear attention (SPEC §3) on bf16 tensor cores: D = Dv ∈ {32, 64, 128}, bf16
  * rows with unit inner stride (linear_causal_tc.cu). linear.cu asks
  * lct_supported() and hands the call over; everything else keeps the portable
  * linfam.cu path. Internal; included by the CUDA sources only. */

@@ -13,15 +13,27 @@ bool lf_view_fast(const la_cu_view &x) {
 
 const char *const lf_names[] = {"tc", "portable"};
 
+/* Why the tensor-core path does not take P (NULL: it does): the first
+ * condition that fails, for the verbose report. */
+const char *lf_tc_why(const lf_problem *P, int64_t maxcnt) {
+    if (P->chunk != 0) /* linear.cu asked linear_causal's tensor-core path first */
+        return P->use_w ? "causal MHLA (not written yet)"
+                        : "causal: bf16 rows with unit inner stride, D = Dv in {32, 64, 128}, B*H <= 65535";
+    if (!lf_tc_dims(P->D, P->Dv)) return "head dims: D = Dv in {32, 64, 128} or (64, 128), (128, 64)";
+    if (P->conv.data || P->fq.kind == LF_FEAT_FLATTEN || P->fk.kind == LF_FEAT_FLATTEN)
+        return "flatten features or conv fused";
+    if (!lf_view_fast(P->q) || !lf_view_fast(P->k) || !lf_view_fast(P->v) || !lf_view_fast(P->out))
+        return "not bf16 rows with unit inner stride, 16-B aligned";
+    if (maxcnt >= INT32_MAX) return "block of 2^31 tokens or more";
+    return nullptr;
+}
+
 }  // namespace
 
 la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
                     lf_kernel *kern) {
-    /* tensor-core path: non-causal, D = Dv = 128, bf16 rows, no fused conv */
-    const bool tc = P->chunk == 0 && P->D == 128 && P->Dv == 128 && !P->conv.data &&
-                    P->fq.kind != LF_FEAT_FLATTEN && P->fk.kind != LF_FEAT_FLATTEN &&
-                    lf_view_fast(P->q) && lf_view_fast(P->k) && lf_view_fast(P->v) &&
-                    lf_view_fast(P->out) && maxcnt < INT32_MAX;
+    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 rows, no fused conv */
+    const bool tc = lf_tc_why(P, maxcnt) == nullptr;
     if (!forced) {
         *kern = tc ? LF_TC : LF_PORTABLE;
         return LA_OK;
@@ -30,7 +42,8 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
     if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable");
     if (i == LF_TC && !tc)
         return la_cu_variant_unsupported(family, forced,
-                                         "non-causal, bf16, D = Dv = 128, rows contiguous");
+                                         "non-causal, bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                                         "(128, 64), rows contiguous");
     *kern = (lf_kernel)i;
     return LA_OK;
 }
@@ -40,8 +53,10 @@ la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
     lf_args a = lf_args_of(P);
     lf_kernel kern;
     LA_TRY(lf_select(P, a.maxcnt, family, forced, &kern));
-    la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d",
+    const char *why = kern == LF_PORTABLE && !forced ? lf_tc_why(P, a.maxcnt) : nullptr;
+    la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d%s%s",
                  (long long)P->B, (long long)P->N, (long long)P->H, (long long)P->D,
-                 (long long)P->Dv, (long long)a.M, P->chunk > 0);
+                 (long long)P->Dv, (long long)a.M, P->chunk > 0, why ? "; no tensor-core path: " : "",
+                 why ? why : "");
     return kern == LF_TC ? lf_run_tc(a, st) : lf_run_portable(a, st);
 }

@@ -14,8 +14,8 @@
  *   3. output:  per (head, 64-token tile, 64-column tile of dv): φq(Q) P_i,
  *               plus the masked intra-chunk term in causal mode.
  * linfam_portable.cu runs them on CUDA cores in fp32 (any D, Dv, strides and
- * dtypes); linfam_tc.cu on bf16 tensor cores (non-causal, D = Dv = 128, bf16
- * rows contiguous). */
+ * dtypes); linfam_tc.cu on bf16 tensor cores (non-causal, head dims of
+ * lf_tc_dims, bf16 rows contiguous). */
 #ifndef LA_CUDA_LINFAM_CUH
 #define LA_CUDA_LINFAM_CUH
 
@@ -56,6 +56,12 @@ struct lf_problem {
     int64_t ksize, map_h, map_w;
 };
 
+/* Head dims the tensor-core path is instantiated for: D, Dv ∈ {32, 64, 128}
+ * with D = Dv, or (D, Dv) = (64, 128), (128, 64). */
+static inline bool lf_tc_dims(int64_t D, int64_t Dv) {
+    return (D == Dv && (D == 32 || D == 64 || D == 128)) || (D == 64 && Dv == 128) ||
+           (D == 128 && Dv == 64);
+}
 /* The engine's kernels for P: the bf16 tensor-core path or the portable fp32
  * engine. */
 enum lf_kernel { LF_TC = 0, LF_PORTABLE = 1 };

@@ -52,6 +52,12 @@ static inline lf_args lf_args_of(const lf_problem *P) {
 /* The two paths' kernels and launches (a: lf_args_of(P)). */
 la_status lf_run_portable(lf_args &a, cudaStream_t st);
 la_status lf_run_tc(lf_args &a, cudaStream_t st);
+/* The tensor-core path's mix pass (linfam_tc_mix.cu): partials a.sum into S̃
+ * (bf16 Pb) and z̃ (fp32 Pz); M ≥ 2 through the expanded weights Wx
+ * [hw][Mp][Kp] (Mp, Kp: M, K rounded up to LF_GM, LF_GK). */
+constexpr int LF_GM = 64, LF_GK = 32;
+la_status lf_tc_mix(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
+                    int64_t Kp, int64_t hw, cudaStream_t st);
 /* r[bh][b][w] = q̃_{b,w} · z_b over the partials a.sum (both paths) */
 la_status lf_launch_rv(const lf_args &a, cudaStream_t st);
 

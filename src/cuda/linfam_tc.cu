@@ -1,6 +1,10 @@
-/* The bf16 tensor-core path of the linear-family engine: non-causal, D = Dv
- * = 128, bf16 rows contiguous (linear attention, MHLA, focused flatten on
- * materialized φ). The passes of linfam.cuh with the two products on tensor
+/* The bf16 tensor-core path of the linear-family engine: non-causal, bf16
+ * rows contiguous, head dims of lf_tc_dims (D, Dv ∈ {32, 64, 128}: linear
+ * attention, MHLA, focused flatten on materialized φ). The kernels are
+ * templates on (D, Dv): the tiles keep about the bytes of the D = 128 ones
+ * (more tokens per tile for smaller heads), and in the summary the warps
+ * that a small S leaves over split the tokens of a tile (reduced in shared
+ * memory at the end). The passes of linfam.cuh with the two products on tensor
  * cores (ldmatrix + mma.sync bf16, fp32 accumulation): φ(K)ᵀV per segment
  * and φ(Q)·S̃ per token tile; the mix of M ≥ 2 blocks a tf32 GEMM over
  * expanded weights. φ is applied in fp32 at load time and rounded to bf16
@@ -21,9 +25,6 @@ __device__ __forceinline__ uint4 lf_pack8(const float f[8]) {
     return u;
 }
 
-constexpr int FD = 128;       /* D = Dv                         */
-constexpr int FT = 64;        /* tokens per tile                */
-constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
 
 /* ==== pipelined passes ======================================================
  *   summary: K and V tiles land in shared memory by cp.async, TS stages deep
@@ -43,28 +44,28 @@ constexpr int FLD = FD + 8;   /* bf16 smem row stride (16 B pad) */
  * more instructions per MMA: both removed, docs/CUDA.md.) */
 constexpr int TS = 3; /* pipeline stages */
 
-/* Raw tensor-core fragments: ldmatrix from the padded rows (FLD = 136
- * bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8 distinct
- * 4-bank groups, no conflicts) and mma.sync m16n8k16. Helpers: ptx.cuh. */
+/* Raw tensor-core fragments: ldmatrix from rows padded by 8 bf16 (D + 8 =
+ * 136, 72, 40 bf16 = 68, 36, 20 words: the 8 row addresses of one 8×8 matrix
+ * fall on 8 distinct 4-bank groups, no conflicts) and mma.sync m16n8k16.
+ * Helpers: ptx.cuh. */
 
-/* Sum over 16 neighbouring lanes: the threads that share one row of a
- * 64-token tile in the output kernels (chunk tid % 16 of row tid / 16). */
-__device__ __forceinline__ float lf_sum16(float x) {
-    x += __shfl_xor_sync(0xffffffffu, x, 8);
-    x += __shfl_xor_sync(0xffffffffu, x, 4);
-    x += __shfl_xor_sync(0xffffffffu, x, 2);
-    x += __shfl_xor_sync(0xffffffffu, x, 1);
+/* Sum over C neighbouring lanes (C = 4, 8, 16): the threads that share one
+ * row of a token tile in the output kernel (chunk tid % C of row tid / C). */
+template <int C> __device__ __forceinline__ float lf_sumc(float x) {
+#pragma unroll
+    for (int o = C / 2; o > 0; o >>= 1) x += __shfl_xor_sync(0xffffffffu, x, o);
     return x;
 }
 
-/* released_vision: this thread's part (blocks b ≡ tid mod 16) of
+/* released_vision: this thread's part (blocks b ≡ tid mod C) of
  * Σ_b W[blk, b]·(q̃ at in-box position wpos of block b)·z_b; 0 past the box. */
+template <int C>
 __device__ __forceinline__ float lf_rv_part(const lf_args &a, int64_t bh, int64_t h, int64_t blk,
                                             int64_t wpos, int64_t wend, int tid) {
     float sacc = 0.f;
     if (wpos < wend) {
         const float *rr = a.r + (size_t)bh * a.M * a.maxcnt + wpos;
-        for (int64_t bb = tid & 15; bb < a.M; bb += 16)
+        for (int64_t bb = tid & (C - 1); bb < a.M; bb += C)
             sacc = fmaf(lf_w(a.P.W, h, blk, bb), rr[bb * a.maxcnt], sacc);
     }
     return sacc;
@@ -165,18 +166,48 @@ __device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phima
     *(uint4 *)p = lf_pack8(x);
 }
 
-constexpr int LF_TC_STAGE = 2 * FT * FLD; /* bf16 elements of one summary stage (K, V) */
-constexpr size_t LF_TC_SUM_SMEM = sizeof(__nv_bfloat16) * TS * LF_TC_STAGE;
-constexpr size_t LF_TC_OUT_SMEM =
-    sizeof(__nv_bfloat16) * (FD * FLD + TS * FT * FLD) + sizeof(float) * (8 * 320 + TS * FT) +
-  sizeof(__nv_bfloat16) * FD * 8; /* Zs: z̃ as a B tile (RAW, per_query) */
+/* ---- geometry of the two passes for (DK, DV) = (D, Dv) -------------------
+ * summary: tiles of FT tokens (64 at a head dim of 128, else 128); S (DK×DV)
+ *   is cut into WR × WC warp tiles of 32 rows × 8·NJ columns (2×NJ
+ *   fragments), and the WK = 8/(WR·WC) warps of one warp tile take every
+ *   WK-th 16-token step of a tile; their partial sums meet in shared memory.
+ * output: tiles of FO tokens (64, 128, 256 for DK = 128, 64, 32: the same
+ *   bytes of Q per tile); warps WRO × WCO of 32 rows × CW columns. */
+template <int DK, int DV> struct lf_tcg {
+    static constexpr int FT = (DK > DV ? DK : DV) == 128 ? 64 : 128;
+    static constexpr int LK = DK + 8, LV = DV + 8;  /* smem row strides (bf16) */
+    static constexpr int WR = DK / 32, WC = DV == 128 ? 2 : 1, WK = 8 / (WR * WC);
+    static constexpr int NJ = DV / (8 * WC);
+    static constexpr int CK = DK / 8, CV = DV / 8;  /* 16-B chunks per row */
+    static constexpr int UK = FT * CK / NT, UV = FT * CV / NT;
+    static constexpr int STAGE = FT * (LK + LV);    /* bf16 of one stage (K, V) */
+    static constexpr int L = DK * DV + DK;          /* floats of one partial   */
+    static constexpr size_t PIPE = sizeof(__nv_bfloat16) * TS * STAGE;
+    static constexpr size_t RED = WK > 1 ? sizeof(float) * WK * L : 0;
+    static constexpr size_t SUM_SMEM = PIPE > RED ? PIPE : RED;
 
-/* grid (K, BH), 256 threads, 2 CTAs per SM: warp w owns rows d ∈ 32(w%4) + [0, 32)
- * and columns 64(w/4) + [0, 64) of the segment's S (2×4 fragments: 6 fragment
- * loads per 8 MMAs) and rows 32(w%4) + 16(w/4) + [0, 16) of z (one fragment,
- * every column = z). A thread copies chunk (tid % 16) of rows tid/16 + 16u,
- * u < 4, of each tile. */
+    static constexpr int FO = DK == 128 ? 64 : DK == 64 ? 128 : 256;
+    static constexpr int WRO = FO / 32, WCO = 8 / WRO, CW = DV / WCO, NJO = CW / 8;
+    static constexpr int UQ = FO * CK / NT;
+    static constexpr int SLD = CW + 8; /* staging rows: conflict-free bf16x2 writes, 16-B aligned */
+    static constexpr int STG = 16 * SLD;
+    static constexpr size_t OUT_SMEM = sizeof(__nv_bfloat16) * (DK * LV + TS * FO * LK + 8 * STG) +
+                                       sizeof(float) * TS * FO + sizeof(__nv_bfloat16) * DK * 8;
+    static_assert(WR * WC * WK == 8 && NJ % 2 == 0 && NJO % 2 == 0 && FT / 16 >= WK, "geometry");
+    static_assert(UK * NT == FT * CK && UV * NT == FT * CV && UQ * NT == FO * CK, "copy split");
+};
+
+/* grid (K, BH), 256 threads, 2 CTAs per SM: warp (wr, wc, wk) owns rows
+ * d ∈ 32wr + [0, 32) and columns 8·NJ·wc + [0, 8·NJ) of the segment's S
+ * (2×NJ fragments) for the 16-token steps ≡ wk mod WK, and the z rows of its
+ * fragments i ≡ wc mod WC (every column of the z product = z). A thread
+ * copies chunk tid % CK of K rows tid/CK + (NT/CK)·u (and likewise of V) of
+ * each tile, and applies φ to its own K chunks. At D = Dv = 128 (WK = 1) this
+ * is the kernel of one warp tile per warp, written straight from registers. */
+template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
+    using G = lf_tcg<DK, DV>;
+    constexpr int FT = G::FT, LK = G::LK, LV = G::LV;
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
     __nv_bfloat16 *sm = (__nv_bfloat16 *)lf_tc_sm;
@@ -189,21 +220,29 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const int64_t total = cnt[0] * cnt[1] * cnt[2];
     const int64_t w0 = min(total, s * a.seg), w1 = min(total, w0 + a.seg);
     const int nt = (int)((w1 - w0 + FT - 1) / FT);
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
-    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + c8;
-    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + c8;
+    const int ck = (tid % G::CK) * 8, rk = tid / G::CK;
+    const int cv = (tid % G::CV) * 8, rv = tid / G::CV;
+    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + ck;
+    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + cv;
 
     auto issue = [&](int t) { /* tile t into stage t % TS; always one group */
         if (t < nt) {
-            __nv_bfloat16 *Ks = sm + (t % TS) * LF_TC_STAGE, *Vs = Ks + FT * FLD;
+            __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
+            for (int u = 0; u < G::UK; u++) {
+                const int r = rk + (NT / G::CK) * u;
                 const int64_t w = w0 + (int64_t)t * FT + r;
                 const bool ok = w < w1;
                 const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                la_cp16z(&Ks[r * FLD + c8], kb + tk * P.k.nb[1], ok);
-                la_cp16z(&Vs[r * FLD + c8], vb + tk * P.v.nb[1], ok);
+                la_cp16z(&Ks[r * LK + ck], kb + tk * P.k.nb[1], ok);
+            }
+#pragma unroll
+            for (int u = 0; u < G::UV; u++) {
+                const int r = rv + (NT / G::CV) * u;
+                const int64_t w = w0 + (int64_t)t * FT + r;
+                const bool ok = w < w1;
+                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+                la_cp16z(&Vs[r * LV + cv], vb + tk * P.v.nb[1], ok);
             }
         }
         la_cp_commit();
@@ -211,16 +250,18 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
 
-    const int rb = 32 * (warp % 4), cb = 64 * (warp / 4), zhalf = warp / 4;
-    float racc[2][8][4], raccz[4]; /* rows rb + 16i + {g, g+8}, columns cb + 8j + 2t + {0,1} */
+    const int wr = warp % G::WR, wc = (warp / G::WR) % G::WC, wk = warp / (G::WR * G::WC);
+    const int rb = 32 * wr, cb = 8 * G::NJ * wc;
+    float racc[2][G::NJ][4], raccz[2][4]; /* rows rb + 16i + {g, g+8}, columns cb + 8j + 2t + {0,1} */
 #pragma unroll
-    for (int i = 0; i < 2; i++)
+    for (int i = 0; i < 2; i++) {
 #pragma unroll
-        for (int j = 0; j < 8; j++)
+        for (int j = 0; j < G::NJ; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) racc[i][j][e] = 0.f;
 #pragma unroll
-    for (int e = 0; e < 4; e++) raccz[e] = 0.f;
+        for (int e = 0; e < 4; e++) raccz[i][e] = 0.f;
+    }
 
     /* ldmatrix: lane l gives the address of row l % 8 of matrix l / 8 */
     const int lr = lane % 8, lm = lane / 8;
@@ -233,11 +274,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
-        __nv_bfloat16 *Ks = sm + (t % TS) * LF_TC_STAGE, *Vs = Ks + FT * FLD;
+        __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
 #pragma unroll
-        for (int u = 0; u < 4; u++) {
-            const int r = r0 + 16 * u;
-            __nv_bfloat16 *p = &Ks[r * FLD + c8];
+        for (int u = 0; u < G::UK; u++) {
+            const int r = rk + (NT / G::CK) * u;
+            __nv_bfloat16 *p = &Ks[r * LK + ck];
             if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
             else if (phk_bf16) lf_phi8_bf16(p, phk);
             else if (!phi_id) lf_phi8_inplace(p, phk);
@@ -245,21 +286,27 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
 #pragma unroll
-        for (int kk = 0; kk < FT; kk += 16) {
+        for (int kk = 16 * wk; kk < FT; kk += 16 * G::WK) {
             /* A = φ(K)ᵀ (m = d, k = token) from [token][d] rows: .trans; matrices
              * (m+0,k+0) (m+8,k+0) (m+0,k+8) (m+8,k+8) = a0..a3 */
             uint32_t af[2][4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                la_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * FLD + rb + 16 * i + 8 * (lm & 1)]);
-            if (zhalf == 0) la_mma_bf16(raccz, af[0], ONES2, ONES2);
-            else la_mma_bf16(raccz, af[1], ONES2, ONES2);
+                la_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * LK + rb + 16 * i + 8 * (lm & 1)]);
+            if (G::WC == 1) {
+                la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
+                la_mma_bf16(raccz[1], af[1], ONES2, ONES2);
+            } else if (wc == 0) {
+                la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
+            } else {
+                la_mma_bf16(raccz[1], af[1], ONES2, ONES2);
+            }
 #pragma unroll
-            for (int jp = 0; jp < 4; jp++) {
+            for (int jp = 0; jp < G::NJ / 2; jp++) {
                 /* B = V (k = token, n = dv), [token][dv] rows: .trans; matrices
                  * (k+0,n+0) (k+8,n+0) (k+0,n+8) (k+8,n+8) = b0,b1 of n-tiles 2jp, 2jp+1 */
                 uint32_t bf[4];
-                la_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * FLD + cb + 16 * jp + 8 * (lm >> 1)]);
+                la_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * LV + cb + 16 * jp + 8 * (lm >> 1)]);
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
                     la_mma_bf16(racc[i][2 * jp], af[i], bf[0], bf[1]);
@@ -267,249 +314,70 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 }
             }
         }
-    
     }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
+    la_cp_wait<0>();
+    float *red = dst; /* WK = 1: straight to the partial */
+    if (G::WK > 1) {  /* every warp's sums into its slice [wk][L] of shared memory */
+        __syncthreads(); /* the last tiles are consumed */
+        red = (float *)lf_tc_sm + wk * G::L;
+    }
     const int g = lane / 4, t2 = 2 * (lane % 4);
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float *d0 = dst + (rb + 16 * i + g) * FD + cb + 8 * j + t2;
+        for (int j = 0; j < G::NJ; j++) {
+            float *d0 = red + (rb + 16 * i + g) * DV + cb + 8 * j + t2;
             *(float2 *)d0 = make_float2(racc[i][j][0], racc[i][j][1]);
-            *(float2 *)(d0 + 8 * FD) = make_float2(racc[i][j][2], racc[i][j][3]);
+            *(float2 *)(d0 + 8 * DV) = make_float2(racc[i][j][2], racc[i][j][3]);
         }
     /* every column of the z product holds z: column 0 (t = 0) is written */
-    if (lane % 4 == 0) {
-        dst[FD * FD + rb + 16 * zhalf + g] = raccz[0];
-        dst[FD * FD + rb + 16 * zhalf + g + 8] = raccz[2];
-    }
-    la_cp_wait<0>();
-}
-
-/* grid (ceil(M/RI), ceil(L/4/NT), BH): S̃_i = Σ_kk w(i, kk) partial_kk over
- * the K = M·segs partials (w = W[i, kk/segs], or 1 without W); a thread owns
- * one float4 column group and RI rows. The row groups of one column slice
- * are neighbours in launch order, so they share its partials through L2. */
-constexpr int MK = 32;
-template <int RI, int U>
-__global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz) {
-    const lf_problem &P = a.P;
-    const int64_t bh = blockIdx.z, h = bh % P.H;
-    const int64_t i0 = (int64_t)blockIdx.x * RI;
-    const int64_t L4 = a.L / 4, x4 = (int64_t)blockIdx.y * NT + threadIdx.x;
-    __shared__ float ws[MK][RI];
-    float4 acc[RI];
+    if (lane % 4 == 0)
 #pragma unroll
-    for (int r = 0; r < RI; r++) acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-    const float4 *src = (const float4 *)(a.sum + (size_t)bh * a.K * a.L) + x4;
-    for (int64_t k0 = 0; k0 < a.K; k0 += MK) {
-        for (int e = threadIdx.x; e < MK * RI; e += NT) {
-            const int kk = e / RI, r = e % RI;
-            const int64_t i = i0 + r, k = k0 + kk;
-            float w = 0.f;
-            if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, h, i, k / a.segs) : 1.f;
-            ws[kk][r] = w;
-        }
+        for (int i = 0; i < 2; i++)
+            if (G::WC == 1 || i == wc) {
+                red[DK * DV + rb + 16 * i + g] = raccz[i][0];
+                red[DK * DV + rb + 16 * i + g + 8] = raccz[i][2];
+            }
+    if (G::WK > 1) {
         __syncthreads();
-        if (x4 < L4) {
-            const int kn = (int)min((int64_t)MK, a.K - k0);
-            int kk = 0;
-            for (; kk + U <= kn; kk += U) { /* U loads in flight */
-                float4 sv[U];
+        const float4 *r4 = (const float4 *)lf_tc_sm;
+        for (int e = tid; e < G::L / 4; e += NT) {
+            float4 acc = r4[e];
 #pragma unroll
-                for (int u = 0; u < U; u++) sv[u] = __ldg(src + (size_t)(k0 + kk + u) * L4);
-#pragma unroll
-                for (int u = 0; u < U; u++)
-#pragma unroll
-                    for (int r = 0; r < RI; r++) {
-                        const float w = ws[kk + u][r];
-                        acc[r].x = fmaf(w, sv[u].x, acc[r].x);
-                        acc[r].y = fmaf(w, sv[u].y, acc[r].y);
-                        acc[r].z = fmaf(w, sv[u].z, acc[r].z);
-                        acc[r].w = fmaf(w, sv[u].w, acc[r].w);
-                    }
+            for (int k = 1; k < G::WK; k++) {
+                const float4 x = r4[k * (G::L / 4) + e];
+                acc.x += x.x;
+                acc.y += x.y;
+                acc.z += x.z;
+                acc.w += x.w;
             }
-            for (; kk < kn; kk++) {
-                const float4 sv = __ldg(src + (size_t)(k0 + kk) * L4);
-#pragma unroll
-                for (int r = 0; r < RI; r++) {
-                    const float w = ws[kk][r];
-                    acc[r].x = fmaf(w, sv.x, acc[r].x);
-                    acc[r].y = fmaf(w, sv.y, acc[r].y);
-                    acc[r].z = fmaf(w, sv.z, acc[r].z);
-                    acc[r].w = fmaf(w, sv.w, acc[r].w);
-                }
-            }
-        }
-        __syncthreads();
-    }
-    if (x4 >= L4) return;
-    const int64_t DD = (int64_t)FD * FD;
-#pragma unroll
-    for (int r = 0; r < RI; r++) {
-        const int64_t i = i0 + r;
-        if (i >= a.M) break;
-        if (x4 * 4 < DD) {
-            uint2 u;
-            *(__nv_bfloat162 *)&u.x = __floats2bfloat162_rn(acc[r].x, acc[r].y);
-            *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc[r].z, acc[r].w);
-            *(uint2 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = u;
-        } else {
-            *(float4 *)(Pz + ((size_t)bh * a.M + i) * FD + (x4 * 4 - DD)) = acc[r];
+            ((float4 *)dst)[e] = acc;
         }
     }
-}
-
-/* M ≥ 2: the mix as a tensor-core GEMM per head, C[M × L] =
- * Wx[M × K] · partials[K × L] with Wx(i, kk) = W[i, kk/segs] (1 without W),
- * in tf32 (m16n8k8, fp32 accumulation). A CUDA-core mix does 2·M·K·L FLOPs
- * (9 GFLOP at M = K = 150, N = 32K); on tensor cores the partials' read
- * (M·L·4 B per head) is the bound. tf32 keeps 10 mantissa bits of W and of the partials (rel.
- * 2^-11), below the bf16 rounding of S̃ (2^-9) that follows; z̃ (fp32 out)
- * gets rel. ~5e-4. grid (ceil(M/64), L/128, BH): the M-tiles of one column
- * slice run next to each other, so they share its partials through L2.
- * Warp w: rows 32(w%2) + [0,32), columns 32(w/2) + [0,32) of the CTA tile. */
-/* GK = 32, GS = 4 (106 KB dynamic smem, 2 CTAs/SM): with GK = 16, GS = 3 the
- * ~10 chunks of a CTA at M = 150 ran latency-bound; now a CTA's whole K
- * range is in flight after the prologue. */
-constexpr int GM = 64, GN = 128, GK = 32, GS = 4; /* tile rows, columns, k; stages */
-constexpr int GLA = GK + 4;  /* W tile row stride (floats): a-fragment loads conflict-free */
-constexpr int GLB = GN + 8;  /* partial tile row stride: b-fragment loads conflict-free    */
-__device__ __forceinline__ uint32_t lf_tf32(float x) {
-    uint32_t r;
-    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
-    return r;
-}
-/* Wx [hw][Mp][Kp] fp32, zero past M and K (Mp, Kp multiples of GM, GK): the
- * expanded weights, one copy per head when W is per head, else one. */
-__global__ void lf_wexp_kernel(lf_args a, float *Wx, int64_t Mp, int64_t Kp) {
-    const lf_problem &P = a.P;
-    const int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x, hw = blockIdx.y;
-    if (e >= Mp * Kp) return;
-    const int64_t i = e / Kp, k = e % Kp;
-    float w = 0.f;
-    if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, hw, i, k / a.segs) : 1.f;
-    Wx[hw * Mp * Kp + e] = w;
-}
-__global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz,
-                                                          const float *Wx, int64_t Mp, int64_t Kp,
-                                                          int w_per_head) {
-    extern __shared__ __align__(16) float lf_mix_sm[];
-    float (*Ws)[GM * GLA] = (float (*)[GM * GLA])lf_mix_sm;             /* [GS][GM·GLA] */
-    float (*Bs)[GK * GLB] = (float (*)[GK * GLB])(lf_mix_sm + GS * GM * GLA); /* [GS][GK·GLB] */
-    const int64_t bh = blockIdx.z, h = bh % a.P.H;
-    const int64_t i0 = (int64_t)blockIdx.x * GM, l0 = (int64_t)blockIdx.y * GN;
-    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, t = lane % 4;
-    const int wr = 32 * (warp % 2), wc = 32 * (warp / 2);
-    const float *src = a.sum + (size_t)bh * a.K * a.L + l0;
-    const float *wsrc = Wx + (w_per_head ? h : 0) * Mp * Kp + i0 * Kp;
-    const int nk = (int)(Kp / GK);
-
-    auto load = [&](int kc) { /* chunk kc into stage kc % GS; always one group */
-        if (kc < nk) {
-            const int st = kc % GS;
-            const int64_t k0 = (int64_t)kc * GK;
-            /* partials: GK rows × GN floats = GK·GN/4 chunks of 16 B */
-#pragma unroll
-            for (int u = 0; u < GK * GN / 4 / NT; u++) {
-                const int e = tid + u * NT, r = e / (GN / 4), c = (e % (GN / 4)) * 4;
-                const bool ok = k0 + r < a.K && l0 + c < a.L;
-                la_cp16z(&Bs[st][r * GLB + c], ok ? src + (size_t)(k0 + r) * a.L + c : src, ok);
-            }
-            /* weights: GM rows × GK floats = GM·GK/4 chunks of 16 B */
-#pragma unroll
-            for (int u = 0; u < GM * GK / 4 / NT; u++) {
-                const int e = tid + u * NT, r = e / (GK / 4), c = (e % (GK / 4)) * 4;
-                la_cp16z(&Ws[st][r * GLA + c], wsrc + (size_t)r * Kp + k0 + c, true);
-            }
-        }
-        la_cp_commit();
-    };
-    float acc[2][4][4];
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int j = 0; j < 4; j++)
-#pragma unroll
-            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
-#pragma unroll
-    for (int kc = 0; kc < GS - 1; kc++) load(kc);
-    for (int kc = 0; kc < nk; kc++) {
-        la_cp_wait<GS - 2>(); /* this thread's copies of chunk kc have landed */
-        __syncthreads();      /* everyone's have; chunk kc - 1 is consumed   */
-        load(kc + GS - 1);    /* into the stage of chunk kc - 1              */
-        const int buf = kc % GS;
-        const float *A = Ws[buf], *B = Bs[buf];
-#pragma unroll
-        for (int k8 = 0; k8 < GK; k8 += 8) {
-            uint32_t af[2][4], bf[4][2];
-#pragma unroll
-            for (int i = 0; i < 2; i++) {
-                const float *ap = A + (wr + 16 * i + g) * GLA + k8 + t;
-                af[i][0] = lf_tf32(ap[0]);
-                af[i][1] = lf_tf32(ap[8 * GLA]);
-                af[i][2] = lf_tf32(ap[4]);
-                af[i][3] = lf_tf32(ap[8 * GLA + 4]);
-            }
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const float *bp = B + (k8 + t) * GLB + wc + 8 * j + g;
-                bf[j][0] = lf_tf32(bp[0]);
-                bf[j][1] = lf_tf32(bp[4 * GLB]);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; i++)
-#pragma unroll
-                for (int j = 0; j < 4; j++)
-                    asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, "
-                                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                                 : "+f"(acc[i][j][0]), "+f"(acc[i][j][1]), "+f"(acc[i][j][2]),
-                                   "+f"(acc[i][j][3])
-                                 : "r"(af[i][0]), "r"(af[i][1]), "r"(af[i][2]), "r"(af[i][3]),
-                                   "r"(bf[j][0]), "r"(bf[j][1]));
-        }
-    }
-    la_cp_wait<0>();
-    /* c0,c1: row g, columns 2t, 2t+1; c2,c3: row g + 8 */
-    const int64_t DD = (int64_t)FD * FD;
-#pragma unroll
-    for (int i = 0; i < 2; i++)
-#pragma unroll
-        for (int hr = 0; hr < 2; hr++) {
-            const int64_t row = i0 + wr + 16 * i + g + 8 * hr;
-            if (row >= a.M) continue;
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                const int64_t col = l0 + wc + 8 * j + 2 * t;
-                const float x0 = acc[i][j][2 * hr], x1 = acc[i][j][2 * hr + 1];
-                if (col < DD) /* D·Dv is a multiple of 128: a column pair never straddles */
-                    *(__nv_bfloat162 *)(Pb + ((size_t)bh * a.M + row) * DD + col) =
-                        __floats2bfloat162_rn(x0, x1);
-                else if (col < a.L)
-                    *(float2 *)(Pz + ((size_t)bh * a.M + row) * FD + (col - DD)) = make_float2(x0, x1);
-            }
-        }
 }
 
 /* grid (M·groups, BH), 256 threads, 2 CTAs per SM: a CTA copies its block's S̃
- * (bf16) once, then runs up to `tpc` tiles of 64 tokens through TS stages.
- * A thread copies chunk (tid % 16) of rows tid/16 + 16u of each Q tile, applies
- * φ to it in place and forms its part of the row's φ(q)·z̃ (z̃ of its 8
- * columns stays in registers; the 16 threads of a row are 16 neighbouring
- * lanes, a 4-step shuffle sums them). Warp w: rows 32(w%2).., columns
- * 32(w/2)..: 4 fragment loads per 4 MMAs; lane l finishes row l/2, columns
- * 8(l%2).. of each 16×16 fragment through a per-warp staging tile. */
+ * (bf16) once, then runs up to `tpc` tiles of FO tokens through TS stages.
+ * A thread copies chunk tid % CK of rows tid/CK + (NT/CK)·u of each Q tile,
+ * applies φ to it in place and forms its part of the row's φ(q)·z̃ (z̃ of its
+ * 8 columns stays in registers; the CK threads of a row are neighbouring
+ * lanes, a shuffle sums them). Warp w: rows 32(w % WRO).., columns
+ * CW(w / WRO)..; lane l finishes row l/2, columns (CW/2)(l%2).. of each
+ * 16-row fragment through a per-warp staging tile. */
+template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
                                                              const float *Pz, int64_t groups,
                                                              int64_t tpc) {
+    using G = lf_tcg<DK, DV>;
+    constexpr int FO = G::FO, LK = G::LK, LV = G::LV, CK = G::CK, NJ = G::NJO;
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
-    __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;   /* [FD][FLD]      */
-    __nv_bfloat16 *Qst = Ss + FD * FLD;                /* TS × [FT][FLD] */
-    float *wbufs = (float *)(Qst + TS * FT * FLD);     /* 8 × [16][16] fp32 (RAW: [16][SLD] bf16) */
-    float *dens = wbufs + 8 * 320;                     /* TS × [FT]      */
-    __nv_bfloat16 *Zs = (__nv_bfloat16 *)(dens + TS * FT); /* [FD][8]: hi(z̃), lo(z̃), 0… */
+    __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;      /* [DK][LV]       */
+    __nv_bfloat16 *Qst = Ss + DK * LV;                    /* TS × [FO][LK]  */
+    __nv_bfloat16 *stgs = Qst + TS * FO * LK;             /* 8 × [16][SLD]  */
+    float *dens = (float *)(stgs + 8 * G::STG);           /* TS × [FO]      */
+    __nv_bfloat16 *Zs = (__nv_bfloat16 *)(dens + TS * FO); /* [DK][8]: hi(z̃), lo(z̃), 0… */
 
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
@@ -518,31 +386,32 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     lf_box(a.G, blk, lo, cnt);
     const lf_boxi bx = lf_boxi_of(a.G, lo, cnt);
     const int64_t total = cnt[0] * cnt[1] * cnt[2];
-    const int64_t wbeg = g * tpc * FT;
+    const int64_t wbeg = g * tpc * FO;
     if (wbeg >= total) return; /* whole CTA */
-    const int64_t wend = min(total, wbeg + tpc * FT);
-    const int nt = (int)((wend - wbeg + FT - 1) / FT);
-    const int c8 = (tid % 16) * 8, r0 = tid / 16;
+    const int64_t wend = min(total, wbeg + tpc * FO);
+    const int nt = (int)((wend - wbeg + FO - 1) / FO);
+    const int c8 = (tid % CK) * 8, r0 = tid / CK;
     const __nv_bfloat16 *qb = (const __nv_bfloat16 *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + c8;
 
     {   /* S̃ joins the first copy group */
-        const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * FD * FD;
+        const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
+        constexpr int NCH = DK * DV / 8; /* 16-B chunks of S̃ */
 #pragma unroll
-        for (int u = 0; u < FD * FD / 8 / NT; u++) {
-            const int e = tid + u * NT, r = e / 16, c = (e % 16) * 8;
-            la_cp16z(&Ss[r * FLD + c], src + r * FD + c, true);
+        for (int u = 0; u < (NCH + NT - 1) / NT; u++) {
+            const int e = tid + u * NT, r = e / (DV / 8), c = (e % (DV / 8)) * 8;
+            if (NCH % NT == 0 || e < NCH) la_cp16z(&Ss[r * LV + c], src + r * DV + c, true);
         }
     }
     auto issue = [&](int t) {
         if (t < nt) {
-            __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
+            __nv_bfloat16 *Qs = Qst + (t % TS) * FO * LK;
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                const int64_t w = wbeg + (int64_t)t * FT + r;
+            for (int u = 0; u < G::UQ; u++) {
+                const int r = r0 + (NT / CK) * u;
+                const int64_t w = wbeg + (int64_t)t * FO + r;
                 const bool ok = w < wend;
                 const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                la_cp16z(&Qs[r * FLD + c8], qb + tk * P.q.nb[1], ok);
+                la_cp16z(&Qs[r * LK + c8], qb + tk * P.q.nb[1], ok);
             }
         }
         la_cp_commit();
@@ -557,18 +426,18 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
     float zr[8]; /* z̃ of this thread's 8 columns */
     {
-        const float4 *zp = (const float4 *)(Pz + ((size_t)bh * a.M + blk) * FD + c8);
+        const float4 *zp = (const float4 *)(Pz + ((size_t)bh * a.M + blk) * DK + c8);
         const float4 z0 = zp[0], z1 = zp[1];
         zr[0] = z0.x; zr[1] = z0.y; zr[2] = z0.z; zr[3] = z0.w;
         zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
     }
-    /* RAW, per_query: the denominators come out of the tensor cores as one
-     * more n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
+    /* per_query: the denominators come out of the tensor cores as one more
+     * n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
      * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
      * after the first barrier of the loop. */
     const bool mma_den = true && per_query;
-    if (mma_den && tid < FD) {
-        const float zv = Pz[((size_t)bh * a.M + blk) * FD + tid];
+    if (mma_den && tid < DK) {
+        const float zv = Pz[((size_t)bh * a.M + blk) * DK + tid];
         const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
         const __nv_bfloat16 lo = __float2bfloat16_rn(zv - __bfloat162float(hi));
         uint4 row = make_uint4(0, 0, 0, 0);
@@ -578,23 +447,23 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         row.x = *(const uint32_t *)&hl;
         *(uint4 *)&Zs[tid * 8] = row;
     }
-    const int rw = 32 * (warp % 2), cw = 32 * (warp / 2), half = lane % 2;
-    float *wbuf = wbufs + warp * 320;
+    const int rw = 32 * (warp % G::WRO), cw = G::CW * (warp / G::WRO), half = lane % 2;
+    const int stg_off = warp * G::STG;
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
-        __nv_bfloat16 *Qs = Qst + (t % TS) * FT * FLD;
-        float *den = dens + (t % TS) * FT; /* output scale per row */
-        const int64_t wt = wbeg + (int64_t)t * FT;
-        if (phq_bf16) { /* implies RAW: per_query denominators come from the MMA */
+        __nv_bfloat16 *Qs = Qst + (t % TS) * FO * LK;
+        float *den = dens + (t % TS) * FO; /* output scale per row */
+        const int64_t wt = wbeg + (int64_t)t * FO;
+        if (phq_bf16) {
 #pragma unroll
-            for (int u = 0; u < 4; u++) lf_phi8_bf16(&Qs[(r0 + 16 * u) * FLD + c8], phq);
+            for (int u = 0; u < G::UQ; u++) lf_phi8_bf16(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
         } else if ((per_query && !mma_den) || !phi_id) {
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                __nv_bfloat16 *p = &Qs[r * FLD + c8];
+            for (int u = 0; u < G::UQ; u++) {
+                const int r = r0 + (NT / CK) * u;
+                __nv_bfloat16 *p = &Qs[r * LK + c8];
                 uint4 uq = *(const uint4 *)p;
                 const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&uq;
                 float x[8];
@@ -612,48 +481,48 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                     float d = 0.f;
 #pragma unroll
                     for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
-                    d = lf_sum16(d);
-                    if ((tid & 15) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
+                    d = lf_sumc<CK>(d);
+                    if ((tid & (CK - 1)) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
                 }
             }
         }
-        if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, 16 lanes per row */
+        if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, CK lanes per row */
 #pragma unroll
-            for (int u = 0; u < 4; u++) {
-                const int r = r0 + 16 * u;
-                const float sacc = lf_sum16(lf_rv_part(a, bh, h, blk, wt + r, wend, tid));
-                if ((tid & 15) == 0) den[r] = 1.f / (sacc + P.eps);
+            for (int u = 0; u < G::UQ; u++) {
+                const int r = r0 + (NT / CK) * u;
+                const float sacc = lf_sumc<CK>(lf_rv_part<CK>(a, bh, h, blk, wt + r, wend, tid));
+                if ((tid & (CK - 1)) == 0) den[r] = 1.f / (sacc + P.eps);
             }
         }
         __syncthreads(); /* tile t, its scales (and S̃) complete; tile t-1 consumed */
         issue(t + TS - 1); /* into the stage of tile t-1 */
 
-        /* warp tile: tokens rw + [0,32) × columns cw + [0,32); A = φ(Q) rows
+        /* warp tile: tokens rw + [0,32) × columns cw + [0,CW); A = φ(Q) rows
          * (plain ldmatrix), B = S̃ [d][dv] rows (.trans) */
         const int lr = lane % 8, lm = lane / 8, g = lane / 4, t2 = 2 * (lane % 4);
-        float acc[2][4][4], dacc[2][4];
+        float acc[2][NJ][4], dacc[2][4];
 #pragma unroll
         for (int i = 0; i < 2; i++) {
 #pragma unroll
-            for (int j = 0; j < 4; j++)
+            for (int j = 0; j < NJ; j++)
 #pragma unroll
                 for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
 #pragma unroll
             for (int e = 0; e < 4; e++) dacc[i][e] = 0.f;
         }
 #pragma unroll
-        for (int kk = 0; kk < FD; kk += 16) {
-            uint32_t af[2][4], bf[2][4];
+        for (int kk = 0; kk < DK; kk += 16) {
+            uint32_t af[2][4], bf[NJ / 2][4];
 #pragma unroll
             for (int i = 0; i < 2; i++)
-                la_ldsm4(af[i], &Qs[(rw + 16 * i + lr + 8 * (lm & 1)) * FLD + kk + 8 * (lm >> 1)]);
+                la_ldsm4(af[i], &Qs[(rw + 16 * i + lr + 8 * (lm & 1)) * LK + kk + 8 * (lm >> 1)]);
 #pragma unroll
-            for (int jp = 0; jp < 2; jp++)
-                la_ldsm4t(bf[jp], &Ss[(kk + lr + 8 * (lm & 1)) * FLD + cw + 16 * jp + 8 * (lm >> 1)]);
+            for (int jp = 0; jp < NJ / 2; jp++)
+                la_ldsm4t(bf[jp], &Ss[(kk + lr + 8 * (lm & 1)) * LV + cw + 16 * jp + 8 * (lm >> 1)]);
 #pragma unroll
             for (int i = 0; i < 2; i++)
 #pragma unroll
-                for (int jp = 0; jp < 2; jp++) {
+                for (int jp = 0; jp < NJ / 2; jp++) {
                     la_mma_bf16(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
                     la_mma_bf16(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
                 }
@@ -665,9 +534,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
             }
         }
         /* scale, round to bf16 into the warp's staging tile [16][SLD], then
-         * 16-byte stores: lane → row lane/2, columns 16(lane%2) + [0,16) */
-        constexpr int SLD = 40; /* 80-B rows: conflict-free bf16x2 writes, 16-B aligned reads */
-        __nv_bfloat16 *stg = (__nv_bfloat16 *)wbuf;
+         * 16-byte stores: lane → row lane/2, columns (CW/2)(lane%2) + [0, CW/2) */
+        constexpr int SLD = G::SLD, CH = G::CW / 16; /* 16-B chunks per lane */
+        __nv_bfloat16 *stg = stgs + stg_off;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int rr = rw + 16 * i;
@@ -682,7 +551,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                 d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
             }
 #pragma unroll
-            for (int j = 0; j < 4; j++) {
+            for (int j = 0; j < NJ; j++) {
                 *(__nv_bfloat162 *)&stg[g * SLD + 8 * j + t2] =
                     __floats2bfloat162_rn(acc[i][j][0] * d0, acc[i][j][1] * d0);
                 *(__nv_bfloat162 *)&stg[(g + 8) * SLD + 8 * j + t2] =
@@ -693,16 +562,51 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
             const int64_t wpos = wt + row;
             if (wpos < wend) {
                 const int64_t tk = lf_tok(bx, (unsigned)wpos);
-                __nv_bfloat16 *orow = out + tk * P.out.nb[1] + cw + half * 16;
-                const uint4 *sp = (const uint4 *)&stg[(lane / 2) * SLD + half * 16];
-                ((uint4 *)orow)[0] = sp[0];
-                ((uint4 *)orow)[1] = sp[1];
+                __nv_bfloat16 *orow = out + tk * P.out.nb[1] + cw + half * (G::CW / 2);
+                const uint4 *sp = (const uint4 *)&stg[(lane / 2) * SLD + half * (G::CW / 2)];
+#pragma unroll
+                for (int c = 0; c < CH; c++) ((uint4 *)orow)[c] = sp[c];
             }
             __syncwarp();
         }
-    
     }
 }
+
+/* The summary and output launches of one instantiation (the host code below
+ * sizes the segments and tiles with G's FT, FO). */
+template <int DK, int DV>
+la_status lf_tc_summary(const lf_args &a, cudaStream_t st) {
+    using G = lf_tcg<DK, DV>;
+    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel<DK, DV>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SUM_SMEM));
+    lf_tc_summary_kernel<DK, DV><<<dim3((unsigned)a.K, (unsigned)(a.P.B * a.P.H)), NT, G::SUM_SMEM, st>>>(a);
+    LA_CU_LAUNCH("lf_tc_summary_kernel");
+    return LA_OK;
+}
+template <int DK, int DV>
+la_status lf_tc_output(const lf_args &a, const __nv_bfloat16 *Pb, const float *Pz, int64_t groups,
+                       int64_t tpc, cudaStream_t st) {
+    using G = lf_tcg<DK, DV>;
+    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel<DK, DV>,
+                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::OUT_SMEM));
+    lf_tc_output_kernel<DK, DV><<<dim3((unsigned)(a.M * groups), (unsigned)(a.P.B * a.P.H)), NT,
+                                  G::OUT_SMEM, st>>>(a, Pb, Pz, groups, tpc);
+    LA_CU_LAUNCH("lf_tc_output_kernel");
+    return LA_OK;
+}
+
+/* The instantiations of lf_tc_dims: summary / output tile lengths, launches. */
+struct lf_tc_inst {
+    int DK, DV, ft, fo;
+    la_status (*summary)(const lf_args &, cudaStream_t);
+    la_status (*output)(const lf_args &, const __nv_bfloat16 *, const float *, int64_t, int64_t,
+                        cudaStream_t);
+};
+#define LF_TC_INST(dk, dv) \
+    {dk, dv, lf_tcg<dk, dv>::FT, lf_tcg<dk, dv>::FO, lf_tc_summary<dk, dv>, lf_tc_output<dk, dv>}
+const lf_tc_inst lf_tc_insts[] = {LF_TC_INST(128, 128), LF_TC_INST(64, 64), LF_TC_INST(32, 32),
+                                  LF_TC_INST(64, 128), LF_TC_INST(128, 64)};
+#undef LF_TC_INST
 
 }  // namespace
 
@@ -711,23 +615,30 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
  * weights of the mix GEMM (M ≥ 2). */
 la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     const lf_problem &P = a.P;
+    const lf_tc_inst *in = nullptr;
+    for (const lf_tc_inst &x : lf_tc_insts)
+        if (x.DK == P.D && x.DV == P.Dv) in = &x;
+    if (!in) /* lf_select keeps this from happening */
+        return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: no tensor-core path for D = %lld, Dv = %lld",
+                      (long long)P.D, (long long)P.Dv);
     const int64_t BH = P.B * P.H;
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
     const int64_t slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
-    /* summary: about two waves of CTAs, segments of a multiple of 64 tokens, ≥ 256 */
+    /* summary: about two waves of CTAs, segments of a multiple of the tile, ≥ 256 tokens */
     {
         const int64_t segs = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
-        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), 64) * 64);
+        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), in->ft) * in->ft);
         a.segs = la_cu_cdiv(a.maxcnt, a.seg);
     }
     a.K = a.M * a.segs;
     a.L = P.D * P.Dv + P.D;
-    const int64_t tpb = la_cu_cdiv(a.maxcnt, FT);
+    const int64_t tpb = la_cu_cdiv(a.maxcnt, in->fo);
     const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
                                                        2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
     const int64_t groups = la_cu_cdiv(tpb, tpc);
+    constexpr int GM = LF_GM, GK = LF_GK;
     /* grid limits of every launch below, checked before allocating: y and z
      * extents ≤ 65535 (B·H; M for lf_rv_kernel), x ≤ 2^31-1 (partials, output
      * tiles, the expanded-weight fill of at most M·K entries padded) */
@@ -745,7 +656,7 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     if (P.norm == LF_NORM_RELEASED_VISION)
         LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)a.maxcnt, &nr, "CUDA released_vision"));
     nr = (nr + 3) / 4 * 4;
-    /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv = 16384) */
+    /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv ≥ 1024) */
     /* M >= 2: the mix runs as a GEMM over expanded weights Wx [hw][Mp][Kp] */
     const bool mix_mma = a.M >= 2;
     const int64_t Mp = la_cu_cdiv(a.M, GM) * GM, Kp = la_cu_cdiv(a.K, GK) * GK;
@@ -764,28 +675,8 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     a.mix = nullptr;
     a.r = nr ? Pz + nz : nullptr;
     float *Wx = Pz + nz + nr; /* nwx floats (mix_mma only); nr is rounded to 4: 16-B aligned */
-    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LF_TC_SUM_SMEM));
-    lf_tc_summary_kernel<<<dim3((unsigned)a.K, (unsigned)BH), NT, LF_TC_SUM_SMEM, st>>>(a);
-    LA_CU_LAUNCH("lf_tc_summary_kernel");
-    const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
-    if (mix_mma) { /* tensor-core GEMM (tf32) over the expanded weights */
-        lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
-        LA_CU_LAUNCH("lf_wexp_kernel");
-        constexpr size_t smem = sizeof(float) * GS * (GM * GLA + GK * GLB);
-        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        lf_mix_mma_kernel<<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT, smem,
-                            st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
-    } else { /* M = 1, linear attention: a sum of the segments */
-        lf_tc_mix_kernel<1, 8><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
-    }
-    LA_CU_LAUNCH("lf_tc_mix_kernel");
+    LA_TRY(in->summary(a, st));
+    LA_TRY(lf_tc_mix(a, Pb, Pz, Wx, Mp, Kp, hw, st));
     if (nr) LA_TRY(lf_launch_rv(a, st));
-    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)LF_TC_OUT_SMEM));
-    lf_tc_output_kernel<<<dim3((unsigned)(a.M * groups), (unsigned)BH), NT, LF_TC_OUT_SMEM, st>>>(
-        a, Pb, Pz, groups, tpc);
-    LA_CU_LAUNCH("lf_tc_output_kernel");
-    return LA_OK;
+    return in->output(a, Pb, Pz, groups, tpc, st);
 }
-

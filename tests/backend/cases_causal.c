@@ -1,5 +1,5 @@
 /* Case table of causal linear attention (SPEC §3) on the bf16 tensor-core
- * path (src/cuda/linear_causal_tc.cu: D = Dv = 128, bf16 rows), from the
+ * path (src/cuda/linear_causal_tc.cu: D = Dv = 128, 64, 32, bf16 rows), from the
  * former tests/cuda/test_cuda_causal.c: the CUDA result against the CPU path
  * on the same inputs (the CPU path has its float64-reference cases in
  * cases_cpu.c and tests/cpu/), for
@@ -8,8 +8,8 @@
  *     (the walking scan) on the device;
  *   - "tc" with a forced state chunk of L tokens (variants "chunk<L>"), also
  *     against "walk";
- *   - "walk" itself, and the portable path ("portable"; D != 128, f32 by the
- *     dispatch);
+ *   - "walk" itself, and the portable path ("portable"; D = 63, Dv != D, f32
+ *     by the dispatch);
  *   - a split sequence (state out of the first half into the second equals
  *     one pass; under the default and under "tc").
  * (The former test forced the pass-1 sub-chunk count too and compared with
@@ -328,6 +328,26 @@ void cases_causal(bo_list *L) {
             add_causal(L, 0, 1, 32768, 3, 128, 128, LA_FEATURE_RELU1, 0, 64, 1, bf, 0, pth);
         }
     }
+    /* head dims 64 and 32 on the tensor-core path: "walk" forces it (a shape
+     * it stops taking fails), "tc" is the default and is compared with the
+     * walk too; odd N, every feature map, state in/out, permuted views */
+    {
+        const int64_t Ds[2] = {64, 32};
+        int cnt = 0;
+        for (int di = 0; di < 2; di++)
+            for (int ni = 0; ni < 4; ni++)
+                for (int f = 0; f < 5; f++, cnt++) {
+                    la_feature ff = feats[f];
+                    const int nm = (cnt / 2) & 1;
+                    if (Ns[ni] == 1 && ff == LA_FEATURE_IDENTITY && !nm) ff = LA_FEATURE_RELU;
+                    add_causal(L, Ns[ni] <= 65, ni == 3 ? 2 : 1, Ns[ni], 1 + cnt % 3, Ds[di], Ds[di], ff,
+                               nm, chunks[cnt % 4], cnt & 1, bf, (cnt / 3) & 1, (cnt & 2) ? "tc" : "walk");
+                }
+        add_causal(L, 0, 1, 32768, 3, 64, 64, LA_FEATURE_ELU1, 1, 64, 1, bf, 1, "tc");
+        add_causal(L, 0, 1, 32768, 6, 32, 32, LA_FEATURE_RELU, 1, 64, 0, bf, 0, "tc");
+        add_causal(L, 0, 1, 4095, 2, 32, 32, LA_FEATURE_RELU1, 0, 64, 1, bf, 1, "chunk256");
+        add_causal(L, 0, 1, 20001, 1, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, "tc"); /* nd > 255 */
+    }
     /* forced state chunks: the wide scan over 1..32 groups, the benchmark
      * shape (H = 12: L = 1024 at 32K), and the walk fallback (np > 255) */
     add_v3(L, 1, 1, 200, 2, LA_FEATURE_RELU1, 1, 1, 0, 128, 2);
@@ -354,7 +374,7 @@ void cases_causal(bo_list *L) {
     /* fallbacks (the portable path) */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, bf, 1, "portable");
     add_causal(L, 0, 1, 65, 2, 128, 128, LA_FEATURE_ELU1, 0, 64, 1, bf, 0, "portable");
-    add_causal(L, 0, 1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64   */
+    add_causal(L, 0, 1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64 (tc) */
     add_causal(L, 0, 1, 300, 2, 128, 64, LA_FEATURE_RELU, 0, 64, 0, bf, 1, NULL);   /* Dv = 64  */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, LA_F32, 0, NULL); /* f32 */
     /* f16: the portable path (no f16 tensor-core kernel yet) */

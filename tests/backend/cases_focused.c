@@ -2,7 +2,7 @@
  * CUDA, from the former tests/cuda/test_cuda_focused.c: the CUDA operator
  * against the CPU path on the same inputs (the CPU path has its own
  * float64-reference tests in tests/cpu/). Covers the bf16 fast path of
- * src/cuda/focused.cu (D = Dv = 128, bf16 rows: fused phi pass, tensor-core
+ * src/cuda/focused.cu (D = Dv = 128, 64, 32, bf16 rows: fused phi pass, tensor-core
  * engine, separate depthwise-conv kernel) and the portable path it falls back
  * to (f32, other D, H > 32, conv k > 9, or forced: variant "portable" of
  * family "focused"). Inputs rounded to the dtype under test (the CPU sees the
@@ -166,6 +166,15 @@ void cases_focused(bo_list *L) {
     FLATTEN(small, 1, 8, 8, 1, 128, 3, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);     /* H = 1: partial lanes */
     FLATTEN(small, 1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_BF16, 0, 0, 10.0);    /* inputs of scale 10 */
     FLATTEN(small, 1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_F16 , 0, 0, 10.0);    /* inputs of scale 10 */
+    /* head dims 64 and 32 on the fast path (H·D ≤ 4096) */
+    FLATTEN(small, 1, 1, 1, 4, 32, 0, 0, 0, 3.f, LA_BF16, 0, 0, 1.0);      /* N = 1, D = 32 */
+    FLATTEN(small, 1, 7, 9, 6, 64, 5, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);      /* N = 63, D = 64 */
+    FLATTEN(small, 1, 5, 13, 12, 32, 3, 1, 0, 2.5f, LA_BF16, 0, 0, 1.0);   /* N = 65, D = 32 */
+    FLATTEN(small, 1, 25, 40, 24, 64, 5, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);   /* N = 1000, H = 24 */
+    FLATTEN(small, 1, 40, 25, 48, 32, 7, 1, 0, 1.5f, LA_BF16, 0, 0, 1.0);  /* N = 1000, H = 48 */
+    FLATTEN(small, 1, 3, 3, 128, 32, 3, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);    /* C = 4096 at D = 32 */
+    FLATTEN(small, 1, 9, 300, 4, 64, 5, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* conv column blocks, Dv 64 */
+    FLATTEN(small, 1, 16, 20, 8, 32, 9, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);    /* k = 9, Dv 32 */
     {
         const bo_opts o = {"focused", BO_CUDA, 1, NULL, NULL, NULL};
         bo_add(L, &o, t_flatten_guard, NULL, 0,

@@ -8,8 +8,9 @@
  * and bf16) before the call, then compared in full: rel = max|gpu - cpu| /
  * max|cpu| <= 1e-5 (fp32; 1e-4 for huge N) or 1e-2 (bf16), and no NaN left.
  *
- * The bf16 tensor-core path of the linear family (non-causal, D = Dv = 128,
- * bf16 rows) runs under the default choice ("tc") and, on the same shapes,
+ * The bf16 tensor-core path of the linear family (non-causal, bf16 rows; D =
+ * Dv = 128 in tc_paths, the other head dims forced to "tc" in tc_heads) runs
+ * under the default choice ("tc") and, on the same shapes,
  * forced to the fp32 engine (variant "portable" of family "linear" / "mhla");
  * the default also gets the long cases. (The former test ran these shapes
  * under the variants v3, v2, wg and wgs too, removed from src/.) The long
@@ -486,6 +487,39 @@ static void tc_paths(bo_list *L) {
 }
 
 
+/* The head dims of the tensor-core path besides 128 (D = Dv = 64, 32 and
+ * (D, Dv) = (64, 128), (128, 64)), forced to "tc" (so that a shape the path
+ * stops taking fails instead of running portable): odd N, the five feature
+ * maps, permuted views, MHLA 1-D (the tf32 mix at M = 70), 2-D, the three
+ * normalize modes, per-head mixing; N = 32K in the long cases. */
+static void tc_heads(bo_list *L) {
+    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+    const int64_t dims[4][2] = {{64, 64}, {32, 32}, {64, 128}, {128, 64}};
+    const la_dtype dt = LA_BF16;
+    reg rs = {L, 1, "tc"}, rl = {L, 0, "tc"};
+    const int64_t Ns[4] = {1, 63, 65, 1000};
+    int64_t g1b[1] = {65}, b1b[1] = {5}, g1e[1] = {980}, b1e[1] = {70}, g1[1] = {1000}, b1[1] = {16};
+    int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, gl[1] = {32768}, bl[1] = {150};
+    for (int di = 0; di < 4; di++) {
+        const int64_t D = dims[di][0], Dv = dims[di][1];
+        for (int ni = 0; ni < 4; ni++)
+            for (int f = 0; f < 5; f++) /* N = 1: relu (see tc_paths) */
+                add_linear(&rs, ni == 3 ? 2 : 1, Ns[ni], ni == 1 ? 3 : 2, D, Dv,
+                           (ni == 0 && f == 0) ? LA_FEATURE_RELU : feats[f], 0, f != 0, 64, 0, dt,
+                           (f + ni + di) & 1);
+        for (int nm = 0; nm < 3; nm++) {
+            const la_mhla_normalize n = (la_mhla_normalize)nm;
+            add_mhla(&rs, 1, 1, g1b, b1b, 3, D, Dv, n, nm != 1, dt, (nm + di) & 1, 1.0);
+            add_mhla(&rs, 1, 1, g1e, b1e, 2, D, Dv, n, nm != 1, dt, nm & 1, 1.0);
+            add_mhla(&rs, 1, 2, g2, b2, 2, D, Dv, n, nm != 0, dt, (nm + 1) & 1, 1.0);
+            if (nm != 2) add_mhla(&rs, 2, 1, g1, b1, 2, D, Dv, n, nm == 1, dt, 1, 1.0);
+        }
+        add_linear(&rl, 1, 32768, 3, D, Dv, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, di & 1);
+        add_mhla(&rl, 1, 1, gl, bl, 2, D, Dv, LA_MHLA_NORM_PER_QUERY, 1, dt, 0, 1.0);
+    }
+}
+
 void cases_linear(bo_list *L) {
     bo_add_probe(L, "linear", probe_linear);
     bo_add_probe(L, "mhla", probe_mhla);
@@ -548,6 +582,7 @@ void cases_linear(bo_list *L) {
         add_focused(r, LA_FOCUSED_BLOG, 1, 13, 5, 3, 63, 40, 0, 1, dt, 1, 1.0);
     }
     tc_paths(L);
+    tc_heads(L);
     r = &rl;
     {
         for (int di = 0; di < 2; di++) {
