@@ -1,0 +1,697 @@
+/* Tensor-core backward of the non-causal linear family: linear attention (one
+ * block over all tokens, no mixing) and MHLA on 1-/2-/3-D grids (shared or
+ * per-head mixing W), bf16 views, D = Dv in {64, 128}, normalize none or
+ * per_query. The sums are those of lbk_backward (linblock_bwd.cu):
+ *
+ * Per (batch, head) the tokens of block b are cut into pieces of at most PT
+ * tokens (a multiple of 64, chosen so that the grid fills the GPU); one CTA
+ * per piece, looping over 64-token tiles:
+ *   1. lt_sum:   S_b = K̃_bᵀ V_b, z_b = Σ k̃ (mma over the tokens of the tile);
+ *   2. mixing:   A_i = Σ_b W[i,b] S_b (fp32 tiled GEMM; no mixing: A = S);
+ *   3. lt_query: num = Q̃ A_i, den = q̃·z̃_i + eps, dnum = dO/den,
+ *                dden = −(dO·num)/den², dq̃ = dnum A_iᵀ + z̃_i dden, written
+ *                as dq = scale_q φ'(q) dq̃; dA_i += Q̃ᵀ dnum, dz̃_i += Q̃ᵀ dden;
+ *   4. mixing:   dS_b = Σ_i W[i,b] dA_i and dW[i,b] = ⟨dA_i, S_b⟩ (the summary
+ *                elements split in ranges; ranges, batches and heads summed
+ *                in order);
+ *   5. lt_key:   dk̃ = V dS_bᵀ + dz_b, written as dk = φ'(k) dk̃; dv = K̃ dS_b.
+ * The partial sums of a block's pieces go to fp32 workspace and are summed
+ * in piece order: no atomics, bit-identical results across calls.
+ *
+ * Products on mma.sync m16n8k16 (bf16 operands, fp32 accumulation): the
+ * operands sit in shared memory as bf16 rows, contiguous along the
+ * reduction, padded by 8 elements (conflict-free 32-bit fragment loads);
+ * transposed operands are stored transposed when the tile is loaded. Each
+ * of the 8 warps owns 16 rows of a product (token tiles: 4 × 2 warps of 16
+ * rows × DH/2 columns; DH × DH summaries: 16 rows × all or half the
+ * columns). The feature map φ and scale_q are applied while loading. Under
+ * LA_BWD_EMU the same kernel text runs on the host emulator (bwd_emu.cuh). */
+#include <math.h>
+
+#include "cuda/bwd_common.cuh"
+#ifndef LA_BWD_EMU
+#include "cuda/ptx.cuh"
+#endif
+
+#define LT_T 64          /* tokens per tile */
+#define LT_THREADS 256   /* 8 warps */
+#define LT_TARGET_CTAS 264 /* pieces per launch to aim for: two per SM of an H200 */
+
+#ifndef LA_BWD_EMU
+static __device__ __forceinline__ int lt_tid(void) { return threadIdx.x; }
+static __device__ __forceinline__ unsigned lt_bx(void) { return blockIdx.x; }
+static __device__ __forceinline__ unsigned lt_by(void) { return blockIdx.y; }
+static __device__ __forceinline__ void lt_sync(void) { __syncthreads(); }
+static __device__ __forceinline__ void lt_mma(float *c, const uint32_t *a, uint32_t b0,
+                                              uint32_t b1) {
+    la_mma_bf16(c, a, b0, b1);
+}
+static __device__ __forceinline__ float lt_u2f(uint32_t u) { return __uint_as_float(u); }
+static __device__ __forceinline__ uint32_t lt_f2u(float f) { return __float_as_uint(f); }
+#define LT_SMEM_DECL extern __shared__ __align__(16) unsigned char lt_sm[]
+#define LT_LAUNCH(kern, gx, gy, smem, stream, ...)                                          \
+    do {                                                                                    \
+        LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
+                                   (int)(smem)));                                           \
+        kern<<<dim3((unsigned)(gx), (unsigned)(gy)), LT_THREADS, (smem), (stream)>>>(       \
+            __VA_ARGS__);                                                                   \
+        LA_CU_LAUNCH(#kern);                                                                \
+    } while (0)
+#else
+static inline int lt_tid(void) { return bt_tid(); }
+static inline unsigned lt_bx(void) { return bt_bx(); }
+static inline unsigned lt_by(void) { return bt_by(); }
+static inline void lt_sync(void) { bt_sync(); }
+static inline void lt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+    bt_mma(c, a, b0, b1);
+}
+static inline float lt_u2f(uint32_t u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline uint32_t lt_f2u(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+#define LT_SMEM_DECL unsigned char *lt_sm = bt_smem()
+#define LT_LAUNCH(kern, gx, gy, smem, stream, ...) \
+    BWD_LAUNCH_CTA(kern, gx, gy, LT_THREADS, smem, stream, __VA_ARGS__)
+#endif
+
+namespace {
+
+typedef uint16_t lt_bf; /* bf16 bits */
+
+BWD_DEV inline float lt_f(lt_bf h) { return lt_u2f((uint32_t)h << 16); }
+/* round to nearest even (NaN stays NaN), as __float2bfloat16_rn */
+BWD_DEV inline lt_bf lt_h(float f) {
+    uint32_t u = lt_f2u(f);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (lt_bf)((u >> 16) | 0x40u);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (lt_bf)(u >> 16);
+}
+BWD_DEV inline uint32_t lt_ld32(const lt_bf *p) { return *reinterpret_cast<const uint32_t *>(p); }
+BWD_DEV inline void lt_st2(lt_bf *p, float a, float b) {
+    *reinterpret_cast<uint32_t *>(p) = (uint32_t)lt_h(a) | ((uint32_t)lt_h(b) << 16);
+}
+BWD_DEV inline int64_t lt_min(int64_t a, int64_t b) { return a < b ? a : b; }
+
+template <int DH> struct lt_cfg {
+    static constexpr int LD = DH + 8;     /* row of DH elements, padded */
+    static constexpr int LDT = LT_T + 8;  /* row of the 64 tokens of a tile, padded */
+    static constexpr int TN = DH / 16;    /* token-tile products: n-tiles per warp (DH/2 columns) */
+    static constexpr int WR = DH / 16 < 8 ? DH / 16 : 8; /* summary products: warps along rows */
+    static constexpr int SN = DH / (8 / WR) / 8;         /* ... and n-tiles per warp */
+    static constexpr int64_t SE = (int64_t)DH * DH + DH; /* summary [S | z] */
+};
+
+struct lt_args {
+    const lt_bf *q, *k, *v, *g;
+    lt_bf *dq, *dk, *dv;
+    int64_t qs[3], ks[3], vs[3], gs[3], dqs[3], dks[3], dvs[3]; /* b, n, h strides */
+    lbk_geo G;
+    int64_t H, M, P, PT; /* heads, blocks, pieces per block (max), tokens per piece */
+    int f, norm;
+    float scale_q, eps;
+};
+
+BWD_DEV inline int64_t lt_row(const int64_t *s, int64_t b, int64_t tok, int64_t h) {
+    return b * s[0] + tok * s[1] + h * s[2];
+}
+
+/* This CTA's piece: batch, head, block, its box and positions [w0, w1). */
+struct lt_piece {
+    int64_t b, h, bh, blk, slot, w0, w1;
+    lbk_box x;
+};
+BWD_DEV inline bool lt_piece_of(const lt_args &a, lt_piece *p) {
+    p->bh = lt_by();
+    p->b = p->bh / a.H;
+    p->h = p->bh % a.H;
+    p->blk = lt_bx() / a.P;
+    const int64_t piece = lt_bx() % a.P;
+    p->slot = (p->bh * a.M + p->blk) * a.P + piece;
+    p->x = geo_box(a.G, p->blk);
+    p->w0 = piece * a.PT;
+    p->w1 = lt_min(p->w0 + a.PT, p->x.size);
+    return p->w0 < p->x.size;
+}
+
+/* Positions [w0, w0 + nr) of box x of a [B,N,H,DH] bf16 view (unit inner
+ * stride, 16-byte rows) into shared memory as x = hi + lo (two bf16 rows,
+ * lo = bf16(x − hi): the pair carries 16 bits of x), row-major (sm, row
+ * stride ld) and/or transposed (smT, row stride ldT); NULL parts are not
+ * written. f >= 0: x = post·φ(input); else x = input (exact in bf16: lo = 0).
+ * Rows nr..63 are zero. */
+template <int DH>
+BWD_DEV inline void lt_load(const lt_args &a, const lt_bf *src, const int64_t *st,
+                            const lt_piece &p, int64_t w0, int nr, int f, float post, lt_bf *sm,
+                            lt_bf *sm_lo, int ld, lt_bf *smT, lt_bf *smT_lo, int ldT) {
+    constexpr int CH = DH / 8;
+    for (int i = lt_tid(); i < LT_T * CH; i += LT_THREADS) {
+        const int r = i / CH, ch = i % CH;
+        lt_bf e[8], l[8];
+        if (r < nr) {
+            const int64_t tok = geo_tok(a.G, p.x, w0 + r);
+            const uint4 u = *reinterpret_cast<const uint4 *>(src + lt_row(st, p.b, tok, p.h) + ch * 8);
+            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                e[j] = (lt_bf)(w[j / 2] >> (16 * (j % 2)));
+                l[j] = 0;
+            }
+            if (f >= 0) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) {
+                    const float x = post * bwd_feature(f, lt_f(e[j]));
+                    e[j] = lt_h(x);
+                    l[j] = lt_h(x - lt_f(e[j]));
+                }
+            }
+        } else {
+#pragma unroll
+            for (int j = 0; j < 8; j++) e[j] = l[j] = 0;
+        }
+        for (int part = 0; part < 2; part++) {
+            const lt_bf *x = part ? l : e;
+            lt_bf *row = part ? sm_lo : sm, *col = part ? smT_lo : smT;
+            if (row) {
+                uint4 u;
+                u.x = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
+                u.y = (uint32_t)x[2] | ((uint32_t)x[3] << 16);
+                u.z = (uint32_t)x[4] | ((uint32_t)x[5] << 16);
+                u.w = (uint32_t)x[6] | ((uint32_t)x[7] << 16);
+                *reinterpret_cast<uint4 *>(row + r * ld + ch * 8) = u;
+            }
+            if (col) {
+#pragma unroll
+                for (int j = 0; j < 8; j++) col[(ch * 8 + j) * ldT + r] = x[j];
+            }
+        }
+    }
+}
+
+/* acc += A · Bᵀ for one warp: A rows m0..m0+15 of sA, B rows n0..n0+8·NT−1
+ * of sB, both contiguous along the reduction k < K (a multiple of 16). */
+template <int NT>
+BWD_DEV inline void lt_mma_rows(float (&acc)[NT][4], const lt_bf *sA, int la, const lt_bf *sB,
+                                int lb, int m0, int n0, int K) {
+    const int lane = lt_tid() & 31, g = lane >> 2, c = lane & 3;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a[4];
+        const lt_bf *pa = sA + (m0 + g) * la + k0 + 2 * c;
+        a[0] = lt_ld32(pa);
+        a[1] = lt_ld32(pa + 8 * la);
+        a[2] = lt_ld32(pa + 8);
+        a[3] = lt_ld32(pa + 8 * la + 8);
+#pragma unroll
+        for (int nt = 0; nt < NT; nt++) {
+            const lt_bf *pb = sB + (n0 + nt * 8 + g) * lb + k0 + 2 * c;
+            lt_mma(acc[nt], a, lt_ld32(pb), lt_ld32(pb + 8));
+        }
+    }
+}
+/* the same with split operands: (A + A_lo)(B + B_lo)ᵀ less the lo·lo term
+ * (a NULL lo part is zero) */
+template <int NT>
+BWD_DEV inline void lt_mma3(float (&acc)[NT][4], const lt_bf *sA, const lt_bf *sA_lo, int la,
+                            const lt_bf *sB, const lt_bf *sB_lo, int lb, int m0, int n0, int K) {
+    lt_mma_rows<NT>(acc, sA, la, sB, lb, m0, n0, K);
+    if (sA_lo) lt_mma_rows<NT>(acc, sA_lo, la, sB, lb, m0, n0, K);
+    if (sB_lo) lt_mma_rows<NT>(acc, sA, la, sB_lo, lb, m0, n0, K);
+}
+template <int NT> BWD_DEV inline void lt_zero(float (&acc)[NT][4]) {
+#pragma unroll
+    for (int i = 0; i < NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+}
+/* first row / column of this warp in a DH × DH summary product */
+template <int DH> BWD_DEV inline int lt_sum_m0(void) {
+    return ((lt_tid() >> 5) % lt_cfg<DH>::WR) * 16;
+}
+template <int DH> BWD_DEV inline int lt_sum_n0(void) {
+    return ((lt_tid() >> 5) / lt_cfg<DH>::WR) * lt_cfg<DH>::SN * 8;
+}
+/* a summary accumulator into dst[d·DH + c] (fp32) */
+template <int DH>
+BWD_DEV inline void lt_store_sum(const float (&acc)[lt_cfg<DH>::SN][4], float *dst) {
+    const int lane = lt_tid() & 31, g = lane >> 2, c = lane & 3;
+    const int r = lt_sum_m0<DH>() + g, c0 = lt_sum_n0<DH>() + 2 * c;
+#pragma unroll
+    for (int nt = 0; nt < lt_cfg<DH>::SN; nt++) {
+        const int col = c0 + nt * 8;
+        dst[r * DH + col] = acc[nt][0];
+        dst[r * DH + col + 1] = acc[nt][1];
+        dst[(r + 8) * DH + col] = acc[nt][2];
+        dst[(r + 8) * DH + col + 1] = acc[nt][3];
+    }
+}
+/* a DH × DH fp32 summary as split bf16 rows: sm[d][c] (+ sm_lo) and, when
+ * smT is given, smT[c][d] (+ smT_lo) */
+template <int DH>
+BWD_DEV inline void lt_load_sum(const float *src, lt_bf *sm, lt_bf *sm_lo, lt_bf *smT,
+                                lt_bf *smT_lo) {
+    constexpr int LD = lt_cfg<DH>::LD;
+    for (int i = lt_tid(); i < DH * DH; i += LT_THREADS) {
+        const int d = i / DH, c = i % DH;
+        const float x = src[i];
+        const lt_bf hi = lt_h(x), lo = lt_h(x - lt_f(hi));
+        sm[d * LD + c] = hi;
+        sm_lo[d * LD + c] = lo;
+        if (smT) {
+            smT[c * LD + d] = hi;
+            smT_lo[c * LD + d] = lo;
+        }
+    }
+}
+/* x = hi + lo of a split shared-memory element */
+BWD_DEV inline float lt_x(const lt_bf *hi, const lt_bf *lo, int i) {
+    return lt_f(hi[i]) + lt_f(lo[i]);
+}
+
+/* 1. summaries of one piece: part[slot] = [Σ k̃ vᵀ | Σ k̃] */
+template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt_args a, float *part) {
+    using C = lt_cfg<DH>;
+    LT_SMEM_DECL;
+    lt_bf *sKt = (lt_bf *)lt_sm, *sKl = sKt + DH * C::LDT, *sVt = sKl + DH * C::LDT;
+    lt_piece p;
+    if (!lt_piece_of(a, &p)) return;
+    const int tid = lt_tid();
+    float acc[C::SN][4];
+    lt_zero(acc);
+    float zacc = 0.f;
+    for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
+        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        lt_sync();
+        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, nullptr, nullptr, 0, sKt, sKl, C::LDT);
+        lt_load<DH>(a, a.v, a.vs, p, w0, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, 0, sVt,
+                    nullptr, C::LDT);
+        lt_sync();
+        lt_mma3<C::SN>(acc, sKt, sKl, C::LDT, sVt, nullptr, C::LDT, lt_sum_m0<DH>(),
+                       lt_sum_n0<DH>(), LT_T);
+        if (tid < DH)
+            for (int r = 0; r < nr; r++) zacc += lt_x(sKt, sKl, tid * C::LDT + r);
+    }
+    float *dst = part + p.slot * C::SE;
+    lt_store_sum<DH>(acc, dst);
+    if (tid < DH) dst[DH * DH + tid] = zacc;
+}
+
+/* 3. the query side of one piece of block i: dq, and
+ * part[slot] = [Σ q̃ dnumᵀ | Σ q̃ dden]. With u = dO A_iᵀ (one product):
+ * dO·num = q̃·u and dq̃ = u / den + z̃_i dden. */
+template <int DH>
+__global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const float *Amix,
+                                                              float *part) {
+    using C = lt_cfg<DH>;
+    LT_SMEM_DECL;
+    lt_bf *sA = (lt_bf *)lt_sm, *sAl = sA + DH * C::LD, *sQt = sAl + DH * C::LD;
+    lt_bf *sQl = sQt + DH * C::LDT, *sG = sQl + DH * C::LDT, *sGt = sG + LT_T * C::LD;
+    lt_bf *sGl = sGt + DH * C::LDT;
+    float *sZ = (float *)(sGl + DH * C::LDT), *sRed = sZ + DH, *sInv = sRed + LT_T * 8;
+    float *sDd = sInv + LT_T;
+    lt_piece p;
+    if (!lt_piece_of(a, &p)) return;
+    const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    const bool normed = a.norm == LA_MHLA_NORM_PER_QUERY;
+    const float *Ai = Amix + (p.bh * a.M + p.blk) * C::SE;
+    lt_load_sum<DH>(Ai, sA, sAl, nullptr, nullptr);
+    for (int i = tid; i < DH; i += LT_THREADS) sZ[i] = Ai[DH * DH + i];
+    const int m0 = (w & 3) * 16, wn = w >> 2, n0 = wn * (DH / 2);
+    float dacc[C::SN][4];
+    lt_zero(dacc);
+    float dz = 0.f;
+    for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
+        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        lt_sync();
+        lt_load<DH>(a, a.q, a.qs, p, w0, nr, a.f, a.scale_q, nullptr, nullptr, 0, sQt, sQl,
+                    C::LDT);
+        lt_load<DH>(a, a.g, a.gs, p, w0, nr, BWD_NO_FEATURE, 1.f, sG, nullptr, C::LD,
+                    normed ? nullptr : sGt, nullptr, C::LDT);
+        lt_sync();
+        float acc[C::TN][4]; /* u = dO A_iᵀ: rows tokens, columns d */
+        lt_zero(acc);
+        if (normed || a.dq) lt_mma3<C::TN>(acc, sG, nullptr, C::LD, sA, sAl, C::LD, m0, n0, DH);
+        if (normed) {
+            float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+            for (int nt = 0; nt < C::TN; nt++) {
+                const int col = n0 + nt * 8 + 2 * c4, r = m0 + g;
+                s0 += acc[nt][0] * lt_x(sQt, sQl, col * C::LDT + r) +
+                      acc[nt][1] * lt_x(sQt, sQl, (col + 1) * C::LDT + r);
+                s1 += acc[nt][2] * lt_x(sQt, sQl, col * C::LDT + r + 8) +
+                      acc[nt][3] * lt_x(sQt, sQl, (col + 1) * C::LDT + r + 8);
+            }
+            sRed[(m0 + g) * 8 + wn * 4 + c4] = s0;
+            sRed[(m0 + g + 8) * 8 + wn * 4 + c4] = s1;
+            if (tid < LT_T) {
+                float den = 0.f;
+                for (int d = 0; d < DH; d++) den += lt_x(sQt, sQl, d * C::LDT + tid) * sZ[d];
+                sInv[tid] = tid < nr ? 1.f / (den + a.eps) : 0.f;
+            }
+            lt_sync();
+            if (tid < LT_T) {
+                float gn = 0.f;
+                for (int j = 0; j < 8; j++) gn += sRed[tid * 8 + j];
+                const float iv = sInv[tid];
+                sDd[tid] = -gn * iv * iv;
+            }
+            /* dnum = dO / den, transposed and split */
+            for (int i = tid; i < LT_T * DH; i += LT_THREADS) {
+                const int r = i % LT_T, c = i / LT_T;
+                const float x = lt_f(sG[r * C::LD + c]) * sInv[r];
+                const lt_bf hi = lt_h(x);
+                sGt[c * C::LDT + r] = hi;
+                sGl[c * C::LDT + r] = lt_h(x - lt_f(hi));
+            }
+            lt_sync();
+        }
+        if (a.dq) {
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = m0 + g + 8 * hr;
+                if (r >= nr) continue;
+                const int64_t tok = geo_tok(a.G, p.x, w0 + r);
+                const float dd = normed ? sDd[r] : 0.f, iv = normed ? sInv[r] : 1.f;
+                const lt_bf *qr = a.q + lt_row(a.qs, p.b, tok, p.h);
+                lt_bf *dr = a.dq + lt_row(a.dqs, p.b, tok, p.h);
+#pragma unroll
+                for (int nt = 0; nt < C::TN; nt++) {
+                    const int col = n0 + nt * 8 + 2 * c4;
+                    float x0 = acc[nt][2 * hr] * iv + sZ[col] * dd;
+                    float x1 = acc[nt][2 * hr + 1] * iv + sZ[col + 1] * dd;
+                    x0 *= a.scale_q * bwd_feature_grad(a.f, lt_f(qr[col]));
+                    x1 *= a.scale_q * bwd_feature_grad(a.f, lt_f(qr[col + 1]));
+                    lt_st2(dr + col, x0, x1);
+                }
+            }
+        }
+        /* dA_i += q̃ᵀ dnum, dz̃_i += q̃ᵀ dden */
+        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
+                       lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
+        if (normed && tid < DH)
+            for (int r = 0; r < nr; r++) dz += lt_x(sQt, sQl, tid * C::LDT + r) * sDd[r];
+    }
+    float *dst = part + p.slot * C::SE;
+    lt_store_sum<DH>(dacc, dst);
+    if (tid < DH) dst[DH * DH + tid] = dz;
+}
+
+/* 5. the key side of one piece of block b: dk, dv from dS_b = [dS | dz] */
+template <int DH>
+__global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const float *dS) {
+    using C = lt_cfg<DH>;
+    LT_SMEM_DECL;
+    lt_bf *sS = (lt_bf *)lt_sm, *sSl = sS + DH * C::LD, *sSt = sSl + DH * C::LD;
+    lt_bf *sStl = sSt + DH * C::LD, *sK = sStl + DH * C::LD, *sKl = sK + LT_T * C::LD;
+    lt_bf *sV = sKl + LT_T * C::LD;
+    float *sDz = (float *)(sV + LT_T * C::LD);
+    lt_piece p;
+    if (!lt_piece_of(a, &p)) return;
+    const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    const float *Sb = dS + (p.bh * a.M + p.blk) * C::SE;
+    lt_load_sum<DH>(Sb, sS, sSl, sSt, sStl);
+    for (int i = tid; i < DH; i += LT_THREADS) sDz[i] = Sb[DH * DH + i];
+    const int m0 = (w & 3) * 16, n0 = (w >> 2) * (DH / 2);
+    for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
+        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        lt_sync();
+        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, sK, sKl, C::LD, nullptr, nullptr, 0);
+        lt_load<DH>(a, a.v, a.vs, p, w0, nr, BWD_NO_FEATURE, 1.f, sV, nullptr, C::LD, nullptr,
+                    nullptr, 0);
+        lt_sync();
+        for (int which = 0; which < 2; which++) {
+            lt_bf *out = which ? a.dv : a.dk;
+            if (!out) continue;
+            float acc[C::TN][4];
+            lt_zero(acc);
+            if (which) /* dv = k̃ dS */
+                lt_mma3<C::TN>(acc, sK, sKl, C::LD, sSt, sStl, C::LD, m0, n0, DH);
+            else /* dk̃ = v dSᵀ */
+                lt_mma3<C::TN>(acc, sV, nullptr, C::LD, sS, sSl, C::LD, m0, n0, DH);
+#pragma unroll
+            for (int hr = 0; hr < 2; hr++) {
+                const int r = m0 + g + 8 * hr;
+                if (r >= nr) continue;
+                const int64_t tok = geo_tok(a.G, p.x, w0 + r);
+                lt_bf *dr = out + lt_row(which ? a.dvs : a.dks, p.b, tok, p.h);
+                const lt_bf *kr = a.k + lt_row(a.ks, p.b, tok, p.h);
+#pragma unroll
+                for (int nt = 0; nt < C::TN; nt++) {
+                    const int col = n0 + nt * 8 + 2 * c4;
+                    float x0 = acc[nt][2 * hr], x1 = acc[nt][2 * hr + 1];
+                    if (!which) {
+                        x0 = (x0 + sDz[col]) * bwd_feature_grad(a.f, lt_f(kr[col]));
+                        x1 = (x1 + sDz[col + 1]) * bwd_feature_grad(a.f, lt_f(kr[col + 1]));
+                    }
+                    lt_st2(dr + col, x0, x1);
+                }
+            }
+        }
+    }
+}
+
+/* out[bm][e] = Σ_p part[bm][p][e] over the pieces of the block, in order */
+__global__ void lt_reduce_kernel(int64_t total, lbk_geo G, int64_t M, int64_t P, int64_t PT,
+                                 int64_t SE, const float *part, float *out) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t e = i % SE, bm = i / SE, blk = bm % M;
+    const int64_t np = (geo_box(G, blk).size + PT - 1) / PT;
+    const float *src = part + bm * P * SE + e;
+    float s = 0.f;
+    for (int64_t p = 0; p < np; p++) s += src[p * SE];
+    out[i] = s;
+}
+
+/* Batched fp32 GEMM, 64 × 64 tiles, 4 × 4 per thread:
+ *   C[y][i][j] = Σ_{k in split} A(z, i, k) B(z, k, j),  y = z·splits + split,
+ * A(z,i,k) at A + (aMod ? z % aMod : z)·aZ + i·aI + k·aK, B(z,k,j) at
+ * B + z·bZ + k·bK + j·bJ, C[y] at C + y·cZ + i·cI + j. An empty split
+ * writes zeros. */
+struct lt_gemm {
+    const float *A;
+    int64_t aZ, aMod, aI, aK;
+    const float *B;
+    int64_t bZ, bK, bJ;
+    float *C;
+    int64_t cZ, cI;
+    int64_t rows, cols, K, splits, kper, tilesN;
+};
+__global__ void __launch_bounds__(LT_THREADS) lt_gemm_kernel(lt_gemm m) {
+    LT_SMEM_DECL;
+    float *As = (float *)lt_sm, *Bs = As + 16 * 64;
+    const int tid = lt_tid(), ty = tid / 16, tx = tid % 16;
+    const int64_t ti = lt_bx() / m.tilesN, tj = lt_bx() % m.tilesN;
+    const int64_t z = lt_by() / m.splits, sp = lt_by() % m.splits;
+    const float *A = m.A + (m.aMod ? z % m.aMod : z) * m.aZ, *B = m.B + z * m.bZ;
+    const int64_t i0 = ti * 64, j0 = tj * 64, kb = sp * m.kper, ke = lt_min(m.K, kb + m.kper);
+    float acc[4][4];
+    for (int x = 0; x < 4; x++)
+        for (int y = 0; y < 4; y++) acc[x][y] = 0.f;
+    for (int64_t k0 = kb; k0 < ke; k0 += 16) {
+        lt_sync();
+        for (int e = tid; e < 16 * 64; e += LT_THREADS) {
+            /* the contiguous direction of each operand varies fastest */
+            int kk, ii, jj, kj;
+            if (m.aK == 1) kk = e % 16, ii = e / 16;
+            else ii = e % 64, kk = e / 64;
+            const int64_t gi = i0 + ii, gk = k0 + kk;
+            As[kk * 64 + ii] = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
+            if (m.bJ == 1) jj = e % 64, kj = e / 64;
+            else kj = e % 16, jj = e / 16;
+            const int64_t gj = j0 + jj, gk2 = k0 + kj;
+            Bs[kj * 64 + jj] = gj < m.cols && gk2 < ke ? B[gk2 * m.bK + gj * m.bJ] : 0.f;
+        }
+        lt_sync();
+        for (int kk = 0; kk < 16; kk++) {
+            float av[4], bv[4];
+            for (int x = 0; x < 4; x++) av[x] = As[kk * 64 + ty * 4 + x];
+            for (int y = 0; y < 4; y++) bv[y] = Bs[kk * 64 + tx * 4 + y];
+            for (int x = 0; x < 4; x++)
+                for (int y = 0; y < 4; y++) acc[x][y] += av[x] * bv[y];
+        }
+    }
+    float *Cp = m.C + (int64_t)lt_by() * m.cZ;
+    for (int x = 0; x < 4; x++)
+        for (int y = 0; y < 4; y++) {
+            const int64_t gi = i0 + ty * 4 + x, gj = j0 + tx * 4 + y;
+            if (gi < m.rows && gj < m.cols) Cp[gi * m.cI + gj] = acc[x][y];
+        }
+}
+#define LT_GEMM_SMEM (2 * 16 * 64 * 4)
+
+/* dW[hw][e] = Σ_batch Σ_head Σ_split part[(b·H + h)·splits + split][e], in order */
+__global__ void lt_dw_reduce_kernel(int64_t total, int64_t B, int64_t H, int64_t Hw,
+                                    int64_t splits, int64_t MM, const float *part, float *dW) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t hw = i / MM, e = i % MM;
+    const int64_t h0 = Hw == 1 ? 0 : hw, h1 = Hw == 1 ? H : hw + 1;
+    float s = 0.f;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = h0; h < h1; h++)
+            for (int64_t sp = 0; sp < splits; sp++) s += part[((b * H + h) * splits + sp) * MM + e];
+    dW[i] = s;
+}
+
+int64_t lt_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, cudaStream_t s) {
+    lt_gemm m = m0;
+    m.tilesN = lt_cdiv(m.cols, 64);
+    if (m.kper <= 0) m.kper = lt_cdiv(m.K, 16) * 16;
+    LT_LAUNCH(lt_gemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_GEMM_SMEM, s,
+              m);
+    return LA_OK;
+}
+
+void lt_strides(const la_tensor *t, int64_t *s) {
+    for (int i = 0; i < 3; i++) s[i] = t ? t->nb[i] : 0;
+}
+
+template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
+    using C = lt_cfg<DH>;
+    const int64_t B = pr->q->ne[0], N = pr->q->ne[1], H = pr->q->ne[2], BH = B * H, M = pr->M;
+    const int64_t SE = C::SE;
+    lt_args a;
+    memset(&a, 0, sizeof a);
+    a.q = (const lt_bf *)pr->q->data;
+    a.k = (const lt_bf *)pr->k->data;
+    a.v = (const lt_bf *)pr->v->data;
+    a.g = (const lt_bf *)pr->d_out->data;
+    a.dq = pr->dq ? (lt_bf *)pr->dq->data : nullptr;
+    a.dk = pr->dk ? (lt_bf *)pr->dk->data : nullptr;
+    a.dv = pr->dv ? (lt_bf *)pr->dv->data : nullptr;
+    lt_strides(pr->q, a.qs);
+    lt_strides(pr->k, a.ks);
+    lt_strides(pr->v, a.vs);
+    lt_strides(pr->d_out, a.gs);
+    lt_strides(pr->dq, a.dqs);
+    lt_strides(pr->dk, a.dks);
+    lt_strides(pr->dv, a.dvs);
+    a.G.chunk = 0;
+    a.G.N = N;
+    int64_t maxsz = 1; /* no box is longer than ceil(n/g) along an axis */
+    for (int x = 0; x < 3; x++) {
+        a.G.n[x] = pr->n[x];
+        a.G.g[x] = pr->g[x];
+        maxsz *= lt_cdiv(pr->n[x], pr->g[x]);
+    }
+    const int64_t want = lt_cdiv(LT_TARGET_CTAS, BH * M);
+    int64_t PT = lt_cdiv(lt_cdiv(maxsz, want), LT_T) * LT_T;
+    const int64_t P = lt_cdiv(maxsz, PT);
+    a.H = H;
+    a.M = M;
+    a.P = P;
+    a.PT = PT;
+    a.f = pr->feature;
+    a.norm = pr->norm;
+    a.scale_q = pr->scale_q;
+    a.eps = pr->eps;
+
+    const bool mix = pr->mixing != nullptr, want_dw = mix && pr->d_mixing;
+    const int64_t Hw = mix && pr->mixing->ndim == 3 ? pr->mixing->ne[0] : 1;
+    /* dW: the SE summary elements in `splits` ranges (enough CTAs to fill the GPU) */
+    const int64_t tilesW = lt_cdiv(M, 64) * lt_cdiv(M, 64);
+    int64_t splits = lt_cdiv(4 * LT_TARGET_CTAS, tilesW * BH);
+    if (splits > 64) splits = 64;
+    if (splits > 65535 / BH) splits = 65535 / BH;
+    if (splits < 1) splits = 1;
+    const int64_t kper = lt_cdiv(lt_cdiv(SE, splits), 16) * 16;
+    splits = lt_cdiv(SE, kper);
+
+    bwd_ws ws;
+    float *part = nullptr, *Sb, *Amix = nullptr, *dA, *W = nullptr, *dWp = nullptr, *dWf = nullptr;
+    if (P > 1) ws.want(&part, BH * M * P, SE);
+    ws.want(&Sb, BH * M, SE);
+    if (mix) {
+        ws.want(&Amix, BH * M, SE); /* the mixed summaries, then dS */
+        ws.want(&W, Hw, M, M);
+    }
+    ws.want(&dA, BH * M, SE);
+    if (want_dw) {
+        ws.want(&dWp, BH * splits, M, M);
+        ws.want(&dWf, Hw, M, M);
+    }
+    LA_TRY(ws.alloc(s, "linear-family backward (tensor cores)"));
+
+    const size_t sm_sum = (size_t)3 * DH * C::LDT * 2;
+    const size_t sm_q = ((size_t)2 * DH * C::LD + LT_T * C::LD + 4 * DH * C::LDT) * 2 +
+                        ((size_t)DH + LT_T * 8 + 2 * LT_T) * 4;
+    const size_t sm_k = ((size_t)4 * DH * C::LD + 3 * LT_T * C::LD) * 2 + (size_t)DH * 4;
+
+    LT_LAUNCH(lt_sum_kernel<DH>, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
+    if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, Sb);
+    const float *Ause = Sb;
+    lt_gemm m;
+    if (mix) {
+        LA_TRY(bwd_pack(s, pr->mixing, W));
+        /* A_i = Σ_b W[i,b] S_b */
+        memset(&m, 0, sizeof m);
+        m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = M, m.aK = 1;
+        m.B = Sb, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
+        m.C = Amix, m.cZ = M * SE, m.cI = SE;
+        m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+        LA_TRY(lt_gemm_run(m, BH, s));
+        Ause = Amix;
+    }
+    LT_LAUNCH(lt_query_kernel<DH>, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
+    if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, dA);
+    if (want_dw) {
+        /* dW[i,b] = ⟨dA_i, S_b⟩ per (batch, head, range), then summed */
+        memset(&m, 0, sizeof m);
+        m.A = dA, m.aZ = M * SE, m.aMod = 0, m.aI = SE, m.aK = 1;
+        m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
+        m.C = dWp, m.cZ = M * M, m.cI = M;
+        m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
+        LA_TRY(lt_gemm_run(m, BH, s));
+        BWD_LAUNCH(lt_dw_reduce_kernel, Hw * M * M, s, B, H, Hw, splits, M * M, dWp, dWf);
+        LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
+    }
+    if (pr->dk || pr->dv) {
+        const float *dS = dA;
+        if (mix) {
+            /* dS_b = Σ_i W[i,b] dA_i (into the dead mixed summaries) */
+            memset(&m, 0, sizeof m);
+            m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = 1, m.aK = M;
+            m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
+            m.C = Amix, m.cZ = M * SE, m.cI = SE;
+            m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+            LA_TRY(lt_gemm_run(m, BH, s));
+            dS = Amix;
+        }
+        LT_LAUNCH(lt_key_kernel<DH>, M * P, BH, sm_k, s, a, dS);
+    }
+    return LA_OK;
+}
+
+bool lt_view_ok(const la_tensor *t, int64_t DH) {
+    if (!t) return true;
+    if (t->dtype != LA_BF16 || t->ndim != 4 || t->ne[3] != DH || t->nb[3] != 1) return false;
+    for (int i = 0; i < 3; i++)
+        if (t->nb[i] % 8) return false;
+    return ((uintptr_t)t->data & 15) == 0;
+}
+
+} // namespace
+
+int lbt_eligible(const lbt_problem *p) {
+    if (!p->q || !p->k || !p->v || !p->d_out) return 0;
+    const int64_t DH = p->q->ne[3];
+    if ((DH != 64 && DH != 128) || p->v->ne[3] != DH) return 0;
+    if (p->norm != LA_MHLA_NORM_NONE && p->norm != LA_MHLA_NORM_PER_QUERY) return 0;
+    /* identity features under per_query normalization: denominators may
+     * cross zero, and d_mixing's fp32 bound needs the fp32 engine there */
+    if (p->norm == LA_MHLA_NORM_PER_QUERY && p->feature == LA_FEATURE_IDENTITY) return 0;
+    const int64_t BH = p->q->ne[0] * p->q->ne[2];
+    if (BH < 1 || BH > 65535 || p->M < 1 || p->q->ne[1] < 1) return 0;
+    return lt_view_ok(p->q, DH) && lt_view_ok(p->k, DH) && lt_view_ok(p->v, DH) &&
+           lt_view_ok(p->d_out, DH) && lt_view_ok(p->dq, DH) && lt_view_ok(p->dk, DH) &&
+           lt_view_ok(p->dv, DH);
+}
+
+la_status lbt_backward(const lbt_problem *p, cudaStream_t s) {
+    return p->q->ne[3] == 128 ? lt_run<128>(p, s) : lt_run<64>(p, s);
+}
