@@ -13,17 +13,24 @@ t0=$(date +%s)
 el() { echo $(( $(date +%s) - t0 )); }
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader 2>&1 | head -1)"
 BIN=$B/dev/linear_bwd
-"$BIN" 9 > /dev/null 2>&1
-if [ $? -ne 2 ]; then
-    echo "# carried driver does not run here: building ($(el) s)"
-    mkdir -p "$B/dev"
-    if ! timeout 240 make -j16 SKIP_DEPS=1 BUILD="$B" "$B/liblongattn.a" > "$OUT/build.log" 2>&1; then
-        grep -E "error" "$OUT/build.log" | head -10; tail -5 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
-    fi
-    NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+NVCC=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+link() {
     "$NVCC" -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc dev/cuda/linear_bwd.cu \
         "$B/liblongattn.a" -o "$BIN" -Xcompiler -fopenmp -lopenblas -llapack -lgomp -lm -ldl -lpthread \
-        >> "$OUT/build.log" 2>&1 || { tail -20 "$OUT/build.log"; echo "DRIVER BUILD FAILED"; exit 1; }
+        >> "$OUT/build.log" 2>&1
+}
+runs() { "$BIN" 9 > /dev/null 2>&1; [ $? -eq 2 ]; }
+mkdir -p "$B/dev"
+if ! runs; then
+    echo "# carried driver does not run here: linking it against the carried library ($(el) s)"
+    if ! { [ -f "$B/liblongattn.a" ] && link && runs; }; then
+        echo "# building the library here ($(el) s)"
+        rm -f "$B/liblongattn.a"
+        if ! timeout 240 make -j16 SKIP_DEPS=1 BUILD="$B" "$B/liblongattn.a" >> "$OUT/build.log" 2>&1; then
+            grep -E "error" "$OUT/build.log" | head -10; tail -5 "$OUT/build.log"; echo "BUILD FAILED"; exit 1
+        fi
+        link || { tail -20 "$OUT/build.log"; echo "DRIVER BUILD FAILED"; exit 1; }
+    fi
 fi
 echo "# driver ready ($(el) s)"
 timeout 150 "$BIN" 1 ${LA_REPS:-10} > "$OUT/mma.log" 2>&1

@@ -21,7 +21,11 @@
  * Products on mma.sync m16n8k16 (bf16 operands, fp32 accumulation): the
  * operands sit in shared memory as bf16 rows, contiguous along the
  * reduction, padded by 8 elements (conflict-free 32-bit fragment loads);
- * transposed operands are stored transposed when the tile is loaded. Each
+ * transposed operands are stored transposed when the tile is loaded. When
+ * d_mixing is asked for (an fp32 gradient, held to 1e-4), the products it
+ * depends on (S, u, dA) take split operands x = hi + lo (two bf16 values,
+ * 16 bits of x; three mma passes, lo·lo dropped); dq, dk, dv alone are
+ * bf16 gradients, with the roundings of the same formula in bf16. Each
  * of the 8 warps owns 16 rows of a product (token tiles: 4 × 2 warps of 16
  * rows × DH/2 columns; DH × DH summaries: 16 rows × all or half the
  * columns). The feature map φ and scale_q are applied while loading. Under
@@ -36,6 +40,7 @@
 #define LT_T 64          /* tokens per tile */
 #define LT_THREADS 256   /* 8 warps */
 #define LT_TARGET_CTAS 264 /* pieces per launch to aim for: two per SM of an H200 */
+#define LT_MIX_MMA 1       /* mixing products and dW on split-operand mma (0: fp32 FMA) */
 
 #ifndef LA_BWD_EMU
 static __device__ __forceinline__ int lt_tid(void) { return threadIdx.x; }
@@ -114,6 +119,7 @@ struct lt_args {
     lbk_geo G;
     int64_t H, M, P, PT; /* heads, blocks, pieces per block (max), tokens per piece */
     int f, norm;
+    int precise; /* split operands in the products d_mixing depends on */
     float scale_q, eps;
 };
 
@@ -150,8 +156,10 @@ BWD_DEV inline void lt_load(const lt_args &a, const lt_bf *src, const int64_t *s
                             const lt_piece &p, int64_t w0, int nr, int f, float post, lt_bf *sm,
                             lt_bf *sm_lo, int ld, lt_bf *smT, lt_bf *smT_lo, int ldT) {
     constexpr int CH = DH / 8;
+    /* rows vary fastest: conflict-free transposed stores (and 16-byte row
+     * stores 68 words apart: conflict-free per quarter warp) */
     for (int i = lt_tid(); i < LT_T * CH; i += LT_THREADS) {
-        const int r = i / CH, ch = i % CH;
+        const int r = i % LT_T, ch = i / LT_T;
         lt_bf e[8], l[8];
         if (r < nr) {
             const int64_t tok = geo_tok(a.G, p.x, w0 + r);
@@ -258,23 +266,22 @@ BWD_DEV inline void lt_load_sum(const float *src, lt_bf *sm, lt_bf *sm_lo, lt_bf
         const float x = src[i];
         const lt_bf hi = lt_h(x), lo = lt_h(x - lt_f(hi));
         sm[d * LD + c] = hi;
-        sm_lo[d * LD + c] = lo;
-        if (smT) {
-            smT[c * LD + d] = hi;
-            smT_lo[c * LD + d] = lo;
-        }
+        if (sm_lo) sm_lo[d * LD + c] = lo;
+        if (smT) smT[c * LD + d] = hi;
+        if (smT_lo) smT_lo[c * LD + d] = lo;
     }
 }
-/* x = hi + lo of a split shared-memory element */
+/* x = hi + lo of a split shared-memory element (lo NULL: hi alone) */
 BWD_DEV inline float lt_x(const lt_bf *hi, const lt_bf *lo, int i) {
-    return lt_f(hi[i]) + lt_f(lo[i]);
+    return lo ? lt_f(hi[i]) + lt_f(lo[i]) : lt_f(hi[i]);
 }
 
 /* 1. summaries of one piece: part[slot] = [Σ k̃ vᵀ | Σ k̃] */
 template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt_args a, float *part) {
     using C = lt_cfg<DH>;
     LT_SMEM_DECL;
-    lt_bf *sKt = (lt_bf *)lt_sm, *sKl = sKt + DH * C::LDT, *sVt = sKl + DH * C::LDT;
+    lt_bf *sKt = (lt_bf *)lt_sm, *sVt = sKt + DH * C::LDT, *sKl = sVt + DH * C::LDT;
+    if (!a.precise) sKl = nullptr;
     lt_piece p;
     if (!lt_piece_of(a, &p)) return;
     const int tid = lt_tid();
@@ -311,6 +318,7 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
     lt_bf *sGl = sGt + DH * C::LDT;
     float *sZ = (float *)(sGl + DH * C::LDT), *sRed = sZ + DH, *sInv = sRed + LT_T * 8;
     float *sDd = sInv + LT_T;
+    if (!a.precise) sAl = sQl = sGl = nullptr;
     lt_piece p;
     if (!lt_piece_of(a, &p)) return;
     const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
@@ -363,7 +371,7 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
                 const float x = lt_f(sG[r * C::LD + c]) * sInv[r];
                 const lt_bf hi = lt_h(x);
                 sGt[c * C::LDT + r] = hi;
-                sGl[c * C::LDT + r] = lt_h(x - lt_f(hi));
+                if (sGl) sGl[c * C::LDT + r] = lt_h(x - lt_f(hi));
             }
             lt_sync();
         }
@@ -388,7 +396,7 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
             }
         }
         /* dA_i += q̃ᵀ dnum, dz̃_i += q̃ᵀ dden */
-        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
+        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, sGl, C::LDT,
                        lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
         if (normed && tid < DH)
             for (int r = 0; r < nr; r++) dz += lt_x(sQt, sQl, tid * C::LDT + r) * sDd[r];
@@ -398,26 +406,26 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
     if (tid < DH) dst[DH * DH + tid] = dz;
 }
 
-/* 5. the key side of one piece of block b: dk, dv from dS_b = [dS | dz] */
+/* 5. the key side of one piece of block b: dk, dv from dS_b = [dS | dz]
+ * (bf16 operands as the same formula in bf16: no split) */
 template <int DH>
 __global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const float *dS) {
     using C = lt_cfg<DH>;
     LT_SMEM_DECL;
-    lt_bf *sS = (lt_bf *)lt_sm, *sSl = sS + DH * C::LD, *sSt = sSl + DH * C::LD;
-    lt_bf *sStl = sSt + DH * C::LD, *sK = sStl + DH * C::LD, *sKl = sK + LT_T * C::LD;
-    lt_bf *sV = sKl + LT_T * C::LD;
+    lt_bf *sS = (lt_bf *)lt_sm, *sSt = sS + DH * C::LD, *sK = sSt + DH * C::LD;
+    lt_bf *sV = sK + LT_T * C::LD;
     float *sDz = (float *)(sV + LT_T * C::LD);
     lt_piece p;
     if (!lt_piece_of(a, &p)) return;
     const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     const float *Sb = dS + (p.bh * a.M + p.blk) * C::SE;
-    lt_load_sum<DH>(Sb, sS, sSl, sSt, sStl);
+    lt_load_sum<DH>(Sb, sS, nullptr, sSt, nullptr);
     for (int i = tid; i < DH; i += LT_THREADS) sDz[i] = Sb[DH * DH + i];
     const int m0 = (w & 3) * 16, n0 = (w >> 2) * (DH / 2);
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
         const int nr = (int)lt_min(LT_T, p.w1 - w0);
         lt_sync();
-        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, sK, sKl, C::LD, nullptr, nullptr, 0);
+        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, sK, nullptr, C::LD, nullptr, nullptr, 0);
         lt_load<DH>(a, a.v, a.vs, p, w0, nr, BWD_NO_FEATURE, 1.f, sV, nullptr, C::LD, nullptr,
                     nullptr, 0);
         lt_sync();
@@ -427,9 +435,9 @@ __global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const flo
             float acc[C::TN][4];
             lt_zero(acc);
             if (which) /* dv = k̃ dS */
-                lt_mma3<C::TN>(acc, sK, sKl, C::LD, sSt, sStl, C::LD, m0, n0, DH);
+                lt_mma_rows<C::TN>(acc, sK, C::LD, sSt, C::LD, m0, n0, DH);
             else /* dk̃ = v dSᵀ */
-                lt_mma3<C::TN>(acc, sV, nullptr, C::LD, sS, sSl, C::LD, m0, n0, DH);
+                lt_mma_rows<C::TN>(acc, sV, C::LD, sS, C::LD, m0, n0, DH);
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
                 const int r = m0 + g + 8 * hr;
@@ -505,10 +513,11 @@ __global__ void __launch_bounds__(LT_THREADS) lt_gemm_kernel(lt_gemm m) {
             Bs[kj * 64 + jj] = gj < m.cols && gk2 < ke ? B[gk2 * m.bK + gj * m.bJ] : 0.f;
         }
         lt_sync();
+#pragma unroll
         for (int kk = 0; kk < 16; kk++) {
-            float av[4], bv[4];
-            for (int x = 0; x < 4; x++) av[x] = As[kk * 64 + ty * 4 + x];
-            for (int y = 0; y < 4; y++) bv[y] = Bs[kk * 64 + tx * 4 + y];
+            const float4 a4 = *reinterpret_cast<const float4 *>(As + kk * 64 + ty * 4);
+            const float4 b4 = *reinterpret_cast<const float4 *>(Bs + kk * 64 + tx * 4);
+            const float av[4] = {a4.x, a4.y, a4.z, a4.w}, bv[4] = {b4.x, b4.y, b4.z, b4.w};
             for (int x = 0; x < 4; x++)
                 for (int y = 0; y < 4; y++) acc[x][y] += av[x] * bv[y];
         }
@@ -521,6 +530,62 @@ __global__ void __launch_bounds__(LT_THREADS) lt_gemm_kernel(lt_gemm m) {
         }
 }
 #define LT_GEMM_SMEM (2 * 16 * 64 * 4)
+
+/* The same product on mma.sync with split operands (hi + lo, three passes):
+ * 64 × 128 tiles, K in steps of 32; 8 warps of 16 rows × 64 columns. */
+#define LT_MG_K 32
+#define LT_MG_LD (LT_MG_K + 8)
+#define LT_MG_SMEM ((2 * 64 + 2 * 128) * LT_MG_LD * 2)
+__global__ void __launch_bounds__(LT_THREADS) lt_mgemm_kernel(lt_gemm m) {
+    LT_SMEM_DECL;
+    lt_bf *sA = (lt_bf *)lt_sm, *sAl = sA + 64 * LT_MG_LD, *sB = sAl + 64 * LT_MG_LD;
+    lt_bf *sBl = sB + 128 * LT_MG_LD;
+    const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
+    const int64_t ti = lt_bx() / m.tilesN, tj = lt_bx() % m.tilesN;
+    const int64_t z = lt_by() / m.splits, sp = lt_by() % m.splits;
+    const float *A = m.A + (m.aMod ? z % m.aMod : z) * m.aZ, *B = m.B + z * m.bZ;
+    const int64_t i0 = ti * 64, j0 = tj * 128, kb = sp * m.kper, ke = lt_min(m.K, kb + m.kper);
+    const int m0 = (w & 3) * 16, n0 = (w >> 2) * 64;
+    float acc[8][4];
+    lt_zero(acc);
+    for (int64_t k0 = kb; k0 < ke; k0 += LT_MG_K) {
+        lt_sync();
+        for (int e = tid; e < 64 * LT_MG_K; e += LT_THREADS) {
+            int kk, ii;
+            if (m.aK == 1) kk = e % LT_MG_K, ii = e / LT_MG_K;
+            else ii = e % 64, kk = e / 64;
+            const int64_t gi = i0 + ii, gk = k0 + kk;
+            const float x = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
+            const lt_bf hi = lt_h(x);
+            sA[ii * LT_MG_LD + kk] = hi;
+            sAl[ii * LT_MG_LD + kk] = lt_h(x - lt_f(hi));
+        }
+        for (int e = tid; e < 128 * LT_MG_K; e += LT_THREADS) {
+            int kk, jj;
+            if (m.bJ == 1) jj = e % 128, kk = e / 128;
+            else kk = e % LT_MG_K, jj = e / LT_MG_K;
+            const int64_t gj = j0 + jj, gk = k0 + kk;
+            const float x = gj < m.cols && gk < ke ? B[gk * m.bK + gj * m.bJ] : 0.f;
+            const lt_bf hi = lt_h(x);
+            sB[jj * LT_MG_LD + kk] = hi;
+            sBl[jj * LT_MG_LD + kk] = lt_h(x - lt_f(hi));
+        }
+        lt_sync();
+        lt_mma3<8>(acc, sA, sAl, LT_MG_LD, sB, sBl, LT_MG_LD, m0, n0, LT_MG_K);
+    }
+    float *Cp = m.C + (int64_t)lt_by() * m.cZ;
+#pragma unroll
+    for (int hr = 0; hr < 2; hr++) {
+        const int64_t gi = i0 + m0 + g + 8 * hr;
+        if (gi >= m.rows) continue;
+#pragma unroll
+        for (int nt = 0; nt < 8; nt++) {
+            const int64_t gj = j0 + n0 + nt * 8 + 2 * c4;
+            if (gj < m.cols) Cp[gi * m.cI + gj] = acc[nt][2 * hr];
+            if (gj + 1 < m.cols) Cp[gi * m.cI + gj + 1] = acc[nt][2 * hr + 1];
+        }
+    }
+}
 
 /* dW[hw][e] = Σ_batch Σ_head Σ_split part[(b·H + h)·splits + split][e], in order */
 __global__ void lt_dw_reduce_kernel(int64_t total, int64_t B, int64_t H, int64_t Hw,
@@ -538,12 +603,20 @@ __global__ void lt_dw_reduce_kernel(int64_t total, int64_t B, int64_t H, int64_t
 
 int64_t lt_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, cudaStream_t s) {
+/* mma: the split-operand tensor-core kernel; else the fp32 one. A set kper
+ * must be a multiple of 32. */
+la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, int mma, cudaStream_t s) {
     lt_gemm m = m0;
-    m.tilesN = lt_cdiv(m.cols, 64);
-    if (m.kper <= 0) m.kper = lt_cdiv(m.K, 16) * 16;
-    LT_LAUNCH(lt_gemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_GEMM_SMEM, s,
-              m);
+    if (m.kper <= 0) m.kper = lt_cdiv(m.K, LT_MG_K) * LT_MG_K;
+    if (mma) {
+        m.tilesN = lt_cdiv(m.cols, 128);
+        LT_LAUNCH(lt_mgemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_MG_SMEM,
+                  s, m);
+    } else {
+        m.tilesN = lt_cdiv(m.cols, 64);
+        LT_LAUNCH(lt_gemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits,
+                  LT_GEMM_SMEM, s, m);
+    }
     return LA_OK;
 }
 
@@ -590,8 +663,9 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     a.norm = pr->norm;
     a.scale_q = pr->scale_q;
     a.eps = pr->eps;
-
     const bool mix = pr->mixing != nullptr, want_dw = mix && pr->d_mixing;
+    a.precise = want_dw;
+
     const int64_t Hw = mix && pr->mixing->ndim == 3 ? pr->mixing->ne[0] : 1;
     /* dW: the SE summary elements in `splits` ranges (enough CTAs to fill the GPU) */
     const int64_t tilesW = lt_cdiv(M, 64) * lt_cdiv(M, 64);
@@ -599,7 +673,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     if (splits > 64) splits = 64;
     if (splits > 65535 / BH) splits = 65535 / BH;
     if (splits < 1) splits = 1;
-    const int64_t kper = lt_cdiv(lt_cdiv(SE, splits), 16) * 16;
+    const int64_t kper = lt_cdiv(lt_cdiv(SE, splits), LT_MG_K) * LT_MG_K;
     splits = lt_cdiv(SE, kper);
 
     bwd_ws ws;
@@ -620,7 +694,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     const size_t sm_sum = (size_t)3 * DH * C::LDT * 2;
     const size_t sm_q = ((size_t)2 * DH * C::LD + LT_T * C::LD + 4 * DH * C::LDT) * 2 +
                         ((size_t)DH + LT_T * 8 + 2 * LT_T) * 4;
-    const size_t sm_k = ((size_t)4 * DH * C::LD + 3 * LT_T * C::LD) * 2 + (size_t)DH * 4;
+    const size_t sm_k = ((size_t)2 * DH * C::LD + 2 * LT_T * C::LD) * 2 + (size_t)DH * 4;
 
     LT_LAUNCH(lt_sum_kernel<DH>, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
     if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, Sb);
@@ -634,7 +708,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         m.B = Sb, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
         m.C = Amix, m.cZ = M * SE, m.cI = SE;
         m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-        LA_TRY(lt_gemm_run(m, BH, s));
+        LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
         Ause = Amix;
     }
     LT_LAUNCH(lt_query_kernel<DH>, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
@@ -646,7 +720,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
         m.C = dWp, m.cZ = M * M, m.cI = M;
         m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
-        LA_TRY(lt_gemm_run(m, BH, s));
+        LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
         BWD_LAUNCH(lt_dw_reduce_kernel, Hw * M * M, s, B, H, Hw, splits, M * M, dWp, dWf);
         LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
     }
@@ -659,7 +733,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
             m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
             m.C = Amix, m.cZ = M * SE, m.cI = SE;
             m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-            LA_TRY(lt_gemm_run(m, BH, s));
+            LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
             dS = Amix;
         }
         LT_LAUNCH(lt_key_kernel<DH>, M * P, BH, sm_k, s, a, dS);
