@@ -33,15 +33,15 @@ if ! runs; then
     fi
 fi
 echo "# driver ready ($(el) s)"
-timeout 150 "$BIN" 1 ${LA_REPS:-10} > "$OUT/mma.log" 2>&1
+timeout 60 "$BIN" 1 ${LA_REPS:-10} > "$OUT/mma.log" 2>&1
 echo "# mma: rc=$? ($(el) s)"
 grep -E "FAIL|VALIDATE|BENCH" "$OUT/mma.log" | head -30
-timeout 90 "$BIN" 0 0 > "$OUT/portable.log" 2>&1
+timeout 30 "$BIN" 0 0 > "$OUT/portable.log" 2>&1
 echo "# portable: rc=$? ($(el) s)"
 grep -E "FAIL|VALIDATE" "$OUT/portable.log" | head -10
 CS=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
 for tool in memcheck racecheck; do
-    timeout 90 "$CS" --tool "$tool" --error-exitcode 9 "$BIN" 1 0 small > "$OUT/san_$tool.log" 2>&1
+    timeout ${LA_SAN_S:-45} "$CS" --tool "$tool" --error-exitcode 9 "$BIN" 1 0 small > "$OUT/san_$tool.log" 2>&1
     echo "# $tool: rc=$? ($(el) s)"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|VALIDATE|Device not supported" "$OUT/san_$tool.log" | tail -3
 done

@@ -330,7 +330,7 @@ int main(int argc, char **argv) {
         {"mhla", 1, 2, 63, 2, 128, PQ, LA_FEATURE_RELU, 1, 2, {9, 7}, {3, 2}, 0, 15},
         {"mhla", 1, 1, 120, 2, 64, NO, LA_FEATURE_RELU_EPS, 0, 3, {4, 6, 5}, {2, 3, 5}, 1, 15},
         {"mhla", 1, 1, 700, 1, 128, PQ, LA_FEATURE_RELU_EPS, 1, 3, {7, 10, 10}, {3, 5, 10}, 0, 15},
-        {"mhla", 1, 1, 1, 1, 128, PQ, LA_FEATURE_ELU1, 0, 1, {1}, {1}, 0, 15},
+        {"mhla", 1, 1, 1, 1, 128, NO, LA_FEATURE_ELU1, 0, 1, {1}, {1}, 0, 15}, /* N = 1 normalized: o = v up to eps */
         {"mhla", 1, 1, 1000, 1, 64, NO, LA_FEATURE_RELU, 1, 1, {1000}, {3}, 0, 14}, /* no dq */
     };
     for (const vcase &c : cases)

@@ -7,7 +7,7 @@
  * tokens (a multiple of 64, chosen so that the grid fills the GPU); one CTA
  * per piece, looping over 64-token tiles:
  *   1. lt_sum:   S_b = K̃_bᵀ V_b, z_b = Σ k̃ (mma over the tokens of the tile);
- *   2. mixing:   A_i = Σ_b W[i,b] S_b (fp32 tiled GEMM; no mixing: A = S);
+ *   2. mixing:   A_i = Σ_b W[i,b] S_b (no mixing: A = S);
  *   3. lt_query: num = Q̃ A_i, den = q̃·z̃_i + eps, dnum = dO/den,
  *                dden = −(dO·num)/den², dq̃ = dnum A_iᵀ + z̃_i dden, written
  *                as dq = scale_q φ'(q) dq̃; dA_i += Q̃ᵀ dnum, dz̃_i += Q̃ᵀ dden;
@@ -29,7 +29,10 @@
  * of the 8 warps owns 16 rows of a product (token tiles: 4 × 2 warps of 16
  * rows × DH/2 columns; DH × DH summaries: 16 rows × all or half the
  * columns). The feature map φ and scale_q are applied while loading. Under
- * LA_BWD_EMU the same kernel text runs on the host emulator (bwd_emu.cuh). */
+ * LA_BWD_EMU the same kernel text runs on the host emulator (bwd_emu.cuh).
+ * The mixing products and dW (steps 2, 4) are batched GEMMs on the same
+ * instructions, with split operands (fp32 in and out). Global loads of the
+ * next token tile are issued before the products of the current one. */
 #include <math.h>
 
 #include "cuda/bwd_common.cuh"
@@ -40,7 +43,6 @@
 #define LT_T 64          /* tokens per tile */
 #define LT_THREADS 256   /* 8 warps */
 #define LT_TARGET_CTAS 264 /* pieces per launch to aim for: two per SM of an H200 */
-#define LT_MIX_MMA 1       /* mixing products and dW on split-operand mma (0: fp32 FMA) */
 
 #ifndef LA_BWD_EMU
 static __device__ __forceinline__ int lt_tid(void) { return threadIdx.x; }
@@ -145,60 +147,78 @@ BWD_DEV inline bool lt_piece_of(const lt_args &a, lt_piece *p) {
     return p->w0 < p->x.size;
 }
 
-/* Positions [w0, w0 + nr) of box x of a [B,N,H,DH] bf16 view (unit inner
- * stride, 16-byte rows) into shared memory as x = hi + lo (two bf16 rows,
- * lo = bf16(x − hi): the pair carries 16 bits of x), row-major (sm, row
- * stride ld) and/or transposed (smT, row stride ldT); NULL parts are not
- * written. f >= 0: x = post·φ(input); else x = input (exact in bf16: lo = 0).
- * Rows nr..63 are zero. */
+/* A 64-token tile of a [B,N,H,DH] bf16 view (unit inner stride, 16-byte
+ * rows) in flight: each thread holds IT 16-byte chunks of one row. lt_fetch
+ * issues the loads of positions [w0, w0 + nr) of the piece's box (so that
+ * they overlap the products of the tile before), lt_stage writes them to
+ * shared memory. Rows vary fastest across threads: conflict-free transposed
+ * stores, and 16-byte row stores 68 words apart (conflict-free per quarter
+ * warp). */
+template <int DH> struct lt_tile {
+    static constexpr int IT = LT_T * (DH / 8) / LT_THREADS;
+    uint4 u[IT];
+};
 template <int DH>
-BWD_DEV inline void lt_load(const lt_args &a, const lt_bf *src, const int64_t *st,
-                            const lt_piece &p, int64_t w0, int nr, int f, float post, lt_bf *sm,
-                            lt_bf *sm_lo, int ld, lt_bf *smT, lt_bf *smT_lo, int ldT) {
-    constexpr int CH = DH / 8;
-    /* rows vary fastest: conflict-free transposed stores (and 16-byte row
-     * stores 68 words apart: conflict-free per quarter warp) */
-    for (int i = lt_tid(); i < LT_T * CH; i += LT_THREADS) {
-        const int r = i % LT_T, ch = i / LT_T;
+BWD_DEV inline void lt_fetch(const lt_args &a, const lt_bf *src, const int64_t *st,
+                             const lt_piece &p, int64_t w0, int nr, lt_tile<DH> &R) {
+    const int r = lt_tid() % LT_T; /* the same row for every chunk of this thread */
+    const lt_bf *row = nullptr;
+    if (r < nr) row = src + lt_row(st, p.b, geo_tok(a.G, p.x, w0 + r), p.h);
+#pragma unroll
+    for (int it = 0; it < lt_tile<DH>::IT; it++) {
+        const int ch = (lt_tid() + it * LT_THREADS) / LT_T;
+        R.u[it] = row ? *reinterpret_cast<const uint4 *>(row + ch * 8) : make_uint4(0, 0, 0, 0);
+    }
+}
+/* The tile as x = hi + lo (two bf16 rows, lo = bf16(x − hi): the pair
+ * carries 16 bits of x), row-major (sm, row stride ld) and/or transposed
+ * (smT, row stride ldT); NULL parts are not written. f >= 0: x =
+ * post·φ(input); else x = input (exact in bf16: lo = 0). Rows nr..63 are
+ * zero. */
+template <int DH>
+BWD_DEV inline void lt_stage(const lt_tile<DH> &R, int nr, int f, float post, lt_bf *sm,
+                             lt_bf *sm_lo, int ld, lt_bf *smT, lt_bf *smT_lo, int ldT) {
+    const int r = lt_tid() % LT_T;
+#pragma unroll
+    for (int it = 0; it < lt_tile<DH>::IT; it++) {
+        const int ch = (lt_tid() + it * LT_THREADS) / LT_T;
+        const uint32_t w[4] = {R.u[it].x, R.u[it].y, R.u[it].z, R.u[it].w};
         lt_bf e[8], l[8];
-        if (r < nr) {
-            const int64_t tok = geo_tok(a.G, p.x, w0 + r);
-            const uint4 u = *reinterpret_cast<const uint4 *>(src + lt_row(st, p.b, tok, p.h) + ch * 8);
-            const uint32_t w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            e[j] = (lt_bf)(w[j / 2] >> (16 * (j % 2)));
+            l[j] = 0;
+        }
+        if (f >= 0 && r < nr) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
-                e[j] = (lt_bf)(w[j / 2] >> (16 * (j % 2)));
-                l[j] = 0;
+                const float x = post * bwd_feature(f, lt_f(e[j]));
+                e[j] = lt_h(x);
+                l[j] = lt_h(x - lt_f(e[j]));
             }
-            if (f >= 0) {
-#pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const float x = post * bwd_feature(f, lt_f(e[j]));
-                    e[j] = lt_h(x);
-                    l[j] = lt_h(x - lt_f(e[j]));
-                }
-            }
-        } else {
-#pragma unroll
-            for (int j = 0; j < 8; j++) e[j] = l[j] = 0;
         }
         for (int part = 0; part < 2; part++) {
             const lt_bf *x = part ? l : e;
-            lt_bf *row = part ? sm_lo : sm, *col = part ? smT_lo : smT;
-            if (row) {
+            lt_bf *rowp = part ? sm_lo : sm, *colp = part ? smT_lo : smT;
+            if (rowp) {
                 uint4 u;
                 u.x = (uint32_t)x[0] | ((uint32_t)x[1] << 16);
                 u.y = (uint32_t)x[2] | ((uint32_t)x[3] << 16);
                 u.z = (uint32_t)x[4] | ((uint32_t)x[5] << 16);
                 u.w = (uint32_t)x[6] | ((uint32_t)x[7] << 16);
-                *reinterpret_cast<uint4 *>(row + r * ld + ch * 8) = u;
+                *reinterpret_cast<uint4 *>(rowp + r * ld + ch * 8) = u;
             }
-            if (col) {
+            if (colp) {
 #pragma unroll
-                for (int j = 0; j < 8; j++) col[(ch * 8 + j) * ldT + r] = x[j];
+                for (int j = 0; j < 8; j++) colp[(ch * 8 + j) * ldT + r] = x[j];
             }
         }
     }
+}
+/* the tile after positions [w0, w0 + 64) of the piece: its row count (0: none) */
+BWD_DEV inline int lt_next_rows(const lt_piece &p, int64_t w0) {
+    const int64_t wn = w0 + LT_T;
+    return wn < p.w1 ? (int)lt_min(LT_T, p.w1 - wn) : 0;
 }
 
 /* acc += A · Bᵀ for one warp: A rows m0..m0+15 of sA, B rows n0..n0+8·NT−1
@@ -256,19 +276,31 @@ BWD_DEV inline void lt_store_sum(const float (&acc)[lt_cfg<DH>::SN][4], float *d
     }
 }
 /* a DH × DH fp32 summary as split bf16 rows: sm[d][c] (+ sm_lo) and, when
- * smT is given, smT[c][d] (+ smT_lo) */
+ * smT is given, smT[c][d] (+ smT_lo); the loads four float4 at a time */
 template <int DH>
 BWD_DEV inline void lt_load_sum(const float *src, lt_bf *sm, lt_bf *sm_lo, lt_bf *smT,
                                 lt_bf *smT_lo) {
-    constexpr int LD = lt_cfg<DH>::LD;
-    for (int i = lt_tid(); i < DH * DH; i += LT_THREADS) {
-        const int d = i / DH, c = i % DH;
-        const float x = src[i];
-        const lt_bf hi = lt_h(x), lo = lt_h(x - lt_f(hi));
-        sm[d * LD + c] = hi;
-        if (sm_lo) sm_lo[d * LD + c] = lo;
-        if (smT) smT[c * LD + d] = hi;
-        if (smT_lo) smT_lo[c * LD + d] = lo;
+    constexpr int LD = lt_cfg<DH>::LD, IT = DH * DH / 4 / LT_THREADS;
+    static_assert(IT % 4 == 0, "summary load batches");
+    for (int b0 = 0; b0 < IT; b0 += 4) {
+        float4 x4[4];
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+            x4[j] = reinterpret_cast<const float4 *>(src)[lt_tid() + (b0 + j) * LT_THREADS];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int i = 4 * (lt_tid() + (b0 + j) * LT_THREADS), d = i / DH, c0 = i % DH;
+            const float xs[4] = {x4[j].x, x4[j].y, x4[j].z, x4[j].w};
+#pragma unroll
+            for (int t = 0; t < 4; t++) {
+                const int c = c0 + t;
+                const lt_bf hi = lt_h(xs[t]), lo = lt_h(xs[t] - lt_f(hi));
+                sm[d * LD + c] = hi;
+                if (sm_lo) sm_lo[d * LD + c] = lo;
+                if (smT) smT[c * LD + d] = hi;
+                if (smT_lo) smT_lo[c * LD + d] = lo;
+            }
+        }
     }
 }
 /* x = hi + lo of a split shared-memory element (lo NULL: hi alone) */
@@ -288,13 +320,21 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt
     float acc[C::SN][4];
     lt_zero(acc);
     float zacc = 0.f;
+    lt_tile<DH> Rk, Rv;
+    int nrn = (int)lt_min(LT_T, p.w1 - p.w0);
+    lt_fetch<DH>(a, a.k, a.ks, p, p.w0, nrn, Rk);
+    lt_fetch<DH>(a, a.v, a.vs, p, p.w0, nrn, Rv);
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
-        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        const int nr = nrn;
         lt_sync();
-        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, nullptr, nullptr, 0, sKt, sKl, C::LDT);
-        lt_load<DH>(a, a.v, a.vs, p, w0, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, 0, sVt,
-                    nullptr, C::LDT);
+        lt_stage<DH>(Rk, nr, a.f, 1.f, nullptr, nullptr, 0, sKt, sKl, C::LDT);
+        lt_stage<DH>(Rv, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, 0, sVt, nullptr, C::LDT);
         lt_sync();
+        nrn = lt_next_rows(p, w0);
+        if (nrn) {
+            lt_fetch<DH>(a, a.k, a.ks, p, w0 + LT_T, nrn, Rk);
+            lt_fetch<DH>(a, a.v, a.vs, p, w0 + LT_T, nrn, Rv);
+        }
         lt_mma3<C::SN>(acc, sKt, sKl, C::LDT, sVt, nullptr, C::LDT, lt_sum_m0<DH>(),
                        lt_sum_n0<DH>(), LT_T);
         if (tid < DH)
@@ -330,14 +370,22 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
     float dacc[C::SN][4];
     lt_zero(dacc);
     float dz = 0.f;
+    lt_tile<DH> Rq, Rg;
+    int nrn = (int)lt_min(LT_T, p.w1 - p.w0);
+    lt_fetch<DH>(a, a.q, a.qs, p, p.w0, nrn, Rq);
+    lt_fetch<DH>(a, a.g, a.gs, p, p.w0, nrn, Rg);
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
-        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        const int nr = nrn;
         lt_sync();
-        lt_load<DH>(a, a.q, a.qs, p, w0, nr, a.f, a.scale_q, nullptr, nullptr, 0, sQt, sQl,
-                    C::LDT);
-        lt_load<DH>(a, a.g, a.gs, p, w0, nr, BWD_NO_FEATURE, 1.f, sG, nullptr, C::LD,
-                    normed ? nullptr : sGt, nullptr, C::LDT);
+        lt_stage<DH>(Rq, nr, a.f, a.scale_q, nullptr, nullptr, 0, sQt, sQl, C::LDT);
+        lt_stage<DH>(Rg, nr, BWD_NO_FEATURE, 1.f, sG, nullptr, C::LD, normed ? nullptr : sGt,
+                     nullptr, C::LDT);
         lt_sync();
+        nrn = lt_next_rows(p, w0);
+        if (nrn) {
+            lt_fetch<DH>(a, a.q, a.qs, p, w0 + LT_T, nrn, Rq);
+            lt_fetch<DH>(a, a.g, a.gs, p, w0 + LT_T, nrn, Rg);
+        }
         float acc[C::TN][4]; /* u = dO A_iᵀ: rows tokens, columns d */
         lt_zero(acc);
         if (normed || a.dq) lt_mma3<C::TN>(acc, sG, nullptr, C::LD, sA, sAl, C::LD, m0, n0, DH);
@@ -384,19 +432,22 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
                 const float dd = normed ? sDd[r] : 0.f, iv = normed ? sInv[r] : 1.f;
                 const lt_bf *qr = a.q + lt_row(a.qs, p.b, tok, p.h);
                 lt_bf *dr = a.dq + lt_row(a.dqs, p.b, tok, p.h);
+                uint32_t raw[C::TN]; /* every load before any store */
+#pragma unroll
+                for (int nt = 0; nt < C::TN; nt++) raw[nt] = lt_ld32(qr + n0 + nt * 8 + 2 * c4);
 #pragma unroll
                 for (int nt = 0; nt < C::TN; nt++) {
                     const int col = n0 + nt * 8 + 2 * c4;
                     float x0 = acc[nt][2 * hr] * iv + sZ[col] * dd;
                     float x1 = acc[nt][2 * hr + 1] * iv + sZ[col + 1] * dd;
-                    x0 *= a.scale_q * bwd_feature_grad(a.f, lt_f(qr[col]));
-                    x1 *= a.scale_q * bwd_feature_grad(a.f, lt_f(qr[col + 1]));
+                    x0 *= a.scale_q * bwd_feature_grad(a.f, lt_f((lt_bf)raw[nt]));
+                    x1 *= a.scale_q * bwd_feature_grad(a.f, lt_f((lt_bf)(raw[nt] >> 16)));
                     lt_st2(dr + col, x0, x1);
                 }
             }
         }
         /* dA_i += q̃ᵀ dnum, dz̃_i += q̃ᵀ dden */
-        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, sGl, C::LDT,
+        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
                        lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
         if (normed && tid < DH)
             for (int r = 0; r < nr; r++) dz += lt_x(sQt, sQl, tid * C::LDT + r) * sDd[r];
@@ -422,13 +473,21 @@ __global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const flo
     lt_load_sum<DH>(Sb, sS, nullptr, sSt, nullptr);
     for (int i = tid; i < DH; i += LT_THREADS) sDz[i] = Sb[DH * DH + i];
     const int m0 = (w & 3) * 16, n0 = (w >> 2) * (DH / 2);
+    lt_tile<DH> Rk, Rv;
+    int nrn = (int)lt_min(LT_T, p.w1 - p.w0);
+    lt_fetch<DH>(a, a.k, a.ks, p, p.w0, nrn, Rk);
+    lt_fetch<DH>(a, a.v, a.vs, p, p.w0, nrn, Rv);
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
-        const int nr = (int)lt_min(LT_T, p.w1 - w0);
+        const int nr = nrn;
         lt_sync();
-        lt_load<DH>(a, a.k, a.ks, p, w0, nr, a.f, 1.f, sK, nullptr, C::LD, nullptr, nullptr, 0);
-        lt_load<DH>(a, a.v, a.vs, p, w0, nr, BWD_NO_FEATURE, 1.f, sV, nullptr, C::LD, nullptr,
-                    nullptr, 0);
+        lt_stage<DH>(Rk, nr, a.f, 1.f, sK, nullptr, C::LD, nullptr, nullptr, 0);
+        lt_stage<DH>(Rv, nr, BWD_NO_FEATURE, 1.f, sV, nullptr, C::LD, nullptr, nullptr, 0);
         lt_sync();
+        nrn = lt_next_rows(p, w0);
+        if (nrn) {
+            lt_fetch<DH>(a, a.k, a.ks, p, w0 + LT_T, nrn, Rk);
+            lt_fetch<DH>(a, a.v, a.vs, p, w0 + LT_T, nrn, Rv);
+        }
         for (int which = 0; which < 2; which++) {
             lt_bf *out = which ? a.dv : a.dk;
             if (!out) continue;
@@ -445,13 +504,17 @@ __global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const flo
                 const int64_t tok = geo_tok(a.G, p.x, w0 + r);
                 lt_bf *dr = out + lt_row(which ? a.dvs : a.dks, p.b, tok, p.h);
                 const lt_bf *kr = a.k + lt_row(a.ks, p.b, tok, p.h);
+                uint32_t raw[C::TN]; /* every load before any store */
+#pragma unroll
+                for (int nt = 0; nt < C::TN; nt++)
+                    raw[nt] = which ? 0u : lt_ld32(kr + n0 + nt * 8 + 2 * c4);
 #pragma unroll
                 for (int nt = 0; nt < C::TN; nt++) {
                     const int col = n0 + nt * 8 + 2 * c4;
                     float x0 = acc[nt][2 * hr], x1 = acc[nt][2 * hr + 1];
                     if (!which) {
-                        x0 = (x0 + sDz[col]) * bwd_feature_grad(a.f, lt_f(kr[col]));
-                        x1 = (x1 + sDz[col + 1]) * bwd_feature_grad(a.f, lt_f(kr[col + 1]));
+                        x0 = (x0 + sDz[col]) * bwd_feature_grad(a.f, lt_f((lt_bf)raw[nt]));
+                        x1 = (x1 + sDz[col + 1]) * bwd_feature_grad(a.f, lt_f((lt_bf)(raw[nt] >> 16)));
                     }
                     lt_st2(dr + col, x0, x1);
                 }
@@ -473,11 +536,12 @@ __global__ void lt_reduce_kernel(int64_t total, lbk_geo G, int64_t M, int64_t P,
     out[i] = s;
 }
 
-/* Batched fp32 GEMM, 64 × 64 tiles, 4 × 4 per thread:
+/* Batched product on mma.sync with split operands (hi + lo, three passes):
  *   C[y][i][j] = Σ_{k in split} A(z, i, k) B(z, k, j),  y = z·splits + split,
  * A(z,i,k) at A + (aMod ? z % aMod : z)·aZ + i·aI + k·aK, B(z,k,j) at
- * B + z·bZ + k·bK + j·bJ, C[y] at C + y·cZ + i·cI + j. An empty split
- * writes zeros. */
+ * B + z·bZ + k·bK + j·bJ, C[y] at C + y·cZ + i·cI + j (fp32 in and out; an
+ * empty split writes zeros). 64 × 128 tiles, K in steps of 32; 8 warps of
+ * 16 rows × 64 columns. */
 struct lt_gemm {
     const float *A;
     int64_t aZ, aMod, aI, aK;
@@ -487,52 +551,6 @@ struct lt_gemm {
     int64_t cZ, cI;
     int64_t rows, cols, K, splits, kper, tilesN;
 };
-__global__ void __launch_bounds__(LT_THREADS) lt_gemm_kernel(lt_gemm m) {
-    LT_SMEM_DECL;
-    float *As = (float *)lt_sm, *Bs = As + 16 * 64;
-    const int tid = lt_tid(), ty = tid / 16, tx = tid % 16;
-    const int64_t ti = lt_bx() / m.tilesN, tj = lt_bx() % m.tilesN;
-    const int64_t z = lt_by() / m.splits, sp = lt_by() % m.splits;
-    const float *A = m.A + (m.aMod ? z % m.aMod : z) * m.aZ, *B = m.B + z * m.bZ;
-    const int64_t i0 = ti * 64, j0 = tj * 64, kb = sp * m.kper, ke = lt_min(m.K, kb + m.kper);
-    float acc[4][4];
-    for (int x = 0; x < 4; x++)
-        for (int y = 0; y < 4; y++) acc[x][y] = 0.f;
-    for (int64_t k0 = kb; k0 < ke; k0 += 16) {
-        lt_sync();
-        for (int e = tid; e < 16 * 64; e += LT_THREADS) {
-            /* the contiguous direction of each operand varies fastest */
-            int kk, ii, jj, kj;
-            if (m.aK == 1) kk = e % 16, ii = e / 16;
-            else ii = e % 64, kk = e / 64;
-            const int64_t gi = i0 + ii, gk = k0 + kk;
-            As[kk * 64 + ii] = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
-            if (m.bJ == 1) jj = e % 64, kj = e / 64;
-            else kj = e % 16, jj = e / 16;
-            const int64_t gj = j0 + jj, gk2 = k0 + kj;
-            Bs[kj * 64 + jj] = gj < m.cols && gk2 < ke ? B[gk2 * m.bK + gj * m.bJ] : 0.f;
-        }
-        lt_sync();
-#pragma unroll
-        for (int kk = 0; kk < 16; kk++) {
-            const float4 a4 = *reinterpret_cast<const float4 *>(As + kk * 64 + ty * 4);
-            const float4 b4 = *reinterpret_cast<const float4 *>(Bs + kk * 64 + tx * 4);
-            const float av[4] = {a4.x, a4.y, a4.z, a4.w}, bv[4] = {b4.x, b4.y, b4.z, b4.w};
-            for (int x = 0; x < 4; x++)
-                for (int y = 0; y < 4; y++) acc[x][y] += av[x] * bv[y];
-        }
-    }
-    float *Cp = m.C + (int64_t)lt_by() * m.cZ;
-    for (int x = 0; x < 4; x++)
-        for (int y = 0; y < 4; y++) {
-            const int64_t gi = i0 + ty * 4 + x, gj = j0 + tx * 4 + y;
-            if (gi < m.rows && gj < m.cols) Cp[gi * m.cI + gj] = acc[x][y];
-        }
-}
-#define LT_GEMM_SMEM (2 * 16 * 64 * 4)
-
-/* The same product on mma.sync with split operands (hi + lo, three passes):
- * 64 × 128 tiles, K in steps of 32; 8 warps of 16 rows × 64 columns. */
 #define LT_MG_K 32
 #define LT_MG_LD (LT_MG_K + 8)
 #define LT_MG_SMEM ((2 * 64 + 2 * 128) * LT_MG_LD * 2)
@@ -548,29 +566,47 @@ __global__ void __launch_bounds__(LT_THREADS) lt_mgemm_kernel(lt_gemm m) {
     const int m0 = (w & 3) * 16, n0 = (w >> 2) * 64;
     float acc[8][4];
     lt_zero(acc);
+    /* the loads of step k0 + 32 are issued before the products of step k0
+     * (the contiguous direction of each operand varies fastest) */
+    constexpr int IA = 64 * LT_MG_K / LT_THREADS, IB = 128 * LT_MG_K / LT_THREADS;
+    float xa[IA], xb[IB];
+    auto fetch = [&](int64_t k0) {
+#pragma unroll
+        for (int t = 0; t < IA; t++) {
+            const int e = tid + t * LT_THREADS;
+            const int kk = m.aK == 1 ? e % LT_MG_K : e / 64, ii = m.aK == 1 ? e / LT_MG_K : e % 64;
+            const int64_t gi = i0 + ii, gk = k0 + kk;
+            xa[t] = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
+        }
+#pragma unroll
+        for (int t = 0; t < IB; t++) {
+            const int e = tid + t * LT_THREADS;
+            const int jj = m.bJ == 1 ? e % 128 : e / LT_MG_K, kk = m.bJ == 1 ? e / 128 : e % LT_MG_K;
+            const int64_t gj = j0 + jj, gk = k0 + kk;
+            xb[t] = gj < m.cols && gk < ke ? B[gk * m.bK + gj * m.bJ] : 0.f;
+        }
+    };
+    if (kb < ke) fetch(kb);
     for (int64_t k0 = kb; k0 < ke; k0 += LT_MG_K) {
         lt_sync();
-        for (int e = tid; e < 64 * LT_MG_K; e += LT_THREADS) {
-            int kk, ii;
-            if (m.aK == 1) kk = e % LT_MG_K, ii = e / LT_MG_K;
-            else ii = e % 64, kk = e / 64;
-            const int64_t gi = i0 + ii, gk = k0 + kk;
-            const float x = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
-            const lt_bf hi = lt_h(x);
+#pragma unroll
+        for (int t = 0; t < IA; t++) {
+            const int e = tid + t * LT_THREADS;
+            const int kk = m.aK == 1 ? e % LT_MG_K : e / 64, ii = m.aK == 1 ? e / LT_MG_K : e % 64;
+            const lt_bf hi = lt_h(xa[t]);
             sA[ii * LT_MG_LD + kk] = hi;
-            sAl[ii * LT_MG_LD + kk] = lt_h(x - lt_f(hi));
+            sAl[ii * LT_MG_LD + kk] = lt_h(xa[t] - lt_f(hi));
         }
-        for (int e = tid; e < 128 * LT_MG_K; e += LT_THREADS) {
-            int kk, jj;
-            if (m.bJ == 1) jj = e % 128, kk = e / 128;
-            else kk = e % LT_MG_K, jj = e / LT_MG_K;
-            const int64_t gj = j0 + jj, gk = k0 + kk;
-            const float x = gj < m.cols && gk < ke ? B[gk * m.bK + gj * m.bJ] : 0.f;
-            const lt_bf hi = lt_h(x);
+#pragma unroll
+        for (int t = 0; t < IB; t++) {
+            const int e = tid + t * LT_THREADS;
+            const int jj = m.bJ == 1 ? e % 128 : e / LT_MG_K, kk = m.bJ == 1 ? e / 128 : e % LT_MG_K;
+            const lt_bf hi = lt_h(xb[t]);
             sB[jj * LT_MG_LD + kk] = hi;
-            sBl[jj * LT_MG_LD + kk] = lt_h(x - lt_f(hi));
+            sBl[jj * LT_MG_LD + kk] = lt_h(xb[t] - lt_f(hi));
         }
         lt_sync();
+        if (k0 + LT_MG_K < ke) fetch(k0 + LT_MG_K);
         lt_mma3<8>(acc, sA, sAl, LT_MG_LD, sB, sBl, LT_MG_LD, m0, n0, LT_MG_K);
     }
     float *Cp = m.C + (int64_t)lt_by() * m.cZ;
@@ -603,20 +639,13 @@ __global__ void lt_dw_reduce_kernel(int64_t total, int64_t B, int64_t H, int64_t
 
 int64_t lt_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
-/* mma: the split-operand tensor-core kernel; else the fp32 one. A set kper
- * must be a multiple of 32. */
-la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, int mma, cudaStream_t s) {
+/* a set kper must be a multiple of LT_MG_K */
+la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, cudaStream_t s) {
     lt_gemm m = m0;
     if (m.kper <= 0) m.kper = lt_cdiv(m.K, LT_MG_K) * LT_MG_K;
-    if (mma) {
-        m.tilesN = lt_cdiv(m.cols, 128);
-        LT_LAUNCH(lt_mgemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_MG_SMEM,
-                  s, m);
-    } else {
-        m.tilesN = lt_cdiv(m.cols, 64);
-        LT_LAUNCH(lt_gemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits,
-                  LT_GEMM_SMEM, s, m);
-    }
+    m.tilesN = lt_cdiv(m.cols, 128);
+    LT_LAUNCH(lt_mgemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_MG_SMEM, s,
+              m);
     return LA_OK;
 }
 
@@ -708,7 +737,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         m.B = Sb, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
         m.C = Amix, m.cZ = M * SE, m.cI = SE;
         m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-        LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
+        LA_TRY(lt_gemm_run(m, BH, s));
         Ause = Amix;
     }
     LT_LAUNCH(lt_query_kernel<DH>, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
@@ -720,7 +749,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
         m.C = dWp, m.cZ = M * M, m.cI = M;
         m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
-        LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
+        LA_TRY(lt_gemm_run(m, BH, s));
         BWD_LAUNCH(lt_dw_reduce_kernel, Hw * M * M, s, B, H, Hw, splits, M * M, dWp, dWf);
         LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
     }
@@ -733,7 +762,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
             m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
             m.C = Amix, m.cZ = M * SE, m.cI = SE;
             m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-            LA_TRY(lt_gemm_run(m, BH, LT_MIX_MMA, s));
+            LA_TRY(lt_gemm_run(m, BH, s));
             dS = Amix;
         }
         LT_LAUNCH(lt_key_kernel<DH>, M * P, BH, sm_k, s, a, dS);
