@@ -45,3 +45,11 @@ for tool in memcheck racecheck; do
     echo "# $tool: rc=$? ($(el) s)"
     grep -E "ERROR SUMMARY|RACECHECK SUMMARY|VALIDATE|Device not supported" "$OUT/san_$tool.log" | tail -3
 done
+if [ -n "${LA_NCU:-1}" ]; then
+    NCU=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    timeout 60 "$NCU" --clock-control none --kernel-name regex:lt_ --launch-count 60 \
+        --metrics gpu__time_duration.sum --csv "$BIN" 1 1 bench > "$OUT/ncu.csv" 2>&1
+    echo "# ncu: rc=$? ($(el) s)"
+    grep -E '"gpu__time_duration.sum"' "$OUT/ncu.csv" | awk -F'","' '{print $5, $(NF)}' | \
+        sed 's/(anonymous namespace):://' | cut -c1-110 | head -60
+fi

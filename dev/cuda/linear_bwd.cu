@@ -2,7 +2,7 @@
  * (llm.c style), for the GPU machine:
  *   nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc \
  *        dev/cuda/linear_bwd.cu build-gpu/liblongattn.a -o linear_bwd ... (tests/cuda/gpu_linear_bwd.sh)
- *   linear_bwd [VARIANT] [reps] [small]
+ *   linear_bwd [VARIANT] [reps] [small | bench]   (small: the N <= 130 cases; bench: timing only)
  * VARIANT (forced on the families linear_bwd and mhla_bwd through the context):
  *   0  portable   one thread per output item (linblock_bwd.cu)
  *   1  mma        tensor cores (linblock_bwd_tc.cu; the default where it applies)
@@ -309,6 +309,7 @@ int main(int argc, char **argv) {
     const int var = argc > 1 ? atoi(argv[1]) : 1;
     const int reps = argc > 2 ? atoi(argv[2]) : 10;
     const bool small = argc > 3 && !strcmp(argv[3], "small"); /* N <= 130 only (compute-sanitizer) */
+    const bool bench_only = argc > 3 && !strcmp(argv[3], "bench"); /* no validation (profiler) */
     if (var < 0 || var > 1) {
         fprintf(stderr, "variant %d: have 0 portable, 1 mma\n", var);
         return 2;
@@ -334,7 +335,7 @@ int main(int argc, char **argv) {
         {"mhla", 1, 1, 1000, 1, 64, NO, LA_FEATURE_RELU, 1, 1, {1000}, {3}, 0, 14}, /* no dq */
     };
     for (const vcase &c : cases)
-        if (!small || c.N <= 130) run_case(ctx, c);
+        if (!bench_only && (!small || c.N <= 130)) run_case(ctx, c);
     /* a view the mma path does not take: forced it is refused, by default portable */
     {
         int64_t ne[4] = {1, 65, 1, 128}, nb[4] = {65 * 131, 131, 131, 1};

@@ -35,75 +35,12 @@
  * next token tile are issued before the products of the current one. */
 #include <math.h>
 
-#include "cuda/bwd_common.cuh"
-#ifndef LA_BWD_EMU
-#include "cuda/ptx.cuh"
-#endif
 
-#define LT_T 64          /* tokens per tile */
-#define LT_THREADS 256   /* 8 warps */
+#include "cuda/linblock_bwd_tc.cuh"
+
 #define LT_TARGET_CTAS 264 /* pieces per launch to aim for: two per SM of an H200 */
 
-#ifndef LA_BWD_EMU
-static __device__ __forceinline__ int lt_tid(void) { return threadIdx.x; }
-static __device__ __forceinline__ unsigned lt_bx(void) { return blockIdx.x; }
-static __device__ __forceinline__ unsigned lt_by(void) { return blockIdx.y; }
-static __device__ __forceinline__ void lt_sync(void) { __syncthreads(); }
-static __device__ __forceinline__ void lt_mma(float *c, const uint32_t *a, uint32_t b0,
-                                              uint32_t b1) {
-    la_mma_bf16(c, a, b0, b1);
-}
-static __device__ __forceinline__ float lt_u2f(uint32_t u) { return __uint_as_float(u); }
-static __device__ __forceinline__ uint32_t lt_f2u(float f) { return __float_as_uint(f); }
-#define LT_SMEM_DECL extern __shared__ __align__(16) unsigned char lt_sm[]
-#define LT_LAUNCH(kern, gx, gy, smem, stream, ...)                                          \
-    do {                                                                                    \
-        LA_CU(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize,       \
-                                   (int)(smem)));                                           \
-        kern<<<dim3((unsigned)(gx), (unsigned)(gy)), LT_THREADS, (smem), (stream)>>>(       \
-            __VA_ARGS__);                                                                   \
-        LA_CU_LAUNCH(#kern);                                                                \
-    } while (0)
-#else
-static inline int lt_tid(void) { return bt_tid(); }
-static inline unsigned lt_bx(void) { return bt_bx(); }
-static inline unsigned lt_by(void) { return bt_by(); }
-static inline void lt_sync(void) { bt_sync(); }
-static inline void lt_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    bt_mma(c, a, b0, b1);
-}
-static inline float lt_u2f(uint32_t u) {
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-static inline uint32_t lt_f2u(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    return u;
-}
-#define LT_SMEM_DECL unsigned char *lt_sm = bt_smem()
-#define LT_LAUNCH(kern, gx, gy, smem, stream, ...) \
-    BWD_LAUNCH_CTA(kern, gx, gy, LT_THREADS, smem, stream, __VA_ARGS__)
-#endif
-
 namespace {
-
-typedef uint16_t lt_bf; /* bf16 bits */
-
-BWD_DEV inline float lt_f(lt_bf h) { return lt_u2f((uint32_t)h << 16); }
-/* round to nearest even (NaN stays NaN), as __float2bfloat16_rn */
-BWD_DEV inline lt_bf lt_h(float f) {
-    uint32_t u = lt_f2u(f);
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (lt_bf)((u >> 16) | 0x40u);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (lt_bf)(u >> 16);
-}
-BWD_DEV inline uint32_t lt_ld32(const lt_bf *p) { return *reinterpret_cast<const uint32_t *>(p); }
-BWD_DEV inline void lt_st2(lt_bf *p, float a, float b) {
-    *reinterpret_cast<uint32_t *>(p) = (uint32_t)lt_h(a) | ((uint32_t)lt_h(b) << 16);
-}
-BWD_DEV inline int64_t lt_min(int64_t a, int64_t b) { return a < b ? a : b; }
 
 template <int DH> struct lt_cfg {
     static constexpr int LD = DH + 8;     /* row of DH elements, padded */
@@ -189,15 +126,16 @@ BWD_DEV inline void lt_stage(const lt_tile<DH> &R, int nr, int f, float post, lt
             e[j] = (lt_bf)(w[j / 2] >> (16 * (j % 2)));
             l[j] = 0;
         }
+        const bool split = sm_lo || smT_lo;
         if (f >= 0 && r < nr) {
 #pragma unroll
             for (int j = 0; j < 8; j++) {
                 const float x = post * bwd_feature(f, lt_f(e[j]));
                 e[j] = lt_h(x);
-                l[j] = lt_h(x - lt_f(e[j]));
+                if (split) l[j] = lt_h(x - lt_f(e[j]));
             }
         }
-        for (int part = 0; part < 2; part++) {
+        for (int part = 0; part < 1 + split; part++) {
             const lt_bf *x = part ? l : e;
             lt_bf *rowp = part ? sm_lo : sm, *colp = part ? smT_lo : smT;
             if (rowp) {
@@ -221,39 +159,6 @@ BWD_DEV inline int lt_next_rows(const lt_piece &p, int64_t w0) {
     return wn < p.w1 ? (int)lt_min(LT_T, p.w1 - wn) : 0;
 }
 
-/* acc += A · Bᵀ for one warp: A rows m0..m0+15 of sA, B rows n0..n0+8·NT−1
- * of sB, both contiguous along the reduction k < K (a multiple of 16). */
-template <int NT>
-BWD_DEV inline void lt_mma_rows(float (&acc)[NT][4], const lt_bf *sA, int la, const lt_bf *sB,
-                                int lb, int m0, int n0, int K) {
-    const int lane = lt_tid() & 31, g = lane >> 2, c = lane & 3;
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t a[4];
-        const lt_bf *pa = sA + (m0 + g) * la + k0 + 2 * c;
-        a[0] = lt_ld32(pa);
-        a[1] = lt_ld32(pa + 8 * la);
-        a[2] = lt_ld32(pa + 8);
-        a[3] = lt_ld32(pa + 8 * la + 8);
-#pragma unroll
-        for (int nt = 0; nt < NT; nt++) {
-            const lt_bf *pb = sB + (n0 + nt * 8 + g) * lb + k0 + 2 * c;
-            lt_mma(acc[nt], a, lt_ld32(pb), lt_ld32(pb + 8));
-        }
-    }
-}
-/* the same with split operands: (A + A_lo)(B + B_lo)ᵀ less the lo·lo term
- * (a NULL lo part is zero) */
-template <int NT>
-BWD_DEV inline void lt_mma3(float (&acc)[NT][4], const lt_bf *sA, const lt_bf *sA_lo, int la,
-                            const lt_bf *sB, const lt_bf *sB_lo, int lb, int m0, int n0, int K) {
-    lt_mma_rows<NT>(acc, sA, la, sB, lb, m0, n0, K);
-    if (sA_lo) lt_mma_rows<NT>(acc, sA_lo, la, sB, lb, m0, n0, K);
-    if (sB_lo) lt_mma_rows<NT>(acc, sA, la, sB_lo, lb, m0, n0, K);
-}
-template <int NT> BWD_DEV inline void lt_zero(float (&acc)[NT][4]) {
-#pragma unroll
-    for (int i = 0; i < NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
-}
 /* first row / column of this warp in a DH × DH summary product */
 template <int DH> BWD_DEV inline int lt_sum_m0(void) {
     return ((lt_tid() >> 5) % lt_cfg<DH>::WR) * 16;
@@ -303,6 +208,19 @@ BWD_DEV inline void lt_load_sum(const float *src, lt_bf *sm, lt_bf *sm_lo, lt_bf
         }
     }
 }
+/* z[d] = Σ over the threads t ≡ d (mod DH) of their partial sums, in
+ * order, through shared memory (after every use of it) */
+template <int DH> BWD_DEV inline void lt_store_z(float part, float *z) {
+    float *zs = (float *)lt_smem_base();
+    lt_sync();
+    zs[lt_tid()] = part;
+    lt_sync();
+    if (lt_tid() < DH) {
+        float s = 0.f;
+        for (int h = 0; h < LT_THREADS / DH; h++) s += zs[h * DH + lt_tid()];
+        z[lt_tid()] = s;
+    }
+}
 /* x = hi + lo of a split shared-memory element (lo NULL: hi alone) */
 BWD_DEV inline float lt_x(const lt_bf *hi, const lt_bf *lo, int i) {
     return lo ? lt_f(hi[i]) + lt_f(lo[i]) : lt_f(hi[i]);
@@ -337,12 +255,12 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt
         }
         lt_mma3<C::SN>(acc, sKt, sKl, C::LDT, sVt, nullptr, C::LDT, lt_sum_m0<DH>(),
                        lt_sum_n0<DH>(), LT_T);
-        if (tid < DH)
-            for (int r = 0; r < nr; r++) zacc += lt_x(sKt, sKl, tid * C::LDT + r);
+        for (int r = tid / DH; r < nr; r += LT_THREADS / DH)
+            zacc += lt_x(sKt, sKl, (tid % DH) * C::LDT + r);
     }
     float *dst = part + p.slot * C::SE;
     lt_store_sum<DH>(acc, dst);
-    if (tid < DH) dst[DH * DH + tid] = zacc;
+    lt_store_z<DH>(zacc, dst + DH * DH);
 }
 
 /* 3. the query side of one piece of block i: dq, and
@@ -449,12 +367,13 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
         /* dA_i += q̃ᵀ dnum, dz̃_i += q̃ᵀ dden */
         lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
                        lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
-        if (normed && tid < DH)
-            for (int r = 0; r < nr; r++) dz += lt_x(sQt, sQl, tid * C::LDT + r) * sDd[r];
+        if (normed)
+            for (int r = tid / DH; r < nr; r += LT_THREADS / DH)
+                dz += lt_x(sQt, sQl, (tid % DH) * C::LDT + r) * sDd[r];
     }
     float *dst = part + p.slot * C::SE;
     lt_store_sum<DH>(dacc, dst);
-    if (tid < DH) dst[DH * DH + tid] = dz;
+    lt_store_z<DH>(dz, dst + DH * DH);
 }
 
 /* 5. the key side of one piece of block b: dk, dv from dS_b = [dS | dz]
@@ -534,119 +453,6 @@ __global__ void lt_reduce_kernel(int64_t total, lbk_geo G, int64_t M, int64_t P,
     float s = 0.f;
     for (int64_t p = 0; p < np; p++) s += src[p * SE];
     out[i] = s;
-}
-
-/* Batched product on mma.sync with split operands (hi + lo, three passes):
- *   C[y][i][j] = Σ_{k in split} A(z, i, k) B(z, k, j),  y = z·splits + split,
- * A(z,i,k) at A + (aMod ? z % aMod : z)·aZ + i·aI + k·aK, B(z,k,j) at
- * B + z·bZ + k·bK + j·bJ, C[y] at C + y·cZ + i·cI + j (fp32 in and out; an
- * empty split writes zeros). 64 × 128 tiles, K in steps of 32; 8 warps of
- * 16 rows × 64 columns. */
-struct lt_gemm {
-    const float *A;
-    int64_t aZ, aMod, aI, aK;
-    const float *B;
-    int64_t bZ, bK, bJ;
-    float *C;
-    int64_t cZ, cI;
-    int64_t rows, cols, K, splits, kper, tilesN;
-};
-#define LT_MG_K 32
-#define LT_MG_LD (LT_MG_K + 8)
-#define LT_MG_SMEM ((2 * 64 + 2 * 128) * LT_MG_LD * 2)
-__global__ void __launch_bounds__(LT_THREADS) lt_mgemm_kernel(lt_gemm m) {
-    LT_SMEM_DECL;
-    lt_bf *sA = (lt_bf *)lt_sm, *sAl = sA + 64 * LT_MG_LD, *sB = sAl + 64 * LT_MG_LD;
-    lt_bf *sBl = sB + 128 * LT_MG_LD;
-    const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
-    const int64_t ti = lt_bx() / m.tilesN, tj = lt_bx() % m.tilesN;
-    const int64_t z = lt_by() / m.splits, sp = lt_by() % m.splits;
-    const float *A = m.A + (m.aMod ? z % m.aMod : z) * m.aZ, *B = m.B + z * m.bZ;
-    const int64_t i0 = ti * 64, j0 = tj * 128, kb = sp * m.kper, ke = lt_min(m.K, kb + m.kper);
-    const int m0 = (w & 3) * 16, n0 = (w >> 2) * 64;
-    float acc[8][4];
-    lt_zero(acc);
-    /* the loads of step k0 + 32 are issued before the products of step k0
-     * (the contiguous direction of each operand varies fastest) */
-    constexpr int IA = 64 * LT_MG_K / LT_THREADS, IB = 128 * LT_MG_K / LT_THREADS;
-    float xa[IA], xb[IB];
-    auto fetch = [&](int64_t k0) {
-#pragma unroll
-        for (int t = 0; t < IA; t++) {
-            const int e = tid + t * LT_THREADS;
-            const int kk = m.aK == 1 ? e % LT_MG_K : e / 64, ii = m.aK == 1 ? e / LT_MG_K : e % 64;
-            const int64_t gi = i0 + ii, gk = k0 + kk;
-            xa[t] = gi < m.rows && gk < ke ? A[gi * m.aI + gk * m.aK] : 0.f;
-        }
-#pragma unroll
-        for (int t = 0; t < IB; t++) {
-            const int e = tid + t * LT_THREADS;
-            const int jj = m.bJ == 1 ? e % 128 : e / LT_MG_K, kk = m.bJ == 1 ? e / 128 : e % LT_MG_K;
-            const int64_t gj = j0 + jj, gk = k0 + kk;
-            xb[t] = gj < m.cols && gk < ke ? B[gk * m.bK + gj * m.bJ] : 0.f;
-        }
-    };
-    if (kb < ke) fetch(kb);
-    for (int64_t k0 = kb; k0 < ke; k0 += LT_MG_K) {
-        lt_sync();
-#pragma unroll
-        for (int t = 0; t < IA; t++) {
-            const int e = tid + t * LT_THREADS;
-            const int kk = m.aK == 1 ? e % LT_MG_K : e / 64, ii = m.aK == 1 ? e / LT_MG_K : e % 64;
-            const lt_bf hi = lt_h(xa[t]);
-            sA[ii * LT_MG_LD + kk] = hi;
-            sAl[ii * LT_MG_LD + kk] = lt_h(xa[t] - lt_f(hi));
-        }
-#pragma unroll
-        for (int t = 0; t < IB; t++) {
-            const int e = tid + t * LT_THREADS;
-            const int jj = m.bJ == 1 ? e % 128 : e / LT_MG_K, kk = m.bJ == 1 ? e / 128 : e % LT_MG_K;
-            const lt_bf hi = lt_h(xb[t]);
-            sB[jj * LT_MG_LD + kk] = hi;
-            sBl[jj * LT_MG_LD + kk] = lt_h(xb[t] - lt_f(hi));
-        }
-        lt_sync();
-        if (k0 + LT_MG_K < ke) fetch(k0 + LT_MG_K);
-        lt_mma3<8>(acc, sA, sAl, LT_MG_LD, sB, sBl, LT_MG_LD, m0, n0, LT_MG_K);
-    }
-    float *Cp = m.C + (int64_t)lt_by() * m.cZ;
-#pragma unroll
-    for (int hr = 0; hr < 2; hr++) {
-        const int64_t gi = i0 + m0 + g + 8 * hr;
-        if (gi >= m.rows) continue;
-#pragma unroll
-        for (int nt = 0; nt < 8; nt++) {
-            const int64_t gj = j0 + n0 + nt * 8 + 2 * c4;
-            if (gj < m.cols) Cp[gi * m.cI + gj] = acc[nt][2 * hr];
-            if (gj + 1 < m.cols) Cp[gi * m.cI + gj + 1] = acc[nt][2 * hr + 1];
-        }
-    }
-}
-
-/* dW[hw][e] = Σ_batch Σ_head Σ_split part[(b·H + h)·splits + split][e], in order */
-__global__ void lt_dw_reduce_kernel(int64_t total, int64_t B, int64_t H, int64_t Hw,
-                                    int64_t splits, int64_t MM, const float *part, float *dW) {
-    const int64_t i = bwd_gid();
-    if (i >= total) return;
-    const int64_t hw = i / MM, e = i % MM;
-    const int64_t h0 = Hw == 1 ? 0 : hw, h1 = Hw == 1 ? H : hw + 1;
-    float s = 0.f;
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = h0; h < h1; h++)
-            for (int64_t sp = 0; sp < splits; sp++) s += part[((b * H + h) * splits + sp) * MM + e];
-    dW[i] = s;
-}
-
-int64_t lt_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
-
-/* a set kper must be a multiple of LT_MG_K */
-la_status lt_gemm_run(const lt_gemm &m0, int64_t batches, cudaStream_t s) {
-    lt_gemm m = m0;
-    if (m.kper <= 0) m.kper = lt_cdiv(m.K, LT_MG_K) * LT_MG_K;
-    m.tilesN = lt_cdiv(m.cols, 128);
-    LT_LAUNCH(lt_mgemm_kernel, lt_cdiv(m.rows, 64) * m.tilesN, batches * m.splits, LT_MG_SMEM, s,
-              m);
-    return LA_OK;
 }
 
 void lt_strides(const la_tensor *t, int64_t *s) {
@@ -750,7 +556,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         m.C = dWp, m.cZ = M * M, m.cI = M;
         m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
         LA_TRY(lt_gemm_run(m, BH, s));
-        BWD_LAUNCH(lt_dw_reduce_kernel, Hw * M * M, s, B, H, Hw, splits, M * M, dWp, dWf);
+        LA_TRY(lt_dw_reduce(B, H, Hw, splits, M * M, dWp, dWf, s));
         LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
     }
     if (pr->dk || pr->dv) {
