@@ -19,6 +19,7 @@
 #define LA_CUDA_BWD_COMMON_CUH
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,6 +31,11 @@ static inline float __int_as_float(int x) {
     memcpy(&f, &x, sizeof f);
     return f;
 }
+/* ptx.cuh (included by common.cuh) does not compile on the host: kept out,
+ * with host forms of the NaN-propagating max that common.cuh uses */
+#define LA_CUDA_PTX_CUH
+static inline float la_relu_nan(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
+static inline float la_fmax_nan(float a, float b) { return a != a ? a : b != b ? b : (a > b ? a : b); }
 #endif
 #include "cuda/common.cuh"
 #include "cuda/cuda_bwd.h"
@@ -317,6 +323,68 @@ static inline la_status bwd_variant_portable(const la_context *ctx, const char *
     return la_err(LA_ERR_ARG, "%s: unknown kernel variant '%s' (have: portable)", family, v);
 }
 
+/* Block geometry of the linear / block engines: chunks of `chunk` tokens
+ * (chunk > 0) or the boxes of a 3-D token grid n split into g blocks per
+ * axis (SPEC §5.1: block beta covers [ceil(beta·n/g), ceil((beta+1)·n/g)),
+ * tokens in raster order inside the box). */
+struct lbk_geo {
+    int64_t chunk, N;
+    int64_t n[3], g[3];
+};
+struct lbk_box {
+    int64_t lo[3], len[3], size;
+};
+
+static BWD_DEV inline lbk_box geo_box(const lbk_geo &G, int64_t b) {
+    lbk_box x;
+    if (G.chunk > 0) {
+        x.lo[0] = x.lo[1] = 0;
+        x.len[0] = x.len[1] = 1;
+        x.lo[2] = b * G.chunk;
+        x.len[2] = G.N - x.lo[2] < G.chunk ? G.N - x.lo[2] : G.chunk;
+        x.size = x.len[2];
+        return x;
+    }
+    int64_t beta[3];
+    beta[2] = b % G.g[2];
+    beta[1] = (b / G.g[2]) % G.g[1];
+    beta[0] = b / (G.g[2] * G.g[1]);
+    x.size = 1;
+    for (int a = 0; a < 3; a++) {
+        const int64_t lo = (beta[a] * G.n[a] + G.g[a] - 1) / G.g[a];
+        const int64_t hi = ((beta[a] + 1) * G.n[a] + G.g[a] - 1) / G.g[a];
+        x.lo[a] = lo;
+        x.len[a] = hi - lo;
+        x.size *= hi - lo;
+    }
+    return x;
+}
+/* token index of position w (raster order inside the box) */
+static BWD_DEV inline int64_t geo_tok(const lbk_geo &G, const lbk_box &x, int64_t w) {
+    const int64_t iw = w % x.len[2], ih = (w / x.len[2]) % x.len[1], it = w / (x.len[2] * x.len[1]);
+    return ((x.lo[0] + it) * G.n[1] + x.lo[1] + ih) * G.n[2] + x.lo[2] + iw;
+}
+/* block of token t and its position inside the block */
+static BWD_DEV inline int64_t geo_block(const lbk_geo &G, int64_t t, int64_t *pos, lbk_box *box) {
+    if (G.chunk > 0) {
+        const int64_t b = t / G.chunk;
+        *pos = t % G.chunk;
+        *box = geo_box(G, b);
+        return b;
+    }
+    int64_t c[3];
+    c[2] = t % G.n[2];
+    c[1] = (t / G.n[2]) % G.n[1];
+    c[0] = t / (G.n[2] * G.n[1]);
+    int64_t beta[3];
+    for (int a = 0; a < 3; a++) beta[a] = c[a] * G.g[a] / G.n[a];
+    const int64_t b = (beta[0] * G.g[1] + beta[1]) * G.g[2] + beta[2];
+    *box = geo_box(G, b);
+    *pos = ((c[0] - box->lo[0]) * box->len[1] + (c[1] - box->lo[1])) * box->len[2] +
+           (c[2] - box->lo[2]);
+    return b;
+}
+
 /* ---- the linear / block engine (linblock_bwd.cu) ---------------------------
  * One engine for every linear-attention family: per (batch, head) the tokens
  * fall into M blocks; block summaries S_b = Σ k̃ vᵀ, z_b = Σ k̃ are mixed into
@@ -352,6 +420,43 @@ struct lbk_grads {
     float *dS_in;           /* causal ones: [B*H][D*Dv + D] (NULL = skip) */
 };
 la_status lbk_backward(const lbk_problem *p, const lbk_grads *g, cudaStream_t s);
+
+/* ---- tensor-core path of the non-causal linear / MHLA backward --------------
+ * (linblock_bwd_tc.cu) bf16 views with D = Dv in {64, 128}, unit inner
+ * stride, 16-byte aligned rows; norm none or per_query. The same sums as
+ * lbk_backward with the token-side products on mma.sync (bf16 operands,
+ * fp32 accumulation) and the mixing products in fp32; every reduction in a
+ * fixed order (no atomics). */
+struct lbt_problem {
+    const la_tensor *q, *k, *v, *d_out;
+    la_tensor *dq, *dk, *dv;  /* NULL = skip */
+    const la_tensor *mixing;  /* NULL: one block, ones (non-causal linear) */
+    la_tensor *d_mixing;      /* NULL = skip */
+    int64_t n[3], g[3], M;    /* grid geometry (3-D, leading 1s) */
+    int feature, norm;
+    float scale_q, eps;
+};
+int lbt_eligible(const lbt_problem *p);
+la_status lbt_backward(const lbt_problem *p, cudaStream_t s);
+
+/* Variant choice of a family with a fast path and the portable engine:
+ * *fast = 1 for the fast path (the default where `eligible`, or forced
+ * "mma"), 0 for the portable engine; LA_ERR_ARG for an unknown name or
+ * "mma" forced where it does not apply (`need` says what it needs). */
+static inline la_status bwd_variant_pick(const la_context *ctx, const char *family,
+                                         int eligible, const char *need, int *fast) {
+    const char *v = la_context_variant(ctx, family);
+    *fast = 0;
+    if (v && strcmp(v, "portable") && strcmp(v, "mma"))
+        return la_err(LA_ERR_ARG, "%s: unknown kernel variant '%s' (have: mma, portable)",
+                      family, v);
+    if (v && !strcmp(v, "mma") && !eligible)
+        return la_err(LA_ERR_ARG, "%s: variant 'mma' needs %s", family, need);
+    *fast = eligible && !(v && !strcmp(v, "portable"));
+    if (la_context_verbose(ctx))
+        fprintf(stderr, "longattn: %s: %s\n", family, *fast ? "mma" : "portable");
+    return LA_OK;
+}
 
 /* ---- softmax tensor-core path (softmax_bwd_tc.cu) ------------------------ */
 int la_softmax_bwd_tc_eligible(const la_tensor *q, const la_tensor *k, const la_tensor *v,

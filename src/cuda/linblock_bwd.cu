@@ -17,64 +17,6 @@
 
 namespace {
 
-struct lbk_geo {
-    int64_t chunk, N;
-    int64_t n[3], g[3];
-};
-struct lbk_box {
-    int64_t lo[3], len[3], size;
-};
-
-BWD_DEV inline lbk_box geo_box(const lbk_geo &G, int64_t b) {
-    lbk_box x;
-    if (G.chunk > 0) {
-        x.lo[0] = x.lo[1] = 0;
-        x.len[0] = x.len[1] = 1;
-        x.lo[2] = b * G.chunk;
-        x.len[2] = G.N - x.lo[2] < G.chunk ? G.N - x.lo[2] : G.chunk;
-        x.size = x.len[2];
-        return x;
-    }
-    int64_t beta[3];
-    beta[2] = b % G.g[2];
-    beta[1] = (b / G.g[2]) % G.g[1];
-    beta[0] = b / (G.g[2] * G.g[1]);
-    x.size = 1;
-    for (int a = 0; a < 3; a++) {
-        const int64_t lo = (beta[a] * G.n[a] + G.g[a] - 1) / G.g[a];
-        const int64_t hi = ((beta[a] + 1) * G.n[a] + G.g[a] - 1) / G.g[a];
-        x.lo[a] = lo;
-        x.len[a] = hi - lo;
-        x.size *= hi - lo;
-    }
-    return x;
-}
-/* token index of position w (raster order inside the box) */
-BWD_DEV inline int64_t geo_tok(const lbk_geo &G, const lbk_box &x, int64_t w) {
-    const int64_t iw = w % x.len[2], ih = (w / x.len[2]) % x.len[1], it = w / (x.len[2] * x.len[1]);
-    return ((x.lo[0] + it) * G.n[1] + x.lo[1] + ih) * G.n[2] + x.lo[2] + iw;
-}
-/* block of token t and its position inside the block */
-BWD_DEV inline int64_t geo_block(const lbk_geo &G, int64_t t, int64_t *pos, lbk_box *box) {
-    if (G.chunk > 0) {
-        const int64_t b = t / G.chunk;
-        *pos = t % G.chunk;
-        *box = geo_box(G, b);
-        return b;
-    }
-    int64_t c[3];
-    c[2] = t % G.n[2];
-    c[1] = (t / G.n[2]) % G.n[1];
-    c[0] = t / (G.n[2] * G.n[1]);
-    int64_t beta[3];
-    for (int a = 0; a < 3; a++) beta[a] = c[a] * G.g[a] / G.n[a];
-    const int64_t b = (beta[0] * G.g[1] + beta[1]) * G.g[2] + beta[2];
-    *box = geo_box(G, b);
-    *pos = ((c[0] - box->lo[0]) * box->len[1] + (c[1] - box->lo[1])) * box->len[2] +
-           (c[2] - box->lo[2]);
-    return b;
-}
-
 /* 1. S_b / z_b: Sb[(bh*M + b)*SE + e] */
 __global__ void lbk_blocksum_kernel(int64_t total, lbk_geo G, int64_t M, int64_t D, int64_t Dv,
                                     const float *kt, const float *v, float *Sb) {

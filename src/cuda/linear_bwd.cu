@@ -1,5 +1,7 @@
-/* Linear attention backward on CUDA (TRAINING.md §1): the portable engine
- * of linblock_bwd.cu with one block over all tokens (non-causal) or chunks
+/* Linear attention backward on CUDA (TRAINING.md §1): non-causal bf16 with
+ * D = Dv in {64, 128} on the tensor-core path (linblock_bwd_tc.cu, variant
+ * "mma"); otherwise the portable engine of linblock_bwd.cu with one block
+ * over all tokens (non-causal) or chunks
  * of 64 tokens with the forward / reverse sweeps over chunks (causal, with
  * the initial-state and final-state gradients). The chunk size of the
  * params only shapes the forward's arithmetic; the gradient is that of the
@@ -54,11 +56,26 @@ extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la
                                              la_tensor *d_S_in, la_tensor *d_z_in,
                                              la_context *ctx) {
     (void)out;
-    LA_TRY(bwd_variant_portable(ctx, "linear_bwd"));
     const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
     const int causal = p->causal != 0;
     const int64_t BH = B * H, SE = D * Dv + D;
     cudaStream_t s = bwd_stream(ctx);
+    /* non-causal: the tensor-core path (one block, no mixing) where it applies */
+    lbt_problem tp;
+    memset(&tp, 0, sizeof tp);
+    tp.q = q, tp.k = k, tp.v = v, tp.d_out = d_out, tp.dq = dq, tp.dk = dk, tp.dv = dv;
+    tp.n[0] = tp.n[1] = 1, tp.n[2] = N;
+    tp.g[0] = tp.g[1] = tp.g[2] = 1;
+    tp.M = 1;
+    tp.feature = (int)p->feature;
+    tp.norm = p->normalize ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
+    tp.scale_q = p->scale_q;
+    tp.eps = p->eps;
+    int fast = 0;
+    LA_TRY(bwd_variant_pick(ctx, "linear_bwd", !causal && lbt_eligible(&tp),
+                            "non-causal bf16 views with D = Dv in {64, 128}, unit inner stride "
+                            "and 16-byte aligned rows", &fast));
+    if (fast) return lbt_backward(&tp, s);
     const bool want_state_in = causal && (S_in || z_in);
     const bool want_dS_out = causal && (d_S_out || d_z_out);
     const bool want_dS_in = causal && (d_S_in || d_z_in);

@@ -1,7 +1,9 @@
 /* MHLA backward on CUDA (TRAINING.md §1), non-causal (1-/2-/3-D grids, per-head
  * or shared W, every normalize mode) and causal (chunkwise; d_mixing is zero
  * above the diagonal and past the last chunk): the portable engine of
- * linblock_bwd.cu with the mixing given. */
+ * linblock_bwd.cu with the mixing given; non-causal bf16 with D = Dv in
+ * {64, 128} and normalize none / per_query on the tensor-core path
+ * (linblock_bwd_tc.cu, variant "mma"). */
 #include <math.h>
 
 #include "cuda/bwd_common.cuh"
@@ -93,7 +95,6 @@ extern "C" la_status la_mhla_backward_cuda(const la_mhla_params *p, const la_ten
                                            const la_tensor *d_out, la_tensor *dq, la_tensor *dk,
                                            la_tensor *dv, la_tensor *d_mixing, la_context *ctx) {
     (void)out;
-    LA_TRY(bwd_variant_portable(ctx, "mhla_bwd"));
     const mhla_io io = mhla_io_of(q, v, mixing, (int)p->feature, p->scale_q);
     lbk_problem P;
     memset(&P, 0, sizeof P);
@@ -118,6 +119,21 @@ extern "C" la_status la_mhla_backward_cuda(const la_mhla_params *p, const la_ten
                       (long long)io.WM, (long long)P.M);
     if (p->normalize == LA_MHLA_NORM_RELEASED_VISION && !equal)
         return la_err(LA_ERR_ARG, "mhla backward: normalize released_vision needs equal blocks");
+    lbt_problem tp;
+    memset(&tp, 0, sizeof tp);
+    tp.q = q, tp.k = k, tp.v = v, tp.d_out = d_out, tp.dq = dq, tp.dk = dk, tp.dv = dv;
+    tp.mixing = mixing, tp.d_mixing = d_mixing;
+    for (int a = 0; a < 3; a++) tp.n[a] = P.n[a], tp.g[a] = P.g[a];
+    tp.M = P.M;
+    tp.feature = (int)p->feature;
+    tp.norm = (int)p->normalize;
+    tp.scale_q = p->scale_q;
+    tp.eps = p->eps;
+    int fast = 0;
+    LA_TRY(bwd_variant_pick(ctx, "mhla_bwd", lbt_eligible(&tp),
+                            "bf16 views with D = Dv in {64, 128}, unit inner stride, 16-byte "
+                            "aligned rows and normalize none or per_query", &fast));
+    if (fast) return lbt_backward(&tp, bwd_stream(ctx));
     P.chunk = 0;
     P.causal = 0;
     P.norm = (int)p->normalize;
