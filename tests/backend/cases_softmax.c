@@ -236,14 +236,16 @@ void cases_softmax(bo_list *L) {
     c.dt = LA_F32;
     c.want_tc = 0;
     add(L, 1, NULL, c);
-    /* f16: the general path (no f16 tensor-core kernel yet) */
+    /* f16: the tensor-core kernels at D = 128 and 64, the general path at D = 63 */
     c = mk(1, 300, 300, 2, 1, 128, 1, 0, 1);
     c.dt = LA_F16;
-    c.want_tc = 0;
+    c.want_tc = 1;
     add(L, 1, NULL, c);
+    c.want_tc = 0;
+    add(L, 1, "portable", c);
     c = mk(2, 63, 65, 2, 2, 64, 0, 1, 1);
     c.dt = LA_F16;
-    c.want_tc = 0;
+    c.want_tc = 1;
     add(L, 1, NULL, c);
     c = mk(1, 1000, 1000, 2, 1, 63, 1, 0, 1);
     c.dt = LA_F16;
