@@ -523,6 +523,18 @@ LA_API la_status la_hisa_topk_paged(const la_index_params *p, const la_tensor *q
                                     const la_tensor *w, const la_paged_index_cache *cache,
                                     const la_paged_query *pq, la_tensor *idx, la_context *ctx);
 
+/* Sparse MLA decode over a paged latent cache: q [T,Hq,Dqk], kv_cache
+ * [num_pages,page_size,Dqk] (one latent kv head, f32 or bf16 as q, pages
+ * contiguous: page stride = page_size·token stride), idx_slots int32 [T,k]
+ * cache slots page·page_size + offset (−1 = skip; the paged indexers'
+ * return_slots), out [T,Hq,dv], lse [T,Hq] (optional). Equals
+ * la_sparse_attention on the cache viewed as [num_pages·page_size, Dqk]
+ * (the same kernel on the same rows). A slot outside the cache is
+ * LA_ERR_ARG naming idx_slots; a rejected call writes nothing. */
+LA_API la_status la_sparse_attention_paged(const la_sparse_attn_params *p, const la_tensor *q,
+                                           const la_tensor *kv_cache, const la_tensor *idx_slots,
+                                           la_tensor *out, la_tensor *lse, la_context *ctx);
+
 #ifdef __cplusplus
 }
 #endif

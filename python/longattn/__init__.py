@@ -22,7 +22,7 @@ from .ops import (MHLADecoder, focused_attention, linear_attention, mhla, mhla_c
                   mhla_init, mhla_project, softmax_attention)
 from .index_ops import (IndexCache, attention_map, blocksparse_topk, dsa_topk, hisa_topk,
                         map_rank_entropy, sparse_attention, topk)
-from .paged import PagedIndexCache, dsa_topk_paged, hisa_topk_paged
+from .paged import PagedIndexCache, dsa_topk_paged, hisa_topk_paged, sparse_attention_paged
 
 __version__ = "0.1.0"
 

@@ -391,4 +391,6 @@ SIGNATURES.update({
                                P(la_paged_query), _T, la_context_p]),
     "la_hisa_topk_paged": (_S, [P(la_index_params), _T, _T, la_paged_index_cache_p,
                                 P(la_paged_query), _T, la_context_p]),
+    "la_sparse_attention_paged": (_S, [P(la_sparse_attn_params), _T, _T, _T, _T, _T,
+                                       la_context_p]),
 })

@@ -6,6 +6,8 @@
     >>> cache.append(k, slot_mapping, seq_ids, positions)   # k [n, 128]
     >>> idx = longattn.hisa_topk_paged(q, w, cache, block_table, context_lens,
     ...                                next_n=1, topk=2048)
+    >>> slots = longattn.dsa_topk_paged(..., return_slots=True)
+    >>> out, lse = longattn.sparse_attention_paged(q_mla, kv_cache, slots, dv=512)
 """
 import ctypes
 
@@ -17,7 +19,7 @@ from ._tensor import Call, is_torch, view
 from .index_ops import _index_params
 from .ops import _CHandle
 
-__all__ = ["PagedIndexCache", "dsa_topk_paged", "hisa_topk_paged"]
+__all__ = ["PagedIndexCache", "dsa_topk_paged", "hisa_topk_paged", "sparse_attention_paged"]
 
 _DTYPES = {"fp8_e4m3": L.LA_FP8_E4M3, "bf16": L.LA_BF16, "bfloat16": L.LA_BF16,
            "f32": L.LA_F32, "float32": L.LA_F32}
@@ -146,3 +148,92 @@ def hisa_topk_paged(q, w, cache, block_table, context_lens, q_seq=None, next_n=1
     block sums when it keeps them; equal to hisa_topk on the gathered keys."""
     return _paged("la_hisa_topk_paged", "hisa_topk_paged", q, w, cache, block_table, context_lens,
                   q_seq, next_n, topk, return_slots, block, block_topk)
+
+
+def _positions_to_slots(op, idx, kv_cache, block_table, q_seq):
+    """Slots block_table[q_seq[t], p // page_size]·page_size + p % page_size
+    of the positions idx[t, j] (-1 stays -1), as numpy or torch like idx."""
+    page_size = int(kv_cache.shape[1])
+    if is_torch(idx):
+        import torch
+        lib, pos = torch, idx.long()
+        bt = torch.as_tensor(block_table, device=idx.device).long()
+        seq = None if q_seq is None else torch.as_tensor(q_seq, device=idx.device).long()
+    else:
+        lib, pos = np, np.asarray(idx).astype(np.int64)
+        bt = np.asarray(block_table).astype(np.int64)
+        seq = None if q_seq is None else np.asarray(q_seq).astype(np.int64)
+    if pos.ndim != 2:
+        raise ValueError("%s: idx_slots: positions [T, k] expected, got shape %s"
+                         % (op, tuple(pos.shape)))
+    if bt.ndim != 2:
+        raise ValueError("%s: block_table: int32 [nseq, max_pages] expected, got shape %s"
+                         % (op, tuple(bt.shape)))
+    T, nseq, max_pages = pos.shape[0], bt.shape[0], bt.shape[1]
+    if seq is None:
+        if nseq != T:
+            raise ValueError("%s: q_seq: None maps query row t to sequence t, but block_table "
+                             "has %d rows for %d query rows" % (op, nseq, T))
+        seq = lib.arange(T) if lib is np else torch.arange(T, device=idx.device)
+    if tuple(seq.shape) != (T,):
+        raise ValueError("%s: q_seq: shape %s, expected [T] = [%d]" % (op, tuple(seq.shape), T))
+    if bool((seq < 0).any()) or bool((seq >= nseq).any()):
+        raise ValueError("%s: q_seq: a sequence outside the block table's rows 0..%d"
+                         % (op, nseq - 1))
+    if bool(((pos < -1) | (pos >= max_pages * page_size)).any()):
+        raise ValueError("%s: idx_slots: a position outside -1..%d (block_table [%d, %d] of "
+                         "%d-token pages)" % (op, max_pages * page_size - 1, nseq, max_pages,
+                                              page_size))
+    valid = pos >= 0
+    p = lib.where(valid, pos, lib.zeros_like(pos))
+    page = bt[seq[:, None], p // page_size]
+    num_pages = int(kv_cache.shape[0])
+    if bool((valid & ((page < 0) | (page >= num_pages))).any()):
+        raise ValueError("%s: block_table: an entry named by a position is outside the cache's "
+                         "pages 0..%d" % (op, num_pages - 1))
+    slot = lib.where(valid, page * page_size + p % page_size, -lib.ones_like(pos))
+    return slot.int() if lib is not np else slot.astype(np.int32)
+
+
+def sparse_attention_paged(q, kv_cache, idx_slots, dv=512, scale=None, block_table=None,
+                           q_seq=None):
+    """Sparse MLA decode over a paged latent cache (la_sparse_attention_paged).
+
+    q [T, Hq, Dqk]; kv_cache [num_pages, page_size, Dqk] (one latent kv head,
+    float32 or bfloat16 as q, pages contiguous); idx_slots int32 [T, k]:
+    cache slots page·page_size + offset, -1 skips (what dsa_topk_paged /
+    hisa_topk_paged return with return_slots=True). Returns (out
+    [T, Hq, dv] (q's dtype), lse [T, Hq] float32), equal bit for bit to
+    sparse_attention on the cache viewed as [num_pages·page_size, Dqk].
+
+    With block_table int32 [nseq, max_pages], idx_slots holds token
+    positions instead (-1 skips), mapped to slots here through row
+    q_seq[t] of the table (q_seq int32 [T]; None = row t is sequence t).
+
+    Decode only: no autograd (inputs that require grad under autograd are
+    refused; use sparse_attention on gathered keys to train)."""
+    op = "sparse_attention_paged"
+    if is_torch(q):
+        import torch
+        if torch.is_grad_enabled() and any(is_torch(x) and x.requires_grad for x in (q, kv_cache)):
+            raise ValueError("%s: q / kv_cache require grad, but the paged decode has no "
+                             "backward (call it under torch.no_grad(), or train with "
+                             "sparse_attention)" % op)
+    if block_table is not None:
+        if not hasattr(kv_cache, "shape") or len(kv_cache.shape) != 3:
+            raise ValueError("%s: kv_cache: [num_pages, page_size, Dqk] expected" % op)
+        idx_slots = _positions_to_slots(op, idx_slots, kv_cache, block_table, q_seq)
+    elif q_seq is not None:
+        raise ValueError("%s: q_seq is given without block_table (slots need no mapping)" % op)
+    p = L.la_sparse_attn_params()
+    call("la_sparse_attn_params_init", ctypes.byref(p))
+    p.dv = int(dv)
+    p.scale = 0.0 if scale is None else float(scale)
+    c = Call(op, q)
+    shp = tuple(int(n) for n in getattr(q, "shape", ()))
+    T, Hq = shp[:2] if len(shp) == 3 else (1, 1)  # a bad rank is the C call's error
+    out, vo = c.out((T, Hq, p.dv), "out")
+    lse, vl = c.out((T, Hq), "lse", "float32")
+    c.run("la_sparse_attention_paged", ctypes.byref(p), c.view(q, "q"),
+          c.view(kv_cache, "kv_cache"), c.view(idx_slots, "idx_slots"), vo, vl)
+    return out, lse
