@@ -149,13 +149,13 @@ def time_interleaved(fns, calls, repeats=40):
 def bench_cpu(a):
     torch.set_num_threads(1)
     longattn.set_num_threads(1)
-    exe = c_harness()
+    exe = None if a.pair_only else c_harness()
     rows = []
     with torch.no_grad():
         for op, fn in make_calls("cpu").items():
             direct, keep = capture_direct(fn)
-            py, dc = time_interleaved([fn, direct], a.calls)
-            c = time_c(exe, op, a.calls)
+            py, dc = time_interleaved([fn, direct], a.calls, a.repeats)
+            c = float("nan") if exe is None else time_c(exe, op, a.calls)
             rows.append(dict(op=op, python_us=py, c_us=c, overhead_us=py - c, direct_us=dc,
                              overhead_vs_direct_us=py - dc))
             del keep
@@ -261,6 +261,10 @@ def main():
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pair-only", action="store_true",
+                    help="CPU: only the in-process Python / bare ctypes pair (no C harness)")
+    ap.add_argument("--repeats", type=int, default=40,
+                    help="CPU: interleaved blocks of the in-process pair")
     a = ap.parse_args()
     if a.device == "cuda":
         # rows are printed after the second pass (kernel times), one per op

@@ -354,12 +354,37 @@ class Call:
         self._release()
 
     def view(self, x, name, optional=False):
+        if x is None:
+            if optional:
+                return None
+            self._release()
+            raise TypeError("%s: %s is required (a numpy.ndarray or torch.Tensor, got None)"
+                            % (self.op, name))
         try:
-            return self._view(x, name, optional)
+            t = self.torch
+            if t is not None and isinstance(x, t.Tensor):
+                if x.is_cuda:
+                    if self.like_index is not None and x.get_device() != self.like_index:
+                        raise ValueError("%s: %s is on %s but the other inputs are on %s"
+                                         % (self.op, name, x.device, self.like.device))
+                    self.cuda = True
+                slots = self._slots
+                if slots is not None:
+                    n = self._n
+                    if n == len(slots):
+                        slots.append(L.la_tensor())
+                    self._n = n + 1
+                    v = pack_torch(slots[n], x, name)
+                else:
+                    v = view(x, name)
+            else:
+                v = view(x, name)
         except BaseException:
             # a traceback keeps this Call alive: free the slots now
             self._release()
             raise
+        self._keep.append(v)
+        return ctypes.byref(v)
 
     def view_field(self, x, name, optional=False):
         """As view(), as a pointer for a struct field (la_index_params.k_scale,
@@ -367,37 +392,10 @@ class Call:
         v = self.view(x, name, optional)
         return None if v is None else ctypes.pointer(v._obj)
 
-    def _view(self, x, name, optional):
-        if x is None:
-            if optional:
-                return None
-            raise TypeError("%s: %s is required (a numpy.ndarray or torch.Tensor, got None)"
-                            % (self.op, name))
-        t = self.torch
-        if t is not None and isinstance(x, t.Tensor):
-            if x.is_cuda:
-                if self.like_index is not None and x.get_device() != self.like_index:
-                    raise ValueError("%s: %s is on %s but the other inputs are on %s"
-                                     % (self.op, name, x.device, self.like.device))
-                self.cuda = True
-            if self._slots is not None:
-                slots = self._slots
-                if self._n == len(slots):
-                    slots.append(L.la_tensor())
-                slot = slots[self._n]
-                self._n += 1
-                v = pack_torch(slot, x, name)
-            else:
-                v = view(x, name)
-        else:
-            v = view(x, name)
-        self._keep.append(v)
-        return ctypes.byref(v)
-
     def empty(self, shape, dtype=None):
         """New output on like's device; dtype None = like's dtype, or
         'float32' / 'int32'."""
-        shape = tuple(max(int(s), 0) for s in shape)
+        shape = tuple([max(int(s), 0) for s in shape])
         x = self.like
         if self.is_torch:
             torch = self.torch
