@@ -17,6 +17,10 @@ too).
 CUDA: over --calls back-to-back calls, CUDA-event time minus the kernels'
 time reported by torch.profiler (the host-bound part of the wall time),
 divided by the number of calls; sizes as on the CPU unless --n is given.
+Every op's event and host times are taken before the first profiler
+session (the kernel times in a second pass), and the host time of the
+issuing loop is printed too ("host µs"; it shows the host cost also where
+the GPU time hides it in the event time).
 CPU times are the calling thread's CPU time (time.thread_time,
 CLOCK_THREAD_CPUTIME_ID), not wall time, so that other processes on a
 loaded machine do not count. Prints a table (and --json).
@@ -145,13 +149,13 @@ def time_interleaved(fns, calls, repeats=40):
 def bench_cpu(a):
     torch.set_num_threads(1)
     longattn.set_num_threads(1)
-    exe = c_harness()
+    exe = None if a.pair_only else c_harness()
     rows = []
     with torch.no_grad():
         for op, fn in make_calls("cpu").items():
             direct, keep = capture_direct(fn)
-            py, dc = time_interleaved([fn, direct], a.calls)
-            c = time_c(exe, op, a.calls)
+            py, dc = time_interleaved([fn, direct], a.calls, a.repeats)
+            c = float("nan") if exe is None else time_c(exe, op, a.calls)
             rows.append(dict(op=op, python_us=py, c_us=c, overhead_us=py - c, direct_us=dc,
                              overhead_vs_direct_us=py - dc))
             del keep
@@ -160,17 +164,23 @@ def bench_cpu(a):
 
 def _event_us(fn, calls, rounds=3):
     """Median over rounds of the CUDA-event time of `calls` back-to-back
-    fn() calls, per call (µs)."""
-    ev = []
+    fn() calls, per call (µs), and the median host time of the issuing loop
+    alone (perf_counter before the synchronize: what the host spends per
+    call, whether or not the GPU keeps up)."""
+    ev, host = [], []
     for _ in range(rounds):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
         s.record()
+        t0 = time.perf_counter()
         for _ in range(calls):
             fn()
+        t1 = time.perf_counter()
         e.record()
         torch.cuda.synchronize()
         ev.append(s.elapsed_time(e) * 1e3 / calls)
-    return statistics.median(ev)
+        host.append((t1 - t0) * 1e6 / calls)
+    return statistics.median(ev), statistics.median(host)
 
 
 def _kernel_us(fn, calls):
@@ -194,10 +204,20 @@ def bench_cuda(a, emit=lambda row: None):
     the kernels' time (the issue's definition of the overhead); the same for
     the bare ctypes call of the same C function with the same prepared
     arguments (the C library's own host time per call: launches, argument
-    checks); their difference is what the Python layer adds."""
+    checks); their difference is what the Python layer adds. Also the host
+    time of each issuing loop ("host µs"): where the GPU is the bottleneck
+    (kernels longer than the host work) the event difference hides the host
+    cost, the host time does not.
+
+    Every op's event and host times are measured first, before the first
+    torch.profiler session: a profiler session (CUPTI) can leave the process
+    slower afterwards, which would charge later ops' Python calls (torch
+    ops) but not their bare C calls. The kernel times come in a second pass."""
     rows = []
+    keep_all = []
     with torch.no_grad():
-        for op, fn in make_calls("cuda", a.n).items():
+        calls = make_calls("cuda", a.n)
+        for op, fn in calls.items():
             for _ in range(50):
                 fn()
             torch.cuda.synchronize()
@@ -208,22 +228,31 @@ def bench_cuda(a, emit=lambda row: None):
             for _ in range(50):
                 direct()
             torch.cuda.synchronize()
-            wall = _event_us(fn, a.calls)
+            # alternate the two, twice, against drift
+            w1, h1 = _event_us(fn, a.calls)
+            d1, dh1 = _event_us(direct, a.calls)
+            w2, h2 = _event_us(fn, a.calls)
+            d2, dh2 = _event_us(direct, a.calls)
+            rows.append(dict(op=op, event_us=min(w1, w2), host_us=min(h1, h2),
+                             ctypes_event_us=min(d1, d2), ctypes_host_us=min(dh1, dh2)))
+            keep_all.append((fn, keep))
+        for r, (fn, keep) in zip(rows, keep_all):
             kern_us = _kernel_us(fn, a.calls)
-            dwall = _event_us(direct, a.calls)
-            rows.append(dict(op=op, event_us=wall, kernel_us=kern_us,
-                             overhead_us=max(wall - kern_us, 0.0), ctypes_event_us=dwall,
-                             c_overhead_us=max(dwall - kern_us, 0.0),
-                             python_minus_ctypes_us=wall - dwall))
-            emit(rows[-1])
-            del keep
+            wall, dwall = r["event_us"], r["ctypes_event_us"]
+            r.update(kernel_us=kern_us, overhead_us=max(wall - kern_us, 0.0),
+                     c_overhead_us=max(dwall - kern_us, 0.0),
+                     python_minus_ctypes_us=wall - dwall,
+                     host_python_minus_ctypes_us=r["host_us"] - r["ctypes_host_us"])
+            emit(r)
+    del keep_all
     return rows
 
 
 def _print_cuda_row(r):
-    print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f"
+    print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f %10.2f %12.2f"
           % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"], r["ctypes_event_us"],
-             r["c_overhead_us"], r["python_minus_ctypes_us"]), flush=True)
+             r["c_overhead_us"], r["python_minus_ctypes_us"], r["host_us"],
+             r["host_python_minus_ctypes_us"]), flush=True)
 
 
 def main():
@@ -232,16 +261,19 @@ def main():
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--pair-only", action="store_true",
+                    help="CPU: only the in-process Python / bare ctypes pair (no C harness)")
+    ap.add_argument("--repeats", type=int, default=40,
+                    help="CPU: interleaved blocks of the in-process pair")
     a = ap.parse_args()
     if a.device == "cuda":
-        # rows are printed as they are measured (a run cut by a time limit
-        # still reports the ops it finished)
+        # rows are printed after the second pass (kernel times), one per op
         if not a.json:
             print("torch %s, cuda (%s), %d calls per measurement"
                   % (torch.__version__, torch.cuda.get_device_name(), a.calls))
-            print("%-14s %10s %10s %12s %14s %12s %14s" % (
+            print("%-14s %10s %10s %12s %14s %12s %14s %10s %12s" % (
                 "op", "event µs", "kernel µs", "overhead µs", "ctypes ev µs", "C ovh µs",
-                "py - ctypes µs"), flush=True)
+                "py - ctypes µs", "host µs", "host py-c µs"), flush=True)
         rows = bench_cuda(a, emit=(lambda r: None) if a.json else _print_cuda_row)
         if a.json:
             print(json.dumps(rows, indent=1))

@@ -45,7 +45,7 @@ def active(*xs) -> bool:
         return True
     grad = torch.is_grad_enabled()
     for x in xs:
-        if isinstance(x, Tensor) and ((grad and x.requires_grad) or x.device.type == "meta"):
+        if isinstance(x, Tensor) and ((grad and x.requires_grad) or x.is_meta):
             return True
     return False
 
@@ -54,7 +54,10 @@ def tracing(*xs) -> bool:
     """active() without the autograd condition (ops with integer outputs)."""
     if torch.compiler.is_compiling():
         return True
-    return any(isinstance(x, Tensor) and x.device.type == "meta" for x in xs)
+    for x in xs:
+        if isinstance(x, Tensor) and x.is_meta:
+            return True
+    return False
 
 
 def _f(x):

@@ -11,7 +11,8 @@ from typing import Optional, Tuple, Union
 from . import _lib as L
 from ._errors import call
 from ._tensor import Call, c_float, c_int
-from .ops import Array, Dims, _CHandle, _autograd, _choice, _dim, _dims, _feature, _mhla_params
+from .ops import Array, Dims, _CHandle, _autograd, _cached_params, _choice, _dim, _dims
+from .ops import _feature, _mhla_params
 from .ops import CUSTOM, _needs_autograd, _route, install_custom_ops
 from ._tensor import _torch
 
@@ -34,6 +35,17 @@ __all__ = ["dsa_topk", "hisa_topk", "blocksparse_topk", "topk", "IndexCache",
 # §6–§7 indexers
 # ---------------------------------------------------------------------------
 def _index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=None):
+    """The la_index_params of a call; without scales (no per-call views in
+    the struct) one cached struct serves every call with the same options."""
+    if k_scale is None and q_scale is None:
+        # the types are in the key: 2.0 must still be refused after a call with 2
+        key = ("index", c.op, type(topk), topk, type(block), block, type(block_topk), block_topk)
+        return _cached_params(key,
+                              lambda: _build_index_params(c, topk, block, block_topk))
+    return _build_index_params(c, topk, block, block_topk, k_scale, q_scale)
+
+
+def _build_index_params(c, topk, block=None, block_topk=None, k_scale=None, q_scale=None):
     p = L.la_index_params()
     call("la_index_params_init", ctypes.byref(p))
     p.topk = c_int(topk, c.op + ": topk")
@@ -232,11 +244,16 @@ def sparse_attention(q: Array, kv: Array, idx: Array, dv: int = 512,
     return _sparse_attention(q, kv, idx, **opts)
 
 
-def _sparse_attention(q, kv, idx, dv=512, scale=None):
+def _sparse_params(dv, scale):
     p = L.la_sparse_attn_params()
     call("la_sparse_attn_params_init", ctypes.byref(p))
     p.dv = c_int(dv, "sparse_attention: dv")
     p.scale = 0.0 if scale is None else c_float(scale, "sparse_attention: scale")
+    return p
+
+
+def _sparse_attention(q, kv, idx, dv=512, scale=None):
+    p = _cached_params(("sparse", type(dv), dv, scale), lambda: _sparse_params(dv, scale))
     c = Call("sparse_attention", q)
     T, Hq = _dim(q, 0), _dim(q, 1)
     out, vo = c.out((T, Hq, p.dv), "out")

@@ -35,7 +35,7 @@ def _dim(x, axis, default=1):
     """x.shape[axis] when x has that axis, else `default` (the C library then
     reports the rank error with its own message)."""
     try:
-        shape = tuple(x.shape)
+        shape = x.shape  # a tuple (numpy) or torch.Size: indexed without a copy
     except AttributeError:
         return default
     return int(shape[axis]) if 0 <= axis < len(shape) else default
