@@ -170,16 +170,12 @@ __device__ __forceinline__ uint32_t tb_reserve(uint32_t c, uint32_t *s_n) {
 /* a candidate key at or above ulo (>= TB_ULO: -inf excluded; NaN included) */
 __device__ __forceinline__ bool tb_in(uint32_t u, uint32_t ulo) { return u >= ulo; }
 
-/* The filter loops test raw keys (tk_fkey without its NaN rule) shifted by
- * TB_NSHIFT = rawkey(-inf): -inf lands at 0, the finite scores and +inf keep
+/* The filter loops test raw keys (tk_rawkey: tk_fkey without its NaN rule)
+ * shifted by TB_NSHIFT = tk_rawkey(-inf): -inf lands at 0, the finite scores and +inf keep
  * their order, and every NaN, whatever its sign bit, lands above +inf. The
  * test is then one add and one compare per score; the NaN rule is applied
  * only to the keys that pass (tb_key_of_raw). */
 #define TB_NSHIFT 0x007FFFFFu
-__device__ __forceinline__ uint32_t tb_rawkey(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
 /* The shifted threshold of key threshold ulo (>= TB_ULO); the NaN key as
  * threshold admits exactly the NaN scores. */
 __device__ __forceinline__ uint32_t tb_shifted_threshold(uint32_t ulo) {
@@ -200,10 +196,10 @@ __device__ __forceinline__ void tb_append16(const float4 (&x)[4], uint32_t ulo, 
     uint32_t u[16], m = 0;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
-        u[4 * j] = tb_rawkey(x[j].x);
-        u[4 * j + 1] = tb_rawkey(x[j].y);
-        u[4 * j + 2] = tb_rawkey(x[j].z);
-        u[4 * j + 3] = tb_rawkey(x[j].w);
+        u[4 * j] = tk_rawkey(x[j].x);
+        u[4 * j + 1] = tk_rawkey(x[j].y);
+        u[4 * j + 2] = tk_rawkey(x[j].z);
+        u[4 * j + 3] = tk_rawkey(x[j].w);
     }
 #pragma unroll
     for (int e = 0; e < 16; e++) m |= (uint32_t)tb_in_raw(u[e], sulo) << e;

@@ -16,10 +16,12 @@
  * torch.topk; several NaN tie and go to the lower index like equal scores.
  * -inf is not a candidate (masked columns). */
 #define TK_KEY_NAN 0xFFFFFFFFu
-__device__ __forceinline__ uint32_t tk_fkey(float f) {
-    uint32_t u = __float_as_uint(f);
-    return f != f ? TK_KEY_NAN : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+/* The order-preserving map alone (no NaN rule): NaN lands by its sign bit. */
+__device__ __forceinline__ uint32_t tk_rawkey(float f) {
+    const uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
+__device__ __forceinline__ uint32_t tk_fkey(float f) { return f != f ? TK_KEY_NAN : tk_rawkey(f); }
 __device__ __forceinline__ bool tk_valid(float f) { return f != -INFINITY; }
 
 /* Visit (column, score) of [lo, hi): 16-byte loads when the row is
