@@ -40,6 +40,7 @@ static inline float la_fmax_nan(float a, float b) { return a != a ? a : b != b ?
 #include "cuda/common.cuh"
 #include "cuda/cuda_bwd.h"
 #include "core/variant.h"
+#include "cuda/select.cuh"
 
 /* ---- launch: one thread per item ---------------------------------------- */
 #ifdef LA_BWD_EMU
@@ -316,11 +317,11 @@ static inline la_status bwd_unpack(cudaStream_t s, const la_tensor *t, const flo
 }
 
 /* The family's forced variant: NULL/"portable" are the portable engine;
- * anything else is rejected (LA_ERR_ARG naming the family). */
+ * anything else is an unknown variant (select.cuh's LA_ERR_ARG). */
 static inline la_status bwd_variant_portable(const la_context *ctx, const char *family) {
     const char *v = la_context_variant(ctx, family);
     if (!v || !strcmp(v, "portable")) return LA_OK;
-    return la_err(LA_ERR_ARG, "%s: unknown kernel variant '%s' (have: portable)", family, v);
+    return la_cu_unknown_variant(family, v, "portable");
 }
 
 /* Block geometry of the linear / block engines: chunks of `chunk` tokens
@@ -441,20 +442,18 @@ la_status lbt_backward(const lbt_problem *p, cudaStream_t s);
 
 /* Variant choice of a family with a fast path and the portable engine:
  * *fast = 1 for the fast path (the default where `eligible`, or forced
- * "mma"), 0 for the portable engine; LA_ERR_ARG for an unknown name or
- * "mma" forced where it does not apply (`need` says what it needs). */
+ * "mma"), 0 for the portable engine; select.cuh's LA_ERR_ARG for an unknown
+ * name and LA_ERR_UNSUPPORTED for "mma" forced where it does not apply
+ * (`need` says what it needs; verbose names it when the portable engine runs). */
 static inline la_status bwd_variant_pick(const la_context *ctx, const char *family,
                                          int eligible, const char *need, int *fast) {
     const char *v = la_context_variant(ctx, family);
     *fast = 0;
     if (v && strcmp(v, "portable") && strcmp(v, "mma"))
-        return la_err(LA_ERR_ARG, "%s: unknown kernel variant '%s' (have: mma, portable)",
-                      family, v);
-    if (v && !strcmp(v, "mma") && !eligible)
-        return la_err(LA_ERR_ARG, "%s: variant 'mma' needs %s", family, need);
+        return la_cu_unknown_variant(family, v, "mma, portable");
+    if (v && !strcmp(v, "mma") && !eligible) return la_cu_variant_unsupported(family, "mma", need);
     *fast = eligible && !(v && !strcmp(v, "portable"));
-    if (la_context_verbose(ctx))
-        fprintf(stderr, "longattn: %s: %s\n", family, *fast ? "mma" : "portable");
+    la_cu_report(ctx, family, *fast ? "mma" : "portable", "%s", *fast ? "fast path" : need);
     return LA_OK;
 }
 

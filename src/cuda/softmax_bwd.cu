@@ -105,23 +105,12 @@ extern "C" la_status la_softmax_backward_cuda(const la_softmax_params *p, const 
         return la_err(LA_ERR_SHAPE, "k: %lld heads do not divide q's %lld heads",
                       (long long)k->ne[2], (long long)q->ne[2]);
     /* kernel choice: the tensor-core path where eligible, else portable */
-    const char *var = la_context_variant(ctx, "softmax_bwd");
-    const int tc = la_softmax_bwd_tc_eligible(q, k, v, d_out, dq, dk, dv);
-    if (var && strcmp(var, "portable") && strcmp(var, "mma"))
-        return la_err(LA_ERR_ARG, "softmax_bwd: unknown kernel variant '%s' (have: mma, portable)", var);
-    if (var && !strcmp(var, "mma") && !tc)
-        return la_err(LA_ERR_ARG, "softmax_bwd: variant 'mma' needs bf16 or f16 views (one dtype) with "
-                      "D = Dv in {32, 64, 128}, "
-                      "unit inner stride and 16-byte aligned rows");
-    if (tc && !(var && !strcmp(var, "portable"))) {
-        if (la_context_verbose(ctx))
-            fprintf(stderr, "longattn: softmax_bwd: mma (D=%lld)\n", (long long)q->ne[3]);
-        return la_softmax_bwd_tc(p, q, k, v, out, lse, d_out, dq, dk, dv, ctx);
-    }
-    if (la_context_verbose(ctx))
-        fprintf(stderr, "longattn: softmax_bwd: portable (D=%lld Dv=%lld; the mma kernels take bf16/f16, "
-                "D = Dv in {32, 64, 128}, rows contiguous and 16-byte aligned)\n",
-                (long long)q->ne[3], (long long)v->ne[3]);
+    int fast;
+    LA_TRY(bwd_variant_pick(ctx, "softmax_bwd", la_softmax_bwd_tc_eligible(q, k, v, d_out, dq, dk, dv),
+                            "bf16 or f16 views (one dtype) with D = Dv in {32, 64, 128}, unit inner "
+                            "stride and 16-byte aligned rows",
+                            &fast));
+    if (fast) return la_softmax_bwd_tc(p, q, k, v, out, lse, d_out, dq, dk, dv, ctx);
     sm_dev P;
     P.B = q->ne[0];
     P.Nq = q->ne[1];

@@ -187,8 +187,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     const char *var = la_context_variant(ctx, "sparse_attn_bwd");
     const int rowchunk = var && !strcmp(var, "portable_rowchunk");
     if (var && !rowchunk && strcmp(var, "portable"))
-        return la_err(LA_ERR_ARG, "sparse_attn_bwd: unknown kernel variant '%s' (have: portable, "
-                      "portable_rowchunk)", var);
+        return la_cu_unknown_variant("sparse_attn_bwd", var, "portable, portable_rowchunk");
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
     sp_dev P;

@@ -23,11 +23,9 @@
  * Kernel variants: each CUDA case runs once with the library's choice and
  * once per name in its family's list (BWD_VARIANTS_*) forced through the
  * context; a variant that does not take the case's views makes that case
- * SKIPPED. The backward families answer a forced variant with their own
- * messages ("<family>: unknown kernel variant ...", "<family>: variant 'x'
- * needs ..."); bwd_dev() restates those in the harness's terms ("variant:
- * ...", LA_ERR_ARG for an unknown name, LA_ERR_UNSUPPORTED for a name that
- * does not take the views), which the probes and CHECK_DEV read. */
+ * SKIPPED (the backward families answer a forced variant as every family
+ * does, src/cuda/select.cuh: "variant: ...", LA_ERR_ARG for an unknown name,
+ * LA_ERR_UNSUPPORTED for a name that does not take the views). */
 #ifndef LA_BO_BWD_H
 #define LA_BO_BWD_H
 
@@ -47,20 +45,6 @@
 #define BWD_VARIANTS_SOFTMAX {"portable", "mma"}
 #define BWD_VARIANTS_SPARSE {"portable", "portable_rowchunk"}
 
-/* The status of a backward call under a forced variant of `family`, in the
- * harness's terms (see above); any other status is returned as it is. */
-static inline la_status bwd_dev(la_status s, const char *family) {
-    if (s != LA_ERR_ARG) return s;
-    const char *msg = la_last_error();
-    const size_t n = strlen(family);
-    if (strncmp(msg, family, n) || strncmp(msg + n, ": ", 2)) return s;
-    char buf[400];
-    snprintf(buf, sizeof buf, "%s", msg);
-    if (strstr(buf, "unknown kernel variant")) return la_err(LA_ERR_ARG, "variant: %s", buf);
-    if (strstr(buf, ": variant '")) return la_err(LA_ERR_UNSUPPORTED, "variant: %s", buf);
-    return s;
-}
-
 /* The first call of a case: the CUDA entry point itself (BO_CUDA) or the
  * public one (BO_CPU); the second call is always the public one. */
 #ifdef LA_WITH_CUDA
@@ -72,8 +56,8 @@ static inline la_status bwd_dev(la_status s, const char *family) {
 /* A backward call's status counted as one check: on CUDA through CHECK_DEV
  * (a forced variant that does not take the views skips), on the CPU LA_OK.
  * Returns whether the call succeeded. */
-static inline int bwd_ok(int cuda, la_status st, const char *family, const char *what) {
-    if (cuda) return bo_check_dev(bwd_dev(st, family), what);
+static inline int bwd_ok(int cuda, la_status st, const char *what) {
+    if (cuda) return bo_check_dev(st, what);
     CHECK(st == LA_OK, "%s: %s %s", what, la_status_string(st), la_last_error());
     return st == LA_OK;
 }

@@ -120,7 +120,7 @@ static void run_softmax(const void *arg) {
     for (int call = 0; call < 2; call++) {
         la_status st = (call ? la_softmax_backward : BWD_FIRST(cu, la_softmax_backward, la_softmax_backward_cuda))(&p, &q.t, &k.t, &v.t, &o.t, &l.t, &go.t, &dq.t,
                                                 &dk.t, &dv.t, ctx);
-        if (!bwd_ok(cu, st, "softmax_bwd", what)) break;
+        if (!bwd_ok(cu, st, what)) break;
         if (call == 0) {
             check_grad(what, "dq", &dq, ref[0][0], ref[1][0]);
             check_grad(what, "dk", &dk, ref[0][1], ref[1][1]);
@@ -277,7 +277,7 @@ static void run_sparse(const void *arg) {
     for (int call = 0; call < 2; call++) {
         la_status st = (call ? la_sparse_attention_backward : BWD_FIRST(cu, la_sparse_attention_backward, la_sparse_attention_backward_cuda))(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t,
                                                          &go.t, &dq.t, &dkv.t, ctx);
-        if (!bwd_ok(cu, st, "sparse_attn_bwd", what)) break;
+        if (!bwd_ok(cu, st, what)) break;
         if (call == 0) {
             check_grad(what, "dq", &dq, ref[0][0], ref[1][0]);
             check_grad(what, "dkv", &dkv, ref[0][1], ref[1][1]);
@@ -294,7 +294,7 @@ static void run_sparse(const void *arg) {
         tt_repoison(&dq), tt_repoison(&dkv);
         la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
                                                      &dq.t, &dkv.t, ctx);
-        if (bo_check_dev(bwd_dev(st2, "sparse_attn_bwd"), "sparse backward, row chunks")) {
+        if (bo_check_dev(st2, "sparse backward, row chunks")) {
             check_same(what, "dq (row chunks)", &dq, saved[0]);
             check_same(what, "dkv (row chunks)", &dkv, saved[1]);
         }
@@ -337,7 +337,6 @@ static la_status probe_softmax(la_context *ctx) {
     la_softmax_params p;
     la_softmax_params_init(&p);
     la_status s = la_softmax_backward(&p, &q.t, &q.t, &q.t, &q.t, &l.t, &q.t, &g.t, NULL, NULL, ctx);
-    s = bwd_dev(s, "softmax_bwd");
     la_dev_synchronize();
     tt_free(&q), tt_free(&g), tt_free(&l);
     return s;
@@ -357,7 +356,6 @@ static la_status probe_sparse(la_context *ctx) {
     la_sparse_attn_params_init(&p);
     p.dv = 16;
     la_status s = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx, &q.t, &l.t, &q.t, &g.t, NULL, ctx);
-    s = bwd_dev(s, "sparse_attn_bwd");
     la_dev_synchronize();
     tt_free(&q), tt_free(&g), tt_free(&kv), tt_free(&l), tt_free(&ix);
     return s;

@@ -219,7 +219,7 @@ static void run_focused(const void *arg) {
             sp.h ? &sp.t : NULL, foc.h ? &foc.t : NULL, NULL, &go.t, &dq.t, &dk.t, &dv.t,
             has_conv ? &dconv.t : NULL, bias.h ? &dbias.t : NULL, sp.h ? &dsp.t : NULL,
             foc.h ? &dfoc.t : NULL, ctx);
-        if (!bwd_ok(cu, st, "focused_bwd", what)) break;
+        if (!bwd_ok(cu, st, what)) break;
         if (call == 0) {
             check_grad(what, "dq", &dq, rq, bq);
             check_grad(what, "dk", &dk, rk, bk);
@@ -287,7 +287,6 @@ static la_status probe_focused(la_context *ctx) {
     p.map_h = 2, p.map_w = 2;
     la_status s = la_focused_backward(&p, &q.t, &q.t, &q.t, NULL, NULL, NULL, NULL, NULL, &q.t,
                                       &g.t, NULL, NULL, NULL, NULL, NULL, NULL, ctx);
-    s = bwd_dev(s, "focused_bwd");
     la_dev_synchronize();
     tt_free(&q), tt_free(&g);
     return s;
