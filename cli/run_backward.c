@@ -9,6 +9,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "op_opts.h"
 
 #define GRAD_OPTS                                                                             \
     {"backward", CLI_OPT_FLAG, "off", "compute the gradients (this mode)"},                   \
@@ -64,11 +65,7 @@ static int need_some(const cli_args *a, const char *const *names, int n) {
 
 /* ---- softmax -------------------------------------------------------------- */
 static const cli_opt softmax_bwd_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,Nq,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,Nk,Hk,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,Nk,Hk,Dv]"},
-    {"causal", CLI_OPT_FLAG, "off", "causal mask, bottom-right aligned"},
-    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: D^-1/2)"},
+    CLI_SOFTMAX_INPUT_OPTS,
     GRAD_OPTS,
     {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,Nq,H,D]"},
     {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,Nk,Hk,D]"},
@@ -115,16 +112,7 @@ static int bwd_softmax(int argc, char **argv) {
 
 /* ---- linear ----------------------------------------------------------------- */
 static const cli_opt linear_bwd_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
-    {"feature", CLI_OPT_VALUE, "relu", "feature map identity|relu|relu_eps|relu1|elu1"},
-    {"causal", CLI_OPT_FLAG, "off", "causal (chunkwise)"},
-    {"normalize", CLI_OPT_FLAG, "on", "divide by q~ . z + eps"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon"},
-    {"scale", CLI_OPT_VALUE, "1", "query scale scale_q"},
-    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size"},
-    {"state-in", CLI_OPT_VALUE, NULL, "--causal: initial state PREFIX.S.npy [B,H,D,Dv], PREFIX.z.npy [B,H,D]"},
+    CLI_LINEAR_INPUT_OPTS,
     {"dstate-out", CLI_OPT_VALUE, NULL, "--causal: gradient of the final state, PREFIX.S.npy and PREFIX.z.npy"},
     GRAD_OPTS,
     {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
@@ -234,18 +222,7 @@ static int bwd_linear(int argc, char **argv) {
 
 /* ---- mhla (non-causal and --causal) ------------------------------------------- */
 static const cli_opt mhla_bwd_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
-    {"mixing", CLI_OPT_IN, NULL, "mixing matrix .npy [M,M] or [H,M,M]"},
-    {"causal", CLI_OPT_FLAG, "off", "causal chunkwise MHLA"},
-    {"grid", CLI_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW (default: N)"},
-    {"blocks", CLI_OPT_VALUE, NULL, "non-causal: block grid (default for a 1-D grid: M of --mixing)"},
-    {"feature", CLI_OPT_VALUE, NULL, "feature map (default: relu_eps; relu with --causal)"},
-    {"normalize", CLI_OPT_VALUE, NULL, "per_query|none|released_vision (default: per_query; none with --causal)"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon"},
-    {"scale", CLI_OPT_VALUE, NULL, "query scale (default: 1; D^-1/2 with --causal)"},
-    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size"},
+    CLI_MHLA_INPUT_OPTS,
     GRAD_OPTS,
     {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
     {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,N,H,D]"},
@@ -339,17 +316,7 @@ static int bwd_mhla(int argc, char **argv) {
 
 /* ---- focused ------------------------------------------------------------------ */
 static const cli_opt focused_bwd_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
-    {"variant", CLI_OPT_VALUE, "flatten", "flatten or blog"},
-    {"map", CLI_OPT_VALUE, NULL, "token map HxW (required)"},
-    {"conv", CLI_OPT_IN, NULL, "depthwise kernel .npy: flatten [D,k,k], blog [H*D,k,k]"},
-    {"conv-bias", CLI_OPT_IN, NULL, "flatten: conv bias .npy [D]"},
-    {"softplus-param", CLI_OPT_IN, NULL, "flatten: s .npy [H*D] (default: zeros)"},
-    {"p", CLI_OPT_VALUE, "3", "flatten: focusing factor"},
-    {"focus", CLI_OPT_VALUE, "2.0", "blog: .npy [H] or one number (a number is a constant: no --grad-focus)"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "normalizer epsilon"},
+    CLI_FOCUSED_INPUT_OPTS,
     GRAD_OPTS,
     {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [B,N,H,D]"},
     {"grad-k", CLI_OPT_OUT, NULL, "output dL/dk .npy [B,N,H,D]"},
@@ -443,11 +410,7 @@ static int bwd_focused(int argc, char **argv) {
 
 /* ---- sparse-attn -------------------------------------------------------------- */
 static const cli_opt sparse_bwd_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [T,Hq,Dqk]"},
-    {"kv", CLI_OPT_IN, NULL, "latent entries .npy [L,Dqk] or [L,Hkv,Dqk]"},
-    {"idx", CLI_OPT_IN, NULL, "int32 .npy [T,k]: selected keys (-1 or >= L: skipped)"},
-    {"dv", CLI_OPT_VALUE, "512", "value width (first dv columns of kv)"},
-    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2)"},
+    CLI_SPARSE_ATTN_INPUT_OPTS,
     GRAD_OPTS,
     {"grad-q", CLI_OPT_OUT, NULL, "output dL/dq .npy [T,Hq,Dqk]"},
     {"grad-kv", CLI_OPT_OUT, NULL, "output dL/dkv .npy (kv's shape)"},

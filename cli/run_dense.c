@@ -4,14 +4,11 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "op_opts.h"
 
 /* ------------------------------------------------------------------------ */
 static const cli_opt softmax_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,Nq,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,Nk,Hk,D] (H % Hk == 0: grouped-query attention)"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,Nk,Hk,Dv]"},
-    {"causal", CLI_OPT_FLAG, "off", "causal mask, bottom-right aligned: query i sees keys s <= i + Nk - Nq"},
-    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: D^-1/2; 0 also means the default)"},
+    CLI_SOFTMAX_INPUT_OPTS,
     {"out", CLI_OPT_OUT, NULL, "output .npy [B,Nq,H,Dv] (required)"},
     {"lse", CLI_OPT_OUT, NULL, "optional output .npy [B,Nq,H]: row log-sum-exp (natural log; -inf for a row that sees no key)"},
 };
@@ -55,16 +52,7 @@ int cli_run_softmax(int argc, char **argv) {
 
 /* ------------------------------------------------------------------------ */
 static const cli_opt linear_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
-    {"feature", CLI_OPT_VALUE, "relu", "feature map phi: identity|relu|relu_eps|relu1|elu1"},
-    {"causal", CLI_OPT_FLAG, "off", "causal: sums over j <= t (chunkwise form)"},
-    {"normalize", CLI_OPT_FLAG, "on", "divide by q~ . z + eps"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon (>= 0)"},
-    {"scale", CLI_OPT_VALUE, "1", "query scale scale_q: q~ = scale * phi(q)"},
-    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk size C (1..4096); the result does not depend on it"},
-    {"state-in", CLI_OPT_VALUE, NULL, "--causal: read the recurrent state from PREFIX.S.npy [B,H,D,Dv] and PREFIX.z.npy [B,H,D]"},
+    CLI_LINEAR_INPUT_OPTS,
     {"state-out", CLI_OPT_VALUE, NULL, "--causal: write the final state to PREFIX.S.npy and PREFIX.z.npy (may equal --state-in)"},
     {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "op_opts.h"
 
 /* Copy a host f32 rank-4 [Cc,1,k,k] (torch's depthwise weight) or rank-3
  * [Cc,k,k] conv into a rank-3 view. 0/2. */
@@ -34,17 +35,7 @@ static int parse_number(const char *s, double *out) {
 }
 
 static const cli_opt focused_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv] (Dv = D when the flatten conv is given)"},
-    {"variant", CLI_OPT_VALUE, "flatten", "flatten (the published FLatten module) or blog (the seed blog's variant)"},
-    {"map", CLI_OPT_VALUE, NULL, "token map HxW, H*W = N (required)"},
-    {"conv", CLI_OPT_IN, NULL, "depthwise kernel .npy, odd k: flatten [D,k,k] on v, shared by heads; blog [H*D,k,k] on phi(K) (also [.,1,k,k]); default: flatten none, blog identity"},
-    {"conv-bias", CLI_OPT_IN, NULL, "flatten: conv bias .npy [D] (default: none)"},
-    {"softplus-param", CLI_OPT_IN, NULL, "flatten: scale parameter s .npy [H*D], x' = (ReLU(x)+1e-6)/softplus(s) (default: zeros)"},
-    {"p", CLI_OPT_VALUE, "3", "flatten: focusing factor"},
-    {"focus", CLI_OPT_VALUE, "2.0", "blog: per-head coefficient .npy [H], or one number for all heads (it cancels, see docs/FOCUSED.md)"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "normalizer epsilon (flatten: beside the mean)"},
+    CLI_FOCUSED_INPUT_OPTS,
     {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},
 };
 

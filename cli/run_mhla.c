@@ -5,20 +5,10 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "op_opts.h"
 
 static const cli_opt mhla_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [B,N,H,D]"},
-    {"k", CLI_OPT_IN, NULL, "keys .npy [B,N,H,D]"},
-    {"v", CLI_OPT_IN, NULL, "values .npy [B,N,H,Dv]"},
-    {"mixing", CLI_OPT_IN, NULL, "mixing matrix .npy [M,M] (shared) or [H,M,M] (per head)"},
-    {"causal", CLI_OPT_FLAG, "off", "causal chunkwise MHLA over 1-D chunks of --chunk tokens (SPEC §5.4)"},
-    {"grid", CLI_OPT_VALUE, NULL, "non-causal: token grid N, HxW or TxHxW in raster order (default: N, 1-D)"},
-    {"blocks", CLI_OPT_VALUE, NULL, "non-causal: block grid, same rank as --grid, e.g. 4x4 (default for a 1-D grid: M of --mixing)"},
-    {"feature", CLI_OPT_VALUE, NULL, "feature map identity|relu|relu_eps|relu1|elu1 (default: relu_eps; relu with --causal)"},
-    {"normalize", CLI_OPT_VALUE, NULL, "per_query|none|released_vision (default: per_query; none with --causal, which allows per_query|none)"},
-    {"eps", CLI_OPT_VALUE, "1e-6", "denominator epsilon"},
-    {"scale", CLI_OPT_VALUE, NULL, "query scale scale_q, q~ = scale*phi(q) (default: 1; D^-1/2 with --causal)"},
-    {"chunk", CLI_OPT_VALUE, "64", "--causal: chunk (block) size C; mixing must be at least ceil(N/C) square"},
+    CLI_MHLA_INPUT_OPTS,
     {"decode", CLI_OPT_FLAG, "off", "--causal: compute through the decoding state, one token at a time"},
     {"prefill", CLI_OPT_VALUE, "0", "--decode: append this many tokens at once first, then decode the rest"},
     {"out", CLI_OPT_OUT, NULL, "output .npy [B,N,H,Dv] (required)"},

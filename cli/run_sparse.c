@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include "cli.h"
+#include "op_opts.h"
 
 /* Outputs the CLI is willing to allocate (a typo in --topk must not OOM the machine). */
 #define CLI_MAX_OUT_BYTES ((int64_t)8 << 30)
@@ -132,11 +133,7 @@ int cli_run_blocksparse(int argc, char **argv) { return run_indexer(IX_BLOCKSPAR
 
 /* ---- sparse attention ------------------------------------------------------ */
 static const cli_opt sparse_attn_opts[] = {
-    {"q", CLI_OPT_IN, NULL, "queries .npy [T,Hq,Dqk]"},
-    {"kv", CLI_OPT_IN, NULL, "latent entries .npy [L,Dqk] (MQA, shared by all heads) or [L,Hkv,Dqk] (head h reads kv head h*Hkv/Hq)"},
-    {"idx", CLI_OPT_IN, NULL, "int32 .npy [T,k]: selected keys per query (any negative value, or >= L: skipped like -1)"},
-    {"dv", CLI_OPT_VALUE, "512", "value width: values are the first dv columns of kv (dv <= Dqk)"},
-    {"scale", CLI_OPT_VALUE, NULL, "score scale (default: Dqk^-1/2; 0 also means the default)"},
+    CLI_SPARSE_ATTN_INPUT_OPTS,
     {"out", CLI_OPT_OUT, NULL, "output .npy [T,Hq,dv] (a row with no valid index gives 0)"},
     {"lse", CLI_OPT_OUT, NULL, "optional output .npy [T,Hq]: log-sum-exp (natural log; -inf for no valid index)"},
 };
