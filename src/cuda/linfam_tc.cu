@@ -205,9 +205,10 @@ template <int DK, int DV> struct lf_tcg {
  * A thread copies chunk tid % CK of K rows tid/CK + (NT/CK)·u (and likewise
  * of V) of each tile, and applies φ to its own K chunks. At D = Dv = 128
  * (WK = 1) this is the kernel of one warp tile per warp, written straight
- * from registers; the branches on WK = 1 and CK = CV keep that case in the
- * form it was validated and measured in (the same PTX, scripts/check_ptx.sh;
- * the general form was slower at the Wan shape: docs/PERF.md). */
+ * from registers; the branches on WK = 1 keep that case in the form it was
+ * validated and measured in (the same PTX, scripts/check_ptx.sh; the general
+ * form was slower at the Wan shape: docs/PERF.md), the other head dims keep
+ * the general form they were measured in. */
 template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     using G = lf_tcg<DK, DV>;
@@ -240,7 +241,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
         if (t < nt) {
             __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
             int64_t tk;
-            if constexpr (G::CK == G::CV) { /* D = Dv: one token lookup for a K and a V row */
+            if constexpr (WK == 1) { /* D = Dv = 128: one token lookup for a K and a V row */
 #pragma unroll
                 for (int u = 0; u < G::UK; u++) {
                     const int r = rk + (NT / G::CK) * u;
@@ -358,9 +359,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 #pragma unroll
         for (int i = 0; i < NZ; i++)
             if (NZ == 1 || G::WC == 1 || i == wc) {
-                const int zr = rb + 16 * (NZ == 1 ? wc : i) + g;
-                red[DK * DV + zr] = raccz[i][0];
-                red[DK * DV + zr + 8] = raccz[i][2];
+                const int zi = NZ == 1 ? wc : i; /* the fragment */
+                red[DK * DV + rb + 16 * zi + g] = raccz[i][0];
+                red[DK * DV + rb + 16 * zi + g + 8] = raccz[i][2];
             }
     if constexpr (WK == 1) {
         la_cp_wait<0>(); /* the trailing (empty) copy groups */
