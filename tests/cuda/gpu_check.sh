@@ -116,9 +116,9 @@ hbudget=$(cap "${LA_HARNESS_S:-150}")
 pool harness - "$HW" $(( HW * ${LA_SLICES_PER_W:-4} )) "$hbudget" "$@" || rc=1
 # per table: cases ok / FAIL / SKIP / KNOWN-FAIL, checks passed / failed, summed over the slices
 awk '/^#   [a-z_0-9]+ +[0-9]+ \/ /{t=$2; o[t]+=$3; f[t]+=$5; s[t]+=$7; k[t]+=$9; p[t]+=$10; q[t]+=$12; if (!(t in seen)) {seen[t]=1; ord[++n]=t}}
-     END {printf "#   %-10s %5s %5s %5s %5s %8s %6s\n", "table", "ok", "FAIL", "SKIP", "KNOWN", "checks", "failed";
-          for (i=1;i<=n;i++){t=ord[i]; printf "#   %-10s %5d %5d %5d %5d %8d %6d\n", t, o[t], f[t], s[t], k[t], p[t], q[t]; P+=p[t]; Q+=q[t]}
-          printf "%d passed, %d failed (checks, finished slices)\n", P, Q}' "$OUT"/harness_[hs]*.log | tee -a "$S"
+     END {printf "#   %-16s %5s %5s %5s %5s %8s %6s\n", "table", "ok", "FAIL", "SKIP", "KNOWN", "checks", "failed";
+          for (i=1;i<=n;i++){t=ord[i]; printf "#   %-16s %5d %5d %5d %5d %8d %6d\n", t, o[t], f[t], s[t], k[t], p[t], q[t]; P+=p[t]; Q+=q[t]}
+          printf "%d passed, %d failed (checks, finished slices)\n", P, Q}' "$OUT"/harness_s*.log "$OUT"/harness_h*.log 2>/dev/null | tee -a "$S"
 grep -hE "^KNOWN-FAIL" "$OUT"/harness_[hs]*.log | head -10 | tee -a "$S"
 grep -hE "^SKIP" "$OUT"/harness_[hs]*.log | sed -E 's/^SKIP \[[^]]*\] [^:]*: //' | sort | uniq -c | sort -rn | head -8 | tee -a "$S"
 grep -hE "^  SKIP sub-check" "$OUT"/harness_[hs]*.log | sed -E 's/^  //' | sort | uniq -c | sort -rn | head -8 | tee -a "$S"
