@@ -200,14 +200,19 @@ template <int DK, int DV> struct lf_tcg {
 /* grid (K, BH), 256 threads, 2 CTAs per SM: warp (wr, wc, wk) owns rows
  * d ∈ 32wr + [0, 32) and columns 8·NJ·wc + [0, 8·NJ) of the segment's S
  * (2×NJ fragments) for the 16-token steps ≡ wk mod WK, and the z rows of its
- * fragments i ≡ wc mod WC (every column of the z product = z). A thread
- * copies chunk tid % CK of K rows tid/CK + (NT/CK)·u (and likewise of V) of
- * each tile, and applies φ to its own K chunks. At D = Dv = 128 (WK = 1) this
- * is the kernel of one warp tile per warp, written straight from registers. */
+ * fragments i ≡ wc mod WC (every column of the z product = z; NZ
+ * accumulators: one per fragment, or at WK = 1, WC = 2 one for fragment wc).
+ * A thread copies chunk tid % CK of K rows tid/CK + (NT/CK)·u (and likewise
+ * of V) of each tile, and applies φ to its own K chunks. At D = Dv = 128
+ * (WK = 1) this is the kernel of one warp tile per warp, written straight
+ * from registers; the branches on WK = 1 keep that case in the form it was
+ * validated and measured in (the same PTX, scripts/check_ptx.sh; the general
+ * form was slower at the Wan shape: docs/PERF.md), the other head dims keep
+ * the general form they were measured in. */
 template <int DK, int DV>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     using G = lf_tcg<DK, DV>;
-    constexpr int FT = G::FT, LK = G::LK, LV = G::LV;
+    constexpr int FT = G::FT, LK = G::LK, LV = G::LV, WK = G::WK, NZ = WK == 1 && G::WC == 2 ? 1 : 2;
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
     __nv_bfloat16 *sm = (__nv_bfloat16 *)lf_tc_sm;
@@ -225,24 +230,38 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + ck;
     const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + cv;
 
+    /* row r of tile t: its token in tk, false past the segment (tk = 0) */
+    auto token = [&](int t, int r, int64_t &tk) {
+        const int64_t w = w0 + (int64_t)t * FT + r;
+        const bool ok = w < w1;
+        tk = ok ? lf_tok(bx, (unsigned)w) : 0;
+        return ok;
+    };
     auto issue = [&](int t) { /* tile t into stage t % TS; always one group */
         if (t < nt) {
             __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
+            int64_t tk;
+            if constexpr (WK == 1) { /* D = Dv = 128: one token lookup for a K and a V row */
 #pragma unroll
-            for (int u = 0; u < G::UK; u++) {
-                const int r = rk + (NT / G::CK) * u;
-                const int64_t w = w0 + (int64_t)t * FT + r;
-                const bool ok = w < w1;
-                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                la_cp16z(&Ks[r * LK + ck], kb + tk * P.k.nb[1], ok);
-            }
+                for (int u = 0; u < G::UK; u++) {
+                    const int r = rk + (NT / G::CK) * u;
+                    const bool ok = token(t, r, tk);
+                    la_cp16z(&Ks[r * LK + ck], kb + tk * P.k.nb[1], ok);
+                    la_cp16z(&Vs[r * LV + ck], vb + tk * P.v.nb[1], ok);
+                }
+            } else {
 #pragma unroll
-            for (int u = 0; u < G::UV; u++) {
-                const int r = rv + (NT / G::CV) * u;
-                const int64_t w = w0 + (int64_t)t * FT + r;
-                const bool ok = w < w1;
-                const int64_t tk = ok ? lf_tok(bx, (unsigned)w) : 0;
-                la_cp16z(&Vs[r * LV + cv], vb + tk * P.v.nb[1], ok);
+                for (int u = 0; u < G::UK; u++) {
+                    const int r = rk + (NT / G::CK) * u;
+                    const bool ok = token(t, r, tk);
+                    la_cp16z(&Ks[r * LK + ck], kb + tk * P.k.nb[1], ok);
+                }
+#pragma unroll
+                for (int u = 0; u < G::UV; u++) {
+                    const int r = rv + (NT / G::CV) * u;
+                    const bool ok = token(t, r, tk);
+                    la_cp16z(&Vs[r * LV + cv], vb + tk * P.v.nb[1], ok);
+                }
             }
         }
         la_cp_commit();
@@ -250,18 +269,21 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
 
-    const int wr = warp % G::WR, wc = (warp / G::WR) % G::WC, wk = warp / (G::WR * G::WC);
+    /* WK = 1: the warps are exactly the WR × WC warp tiles (no modulo) */
+    const int wr = warp % G::WR, wc = WK == 1 ? warp / G::WR : (warp / G::WR) % G::WC;
+    const int wk = WK == 1 ? 0 : warp / (G::WR * G::WC);
     const int rb = 32 * wr, cb = 8 * G::NJ * wc;
-    float racc[2][G::NJ][4], raccz[2][4]; /* rows rb + 16i + {g, g+8}, columns cb + 8j + 2t + {0,1} */
+    float racc[2][G::NJ][4], raccz[NZ][4]; /* rows rb + 16i + {g, g+8}, columns cb + 8j + 2t + {0,1} */
 #pragma unroll
-    for (int i = 0; i < 2; i++) {
+    for (int i = 0; i < 2; i++)
 #pragma unroll
         for (int j = 0; j < G::NJ; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) racc[i][j][e] = 0.f;
 #pragma unroll
+    for (int i = 0; i < NZ; i++)
+#pragma unroll
         for (int e = 0; e < 4; e++) raccz[i][e] = 0.f;
-    }
 
     /* ldmatrix: lane l gives the address of row l % 8 of matrix l / 8 */
     const int lr = lane % 8, lm = lane / 8;
@@ -286,7 +308,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
 #pragma unroll
-        for (int kk = 16 * wk; kk < FT; kk += 16 * G::WK) {
+        for (int kk = 16 * wk; kk < FT; kk += 16 * WK) {
             /* A = φ(K)ᵀ (m = d, k = token) from [token][d] rows: .trans; matrices
              * (m+0,k+0) (m+8,k+0) (m+0,k+8) (m+8,k+8) = a0..a3 */
             uint32_t af[2][4];
@@ -295,11 +317,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 la_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * LK + rb + 16 * i + 8 * (lm & 1)]);
             if (G::WC == 1) {
                 la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
-                la_mma_bf16(raccz[1], af[1], ONES2, ONES2);
+                la_mma_bf16(raccz[NZ - 1], af[1], ONES2, ONES2);
             } else if (wc == 0) {
                 la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
             } else {
-                la_mma_bf16(raccz[1], af[1], ONES2, ONES2);
+                la_mma_bf16(raccz[NZ - 1], af[1], ONES2, ONES2);
             }
 #pragma unroll
             for (int jp = 0; jp < G::NJ / 2; jp++) {
@@ -316,9 +338,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
         }
     }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
-    la_cp_wait<0>();
     float *red = dst; /* WK = 1: straight to the partial */
-    if (G::WK > 1) {  /* every warp's sums into its slice [wk][L] of shared memory */
+    if constexpr (WK > 1) { /* every warp's sums into its slice [wk][L] of shared memory */
+        la_cp_wait<0>();
         __syncthreads(); /* the last tiles are consumed */
         red = (float *)lf_tc_sm + wk * G::L;
     }
@@ -331,21 +353,25 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             *(float2 *)d0 = make_float2(racc[i][j][0], racc[i][j][1]);
             *(float2 *)(d0 + 8 * DV) = make_float2(racc[i][j][2], racc[i][j][3]);
         }
-    /* every column of the z product holds z: column 0 (t = 0) is written */
+    /* every column of the z product holds z: column 0 (t = 0) is written;
+     * accumulator i holds fragment i's z rows (NZ = 2) or fragment wc's */
     if (lane % 4 == 0)
 #pragma unroll
-        for (int i = 0; i < 2; i++)
-            if (G::WC == 1 || i == wc) {
-                red[DK * DV + rb + 16 * i + g] = raccz[i][0];
-                red[DK * DV + rb + 16 * i + g + 8] = raccz[i][2];
+        for (int i = 0; i < NZ; i++)
+            if (NZ == 1 || G::WC == 1 || i == wc) {
+                const int zi = NZ == 1 ? wc : i; /* the fragment */
+                red[DK * DV + rb + 16 * zi + g] = raccz[i][0];
+                red[DK * DV + rb + 16 * zi + g + 8] = raccz[i][2];
             }
-    if (G::WK > 1) {
+    if constexpr (WK == 1) {
+        la_cp_wait<0>(); /* the trailing (empty) copy groups */
+    } else {
         __syncthreads();
         const float4 *r4 = (const float4 *)lf_tc_sm;
         for (int e = tid; e < G::L / 4; e += NT) {
             float4 acc = r4[e];
 #pragma unroll
-            for (int k = 1; k < G::WK; k++) {
+            for (int k = 1; k < WK; k++) {
                 const float4 x = r4[k * (G::L / 4) + e];
                 acc.x += x.x;
                 acc.y += x.y;
@@ -375,8 +401,8 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
     __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;      /* [DK][LV]       */
     __nv_bfloat16 *Qst = Ss + DK * LV;                    /* TS × [FO][LK]  */
-    __nv_bfloat16 *stgs = Qst + TS * FO * LK;             /* 8 × [16][SLD]  */
-    float *dens = (float *)(stgs + 8 * G::STG);           /* TS × [FO]      */
+    float *stgs = (float *)(Qst + TS * FO * LK);          /* 8 × [16][SLD] bf16 */
+    float *dens = stgs + 8 * G::STG / 2;                  /* TS × [FO]      */
     __nv_bfloat16 *Zs = (__nv_bfloat16 *)(dens + TS * FO); /* [DK][8]: hi(z̃), lo(z̃), 0… */
 
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
@@ -448,7 +474,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         *(uint4 *)&Zs[tid * 8] = row;
     }
     const int rw = 32 * (warp % G::WRO), cw = G::CW * (warp / G::WRO), half = lane % 2;
-    const int stg_off = warp * G::STG;
+    float *stgw = stgs + warp * (G::STG / 2); /* this warp's staging tile */
     __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
@@ -536,7 +562,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
         /* scale, round to bf16 into the warp's staging tile [16][SLD], then
          * 16-byte stores: lane → row lane/2, columns (CW/2)(lane%2) + [0, CW/2) */
         constexpr int SLD = G::SLD, CH = G::CW / 16; /* 16-B chunks per lane */
-        __nv_bfloat16 *stg = stgs + stg_off;
+        __nv_bfloat16 *stg = (__nv_bfloat16 *)stgw;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int rr = rw + 16 * i;

@@ -3,18 +3,29 @@
  * L = D·Dv + D, written as S̃ in bf16 [BH][M][D·Dv] (the precision the output
  * product uses) and z̃ in fp32 [BH][M][D]. M = 1 (linear attention): a sum of
  * the segments on CUDA cores; M ≥ 2: a tf32 GEMM over expanded weights. Any
- * D, Dv of the tensor-core path (the layout only depends on L). */
+ * D, Dv of the tensor-core path (the layout only depends on L); the kernels
+ * take FD = D = Dv as a compile-time constant for the default head dim 128
+ * (the code they were validated and measured as), FD = 0 reads D and Dv
+ * from the problem. */
 #include "linfam_engine.cuh"
 #include "ptx.cuh"
 
 namespace {
+
+/* D·Dv and D: constants for FD = D = Dv > 0, else the problem's */
+template <int FD> __device__ __forceinline__ int64_t lf_mix_dd(const lf_problem &P) {
+    return FD ? (int64_t)FD * FD : P.D * P.Dv;
+}
+template <int FD> __device__ __forceinline__ int64_t lf_mix_d(const lf_problem &P) {
+    return FD ? (int64_t)FD : P.D;
+}
 
 /* grid (ceil(M/RI), ceil(L/4/NT), BH): S̃_i = Σ_kk w(i, kk) partial_kk over
  * the K = M·segs partials (w = W[i, kk/segs], or 1 without W); a thread owns
  * one float4 column group and RI rows. The row groups of one column slice
  * are neighbours in launch order, so they share its partials through L2. */
 constexpr int MK = 32;
-template <int RI, int U>
+template <int RI, int U, int FD>
 __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz) {
     const lf_problem &P = a.P;
     const int64_t bh = blockIdx.z, h = bh % P.H;
@@ -67,7 +78,7 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
         __syncthreads();
     }
     if (x4 >= L4) return;
-    const int64_t DD = P.D * P.Dv;
+    const int64_t DD = lf_mix_dd<FD>(P);
 #pragma unroll
     for (int r = 0; r < RI; r++) {
         const int64_t i = i0 + r;
@@ -78,7 +89,7 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
             *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc[r].z, acc[r].w);
             *(uint2 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = u;
         } else {
-            *(float4 *)(Pz + ((size_t)bh * a.M + i) * P.D + (x4 * 4 - DD)) = acc[r];
+            *(float4 *)(Pz + ((size_t)bh * a.M + i) * lf_mix_d<FD>(P) + (x4 * 4 - DD)) = acc[r];
         }
     }
 }
@@ -114,6 +125,7 @@ __global__ void lf_wexp_kernel(lf_args a, float *Wx, int64_t Mp, int64_t Kp) {
     if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, hw, i, k / a.segs) : 1.f;
     Wx[hw * Mp * Kp + e] = w;
 }
+template <int FD>
 __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz,
                                                           const float *Wx, int64_t Mp, int64_t Kp,
                                                           int w_per_head) {
@@ -194,7 +206,7 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
     }
     la_cp_wait<0>();
     /* c0,c1: row g, columns 2t, 2t+1; c2,c3: row g + 8 */
-    const int64_t DD = a.P.D * a.P.Dv;
+    const int64_t DD = lf_mix_dd<FD>(a.P);
 #pragma unroll
     for (int i = 0; i < 2; i++)
 #pragma unroll
@@ -209,27 +221,37 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
                     *(__nv_bfloat162 *)(Pb + ((size_t)bh * a.M + row) * DD + col) =
                         __floats2bfloat162_rn(x0, x1);
                 else if (col < a.L)
-                    *(float2 *)(Pz + ((size_t)bh * a.M + row) * a.P.D + (col - DD)) = make_float2(x0, x1);
+                    *(float2 *)(Pz + ((size_t)bh * a.M + row) * lf_mix_d<FD>(a.P) + (col - DD)) =
+                        make_float2(x0, x1);
             }
         }
+}
+
+/* The launches for FD (see the top of the file). */
+template <int FD>
+la_status lf_tc_mix_fd(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
+                       int64_t Kp, int64_t hw, cudaStream_t st) {
+    const int64_t BH = a.P.B * a.P.H;
+    if (a.M >= 2) { /* tensor-core GEMM (tf32) over the expanded weights */
+        lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
+        LA_CU_LAUNCH("lf_wexp_kernel");
+        constexpr size_t smem = sizeof(float) * GS * (GM * GLA + GK * GLB);
+        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel<FD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)smem));
+        lf_mix_mma_kernel<FD><<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT,
+                                smem, st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
+    } else { /* M = 1, linear attention: a sum of the segments */
+        const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
+        lf_tc_mix_kernel<1, 8, FD><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
+    }
+    LA_CU_LAUNCH("lf_tc_mix_kernel");
+    return LA_OK;
 }
 
 }  // namespace
 
 la_status lf_tc_mix(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
                     int64_t Kp, int64_t hw, cudaStream_t st) {
-    const int64_t BH = a.P.B * a.P.H;
-    if (a.M >= 2) { /* tensor-core GEMM (tf32) over the expanded weights */
-        lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
-        LA_CU_LAUNCH("lf_wexp_kernel");
-        constexpr size_t smem = sizeof(float) * GS * (GM * GLA + GK * GLB);
-        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-        lf_mix_mma_kernel<<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT, smem,
-                            st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
-    } else { /* M = 1, linear attention: a sum of the segments */
-        const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
-        lf_tc_mix_kernel<1, 8><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
-    }
-    LA_CU_LAUNCH("lf_tc_mix_kernel");
-    return LA_OK;
+    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_mix_fd<128>(a, Pb, Pz, Wx, Mp, Kp, hw, st);
+    return lf_tc_mix_fd<0>(a, Pb, Pz, Wx, Mp, Kp, hw, st);
 }

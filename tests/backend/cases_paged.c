@@ -12,8 +12,10 @@
  *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 0 ... 128K;
  *  - bad input on device views: a status naming the argument, pages and
  *    idx unchanged.
- * Cases: f32, bf16 and fp8 e4m3 over four configurations (the --small
- * subset), then two 128K-token contexts (fp8, bf16).
+ * Cases: f32, bf16 and fp8 e4m3 over four configurations and the --san
+ * representative (the --small subset), then two 128K-token contexts (fp8,
+ * bf16: past the top-k's 64K-row bound of its sample size; their ~50K
+ * append rounds make them the slowest cases of the harness).
  *
  * Sparse MLA decode over a paged latent cache (la_sparse_attention_paged,
  * run_smla_paged): CUDA against the CPU on the same shuffled pages and slots
@@ -94,6 +96,14 @@ static void run_paged(const void *arg) {
     const int64_t cap = 8192;
     float *kb = malloc(sizeof(float) * (size_t)(cap * dI));
     int32_t *meta = malloc(sizeof(int32_t) * (size_t)cap * 3);
+    /* device copies of one round's keys, slots, seq_ids and positions: one
+     * buffer each for the whole case (a 128K context takes ~50K rounds) */
+    void *ap_k = NULL, *ap_s = NULL, *ap_q = NULL, *ap_p = NULL;
+    if (la_dev_malloc(&ap_k, sizeof(float) * (size_t)(cap * dI)) != LA_OK ||
+        la_dev_malloc(&ap_s, sizeof(int32_t) * (size_t)cap) != LA_OK ||
+        la_dev_malloc(&ap_q, sizeof(int32_t) * (size_t)cap) != LA_OK ||
+        la_dev_malloc(&ap_p, sizeof(int32_t) * (size_t)cap) != LA_OK)
+        CHECK(0, "paged: device buffers for the appends: %s", la_last_error());
     for (;;) {
         int64_t n = 0;
         for (int64_t s = 0; s < nseq; s++) {
@@ -117,15 +127,17 @@ static void run_paged(const void *arg) {
         la_tensor_init(&tq, meta + cap, LA_I32, LA_DEVICE_CPU, 1, &n);
         la_tensor_init(&tp, meta + 2 * cap, LA_I32, LA_DEVICE_CPU, 1, &n);
         CHECK_OK(la_paged_index_cache_append(hc, &tk, &ts, &tq, &tp, NULL));
-        void *d_k = dev_copy(kb, sizeof(float) * (size_t)(n * dI)), *d_s = dev_copy(meta, (size_t)n * 4),
-             *d_q = dev_copy(meta + cap, (size_t)n * 4), *d_p = dev_copy(meta + 2 * cap, (size_t)n * 4);
-        la_tensor_init(&dk, d_k, LA_F32, LA_DEVICE_CUDA, 2, kne);
-        la_tensor_init(&ds, d_s, LA_I32, LA_DEVICE_CUDA, 1, &n);
-        la_tensor_init(&dq, d_q, LA_I32, LA_DEVICE_CUDA, 1, &n);
-        la_tensor_init(&dp, d_p, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        la_dev_upload(ap_k, kb, sizeof(float) * (size_t)(n * dI));
+        la_dev_upload(ap_s, meta, (size_t)n * 4);
+        la_dev_upload(ap_q, meta + cap, (size_t)n * 4);
+        la_dev_upload(ap_p, meta + 2 * cap, (size_t)n * 4);
+        la_tensor_init(&dk, ap_k, LA_F32, LA_DEVICE_CUDA, 2, kne);
+        la_tensor_init(&ds, ap_s, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        la_tensor_init(&dq, ap_q, LA_I32, LA_DEVICE_CUDA, 1, &n);
+        la_tensor_init(&dp, ap_p, LA_I32, LA_DEVICE_CUDA, 1, &n);
         CHECK_OK(la_paged_index_cache_append(dc, &dk, &ds, &dq, &dp, NULL));
-        la_dev_free(d_k); la_dev_free(d_s); la_dev_free(d_q); la_dev_free(d_p);
     }
+    la_dev_free(ap_k); la_dev_free(ap_s); la_dev_free(ap_q); la_dev_free(ap_p);
     const char *dn = la_dtype_name(C->dt);
     /* pages and pooled means */
     void *hraw, *draw;
@@ -433,16 +445,26 @@ void cases_paged(bo_list *L) {
         {LA_F32, 2, 5, 63, 100, 4, 4, {700, 5}, 0},
         {LA_F32, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1},
     };
+    /* the --san representative of each dtype (compute-sanitizer runs it):
+     * the indexer's head shape HI 64 x dI 128 (the largest shared-memory
+     * tiles of the scoring kernel), every kernel of the table over several
+     * tiles -- 4 score tiles of 128 keys, 4 pooled blocks of which HISA keeps
+     * 3, 8 pages, a row of an empty range (next_n 2 over a 1-token context),
+     * q_seq -- in a few append rounds (the 5000-token context of the last
+     * configuration above takes ~1400) */
+    const cfg san = {LA_F32, 3, 64, 128, 64, 3, 2, {500, 129, 1}, 1};
     char name[BO_NAME_MAX];
     for (int di = 0; di < 3; di++)
-        for (int i = 0; i < (int)(sizeof cases / sizeof cases[0]); i++) {
-            cfg c = cases[i];
+        for (int i = 0; i <= (int)(sizeof cases / sizeof cases[0]); i++) {
+            const int is_san = i == (int)(sizeof cases / sizeof cases[0]);
+            cfg c = is_san ? san : cases[i];
             c.dt = dts[di];
             const bo_opts o = {"paged", BO_CUDA, 1, NULL, NULL, NULL};
             snprintf(name, sizeof name, "paged %s nseq %lld HI %lld dI %lld topk %lld m %lld next_n %lld%s",
                      la_dtype_name(c.dt), (long long)c.nseq, (long long)c.HI, (long long)c.dI,
                      (long long)c.topk, (long long)c.m, (long long)c.next_n, c.qseq ? " q_seq" : "");
             bo_add(L, &o, run_paged, &c, sizeof c, name);
+            if (is_san) bo_mark_san(L);
         }
     const cfg big[2] = {
         {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0},
@@ -467,5 +489,8 @@ void cases_paged(bo_list *L) {
                  la_dtype_name(sm[i].dt), (long long)sm[i].T, (long long)sm[i].Hq, (long long)sm[i].Dqk,
                  (long long)sm[i].dv, (long long)sm[i].pages, (long long)sm[i].page_size, (long long)sm[i].K);
         bo_add(L, &o, run_smla_paged, &sm[i], sizeof sm[i], name);
+        /* the kernel smla_select takes on sm_90 (one --san case each) */
+        const int wg = sm[i].dt == LA_BF16 && sm[i].Dqk == 576 && sm[i].dv == 512;
+        bo_set_kernel(L, wg ? "wgmma" : "portable");
     }
 }

@@ -1,8 +1,8 @@
 /* test_backend_ops: every backend against its reference, from one list of
  * cases (see backend_ops.h for what a case is and how to add a family).
  *
- *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] [--san] [--perf]
- *                    [--list] [--shard I/N]
+ *   test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [-x SUBSTR] [--small] [--san]
+ *                    [--perf] [--list] [--shard I/N]
  *
  *   -o OP      only cases of operator OP (softmax, linear, mhla, mhla_causal,
  *              mhla_decode, focused, topk, dsa -- the indexer cases, DSA with
@@ -13,6 +13,8 @@
  *   -b B       only the cases of backend B: cpu (CPU vs float64) or cuda
  *              (CUDA vs the CPU path)
  *   -n SUBSTR  only cases whose name contains SUBSTR
+ *   -x SUBSTR  no case whose name contains SUBSTR (may be given several
+ *              times; with -n: the cases of -n without those of -x)
  *   --small    only the small cases
  *   --san      one CUDA case per distinct kernel (op x variant x dtype x
  *              path), at the smallest shape with several tiles: the
@@ -20,7 +22,8 @@
  *   --perf     print the wall time of each case
  *   --list     list the selected cases, run nothing
  *   --shard I/N  only the selected cases whose position in the list is I
- *              modulo N (N processes side by side cover the list once)
+ *              modulo N (N processes side by side cover the list once;
+ *              `-n S` and `-x S` split a list in two that cover it once)
  *
  * Without a CUDA device the CUDA cases are reported as skipped. Prints one
  * line per case (ok / FAIL / SKIP / KNOWN-FAIL), a summary per table, and
@@ -373,13 +376,13 @@ enum { S_OK, S_FAIL, S_SKIP, S_KNOWN };
 static const char *state_name[4] = {"ok", "FAIL", "SKIP", "KNOWN-FAIL"};
 
 static void usage(void) {
-    fprintf(stderr, "usage: test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [--small] "
-                    "[--san] [--perf] [--list] [--shard I/N]\n");
+    fprintf(stderr, "usage: test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [-x SUBSTR] "
+                    "[--small] [--san] [--perf] [--list] [--shard I/N]\n");
 }
 
 int main(int argc, char **argv) {
-    const char *ops[32];
-    int nops = 0, backend = 0, list = 0, shard = 0, nshards = 1;
+    const char *ops[32], *excl[32];
+    int nops = 0, nexcl = 0, backend = 0, list = 0, shard = 0, nshards = 1;
     const char *name_sub = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -395,6 +398,12 @@ int main(int argc, char **argv) {
             }
         } else if (!strcmp(a, "-n") && i + 1 < argc) {
             name_sub = argv[++i];
+        } else if (!strcmp(a, "-x") && i + 1 < argc) {
+            if (nexcl == 32) {
+                fprintf(stderr, "test_backend_ops: -x: more than 32 exclusions\n");
+                return 2;
+            }
+            excl[nexcl++] = argv[++i];
         } else if (!strcmp(a, "--small")) {
             R.small = 1;
         } else if (!strcmp(a, "--san")) {
@@ -445,6 +454,9 @@ int main(int argc, char **argv) {
         if (backend && c->o.backend != backend) continue;
         if (R.san ? !(c->san_pick || (R.small && c->o.small)) : R.small && !c->o.small) continue;
         if (name_sub && !strstr(c->name, name_sub)) continue;
+        int excluded = 0;
+        for (int i = 0; i < nexcl; i++) excluded |= strstr(c->name, excl[i]) != NULL;
+        if (excluded) continue;
         if (nops) {
             int hit = 0;
             for (int i = 0; i < nops; i++) hit |= !strcmp(ops[i], c->o.op);

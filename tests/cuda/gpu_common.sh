@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared start of the device steps (sourced: . tests/cuda/gpu_common.sh NAME).
 # Sets OUT (default /tmp/la_gpu_out, created), B (the build tree, default
 # build-gpu), el (seconds since the start), S ($OUT/summary.txt, emptied), say
@@ -18,7 +19,7 @@ say() { echo "$*" | tee -a "$S"; }
 say "# ${1:-gpu} $(date -u +%FT%TZ) $(git rev-parse --short HEAD 2>/dev/null) $(nvidia-smi --query-gpu=name,clocks.sm --format=csv,noheader 2>&1 | head -1)"
 gpu_build_driver() {
   local src=$1 cap=${2:-90} log="$OUT/$1_build.log"
-  timeout "$cap" make -j16 BUILD=$B SKIP_DEPS=1 "$B/dev/$src" > "$log" 2>&1 \
+  timeout "$cap" make -j16 BUILD="$B" SKIP_DEPS=1 "$B/dev/$src" > "$log" 2>&1 \
     || { say "$src: BUILD FAILED ($(el) s)"; grep -E "error" "$log" | head -5 | tee -a "$S"; return 1; }
 }
 gpu_bench() {

@@ -5,9 +5,10 @@
 # NAME is tests/cuda/gpu_NAME.sh: check (build, the harness, compute-sanitizer
 # on its --small cases, the CLI on the device) or bench_FAMILY (softmax,
 # linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers)
-# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`. Logs go to $OUT/NAME/; each
-# step's own summary is printed under a header; every log is packed into
-# $OUT/round_logs.tgz at the end.
+# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`.
+# A step gets its cap as LA_STEP_S (gpu_check.sh fits its runs into it).
+# Logs go to $OUT/NAME/; each step's own summary is printed under a header;
+# every log is packed into $OUT/round_logs.tgz at the end.
 OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
@@ -27,7 +28,7 @@ for spec in "$@"; do
   [ -f "tests/cuda/gpu_$name.sh" ] || { echo "==== $name: no tests/cuda/gpu_$name.sh"; rc=1; continue; }
   echo "==== $name (cap $cap s, at $(( $(date +%s) - t0 )) s) ===="
   mkdir -p "$OUT/$name"
-  OUT="$OUT/$name" LA_SKIP_BUILD=1 timeout "$cap" bash "tests/cuda/gpu_$name.sh" 2>&1 | tail -60
+  OUT="$OUT/$name" LA_SKIP_BUILD=1 LA_STEP_S="$cap" timeout "$cap" bash "tests/cuda/gpu_$name.sh" 2>&1 | tail -60
   r=${PIPESTATUS[0]}
   [ "$r" -ne 0 ] && { echo "# $name: rc=$r"; rc=1; }
 done
