@@ -104,18 +104,17 @@ def capture_direct(fn):
     call), plus fn's result kept alive (its outputs are written again)."""
     from longattn import _tensor
     seen = []
-    orig = _tensor.call
+    orig = _tensor.Call.run
 
-    def spy(name, *args):
-        seen.append((name, args))
-        return orig(name, *args)
-    _tensor.call = spy
+    def spy(self, name, *args):
+        seen.append((name, args + (self.ctx.handle,)))
+        return orig(self, name, *args)
+    _tensor.Call.run = spy
     try:
         keep = fn()
     finally:
-        _tensor.call = orig
-    name, args = [x for x in seen if x[0] not in ("la_context_set_threads",
-                                                   "la_context_set_cuda_stream")][-1]
+        _tensor.Call.run = orig
+    name, args = seen[-1]
     # the views live in per-thread slots that the next Python call rewrites:
     # the direct call gets copies of its own
     import ctypes
