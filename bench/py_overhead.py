@@ -69,6 +69,17 @@ def make_calls(device, n=N):
     }
 
 
+def _selected(calls, ops):
+    """The calls named in the comma-separated `ops` (all when empty)."""
+    if not ops:
+        return calls
+    names = ops.split(",")
+    unknown = [x for x in names if x not in calls]
+    if unknown:
+        raise SystemExit("--ops: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(calls)))
+    return {x: calls[x] for x in names}
+
+
 def time_python(fn, calls, repeats=25):
     for _ in range(calls // 10 + 1):
         fn()
@@ -151,7 +162,7 @@ def bench_cpu(a):
     exe = None if a.pair_only else c_harness()
     rows = []
     with torch.no_grad():
-        for op, fn in make_calls("cpu").items():
+        for op, fn in _selected(make_calls("cpu"), a.ops).items():
             direct, keep = capture_direct(fn)
             py, dc = time_interleaved([fn, direct], a.calls, a.repeats)
             c = float("nan") if exe is None else time_c(exe, op, a.calls)
@@ -215,7 +226,7 @@ def bench_cuda(a, emit=lambda row: None):
     rows = []
     keep_all = []
     with torch.no_grad():
-        calls = make_calls("cuda", a.n)
+        calls = _selected(make_calls("cuda", a.n), a.ops)
         for op, fn in calls.items():
             for _ in range(50):
                 fn()
@@ -259,6 +270,8 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
+    ap.add_argument("--ops", default="",
+                    help="comma-separated subset of the ops (default: all)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--pair-only", action="store_true",
                     help="CPU: only the in-process Python / bare ctypes pair (no C harness)")

@@ -474,7 +474,7 @@ class Call:
                     return
             else:
                 handle = ctx.prepare(None)
-            fn = L.lib.__dict__.get(fn_name) or getattr(L.lib, fn_name)
+            fn = L._UNCHECKED.get(fn_name) or L.unchecked(fn_name)
             status = fn(*args, handle)
             if status:
                 raise error_from_status(fn_name, status)

@@ -11,8 +11,11 @@ so the tiny problems of these tests ran slower the more workers there were
 with 4 workers). Each worker therefore gets C / W threads: OMP_THREAD_LIMIT
 and OMP_NUM_THREADS are set (unless the caller set them) before either
 runtime is loaded, i.e. before any test module imports torch or longattn."""
+import ctypes
 import os
 import sys
+
+import pytest
 
 
 def _limit_threads_per_xdist_worker():
@@ -42,3 +45,32 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cuda: needs a CUDA GPU (run on the GPU machine, not in CI)")
     config.addinivalue_line("markers", "compile_heavy: compiles a model with torch.compile "
                             "(seconds per test; tests/cuda/gpu_python.sh runs these last)")
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _operator_calls_pass_only_pointers():
+    """Call.run calls the operators' C functions without ctypes argtypes
+    where every parameter is a pointer (longattn._lib.unchecked), so ctypes
+    checks neither the count nor the kinds of the arguments there: every
+    such call of the test session is checked here instead (the signature's
+    count; each argument a ctypes pointer object or None)."""
+    try:
+        from longattn import _lib, _tensor
+    except Exception:  # pragma: no cover - the package does not import here
+        yield
+        return
+    pointer_kinds = (type(ctypes.byref(ctypes.c_int(0))), ctypes.c_void_p, ctypes._Pointer)
+    orig = _tensor.Call.run
+
+    def run(self, fn_name, *args):
+        restype, argtypes = _lib.SIGNATURES[fn_name]
+        if all(_lib._pointer_type(t) for t in argtypes):
+            assert len(args) + 1 == len(argtypes), \
+                "%s: %d arguments (+ ctx) for %d parameters" % (fn_name, len(args), len(argtypes))
+            for i, a in enumerate(args):
+                assert a is None or isinstance(a, pointer_kinds), \
+                    "%s: argument %d is %r, not a ctypes pointer" % (fn_name, i, type(a))
+        return orig(self, fn_name, *args)
+    _tensor.Call.run = run
+    yield
+    _tensor.Call.run = orig
