@@ -397,8 +397,8 @@ class Call:
                         slots.append(s)
                         self._refs.append(ctypes.byref(s))
                     self._n = n + 1
-                    # the common case inline (a rank-4 tensor of a known dtype
-                    # on the CPU or CUDA, aligned); anything else: pack_torch
+                    # the common case inline (rank <= 4, a known dtype, on the
+                    # CPU or CUDA, aligned); anything else: pack_torch
                     code = _TORCH_CODES.get(x.dtype)
                     shape = x.shape
                     nd = len(shape)
