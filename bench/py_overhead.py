@@ -69,6 +69,17 @@ def make_calls(device, n=N):
     }
 
 
+def _selected(calls, ops):
+    """The calls named in the comma-separated `ops` (all when empty)."""
+    if not ops:
+        return calls
+    names = ops.split(",")
+    unknown = [x for x in names if x not in calls]
+    if unknown:
+        raise SystemExit("--ops: unknown %s (known: %s)" % (", ".join(unknown), ", ".join(calls)))
+    return {x: calls[x] for x in names}
+
+
 def time_python(fn, calls, repeats=25):
     for _ in range(calls // 10 + 1):
         fn()
@@ -104,18 +115,17 @@ def capture_direct(fn):
     call), plus fn's result kept alive (its outputs are written again)."""
     from longattn import _tensor
     seen = []
-    orig = _tensor.call
+    orig = _tensor.Call.run
 
-    def spy(name, *args):
-        seen.append((name, args))
-        return orig(name, *args)
-    _tensor.call = spy
+    def spy(self, name, *args):
+        seen.append((name, args + (self.ctx.handle,)))
+        return orig(self, name, *args)
+    _tensor.Call.run = spy
     try:
         keep = fn()
     finally:
-        _tensor.call = orig
-    name, args = [x for x in seen if x[0] not in ("la_context_set_threads",
-                                                   "la_context_set_cuda_stream")][-1]
+        _tensor.Call.run = orig
+    name, args = seen[-1]
     # the views live in per-thread slots that the next Python call rewrites:
     # the direct call gets copies of its own
     import ctypes
@@ -152,7 +162,7 @@ def bench_cpu(a):
     exe = None if a.pair_only else c_harness()
     rows = []
     with torch.no_grad():
-        for op, fn in make_calls("cpu").items():
+        for op, fn in _selected(make_calls("cpu"), a.ops).items():
             direct, keep = capture_direct(fn)
             py, dc = time_interleaved([fn, direct], a.calls, a.repeats)
             c = float("nan") if exe is None else time_c(exe, op, a.calls)
@@ -216,7 +226,7 @@ def bench_cuda(a, emit=lambda row: None):
     rows = []
     keep_all = []
     with torch.no_grad():
-        calls = make_calls("cuda", a.n)
+        calls = _selected(make_calls("cuda", a.n), a.ops)
         for op, fn in calls.items():
             for _ in range(50):
                 fn()
@@ -260,6 +270,8 @@ def main():
     ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--calls", type=int, default=1000)
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
+    ap.add_argument("--ops", default="",
+                    help="comma-separated subset of the ops (default: all)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--pair-only", action="store_true",
                     help="CPU: only the in-process Python / bare ctypes pair (no C harness)")

@@ -18,7 +18,7 @@ import threading
 import numpy as np
 
 from . import _lib as L
-from ._errors import call
+from ._errors import call, error_from_status
 
 # numpy dtype name -> la_dtype
 _NP_DTYPES = {
@@ -173,8 +173,12 @@ def view(x, name):
 # into a reused per-thread slot (the call overhead budget of TRAINING.md §3)
 # ---------------------------------------------------------------------------
 _PACK = struct.Struct("Piii4q4q")  # data, dtype, device, ndim, ne[4], nb[4] (native alignment)
+# the same layout per rank r, extents and strides of the missing dims zero
+# (struct's pad bytes): one pack_into with the tensor's own shape and strides
+_PACK_RANK = tuple(struct.Struct("Piii%dq%dx%dq%dx" % (r, 8 * (4 - r), r, 8 * (4 - r)))
+                   for r in range(5))
 _FAST = (_PACK.size == ctypes.sizeof(L.la_tensor) and L.la_tensor.ne.offset == 24
-         and L.la_tensor.nb.offset == 56)
+         and L.la_tensor.nb.offset == 56 and all(p.size == _PACK.size for p in _PACK_RANK))
 _TORCH_CODES = {}  # torch.dtype -> (la_dtype, item size); filled on first use
 _ZEROS = ((), (0,), (0, 0), (0, 0, 0), (0, 0, 0, 0))
 
@@ -192,6 +196,7 @@ def _torch_codes():
 
 
 _HAS_IS_CPU = False  # whether torch.Tensor has is_cpu (torch >= 1.8); set with _TORCH_CODES
+_CPU, _CUDA = L.LA_DEVICE_CPU, L.LA_DEVICE_CUDA
 
 
 def pack_torch(slot, x, name):
@@ -256,6 +261,7 @@ class Context:
         self.threads = None
         self.stream = None        # the stream last handed to the context
         self.slots = []           # reused la_tensor views (see Call)
+        self.slot_refs = []       # ctypes.byref of each slot, made once
         self.slots_busy = False
 
     def prepare(self, stream):
@@ -316,33 +322,47 @@ class Call:
 
     `like` is the tensor whose kind (numpy/torch), device and dtype the
     outputs follow. Views are kept alive by the Call for the duration of
-    the C call (the arrays themselves by the caller)."""
+    the C call (the arrays themselves by the caller).
 
-    _slots = None  # set in __init__ once the argument checks passed
+    Per-call cost (the call overhead budget of TRAINING.md §3): a torch
+    tensor is written into one of the thread context's reused la_tensor
+    slots (one struct.pack_into) and passed through the slot's reused
+    ctypes.byref; outputs are `like.new_empty`."""
+
+    __slots__ = ("torch", "is_torch", "op", "like", "cuda", "like_index", "_keep", "ctx",
+                 "_slots", "_refs", "_n", "_plain")
 
     def __init__(self, op, like, like_name="q"):
+        self._slots = None
         self.torch = t = _torch()
-        self.is_torch = t is not None and isinstance(like, t.Tensor)
-        if not self.is_torch:
+        if t is not None and isinstance(like, t.Tensor):
+            self.is_torch = True
+            # a plain tensor's new_empty is a plain tensor; a subclass
+            # (Parameter, ...) allocates through torch.empty instead
+            self._plain = type(like) is t.Tensor
+            cuda = like.is_cuda
+            # like's CUDA device index (None unless like is a CUDA tensor):
+            # compared as an int per view instead of building torch.device objects
+            self.like_index = like.get_device() if cuda else None
+        else:
             if not is_numpy(like):
                 raise TypeError("%s: %s: expected a numpy.ndarray or torch.Tensor, got %s"
                                 % (op, like_name, type(like).__name__))
             if not like.dtype.isnative:
                 view(like, like_name)  # raises the byte-order error under the input's name
+            self.is_torch = self._plain = cuda = False
+            self.like_index = None
         self.op = op
         self.like = like
-        self.cuda = self.is_torch and like.is_cuda
-        # like's CUDA device index (None unless like is a CUDA tensor): compared
-        # as an int per view instead of building torch.device objects
-        self.like_index = like.get_device() if self.cuda else None
+        self.cuda = cuda
         self._keep = []
         # The context's reusable view slots, unless another Call of this
         # thread holds them (then this Call allocates its own views).
         self.ctx = ctx = thread_context()
-        self._slots = None
         if _FAST and not ctx.slots_busy:
             ctx.slots_busy = True
             self._slots = ctx.slots
+            self._refs = ctx.slot_refs
         self._n = 0
 
     def _release(self):
@@ -363,7 +383,8 @@ class Call:
         try:
             t = self.torch
             if t is not None and isinstance(x, t.Tensor):
-                if x.is_cuda:
+                cuda = x.is_cuda
+                if cuda:
                     if self.like_index is not None and x.get_device() != self.like_index:
                         raise ValueError("%s: %s is on %s but the other inputs are on %s"
                                          % (self.op, name, x.device, self.like.device))
@@ -372,9 +393,25 @@ class Call:
                 if slots is not None:
                     n = self._n
                     if n == len(slots):
-                        slots.append(L.la_tensor())
+                        s = L.la_tensor()
+                        slots.append(s)
+                        self._refs.append(ctypes.byref(s))
                     self._n = n + 1
+                    # the common case inline (rank <= 4, a known dtype, on the
+                    # CPU or CUDA, aligned); anything else: pack_torch
+                    code = _TORCH_CODES.get(x.dtype)
+                    shape = x.shape
+                    nd = len(shape)
+                    if code is not None and nd <= 4 and (cuda or _HAS_IS_CPU and x.is_cpu):
+                        addr = x.data_ptr()
+                        if not addr % code[1]:
+                            _PACK_RANK[nd].pack_into(slots[n], 0, addr, code[0],
+                                                     _CUDA if cuda else _CPU, nd, *shape,
+                                                     *x.stride())
+                            return self._refs[n]
                     v = pack_torch(slots[n], x, name)
+                    if v is slots[n]:
+                        return self._refs[n]  # the slot lives in the context
                 else:
                     v = view(x, name)
             else:
@@ -394,22 +431,27 @@ class Call:
 
     def empty(self, shape, dtype=None):
         """New output on like's device; dtype None = like's dtype, or
-        'float32' / 'int32'."""
-        shape = tuple([max(int(s), 0) for s in shape])
+        'float32' / 'int32'. A negative extent (from a bad argument) becomes
+        0, so that the C library reports the argument with its own message."""
         x = self.like
         if self.is_torch:
-            torch = self.torch
-            dt = x.dtype if dtype is None else getattr(torch, dtype)
-            if type(x) is torch.Tensor:
-                # like's device without a device argument to parse (~0.3 µs less)
-                out = x.new_empty(shape, dtype=dt)
-            else:  # a subclass (Parameter, ...): a plain tensor, not the subclass's new_empty
-                out = torch.empty(shape, dtype=dt, device=x.device)
+            dt = x.dtype if dtype is None else _torch_dtype(dtype)
+            try:
+                if self._plain:
+                    # like's device without a device argument to parse
+                    out = x.new_empty(shape, dtype=dt)
+                else:  # a subclass (Parameter, ...): a plain tensor, not its new_empty
+                    out = self.torch.empty(shape, dtype=dt, device=x.device)
+            except (RuntimeError, TypeError, ValueError):
+                if min(shape, default=0) >= 0:
+                    raise
+                # clamped to 0: the C library names the argument
+                return self.empty(tuple([max(int(s), 0) for s in shape]), dtype)
             if _POISON:
                 out.fill_(float("nan") if out.is_floating_point() else -7)
             return out
         dt = x.dtype if dtype is None else np.dtype(dtype)
-        out = np.empty(shape, dtype=dt)
+        out = np.empty(tuple([max(int(s), 0) for s in shape]), dtype=dt)
         if _POISON:
             out.fill(np.nan if out.dtype.kind == "f" else -7)
         return out
@@ -424,32 +466,60 @@ class Call:
         ctx = self.ctx
         try:
             if self.cuda:
-                self._run_cuda(ctx, fn_name, args)
+                handle = _cuda_handle(self, ctx)
+                if handle is None:  # tensors on another device than the current one
+                    with self.torch.cuda.device(self.like_index):
+                        stream = self.torch.cuda.current_stream(self.like_index).cuda_stream
+                        call(fn_name, *args, ctx.prepare(stream))
+                    return
             else:
                 handle = ctx.prepare(None)
-                call(fn_name, *args, handle)
+            fn = L._UNCHECKED.get(fn_name) or L.unchecked(fn_name)
+            status = fn(*args, handle)
+            if status:
+                raise error_from_status(fn_name, status)
         finally:
             self._keep.clear()
             self._release()
 
-    def _run_cuda(self, ctx, fn_name, args):
-        torch = self.torch
-        if not cuda_available():
-            raise RuntimeError(
-                "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
-                "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
-                "the inputs to the CPU." % (self.op, build_info()))
-        idx = self.like_index
-        get_device = getattr(torch._C, "_cuda_getDevice", None)
-        # a CUDA tensor exists, so torch's CUDA state is initialized: the raw
-        # device query skips torch.cuda.current_device()'s lazy-init check
-        cur = get_device() if get_device is not None else torch.cuda.current_device()
-        raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-        if (idx is None or idx == cur) and raw is not None:
-            # the common case: the tensors are on the current device; the raw
-            # stream lookup is what torch's own generated code uses
-            call(fn_name, *args, ctx.prepare(raw(cur) or None))
-            return
-        with torch.cuda.device(idx):
-            stream = torch.cuda.current_stream(idx).cuda_stream
-            call(fn_name, *args, ctx.prepare(stream))
+
+_TORCH_DTYPE_BY_NAME = {}  # "float32" -> torch.float32
+
+
+def _torch_dtype(name):
+    dt = _TORCH_DTYPE_BY_NAME.get(name)
+    if dt is None:
+        dt = _TORCH_DTYPE_BY_NAME[name] = getattr(_torch(), name)
+    return dt
+
+
+# torch's raw device and stream queries (torch._C), looked up once per process
+_CUDA_QUERIES = []
+
+
+def _cuda_queries(torch):
+    if not _CUDA_QUERIES:
+        get_device = getattr(torch._C, "_cuda_getDevice", None) or torch.cuda.current_device
+        _CUDA_QUERIES.append((get_device, getattr(torch._C, "_cuda_getCurrentRawStream", None)))
+    return _CUDA_QUERIES[0]
+
+
+def _cuda_handle(c, ctx):
+    """The context handle prepared with torch's current stream of the current
+    device, or None when c's tensors are on another device (the caller then
+    switches devices)."""
+    if not cuda_available():
+        raise RuntimeError(
+            "%s: the inputs are CUDA tensors but liblongattn was built without CUDA "
+            "or sees no GPU (build info: %s). Rebuild with nvcc on PATH, or move "
+            "the inputs to the CPU." % (c.op, build_info()))
+    get_device, raw = _cuda_queries(c.torch)
+    # a CUDA tensor exists, so torch's CUDA state is initialized: the raw
+    # device query skips torch.cuda.current_device()'s lazy-init check
+    cur = get_device()
+    idx = c.like_index
+    if (idx is None or idx == cur) and raw is not None:
+        # the common case: the tensors are on the current device; the raw
+        # stream lookup is what torch's own generated code uses
+        return ctx.prepare(raw(cur) or None)
+    return None

@@ -81,12 +81,13 @@ def dsa_topk(q: Array, k: Array, w: Array, topk: int = 2048, start: Optional[Arr
     if r is not None:
         return r.call_dsa_topk(q, k, w, topk, start, end, return_scores, k_scale, q_scale)
     c = Call("dsa_topk", q)
-    p = _index_params(c, topk, k_scale=k_scale, q_scale=q_scale)
-    T, Lk = _dim(q, 0), _dim(k, 0)
+    p = _index_params(c, topk, None, None, k_scale, q_scale)
+    T = _dim(q, 0)
     idx, vi = c.out((T, p.topk), "idx", "int32")
-    sc, vs = c.out((T, Lk), "scores", "float32") if return_scores else (None, None)
+    sc, vs = c.out((T, _dim(k, 0)), "scores", "float32") if return_scores else (None, None)
     c.run("la_dsa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi, vs)
+          None if start is None else c.view(start, "start"),
+          None if end is None else c.view(end, "end"), vi, vs)
     return (idx, sc) if return_scores else idx
 
 

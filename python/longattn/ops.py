@@ -41,6 +41,17 @@ def _dim(x, axis, default=1):
     return int(shape[axis]) if 0 <= axis < len(shape) else default
 
 
+def _lead3(x):
+    """The first three extents of x (_dim's default 1 for missing axes)."""
+    try:
+        shape = x.shape
+    except AttributeError:
+        return 1, 1, 1
+    if len(shape) >= 3:
+        return int(shape[0]), int(shape[1]), int(shape[2])
+    return _dim(x, 0), _dim(x, 1), _dim(x, 2)
+
+
 def _choice(value, table, what):
     key = str(value).replace("-", "_")
     if key not in table:
@@ -179,10 +190,10 @@ def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
     if cu_seqlens is not None:
         return _varlen.softmax(softmax_attention, q, k, v, cu_seqlens, causal, scale,
                                return_lse)
-    opts = dict(causal=causal, scale=scale, return_lse=return_lse)
     if _needs_autograd(q, k, v):
+        opts = dict(causal=causal, scale=scale, return_lse=return_lse)
         return _autograd("softmax_attention", _softmax_attention, opts, q, k, v)
-    return _softmax_attention(q, k, v, **opts)
+    return _softmax_attention(q, k, v, causal, scale, return_lse)
 
 
 def _softmax_params(causal, scale):
@@ -196,8 +207,8 @@ def _softmax_params(causal, scale):
 def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
     p = _cached_params(("softmax", causal, scale), lambda: _softmax_params(causal, scale))
     c = Call("softmax_attention", q)
-    B, Nq, H, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)
-    out, vo = c.out((B, Nq, H, Dv), "out")
+    B, Nq, H = _lead3(q)
+    out, vo = c.out((B, Nq, H, _dim(v, 3)), "out")
     lse, vl = c.out((B, Nq, H), "lse", "float32") if return_lse else (None, None)
     c.run("la_softmax_attention", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
           c.view(v, "v"), vo, vl)
@@ -237,17 +248,18 @@ def linear_attention(q: Array, k: Array, v: Array, feature: str = "relu", causal
         >>> o2 = longattn.linear_attention(q[:, 500:], k[:, 500:], v[:, 500:],
         ...                                causal=True, initial_state=st)
     """
-    opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
-                chunk=chunk, output_final_state=output_final_state)
     S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
     c = _route(q, k, v, S0, z0)
+    if c is None and cu_seqlens is None and not _needs_autograd(q, k, v, S0, z0):
+        return _linear_attention(q, k, v, S0, z0, feature, causal, normalize, eps, scale, chunk,
+                                 output_final_state)
+    opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
+                chunk=chunk, output_final_state=output_final_state)
     if c is not None:
         return c.call_linear_attention(q, k, v, S0, z0, cu_seqlens, **opts)
     if cu_seqlens is not None:
         return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
-    if _needs_autograd(q, k, v, S0, z0):
-        return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
-    return _linear_attention(q, k, v, S0, z0, **opts)
+    return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
 
 
 def _linear_attention_public(q, k, v, S0, z0, **opts):
@@ -275,7 +287,8 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
     p = _cached_params(("linear", feature, causal, normalize, eps, scale, chunk),
                        lambda: _linear_params(feature, causal, normalize, eps, scale, chunk))
     c = Call("linear_attention", q)
-    B, N, H, D, Dv = _dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(q, 3), _dim(v, 3)
+    B, N, H = _lead3(q)
+    D, Dv = _dim(q, 3), _dim(v, 3)
     out, vo = c.out((B, N, H, Dv), "out")
     if output_final_state:
         S1, vS = c.out((B, H, D, Dv), "S_out", "float32")
@@ -334,7 +347,7 @@ def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, 
     prm.p = c_float(p, "focused_attention: p")
     prm.eps = c_float(eps, "focused_attention: eps")
     c = Call("focused_attention", q)
-    out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
+    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
     c.run("la_focused_attention", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
           c.view(v, "v"), c.view(conv, "conv", True), c.view(conv_bias, "conv_bias", True),
           c.view(softplus_param, "softplus_param", True), c.view(focus, "focus", True), vo)
@@ -400,14 +413,14 @@ def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = Non
         >>> W = longattn.mhla_init((4, 4))          # [16, 16] locality init
         >>> o = longattn.mhla(q, k, v, torch.from_numpy(W), grid=(16, 16), blocks=(4, 4))
     """
+    c = _route(q, k, v, mixing)
+    if c is None and not _needs_autograd(q, k, v, mixing):
+        return _mhla(q, k, v, mixing, grid, blocks, feature, normalize, eps, scale)
     opts = dict(grid=grid, blocks=blocks, feature=feature, normalize=normalize, eps=eps,
                 scale=scale)
-    c = _route(q, k, v, mixing)
     if c is not None:
         return c.call_mhla(q, k, v, mixing, **opts)
-    if _needs_autograd(q, k, v, mixing):
-        return _autograd("mhla", _mhla, opts, q, k, v, mixing)
-    return _mhla(q, k, v, mixing, **opts)
+    return _autograd("mhla", _mhla, opts, q, k, v, mixing)
 
 
 def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
@@ -419,7 +432,7 @@ def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize
                            lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
                                                 scale, "mhla"))
     c = Call("mhla", q)
-    out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
+    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
     c.run("la_mhla_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
           c.view(mixing, "mixing"), vo)
     return out
@@ -457,15 +470,15 @@ def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
         >>> W = torch.from_numpy(longattn.mhla_init(16, kind="uniform_causal"))
         >>> o = longattn.mhla_causal(q, k, v, W, chunk=64)
     """
-    opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
     c = _route(q, k, v, mixing)
+    if c is None and cu_seqlens is None and not _needs_autograd(q, k, v, mixing):
+        return _mhla_causal(q, k, v, mixing, chunk, feature, normalize, eps, scale)
+    opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
     if c is not None:
         return c.call_mhla_causal(q, k, v, mixing, cu_seqlens, **opts)
     if cu_seqlens is not None:
         return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
-    if _needs_autograd(q, k, v, mixing):
-        return _autograd("mhla_causal", _mhla_causal, opts, q, k, v, mixing)
-    return _mhla_causal(q, k, v, mixing, **opts)
+    return _autograd("mhla_causal", _mhla_causal, opts, q, k, v, mixing)
 
 
 def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,
@@ -473,7 +486,7 @@ def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", ep
     p = _cached_params(("mhla_causal", chunk, feature, normalize, eps, scale),
                        lambda: _mhla_causal_params(chunk, feature, normalize, eps, scale))
     c = Call("mhla_causal", q)
-    out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
+    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
     c.run("la_mhla_causal_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
           c.view(v, "v"), c.view(mixing, "mixing"), vo)
     return out
@@ -599,7 +612,7 @@ class MHLADecoder(_CHandle):
         """Append n tokens: q, k [B, n, H, D], v [B, n, H, Dv] -> out [B, n, H, Dv]."""
         h = self._live()
         c = Call("MHLADecoder.append", q)
-        out, vo = c.out((_dim(q, 0), _dim(q, 1), _dim(q, 2), _dim(v, 3)), "out")
+        out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
         c.run("la_mhla_state_append", h, c.view(q, "q"), c.view(k, "k"), c.view(v, "v"), vo)
         return out
 

@@ -35,6 +35,7 @@ void la_err_clear(void);
     } while (0)
 
 /* ---- context ----------------------------------------------------------- */
+#define LA_CUDA_ATTR_SLOTS 32
 struct la_context {
     int threads;            /* 0 = all cores */
     la_alloc_fn alloc;
@@ -51,6 +52,13 @@ struct la_context {
      * 0 = not read yet. Written with relaxed atomics: every writer stores the
      * same value for a device, so concurrent first calls agree. */
     int cuda_arch_cache;
+    /* Kernels whose dynamic shared-memory limit this context has raised
+     * (la_cu_func_smem, src/cuda/devmem.cu), so that later calls skip the
+     * driver call: the kernel's address, claimed once per slot with a
+     * compare-and-swap, and ((device + 1) << 32) | bytes set, stored after
+     * the attribute call succeeded (0 = not set). Atomic builtins. */
+    const void *cuda_attr_fn[LA_CUDA_ATTR_SLOTS];
+    long long cuda_attr_val[LA_CUDA_ATTR_SLOTS];
 };
 /* This thread's number inside an OpenMP parallel region (0 outside one, or
  * without OpenMP): the index of its slice of a per-thread workspace. */

@@ -72,6 +72,19 @@ static inline bool la_cu_hopper(const la_context *ctx) {
 #endif
 }
 
+/* The dynamic shared-memory limit of kernel `fn` (cudaFuncAttributeMax-
+ * DynamicSharedMemorySize), raised before its launch with `need` bytes. The
+ * attribute is set to `cap` (the kernel's largest requirement: a constant
+ * per kernel, so no call ever lowers what another one set; cap = need for
+ * a kernel of fixed size), with carveout_max also its preferred carveout to
+ * the most shared memory, once per context and device: the context
+ * remembers it (la_context.cuda_attr_*) and later calls skip the driver
+ * calls. Where cap does not fit the device, `need` is set on every call, as
+ * with ctx NULL. (A cudaDeviceReset forgets the attributes but not the
+ * context's record: use a new context after one.) */
+la_status la_cu_func_smem(const la_context *ctx, const void *fn, size_t need, size_t cap,
+                          bool carveout_max);
+
 /* ---- element access on device -------------------------------------------
  * A view as the kernels see it: base pointer, dtype, strides in elements. */
 struct la_cu_view {

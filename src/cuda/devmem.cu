@@ -45,6 +45,50 @@ cudaMemPool_t la_cu_pool(void) {
     return pools[dev];
 }
 
+/* The context's slot of kernel fn (claimed when free), or -1 when all
+ * slots hold other kernels. */
+static int attr_slot(la_context *c, const void *fn) {
+    for (int i = 0; i < LA_CUDA_ATTR_SLOTS; i++) {
+        const void *f = __atomic_load_n(&c->cuda_attr_fn[i], __ATOMIC_ACQUIRE);
+        if (f == fn) return i;
+        if (f) continue;
+        const void *expected = nullptr;
+        if (__atomic_compare_exchange_n(&c->cuda_attr_fn[i], &expected, fn, false,
+                                        __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE) ||
+            expected == fn)
+            return i;
+    }
+    return -1;
+}
+
+la_status la_cu_func_smem(const la_context *ctx, const void *fn, size_t need, size_t cap,
+                          bool carveout_max) {
+    if (cap < need) cap = need;
+    int dev = 0;
+    LA_CU(cudaGetDevice(&dev));
+    la_context *c = (la_context *)ctx; /* the cache is the only field written */
+    const int slot = c ? attr_slot(c, fn) : -1;
+    const long long tag = (long long)(dev + 1) << 32;
+    if (slot >= 0 && cap < (1ull << 31)) {
+        const long long v = __atomic_load_n(&c->cuda_attr_val[slot], __ATOMIC_ACQUIRE);
+        if (v == (tag | (long long)cap)) return LA_OK;
+        if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)cap) ==
+            cudaSuccess) {
+            if (carveout_max)
+                LA_CU(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                           (int)cudaSharedmemCarveoutMaxShared));
+            __atomic_store_n(&c->cuda_attr_val[slot], tag | (long long)cap, __ATOMIC_RELEASE);
+            return LA_OK;
+        }
+        cudaGetLastError(); /* cap does not fit this device: set need, every call */
+    }
+    LA_CU(cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)need));
+    if (carveout_max)
+        LA_CU(cudaFuncSetAttribute(fn, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                   (int)cudaSharedmemCarveoutMaxShared));
+    return LA_OK;
+}
+
 extern "C" {
 
 la_status la_dev_malloc(void **ptr, size_t bytes) {

@@ -392,8 +392,7 @@ static la_status sc_launch_mma(const la_sp_score_args &a, cudaStream_t s) {
         if (split < 1) split = 1;
         const int64_t per = la_cu_cdiv(nchunks, split);
         const size_t smem = (size_t)(HI * DI + SG_STAGES * SG_ROWS * DI) * 2;
-        LA_CU(cudaFuncSetAttribute(sc_gather_kernel<HI, DI>,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        LA_TRY(la_cu_func_smem(a.ctx, (const void *)sc_gather_kernel<HI, DI>, smem, smem, false));
         dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
         sc_gather_kernel<HI, DI><<<grid, SC_THREADS, smem, s>>>(a, per);
     } else {

@@ -415,8 +415,7 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, int q
      * pipeline stage is reused) */
     if (qg_forced >= 1 && la_cu_cdiv(a.T, qg_forced) <= 65535) qg = qg_forced;
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    LA_CU(cudaFuncSetAttribute(sc_wgmma_kernel<EB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               C::SMEM));
+    LA_TRY(la_cu_func_smem(a.ctx, (const void *)sc_wgmma_kernel<EB>, C::SMEM, C::SMEM, false));
     sc_wgmma_kernel<EB><<<grid, V2_CTA_THREADS, C::SMEM, s>>>(a, sc, qg);
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 wgmma)" : "indexer scores (fp8 e4m3 wgmma)");
     return LA_OK;

@@ -439,12 +439,12 @@ la_status hb_launch(const la_sp_score_args &a, cudaStream_t s, bool fp8, const f
     h.m = (int32_t)a.m;
     dim3 grid((unsigned)slmax, (unsigned)la_cu_cdiv(a.B, HB_ROWS));
     if (fp8) {
-        LA_CU(cudaFuncSetAttribute(hb2_kernel<1, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   hb2_cfg<1>::SMEM));
+        LA_TRY(la_cu_func_smem(a.ctx, (const void *)hb2_kernel<1, false>, hb2_cfg<1>::SMEM,
+                               hb2_cfg<1>::SMEM, false));
         hb2_kernel<1, false><<<grid, HB_THREADS, hb2_cfg<1>::SMEM, s>>>(a, h, ks, ks_nb, 0);
     } else {
-        LA_CU(cudaFuncSetAttribute(hb2_kernel<2, false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   hb2_cfg<2>::SMEM));
+        LA_TRY(la_cu_func_smem(a.ctx, (const void *)hb2_kernel<2, false>, hb2_cfg<2>::SMEM,
+                               hb2_cfg<2>::SMEM, false));
         hb2_kernel<2, false><<<grid, HB_THREADS, hb2_cfg<2>::SMEM, s>>>(a, h, nullptr, 0, 0);
     }
     LA_CU_LAUNCH(fp8 ? "hisa candidate scores (block-major wgmma, fp8 e4m3)"
@@ -492,8 +492,8 @@ la_status hb2_dense_launch(la_sp_score_args a, cudaStream_t s) {
     hb_lists h;
     memset(&h, 0, sizeof h);
     dim3 grid((unsigned)la_cu_cdiv(a.T, qs), (unsigned)ntiles);
-    LA_CU(cudaFuncSetAttribute(hb2_kernel<2, true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               hb2_cfg<2>::SMEM));
+    LA_TRY(la_cu_func_smem(a.ctx, (const void *)hb2_kernel<2, true>, hb2_cfg<2>::SMEM,
+                           hb2_cfg<2>::SMEM, false));
     hb2_kernel<2, true><<<grid, HB_THREADS, hb2_cfg<2>::SMEM, s>>>(a, h, nullptr, 0, qs);
     LA_CU_LAUNCH("hisa block scores (wgmma)");
     return LA_OK;

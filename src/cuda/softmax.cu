@@ -232,8 +232,10 @@ extern "C" la_status la_softmax_attention_cuda(const la_softmax_params *p, const
     const size_t smem = sizeof(float) * ((size_t)BQ * (a.D + 1) + KC * BKV + BQ * (BKV + 1) +
                                          KC * DVT + 3 * BQ);
     cudaStream_t st = la_cu_stream(ctx);
-    LA_CU(cudaFuncSetAttribute(sm_fwd_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)smem));
+    /* the limit for the largest D, so that one setting serves every call */
+    const size_t smem_max = sizeof(float) * ((size_t)BQ * (MAX_D + 1) + KC * BKV +
+                                             BQ * (BKV + 1) + KC * DVT + 3 * BQ);
+    LA_TRY(la_cu_func_smem(ctx, (const void *)sm_fwd_kernel, smem, smem_max, false));
     dim3 grid((unsigned)la_cu_cdiv(a.Nq, BQ), (unsigned)(a.B * a.H),
               (unsigned)la_cu_cdiv(a.Dv, DVT));
     sm_fwd_kernel<<<grid, NT, smem, st>>>(a);

@@ -484,19 +484,18 @@ extern "C" la_status la_sparse_attention_cuda(const la_sparse_attn_params *p, co
     la_cu_report(ctx, "sparse_attn", smla_names[kern], "T=%lld Hq=%lld Dqk=%lld Dv=%lld K=%lld",
                  (long long)a.T, (long long)a.Hq, (long long)a.Dqk, (long long)a.Dv, (long long)a.K);
     if (kern == SMLA_WGMMA) {
-        LA_CU(cudaFuncSetAttribute(smla_v3_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   V2_SMEM));
+        LA_TRY(la_cu_func_smem(ctx, (const void *)smla_v3_kernel, V2_SMEM, V2_SMEM, false));
         dim3 grid((unsigned)((a.Hq + V2_HEADS - 1) / V2_HEADS), (unsigned)a.T);
         smla_v3_kernel<<<grid, V2_THREADS, V2_SMEM, st>>>(a, a.scale * 1.4426950408889634f);
         LA_CU_LAUNCH("sparse MLA attention v3 (bf16, wgmma P.V)");
     } else {
         const size_t smem = ((size_t)a.Dqk + SX_WARPS * (size_t)a.Dv + 2 * SX_WARPS) * 4;
-        if (smem > 200 * 1024)
+        const size_t smem_max = 200 * 1024;
+        if (smem > smem_max)
             return la_err(LA_ERR_UNSUPPORTED,
                           "sparse attention: Dqk=%lld, dv=%lld too large for the CUDA kernel",
                           (long long)a.Dqk, (long long)a.Dv);
-        LA_CU(cudaFuncSetAttribute(smla_exact_kernel,
-                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        LA_TRY(la_cu_func_smem(ctx, (const void *)smla_exact_kernel, smem, smem_max, false));
         dim3 grid((unsigned)a.Hq, (unsigned)a.T);
         smla_exact_kernel<<<grid, SX_WARPS * 32, smem, st>>>(a);
         LA_CU_LAUNCH("sparse attention (exact)");

@@ -90,6 +90,7 @@ struct la_sp_score_args {
     float *out;
     int64_t out_ld;
     int hopper; /* la_cu_hopper of the call: the wgmma / fp8 kernels may run */
+    const la_context *ctx; /* the call's context (host only: la_cu_func_smem's cache) */
 };
 /* Whether the bf16 mma.sync score kernel takes these args. */
 bool la_sp_scores_mma_ok(const la_sp_score_args &a);

@@ -32,6 +32,7 @@ void la_sp_fill_score_args(la_sp_score_args *a, const la_tensor *q, const la_ten
                            const la_context *ctx) {
     memset(a, 0, sizeof *a);
     a->hopper = la_cu_hopper(ctx);
+    a->ctx = ctx;
     a->q = q->data;
     a->q_dt = q->dtype;
     a->q_nb0 = q->nb[0];

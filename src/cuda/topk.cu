@@ -723,10 +723,8 @@ la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern) {
 }
 
 template <bool GATHER>
-static la_status tk_launch_v3(const la_sp_topk_args &a, cudaStream_t s) {
-    LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)T3_SMEM));
-    LA_CU(cudaFuncSetAttribute(t3_kernel<GATHER>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               (int)cudaSharedmemCarveoutMaxShared));
+static la_status tk_launch_v3(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
+    LA_TRY(la_cu_func_smem(ctx, (const void *)t3_kernel<GATHER>, T3_SMEM, T3_SMEM, true));
     t3_kernel<GATHER><<<(unsigned)a.R, TB_THREADS, T3_SMEM, s>>>(a, T3_PF_DEFAULT);
     LA_CU_LAUNCH("topk");
     return LA_OK;
@@ -745,8 +743,8 @@ la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld rows exceed the grid", (long long)a.R);
     la_cu_report(ctx, "topk", tk_names[kern], "rows=%lld L=%lld k=%lld gather=%d", (long long)a.R,
                  (long long)a.L, (long long)a.k, a.blocks != nullptr);
-    if (kern == LA_SP_TOPK_PORTABLE) return la_sp_topk_portable(a, s);
-    return a.blocks ? tk_launch_v3<true>(a, s) : tk_launch_v3<false>(a, s);
+    if (kern == LA_SP_TOPK_PORTABLE) return la_sp_topk_portable(a, ctx, s);
+    return a.blocks ? tk_launch_v3<true>(a, ctx, s) : tk_launch_v3<false>(a, ctx, s);
 }
 
 extern "C" la_status la_topk_cuda(const la_tensor *scores, la_tensor *idx, la_context *ctx) {

@@ -119,6 +119,6 @@ __device__ __forceinline__ uint32_t tk_token(const int32_t *blocks, int B, int64
 
 
 /* The radix-select kernel ("portable" of family "topk"). */
-la_status la_sp_topk_portable(const la_sp_topk_args &a, cudaStream_t s);
+la_status la_sp_topk_portable(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s);
 
 #endif

@@ -261,15 +261,13 @@ __global__ void __launch_bounds__(TK_THREADS) tk_kernel_old(la_sp_topk_args a) {
         out[i * a.out_cs] = i < (int64_t)kk ? (int32_t)~(uint32_t)tk_buf[i] : -1;
 }
 
-la_status la_sp_topk_portable(const la_sp_topk_args &a, cudaStream_t s) {
+la_status la_sp_topk_portable(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
     const size_t smem = TK_BUF * sizeof(uint64_t);
     if (a.blocks) {
-        LA_CU(cudaFuncSetAttribute(tk_kernel_old<true>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
+        LA_TRY(la_cu_func_smem(ctx, (const void *)tk_kernel_old<true>, smem, smem, false));
         tk_kernel_old<true><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
     } else {
-        LA_CU(cudaFuncSetAttribute(tk_kernel_old<false>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)smem));
+        LA_TRY(la_cu_func_smem(ctx, (const void *)tk_kernel_old<false>, smem, smem, false));
         tk_kernel_old<false><<<(unsigned)a.R, TK_THREADS, smem, s>>>(a);
     }
     LA_CU_LAUNCH("topk (portable)");

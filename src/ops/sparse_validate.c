@@ -52,21 +52,23 @@ la_status la_idx_check_views(const la_index_params *p, const la_tensor *q, const
     LA_TRY(la_check_tensor(w, "w", 2, float_mask, dev, false));
     LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), dev, false));
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], L = k->ne[0];
-    la_shape_str(q, sq, sizeof sq);
-    la_shape_str(k, sk, sizeof sk);
-    la_shape_str(w, sw, sizeof sw);
+    /* shapes are formatted only into an error's message (snprintf per call is
+     * a measurable part of a small call's host time) */
     if (k->ne[1] != dI)
-        return la_err(LA_ERR_SHAPE, "k: [L,dI] = %s has dI=%lld, but q [T,HI,dI] = %s has dI=%lld", sk,
-                      (long long)k->ne[1], sq, (long long)dI);
+        return la_err(LA_ERR_SHAPE, "k: [L,dI] = %s has dI=%lld, but q [T,HI,dI] = %s has dI=%lld",
+                      la_shape_str(k, sk, sizeof sk), (long long)k->ne[1],
+                      la_shape_str(q, sq, sizeof sq), (long long)dI);
     if (w->ne[0] != T || w->ne[1] != HI)
-        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q [T,HI,dI] = %s", sw,
-                      (long long)T, (long long)HI, sq);
+        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q [T,HI,dI] = %s",
+                      la_shape_str(w, sw, sizeof sw), (long long)T, (long long)HI,
+                      la_shape_str(q, sq, sizeof sq));
     if (p->topk <= 0)
         return la_err(LA_ERR_ARG, "topk: %lld, must be > 0", (long long)p->topk);
     if (L > INT32_MAX)
-        return la_err(LA_ERR_SHAPE, "k: %lld keys in %s exceed the int32 index range", (long long)L, sk);
+        return la_err(LA_ERR_SHAPE, "k: %lld keys in %s exceed the int32 index range", (long long)L,
+                      la_shape_str(k, sk, sizeof sk));
     if (HI > 65536 || dI > 65536)
-        return la_err(LA_ERR_SHAPE, "q: %s has HI or dI above 65536", sq);
+        return la_err(LA_ERR_SHAPE, "q: %s has HI or dI above 65536", la_shape_str(q, sq, sizeof sq));
     LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));
     LA_TRY(la_check_dim(idx, "idx", 1, p->topk, "(topk)"));
     const la_tensor *rng[2] = {start, end};
@@ -209,21 +211,22 @@ la_status la_sparse_attn_check_views(const la_sparse_attn_params *p, const la_te
     if (lse) LA_TRY(la_check_tensor(lse, "lse", 2, float_mask, dev, false));
     const int64_t T = q->ne[0], Hq = q->ne[1], Dqk = q->ne[2];
     const int64_t Dkv = kv->ne[kv->ndim - 1], Hkv = kv->ndim == 3 ? kv->ne[1] : 1;
-    la_shape_str(q, sq, sizeof sq);
-    la_shape_str(kv, sk, sizeof sk);
     if (Dkv != Dqk)
-        return la_err(LA_ERR_SHAPE, "kv: %s has Dqk=%lld, but q [T,Hq,Dqk] = %s has Dqk=%lld", sk,
-                      (long long)Dkv, sq, (long long)Dqk);
+        return la_err(LA_ERR_SHAPE, "kv: %s has Dqk=%lld, but q [T,Hq,Dqk] = %s has Dqk=%lld",
+                      la_shape_str(kv, sk, sizeof sk), (long long)Dkv,
+                      la_shape_str(q, sq, sizeof sq), (long long)Dqk);
     if (Hkv > Hq)
-        return la_err(LA_ERR_SHAPE, "kv: %s has %lld kv heads, more than the %lld query heads of q %s", sk,
-                      (long long)Hkv, (long long)Hq, sq);
+        return la_err(LA_ERR_SHAPE, "kv: %s has %lld kv heads, more than the %lld query heads of q %s",
+                      la_shape_str(kv, sk, sizeof sk), (long long)Hkv, (long long)Hq,
+                      la_shape_str(q, sq, sizeof sq));
     if (dev == LA_DEVICE_CPU && Dqk > 65536) /* the CPU kernel's row buffers */
-        return la_err(LA_ERR_SHAPE, "q: %s has Dqk above 65536", sq);
+        return la_err(LA_ERR_SHAPE, "q: %s has Dqk above 65536", la_shape_str(q, sq, sizeof sq));
     if (kv->ne[0] > INT32_MAX)
-        return la_err(LA_ERR_SHAPE, "kv: %s has more keys than the int32 index range", sk);
+        return la_err(LA_ERR_SHAPE, "kv: %s has more keys than the int32 index range",
+                      la_shape_str(kv, sk, sizeof sk));
     if (p->dv <= 0 || p->dv > Dqk)
         return la_err(LA_ERR_ARG, "dv: %lld, must be in 1..Dqk = %lld (values are the first dv columns of kv %s)",
-                      (long long)p->dv, (long long)Dqk, sk);
+                      (long long)p->dv, (long long)Dqk, la_shape_str(kv, sk, sizeof sk));
     if (!isfinite(p->scale))
         return la_err(LA_ERR_ARG, "scale: %g is not finite (0 = default Dqk^-1/2)", (double)p->scale);
     LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));

@@ -1,22 +1,26 @@
 #!/bin/bash
 # The Python package on the device (torch with CUDA, >= 2.4 there), in one
 # device call of at most ~300 s of its own (issues 16 and 14):
-#   1. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
+#   1. bench/py_overhead.py --device cuda (call overhead per op; first, so
+#      that a cut later step still leaves the table);
+#   2. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
 #      replay of every op forward and backward, the layers on CUDA against
 #      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
-#   2. bench/py_overhead.py --device cuda (call overhead per op);
 #   3. pytest, the torch.compile tests (mark compile_heavy: fullgraph=True and
 #      mode="reduce-overhead" training steps of 2-block models per layer);
 #   4. examples/vit_swap.py, a few training steps per layer on CPU and CUDA;
 #   5. bench/gpu_backward.py: ours through the package's autograd (ours_py),
 #      fla's chunk_linear_attn, plain-PyTorch autograd eager and compiled.
 #   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
-# Each step has its own cap (seconds): LA_PYTEST_S (60), LA_OVH_S (30),
+# Each step has its own cap (seconds): LA_OVH_S (30), LA_PYTEST_S (60),
 # LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (what is left of LA_TOTAL_S =
 # 295 s since the start, at least 60); 0 skips the step. The two
 # pytest steps run in LA_PYTEST_N (4) and LA_COMPILE_N (6) processes where
 # pytest-xdist is installed (it is on the device): one torch.compile of a
-# 2-block model takes ~10 s there, mostly single-threaded host work.
+# 2-block model takes ~10 s there, mostly single-threaded host work. Each
+# xdist worker gets nproc / workers OpenMP threads (tests/python/conftest.py:
+# with every worker starting two OpenMP teams of all 16 cores, 4 workers ran
+# the fast tests slower than one process did).
 # LA_BWD_PEERS: the peers of step 5 (default ours_py,fla,mhla,focused,linear).
 # LA_STUDY_S > 0 adds the training-study pilot (studies/train) with that cap.
 # Wheels: every *.whl in $LA_WHEELS (default .whl; e.g. fla-core, which is
@@ -63,13 +67,13 @@ pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS (pytest-xdist processes, wh
   grep -E "^(FAILED|ERROR)" "$OUT/$name.log" | cut -c1-200 | head -20 | tee -a "$S"
   grep -E "^[0-9.]+s (call|setup)" "$OUT/$name.log" | head -5 | tee -a "$S"
 }
-pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}"
 cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
   timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
   say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
   grep -v -E "Warning|_warn_once" "$OUT/py_overhead.log" | tail -12 | tee -a "$S"
 fi
+pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}"
 # Inductor's compile workers per process: few, as several pytest processes compile at once
 export TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2}
 pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
