@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(LT_THREADS) lc_sum_kernel(lc_args a, int which
     constexpr int LT = C::LT;
     LT_SMEM_DECL;
     lt_bf *sAt = (lt_bf *)lt_sm, *sBt = sAt + DH * LT, *sW = sBt + DH * LT;
-    lt_bf *sAl = a.split ? sW + 8 * LT : nullptr;
+    lt_bf *sAl = a.split && which == 1 ? sW + 8 * LT : nullptr; /* φq's remainder (ΔdH only) */
     const int tid = lt_tid(), warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
     const int64_t bh = lt_by(), b = bh / a.H, h = bh % a.H, c = a.c0 + lt_bx();
     const int64_t t0c = c * a.L, t1c = lt_min(a.N, t0c + a.L);
