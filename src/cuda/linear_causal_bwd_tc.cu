@@ -29,10 +29,11 @@
  *      1eᵀ), A = triu(K̃ Φqᵀ), dk̃ = M Φq + V dHᵀ + dZ, dv = A G'' + K̃ dH.
  * No atomics; every sum in a fixed order: bit-identical across calls.
  *
- * Products on mma.sync m16n8k16 (bf16 operands, fp32 accumulation) over
- * shared-memory rows contiguous along the reduction (lt_mma_rows of
- * linblock_bwd_tc.cuh); transposed operands are written transposed while
- * the tile is staged. Rounding: φq, k̃, v, g (inputs), P, M, A, g'' and the
+ * Products on mma.sync m16n8k16 (bf16 operands, fp32 accumulation), the
+ * fragments by ldmatrix (.trans for the operands read across rows) from
+ * row-major bf16 tiles: q, k, v, d_out tiles of 64 tokens arrive by
+ * cp.async into two buffers (the next tile's copies overlap this tile's
+ * products), φ and the g'' scaling are applied in place. Rounding: φq, k̃, v, g (inputs), P, M, A, g'' and the
  * bf16 state copies take bf16; states, den, w, e and all sums fp32. The
  * initial-state gradient (fp32, held to 1e-4) is ΔdH with unscaled g (exact
  * in bf16) and φq split as hi + lo where φ is inexact in bf16, scaled by s
@@ -49,14 +50,16 @@
 namespace {
 
 template <int DH> struct lc_cfg {
-    static constexpr int LD = DH + 8;    /* row of DH bf16, padded */
+    static constexpr int LD = DH + 8;    /* row of DH bf16, padded (ldmatrix rows conflict-free) */
     static constexpr int LT = LT_T + 8;  /* row of the 64 tokens of a tile, padded */
     static constexpr int LS = DH + 4;    /* fp32 staging row */
     static constexpr int TN = DH / 16;   /* 64 × DH products: n-tiles per warp (DH/2 columns) */
     static constexpr int RB = DH / 16 < 8 ? DH / 16 : 8; /* DH × DH products: warps along rows */
     static constexpr int SN = DH / (8 / RB) / 8;         /* ... and n-tiles per warp */
     static constexpr int64_t SE = (int64_t)DH * DH + DH; /* a state [S | z] */
-    static constexpr int IT = LT_T * (DH / 8) / LT_THREADS; /* 16-byte pieces per thread */
+    static constexpr int CK = DH / 8;                    /* 16-byte pieces of a row */
+    static constexpr int IT = LT_T * CK / LT_THREADS;    /* ... per thread per tile */
+    static constexpr size_t RT = 2 * LT_T * LD, ST = 2 * DH * LD, PT = 2 * LT_T * LT; /* bytes */
 };
 
 struct lc_args {
@@ -76,87 +79,133 @@ BWD_DEV inline const lt_bf *lc_row(const lt_bf *base, const int64_t *s, int64_t 
     return base + b * s[0] + t * s[1] + h * s[2];
 }
 
-/* Tokens [t0, t0 + nr) of a view as a 64-row bf16 tile: x = post · rs[r] ·
- * φ(input) (f < 0: no φ; rs NULL: 1), row-major (sm, stride LD) and/or
- * transposed (smT, stride LT; smT_lo: the rounding remainder bf16(x −
- * bf16(x))). Rows nr..63 are zero. Rows vary fastest across threads:
- * conflict-free transposed stores. */
+#ifndef LA_BWD_EMU
+static __device__ __forceinline__ void lc_ldsm4(uint32_t *r, const lt_bf *p) { la_ldsm4(r, p); }
+static __device__ __forceinline__ void lc_ldsm4t(uint32_t *r, const lt_bf *p) { la_ldsm4t(r, p); }
+static __device__ __forceinline__ void lc_cp16(lt_bf *sm, const lt_bf *g, bool ok) {
+    la_cp16z(sm, g, ok);
+}
+static __device__ __forceinline__ void lc_commit(void) { la_cp_commit(); }
+static __device__ __forceinline__ void lc_wait1(void) { la_cp_wait<1>(); }
+#else /* the emulator copies at once */
+static inline void lc_ldsm4(uint32_t *r, const lt_bf *p) { bt_ldsm4(r, p); }
+static inline void lc_ldsm4t(uint32_t *r, const lt_bf *p) { bt_ldsm4t(r, p); }
+static inline void lc_cp16(lt_bf *sm, const lt_bf *g, bool ok) {
+    if (ok) memcpy(sm, g, 16);
+    else memset(sm, 0, 16);
+}
+static inline void lc_commit(void) {}
+static inline void lc_wait1(void) {}
+#endif
+
+/* acc += A·B for one warp: rows m0..m0+15, columns n0..n0+8·NT−1, reduction
+ * k < K (a multiple of 16), fragments by ldmatrix from row-major bf16 tiles:
+ * A(m, k) at sA[m·la + k] or, AT, sA[k·la + m]; B(k, n) at sB[n·lb + k] or,
+ * BT, sB[k·lb + n] (ldmatrix .trans for the transposed reads). */
+template <int NT, bool AT, bool BT>
+BWD_DEV inline void lc_mma(float (&acc)[NT][4], const lt_bf *sA, int la, const lt_bf *sB, int lb,
+                           int m0, int n0, int K) {
+    static_assert(NT % 2 == 0, "n-tiles in pairs");
+    const int lane = lt_tid() & 31, li = lane & 7, lj = lane >> 3;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a[4];
+        if (!AT) lc_ldsm4(a, sA + (m0 + 8 * (lj & 1) + li) * la + k0 + 8 * (lj >> 1));
+        else lc_ldsm4t(a, sA + (k0 + 8 * (lj >> 1) + li) * la + m0 + 8 * (lj & 1));
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            const int nb = n0 + 16 * np;
+            if (!BT) lc_ldsm4(b, sB + (nb + 8 * (lj >> 1) + li) * lb + k0 + 8 * (lj & 1));
+            else lc_ldsm4t(b, sB + (k0 + 8 * (lj & 1) + li) * lb + nb + 8 * (lj >> 1));
+            lt_mma(acc[2 * np], a, b[0], b[1]);
+            lt_mma(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+
+BWD_DEV inline uint4 lc_pack8(const lt_bf *e) {
+    uint4 o;
+    o.x = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
+    o.y = (uint32_t)e[2] | ((uint32_t)e[3] << 16);
+    o.z = (uint32_t)e[4] | ((uint32_t)e[5] << 16);
+    o.w = (uint32_t)e[6] | ((uint32_t)e[7] << 16);
+    return o;
+}
+
+/* The tiles by cp.async (two buffers: the next tile's
+ * copies overlap the products of this one): lc_issue copies tokens [t0, t0 +
+ * nr) of a view into sm[r][c] (rows nr..63 zero-filled), lc_map then
+ * applies x = post · rs[r] · φ(x) in place to the pieces this thread copied
+ * (so that its own cp.async.wait is all it needs before that). */
 template <int DH>
-BWD_DEV inline void lc_stage(const lt_bf *src, const int64_t *st, int64_t b, int64_t h,
-                             int64_t t0, int nr, int f, float post, const float *rs, lt_bf *sm,
-                             lt_bf *smT, lt_bf *smT_lo) {
+BWD_DEV inline void lc_issue(const lt_bf *src, const int64_t *st, int64_t b, int64_t h, int64_t t0,
+                             int nr, lt_bf *sm) {
     using C = lc_cfg<DH>;
-    const int r = lt_tid() % LT_T;
-    const lt_bf *row = r < nr ? lc_row(src, st, b, t0 + r, h) : nullptr;
-    const float sc = row ? post * (rs ? rs[r] : 1.f) : 0.f;
-    const bool map = f >= 0 || rs || post != 1.f;
 #pragma unroll
     for (int it = 0; it < C::IT; it++) {
-        const int ch = (lt_tid() + it * LT_THREADS) / LT_T;
-        const uint4 u = row ? *reinterpret_cast<const uint4 *>(row + ch * 8) : make_uint4(0, 0, 0, 0);
+        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        const bool ok = r < nr;
+        lc_cp16(sm + r * C::LD + ch * 8, lc_row(src, st, b, t0 + (ok ? r : 0), h) + ch * 8, ok);
+    }
+}
+template <int DH>
+BWD_DEV inline void lc_map(lt_bf *sm, int nr, int f, float post, const float *rs,
+                           lt_bf *sm_lo = nullptr) {
+    using C = lc_cfg<DH>;
+    if (!((f >= 0 && f != LA_FEATURE_IDENTITY) || rs || post != 1.f)) return;
+#pragma unroll
+    for (int it = 0; it < C::IT; it++) {
+        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        uint4 *lo = sm_lo ? reinterpret_cast<uint4 *>(sm_lo + r * C::LD + ch * 8) : nullptr;
+        if (r >= nr) {
+            if (lo) *lo = make_uint4(0, 0, 0, 0);
+            continue;
+        }
+        uint4 *q = reinterpret_cast<uint4 *>(sm + r * C::LD + ch * 8);
+        const uint4 u = *q;
         const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+        const float sc = post * (rs ? rs[r] : 1.f);
         lt_bf e[8], l[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            e[j] = (lt_bf)(wd[j / 2] >> (16 * (j % 2)));
-            l[j] = 0;
+            float x = lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2))));
+            if (f >= 0) x = bwd_feature(f, x);
+            x *= sc;
+            e[j] = lt_h(x);
+            l[j] = lt_h(x - lt_f(e[j]));
         }
-        if (row && map) {
-#pragma unroll
-            for (int j = 0; j < 8; j++) {
-                float x = lt_f(e[j]);
-                if (f >= 0) x = bwd_feature(f, x);
-                x *= sc;
-                e[j] = lt_h(x);
-                l[j] = lt_h(x - lt_f(e[j]));
-            }
-        }
-        if (sm) {
-            uint4 o;
-            o.x = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
-            o.y = (uint32_t)e[2] | ((uint32_t)e[3] << 16);
-            o.z = (uint32_t)e[4] | ((uint32_t)e[5] << 16);
-            o.w = (uint32_t)e[6] | ((uint32_t)e[7] << 16);
-            *reinterpret_cast<uint4 *>(sm + r * C::LD + ch * 8) = o;
-        }
-        if (smT)
-#pragma unroll
-            for (int j = 0; j < 8; j++) smT[(ch * 8 + j) * C::LT + r] = e[j];
-        if (smT_lo)
-#pragma unroll
-            for (int j = 0; j < 8; j++) smT_lo[(ch * 8 + j) * C::LT + r] = l[j];
+        *q = lc_pack8(e);
+        if (lo) *lo = lc_pack8(l);
     }
 }
 
 /* rows [t0, t0 + nr) of an output view from the fp32 staging tile, times
- * φ'(x) of the input x (f >= 0) */
+ * φ'(x) of the input x (f >= 0, not the identity) */
 template <int DH>
 BWD_DEV inline void lc_write(const float *stage, lt_bf *dst, const int64_t *ds, const lt_bf *x,
                              const int64_t *xs, int f, int64_t b, int64_t h, int64_t t0, int nr) {
     using C = lc_cfg<DH>;
-    const int r = lt_tid() % LT_T;
-    if (!dst || r >= nr) return;
-    lt_bf *drow = const_cast<lt_bf *>(lc_row(dst, ds, b, t0 + r, h));
-    const lt_bf *xrow = f >= 0 ? lc_row(x, xs, b, t0 + r, h) : nullptr;
+    if (!dst) return;
+    const bool grad = f >= 0 && f != LA_FEATURE_IDENTITY;
 #pragma unroll
     for (int it = 0; it < C::IT; it++) {
-        const int ch = (lt_tid() + it * LT_THREADS) / LT_T;
+        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        if (r >= nr) continue;
         float y[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) y[j] = stage[r * C::LS + ch * 8 + j];
-        if (xrow) {
-            const uint4 u = *reinterpret_cast<const uint4 *>(xrow + ch * 8);
+        if (grad) {
+            const uint4 u = *reinterpret_cast<const uint4 *>(lc_row(x, xs, b, t0 + r, h) + ch * 8);
             const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
 #pragma unroll
             for (int j = 0; j < 8; j++)
                 y[j] *= bwd_feature_grad(f, lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2)))));
         }
-        uint4 o;
-        o.x = (uint32_t)lt_h(y[0]) | ((uint32_t)lt_h(y[1]) << 16);
-        o.y = (uint32_t)lt_h(y[2]) | ((uint32_t)lt_h(y[3]) << 16);
-        o.z = (uint32_t)lt_h(y[4]) | ((uint32_t)lt_h(y[5]) << 16);
-        o.w = (uint32_t)lt_h(y[6]) | ((uint32_t)lt_h(y[7]) << 16);
-        *reinterpret_cast<uint4 *>(drow + ch * 8) = o;
+        lt_bf e[8];
+#pragma unroll
+        for (int j = 0; j < 8; j++) e[j] = lt_h(y[j]);
+        lt_bf *drow = const_cast<lt_bf *>(lc_row(dst, ds, b, t0 + r, h));
+        *reinterpret_cast<uint4 *>(drow + ch * 8) = lc_pack8(e);
     }
 }
 
@@ -182,27 +231,17 @@ BWD_DEV inline void lc_store64(float (&acc)[4][4], lt_bf *dst, int m0, int n0, b
     }
 }
 
-/* a DH × DH state accumulator of this warp as bf16 rows sm[d][e] and/or
- * smT[e][d] (stride LD) */
+/* a DH × DH state accumulator of this warp as bf16 rows sm[d][e] (stride LD) */
 template <int DH>
-BWD_DEV inline void lc_state_to_smem(const float (&acc)[lc_cfg<DH>::SN][4], lt_bf *sm,
-                                     lt_bf *smT) {
+BWD_DEV inline void lc_state_to_smem(const float (&acc)[lc_cfg<DH>::SN][4], lt_bf *sm) {
     using C = lc_cfg<DH>;
     const int warp = lt_tid() >> 5, lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
     const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
 #pragma unroll
     for (int nt = 0; nt < C::SN; nt++) {
         const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        if (sm) {
-            lt_st2(sm + r0 * C::LD + col, acc[nt][0], acc[nt][1]);
-            lt_st2(sm + r1 * C::LD + col, acc[nt][2], acc[nt][3]);
-        }
-        if (smT) {
-            smT[col * C::LD + r0] = lt_h(acc[nt][0]);
-            smT[(col + 1) * C::LD + r0] = lt_h(acc[nt][1]);
-            smT[col * C::LD + r1] = lt_h(acc[nt][2]);
-            smT[(col + 1) * C::LD + r1] = lt_h(acc[nt][3]);
-        }
+        lt_st2(sm + r0 * C::LD + col, acc[nt][0], acc[nt][1]);
+        lt_st2(sm + r1 * C::LD + col, acc[nt][2], acc[nt][3]);
     }
 }
 /* this warp's part of a DH × DH fp32 state src[d·DH + e] into accumulators */
@@ -224,39 +263,59 @@ BWD_DEV inline void lc_state_load(float (&acc)[lc_cfg<DH>::SN][4], const float *
 /* ---- 1 / 4: state sums of a chunk -------------------------------------------
  * which 0: ΔS = Σ k̃ vᵀ, Δz = Σ k̃; which 1: ΔdH = Σ φq g''ᵀ, ΔdZ = Σ e φq
  * (without normalize: g'' = s·g, taken as Σ φq gᵀ times s in fp32, e = 0).
- * The column sums are one more n-tile against the weight row of sW. */
-template <int DH>
-__global__ void __launch_bounds__(LT_THREADS) lc_sum_kernel(lc_args a, int which) {
+ * The column sums are one more product against the weight row 0 of sW
+ * (rows 1..15 zero). */
+template <int DH> struct lc_sum_smem { /* byte offsets */
     using C = lc_cfg<DH>;
-    constexpr int LT = C::LT;
+    /* A, B: two buffers each (buffer i at + i·RT) */
+    static constexpr size_t A = 0, B = A + 2 * C::RT, W = B + 2 * C::RT, AL = W + 2 * 16 * C::LT,
+                            TOTAL = AL + C::RT;
+};
+template <int DH>
+__global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int which) {
+    using C = lc_cfg<DH>;
+    using S = lc_sum_smem<DH>;
+    constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
-    lt_bf *sAt = (lt_bf *)lt_sm, *sBt = sAt + DH * LT, *sW = sBt + DH * LT;
-    lt_bf *sAl = a.split && which == 1 ? sW + 8 * LT : nullptr; /* φq's remainder (ΔdH only) */
+    lt_bf *sW = (lt_bf *)(lt_sm + S::W);
+    lt_bf *sAl = a.split && which == 1 ? (lt_bf *)(lt_sm + S::AL) : nullptr; /* φq's remainder */
     const int tid = lt_tid(), warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
     const int64_t bh = lt_by(), b = bh / a.H, h = bh % a.H, c = a.c0 + lt_bx();
     const int64_t t0c = c * a.L, t1c = lt_min(a.N, t0c + a.L);
     const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
     const bool norm = a.norm != 0;
-    for (int i = tid; i < 8 * LT; i += LT_THREADS) sW[i] = 0;
-    float acc[C::SN][4], zacc[1][4];
+    for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
+    float acc[C::SN][4], zacc[2][4];
     lt_zero(acc);
     lt_zero(zacc);
-    for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T) {
+    const lt_bf *srcA = which ? a.q : a.k, *srcB = which ? a.g : a.v;
+    const int64_t *stA = which ? a.qs : a.ks, *stB = which ? a.gs : a.vs;
+    auto issue = [&](int64_t t, int buf) {
+        const int n = (int)lt_min(LT_T, t1c - t);
+        lc_issue<DH>(srcA, stA, b, h, t, n, (lt_bf *)(lt_sm + S::A + buf * C::RT));
+        lc_issue<DH>(srcB, stB, b, h, t, n, (lt_bf *)(lt_sm + S::B + buf * C::RT));
+    };
+    issue(t0c, 0);
+    lc_commit();
+    int cur = 0;
+    for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
-        lt_sync();
+        lt_bf *sA = (lt_bf *)(lt_sm + S::A + cur * C::RT), *sB = (lt_bf *)(lt_sm + S::B + cur * C::RT);
+        lt_sync(); /* the previous tile is done with every buffer */
+        if (t0 + LT_T < t1c) issue(t0 + LT_T, cur ^ 1);
+        lc_commit();
+        lc_wait1(); /* this thread's copies of this tile */
+        lc_map<DH>(sA, nr, a.f, 1.f, nullptr, sAl);
         if (which == 0) {
-            lc_stage<DH>(a.k, a.ks, b, h, t0, nr, a.f, 1.f, nullptr, nullptr, sAt, nullptr);
-            lc_stage<DH>(a.v, a.vs, b, h, t0, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, sBt, nullptr);
             if (tid < LT_T) sW[tid] = tid < nr ? (lt_bf)0x3f80 : (lt_bf)0; /* 1.0 */
         } else {
-            lc_stage<DH>(a.q, a.qs, b, h, t0, nr, a.f, 1.f, nullptr, nullptr, sAt, sAl);
-            lc_stage<DH>(a.g, a.gs, b, h, t0, nr, BWD_NO_FEATURE, 1.f,
-                         norm ? a.w + bh * a.N + t0 : nullptr, nullptr, sBt, nullptr);
+            lc_map<DH>(sB, nr, BWD_NO_FEATURE, 1.f, norm ? a.w + bh * a.N + t0 : nullptr);
             if (tid < LT_T) sW[tid] = lt_h(norm && tid < nr ? a.e[bh * a.N + t0 + tid] : 0.f);
         }
         lt_sync();
-        lt_mma3<C::SN>(acc, sAt, sAl, LT, sBt, nullptr, LT, m0, n0, LT_T);
-        if (n0 == 0) lt_mma_rows<1>(zacc, sAt, LT, sW, LT, m0, 0, LT_T);
+        lc_mma<C::SN, true, true>(acc, sA, LD, sB, LD, m0, n0, LT_T);
+        if (sAl) lc_mma<C::SN, true, true>(acc, sAl, LD, sB, LD, m0, n0, LT_T);
+        if (n0 == 0) lc_mma<2, true, false>(zacc, sA, LD, sW, LT, m0, 0, LT_T);
     }
     const float fs = which == 1 && !norm ? a.scale_q : 1.f;
     float *dst = (which ? a.dhs : a.hs) + (bh * a.nch + c) * C::SE;
@@ -313,9 +372,9 @@ static __global__ void lc_scan_rev(int64_t total, float *dhs, const float *dS_ou
  *   dq = φ'(q)·(w u + e Z) through the fp32 staging tile. */
 template <int DH> struct lc_dq_smem { /* byte offsets */
     using C = lc_cfg<DH>;
-    static constexpr size_t RT = 2 * LT_T * C::LD, TT = 2 * DH * C::LT, ST = 2 * DH * C::LD;
-    static constexpr size_t Q = 0, V = Q + RT, G = V + RT, KT = G + RT, VT = KT + TT, HS = VT + TT,
-                            P = HS + ST, TRI = P + 2 * LT_T * C::LT, STAGE = TRI + 2 * LT_T * C::LT,
+    /* Q, V, G, K: two buffers each (buffer i at + i·RT) */
+    static constexpr size_t Q = 0, V = Q + 2 * C::RT, G = V + 2 * C::RT, K = G + 2 * C::RT,
+                            HS = K + 2 * C::RT, P = HS + C::ST, TRI = P + C::PT, STAGE = TRI + C::PT,
                             ZP = STAGE + 4 * LT_T * C::LS, PART = ZP + 4 * DH,
                             WR = PART + 4 * 2 * LT_T * 8, ER = WR + 4 * LT_T, TOTAL = ER + 4 * LT_T;
     static_assert(TOTAL <= 227 * 1024, "lc_dq_kernel shared memory");
@@ -325,8 +384,6 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
     using S = lc_dq_smem<DH>;
     constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
     LT_SMEM_DECL;
-    lt_bf *sQ = (lt_bf *)(lt_sm + S::Q), *sV = (lt_bf *)(lt_sm + S::V), *sG = (lt_bf *)(lt_sm + S::G);
-    lt_bf *sKt = (lt_bf *)(lt_sm + S::KT), *sVt = (lt_bf *)(lt_sm + S::VT);
     lt_bf *sH = (lt_bf *)(lt_sm + S::HS), *sP = (lt_bf *)(lt_sm + S::P), *sTri = (lt_bf *)(lt_sm + S::TRI);
     float *stage = (float *)(lt_sm + S::STAGE), *zp = (float *)(lt_sm + S::ZP);
     float *part = (float *)(lt_sm + S::PART), *wr = (float *)(lt_sm + S::WR), *er = (float *)(lt_sm + S::ER);
@@ -340,28 +397,41 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
     lc_state_load<DH>(hacc, hsrc);
-    for (int i = tid; i < DH * DH; i += LT_THREADS) sH[(i / DH) * LD + i % DH] = lt_h(hsrc[i]);
+    lc_state_to_smem<DH>(hacc, sH);
     for (int i = tid; i < DH; i += LT_THREADS) zp[i] = hsrc[DH * DH + i];
     for (int i = tid; i < LT_T * LT_T; i += LT_THREADS)
         sTri[(i / LT_T) * LT + i % LT_T] = (i % LT_T) <= (i / LT_T) ? (lt_bf)0x3f80 : (lt_bf)0;
-    for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T) {
+    auto issue = [&](int64_t t, int buf) {
+        const int n = (int)lt_min(LT_T, t1c - t);
+        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
+        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
+        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
+        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
+    };
+    issue(t0c, 0);
+    lc_commit();
+    int cur = 0;
+    for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 + LT_T < t1c;
+        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT);
+        lt_bf *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
         lt_sync(); /* the previous tile is done with every buffer */
-        if (t0 > t0c) lc_state_to_smem<DH>(hacc, sH, nullptr);
-        lc_stage<DH>(a.q, a.qs, b, h, t0, nr, a.f, 1.f, nullptr, sQ, nullptr, nullptr);
-        lc_stage<DH>(a.k, a.ks, b, h, t0, nr, a.f, 1.f, nullptr, nullptr, sKt, nullptr);
-        lc_stage<DH>(a.v, a.vs, b, h, t0, nr, BWD_NO_FEATURE, 1.f, nullptr, sV, sVt, nullptr);
-        lc_stage<DH>(a.g, a.gs, b, h, t0, nr, BWD_NO_FEATURE, 1.f, nullptr, sG, nullptr, nullptr);
+        if (t0 > t0c) lc_state_to_smem<DH>(hacc, sH);
+        if (more) issue(t0 + LT_T, cur ^ 1);
+        lc_commit();
+        lc_wait1(); /* this thread's copies of this tile */
+        lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
+        lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lt_sync();
         float pacc[4][4];
         lt_zero(pacc);
-        lt_mma_rows<4>(pacc, sG, LD, sV, LD, m0, pn0, DH);
+        lc_mma<4, false, false>(pacc, sG, LD, sV, LD, m0, pn0, DH);
         lc_store64<LT>(pacc, sP, m0, pn0, false, nullptr);
         float zacc[C::TN][4];
         lt_zero(zacc);
         if (norm) {
-            lt_mma_rows<C::TN>(zacc, sTri, LT, sKt, LT, m0, un0, LT_T);
+            lc_mma<C::TN, false, true>(zacc, sTri, LT, sK, LD, m0, un0, LT_T);
 #pragma unroll
             for (int nt = 0; nt < C::TN; nt++) {
                 const int col = un0 + 8 * nt + 2 * cq;
@@ -378,9 +448,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
             }
         float uacc[C::TN][4];
         lt_zero(uacc);
-        lt_mma_rows<C::TN>(uacc, sP, LT, sKt, LT, m0, un0, LT_T);
-        lt_mma_rows<C::TN>(uacc, sG, LD, sH, LD, m0, un0, DH);
-        if (more) lt_mma_rows<C::SN>(hacc, sKt, LT, sVt, LT, sm0, sn0, LT_T);
+        lc_mma<C::TN, false, true>(uacc, sP, LT, sK, LD, m0, un0, LT_T);
+        lc_mma<C::TN, false, false>(uacc, sG, LD, sH, LD, m0, un0, DH);
+        if (more) lc_mma<C::SN, true, true>(hacc, sK, LD, sV, LD, sm0, sn0, LT_T);
         if (norm) { /* per row: φq·Z and φq·u, 8 partial sums each, summed in order */
             float pz[2] = {0.f, 0.f}, pu[2] = {0.f, 0.f};
 #pragma unroll
@@ -423,8 +493,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + g + 8 * hh;
                 const float ww = norm ? wr[r] : s, ee = norm ? er[r] : 0.f;
-                stage[r * LS + col] = ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh];
-                stage[r * LS + col + 1] = ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1];
+                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
+                    make_float2(ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh],
+                                ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1]);
             }
         }
         lt_sync();
@@ -434,18 +505,17 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
 
 /* ---- 6: dk, dv, reverse walk over the chunk's tiles -------------------------
  * grid (chunks, B·H), one CTA per SM; warps as lc_dq_kernel. Per tile, last
- * to first, with the running dH (fp32 registers; bf16 dH and dHᵀ in shared
+ * to first, with the running dH (fp32 registers, a bf16 copy in shared
  * memory) and dZ (fp32, shared memory):
  *   M = triu(V G''ᵀ + 1eᵀ), A = triu(K̃ Φqᵀ) → bf16;
  *   dk = φ'(k)·(M Φq + V dHᵀ + dZ), dv = A G'' + K̃ dH;
  *   dH += Φqᵀ G'', dZ += Φqᵀ e (not after the chunk's first tile). */
 template <int DH> struct lc_dkv_smem { /* byte offsets */
     using C = lc_cfg<DH>;
-    static constexpr size_t RT = 2 * LT_T * C::LD, TT = 2 * DH * C::LT, ST = 2 * DH * C::LD,
-                            PT = 2 * LT_T * C::LT;
-    static constexpr size_t V = 0, K = V + RT, Q = K + RT, G = Q + RT, QT = G + RT, GT = QT + TT,
-                            DS = GT + TT, DT = DS + ST, M = DT + ST, A = M + PT, W = A + PT,
-                            STAGE = W + 2 * 8 * C::LT, DZ = STAGE + 4 * LT_T * C::LS,
+    /* V, K, Q, G: two buffers each (buffer i at + i·RT) */
+    static constexpr size_t V = 0, K = V + 2 * C::RT, Q = K + 2 * C::RT, G = Q + 2 * C::RT,
+                            DS = G + 2 * C::RT, M = DS + C::ST, A = M + C::PT, W = A + C::PT,
+                            STAGE = W + 2 * 16 * C::LT, DZ = STAGE + 4 * LT_T * C::LS,
                             ER = DZ + 4 * DH, TOTAL = ER + 4 * LT_T;
     static_assert(TOTAL <= 227 * 1024, "lc_dkv_kernel shared memory");
 };
@@ -454,9 +524,7 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
     using S = lc_dkv_smem<DH>;
     constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
     LT_SMEM_DECL;
-    lt_bf *sV = (lt_bf *)(lt_sm + S::V), *sK = (lt_bf *)(lt_sm + S::K), *sQ = (lt_bf *)(lt_sm + S::Q);
-    lt_bf *sG = (lt_bf *)(lt_sm + S::G), *sQt = (lt_bf *)(lt_sm + S::QT), *sGt = (lt_bf *)(lt_sm + S::GT);
-    lt_bf *sD = (lt_bf *)(lt_sm + S::DS), *sDt = (lt_bf *)(lt_sm + S::DT);
+    lt_bf *sD = (lt_bf *)(lt_sm + S::DS);
     lt_bf *sM = (lt_bf *)(lt_sm + S::M), *sA = (lt_bf *)(lt_sm + S::A), *sW = (lt_bf *)(lt_sm + S::W);
     float *stage = (float *)(lt_sm + S::STAGE), *dz = (float *)(lt_sm + S::DZ);
     float *er = (float *)(lt_sm + S::ER);
@@ -470,24 +538,33 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
     lc_state_load<DH>(hacc, dsrc);
-    for (int i = tid; i < DH * DH; i += LT_THREADS) {
-        const lt_bf x = lt_h(dsrc[i]);
-        sD[(i / DH) * LD + i % DH] = x;
-        sDt[(i % DH) * LD + i / DH] = x;
-    }
+    lc_state_to_smem<DH>(hacc, sD);
     for (int i = tid; i < DH; i += LT_THREADS) dz[i] = dsrc[DH * DH + i];
-    for (int i = tid; i < 8 * LT; i += LT_THREADS) sW[i] = 0;
+    for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
     const int64_t tlast = t0c + LT_T * ((t1c - t0c - 1) / LT_T);
-    for (int64_t t0 = tlast; t0 >= t0c; t0 -= LT_T) {
+    auto issue = [&](int64_t t, int buf) {
+        const int n = (int)lt_min(LT_T, t1c - t);
+        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
+        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
+        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
+        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
+    };
+    issue(tlast, 0);
+    lc_commit();
+    int cur = 0;
+    for (int64_t t0 = tlast; t0 >= t0c; t0 -= LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 > t0c;
+        lt_bf *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
+        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT);
         lt_sync(); /* the previous tile is done with every buffer */
-        if (t0 < tlast) lc_state_to_smem<DH>(hacc, sD, sDt);
-        lc_stage<DH>(a.v, a.vs, b, h, t0, nr, BWD_NO_FEATURE, 1.f, nullptr, sV, nullptr, nullptr);
-        lc_stage<DH>(a.k, a.ks, b, h, t0, nr, a.f, 1.f, nullptr, sK, nullptr, nullptr);
-        lc_stage<DH>(a.q, a.qs, b, h, t0, nr, a.f, 1.f, nullptr, sQ, sQt, nullptr);
-        lc_stage<DH>(a.g, a.gs, b, h, t0, nr, BWD_NO_FEATURE, norm ? 1.f : s,
-                     norm ? a.w + bh * a.N + t0 : nullptr, sG, sGt, nullptr);
+        if (t0 < tlast) lc_state_to_smem<DH>(hacc, sD);
+        if (more) issue(t0 - LT_T, cur ^ 1);
+        lc_commit();
+        lc_wait1(); /* this thread's copies of this tile */
+        lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
+        lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
+        lc_map<DH>(sG, nr, BWD_NO_FEATURE, norm ? 1.f : s, norm ? a.w + bh * a.N + t0 : nullptr);
         if (tid < LT_T) {
             const float e = norm && tid < nr ? a.e[bh * a.N + t0 + tid] : 0.f;
             er[tid] = e;
@@ -496,35 +573,35 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         lt_sync();
         float macc[4][4], aacc[4][4];
         lt_zero(macc);
-        lt_mma_rows<4>(macc, sV, LD, sG, LD, m0, pn0, DH);
+        lc_mma<4, false, false>(macc, sV, LD, sG, LD, m0, pn0, DH);
         lc_store64<LT>(macc, sM, m0, pn0, true, norm ? er : nullptr);
         lt_zero(aacc);
-        lt_mma_rows<4>(aacc, sK, LD, sQ, LD, m0, pn0, DH);
+        lc_mma<4, false, false>(aacc, sK, LD, sQ, LD, m0, pn0, DH);
         lc_store64<LT>(aacc, sA, m0, pn0, true, nullptr);
         lt_sync();
         float kacc[C::TN][4];
         lt_zero(kacc);
-        lt_mma_rows<C::TN>(kacc, sM, LT, sQt, LT, m0, un0, LT_T);
-        lt_mma_rows<C::TN>(kacc, sV, LD, sD, LD, m0, un0, DH);
+        lc_mma<C::TN, false, true>(kacc, sM, LT, sQ, LD, m0, un0, LT_T);
+        lc_mma<C::TN, false, false>(kacc, sV, LD, sD, LD, m0, un0, DH);
 #pragma unroll
         for (int nt = 0; nt < C::TN; nt++) {
             const int col = un0 + 8 * nt + 2 * cq;
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + g + 8 * hh;
-                stage[r * LS + col] = kacc[nt][2 * hh] + dz[col];
-                stage[r * LS + col + 1] = kacc[nt][2 * hh + 1] + dz[col + 1];
+                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
+                    make_float2(kacc[nt][2 * hh] + dz[col], kacc[nt][2 * hh + 1] + dz[col + 1]);
             }
         }
         float vacc[C::TN][4];
         lt_zero(vacc);
-        lt_mma_rows<C::TN>(vacc, sA, LT, sGt, LT, m0, un0, LT_T);
-        lt_mma_rows<C::TN>(vacc, sK, LD, sDt, LD, m0, un0, DH);
-        float zacc[1][4];
+        lc_mma<C::TN, false, true>(vacc, sA, LT, sG, LD, m0, un0, LT_T);
+        lc_mma<C::TN, false, true>(vacc, sK, LD, sD, LD, m0, un0, DH);
+        float zacc[2][4];
         lt_zero(zacc);
         if (more) {
-            lt_mma_rows<C::SN>(hacc, sQt, LT, sGt, LT, sm0, sn0, LT_T);
-            if (norm && sn0 == 0) lt_mma_rows<1>(zacc, sQt, LT, sW, LT, sm0, 0, LT_T);
+            lc_mma<C::SN, true, true>(hacc, sQ, LD, sG, LD, sm0, sn0, LT_T);
+            if (norm && sn0 == 0) lc_mma<2, true, false>(zacc, sQ, LD, sW, LT, sm0, 0, LT_T);
         }
         lt_sync(); /* dk staged; every read of dZ done */
         if (more && norm && sn0 == 0 && cq == 0) {
@@ -539,8 +616,8 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
 #pragma unroll
             for (int hh = 0; hh < 2; hh++) {
                 const int r = m0 + g + 8 * hh;
-                stage[r * LS + col] = vacc[nt][2 * hh];
-                stage[r * LS + col + 1] = vacc[nt][2 * hh + 1];
+                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
+                    make_float2(vacc[nt][2 * hh], vacc[nt][2 * hh + 1]);
             }
         }
         lt_sync();
@@ -603,7 +680,7 @@ template <int DH> la_status lc_run(const lcb_problem *p, const la_context *ctx, 
     la_cu_report(ctx, "linear_bwd", "mma", "causal B*H=%lld N=%lld D=%d L=%lld chunks=%lld split=%d",
                  (long long)BH, (long long)N, DH, (long long)a.L, (long long)a.nch, a.split);
 
-    const size_t sm_sum = sizeof(lt_bf) * (size_t)((2 + a.split) * DH * C::LT + 8 * C::LT);
+    const size_t sm_sum = a.split ? lc_sum_smem<DH>::TOTAL : lc_sum_smem<DH>::AL;
     if (a.nch > 1) {
         a.c0 = 0;
         LT_LAUNCH(lc_sum_kernel<DH>, a.nch - 1, BH, sm_sum, s, a, 0);
