@@ -5,6 +5,7 @@
 # and the CPU backward), dev/cuda/linear_causal_bwd (mma against the portable
 # engine at B1 H12 N32K D128, bit-identical repeat, C-level timing), then the
 # same row through the Python package (bench/gpu_backward.py's ours_py peer)
+# (LA_HARNESS_ARGS: more harness options, e.g. -n causal; LA_BENCH_S=0: no Python row)
 # and, with LA_FLA=1 and a carried .whl/fla_core-*.whl, flash-linear-attention.
 #   bash tests/cuda/gpu_causal_bwd.sh      (logs under $OUT; summary in $OUT/summary.txt)
 . tests/cuda/gpu_common.sh causal_bwd
@@ -17,7 +18,7 @@ rc=0
 timeout "${LA_DRIVER_S:-40}" "$B/dev/cuda/linear_causal_bwd" 20 > "$OUT/driver.log" 2>&1 || rc=1
 say "# driver rc=$rc ($(el) s)"
 cut -c1-240 "$OUT/driver.log" | tail -6 | tee -a "$S"
-timeout "${LA_HARNESS_S:-60}" "$B/tests/backend/test_backend_ops" -b cuda -o linear_backward \
+timeout "${LA_HARNESS_S:-60}" "$B/tests/backend/test_backend_ops" -b cuda -o linear_backward ${LA_HARNESS_ARGS:-} \
     > "$OUT/harness.log" 2>&1 || rc=1
 say "# harness ($(el) s)"
 grep -E "^FAIL|^# cases|passed," "$OUT/harness.log" | cut -c1-200 | head -20 | tee -a "$S"
@@ -29,6 +30,7 @@ if [ "${LA_FLA:-0}" = 1 ] && ls .whl/fla_core-*.whl > /dev/null 2>&1 &&
   export PYTHONPATH=python:/tmp/la_site
   peers=ours_py,fla
 fi
+[ "${LA_BENCH_S:-60}" = 0 ] && exit $rc
 timeout "${LA_BENCH_S:-60}" python3 bench/gpu_backward.py --ours "" --peers "$peers" --timeout 55 \
     > "$OUT/bench.log" 2>&1 || rc=1
 say "# bench ($(el) s)"
