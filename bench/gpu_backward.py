@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 
-OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "mhla_wan", "mhla_1d64k",
+OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "linear_causal32k_norm", "mhla_wan", "mhla_1d64k",
         "focused128", "sparse256"]
 
 

@@ -6,7 +6,8 @@
  * the call) and the backward's peak workspace (the library pool's high-water
  * mark).
  *   build-gpu/gpu_backward_driver WORKLOAD [reps]
- * WORKLOAD: softmax8k softmax8k_causal softmax32k softmax32k_causal linear_causal32k mhla_wan mhla_1d64k
+ * WORKLOAD: softmax8k softmax8k_causal softmax32k softmax32k_causal linear_causal32k
+ *           linear_causal32k_norm (elu1, normalize) mhla_wan mhla_1d64k
  *           focused128 sparse256 */
 #include <algorithm>
 #include <stdio.h>
@@ -120,7 +121,8 @@ int main(int argc, char **argv) {
                       reps, &st2);
         peak = pool_peak_mb();
         flop = 2.5 * 4.0 * B * H * (double)N * N * D * (causal ? 0.5 : 1.0);
-    } else if (!strcmp(w, "linear_causal32k")) {
+    } else if (!strcmp(w, "linear_causal32k") || !strcmp(w, "linear_causal32k_norm")) {
+        const int norm = !strcmp(w, "linear_causal32k_norm");
         const int64_t N = 32768;
         int64_t ne[4] = {B, N, H, D};
         la_tensor q = dev_tensor(4, ne, LA_BF16, 1, 1), k = dev_tensor(4, ne, LA_BF16, 1, 2),
@@ -131,8 +133,8 @@ int main(int argc, char **argv) {
         la_linear_params p;
         la_linear_params_init(&p);
         p.causal = 1;
-        p.normalize = 0;
-        p.feature = LA_FEATURE_IDENTITY;
+        p.normalize = norm;
+        p.feature = norm ? LA_FEATURE_ELU1 : LA_FEATURE_IDENTITY;
         p.scale_q = 1.f / sqrtf((float)D);
         fwd = time_ms([&] { return la_linear_attention(&p, &q, &k, &v, &o, NULL, NULL, NULL, NULL, ctx); }, reps, &st);
         pool_reset();
@@ -140,6 +142,9 @@ int main(int argc, char **argv) {
             return la_linear_backward_cuda(&p, &q, &k, &v, &o, NULL, NULL, &go, NULL, NULL, &dq, &dk, &dv, NULL, NULL, ctx);
         }, reps, &st2);
         peak = pool_peak_mb();
+        /* the tensor-core path's mma work (linear_causal_bwd_tc.cu): 14 N·D·Dv-sized
+         * products and 12 with the 64-token tiles, per (b, h) */
+        flop = 2.0 * B * H * (7.0 * N * D * D + 6.0 * 64 * N * D);
     } else if (!strcmp(w, "mhla_wan") || !strcmp(w, "mhla_1d64k")) {
         const int wan = !strcmp(w, "mhla_wan");
         const int64_t N = wan ? 21 * 30 * 50 : 65536, M = wan ? 150 : 16;

@@ -1,12 +1,15 @@
-/* Linear attention backward on CUDA (TRAINING.md §1): non-causal bf16 with
- * D = Dv in {64, 128} on the tensor-core path (linblock_bwd_tc.cu, variant
- * "mma"); otherwise the portable engine of linblock_bwd.cu with one block
+/* Linear attention backward on CUDA (TRAINING.md §1): bf16 with D = Dv in
+ * {64, 128} on the tensor-core paths (variant "mma"): non-causal in
+ * linblock_bwd_tc.cu, causal in linear_causal_bwd_tc.cu (chunk states
+ * recomputed, a reverse sweep for the state gradient, dq / dk / dv per
+ * chunk); otherwise the portable engine of linblock_bwd.cu with one block
  * over all tokens (non-causal) or chunks
  * of 64 tokens with the forward / reverse sweeps over chunks (causal, with
  * the initial-state and final-state gradients). The chunk size of the
  * params only shapes the forward's arithmetic; the gradient is that of the
  * token recurrence, which every chunk size computes. */
 #include "cuda/bwd_common.cuh"
+#include "cuda/linear_causal_bwd_tc.cuh"
 
 #define LIN_BWD_CHUNK 64
 
@@ -47,6 +50,42 @@ static bwd_view lin_zview(const la_tensor *z) {
     return v;
 }
 
+/* The causal tensor-core path: the states packed as the portable engine
+ * packs them, lcb_backward, d_S_in / d_z_in unpacked. */
+static la_status lin_causal_tc(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
+                               const la_tensor *v, const la_tensor *S_in, const la_tensor *z_in,
+                               const la_tensor *d_out, const la_tensor *d_S_out,
+                               const la_tensor *d_z_out, la_tensor *dq, la_tensor *dk,
+                               la_tensor *dv, la_tensor *d_S_in, la_tensor *d_z_in,
+                               const la_context *ctx, cudaStream_t s) {
+    const int64_t H = q->ne[2], D = q->ne[3], Dv = v->ne[3], BH = q->ne[0] * H, SE = D * Dv + D;
+    const bool want_state_in = S_in || z_in, want_dS_out = d_S_out || d_z_out,
+               want_dS_in = d_S_in || d_z_in;
+    bwd_ws ws;
+    float *Sin = nullptr, *dSo = nullptr, *dSi = nullptr;
+    if (want_state_in) ws.want(&Sin, BH, SE);
+    if (want_dS_out) ws.want(&dSo, BH, SE);
+    if (want_dS_in) ws.want(&dSi, BH, SE);
+    LA_TRY(ws.alloc(s, "causal linear backward states"));
+    if (want_state_in)
+        BWD_LAUNCH(lin_state_pack_kernel, BH * SE, s, bwd_view4(S_in), lin_zview(z_in), H, D, Dv,
+                   Sin);
+    if (want_dS_out)
+        BWD_LAUNCH(lin_state_pack_kernel, BH * SE, s, bwd_view4(d_S_out), lin_zview(d_z_out), H,
+                   D, Dv, dSo);
+    lcb_problem P;
+    memset(&P, 0, sizeof P);
+    P.q = q, P.k = k, P.v = v, P.d_out = d_out, P.dq = dq, P.dk = dk, P.dv = dv;
+    P.S_in = Sin, P.dS_out = dSo, P.dS_in = dSi;
+    P.feature = (int)p->feature, P.normalize = p->normalize;
+    P.scale_q = p->scale_q, P.eps = p->eps;
+    LA_TRY(lcb_backward(&P, ctx, s));
+    if (want_dS_in)
+        BWD_LAUNCH(lin_state_unpack_kernel, BH * SE, s, bwd_view4(d_S_in), lin_zview(d_z_in), H,
+                   D, Dv, dSi);
+    return LA_OK;
+}
+
 extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la_tensor *q,
                                              const la_tensor *k, const la_tensor *v,
                                              const la_tensor *out, const la_tensor *S_in,
@@ -71,14 +110,23 @@ extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la
     tp.norm = p->normalize ? LA_MHLA_NORM_PER_QUERY : LA_MHLA_NORM_NONE;
     tp.scale_q = p->scale_q;
     tp.eps = p->eps;
-    int fast = 0;
-    LA_TRY(bwd_variant_pick(ctx, "linear_bwd", !causal && lbt_eligible(&tp),
-                            "non-causal bf16 views with D = Dv in {64, 128}, unit inner stride "
-                            "and 16-byte aligned rows", &fast));
-    if (fast) return lbt_backward(&tp, s);
     const bool want_state_in = causal && (S_in || z_in);
     const bool want_dS_out = causal && (d_S_out || d_z_out);
     const bool want_dS_in = causal && (d_S_in || d_z_in);
+    int fast = 0;
+    if (causal) {
+        LA_TRY(bwd_variant_pick(ctx, "linear_bwd",
+                                lcb_eligible(p, q, k, v, d_out, dq, dk, dv, want_dS_in), LCB_NEEDS,
+                                &fast));
+        if (fast)
+            return lin_causal_tc(p, q, k, v, S_in, z_in, d_out, d_S_out, d_z_out, dq, dk, dv,
+                                 d_S_in, d_z_in, ctx, s);
+    } else {
+        LA_TRY(bwd_variant_pick(ctx, "linear_bwd", lbt_eligible(&tp),
+                                "non-causal bf16 views with D = Dv in {64, 128}, unit inner stride "
+                                "and 16-byte aligned rows", &fast));
+        if (fast) return lbt_backward(&tp, s);
+    }
 
     bwd_ws ws;
     float *qt, *kt, *vt, *go, *dqt, *dkt, *dvt, *Sin = nullptr, *dSo = nullptr, *dSi = nullptr;

@@ -151,6 +151,11 @@ static void lf_reference(const lf_ref *R) {
 }
 
 /* ---- one linear-family case ----------------------------------------------------- */
+/* the state tensors of a causal linear case: S_in/z_in, d_S_out/d_z_out, d_S_in/d_z_in */
+#define LF_S_IN 1
+#define LF_DS_OUT 2
+#define LF_DS_IN 4
+#define LF_ALL (LF_S_IN | LF_DS_OUT | LF_DS_IN)
 typedef struct lf_case {
     int cuda; /* set by bwd_add */
     const char *name;
@@ -160,7 +165,7 @@ typedef struct lf_case {
     la_feature f;
     la_dtype dt;
     int perm;
-    int state;          /* linear causal: S_in/z_in and d_S_out/d_z_out */
+    int state;          /* linear causal: LF_S_IN | LF_DS_OUT | LF_DS_IN */
     int grid_ndim;      /* mhla */
     int64_t grid[3], blocks[3];
     int64_t chunk;      /* mhla causal */
@@ -244,6 +249,7 @@ static void run_lin(const void *arg) {
         dSi = tt_poison(cu, 4, nS, LA_F32, 0);
         dzi = tt_poison(cu, 3, nz, LA_F32, 0);
     }
+    const int sin = c->state & LF_S_IN, dso = c->state & LF_DS_OUT, dsi = c->state & LF_DS_IN;
     const double sq = c->kind == 2 ? 1.0 / sqrt((double)D) : (c->kind == 0 ? 0.7 : 1.3);
     const float eps = 1e-6f;
     la_status st = LA_ERR_INTERNAL;
@@ -257,11 +263,11 @@ static void run_lin(const void *arg) {
             p.normalize = c->norm == LA_MHLA_NORM_PER_QUERY;
             p.scale_q = (float)sq;
             p.eps = eps;
-            st = (call ? la_linear_backward : BWD_FIRST(cu, la_linear_backward, la_linear_backward_cuda))(&p, &q.t, &k.t, &v.t, NULL, c->state ? &Si.t : NULL,
-                                         c->state ? &zi.t : NULL, &go.t,
-                                         c->state ? &dSo.t : NULL, c->state ? &dzo.t : NULL,
-                                         &dq.t, &dk.t, &dv.t, c->state ? &dSi.t : NULL,
-                                         c->state ? &dzi.t : NULL, ctx);
+            st = (call ? la_linear_backward : BWD_FIRST(cu, la_linear_backward, la_linear_backward_cuda))(&p, &q.t, &k.t, &v.t, NULL, sin ? &Si.t : NULL,
+                                         sin ? &zi.t : NULL, &go.t,
+                                         dso ? &dSo.t : NULL, dso ? &dzo.t : NULL,
+                                         &dq.t, &dk.t, &dv.t, dsi ? &dSi.t : NULL,
+                                         dsi ? &dzi.t : NULL, ctx);
         } else if (c->kind == 1) {
             la_mhla_params p;
             la_mhla_params_init(&p);
@@ -354,8 +360,9 @@ static void run_lin(const void *arg) {
                                 zz[D + d] = dzo.h[zo + d];
                                 dzin[d] = 0;
                             }
-                            R.S_in = st4[0], R.z_in = zz, R.dS_out = st4[1], R.dz_out = zz + D;
-                            R.dS_in = st4[2], R.dz_in = dzin;
+                            R.S_in = sin ? st4[0] : NULL, R.z_in = sin ? zz : NULL;
+                            R.dS_out = dso ? st4[1] : NULL, R.dz_out = dso ? zz + D : NULL;
+                            R.dS_in = dsi ? st4[2] : NULL, R.dz_in = dsi ? dzin : NULL;
                         }
                         lf_reference(&R);
                         for (int64_t n = 0; n < N; n++) {
@@ -378,7 +385,7 @@ static void run_lin(const void *arg) {
                             for (int64_t i = 0; i < M * WM; i++)
                                 ref[rr][3][hw * WM * WM + (i / WM) * WM + i % WM] += dWh[i];
                         }
-                        if (c->state) {
+                        if (dsi) {
                             double *o = ref[rr][4] + (b * H + h) * (D * Dv + D);
                             for (int64_t e = 0; e < D * Dv; e++) o[e] = st4[2][e];
                             for (int64_t d = 0; d < D; d++) o[D * Dv + d] = dzin[d];
@@ -388,7 +395,7 @@ static void run_lin(const void *arg) {
             check_grad(what, "dk", &dk, ref[0][1], ref[1][1]);
             check_grad(what, "dv", &dv, ref[0][2], ref[1][2]);
             if (c->kind) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
-            if (c->state) {
+            if (dsi) {
                 double *rs = (double *)malloc(sizeof(double) * (size_t)dSi.n);
                 double *rz = (double *)malloc(sizeof(double) * (size_t)dzi.n);
                 for (int64_t bh = 0; bh < B * H; bh++) {
@@ -435,10 +442,10 @@ static void run_lin(const void *arg) {
             la_linear_params_init(&p);
             p.feature = c->f, p.causal = c->causal, p.normalize = c->norm == LA_MHLA_NORM_PER_QUERY;
             p.scale_q = (float)sq, p.eps = eps;
-            sc = la_linear_backward(&p, &cq.t, &ck.t, &cv.t, NULL, c->state ? &cSi.t : NULL,
-                                    c->state ? &czi.t : NULL, &cg.t, c->state ? &cSo.t : NULL,
-                                    c->state ? &czo.t : NULL, &cdq.t, &cdk.t, &cdv.t,
-                                    c->state ? &cdSi.t : NULL, c->state ? &cdzi.t : NULL, NULL);
+            sc = la_linear_backward(&p, &cq.t, &ck.t, &cv.t, NULL, sin ? &cSi.t : NULL,
+                                    sin ? &czi.t : NULL, &cg.t, dso ? &cSo.t : NULL,
+                                    dso ? &czo.t : NULL, &cdq.t, &cdk.t, &cdv.t,
+                                    dsi ? &cdSi.t : NULL, dsi ? &cdzi.t : NULL, NULL);
         } else if (c->kind == 1) {
             la_mhla_params p;
             la_mhla_params_init(&p);
@@ -530,10 +537,10 @@ void cases_backward_lin(bo_list *L) {
         /* cuda name kind B N H D Dv causal norm f dt perm state ndim grid blocks chunk phw */
         /* N = 1 normalized: o = v up to eps, the gradient is eps-sized noise; tested without */
         {0, "linear", 0, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0},
         {0, "linear", 0, 2, 63, 2, 32, 48, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, 1, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, 1, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, LF_ALL, 0, {0}, {0}, 0, 0},
         {0, "linear", 0, 1, 200, 2, 128, 64, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
         {0, "linear", 0, 1, 1000, 1, 64, 32, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
         {0, "linear", 0, 1, 1000, 1, 32, 64, 0, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
@@ -552,6 +559,16 @@ void cases_backward_lin(bo_list *L) {
         {0, "mhla", 1, 1, 63, 2, 128, 128, 0, NO, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {9, 7}, {3, 2}, 0, 1},
         {0, "mhla", 1, 1, 120, 1, 64, 64, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0},
         {0, "mhla", 1, 1, 1000, 2, 128, 128, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 1, {0}, {10}, 0, 1},
+        /* the causal tensor-core path (variant mma): bf16, D = Dv in {64, 128}; the state
+         * tensors in and out each present or absent (d_S_in with normalize: portable) */
+        {0, "linear", 0, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 63, 1, 128, 128, 1, NO, LA_FEATURE_IDENTITY, LA_BF16, 1, LF_DS_OUT, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 65, 2, 64, 64, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 2, 1000, 1, 128, 128, 1, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 1000, 2, 64, 64, 1, NO, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 4097, 1, 64, 64, 1, NO, LA_FEATURE_RELU1, LA_BF16, 1, LF_S_IN | LF_DS_IN, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 2100, 1, 128, 128, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0},
+        {0, "linear", 0, 1, 200, 1, 128, 128, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
         {0, "mhla_causal", 2, 1, 65, 2, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 16, 1},
         {0, "mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0},
         {0, "mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
@@ -565,13 +582,14 @@ void cases_backward_lin(bo_list *L) {
     const int nvars[3] = {NV(lin_variants), NV(mhla_variants), NV(causal_variants)};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         lf_case c = cases[i];
-        char name[BO_NAME_MAX];
+        char name[BO_NAME_MAX], st[16] = "";
+        if (c.state) snprintf(st, sizeof st, c.state == LF_ALL ? " state" : " state%d", c.state);
         snprintf(name, sizeof name,
                  "%s B%lld N%lld H%lld D%lld Dv%lld%s norm%d feature%d %s%s%s grid%d {%lld,%lld,%lld} "
                  "blocks {%lld,%lld,%lld} chunk%lld%s",
                  c.name, (long long)c.B, (long long)c.N, (long long)c.H, (long long)c.D,
                  (long long)c.Dv, c.causal ? " causal" : "", c.norm, (int)c.f, dtn(c.dt),
-                 c.perm ? " perm" : "", c.state ? " state" : "", c.grid_ndim, (long long)c.grid[0],
+                 c.perm ? " perm" : "", st, c.grid_ndim, (long long)c.grid[0],
                  (long long)c.grid[1], (long long)c.grid[2], (long long)c.blocks[0],
                  (long long)c.blocks[1], (long long)c.blocks[2], (long long)c.chunk,
                  c.per_head_w ? " per-head mixing" : "");
