@@ -24,9 +24,10 @@ run() { python3 studies/train/run_study.py --device cuda --amp bf16 --jobs "$J" 
 case "$1" in
   pilot)
     run --suite pilot --only mqar --timing-only --settings 1024x64 --dims 64,256 \
-        --timing-steps 8 --timing-amps none,bf16 --out "$OUT/timing" 2>&1 | tail -n 14
+        --timing-steps 8 --timing-amps bf16,none --timing-deadline 20 --out "$OUT/timing" 2>&1 \
+        | grep -v Warning | tail -n 14
     echo "timing: $(el) s"
-    run --suite pilot --deadline "${STUDY_DEADLINE:-40}" --run-limit "${STUDY_RUN_LIMIT:-40}" \
+    run --suite pilot --deadline "${STUDY_DEADLINE:-30}" --run-limit "${STUDY_RUN_LIMIT:-35}" \
         --out "$OUT/pilot" 2>&1 | grep -v Warning
     ;;
   full)
