@@ -357,7 +357,7 @@ def main(argv=None):
 
     if args.timing_only:
         runs = []
-    if args.jobs > 1:
+    if args.jobs > 1 and runs:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.jobs, initializer=worker_init, initargs=(1,)) as pool:
             for r in pool.imap_unordered(guarded, runs):
