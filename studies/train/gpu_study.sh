@@ -50,5 +50,17 @@ case "$1" in
     python3 studies/train/report.py "$OUT/s012/results.json" "$OUT/s345/results.json" \
       | grep -E "^\| (mqar|nearest)" | cut -c1-150 | head -n 60
     ;;
+  cells)   # more cells of the full suite (STUDY_CELLS, e.g. mhla@64,softmax@128), both seed sets
+    RL=${STUDY_RUN_LIMIT:-90}
+    run --suite full --only mqar --cells "$STUDY_CELLS" --seeds 0,1,2 --deadline "${STUDY_D1:-70}" \
+        --run-limit "$RL" --out "$OUT/s012b" 2>&1 | grep -v -i warn > "$OUT/s012b.log"
+    tail -n 1 "$OUT/s012b.log"; echo "seeds 0,1,2: $(el) s"
+    run --suite full --only mqar --cells "$STUDY_CELLS" --seeds 3,4,5 \
+        --lr-from "$OUT/s012b/results.json" --deadline "${STUDY_D2:-40}" --run-limit "$RL" \
+        --out "$OUT/s345b" 2>&1 | grep -v -i warn > "$OUT/s345b.log"
+    tail -n 1 "$OUT/s345b.log"; echo "seeds 3,4,5: $(el) s"
+    python3 studies/train/report.py "$OUT/s012b/results.json" "$OUT/s345b/results.json" \
+      | grep -E "^\| mqar" | cut -c1-150 | head -n 40
+    ;;
 esac
 echo "total $(el) s"

@@ -171,15 +171,30 @@ def plots(best, folder, other=None):
     return made
 
 
+def load(paths):
+    """One results.json, or several joined by commas (parts of one seed set run in
+    separate calls: their runs and timing rows are concatenated, the first's
+    metadata kept)."""
+    parts = []
+    for p in paths.split(","):
+        with open(p) as f:
+            parts.append(json.load(f))
+    res = dict(parts[0])
+    res["runs"] = [r for x in parts for r in x["runs"]]
+    res["timing"] = [t for x in parts for t in x.get("timing", [])]
+    res["lr_from"] = any(x.get("lr_from") for x in parts)
+    return res
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("results")
-    ap.add_argument("other", nargs="?", default=None, help="the same study with other seeds")
+    ap.add_argument("results", help="results.json (several: joined by commas)")
+    ap.add_argument("other", nargs="?", default=None,
+                    help="the same study with other seeds (several files: joined by commas)")
     ap.add_argument("--md", default=None)
     ap.add_argument("--plots", default=None)
     a = ap.parse_args()
-    with open(a.results) as f:
-        res = json.load(f)
+    res = load(a.results)
     best = best_of_grid(res["runs"])
     grid = collections.defaultdict(set)
     for r in res["runs"]:
@@ -187,8 +202,7 @@ def main():
     timing = timing_of(res)
     res_b = other = None
     if a.other:
-        with open(a.other) as f:
-            res_b = json.load(f)
+        res_b = load(a.other)
         other = best_of_grid(res_b["runs"])
         timing = dict(timing_of(res_b), **timing)
     out = ["Seeds %s (%s, %s, amp %s):" % (res["seeds"], res["device"], res["date"], res["amp"]),

@@ -259,8 +259,8 @@ def restrict_to_best_lr(runs, path):
 def cost(job):
     """Rough relative cost, to start the longest runs first."""
     n = job["setting"][0] if job["task"] == "mqar" else job["cfg"]["side"] ** 2
-    return job["cfg"]["steps"] * job["cfg"]["batch"] * n * (1 + job["dim"] / 64) * (
-        2 if job["variant"] == "softmax" else 1)
+    slow = {"focused": 16, "softmax": 1, "linear": 1, "mhla": 4 if job["task"] == "mqar" else 1}
+    return job["cfg"]["steps"] * job["cfg"]["batch"] * n * (1 + job["dim"] / 64) * slow[job["variant"]]
 
 
 def worker_init(threads):
@@ -331,6 +331,8 @@ def main(argv=None):
     ap.add_argument("--run-limit", type=float, default=1e9,
                     help="wall seconds after which a run stops training (then marked cut)")
     ap.add_argument("--timing-only", action="store_true", help="no training runs, the timing pass")
+    ap.add_argument("--cells", default=None,
+                    help="only these variant@dim cells (commas), e.g. mhla@64,softmax@128")
     ap.add_argument("--lr-from", default=None,
                     help="a results.json: run only its best learning rate per configuration")
     ap.add_argument("--timing-amps", default=None,
@@ -353,6 +355,10 @@ def main(argv=None):
              else SUITES[args.suite]["seeds"])
     t_start = time.time()
     configs, runs = jobs_of(args.suite, seeds, args.only, args.device, args.amp)
+    if args.cells:
+        cells = {(c.split("@")[0], int(c.split("@")[1])) for c in args.cells.split(",")}
+        configs = [j for j in configs if (j["variant"], j["dim"]) in cells]
+        runs = [r for r in runs if (r["variant"], r["dim"]) in cells]
     if args.lr_from:
         runs = restrict_to_best_lr(runs, args.lr_from)
     order = {c: i for i, c in enumerate(SUITES[args.suite].get("order", []))}
