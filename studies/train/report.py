@@ -97,7 +97,13 @@ def repro(best_a, best_b):
     return "\n".join(lines), held, total
 
 
-def plots(best, folder, other=None):
+def cut_best(runs):
+    """{key: [cut runs of the lr with the best mean accuracy]}"""
+    return {k: rs for k, (lr, rs) in best_of_grid([dict(r, cut=False) for r in runs
+                                                   if r.get("cut")]).items()}
+
+
+def plots(best, folder, other=None, cut=None):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -149,7 +155,33 @@ def plots(best, folder, other=None):
         fig.savefig(p, dpi=110)
         plt.close(fig)
         made.append(p)
-    groups = sorted({k[:3] for k in best})
+    two_d = sorted({k[:3] for k in best if k[0] == "nearest"})
+    if two_d:
+        fig, axes = plt.subplots(1, len(two_d), figsize=(5 * len(two_d), 3.4), squeeze=False)
+        for ax, g in zip(axes[0], two_d):
+            ks = sorted(k for k in best if k[:3] == g)
+            for j, (name, b, _) in enumerate(sets):
+                for i, k in enumerate(ks):
+                    if k not in b:
+                        continue
+                    accs = [r["acc"] for r in b[k][1]]
+                    x = i + (j - 0.5 * (len(sets) - 1)) * 0.35
+                    ax.bar(x, statistics.fmean(accs), width=0.33, color=colour.get(k[3]),
+                           alpha=0.45 if j else 0.85, label=name if i == 0 else None)
+                    ax.plot([x] * len(accs), accs, "k.", ms=4)
+            ax.set_xticks(range(len(ks)))
+            ax.set_xticklabels([label(k) for k in ks], fontsize=8)
+            ax.set_ylim(0, 1.02)
+            ax.set_ylabel("held-out accuracy")
+            ax.set_title("2-D nearest-marker task %s, dim %d (dots: seeds; left A, right B)"
+                         % (g[1], g[2]), fontsize=8)
+        fig.tight_layout()
+        p = os.path.join(folder, "study_nearest_accuracy.png")
+        fig.savefig(p, dpi=110)
+        plt.close(fig)
+        made.append(p)
+    cut = cut or {}
+    groups = sorted({k[:3] for k in best} | {k[:3] for k in cut})
     fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.2), squeeze=False)
     for ax, g in zip(axes[0], groups):
         for k in sorted(k for k in best if k[:3] == g):
@@ -159,6 +191,13 @@ def plots(best, folder, other=None):
                 ax.plot(xs, r["curve"], color=colour.get(k[3]), lw=1,
                         ls=":" if k[4] == "8x8" else "-",
                         label=label(k) if r is best[k][1][0] else None)
+        for k in sorted(k for k in cut if k[:3] == g):
+            for r in cut[k]:
+                xs = [r["curve_every"] * (i + 1) for i in range(len(r["curve"]))]
+                ax.plot(xs, r["curve"], color=colour.get(k[3]), lw=1, ls="--",
+                        label="%s (cut at %d of %d steps)" % (label(k), r["steps"],
+                                                              r["steps_planned"])
+                        if r is cut[k][0] else None)
         ax.set_title("%s %s, dim %d (best lr, every seed)" % g, fontsize=8)
         ax.set_xlabel("step")
         ax.set_ylabel("training loss")
@@ -216,16 +255,29 @@ def main():
         t, held, total = repro(best, other)
         out += ["", "Reproducibility: %d of %d orderings with a gap over 2 std held." % (
             held, total), "", t]
-    cut = [r for r in res["runs"] if r.get("cut")]
+    cut = collections.defaultdict(list)
+    for name, x in (("A", res), ("B", res_b)):
+        for r in (x or {"runs": []})["runs"]:
+            if r.get("cut"):
+                cut[(name,) + key_of(r) + (r["lr"],)].append(r)
     if cut:
-        out += ["", "Left out (cut by the wall-time limit): %d runs" % len(cut)]
+        out += ["", "Left out of the tables above: runs cut by their wall-time limit "
+                "(not comparable: fewer steps, learning rate not annealed):", "",
+                "| seeds | task | setting | dim | attention | lr | steps done / planned | "
+                "accuracy when cut (mean ± std) | runs |", "|---|---|---|---|---|---|---|---|---|"]
+        for k in sorted(cut):
+            rs = cut[k]
+            m, sd = ms([r["acc"] for r in rs])
+            out.append("| %s | %s | %s | %d | %s | %.0e | %d / %d | %.3f ± %.3f | %d |" % (
+                k[0], k[1], k[2], k[3], label(k[1:6]), k[6], min(r["steps"] for r in rs),
+                rs[0]["steps_planned"], m, sd, len(rs)))
     text = "\n".join(out)
     print(text)
     if a.md:
         with open(a.md, "w") as f:
             f.write(text + "\n")
     if a.plots:
-        for p in plots(best, a.plots, other):
+        for p in plots(best, a.plots, other, cut_best(res["runs"])):
             print("wrote", p)
 
 

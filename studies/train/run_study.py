@@ -43,8 +43,8 @@ SUITES = {
                  "steps": 60, "batch": 16, "lrs": [3e-3], "chunk": {64: 16}, "eval": 64,
                  "vocab": 256},
         "nearest": {"side": 8, "dims": [32], "blocks": [(2, 2)], "queries": 8,
-                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 60,
-                    "batch": 8, "lrs": [3e-3], "eval": 32},
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 150,
+                    "batch": 32, "lrs": [5e-3], "eval": 32},
         "seeds": [0],
     },
     # a first look on the GPU: one seed, the grid's ends
