@@ -74,8 +74,8 @@ class Block(nn.Module):
 class TinyLM(nn.Module):
     """Token + learned position embedding (1-D, or row + column on a 2-D grid),
     `layers` blocks, a final norm and a linear head over `classes`; with
-    tie=True (classes == vocab) the head's weight is the token embedding, as in
-    Zoology's MQAR models (the head then needs no separate value table)."""
+    tie=True (classes == vocab) the head's weight is the token embedding, as
+    Zoology-style language models do (the head needs no separate value table)."""
 
     def __init__(self, vocab, classes, dim, heads, layers, variant, causal, seq_len,
                  grid=None, blocks=None, chunk=None, tie=False):

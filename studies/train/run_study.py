@@ -2,7 +2,7 @@
 trained on tasks made to separate the mechanisms (docs/TRAINING_STUDY.md).
 
     python3 studies/train/run_study.py --suite smoke                    # CPU, < 2 min, CI
-    python3 studies/train/run_study.py --suite full --jobs 14 --out DIR  # the study (H200)
+    python3 studies/train/run_study.py --suite full --amp bf16 --jobs 12 --out DIR  # H200
 
 Protocol: per task and setting, every variant gets the same steps, batch,
 optimizer (AdamW, linear warm-up then cosine decay, weight decay on the
