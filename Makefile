@@ -120,7 +120,7 @@ BACKEND_OBJS := $(BACKEND_SRCS:%.c=$(BUILD)/obj/%.o)
 BACKEND_BIN  := $(BUILD)/tests/backend/test_backend_ops
 TEST_BINS    += $(BACKEND_BIN)
 
-.PHONY: all lib cli tests test demo study-smoke clean install uninstall test-asan test-tsan test-portable fuzz deps \
+.PHONY: all lib cli tests test demo study-smoke study-report clean install uninstall test-asan test-tsan test-portable fuzz deps \
         cuda-tests dev-cuda info install-python test-torch-compile
 all: $(BUILD)/liblongattn.a $(BUILD)/liblongattn.so $(BUILD)/longattn $(BUILD)/longattn.pc
 
@@ -245,6 +245,14 @@ ifneq ($(SKIP_DEPS),1)
 endif
 	LA_BUILD=$(BUILD) PYTHONPATH=python /usr/bin/python3 studies/train/run_study.py --suite smoke \
 	    --device cpu --check-falls
+
+# The study's tables and plots again from its committed results (docs/TRAINING_STUDY.md).
+STUDY_DIR := docs/training_study
+study-report:
+	/usr/bin/python3 studies/train/report.py \
+	    $(STUDY_DIR)/results_s012.json,$(STUDY_DIR)/results_s012_part2.json \
+	    $(STUDY_DIR)/results_s345.json,$(STUDY_DIR)/results_s345_part2.json \
+	    --md $(STUDY_DIR)/tables.md --plots $(STUDY_DIR)
 
 # Sanitizer build of the C tests in a separate tree.
 # -march=native so the sanitizers also watch the AVX-512 kernels.

@@ -73,12 +73,15 @@ class Block(nn.Module):
 
 class TinyLM(nn.Module):
     """Token + learned position embedding (1-D, or row + column on a 2-D grid),
-    `layers` blocks, a linear head over `classes`."""
+    `layers` blocks, a final norm and a linear head over `classes`; with
+    tie=True (classes == vocab) the head's weight is the token embedding, as
+    Zoology-style language models do (the head needs no separate value table)."""
 
     def __init__(self, vocab, classes, dim, heads, layers, variant, causal, seq_len,
-                 grid=None, blocks=None, chunk=None):
+                 grid=None, blocks=None, chunk=None, tie=False):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
+        nn.init.normal_(self.emb.weight, std=0.02)
         self.grid = grid
         if grid is None:
             self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
@@ -89,9 +92,16 @@ class TinyLM(nn.Module):
             Block(dim, make_attention(variant, dim, heads, causal, seq_len=seq_len, grid=grid,
                                       blocks=blocks, chunk=chunk)) for _ in range(layers)])
         self.norm = nn.LayerNorm(dim)
-        self.head = nn.Linear(dim, classes)
+        self.head = nn.Linear(dim, classes, bias=not tie)
+        if tie:
+            if classes != vocab:
+                raise ValueError("tie=True needs classes == vocab")
+            self.head.weight = self.emb.weight
 
-    def forward(self, tokens):
+    def forward(self, tokens, scored=None):
+        """Logits [B, N, classes]; with `scored` (bool [B, N]) only at the scored
+        positions, [S, classes]: the same loss, without the head's work at
+        the positions no target reads."""
         x = self.emb(tokens)
         if self.grid is None:
             x = x + self.pos[: tokens.shape[1]]
@@ -99,7 +109,27 @@ class TinyLM(nn.Module):
             x = x + (self.row + self.col).reshape(-1, x.shape[-1])
         for blk in self.blocks:
             x = blk(x)
+        if scored is not None:
+            x = x[scored]
         return self.head(self.norm(x))
+
+    def mhla_layers(self):
+        return [blk.attn for blk in self.blocks if isinstance(blk.attn, lnn.MHLA)]
+
+    def param_groups(self, weight_decay):
+        """AdamW groups: decay on the matrices of the blocks and the head; none on
+        embeddings, positions, norms, biases or MHLA's mixing matrix."""
+        decay, rest = [], []
+        seen = set()
+        for name, p in self.named_parameters():
+            if id(p) in seen:
+                continue
+            seen.add(id(p))
+            matrix = p.ndim >= 2 and not name.startswith(("emb", "pos", "row", "col")) \
+                and not name.endswith("mixing") and "positional_encoding" not in name
+            (decay if matrix else rest).append(p)
+        return [{"params": decay, "weight_decay": weight_decay},
+                {"params": rest, "weight_decay": 0.0}]
 
     def attention_params(self):
         return sum(p.numel() for blk in self.blocks for p in blk.attn.parameters())

@@ -1,24 +1,35 @@
 """The training study: MHLA against linear, focused and softmax attention,
 trained on tasks made to separate the mechanisms (docs/TRAINING_STUDY.md).
 
-    python3 studies/train/run_study.py --suite smoke            # CPU, < 2 min, CI
-    python3 studies/train/run_study.py --suite full --out DIR   # the study (H200)
+    python3 studies/train/run_study.py --suite smoke                    # CPU, < 2 min, CI
+    python3 studies/train/run_study.py --suite full --amp bf16 --jobs 12 --out DIR  # H200
 
 Protocol: per task and setting, every variant gets the same steps, batch,
-optimizer (AdamW, cosine schedule with warm-up) and the same learning-rate
-grid; the best learning rate of the grid (by mean held-out accuracy over the
-seeds) is reported, as mean ± std over the seeds. Held-out data comes from a
-generator seeded apart from the training stream.
+optimizer (AdamW, linear warm-up then cosine decay, weight decay on the
+matrices only), precision and learning-rate grid; the best learning rate of
+the grid (by mean held-out accuracy over the seeds) is reported, as mean ± std
+over the seeds. Held-out data comes from a generator seeded apart from the
+training stream.
+
+Speed: the runs are independent, so `--jobs N` trains N of them at once in
+worker processes sharing the one GPU (spawned, one CPU thread each; the
+models are small, and one process alone leaves the GPU mostly idle). The
+8192-way head is computed at the scored positions only (the same loss).
+Matmuls use TF32 on CUDA; `--amp bf16` adds bf16 autocast for every
+variant alike. Per-step time and peak memory come from a separate timing
+pass (`--timing-steps`), one process alone on the GPU after the accuracy runs.
+results.json is rewritten after every finished run; no run starts after
+`--deadline` seconds (a cut study keeps what finished).
 """
 import argparse
 import json
 import math
+import multiprocessing as mp
 import os
 import statistics
 import sys
 import time
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -32,81 +43,124 @@ SUITES = {
                  "steps": 60, "batch": 16, "lrs": [3e-3], "chunk": {64: 16}, "eval": 64,
                  "vocab": 256},
         "nearest": {"side": 8, "dims": [32], "blocks": [(2, 2)], "queries": 8,
-                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 60,
-                    "batch": 8, "lrs": [3e-3], "eval": 32},
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 150,
+                    "batch": 32, "lrs": [5e-3], "eval": 32},
         "seeds": [0],
     },
-    # a first look on the GPU in a minute or two: one seed, one learning rate
+    # a first look on the GPU: one seed, the grid's ends
     "pilot": {
-        "mqar": {"settings": [(256, 16)], "dims": [64, 128], "variants": ["softmax", "linear", "mhla"],
-                 "steps": 400, "batch": 64, "lrs": [3e-3], "chunk": {256: 32}, "eval": 256,
+        "mqar": {"settings": [(64, 4), (256, 16), (1024, 64)], "dims": [64],
+                 "variants": ["softmax", "linear", "mhla"],
+                 "steps": 1000, "batch": 256, "lrs": [3e-3, 1e-2], "vocab": 8192,
+                 "chunk": {64: 16, 256: 32, 1024: 64}, "eval": 512},
+        "nearest": {"side": 32, "dims": [64], "blocks": [(4, 4), (8, 8)], "queries": 64,
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 1000,
+                    "batch": 64, "lrs": [3e-3], "eval": 256},
+        "seeds": [0],
+    },
+    # what 780 s of H200 time allowed (docs/TRAINING_STUDY.md): the 2-D task at dim 64 and
+    # MQAR 64x4 at every dim; 256x16 and 1024x64 did not fit (the causal linear and MHLA
+    # backward passes run the portable CUDA engine: 0.13-0.5 s a step at 1024x64, batch 256)
+    "full": {
+        "mqar": {"settings": [(64, 4)], "dims": [64, 128, 256],
+                 "variants": ["softmax", "linear", "mhla"], "steps": 800, "batch": 96,
+                 "lrs": [2e-3, 5e-3], "chunk": {64: 16, 256: 32, 1024: 64}, "eval": 512,
                  "vocab": 8192},
         "nearest": {"side": 32, "dims": [64], "blocks": [(4, 4), (8, 8)], "queries": 64,
-                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 400,
-                    "batch": 32, "lrs": [3e-3], "eval": 128},
-        "seeds": [0],
-    },
-    "full": {
-        "mqar": {"settings": [(64, 4), (256, 16), (1024, 64)], "dims": [64, 128, 256],
-                 "variants": ["softmax", "linear", "mhla"], "steps": 1500, "batch": 64,
-                 "lrs": [1e-3, 3e-3], "chunk": {64: 16, 256: 32, 1024: 64}, "eval": 512,
-                 "vocab": 8192},
-        "nearest": {"side": 32, "dims": [64, 128], "blocks": [(4, 4), (8, 8)], "queries": 64,
-                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 1500,
-                    "batch": 32, "lrs": [1e-3, 3e-3], "eval": 256},
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 300,
+                    "batch": 32, "lrs": [2e-3, 5e-3], "eval": 256},
         "seeds": [0, 1, 2],
+        "order": [("nearest", 64), ("mqar", 64), ("mqar", 128), ("mqar", 256)],
     },
 }
+WEIGHT_DECAY = 0.1
+WARMUP = 0.05         # fraction of the steps
 
 
-def heads_for(dim):
-    return max(1, dim // 32)
+def heads_for(dim, task="mqar"):
+    """Head dim 32 on MQAR, 64 on the 2-D task: the non-causal linear and MHLA
+    backward passes take the tensor-core kernels at head dims 64 and 128 (bf16),
+    the causal ones run the portable engine, cheapest at 32."""
+    return max(1, dim // (32 if task == "mqar" else 64))
 
 
-def train_one(task, cfg, variant, dim, lr, seed, device, setting, blocks=None):
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    erng = np.random.default_rng(10_000 + seed)
+def build(task, cfg, variant, dim, setting, blocks, device):
+    """(model, batch generator(gen, batch))"""
     if task == "mqar":
         seq_len, pairs = setting
-        vocab = classes = cfg["vocab"]
-        model = TinyLM(vocab, classes, dim, heads_for(dim), 2, variant, True, seq_len,
-                       chunk=cfg["chunk"][seq_len])
-        gen = lambda r, b: tasks.mqar_batch(r, b, seq_len, pairs, vocab)  # noqa: E731
+        vocab = cfg["vocab"]
+        model = TinyLM(vocab, vocab, dim, heads_for(dim), 2, variant, True, seq_len,
+                       chunk=cfg["chunk"][seq_len], tie=cfg.get("tie", True))
+        gen = lambda g, b: tasks.mqar_batch(g, b, seq_len, pairs, vocab)  # noqa: E731
     else:
         side = cfg["side"]
         colours, labels = 4, 8
-        vocab, classes = tasks.nearest_vocab(colours, labels), labels
-        model = TinyLM(vocab, classes, dim, heads_for(dim), 2, variant, False, side * side,
-                       grid=(side, side), blocks=blocks)
-        gen = lambda r, b: tasks.nearest_batch(r, b, side, colours, labels,  # noqa: E731
+        model = TinyLM(tasks.nearest_vocab(colours, labels), labels, dim, heads_for(dim, task), 2,
+                       variant, False, side * side, grid=(side, side), blocks=blocks)
+        gen = lambda g, b: tasks.nearest_batch(g, b, side, colours, labels,  # noqa: E731
                                                queries=cfg["queries"])
-    model = model.to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.1, betas=(0.9, 0.98))
-    steps, warm = cfg["steps"], max(1, cfg["steps"] // 20)
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm) * 0.5 * (1 + math.cos(math.pi * min(s, steps) / steps)))
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
-    losses, times = [], []
-    for step in range(steps):
-        x, y = gen(rng, cfg["batch"])
-        x, y = x.to(device), y.to(device)
-        t0 = time.perf_counter()
-        logits = model(x)
-        loss = F.cross_entropy(logits.reshape(-1, logits.shape[-1]).float(), y.reshape(-1),
-                               ignore_index=tasks.IGNORE)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+    return model.to(device), gen
+
+
+def generator(device, seed):
+    g = torch.Generator(device=device)
+    g.manual_seed(seed)
+    return g
+
+
+def train_step(model, opt, sched, x, y, amp):
+    scored = y != tasks.IGNORE
+    with torch.autocast(x.device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
+        logits = model(x, scored)
+    loss = F.cross_entropy(logits.float(), y[scored])
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    if sched is not None:
         sched.step()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        times.append(time.perf_counter() - t0)
-        losses.append(loss.item())
-        if not math.isfinite(losses[-1]):
-            break
+    for layer in model.mhla_layers():
+        layer.project_mixing_()
+    return loss
+
+
+def make_optimizer(model, lr, steps):
+    # on CUDA one fused kernel for the whole update (the same arithmetic)
+    fused = {"fused": True} if next(model.parameters()).is_cuda else {}
+    opt = torch.optim.AdamW(model.param_groups(WEIGHT_DECAY), lr=lr, betas=(0.9, 0.98), **fused)
+    warm = max(1, int(WARMUP * steps))
+    sched = torch.optim.lr_scheduler.LambdaLR(
+        opt, lambda s: min(1.0, (s + 1) / warm)
+        * 0.5 * (1 + math.cos(math.pi * min(max(s - warm, 0), steps) / max(1, steps - warm))))
+    return opt, sched
+
+
+def train_one(job):
+    task, cfg, variant, dim, lr, seed = (job[k] for k in ("task", "cfg", "variant", "dim", "lr",
+                                                          "seed"))
+    setting, blocks, amp = job["setting"], job["blocks"], job["amp"]
+    device = torch.device(job["device"])
+    t_start = time.time()
+    torch.manual_seed(seed)
+    model, gen = build(task, cfg, variant, dim, setting, blocks, device)
+    g, eg = generator(device, seed), generator(device, 10_000 + seed)
+    steps = cfg["steps"]
+    opt, sched = make_optimizer(model, lr, steps)
+    losses = []                 # per-step losses, kept on the device (no host sync a step)
+    cut = False
+    for step in range(steps):
+        x, y = gen(g, cfg["batch"])
+        losses.append(train_step(model, opt, sched, x, y, amp).detach())
+        if step % 100 == 99:
+            if not math.isfinite(losses[-1].item()):
+                break
+            if time.time() > job["stop_at"]:     # its wall-time limit: kept, marked cut
+                cut = True
+                break
+    losses = torch.stack(losses).float().cpu()
+    every = max(1, len(losses) // 50)
+    curve = losses[: len(losses) // every * every].view(-1, every).mean(1).tolist()
+    losses = losses.tolist()
     # the attention layers' own parameters got finite, non-zero gradients in
     # the last step (the embeddings and head alone could make the loss fall)
     attn = [q for blk in model.blocks for q in blk.attn.parameters()]
@@ -115,51 +169,152 @@ def train_one(task, cfg, variant, dim, lr, seed, device, setting, blocks=None):
                                                              for q in attn)
     model.eval()
     correct = total = 0
-    with torch.no_grad():
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
         left = cfg["eval"]
         while left > 0:
             b = min(left, cfg["batch"])
-            x, y = gen(erng, b)
-            x, y = x.to(device), y.to(device)
-            pred = model(x).argmax(-1)
-            m = y != tasks.IGNORE
-            correct += int((pred[m] == y[m]).sum())
-            total += int(m.sum())
+            x, y = gen(eg, b)
+            scored = y != tasks.IGNORE
+            pred = model(x, scored).argmax(-1)
+            correct += int((pred == y[scored]).sum())
+            total += int(scored.sum())
             left -= b
-    peak = torch.cuda.max_memory_allocated(device) if device.type == "cuda" else 0
     return {
         "task": task, "setting": list(setting) if task == "mqar" else [cfg["side"]] * 2,
         "blocks": list(blocks) if blocks else None, "variant": variant, "dim": dim,
-        "heads": heads_for(dim), "lr": lr, "seed": seed, "steps": len(losses),
+        "heads": heads_for(dim, task), "lr": lr, "seed": seed, "batch": cfg["batch"],
+        "steps": len(losses), "steps_planned": steps, "cut": cut, "amp": amp,
+        "finite": math.isfinite(losses[-1]),
         "loss_first": statistics.fmean(losses[:5]), "loss_last": statistics.fmean(losses[-5:]),
-        "curve": losses[:: max(1, len(losses) // 100)], "acc": correct / max(1, total),
-        "ms_per_step": 1e3 * statistics.median(times[len(times) // 4:]),
-        "peak_mib": peak / 2**20, "attn_grad_ok": attn_grad_ok,
+        "curve": [round(c, 4) for c in curve], "curve_every": every,
+        "acc": correct / max(1, total), "wall_s": time.time() - t_start,
+        "attn_grad_ok": attn_grad_ok,
         "params": sum(p.numel() for p in model.parameters()),
         "attn_params": model.attention_params(),
     }
 
 
-def runs(suite):
+def time_one(job, steps):
+    """ms per training step (median of `steps` after 5 warm-up) and peak MiB,
+    one process alone on the device."""
+    device = torch.device(job["device"])
+    torch.manual_seed(0)
+    model, gen = build(job["task"], job["cfg"], job["variant"], job["dim"], job["setting"],
+                       job["blocks"], device)
+    g = generator(device, 0)
+    opt, sched = make_optimizer(model, 1e-3, 1000)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+    times = []
+    for step in range(5 + steps):
+        x, y = gen(g, job["cfg"]["batch"])
+        if cuda:
+            torch.cuda.synchronize(device)
+        t0 = time.perf_counter()
+        train_step(model, opt, sched, x, y, job["amp"])
+        if cuda:
+            torch.cuda.synchronize(device)
+        times.append(time.perf_counter() - t0)
+    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else 0.0
+    return 1e3 * statistics.median(times[5:]), peak
+
+
+def jobs_of(suite, seeds, only, device, amp):
     s = SUITES[suite]
+    out = []
     m = s["mqar"]
     for setting in m["settings"]:
         for dim in m["dims"]:
             for variant in m["variants"]:
-                yield "mqar", m, variant, dim, setting, None
+                out.append(dict(task="mqar", cfg=m, variant=variant, dim=dim,
+                                setting=tuple(setting), blocks=None))
     n = s["nearest"]
     for dim in n["dims"]:
         for variant in n["variants"]:
             for blocks in (n["blocks"] if variant == "mhla" else [None]):
-                yield "nearest", n, variant, dim, None, blocks
+                out.append(dict(task="nearest", cfg=n, variant=variant, dim=dim, setting=None,
+                                blocks=tuple(blocks) if blocks else None))
+    out = [dict(j, device=device, amp=amp) for j in out if not only or j["task"] == only]
+    runs = [dict(j, lr=lr, seed=seed) for j in out for lr in j["cfg"]["lrs"] for seed in seeds]
+    return out, runs
 
 
-def save(args, device, seeds, results, elapsed):
-    """results.json, rewritten after every run (a run cut short keeps what it did)."""
-    os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "results.json"), "w") as f:
-        json.dump({"suite": args.suite, "device": str(device), "seeds": seeds,
-                   "torch": torch.__version__, "elapsed_s": elapsed, "runs": results}, f, indent=1)
+def key_of_job(j):
+    setting = "x".join(map(str, j["setting"] if j["task"] == "mqar" else [j["cfg"]["side"]] * 2))
+    return (j["task"], setting, j["dim"], j["variant"], "x".join(map(str, j["blocks"] or [])))
+
+
+def restrict_to_best_lr(runs, path):
+    """Only the runs at the best learning rate of another results.json (per task,
+    setting, dim, variant, blocks); configurations it lacks are dropped."""
+    import report
+    with open(path) as f:
+        best = report.best_of_grid(json.load(f)["runs"])
+    return [r for r in runs if key_of_job(r) in best and best[key_of_job(r)][0] == r["lr"]]
+
+
+def cost(job):
+    """Rough relative cost, to start the longest runs first."""
+    n = job["setting"][0] if job["task"] == "mqar" else job["cfg"]["side"] ** 2
+    slow = {"focused": 16, "softmax": 1, "linear": 1, "mhla": 4 if job["task"] == "mqar" else 1}
+    return job["cfg"]["steps"] * job["cfg"]["batch"] * n * (1 + job["dim"] / 64) * slow[job["variant"]]
+
+
+def worker_init(threads):
+    torch.set_num_threads(threads)
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+
+
+def guarded(job):
+    """train_one in a worker: None once the deadline has passed (not started)."""
+    if time.time() > job["deadline"]:
+        return None
+    job = dict(job, stop_at=time.time() + job["run_limit"])
+    try:
+        return train_one(job)
+    except Exception as e:  # noqa: BLE001  (a failed run is reported, the others go on)
+        return {"error": "%s: %s" % (type(e).__name__, e),
+                **{k: job[k] for k in ("task", "variant", "dim", "lr", "seed")}}
+
+
+def describe(r):
+    return "%-7s %-10s %-8s %-7s dim %3d lr %.0e seed %d: loss %.3f -> %.3f acc %.3f (%.0f s)" % (
+        r["task"], "x".join(map(str, r["setting"])), r["variant"],
+        "x".join(map(str, r["blocks"] or [])), r["dim"], r["lr"], r["seed"], r["loss_first"],
+        r["loss_last"], r["acc"], r["wall_s"])
+
+
+def save(path, meta, results, timing):
+    if path:
+        tmp = path + ".tmp"
+        with open(tmp, "w") as f:
+            json.dump(dict(meta, runs=results, timing=timing), f, indent=None,
+                      separators=(",", ":"))
+        os.replace(tmp, path)
+
+
+def override(suite, a):
+    """--steps / --batch / --lrs / --settings / --dims / --variants for pilots."""
+    s = SUITES[suite]
+    for task in ("mqar", "nearest"):
+        c = s[task]
+        if a.steps:
+            c["steps"] = a.steps
+        if a.batch:
+            c["batch"] = a.batch
+        if a.lrs:
+            c["lrs"] = [float(x) for x in a.lrs.split(",")]
+        if a.dims:
+            c["dims"] = [int(x) for x in a.dims.split(",")]
+        if a.variants:
+            c["variants"] = [v for v in a.variants.split(",")
+                             if task == "nearest" or v != "focused"]
+    if a.settings:
+        s["mqar"]["settings"] = [tuple(int(y) for y in x.split("x")) for x in a.settings.split(",")]
 
 
 def main(argv=None):
@@ -169,31 +324,109 @@ def main(argv=None):
     ap.add_argument("--out", default=None, help="folder for results.json (default: none)")
     ap.add_argument("--seeds", default=None, help="comma-separated seeds (default: the suite's)")
     ap.add_argument("--only", default=None, help="task to run (mqar or nearest)")
+    ap.add_argument("--jobs", type=int, default=1, help="worker processes (training runs at once)")
+    ap.add_argument("--amp", choices=("none", "bf16"), default="none")
+    ap.add_argument("--deadline", type=float, default=1e9,
+                    help="seconds after which no further run starts")
+    ap.add_argument("--run-limit", type=float, default=1e9,
+                    help="wall seconds after which a run stops training (then marked cut)")
+    ap.add_argument("--timing-only", action="store_true", help="no training runs, the timing pass")
+    ap.add_argument("--cells", default=None,
+                    help="only these variant@dim cells (commas), e.g. mhla@64,softmax@128")
+    ap.add_argument("--lr-from", default=None,
+                    help="a results.json: run only its best learning rate per configuration")
+    ap.add_argument("--timing-amps", default=None,
+                    help="precisions of the timing pass (commas; default: --amp)")
+    ap.add_argument("--timing-steps", type=int, default=0,
+                    help="after the runs: time this many steps per variant and setting alone")
+    ap.add_argument("--timing-deadline", type=float, default=1e9,
+                    help="seconds after the start past which the timing pass stops")
+    for k in ("steps", "batch"):
+        ap.add_argument("--" + k, type=int, default=None, help="override the suite's " + k)
+    for k in ("lrs", "settings", "dims", "variants"):
+        ap.add_argument("--" + k, default=None, help="override the suite's " + k + " (commas)")
     ap.add_argument("--check-falls", action="store_true",
                     help="exit 1 unless every run's loss fell by 3%% and its attention layers got "
                          "finite, non-zero gradients (the smoke test)")
     args = ap.parse_args(argv)
-    device = torch.device(args.device)
+    override(args.suite, args)
+    worker_init(torch.get_num_threads() if args.jobs == 1 else 1)
     seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
              else SUITES[args.suite]["seeds"])
-    results, t_start = [], time.time()
-    for task, cfg, variant, dim, setting, blocks in runs(args.suite):
-        if args.only and task != args.only:
-            continue
-        for lr in cfg["lrs"]:
-            for seed in seeds:
-                r = train_one(task, cfg, variant, dim, lr, seed, device, setting, blocks)
-                results.append(r)
-                print("%-7s %-12s %-8s %-7s dim %3d lr %.0e seed %d: loss %.3f -> %.3f acc %.3f "
-                      "%.1f ms/step" % (task, r["setting"], variant, r["blocks"] or "", dim, lr,
-                                        seed, r["loss_first"], r["loss_last"], r["acc"],
-                                        r["ms_per_step"]), flush=True)
-                if args.out:
-                    save(args, device, seeds, results, time.time() - t_start)
-    elapsed = time.time() - t_start
-    print("%d runs in %.1f s on %s" % (len(results), elapsed, device))
+    t_start = time.time()
+    configs, runs = jobs_of(args.suite, seeds, args.only, args.device, args.amp)
+    if args.cells:
+        cells = {(c.split("@")[0], int(c.split("@")[1])) for c in args.cells.split(",")}
+        configs = [j for j in configs if (j["variant"], j["dim"]) in cells]
+        runs = [r for r in runs if (r["variant"], r["dim"]) in cells]
+    if args.lr_from:
+        runs = restrict_to_best_lr(runs, args.lr_from)
+    order = {c: i for i, c in enumerate(SUITES[args.suite].get("order", []))}
+    # the suite's order first (a deadline cuts the last), then the longest runs first
+    runs.sort(key=lambda r: (order.get((r["task"], r["dim"]), len(order)), -cost(r)))
+    for r in runs:
+        r["deadline"] = t_start + args.deadline
+        r["run_limit"] = args.run_limit
+    path = os.path.join(args.out, "results.json") if args.out else None
     if args.out:
-        save(args, device, seeds, results, elapsed)
+        os.makedirs(args.out, exist_ok=True)
+    dev_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
+    meta = {"suite": args.suite, "device": dev_name, "seeds": seeds, "jobs": args.jobs,
+            "amp": args.amp, "torch": torch.__version__, "lr_from": args.lr_from,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+            "argv": sys.argv[1:], "config": {k: v for k, v in SUITES[args.suite].items()}}
+    results, errors, timing, skipped = [], [], [], 0
+
+    def collect(r):
+        nonlocal skipped
+        if r is None:
+            skipped += 1
+        elif "error" in r:
+            errors.append(r)
+            print("FAILED", r, flush=True)
+        else:
+            results.append(r)
+            print(describe(r), flush=True)
+            meta["elapsed_s"] = time.time() - t_start
+            save(path, meta, results, timing)
+
+    if args.timing_only:
+        runs = []
+    if args.jobs > 1 and runs:
+        ctx = mp.get_context("spawn")
+        with ctx.Pool(args.jobs, initializer=worker_init, initargs=(1,)) as pool:
+            for r in pool.imap_unordered(guarded, runs):
+                collect(r)
+    else:
+        for job in runs:
+            collect(guarded(job))
+    meta["accuracy_s"] = time.time() - t_start
+    print("%d runs in %.1f s on %s (%d jobs); %d not started (deadline), %d failed" % (
+        len(results), meta["accuracy_s"], dev_name, args.jobs, skipped, len(errors)), flush=True)
+    amps = args.timing_amps.split(",") if args.timing_amps else [args.amp]
+    for job in [dict(j, amp=a) for a in amps for j in configs] if args.timing_steps else []:
+        if time.time() - t_start > args.timing_deadline:
+            print("timing pass cut by its deadline", flush=True)
+            break
+        try:
+            ms, peak = time_one(job, args.timing_steps)
+        except Exception as e:  # noqa: BLE001
+            print("timing FAILED %s %s: %s" % (job["variant"], job["dim"], e), flush=True)
+            continue
+        timing.append({"task": job["task"], "variant": job["variant"], "dim": job["dim"],
+                       "setting": list(job["setting"]) if job["setting"] else
+                       [job["cfg"]["side"]] * 2,
+                       "blocks": list(job["blocks"]) if job["blocks"] else None,
+                       "batch": job["cfg"]["batch"], "amp": job["amp"], "ms_per_step": ms,
+                       "peak_mib": peak})
+        print("timing %-7s %-9s %-8s %-5s dim %3d %s: %.2f ms/step, %.0f MiB" % (
+            job["task"], "x".join(map(str, timing[-1]["setting"])), job["variant"],
+            "x".join(map(str, job["blocks"] or [])), job["dim"], job["amp"], ms, peak),
+            flush=True)
+        save(path, meta, results, timing)
+    meta["elapsed_s"] = time.time() - t_start
+    meta["errors"] = errors
+    save(path, meta, results, timing)
     if args.check_falls:
         bad = [r for r in results
                if not (r["loss_last"] < 0.97 * r["loss_first"] and r["attn_grad_ok"])]
@@ -203,8 +436,8 @@ def main(argv=None):
                       r["task"], r["variant"], r["blocks"], r["dim"], r["lr"], r["seed"],
                       r["loss_first"], r["loss_last"], "ok" if r["attn_grad_ok"] else "bad"))
         print("study-smoke: %d of %d runs' loss fell" % (len(results) - len(bad), len(results)))
-        return 1 if bad else 0
-    return 0
+        return 1 if bad or errors or len(results) != len(runs) else 0
+    return 1 if errors else 0
 
 
 if __name__ == "__main__":
