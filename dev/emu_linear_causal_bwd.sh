@@ -13,7 +13,7 @@ CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$O/obj"
 make -s -j2 SKIP_DEPS=1 CUDA=0 BUILD="$O/lib" "$O/lib/liblongattn.a" > /dev/null
 objs=()
-for f in linear_causal_bwd_tc linear_bwd linblock_bwd linblock_bwd_tc linblock_bwd_mix; do
+for f in linear_causal_bwd_tc mhla_causal_bwd_tc linear_bwd linblock_bwd linblock_bwd_tc linblock_bwd_mix; do
   g++ -std=c++20 -O2 -fopenmp -DLA_BWD_EMU -x c++ -w -Iinclude -Isrc -I"$CUDA_INC" \
       -c "src/cuda/$f.cu" -o "$O/obj/$f.o"
   objs+=("$O/obj/$f.o")

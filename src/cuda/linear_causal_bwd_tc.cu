@@ -72,7 +72,19 @@ struct lc_args {
     float *hs;  /* [B·H][nch][SE]: ΔS_c, then h_c */
     float *dhs; /* [B·H][nch][SE]: ΔdH_c, then dH_c */
     float *w, *e; /* [B·H][N] (normalize only) */
+    /* causal MHLA (L = 64: a chunk is a block): W[c,c] of block c scales the
+     * block's own part, at mixw[h·mix_hs + c·(mix_ld + 1)] (NULL: 1); dwd
+     * [B·H][nch] gets dW[c,c] (NULL: skip) */
+    const float *mixw;
+    int64_t mix_hs, mix_ld;
+    float *dwd;
+    int gs1; /* dk/dv walk without normalize: g unscaled, s on M and A in fp32 (so that
+              * dW[c,c] has exact bf16 products; needs no running dH: L = 64) */
 };
+
+BWD_DEV inline float lc_wdiag(const lc_args &a, int64_t h, int64_t c) {
+    return a.mixw ? a.mixw[h * a.mix_hs + c * (a.mix_ld + 1)] : 1.f;
+}
 
 BWD_DEV inline const lt_bf *lc_row(const lt_bf *base, const int64_t *s, int64_t b, int64_t t,
                                    int64_t h) {
@@ -210,11 +222,11 @@ BWD_DEV inline void lc_write(const float *stage, lt_bf *dst, const int64_t *ds, 
 }
 
 /* a 64 × 64 product of warp (m0, n0) (16 × 32) into bf16 dst[row][col]
- * (stride LT), col_add[col] added first (NULL: none); upper: keep col ≥ row,
- * else col ≤ row; the rest zero */
+ * (stride LT), col_add[col] added first (NULL: none), then times mul;
+ * upper: keep col ≥ row, else col ≤ row; the rest zero */
 template <int LT>
 BWD_DEV inline void lc_store64(float (&acc)[4][4], lt_bf *dst, int m0, int n0, bool upper,
-                               const float *col_add) {
+                               const float *col_add, float mul = 1.f) {
     const int lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
 #pragma unroll
     for (int nt = 0; nt < 4; nt++) {
@@ -224,6 +236,7 @@ BWD_DEV inline void lc_store64(float (&acc)[4][4], lt_bf *dst, int m0, int n0, b
         for (int e = 0; e < 4; e++) {
             const int rr = m0 + g + 8 * (e >> 1), cc = col + (e & 1);
             if (col_add) x[e] += col_add[cc];
+            x[e] *= mul;
             if (upper ? cc < rr : cc > rr) x[e] = 0.f;
         }
         lt_st2(dst + (m0 + g) * LT + col, x[0], x[1]);
@@ -393,6 +406,7 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
     const bool norm = a.norm != 0;
     const float s = a.scale_q;
     const float *hsrc = a.hs + (bh * a.nch + c) * C::SE;
+    const float wii = lc_wdiag(a, h, c);
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
@@ -427,7 +441,7 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
         float pacc[4][4];
         lt_zero(pacc);
         lc_mma<4, false, false>(pacc, sG, LD, sV, LD, m0, pn0, DH);
-        lc_store64<LT>(pacc, sP, m0, pn0, false, nullptr);
+        lc_store64<LT>(pacc, sP, m0, pn0, false, nullptr, wii);
         float zacc[C::TN][4];
         lt_zero(zacc);
         if (norm) {
@@ -435,8 +449,10 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
 #pragma unroll
             for (int nt = 0; nt < C::TN; nt++) {
                 const int col = un0 + 8 * nt + 2 * cq;
-                zacc[nt][0] += zp[col], zacc[nt][1] += zp[col + 1];
-                zacc[nt][2] += zp[col], zacc[nt][3] += zp[col + 1];
+                zacc[nt][0] = wii * zacc[nt][0] + zp[col];
+                zacc[nt][1] = wii * zacc[nt][1] + zp[col + 1];
+                zacc[nt][2] = wii * zacc[nt][2] + zp[col];
+                zacc[nt][3] = wii * zacc[nt][3] + zp[col + 1];
             }
         }
         lt_sync(); /* P complete; every read of z done */
@@ -534,6 +550,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
     const bool norm = a.norm != 0;
     const float s = a.scale_q;
     const float *dsrc = a.dhs + (bh * a.nch + c) * C::SE;
+    const float wii = lc_wdiag(a, h, c);
+    float dwii = 0.f; /* this thread's part of Σ M ⊙ A (dW[c,c]), before the scaling */
+    const float gpost = norm || a.gs1 ? 1.f : s, mas = a.gs1 ? wii * s : wii;
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
@@ -564,7 +583,7 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         lc_wait1(); /* this thread's copies of this tile */
         lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
-        lc_map<DH>(sG, nr, BWD_NO_FEATURE, norm ? 1.f : s, norm ? a.w + bh * a.N + t0 : nullptr);
+        lc_map<DH>(sG, nr, BWD_NO_FEATURE, gpost, norm ? a.w + bh * a.N + t0 : nullptr);
         if (tid < LT_T) {
             const float e = norm && tid < nr ? a.e[bh * a.N + t0 + tid] : 0.f;
             er[tid] = e;
@@ -574,10 +593,18 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         float macc[4][4], aacc[4][4];
         lt_zero(macc);
         lc_mma<4, false, false>(macc, sV, LD, sG, LD, m0, pn0, DH);
-        lc_store64<LT>(macc, sM, m0, pn0, true, norm ? er : nullptr);
+        lc_store64<LT>(macc, sM, m0, pn0, true, norm ? er : nullptr, mas);
         lt_zero(aacc);
         lc_mma<4, false, false>(aacc, sK, LD, sQ, LD, m0, pn0, DH);
-        lc_store64<LT>(aacc, sA, m0, pn0, true, nullptr);
+        lc_store64<LT>(aacc, sA, m0, pn0, true, nullptr, mas);
+        if (a.dwd)
+#pragma unroll
+            for (int nt = 0; nt < 4; nt++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) {
+                    const int rr = m0 + g + 8 * (e >> 1), cc = pn0 + 8 * nt + 2 * cq + (e & 1);
+                    if (cc >= rr) dwii += (macc[nt][e] + (norm ? er[cc] : 0.f)) * aacc[nt][e];
+                }
         lt_sync();
         float kacc[C::TN][4];
         lt_zero(kacc);
@@ -623,6 +650,16 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         lt_sync();
         lc_write<DH>(stage, a.dv, a.dvs, nullptr, nullptr, BWD_NO_FEATURE, b, h, t0, nr);
     }
+    if (a.dwd) { /* the threads' parts in a fixed order */
+        lt_sync();
+        stage[tid] = dwii;
+        lt_sync();
+        if (tid == 0) {
+            float sum = 0.f;
+            for (int i = 0; i < LT_THREADS; i++) sum += stage[i];
+            a.dwd[bh * a.nch + c] = a.gs1 ? s * sum : sum;
+        }
+    }
 }
 
 bool lc_view_ok(const la_tensor *t, int64_t DH) {
@@ -664,26 +701,48 @@ template <int DH> la_status lc_run(const lcb_problem *p, const la_context *ctx, 
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
 #endif
-    /* state chunk: about three waves of the walking kernels (one CTA per SM) */
+    /* state chunk: about three waves of the walking kernels (one CTA per SM);
+     * with the mixing, one tile (the block) */
+    const lcb_mixing *mix = p->mix;
     const int64_t tiles = lt_cdiv(N, LT_T);
     const int64_t per_head = std::max<int64_t>(1, lt_cdiv(3 * (int64_t)nsm, BH));
-    a.L = LT_T * lt_cdiv(tiles, per_head);
+    a.L = mix ? LT_T : LT_T * lt_cdiv(tiles, per_head);
     a.nch = lt_cdiv(N, a.L);
     bwd_ws ws;
+    float *mixed = nullptr, *dmixed = nullptr; /* H_c and dS_c with the mixing */
     ws.want(&a.hs, BH, a.nch, C::SE);
     ws.want(&a.dhs, BH, a.nch, C::SE);
+    if (mix) {
+        ws.want(&mixed, BH, a.nch, C::SE);
+        ws.want(&dmixed, BH, a.nch, C::SE);
+        a.mixw = mix->W, a.mix_hs = mix->Hw == 1 ? 0 : mix->WM * mix->WM, a.mix_ld = mix->WM;
+        a.dwd = mix->dWd;
+        a.gs1 = !a.norm;
+    }
     if (a.norm) {
         ws.want(&a.w, BH, N);
         ws.want(&a.e, BH, N);
     }
     LA_TRY(ws.alloc(s, "causal linear backward chunk states"));
-    la_cu_report(ctx, "linear_bwd", "mma", "causal B*H=%lld N=%lld D=%d L=%lld chunks=%lld split=%d",
-                 (long long)BH, (long long)N, DH, (long long)a.L, (long long)a.nch, a.split);
+    la_cu_report(ctx, mix ? "mhla_causal_bwd" : "linear_bwd", "mma",
+                 "causal B*H=%lld N=%lld D=%d L=%lld chunks=%lld split=%d", (long long)BH,
+                 (long long)N, DH, (long long)a.L, (long long)a.nch, a.split);
 
+    /* with the mixing every chunk's sums are needed (S_b for dW, G_i for dS) */
     const size_t sm_sum = a.split ? lc_sum_smem<DH>::TOTAL : lc_sum_smem<DH>::AL;
-    if (a.nch > 1) {
-        a.c0 = 0;
-        LT_LAUNCH(lc_sum_kernel<DH>, a.nch - 1, BH, sm_sum, s, a, 0);
+    a.c0 = 0;
+    if (a.nch > 1 || mix) LT_LAUNCH(lc_sum_kernel<DH>, mix ? a.nch : a.nch - 1, BH, sm_sum, s, a, 0);
+    if (mix) {
+        LA_TRY(mcb_combine(mix, a.hs, mixed, BH, H, a.nch, C::SE, s));
+        lc_args am = a;
+        am.hs = mixed;
+        LT_LAUNCH(lc_dq_kernel<DH>, a.nch, BH, lc_dq_smem<DH>::TOTAL, s, am);
+        LT_LAUNCH(lc_sum_kernel<DH>, a.nch, BH, sm_sum, s, a, 1);
+        LA_TRY(mcb_combine_bwd(mix, a.dhs, a.hs, dmixed, BH, H, a.nch, C::SE, s));
+        am.dhs = dmixed;
+        if (a.dk || a.dv || a.dwd)
+            LT_LAUNCH(lc_dkv_kernel<DH>, a.nch, BH, lc_dkv_smem<DH>::TOTAL, s, am);
+        return LA_OK;
     }
     BWD_LAUNCH(lc_scan_fwd, BH * C::SE, s, a.hs, p->S_in, a.nch, C::SE);
     LT_LAUNCH(lc_dq_kernel<DH>, a.nch, BH, lc_dq_smem<DH>::TOTAL, s, a);

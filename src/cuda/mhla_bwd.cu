@@ -3,10 +3,13 @@
  * above the diagonal and past the last chunk): the portable engine of
  * linblock_bwd.cu with the mixing given; non-causal bf16 with D = Dv in
  * {64, 128} and normalize none / per_query on the tensor-core path
- * (linblock_bwd_tc.cu, variant "mma"). */
+ * (linblock_bwd_tc.cu, variant "mma"); causal bf16 with D = Dv in {64, 128},
+ * chunk 64 and normalize none / per_query on the causal linear tensor-core
+ * kernels with the mixing (mhla_causal_bwd_tc.cu, variant "mma"). */
 #include <math.h>
 
 #include "cuda/bwd_common.cuh"
+#include "cuda/mhla_causal_bwd_tc.cuh"
 
 namespace {
 
@@ -149,7 +152,6 @@ extern "C" la_status la_mhla_causal_backward_cuda(const la_mhla_causal_params *p
                                                   la_tensor *dq, la_tensor *dk, la_tensor *dv,
                                                   la_tensor *d_mixing, la_context *ctx) {
     (void)out;
-    LA_TRY(bwd_variant_portable(ctx, "mhla_causal_bwd"));
     const float sq = p->scale_q != 0.f ? p->scale_q : (float)(1.0 / sqrt((double)q->ne[3]));
     const mhla_io io = mhla_io_of(q, v, mixing, (int)p->feature, sq);
     if (p->chunk < 1) return la_err(LA_ERR_ARG, "chunk: %lld, expected >= 1", (long long)p->chunk);
@@ -162,6 +164,13 @@ extern "C" la_status la_mhla_causal_backward_cuda(const la_mhla_causal_params *p
                       (long long)io.WM, (long long)P.M);
     if (p->normalize == LA_MHLA_NORM_RELEASED_VISION)
         return la_err(LA_ERR_ARG, "normalize: released_vision is not a causal mode");
+    int fast = 0;
+    LA_TRY(bwd_variant_pick(ctx, "mhla_causal_bwd",
+                            mcb_eligible(p, q, k, v, d_out, dq, dk, dv, d_mixing), MCB_NEEDS,
+                            &fast));
+    if (fast)
+        return mcb_backward(p, sq, q, k, v, mixing, d_out, dq, dk, dv, d_mixing, ctx,
+                            bwd_stream(ctx));
     P.causal = 1;
     P.norm = (int)p->normalize;
     P.eps = p->eps;
