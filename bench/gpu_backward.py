@@ -20,7 +20,7 @@ import os
 import subprocess
 import sys
 
-OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "linear_causal32k_norm", "mhla_wan", "mhla_1d64k",
+OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "linear_causal32k_norm", "mhla_causal32k", "mhla_wan", "mhla_1d64k",
         "focused128", "sparse256"]
 
 
@@ -252,6 +252,10 @@ def ours_py_cases(dev="cuda", small=False):
     yield (f"linear causal N={n}", (q, k, v),
            lambda: longattn.linear_attention(q, k, v, feature="identity", causal=True,
                                              normalize=False, scale=D ** -0.5))
+    q, k, v = t(1, n, H, D), t(1, n, H, D), t(1, n, H, D)
+    Wc = (torch.rand(n // 64, n // 64, device=dev) / (n // 64)).tril().requires_grad_()
+    yield (f"mhla causal N={n} C=64", (q, k, v, Wc),
+           lambda: longattn.mhla_causal(q, k, v, Wc, chunk=64, feature="relu", normalize="none"))
     shapes = ((("wan 21x30x50/3x5x10", (21, 30, 50), (3, 5, 10)),
                ("1-D N=65536 M=16", (65536,), (16,))) if not small else
               (("3-D 3x4x6/1x2x3", (3, 4, 6), (1, 2, 3)), ("1-D N=128 M=4", (128,), (4,))))

@@ -7,7 +7,8 @@
  * mark).
  *   build-gpu/gpu_backward_driver WORKLOAD [reps]
  * WORKLOAD: softmax8k softmax8k_causal softmax32k softmax32k_causal linear_causal32k
- *           linear_causal32k_norm (elu1, normalize) mhla_wan mhla_1d64k
+ *           linear_causal32k_norm (elu1, normalize) mhla_causal32k (relu, chunk 64,
+ *           M = 512, normalize none) mhla_wan mhla_1d64k
  *           focused128 sparse256 */
 #include <algorithm>
 #include <stdio.h>
@@ -145,6 +146,28 @@ int main(int argc, char **argv) {
         /* the tensor-core path's mma work (linear_causal_bwd_tc.cu): 14 N·D·Dv-sized
          * products and 12 with the 64-token tiles, per (b, h) */
         flop = 2.0 * B * H * (7.0 * N * D * D + 6.0 * 64 * N * D);
+    } else if (!strcmp(w, "mhla_causal32k")) {
+        const int64_t N = 32768, C = 64, M = N / C;
+        int64_t ne[4] = {B, N, H, D}, nw[2] = {M, M};
+        la_tensor q = dev_tensor(4, ne, LA_BF16, 1, 1), k = dev_tensor(4, ne, LA_BF16, 1, 2),
+                  v = dev_tensor(4, ne, LA_BF16, 1, 3), go = dev_tensor(4, ne, LA_BF16, 1, 4);
+        la_tensor W = dev_tensor(2, nw, LA_F32, 1.f / (float)M, 5), dW = dev_tensor(2, nw, LA_F32, 0, 0, false);
+        la_tensor o = dev_tensor(4, ne, LA_BF16, 0, 0, false);
+        la_tensor dq = dev_tensor(4, ne, LA_BF16, 0, 0, false), dk = dev_tensor(4, ne, LA_BF16, 0, 0, false),
+                  dv = dev_tensor(4, ne, LA_BF16, 0, 0, false);
+        la_mhla_causal_params p;
+        la_mhla_causal_params_init(&p);
+        p.chunk = C; /* relu, normalize none, scale D^-1/2: the defaults */
+        fwd = time_ms([&] { return la_mhla_causal_forward(&p, &q, &k, &v, &W, &o, ctx); }, reps, &st);
+        pool_reset();
+        bwd = time_ms([&] {
+            return la_mhla_causal_backward_cuda(&p, &q, &k, &v, &W, &o, &go, &dq, &dk, &dv, &dW, ctx);
+        }, reps, &st2);
+        peak = pool_peak_mb();
+        /* the walks' mma work as linear_causal32k, plus the mixing GEMMs (split
+         * operands: three passes each) H = W S, dS = Wᵀ G and dW over M² (D² + D) */
+        flop = 2.0 * B * H * (7.0 * N * D * D + 6.0 * 64 * N * D) +
+               3.0 * 3.0 * 2.0 * B * H * (double)M * M * (D * D + D);
     } else if (!strcmp(w, "mhla_wan") || !strcmp(w, "mhla_1d64k")) {
         const int wan = !strcmp(w, "mhla_wan");
         const int64_t N = wan ? 21 * 30 * 50 : 65536, M = wan ? 150 : 16;

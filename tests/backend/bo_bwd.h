@@ -40,7 +40,7 @@
  * its name here. */
 #define BWD_VARIANTS_LINEAR {"portable", "mma"}
 #define BWD_VARIANTS_MHLA {"portable", "mma"}
-#define BWD_VARIANTS_MHLA_CAUSAL {"portable"}
+#define BWD_VARIANTS_MHLA_CAUSAL {"portable", "mma"}
 #define BWD_VARIANTS_FOCUSED {"portable"}
 #define BWD_VARIANTS_SOFTMAX {"portable", "mma"}
 #define BWD_VARIANTS_SPARSE {"portable", "portable_rowchunk"}
