@@ -15,7 +15,7 @@
  *   6. dk/dv walk with dS_b and W[i,i] (lc_dkv_kernel), which also sums
  *      dW[i,i] = Σ_{j≤t in i} (φq_t·k̃_j)(v_j·g''_t + e_t) per block.
  * d_mixing is checked to fp32 accuracy (1e-4): with it the path takes
- * normalize none and φ = relu or identity, where φq, k̃, v and g are exact
+ * normalize none and φ = relu, relu_eps or identity, where φq, k̃, v and g are exact
  * in bf16, the products exact in fp32 and s applied in fp32 (G_i, dW[i,i]);
  * the rest falls back to the portable engine. Without d_mixing every
  * feature map and per_query are taken.
@@ -100,10 +100,12 @@ int mcb_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_te
                  const la_tensor *dk, const la_tensor *dv, const la_tensor *d_mixing) {
     if (p->chunk != LT_T) return 0;
     /* d_mixing is held to 1e-4 (fp32): exact bf16 products need φ exact on
-     * bf16 inputs and no bf16-level normalizer weights */
-    if (d_mixing && (p->normalize != LA_MHLA_NORM_NONE ||
-                     (p->feature != LA_FEATURE_RELU && p->feature != LA_FEATURE_IDENTITY)))
-        return 0;
+     * bf16 inputs (relu_eps: its 1e-6 is below the bf16 rounding of relu(x)
+     * > 0 and kept to bf16 precision at 0, an error of about 1e-6) and no
+     * bf16-level normalizer weights */
+    const int exact_phi = p->feature == LA_FEATURE_RELU || p->feature == LA_FEATURE_RELU_EPS ||
+                          p->feature == LA_FEATURE_IDENTITY;
+    if (d_mixing && (p->normalize != LA_MHLA_NORM_NONE || !exact_phi)) return 0;
     if (p->normalize != LA_MHLA_NORM_NONE && p->normalize != LA_MHLA_NORM_PER_QUERY) return 0;
     la_linear_params lp;
     la_linear_params_init(&lp);

@@ -574,8 +574,8 @@ void cases_backward_lin(bo_list *L) {
         {0, "mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
         {0, "mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
         /* the causal MHLA tensor-core path (variant mma): bf16, D = Dv in {64, 128}, chunk
-         * 64; d_mixing (always asked for here) needs normalize none and relu / identity,
-         * the per_query case runs the portable engine (mma forced: skipped) */
+         * 64; d_mixing (always asked for here) needs normalize none and relu, relu_eps or
+         * identity; the per_query case runs the portable engine (mma forced: skipped) */
         {0, "mhla_causal", 2, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0},
         {0, "mhla_causal", 2, 1, 63, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1},
         {0, "mhla_causal", 2, 1, 65, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0},
@@ -584,6 +584,7 @@ void cases_backward_lin(bo_list *L) {
         {0, "mhla_causal", 2, 1, 1000, 1, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
         {0, "mhla_causal", 2, 1, 1000, 2, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 1},
         {0, "mhla_causal", 2, 1, 2100, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
+        {0, "mhla_causal", 2, 1, 130, 2, 64, 64, 1, NO, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1},
         /* chunks over 256 tokens: the one-thread-per-token kernels */
         {0, "mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1},
     };
