@@ -170,6 +170,7 @@ typedef struct lf_case {
     int64_t grid[3], blocks[3];
     int64_t chunk;      /* mhla causal */
     int per_head_w;
+    int no_dmix;        /* mhla causal: d_mixing not asked for */
 } lf_case;
 
 /* block of each token, its position inside the block, and the inverse */
@@ -288,7 +289,7 @@ static void run_lin(const void *arg) {
             p.scale_q = 0.f;
             p.eps = eps;
             st = (call ? la_mhla_causal_backward : BWD_FIRST(cu, la_mhla_causal_backward, la_mhla_causal_backward_cuda))(&p, &q.t, &k.t, &v.t, &W.t, NULL, &go.t, &dq.t,
-                                              &dk.t, &dv.t, &dW.t, ctx);
+                                              &dk.t, &dv.t, c->no_dmix ? NULL : &dW.t, ctx);
         }
         if (!bwd_ok(cu, st, what)) break;
         if (call == 0) {
@@ -394,7 +395,7 @@ static void run_lin(const void *arg) {
             check_grad(what, "dq", &dq, ref[0][0], ref[1][0]);
             check_grad(what, "dk", &dk, ref[0][1], ref[1][1]);
             check_grad(what, "dv", &dv, ref[0][2], ref[1][2]);
-            if (c->kind) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
+            if (c->kind && !c->no_dmix) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
             if (dsi) {
                 double *rs = (double *)malloc(sizeof(double) * (size_t)dSi.n);
                 double *rz = (double *)malloc(sizeof(double) * (size_t)dzi.n);
@@ -418,12 +419,12 @@ static void run_lin(const void *arg) {
             saved[0] = tt_copy_host(&dq), saved[1] = tt_copy_host(&dk);
             saved[2] = tt_copy_host(&dv);
             tt_repoison(&dq), tt_repoison(&dk), tt_repoison(&dv);
-            if (c->kind) saved[3] = tt_copy_host(&dW), tt_repoison(&dW);
+            if (c->kind && !c->no_dmix) saved[3] = tt_copy_host(&dW), tt_repoison(&dW);
         } else {
             check_same(what, "dq", &dq, saved[0]);
             check_same(what, "dk", &dk, saved[1]);
             check_same(what, "dv", &dv, saved[2]);
-            if (c->kind) check_same(what, "d_mixing", &dW, saved[3]);
+            if (c->kind && !c->no_dmix) check_same(what, "d_mixing", &dW, saved[3]);
         }
     }
     if (cu && saved[2] && (!c->kind || saved[3])) {
@@ -461,14 +462,14 @@ static void run_lin(const void *arg) {
             p.chunk = c->chunk, p.feature = c->f, p.normalize = (la_mhla_normalize)c->norm;
             p.scale_q = 0.f, p.eps = eps;
             sc = la_mhla_causal_backward(&p, &cq.t, &ck.t, &cv.t, &cW.t, NULL, &cg.t, &cdq.t,
-                                         &cdk.t, &cdv.t, &cdW.t, NULL);
+                                         &cdk.t, &cdv.t, c->no_dmix ? NULL : &cdW.t, NULL);
         }
         CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
         if (sc == LA_OK) {
             check_cpu(what, "dq", saved[0], &cdq, c->dt);
             check_cpu(what, "dk", saved[1], &cdk, c->dt);
             check_cpu(what, "dv", saved[2], &cdv, c->dt);
-            if (c->kind) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
+            if (c->kind && !c->no_dmix) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
         }
         ct_free(&cq), ct_free(&ck), ct_free(&cv), ct_free(&cg), ct_free(&cdq), ct_free(&cdk),
             ct_free(&cdv);
@@ -534,59 +535,63 @@ void cases_backward_lin(bo_list *L) {
     const int PQ = LA_MHLA_NORM_PER_QUERY, NO = LA_MHLA_NORM_NONE,
               RV = LA_MHLA_NORM_RELEASED_VISION;
     const lf_case cases[] = {
-        /* cuda name kind B N H D Dv causal norm f dt perm state ndim grid blocks chunk phw */
+        /* cuda name kind B N H D Dv causal norm f dt perm state ndim grid blocks chunk phw no_dmix */
         /* N = 1 normalized: o = v up to eps, the gradient is eps-sized noise; tested without */
-        {0, "linear", 0, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 2, 63, 2, 32, 48, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 200, 2, 128, 64, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1000, 1, 64, 32, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1000, 1, 32, 64, 0, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "mhla", 1, 1, 65, 2, 16, 24, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 1, {65}, {4}, 0, 0},
-        {0, "mhla", 1, 2, 63, 2, 16, 24, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 2, {9, 7}, {3, 2}, 0, 1},
-        {0, "mhla", 1, 1, 120, 2, 32, 16, 0, RV, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0},
-        {0, "mhla", 1, 1, 64, 1, 63, 33, 0, RV, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {8, 8}, {2, 4}, 0, 1},
-        {0, "mhla", 1, 1, 1000, 1, 64, 32, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {0}, {10}, 0, 1},
-        {0, "mhla", 1, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_RELU_EPS, LA_F32, 0, 0, 1, {1}, {1}, 0, 0},
+        {0, "linear", 0, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 1, 1, 16, 16, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 2, 63, 2, 32, 48, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 65, 2, 63, 17, 1, PQ, LA_FEATURE_ELU1, LA_F32, 0, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 130, 1, 16, 24, 1, NO, LA_FEATURE_IDENTITY, LA_F32, 1, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 200, 2, 128, 64, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 1000, 1, 64, 32, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 1000, 1, 32, 64, 0, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "mhla", 1, 1, 65, 2, 16, 24, 0, PQ, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 1, {65}, {4}, 0, 0, 0},
+        {0, "mhla", 1, 2, 63, 2, 16, 24, 0, NO, LA_FEATURE_ELU1, LA_F32, 0, 0, 2, {9, 7}, {3, 2}, 0, 1, 0},
+        {0, "mhla", 1, 1, 120, 2, 32, 16, 0, RV, LA_FEATURE_RELU_EPS, LA_F32, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0, 0},
+        {0, "mhla", 1, 1, 64, 1, 63, 33, 0, RV, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {8, 8}, {2, 4}, 0, 1, 0},
+        {0, "mhla", 1, 1, 1000, 1, 64, 32, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {0}, {10}, 0, 1, 0},
+        {0, "mhla", 1, 1, 1, 1, 16, 16, 0, NO, LA_FEATURE_RELU_EPS, LA_F32, 0, 0, 1, {1}, {1}, 0, 0, 0},
         /* the tensor-core path (variant mma): bf16, D = Dv in {64, 128}, non-causal */
-        {0, "linear", 0, 1, 1, 2, 64, 64, 0, NO, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 2, 63, 2, 128, 128, 0, NO, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 65, 3, 64, 64, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1000, 2, 128, 128, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "mhla", 1, 1, 65, 2, 64, 64, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {65}, {4}, 0, 0},
-        {0, "mhla", 1, 1, 63, 2, 128, 128, 0, NO, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {9, 7}, {3, 2}, 0, 1},
-        {0, "mhla", 1, 1, 120, 1, 64, 64, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0},
-        {0, "mhla", 1, 1, 1000, 2, 128, 128, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 1, {0}, {10}, 0, 1},
+        {0, "linear", 0, 1, 1, 2, 64, 64, 0, NO, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 2, 63, 2, 128, 128, 0, NO, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 65, 3, 64, 64, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 1000, 2, 128, 128, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "mhla", 1, 1, 65, 2, 64, 64, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 1, {65}, {4}, 0, 0, 0},
+        {0, "mhla", 1, 1, 63, 2, 128, 128, 0, NO, LA_FEATURE_ELU1, LA_BF16, 0, 0, 2, {9, 7}, {3, 2}, 0, 1, 0},
+        {0, "mhla", 1, 1, 120, 1, 64, 64, 0, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 3, {4, 6, 5}, {2, 3, 5}, 0, 0, 0},
+        {0, "mhla", 1, 1, 1000, 2, 128, 128, 0, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 1, {0}, {10}, 0, 1, 0},
         /* the causal tensor-core path (variant mma): bf16, D = Dv in {64, 128}; the state
          * tensors in and out each present or absent (d_S_in with normalize: portable) */
-        {0, "linear", 0, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 63, 1, 128, 128, 1, NO, LA_FEATURE_IDENTITY, LA_BF16, 1, LF_DS_OUT, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 65, 2, 64, 64, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 2, 1000, 1, 128, 128, 1, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 1000, 2, 64, 64, 1, NO, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 4097, 1, 64, 64, 1, NO, LA_FEATURE_RELU1, LA_BF16, 1, LF_S_IN | LF_DS_IN, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 2100, 1, 128, 128, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0},
-        {0, "linear", 0, 1, 200, 1, 128, 128, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0},
-        {0, "mhla_causal", 2, 1, 65, 2, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 16, 1},
-        {0, "mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0},
-        {0, "mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
+        {0, "linear", 0, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 63, 1, 128, 128, 1, NO, LA_FEATURE_IDENTITY, LA_BF16, 1, LF_DS_OUT, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 65, 2, 64, 64, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 2, 1000, 1, 128, 128, 1, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 1000, 2, 64, 64, 1, NO, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 4097, 1, 64, 64, 1, NO, LA_FEATURE_RELU1, LA_BF16, 1, LF_S_IN | LF_DS_IN, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 2100, 1, 128, 128, 1, PQ, LA_FEATURE_RELU1, LA_BF16, 0, LF_S_IN | LF_DS_OUT, 0, {0}, {0}, 0, 0, 0},
+        {0, "linear", 0, 1, 200, 1, 128, 128, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, LF_ALL, 0, {0}, {0}, 0, 0, 0},
+        {0, "mhla_causal", 2, 1, 65, 2, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 16, 1, 0},
+        {0, "mhla_causal", 2, 2, 63, 1, 32, 32, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 8, 0, 0},
+        {0, "mhla_causal", 2, 1, 1, 1, 16, 16, 1, NO, LA_FEATURE_RELU, LA_F32, 0, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 1, 1000, 1, 128, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0, 0},
         /* the causal MHLA tensor-core path (variant mma): bf16, D = Dv in {64, 128}, chunk
          * 64; d_mixing (always asked for here) needs normalize none and relu, relu_eps or
-         * identity; the per_query case runs the portable engine (mma forced: skipped) */
-        {0, "mhla_causal", 2, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 1, 63, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1},
-        {0, "mhla_causal", 2, 1, 65, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 2, 200, 2, 64, 64, 1, NO, LA_FEATURE_IDENTITY, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1},
-        {0, "mhla_causal", 2, 1, 200, 1, 128, 128, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 1, 1000, 1, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 1, 1000, 2, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 1},
-        {0, "mhla_causal", 2, 1, 2100, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0},
-        {0, "mhla_causal", 2, 1, 130, 2, 64, 64, 1, NO, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1},
+         * identity (per_query with d_mixing runs the portable engine, mma forced: skipped);
+         * the last three without d_mixing (any feature, per_query) */
+        {0, "mhla_causal", 2, 1, 1, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 1, 63, 2, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1, 0},
+        {0, "mhla_causal", 2, 1, 65, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 2, 200, 2, 64, 64, 1, NO, LA_FEATURE_IDENTITY, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1, 0},
+        {0, "mhla_causal", 2, 1, 200, 1, 128, 128, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 1, 1000, 1, 64, 64, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 1, 1000, 2, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 0, 0, 0, {0}, {0}, 64, 1, 0},
+        {0, "mhla_causal", 2, 1, 2100, 1, 128, 128, 1, NO, LA_FEATURE_RELU, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0, 0},
+        {0, "mhla_causal", 2, 1, 130, 2, 64, 64, 1, NO, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 64, 1, 0},
+        {0, "mhla_causal", 2, 1, 65, 2, 64, 64, 1, PQ, LA_FEATURE_ELU1, LA_BF16, 0, 0, 0, {0}, {0}, 64, 1, 1},
+        {0, "mhla_causal", 2, 1, 1000, 1, 128, 128, 1, PQ, LA_FEATURE_RELU_EPS, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0, 1},
+        {0, "mhla_causal", 2, 1, 200, 1, 128, 128, 1, NO, LA_FEATURE_ELU1, LA_BF16, 1, 0, 0, {0}, {0}, 64, 0, 1},
         /* chunks over 256 tokens: the one-thread-per-token kernels */
-        {0, "mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1},
+        {0, "mhla_causal", 2, 1, 700, 1, 16, 24, 1, PQ, LA_FEATURE_ELU1, LA_F32, 1, 0, 0, {0}, {0}, 300, 1, 0},
     };
     static const char *const ops[3] = {"linear_backward", "mhla_backward", "mhla_causal_backward"};
     static const char *const fams[3] = {"linear_bwd", "mhla_bwd", "mhla_causal_bwd"};
@@ -598,13 +603,13 @@ void cases_backward_lin(bo_list *L) {
         if (c.state) snprintf(st, sizeof st, c.state == LF_ALL ? " state" : " state%d", c.state);
         snprintf(name, sizeof name,
                  "%s B%lld N%lld H%lld D%lld Dv%lld%s norm%d feature%d %s%s%s grid%d {%lld,%lld,%lld} "
-                 "blocks {%lld,%lld,%lld} chunk%lld%s",
+                 "blocks {%lld,%lld,%lld} chunk%lld%s%s",
                  c.name, (long long)c.B, (long long)c.N, (long long)c.H, (long long)c.D,
                  (long long)c.Dv, c.causal ? " causal" : "", c.norm, (int)c.f, dtn(c.dt),
                  c.perm ? " perm" : "", st, c.grid_ndim, (long long)c.grid[0],
                  (long long)c.grid[1], (long long)c.grid[2], (long long)c.blocks[0],
                  (long long)c.blocks[1], (long long)c.blocks[2], (long long)c.chunk,
-                 c.per_head_w ? " per-head mixing" : "");
+                 c.per_head_w ? " per-head mixing" : "", c.no_dmix ? " no d_mixing" : "");
         /* a 1-D grid of 0 means N */
         bwd_add(L, ops[c.kind], fams[c.kind], vars[c.kind], nvars[c.kind], c.N <= 130, run_lin, &c,
                 sizeof c, name);
