@@ -39,7 +39,9 @@
  * in bf16) and φq split as hi + lo where φ is inexact in bf16, scaled by s
  * in fp32; with normalize it depends on bf16-level u, so that case stays on
  * the portable engine. The same kernel text runs on the host emulator
- * (bwd_emu.cuh) under LA_BWD_EMU. */
+ * (bwd_emu.cuh) under LA_BWD_EMU. With lcb_problem.mix (causal MHLA,
+ * mhla_causal_bwd_tc.cu) a chunk is one 64-token block, steps 2 and 5 are
+ * the mixing products and W[c,c] scales the block's own part. */
 #include <math.h>
 
 #include <algorithm>
