@@ -295,6 +295,7 @@ struct fb_conv_args {
  * columns; per tap row the FB_CX + KS − 1 chunks of the window are read once
  * and reused for up to KS outputs; weights (flipped) from shared memory. */
 #define FB_CX 8
+#define FB_XU 4 /* d_conv pass: columns per step */
 template <int KS, int LCP>
 __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
     constexpr int D = 8 << LCP, RR = KS / 2;
@@ -365,25 +366,38 @@ __global__ void __launch_bounds__(LT_THREADS) fb_dconv_kernel(fb_conv_args a) {
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[j][e] = 0.f;
     const lt_bf *gb = a.g + b * a.gs[0] + h * a.gs[2] + c8, *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+    /* FB_XU consecutive columns at a time: their loads are issued together */
     for (int64_t y = y0; y < y1; y++)
-        for (int64_t x = 0; x < Wm; x++) {
-            float gv[8];
-            fb_unpack8(fb_ld16(gb + (y * Wm + x) * a.gs[1]), gv);
+        for (int64_t x0 = 0; x0 < Wm; x0 += FB_XU) {
+            uint4 graw[FB_XU];
+#pragma unroll
+            for (int u = 0; u < FB_XU; u++)
+                graw[u] = x0 + u < Wm ? fb_ld16(gb + (y * Wm + x0 + u) * a.gs[1]) : make_uint4(0, 0, 0, 0);
 #pragma unroll
             for (int j = 0; j < TPT; j++) {
                 const int tap = tl + j * NTL;
                 if (tap >= NT) continue;
-                if (tap == KS * KS) {
+                uint4 vraw[FB_XU];
+                const int64_t yy = y + tap / KS - RR;
 #pragma unroll
-                    for (int e = 0; e < 8; e++) acc[j][e] += gv[e];
-                    continue;
+                for (int u = 0; u < FB_XU; u++) {
+                    const int64_t xx = x0 + u + tap % KS - RR;
+                    const bool in = tap < KS * KS && x0 + u < Wm && yy >= 0 && yy < Hm && xx >= 0 && xx < Wm;
+                    vraw[u] = in ? fb_ld16(vb + (yy * Wm + xx) * a.vs[1]) : make_uint4(0, 0, 0, 0);
                 }
-                const int64_t yy = y + tap / KS - RR, xx = x + tap % KS - RR;
-                if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
-                float vv[8];
-                fb_unpack8(fb_ld16(vb + (yy * Wm + xx) * a.vs[1]), vv);
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[j][e] = fmaf(gv[e], vv[e], acc[j][e]);
+                for (int u = 0; u < FB_XU; u++) {
+                    float gv[8], vv[8];
+                    fb_unpack8(graw[u], gv);
+                    if (tap == KS * KS) { /* the bias: Σ d_out (a padded column adds 0) */
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[j][e] += gv[e];
+                    } else {
+                        fb_unpack8(vraw[u], vv);
+#pragma unroll
+                        for (int e = 0; e < 8; e++) acc[j][e] = fmaf(gv[e], vv[e], acc[j][e]);
+                    }
+                }
             }
         }
     float *dst = a.part + (bh * a.stripes + (int64_t)lt_bx()) * (int64_t)(NT * D);

@@ -1,0 +1,24 @@
+#!/bin/bash
+# The focused backward on the GPU machine (variant "mma", issue 14): the
+# harness's focused_backward cases (16 shards at once: the float64
+# references are CPU work) and the focused rows of bench/gpu_backward.py
+# (the C-level driver, ours through the package, the plain-PyTorch peers).
+# Uses a build tree made beforehand (B, default build-gpu: liblongattn.so,
+# tests/backend/test_backend_ops, gpu_backward_driver), so that no device
+# time goes to compiling:
+#   make CUDA_ARCH=sm90a BUILD=build-gpu build-gpu/tests/backend/test_backend_ops  (+ the driver)
+#   bash tests/cuda/gpu_focused_bwd.sh      (logs under $OUT; summary in $OUT/summary.txt)
+. tests/cuda/gpu_common.sh focused_bwd
+T=$B/tests/backend/test_backend_ops
+for i in $(seq 0 15); do
+  timeout "${LA_CHECK_S:-60}" "$T" -o focused_backward -b cuda --shard "$i/16" > "$OUT/shard_$i.log" 2>&1 &
+done
+wait
+cat "$OUT"/shard_*.log > "$OUT/check.log" && rm -f "$OUT"/shard_*.log
+say "# check: $(grep -c '^ok ' "$OUT/check.log") ok, $(grep -c '^FAIL' "$OUT/check.log") failed, $(grep -c '^SKIP' "$OUT/check.log") skipped; $(grep -E '^[0-9]+ passed' "$OUT/check.log" | awk '{p+=$1; f+=$3} END {print p " checks passed, " f " failed"}') ($(el) s)"
+grep -E "^(FAIL|SKIP)|FAILED|rel Frobenius err" "$OUT/check.log" | head -20 | tee -a "$S"
+LA_BUILD=$B LA_OURS_PY=focused PYTHONUNBUFFERED=1 timeout "${LA_BENCH_S:-150}" python3 bench/gpu_backward.py \
+    --driver "$B/gpu_backward_driver" --ours focused128 --peers ours_py,focused --reps 5 \
+    --timeout "${LA_PEER_S:-90}" > "$OUT/bench.log" 2>&1
+say "# bench rc=$? ($(el) s)"
+cut -c1-220 "$OUT/bench.log" | tail -12 | tee -a "$S"
