@@ -45,7 +45,7 @@
 #define FB_WARPS (LT_THREADS / 32)
 #define FB_MAXC 4096     /* C = H·D: ≤ 16 chunks of 8 channels per lane */
 #define FB_FEAT_GRID 528 /* CTAs of the per-token passes (at most) */
-#define FB_CONV_CTAS 528 /* CTAs of the d_conv pass to aim for */
+#define FB_CONV_CTAS 792 /* CTAs of the d_conv pass to aim for (6 per SM of an H200) */
 
 namespace {
 
@@ -135,9 +135,22 @@ struct fb_feat_args {
     int H, lcpd;           /* D = 8·2^lcpd */
     float p;
 };
-/* shared memory: isp [C], the exchange rows [8][32], BWD: Σ rows [8][C] */
+/* a warp's Σ row: chunk i's channel e of lane l at ((8·i + e)·32 + l)
+ * (conflict-free), W = 256·⌈C/256⌉ floats */
+#ifdef LA_BWD_EMU
+#define FB_HD
+#else
+#define FB_HD __host__ __device__
+#endif
+FB_HD inline int64_t fb_row_len(int64_t C) { return (C / 8 + 31) / 32 * 256; }
+/* shared memory: isp [C], the exchange rows [8][32], BWD: Σ rows [8][W] */
 inline size_t fb_feat_smem(int64_t C, bool bwd) {
-    return (size_t)(C + FB_WARPS * 32 + (bwd ? FB_WARPS * C : 0)) * sizeof(float);
+    return (size_t)(C + FB_WARPS * 32 + (bwd ? FB_WARPS * fb_row_len(C) : 0)) * sizeof(float);
+}
+/* the 8 scales of a chunk (two 16-byte shared-memory loads) */
+BWD_DEV inline void fb_isp8(const float *p, float *s) {
+    const float4 a = *reinterpret_cast<const float4 *>(p), b = *reinterpret_cast<const float4 *>(p + 4);
+    s[0] = a.x, s[1] = a.y, s[2] = a.z, s[3] = a.w, s[4] = b.x, s[5] = b.y, s[6] = b.z, s[7] = b.w;
 }
 
 /* A lane holds the chunks ch = lane + 32·i (i < R) of 8 channels: c = 8·ch,
@@ -145,12 +158,12 @@ inline size_t fb_feat_smem(int64_t C, bool bwd) {
 template <int R, bool BWD>
 __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
     LT_SMEM_DECL;
-    const int nch = a.H << a.lcpd, C = nch * 8, cmask = (1 << a.lcpd) - 1;
+    const int nch = a.H << a.lcpd, C = nch * 8, cmask = (1 << a.lcpd) - 1, W = (int)fb_row_len(C);
     float *isp = (float *)lt_sm, *xch = isp + C + (lt_tid() >> 5) * 32;
-    float *acc = isp + C + FB_WARPS * 32 + (lt_tid() >> 5) * C; /* BWD: this warp's Σ row */
+    float *acc = isp + C + FB_WARPS * 32 + (lt_tid() >> 5) * W; /* BWD: this warp's Σ row */
     for (int c = lt_tid(); c < C; c += LT_THREADS) isp[c] = a.isp[c];
     if (BWD && a.part)
-        for (int c = lt_tid(); c < FB_WARPS * C; c += LT_THREADS) isp[C + FB_WARPS * 32 + c] = 0.f;
+        for (int c = lt_tid(); c < FB_WARPS * W; c += LT_THREADS) isp[C + FB_WARPS * 32 + c] = 0.f;
     lt_sync();
     const int lane = lt_tid() & 31;
     const int ip = (a.p == floorf(a.p) && a.p >= 1.f && a.p <= 8.f) ? (int)a.p : 0;
@@ -177,10 +190,11 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
         for (int i = 0; i < R; i++) {
             const int ch = lane + 32 * i;
             if (ch >= nch) continue;
-            float x[8];
+            float x[8], is[8];
             fb_unpack8(raw[i], x);
+            fb_isp8(isp + ch * 8, is);
 #pragma unroll
-            for (int e = 0; e < 8; e++) mx = fmaxf(mx, (fb_relu_nan(x[e]) + 1e-6f) * isp[ch * 8 + e]);
+            for (int e = 0; e < 8; e++) mx = fmaxf(mx, (fb_relu_nan(x[e]) + 1e-6f) * is[e]);
         }
         mx = fb_warp_max(mx, xch);
         const float inv_m = 1.f / mx;
@@ -189,11 +203,12 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
         for (int i = 0; i < R; i++) {
             const int ch = lane + 32 * i;
             if (ch >= nch) continue;
-            float x[8];
+            float x[8], is[8];
             fb_unpack8(raw[i], x);
+            fb_isp8(isp + ch * 8, is);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * isp[ch * 8 + e] * inv_m;
+                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
                 const float up = fb_pow(uu, ip, a.p);
                 s2 = fmaf(uu, uu, s2);
                 sp2 = fmaf(up, up, sp2);
@@ -209,11 +224,12 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
             for (int i = 0; i < R; i++) {
                 const int ch = lane + 32 * i;
                 if (ch >= nch) continue;
-                float x[8];
+                float x[8], is[8];
                 fb_unpack8(raw[i], x);
+                fb_isp8(isp + ch * 8, is);
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    x[e] = fb_pow((fb_relu_nan(x[e]) + 1e-6f) * isp[ch * 8 + e] * inv_m, ip, a.p) * r;
+                    x[e] = fb_pow((fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m, ip, a.p) * r;
                 fb_st16(dst + ch * 8, fb_pack8(x));
             }
             continue;
@@ -225,12 +241,13 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
         for (int i = 0; i < R; i++) {
             const int ch = lane + 32 * i;
             if (ch >= nch) continue;
-            float x[8], g[8];
+            float x[8], g[8], is[8];
             fb_unpack8(raw[i], x);
             fb_unpack8(gr[i], g);
+            fb_isp8(isp + ch * 8, is);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * isp[ch * 8 + e] * inv_m;
+                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
                 gu = fmaf(g[e], fb_pow(uu, ip, a.p) * inv_nu, gu);
             }
         }
@@ -241,18 +258,19 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
         for (int i = 0; i < R; i++) {
             const int ch = lane + 32 * i;
             if (ch >= nch) continue;
-            float x[8], g[8], d[8];
+            float x[8], g[8], d[8], isv[8];
             fb_unpack8(raw[i], x);
             fb_unpack8(gr[i], g);
+            fb_isp8(isp + ch * 8, isv);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float is = isp[ch * 8 + e];
+                const float is = isv[e];
                 const float xp = (fb_relu_nan(x[e]) + 1e-6f) * is, uu = xp * inv_m;
                 const float um1 = fb_pow(uu, ipm1, a.p - 1.f);
                 const float uh = um1 * uu * inv_nu;
                 const float dxp = k1 * xp + k2 * um1 * (g[e] - gu * uh);
                 d[e] = x[e] > 0.f ? dxp * is : 0.f;
-                if (a.part) acc[ch * 8 + e] += dxp * xp;
+                if (a.part) acc[(i * 8 + e) * 32 + lane] += dxp * xp;
             }
             if (drow) fb_st16(drow + (int64_t)(ch >> a.lcpd) * a.dxs[w][2] + (ch & cmask) * 8, fb_pack8(d));
         }
@@ -262,20 +280,47 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
     lt_sync();
     const float *rows = isp + C + FB_WARPS * 32;
     for (int c = lt_tid(); c < C; c += LT_THREADS) {
+        const int ch = c >> 3, at = ((ch >> 5) * 8 + (c & 7)) * 32 + (ch & 31);
         float s = 0.f;
-        for (int j = 0; j < FB_WARPS; j++) s += rows[j * C + c];
+        for (int j = 0; j < FB_WARPS; j++) s += rows[j * W + at];
         a.part[(int64_t)lt_bx() * C + c] = s;
     }
 }
 
-/* out[e] = scale[e % sm] · Σ_r part[r·E + e] over the rows in order (scale NULL: 1) */
-__global__ void fb_rowsum_kernel(int64_t total, int64_t rows, const float *part,
-                                 const float *scale, float *out) {
-    const int64_t e = bwd_gid();
-    if (e >= total) return;
-    float s = 0.f;
-    for (int64_t r = 0; r < rows; r++) s += part[r * total + e];
-    out[e] = scale ? scale[e] * s : s;
+/* out[e] = scale[e]·Σ_r part[r·E + e] (scale NULL: 1) in a fixed order: CTA
+ * = 32 columns × 8 row slices (slice j: rows j, j + 8, ..., four loads in
+ * flight), the slices' sums added in slice order */
+__global__ void __launch_bounds__(LT_THREADS) fb_rowsum_kernel(int64_t E, int64_t rows,
+                                                               const float *part,
+                                                               const float *scale, float *out) {
+    LT_SMEM_DECL;
+    float *red = (float *)lt_sm; /* [8][32] */
+    const int col = lt_tid() & 31, sl = lt_tid() >> 5;
+    const int64_t e = (int64_t)lt_bx() * 32 + col;
+    float s0 = 0.f, s1 = 0.f, s2 = 0.f, s3 = 0.f;
+    if (e < E) {
+        int64_t r = sl;
+        for (; r + 24 < rows; r += 32) {
+            s0 += part[r * E + e];
+            s1 += part[(r + 8) * E + e];
+            s2 += part[(r + 16) * E + e];
+            s3 += part[(r + 24) * E + e];
+        }
+        for (; r < rows; r += 8) s0 += part[r * E + e];
+    }
+    red[sl * 32 + col] = (s0 + s1) + (s2 + s3);
+    lt_sync();
+    if (sl == 0 && e < E) {
+        float t = 0.f;
+        for (int j = 0; j < LT_THREADS / 32; j++) t += red[j * 32 + col];
+        out[e] = scale ? scale[e] * t : t;
+    }
+}
+la_status fb_rowsum(int64_t E, int64_t rows, const float *part, const float *scale, float *out,
+                    cudaStream_t s) {
+    LT_LAUNCH(fb_rowsum_kernel, lt_cdiv(E, 32), 1, LT_THREADS * sizeof(float), s, E, rows, part,
+              scale, out);
+    return LA_OK;
 }
 
 /* ---- pass 4: the depthwise conv on v (one [D,KS,KS] kernel for all heads) -- */
@@ -568,7 +613,7 @@ la_status fb_mma_backward(const la_focused_params *p, const la_tensor *q, const 
         if (!want_k) fa.ph[1] = fa.ph[0];
         LA_TRY(fb_feat(fa, true, s));
         if (want_sp) {
-            BWD_LAUNCH(fb_rowsum_kernel, C, s, fgrid, fpart, fac, small);
+            LA_TRY(fb_rowsum(C, fgrid, fpart, fac, small, s));
             LA_TRY(bwd_unpack(s, d_softplus_param, small));
         }
     }
@@ -589,7 +634,7 @@ la_status fb_mma_backward(const la_focused_params *p, const la_tensor *q, const 
         }
         if (want_dw) {
             float *dw = small + C, *db = dw + D * ks * ks;
-            BWD_LAUNCH(fb_rowsum_kernel, E, s, BH * stripes, cpart, nullptr, csum);
+            LA_TRY(fb_rowsum(E, BH * stripes, cpart, nullptr, csum, s));
             BWD_LAUNCH(fb_dconv_unpack_kernel, E, s, D, ks * ks, csum, dw, db);
             if (d_conv) LA_TRY(bwd_unpack(s, d_conv, dw));
             if (d_conv_bias) LA_TRY(bwd_unpack(s, d_conv_bias, db));

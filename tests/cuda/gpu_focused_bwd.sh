@@ -22,8 +22,27 @@ if ! "$T" --list > /dev/null 2>&1; then
     -lopenblas -llapack -lgomp -lm -ldl >> "$OUT/build.log" 2>&1
   say "# built ($(el) s)"
 fi
-for i in $(seq 0 15); do
-  timeout "${LA_CHECK_S:-60}" "$T" -o focused_backward -b cuda --shard "$i/16" > "$OUT/shard_$i.log" 2>&1 &
+if [ "${LA_NCU:-0}" = 1 ]; then
+  # per-kernel device time of focused128 (two forwards, two backwards): name, calls, µs per call
+  timeout 90 ncu --clock-control none --metrics gpu__time_duration.sum "$B/gpu_backward_driver" focused128 1 \
+    > "$OUT/ncu.log" 2>&1
+  awk '/Context [0-9]+, Stream/ {n = $0; gsub(/\(anonymous namespace\)::/, "", n); sub(/^ *(void )?/, "", n)
+                                 sub(/\(.*/, "", n); gsub(/ /, "", n)}
+       /gpu__time_duration.sum/ {u = $(NF-1); x = $NF; gsub(/,/, "", x)
+                                 x = u == "ms" ? x * 1000 : u == "ns" ? x / 1000 : u == "s" ? x * 1e6 : x
+                                 t[n] += x; c[n]++}
+       END {for (k in t) printf "%-44s %2d calls %9.1f us/call\n", k, c[k], t[k] / c[k]}' "$OUT/ncu.log" \
+    | sort -k4 -rn | tee -a "$S"
+  say "# ncu ($(el) s)"
+fi
+# LA_CHECK_NAMES: only the cases whose names hold one of these words (default all)
+names=${LA_CHECK_NAMES:-focused}
+per=$(( 16 / $(echo $names | wc -w) ))
+for nm in $names; do
+  for i in $(seq 0 $((per - 1))); do
+    timeout "${LA_CHECK_S:-60}" "$T" -o focused_backward -b cuda -n "$nm" --shard "$i/$per" \
+      > "$OUT/shard_${nm}_$i.log" 2>&1 &
+  done
 done
 wait
 cat "$OUT"/shard_*.log > "$OUT/check.log" && rm -f "$OUT"/shard_*.log
