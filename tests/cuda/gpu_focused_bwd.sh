@@ -46,7 +46,7 @@ for nm in $names; do
 done
 wait
 cat "$OUT"/shard_*.log > "$OUT/check.log" && rm -f "$OUT"/shard_*.log
-say "# check: $(grep -c '^ok ' "$OUT/check.log") ok, $(grep -c '^FAIL' "$OUT/check.log") failed, $(grep -c '^SKIP' "$OUT/check.log") skipped; $(grep -E '^[0-9]+ passed' "$OUT/check.log" | awk '{p+=$1; f+=$3} END {print p " checks passed, " f " failed"}') ($(el) s)"
+say "# check: $(grep -c '^ok \[' "$OUT/check.log") ok, $(grep -c '^FAIL \[' "$OUT/check.log") failed, $(grep -c '^SKIP ' "$OUT/check.log") skipped cases; $(grep -E '^[0-9]+ passed' "$OUT/check.log" | awk '{p+=$1; f+=$3} END {print p " checks passed, " f " failed"}') ($(el) s)"
 grep -E "^(FAIL|SKIP)|FAILED|rel Frobenius err" "$OUT/check.log" | head -20 | tee -a "$S"
 LA_BUILD=$B LA_OURS_PY=focused PYTHONUNBUFFERED=1 timeout "${LA_BENCH_S:-150}" python3 bench/gpu_backward.py \
     --driver "$B/gpu_backward_driver" --ours focused128 --peers ours_py,focused --reps 5 \
