@@ -48,8 +48,12 @@ wait
 cat "$OUT"/shard_*.log > "$OUT/check.log" && rm -f "$OUT"/shard_*.log
 say "# check: $(grep -c '^ok \[' "$OUT/check.log") ok, $(grep -c '^FAIL \[' "$OUT/check.log") failed, $(grep -c '^SKIP ' "$OUT/check.log") skipped cases; $(grep -E '^[0-9]+ passed' "$OUT/check.log" | awk '{p+=$1; f+=$3} END {print p " checks passed, " f " failed"}') ($(el) s)"
 grep -E "^(FAIL|SKIP)|FAILED|rel Frobenius err" "$OUT/check.log" | head -20 | tee -a "$S"
-LA_BUILD=$B LA_OURS_PY=focused PYTHONUNBUFFERED=1 timeout "${LA_BENCH_S:-150}" python3 bench/gpu_backward.py \
-    --driver "$B/gpu_backward_driver" --ours focused128 --peers ours_py,focused --reps 5 \
+if [ "${LA_BENCH:-1}" = 0 ]; then # the C-level driver alone
+  timeout 30 "$B/gpu_backward_driver" focused128 5 2>&1 | tail -1 | tee -a "$S"
+  exit 0
+fi
+LA_BUILD=$B LA_OURS_PY=${LA_OURS_PY:-focused} PYTHONUNBUFFERED=1 timeout "${LA_BENCH_S:-150}" python3 bench/gpu_backward.py \
+    --driver "$B/gpu_backward_driver" --ours focused128 --peers "${LA_PEERS:-ours_py,focused}" --reps 5 \
     --timeout "${LA_PEER_S:-90}" ${LA_BENCH_ARGS:---no-compile} > "$OUT/bench.log" 2>&1
 say "# bench rc=$? ($(el) s)"
 cut -c1-220 "$OUT/bench.log" | tail -12 | tee -a "$S"
