@@ -19,7 +19,7 @@
  *        dx = relu'(x)·dx'/softplus(s)   (dq, dk written in bf16),
  *      and Σ_tokens dx'·x' per channel (q and k together) into one partial
  *      row per CTA (each lane owns its channels in a per-warp shared row);
- *      fb_dsp_kernel sums the rows in CTA order: d s = −σ(s)/softplus(s)·Σ;
+ *      fb_rowsum_kernel sums the rows in CTA order: d s = −σ(s)/softplus(s)·Σ;
  *   4. conv: fb_dvconv_kernel adds DWCᵀ(d_out) (the conv with the flipped
  *      kernel) to dv in place; fb_dconv_kernel: per CTA (a stripe of map rows
  *      of one (b, h)) Σ d_out·v(shifted) for every tap and Σ d_out (bias),
