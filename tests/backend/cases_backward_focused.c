@@ -484,6 +484,9 @@ void cases_backward_focused(bo_list *L) {
         {0, 0, 1, 5, 6, 2, 64, 64, 0, 0, LA_BF16, 0, 0, 0},
         {0, 0, 1, 32, 32, 2, 64, 64, 3, 1, LA_BF16, 0, 0, 0},
         {0, 0, 1, 9, 9, 2, 128, 128, 9, 1, LA_BF16, 0, 0, 0},
+        /* C = H·D = 4096 (16 chunks of 8 per lane) and C = 320 (lanes with 1 or 2 chunks) */
+        {0, 0, 1, 3, 3, 32, 128, 128, 3, 1, LA_BF16, 0, 0, 0},
+        {0, 0, 1, 4, 5, 5, 64, 64, 3, 1, LA_BF16, 1, 0, 0},
         /* several CTAs' rows of the per-token passes and of d_conv */
         {0, 0, 1, 48, 48, 1, 128, 128, 7, 1, LA_BF16, 1, 0, 0},
         /* shapes the "mma" variant refuses (D = 32; fp32): the portable engine */
