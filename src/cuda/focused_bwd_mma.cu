@@ -1,7 +1,7 @@
 /* Focused flatten backward on CUDA, variant "mma" of the family "focused_bwd"
  * (focused_bwd.cu picks it; TRAINING.md §1): bf16 q, k, v, d_out and bf16
  * gradients, D = Dv in {64, 128}, rows with unit inner stride and 16-byte
- * alignment, C = H·D ≤ 4096, no conv or an odd conv of k ≤ 9.
+ * alignment, C = H·D ≤ 4096, N ≥ 64 tokens, no conv or an odd conv of k ≤ 9.
  *
  * The forward is o = (φqᵀ S/N)/(φqᵀ z/N + eps) + DWC(v) + bias with
  * φ = f_p(x') per token over all C channels, x' = (relu(x) + 1e-6)/softplus(s).
@@ -69,6 +69,15 @@ BWD_DEV inline uint4 fb_pack8(const float *x) {
 BWD_DEV inline uint4 fb_ld16(const lt_bf *p) { return *reinterpret_cast<const uint4 *>(p); }
 BWD_DEV inline void fb_st16(lt_bf *p, uint4 u) { *reinterpret_cast<uint4 *>(p) = u; }
 BWD_DEV inline float fb_relu_nan(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
+/* powf out of line: inlined at every unrolled element of the per-token
+ * passes it made them ~25k PTX lines each (instruction-cache bound: the
+ * passes ran 8-13x slower than the forward's φ pass) */
+#ifdef LA_BWD_EMU
+#define FB_NOINLINE __attribute__((noinline))
+#else
+#define FB_NOINLINE __noinline__
+#endif
+BWD_DEV FB_NOINLINE float fb_powf(float u, float p) { return powf(u, p); }
 /* u^p for u in (0, 1]: integer p ≤ 8 (ip > 0) by multiplication, else powf */
 BWD_DEV inline float fb_pow(float u, int ip, float p) {
     if (ip > 0) {
@@ -76,7 +85,7 @@ BWD_DEV inline float fb_pow(float u, int ip, float p) {
         for (int e = 1; e < ip; e++) r *= u;
         return r;
     }
-    return ip == 0 && p == 0.f ? 1.f : powf(u, p);
+    return ip == 0 && p == 0.f ? 1.f : fb_powf(u, p);
 }
 /* warp sum / max of v (every lane gets it); xch: this warp's 32 floats of
  * shared memory (used by the host emulator only) */
@@ -155,7 +164,15 @@ BWD_DEV inline void fb_isp8(const float *p, float *s) {
 
 /* A lane holds the chunks ch = lane + 32·i (i < R) of 8 channels: c = 8·ch,
  * head c / D; the token's raw values (and dφ) stay in registers. */
-template <int R, bool BWD>
+/* u^p in a kernel instantiated for p = 3 (IP = 3: the default, by
+ * multiplication) or for any p (IP = 0: fb_pow); pm1: u^(p−1) */
+template <int IP> BWD_DEV inline float fb_powk(float u, int ip, float p) {
+    return IP == 3 ? u * u * u : fb_pow(u, ip, p);
+}
+template <int IP> BWD_DEV inline float fb_powk_m1(float u, int ipm1, float p) {
+    return IP == 3 ? u * u : fb_pow(u, ipm1, p - 1.f);
+}
+template <int R, bool BWD, int IP>
 __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
     LT_SMEM_DECL;
     const int nch = a.H << a.lcpd, C = nch * 8, cmask = (1 << a.lcpd) - 1, W = (int)fb_row_len(C);
@@ -209,7 +226,7 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
-                const float up = fb_pow(uu, ip, a.p);
+                const float up = fb_powk<IP>(uu, ip, a.p);
                 s2 = fmaf(uu, uu, s2);
                 sp2 = fmaf(up, up, sp2);
             }
@@ -229,7 +246,7 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
                 fb_isp8(isp + ch * 8, is);
 #pragma unroll
                 for (int e = 0; e < 8; e++)
-                    x[e] = fb_pow((fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m, ip, a.p) * r;
+                    x[e] = fb_powk<IP>((fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m, ip, a.p) * r;
                 fb_st16(dst + ch * 8, fb_pack8(x));
             }
             continue;
@@ -248,7 +265,7 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
 #pragma unroll
             for (int e = 0; e < 8; e++) {
                 const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
-                gu = fmaf(g[e], fb_pow(uu, ip, a.p) * inv_nu, gu);
+                gu = fmaf(g[e], fb_powk<IP>(uu, ip, a.p) * inv_nu, gu);
             }
         }
         gu = fb_warp_sum(gu, xch);
@@ -266,7 +283,7 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
             for (int e = 0; e < 8; e++) {
                 const float is = isv[e];
                 const float xp = (fb_relu_nan(x[e]) + 1e-6f) * is, uu = xp * inv_m;
-                const float um1 = fb_pow(uu, ipm1, a.p - 1.f);
+                const float um1 = fb_powk_m1<IP>(uu, ipm1, a.p);
                 const float uh = um1 * uu * inv_nu;
                 const float dxp = k1 * xp + k2 * um1 * (g[e] - gu * uh);
                 d[e] = x[e] > 0.f ? dxp * is : 0.f;
@@ -489,21 +506,24 @@ template <int LCP> la_status fb_conv_ks(int ks, const fb_conv_args &a, int64_t B
     }
 }
 
-template <int R> la_status fb_feat_launch(const fb_feat_args &a, bool bwd, size_t smem,
-                                          cudaStream_t s) {
-    auto kb = fb_feat_kernel<R, true>;
-    auto kf = fb_feat_kernel<R, false>;
+template <int R, int IP> la_status fb_feat_launch(const fb_feat_args &a, bool bwd, size_t smem,
+                                                  cudaStream_t s) {
+    auto kb = fb_feat_kernel<R, true, IP>;
+    auto kf = fb_feat_kernel<R, false, IP>;
     if (bwd) LT_LAUNCH(kb, a.grid, 1, smem, s, a);
     else LT_LAUNCH(kf, a.grid, 1, smem, s, a);
     return LA_OK;
 }
+template <int R> la_status fb_feat_p(const fb_feat_args &a, bool bwd, size_t smem, cudaStream_t s) {
+    return a.p == 3.f ? fb_feat_launch<R, 3>(a, bwd, smem, s) : fb_feat_launch<R, 0>(a, bwd, smem, s);
+}
 la_status fb_feat(const fb_feat_args &a, bool bwd, cudaStream_t s) {
     const int64_t C = (int64_t)a.H << (a.lcpd + 3), per_lane = lt_cdiv(C / 8, 32);
     const size_t smem = fb_feat_smem(C, bwd && a.part);
-    if (per_lane <= 2) return fb_feat_launch<2>(a, bwd, smem, s);
-    if (per_lane <= 4) return fb_feat_launch<4>(a, bwd, smem, s);
-    if (per_lane <= 8) return fb_feat_launch<8>(a, bwd, smem, s);
-    return fb_feat_launch<16>(a, bwd, smem, s);
+    if (per_lane <= 2) return fb_feat_p<2>(a, bwd, smem, s);
+    if (per_lane <= 4) return fb_feat_p<4>(a, bwd, smem, s);
+    if (per_lane <= 8) return fb_feat_p<8>(a, bwd, smem, s);
+    return fb_feat_p<16>(a, bwd, smem, s);
 }
 
 bool fb_view_ok(const la_tensor *t, int64_t D) {
@@ -536,7 +556,10 @@ int fb_mma_eligible(const la_focused_params *p, const la_tensor *q, const la_ten
                     const la_tensor *dq, const la_tensor *dk, const la_tensor *dv) {
     if (p->variant != LA_FOCUSED_FLATTEN) return 0;
     const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3];
-    if ((D != 64 && D != 128) || v->ne[3] != D || B < 1 || N < 1 || H < 1) return 0;
+    /* N >= 64: at least one token tile. Below it the portable engine costs
+     * the same, and the bf16 summaries of a few tokens (one outer product
+     * at N = 1) average none of their roundings: dq, dk off by 1-2 %. */
+    if ((D != 64 && D != 128) || v->ne[3] != D || B < 1 || N < 64 || H < 1) return 0;
     if (H * D > FB_MAXC || B * H > 65535 || p->map_h * p->map_w != N) return 0;
     if (!(p->p > 0.f) || !isfinite(p->p)) return 0;
     if (conv && (conv->ne[1] > 9 || conv->ne[1] % 2 == 0)) return 0;

@@ -8,11 +8,11 @@
 
 /* What the fast path takes: flatten; bf16 q, k, v, d_out and dq, dk, dv
  * (NULL = skipped) with unit inner stride, strides multiple of 8 and 16-byte
- * aligned data; D = Dv in {64, 128}; H·D <= 4096; B·H <= 65535; no conv or
- * an odd conv of k <= 9. */
+ * aligned data; D = Dv in {64, 128}; H·D <= 4096; B·H <= 65535; N >= 64;
+ * no conv or an odd conv of k <= 9. */
 #define FB_MMA_NEEDS                                                                   \
     "flatten, bf16 q/k/v/d_out/dq/dk/dv with unit inner stride and 16-byte aligned " \
-    "rows, D = Dv in {64, 128}, H*D <= 4096, conv k odd <= 9"
+    "rows, D = Dv in {64, 128}, H*D <= 4096, N >= 64, conv k odd <= 9"
 int fb_mma_eligible(const la_focused_params *p, const la_tensor *q, const la_tensor *k,
                     const la_tensor *v, const la_tensor *conv, const la_tensor *d_out,
                     const la_tensor *dq, const la_tensor *dk, const la_tensor *dv);

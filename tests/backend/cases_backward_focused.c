@@ -269,6 +269,7 @@ typedef struct fo_case {
     int perm;
     int small;  /* also on the CPU backend (and cheap enough for it) */
     double eps; /* 0: 1e-6 (blog with params: N·D) */
+    double p;   /* flatten's power; 0: 3 */
 } fo_case;
 
 static void run_focused(const void *arg) {
@@ -323,7 +324,7 @@ static void run_focused(const void *arg) {
      * d_focus is eps-sized: the blog cases with params use an eps comparable
      * to the denominators (N·D) to make it measurable */
     const double eps = c->eps > 0 ? c->eps : (blog && with_params) ? (double)(N * D) : 1e-6;
-    F.ks = has_conv ? ks : 1, F.p = 3.0, F.eps = eps;
+    F.ks = has_conv ? ks : 1, F.p = c->p > 0 ? c->p : 3.0, F.eps = eps;
     F.q = to_d(&q), F.k = to_d(&k), F.v = to_d(&v);
     double *gd = to_d(&go);
     F.g = gd;
@@ -381,6 +382,7 @@ static void run_focused(const void *arg) {
     p.variant = blog ? LA_FOCUSED_BLOG : LA_FOCUSED_FLATTEN;
     p.map_h = Hm, p.map_w = Wm;
     p.eps = (float)eps;
+    p.p = (float)F.p;
     float *saved[3] = {NULL, NULL, NULL};
     for (int call = 0; call < 2; call++) {
         la_status st = (call ? la_focused_backward : BWD_FIRST(cu, la_focused_backward, la_focused_backward_cuda))(
@@ -463,35 +465,40 @@ static la_status probe_focused(la_context *ctx) {
 
 void cases_backward_focused(bo_list *L) {
     bo_add_probe(L, "focused_bwd", probe_focused);
-    /* cuda blog B Hm Wm H D Dv ks(0 = no conv) params dtype perm small eps */
+    /* cuda blog B Hm Wm H D Dv ks(0 = no conv) params dtype perm small eps p */
     const fo_case cases[] = {
-        {0, 0, 1, 3, 3, 1, 16, 16, 3, 1, LA_F32, 0, 1, 0},
-        {0, 0, 2, 9, 7, 2, 16, 16, 5, 1, LA_F32, 1, 1, 0},
-        {0, 0, 1, 5, 6, 2, 8, 12, 0, 1, LA_F32, 0, 1, 0},
-        {0, 0, 1, 8, 8, 2, 16, 16, 3, 0, LA_BF16, 1, 1, 0},
-        {0, 0, 1, 7, 9, 2, 16, 16, 3, 1, LA_BF16, 0, 1, 0},
-        {0, 1, 1, 9, 7, 2, 16, 16, 3, 1, LA_F32, 1, 1, 0},
-        {0, 1, 2, 4, 5, 2, 8, 12, 0, 0, LA_F32, 0, 1, 0},
-        {0, 1, 1, 8, 8, 2, 16, 16, 3, 1, LA_BF16, 0, 1, 0},
-        /* the shapes of the "mma" variant (bf16, D = Dv in {64, 128}), CUDA only;
-         * one token: with eps ≪ φq·φk the gradients of q, k are eps-sized
-         * differences of O(1) terms (no precision left in bf16), so eps ≫
-         * φq·φk there */
-        {0, 0, 1, 1, 1, 1, 64, 64, 1, 1, LA_BF16, 0, 0, 1000.0},
-        {0, 0, 1, 1, 1, 2, 128, 128, 0, 1, LA_BF16, 1, 0, 1000.0},
-        {0, 0, 2, 7, 9, 2, 128, 128, 5, 1, LA_BF16, 1, 0, 0},
-        {0, 0, 2, 9, 7, 3, 64, 64, 3, 0, LA_BF16, 0, 0, 0},
-        {0, 0, 1, 5, 6, 2, 64, 64, 0, 0, LA_BF16, 0, 0, 0},
-        {0, 0, 1, 32, 32, 2, 64, 64, 3, 1, LA_BF16, 0, 0, 0},
-        {0, 0, 1, 9, 9, 2, 128, 128, 9, 1, LA_BF16, 0, 0, 0},
+        {0, 0, 1, 3, 3, 1, 16, 16, 3, 1, LA_F32, 0, 1, 0, 0},
+        {0, 0, 2, 9, 7, 2, 16, 16, 5, 1, LA_F32, 1, 1, 0, 0},
+        {0, 0, 1, 5, 6, 2, 8, 12, 0, 1, LA_F32, 0, 1, 0, 0},
+        {0, 0, 1, 8, 8, 2, 16, 16, 3, 0, LA_BF16, 1, 1, 0, 0},
+        {0, 0, 1, 7, 9, 2, 16, 16, 3, 1, LA_BF16, 0, 1, 0, 0},
+        {0, 1, 1, 9, 7, 2, 16, 16, 3, 1, LA_F32, 1, 1, 0, 0},
+        {0, 1, 2, 4, 5, 2, 8, 12, 0, 0, LA_F32, 0, 1, 0, 0},
+        {0, 1, 1, 8, 8, 2, 16, 16, 3, 1, LA_BF16, 0, 1, 0, 0},
+        /* the shapes of the "mma" variant (bf16, D = Dv in {64, 128}, N >= 64),
+         * CUDA only; below 64 tokens (1x1, 63, 30) the library's choice is the
+         * portable engine (forced "mma": SKIPPED). One token: with eps ≪ φq·φk
+         * the gradients of q, k are eps-sized differences of O(1) terms (no
+         * precision left in bf16), so eps ≫ φq·φk there */
+        {0, 0, 1, 1, 1, 1, 64, 64, 1, 1, LA_BF16, 0, 0, 1000.0, 0},
+        {0, 0, 1, 1, 1, 2, 128, 128, 0, 1, LA_BF16, 1, 0, 1000.0, 0},
+        {0, 0, 2, 7, 9, 2, 128, 128, 5, 1, LA_BF16, 1, 0, 0, 0},
+        {0, 0, 2, 9, 7, 3, 64, 64, 3, 0, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 5, 6, 2, 64, 64, 0, 0, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 8, 9, 2, 64, 64, 0, 0, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 32, 32, 2, 64, 64, 3, 1, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 9, 9, 2, 128, 128, 9, 1, LA_BF16, 0, 0, 0, 0},
         /* C = H·D = 4096 (16 chunks of 8 per lane) and C = 320 (lanes with 1 or 2 chunks) */
-        {0, 0, 1, 3, 3, 32, 128, 128, 3, 1, LA_BF16, 0, 0, 0},
-        {0, 0, 1, 4, 5, 5, 64, 64, 3, 1, LA_BF16, 1, 0, 0},
+        {0, 0, 1, 8, 8, 32, 128, 128, 3, 1, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 8, 10, 5, 64, 64, 3, 1, LA_BF16, 1, 0, 0, 0},
+        /* p other than 3 (the general power) */
+        {0, 0, 1, 9, 11, 2, 64, 64, 3, 1, LA_BF16, 0, 0, 0, 2.5},
+        {0, 0, 2, 11, 9, 2, 128, 128, 5, 1, LA_BF16, 1, 0, 0, 0},
         /* several CTAs' rows of the per-token passes and of d_conv */
-        {0, 0, 1, 48, 48, 1, 128, 128, 7, 1, LA_BF16, 1, 0, 0},
+        {0, 0, 1, 48, 48, 1, 128, 128, 7, 1, LA_BF16, 1, 0, 0, 0},
         /* shapes the "mma" variant refuses (D = 32; fp32): the portable engine */
-        {0, 0, 1, 7, 9, 2, 32, 32, 3, 1, LA_BF16, 0, 0, 0},
-        {0, 0, 1, 7, 9, 2, 64, 64, 3, 1, LA_F32, 1, 0, 0},
+        {0, 0, 1, 7, 9, 2, 32, 32, 3, 1, LA_BF16, 0, 0, 0, 0},
+        {0, 0, 1, 7, 9, 2, 64, 64, 3, 1, LA_F32, 1, 0, 0, 0},
     };
     char name[BO_NAME_MAX];
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -502,6 +509,7 @@ void cases_backward_focused(bo_list *L) {
                  c.with_params ? " params" : "", dtn(c.dt), c.perm ? " perm" : "");
         if (c.eps > 0)
             snprintf(name + strlen(name), sizeof name - strlen(name), " eps%g", c.eps);
+        if (c.p > 0) snprintf(name + strlen(name), sizeof name - strlen(name), " p%g", c.p);
         bwd_add(L, "focused_backward", "focused_bwd", fo_variants, NV(fo_variants), c.small, run_focused,
                 &c, sizeof c, name);
     }
