@@ -279,6 +279,10 @@ def ours_py_cases(dev="cuda", small=False):
     yield (f"focused flatten {hm}x{wm}", (q, k, v, conv, cb, sp),
            lambda: longattn.focused_attention(q, k, v, map=(hm, wm), conv=conv, conv_bias=cb,
                                               softplus_param=sp))
+    # blog: its backward is the portable engine (no fast path)
+    convb = (0.05 + 0.3 * torch.rand(H * D, 5, 5, device=dev)).requires_grad_()
+    yield (f"focused blog {hm}x{wm}", (q, k, v, convb),
+           lambda: longattn.focused_attention(q, k, v, variant="blog", map=(hm, wm), conv=convb))
     T, Hq, L, K = (8, 4, 64, 16) if small else (256, 128, 4096, 2048)
     Dqk, Dv = (24, 16) if small else (576, 512)
     qm = t(T, Hq, Dqk)

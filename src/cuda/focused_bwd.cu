@@ -6,10 +6,13 @@
  *            per-token contribution, reduced over tokens in order) and the
  *            depthwise conv (dv, d_conv, d_conv_bias).
  *   blog:    q̃ = relu1(q·D^-1/2), K̂ = focus[h]·DWConv(relu1(K)); o the
- *            normalized linear attention of (q̃, K̂, v); d_conv, d_focus. */
+ *            normalized linear attention of (q̃, K̂, v); d_conv, d_focus.
+ * Family "focused_bwd": "mma" (focused_bwd_mma.cu: flatten on bf16 views,
+ * the default where it applies) and "portable" (this file: everything). */
 #include <math.h>
 
 #include "cuda/bwd_common.cuh"
+#include "cuda/focused_bwd_mma.cuh"
 
 namespace {
 
@@ -224,7 +227,13 @@ extern "C" la_status la_focused_backward_cuda(const la_focused_params *p, const 
                                               la_tensor *d_softplus_param, la_tensor *d_focus,
                                               la_context *ctx) {
     (void)out;
-    LA_TRY(bwd_variant_portable(ctx, "focused_bwd"));
+    int fast = 0;
+    LA_TRY(bwd_variant_pick(ctx, "focused_bwd",
+                            fb_mma_eligible(p, q, k, v, conv, d_out, dq, dk, dv), FB_MMA_NEEDS,
+                            &fast));
+    if (fast)
+        return fb_mma_backward(p, q, k, v, conv, softplus_param, d_out, dq, dk, dv, d_conv,
+                               d_conv_bias, d_softplus_param, bwd_stream(ctx));
     const int blog = p->variant == LA_FOCUSED_BLOG;
     fo_geo G;
     G.B = q->ne[0];

@@ -41,7 +41,7 @@
 #define BWD_VARIANTS_LINEAR {"portable", "mma"}
 #define BWD_VARIANTS_MHLA {"portable", "mma"}
 #define BWD_VARIANTS_MHLA_CAUSAL {"portable", "mma"}
-#define BWD_VARIANTS_FOCUSED {"portable"}
+#define BWD_VARIANTS_FOCUSED {"portable", "mma"}
 #define BWD_VARIANTS_SOFTMAX {"portable", "mma"}
 #define BWD_VARIANTS_SPARSE {"portable", "portable_rowchunk"}
 
