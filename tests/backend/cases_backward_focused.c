@@ -345,7 +345,7 @@ static void run_focused(const void *arg) {
     double *rs = sp.h ? dz(sp.n) : NULL, *rf = foc.h ? dz(foc.n) : NULL;
     /* the central differences cost (inputs) × (one forward): the small cases */
     const double fd_cost = (double)(q.n + k.n + v.n) * (double)(N * C * Dv);
-    const int fd = blog || fd_cost <= 2e9;
+    const int fd = blog || fd_cost <= 2e8;
     if (fd) {
         fo_fd(&F, F.q, q.n, rq);
         fo_fd(&F, F.k, k.n, rk);
