@@ -33,6 +33,9 @@ typedef struct lf_ref {
     const double *S_in, *z_in, *dS_out, *dz_out; /* [D][Dv], [D] or NULL */
     /* outputs (accumulated: caller zeroes) */
     double *dqt, *dkt, *dv, *dW, *dS_in, *dz_in;
+    /* optional (not with released_vision): per element of dqt / dkt, the sum
+     * of squares of the terms of its state form (lf_state_terms) */
+    double *eq2, *ek2;
 } lf_ref;
 
 static double lf_mask(const lf_ref *R, int64_t t, int64_t s) {
@@ -42,6 +45,54 @@ static double lf_mask(const lf_ref *R, int64_t t, int64_t s) {
     return R->W[i * R->WM + b];
 }
 #define RB(x) (R->rb ? rb16(x) : (x))
+/* the state-form error floor is computed up to this many tokens (its cost
+ * is O(N^2 D Dv)); one-token cases are where it matters */
+#define LF_TERMS_MAX_N 64
+
+/* The kernels compute the gradients in the state form of linear attention,
+ * as plain PyTorch would: dq~_t = dnum_t S_t^T (+ dden_t z_t) with the state
+ * S_t = sum_s m_ts k~_s v_s^T, and dk~_s = v_s dS_s^T (+ ...) with dS_s =
+ * sum_t m_ts q~_t dnum_t^T, the states rounded to bf16/fp16 for the tensor
+ * cores. Their rounding errors scale with the terms of those sums, not with
+ * the result: one token with dnum.v ~ 0 makes dq tiny against its terms.
+ * Per element, the sum of squares of the terms (lf_kappa turns it into the
+ * ratio to the gradient). O(N^2 D Dv): the caller asks only for small N. */
+static void lf_state_terms(const lf_ref *R, const double *dnum, const double *dden) {
+    const int64_t N = R->N, D = R->D, Dv = R->Dv;
+    const int pq = R->norm == LA_MHLA_NORM_PER_QUERY;
+    for (int64_t t = 0; t < N; t++)
+        for (int64_t d = 0; d < D; d++) {
+            double sum = 0, z = R->z_in ? R->z_in[d] : 0;
+            for (int64_t c = 0; c < Dv; c++) {
+                double st = R->S_in ? R->S_in[d * Dv + c] : 0;
+                for (int64_t s = 0; s < N; s++) st += lf_mask(R, t, s) * R->kt[s * D + d] * R->v[s * Dv + c];
+                sum += (dnum[t * Dv + c] * st) * (dnum[t * Dv + c] * st);
+            }
+            if (pq) {
+                for (int64_t s = 0; s < N; s++) z += lf_mask(R, t, s) * R->kt[s * D + d];
+                sum += (dden[t] * z) * (dden[t] * z);
+            }
+            R->eq2[t * D + d] = sum;
+        }
+    for (int64_t s = 0; s < N; s++)
+        for (int64_t d = 0; d < D; d++) {
+            double sum = 0, zt = 0;
+            for (int64_t c = 0; c < Dv; c++) {
+                double ds = R->dS_out ? R->dS_out[d * Dv + c] : 0;
+                for (int64_t t = 0; t < N; t++) ds += lf_mask(R, t, s) * R->qt[t * D + d] * dnum[t * Dv + c];
+                sum += (R->v[s * Dv + c] * ds) * (R->v[s * Dv + c] * ds);
+            }
+            if (pq) {
+                for (int64_t t = 0; t < N; t++) zt += lf_mask(R, t, s) * dden[t] * R->qt[t * D + d];
+                sum += zt * zt;
+            }
+            if (R->dz_out) sum += R->dz_out[d] * R->dz_out[d];
+            R->ek2[s * D + d] = sum;
+        }
+}
+
+/* the state-form terms of a gradient against it: sqrt(sum terms^2 / sum g^2) */
+static double lf_kappa(const double *acc) { return acc[0] > 0 ? sqrt(acc[1] / acc[0]) : 0.0; }
 
 static void lf_reference(const lf_ref *R) {
     const int64_t N = R->N, D = R->D, Dv = R->Dv;
@@ -145,6 +196,7 @@ static void lf_reference(const lf_ref *R) {
         for (int64_t e = 0; e < D * Dv; e++) R->dS_in[e] += R->dS_out ? R->dS_out[e] : 0;
         for (int64_t d = 0; d < D; d++) R->dz_in[d] += R->dz_out ? R->dz_out[d] : 0;
     }
+    if (R->eq2 && R->norm != LA_MHLA_NORM_RELEASED_VISION) lf_state_terms(R, dnum, dden);
     free(num);
     free(dnum);
     free(dden);
@@ -255,6 +307,9 @@ static void run_lin(const void *arg) {
     const float eps = 1e-6f;
     la_status st = LA_ERR_INTERNAL;
     float *saved[4] = {NULL, NULL, NULL, NULL};
+    /* [0] sum of g^2, [1] sum of the state-form terms^2 (lf_state_terms) of dq / dk */
+    double kq[2] = {0, 0}, kk[2] = {0, 0};
+    const int with_terms = N <= LF_TERMS_MAX_N && c->norm != LA_MHLA_NORM_RELEASED_VISION;
     for (int call = 0; call < 2; call++) {
         if (c->kind == 0) {
             la_linear_params p;
@@ -310,6 +365,8 @@ static void run_lin(const void *arg) {
             double *dqt = (double *)malloc(sizeof(double) * (size_t)(N * D));
             double *dkt = (double *)malloc(sizeof(double) * (size_t)(N * D));
             double *dvv = (double *)malloc(sizeof(double) * (size_t)(N * Dv));
+            double *eq2 = (double *)malloc(sizeof(double) * (size_t)(N * D));
+            double *ek2 = (double *)malloc(sizeof(double) * (size_t)(N * D));
             double *Wd = (double *)malloc(sizeof(double) * (size_t)(M * WM + 1));
             double *dWh = (double *)malloc(sizeof(double) * (size_t)(M * WM + 1));
             double *st4[4];
@@ -341,6 +398,7 @@ static void run_lin(const void *arg) {
                         memset(dkt, 0, sizeof(double) * (size_t)(N * D));
                         memset(dvv, 0, sizeof(double) * (size_t)(N * Dv));
                         R.dqt = dqt, R.dkt = dkt, R.dv = dvv;
+                        if (rr == 0 && with_terms) R.eq2 = eq2, R.ek2 = ek2;
                         if (c->kind) {
                             const int64_t hw = c->per_head_w ? h : 0;
                             for (int64_t i = 0; i < M * WM; i++)
@@ -375,6 +433,12 @@ static void run_lin(const void *arg) {
                                             ref_feature_grad(c->f, lf_at(&k, b, n, h, d));
                                 ref[rr][0][o] = rr ? rb16(gq) : gq;
                                 ref[rr][1][o] = rr ? rb16(gk) : gk;
+                                if (rr == 0 && with_terms) {
+                                    const double fq = sq * ref_feature_grad(c->f, lf_at(&q, b, n, h, d));
+                                    const double fk = ref_feature_grad(c->f, lf_at(&k, b, n, h, d));
+                                    kq[0] += gq * gq, kq[1] += eq2[n * D + d] * fq * fq;
+                                    kk[0] += gk * gk, kk[1] += ek2[n * D + d] * fk * fk;
+                                }
                             }
                             for (int64_t e = 0; e < Dv; e++) {
                                 const int64_t o = ((b * N + n) * H + h) * Dv + e;
@@ -392,8 +456,8 @@ static void run_lin(const void *arg) {
                             for (int64_t d = 0; d < D; d++) o[D * Dv + d] = dzin[d];
                         }
                     }
-            check_grad(what, "dq", &dq, ref[0][0], ref[1][0]);
-            check_grad(what, "dk", &dk, ref[0][1], ref[1][1]);
+            check_grad_terms(what, "dq", &dq, ref[0][0], ref[1][0], with_terms ? lf_kappa(kq) : -1);
+            check_grad_terms(what, "dk", &dk, ref[0][1], ref[1][1], with_terms ? lf_kappa(kk) : -1);
             check_grad(what, "dv", &dv, ref[0][2], ref[1][2]);
             if (c->kind && !c->no_dmix) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
             if (dsi) {
@@ -412,7 +476,8 @@ static void run_lin(const void *arg) {
             }
             for (int rr = 0; rr < nref; rr++)
                 for (int i = 0; i < 5; i++) free(ref[rr][i]);
-            free(qt), free(kt), free(vv), free(gg), free(dqt), free(dkt), free(dvv);
+            free(qt), free(kt), free(vv), free(gg), free(dqt), free(dkt), free(dvv), free(eq2),
+                free(ek2);
             free(Wd), free(dWh), free(dzin);
             for (int i = 0; i < 4; i++) free(st4[i]);
             /* second call on re-poisoned gradients: bit-identical */
@@ -466,8 +531,10 @@ static void run_lin(const void *arg) {
         }
         CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
         if (sc == LA_OK) {
-            check_cpu(what, "dq", saved[0], &cdq, c->dt);
-            check_cpu(what, "dk", saved[1], &cdk, c->dt);
+            check_cpu_floor(what, "dq", saved[0], &cdq, c->dt,
+                            with_terms ? bwd_terms_floor(c->dt, lf_kappa(kq)) : 0.0);
+            check_cpu_floor(what, "dk", saved[1], &cdk, c->dt,
+                            with_terms ? bwd_terms_floor(c->dt, lf_kappa(kk)) : 0.0);
             check_cpu(what, "dv", saved[2], &cdv, c->dt);
             if (c->kind && !c->no_dmix) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
         }
