@@ -102,7 +102,7 @@ class TinyLM(nn.Module):
 
     def __init__(self, vocab, classes, dim, heads, layers, variant, causal, seq_len,
                  grid=None, blocks=None, chunk=None, tie=False, pos_init="normal",
-                 emb_std=0.02):
+                 emb_std=0.02, out_std=None):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
         nn.init.normal_(self.emb.weight, std=emb_std)
@@ -120,6 +120,14 @@ class TinyLM(nn.Module):
         self.blocks = nn.ModuleList([
             Block(dim, make_attention(variant, dim, heads, causal, seq_len=seq_len, grid=grid,
                                       blocks=blocks, chunk=chunk)) for _ in range(layers)])
+        if out_std is not None:
+            # GPT-2-style: the blocks' output projections (attention and MLP) start small,
+            # so the residual stream keeps the embeddings at init
+            for blk in self.blocks:
+                for lin in (getattr(blk.attn, "proj", None) or blk.attn.o_proj, blk.mlp[2]):
+                    nn.init.normal_(lin.weight, std=out_std)
+                    if lin.bias is not None:
+                        nn.init.zeros_(lin.bias)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes, bias=not tie)
         if tie:

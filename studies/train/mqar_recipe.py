@@ -4,11 +4,11 @@ softmax attention (torch SDPA by default, no library needed) and reports the
 first step at which held-out accuracy passes a threshold.
 
     /usr/bin/python3 studies/train/mqar_recipe.py --steps 800 --warmup 50
-    /usr/bin/python3 studies/train/mqar_recipe.py --batch 64 --pos normal --emb-std 0.02
+    /usr/bin/python3 studies/train/mqar_recipe.py --batch 64 --pos normal --out-std 0
 
 Every option is one knob; the defaults are the study's MQAR recipe (suite
-"full"), the second line the older init (random-normal positions, embedding
-std 0.02) at batch 64.
+"full"), the second line the older init (random-normal positions, PyTorch's
+init of the output projections) at batch 64.
 """
 import argparse
 import math
@@ -41,7 +41,9 @@ def main(argv=None):
     ap.add_argument("--vocab", type=int, default=8192)
     ap.add_argument("--filler", default="random", choices=("random", "pad"))
     ap.add_argument("--pos", default="sinusoidal", choices=("normal", "sinusoidal"))
-    ap.add_argument("--emb-std", type=float, default=0.3)
+    ap.add_argument("--emb-std", type=float, default=0.02)
+    ap.add_argument("--out-std", type=float, default=0.01,
+                    help="init std of the blocks' output projections (0: PyTorch's default)")
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--warmup", type=int, default=100, help="warm-up steps")
     ap.add_argument("--schedule", default="cosine", choices=("cosine", "constant"))
@@ -58,7 +60,8 @@ def main(argv=None):
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     model = TinyLM(a.vocab, a.vocab, a.dim, a.heads, 2, a.variant, True, a.seq,
-                   chunk=a.chunk, tie=True, pos_init=a.pos, emb_std=a.emb_std)
+                   chunk=a.chunk, tie=True, pos_init=a.pos, emb_std=a.emb_std,
+                   out_std=a.out_std or None)
     import run_study
     opt = torch.optim.AdamW(model.param_groups(a.wd), lr=a.lr, betas=(0.9, 0.98))
     total = a.steps
