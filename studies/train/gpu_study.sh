@@ -5,6 +5,8 @@
 #   bash studies/train/gpu_study.sh full    the full suite with seeds 0,1,2 (the lr grid),
 #                                            again with seeds 3,4,5 at each row's best lr
 #                                            of the first, then the timing pass alone
+#   bash studies/train/gpu_study.sh check   MQAR recipe check: softmax dim 64, seed 0
+#   bash studies/train/gpu_study.sh cells   STUDY_CELLS of MQAR, both seed sets
 # Environment: STUDY_JOBS (worker processes, default 12), STUDY_D1 / STUDY_D2 (seconds
 # after which no run of the first / second seed set starts), STUDY_RUN_LIMIT (wall
 # seconds a run may train; then it is cut and left out), STUDY_ARGS (more
@@ -49,6 +51,11 @@ case "$1" in
     echo "seeds 3,4,5 + timing: $(el) s"
     python3 studies/train/report.py "$OUT/s012/results.json" "$OUT/s345/results.json" \
       | grep -E "^\| (mqar|nearest)" | cut -c1-150 | head -n 60
+    ;;
+  check)   # the MQAR recipe check: softmax at dim 64, every MQAR setting, the lr grid, seed 0
+    run --suite full --only mqar --cells softmax@64 --seeds 0 --run-limit "${STUDY_RUN_LIMIT:-240}" \
+        --out "$OUT/check" 2>&1 | grep -v -i warn > "$OUT/check.log"
+    grep -E "^mqar|runs in|FAIL|Error" "$OUT/check.log"
     ;;
   cells)   # more cells of the full suite (STUDY_CELLS, e.g. mhla@64,softmax@128), both seed sets
     RL=${STUDY_RUN_LIMIT:-90}

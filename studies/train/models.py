@@ -20,6 +20,19 @@ import longattn
 import longattn.nn as lnn
 
 
+def torch_attention(q, k, v, causal):
+    """Softmax attention in PyTorch ([B, H, N, D]): SDPA where torch has it
+    (2.0+), else the same formula written out (torch 1.13, the CPU here)."""
+    if hasattr(F, "scaled_dot_product_attention"):
+        return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+    s = (q @ k.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        n = q.shape[-2]
+        mask = torch.ones(n, n, dtype=torch.bool, device=q.device).triu(1)
+        s = s.masked_fill(mask, float("-inf"))
+    return s.softmax(-1) @ v
+
+
 class SoftmaxAttention(nn.Module):
     def __init__(self, dim, num_heads, causal=False, impl="longattn"):
         super().__init__()
@@ -31,9 +44,8 @@ class SoftmaxAttention(nn.Module):
         B, N, C = x.shape
         q, k, v = self.qkv(x).view(B, N, 3, self.h, C // self.h).unbind(2)
         if self.impl == "sdpa":
-            o = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2),
-                                               v.transpose(1, 2), is_causal=self.causal)
-            o = o.transpose(1, 2)
+            o = torch_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                self.causal).transpose(1, 2)
         else:
             o = longattn.softmax_attention(q, k, v, causal=self.causal)
         return self.proj(o.reshape(B, N, C))
@@ -71,6 +83,17 @@ class Block(nn.Module):
         return x + self.mlp(self.n2(x))
 
 
+def sinusoidal(n, dim):
+    """[n, dim] sin/cos table (Vaswani et al.), entries of variance 1/2 per
+    pair: scaled by the embedding std it has the token embedding's norm."""
+    pos = torch.arange(n, dtype=torch.float32)[:, None]
+    freq = torch.exp(-math.log(10000.0) * torch.arange(0, dim, 2, dtype=torch.float32) / dim)
+    t = torch.zeros(n, dim)
+    t[:, 0::2] = torch.sin(pos * freq)
+    t[:, 1::2] = torch.cos(pos * freq)[:, : dim // 2]
+    return t
+
+
 class TinyLM(nn.Module):
     """Token + learned position embedding (1-D, or row + column on a 2-D grid),
     `layers` blocks, a final norm and a linear head over `classes`; with
@@ -78,19 +101,33 @@ class TinyLM(nn.Module):
     Zoology-style language models do (the head needs no separate value table)."""
 
     def __init__(self, vocab, classes, dim, heads, layers, variant, causal, seq_len,
-                 grid=None, blocks=None, chunk=None, tie=False):
+                 grid=None, blocks=None, chunk=None, tie=False, pos_init="normal",
+                 emb_std=0.02, out_std=None):
         super().__init__()
         self.emb = nn.Embedding(vocab, dim)
-        nn.init.normal_(self.emb.weight, std=0.02)
+        nn.init.normal_(self.emb.weight, std=emb_std)
         self.grid = grid
         if grid is None:
-            self.pos = nn.Parameter(torch.randn(seq_len, dim) * 0.02)
+            if pos_init == "sinusoidal":
+                self.pos = nn.Parameter(sinusoidal(seq_len, dim) * emb_std)
+            elif pos_init == "normal":
+                self.pos = nn.Parameter(torch.randn(seq_len, dim) * emb_std)
+            else:
+                raise ValueError("pos_init %r is not normal or sinusoidal" % (pos_init,))
         else:
             self.row = nn.Parameter(torch.randn(grid[0], 1, dim) * 0.02)
             self.col = nn.Parameter(torch.randn(1, grid[1], dim) * 0.02)
         self.blocks = nn.ModuleList([
             Block(dim, make_attention(variant, dim, heads, causal, seq_len=seq_len, grid=grid,
                                       blocks=blocks, chunk=chunk)) for _ in range(layers)])
+        if out_std is not None:
+            # GPT-2-style: the blocks' output projections (attention and MLP) start small,
+            # so the residual stream keeps the embeddings at init
+            for blk in self.blocks:
+                for lin in (getattr(blk.attn, "proj", None) or blk.attn.o_proj, blk.mlp[2]):
+                    nn.init.normal_(lin.weight, std=out_std)
+                    if lin.bias is not None:
+                        nn.init.zeros_(lin.bias)
         self.norm = nn.LayerNorm(dim)
         self.head = nn.Linear(dim, classes, bias=not tie)
         if tie:

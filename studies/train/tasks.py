@@ -30,12 +30,20 @@ def _distinct(gen, batch, n, k):
     return torch.rand(batch, n, generator=gen, device=gen.device).topk(k, dim=1).indices
 
 
-def mqar_batch(gen, batch, seq_len, pairs, vocab=8192):
+def mqar_batch(gen, batch, seq_len, pairs, vocab=8192, filler="random"):
+    """filler: what the unscored gaps hold, "random" tokens of the whole
+    vocabulary (Zoology's random_non_queries) or "pad", token 0 (no
+    distractors: the binding is still needed, the plateau is shorter)."""
     if 4 * pairs > seq_len:
         raise ValueError("mqar: %d pairs do not fit %d tokens" % (pairs, seq_len))
     dev = gen.device
     half = vocab // 2
-    tokens = torch.randint(1, vocab, (batch, seq_len), generator=gen, device=dev)
+    if filler == "random":
+        tokens = torch.randint(1, vocab, (batch, seq_len), generator=gen, device=dev)
+    elif filler == "pad":
+        tokens = torch.zeros((batch, seq_len), dtype=torch.int64, device=dev)
+    else:
+        raise ValueError("mqar: filler %r is not random or pad" % (filler,))
     targets = torch.full((batch, seq_len), IGNORE, dtype=torch.int64, device=dev)
     keys = 1 + _distinct(gen, batch, half - 1, pairs)
     vals = torch.randint(half, vocab, (batch, pairs), generator=gen, device=dev)
