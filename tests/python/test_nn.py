@@ -3,6 +3,7 @@ parameters (the reference loads the layer's state_dict): forward, and the
 gradients of every parameter and of the input once the backward passes are
 in the build. The references are written from SPEC §3-§5 / the released
 modules, in float64."""
+import copy
 import math
 
 import pytest
@@ -290,15 +291,25 @@ def test_layer_gradients_equal_reference_module(name):
     dy = torch.randn(x.shape, generator=gen(5), dtype=torch.float64)
     layer(xa).backward(dy.float())
     ref(xr).backward(dy)
-    assert rel_err(xa.grad, xr.grad) < 1e-4, "input"
-    rp = dict(ref.named_parameters())
+    # The bound is 1e-4, or twice the error of the same reference module run
+    # in float32 where that is larger: a fresh random draw can put a
+    # normalizer near zero (relu_eps features, per-query normalization), and
+    # then no float32 computation reaches 1e-4 (the reference's own float32
+    # run measures how ill-conditioned the draw is).
+    ref32 = copy.deepcopy(ref).float()
+    xf = x.clone().requires_grad_(True)
+    ref32(xf).backward(dy.float())
+    bound = max(1e-4, 2 * float(rel_err(xf.grad, xr.grad)))
+    assert rel_err(xa.grad, xr.grad) < bound, "input"
+    rp, rp32 = dict(ref.named_parameters()), dict(ref32.named_parameters())
     for pname, p in layer.named_parameters():
-        gr = rp[pname].grad
+        gr, g32 = rp[pname].grad, rp32[pname].grad.double()
         assert p.grad is not None, pname
         if name == "mhla_causal" and pname == "mixing":
-            gr = torch.tril(gr)   # the operator ignores the upper triangle
-        err = (p.grad.double() - gr).norm() / max(gr.norm().item(), 1e-30)
-        assert err < 1e-4, (name, pname, float(err))
+            gr, g32 = torch.tril(gr), torch.tril(g32)   # the operator ignores the upper triangle
+        def err(g):
+            return float((g - gr).norm() / max(gr.norm().item(), 1e-30))
+        assert err(p.grad.double()) < max(1e-4, 2 * err(g32)), (name, pname, err(p.grad.double()))
 
 
 def _cuda_library():
