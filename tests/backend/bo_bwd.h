@@ -246,9 +246,10 @@ static inline double frob_err_d(const double *a, const double *ref, int64_t n) {
 static inline double rb16(double x) { return (double)la_round_bf16((float)x); }
 
 /* One gradient checked: fp32 against 1e-4; bf16 against twice the error of
- * the bf16-rounded formula (ref_b) plus 1e-4. */
-static inline void check_grad(const char *what, const char *gname, tt *g, const double *ref,
-                              const double *ref_b) {
+ * the bf16-rounded formula (ref_b) plus 1e-4, raised to floor where that is
+ * larger (check_grad_terms). */
+static inline void check_grad_floor(const char *what, const char *gname, tt *g, const double *ref,
+                                    const double *ref_b, double floor) {
     tt_download(g);
     double rn = 0, an = 0;
     for (int64_t i = 0; i < g->n; i++) rn += ref[i] * ref[i], an += (double)g->h[i] * g->h[i];
@@ -261,12 +262,22 @@ static inline void check_grad(const char *what, const char *gname, tt *g, const 
     }
     const double e = frob_err(g->h, ref, g->n);
     double bound = 1e-4;
-    if (g->dt != LA_F32 && ref_b) bound = 2.0 * frob_err_d(ref_b, ref, g->n) + 1e-4;
+    int raised = 0;
+    if (g->dt != LA_F32 && ref_b) {
+        bound = 2.0 * frob_err_d(ref_b, ref, g->n) + 1e-4;
+        raised = floor > bound;
+        if (raised) bound = floor;
+    }
     CHECK(e <= bound, "%s %s: rel Frobenius err %.3g > %.3g", what, gname, e, bound);
     if (e > bound)
         for (int64_t i = 0; i < g->n && i < 8; i++)
             printf("    [%lld] %g vs %g\n", (long long)i, g->h[i], ref[i]);
-    printf("  %-8s err %.3g (bound %.3g) %s\n", gname, e, bound, e <= bound ? "ok" : "FAIL");
+    printf("  %-8s err %.3g (bound %.3g%s) %s\n", gname, e, bound,
+           raised ? ", state-form terms" : "", e <= bound ? "ok" : "FAIL");
+}
+static inline void check_grad(const char *what, const char *gname, tt *g, const double *ref,
+                              const double *ref_b) {
+    check_grad_floor(what, gname, g, ref, ref_b, 0.0);
 }
 /* The error floor of a bf16/fp16 gradient computed as sums whose terms are
  * kappa times its size (kappa: sqrt(sum terms^2 / sum g^2), from the case's
@@ -282,22 +293,7 @@ static inline double bwd_terms_floor(la_dtype dt, double kappa) {
 /* check_grad with the bound raised to bwd_terms_floor where that is larger */
 static inline void check_grad_terms(const char *what, const char *gname, tt *g, const double *ref,
                                     const double *ref_b, double kappa) {
-    const double floor = bwd_terms_floor(g->dt, kappa);
-    if (!ref_b || floor <= 0) {
-        check_grad(what, gname, g, ref, ref_b);
-        return;
-    }
-    tt_download(g);
-    const double e = frob_err(g->h, ref, g->n);
-    double bound = 2.0 * frob_err_d(ref_b, ref, g->n) + 1e-4;
-    const int raised = floor > bound;
-    if (raised) bound = floor;
-    CHECK(e <= bound, "%s %s: rel Frobenius err %.3g > %.3g", what, gname, e, bound);
-    if (e > bound)
-        for (int64_t i = 0; i < g->n && i < 8; i++)
-            printf("    [%lld] %g vs %g\n", (long long)i, g->h[i], ref[i]);
-    printf("  %-8s err %.3g (bound %.3g%s) %s\n", gname, e, bound,
-           raised ? ", state-form terms" : "", e <= bound ? "ok" : "FAIL");
+    check_grad_floor(what, gname, g, ref, ref_b, bwd_terms_floor(g->dt, kappa));
 }
 /* bit-identical second call */
 static inline void check_same(const char *what, const char *gname, tt *g, const float *first) {
@@ -328,14 +324,8 @@ static inline ct ct_of(const tt *x, int fill_nan) {
 }
 static inline void ct_free(ct *c) { free(c->h); }
 /* a CUDA gradient (host copy) against the CPU backward's: fp32 outputs within
- * 1e-4 relative Frobenius, bf16 outputs within 1e-2 */
-static inline void check_cpu_floor(const char *what, const char *gname, const float *cuda,
-                                   const ct *cpu, la_dtype dt, double floor);
-static inline void check_cpu(const char *what, const char *gname, const float *cuda,
-                             const ct *cpu, la_dtype dt) {
-    check_cpu_floor(what, gname, cuda, cpu, dt, 0.0);
-}
-/* check_cpu with its bf16/fp16 bound raised to floor where that is larger */
+ * 1e-4 relative Frobenius, bf16 outputs within 1e-2, raised to floor where
+ * that is larger */
 static inline void check_cpu_floor(const char *what, const char *gname, const float *cuda,
                                    const ct *cpu, la_dtype dt, double floor) {
     double rn = 0, an = 0;
@@ -360,6 +350,10 @@ static inline void check_cpu_floor(const char *what, const char *gname, const fl
         printf("  %-8s vs CPU %.3g (bound %.3g)\n", gname, e, bound);
     }
     free(r);
+}
+static inline void check_cpu(const char *what, const char *gname, const float *cuda,
+                             const ct *cpu, la_dtype dt) {
+    check_cpu_floor(what, gname, cuda, cpu, dt, 0.0);
 }
 
 #endif

@@ -308,7 +308,7 @@ static void run_lin(const void *arg) {
     la_status st = LA_ERR_INTERNAL;
     float *saved[4] = {NULL, NULL, NULL, NULL};
     /* [0] sum of g^2, [1] sum of the state-form terms^2 (lf_state_terms) of dq / dk */
-    double kq[2] = {0, 0}, kk[2] = {0, 0};
+    double kq[2] = {0, 0}, kk[2] = {0, 0}, kappa_q = -1, kappa_k = -1;
     const int with_terms = N <= LF_TERMS_MAX_N && c->norm != LA_MHLA_NORM_RELEASED_VISION;
     for (int call = 0; call < 2; call++) {
         if (c->kind == 0) {
@@ -456,8 +456,10 @@ static void run_lin(const void *arg) {
                             for (int64_t d = 0; d < D; d++) o[D * Dv + d] = dzin[d];
                         }
                     }
-            check_grad_terms(what, "dq", &dq, ref[0][0], ref[1][0], with_terms ? lf_kappa(kq) : -1);
-            check_grad_terms(what, "dk", &dk, ref[0][1], ref[1][1], with_terms ? lf_kappa(kk) : -1);
+            kappa_q = with_terms ? lf_kappa(kq) : -1;
+            kappa_k = with_terms ? lf_kappa(kk) : -1;
+            check_grad_terms(what, "dq", &dq, ref[0][0], ref[1][0], kappa_q);
+            check_grad_terms(what, "dk", &dk, ref[0][1], ref[1][1], kappa_k);
             check_grad(what, "dv", &dv, ref[0][2], ref[1][2]);
             if (c->kind && !c->no_dmix) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
             if (dsi) {
@@ -531,10 +533,8 @@ static void run_lin(const void *arg) {
         }
         CHECK(sc == LA_OK, "%s CPU: %s %s", what, la_status_string(sc), la_last_error());
         if (sc == LA_OK) {
-            check_cpu_floor(what, "dq", saved[0], &cdq, c->dt,
-                            with_terms ? bwd_terms_floor(c->dt, lf_kappa(kq)) : 0.0);
-            check_cpu_floor(what, "dk", saved[1], &cdk, c->dt,
-                            with_terms ? bwd_terms_floor(c->dt, lf_kappa(kk)) : 0.0);
+            check_cpu_floor(what, "dq", saved[0], &cdq, c->dt, bwd_terms_floor(c->dt, kappa_q));
+            check_cpu_floor(what, "dk", saved[1], &cdk, c->dt, bwd_terms_floor(c->dt, kappa_k));
             check_cpu(what, "dv", saved[2], &cdv, c->dt);
             if (c->kind && !c->no_dmix) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
         }
