@@ -1,4 +1,4 @@
-"""Helpers shared by the CPU benchmark scripts (imported from bench/)."""
+"""Helpers shared by the benchmark scripts (imported from bench/)."""
 import time
 
 
@@ -32,3 +32,23 @@ def cpu_model():
     except OSError:
         pass
     return "unknown CPU"
+
+
+def cuda_median_ms(fn, reps=5, warm=2):
+    """Median milliseconds of `reps` calls of fn, each between two CUDA
+    events on the current stream, after `warm` untimed calls (torch is
+    imported here: the CPU scripts never need it)."""
+    import torch
+    for _ in range(warm):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    ts.sort()
+    return ts[len(ts) // 2]

@@ -20,6 +20,8 @@ import os
 import subprocess
 import sys
 
+from benchlib import cuda_median_ms
+
 OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "linear_causal32k_norm", "mhla_causal32k", "mhla_wan", "mhla_1d64k",
         "focused128", "sparse256"]
 
@@ -39,21 +41,7 @@ def run_ours(driver, reps, which):
 
 
 # ---------------------------------------------------------------- peers (subprocess)
-def timeit(fn, reps=5, warm=2):
-    import torch
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+timeit = cuda_median_ms
 
 
 def peer_sdpa():

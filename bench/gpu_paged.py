@@ -22,24 +22,13 @@ import numpy as np
 import torch
 
 import longattn
+from benchlib import cuda_median_ms
 
 PS, DI, HI, TOPK = 64, 128, 64, 2048
 
 
 def med(fn, warm=1, iters=5):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return cuda_median_ms(fn, reps=iters, warm=warm)
 
 
 def copy_bandwidth():
