@@ -370,6 +370,20 @@ def test_hisa_defaults_block_128_m_64(cli, rng):
     check_idx(a, hisa_ref(q, k, w, start, end, 2048, 4, 64), T, 2048)
 
 
+def assert_equal_up_to_token_ties(got, ref, S, tol):
+    """A float top-k row equals the float64 reference row, except that two
+    keys whose float64 scores S are within tol (an fp32 near-tie) may trade
+    places: each mismatching position holds a key scored within tol of the
+    reference's key there, and no key is listed twice."""
+    if np.array_equal(got, ref):
+        return
+    g = got[got >= 0]
+    assert len(g) == len(ref[ref >= 0]) and len(np.unique(g)) == len(g), (got, ref)
+    d = got != ref
+    assert np.all((got[d] >= 0) & (ref[d] >= 0)), (got, ref)
+    assert np.all(np.abs(S[got[d]] - S[ref[d]]) <= tol), (got[d], ref[d], S[got[d]], S[ref[d]])
+
+
 @pytest.mark.parametrize("B,m", [(48, 5), (100, 3), (7, 20)])
 def test_hisa_float_odd_block(cli, rng, B, m):
     # B not a power of two and not dividing L, float inputs: compare with the
@@ -385,6 +399,8 @@ def test_hisa_float_odd_block(cli, rng, B, m):
     ref = hisa_ref(q, k, w, start, end, topk, B, m)
     BS = scores_ref(q, pooled(k, B), w)
     tolb = 1e-5 * termscale(q, pooled(k, B).astype(np.float32), w) + 1e-30
+    S = scores_ref(q, k, w)
+    tol = 1e-5 * termscale(q, k, w) + 1e-30
     skipped = 0
     for t in range(T):
         if start[t] < end[t]:
@@ -394,7 +410,7 @@ def test_hisa_float_odd_block(cli, rng, B, m):
             if 0 < nf < len(free) and free[nf - 1] - free[nf] <= 4 * tolb[t].max():
                 skipped += 1
                 continue
-        np.testing.assert_array_equal(a[t], ref[t])
+        assert_equal_up_to_token_ties(a[t], ref[t], S[t], 2 * tol[t].max())
     assert skipped <= T // 4
 
 
