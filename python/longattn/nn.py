@@ -193,7 +193,9 @@ class FocusedLinearAttention(nn.Module):
         B, N, C = x.shape
         H, D = self.num_heads, self.head_dim
         q, k, v = _split_heads(self.qkv(x), B, N, H, D)
-        k = k + self.positional_encoding.view(1, N, H, D)
+        # in k's dtype: under autocast k is bf16 and the fp32 parameter would
+        # promote it, sending the call to the fp32 (portable) backward
+        k = k + self.positional_encoding.view(1, N, H, D).to(k.dtype)
         kk = self.kernel_size
         o = ops.focused_attention(q, k, v, variant="flatten", map=self.map,
                                   conv=self.dwc.weight.view(D, kk, kk),

@@ -268,6 +268,25 @@ def test_layer_bfloat16_close_to_reference(name):
     assert rel_err(y.float(), r) < 5e-2
 
 
+def test_focused_layer_keeps_k_in_the_input_dtype(monkeypatch):
+    """bf16 activations with fp32 parameters (autocast's case): the fp32
+    positional encoding must not promote k, or the call leaves the bf16 path"""
+    layer, _, x = _make("focused", 40)
+    seen = {}
+    real = longattn.ops.focused_attention
+
+    def spy(q, k, v, **kw):
+        seen.update(q=q.dtype, k=k.dtype, v=v.dtype)
+        return real(q, k, v, **kw)
+
+    monkeypatch.setattr(longattn.ops, "focused_attention", spy)
+    layer.qkv.to(torch.bfloat16)
+    layer.proj.to(torch.bfloat16)
+    with torch.no_grad():
+        layer(x.to(torch.bfloat16))
+    assert seen == dict(q=torch.bfloat16, k=torch.bfloat16, v=torch.bfloat16)
+
+
 # ---------------------------------------------------------------------------
 # backward: every parameter and the input
 # ---------------------------------------------------------------------------
