@@ -243,7 +243,7 @@ def main():
     if a.other:
         res_b = load(a.other)
         other = best_of_grid(res_b["runs"])
-        timing = dict(timing_of(res_b), **timing)
+        timing = {**timing_of(res_b), **timing}
     out = ["Seeds %s (%s, %s, amp %s):" % (res["seeds"], res["device"], res["date"], res["amp"]),
            "", table(best, timing, lambda k: sorted(grid[k]))]
     if res_b:
