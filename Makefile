@@ -248,11 +248,21 @@ endif
 
 # The study's tables and plots again from its committed results (docs/TRAINING_STUDY.md).
 STUDY_DIR := docs/training_study
+# the MQAR recipe and the focused cell on the tensor-core backward passes (gpu_study.sh grid)
+RECIPE_DIR := $(STUDY_DIR)/recipe
 study-report:
 	/usr/bin/python3 studies/train/report.py \
 	    $(STUDY_DIR)/results_s012.json,$(STUDY_DIR)/results_s012_part2.json \
 	    $(STUDY_DIR)/results_s345.json,$(STUDY_DIR)/results_s345_part2.json \
 	    --md $(STUDY_DIR)/tables.md --plots $(STUDY_DIR)
+	/usr/bin/python3 studies/train/report.py --task mqar \
+	    $(RECIPE_DIR)/mqar64x4_s012.json,$(RECIPE_DIR)/mqar256x16_s012_cut.json,$(RECIPE_DIR)/timing.json \
+	    $(RECIPE_DIR)/mqar64x4_s345_cut.json \
+	    --md $(RECIPE_DIR)/tables_mqar.md --plots $(RECIPE_DIR) --prefix recipe_
+	/usr/bin/python3 studies/train/report.py --task nearest \
+	    $(STUDY_DIR)/results_s012.json,$(RECIPE_DIR)/focused_s012.json,$(RECIPE_DIR)/timing.json \
+	    $(STUDY_DIR)/results_s345.json,$(RECIPE_DIR)/focused_s345.json \
+	    --md $(RECIPE_DIR)/tables_nearest.md --plots $(RECIPE_DIR) --prefix focused_
 
 # Sanitizer build of the C tests in a separate tree.
 # -march=native so the sanitizers also watch the AVX-512 kernels.

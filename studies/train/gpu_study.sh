@@ -7,6 +7,15 @@
 #                                            of the first, then the timing pass alone
 #   bash studies/train/gpu_study.sh check   MQAR recipe check: softmax dim 64, seed 0
 #   bash studies/train/gpu_study.sh cells   STUDY_CELLS of MQAR, both seed sets
+#   bash studies/train/gpu_study.sh grid    in STUDY_BUDGET seconds (default 400): the timing
+#                                            pass alone with the backward path of every
+#                                            configuration (LA_VERBOSE), MQAR 64x4 dim 64
+#                                            (softmax seed 0 is the recipe check) and the
+#                                            focused 2-D cell with both seed sets, then
+#                                            MQAR 256x16 dim 64 as far as the budget goes
+#   bash studies/train/gpu_study.sh mqar-rest   what grid's call left cut: MQAR 64x4 dim 64
+#                                            seeds 3,4,5 at the best lr of the committed
+#                                            seeds 0,1,2, then 256x16 dim 64, both seed sets
 # Environment: STUDY_JOBS (worker processes, default 12), STUDY_D1 / STUDY_D2 (seconds
 # after which no run of the first / second seed set starts), STUDY_RUN_LIMIT (wall
 # seconds a run may train; then it is cut and left out), STUDY_ARGS (more
@@ -68,6 +77,66 @@ case "$1" in
     tail -n 1 "$OUT/s345b.log"; echo "seeds 3,4,5: $(el) s"
     python3 studies/train/report.py "$OUT/s012b/results.json" "$OUT/s345b/results.json" \
       | grep -E "^\| mqar" | cut -c1-150 | head -n 40
+    ;;
+  grid|mqar-rest)
+    T=${STUDY_BUDGET:-400}
+    left() { echo $(( T - $(el) - $1 )); }   # seconds left, less a reserve
+    # no run starts after 40 s; a run trains for at most RL seconds (then cut, left out)
+    part() {  # name jobs run_study-arguments...
+      local name=$1 jobs=$2; shift 2
+      run --suite full --jobs "$jobs" --deadline 40 --run-limit "$RL" --out "$OUT/$name" "$@" \
+        2>&1 | grep -v -i warn > "$OUT/$name.log"
+    }
+    LR64=docs/training_study/recipe/mqar64x4_s012.json   # mqar-rest: the committed seeds 0,1,2
+    if [ "$1" = grid ]; then
+      LR64="$OUT/mqar64_s012/results.json"
+      # one line per forward/backward family and variant under each timing line
+      paths() { awk '/^la: /{k=$2" "$3; if(!(k in s)){s[k]=1; o[++n]=k; if($3=="portable") w[k]=$0}; next}
+        /^timing /{print; for(i=1;i<=n;i++) print "    " o[i] (o[i] in w ? "  <- " w[o[i]] : "");
+                   delete s; delete w; n=0; next} {print}'; }
+      LA_VERBOSE=1 run --suite full --timing-only --dims 64 --timing-steps 20 --timing-deadline 60 \
+          --jobs 1 --out "$OUT/timing" 2>&1 | grep -v -i warn | paths | tee "$OUT/timing.log"
+      echo "timing: $(el) s"
+      # MQAR 64x4 dim 64, every variant, the lr grid, seeds 0,1,2 (softmax seed 0: the recipe
+      # check), and the focused 2-D cell
+      RL=$(left 60); [ "$RL" -gt 240 ] && RL=240
+      part mqar64_s012 18 --only mqar --settings 64x4 --dims 64 --seeds 0,1,2 &
+      part focused_s012 6 --only nearest --cells focused@64 --seeds 0,1,2 &
+      wait
+      grep -h "runs in" "$OUT/mqar64_s012.log" "$OUT/focused_s012.log"; echo "seeds 0,1,2: $(el) s"
+    fi
+    # seeds 3,4,5 at the best lr of seeds 0,1,2. More processes than the 16 CPU cores
+    # lower the throughput, so MQAR 256x16 runs after them, not beside them.
+    RL=$(left 45)
+    if [ "$RL" -gt 30 ]; then
+      part mqar64_s345 9 --only mqar --settings 64x4 --dims 64 --seeds 3,4,5 --lr-from "$LR64" &
+      [ "$1" = grid ] && part focused_s345 3 --only nearest --cells focused@64 --seeds 3,4,5 \
+          --lr-from "$OUT/focused_s012/results.json" &
+      wait
+      grep -h "runs in" "$OUT"/*_s345.log; echo "seeds 3,4,5: $(el) s"
+    fi
+    RL=$(left 45)
+    if [ "$RL" -gt 60 ]; then
+      part mqar256_s012 18 --only mqar --settings 256x16 --dims 64 --seeds 0,1,2
+      grep -h "runs in" "$OUT/mqar256_s012.log"; echo "256x16 seeds 0,1,2: $(el) s"
+    fi
+    RL=$(left 30)
+    if [ "$RL" -gt 60 ] && [ -f "$OUT/mqar256_s012/results.json" ]; then
+      part mqar256_s345 9 --only mqar --settings 256x16 --dims 64 --seeds 3,4,5 \
+          --lr-from "$OUT/mqar256_s012/results.json"
+      grep -h "runs in" "$OUT/mqar256_s345.log"; echo "256x16 seeds 3,4,5: $(el) s"
+    fi
+    SA=""; SB=""   # every part of each seed set, and the timing pass (report.py joins commas)
+    for p in mqar64 focused mqar256; do
+      [ -f "$OUT/${p}_s012/results.json" ] && SA="$SA,$OUT/${p}_s012/results.json"
+      [ -f "$OUT/${p}_s345/results.json" ] && SB="$SB,$OUT/${p}_s345/results.json"
+    done
+    [ "$1" = mqar-rest ] && SA="$SA,$LR64"
+    [ -f "$OUT/timing/results.json" ] && SA="$SA,$OUT/timing/results.json"
+    [ -n "$SA" ] && python3 studies/train/report.py "${SA#,}" ${SB:+"${SB#,}"} 2>&1 \
+      | grep -E "^\| (mqar|nearest|A|B) |held|Error" | cut -c1-160 | head -n 60
+    (cd "$OUT" && tar czf study_grid.tgz --exclude study_grid.tgz ./*_s012 ./*_s345 timing ./*.log \
+       2>/dev/null; rm -rf ./*_s012 ./*_s345 timing)
     ;;
 esac
 echo "total $(el) s"

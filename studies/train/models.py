@@ -8,7 +8,8 @@ module differs (its parameter count is reported beside the results):
     linear    longattn.nn.LinearAttention(feature="elu1")
     mhla      longattn.nn.MHLA (learned mixing; causal: chunkwise with
               uniform_causal init; 2-D: locality init over the block grid)
-    focused   longattn.nn.FocusedLinearAttention (FLatten; 2-D maps only)
+    focused   FocusedAttention below: longattn.nn.FocusedLinearAttention (FLatten;
+              2-D maps only) with its positional encoding added in k's dtype
 """
 import math
 
@@ -51,6 +52,28 @@ class SoftmaxAttention(nn.Module):
         return self.proj(o.reshape(B, N, C))
 
 
+class FocusedAttention(lnn.FocusedLinearAttention):
+    """longattn.nn.FocusedLinearAttention with k + positional encoding kept in
+    k's dtype. The layer's own forward adds its fp32 parameter to the bf16 k of
+    autocast, which promotes k to fp32; the CUDA backward then takes the
+    portable engine (the tensor-core one needs q, k, v all bf16). Same
+    parameters, same arithmetic up to the bf16 rounding of k that autocast
+    gives every other input."""
+
+    def forward(self, x):
+        B, N, C = x.shape
+        H, D = self.num_heads, self.head_dim
+        q, k, v = self.qkv(x).view(B, N, 3, H, D).unbind(2)
+        k = k + self.positional_encoding.view(1, N, H, D).to(k.dtype)
+        kk = self.kernel_size
+        o = longattn.ops.focused_attention(q, k, v, variant="flatten", map=self.map,
+                                           conv=self.dwc.weight.view(D, kk, kk),
+                                           conv_bias=self.dwc.bias,
+                                           softplus_param=self.scale.view(C),
+                                           p=self.focusing_factor)
+        return self.proj(o.reshape(B, N, C))
+
+
 def make_attention(variant, dim, heads, causal, seq_len=None, grid=None, blocks=None,
                    chunk=None):
     if variant in ("softmax", "sdpa"):
@@ -66,7 +89,7 @@ def make_attention(variant, dim, heads, causal, seq_len=None, grid=None, blocks=
     if variant == "focused":
         if causal:
             raise ValueError("focused attention (FLatten) is non-causal: 2-D tasks only")
-        return lnn.FocusedLinearAttention(dim, heads, map=tuple(grid))
+        return FocusedAttention(dim, heads, map=tuple(grid))
     raise ValueError("unknown attention variant %r" % variant)
 
 

@@ -103,7 +103,7 @@ def cut_best(runs):
                                                    if r.get("cut")]).items()}
 
 
-def plots(best, folder, other=None, cut=None):
+def plots(best, folder, other=None, cut=None, prefix="study_"):
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -132,7 +132,7 @@ def plots(best, folder, other=None, cut=None):
             ax.set_ylim(-0.02, 1.02)
         axes[0][0].legend(fontsize=7)
         fig.tight_layout()
-        p = os.path.join(folder, "study_mqar_accuracy_vs_dim.png")
+        p = os.path.join(folder, prefix + "mqar_accuracy_vs_dim.png")
         fig.savefig(p, dpi=110)
         plt.close(fig)
         made.append(p)
@@ -151,7 +151,7 @@ def plots(best, folder, other=None, cut=None):
         ax.set_title("MQAR, dim %d" % dim)
         ax.legend(fontsize=7)
         fig.tight_layout()
-        p = os.path.join(folder, "study_mqar_accuracy_vs_length.png")
+        p = os.path.join(folder, prefix + "mqar_accuracy_vs_length.png")
         fig.savefig(p, dpi=110)
         plt.close(fig)
         made.append(p)
@@ -176,7 +176,7 @@ def plots(best, folder, other=None, cut=None):
             ax.set_title("2-D nearest-marker task %s, dim %d (dots: seeds; left A, right B)"
                          % (g[1], g[2]), fontsize=8)
         fig.tight_layout()
-        p = os.path.join(folder, "study_nearest_accuracy.png")
+        p = os.path.join(folder, prefix + "nearest_accuracy.png")
         fig.savefig(p, dpi=110)
         plt.close(fig)
         made.append(p)
@@ -203,17 +203,17 @@ def plots(best, folder, other=None, cut=None):
         ax.set_ylabel("training loss")
         ax.legend(fontsize=6)
     fig.tight_layout()
-    p = os.path.join(folder, "study_curves.png")
+    p = os.path.join(folder, prefix + "curves.png")
     fig.savefig(p, dpi=100)
     plt.close(fig)
     made.append(p)
     return made
 
 
-def load(paths):
+def load(paths, task=None):
     """One results.json, or several joined by commas (parts of one seed set run in
     separate calls: their runs and timing rows are concatenated, the first's
-    metadata kept)."""
+    metadata kept); with `task`, only that task's runs and timing rows."""
     parts = []
     for p in paths.split(","):
         with open(p) as f:
@@ -222,6 +222,9 @@ def load(paths):
     res["runs"] = [r for x in parts for r in x["runs"]]
     res["timing"] = [t for x in parts for t in x.get("timing", [])]
     res["lr_from"] = any(x.get("lr_from") for x in parts)
+    if task:
+        res["runs"] = [r for r in res["runs"] if r["task"] == task]
+        res["timing"] = [t for t in res["timing"] if t["task"] == task]
     return res
 
 
@@ -232,8 +235,10 @@ def main():
                     help="the same study with other seeds (several files: joined by commas)")
     ap.add_argument("--md", default=None)
     ap.add_argument("--plots", default=None)
+    ap.add_argument("--prefix", default="study_", help="file name prefix of the plots")
+    ap.add_argument("--task", default=None, help="only this task's runs (mqar or nearest)")
     a = ap.parse_args()
-    res = load(a.results)
+    res = load(a.results, a.task)
     best = best_of_grid(res["runs"])
     grid = collections.defaultdict(set)
     for r in res["runs"]:
@@ -241,9 +246,9 @@ def main():
     timing = timing_of(res)
     res_b = other = None
     if a.other:
-        res_b = load(a.other)
+        res_b = load(a.other, a.task)
         other = best_of_grid(res_b["runs"])
-        timing = dict(timing_of(res_b), **timing)
+        timing = {**timing_of(res_b), **timing}
     out = ["Seeds %s (%s, %s, amp %s):" % (res["seeds"], res["device"], res["date"], res["amp"]),
            "", table(best, timing, lambda k: sorted(grid[k]))]
     if res_b:
@@ -277,7 +282,7 @@ def main():
         with open(a.md, "w") as f:
             f.write(text + "\n")
     if a.plots:
-        for p in plots(best, a.plots, other, cut_best(res["runs"])):
+        for p in plots(best, a.plots, other, cut_best(res["runs"]), a.prefix):
             print("wrote", p)
 
 
