@@ -144,8 +144,11 @@ __device__ __forceinline__ const uint8_t *sc_page_row(const sc_pages &pg, int64_
     return base + off * RB;
 }
 
+/* PAGED: 2 CTAs per SM (<= 128 registers, a few spilled): a decode CTA
+ * scores its 256 keys for one query, so a second CTA's loads hide the
+ * first's MMAs and epilogue */
 template <int HI, int DI, int MT, bool GATHER, int EB, bool PAGED = false>
-__global__ void __launch_bounds__(SC_THREADS, 1)
+__global__ void __launch_bounds__(SC_THREADS, PAGED ? 2 : 1)
     sc_mma_kernel(la_sp_score_args a, sc_scales sc, int qgroup, sc_pages pg) {
     constexpr int NT = HI / 8, RB = DI * EB, KS = RB / 32, CPR = RB / 16;
     constexpr int SWZ = (CPR < 8 ? CPR : 8) - 1;
