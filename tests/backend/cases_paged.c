@@ -402,6 +402,20 @@ static void run_paged(const void *arg) {
             CHECK(bad == 0, "%s %s paged%s: %lld query rows differ from the CPU beyond near-ties (nseq %lld next_n %lld)",
                   dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
         }
+    if (tc8) { /* the CPU path takes e4m3 q too: decoded exactly, the same bits as its f32 values */
+        la_paged_query ph;
+        la_paged_query_init(&ph);
+        ph.block_table = &hbt;
+        ph.context_lens = &hcl;
+        ph.next_n = nn;
+        ph.q_seq = C->qseq ? &hqs : NULL;
+        la_tensor hq8;
+        la_tensor_init(&hq8, qdev, LA_FP8_E4M3, LA_DEVICE_CPU, 3, qne);
+        CHECK_OK(la_dsa_topk_paged(&ip, &hq, &hw, hc, &ph, &hidx, NULL));
+        memcpy(id2, ih, (size_t)(T * topk) * 4);
+        CHECK_OK(la_dsa_topk_paged(&ip, &hq8, &hw, hc, &ph, &hidx, NULL));
+        CHECK(!memcmp(id2, ih, (size_t)(T * topk) * 4), "cpu paged dsa: e4m3 q differs from its f32 values");
+    }
     if (C->tcq) tc_equalities(C, dc, dl, pb, table, maxp, qdev, w, rowof, idsa, &ip, &dq, &dw, &dbt, &dcl, &dqs);
     /* bad input on device views */
     if (C->nseq >= 2 && C->lens[0] > PS) {
