@@ -1,22 +1,29 @@
 """Paged serving benchmark on the GPU (issue 18), run by tests/cuda/gpu_paged.sh.
 
-  decode : 64 sequences, contexts spread over 32K-128K, next_n = 1, HI = 64,
-           dI = 128, topk = 2048, fp8 e4m3 paged cache (132 B per token):
-           la_dsa_topk_paged vs its byte floor (every cached token read once
-           at the measured copy bandwidth), la_hisa_topk_paged vs DSA, and a
-           plain-PyTorch gather-and-score peer (block-table gather of bf16
-           pages, einsum, ReLU, weighted head sum, torch.topk).
-  decode128: the same with every context at 128K (HISA vs DSA at 128K).
-  prefill: one sequence, a chunk of 4096 queries at 128K context: HISA paged;
-           DSA paged measured on the last 128 queries of the chunk and scaled
-           by 4096/128 (labelled as such: the simple fp32 kernel would take
-           most of the device call on the full chunk).
-Times: medians of CUDA-event timings (each paged call includes its host-side
-validation: the block table and lengths are copied to the host).
-Usage: python3 bench/gpu_paged.py [--json OUT.json] [--quick]
+  decode : 64 sequences, next_n = 1, HI = 64, dI = 128, topk = 2048, an fp8
+           e4m3 paged cache (132 B per token) and e4m3 queries (per (query,
+           head) scale amax/448 folded into w, as DeepSeek's indexer does:
+           the paged tensor-core path); contexts spread over 32K-128K (the
+           issue's shape), then every context at 32K, 64K and 128K.
+           la_dsa_topk_paged against its byte floor (every cached key read
+           once at the measured read bandwidth), la_hisa_topk_paged against
+           DSA, a bf16-cache DSA row at 128K (256 B per token), and the plain
+           PyTorch gather-and-score peer: block-table gather of bf16 pages,
+           einsum, ReLU, weighted head sum, torch.topk (eager, per sequence;
+           and torch.compile of the batched padded form, when --compile).
+           "kern" is the device time of the call's kernels alone (CUDA
+           events around it minus the host-side validation, measured by
+           torch.profiler's CUDA kernel sum).
+  prefill: one sequence, 4096 queries at 128K context: HISA paged vs DSA
+           paged (both measured on the full chunk).
+Times: medians of CUDA-event timings through the Python package (each paged
+call includes its host-side validation: the block table and lengths are
+copied to the host).
+Usage: python3 bench/gpu_paged.py [--json OUT.json] [--quick] [--compile]
 """
 import json
 import sys
+import time
 
 import numpy as np
 import torch
@@ -25,20 +32,41 @@ import longattn
 from benchlib import cuda_median_ms
 
 PS, DI, HI, TOPK = 64, 128, 64, 2048
+T0 = time.time()
 
 
 def med(fn, warm=1, iters=5):
     return cuda_median_ms(fn, reps=iters, warm=warm)
 
 
-def copy_bandwidth():
-    x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
-    y = torch.empty_like(x)
-    ms = med(lambda: y.copy_(x), warm=2, iters=10)
-    return 2 * x.numel() / (ms * 1e-3)  # bytes/s (read + write)
+def kernel_ms(fn):
+    """Sum of the CUDA kernel times of one call of fn (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    tot = 0.0  # self device times: each kernel counted once
+    for e in prof.key_averages():
+        tot += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+    return tot / 1e3
 
 
-def build(lens, dtype="fp8_e4m3", seed=0):
+def read_bandwidth():
+    """Bytes/s of a read-only pass (a sum over 2 GiB of bytes viewed as int64)."""
+    x = torch.ones(1 << 28, dtype=torch.int64, device="cuda")
+    ms = med(lambda: x.sum(), warm=2, iters=10)
+    return x.numel() * 8 / (ms * 1e-3)
+
+
+def quant_q(q):
+    """e4m3 q with a per-(query, head) scale amax/448, and that scale."""
+    s = (q.abs().amax(-1, keepdim=True) / 448.0).clamp_min(1e-12)
+    return (q / s).to(torch.float8_e4m3fn), s.squeeze(-1)
+
+
+def build(lens, dtype="fp8_e4m3", seed=0, peer=True):
     g = torch.Generator(device="cuda").manual_seed(seed)
     nseq = len(lens)
     pages_per = [(n + PS - 1) // PS for n in lens]
@@ -53,13 +81,14 @@ def build(lens, dtype="fp8_e4m3", seed=0):
     cache = longattn.PagedIndexCache(num_pages, page_size=PS, head_dim=DI, dtype=dtype,
                                      max_seqs=nseq, max_seq_len=max(lens), device="cuda")
     # the same keys in bf16 pages for the PyTorch peer
-    peer_pages = torch.zeros(num_pages, PS, DI, dtype=torch.bfloat16, device="cuda")
+    peer_pages = torch.zeros(num_pages, PS, DI, dtype=torch.bfloat16, device="cuda") if peer else None
     for s, n in enumerate(lens):
         k = torch.randn(n, DI, device="cuda", generator=g)
         pos = torch.arange(n, dtype=torch.int32)
-        slots = (table[s, pos // PS].long() * PS + (pos % PS)).int()
-        cache.append(k, slots.cuda(), torch.full((n,), s, dtype=torch.int32, device="cuda"), pos.cuda())
-        peer_pages.view(-1, DI)[slots.cuda().long()] = k.bfloat16()
+        slots = (table[s, pos // PS].long() * PS + (pos % PS)).int().cuda()
+        cache.append(k, slots, torch.full((n,), s, dtype=torch.int32, device="cuda"), pos.cuda())
+        if peer:
+            peer_pages.view(-1, DI)[slots.long()] = k.bfloat16()
         del k
     return cache, table.cuda(), torch.tensor(lens, dtype=torch.int32, device="cuda"), peer_pages
 
@@ -77,55 +106,113 @@ def torch_peer(q, w, pages, table, lens, topk):
     return out
 
 
+def torch_peer_batched(q, w, pages, table, lens, topk):
+    """The batched padded form (one static shape, for torch.compile)."""
+    k = pages[table.long()].reshape(table.shape[0], -1, DI)  # [nseq, maxp*PS, dI]
+    sc = torch.einsum("bhd,bsd->bhs", q.bfloat16(), k).float().relu_()
+    sc = (sc * w[:, :, None]).sum(1)
+    pos = torch.arange(k.shape[1], device=k.device)
+    sc = sc.masked_fill(pos[None, :] >= lens[:, None], float("-inf"))
+    return torch.topk(sc, topk, dim=-1).indices
+
+
+def decode_row(name, lens, bw, res, bf16_row=False):
+    nseq = len(lens)
+    cache, table, cl, peer = build(lens)
+    q = torch.randn(nseq, HI, DI, device="cuda")
+    w = torch.rand(nseq, HI, device="cuda") / (HI * DI) ** 0.5
+    q8, qs = quant_q(q)
+    w8 = (w * qs).contiguous()
+    dsa = lambda: longattn.dsa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
+    hisa = lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
+    t_dsa, t_hisa = med(dsa, iters=5), med(hisa, iters=5)
+    k_dsa, k_hisa = kernel_ms(dsa), kernel_ms(hisa)
+    t_peer = med(lambda: torch_peer(q, w, peer, table, cl, TOPK), iters=3)
+    tokens = sum(lens)
+    floor_ms = tokens * (DI + 4) / bw * 1e3
+    r = {"contexts": [lens[0], lens[-1]], "tokens": tokens, "dsa_ms": t_dsa, "dsa_kernels_ms": k_dsa,
+         "hisa_ms": t_hisa, "hisa_kernels_ms": k_hisa, "torch_peer_ms": t_peer, "byte_floor_ms": floor_ms,
+         "dsa_over_floor": t_dsa / floor_ms, "dsa_kernels_over_floor": k_dsa / floor_ms,
+         "hisa_speedup_vs_dsa": t_dsa / t_hisa}
+    print("%-10s %d seqs, ctx %d..%d: DSA paged %.3f ms (kern %.3f; %.2fx / %.2fx the %.3f ms floor), "
+          "HISA paged %.3f ms (kern %.3f; %.2fx faster), PyTorch gather+score %.2f ms"
+          % (name, nseq, lens[0], lens[-1], t_dsa, k_dsa, t_dsa / floor_ms, k_dsa / floor_ms, floor_ms,
+             t_hisa, k_hisa, t_dsa / t_hisa, t_peer), flush=True)
+    res[name] = r
+    del cache, peer
+    torch.cuda.empty_cache()
+    if bf16_row:
+        cache, table, cl, _ = build(lens, dtype="bf16", peer=False)
+        qb = q.bfloat16()
+        t_b = med(lambda: longattn.dsa_topk_paged(qb, w, cache, table, cl, topk=TOPK), iters=5)
+        k_b = kernel_ms(lambda: longattn.dsa_topk_paged(qb, w, cache, table, cl, topk=TOPK))
+        fl = tokens * DI * 2 / bw * 1e3
+        res[name + "_bf16"] = {"dsa_ms": t_b, "dsa_kernels_ms": k_b, "byte_floor_ms": fl,
+                               "dsa_over_floor": t_b / fl}
+        print("%-10s bf16 cache: DSA paged %.3f ms (kern %.3f; %.2fx the %.3f ms floor of 256 B/token)"
+              % (name, t_b, k_b, t_b / fl, fl), flush=True)
+        del cache
+        torch.cuda.empty_cache()
+
+
 def main():
     quick = "--quick" in sys.argv
     jpath = sys.argv[sys.argv.index("--json") + 1] if "--json" in sys.argv else None
     res = {"device": torch.cuda.get_device_name(), "HI": HI, "dI": DI, "topk": TOPK, "page": PS}
-    bw = copy_bandwidth()
-    res["copy_bandwidth_GBps"] = bw / 1e9
-    print("copy bandwidth %.0f GB/s (read+write of a 1 GiB tensor)" % (bw / 1e9))
+    bw = read_bandwidth()
+    res["read_bandwidth_GBps"] = bw / 1e9
+    print("read bandwidth %.0f GB/s (sum over 2 GiB)" % (bw / 1e9), flush=True)
     nseq = 8 if quick else 64
-    for name, lens in (("decode", [int(x) for x in np.linspace(32768, 131072, nseq)]),
-                       ("decode128", [131072] * nseq)):
-        cache, table, cl, peer = build(lens)
-        q = torch.randn(nseq, HI, DI, device="cuda")
-        w = torch.rand(nseq, HI, device="cuda") / (HI * DI) ** 0.5
-        t_dsa = med(lambda: longattn.dsa_topk_paged(q, w, cache, table, cl, topk=TOPK), iters=1)
-        t_hisa = med(lambda: longattn.hisa_topk_paged(q, w, cache, table, cl, topk=TOPK))
-        t_peer = med(lambda: torch_peer(q, w, peer, table, cl, TOPK), iters=3)
-        tokens = sum(lens)
-        floor_ms = tokens * (DI + 4) / bw * 1e3 * 2  # copy bw counts read+write: a read-only pass moves half
-        r = {"contexts": [lens[0], lens[-1]], "tokens": tokens, "dsa_ms": t_dsa, "hisa_ms": t_hisa,
-             "torch_peer_ms": t_peer, "byte_floor_ms": floor_ms, "dsa_over_floor": t_dsa / floor_ms,
-             "hisa_speedup_vs_dsa": t_dsa / t_hisa}
-        res[name] = r
-        print("%-9s %d seqs, ctx %d..%d: DSA paged %.3f ms (%.1fx the %.3f ms byte floor), "
-              "HISA paged %.3f ms (%.2fx faster than DSA), PyTorch gather+score %.3f ms"
-              % (name, nseq, lens[0], lens[-1], t_dsa, t_dsa / floor_ms, floor_ms, t_hisa,
-                 t_dsa / t_hisa, t_peer))
-        del cache, peer
-        torch.cuda.empty_cache()
+    mixed = [int(x) for x in np.linspace(32768, 131072, nseq)]
+    decode_row("decode", mixed, bw, res)
+    for L in (32768, 65536, 131072):
+        decode_row("decode%dk" % (L // 1024), [L] * nseq, bw, res, bf16_row=L == 131072)
     # prefill: one sequence, 4096 queries at 128K
-    L, Tq, Tdsa = 131072, (512 if quick else 4096), 128
-    cache, table, cl, peer = build([L], seed=1)
+    L, Tq = 131072, (512 if quick else 4096)
+    cache, table, cl, _ = build([L], seed=1, peer=False)
     q = torch.randn(Tq, HI, DI, device="cuda")
     w = torch.rand(Tq, HI, device="cuda") / (HI * DI) ** 0.5
-    t_hisa = med(lambda: longattn.hisa_topk_paged(q, w, cache, table, cl, next_n=Tq, topk=TOPK),
-                 warm=0, iters=1)
-    # DSA on the chunk's last Tdsa queries: a context of L with next_n = Tdsa sees the same ranges
-    qd, wd = q[-Tdsa:].contiguous(), w[-Tdsa:].contiguous()
-    t_dsa_part = med(lambda: longattn.dsa_topk_paged(qd, wd, cache, table, cl, next_n=Tdsa, topk=TOPK),
-                     warm=0, iters=1)
-    t_dsa = t_dsa_part * Tq / Tdsa
-    res["prefill"] = {"L": L, "queries": Tq, "hisa_ms": t_hisa, "dsa_ms_scaled": t_dsa,
-                      "dsa_measured_queries": Tdsa, "dsa_measured_ms": t_dsa_part,
-                      "hisa_speedup_vs_dsa": t_dsa / t_hisa}
-    print("prefill   %d queries at %d: HISA paged %.2f ms; DSA paged %.2f ms on %d queries, x%d = %.1f ms "
-          "(scaled); HISA %.1fx faster" % (Tq, L, t_hisa, t_dsa_part, Tdsa, Tq // Tdsa, t_dsa, t_dsa / t_hisa))
+    q8, qs = quant_q(q)
+    w8 = (w * qs).contiguous()
+    t_hisa = med(lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, next_n=Tq, topk=TOPK), iters=3)
+    t_dsa = med(lambda: longattn.dsa_topk_paged(q8, w8, cache, table, cl, next_n=Tq, topk=TOPK), iters=3)
+    res["prefill"] = {"L": L, "queries": Tq, "hisa_ms": t_hisa, "dsa_ms": t_dsa, "hisa_speedup_vs_dsa": t_dsa / t_hisa}
+    print("prefill    %d queries at %d: HISA paged %.2f ms, DSA paged %.2f ms: HISA %.1fx faster"
+          % (Tq, L, t_hisa, t_dsa, t_dsa / t_hisa), flush=True)
+    save(res, jpath)
+    del cache
+    torch.cuda.empty_cache()
+    if "--compile" in sys.argv:  # last: its compile time must not cost the rows above
+        compiled_peer(mixed, res["decode"])
+        save(res, jpath)
+
+
+def save(res, jpath):
     if jpath:
         with open(jpath, "w") as f:
             json.dump(res, f, indent=1)
-        print("wrote %s" % jpath)
+        print("wrote %s" % jpath, flush=True)
+
+
+def compiled_peer(lens, r):
+    """torch.compile of the batched padded PyTorch form on the decode shape."""
+    nseq = len(lens)
+    cache, table, cl, peer = build(lens)
+    del cache
+    q = torch.randn(nseq, HI, DI, device="cuda")
+    w = torch.rand(nseq, HI, device="cuda") / (HI * DI) ** 0.5
+    try:
+        r["torch_batched_eager_ms"] = med(lambda: torch_peer_batched(q, w, peer, table, cl, TOPK), iters=3)
+        fn = torch.compile(torch_peer_batched, dynamic=False)
+        t1 = time.time()
+        fn(q, w, peer, table, cl, TOPK)
+        torch.cuda.synchronize()
+        r["torch_compile_s"] = time.time() - t1
+        r["torch_compiled_ms"] = med(lambda: fn(q, w, peer, table, cl, TOPK), iters=3)
+        print("decode     PyTorch batched padded: eager %.2f ms, torch.compile %.2f ms (compile %.0f s)"
+              % (r["torch_batched_eager_ms"], r["torch_compiled_ms"], r["torch_compile_s"]), flush=True)
+    except Exception as e:  # the peer is optional: report and go on
+        print("decode     torch.compile peer failed: %s" % str(e).splitlines()[0][:200], flush=True)
 
 
 if __name__ == "__main__":

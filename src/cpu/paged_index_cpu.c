@@ -105,7 +105,9 @@ static la_status run_seq(const struct la_paged_index_cache *c, const la_index_pa
     for (int64_t j = 0; j < nq; j++)
         for (int64_t h = 0; h < HI; h++) {
             for (int64_t d = 0; d < dI; d++)
-                qg[(j * HI + h) * dI + d] = la_load_f32(q, la_off3(q, S->rows[j], h, d));
+                qg[(j * HI + h) * dI + d] = q->dtype == LA_FP8_E4M3
+                                                ? c->e4m3[((const uint8_t *)q->data)[la_off3(q, S->rows[j], h, d)]]
+                                                : la_load_f32(q, la_off3(q, S->rows[j], h, d));
             wg[j * HI + h] = la_load_f32(w, la_off2(w, S->rows[j], h));
         }
     for (int64_t j = 0; j < nq; j++) {

@@ -35,6 +35,7 @@
 #include "cuda_ops.h"
 #include "select.cuh"
 #include "sparse_prep.cuh"
+#include "paged_index_tc.cuh"
 
 #include <cuda_fp8.h>
 #include <stdlib.h>
@@ -129,9 +130,26 @@ __device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, const sc_sc
     la_cp_commit_nc();
 }
 
-template <int HI, int DI, int MT, bool GATHER, int EB>
-__global__ void __launch_bounds__(SC_THREADS, 1)
-    sc_mma_kernel(la_sp_score_args a, sc_scales sc, int qgroup) {
+/* PAGED: the row of position s (>= 0) of sequence seq through the block
+ * table, and its fp8 scale (paged_index_tc.cuh). */
+__device__ __forceinline__ const uint8_t *sc_page_row(const sc_pages &pg, int64_t seq, int64_t s, int RB,
+                                                      float *scale) {
+    if (s < 0) {
+        *scale = 1.f;
+        return pg.pages;
+    }
+    const int64_t page = pg.table[seq * pg.maxp + s / pg.ps], off = s % pg.ps;
+    const uint8_t *base = pg.pages + page * pg.page_bytes;
+    *scale = pg.fp8 ? *(const float *)(base + (int64_t)pg.ps * RB + off * 4) : 1.f;
+    return base + off * RB;
+}
+
+/* PAGED: 2 CTAs per SM (<= 128 registers, a few spilled): a decode CTA
+ * scores its 256 keys for one query, so a second CTA's loads hide the
+ * first's MMAs and epilogue */
+template <int HI, int DI, int MT, bool GATHER, int EB, bool PAGED = false>
+__global__ void __launch_bounds__(SC_THREADS, PAGED ? 2 : 1)
+    sc_mma_kernel(la_sp_score_args a, sc_scales sc, int qgroup, sc_pages pg) {
     constexpr int NT = HI / 8, RB = DI * EB, KS = RB / 32, CPR = RB / 16;
     constexpr int SWZ = (CPR < 8 ? CPR : 8) - 1;
     constexpr int KEYS = SC_WARPS * 16 * MT;
@@ -140,25 +158,46 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
     const int64_t p0 = (int64_t)blockIdx.x * KEYS + warp * 16 * MT; /* first column of the warp */
-    int64_t t0, t1;
+    /* t0 .. t1: the CTA's query rows (PAGED dense mode: indices into pg.rows);
+     * PAGED: seq is the rows' sequence and klen its cached tokens */
+    int64_t t0, t1, seq = 0, klen = a.Lk;
     if (GATHER) {
         t0 = blockIdx.y;
         t1 = t0 + 1;
+        if (PAGED) {
+            seq = pg.row_seq[t0];
+            klen = pg.lens[seq];
+        }
+    } else if (PAGED) {
+        seq = blockIdx.y / pg.rsplit;
+        const int64_t r1 = pg.row0[seq + 1];
+        t0 = pg.row0[seq] + (int64_t)(blockIdx.y % pg.rsplit) * qgroup;
+        t1 = min(r1, t0 + qgroup);
+        klen = pg.lens[seq];
+        if (t0 >= t1) return;
+        if ((int64_t)blockIdx.x * KEYS >= klen) { /* past the sequence: every column is -inf */
+            for (int64_t i = t0; i < t1; i++)
+                for (int64_t p = (int64_t)blockIdx.x * KEYS + threadIdx.x;
+                     p < min(a.ncols, (int64_t)(blockIdx.x + 1) * KEYS); p += SC_THREADS)
+                    a.out[(int64_t)pg.rows[i] * a.out_ld + p] = -INFINITY;
+            return;
+        }
     } else {
         t0 = (int64_t)blockIdx.y * qgroup;
         t1 = min(a.T, t0 + qgroup);
     }
+    auto row_of = [&](int64_t i) -> int64_t { return (PAGED && !GATHER) ? (int64_t)pg.rows[i] : i; };
 
-    sc_load_q<HI, DI, EB>(a, sc, t0, qs[0], ws[0]);
+    sc_load_q<HI, DI, EB>(a, sc, row_of(t0), qs[0], ws[0]);
 
     /* A fragments: this warp's keys, all of dI, kept in registers (bytes
      * [4qd, 4qd+4) and [16+4qd, 20+4qd) of each 32-byte k-step of rows g and
      * g+8). In gather mode the keys are the query's candidates (range
      * checked in the epilogue; here only "is there a row to read"). */
     uint32_t af[MT][KS][4];
+    int64_t lo = 0, hi = a.Lk;
+    if (GATHER) la_sp_row_range(a.range, t0, &lo, &hi);
     {
-        int64_t lo = 0, hi = a.Lk;
-        if (GATHER) la_sp_row_range(a.range, t0, &lo, &hi);
 #pragma unroll
         for (int mt = 0; mt < MT; mt++) {
 #pragma unroll
@@ -166,8 +205,10 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
                 const int64_t p = p0 + mt * 16 + g + 8 * half;
                 int64_t s;
                 if (GATHER) s = p < a.ncols ? sc_key_of(a, t0, p, lo, hi) : -1;
-                else s = p < a.Lk ? p : -1;
-                const uint8_t *kr = (const uint8_t *)a.k + (s >= 0 ? s : 0) * a.k_nb0 * EB;
+                else s = p < klen ? p : -1;
+                float unused;
+                const uint8_t *kr = PAGED ? sc_page_row(pg, seq, s, RB, &unused)
+                                          : (const uint8_t *)a.k + (s >= 0 ? s : 0) * a.k_nb0 * EB;
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++) {
                     uint32_t lo2 = 0, hi2 = 0;
@@ -186,14 +227,23 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
 #pragma unroll
     for (int mt = 0; mt < MT; mt++) {
         const int64_t p = p0 + mt * 16 + g + 8 * (qd & 1);
-        ksv[mt] = (sc.ks && !GATHER && p < a.Lk) ? sc.ks[p * sc.ks_nb] : 1.f;
+        if (PAGED) {
+            int64_t s;
+            if (GATHER) s = p < a.ncols ? sc_key_of(a, t0, p, lo, hi) : -1;
+            else s = p < klen ? p : -1;
+            sc_page_row(pg, seq, s, RB, &ksv[mt]);
+        } else {
+            ksv[mt] = (sc.ks && !GATHER && p < a.Lk) ? sc.ks[p * sc.ks_nb] : 1.f;
+        }
     }
+    const bool kscaled = sc.ks || (PAGED && pg.fp8);
 
-    for (int64_t t = t0; t < t1; t++) {
-        const int buf = (int)((t - t0) & 1);
+    for (int64_t i = t0; i < t1; i++) {
+        const int64_t t = row_of(i);
+        const int buf = (int)((i - t0) & 1);
         la_cp_wait_all_nc();
         __syncthreads(); /* q(t) visible; everyone is done with the other buffer */
-        if (t + 1 < t1) sc_load_q<HI, DI, EB>(a, sc, t + 1, qs[buf ^ 1], ws[buf ^ 1]);
+        if (i + 1 < t1) sc_load_q<HI, DI, EB>(a, sc, row_of(i + 1), qs[buf ^ 1], ws[buf ^ 1]);
 
         float acc[MT][NT][4];
 #pragma unroll
@@ -251,7 +301,7 @@ __global__ void __launch_bounds__(SC_THREADS, 1)
                 int64_t lo, hi;
                 la_sp_row_range(a.range, t, &lo, &hi);
                 const int64_t s = sc_key_of(a, t, p, lo, hi);
-                float o = sc.ks ? v * kv : v;
+                float o = kscaled ? v * kv : v;
                 if (s < 0) o = -INFINITY;
                 else if (a.force_ends && (s == lo || s == hi - 1)) o = INFINITY;
                 a.out[t * a.out_ld + p] = o;
@@ -377,7 +427,7 @@ static la_status sc_launch_mma_dense(const la_sp_score_args &a, const sc_scales 
     int64_t qg = ntiles * a.T / (132 * 4);
     qg = qg < 1 ? 1 : (qg > SC_QGROUP ? SC_QGROUP : qg);
     dim3 grid((unsigned)ntiles, (unsigned)la_cu_cdiv(a.T, qg));
-    sc_mma_kernel<HI, DI, 2, false, EB><<<grid, SC_THREADS, 0, s>>>(a, sc, (int)qg);
+    sc_mma_kernel<HI, DI, 2, false, EB><<<grid, SC_THREADS, 0, s>>>(a, sc, (int)qg, sc_pages{});
     LA_CU_LAUNCH(EB == 2 ? "indexer scores (bf16 mma)" : "indexer scores (fp8 e4m3 mma)");
     return LA_OK;
 }
@@ -407,6 +457,45 @@ bool la_sp_scores_mma_ok(const la_sp_score_args &a) {
            a.q_nb2 == 1 && a.q_nb1 % 8 == 0 && a.q_nb0 % 8 == 0 && ((uintptr_t)a.q & 15) == 0 &&
            a.k_nb1 == 1 && a.k_nb0 % 2 == 0 && ((uintptr_t)a.k & 3) == 0 &&
            (a.blocks ? a.T <= 65535 : true);
+}
+
+/* ---- paged keys (paged_index_tc.cuh): the same kernel, PAGED mode ---- */
+template <int HI, int DI, int EB>
+static la_status sc_launch_mma_paged(const la_sp_score_args &a, const sc_pages &pg, int64_t nseq,
+                                     cudaStream_t s) {
+    constexpr int KEYS = SC_WARPS * 16 * 2;
+    const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
+    if (a.blocks) {
+        dim3 grid((unsigned)ntiles, (unsigned)a.T);
+        sc_mma_kernel<HI, DI, 2, true, EB, true><<<grid, SC_THREADS, 0, s>>>(a, sc_scales{}, 1, pg);
+    } else {
+        dim3 grid((unsigned)ntiles, (unsigned)(nseq * pg.rsplit));
+        sc_mma_kernel<HI, DI, 2, false, EB, true><<<grid, SC_THREADS, 0, s>>>(a, sc_scales{}, SC_QGROUP, pg);
+    }
+    LA_CU_LAUNCH(EB == 2 ? "paged indexer scores (bf16 mma)" : "paged indexer scores (fp8 e4m3 mma)");
+    return LA_OK;
+}
+
+bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB) {
+    const bool shape = (a.HI == 64 || a.HI == 32) && a.dI == 128;
+    const bool dt = EB == 2 ? a.q_dt == LA_BF16 : (a.q_dt == LA_FP8_E4M3 && a.hopper);
+    const int64_t al = 16 / EB; /* elements per 16 bytes */
+    return shape && dt && a.q_nb2 == 1 && a.q_nb1 % al == 0 && a.q_nb0 % al == 0 &&
+           ((uintptr_t)a.q & 15) == 0 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX;
+}
+
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+                             cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    if (!a.blocks && nseq * pg.rsplit > 65535)
+        return la_err(LA_ERR_UNSUPPORTED, "paged indexer: %lld sequences x %d row slices exceed the CUDA grid",
+                      (long long)nseq, pg.rsplit);
+    if (EB == 2) {
+        if (a.HI == 64) return sc_launch_mma_paged<64, 128, 2>(a, pg, nseq, s);
+        return sc_launch_mma_paged<32, 128, 2>(a, pg, nseq, s);
+    }
+    if (a.HI == 64) return sc_launch_mma_paged<64, 128, 1>(a, pg, nseq, s);
+    return sc_launch_mma_paged<32, 128, 1>(a, pg, nseq, s);
 }
 
 la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s) {

@@ -15,13 +15,24 @@
  * HISA: block means (pooled sums / count, or pooled from the pages), block
  * scores with the first and last block of the range forced (+inf), la_topk
  * to m blocks, kept blocks sorted ascending, candidate scores [T, m·B],
- * la_topk, candidate -> position (-> slot). This is the simple correct
- * kernel (CUDA cores, fp32); a tensor-core (e4m3 mma) variant is future work. */
+ * la_topk, candidate -> position (-> slot).
+ * Tensor cores (variant "mma" of family "paged", the default where it
+ * applies): bf16 keys with bf16 q, or e4m3 keys with e4m3 q (the q scale
+ * folded into w), HI 32 or 64, dI 128 (e4m3: sm_90). DSA's scores and
+ * HISA's candidate scores then run on the dense DSA mma.sync kernel in its
+ * paged mode (paged_index_tc.cuh: bf16 m16n8k16 / e4m3 m16n8k32, fp32
+ * accumulation, the per-token scale on the head sum), so they equal the
+ * dense mma.sync kernel's on the gathered keys bit for bit; HISA's block
+ * scores (fp32 means) stay on the fp32 kernel. "portable" forces the fp32
+ * kernel (q of any float dtype or e4m3, the CPU's order). */
 #include <stdlib.h>
+#include <string.h>
 
 #include "core/devmem.h"
 #include "cuda/common.cuh"
 #include "cuda/paged_index.cuh"
+#include "cuda/paged_index_tc.cuh"
+#include "cuda/select.cuh"
 
 namespace {
 
@@ -78,6 +89,12 @@ __device__ __forceinline__ float pg_load(const pg_cache &C, int64_t slot, int64_
     }
     if (C.dt == LA_BF16) return __bfloat162float(((const __nv_bfloat16 *)pg)[off * C.dI + d]);
     return ((const float *)pg)[off * C.dI + d];
+}
+
+/* q element: e4m3 queries (fp8 caches) decoded exactly, other floats as la_cu_ld */
+__device__ __forceinline__ float pg_ldq(const la_cu_view &q, int64_t off) {
+    if (q.dt == LA_FP8_E4M3) return pg_e4m3(((const unsigned char *)q.data)[off]);
+    return la_cu_ld(q.data, q.dt, off);
 }
 
 __global__ void pg_finite_kernel(la_cu_view k, int64_t n, int64_t dI, unsigned long long *flag) {
@@ -209,7 +226,7 @@ __global__ void pg_score_kernel(pg_cache C, pg_rows R, la_cu_view q, la_cu_view 
     }
     for (int64_t i = j; i < (int64_t)HIp * dI; i += PG_TILE) {
         const int64_t d = i / HIp, h = i % HIp;
-        qs[i] = h < HI ? la_cu_ld(q.data, q.dt, t * q.nb[0] + h * q.nb[1] + d * q.nb[2]) : 0.f;
+        qs[i] = h < HI ? pg_ldq(q, t * q.nb[0] + h * q.nb[1] + d * q.nb[2]) : 0.f;
     }
     for (int64_t h = j; h < HIp; h += PG_TILE) ws[h] = h < HI ? la_cu_ld(w.data, w.dt, t * w.nb[0] + h * w.nb[1]) : 0.f;
     for (int64_t i = j; i < PG_TILE * dI; i += PG_TILE) {
@@ -325,7 +342,38 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
     return la_topk(&ts, &ti, ctx);
 }
 
+/* The paged tensor-core path (family "paged": "mma" where it applies, else
+ * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32. */
+la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
+                    la_sp_score_args *a) {
+    static const char *const names[] = {"mma", "portable"};
+    const char *forced = la_context_variant(ctx, "paged");
+    const int v = forced ? la_cu_variant_index(forced, names, 2) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable");
+    memset(a, 0, sizeof *a);
+    a->q = q->data;
+    a->q_dt = (int)q->dtype;
+    a->q_nb0 = q->nb[0];
+    a->q_nb1 = q->nb[1];
+    a->q_nb2 = q->nb[2];
+    a->T = T;
+    a->HI = q->ne[1];
+    a->dI = q->ne[2];
+    a->hopper = la_cu_hopper(ctx);
+    a->ctx = ctx;
+    const int want = c->p.dtype == LA_BF16 ? 2 : c->p.dtype == LA_FP8_E4M3 ? 1 : 0;
+    const bool ok = want && la_sp_paged_tc_ok(*a, want);
+    if (v == 0 && forced && !ok)
+        return la_cu_variant_unsupported("paged", "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
+                                                         "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
+    *eb = v == 0 && ok ? want : 0;
+    la_cu_report(ctx, "paged", *eb ? "mma" : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
+                 (long long)a->HI, (long long)a->dI, la_dtype_name(c->p.dtype), la_dtype_name(q->dtype));
+    return LA_OK;
+}
+
 } // namespace
+
 
 extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes) {
     void *p = nullptr;
@@ -470,34 +518,44 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const pg_cache C = pg_of(c);
     const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
     if (T == 0) return LA_OK;
-    int64_t Lmax = 1, maxp = 1;
+    int eb = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel */
+    la_sp_score_args a;
+    LA_TRY(pg_select(c, q, T, ctx, &eb, &a));
+    int64_t Lmax = 1, maxp = 1, maxnq = 1;
     for (int64_t i = 0; i < nseq; i++) {
         if (seqs[i].len > Lmax) Lmax = seqs[i].len;
         const int64_t np = la_cu_cdiv(seqs[i].len, ps);
         if (np > maxp) maxp = np;
+        if (seqs[i].nq > maxnq) maxnq = seqs[i].nq;
     }
-    /* host metadata: compact page table, each row's sequence and range end */
+    /* host metadata: compact page table; each row's sequence and range end,
+     * the lengths, each sequence's rows in query order and their starts */
     int32_t *htab = (int32_t *)calloc((size_t)(nseq * maxp), 4);
-    int32_t *hrow = (int32_t *)malloc(sizeof(int32_t) * (size_t)(2 * T + nseq));
+    const int64_t nmeta = 3 * T + 2 * nseq + 1;
+    int32_t *hrow = (int32_t *)malloc(sizeof(int32_t) * (size_t)nmeta);
     if (!htab || !hrow) {
         free(htab), free(hrow);
         return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory for the batch metadata");
     }
-    int32_t *hend = hrow + T, *hlen = hend + T;
+    int32_t *hend = hrow + T, *hlen = hend + T, *hrows = hlen + nseq, *hrow0 = hrows + T;
+    int64_t at = 0;
     for (int64_t i = 0; i < nseq; i++) {
         const int64_t np = la_cu_cdiv(seqs[i].len, ps);
         for (int64_t j = 0; j < np; j++) htab[i * maxp + j] = seqs[i].pages[j];
         hlen[i] = (int32_t)seqs[i].len;
+        hrow0[i] = (int32_t)at;
         for (int64_t j = 0; j < seqs[i].nq; j++) {
             const int64_t t = seqs[i].rows[j];
             int64_t e = seqs[i].len - seqs[i].nq + j + 1;
             hrow[t] = (int32_t)i;
             hend[t] = (int32_t)(e < 0 ? 0 : e);
+            hrows[at++] = (int32_t)t;
         }
     }
+    hrow0[nseq] = (int32_t)at;
     la_cu_ws dtab, drow;
     la_status st = pg_upload(&dtab, htab, (size_t)(nseq * maxp) * 4, s, "page table");
-    if (st == LA_OK) st = pg_upload(&drow, hrow, (size_t)(2 * T + nseq) * 4, s, "row metadata");
+    if (st == LA_OK) st = pg_upload(&drow, hrow, (size_t)nmeta * 4, s, "row metadata");
     free(htab), free(hrow);
     LA_TRY(st);
     pg_rows R = {};
@@ -506,6 +564,31 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     R.row_seq = (const int32_t *)drow.p;
     R.row_end = R.row_seq + T;
     R.lens = R.row_end + T;
+    /* the tensor-core kernel's view of the batch (paged_index_tc.cuh) */
+    sc_pages pg;
+    pg.pages = c->pages;
+    pg.page_bytes = c->page_bytes;
+    pg.ps = (int32_t)ps;
+    pg.fp8 = eb == 1;
+    pg.table = R.table;
+    pg.maxp = maxp;
+    pg.lens = R.lens;
+    pg.row_seq = R.row_seq;
+    pg.rows = R.lens + nseq;
+    pg.row0 = pg.rows + T;
+    pg.rsplit = (int32_t)la_cu_cdiv(maxnq, 64);
+    a.w = w->data;
+    a.w_dt = (int)w->dtype;
+    a.w_nb0 = w->nb[0];
+    a.w_nb1 = w->nb[1];
+    a.k = c->pages;
+    a.k_dt = eb == 1 ? LA_FP8_E4M3 : LA_BF16;
+    a.Lk = Lmax;
+    a.range.end = R.row_end;
+    a.range.end_nb = 1;
+    a.range.T = T;
+    a.range.L = Lmax;
+    a.range.blk = 1;
     const la_cu_view iv = la_cu_view_of(idx);
     la_cu_ws dsc, dsel;
     if (!hisa) {
@@ -513,7 +596,14 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         size_t bytes;
         LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): score rows"));
         LA_TRY(la_cu_ws_alloc(&dsc, bytes, s, "paged score rows"));
-        LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
+        if (eb) {
+            a.ncols = W;
+            a.out = (float *)dsc.p;
+            a.out_ld = W;
+            LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+        } else {
+            LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
+        }
         LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
         LA_TRY(pg_topk((float *)dsc.p, T, W, (int32_t *)dsel.p, topk, ctx));
         const int64_t n = T * topk;
@@ -548,7 +638,18 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const int64_t W = m * B > topk ? m * B : topk;
     LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
     LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
-    if (W > m * B) {
+    if (eb) {
+        /* candidate p of row t: token p % B of block kept[t][p / B]; columns
+         * past m·B (topk > m·B) are -inf */
+        a.blocks = R.kept;
+        a.blocks_ld = m;
+        a.m = m;
+        a.B = (int)B;
+        a.ncols = W;
+        a.out = (float *)dcand.p;
+        a.out_ld = W;
+        LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+    } else if (W > m * B) {
         /* columns past m·B (topk > m·B): −inf, written as the tiles of empty DSA ranges */
         pg_rows E = R;
         LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * 4u, s, "paged zero ends"));
@@ -556,7 +657,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         E.row_end = (const int32_t *)dsel.p; /* empty ranges: every DSA column −inf */
         LA_TRY(pg_launch_score(C, E, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dcand.p, W, s));
     }
-    LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, (float *)dcand.p, W, s));
+    if (!eb) LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, (float *)dcand.p, W, s));
     la_cu_ws dsel2;
     LA_TRY(la_cu_ws_alloc(&dsel2, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
     LA_TRY(pg_topk((float *)dcand.p, T, W, (int32_t *)dsel2.p, topk, ctx));

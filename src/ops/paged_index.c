@@ -486,7 +486,10 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
     if (p->k_scale || p->q_scale)
         return la_err(LA_ERR_ARG, "%s: k_scale/q_scale: the paged cache holds its own scales; pass NULL", op);
     const unsigned fmask = LA_DT_FLOAT;
-    LA_TRY(la_check_tensor(q, "q", 3, fmask, c->p.device, false));
+    /* e4m3 q (an fp8 cache; its scale folded into w, as DeepSeek's indexer
+     * does): the tensor-core path of the CUDA cache, decoded exactly on the CPU */
+    LA_TRY(la_check_tensor(q, "q", 3, c->p.dtype == LA_FP8_E4M3 ? fmask | LA_DT(LA_FP8_E4M3) : fmask,
+                           c->p.device, false));
     LA_TRY(la_check_tensor(w, "w", 2, fmask, c->p.device, false));
     LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), c->p.device, false));
     if (c->p.device == LA_DEVICE_CUDA) {

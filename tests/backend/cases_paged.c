@@ -23,6 +23,7 @@
  * gathered keys (the kernel choice does not depend on the row count), and a
  * slot outside the cache rejected on device views with out untouched. */
 #include "bo_staging.h"
+#include "cpu/paged_index_cpu.h"
 
 #define PS 64
 
@@ -38,6 +39,7 @@ typedef struct cfg {
     int64_t nseq, HI, dI, topk, m, next_n;
     int64_t lens[6];
     int qseq;
+    int tcq; /* q in the cache's tensor-core dtype (bf16 cache: bf16 q, fp8: e4m3 q), else f32 */
 } cfg;
 
 static double score64(const float *q, const float *w, const float *k, int64_t HI, int64_t dI) {
@@ -52,6 +54,111 @@ static double score64(const float *q, const float *w, const float *k, int64_t HI
 static int cmp_desc(const void *a, const void *b) {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x < y) - (x > y);
+}
+
+/* Tensor-core queries (cfg.tcq): (1) paged DSA equals the dense DSA
+ * (la_dsa_indexer) on each sequence's gathered keys -- the cache's bf16 rows,
+ * or its e4m3 rows with their scales and q_scale 1 -- bit for bit under the
+ * dense mma.sync variant (the kernel the paged path shares), and under the
+ * dense default kernel for bf16 (wgmma at HI 64: equal) and for HI != 64
+ * (mma.sync); fp8 against the e4m3 wgmma default is counted only; (2) paged HISA keeping every block equals paged DSA (its
+ * candidate scores are DSA's kernel in gather mode). dl: the device pages. */
+static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned char *dl, size_t pb,
+                          const int32_t *table, int64_t maxp, const void *qdev, const float *w,
+                          const int64_t *rowof, const int32_t *idsa, const la_index_params *ip,
+                          const la_tensor *dq, const la_tensor *dw, const la_tensor *dbt, const la_tensor *dcl,
+                          const la_tensor *dqs) {
+    const int64_t nseq = C->nseq, HI = C->HI, dI = C->dI, topk = C->topk, nn = C->next_n, T = nseq * nn;
+    const int fp8 = C->dt == LA_FP8_E4M3;
+    const size_t eb = fp8 ? 1 : 2, rb = (size_t)dI * eb;
+    const la_dtype dt = fp8 ? LA_FP8_E4M3 : LA_BF16;
+    int32_t *got = malloc((size_t)(nn * topk) * 4);
+    unsigned char *qd = malloc(rb * (size_t)(nn * HI));
+    float *wd = malloc(sizeof(float) * (size_t)(nn * HI)), *ones = malloc(sizeof(float) * (size_t)(nn * HI));
+    for (int64_t i = 0; i < nn * HI; i++) ones[i] = 1.f;
+    int64_t diff[2] = {0, 0}, nbmax = 1;
+    const char *kern[2] = {"default", "mma"};
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass == 1 && !bo_use_variant("dsa", "mma")) break;
+        for (int64_t s = 0; s < nseq; s++) {
+            const int64_t L = C->lens[s];
+            if (!L) continue;
+            if ((L + 127) / 128 > nbmax) nbmax = (L + 127) / 128;
+            unsigned char *kd = malloc(rb * (size_t)L);
+            float *ks = malloc(sizeof(float) * (size_t)L);
+            for (int64_t pos = 0; pos < L; pos++) {
+                const int64_t slot = table[s * maxp + pos / PS] * PS + pos % PS, pg = slot / PS, off = slot % PS;
+                memcpy(kd + pos * rb, dl + pg * pb + off * rb, rb);
+                if (fp8) memcpy(&ks[pos], dl + pg * pb + PS * rb + off * 4, 4);
+            }
+            for (int64_t j = 0; j < nn; j++) {
+                const int64_t t = rowof[s * nn + j];
+                memcpy(qd + j * HI * rb, (const unsigned char *)qdev + t * HI * rb, rb * (size_t)HI);
+                memcpy(wd + j * HI, w + t * HI, sizeof(float) * (size_t)HI);
+            }
+            void *d_k = dev_copy(kd, rb * (size_t)L), *d_ks = dev_copy(ks, sizeof(float) * (size_t)L);
+            void *d_q = dev_copy(qd, rb * (size_t)(nn * HI)), *d_w = dev_copy(wd, sizeof(float) * (size_t)(nn * HI));
+            void *d_qs = dev_copy(ones, sizeof(float) * (size_t)(nn * HI)), *d_i = NULL;
+            la_dev_malloc(&d_i, (size_t)(nn * topk) * 4);
+            la_dev_memset(d_i, 0x7f, (size_t)(nn * topk) * 4);
+            la_tensor tk, tks, tq, tqs, tw, ti;
+            const int64_t kne[2] = {L, dI}, qne[3] = {nn, HI, dI}, wne[2] = {nn, HI}, ine[2] = {nn, topk};
+            la_tensor_init(&tk, d_k, dt, LA_DEVICE_CUDA, 2, kne);
+            la_tensor_init(&tks, d_ks, LA_F32, LA_DEVICE_CUDA, 1, &L);
+            la_tensor_init(&tq, d_q, dt, LA_DEVICE_CUDA, 3, qne);
+            la_tensor_init(&tqs, d_qs, LA_F32, LA_DEVICE_CUDA, 2, wne);
+            la_tensor_init(&tw, d_w, LA_F32, LA_DEVICE_CUDA, 2, wne);
+            la_tensor_init(&ti, d_i, LA_I32, LA_DEVICE_CUDA, 2, ine);
+            la_index_params p;
+            la_index_params_init(&p);
+            p.topk = topk;
+            if (fp8) {
+                p.k_scale = &tks;
+                p.q_scale = &tqs;
+            }
+            if (CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()))) {
+                la_dev_download(got, d_i, (size_t)(nn * topk) * 4);
+                for (int64_t j = 0; j < nn; j++)
+                    diff[pass] += memcmp(got + j * topk, idsa + rowof[s * nn + j] * topk, (size_t)topk * 4) != 0;
+            }
+            la_dev_free(d_k); la_dev_free(d_ks); la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_qs); la_dev_free(d_i);
+            free(kd); free(ks);
+        }
+        /* the paged kernel is the dense mma.sync one: equal to it always; the
+         * dense default is wgmma at HI 64 x dI 128, whose e4m3 k32 MMA rounds its
+         * partial sums differently from mma.sync's e4m3 (run through the f16 path
+         * on sm_90): near-tied rows may differ there (counted, printed) */
+        if (pass == 1 || !fp8 || HI != 64)
+            CHECK(diff[pass] == 0, "%s paged dsa (tensor cores): %lld rows differ from the dense dsa (%s kernel) on "
+                  "the gathered keys", la_dtype_name(C->dt), (long long)diff[pass], kern[pass]);
+    }
+    bo_use_variant("dsa", NULL);
+    /* HISA keeping every block == DSA */
+    la_index_params ih = *ip;
+    ih.block_topk = nbmax;
+    la_paged_query pq;
+    la_paged_query_init(&pq);
+    pq.block_table = dbt;
+    pq.context_lens = dcl;
+    pq.next_n = nn;
+    pq.q_seq = C->qseq ? dqs : NULL;
+    void *d_i = NULL;
+    la_dev_malloc(&d_i, (size_t)(T * topk) * 4);
+    la_dev_memset(d_i, 0x7f, (size_t)(T * topk) * 4);
+    la_tensor ti;
+    const int64_t ine[2] = {T, topk};
+    la_tensor_init(&ti, d_i, LA_I32, LA_DEVICE_CUDA, 2, ine);
+    CHECK_OK(la_hisa_topk_paged(&ih, dq, dw, dc, &pq, &ti, NULL));
+    int32_t *all = malloc((size_t)(T * topk) * 4);
+    la_dev_download(all, d_i, (size_t)(T * topk) * 4);
+    int64_t hd = 0;
+    for (int64_t t = 0; t < T; t++) hd += memcmp(all + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
+    CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa", la_dtype_name(C->dt),
+          (long long)nbmax, (long long)hd);
+    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld\n",
+           (long long)diff[0], (long long)diff[1], (long long)hd);
+    la_dev_free(d_i);
+    free(all); free(got); free(qd); free(wd); free(ones);
 }
 
 static void run_paged(const void *arg) {
@@ -192,6 +299,25 @@ static void run_paged(const void *arg) {
     float *q = malloc(sizeof(float) * (size_t)(T * HI * dI)), *w = malloc(sizeof(float) * (size_t)(T * HI));
     la_fill_normal(r, q, T * HI * dI, 1.0);
     for (int64_t i = 0; i < T * HI; i++) w[i] = (float)la_rng_uniform(r) + 0.05f;
+    /* tensor-core queries: the host (CPU path, float64 scores) holds their
+     * exact values in f32; the device the bf16 / e4m3 bytes */
+    const int tc8 = C->tcq && C->dt == LA_FP8_E4M3, tc16 = C->tcq && C->dt == LA_BF16;
+    const la_dtype qdt = tc8 ? LA_FP8_E4M3 : tc16 ? LA_BF16 : LA_F32;
+    const size_t qeb = tc8 ? 1 : tc16 ? 2 : 4;
+    void *qdev = malloc(qeb * (size_t)(T * HI * dI));
+    for (int64_t i = 0; i < T * HI * dI; i++) {
+        if (tc8) {
+            const uint8_t b = la_f32_to_e4m3(q[i]);
+            ((uint8_t *)qdev)[i] = b;
+            q[i] = la_e4m3_to_f32(b);
+        } else if (tc16) {
+            const uint16_t b = la_f32_to_bf16(q[i]);
+            ((uint16_t *)qdev)[i] = b;
+            q[i] = la_bf16_to_f32(b);
+        } else {
+            ((float *)qdev)[i] = q[i];
+        }
+    }
     int32_t *cl = malloc(sizeof(int32_t) * (size_t)nseq), *qs = malloc(sizeof(int32_t) * (size_t)T);
     int64_t *rowof = malloc(sizeof(int64_t) * (size_t)T); /* row of (s, j) */
     for (int64_t s = 0; s < nseq; s++) cl[s] = (int32_t)C->lens[s];
@@ -200,20 +326,21 @@ static void run_paged(const void *arg) {
         for (int64_t s = 0; s < nseq; s++)
             for (int64_t j = 0; j < nn; j++) rowof[s * nn + j] = (nseq - 1 - s) * nn + j;
     for (int64_t i = 0; i < T; i++) qs[rowof[i]] = (int32_t)(i / nn);
-    void *d_q = dev_copy(q, sizeof(float) * (size_t)(T * HI * dI)), *d_w = dev_copy(w, sizeof(float) * (size_t)(T * HI));
+    void *d_q = dev_copy(qdev, qeb * (size_t)(T * HI * dI)), *d_w = dev_copy(w, sizeof(float) * (size_t)(T * HI));
     void *d_bt = dev_copy(table, (size_t)(nseq * maxp) * 4), *d_cl = dev_copy(cl, (size_t)nseq * 4),
          *d_qs = dev_copy(qs, (size_t)T * 4), *d_idx = NULL;
     la_dev_malloc(&d_idx, (size_t)(T * topk) * 4);
     la_tensor hq, hw, hbt, hcl, hqs, hidx, dq, dw, dbt, dcl, dqs, didx;
     const int64_t qne[3] = {T, HI, dI}, wne[2] = {T, HI}, btne[2] = {nseq, maxp}, ine[2] = {T, topk};
     int32_t *ih = malloc((size_t)(T * topk) * 4), *id = malloc((size_t)(T * topk) * 4);
+    int32_t *id2 = malloc((size_t)(T * topk) * 4), *idsa = malloc((size_t)(T * topk) * 4);
     la_tensor_init(&hq, q, LA_F32, LA_DEVICE_CPU, 3, qne);
     la_tensor_init(&hw, w, LA_F32, LA_DEVICE_CPU, 2, wne);
     la_tensor_init(&hbt, table, LA_I32, LA_DEVICE_CPU, 2, btne);
     la_tensor_init(&hcl, cl, LA_I32, LA_DEVICE_CPU, 1, &nseq);
     la_tensor_init(&hqs, qs, LA_I32, LA_DEVICE_CPU, 1, &T);
     la_tensor_init(&hidx, ih, LA_I32, LA_DEVICE_CPU, 2, ine);
-    la_tensor_init(&dq, d_q, LA_F32, LA_DEVICE_CUDA, 3, qne);
+    la_tensor_init(&dq, d_q, qdt, LA_DEVICE_CUDA, 3, qne);
     la_tensor_init(&dw, d_w, LA_F32, LA_DEVICE_CUDA, 2, wne);
     la_tensor_init(&dbt, d_bt, LA_I32, LA_DEVICE_CUDA, 2, btne);
     la_tensor_init(&dcl, d_cl, LA_I32, LA_DEVICE_CUDA, 1, &nseq);
@@ -241,6 +368,14 @@ static void run_paged(const void *arg) {
             CHECK_OK(hisa ? la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL) : la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
             la_dev_synchronize();
             la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
+            if (C->tcq) { /* run-to-run: the same bits again */
+                la_dev_memset(d_idx, 0x7f, (size_t)(T * topk) * 4);
+                CHECK_OK(hisa ? la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL) : la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+                la_dev_download(id2, d_idx, (size_t)(T * topk) * 4);
+                CHECK(!memcmp(id, id2, (size_t)(T * topk) * 4), "%s %s paged%s: a second call differs", dn,
+                      hisa ? "hisa" : "dsa", slots ? " (slots)" : "");
+                if (!hisa && !slots) memcpy(idsa, id, (size_t)(T * topk) * 4);
+            }
             int64_t bad = 0;
             for (int64_t s = 0; s < nseq; s++)
                 for (int64_t j = 0; j < nn; j++) {
@@ -273,6 +408,21 @@ static void run_paged(const void *arg) {
             CHECK(bad == 0, "%s %s paged%s: %lld query rows differ from the CPU beyond near-ties (nseq %lld next_n %lld)",
                   dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
         }
+    if (tc8) { /* the CPU path takes e4m3 q too: decoded exactly, the same bits as its f32 values */
+        la_paged_query ph;
+        la_paged_query_init(&ph);
+        ph.block_table = &hbt;
+        ph.context_lens = &hcl;
+        ph.next_n = nn;
+        ph.q_seq = C->qseq ? &hqs : NULL;
+        la_tensor hq8;
+        la_tensor_init(&hq8, qdev, LA_FP8_E4M3, LA_DEVICE_CPU, 3, qne);
+        CHECK_OK(la_dsa_topk_paged(&ip, &hq, &hw, hc, &ph, &hidx, NULL));
+        memcpy(id2, ih, (size_t)(T * topk) * 4);
+        CHECK_OK(la_dsa_topk_paged(&ip, &hq8, &hw, hc, &ph, &hidx, NULL));
+        CHECK(!memcmp(id2, ih, (size_t)(T * topk) * 4), "cpu paged dsa: e4m3 q differs from its f32 values");
+    }
+    if (C->tcq) tc_equalities(C, dc, dl, pb, table, maxp, qdev, w, rowof, idsa, &ip, &dq, &dw, &dbt, &dcl, &dqs);
     /* bad input on device views */
     if (C->nseq >= 2 && C->lens[0] > PS) {
         unsigned char *before = malloc(pb * (size_t)pages), *after = malloc(pb * (size_t)pages);
@@ -319,7 +469,7 @@ static void run_paged(const void *arg) {
     la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_bt); la_dev_free(d_cl); la_dev_free(d_qs); la_dev_free(d_idx);
     for (int64_t s = 0; s < nseq; s++) free(keys[s]);
     free(keys); free(done); free(kb); free(meta); free(dl); free(q); free(w); free(cl); free(qs); free(rowof);
-    free(ih); free(id); free(perm); free(table);
+    free(ih); free(id); free(id2); free(idsa); free(qdev); free(perm); free(table);
     la_paged_index_cache_destroy(hc);
     la_paged_index_cache_destroy(dc);
     printf("  rows equal to the CPU bit for bit: %lld, near-tie rows: %lld\n", (long long)exact_rows,
@@ -440,10 +590,10 @@ void cases_paged(bo_list *L) {
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
     /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
-        {LA_F32, 3, 4, 16, 8, 2, 1, {1, 63, 65}, 0},
-        {LA_F32, 4, 8, 64, 64, 3, 2, {128, 129, 1000, 2}, 1},
-        {LA_F32, 2, 5, 63, 100, 4, 4, {700, 5}, 0},
-        {LA_F32, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1},
+        {LA_F32, 3, 4, 16, 8, 2, 1, {1, 63, 65}, 0, 0},
+        {LA_F32, 4, 8, 64, 64, 3, 2, {128, 129, 1000, 2}, 1, 0},
+        {LA_F32, 2, 5, 63, 100, 4, 4, {700, 5}, 0, 0},
+        {LA_F32, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1, 0},
     };
     /* the --san representative of each dtype (compute-sanitizer runs it):
      * the indexer's head shape HI 64 x dI 128 (the largest shared-memory
@@ -452,7 +602,7 @@ void cases_paged(bo_list *L) {
      * 3, 8 pages, a row of an empty range (next_n 2 over a 1-token context),
      * q_seq -- in a few append rounds (the 5000-token context of the last
      * configuration above takes ~1400) */
-    const cfg san = {LA_F32, 3, 64, 128, 64, 3, 2, {500, 129, 1}, 1};
+    const cfg san = {LA_F32, 3, 64, 128, 64, 3, 2, {500, 129, 1}, 1, 0};
     char name[BO_NAME_MAX];
     for (int di = 0; di < 3; di++)
         for (int i = 0; i <= (int)(sizeof cases / sizeof cases[0]); i++) {
@@ -466,14 +616,37 @@ void cases_paged(bo_list *L) {
             bo_add(L, &o, run_paged, &c, sizeof c, name);
             if (is_san) bo_mark_san(L);
         }
-    const cfg big[2] = {
-        {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0},
-        {LA_BF16, 2, 64, 128, 2048, 64, 4, {131072, 4097}, 1},
+    /* tensor-core queries (bf16 cache + bf16 q, fp8 cache + e4m3 q): the
+     * paged mma.sync kernel at HI 64 / 32 x dI 128, against the CPU path,
+     * the dense DSA, HISA keeping every block, and a second call */
+    const cfg tcs[] = {
+        {LA_BF16, 5, 64, 128, 256, 8, 1, {1, 300, 2000, 5000, 0}, 1, 1},
+        {LA_BF16, 4, 32, 128, 64, 3, 2, {128, 129, 1000, 2}, 1, 1},
+        {LA_BF16, 2, 64, 128, 100, 4, 4, {700, 5}, 0, 1},
+        {LA_BF16, 3, 64, 128, 64, 3, 2, {500, 129, 1}, 1, 1},
     };
-    for (int i = 0; i < 2; i++) {
+    for (int di = 1; di < 3; di++)
+        for (int i = 0; i < (int)(sizeof tcs / sizeof tcs[0]); i++) {
+            cfg c = tcs[i];
+            c.dt = dts[di];
+            const bo_opts o = {"paged", BO_CUDA, i == 3, NULL, NULL, NULL};
+            snprintf(name, sizeof name, "paged tc %s nseq %lld HI %lld dI %lld topk %lld m %lld next_n %lld%s",
+                     la_dtype_name(c.dt), (long long)c.nseq, (long long)c.HI, (long long)c.dI,
+                     (long long)c.topk, (long long)c.m, (long long)c.next_n, c.qseq ? " q_seq" : "");
+            bo_add(L, &o, run_paged, &c, sizeof c, name);
+            bo_set_kernel(L, c.HI == 64 ? "tc HI64" : "tc HI32");
+            if (i == 3) bo_mark_san(L);
+        }
+    const cfg big[4] = {
+        {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0, 0},
+        {LA_BF16, 2, 64, 128, 2048, 64, 4, {131072, 4097}, 1, 0},
+        {LA_FP8_E4M3, 3, 64, 128, 2048, 64, 1, {131072, 32768, 77777}, 0, 1},
+        {LA_BF16, 3, 64, 128, 2048, 64, 2, {131072, 4097, 65}, 1, 1},
+    };
+    for (int i = 0; i < 4; i++) {
         const bo_opts o = {"paged", BO_CUDA, 0, NULL, NULL, NULL};
-        snprintf(name, sizeof name, "paged %s 128K contexts next_n %lld", la_dtype_name(big[i].dt),
-                 (long long)big[i].next_n);
+        snprintf(name, sizeof name, "paged %s%s 128K contexts next_n %lld", big[i].tcq ? "tc " : "",
+                 la_dtype_name(big[i].dt), (long long)big[i].next_n);
         bo_add(L, &o, run_paged, &big[i], sizeof big[i], name);
     }
     const smla_cfg sm[] = {

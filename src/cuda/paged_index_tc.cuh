@@ -1,0 +1,49 @@
+/* Paged keys for the DSA mma.sync score kernel (dsa.cu: sc_mma_kernel in its
+ * PAGED mode), used by the paged indexers (paged_index.cu).
+ *
+ * The kernel is the dense one: same A/B fragment layouts, same k-step order,
+ * same ReLU-weighted head-sum epilogue and, for fp8 e4m3, the per-key scale
+ * applied to the head sum after the dot products; only the key-row address
+ * (through the block table) and the query rows of a CTA (one sequence's
+ * rows) change. So a paged call scores bit for bit as the dense mma.sync
+ * kernel does on the gathered keys (bf16 keys with bf16 q; e4m3 keys and
+ * scales with e4m3 q, the q scale folded into w as DeepSeek's indexer does).
+ *
+ * Modes:
+ *  - dense (a.blocks NULL, DSA): grid (key tiles of 256 over the longest
+ *    context, nseq · rsplit); CTA (x, y) scores positions 256x .. of
+ *    sequence y / rsplit for its query rows rows[row0[s] + 64·(y % rsplit)
+ *    ..] (at most 64), each row over [0, end[t]) (a.range.end);
+ *  - gather (a.blocks = HISA's kept blocks [T][m], ascending, -1 last):
+ *    grid (column tiles of ncols, T); column p = candidate p of row t
+ *    (block blocks[t][p / B], token p % B of it), as the dense gather mode.
+ * Every column < a.ncols of the CTA's rows is written (-inf where invalid).
+ * Internal; included by src/cuda/*.cu only. */
+#ifndef LA_CUDA_PAGED_INDEX_TC_CUH
+#define LA_CUDA_PAGED_INDEX_TC_CUH
+
+#include "sparse_prep.cuh"
+
+struct sc_pages {
+    const uint8_t *pages;   /* page g at pages + g·page_bytes: ps rows of dI·EB bytes, then (fp8) ps fp32 scales */
+    int64_t page_bytes;
+    int32_t ps;             /* tokens per page */
+    int32_t fp8;            /* keys are e4m3 with per-token scales */
+    const int32_t *table;   /* [nseq][maxp]: page of position p of sequence s = table[s·maxp + p / ps] */
+    int64_t maxp;
+    const int32_t *lens;    /* [nseq]: cached tokens per sequence */
+    const int32_t *row_seq; /* [T]: the sequence of query row t */
+    const int32_t *rows;    /* query rows of sequence s: rows[row0[s] .. row0[s + 1]) in query order */
+    const int32_t *row0;    /* [nseq + 1] */
+    int32_t rsplit;         /* dense mode: CTAs per sequence along its rows */
+};
+
+/* Whether the paged mma.sync kernel takes these args (EB = 2: bf16 q, 1: e4m3
+ * q; HI in {16, 32, 64}, dI in {64, 128}, q rows contiguous and 16-byte
+ * aligned; e4m3 needs an sm_90 device). */
+bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
+/* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). */
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+                             cudaStream_t s);
+
+#endif
