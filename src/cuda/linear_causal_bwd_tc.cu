@@ -146,6 +146,18 @@ BWD_DEV inline uint4 lc_pack8(const lt_bf *e) {
     return o;
 }
 
+/* piece `it` of this thread in a tile of 64 rows of 16-byte pieces: row r, piece ch */
+template <int DH> BWD_DEV inline void lc_piece(int it, int &r, int &ch) {
+    const int p = lt_tid() + it * LT_THREADS;
+    r = p / lc_cfg<DH>::CK, ch = p % lc_cfg<DH>::CK;
+}
+/* the 8 bf16 of a 16-byte piece as floats */
+BWD_DEV inline void lc_unpack8(const uint4 &u, float (&x)[8]) {
+    const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int j = 0; j < 8; j++) x[j] = lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2))));
+}
+
 /* The tiles by cp.async (two buffers: the next tile's
  * copies overlap the products of this one): lc_issue copies tokens [t0, t0 +
  * nr) of a view into sm[r][c] (rows nr..63 zero-filled), lc_map then
@@ -157,7 +169,8 @@ BWD_DEV inline void lc_issue(const lt_bf *src, const int64_t *st, int64_t b, int
     using C = lc_cfg<DH>;
 #pragma unroll
     for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        int r, ch;
+        lc_piece<DH>(it, r, ch);
         const bool ok = r < nr;
         lc_cp16(sm + r * C::LD + ch * 8, lc_row(src, st, b, t0 + (ok ? r : 0), h) + ch * 8, ok);
     }
@@ -169,20 +182,21 @@ BWD_DEV inline void lc_map(lt_bf *sm, int nr, int f, float post, const float *rs
     if (!((f >= 0 && f != LA_FEATURE_IDENTITY) || rs || post != 1.f)) return;
 #pragma unroll
     for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        int r, ch;
+        lc_piece<DH>(it, r, ch);
         uint4 *lo = sm_lo ? reinterpret_cast<uint4 *>(sm_lo + r * C::LD + ch * 8) : nullptr;
         if (r >= nr) {
             if (lo) *lo = make_uint4(0, 0, 0, 0);
             continue;
         }
         uint4 *q = reinterpret_cast<uint4 *>(sm + r * C::LD + ch * 8);
-        const uint4 u = *q;
-        const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+        float xs[8];
+        lc_unpack8(*q, xs);
         const float sc = post * (rs ? rs[r] : 1.f);
         lt_bf e[8], l[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) {
-            float x = lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2))));
+            float x = xs[j];
             if (f >= 0) x = bwd_feature(f, x);
             x *= sc;
             e[j] = lt_h(x);
@@ -203,17 +217,17 @@ BWD_DEV inline void lc_write(const float *stage, lt_bf *dst, const int64_t *ds, 
     const bool grad = f >= 0 && f != LA_FEATURE_IDENTITY;
 #pragma unroll
     for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
+        int r, ch;
+        lc_piece<DH>(it, r, ch);
         if (r >= nr) continue;
         float y[8];
 #pragma unroll
         for (int j = 0; j < 8; j++) y[j] = stage[r * C::LS + ch * 8 + j];
         if (grad) {
-            const uint4 u = *reinterpret_cast<const uint4 *>(lc_row(x, xs, b, t0 + r, h) + ch * 8);
-            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
+            float xv[8];
+            lc_unpack8(*reinterpret_cast<const uint4 *>(lc_row(x, xs, b, t0 + r, h) + ch * 8), xv);
 #pragma unroll
-            for (int j = 0; j < 8; j++)
-                y[j] *= bwd_feature_grad(f, lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2)))));
+            for (int j = 0; j < 8; j++) y[j] *= bwd_feature_grad(f, xv[j]);
         }
         lt_bf e[8];
 #pragma unroll
@@ -246,32 +260,110 @@ BWD_DEV inline void lc_store64(float (&acc)[4][4], lt_bf *dst, int m0, int n0, b
     }
 }
 
-/* a DH × DH state accumulator of this warp as bf16 rows sm[d][e] (stride LD) */
-template <int DH>
-BWD_DEV inline void lc_state_to_smem(const float (&acc)[lc_cfg<DH>::SN][4], lt_bf *sm) {
+/* f(nt, r0, r1, col) for each n-tile of this warp's part of a DH × DH state
+ * accumulator: acc[nt][0..1] at (r0, col..col+1), acc[nt][2..3] at (r1, ...) */
+template <int DH, class F> BWD_DEV inline void lc_state_frags(F f) {
     using C = lc_cfg<DH>;
     const int warp = lt_tid() >> 5, lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
     const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
 #pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        lt_st2(sm + r0 * C::LD + col, acc[nt][0], acc[nt][1]);
-        lt_st2(sm + r1 * C::LD + col, acc[nt][2], acc[nt][3]);
-    }
+    for (int nt = 0; nt < C::SN; nt++) f(nt, m0 + g, m0 + g + 8, n0 + 8 * nt + 2 * cq);
+}
+/* a DH × DH state accumulator of this warp as bf16 rows sm[d][e] (stride LD) */
+template <int DH>
+BWD_DEV inline void lc_state_to_smem(const float (&acc)[lc_cfg<DH>::SN][4], lt_bf *sm) {
+    lc_state_frags<DH>([&](int nt, int r0, int r1, int col) {
+        lt_st2(sm + r0 * lc_cfg<DH>::LD + col, acc[nt][0], acc[nt][1]);
+        lt_st2(sm + r1 * lc_cfg<DH>::LD + col, acc[nt][2], acc[nt][3]);
+    });
 }
 /* this warp's part of a DH × DH fp32 state src[d·DH + e] into accumulators */
 template <int DH>
 BWD_DEV inline void lc_state_load(float (&acc)[lc_cfg<DH>::SN][4], const float *src) {
-    using C = lc_cfg<DH>;
-    const int warp = lt_tid() >> 5, lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
-    const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
-#pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
+    lc_state_frags<DH>([&](int nt, int r0, int r1, int col) {
         acc[nt][0] = src[r0 * DH + col];
         acc[nt][1] = src[r0 * DH + col + 1];
         acc[nt][2] = src[r1 * DH + col];
         acc[nt][3] = src[r1 * DH + col + 1];
+    });
+}
+/* ... and back, times fs */
+template <int DH>
+BWD_DEV inline void lc_state_store(const float (&acc)[lc_cfg<DH>::SN][4], float *dst, float fs) {
+    lc_state_frags<DH>([&](int nt, int r0, int r1, int col) {
+        dst[r0 * DH + col] = fs * acc[nt][0];
+        dst[r0 * DH + col + 1] = fs * acc[nt][1];
+        dst[r1 * DH + col] = fs * acc[nt][2];
+        dst[r1 * DH + col + 1] = fs * acc[nt][3];
+    });
+}
+/* a walk's running state [S | z] from src: S into accumulators and their
+ * bf16 copy sm, z into vec (fp32, shared memory) */
+template <int DH>
+BWD_DEV inline void lc_state_begin(float (&acc)[lc_cfg<DH>::SN][4], const float *src, lt_bf *sm,
+                                   float *vec) {
+    lc_state_load<DH>(acc, src);
+    lc_state_to_smem<DH>(acc, sm);
+    for (int i = lt_tid(); i < DH; i += LT_THREADS) vec[i] = src[DH * DH + i];
+}
+
+/* Tiles of several views, each in two buffers in shared memory: src[i]'s
+ * buffer j at byte off[i] + j·RT */
+struct lc_src {
+    const lt_bf *p;
+    const int64_t *st;
+    size_t off;
+};
+template <int DH> BWD_DEV inline lt_bf *lc_buf(unsigned char *sm, size_t off, int buf) {
+    return (lt_bf *)(sm + off + buf * lc_cfg<DH>::RT);
+}
+/* copies of tokens [t, min(t + 64, t1)) of every source into buffer buf */
+template <int DH, int NS>
+BWD_DEV inline void lc_issue_tiles(const lc_src (&src)[NS], int64_t b, int64_t h, int64_t t,
+                                   int64_t t1, int buf, unsigned char *sm) {
+    const int n = (int)lt_min(LT_T, t1 - t);
+#pragma unroll
+    for (int i = 0; i < NS; i++) lc_issue<DH>(src[i].p, src[i].st, b, h, t, n, lc_buf<DH>(sm, src[i].off, buf));
+}
+/* the walks' copies of q, k, v and g (the byte offsets of the layout S; VF:
+ * v first, as the dk/dv walk uses them), read from the kernel's arguments */
+template <int DH, class S, bool VF>
+BWD_DEV inline void lc_issue_qkvg(const lc_args &a, int64_t b, int64_t h, int64_t t, int64_t t1,
+                                  int buf, unsigned char *sm) {
+    const int n = (int)lt_min(LT_T, t1 - t);
+    if (VF) lc_issue<DH>(a.v, a.vs, b, h, t, n, lc_buf<DH>(sm, S::V, buf));
+    else lc_issue<DH>(a.q, a.qs, b, h, t, n, lc_buf<DH>(sm, S::Q, buf));
+    lc_issue<DH>(a.k, a.ks, b, h, t, n, lc_buf<DH>(sm, S::K, buf));
+    if (VF) lc_issue<DH>(a.q, a.qs, b, h, t, n, lc_buf<DH>(sm, S::Q, buf));
+    else lc_issue<DH>(a.v, a.vs, b, h, t, n, lc_buf<DH>(sm, S::V, buf));
+    lc_issue<DH>(a.g, a.gs, b, h, t, n, lc_buf<DH>(sm, S::G, buf));
+}
+/* the start of a tile: issue() the next tile's copies (more: there is one)
+ * and wait for this thread's copies of this tile */
+template <class F> BWD_DEV inline void lc_next_tile(bool more, F issue) {
+    if (more) issue();
+    lc_commit();
+    lc_wait1();
+}
+BWD_DEV inline void lc_zero_bf(lt_bf *p, int n) {
+    for (int i = lt_tid(); i < n; i += LT_THREADS) p[i] = 0;
+}
+
+/* this warp's 16 × DH/2 part of a 64 × DH product into the fp32 staging
+ * tile: at row r, columns col and col + 1, the float2 f(nt, hh, r, col) of
+ * the accumulator elements [nt][2hh], [nt][2hh + 1] */
+template <int DH, class F> BWD_DEV inline void lc_stage(float *stage, int m0, int un0, F f) {
+    using C = lc_cfg<DH>;
+    const int lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
+#pragma unroll
+    for (int nt = 0; nt < C::TN; nt++) {
+        const int col = un0 + 8 * nt + 2 * cq;
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int r = m0 + g + 8 * hh;
+            *reinterpret_cast<float2 *>(&stage[r * C::LS + col]) =
+                f(nt, hh, r, col);
+        }
     }
 }
 
@@ -299,27 +391,20 @@ __global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int wh
     const int64_t t0c = c * a.L, t1c = lt_min(a.N, t0c + a.L);
     const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
     const bool norm = a.norm != 0;
-    for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
+    lc_zero_bf(sW, 16 * LT);
     float acc[C::SN][4], zacc[2][4];
     lt_zero(acc);
     lt_zero(zacc);
-    const lt_bf *srcA = which ? a.q : a.k, *srcB = which ? a.g : a.v;
-    const int64_t *stA = which ? a.qs : a.ks, *stB = which ? a.gs : a.vs;
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(srcA, stA, b, h, t, n, (lt_bf *)(lt_sm + S::A + buf * C::RT));
-        lc_issue<DH>(srcB, stB, b, h, t, n, (lt_bf *)(lt_sm + S::B + buf * C::RT));
-    };
-    issue(t0c, 0);
+    const lc_src src[2] = {{which ? a.q : a.k, which ? a.qs : a.ks, S::A},
+                           {which ? a.g : a.v, which ? a.gs : a.vs, S::B}};
+    lc_issue_tiles<DH>(src, b, h, t0c, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
-        lt_bf *sA = (lt_bf *)(lt_sm + S::A + cur * C::RT), *sB = (lt_bf *)(lt_sm + S::B + cur * C::RT);
+        lt_bf *sA = lc_buf<DH>(lt_sm, S::A, cur), *sB = lc_buf<DH>(lt_sm, S::B, cur);
         lt_sync(); /* the previous tile is done with every buffer */
-        if (t0 + LT_T < t1c) issue(t0 + LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(t0 + LT_T < t1c, [&] { lc_issue_tiles<DH>(src, b, h, t0 + LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sA, nr, a.f, 1.f, nullptr, sAl);
         if (which == 0) {
             if (tid < LT_T) sW[tid] = tid < nr ? (lt_bf)0x3f80 : (lt_bf)0; /* 1.0 */
@@ -334,14 +419,7 @@ __global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int wh
     }
     const float fs = which == 1 && !norm ? a.scale_q : 1.f;
     float *dst = (which ? a.dhs : a.hs) + (bh * a.nch + c) * C::SE;
-#pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        dst[r0 * DH + col] = fs * acc[nt][0];
-        dst[r0 * DH + col + 1] = fs * acc[nt][1];
-        dst[r1 * DH + col] = fs * acc[nt][2];
-        dst[r1 * DH + col + 1] = fs * acc[nt][3];
-    }
+    lc_state_store<DH>(acc, dst, fs);
     if (n0 == 0 && cq == 0) {
         dst[DH * DH + m0 + g] = zacc[0][0];
         dst[DH * DH + m0 + g + 8] = zacc[0][2];
@@ -397,7 +475,7 @@ template <int DH> struct lc_dq_smem { /* byte offsets */
 template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(lc_args a) {
     using C = lc_cfg<DH>;
     using S = lc_dq_smem<DH>;
-    constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
+    constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
     lt_bf *sH = (lt_bf *)(lt_sm + S::HS), *sP = (lt_bf *)(lt_sm + S::P), *sTri = (lt_bf *)(lt_sm + S::TRI);
     float *stage = (float *)(lt_sm + S::STAGE), *zp = (float *)(lt_sm + S::ZP);
@@ -412,31 +490,20 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
-    lc_state_load<DH>(hacc, hsrc);
-    lc_state_to_smem<DH>(hacc, sH);
-    for (int i = tid; i < DH; i += LT_THREADS) zp[i] = hsrc[DH * DH + i];
+    lc_state_begin<DH>(hacc, hsrc, sH, zp);
     for (int i = tid; i < LT_T * LT_T; i += LT_THREADS)
         sTri[(i / LT_T) * LT + i % LT_T] = (i % LT_T) <= (i / LT_T) ? (lt_bf)0x3f80 : (lt_bf)0;
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
-        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
-        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
-        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
-    };
-    issue(t0c, 0);
+    lc_issue_qkvg<DH, S, false>(a, b, h, t0c, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 + LT_T < t1c;
-        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT);
-        lt_bf *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
+        lt_bf *sQ = lc_buf<DH>(lt_sm, S::Q, cur), *sV = lc_buf<DH>(lt_sm, S::V, cur);
+        lt_bf *sG = lc_buf<DH>(lt_sm, S::G, cur), *sK = lc_buf<DH>(lt_sm, S::K, cur);
         lt_sync(); /* the previous tile is done with every buffer */
         if (t0 > t0c) lc_state_to_smem<DH>(hacc, sH);
-        if (more) issue(t0 + LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(more, [&] { lc_issue_qkvg<DH, S, false>(a, b, h, t0 + LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lt_sync();
@@ -504,18 +571,11 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
             }
             lt_sync();
         }
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                const float ww = norm ? wr[r] : s, ee = norm ? er[r] : 0.f;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh],
-                                ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int r, int) {
+            const float ww = norm ? wr[r] : s, ee = norm ? er[r] : 0.f;
+            return make_float2(ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh],
+                               ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1]);
+        });
         lt_sync();
         lc_write<DH>(stage, a.dq, a.dqs, a.q, a.qs, a.f, b, h, t0, nr);
     }
@@ -540,7 +600,7 @@ template <int DH> struct lc_dkv_smem { /* byte offsets */
 template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel(lc_args a) {
     using C = lc_cfg<DH>;
     using S = lc_dkv_smem<DH>;
-    constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
+    constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
     lt_bf *sD = (lt_bf *)(lt_sm + S::DS);
     lt_bf *sM = (lt_bf *)(lt_sm + S::M), *sA = (lt_bf *)(lt_sm + S::A), *sW = (lt_bf *)(lt_sm + S::W);
@@ -558,31 +618,20 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
-    lc_state_load<DH>(hacc, dsrc);
-    lc_state_to_smem<DH>(hacc, sD);
-    for (int i = tid; i < DH; i += LT_THREADS) dz[i] = dsrc[DH * DH + i];
+    lc_state_begin<DH>(hacc, dsrc, sD, dz);
     for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
     const int64_t tlast = t0c + LT_T * ((t1c - t0c - 1) / LT_T);
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
-        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
-        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
-        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
-    };
-    issue(tlast, 0);
+    lc_issue_qkvg<DH, S, true>(a, b, h, tlast, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = tlast; t0 >= t0c; t0 -= LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 > t0c;
-        lt_bf *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
-        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT);
+        lt_bf *sV = lc_buf<DH>(lt_sm, S::V, cur), *sK = lc_buf<DH>(lt_sm, S::K, cur);
+        lt_bf *sQ = lc_buf<DH>(lt_sm, S::Q, cur), *sG = lc_buf<DH>(lt_sm, S::G, cur);
         lt_sync(); /* the previous tile is done with every buffer */
         if (t0 < tlast) lc_state_to_smem<DH>(hacc, sD);
-        if (more) issue(t0 - LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(more, [&] { lc_issue_qkvg<DH, S, true>(a, b, h, t0 - LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sG, nr, BWD_NO_FEATURE, gpost, norm ? a.w + bh * a.N + t0 : nullptr);
@@ -612,16 +661,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         lt_zero(kacc);
         lc_mma<C::TN, false, true>(kacc, sM, LT, sQ, LD, m0, un0, LT_T);
         lc_mma<C::TN, false, false>(kacc, sV, LD, sD, LD, m0, un0, DH);
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(kacc[nt][2 * hh] + dz[col], kacc[nt][2 * hh + 1] + dz[col + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int, int col) {
+            return make_float2(kacc[nt][2 * hh] + dz[col], kacc[nt][2 * hh + 1] + dz[col + 1]);
+        });
         float vacc[C::TN][4];
         lt_zero(vacc);
         lc_mma<C::TN, false, true>(vacc, sA, LT, sG, LD, m0, un0, LT_T);
@@ -639,16 +681,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         }
         lc_write<DH>(stage, a.dk, a.dks, a.k, a.ks, a.f, b, h, t0, nr);
         lt_sync();
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(vacc[nt][2 * hh], vacc[nt][2 * hh + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int, int) {
+            return make_float2(vacc[nt][2 * hh], vacc[nt][2 * hh + 1]);
+        });
         lt_sync();
         lc_write<DH>(stage, a.dv, a.dvs, nullptr, nullptr, BWD_NO_FEATURE, b, h, t0, nr);
     }
