@@ -18,7 +18,7 @@ cut -c1-260 "$OUT/driver.log" | tail -4 | tee -a "$S"
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 timeout "${LA_PROF_S:-45}" python3 dev/cuda/lincausal_profile.py --reps 20 > "$OUT/profile.log" 2>&1 || rc=1
 say "# profile ($(el) s)"
-timeout "${LA_HARNESS_S:-40}" "$B/tests/backend/test_backend_ops" -b cuda -o linear_backward -n causal \
+timeout "${LA_HARNESS_S:-40}" "$B/tests/backend/test_backend_ops" -b cuda -o linear_backward -o mhla_causal_backward -n causal \
     > "$OUT/harness.log" 2>&1 || rc=1
 say "# harness ($(el) s)"
 grep -E "^FAIL|^# cases|passed," "$OUT/harness.log" | cut -c1-200 | head -12 | tee -a "$S"
