@@ -4,7 +4,9 @@
 # the portable engine, repeat bit-identical), dev/cuda/lincausal_profile.py
 # (the package's paths timed and profiled), the harness's causal linear
 # backward cases, then fla's chunk_linear_attn from a carried
-# .whl/fla_core-*.whl. Each step under its own cap (LA_*_S seconds).
+# .whl/fla_core-*.whl (LA_WHL_DIR: the wheel's folder). Each step under its
+# own cap (LA_*_S seconds); on a fresh machine fla's import and Triton
+# compilation took more than 40 s before its first result (17:32 UTC call).
 #   bash dev/cuda/lincausal_gpu.sh     (logs under $OUT; summary in $OUT/summary.txt)
 . tests/cuda/gpu_common.sh lincausal
 timeout "${LA_BUILD_S:-80}" make -j16 SKIP_DEPS=1 CUDA_ARCH=sm90a BUILD="$B" "$B/liblongattn.so" \
@@ -25,7 +27,7 @@ grep -E "^FAIL|^# cases|passed," "$OUT/harness.log" | cut -c1-200 | head -12 | t
 if ls "${LA_WHL_DIR:-.whl}"/fla_core-*.whl > /dev/null 2>&1 &&
    python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/la_site \
        "${LA_WHL_DIR:-.whl}"/fla_core-*.whl > "$OUT/wheels.log" 2>&1; then
-  PYTHONPATH=python:/tmp/la_site timeout "${LA_FLA_S:-60}" python3 dev/cuda/lincausal_profile.py \
+  PYTHONPATH=python:/tmp/la_site timeout "${LA_FLA_S:-120}" python3 dev/cuda/lincausal_profile.py \
       --reps 10 --only-fla > "$OUT/fla.log" 2>&1 || rc=1
   say "# fla ($(el) s)"
   grep -E "ms|skipped|Error" "$OUT/fla.log" | head -4 | cut -c1-200 | tee -a "$S"
