@@ -92,6 +92,9 @@ int main(int argc, char **argv) {
         {1, 1000, 1, 128, LA_FEATURE_RELU, 0, 0, 1, 1, 0},
         {2, 300, 2, 64, LA_FEATURE_RELU_EPS, 0, 1, 1, 1, 1},
         {1, 700, 1, 128, LA_FEATURE_RELU1, 1, 0, 1, 0, 0},
+        /* without normalize and d_S_in: both state sums in one launch */
+        {1, 1000, 1, 64, LA_FEATURE_IDENTITY, 0, 0, 0, 0, 0},
+        {1, 700, 2, 128, LA_FEATURE_RELU, 0, 1, 1, 0, 1},
     };
     int which = argc > 1 ? atoi(argv[1]) : -1;
     la_context *ctx; la_context_create(&ctx);

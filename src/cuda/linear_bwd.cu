@@ -66,7 +66,9 @@ static la_status lin_causal_tc(const la_linear_params *p, const la_tensor *q, co
     if (want_state_in) ws.want(&Sin, BH, SE);
     if (want_dS_out) ws.want(&dSo, BH, SE);
     if (want_dS_in) ws.want(&dSi, BH, SE);
-    LA_TRY(ws.alloc(s, "causal linear backward states"));
+    /* no state tensors (the common case): no allocation, no free */
+    if (want_state_in || want_dS_out || want_dS_in)
+        LA_TRY(ws.alloc(s, "causal linear backward states"));
     if (want_state_in)
         BWD_LAUNCH(lin_state_pack_kernel, BH * SE, s, bwd_view4(S_in), lin_zview(z_in), H, D, Dv,
                    Sin);

@@ -27,6 +27,7 @@
  *   5. lc_scan_rev: dH_c = dS_out + Σ_{c'>c} ΔdH_c', d_S_in = the total;
  *   6. lc_dkv_kernel, reverse walk with the running dH: M = triu(V G''ᵀ +
  *      1eᵀ), A = triu(K̃ Φqᵀ), dk̃ = M Φq + V dHᵀ + dZ, dv = A G'' + K̃ dH.
+ * Without normalize, 4 needs nothing of 3: 1 and 4 are one launch.
  * No atomics; every sum in a fixed order: bit-identical across calls.
  *
  * Products on mma.sync m16n8k16 (bf16 operands, fp32 accumulation), the
@@ -46,240 +47,18 @@
 
 #include <algorithm>
 
-#include "cuda/linblock_bwd_tc.cuh"
-#include "cuda/linear_causal_bwd_tc.cuh"
+#include "cuda/linear_causal_bwd_tiles.cuh"
 
 namespace {
-
-template <int DH> struct lc_cfg {
-    static constexpr int LD = DH + 8;    /* row of DH bf16, padded (ldmatrix rows conflict-free) */
-    static constexpr int LT = LT_T + 8;  /* row of the 64 tokens of a tile, padded */
-    static constexpr int LS = DH + 4;    /* fp32 staging row */
-    static constexpr int TN = DH / 16;   /* 64 × DH products: n-tiles per warp (DH/2 columns) */
-    static constexpr int RB = DH / 16 < 8 ? DH / 16 : 8; /* DH × DH products: warps along rows */
-    static constexpr int SN = DH / (8 / RB) / 8;         /* ... and n-tiles per warp */
-    static constexpr int64_t SE = (int64_t)DH * DH + DH; /* a state [S | z] */
-    static constexpr int CK = DH / 8;                    /* 16-byte pieces of a row */
-    static constexpr int IT = LT_T * CK / LT_THREADS;    /* ... per thread per tile */
-    static constexpr size_t RT = 2 * LT_T * LD, ST = 2 * DH * LD, PT = 2 * LT_T * LT; /* bytes */
-};
-
-struct lc_args {
-    const lt_bf *q, *k, *v, *g;
-    lt_bf *dq, *dk, *dv;
-    int64_t qs[3], ks[3], vs[3], gs[3], dqs[3], dks[3], dvs[3]; /* b, n, h strides */
-    int64_t N, H, L, nch, c0; /* c0: first chunk of a state-sum launch */
-    int f, norm, split;
-    float scale_q, eps;
-    float *hs;  /* [B·H][nch][SE]: ΔS_c, then h_c */
-    float *dhs; /* [B·H][nch][SE]: ΔdH_c, then dH_c */
-    float *w, *e; /* [B·H][N] (normalize only) */
-    /* causal MHLA (L = 64: a chunk is a block): W[c,c] of block c scales the
-     * block's own part, at mixw[h·mix_hs + c·(mix_ld + 1)] (NULL: 1); dwd
-     * [B·H][nch] gets dW[c,c] (NULL: skip) */
-    const float *mixw;
-    int64_t mix_hs, mix_ld;
-    float *dwd;
-    int gs1; /* dk/dv walk without normalize: g unscaled, s on M and A in fp32 (so that
-              * dW[c,c] has exact bf16 products; needs no running dH: L = 64) */
-};
-
-BWD_DEV inline float lc_wdiag(const lc_args &a, int64_t h, int64_t c) {
-    return a.mixw ? a.mixw[h * a.mix_hs + c * (a.mix_ld + 1)] : 1.f;
-}
-
-BWD_DEV inline const lt_bf *lc_row(const lt_bf *base, const int64_t *s, int64_t b, int64_t t,
-                                   int64_t h) {
-    return base + b * s[0] + t * s[1] + h * s[2];
-}
-
-#ifndef LA_BWD_EMU
-static __device__ __forceinline__ void lc_ldsm4(uint32_t *r, const lt_bf *p) { la_ldsm4(r, p); }
-static __device__ __forceinline__ void lc_ldsm4t(uint32_t *r, const lt_bf *p) { la_ldsm4t(r, p); }
-static __device__ __forceinline__ void lc_cp16(lt_bf *sm, const lt_bf *g, bool ok) {
-    la_cp16z(sm, g, ok);
-}
-static __device__ __forceinline__ void lc_commit(void) { la_cp_commit(); }
-static __device__ __forceinline__ void lc_wait1(void) { la_cp_wait<1>(); }
-#else /* the emulator copies at once */
-static inline void lc_ldsm4(uint32_t *r, const lt_bf *p) { bt_ldsm4(r, p); }
-static inline void lc_ldsm4t(uint32_t *r, const lt_bf *p) { bt_ldsm4t(r, p); }
-static inline void lc_cp16(lt_bf *sm, const lt_bf *g, bool ok) {
-    if (ok) memcpy(sm, g, 16);
-    else memset(sm, 0, 16);
-}
-static inline void lc_commit(void) {}
-static inline void lc_wait1(void) {}
-#endif
-
-/* acc += A·B for one warp: rows m0..m0+15, columns n0..n0+8·NT−1, reduction
- * k < K (a multiple of 16), fragments by ldmatrix from row-major bf16 tiles:
- * A(m, k) at sA[m·la + k] or, AT, sA[k·la + m]; B(k, n) at sB[n·lb + k] or,
- * BT, sB[k·lb + n] (ldmatrix .trans for the transposed reads). */
-template <int NT, bool AT, bool BT>
-BWD_DEV inline void lc_mma(float (&acc)[NT][4], const lt_bf *sA, int la, const lt_bf *sB, int lb,
-                           int m0, int n0, int K) {
-    static_assert(NT % 2 == 0, "n-tiles in pairs");
-    const int lane = lt_tid() & 31, li = lane & 7, lj = lane >> 3;
-    for (int k0 = 0; k0 < K; k0 += 16) {
-        uint32_t a[4];
-        if (!AT) lc_ldsm4(a, sA + (m0 + 8 * (lj & 1) + li) * la + k0 + 8 * (lj >> 1));
-        else lc_ldsm4t(a, sA + (k0 + 8 * (lj >> 1) + li) * la + m0 + 8 * (lj & 1));
-#pragma unroll
-        for (int np = 0; np < NT / 2; np++) {
-            uint32_t b[4];
-            const int nb = n0 + 16 * np;
-            if (!BT) lc_ldsm4(b, sB + (nb + 8 * (lj >> 1) + li) * lb + k0 + 8 * (lj & 1));
-            else lc_ldsm4t(b, sB + (k0 + 8 * (lj & 1) + li) * lb + nb + 8 * (lj >> 1));
-            lt_mma(acc[2 * np], a, b[0], b[1]);
-            lt_mma(acc[2 * np + 1], a, b[2], b[3]);
-        }
-    }
-}
-
-BWD_DEV inline uint4 lc_pack8(const lt_bf *e) {
-    uint4 o;
-    o.x = (uint32_t)e[0] | ((uint32_t)e[1] << 16);
-    o.y = (uint32_t)e[2] | ((uint32_t)e[3] << 16);
-    o.z = (uint32_t)e[4] | ((uint32_t)e[5] << 16);
-    o.w = (uint32_t)e[6] | ((uint32_t)e[7] << 16);
-    return o;
-}
-
-/* The tiles by cp.async (two buffers: the next tile's
- * copies overlap the products of this one): lc_issue copies tokens [t0, t0 +
- * nr) of a view into sm[r][c] (rows nr..63 zero-filled), lc_map then
- * applies x = post · rs[r] · φ(x) in place to the pieces this thread copied
- * (so that its own cp.async.wait is all it needs before that). */
-template <int DH>
-BWD_DEV inline void lc_issue(const lt_bf *src, const int64_t *st, int64_t b, int64_t h, int64_t t0,
-                             int nr, lt_bf *sm) {
-    using C = lc_cfg<DH>;
-#pragma unroll
-    for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
-        const bool ok = r < nr;
-        lc_cp16(sm + r * C::LD + ch * 8, lc_row(src, st, b, t0 + (ok ? r : 0), h) + ch * 8, ok);
-    }
-}
-template <int DH>
-BWD_DEV inline void lc_map(lt_bf *sm, int nr, int f, float post, const float *rs,
-                           lt_bf *sm_lo = nullptr) {
-    using C = lc_cfg<DH>;
-    if (!((f >= 0 && f != LA_FEATURE_IDENTITY) || rs || post != 1.f)) return;
-#pragma unroll
-    for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
-        uint4 *lo = sm_lo ? reinterpret_cast<uint4 *>(sm_lo + r * C::LD + ch * 8) : nullptr;
-        if (r >= nr) {
-            if (lo) *lo = make_uint4(0, 0, 0, 0);
-            continue;
-        }
-        uint4 *q = reinterpret_cast<uint4 *>(sm + r * C::LD + ch * 8);
-        const uint4 u = *q;
-        const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-        const float sc = post * (rs ? rs[r] : 1.f);
-        lt_bf e[8], l[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) {
-            float x = lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2))));
-            if (f >= 0) x = bwd_feature(f, x);
-            x *= sc;
-            e[j] = lt_h(x);
-            l[j] = lt_h(x - lt_f(e[j]));
-        }
-        *q = lc_pack8(e);
-        if (lo) *lo = lc_pack8(l);
-    }
-}
-
-/* rows [t0, t0 + nr) of an output view from the fp32 staging tile, times
- * φ'(x) of the input x (f >= 0, not the identity) */
-template <int DH>
-BWD_DEV inline void lc_write(const float *stage, lt_bf *dst, const int64_t *ds, const lt_bf *x,
-                             const int64_t *xs, int f, int64_t b, int64_t h, int64_t t0, int nr) {
-    using C = lc_cfg<DH>;
-    if (!dst) return;
-    const bool grad = f >= 0 && f != LA_FEATURE_IDENTITY;
-#pragma unroll
-    for (int it = 0; it < C::IT; it++) {
-        const int p = lt_tid() + it * LT_THREADS, r = p / C::CK, ch = p % C::CK;
-        if (r >= nr) continue;
-        float y[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) y[j] = stage[r * C::LS + ch * 8 + j];
-        if (grad) {
-            const uint4 u = *reinterpret_cast<const uint4 *>(lc_row(x, xs, b, t0 + r, h) + ch * 8);
-            const uint32_t wd[4] = {u.x, u.y, u.z, u.w};
-#pragma unroll
-            for (int j = 0; j < 8; j++)
-                y[j] *= bwd_feature_grad(f, lt_f((lt_bf)(wd[j / 2] >> (16 * (j % 2)))));
-        }
-        lt_bf e[8];
-#pragma unroll
-        for (int j = 0; j < 8; j++) e[j] = lt_h(y[j]);
-        lt_bf *drow = const_cast<lt_bf *>(lc_row(dst, ds, b, t0 + r, h));
-        *reinterpret_cast<uint4 *>(drow + ch * 8) = lc_pack8(e);
-    }
-}
-
-/* a 64 × 64 product of warp (m0, n0) (16 × 32) into bf16 dst[row][col]
- * (stride LT), col_add[col] added first (NULL: none), then times mul;
- * upper: keep col ≥ row, else col ≤ row; the rest zero */
-template <int LT>
-BWD_DEV inline void lc_store64(float (&acc)[4][4], lt_bf *dst, int m0, int n0, bool upper,
-                               const float *col_add, float mul = 1.f) {
-    const int lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
-#pragma unroll
-    for (int nt = 0; nt < 4; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq;
-        float x[4] = {acc[nt][0], acc[nt][1], acc[nt][2], acc[nt][3]};
-#pragma unroll
-        for (int e = 0; e < 4; e++) {
-            const int rr = m0 + g + 8 * (e >> 1), cc = col + (e & 1);
-            if (col_add) x[e] += col_add[cc];
-            x[e] *= mul;
-            if (upper ? cc < rr : cc > rr) x[e] = 0.f;
-        }
-        lt_st2(dst + (m0 + g) * LT + col, x[0], x[1]);
-        lt_st2(dst + (m0 + g + 8) * LT + col, x[2], x[3]);
-    }
-}
-
-/* a DH × DH state accumulator of this warp as bf16 rows sm[d][e] (stride LD) */
-template <int DH>
-BWD_DEV inline void lc_state_to_smem(const float (&acc)[lc_cfg<DH>::SN][4], lt_bf *sm) {
-    using C = lc_cfg<DH>;
-    const int warp = lt_tid() >> 5, lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
-    const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
-#pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        lt_st2(sm + r0 * C::LD + col, acc[nt][0], acc[nt][1]);
-        lt_st2(sm + r1 * C::LD + col, acc[nt][2], acc[nt][3]);
-    }
-}
-/* this warp's part of a DH × DH fp32 state src[d·DH + e] into accumulators */
-template <int DH>
-BWD_DEV inline void lc_state_load(float (&acc)[lc_cfg<DH>::SN][4], const float *src) {
-    using C = lc_cfg<DH>;
-    const int warp = lt_tid() >> 5, lane = lt_tid() & 31, g = lane >> 2, cq = lane & 3;
-    const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
-#pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        acc[nt][0] = src[r0 * DH + col];
-        acc[nt][1] = src[r0 * DH + col + 1];
-        acc[nt][2] = src[r1 * DH + col];
-        acc[nt][3] = src[r1 * DH + col + 1];
-    }
-}
 
 /* ---- 1 / 4: state sums of a chunk -------------------------------------------
  * which 0: ΔS = Σ k̃ vᵀ, Δz = Σ k̃; which 1: ΔdH = Σ φq g''ᵀ, ΔdZ = Σ e φq
  * (without normalize: g'' = s·g, taken as Σ φq gᵀ times s in fp32, e = 0).
  * The column sums are one more product against the weight row 0 of sW
- * (rows 1..15 zero). */
+ * (rows 1..15 zero). which 2 (without normalize, where the second needs
+ * nothing of the dq walk): both in one launch, blocks x < nsum0 the first
+ * (chunk x), the others the second (chunk c0 + x − nsum0), so that the
+ * CTAs of the two fill the same waves. */
 template <int DH> struct lc_sum_smem { /* byte offsets */
     using C = lc_cfg<DH>;
     /* A, B: two buffers each (buffer i at + i·RT) */
@@ -287,39 +66,35 @@ template <int DH> struct lc_sum_smem { /* byte offsets */
                             TOTAL = AL + C::RT;
 };
 template <int DH>
-__global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int which) {
+__global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int which_arg) {
     using C = lc_cfg<DH>;
     using S = lc_sum_smem<DH>;
     constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
+    const int64_t bx = lt_bx();
+    const int which = which_arg == 2 ? (bx < a.nsum0 ? 0 : 1) : which_arg;
+    const int64_t c = which_arg == 2 ? (which ? a.c0 + bx - a.nsum0 : bx) : a.c0 + bx;
     lt_bf *sW = (lt_bf *)(lt_sm + S::W);
     lt_bf *sAl = a.split && which == 1 ? (lt_bf *)(lt_sm + S::AL) : nullptr; /* φq's remainder */
     const int tid = lt_tid(), warp = tid >> 5, lane = tid & 31, g = lane >> 2, cq = lane & 3;
-    const int64_t bh = lt_by(), b = bh / a.H, h = bh % a.H, c = a.c0 + lt_bx();
+    const int64_t bh = lt_by(), b = bh / a.H, h = bh % a.H;
     const int64_t t0c = c * a.L, t1c = lt_min(a.N, t0c + a.L);
     const int m0 = 16 * (warp % C::RB), n0 = C::SN * 8 * (warp / C::RB);
     const bool norm = a.norm != 0;
-    for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
+    lc_zero_bf(sW, 16 * LT);
     float acc[C::SN][4], zacc[2][4];
     lt_zero(acc);
     lt_zero(zacc);
-    const lt_bf *srcA = which ? a.q : a.k, *srcB = which ? a.g : a.v;
-    const int64_t *stA = which ? a.qs : a.ks, *stB = which ? a.gs : a.vs;
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(srcA, stA, b, h, t, n, (lt_bf *)(lt_sm + S::A + buf * C::RT));
-        lc_issue<DH>(srcB, stB, b, h, t, n, (lt_bf *)(lt_sm + S::B + buf * C::RT));
-    };
-    issue(t0c, 0);
+    const lc_src src[2] = {{which ? a.q : a.k, which ? a.qs : a.ks, S::A},
+                           {which ? a.g : a.v, which ? a.gs : a.vs, S::B}};
+    lc_issue_tiles<DH>(src, b, h, t0c, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
-        lt_bf *sA = (lt_bf *)(lt_sm + S::A + cur * C::RT), *sB = (lt_bf *)(lt_sm + S::B + cur * C::RT);
+        lt_bf *sA = lc_buf<DH>(lt_sm, S::A, cur), *sB = lc_buf<DH>(lt_sm, S::B, cur);
         lt_sync(); /* the previous tile is done with every buffer */
-        if (t0 + LT_T < t1c) issue(t0 + LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(t0 + LT_T < t1c, [&] { lc_issue_tiles<DH>(src, b, h, t0 + LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sA, nr, a.f, 1.f, nullptr, sAl);
         if (which == 0) {
             if (tid < LT_T) sW[tid] = tid < nr ? (lt_bf)0x3f80 : (lt_bf)0; /* 1.0 */
@@ -334,21 +109,23 @@ __global__ void __launch_bounds__(LT_THREADS, 2) lc_sum_kernel(lc_args a, int wh
     }
     const float fs = which == 1 && !norm ? a.scale_q : 1.f;
     float *dst = (which ? a.dhs : a.hs) + (bh * a.nch + c) * C::SE;
-#pragma unroll
-    for (int nt = 0; nt < C::SN; nt++) {
-        const int col = n0 + 8 * nt + 2 * cq, r0 = m0 + g, r1 = r0 + 8;
-        dst[r0 * DH + col] = fs * acc[nt][0];
-        dst[r0 * DH + col + 1] = fs * acc[nt][1];
-        dst[r1 * DH + col] = fs * acc[nt][2];
-        dst[r1 * DH + col + 1] = fs * acc[nt][3];
-    }
+    lc_state_store<DH>(acc, dst, fs);
     if (n0 == 0 && cq == 0) {
         dst[DH * DH + m0 + g] = zacc[0][0];
         dst[DH * DH + m0 + g + 8] = zacc[0][2];
     }
 }
 
-/* ---- 2 / 5: the scans over chunks, one thread per state element ---------- */
+/* ---- 2 / 5: the scans over chunks, one thread per state element ----------
+ * Each thread reads LC_SCAN_BATCH chunks' values before it writes any of
+ * them, so that the loads of a batch are in flight together (one load at a
+ * time, the scans were bound by the memory latency, 32 round trips per
+ * thread at 32 chunks); the additions keep their order. */
+#ifndef LA_BWD_EMU
+#define LC_SCAN_BATCH 16
+#else /* the emulator's few chunks (nch <= 6) still cross a batch boundary */
+#define LC_SCAN_BATCH 4
+#endif
 static __global__ void lc_scan_fwd(int64_t total, float *hs, const float *S_in, int64_t nch,
                                    int64_t SE) {
     const int64_t i = bwd_gid();
@@ -356,10 +133,17 @@ static __global__ void lc_scan_fwd(int64_t total, float *hs, const float *S_in, 
     const int64_t bh = i / SE, e = i % SE;
     float *p = hs + bh * nch * SE + e;
     float x = S_in ? S_in[i] : 0.f;
-    for (int64_t c = 0; c < nch; c++) {
-        const float d = c + 1 < nch ? p[c * SE] : 0.f; /* the last ΔS is not computed */
-        p[c * SE] = x;
-        x += d;
+    for (int64_t c0 = 0; c0 < nch; c0 += LC_SCAN_BATCH) {
+        float d[LC_SCAN_BATCH];
+#pragma unroll
+        for (int j = 0; j < LC_SCAN_BATCH; j++) /* the last ΔS is not computed */
+            d[j] = c0 + j + 1 < nch ? p[(c0 + j) * SE] : 0.f;
+#pragma unroll
+        for (int j = 0; j < LC_SCAN_BATCH; j++)
+            if (c0 + j < nch) {
+                p[(c0 + j) * SE] = x;
+                x += d[j];
+            }
     }
 }
 static __global__ void lc_scan_rev(int64_t total, float *dhs, const float *dS_out, float *dS_in,
@@ -369,10 +153,17 @@ static __global__ void lc_scan_rev(int64_t total, float *dhs, const float *dS_ou
     const int64_t bh = i / SE, e = i % SE;
     float *p = dhs + bh * nch * SE + e;
     float x = dS_out ? dS_out[i] : 0.f;
-    for (int64_t c = nch - 1; c >= 0; c--) {
-        const float d = c >= c0 ? p[c * SE] : 0.f;
-        p[c * SE] = x;
-        x += d;
+    for (int64_t c1 = nch - 1; c1 >= 0; c1 -= LC_SCAN_BATCH) { /* chunks c1, c1 - 1, ... */
+        float d[LC_SCAN_BATCH];
+#pragma unroll
+        for (int j = 0; j < LC_SCAN_BATCH; j++)
+            d[j] = c1 - j >= c0 ? p[(c1 - j) * SE] : 0.f;
+#pragma unroll
+        for (int j = 0; j < LC_SCAN_BATCH; j++)
+            if (c1 - j >= 0) {
+                p[(c1 - j) * SE] = x;
+                x += d[j];
+            }
     }
     if (dS_in) dS_in[i] = x;
 }
@@ -397,7 +188,7 @@ template <int DH> struct lc_dq_smem { /* byte offsets */
 template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(lc_args a) {
     using C = lc_cfg<DH>;
     using S = lc_dq_smem<DH>;
-    constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
+    constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
     lt_bf *sH = (lt_bf *)(lt_sm + S::HS), *sP = (lt_bf *)(lt_sm + S::P), *sTri = (lt_bf *)(lt_sm + S::TRI);
     float *stage = (float *)(lt_sm + S::STAGE), *zp = (float *)(lt_sm + S::ZP);
@@ -412,31 +203,20 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
-    lc_state_load<DH>(hacc, hsrc);
-    lc_state_to_smem<DH>(hacc, sH);
-    for (int i = tid; i < DH; i += LT_THREADS) zp[i] = hsrc[DH * DH + i];
+    lc_state_begin<DH>(hacc, hsrc, sH, zp);
     for (int i = tid; i < LT_T * LT_T; i += LT_THREADS)
         sTri[(i / LT_T) * LT + i % LT_T] = (i % LT_T) <= (i / LT_T) ? (lt_bf)0x3f80 : (lt_bf)0;
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
-        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
-        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
-        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
-    };
-    issue(t0c, 0);
+    lc_issue_qkvg<DH, S, false>(a, b, h, t0c, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = t0c; t0 < t1c; t0 += LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 + LT_T < t1c;
-        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT);
-        lt_bf *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
+        lt_bf *sQ = lc_buf<DH>(lt_sm, S::Q, cur), *sV = lc_buf<DH>(lt_sm, S::V, cur);
+        lt_bf *sG = lc_buf<DH>(lt_sm, S::G, cur), *sK = lc_buf<DH>(lt_sm, S::K, cur);
         lt_sync(); /* the previous tile is done with every buffer */
         if (t0 > t0c) lc_state_to_smem<DH>(hacc, sH);
-        if (more) issue(t0 + LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(more, [&] { lc_issue_qkvg<DH, S, false>(a, b, h, t0 + LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lt_sync();
@@ -504,18 +284,11 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dq_kernel(
             }
             lt_sync();
         }
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                const float ww = norm ? wr[r] : s, ee = norm ? er[r] : 0.f;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh],
-                                ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int r, int) {
+            const float ww = norm ? wr[r] : s, ee = norm ? er[r] : 0.f;
+            return make_float2(ww * uacc[nt][2 * hh] + ee * zacc[nt][2 * hh],
+                               ww * uacc[nt][2 * hh + 1] + ee * zacc[nt][2 * hh + 1]);
+        });
         lt_sync();
         lc_write<DH>(stage, a.dq, a.dqs, a.q, a.qs, a.f, b, h, t0, nr);
     }
@@ -540,7 +313,7 @@ template <int DH> struct lc_dkv_smem { /* byte offsets */
 template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel(lc_args a) {
     using C = lc_cfg<DH>;
     using S = lc_dkv_smem<DH>;
-    constexpr int LD = C::LD, LT = C::LT, LS = C::LS;
+    constexpr int LD = C::LD, LT = C::LT;
     LT_SMEM_DECL;
     lt_bf *sD = (lt_bf *)(lt_sm + S::DS);
     lt_bf *sM = (lt_bf *)(lt_sm + S::M), *sA = (lt_bf *)(lt_sm + S::A), *sW = (lt_bf *)(lt_sm + S::W);
@@ -558,31 +331,20 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
     const int m0 = 16 * (warp & 3), pn0 = 32 * (warp >> 2), un0 = (DH / 2) * (warp >> 2);
     const int sm0 = 16 * (warp % C::RB), sn0 = C::SN * 8 * (warp / C::RB);
     float hacc[C::SN][4];
-    lc_state_load<DH>(hacc, dsrc);
-    lc_state_to_smem<DH>(hacc, sD);
-    for (int i = tid; i < DH; i += LT_THREADS) dz[i] = dsrc[DH * DH + i];
+    lc_state_begin<DH>(hacc, dsrc, sD, dz);
     for (int i = tid; i < 16 * LT; i += LT_THREADS) sW[i] = 0;
     const int64_t tlast = t0c + LT_T * ((t1c - t0c - 1) / LT_T);
-    auto issue = [&](int64_t t, int buf) {
-        const int n = (int)lt_min(LT_T, t1c - t);
-        lc_issue<DH>(a.v, a.vs, b, h, t, n, (lt_bf *)(lt_sm + S::V + buf * C::RT));
-        lc_issue<DH>(a.k, a.ks, b, h, t, n, (lt_bf *)(lt_sm + S::K + buf * C::RT));
-        lc_issue<DH>(a.q, a.qs, b, h, t, n, (lt_bf *)(lt_sm + S::Q + buf * C::RT));
-        lc_issue<DH>(a.g, a.gs, b, h, t, n, (lt_bf *)(lt_sm + S::G + buf * C::RT));
-    };
-    issue(tlast, 0);
+    lc_issue_qkvg<DH, S, true>(a, b, h, tlast, t1c, 0, lt_sm);
     lc_commit();
     int cur = 0;
     for (int64_t t0 = tlast; t0 >= t0c; t0 -= LT_T, cur ^= 1) {
         const int nr = (int)lt_min(LT_T, t1c - t0);
         const bool more = t0 > t0c;
-        lt_bf *sV = (lt_bf *)(lt_sm + S::V + cur * C::RT), *sK = (lt_bf *)(lt_sm + S::K + cur * C::RT);
-        lt_bf *sQ = (lt_bf *)(lt_sm + S::Q + cur * C::RT), *sG = (lt_bf *)(lt_sm + S::G + cur * C::RT);
+        lt_bf *sV = lc_buf<DH>(lt_sm, S::V, cur), *sK = lc_buf<DH>(lt_sm, S::K, cur);
+        lt_bf *sQ = lc_buf<DH>(lt_sm, S::Q, cur), *sG = lc_buf<DH>(lt_sm, S::G, cur);
         lt_sync(); /* the previous tile is done with every buffer */
         if (t0 < tlast) lc_state_to_smem<DH>(hacc, sD);
-        if (more) issue(t0 - LT_T, cur ^ 1);
-        lc_commit();
-        lc_wait1(); /* this thread's copies of this tile */
+        lc_next_tile(more, [&] { lc_issue_qkvg<DH, S, true>(a, b, h, t0 - LT_T, t1c, cur ^ 1, lt_sm); });
         lc_map<DH>(sK, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sQ, nr, a.f, 1.f, nullptr);
         lc_map<DH>(sG, nr, BWD_NO_FEATURE, gpost, norm ? a.w + bh * a.N + t0 : nullptr);
@@ -612,16 +374,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         lt_zero(kacc);
         lc_mma<C::TN, false, true>(kacc, sM, LT, sQ, LD, m0, un0, LT_T);
         lc_mma<C::TN, false, false>(kacc, sV, LD, sD, LD, m0, un0, DH);
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(kacc[nt][2 * hh] + dz[col], kacc[nt][2 * hh + 1] + dz[col + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int, int col) {
+            return make_float2(kacc[nt][2 * hh] + dz[col], kacc[nt][2 * hh + 1] + dz[col + 1]);
+        });
         float vacc[C::TN][4];
         lt_zero(vacc);
         lc_mma<C::TN, false, true>(vacc, sA, LT, sG, LD, m0, un0, LT_T);
@@ -639,16 +394,9 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS, 1) lc_dkv_kernel
         }
         lc_write<DH>(stage, a.dk, a.dks, a.k, a.ks, a.f, b, h, t0, nr);
         lt_sync();
-#pragma unroll
-        for (int nt = 0; nt < C::TN; nt++) {
-            const int col = un0 + 8 * nt + 2 * cq;
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                const int r = m0 + g + 8 * hh;
-                *reinterpret_cast<float2 *>(&stage[r * LS + col]) =
-                    make_float2(vacc[nt][2 * hh], vacc[nt][2 * hh + 1]);
-            }
-        }
+        lc_stage<DH>(stage, m0, un0, [&](int nt, int hh, int, int) {
+            return make_float2(vacc[nt][2 * hh], vacc[nt][2 * hh + 1]);
+        });
         lt_sync();
         lc_write<DH>(stage, a.dv, a.dvs, nullptr, nullptr, BWD_NO_FEATURE, b, h, t0, nr);
     }
@@ -733,8 +481,8 @@ template <int DH> la_status lc_run(const lcb_problem *p, const la_context *ctx, 
     /* with the mixing every chunk's sums are needed (S_b for dW, G_i for dS) */
     const size_t sm_sum = a.split ? lc_sum_smem<DH>::TOTAL : lc_sum_smem<DH>::AL;
     a.c0 = 0;
-    if (a.nch > 1 || mix) LT_LAUNCH(lc_sum_kernel<DH>, mix ? a.nch : a.nch - 1, BH, sm_sum, s, a, 0);
     if (mix) {
+        LT_LAUNCH(lc_sum_kernel<DH>, a.nch, BH, sm_sum, s, a, 0);
         LA_TRY(mcb_combine(mix, a.hs, mixed, BH, H, a.nch, C::SE, s));
         lc_args am = a;
         am.hs = mixed;
@@ -746,10 +494,20 @@ template <int DH> la_status lc_run(const lcb_problem *p, const la_context *ctx, 
             LT_LAUNCH(lc_dkv_kernel<DH>, a.nch, BH, lc_dkv_smem<DH>::TOTAL, s, am);
         return LA_OK;
     }
+    /* ΔS of chunks 0..nch−2 and ΔdH of chunks c0..nch−1 (c0 = 1 unless d_S_in
+     * is asked for); without normalize both in one launch */
+    a.c0 = p->dS_in ? 0 : 1;
+    a.nsum0 = a.nch - 1;
+    if (!a.norm && a.nsum0 + a.nch - a.c0 > 0)
+        LT_LAUNCH(lc_sum_kernel<DH>, a.nsum0 + a.nch - a.c0, BH, sm_sum, s, a, 2);
+    if (a.norm && a.nch > 1) {
+        lc_args a0 = a;
+        a0.c0 = 0;
+        LT_LAUNCH(lc_sum_kernel<DH>, a.nch - 1, BH, sm_sum, s, a0, 0);
+    }
     BWD_LAUNCH(lc_scan_fwd, BH * C::SE, s, a.hs, p->S_in, a.nch, C::SE);
     LT_LAUNCH(lc_dq_kernel<DH>, a.nch, BH, lc_dq_smem<DH>::TOTAL, s, a);
-    a.c0 = p->dS_in ? 0 : 1;
-    if (a.nch > a.c0) LT_LAUNCH(lc_sum_kernel<DH>, a.nch - a.c0, BH, sm_sum, s, a, 1);
+    if (a.norm && a.nch > a.c0) LT_LAUNCH(lc_sum_kernel<DH>, a.nch - a.c0, BH, sm_sum, s, a, 1);
     BWD_LAUNCH(lc_scan_rev, BH * C::SE, s, a.dhs, p->dS_out, p->dS_in, a.nch, C::SE, a.c0);
     if (a.dk || a.dv) LT_LAUNCH(lc_dkv_kernel<DH>, a.nch, BH, lc_dkv_smem<DH>::TOTAL, s, a);
     return LA_OK;
