@@ -33,9 +33,9 @@ typedef struct lf_ref {
     const double *S_in, *z_in, *dS_out, *dz_out; /* [D][Dv], [D] or NULL */
     /* outputs (accumulated: caller zeroes) */
     double *dqt, *dkt, *dv, *dW, *dS_in, *dz_in;
-    /* optional (not with released_vision): per element of dqt / dkt, the sum
-     * of squares of the terms of its state form (lf_state_terms) */
-    double *eq2, *ek2;
+    /* optional (not with released_vision): per element of dqt / dkt / dv, the
+     * sum of squares of the terms of its state form (lf_state_terms) */
+    double *eq2, *ek2, *ev2;
 } lf_ref;
 
 static double lf_mask(const lf_ref *R, int64_t t, int64_t s) {
@@ -52,8 +52,8 @@ static double lf_mask(const lf_ref *R, int64_t t, int64_t s) {
 /* The kernels compute the gradients in the state form of linear attention,
  * as plain PyTorch would: dq~_t = dnum_t S_t^T (+ dden_t z_t) with the state
  * S_t = sum_s m_ts k~_s v_s^T, and dk~_s = v_s dS_s^T (+ ...) with dS_s =
- * sum_t m_ts q~_t dnum_t^T, the states rounded to bf16/fp16 for the tensor
- * cores. Their rounding errors scale with the terms of those sums, not with
+ * sum_t m_ts q~_t dnum_t^T, dv_s = k~_s dS_s (+ the same with dS_out), the
+ * states rounded to bf16/fp16 for the tensor cores. Their rounding errors scale with the terms of those sums, not with
  * the result: one token with dnum.v ~ 0 makes dq tiny against its terms.
  * Per element, the sum of squares of the terms (lf_kappa turns it into the
  * ratio to the gradient). O(N^2 D Dv): the caller asks only for small N. */
@@ -74,6 +74,7 @@ static void lf_state_terms(const lf_ref *R, const double *dnum, const double *dd
             }
             R->eq2[t * D + d] = sum;
         }
+    for (int64_t e = 0; e < N * Dv; e++) R->ev2[e] = 0;
     for (int64_t s = 0; s < N; s++)
         for (int64_t d = 0; d < D; d++) {
             double sum = 0, zt = 0;
@@ -81,6 +82,7 @@ static void lf_state_terms(const lf_ref *R, const double *dnum, const double *dd
                 double ds = R->dS_out ? R->dS_out[d * Dv + c] : 0;
                 for (int64_t t = 0; t < N; t++) ds += lf_mask(R, t, s) * R->qt[t * D + d] * dnum[t * Dv + c];
                 sum += (R->v[s * Dv + c] * ds) * (R->v[s * Dv + c] * ds);
+                R->ev2[s * Dv + c] += (R->kt[s * D + d] * ds) * (R->kt[s * D + d] * ds);
             }
             if (pq) {
                 for (int64_t t = 0; t < N; t++) zt += lf_mask(R, t, s) * dden[t] * R->qt[t * D + d];
@@ -307,8 +309,9 @@ static void run_lin(const void *arg) {
     const float eps = 1e-6f;
     la_status st = LA_ERR_INTERNAL;
     float *saved[4] = {NULL, NULL, NULL, NULL};
-    /* [0] sum of g^2, [1] sum of the state-form terms^2 (lf_state_terms) of dq / dk */
-    double kq[2] = {0, 0}, kk[2] = {0, 0}, kappa_q = -1, kappa_k = -1;
+    /* [0] sum of g^2, [1] sum of the state-form terms^2 (lf_state_terms) of dq / dk / dv */
+    double kq[2] = {0, 0}, kk[2] = {0, 0}, kv[2] = {0, 0}, kappa_q = -1, kappa_k = -1,
+           kappa_v = -1;
     const int with_terms = N <= LF_TERMS_MAX_N && c->norm != LA_MHLA_NORM_RELEASED_VISION;
     for (int call = 0; call < 2; call++) {
         if (c->kind == 0) {
@@ -367,6 +370,7 @@ static void run_lin(const void *arg) {
             double *dvv = (double *)malloc(sizeof(double) * (size_t)(N * Dv));
             double *eq2 = (double *)malloc(sizeof(double) * (size_t)(N * D));
             double *ek2 = (double *)malloc(sizeof(double) * (size_t)(N * D));
+            double *ev2 = (double *)malloc(sizeof(double) * (size_t)(N * Dv));
             double *Wd = (double *)malloc(sizeof(double) * (size_t)(M * WM + 1));
             double *dWh = (double *)malloc(sizeof(double) * (size_t)(M * WM + 1));
             double *st4[4];
@@ -398,7 +402,7 @@ static void run_lin(const void *arg) {
                         memset(dkt, 0, sizeof(double) * (size_t)(N * D));
                         memset(dvv, 0, sizeof(double) * (size_t)(N * Dv));
                         R.dqt = dqt, R.dkt = dkt, R.dv = dvv;
-                        if (rr == 0 && with_terms) R.eq2 = eq2, R.ek2 = ek2;
+                        if (rr == 0 && with_terms) R.eq2 = eq2, R.ek2 = ek2, R.ev2 = ev2;
                         if (c->kind) {
                             const int64_t hw = c->per_head_w ? h : 0;
                             for (int64_t i = 0; i < M * WM; i++)
@@ -443,6 +447,9 @@ static void run_lin(const void *arg) {
                             for (int64_t e = 0; e < Dv; e++) {
                                 const int64_t o = ((b * N + n) * H + h) * Dv + e;
                                 ref[rr][2][o] = rr ? rb16(dvv[n * Dv + e]) : dvv[n * Dv + e];
+                                if (rr == 0 && with_terms)
+                                    kv[0] += dvv[n * Dv + e] * dvv[n * Dv + e],
+                                        kv[1] += ev2[n * Dv + e];
                             }
                         }
                         if (c->kind) {
@@ -458,9 +465,10 @@ static void run_lin(const void *arg) {
                     }
             kappa_q = with_terms ? lf_kappa(kq) : -1;
             kappa_k = with_terms ? lf_kappa(kk) : -1;
+            kappa_v = with_terms ? lf_kappa(kv) : -1;
             check_grad_terms(what, "dq", &dq, ref[0][0], ref[1][0], kappa_q);
             check_grad_terms(what, "dk", &dk, ref[0][1], ref[1][1], kappa_k);
-            check_grad(what, "dv", &dv, ref[0][2], ref[1][2]);
+            check_grad_terms(what, "dv", &dv, ref[0][2], ref[1][2], kappa_v);
             if (c->kind && !c->no_dmix) check_grad(what, "d_mixing", &dW, ref[0][3], NULL);
             if (dsi) {
                 double *rs = (double *)malloc(sizeof(double) * (size_t)dSi.n);
@@ -479,7 +487,7 @@ static void run_lin(const void *arg) {
             for (int rr = 0; rr < nref; rr++)
                 for (int i = 0; i < 5; i++) free(ref[rr][i]);
             free(qt), free(kt), free(vv), free(gg), free(dqt), free(dkt), free(dvv), free(eq2),
-                free(ek2);
+                free(ek2), free(ev2);
             free(Wd), free(dWh), free(dzin);
             for (int i = 0; i < 4; i++) free(st4[i]);
             /* second call on re-poisoned gradients: bit-identical */
@@ -535,7 +543,7 @@ static void run_lin(const void *arg) {
         if (sc == LA_OK) {
             check_cpu_floor(what, "dq", saved[0], &cdq, c->dt, bwd_terms_floor(c->dt, kappa_q));
             check_cpu_floor(what, "dk", saved[1], &cdk, c->dt, bwd_terms_floor(c->dt, kappa_k));
-            check_cpu(what, "dv", saved[2], &cdv, c->dt);
+            check_cpu_floor(what, "dv", saved[2], &cdv, c->dt, bwd_terms_floor(c->dt, kappa_v));
             if (c->kind && !c->no_dmix) check_cpu(what, "d_mixing", saved[3], &cdW, LA_F32);
         }
         ct_free(&cq), ct_free(&ck), ct_free(&cv), ct_free(&cg), ct_free(&cdq), ct_free(&cdk),
