@@ -348,7 +348,9 @@ struct fb_conv_args {
 /* dv += DWCᵀ(d_out): the conv of d_out with the flipped kernel. CTA = (b·H +
  * h, map row y, a block of columns); thread = 8 channels × FB_CX consecutive
  * columns; per tap row the FB_CX + KS − 1 chunks of the window are read once
- * and reused for up to KS outputs; weights (flipped) from shared memory. */
+ * (in flight together) and reused for up to KS outputs; weights (flipped)
+ * staged in shared memory, a tap row's KS·8 held in registers while its
+ * window is swept. */
 #define FB_CX 8
 template <int KS, int LCP>
 __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
@@ -374,19 +376,29 @@ __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
     for (int t = 0; t < KS; t++) {
         const int64_t yy = y + t - RR;
         if (yy < 0 || yy >= a.Hm) continue;
+        float wr[KS][8]; /* the tap row's weights, in registers for the whole row */
 #pragma unroll
-        for (int s = 0; s < FB_CX + KS - 1; s++) { /* window column x0 + s − RR */
+        for (int cc = 0; cc < KS; cc++) fb_isp8(ws + (t * KS + cc) * D + c8, wr[cc]);
+        /* the window row's FB_CX + KS − 1 columns x0 + s − RR, loaded together
+         * (in flight at once), then used */
+        uint4 win[FB_CX + KS - 1];
+#pragma unroll
+        for (int s = 0; s < FB_CX + KS - 1; s++) {
+            const int64_t xx = x0 + s - RR;
+            win[s] = xx >= 0 && xx < Wm ? fb_ld16(gb + (yy * Wm + xx) * a.gs[1]) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int s = 0; s < FB_CX + KS - 1; s++) {
             const int64_t xx = x0 + s - RR;
             if (xx < 0 || xx >= Wm) continue;
             float gv[8];
-            fb_unpack8(fb_ld16(gb + (yy * Wm + xx) * a.gs[1]), gv);
+            fb_unpack8(win[s], gv);
 #pragma unroll
             for (int j = 0; j < FB_CX; j++) {
                 const int cc = s - j;
                 if (cc < 0 || cc >= KS) continue;
-                const float *wt = ws + (t * KS + cc) * D + c8;
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[j][e] = fmaf(wt[e], gv[e], acc[j][e]);
+                for (int e = 0; e < 8; e++) acc[j][e] = fmaf(wr[cc][e], gv[e], acc[j][e]);
             }
         }
     }
