@@ -23,7 +23,8 @@
  *   4. conv: fb_dvconv_kernel adds DWCᵀ(d_out) (the conv with the flipped
  *      kernel) to dv in place; fb_dconv_kernel: per CTA (a stripe of map rows
  *      of one (b, h)) Σ d_out·v(shifted) for every tap and Σ d_out (bias),
- *      one partial row per CTA, summed in CTA order by fb_rowsum_kernel.
+ *      v's columns in a per-thread register ring, one partial row per CTA,
+ *      summed in CTA order by fb_rowsum_kernel.
  * No floating-point atomics: gradients are bit-identical across calls. fp32
  * arithmetic throughout; bf16 only where a bf16 PyTorch formulation rounds
  * too (φ, dφ, the gradients). Bytes (in [N,H,D] bf16 tensors, D = Dv): pass
@@ -34,7 +35,8 @@
  *
  * Under LA_BWD_EMU the same kernel text runs on the host emulator
  * (bwd_emu.cuh): CTA primitives through linblock_bwd_tc.cuh's lt_* names,
- * the warp reductions through shared memory. */
+ * the warp reductions through shared memory (dev/emu_focused_bwd.sh checks
+ * fb_mma_backward there against the CPU backward). */
 #include <math.h>
 
 #include <algorithm>
