@@ -217,6 +217,56 @@ def kernel_ms(fn):
     return tot / 1e3
 
 
+def timeline(fn, tag, top=12):
+    """Where one fn() call's time goes (torch.profiler, CPU and CUDA): every
+    kernel / memset / memcpy in launch order with its device time and the
+    idle gap before it, the span from the first to the last, and the CUDA
+    runtime calls by total host time; lines start with `tag`."""
+    import json
+    import tempfile
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    with tempfile.NamedTemporaryFile(suffix=".json") as f:
+        prof.export_chrome_trace(f.name)
+        ev = json.load(open(f.name))
+    timeline_report(ev["traceEvents"] if isinstance(ev, dict) else ev, tag, top)
+
+
+def timeline_report(ev, tag, top=12):
+    """timeline's printout from a chrome trace's event list"""
+    dev = sorted((e for e in ev if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memset",
+                                                                          "gpu_memcpy")),
+                 key=lambda e: e["ts"])
+    if not dev:
+        print(f"{tag} no device events")
+        return
+    t0, end, busy, gaps = dev[0]["ts"], dev[0]["ts"], 0.0, 0.0
+    for e in dev:
+        gap = max(0.0, e["ts"] - end)
+        gaps += gap
+        busy += e["dur"]
+        end = max(end, e["ts"] + e["dur"])
+        name = e["name"].replace("(anonymous namespace)::", "").split("(")[0][-58:]
+        print(f"{tag} +{e['ts'] - t0:8.1f} us gap {gap:7.1f} dur {e['dur']:7.1f}  {name}")
+    print(f"{tag} span {end - t0:.1f} us: device busy {busy:.1f}, idle gaps {gaps:.1f} "
+          f"({len(dev)} device events)")
+    rt = {}
+    for e in ev:
+        if e.get("ph") == "X" and e.get("cat") in ("cuda_runtime", "cuda_driver"):
+            n, c = rt.get(e["name"], (0.0, 0))
+            rt[e["name"]] = (n + e["dur"], c + 1)
+    for n, (d, c) in sorted(rt.items(), key=lambda x: -x[1][0])[:top]:
+        print(f"{tag} host {n}: {c} calls, {d:.1f} us")
+    cpu = [e for e in ev if e.get("ph") == "X" and e.get("cat") in ("cpu_op", "python_function")]
+    if cpu:
+        c0 = min(e["ts"] for e in cpu)
+        print(f"{tag} host: {t0 - c0:.1f} us from the first host op to the first device event")
+
+
 def ours_py_cases(dev="cuda", small=False):
     """(name, differentiable inputs, forward) of the driver's workloads, as a
     user calls them through the longattn package (bf16, B1 H12 D128; the
@@ -309,6 +359,9 @@ def peer_ours_py():
                 torch.autograd.grad(out, ins, g)
             ms = timeit(step, reps=3, warm=1)
             kms = kernel_ms(step)
+            if os.environ.get("LA_TIMELINE", "") and any(
+                    w in name for w in os.environ["LA_TIMELINE"].split(",")):
+                timeline(step, "timeline")
             peak = torch.cuda.max_memory_allocated() / 2**20
             print(f"ours_py {name} fwd+bwd: {ms:.3f} ms (kernels {kms:.3f} ms, "
                   f"torch peak {peak:.0f} MiB)", flush=True)

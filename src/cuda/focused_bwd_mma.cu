@@ -23,7 +23,8 @@
  *   4. conv: fb_dvconv_kernel adds DWCᵀ(d_out) (the conv with the flipped
  *      kernel) to dv in place; fb_dconv_kernel: per CTA (a stripe of map rows
  *      of one (b, h)) Σ d_out·v(shifted) for every tap and Σ d_out (bias),
- *      one partial row per CTA, summed in CTA order by fb_rowsum_kernel.
+ *      v's columns in a per-thread register ring, one partial row per CTA,
+ *      summed in CTA order by fb_rowsum_kernel.
  * No floating-point atomics: gradients are bit-identical across calls. fp32
  * arithmetic throughout; bf16 only where a bf16 PyTorch formulation rounds
  * too (φ, dφ, the gradients). Bytes (in [N,H,D] bf16 tensors, D = Dv): pass
@@ -34,7 +35,8 @@
  *
  * Under LA_BWD_EMU the same kernel text runs on the host emulator
  * (bwd_emu.cuh): CTA primitives through linblock_bwd_tc.cuh's lt_* names,
- * the warp reductions through shared memory. */
+ * the warp reductions through shared memory (dev/emu_focused_bwd.sh checks
+ * fb_mma_backward there against the CPU backward). */
 #include <math.h>
 
 #include <algorithm>
@@ -172,6 +174,24 @@ template <int IP> BWD_DEV inline float fb_powk(float u, int ip, float p) {
 template <int IP> BWD_DEV inline float fb_powk_m1(float u, int ipm1, float p) {
     return IP == 3 ? u * u : fb_pow(u, ipm1, p - 1.f);
 }
+/* one chunk of 8 channels of a token: raw x, the channel scales 1/softplus
+ * and x' = (relu(x) + 1e-6)/softplus(s) (what the compiler does not use of
+ * it costs nothing) */
+struct fb_chunk {
+    float x[8], is[8], xp[8];
+};
+BWD_DEV inline void fb_chunk_load(uint4 raw, const float *isp_ch, fb_chunk &c) {
+    fb_unpack8(raw, c.x);
+    fb_isp8(isp_ch, c.is);
+#pragma unroll
+    for (int e = 0; e < 8; e++) c.xp[e] = (fb_relu_nan(c.x[e]) + 1e-6f) * c.is[e];
+}
+/* f(i, ch) for each of a lane's chunks that exists (ch < nch) */
+template <int R, class F> BWD_DEV inline void fb_for_chunks(int lane, int nch, F f) {
+#pragma unroll
+    for (int i = 0; i < R; i++)
+        if (lane + 32 * i < nch) f(i, lane + 32 * i);
+}
 template <int R, bool BWD, int IP>
 __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
     LT_SMEM_DECL;
@@ -190,107 +210,82 @@ __global__ void __launch_bounds__(LT_THREADS) fb_feat_kernel(fb_feat_args a) {
         const int w = (int)(u & 1);
         const int64_t bt = u >> 1, b = bt / a.N, t = bt % a.N;
         const lt_bf *base = a.x[w] + b * a.xs[w][0] + t * a.xs[w][1];
+        /* the token's channel offset of chunk ch in a strided [.., H, D] row */
+        auto at = [&](int ch, int64_t hs) { return (int64_t)(ch >> a.lcpd) * hs + (ch & cmask) * 8; };
         uint4 raw[R], gr[R];
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int ch = lane + 32 * i;
-            raw[i] = make_uint4(0, 0, 0, 0);
-            gr[i] = make_uint4(0, 0, 0, 0);
-            if (ch < nch) {
-                raw[i] = fb_ld16(base + (int64_t)(ch >> a.lcpd) * a.xs[w][2] + (ch & cmask) * 8);
-                if (BWD) gr[i] = fb_ld16(a.ph[w] + bt * C + ch * 8);
-            }
-        }
+        for (int i = 0; i < R; i++) raw[i] = gr[i] = make_uint4(0, 0, 0, 0);
+        fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+            raw[i] = fb_ld16(base + at(ch, a.xs[w][2]));
+            if (BWD) gr[i] = fb_ld16(a.ph[w] + bt * C + ch * 8);
+        });
         /* max of x', then Σu², Σu^{2p} with u = x'/max ∈ (0, 1] */
         float mx = 0.f;
+        fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+            fb_chunk c;
+            fb_chunk_load(raw[i], isp + ch * 8, c);
 #pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch) continue;
-            float x[8], is[8];
-            fb_unpack8(raw[i], x);
-            fb_isp8(isp + ch * 8, is);
-#pragma unroll
-            for (int e = 0; e < 8; e++) mx = fmaxf(mx, (fb_relu_nan(x[e]) + 1e-6f) * is[e]);
-        }
+            for (int e = 0; e < 8; e++) mx = fmaxf(mx, c.xp[e]);
+        });
         mx = fb_warp_max(mx, xch);
         const float inv_m = 1.f / mx;
         float s2 = 0.f, sp2 = 0.f;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch) continue;
-            float x[8], is[8];
-            fb_unpack8(raw[i], x);
-            fb_isp8(isp + ch * 8, is);
+        fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+            fb_chunk c;
+            fb_chunk_load(raw[i], isp + ch * 8, c);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
-                const float up = fb_powk<IP>(uu, ip, a.p);
+                const float uu = c.xp[e] * inv_m, up = fb_powk<IP>(uu, ip, a.p);
                 s2 = fmaf(uu, uu, s2);
                 sp2 = fmaf(up, up, sp2);
             }
-        }
+        });
         s2 = fb_warp_sum(s2, xch);
         sp2 = fb_warp_sum(sp2, xch);
         const float n1 = mx * sqrtf(s2), nu = sqrtf(sp2); /* ‖x'‖, ‖u^p‖ */
         if (!BWD) {
             const float r = n1 / nu; /* φ = u^p·‖x'‖/‖u^p‖ */
             lt_bf *dst = a.ph[w] + bt * C;
+            fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+                fb_chunk c;
+                fb_chunk_load(raw[i], isp + ch * 8, c);
+                float o[8];
 #pragma unroll
-            for (int i = 0; i < R; i++) {
-                const int ch = lane + 32 * i;
-                if (ch >= nch) continue;
-                float x[8], is[8];
-                fb_unpack8(raw[i], x);
-                fb_isp8(isp + ch * 8, is);
-#pragma unroll
-                for (int e = 0; e < 8; e++)
-                    x[e] = fb_powk<IP>((fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m, ip, a.p) * r;
-                fb_st16(dst + ch * 8, fb_pack8(x));
-            }
+                for (int e = 0; e < 8; e++) o[e] = fb_powk<IP>(c.xp[e] * inv_m, ip, a.p) * r;
+                fb_st16(dst + ch * 8, fb_pack8(o));
+            });
             continue;
         }
         /* gu = Σ dφ·û, û = u^p/‖u^p‖ */
         const float inv_nu = 1.f / nu;
         float gu = 0.f;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch) continue;
-            float x[8], g[8], is[8];
-            fb_unpack8(raw[i], x);
+        fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+            fb_chunk c;
+            float g[8];
+            fb_chunk_load(raw[i], isp + ch * 8, c);
             fb_unpack8(gr[i], g);
-            fb_isp8(isp + ch * 8, is);
 #pragma unroll
-            for (int e = 0; e < 8; e++) {
-                const float uu = (fb_relu_nan(x[e]) + 1e-6f) * is[e] * inv_m;
-                gu = fmaf(g[e], fb_powk<IP>(uu, ip, a.p) * inv_nu, gu);
-            }
-        }
+            for (int e = 0; e < 8; e++) gu = fmaf(g[e], fb_powk<IP>(c.xp[e] * inv_m, ip, a.p) * inv_nu, gu);
+        });
         gu = fb_warp_sum(gu, xch);
         const float k1 = gu / n1, k2 = a.p * n1 * inv_m * inv_nu;
         lt_bf *drow = a.dx[w] ? a.dx[w] + b * a.dxs[w][0] + t * a.dxs[w][1] : nullptr;
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            const int ch = lane + 32 * i;
-            if (ch >= nch) continue;
-            float x[8], g[8], d[8], isv[8];
-            fb_unpack8(raw[i], x);
+        fb_for_chunks<R>(lane, nch, [&](int i, int ch) {
+            fb_chunk c;
+            float g[8], d[8];
+            fb_chunk_load(raw[i], isp + ch * 8, c);
             fb_unpack8(gr[i], g);
-            fb_isp8(isp + ch * 8, isv);
 #pragma unroll
             for (int e = 0; e < 8; e++) {
-                const float is = isv[e];
-                const float xp = (fb_relu_nan(x[e]) + 1e-6f) * is, uu = xp * inv_m;
+                const float xp = c.xp[e], uu = xp * inv_m;
                 const float um1 = fb_powk_m1<IP>(uu, ipm1, a.p);
                 const float uh = um1 * uu * inv_nu;
                 const float dxp = k1 * xp + k2 * um1 * (g[e] - gu * uh);
-                d[e] = x[e] > 0.f ? dxp * is : 0.f;
+                d[e] = c.x[e] > 0.f ? dxp * c.is[e] : 0.f;
                 if (a.part) acc[(i * 8 + e) * 32 + lane] += dxp * xp;
             }
-            if (drow) fb_st16(drow + (int64_t)(ch >> a.lcpd) * a.dxs[w][2] + (ch & cmask) * 8, fb_pack8(d));
-        }
+            if (drow) fb_st16(drow + at(ch, a.dxs[w][2]), fb_pack8(d));
+        });
     }
     if (!BWD || !a.part) return;
     /* this CTA's row: the warps' rows summed in warp order */
@@ -355,9 +350,10 @@ struct fb_conv_args {
 /* dv += DWCᵀ(d_out): the conv of d_out with the flipped kernel. CTA = (b·H +
  * h, map row y, a block of columns); thread = 8 channels × FB_CX consecutive
  * columns; per tap row the FB_CX + KS − 1 chunks of the window are read once
- * and reused for up to KS outputs; weights (flipped) from shared memory. */
+ * (in flight together) and reused for up to KS outputs; weights (flipped)
+ * staged in shared memory, a tap row's KS·8 held in registers while its
+ * window is swept. */
 #define FB_CX 8
-#define FB_XU 4 /* d_conv pass: columns per step */
 template <int KS, int LCP>
 __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
     constexpr int D = 8 << LCP, RR = KS / 2;
@@ -382,19 +378,29 @@ __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
     for (int t = 0; t < KS; t++) {
         const int64_t yy = y + t - RR;
         if (yy < 0 || yy >= a.Hm) continue;
+        float wr[KS][8]; /* the tap row's weights, in registers for the whole row */
 #pragma unroll
-        for (int s = 0; s < FB_CX + KS - 1; s++) { /* window column x0 + s − RR */
+        for (int cc = 0; cc < KS; cc++) fb_isp8(ws + (t * KS + cc) * D + c8, wr[cc]);
+        /* the window row's FB_CX + KS − 1 columns x0 + s − RR, loaded together
+         * (in flight at once), then used */
+        uint4 win[FB_CX + KS - 1];
+#pragma unroll
+        for (int s = 0; s < FB_CX + KS - 1; s++) {
+            const int64_t xx = x0 + s - RR;
+            win[s] = xx >= 0 && xx < Wm ? fb_ld16(gb + (yy * Wm + xx) * a.gs[1]) : make_uint4(0, 0, 0, 0);
+        }
+#pragma unroll
+        for (int s = 0; s < FB_CX + KS - 1; s++) {
             const int64_t xx = x0 + s - RR;
             if (xx < 0 || xx >= Wm) continue;
             float gv[8];
-            fb_unpack8(fb_ld16(gb + (yy * Wm + xx) * a.gs[1]), gv);
+            fb_unpack8(win[s], gv);
 #pragma unroll
             for (int j = 0; j < FB_CX; j++) {
                 const int cc = s - j;
                 if (cc < 0 || cc >= KS) continue;
-                const float *wt = ws + (t * KS + cc) * D + c8;
 #pragma unroll
-                for (int e = 0; e < 8; e++) acc[j][e] = fmaf(wt[e], gv[e], acc[j][e]);
+                for (int e = 0; e < 8; e++) acc[j][e] = fmaf(wr[cc][e], gv[e], acc[j][e]);
             }
         }
     }
@@ -413,63 +419,103 @@ __global__ void __launch_bounds__(LT_THREADS) fb_dvconv_kernel(fb_conv_args a) {
 }
 
 /* d_conv and d_conv_bias partial rows: CTA = (stripe of map rows, b·H + h);
- * thread = 8 channels (c8) × the taps tl, tl + NTL, ... (tap KS·KS is the
- * bias: Σ d_out); part[cta][tap·D + d], cta = (b·H + h)·stripes + stripe. */
+ * thread = (8 channels c8, tap row ta, row lane rg): for the rows y = y0 + rg,
+ * y0 + rg + RG, ... of its stripe it sweeps x keeping the KS columns
+ * x − RR .. x + RR of v's row y + ta − RR in a register ring (one new 16-byte
+ * load per column, KS at a time so that they are in flight together) and
+ * adds d_out[y][x]·v[y + ta − RR][x + tc − RR] to tap (ta, tc); the ta = 0
+ * threads also sum d_out (the bias). Loads per pixel and head: 2·KS per
+ * 8 channels (the former per-tap loop read v once per tap: KS² + 1). The
+ * row lanes' sums are added in rg order in shared memory, then
+ * part[cta][tap·D + d], cta = (b·H + h)·stripes + stripe (tap KS·KS: bias). */
+template <int KS, int LCP> struct fb_dconv_geo {
+    static constexpr int NCH = 1 << LCP, TR = NCH * KS, RG = LT_THREADS / TR;
+};
+/* map rows per d_conv CTA: a multiple of the row lanes, about FB_CONV_CTAS
+ * CTAs in all */
+inline int64_t fb_dconv_rows(int64_t ks, int64_t D, int64_t Hm, int64_t BH) {
+    const int64_t rg = LT_THREADS / ((D / 8) * (ks ? ks : 1));
+    const int64_t per = lt_cdiv(Hm, std::min<int64_t>(Hm, lt_cdiv(FB_CONV_CTAS, BH)));
+    return std::min<int64_t>(lt_cdiv(per, rg) * rg, lt_cdiv(Hm, rg) * rg);
+}
 template <int KS, int LCP>
 __global__ void __launch_bounds__(LT_THREADS) fb_dconv_kernel(fb_conv_args a) {
-    constexpr int D = 8 << LCP, RR = KS / 2, NTL = LT_THREADS >> LCP, NT = KS * KS + 1;
-    constexpr int TPT = (NT + NTL - 1) / NTL;
+    constexpr int D = 8 << LCP, RR = KS / 2, NT = KS * KS + 1;
+    using G = fb_dconv_geo<KS, LCP>;
+    LT_SMEM_DECL;
+    float *red = (float *)lt_sm; /* [NT][D] */
     const int64_t bh = lt_by(), b = bh / a.H, h = bh % a.H, Hm = a.Hm, Wm = a.Wm;
-    const int c8 = (lt_tid() & ((1 << LCP) - 1)) * 8, tl = lt_tid() >> LCP;
+    const int tid = lt_tid(), c8 = (tid % G::NCH) * 8, ta = (tid / G::NCH) % KS, rg = tid / G::TR;
+    const bool live = rg < G::RG;
     const int64_t y0 = (int64_t)lt_bx() * a.rows, y1 = lt_min(y0 + a.rows, Hm);
-    float acc[TPT][8];
+    float acc[KS][8], bacc[8];
 #pragma unroll
-    for (int j = 0; j < TPT; j++)
+    for (int e = 0; e < 8; e++) {
+        bacc[e] = 0.f;
 #pragma unroll
-        for (int e = 0; e < 8; e++) acc[j][e] = 0.f;
+        for (int j = 0; j < KS; j++) acc[j][e] = 0.f;
+    }
     const lt_bf *gb = a.g + b * a.gs[0] + h * a.gs[2] + c8, *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
-    /* FB_XU consecutive columns at a time: their loads are issued together */
-    for (int64_t y = y0; y < y1; y++)
-        for (int64_t x0 = 0; x0 < Wm; x0 += FB_XU) {
-            uint4 graw[FB_XU];
+    const uint4 zero = make_uint4(0, 0, 0, 0);
+    for (int64_t y = y0 + rg; live && y < y1; y += G::RG) {
+        const int64_t yy = y + ta - RR;
+        const bool rowin = yy >= 0 && yy < Hm;
+        const lt_bf *grow = gb + y * Wm * a.gs[1], *vrow = vb + yy * Wm * a.vs[1];
+        /* ring slot s holds v's column c with c ≡ s (mod KS) (c + KS·RR ≥ 0) */
+        uint4 ring[KS];
 #pragma unroll
-            for (int u = 0; u < FB_XU; u++)
-                graw[u] = x0 + u < Wm ? fb_ld16(gb + (y * Wm + x0 + u) * a.gs[1]) : make_uint4(0, 0, 0, 0);
+        for (int s = 0; s < KS; s++) ring[s] = zero;
 #pragma unroll
-            for (int j = 0; j < TPT; j++) {
-                const int tap = tl + j * NTL;
-                if (tap >= NT) continue;
-                uint4 vraw[FB_XU];
-                const int64_t yy = y + tap / KS - RR;
+        for (int c = -RR; c < RR; c++) /* the columns before the first step */
+            ring[(c + KS * RR) % KS] = rowin && c >= 0 && c < Wm ? fb_ld16(vrow + c * a.vs[1]) : zero;
+        for (int64_t x0 = 0; x0 < Wm; x0 += KS) {
+            uint4 gn[KS], vn[KS]; /* d_out[y][x0 + j], v[yy][x0 + j + RR] */
 #pragma unroll
-                for (int u = 0; u < FB_XU; u++) {
-                    const int64_t xx = x0 + u + tap % KS - RR;
-                    const bool in = tap < KS * KS && x0 + u < Wm && yy >= 0 && yy < Hm && xx >= 0 && xx < Wm;
-                    vraw[u] = in ? fb_ld16(vb + (yy * Wm + xx) * a.vs[1]) : make_uint4(0, 0, 0, 0);
+            for (int j = 0; j < KS; j++) {
+                const int64_t x = x0 + j, xv = x + RR;
+                gn[j] = x < Wm ? fb_ld16(grow + x * a.gs[1]) : zero;
+                vn[j] = rowin && xv < Wm ? fb_ld16(vrow + xv * a.vs[1]) : zero;
+            }
+#pragma unroll
+            for (int j = 0; j < KS; j++) {
+                /* step x = x0 + j (x0 ≡ 0 mod KS): column x + RR enters slot (j + RR) % KS */
+                ring[(j + RR) % KS] = vn[j];
+                float gv[8];
+                fb_unpack8(gn[j], gv); /* a padded column (x ≥ Wm) adds 0 */
+#pragma unroll
+                for (int tc = 0; tc < KS; tc++) {
+                    float vv[8];
+                    fb_unpack8(ring[(j + tc - RR + KS * RR) % KS], vv);
+#pragma unroll
+                    for (int e = 0; e < 8; e++) acc[tc][e] = fmaf(gv[e], vv[e], acc[tc][e]);
                 }
+                if (ta == 0)
 #pragma unroll
-                for (int u = 0; u < FB_XU; u++) {
-                    float gv[8], vv[8];
-                    fb_unpack8(graw[u], gv);
-                    if (tap == KS * KS) { /* the bias: Σ d_out (a padded column adds 0) */
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[j][e] += gv[e];
-                    } else {
-                        fb_unpack8(vraw[u], vv);
-#pragma unroll
-                        for (int e = 0; e < 8; e++) acc[j][e] = fmaf(gv[e], vv[e], acc[j][e]);
-                    }
-                }
+                    for (int e = 0; e < 8; e++) bacc[e] += gv[e];
             }
         }
-    float *dst = a.part + (bh * a.stripes + (int64_t)lt_bx()) * (int64_t)(NT * D);
-#pragma unroll
-    for (int j = 0; j < TPT; j++) {
-        const int tap = tl + j * NTL;
-        if (tap >= NT) continue;
-#pragma unroll
-        for (int e = 0; e < 8; e++) dst[tap * D + c8 + e] = acc[j][e];
     }
+    /* the row lanes' sums in rg order (deterministic) */
+    for (int r = 0; r < G::RG; r++) {
+        if (rg == r) {
+#pragma unroll
+            for (int tc = 0; tc < KS; tc++)
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    float *o = red + (ta * KS + tc) * D + c8 + e;
+                    *o = r ? *o + acc[tc][e] : acc[tc][e];
+                }
+            if (ta == 0)
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    float *o = red + (NT - 1) * D + c8 + e;
+                    *o = r ? *o + bacc[e] : bacc[e];
+                }
+        }
+        lt_sync();
+    }
+    float *dst = a.part + (bh * a.stripes + (int64_t)lt_bx()) * (int64_t)(NT * D);
+    for (int i = tid; i < NT * D; i += LT_THREADS) dst[i] = red[i];
 }
 /* [tap][D] rows summed → d_conv [D][KS][KS] and d_conv_bias [D] */
 __global__ void fb_dconv_unpack_kernel(int64_t total, int64_t D, int64_t KK, const float *sum,
@@ -491,7 +537,7 @@ template <int KS, int LCP> la_status fb_conv_launch(fb_conv_args a, int64_t BH, 
     }
     if (want_dw) {
         auto kdw = fb_dconv_kernel<KS, LCP>;
-        LT_LAUNCH(kdw, a.stripes, BH, 0, s, a);
+        LT_LAUNCH(kdw, a.stripes, BH, (size_t)(KS * KS + 1) * D * sizeof(float), s, a);
     }
     return LA_OK;
 }
@@ -579,7 +625,7 @@ la_status fb_mma_backward(const la_focused_params *p, const la_tensor *q, const 
     const bool want_dw = conv && (d_conv || d_conv_bias), want_dvc = conv && dv;
     const int64_t fgrid = std::min<int64_t>(lt_cdiv(2 * BN, FB_WARPS), FB_FEAT_GRID);
     /* d_conv pass: stripes of map rows per (b, h), about FB_CONV_CTAS CTAs in all */
-    const int64_t rows = lt_cdiv(p->map_h, std::min<int64_t>(p->map_h, lt_cdiv(FB_CONV_CTAS, BH)));
+    const int64_t rows = fb_dconv_rows(ks, D, p->map_h, BH);
     const int64_t stripes = lt_cdiv(p->map_h, rows);
     bwd_ws ws;
     float *isp, *fac, *small, *w = nullptr, *fpart = nullptr, *cpart = nullptr, *csum = nullptr;

@@ -504,6 +504,10 @@ void cases_backward_focused(bo_list *L) {
         {0, 0, 2, 11, 9, 2, 128, 128, 5, 1, LA_BF16, 1, 0, 0, 0},
         /* several CTAs' rows of the per-token passes and of d_conv */
         {0, 0, 1, 48, 48, 1, 128, 128, 7, 1, LA_BF16, 1, 0, 0, 0},
+        /* d_conv's row lanes (6 at D = 64, k = 5) over stripes of map rows
+         * whose last one is partial, several (b, h); a row shorter than the
+         * lanes' column blocks of k */
+        {0, 0, 2, 67, 5, 3, 64, 64, 5, 1, LA_BF16, 0, 0, 0, 0},
         /* shapes the "mma" variant refuses (D = 32; fp32): the portable engine */
         {0, 0, 1, 7, 9, 2, 32, 32, 3, 1, LA_BF16, 0, 0, 0, 0},
         {0, 0, 1, 7, 9, 2, 64, 64, 3, 1, LA_F32, 1, 0, 0, 0},

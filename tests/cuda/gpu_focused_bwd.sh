@@ -10,6 +10,9 @@
 # (LA_PREBUILT=FILE.tgz: unpacked first; where the carried binaries do not
 # run, the tree is built here instead).
 #   bash tests/cuda/gpu_focused_bwd.sh      (logs under $OUT; summary in $OUT/summary.txt)
+# Knobs: LA_CHECK_S (harness cap per shard), LA_BENCH_S / LA_PEER_S (bench caps),
+# LA_BENCH_ARGS (" ": the torch.compile peer too), LA_OURS_PY (package rows),
+# LA_TIMELINE (rows whose step is traced: kernel list, gaps, host calls).
 . tests/cuda/gpu_common.sh focused_bwd
 T=$B/tests/backend/test_backend_ops
 [ -n "${LA_PREBUILT:-}" ] && tar xzf "$LA_PREBUILT"
@@ -56,4 +59,6 @@ LA_BUILD=$B LA_OURS_PY=${LA_OURS_PY:-focused} PYTHONUNBUFFERED=1 timeout "${LA_B
     --driver "$B/gpu_backward_driver" --ours focused128 --peers "${LA_PEERS:-ours_py,focused}" --reps 5 \
     --timeout "${LA_PEER_S:-90}" ${LA_BENCH_ARGS:---no-compile} > "$OUT/bench.log" 2>&1
 say "# bench rc=$? ($(el) s)"
-cut -c1-220 "$OUT/bench.log" | tail -12 | tee -a "$S"
+grep -v '^timeline' "$OUT/bench.log" | cut -c1-220 | tail -12 | tee -a "$S"
+# LA_TIMELINE=flatten: one package step's device events and host calls (bench/gpu_backward.py timeline)
+grep '^timeline' "$OUT/bench.log" | cut -c10-110 | tee -a "$S"
