@@ -3,7 +3,8 @@
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
 # compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
 # and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide]]   (the wide and the walking scan; "wide": wide only)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla]]   (the wide and the walking scan; "wide": wide
+#   only; "mhla": the causal MHLA forward, mhla_causal_tc.cu)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}

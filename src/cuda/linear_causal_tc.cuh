@@ -25,10 +25,14 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
                      const la_tensor *v, const la_tensor *out, const char *forced,
                      lct_choice *c);
 
-/* Runs the tensor-core path (c.kernel == LCT_TC). */
+/* Runs the tensor-core path (c.kernel == LCT_TC). With `mix` (causal MHLA,
+ * mhla_causal_tc.cu; no states in or out): chunks of 64 tokens, the prefix
+ * scan replaced by the mixing of the chunk states and W[c,c] on the block's
+ * own part. */
+struct lcb_mixing;
 la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
                   const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
                   const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
-                  cudaStream_t st);
+                  cudaStream_t st, const lcb_mixing *mix = nullptr);
 
 #endif
