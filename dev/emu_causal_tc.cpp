@@ -133,6 +133,11 @@ static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 namespace {
 #include "kern.inc"
 }  // namespace
+static unsigned g_bz; /* blockIdx.z of the mixing GEMM's launches */
+static inline unsigned emu_bz() { return g_bz; }
+namespace {
+#include "kern_mix.inc"
+}  // namespace
 
 template <class F>
 static void launch(unsigned gx, unsigned gy, size_t smem, F f, int bdx = 256, int bdy = 1) {
@@ -299,7 +304,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
  * (shared or per head), its upper triangle and the spare row and column
  * filled with garbage that must be ignored. */
 static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head,
-                         unsigned seed, int perm) {
+                         unsigned seed, int perm, int gemm = 0) {
     const int64_t D = g_D, BH = B * H, LS = D * D + D;
     std::mt19937 g(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
@@ -329,6 +334,20 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
     a.ws = ws.data();
     launch((unsigned)M, (unsigned)BH, 2 * TS1 * 2 * lct_tile(D),
            [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false)(a); });
+    if (gemm) { /* the device's mixing (variant "mma"): mct_mix_kernel on Wp, as mct_combine */
+        const int64_t Mp = (M + MX_BM - 1) / MX_BM * MX_BM;
+        std::vector<float> Wp(Hw * Mp * Mp);
+        for (int64_t hw = 0; hw < Hw; hw++)
+            for (int64_t r = 0; r < Mp; r++)
+                for (int64_t c = 0; c < Mp; c++)
+                    Wp[(hw * Mp + r) * Mp + c] = (r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f;
+        for (int64_t z = 0; z < BH; z++) {
+            g_bz = (unsigned)z;
+            launch((unsigned)(Mp / MX_BM), (unsigned)((LS + MX_BN - 1) / MX_BN),
+                   2 * 2 * (MX_BM * MX_LA + MX_BK * MX_LB),
+                   [&] { mct_mix_kernel(Wp.data(), Mp, H, Hw, ws.data(), mixed.data(), M, LS); });
+        }
+    } else
     for (int64_t bh = 0; bh < BH; bh++) {
         const int64_t hw = per_head ? bh % H : 0;
         for (int64_t c = 0; c < M; c++)
@@ -392,8 +411,8 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
         }
     const double rel = md / std::max(mr, 1e-30);
     const bool ok = bad == 0 && rel <= 1e-2;
-    printf("mhla D%lld B%lld N%lld H%lld feat%d norm%d ph%d p%d: M=%lld  out rel %.2e  nonfinite %lld  %s\n",
-           (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, per_head, perm,
+    printf("mhla %s D%lld B%lld N%lld H%lld feat%d norm%d ph%d p%d: M=%lld  out rel %.2e  nonfinite %lld  %s\n",
+           gemm ? "gemm" : "host-mix", (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, per_head, perm,
            (long long)M, rel, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
 }
@@ -409,7 +428,14 @@ int main(int argc, char **argv) {
             fails += run_mhla_case(1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 34, 1);
             fails += run_mhla_case(1, 200, 3, LA_FEATURE_IDENTITY, 0, 1, 35, 0);
         }
+        /* the mixing GEMM: one and two row tiles (M = 129), column tails (D = 64: SE = 4160) */
+        g_D = 32;
+        fails += run_mhla_case(1, 300, 2, LA_FEATURE_RELU, 1, 1, 41, 1, 1);
+        fails += run_mhla_case(1, 8200, 1, LA_FEATURE_ELU1, 0, 0, 42, 0, 1);
+        g_D = 64;
+        fails += run_mhla_case(2, 65, 1, LA_FEATURE_RELU_EPS, 0, 1, 43, 0, 1);
         g_D = 128;
+        fails += run_mhla_case(1, 200, 1, LA_FEATURE_RELU, 0, 0, 44, 1, 1);
         printf("%d failed\n", fails);
         return fails != 0;
     }

@@ -25,6 +25,9 @@
  *          S  += K̃ᵀ V,        z  += Σ k̃,   S̃ = bf16(S)
  *      which is the CPU path's chunkwise form (src/cpu/linear_cpu.c) with
  *      chunk 64 inside a state chunk of L.
+ * Causal MHLA (lct_mixing, mhla_causal_tc.cu) runs the same passes with L =
+ * 64 (a chunk is a block), the mixing of the chunk states in place of pass 2
+ * and W[c,c] on the block's own part in pass 3.
  *
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
@@ -40,7 +43,6 @@
  * read + O written once, K, V once more in pass 1, and the chunk states
  * (66 KB each) written and read about twice. */
 #include "linear_causal_tc.cuh"
-#include "mhla_causal_mix.cuh"
 #include "ptx.cuh"
 #include "select.cuh"
 
@@ -712,7 +714,7 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
 la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
                   const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
                   const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
-                  cudaStream_t st, const lcb_mixing *mix) {
+                  cudaStream_t st, const lct_mixing *mix) {
     lct_args a;
     memset(&a, 0, sizeof a);
     a.q = (const __nv_bfloat16 *)q->data;
@@ -769,16 +771,13 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     if (mix) { /* the mixed states H_c: a second buffer (the GEMM is not in place) */
         LA_TRY(la_cu_ws_alloc(&wsm, bytes, st, "causal mhla mixed states"));
         a.mixw = mix->W;
-        a.mix_hs = mix->Hw == 1 ? 0 : mix->WM * mix->WM;
-        a.mix_ld = mix->WM;
-    }
-    if (mix)
-        la_cu_report(ctx, "mhla_causal", "mma", "B*H=%lld N=%lld blocks=%lld Hw=%lld",
-                     (long long)BH, (long long)N, (long long)a.nch, (long long)mix->Hw);
-    else
+        a.mix_hs = mix->hs;
+        a.mix_ld = mix->ld;
+    } else {
         la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
                      "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH,
                      (long long)N, (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
+    }
 
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
@@ -786,7 +785,7 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */
-        LA_TRY(mcb_combine(mix, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
+        LA_TRY(mix->combine(mix->ctx, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
         a.ws = (float *)wsm.p;
     } else {
         LA_TRY(lct_launch_scan(a, BH, nd, wide, st));

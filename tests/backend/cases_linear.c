@@ -466,7 +466,8 @@ static la_status probe_mhla_causal(la_context *ctx) {
  * D = Dv in {32, 64, 128}, the feature maps, normalize none and per_query,
  * shared and per-head random W (its upper triangle and a spare row and
  * column must be ignored), permuted views; the default on views it does not
- * take (padded rows, f16, D = 63, chunk 7) and the forced portable engine;
+ * take (padded rows, f16, D = 63, chunk 7), the forced portable engine and
+ * "mma_split" (the fp32-accurate mixing);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
 static void mhla_causal_mma(bo_list *L) {
     bo_add_probe(L, "mhla_causal", probe_mhla_causal);
@@ -495,6 +496,11 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, -1);
     add_mhla_causal_f(&rd, 1, 300, 2, 63, 63, 64, NO, 0, LA_BF16, 0, -1);
     add_mhla_causal_f(&rd, 1, 300, 2, 64, 64, 7, PQ, 1, LA_BF16, 1, -1);
+    /* the fp32-accurate mixing (mcb_combine) */
+    const reg rx = {L, 1, "mma_split"};
+    add_mhla_causal_f(&rx, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
+    add_mhla_causal_f(&rx, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rx, 1, 4097, 1, 32, 32, 64, NO, 0, LA_BF16, 1, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rp, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
 }
