@@ -7,6 +7,8 @@
 # causal linear attention in the same run) and the plain-PyTorch peers
 # (dev/bench_mhla_causal_torch.py: the chunk loop and the batched form under
 # torch.compile) at N = 32K.
+# (LA_HARNESS_ARGS, default --small: set it empty, with LA_HARNESS_S=120, for the N = 16K / 32K
+# cases too)
 #   bash tests/cuda/gpu_mhla_causal.sh      (logs under $OUT; summary in $OUT/summary.txt)
 . tests/cuda/gpu_common.sh mhla_causal
 timeout "${LA_BUILD_S:-90}" make -j16 SKIP_DEPS=1 CUDA_ARCH=sm90a BUILD="$B" "$B/liblongattn.a" \
@@ -14,7 +16,7 @@ timeout "${LA_BUILD_S:-90}" make -j16 SKIP_DEPS=1 CUDA_ARCH=sm90a BUILD="$B" "$B
   || { say "build FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20 | tee -a "$S"; exit 1; }
 say "# build: $(el) s"
 rc=0
-timeout "${LA_HARNESS_S:-50}" "$B/tests/backend/test_backend_ops" -b cuda -o mhla_causal -o mhla_decode --perf \
+timeout "${LA_HARNESS_S:-50}" "$B/tests/backend/test_backend_ops" -b cuda -o mhla_causal -o mhla_decode ${LA_HARNESS_ARGS---small} --perf \
     > "$OUT/harness.log" 2>&1 || rc=1
 say "# harness rc=$rc ($(el) s)"
 grep -E "^FAIL|^# cases|passed,|SKIP" "$OUT/harness.log" | cut -c1-200 | head -20 | tee -a "$S"
