@@ -133,6 +133,11 @@ static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 namespace {
 #include "kern.inc"
 }  // namespace
+static unsigned g_bz; /* blockIdx.z of the mixing GEMM's launches */
+static inline unsigned emu_bz() { return g_bz; }
+namespace {
+#include "kern_mix.inc"
+}  // namespace
 
 template <class F>
 static void launch(unsigned gx, unsigned gy, size_t smem, F f, int bdx = 256, int bdy = 1) {
@@ -292,8 +297,148 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     return ok ? 0 : 1;
 }
 
+/* Causal MHLA (mhla_causal_tc.cu): chunks of 64 tokens (a chunk is a
+ * block), pass 1 for every block, the mixing H_c = Σ_{b<c} W[c,b] S_b on the
+ * host (mcb_combine on the device: fp32 to about 16 bits; here float64 to
+ * fp32), pass 3 with W[c,c] (lct_args.mixw); a random W of WM = M + 1
+ * (shared or per head), its upper triangle and the spare row and column
+ * filled with garbage that must be ignored. */
+static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head,
+                         unsigned seed, int perm, int gemm = 0) {
+    const int64_t D = g_D, BH = B * H, LS = D * D + D;
+    std::mt19937 g(seed);
+    std::normal_distribution<float> nd(0.f, 1.f);
+    std::uniform_real_distribution<float> ud(0.05f, 1.05f);
+    std::vector<__nv_bfloat16> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
+    for (auto &x : q) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : k) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : v) x = __float2bfloat16_rn(nd(g));
+    for (auto &x : o) x = __float2bfloat16_rn(NAN);
+    const int64_t M = (N + 63) / 64, WM = M + 1, Hw = per_head ? H : 1;
+    std::vector<float> W(Hw * WM * WM);
+    for (int64_t hw = 0; hw < Hw; hw++)
+        for (int64_t i = 0; i < WM; i++)
+            for (int64_t j = 0; j < WM; j++)
+                W[(hw * WM + i) * WM + j] = (j <= i && i < M) ? ud(g) : (j > i ? NAN : 1e30f);
+    const float scale = 0.7f, eps = 1e-6f;
+    lct_args a;
+    memset(&a, 0, sizeof a);
+    a.q = q.data(); a.k = k.data(); a.v = v.data(); a.o = o.data();
+    int64_t st[3] = {N * H * D, H * D, D};
+    if (perm) { st[0] = H * N * D; st[1] = D; st[2] = N * D; }
+    for (int j = 0; j < 3; j++) a.qs[j] = a.ks[j] = a.vs[j] = a.os[j] = st[j];
+    a.N = N; a.H = H; a.D = D; a.LS = LS; a.feat = feat; a.normalize = normalize; a.scale_q = scale; a.eps = eps;
+    a.L = 64;
+    a.nch = M;
+    std::vector<float> ws(BH * M * LS, NAN), mixed(BH * M * LS, NAN);
+    a.ws = ws.data();
+    launch((unsigned)M, (unsigned)BH, 2 * TS1 * 2 * lct_tile(D),
+           [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false)(a); });
+    if (gemm) { /* the device's mixing (variant "mma"): mct_mix_kernel on Wp, as mct_combine */
+        const int64_t Mp = (M + MX_BM - 1) / MX_BM * MX_BM;
+        std::vector<float> Wp(Hw * Mp * Mp);
+        for (int64_t hw = 0; hw < Hw; hw++)
+            for (int64_t r = 0; r < Mp; r++)
+                for (int64_t c = 0; c < Mp; c++)
+                    Wp[(hw * Mp + r) * Mp + c] = (r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f;
+        for (int64_t z = 0; z < BH; z++) {
+            g_bz = (unsigned)z;
+            launch((unsigned)(Mp / MX_BM), (unsigned)((LS + MX_BN - 1) / MX_BN),
+                   2 * 2 * (MX_BM * MX_LA + MX_BK * MX_LB),
+                   [&] { mct_mix_kernel(Wp.data(), Mp, H, Hw, ws.data(), mixed.data(), M, LS); });
+        }
+    } else
+    for (int64_t bh = 0; bh < BH; bh++) {
+        const int64_t hw = per_head ? bh % H : 0;
+        for (int64_t c = 0; c < M; c++)
+            for (int64_t e = 0; e < LS; e++) {
+                double x = 0;
+                for (int64_t b = 0; b < c; b++) x += (double)W[(hw * WM + c) * WM + b] * ws[(bh * M + b) * LS + e];
+                mixed[(bh * M + c) * LS + e] = (float)x;
+            }
+    }
+    a.ws = mixed.data();
+    a.mixw = W.data();
+    a.mix_hs = per_head ? WM * WM : 0;
+    a.mix_ld = WM;
+    launch((unsigned)M, (unsigned)BH, lct_out_smem(D), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat))(a); });
+    const int ldsm_bad = emu_errors.exchange(0);
+    double md = 0, mr = 0;
+    int64_t bad = ldsm_bad;
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t hw = per_head ? h : 0;
+            std::vector<double> Sb(M * D * D, 0.0), zb(M * D, 0.0);
+            std::vector<std::vector<double>> kt(N, std::vector<double>(D)), qt(N, std::vector<double>(D));
+            for (int64_t t = 0; t < N; t++) {
+                const int64_t off = b * st[0] + t * st[1] + h * st[2];
+                for (int d = 0; d < D; d++) {
+                    kt[t][d] = la_cu_feature(feat, __bfloat162float(k[off + d]));
+                    qt[t][d] = (double)scale * la_cu_feature(feat, __bfloat162float(q[off + d]));
+                }
+                for (int d = 0; d < D; d++) {
+                    zb[(t / 64) * D + d] += kt[t][d];
+                    for (int e = 0; e < D; e++) Sb[((t / 64) * D + d) * D + e] += kt[t][d] * __bfloat162float(v[off + e]);
+                }
+            }
+            for (int64_t i = 0; i < M; i++) {
+                std::vector<double> Hm(D * D, 0.0), zm(D, 0.0), S(D * D, 0.0), z(D, 0.0);
+                for (int64_t bb = 0; bb < i; bb++) {
+                    const double w = W[(hw * WM + i) * WM + bb];
+                    for (int64_t x = 0; x < D * D; x++) Hm[x] += w * Sb[bb * D * D + x];
+                    for (int64_t x = 0; x < D; x++) zm[x] += w * zb[bb * D + x];
+                }
+                const double wd = W[(hw * WM + i) * WM + i];
+                for (int64_t t = 64 * i; t < (N < 64 * (i + 1) ? N : 64 * (i + 1)); t++) {
+                    const int64_t off = b * st[0] + t * st[1] + h * st[2];
+                    for (int d = 0; d < D; d++) {
+                        z[d] += kt[t][d];
+                        for (int e = 0; e < D; e++) S[d * D + e] += kt[t][d] * __bfloat162float(v[off + e]);
+                    }
+                    double den = 0;
+                    for (int d = 0; d < D; d++) den += qt[t][d] * (zm[d] + wd * z[d]);
+                    for (int e = 0; e < D; e++) {
+                        double num = 0;
+                        for (int d = 0; d < D; d++) num += qt[t][d] * (Hm[d * D + e] + wd * S[d * D + e]);
+                        const double ref = normalize ? num / (den + eps) : num;
+                        const float gv = __bfloat162float(o[off + e]);
+                        if (!std::isfinite(gv)) { bad++; continue; }
+                        md = std::max(md, fabs(gv - ref));
+                        mr = std::max(mr, fabs(ref));
+                    }
+                }
+            }
+        }
+    const double rel = md / std::max(mr, 1e-30);
+    const bool ok = bad == 0 && rel <= 1e-2;
+    printf("mhla %s D%lld B%lld N%lld H%lld feat%d norm%d ph%d p%d: M=%lld  out rel %.2e  nonfinite %lld  %s\n",
+           gemm ? "gemm" : "host-mix", (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, per_head, perm,
+           (long long)M, rel, (long long)bad, ok ? "ok" : "FAIL");
+    return ok ? 0 : 1;
+}
+
 int main(int argc, char **argv) {
     int fails = 0;
+    if (argc > 1 && !strcmp(argv[1], "mhla")) { /* causal MHLA only */
+        for (int64_t d : {128, 64, 32}) {
+            g_D = d;
+            fails += run_mhla_case(1, 1, 1, LA_FEATURE_RELU, 0, 0, 31, 0);
+            fails += run_mhla_case(2, 63, 2, LA_FEATURE_ELU1, 1, 1, 32, 1);
+            fails += run_mhla_case(1, 65, 2, LA_FEATURE_RELU, 0, 1, 33, 0);
+            fails += run_mhla_case(1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 34, 1);
+            fails += run_mhla_case(1, 200, 3, LA_FEATURE_IDENTITY, 0, 1, 35, 0);
+        }
+        /* the mixing GEMM: one and two row tiles (M = 129), column tails (D = 64: SE = 4160) */
+        g_D = 32;
+        fails += run_mhla_case(1, 300, 2, LA_FEATURE_RELU, 1, 1, 41, 1, 1);
+        fails += run_mhla_case(1, 8200, 1, LA_FEATURE_ELU1, 0, 0, 42, 0, 1);
+        g_D = 64;
+        fails += run_mhla_case(2, 65, 1, LA_FEATURE_RELU_EPS, 0, 1, 43, 0, 1);
+        g_D = 128;
+        fails += run_mhla_case(1, 200, 1, LA_FEATURE_RELU, 0, 0, 44, 1, 1);
+        printf("%d failed\n", fails);
+        return fails != 0;
+    }
     const bool only_wide = argc > 1 && !strcmp(argv[1], "wide");
     /* the wide scan (the default) with forced state chunks (G = np/8 + 1
      * groups: 1..5 of them here, chunk totals crossing group boundaries),

@@ -3,7 +3,8 @@
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
 # compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
 # and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide]]   (the wide and the walking scan; "wide": wide only)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla]]   (the wide and the walking scan; "wide": wide
+#   only; "mhla": the causal MHLA forward, mhla_causal_tc.cu)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -25,6 +26,19 @@ k = k.replace("threadIdx.y", "emu_tidy()").replace("blockDim.x", "emu_bdx()").re
 k = k.replace("__shared__ float4 tot[NT];", "float4 *tot = (float4 *)emu_smem();")
 k = re.sub(r"__launch_bounds__\([^)]*\)", "", k)
 open(sys.argv[1] + "/kern.inc", "w").write(k)
+# the causal MHLA mixing GEMM (src/cuda/mhla_causal_tc.cu): its static
+# shared arrays become views of the CTA's shared memory, blockIdx.z a global
+m = open("src/cuda/mhla_causal_tc.cu").read()
+m = m[m.index("constexpr int MX_BM"):m.index("struct mct_mix_ctx")]
+m = m.replace("__shared__ __align__(16) __nv_bfloat16 sA[2][MX_BM * MX_LA];",
+              "auto sA = (__nv_bfloat16 (*)[MX_BM * MX_LA])emu_smem();")
+m = m.replace("__shared__ __align__(16) __nv_bfloat16 sB[2][MX_BK * MX_LB];",
+              "auto sB = (__nv_bfloat16 (*)[MX_BK * MX_LB])(emu_smem() + 4 * MX_BM * MX_LA);")
+m = m.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
+m = m.replace("blockIdx.z", "emu_bz()")
+m = re.sub(r"__launch_bounds__\([^)]*\)", "", m)
+assert "__shared__" not in m
+open(sys.argv[1] + "/kern_mix.inc", "w").write(m)
 PY
 g++ -std=c++20 -O2 -fno-strict-aliasing -w -Iinclude -Isrc -I"$CUDA_INC" -I"$O" dev/emu_causal_tc.cpp \
     -o "$O/emu_causal_tc" -lpthread

@@ -21,6 +21,11 @@ struct lct_args {
     float scale_q, eps;
     float *ws; /* [B·H][nch][LS]: ΔS_c, then (in place) P_c */
     la_cu_view S_in, z_in, S_out, z_out;
+    /* causal MHLA (L = 64: a chunk is a block, mhla_causal_tc.cu): pass 3
+     * scales the block's own part by W[c,c] at mixw[h·mix_hs + c·(mix_ld + 1)]
+     * (NULL: 1) */
+    const float *mixw;
+    int64_t mix_hs, mix_ld;
 };
 
 /* Pass 2 over nd chunk states: the wide scan (every load up front; nd <= 255)

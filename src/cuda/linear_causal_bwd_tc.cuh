@@ -7,23 +7,8 @@
 
 #include "cuda/bwd_common.cuh"
 
-/* Causal MHLA (mhla_causal_bwd_tc.cu): the chunk states combine through
- * the mixing instead of the prefix sums, one 64-token chunk per block:
- * H_i = Σ_{b<i} W[i,b] S_b, the block's own part scaled by W[i,i]. */
-struct lcb_mixing {
-    const float *W;  /* packed fp32 [Hw][WM][WM] */
-    const float *Ws; /* its strict lower triangle, [Hw][M][M] (M = chunks) */
-    int64_t Hw, WM;
-    float *dWd;      /* [B·H][M]: dW[i,i] per batch and head (NULL = skip) */
-    float *dWp;      /* [B·H·splits][M][M]: dW[i,b] partials over state pieces */
-    int64_t splits;  /* of the D·Dv + D state elements for dWp */
-};
-/* H = W_strict·S, dS = W_strictᵀ·G and the dW partials ⟨G_i, S_b⟩ over the
- * flattened states [B·H][M][SE] (mhla_causal_bwd_tc.cu, batched GEMMs) */
-la_status mcb_combine(const lcb_mixing *m, const float *S, float *Hs, int64_t BH, int64_t H,
-                      int64_t M, int64_t SE, cudaStream_t s);
-la_status mcb_combine_bwd(const lcb_mixing *m, const float *G, const float *S, float *dS,
-                          int64_t BH, int64_t H, int64_t M, int64_t SE, cudaStream_t s);
+/* causal MHLA: the mixing of the chunk states (lcb_problem.mix) */
+#include "cuda/mhla_causal_mix.cuh"
 
 struct lcb_problem {
     const la_tensor *q, *k, *v, *d_out;

@@ -25,6 +25,9 @@
  *          S  += K̃ᵀ V,        z  += Σ k̃,   S̃ = bf16(S)
  *      which is the CPU path's chunkwise form (src/cpu/linear_cpu.c) with
  *      chunk 64 inside a state chunk of L.
+ * Causal MHLA (lct_mixing, mhla_causal_tc.cu) runs the same passes with L =
+ * 64 (a chunk is a block), the mixing of the chunk states in place of pass 2
+ * and W[c,c] on the block's own part in pass 3.
  *
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
@@ -507,6 +510,15 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         default: lct_qk_blocks<4, D>(sA, qa, Ks, li, lj); break;
         }
     
+        /* causal MHLA: the block's own part weighs W[c,c] (in A, so in A V
+         * and its row sums; uniform per CTA) */
+        if (a.mixw) {
+            const float wd = a.mixw[h * a.mix_hs + c * (a.mix_ld + 1)];
+#pragma unroll
+            for (int j = 0; j < 8; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) sA[j][e] *= wd;
+        }
         /* mask the diagonal block (key ≤ query), row sums, bf16 A fragments */
         float rs0 = 0.f, rs1 = 0.f;
         uint32_t pa[4][4];
@@ -702,7 +714,7 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
 la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
                   const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
                   const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
-                  cudaStream_t st) {
+                  cudaStream_t st, const lct_mixing *mix) {
     lct_args a;
     memset(&a, 0, sizeof a);
     a.q = (const __nv_bfloat16 *)q->data;
@@ -739,10 +751,12 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     const int64_t per_head = std::max<int64_t>(1, la_cu_cdiv(3 * (int64_t)nsm, BH));
     a.L = T * la_cu_cdiv(tiles, per_head);
     if (c.L > 0) a.L = c.L;
+    if (mix) a.L = T; /* causal MHLA: a chunk is a block */
     a.nch = la_cu_cdiv(N, a.L);
     if (a.nch > INT32_MAX || a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: N = %lld too large", (long long)N);
-    const int64_t nd = (S_out || z_out) ? a.nch : a.nch - 1; /* chunks with a ΔS */
+    /* chunks with a ΔS (with the mixing all: the GEMM reads every state) */
+    const int64_t nd = (S_out || z_out || mix) ? a.nch : a.nch - 1;
     /* The wide scan takes nd ≤ 255 chunk states (≤ 32 groups of SW); beyond
      * that (B·H ≤ 2 and long N) the walking scan. */
     const bool wide = !c.walk && nd <= 255;
@@ -751,19 +765,31 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
-    la_cu_ws ws;
+    la_cu_ws ws, wsm;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
     a.ws = (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
-    la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
-                 "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH, (long long)N,
-                 (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
+    if (mix) { /* the mixed states H_c: a second buffer (the GEMM is not in place) */
+        LA_TRY(la_cu_ws_alloc(&wsm, bytes, st, "causal mhla mixed states"));
+        a.mixw = mix->W;
+        a.mix_hs = mix->hs;
+        a.mix_ld = mix->ld;
+    } else {
+        la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
+                     "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH,
+                     (long long)N, (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
+    }
 
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
         lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
-    LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
+    if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */
+        LA_TRY(mix->combine(mix->ctx, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
+        a.ws = (float *)wsm.p;
+    } else {
+        LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
+    }
     lct_output_mma_fn(a.D, lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
                                                   lct_out_smem(a.D), st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");

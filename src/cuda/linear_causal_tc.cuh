@@ -25,10 +25,23 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
                      const la_tensor *v, const la_tensor *out, const char *forced,
                      lct_choice *c);
 
-/* Runs the tensor-core path (c.kernel == LCT_TC). */
+/* Causal MHLA (mhla_causal_tc.cu): chunks of 64 tokens (a chunk is a
+ * block), the prefix scan replaced by `combine` (Hs[bh][c] = Σ_{b<c} W[c,b]
+ * S[bh][b] over the [B·H][M][SE] fp32 states [S | z], SE = D·Dv + D) and
+ * W[c,c] at W[h·hs + c·(ld + 1)] on the block's own part. */
+struct lct_mixing {
+    const float *W;
+    int64_t hs, ld;
+    la_status (*combine)(const void *ctx, const float *S, float *Hs, int64_t BH, int64_t H,
+                         int64_t M, int64_t SE, cudaStream_t s);
+    const void *ctx;
+};
+
+/* Runs the tensor-core path (c.kernel == LCT_TC); with `mix` (no states in
+ * or out) causal MHLA as above. */
 la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tensor *q,
                   const la_tensor *k, const la_tensor *v, la_tensor *out, const la_tensor *S_in,
                   const la_tensor *z_in, la_tensor *S_out, la_tensor *z_out, const la_context *ctx,
-                  cudaStream_t st);
+                  cudaStream_t st, const lct_mixing *mix = nullptr);
 
 #endif

@@ -1,11 +1,16 @@
 /* MHLA (SPEC §5) on CUDA through the linear-family engine (linfam.cu):
  * non-causal over 1-D/2-D/3-D block grids with shared or per-head mixing and
  * the three normalize modes; causal chunkwise (§5.4). Views validated by
- * src/ops/mhla.c; family "mhla" (lf_select). The decoding state is
+ * src/ops/mhla.c; family "mhla" (lf_select). Causal: family "mhla_causal",
+ * "mma" (mhla_causal_tc.cu: bf16 tensor cores, any lower-triangular W;
+ * "mma_split": its fp32-accurate mixing) where it takes the views, else
+ * "portable" (the engine, as "mhla" picks). The decoding state is
  * mhla_decode.cu. */
 #include "core/variant.h"
 #include "cuda_ops.h"
 #include "linfam.cuh"
+#include "mhla_causal_tc.cuh"
+#include "select.cuh"
 
 static la_cu_view mixing_view(const la_tensor *W) {
     la_cu_view m = la_cu_view_of(W);
@@ -60,10 +65,10 @@ extern "C" la_status la_mhla_forward_cuda(const la_mhla_params *p, const la_tens
 
 extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
                                                  const la_tensor *q, const la_tensor *k,
-                                                 const la_tensor *v, const la_tensor *mixing,
+                                                 const la_tensor *v_, const la_tensor *mixing,
                                                  la_tensor *out, la_context *ctx) {
     lf_problem P = {};
-    fill_common(&P, q, k, v, mixing, out);
+    fill_common(&P, q, k, v_, mixing, out);
     const float sq = p->scale_q != 0.f ? p->scale_q : 1.f / sqrtf((float)P.D);
     P.fq = {(int)p->feature, 1.f, sq, 0.f, nullptr, nullptr, nullptr};
     P.fk = {(int)p->feature, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
@@ -75,6 +80,16 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
         return la_err(LA_ERR_ARG, "normalize: released_vision is not defined for causal MHLA");
     P.norm = p->normalize == LA_MHLA_NORM_PER_QUERY ? LF_NORM_PER_QUERY : LF_NORM_NONE;
     P.eps = p->eps;
-    /* causal MHLA: the portable engine only (lf_select) */
+    /* family "mhla_causal": "mma" (mhla_causal_tc.cu) where it takes the views, else the
+     * portable engine (lf_select, with the variant forced for "mhla" if any) */
+    const char *v = la_context_variant(ctx, "mhla_causal");
+    const int split = v && !strcmp(v, "mma_split");
+    if (v && strcmp(v, "portable") && strcmp(v, "mma") && !split)
+        return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, portable");
+    const int ok = mct_eligible(p, q, k, v_, out);
+    if (v && strcmp(v, "portable") && !ok) return la_cu_variant_unsupported("mhla_causal", v, MCT_NEEDS);
+    if (ok && !(v && !strcmp(v, "portable")))
+        return mct_forward(p, sq, q, k, v_, mixing, out, split, ctx, la_cu_stream(ctx));
+    la_cu_report(ctx, "mhla_causal", "portable", "%s", v ? "forced" : MCT_NEEDS);
     return lf_run(&P, ctx, "mhla", la_context_variant(ctx, "mhla"), la_cu_stream(ctx));
 }

@@ -76,6 +76,17 @@ la_status mcb_mix(const lcb_mixing *m, bool trans, const float *X, float *Y, int
 
 } // namespace
 
+la_status mcb_mixing_prepare(const la_tensor *mixing, int64_t M, float *W, float *Ws,
+                             lcb_mixing *m, cudaStream_t s) {
+    memset(m, 0, sizeof *m);
+    m->WM = mixing->ne[mixing->ndim - 1];
+    m->Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
+    LA_TRY(bwd_pack(s, mixing, W));
+    BWD_LAUNCH(mcb_strict_kernel, m->Hw * M * M, s, W, m->WM, M, Ws);
+    m->W = W, m->Ws = Ws;
+    return LA_OK;
+}
+
 la_status mcb_combine(const lcb_mixing *m, const float *S, float *Hs, int64_t BH, int64_t H,
                       int64_t M, int64_t SE, cudaStream_t s) {
     return mcb_mix(m, false, S, Hs, BH, H, M, SE, s);
@@ -123,24 +134,21 @@ la_status mcb_backward(const la_mhla_causal_params *p, float scale_q, const la_t
     const int64_t M = lt_cdiv(N, LT_T), SE = D * D + D;
     const int64_t WM = mixing->ne[mixing->ndim - 1], Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
     lcb_mixing mx;
-    memset(&mx, 0, sizeof mx);
-    mx.Hw = Hw, mx.WM = WM;
     /* the dW pieces: about 2K state elements each, B·H·splits CTA rows at most 65535 */
-    mx.splits = std::max<int64_t>(1, std::min<int64_t>(lt_cdiv(SE, 2048), 65535 / BH));
+    const int64_t splits = std::max<int64_t>(1, std::min<int64_t>(lt_cdiv(SE, 2048), 65535 / BH));
     bwd_ws ws;
-    float *W, *Ws, *dWr = nullptr, *dWo = nullptr;
+    float *W, *Ws, *dWd = nullptr, *dWp = nullptr, *dWr = nullptr, *dWo = nullptr;
     ws.want(&W, Hw, WM, WM);
     ws.want(&Ws, Hw, M, M);
     if (d_mixing) {
-        ws.want(&mx.dWd, BH, M);
-        ws.want(&mx.dWp, BH * mx.splits, M, M);
+        ws.want(&dWd, BH, M);
+        ws.want(&dWp, BH * splits, M, M);
         ws.want(&dWr, Hw, M, M);
         ws.want(&dWo, Hw, WM, WM);
     }
     LA_TRY(ws.alloc(s, "causal mhla backward mixing"));
-    LA_TRY(bwd_pack(s, mixing, W));
-    BWD_LAUNCH(mcb_strict_kernel, Hw * M * M, s, W, WM, M, Ws);
-    mx.W = W, mx.Ws = Ws;
+    LA_TRY(mcb_mixing_prepare(mixing, M, W, Ws, &mx, s));
+    mx.dWd = dWd, mx.dWp = dWp, mx.splits = splits;
     lcb_problem P;
     memset(&P, 0, sizeof P);
     P.q = q, P.k = k, P.v = v, P.d_out = d_out, P.dq = dq, P.dk = dk, P.dv = dv;

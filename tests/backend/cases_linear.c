@@ -152,8 +152,9 @@ static void t_mhla(int64_t B, int nd, const int64_t *grid, const int64_t *blocks
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
 }
 
+/* feat < 0: the default (relu; relu_eps with per_query, den > 0) */
 static void t_mhla_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, int64_t chunk,
-                          la_mhla_normalize norm, int per_head, la_dtype dt, int perm) {
+                          la_mhla_normalize norm, int per_head, la_dtype dt, int perm, int feat) {
     int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv};
     int64_t M = (N + chunk - 1) / chunk + 1; /* one spare row/col: must be ignored */
     tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
@@ -164,12 +165,13 @@ static void t_mhla_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv
     p.chunk = chunk;
     p.normalize = norm;
     if (norm == LA_MHLA_NORM_PER_QUERY) p.feature = LA_FEATURE_RELU_EPS;
+    if (feat >= 0) p.feature = (la_feature)feat;
     CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, bo_ctx()));
     CHECK_DEV(la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
     char what[160];
-    snprintf(what, sizeof what, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d",
+    snprintf(what, sizeof what, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d %s",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             (long long)chunk, (int)norm, per_head, perm);
+             (long long)chunk, (int)norm, per_head, perm, la_feature_name(p.feature));
     tb_compare(&o, what, tol_of(dt, N));
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
 }
@@ -282,6 +284,7 @@ typedef struct mhla_args {
 } mhla_args;
 typedef struct mhla_causal_args {
     int64_t B, N, H, D, Dv, chunk; la_mhla_normalize norm; int per_head; la_dtype dt; int perm;
+    int feat; /* < 0: the default */
 } mhla_causal_args;
 typedef struct focused_args {
     la_focused_variant var; int64_t B, Hm, Wm, H, D, Dv, ks; int with_params; la_dtype dt; int perm;
@@ -304,7 +307,8 @@ static void run_mhla(const void *p) {
 }
 static void run_mhla_causal(const void *p) {
     const mhla_causal_args *a = p;
-    t_mhla_causal(a->B, a->N, a->H, a->D, a->Dv, a->chunk, a->norm, a->per_head, a->dt, a->perm);
+    t_mhla_causal(a->B, a->N, a->H, a->D, a->Dv, a->chunk, a->norm, a->per_head, a->dt, a->perm,
+                  a->feat);
 }
 static void run_focused(const void *p) {
     const focused_args *a = p;
@@ -326,7 +330,7 @@ typedef struct reg {
 } reg;
 
 static bo_opts opts(const reg *r, const char *op) {
-    const char *family = !strcmp(op, "mhla_causal") ? "mhla" : op;
+    const char *family = op;
     bo_opts o = {op, BO_CUDA, r->small, r->variant ? family : NULL, r->variant, NULL};
     return o;
 }
@@ -370,16 +374,21 @@ static void add_mhla(const reg *r, int64_t B, int nd, const int64_t *grid, const
     const bo_opts o = opts(r, "mhla");
     bo_add(r->L, &o, run_mhla, &a, sizeof a, name);
 }
+static void add_mhla_causal_f(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D,
+                              int64_t Dv, int64_t chunk, la_mhla_normalize norm, int per_head,
+                              la_dtype dt, int perm, int feat) {
+    const mhla_causal_args a = {B, N, H, D, Dv, chunk, norm, per_head, dt, perm, feat};
+    char name[BO_NAME_MAX];
+    snprintf(name, sizeof name, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d f%d",
+             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
+             (long long)chunk, (int)norm, per_head, perm, feat);
+    const bo_opts o = opts(r, "mhla_causal");
+    bo_add(r->L, &o, run_mhla_causal, &a, sizeof a, name);
+}
 static void add_mhla_causal(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
                             int64_t chunk, la_mhla_normalize norm, int per_head, la_dtype dt,
                             int perm) {
-    const mhla_causal_args a = {B, N, H, D, Dv, chunk, norm, per_head, dt, perm};
-    char name[BO_NAME_MAX];
-    snprintf(name, sizeof name, "mhla-causal %s B%lld N%lld H%lld D%lld Dv%lld C%lld norm%d ph%d p%d",
-             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             (long long)chunk, (int)norm, per_head, perm);
-    const bo_opts o = opts(r, "mhla_causal");
-    bo_add(r->L, &o, run_mhla_causal, &a, sizeof a, name);
+    add_mhla_causal_f(r, B, N, H, D, Dv, chunk, norm, per_head, dt, perm, -1);
 }
 static void add_focused(const reg *r, la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
                         int64_t H, int64_t D, int64_t Dv, int64_t ks, int with_params, la_dtype dt,
@@ -432,6 +441,69 @@ static la_status probe_with(la_context *ctx, int which) {
 }
 static la_status probe_linear(la_context *ctx) { return probe_with(ctx, 0); }
 static la_status probe_mhla(la_context *ctx) { return probe_with(ctx, 2); }
+/* family "mhla_causal": the 16-token bf16 problem, chunk 64, a 1×1 W */
+static la_status probe_mhla_causal(la_context *ctx) {
+    int64_t ne[4] = {1, 16, 1, 128}, nw[2] = {1, 1};
+    tb q, o, W;
+    tb_make(&q, 4, ne, LA_BF16, 0, NULL);
+    tb_make(&o, 4, ne, LA_BF16, 0, NULL);
+    tb_make(&W, 2, nw, LA_F32, 0, NULL);
+    la_dev_memset(q.dev.data, 0, q.bytes);
+    la_dev_memset(W.dev.data, 0, W.bytes);
+    la_mhla_causal_params p;
+    la_mhla_causal_params_init(&p);
+    la_status s = la_mhla_causal_forward(&p, &q.dev, &q.dev, &q.dev, &W.dev, &o.dev, ctx);
+    la_dev_synchronize();
+    tb_free(&q);
+    tb_free(&o);
+    tb_free(&W);
+    return s;
+}
+
+/* Causal MHLA on tensor cores (family "mhla_causal", mhla_causal_tc.cu),
+ * forced to "mma" (a shape it stops taking fails instead of running
+ * portable): odd N (one block, a partial second, many blocks with a tail),
+ * D = Dv in {32, 64, 128}, the feature maps, normalize none and per_query,
+ * shared and per-head random W (its upper triangle and a spare row and
+ * column must be ignored), permuted views; the default on views it does not
+ * take (padded rows, f16, D = 63, chunk 7), the forced portable engine and
+ * "mma_split" (the fp32-accurate mixing);
+ * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
+static void mhla_causal_mma(bo_list *L) {
+    bo_add_probe(L, "mhla_causal", probe_mhla_causal);
+    const reg rs = {L, 1, "mma"}, rl = {L, 0, "mma"}, rd = {L, 1, NULL}, rp = {L, 1, "portable"};
+    const int fnone[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY, LA_FEATURE_RELU_EPS};
+    const int fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
+    const int64_t Ns[5] = {1, 63, 65, 1000, 4097}, Ds[3] = {128, 64, 32};
+    const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            /* N = 1, identity, no normalize: ill-conditioned in bf16 (see tc_paths) */
+            const int f0 = fnone[(ni + di) % 4];
+            add_mhla_causal_f(&rs, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_BF16, ni & 1,
+                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
+            add_mhla_causal_f(&rs, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_BF16,
+                              (ni + 1) & 1, fpq[(ni + di) % 3]);
+        }
+    add_mhla_causal_f(&rs, 1, 1000, 3, 128, 128, 64, NO, 1, LA_BF16, 0, LA_FEATURE_RELU);
+    add_mhla_causal_f(&rl, 1, 16384, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
+    add_mhla_causal_f(&rl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
+    add_mhla_causal_f(&rl, 1, 16384, 2, 64, 64, 64, PQ, 1, LA_BF16, 1, LA_FEATURE_ELU1);
+    /* the default: the fast path where it applies, else portable */
+    add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 0, -1);
+    add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, NO, 0, LA_BF16, TB_PADDED, -1);
+    add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, -1);
+    add_mhla_causal_f(&rd, 1, 300, 2, 63, 63, 64, NO, 0, LA_BF16, 0, -1);
+    add_mhla_causal_f(&rd, 1, 300, 2, 64, 64, 7, PQ, 1, LA_BF16, 1, -1);
+    /* the fp32-accurate mixing (mcb_combine) */
+    const reg rx = {L, 1, "mma_split"};
+    add_mhla_causal_f(&rx, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
+    add_mhla_causal_f(&rx, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rx, 1, 4097, 1, 32, 32, 64, NO, 0, LA_BF16, 1, LA_FEATURE_RELU_EPS);
+    add_mhla_causal_f(&rp, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
+}
 
 static void tc_paths(bo_list *L) {
     static const char *paths[2] = {NULL, "portable"}; /* NULL: the default */
@@ -583,6 +655,7 @@ void cases_linear(bo_list *L) {
     }
     tc_paths(L);
     tc_heads(L);
+    mhla_causal_mma(L);
     r = &rl;
     {
         for (int di = 0; di < 2; di++) {

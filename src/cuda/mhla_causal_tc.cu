@@ -1,0 +1,217 @@
+/* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family "mhla_causal",
+ * variants "mma" and "mma_split"): the causal linear passes of
+ * linear_causal_tc.cu with one 64-token chunk per block and the prefix scan
+ * replaced by the mixing (lct_mixing):
+ *   1. S_b = K̃_bᵀ V_b, z_b = Σ k̃ per block (lct_state_mma_kernel, fp32);
+ *   2. H_i = Σ_{b<i} W[i,b] S_b over the flattened [S | z] states (SE =
+ *      D·Dv + D per block), one batched GEMM per head:
+ *        mma:       mct_mix_kernel below, bf16 operands (W and S rounded
+ *                   once), fp32 accumulation, the strict triangle only;
+ *        mma_split: mcb_combine (mhla_causal_mix.cuh, the backward's
+ *                   split-bf16 products: fp32 to about 16 bits, the full
+ *                   square, three passes);
+ *   3. per block: o = q̃ H_i + W[i,i]·tril(q̃ k̃ᵀ) v, den = q̃·z̃_i +
+ *      W[i,i]·rowsum(tril(q̃ k̃ᵀ)) (lct_output_mma_kernel with lct_args.mixw).
+ * Rounding: as the causal linear path (φ(q), φ(k), V, A and a bf16 copy of
+ * H_i in the products, the rest fp32); "mma" adds one bf16 rounding of W
+ * and S in the mixing, the size of the one of H_i in pass 3. Cost per head
+ * (M blocks): 2·N·D·Dv (pass 1), 2·(M²/2)·SE (the mixing, M² with
+ * mma_split ×3), 4·N·D·Dv + 2·N·64·D (pass 3); bytes: q, k, v, out and the
+ * fp32 states (4·M·SE) written by pass 1, read and written by the mixing,
+ * read by pass 3 (docs/PERF.md). */
+#include "cuda/bwd_common.cuh"
+#include "cuda/linear_causal_tc.cuh"
+#include "cuda/mhla_causal_mix.cuh"
+#include "cuda/mhla_causal_tc.cuh"
+#include "cuda/ptx.cuh"
+
+namespace {
+
+bool mct_view_ok(const la_tensor *t, int64_t D) {
+    return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
+           t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
+           ((uintptr_t)t->data % 16) == 0;
+}
+
+/* Wp[hw][r][c] = W[hw][r][c] for c < r < M, else 0 (r, c < Mp: the GEMM's
+ * A operand, padded to whole 128-row tiles) */
+__global__ void mct_strict_pad_kernel(int64_t total, const float *W, int64_t WM, int64_t M,
+                                      int64_t Mp, float *Wp) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t hw = i / (Mp * Mp), r = (i / Mp) % Mp, c = i % Mp;
+    Wp[i] = (r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f;
+}
+
+/* ---- the mixing GEMM: Hs[z][i][e] = Σ_{b<i} Wp[hw][i][b] S[z][b][e] ------
+ * grid (Mp/128 row tiles, ⌈SE/128⌉ column tiles, B·H), 256 threads. Row
+ * tiles vary fastest, so that the CTAs in flight share a 128-column slice of
+ * S (read about once from memory). A CTA takes rows i0 + [0, 128) over
+ * b < i0 + 128 (the strict triangle; Wp is zero on and above the
+ * diagonal), in steps of 32: fp32 loads of the next step into registers
+ * while the products of this one run, bf16 into one of two shared buffers,
+ * one barrier per step. Warp w: rows 64(w/4) + [0, 64), columns 32(w%4) +
+ * [0, 32) (4 × 4 m16n8 tiles); A by ldmatrix, B by ldmatrix.trans from
+ * row-major tiles (rows 80 and 272 bytes: conflict-free). Two CTAs per SM
+ * (at most 128 registers). */
+constexpr int MX_BM = 128, MX_BN = 128, MX_BK = 32, MX_LA = MX_BK + 8, MX_LB = MX_BN + 8;
+
+__device__ __forceinline__ uint2 mct_pack4(float4 x) {
+    __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
+    uint2 u;
+    u.x = *(const uint32_t *)&lo;
+    u.y = *(const uint32_t *)&hi;
+    return u;
+}
+
+__global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_t Mp, int64_t H,
+                                                      int64_t Hw, const float *S, float *Hs,
+                                                      int64_t M, int64_t SE) {
+    __shared__ __align__(16) __nv_bfloat16 sA[2][MX_BM * MX_LA];
+    __shared__ __align__(16) __nv_bfloat16 sB[2][MX_BK * MX_LB];
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int li = lane % 8, lj = lane / 8, g = lane / 4, cq = lane % 4;
+    const int64_t i0 = (int64_t)blockIdx.x * MX_BM, e0 = (int64_t)blockIdx.y * MX_BN,
+                  z = blockIdx.z;
+    const float *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
+    const float *Bm = S + z * M * SE;
+    const int64_t kend = i0 + MX_BM; /* <= Mp: b < i <= i0 + 127 */
+    const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
+
+    float4 ra[4], rb[4];
+    auto fetch = [&](int64_t k0) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int idx = tid + 256 * u;
+            const int row = idx / 8, c4 = idx % 8; /* A: 128 rows × 8 float4 */
+            ra[u] = *(const float4 *)&A[(i0 + row) * Mp + k0 + 4 * c4];
+            const int br = idx / 32, bc = idx % 32; /* B: 32 rows × 32 float4 */
+            const int64_t b = k0 + br, e = e0 + 4 * bc;
+            rb[u] = b < M && e < SE ? *(const float4 *)&Bm[b * SE + e] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+    };
+    auto stash = [&](int buf) {
+#pragma unroll
+        for (int u = 0; u < 4; u++) {
+            const int idx = tid + 256 * u;
+            *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = mct_pack4(ra[u]);
+            *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = mct_pack4(rb[u]);
+        }
+    };
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+
+    fetch(0);
+    stash(0);
+    __syncthreads();
+    int buf = 0;
+    for (int64_t k0 = 0; k0 < kend; k0 += MX_BK) {
+        const bool more = k0 + MX_BK < kend;
+        if (more) fetch(k0 + MX_BK);
+        const __nv_bfloat16 *a_ = sA[buf], *b_ = sB[buf];
+#pragma unroll
+        for (int kk = 0; kk < MX_BK / 16; kk++) {
+            uint32_t af[4][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                la_ldsm4(af[mi], &a_[(wr + 16 * mi + 8 * (lj & 1) + li) * MX_LA + 16 * kk + 8 * (lj >> 1)]);
+#pragma unroll
+            for (int jp = 0; jp < 2; jp++) {
+                uint32_t bf[4];
+                la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
+                    la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
+                }
+            }
+        }
+        if (more) stash(buf ^ 1);
+        __syncthreads();
+        buf ^= 1;
+    }
+    float *C = Hs + z * M * SE;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int64_t i = i0 + wr + 16 * mi + g + 8 * hr;
+            if (i >= M) continue;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t e = e0 + wc + 8 * j + 2 * cq; /* even; SE % 4 == 0 */
+                if (e < SE) *(float2 *)&C[i * SE + e] = make_float2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
+            }
+        }
+}
+
+struct mct_mix_ctx {
+    const float *Wp; /* [Hw][Mp][Mp] */
+    int64_t Mp, Hw;
+    const lcb_mixing *split; /* mma_split: mcb_combine */
+};
+
+la_status mct_combine(const void *ctx, const float *S, float *Hs, int64_t BH, int64_t H,
+                      int64_t M, int64_t SE, cudaStream_t s) {
+    const mct_mix_ctx *c = (const mct_mix_ctx *)ctx;
+    if (c->split) return mcb_combine(c->split, S, Hs, BH, H, M, SE, s);
+    if (SE % 4 || c->Mp % MX_BM || BH > 65535 || la_cu_cdiv(SE, MX_BN) > 65535)
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla mixing: SE = %lld, B*H = %lld", (long long)SE,
+                      (long long)BH);
+    const dim3 grid((unsigned)(c->Mp / MX_BM), (unsigned)la_cu_cdiv(SE, MX_BN), (unsigned)BH);
+    mct_mix_kernel<<<grid, 256, 0, s>>>(c->Wp, c->Mp, H, c->Hw, S, Hs, M, SE);
+    LA_CU_LAUNCH("mct_mix_kernel");
+    return LA_OK;
+}
+
+} // namespace
+
+int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
+                 const la_tensor *v, const la_tensor *out) {
+    if (p->chunk != 64) return 0;
+    if (p->normalize != LA_MHLA_NORM_NONE && p->normalize != LA_MHLA_NORM_PER_QUERY) return 0;
+    const int64_t D = q->ne[3];
+    if (D != 32 && D != 64 && D != 128) return 0;
+    if (q->ne[1] < 1 || q->ne[0] * q->ne[2] > 65535) return 0;
+    return mct_view_ok(q, D) && mct_view_ok(k, D) && mct_view_ok(v, D) && mct_view_ok(out, D);
+}
+
+la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_tensor *q,
+                      const la_tensor *k, const la_tensor *v, const la_tensor *mixing,
+                      la_tensor *out, int split, const la_context *ctx, cudaStream_t s) {
+    const int64_t N = q->ne[1], H = q->ne[2], M = la_cu_cdiv(N, 64);
+    const int64_t Mp = la_cu_cdiv(M, MX_BM) * MX_BM;
+    const int64_t WM = mixing->ne[mixing->ndim - 1], Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
+    bwd_ws ws;
+    float *W, *Ws, *Wp = nullptr;
+    ws.want(&W, Hw, WM, WM);
+    ws.want(&Ws, Hw, M, M);
+    if (!split) ws.want(&Wp, Hw, Mp, Mp);
+    LA_TRY(ws.alloc(s, "causal mhla mixing"));
+    lcb_mixing mx;
+    LA_TRY(mcb_mixing_prepare(mixing, M, W, Ws, &mx, s));
+    if (!split) BWD_LAUNCH(mct_strict_pad_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, Wp);
+    const mct_mix_ctx mc = {Wp, Mp, Hw, split ? &mx : nullptr};
+    lct_mixing lm;
+    lm.W = W, lm.hs = Hw == 1 ? 0 : WM * WM, lm.ld = WM;
+    lm.combine = mct_combine, lm.ctx = &mc;
+    la_linear_params lp;
+    la_linear_params_init(&lp);
+    lp.causal = 1;
+    lp.feature = p->feature;
+    lp.normalize = p->normalize == LA_MHLA_NORM_PER_QUERY;
+    lp.scale_q = scale_q;
+    lp.eps = p->eps;
+    lp.chunk = 64;
+    la_cu_report(ctx, "mhla_causal", split ? "mma_split" : "mma",
+                 "B*H=%lld N=%lld blocks=%lld per-head W=%d", (long long)(q->ne[0] * H),
+                 (long long)N, (long long)M, Hw != 1);
+    lct_choice c;
+    c.kernel = LCT_TC, c.walk = false, c.L = 64;
+    return lct_run(c, &lp, q, k, v, out, nullptr, nullptr, nullptr, nullptr, ctx, s, &lm);
+}

@@ -1,0 +1,22 @@
+/* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family
+ * "mhla_causal", variants "mma" and "mma_split"; mhla_causal_tc.cu). mhla.cu asks
+ * mct_eligible() and hands the call over; everything else keeps the
+ * portable engine (linfam.cu). Internal; included by the CUDA sources only. */
+#ifndef LA_CUDA_MHLA_CAUSAL_TC_CUH
+#define LA_CUDA_MHLA_CAUSAL_TC_CUH
+
+#include "cuda/common.cuh"
+
+#define MCT_NEEDS                                                                              \
+    "bf16 q, k, v, out with D = Dv in {32, 64, 128}, unit inner stride, 16-byte aligned "     \
+    "rows, B*H <= 65535, chunk 64, normalize none or per_query"
+int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
+                 const la_tensor *v, const la_tensor *out);
+/* scale_q resolved (not 0); mixing [WM,WM] or [H,WM,WM], WM >= ceil(N/64);
+ * split: the fp32-accurate split-bf16 mixing (variant "mma_split") instead
+ * of the bf16 one ("mma") */
+la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_tensor *q,
+                      const la_tensor *k, const la_tensor *v, const la_tensor *mixing,
+                      la_tensor *out, int split, const la_context *ctx, cudaStream_t s);
+
+#endif
