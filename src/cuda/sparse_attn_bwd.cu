@@ -117,7 +117,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
     static const char need[] = "bf16 q, kv, d_out and gradients, Dqk 576, dv 512, one kv head, "
-                               "unit inner stride and 16-byte aligned rows";
+                               "unit inner stride and 16-byte aligned rows, 227 KB of shared memory per CTA";
     const int eligible = la_sparse_bwd_tc_eligible(p, q, kv, d_out, dq, dkv);
     if (forced_mma && !eligible) return la_cu_variant_unsupported("sparse_attn_bwd", var, need);
     if (eligible && (!var || forced_mma)) {
@@ -159,7 +159,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     if (dq) ws.want(&dq32, P.Hq, P.T, P.Dqk);
     if (dkv) {
         ws.want(&dkv32, P.Hkv, P.L, P.Dqk);
-        ws.want(&cnt, P.L);
+        ws.want(&cnt, sp_cnt_size(P.L));
         ws.want(&off, P.L + 1);
         ws.want(&ent, Tc, P.K);
     }

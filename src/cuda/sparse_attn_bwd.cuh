@@ -39,17 +39,37 @@ __global__ void sp_count_kernel(int64_t total, sp_dev P, int64_t e0, int *cnt) {
     const int s = P.idx[e0 + i];
     if (s >= 0) bwd_atomic_inc(&cnt[s]);
 }
-/* one thread: off[s] = Σ_{s'<s} cnt[s'], off[L] = total; cnt reset to 0 */
-__global__ void sp_scan_kernel(int64_t total, int64_t L, int *cnt, int *off) {
+/* the prefix sum in three steps of parallel work (keys in blocks of
+ * SP_SCAN_B; integers, so exact): block sums, one thread's exclusive scan of
+ * them (off[L] = total), then off[s] = its block's start + the counts before
+ * s in its block */
+#define SP_SCAN_B 64
+__global__ void sp_bsum_kernel(int64_t total, int64_t L, const int *cnt, int *bsum) {
+    const int64_t b = bwd_gid();
+    if (b >= total) return;
+    int acc = 0;
+    for (int64_t s = b * SP_SCAN_B; s < L && s < (b + 1) * SP_SCAN_B; s++) acc += cnt[s];
+    bsum[b] = acc;
+}
+__global__ void sp_bscan_kernel(int64_t total, int64_t nb, int64_t L, int *bsum, int *off) {
     if (bwd_gid() >= total) return;
     int run = 0;
-    for (int64_t s = 0; s < L; s++) {
-        off[s] = run;
-        run += cnt[s];
-        cnt[s] = 0;
+    for (int64_t b = 0; b < nb; b++) {
+        const int x = bsum[b];
+        bsum[b] = run;
+        run += x;
     }
     off[L] = run;
 }
+__global__ void sp_off_kernel(int64_t total, const int *cnt, const int *bstart, int *off) {
+    const int64_t s = bwd_gid();
+    if (s >= total) return;
+    int acc = bstart[s / SP_SCAN_B];
+    for (int64_t r = s / SP_SCAN_B * SP_SCAN_B; r < s; r++) acc += cnt[r];
+    off[s] = acc;
+}
+/* ints of the cnt buffer of sp_transpose_index: the counts and the block sums */
+static inline int64_t sp_cnt_size(int64_t L) { return L + (L + SP_SCAN_B - 1) / SP_SCAN_B; }
 __global__ void sp_fill_kernel(int64_t total, sp_dev P, int64_t e0, const int *off, int *cnt,
                                int *ent) {
     const int64_t i = bwd_gid();
@@ -94,12 +114,17 @@ __global__ void sp_sort_kernel(int64_t total, const int *off, int *ent) {
 
 /* The transposed index of the entries [e0, e0 + n) of P.idx (numbered from
  * e0): off[s] .. off[s + 1] of ent hold key s's entries in increasing order.
- * cnt: L ints, off: L + 1, ent: n. */
+ * cnt: sp_cnt_size(L) ints, off: L + 1, ent: n. */
 inline la_status sp_transpose_index(cudaStream_t s, const sp_dev &P, int64_t e0, int64_t n,
                                     int *cnt, int *off, int *ent) {
+    const int64_t nb = (P.L + SP_SCAN_B - 1) / SP_SCAN_B;
+    int *bsum = cnt + P.L;
     BWD_LAUNCH(sp_zero_kernel, P.L, s, cnt);
     BWD_LAUNCH(sp_count_kernel, n, s, P, e0, cnt);
-    BWD_LAUNCH(sp_scan_kernel, 1, s, P.L, cnt, off);
+    BWD_LAUNCH(sp_bsum_kernel, nb, s, P.L, cnt, bsum);
+    BWD_LAUNCH(sp_bscan_kernel, 1, s, nb, P.L, bsum, off);
+    BWD_LAUNCH(sp_off_kernel, P.L, s, cnt, bsum, off);
+    BWD_LAUNCH(sp_zero_kernel, P.L, s, cnt);
     BWD_LAUNCH(sp_fill_kernel, n, s, P, e0, off, cnt, ent);
     BWD_LAUNCH(sp_sort_kernel, P.L, s, off, ent);
     return LA_OK;

@@ -14,7 +14,7 @@
  * D = rowsum(dO∘O) and lse2 = lse·log2e (+inf where lse = −inf: P = 0) come
  * from a preprocessing pass. dKV without float atomics: every (head group,
  * token, slot) writes its 576-float contribution to a workspace (a chunk of
- * tokens at a time, at most max(T·Hq·576, 2^27) floats), and one thread per
+ * tokens at a time, at most max(2·T·Hq·576, 2^27) floats), and one thread per
  * (key, 4 columns) sums its entries in entry order through the transposed
  * index (sparse_attn_bwd.cuh), so the result is bit-identical on every call.
  * Variant mma_atomic instead adds the contributions into an fp32 dKV with
@@ -59,7 +59,15 @@ static __device__ __forceinline__ void sa_cp16(sa_bf *sm, const sa_bf *g, bool o
 }
 static __device__ __forceinline__ void sa_commit(void) { la_cp_commit(); }
 template <int P> static __device__ __forceinline__ void sa_wait(void) { la_cp_wait<P>(); }
-static __device__ __forceinline__ void sa_atomic_add(float *p, float x) { atomicAdd(p, x); }
+/* p[0] += x, p[1] += y (one vector atomic on sm_90) */
+static __device__ __forceinline__ void sa_atomic_add2(float *p, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    atomicAdd((float2 *)p, make_float2(x, y));
+#else
+    atomicAdd(p, x);
+    atomicAdd(p + 1, y);
+#endif
+}
 #define SA_SMEM_DECL extern __shared__ __align__(16) unsigned char sa_sm[]
 #define SA_LAUNCH(kern, gx, gy, stream, ...)                                                  \
     do {                                                                                      \
@@ -81,7 +89,10 @@ static inline void sa_cp16(sa_bf *sm, const sa_bf *g, bool ok) {
 }
 static inline void sa_commit(void) {}
 template <int P> static inline void sa_wait(void) {}
-static inline void sa_atomic_add(float *p, float x) { std::atomic_ref<float>(*p).fetch_add(x); }
+static inline void sa_atomic_add2(float *p, float x, float y) {
+    std::atomic_ref<float>(p[0]).fetch_add(x);
+    std::atomic_ref<float>(p[1]).fetch_add(y);
+}
 #define SA_SMEM_DECL unsigned char *sa_sm = bt_smem()
 #define SA_LAUNCH(kern, gx, gy, stream, ...) \
     BWD_LAUNCH_CTA(kern, gx, gy, SA_THREADS, SA_SMEM, stream, __VA_ARGS__)
@@ -233,8 +244,7 @@ __global__ void __launch_bounds__(SA_THREADS, 1) sa_bwd_kernel(sa_args a) {
                     for (int nt = 0; nt < 6; nt++) {
                         const int col = n0 + 8 * nt + 2 * c;
                         if (a.atomic) {
-                            sa_atomic_add(dst + col, acc[nt][2 * half]);
-                            sa_atomic_add(dst + col + 1, acc[nt][2 * half + 1]);
+                            sa_atomic_add2(dst + col, acc[nt][2 * half], acc[nt][2 * half + 1]);
                         } else {
                             dst[col] = acc[nt][2 * half];
                             dst[col + 1] = acc[nt][2 * half + 1];
@@ -310,6 +320,14 @@ int la_sparse_bwd_tc_eligible(const la_sparse_attn_params *p, const la_tensor *q
         return false;
     if (dq && !sa_rows_ok(dq, SA_DQK, 2)) return false;
     if (dkv && dkv->dtype != LA_BF16) return false;
+#ifndef LA_BWD_EMU
+    /* the CTA's shared memory (227 KB: sm_90; not on sm_80's 163 KB) */
+    int dev = 0, smem = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&smem, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev) != cudaSuccess)
+        return false;
+    if (smem < SA_SMEM) return false;
+#endif
     return true;
 }
 
@@ -334,7 +352,7 @@ la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, c
     /* tokens per chunk of the per-entry workspace */
     int64_t Tc = P.T;
     if (dkv && !atomic) {
-        const int64_t cap = std::max<int64_t>(P.T * P.Hq * SA_DQK, (int64_t)1 << 27);
+        const int64_t cap = std::max<int64_t>(2 * P.T * P.Hq * SA_DQK, (int64_t)1 << 27);
         const int64_t per_token = nhg * P.K * SA_DQK;
         Tc = std::min<int64_t>(P.T, std::max<int64_t>(1, cap / std::max<int64_t>(per_token, 1)));
     }
@@ -349,7 +367,7 @@ la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, c
         ws.want(&dkv32, P.L, SA_DQK);
         if (!atomic) {
             ws.want(&part, nhg * Tc, P.K, SA_DQK);
-            ws.want(&cnt, P.L);
+            ws.want(&cnt, sp_cnt_size(P.L));
             ws.want(&off, P.L + 1);
             ws.want(&ent, Tc, P.K);
         }
