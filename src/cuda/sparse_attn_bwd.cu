@@ -104,16 +104,20 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
                                                        la_tensor *dkv, la_context *ctx) {
     /* variants: "mma" (the tensor-core path, sparse_attn_bwd_tc.cu; the
      * default where it takes the views), "mma_atomic" (the same with dkv
-     * summed by fp32 atomics: opt-in, not deterministic), "portable", and
-     * "portable_rowchunk": the portable engine one query row per chunk (the
-     * same sums in the same order: tests check the chunking bit for bit) */
+     * summed by fp32 atomics: opt-in, not deterministic), "mma_rowchunk"
+     * (one token per workspace chunk: bit-identical to mma, for tests),
+     * "portable", and "portable_rowchunk": the portable engine one query row
+     * per chunk (the same sums in the same order: tests check it bit for bit) */
     const char *var = la_context_variant(ctx, "sparse_attn_bwd");
     const int rowchunk = var && !strcmp(var, "portable_rowchunk");
-    const int atomic = var && !strcmp(var, "mma_atomic");
-    const int forced_mma = var && (!strcmp(var, "mma") || atomic);
+    const int mode = !var ? LA_SPARSE_BWD_TC_DEFAULT
+                     : !strcmp(var, "mma_atomic") ? LA_SPARSE_BWD_TC_ATOMIC
+                     : !strcmp(var, "mma_rowchunk") ? LA_SPARSE_BWD_TC_ROWCHUNK
+                                                    : LA_SPARSE_BWD_TC_DEFAULT;
+    const int forced_mma = var && (!strcmp(var, "mma") || mode != LA_SPARSE_BWD_TC_DEFAULT);
     if (var && !rowchunk && !forced_mma && strcmp(var, "portable"))
         return la_cu_unknown_variant("sparse_attn_bwd", var,
-                                     "mma, mma_atomic, portable, portable_rowchunk");
+                                     "mma, mma_atomic, mma_rowchunk, portable, portable_rowchunk");
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
     static const char need[] = "bf16 q, kv, d_out and gradients, Dqk 576, dv 512, one kv head, "
@@ -121,8 +125,8 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     const int eligible = la_sparse_bwd_tc_eligible(p, q, kv, d_out, dq, dkv);
     if (forced_mma && !eligible) return la_cu_variant_unsupported("sparse_attn_bwd", var, need);
     if (eligible && (!var || forced_mma)) {
-        la_cu_report(ctx, "sparse_attn_bwd", atomic ? "mma_atomic" : "mma", "fast path");
-        return la_sparse_bwd_tc(p, q, kv, idx, out, lse, d_out, dq, dkv, atomic, ctx);
+        la_cu_report(ctx, "sparse_attn_bwd", var ? var : "mma", "fast path");
+        return la_sparse_bwd_tc(p, q, kv, idx, out, lse, d_out, dq, dkv, mode, ctx);
     }
     la_cu_report(ctx, "sparse_attn_bwd", rowchunk ? "portable_rowchunk" : "portable", "%s",
                  var ? "forced" : need);

@@ -134,13 +134,15 @@ inline la_status sp_transpose_index(cudaStream_t s, const sp_dev &P, int64_t e0,
 
 /* The tensor-core path (sparse_attn_bwd_tc.cu): whether it takes the views
  * (bf16 q, kv, d_out, dq, dkv; Dqk 576, dv 512, one kv head; unit inner
- * stride, 16-byte aligned rows) and the call itself; atomic: dkv summed with
- * fp32 atomics (variant mma_atomic, not deterministic). */
+ * stride, 16-byte aligned rows) and the call itself in one of three modes:
+ * the default (variant mma), dkv summed with fp32 atomics (mma_atomic, not
+ * deterministic), one token per workspace chunk (mma_rowchunk: for tests). */
+enum { LA_SPARSE_BWD_TC_DEFAULT = 0, LA_SPARSE_BWD_TC_ATOMIC = 1, LA_SPARSE_BWD_TC_ROWCHUNK = 2 };
 int la_sparse_bwd_tc_eligible(const la_sparse_attn_params *p, const la_tensor *q,
                               const la_tensor *kv, const la_tensor *d_out, const la_tensor *dq,
                               const la_tensor *dkv);
 la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, const la_tensor *kv,
                            const la_tensor *idx, const la_tensor *out, const la_tensor *lse,
-                           const la_tensor *d_out, la_tensor *dq, la_tensor *dkv, int atomic,
+                           const la_tensor *d_out, la_tensor *dq, la_tensor *dkv, int mode,
                            la_context *ctx);
 #endif

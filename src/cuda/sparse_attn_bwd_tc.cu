@@ -17,6 +17,8 @@
  * tokens at a time, at most max(2·T·Hq·576, 2^27) floats), and one thread per
  * (key, 4 columns) sums its entries in entry order through the transposed
  * index (sparse_attn_bwd.cuh), so the result is bit-identical on every call.
+ * The chunking does not change the order of the sums (entries are numbered
+ * token-major; variant mma_rowchunk, one token per chunk, is bit-identical).
  * Variant mma_atomic instead adds the contributions into an fp32 dKV with
  * atomics (not deterministic). The same kernel text runs on the host under
  * LA_BWD_EMU (bwd_emu.cuh; dev/emu_sparse_bwd.sh). */
@@ -333,8 +335,9 @@ int la_sparse_bwd_tc_eligible(const la_sparse_attn_params *p, const la_tensor *q
 
 la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, const la_tensor *kv,
                            const la_tensor *idx, const la_tensor *out, const la_tensor *lse,
-                           const la_tensor *d_out, la_tensor *dq, la_tensor *dkv, int atomic,
+                           const la_tensor *d_out, la_tensor *dq, la_tensor *dkv, int mode,
                            la_context *ctx) {
+    const int atomic = mode == LA_SPARSE_BWD_TC_ATOMIC;
     sp_dev P;
     memset(&P, 0, sizeof P);
     P.T = q->ne[0];
@@ -355,6 +358,7 @@ la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, c
         const int64_t cap = std::max<int64_t>(2 * P.T * P.Hq * SA_DQK, (int64_t)1 << 27);
         const int64_t per_token = nhg * P.K * SA_DQK;
         Tc = std::min<int64_t>(P.T, std::max<int64_t>(1, cap / std::max<int64_t>(per_token, 1)));
+        if (mode == LA_SPARSE_BWD_TC_ROWCHUNK) Tc = 1;
     }
     cudaStream_t s = bwd_stream(ctx);
     bwd_ws ws;
@@ -406,7 +410,7 @@ la_status la_sparse_bwd_tc(const la_sparse_attn_params *p, const la_tensor *q, c
     for (int64_t t0 = 0; t0 < P.T; t0 += Tc) {
         const int64_t tc = std::min<int64_t>(Tc, P.T - t0);
         a.t0 = t0;
-        SA_LAUNCH(sa_bwd_kernel, tc, nhg, s, a); /* k = 0: dq = 0 */
+        if (nhg > 0) SA_LAUNCH(sa_bwd_kernel, tc, nhg, s, a); /* k = 0: dq = 0 */
         if (dkv && !atomic) {
             int *c = (int *)cnt, *o = (int *)off, *e = (int *)ent;
             LA_TRY(sp_transpose_index(s, P, t0 * P.K, tc * P.K, c, o, e));

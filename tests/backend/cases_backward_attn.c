@@ -311,6 +311,28 @@ static void run_sparse(const void *arg) {
         bo_use_variant("sparse_attn_bwd", NULL);
     }
     free(port[0]), free(port[1]);
+    /* CUDA: the tensor-core path one token per workspace chunk (variant
+     * mma_rowchunk) equals variant mma bit for bit */
+    float *tc[2] = {NULL, NULL};
+    if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "mma")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, mma"))
+            tc[0] = tt_copy_host(&dq), tc[1] = tt_copy_host(&dkv);
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    if (tc[0] && bo_use_variant("sparse_attn_bwd", "mma_rowchunk")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, mma row chunks")) {
+            check_same(what, "dq (mma row chunks)", &dq, tc[0]);
+            check_same(what, "dkv (mma row chunks)", &dkv, tc[1]);
+        }
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    free(tc[0]), free(tc[1]);
     /* CUDA: the tensor-core path with fp32 atomics into dkv (variant
      * mma_atomic, not deterministic: the bound only) */
     if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "mma_atomic")) {
