@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "core/variant.h"
 #include "cuda/cuda_bwd.h"
 
 static std::vector<void *> g_bufs;

@@ -8,19 +8,25 @@
 # (bench/gpu_backward_driver.cu), then the same row through the Python
 # package (bench/gpu_backward.py's ours_py peer: fwd + autograd, CUDA events,
 # kernel time beside).
-#   bash dev/gpu_sparse_bwd.sh      (logs under $OUT; summary in $OUT/summary.txt)
+#   [LA_PREBUILT=bins.tgz] bash dev/gpu_sparse_bwd.sh   (logs under $OUT; summary in $OUT/summary.txt)
 . tests/cuda/gpu_common.sh sparse_bwd
 NVCC=${NVCC:-$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)}
 OPTS='OPT=-O3 -march=x86-64-v3 -ffp-contract=fast'
-if ! "$B/tests/backend/test_backend_ops" --list > /dev/null 2>&1; then
-  rm -f "$B/tests/backend/test_backend_ops" "$B/liblongattn.so" "$B/gpu_backward_driver"
+# LA_PREBUILT: a tar.gz of binaries built on the host (liblongattn.so,
+# gpu_backward_driver, tests/backend/test_backend_ops), unpacked into $B and
+# used when they run here
+if [ -n "${LA_PREBUILT:-}" ] && [ -f "$LA_PREBUILT" ]; then
+  mkdir -p "$B" && tar -xzf "$LA_PREBUILT" -C "$B"
 fi
-timeout "${LA_BUILD_S:-200}" make -j16 SKIP_DEPS=1 CUDA_ARCH=sm90a BUILD="$B" "$OPTS" \
-    "$B/liblongattn.a" "$B/liblongattn.so" "$B/tests/backend/test_backend_ops" \
-    > "$OUT/build.log" 2>&1 \
-  || { say "build FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20 | tee -a "$S"; exit 1; }
 "$B/gpu_backward_driver" none > /dev/null 2>&1
-if [ $? -ne 2 ]; then # not there, or it does not run here (answers 2 to an unknown workload)
+drc=$? # 2: it runs (an unknown workload)
+if [ $drc -ne 2 ] || ! "$B/tests/backend/test_backend_ops" --list > /dev/null 2>&1; then
+  say "# building here (prebuilt: driver rc=$drc)"
+  rm -f "$B/tests/backend/test_backend_ops" "$B/liblongattn.so" "$B/gpu_backward_driver"
+  timeout "${LA_BUILD_S:-200}" make -j16 SKIP_DEPS=1 CUDA_ARCH=sm90a BUILD="$B" "$OPTS" \
+      "$B/liblongattn.a" "$B/liblongattn.so" "$B/tests/backend/test_backend_ops" \
+      > "$OUT/build.log" 2>&1 \
+    || { say "build FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -20 | tee -a "$S"; exit 1; }
   timeout 120 "$NVCC" -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a --expt-relaxed-constexpr \
       -Iinclude -Isrc bench/gpu_backward_driver.cu "$B/liblongattn.a" -o "$B/gpu_backward_driver" \
       -Xcompiler -fopenmp -lopenblas -llapack -lgomp -lm -ldl > "$OUT/driver_build.log" 2>&1 \
