@@ -23,7 +23,7 @@ import sys
 from benchlib import cuda_median_ms
 
 OURS = ["softmax8k", "softmax8k_causal", "softmax32k", "softmax32k_causal", "linear_causal32k", "linear_causal32k_norm", "mhla_causal32k", "mhla_wan", "mhla_1d64k",
-        "focused128", "sparse256"]
+        "focused128", "sparse256", "sparse4k", "sparse4k_atomic", "sparse4k_portable"]
 
 
 def run_ours(driver, reps, which):
@@ -321,7 +321,7 @@ def ours_py_cases(dev="cuda", small=False):
     convb = (0.05 + 0.3 * torch.rand(H * D, 5, 5, device=dev)).requires_grad_()
     yield (f"focused blog {hm}x{wm}", (q, k, v, convb),
            lambda: longattn.focused_attention(q, k, v, variant="blog", map=(hm, wm), conv=convb))
-    T, Hq, L, K = (8, 4, 64, 16) if small else (256, 128, 4096, 2048)
+    T, Hq, L, K = (8, 4, 64, 16) if small else (4096, 128, 4096, 2048)
     Dqk, Dv = (24, 16) if small else (576, 512)
     qm = t(T, Hq, Dqk)
     kv = t(L, Dqk)

@@ -9,7 +9,7 @@
  * WORKLOAD: softmax8k softmax8k_causal softmax32k softmax32k_causal linear_causal32k
  *           linear_causal32k_norm (elu1, normalize) mhla_causal32k (relu, chunk 64,
  *           M = 512, normalize none) mhla_wan mhla_1d64k
- *           focused128 sparse256 */
+ *           focused128 sparse256 sparse4k sparse4k_portable sparse4k_atomic */
 #include <algorithm>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "cuda/common.cuh"
+#include "core/variant.h"
 #include "cuda/cuda_bwd.h"
 
 static std::vector<void *> g_bufs;
@@ -217,8 +218,13 @@ int main(int argc, char **argv) {
                                             &dsp, NULL, ctx);
         }, reps, &st2);
         peak = pool_peak_mb();
-    } else if (!strcmp(w, "sparse256")) {
-        const int64_t T = 256, Hq = 128, L = 4096, K = 2048, Dqk = 576, Dv = 512;
+    } else if (!strncmp(w, "sparse", 6)) {
+        /* sparse256: T 256; sparse4k[_portable|_atomic]: T 4096 (the issue's
+         * shape), with variant portable / mma_atomic of sparse_attn_bwd forced */
+        const int64_t T = !strncmp(w, "sparse4k", 8) ? 4096 : 256, Hq = 128, L = 4096, K = 2048,
+                      Dqk = 576, Dv = 512;
+        if (strstr(w, "_portable")) la_context_set_variant(ctx, "sparse_attn_bwd", "portable");
+        if (strstr(w, "_atomic")) la_context_set_variant(ctx, "sparse_attn_bwd", "mma_atomic");
         int64_t nq[3] = {T, Hq, Dqk}, nkv[2] = {L, Dqk}, no[3] = {T, Hq, Dv}, nl[2] = {T, Hq}, ni[2] = {T, K};
         la_tensor q = dev_tensor(3, nq, LA_BF16, 1, 1), kv = dev_tensor(2, nkv, LA_BF16, 1, 2),
                   go = dev_tensor(3, no, LA_BF16, 1, 4);
@@ -236,8 +242,8 @@ int main(int argc, char **argv) {
         bwd = time_ms([&] { return la_sparse_attention_backward_cuda(&p, &q, &kv, &idx, &o, &l, &go, &dq, &dkv, ctx); },
                       reps, &st2);
         peak = pool_peak_mb();
-        /* dq: S, dP, dq; dkv: S, dP recomputed, dkv (2 FLOP per MAC) */
-        flop = 2.0 * T * Hq * K * (3.0 * Dqk + 2.0 * Dv) + 2.0 * T * Hq * K * (Dqk + Dv);
+        /* S recomputed 576, dP 512, dq 576, dkv 576 + 512 (2 FLOP per MAC) */
+        flop = 2.0 * T * Hq * K * (2.0 * Dqk + Dv + Dqk + Dv);
     } else {
         fprintf(stderr, "unknown workload %s\n", w);
         return 2;

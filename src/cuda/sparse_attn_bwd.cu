@@ -13,16 +13,9 @@
  * floats), then one thread per element of dq and of dkv sums them. */
 #include <math.h>
 
-#include "cuda/bwd_common.cuh"
+#include "cuda/sparse_attn_bwd.cuh"
 
 namespace {
-
-struct sp_dev {
-    int64_t T, Hq, Hkv, Dqk, dv, L, K;
-    float scale;
-    const float *q, *kv, *dO, *lse, *Dd; /* [Hq,T,Dqk] [Hkv,L,Dqk] [Hq,T,dv] [T*Hq] [T*Hq] */
-    const int *idx;                      /* [T,K] */
-};
 
 BWD_DEV inline float sp_dot(const float *a, const float *b, int64_t n) {
     float acc = 0.f;
@@ -33,16 +26,7 @@ BWD_DEV inline int64_t sp_first_head(int64_t g, int64_t Hq, int64_t Hkv) {
     return (g * Hq + Hkv - 1) / Hkv;
 }
 
-/* idx copied to int32 [T,K]; D and lse per (t,h) */
-__global__ void sp_prep_kernel(int64_t total, sp_dev P, const int *idx, int64_t i0, int64_t i1,
-                               int *idx_out) {
-    const int64_t i = bwd_gid();
-    if (i >= total) return;
-    const int64_t j = i % P.K, t = i / P.K;
-    int s = idx[t * i0 + j * i1];
-    if (s < 0 || s >= P.L) s = -1;
-    idx_out[i] = s;
-}
+/* D and lse per (t,h) */
 __global__ void sp_rowstat_kernel(int64_t total, sp_dev P, const float *O, bwd_view lse_v,
                                   float *lse, float *Dd) {
     const int64_t i = bwd_gid();
@@ -88,70 +72,6 @@ __global__ void sp_dq_kernel(int64_t total, sp_dev P, int64_t t0, const float *P
     dq[(h * P.T + t) * P.Dqk + d] = acc;
 }
 
-/* transposed index: count, prefix sum, fill, sort each key's list */
-__global__ void sp_zero_kernel(int64_t total, int *x) {
-    const int64_t i = bwd_gid();
-    if (i < total) x[i] = 0;
-}
-__global__ void sp_count_kernel(int64_t total, sp_dev P, int64_t e0, int *cnt) {
-    const int64_t i = bwd_gid();
-    if (i >= total) return;
-    const int s = P.idx[e0 + i];
-    if (s >= 0) bwd_atomic_inc(&cnt[s]);
-}
-/* one thread: off[s] = Σ_{s'<s} cnt[s'], off[L] = total; cnt reset to 0 */
-__global__ void sp_scan_kernel(int64_t total, int64_t L, int *cnt, int *off) {
-    if (bwd_gid() >= total) return;
-    int run = 0;
-    for (int64_t s = 0; s < L; s++) {
-        off[s] = run;
-        run += cnt[s];
-        cnt[s] = 0;
-    }
-    off[L] = run;
-}
-__global__ void sp_fill_kernel(int64_t total, sp_dev P, int64_t e0, const int *off, int *cnt,
-                               int *ent) {
-    const int64_t i = bwd_gid();
-    if (i >= total) return;
-    const int s = P.idx[e0 + i];
-    if (s >= 0) ent[off[s] + bwd_atomic_inc(&cnt[s])] = (int)i;
-}
-/* heapsort of one key's entries (distinct numbers: the order is unique) */
-__global__ void sp_sort_kernel(int64_t total, const int *off, int *ent) {
-    const int64_t s = bwd_gid();
-    if (s >= total) return;
-    int *a = ent + off[s];
-    const int n = off[s + 1] - off[s];
-    for (int start = n / 2 - 1; start >= 0; start--) {
-        int r = start;
-        while (2 * r + 1 < n) {
-            int c = 2 * r + 1;
-            if (c + 1 < n && a[c + 1] > a[c]) c++;
-            if (a[r] >= a[c]) break;
-            const int x = a[r];
-            a[r] = a[c];
-            a[c] = x;
-            r = c;
-        }
-    }
-    for (int end = n - 1; end > 0; end--) {
-        const int x = a[0];
-        a[0] = a[end];
-        a[end] = x;
-        int r = 0;
-        while (2 * r + 1 < end) {
-            int c = 2 * r + 1;
-            if (c + 1 < end && a[c + 1] > a[c]) c++;
-            if (a[r] >= a[c]) break;
-            const int y = a[r];
-            a[r] = a[c];
-            a[c] = y;
-            r = c;
-        }
-    }
-}
-
 /* dkv[g][s][d] (+)= Σ over the chunk's entries of key s (in entry order) and
  * the heads of kv group g: scale·dS q[t,h][d] + P dO[t,h][d] (d < dv); one
  * thread per element */
@@ -182,14 +102,34 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
                                                        const la_tensor *lse,
                                                        const la_tensor *d_out, la_tensor *dq,
                                                        la_tensor *dkv, la_context *ctx) {
-    /* "portable_rowchunk": the portable engine one query row per chunk (the
-     * same sums in the same order: tests check the chunking bit for bit) */
+    /* variants: "mma" (the tensor-core path, sparse_attn_bwd_tc.cu; the
+     * default where it takes the views), "mma_atomic" (the same with dkv
+     * summed by fp32 atomics: opt-in, not deterministic), "mma_rowchunk"
+     * (one token per workspace chunk: bit-identical to mma, for tests),
+     * "portable", and "portable_rowchunk": the portable engine one query row
+     * per chunk (the same sums in the same order: tests check it bit for bit) */
     const char *var = la_context_variant(ctx, "sparse_attn_bwd");
     const int rowchunk = var && !strcmp(var, "portable_rowchunk");
-    if (var && !rowchunk && strcmp(var, "portable"))
-        return la_cu_unknown_variant("sparse_attn_bwd", var, "portable, portable_rowchunk");
+    const int mode = !var ? LA_SPARSE_BWD_TC_DEFAULT
+                     : !strcmp(var, "mma_atomic") ? LA_SPARSE_BWD_TC_ATOMIC
+                     : !strcmp(var, "mma_rowchunk") ? LA_SPARSE_BWD_TC_ROWCHUNK
+                                                    : LA_SPARSE_BWD_TC_DEFAULT;
+    const int forced_mma = var && (!strcmp(var, "mma") || mode != LA_SPARSE_BWD_TC_DEFAULT);
+    if (var && !rowchunk && !forced_mma && strcmp(var, "portable"))
+        return la_cu_unknown_variant("sparse_attn_bwd", var,
+                                     "mma, mma_atomic, mma_rowchunk, portable, portable_rowchunk");
     if (!out || !lse)
         return la_err(LA_ERR_ARG, "sparse attention backward: out and lse of the forward are required");
+    static const char need[] = "bf16 q, kv, d_out and gradients, Dqk 576, dv 512, one kv head, "
+                               "unit inner stride and 16-byte aligned rows, 227 KB of shared memory per CTA";
+    const int eligible = la_sparse_bwd_tc_eligible(p, q, kv, d_out, dq, dkv);
+    if (forced_mma && !eligible) return la_cu_variant_unsupported("sparse_attn_bwd", var, need);
+    if (eligible && (!var || forced_mma)) {
+        la_cu_report(ctx, "sparse_attn_bwd", var ? var : "mma", "fast path");
+        return la_sparse_bwd_tc(p, q, kv, idx, out, lse, d_out, dq, dkv, mode, ctx);
+    }
+    la_cu_report(ctx, "sparse_attn_bwd", rowchunk ? "portable_rowchunk" : "portable", "%s",
+                 var ? "forced" : need);
     sp_dev P;
     P.T = q->ne[0];
     P.Hq = q->ne[1];
@@ -223,7 +163,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     if (dq) ws.want(&dq32, P.Hq, P.T, P.Dqk);
     if (dkv) {
         ws.want(&dkv32, P.Hkv, P.L, P.Dqk);
-        ws.want(&cnt, P.L);
+        ws.want(&cnt, sp_cnt_size(P.L));
         ws.want(&off, P.L + 1);
         ws.want(&ent, Tc, P.K);
     }
@@ -257,11 +197,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
         if (dq) BWD_LAUNCH(sp_dq_kernel, tc * P.Hq * P.Dqk, s, P, t0, PS, dq32);
         if (dkv) {
             int *c = (int *)cnt, *o = (int *)off, *e = (int *)ent;
-            BWD_LAUNCH(sp_zero_kernel, P.L, s, c);
-            BWD_LAUNCH(sp_count_kernel, tc * P.K, s, P, t0 * P.K, c);
-            BWD_LAUNCH(sp_scan_kernel, 1, s, P.L, c, o);
-            BWD_LAUNCH(sp_fill_kernel, tc * P.K, s, P, t0 * P.K, o, c, e);
-            BWD_LAUNCH(sp_sort_kernel, P.L, s, o, e);
+            LA_TRY(sp_transpose_index(s, P, t0 * P.K, tc * P.K, c, o, e));
             BWD_LAUNCH(sp_dkv_kernel, P.Hkv * P.L * P.Dqk, s, P, t0, t0 == 0 ? 1 : 0, o, e, PS, dkv32);
         }
     }

@@ -43,7 +43,7 @@
 #define BWD_VARIANTS_MHLA_CAUSAL {"portable", "mma"}
 #define BWD_VARIANTS_FOCUSED {"portable", "mma"}
 #define BWD_VARIANTS_SOFTMAX {"portable", "mma"}
-#define BWD_VARIANTS_SPARSE {"portable", "portable_rowchunk"}
+#define BWD_VARIANTS_SPARSE {"portable", "portable_rowchunk", "mma"}
 
 /* The first call of a case: the CUDA entry point itself (BO_CUDA) or the
  * public one (BO_CPU); the second call is always the public one. */

@@ -288,15 +288,60 @@ static void run_sparse(const void *arg) {
             check_same(what, "dkv", &dkv, saved[1]);
         }
     }
-    /* CUDA: one query row per chunk of the per-slot workspace (variant
-     * portable_rowchunk forced): bit-identical */
-    if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "portable_rowchunk")) {
+    /* CUDA: the portable engine one query row per chunk of its per-slot
+     * workspace (variant portable_rowchunk) equals the portable engine bit
+     * for bit */
+    float *port[2] = {NULL, NULL};
+    if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "portable")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, portable"))
+            port[0] = tt_copy_host(&dq), port[1] = tt_copy_host(&dkv);
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    if (port[0] && bo_use_variant("sparse_attn_bwd", "portable_rowchunk")) {
         tt_repoison(&dq), tt_repoison(&dkv);
         la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
                                                      &dq.t, &dkv.t, ctx);
         if (bo_check_dev(st2, "sparse backward, row chunks")) {
-            check_same(what, "dq (row chunks)", &dq, saved[0]);
-            check_same(what, "dkv (row chunks)", &dkv, saved[1]);
+            check_same(what, "dq (row chunks)", &dq, port[0]);
+            check_same(what, "dkv (row chunks)", &dkv, port[1]);
+        }
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    free(port[0]), free(port[1]);
+    /* CUDA: the tensor-core path one token per workspace chunk (variant
+     * mma_rowchunk) equals variant mma bit for bit */
+    float *tc[2] = {NULL, NULL};
+    if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "mma")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, mma"))
+            tc[0] = tt_copy_host(&dq), tc[1] = tt_copy_host(&dkv);
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    if (tc[0] && bo_use_variant("sparse_attn_bwd", "mma_rowchunk")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, mma row chunks")) {
+            check_same(what, "dq (mma row chunks)", &dq, tc[0]);
+            check_same(what, "dkv (mma row chunks)", &dkv, tc[1]);
+        }
+        bo_use_variant("sparse_attn_bwd", NULL);
+    }
+    free(tc[0]), free(tc[1]);
+    /* CUDA: the tensor-core path with fp32 atomics into dkv (variant
+     * mma_atomic, not deterministic: the bound only) */
+    if (cu && saved[0] && bo_use_variant("sparse_attn_bwd", "mma_atomic")) {
+        tt_repoison(&dq), tt_repoison(&dkv);
+        la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
+                                                     &dq.t, &dkv.t, ctx);
+        if (bo_check_dev(st2, "sparse backward, mma_atomic")) {
+            check_grad(what, "dq (mma_atomic)", &dq, ref[0][0], ref[1][0]);
+            check_grad(what, "dkv (mma_atomic)", &dkv, ref[0][1], ref[1][1]);
         }
         bo_use_variant("sparse_attn_bwd", NULL);
     }
@@ -399,6 +444,15 @@ void cases_backward_attn(bo_list *L) {
         {{0, 63, 8, 0, 200, 40, 72, 64, LA_F32, 1}, 1},
         {{0, 65, 4, 2, 100, 17, 40, 24, LA_BF16, 0}, 1},
         {{0, 130, 16, 0, 1000, 64, 576, 512, LA_BF16, 1}, 0},
+        /* the tensor-core path (variant mma): bf16, Dqk 576, dv 512, one kv
+         * head ([L,576] unpadded or [L,1,576], permuted storage) */
+        {{0, 1, 16, 1, 5, 1, 576, 512, LA_BF16, 1}, 1},
+        {{0, 63, 16, 0, 200, 63, 576, 512, LA_BF16, 0}, 0},
+        {{0, 65, 16, 1, 300, 64, 576, 512, LA_BF16, 1}, 0},
+        {{0, 200, 16, 1, 4100, 20, 576, 512, LA_BF16, 1}, 0},
+        {{0, 5, 128, 1, 4096, 100, 576, 512, LA_BF16, 1}, 0},
+        {{0, 2, 16, 0, 4096, 2048, 576, 512, LA_BF16, 0}, 0},
+        {{0, 2, 16, 0, 64, 65, 576, 512, LA_BF16, 0}, 0}, /* many repeated keys */
     };
     for (size_t i = 0; i < sizeof sp / sizeof sp[0]; i++) {
         sp_case c = sp[i].c;
