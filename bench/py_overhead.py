@@ -121,10 +121,13 @@ def capture_direct(fn):
         seen.append((name, args + (self.ctx.handle,)))
         return orig(self, name, *args)
     _tensor.Call.run = spy
+    was_on = _tensor.fastcall_module() is not None
+    _tensor.use_fastcall(False)  # the ctypes path, whose run() sees the views
     try:
         keep = fn()
     finally:
         _tensor.Call.run = orig
+        _tensor.use_fastcall(was_on)
     name, args = seen[-1]
     # the views live in per-thread slots that the next Python call rewrites:
     # the direct call gets copies of its own
