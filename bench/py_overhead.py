@@ -21,6 +21,9 @@ Every op's event and host times are taken before the first profiler
 session (the kernel times in a second pass), and the host time of the
 issuing loop is printed too ("host µs"; it shows the host cost also where
 the GPU time hides it in the event time).
+Both call paths of the package are timed: the default one (the compiled
+extension longattn._fastcall where `make pyext` built it) and ctypes
+("ctypes path" / "ovh ct" columns, longattn._tensor.use_fastcall(False)).
 CPU times are the calling thread's CPU time (time.thread_time,
 CLOCK_THREAD_CPUTIME_ID), not wall time, so that other processes on a
 loaded machine do not count. Prints a table (and --json).
@@ -40,6 +43,10 @@ sys.path.insert(0, os.path.join(ROOT, "python"))
 import torch  # noqa: E402
 
 import longattn  # noqa: E402
+from longattn import _tensor  # noqa: E402,F401  (longattn._tensor: the call paths)
+
+# The default call path: the compiled extension where it is built.
+FASTCALL = _tensor.fastcall_module() is not None
 
 BUILD = os.environ.get("LA_BUILD", "build")
 N, H, D, T, L = 64, 2, 16, 16, 256
@@ -143,15 +150,26 @@ def capture_direct(fn):
     return (lambda: cfn(*own)), keep
 
 
-def time_interleaved(fns, calls, repeats=40):
+def _path(fastcall):
+    """Select the package's call path for the next block: True the compiled
+    extension (where built), False ctypes, None leave as is."""
+    if fastcall is not None:
+        longattn._tensor.use_fastcall(fastcall)
+
+
+def time_interleaved(fns, calls, repeats=40, paths=None):
     """Best per-call time of each callable, timed in alternating blocks so
-    that load from other processes hits all of them alike."""
+    that load from other processes hits all of them alike; paths[i] is the
+    call path of fns[i]'s blocks (see _path)."""
+    paths = paths or [None] * len(fns)
     best = [float("inf")] * len(fns)
-    for f in fns:
+    for f, p in zip(fns, paths):
+        _path(p)
         for _ in range(calls // 10 + 1):
             f()
     for _ in range(repeats):
         for i, f in enumerate(fns):
+            _path(paths[i])
             t0 = time.thread_time()
             for _ in range(calls):
                 f()
@@ -167,10 +185,13 @@ def bench_cpu(a):
     with torch.no_grad():
         for op, fn in _selected(make_calls("cpu"), a.ops).items():
             direct, keep = capture_direct(fn)
-            py, dc = time_interleaved([fn, direct], a.calls, a.repeats)
+            py, pc, dc = time_interleaved([fn, fn, direct], a.calls, a.repeats,
+                                          [FASTCALL, False, None])
+            _path(FASTCALL)
             c = float("nan") if exe is None else time_c(exe, op, a.calls)
             rows.append(dict(op=op, python_us=py, c_us=c, overhead_us=py - c, direct_us=dc,
-                             overhead_vs_direct_us=py - dc))
+                             overhead_vs_direct_us=py - dc, ctypes_path_us=pc,
+                             ctypes_path_vs_direct_us=pc - dc))
             del keep
     return rows
 
@@ -241,18 +262,27 @@ def bench_cuda(a, emit=lambda row: None):
             for _ in range(50):
                 direct()
             torch.cuda.synchronize()
-            # alternate the two, twice, against drift
+            # alternate the three, twice, against drift: the Python API on its
+            # default path, the Python API through ctypes, the bare C call
             w1, h1 = _event_us(fn, a.calls)
+            _path(False)
+            p1, ph1 = _event_us(fn, a.calls)
+            _path(FASTCALL)
             d1, dh1 = _event_us(direct, a.calls)
             w2, h2 = _event_us(fn, a.calls)
+            _path(False)
+            p2, ph2 = _event_us(fn, a.calls)
+            _path(FASTCALL)
             d2, dh2 = _event_us(direct, a.calls)
             rows.append(dict(op=op, event_us=min(w1, w2), host_us=min(h1, h2),
+                             ctypes_path_event_us=min(p1, p2), ctypes_path_host_us=min(ph1, ph2),
                              ctypes_event_us=min(d1, d2), ctypes_host_us=min(dh1, dh2)))
             keep_all.append((fn, keep))
         for r, (fn, keep) in zip(rows, keep_all):
             kern_us = _kernel_us(fn, a.calls)
             wall, dwall = r["event_us"], r["ctypes_event_us"]
             r.update(kernel_us=kern_us, overhead_us=max(wall - kern_us, 0.0),
+                     ctypes_path_overhead_us=max(r["ctypes_path_event_us"] - kern_us, 0.0),
                      c_overhead_us=max(dwall - kern_us, 0.0),
                      python_minus_ctypes_us=wall - dwall,
                      host_python_minus_ctypes_us=r["host_us"] - r["ctypes_host_us"])
@@ -262,10 +292,10 @@ def bench_cuda(a, emit=lambda row: None):
 
 
 def _print_cuda_row(r):
-    print("%-14s %10.2f %10.2f %12.2f %14.2f %12.2f %14.2f %10.2f %12.2f"
-          % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"], r["ctypes_event_us"],
-             r["c_overhead_us"], r["python_minus_ctypes_us"], r["host_us"],
-             r["host_python_minus_ctypes_us"]), flush=True)
+    print("%-14s %8.2f %8.2f %9.2f %9.2f %8.2f %8.2f %8.2f %8.2f"
+          % (r["op"], r["event_us"], r["kernel_us"], r["overhead_us"],
+             r["ctypes_path_overhead_us"], r["c_overhead_us"], r["host_us"],
+             r["ctypes_path_host_us"], r["ctypes_host_us"]), flush=True)
 
 
 def main():
@@ -284,11 +314,14 @@ def main():
     if a.device == "cuda":
         # rows are printed after the second pass (kernel times), one per op
         if not a.json:
-            print("torch %s, cuda (%s), %d calls per measurement"
-                  % (torch.__version__, torch.cuda.get_device_name(), a.calls))
-            print("%-14s %10s %10s %12s %14s %12s %14s %10s %12s" % (
-                "op", "event µs", "kernel µs", "overhead µs", "ctypes ev µs", "C ovh µs",
-                "py - ctypes µs", "host µs", "host py-c µs"), flush=True)
+            print("torch %s, python %s, cuda (%s), %d calls per measurement; path: %s"
+                  % (torch.__version__, sys.version.split()[0], torch.cuda.get_device_name(),
+                     a.calls, longattn._tensor.fastcall_status()))
+            print("overhead = event - kernel time: ovh (default path), ovh ct (the Python API "
+                  "through ctypes), C ovh (the bare C call); host = the issuing loop's time")
+            print("%-14s %8s %8s %9s %9s %8s %8s %8s %8s" % (
+                "op", "event", "kernel", "ovh", "ovh ct", "C ovh", "host", "host ct",
+                "host C"), flush=True)
         rows = bench_cuda(a, emit=(lambda r: None) if a.json else _print_cuda_row)
         if a.json:
             print(json.dumps(rows, indent=1))
@@ -297,13 +330,15 @@ def main():
     if a.json:
         print(json.dumps(rows, indent=1))
         return
-    print("torch %s, %s, %d calls per measurement" % (torch.__version__, a.device, a.calls))
-    print("%-14s %10s %10s %12s %14s %14s" % ("op", "python µs", "C µs", "overhead µs",
-                                              "ctypes call µs", "py - ctypes µs"))
+    print("torch %s, %s, %d calls per measurement; path: %s"
+          % (torch.__version__, a.device, a.calls, longattn._tensor.fastcall_status()))
+    print("%-14s %10s %10s %12s %14s %14s %16s" % ("op", "python µs", "C µs", "overhead µs",
+                                                   "ctypes call µs", "py - ctypes µs",
+                                                   "ctypes path - c"))
     for r in rows:
-        print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f"
+        print("%-14s %10.2f %10.2f %12.2f %14.2f %14.2f %16.2f"
               % (r["op"], r["python_us"], r["c_us"], r["overhead_us"], r["direct_us"],
-                 r["overhead_vs_direct_us"]))
+                 r["overhead_vs_direct_us"], r["ctypes_path_vs_direct_us"]))
 
 
 if __name__ == "__main__":

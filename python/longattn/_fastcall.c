@@ -1,10 +1,13 @@
 /* longattn._fastcall: one operator call of liblongattn from CPython without
  * ctypes (issue 16: the call overhead budget of shared/TRAINING.md §3).
  *
- *   call(fn, ctx, device, dtypes, names, lead, *tensors) -> int status | None
+ *   call(fn, nparams, ctx, device, dtypes, names, lead, *tensors)
+ *       -> int status | None
  *
  * fn      address of the C entry point (taken from the ctypes-loaded library,
  *         so this module links against nothing but libpython);
+ * nparams its number of parameters (from the header's signature): a call
+ *         with another number of arguments raises TypeError, calling nothing;
  * ctx     address of the la_context, already prepared by the caller (threads,
  *         CUDA stream);
  * device  -1: every tensor must be a CPU tensor; >= 0: every tensor must be a
@@ -44,7 +47,7 @@
 #include "longattn.h"
 
 /* Bumped when call()'s contract changes: longattn._tensor refuses another. */
-#define FASTCALL_API 1
+#define FASTCALL_API 2
 #define MAX_TENSORS 20
 #define MAX_ARGS (MAX_TENSORS + 2)
 
@@ -200,13 +203,14 @@ static int optional_name(PyObject *name)
 
 static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 6) {
-        PyErr_SetString(PyExc_TypeError,
-                        "call(fn, ctx, device, dtypes, names, lead, *tensors): too few arguments");
+    enum { FIXED = 7 };
+    if (nargs < FIXED) {
+        PyErr_SetString(PyExc_TypeError, "call(fn, nparams, ctx, device, dtypes, names, lead, "
+                                         "*tensors): too few arguments");
         return NULL;
     }
-    Py_ssize_t nt = nargs - 6;
-    PyObject *dtypes = args[3], *names = args[4], *lead = args[5];
+    Py_ssize_t nt = nargs - FIXED;
+    PyObject *dtypes = args[4], *names = args[5], *lead = args[6];
     if (nt > MAX_TENSORS) {
         PyErr_Format(PyExc_TypeError, "call: %zd tensors, at most %d", nt, MAX_TENSORS);
         return NULL;
@@ -219,9 +223,15 @@ static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     void *fn = PyLong_AsVoidPtr(args[0]);
     if (!fn && !PyErr_Occurred())
         PyErr_SetString(PyExc_ValueError, "call: fn is a NULL address");
-    void *ctx = PyLong_AsVoidPtr(args[1]);
-    long device = PyLong_AsLong(args[2]);
+    long nparams = PyLong_AsLong(args[1]);
+    void *ctx = PyLong_AsVoidPtr(args[2]);
+    long device = PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) return NULL;
+    if (nparams != (lead != Py_None) + nt + 1) {
+        PyErr_Format(PyExc_TypeError, "call: %ld parameters, called with %zd arguments",
+                     nparams, (Py_ssize_t)(lead != Py_None) + nt + 1);
+        return NULL;
+    }
 
     fc_state *st = state_of(m);
     la_tensor views[MAX_TENSORS];
@@ -241,7 +251,7 @@ static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     }
     PyObject *result = NULL;
     for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *x = args[6 + i];
+        PyObject *x = args[FIXED + i];
         if (x == Py_None) {
             if (!optional_name(PyTuple_GET_ITEM(names, i))) goto fallback;
             a[n++] = NULL;
@@ -273,7 +283,7 @@ done:
 
 static PyMethodDef fc_methods[] = {
     {"call", (PyCFunction)(void (*)(void))fc_call, METH_FASTCALL,
-     "call(fn, ctx, device, dtypes, names, lead, *tensors) -> status or None\n\n"
+     "call(fn, nparams, ctx, device, dtypes, names, lead, *tensors) -> status or None\n\n"
      "One liblongattn call with torch tensor views packed here (see the module source)."},
     {NULL, NULL, 0, NULL},
 };

@@ -481,9 +481,9 @@ class Call:
                 handle = ctx.prepare(None)
                 device = -1
             if handle is not None:
-                fn = _ADDRESSES.get(fn_name) or _address(fn_name)
-                status = fc.call(fn, ctx.addr, device, _TORCH_CODES or _torch_codes(), names,
-                                 lead, *xs)
+                fn, nparams = _ADDRESSES.get(fn_name) or _address(fn_name)
+                status = fc.call(fn, nparams, ctx.addr, device, _TORCH_CODES or _torch_codes(),
+                                 names, lead, *xs)
                 if status is not None:
                     self._keep.clear()
                     self._release()
@@ -532,16 +532,22 @@ class Call:
 # (another EXT_SUFFIX), fails to load or has another API, calls take the
 # ctypes path silently; fastcall_status() says which path is in use and why.
 # ---------------------------------------------------------------------------
-FASTCALL_API = 1
+FASTCALL_API = 2
 _FASTCALL = []      # [the module or None], decided on the first call
 _FASTCALL_WHY = []  # [why the module is not in use] when it is not
-_ADDRESSES = {}     # C function name -> its address in the loaded library
+_ADDRESSES = {}     # C function name -> (its address in the loaded library, its arity)
 
 
 def _address(fn_name):
-    addr = ctypes.cast(getattr(L.lib, fn_name), ctypes.c_void_p).value
-    _ADDRESSES[fn_name] = addr
-    return addr
+    """(address, number of parameters) of a C function whose parameters are
+    all pointers and which returns an la_status: the only kind that
+    longattn._fastcall calls."""
+    fn = getattr(L.lib, fn_name)
+    restype, argtypes = L.SIGNATURES[fn_name]
+    if restype is not L.la_status or not all(L._pointer_type(t) for t in argtypes):
+        raise TypeError("%s: not a pointers-only function; call it through ctypes" % fn_name)
+    entry = _ADDRESSES[fn_name] = (ctypes.cast(fn, ctypes.c_void_p).value, len(argtypes))
+    return entry
 
 
 def fastcall_paths():
