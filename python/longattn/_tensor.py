@@ -485,7 +485,8 @@ class Call:
                 status = fc.call(fn, nparams, ctx.addr, device, _TORCH_CODES or _torch_codes(),
                                  names, lead, *xs)
                 if status is not None:
-                    self._keep.clear()
+                    if self._keep:  # view_field() views (index params with scales)
+                        self._keep.clear()
                     self._release()
                     if status:
                         raise error_from_status(fn_name, status)
