@@ -233,6 +233,74 @@ def _kernel_us(fn, calls):
     return tot / calls
 
 
+def capture_launch(fn):
+    """fn's Call.launch arguments, as a zero-argument call of
+    longattn._fastcall with them (the extension alone, on fixed views and
+    outputs), plus the shapes and dtypes of fn's outputs; None when the
+    extension is not in use."""
+    fc = _tensor.fastcall_module()
+    if fc is None:
+        return None, []
+    seen = []
+    orig = _tensor.Call.launch
+
+    def spy(self, fn_name, lead, names, *xs):
+        seen.append((self, fn_name, lead, names, xs))
+        return orig(self, fn_name, lead, names, *xs)
+    _tensor.Call.launch = spy
+    try:
+        out = fn()
+    finally:
+        _tensor.Call.launch = orig
+    c, fn_name, lead, names, xs = seen[-1]
+    addr, nparams = _tensor._address(fn_name)
+    ctx = c.ctx
+    dev = c.like_index if c.cuda else -1
+    codes = _tensor._TORCH_CODES
+    outs = out if isinstance(out, tuple) else (out,)
+    outs = [o for o in outs if isinstance(o, torch.Tensor)]
+    return (lambda: fc.call(addr, nparams, ctx.addr, dev, codes, names, lead, *xs)), outs
+
+
+def _host_us(fn, calls, rounds=3):
+    """Best over rounds of the host time per call of `calls` fn() calls
+    (perf_counter; a synchronize after each round), µs."""
+    best = float("inf")
+    for _ in range(rounds):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        best = min(best, (time.perf_counter() - t0) * 1e6 / calls)
+        torch.cuda.synchronize()
+    return best
+
+
+def breakdown_cuda(a):
+    """Host time per call of the pieces of each op's Python call: the whole
+    call, the extension's call alone (fixed views), the new_empty of its
+    outputs, the bare ctypes call; the wrapper's own Python is the rest."""
+    rows = []
+    with torch.no_grad():
+        for op, fn in _selected(make_calls("cuda", a.n), a.ops).items():
+            fn()
+            ext, outs = capture_launch(fn)
+            direct, keep = capture_direct(fn)
+            like = outs[0] if outs else None
+
+            def empties():
+                for o in outs:
+                    like.new_empty(o.shape, dtype=o.dtype)
+            full = _host_us(fn, a.calls)
+            e = _host_us(ext, a.calls) if ext else float("nan")
+            alloc = _host_us(empties, a.calls)
+            bare = _host_us(direct, a.calls)
+            rows.append(dict(op=op, api_host_us=full, ext_host_us=e, alloc_host_us=alloc,
+                             bare_ctypes_host_us=bare, wrapper_us=full - e - alloc))
+            del keep
+    return rows
+
+
 def bench_cuda(a, emit=lambda row: None):
     """Per op: CUDA-event time of --calls calls through the Python API, minus
     the kernels' time (the issue's definition of the overhead); the same for
@@ -306,6 +374,8 @@ def main():
     ap.add_argument("--ops", default="",
                     help="comma-separated subset of the ops (default: all)")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--breakdown", action="store_true",
+                    help="CUDA: also the host time of each piece of the Python call")
     ap.add_argument("--pair-only", action="store_true",
                     help="CPU: only the in-process Python / bare ctypes pair (no C harness)")
     ap.add_argument("--repeats", type=int, default=40,
@@ -325,6 +395,16 @@ def main():
         rows = bench_cuda(a, emit=(lambda r: None) if a.json else _print_cuda_row)
         if a.json:
             print(json.dumps(rows, indent=1))
+        if a.breakdown:
+            print("host µs per call: api = the whole call; ext = longattn._fastcall alone on "
+                  "fixed views; alloc = new_empty of the outputs; ctypes = the bare ctypes "
+                  "call; wrapper = api - ext - alloc")
+            print("%-14s %8s %8s %8s %8s %8s" % ("op", "api", "ext", "alloc", "ctypes",
+                                                "wrapper"))
+            for r in breakdown_cuda(a):
+                print("%-14s %8.2f %8.2f %8.2f %8.2f %8.2f"
+                      % (r["op"], r["api_host_us"], r["ext_host_us"], r["alloc_host_us"],
+                         r["bare_ctypes_host_us"], r["wrapper_us"]), flush=True)
         return
     rows = bench_cpu(a)
     if a.json:

@@ -81,10 +81,10 @@ pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS [-k EXPRESSION] (xdist proc
 cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
   for run in $(seq 1 "${LA_OVH_RUNS:-2}"); do
-    timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 \
+    timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 --breakdown \
       > "$OUT/py_overhead_$run.log" 2>&1
     say "bench/py_overhead.py --device cuda (run $run): rc=$? ($(el) s)"
-    grep -v -E "Warning|_warn_once" "$OUT/py_overhead_$run.log" | tail -12 | tee -a "$S"
+    grep -v -E "Warning|_warn_once" "$OUT/py_overhead_$run.log" | tail -24 | tee -a "$S"
   done
 fi
 pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}" "${LA_PYTEST_K:-}"
