@@ -330,21 +330,23 @@ def bench_cuda(a, emit=lambda row: None):
             for _ in range(50):
                 direct()
             torch.cuda.synchronize()
-            # alternate the three, twice, against drift: the Python API on its
-            # default path, the Python API through ctypes, the bare C call
-            w1, h1 = _event_us(fn, a.calls)
-            _path(False)
-            p1, ph1 = _event_us(fn, a.calls)
-            _path(FASTCALL)
-            d1, dh1 = _event_us(direct, a.calls)
-            w2, h2 = _event_us(fn, a.calls)
-            _path(False)
-            p2, ph2 = _event_us(fn, a.calls)
-            _path(FASTCALL)
-            d2, dh2 = _event_us(direct, a.calls)
-            rows.append(dict(op=op, event_us=min(w1, w2), host_us=min(h1, h2),
-                             ctypes_path_event_us=min(p1, p2), ctypes_path_host_us=min(ph1, ph2),
-                             ctypes_event_us=min(d1, d2), ctypes_host_us=min(dh1, dh2)))
+            # alternate the three, --alternations times, against drift and the
+            # device host's slow spells (they last a fraction of a second and
+            # hit whatever is being timed, C and Python alike): the Python API
+            # on its default path, the Python API through ctypes, the bare C
+            # call; each the best of its alternations
+            w, p, d = [], [], []
+            for _ in range(a.alternations):
+                w.append(_event_us(fn, a.calls))
+                _path(False)
+                p.append(_event_us(fn, a.calls))
+                _path(FASTCALL)
+                d.append(_event_us(direct, a.calls))
+            rows.append(dict(op=op, event_us=min(x[0] for x in w), host_us=min(x[1] for x in w),
+                             ctypes_path_event_us=min(x[0] for x in p),
+                             ctypes_path_host_us=min(x[1] for x in p),
+                             ctypes_event_us=min(x[0] for x in d),
+                             ctypes_host_us=min(x[1] for x in d)))
             keep_all.append((fn, keep))
         for r, (fn, keep) in zip(rows, keep_all):
             kern_us = _kernel_us(fn, a.calls)
@@ -373,6 +375,8 @@ def main():
     ap.add_argument("--n", type=int, default=N, help="tokens (CUDA mode)")
     ap.add_argument("--ops", default="",
                     help="comma-separated subset of the ops (default: all)")
+    ap.add_argument("--alternations", type=int, default=2,
+                    help="CUDA: alternations of the three timed paths per op (best of them)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--breakdown", action="store_true",
                     help="CUDA: also the host time of each piece of the Python call")

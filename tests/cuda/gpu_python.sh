@@ -5,7 +5,9 @@
 #      (make pyext PYTHON=python3; the package falls back to ctypes without it);
 #   1. bench/py_overhead.py --device cuda (call overhead per op; first, so
 #      that a cut later step still leaves the table), LA_OVH_RUNS (2) times,
-#      each in its own process (the spread between runs is the variance);
+#      each in its own process (the spread between runs is the variance),
+#      LA_OVH_ALT (2) alternations of the timed paths per op, with the host
+#      time of each piece of the call (--breakdown);
 #   2. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
 #      replay of every op forward and backward, the layers on CUDA against
 #      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
@@ -82,6 +84,7 @@ cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
   for run in $(seq 1 "${LA_OVH_RUNS:-2}"); do
     timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 --breakdown \
+      --alternations "${LA_OVH_ALT:-2}" \
       > "$OUT/py_overhead_$run.log" 2>&1
     say "bench/py_overhead.py --device cuda (run $run): rc=$? ($(el) s)"
     grep -v -E "Warning|_warn_once" "$OUT/py_overhead_$run.log" | tail -24 | tee -a "$S"
