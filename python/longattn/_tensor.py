@@ -439,8 +439,8 @@ class Call:
             dt = x.dtype if dtype is None else _torch_dtype(dtype)
             try:
                 if self._plain:
-                    # like's device without a device argument to parse
-                    out = x.new_empty(shape, dtype=dt)
+                    # like's device (and dtype) without an argument to parse
+                    out = x.new_empty(shape) if dtype is None else x.new_empty(shape, dtype=dt)
                 else:  # a subclass (Parameter, ...): a plain tensor, not its new_empty
                     out = self.torch.empty(shape, dtype=dt, device=x.device)
             except (RuntimeError, TypeError, ValueError):
