@@ -474,23 +474,30 @@ class Call:
         fc = _FASTCALL[0] if _FASTCALL else fastcall_module()
         if fc is not None and self.is_torch:
             ctx = self.ctx
-            if self.cuda:
-                handle = _cuda_handle(self, ctx)
-                device = self.like_index
-            else:
-                handle = ctx.prepare(None)
-                device = -1
-            if handle is not None:
-                fn, nparams = _ADDRESSES.get(fn_name) or _address(fn_name)
-                status = fc.call(fn, nparams, ctx.addr, device, _TORCH_CODES or _torch_codes(),
-                                 names, lead, *xs)
-                if status is not None:
-                    if self._keep:  # view_field() views (index params with scales)
-                        self._keep.clear()
-                    self._release()
-                    if status:
-                        raise error_from_status(fn_name, status)
-                    return
+            try:
+                if self.cuda:
+                    handle = _cuda_handle(self, ctx)
+                    device = self.like_index
+                else:
+                    handle = ctx.prepare(None)
+                    device = -1
+                status = None
+                if handle is not None:
+                    fn, nparams = _ADDRESSES.get(fn_name) or _address(fn_name)
+                    status = fc.call(fn, nparams, ctx.addr, device,
+                                     _TORCH_CODES or _torch_codes(), names, lead, *xs)
+            except BaseException:
+                # a traceback keeps this Call alive: free the slots now
+                self._keep.clear()
+                self._release()
+                raise
+            if status is not None:
+                if self._keep:  # view_field() views (index params with scales)
+                    self._keep.clear()
+                self._release()
+                if status:
+                    raise error_from_status(fn_name, status)
+                return
         if lead is None:
             args = []
         elif isinstance(lead, int):

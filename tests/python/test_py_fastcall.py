@@ -327,3 +327,17 @@ def test_both_paths_bit_equal_cuda(restore_path):
         res = _run_both(cases)
         torch.cuda.synchronize()
         _assert_same(res, cases)
+
+
+def test_slots_released_after_an_extension_error(restore_path):
+    """An error raised inside the extension's launch (here the arity check)
+    leaves the thread context's view slots free, traceback alive or not."""
+    _fastcall_or_skip()
+    q = torch.randn(1, 4, 1, 4)
+    c = _tensor.Call("softmax_attention", q)
+    p = longattn.ops._softmax_params(False, None)
+    with pytest.raises(TypeError) as info:
+        c.launch("la_softmax_attention", p, ("q", "k", "v", "out"), q, q, q, q)
+    assert info.traceback is not None
+    assert not _tensor.thread_context().slots_busy
+    assert torch.isfinite(longattn.softmax_attention(q, q, q)).all()
