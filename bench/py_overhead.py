@@ -21,6 +21,10 @@ Every op's event and host times are taken before the first profiler
 session (the kernel times in a second pass), and the host time of the
 issuing loop is printed too ("host µs"; it shows the host cost also where
 the GPU time hides it in the event time).
+--alternations N: the timed paths alternate N times per op (the best
+counts), against the device host's slow spells. --breakdown (CUDA): also
+the host time of each piece of one call (the whole call, the extension on
+fixed views, the outputs' new_empty, the bare ctypes call).
 Both call paths of the package are timed: the default one (the compiled
 extension longattn._fastcall where `make pyext` built it) and ctypes
 ("ctypes path" / "ovh ct" columns, longattn._tensor.use_fastcall(False)).
