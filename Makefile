@@ -146,6 +146,34 @@ $(BUILD)/liblongattn.so: $(LIB_OBJS) scripts/liblongattn.map
 	$(CC) -shared -Wl,-soname,$(SONAME) -Wl,--version-script=scripts/liblongattn.map -o $@ $(LIB_OBJS) $(LDLIBS)
 	ln -sf liblongattn.so $(BUILD)/$(SONAME)
 
+# ---- longattn._fastcall: the Python package's compiled call path ----------
+# python/longattn/_fastcall.c against the CPython API only (no link to
+# liblongattn: it calls the addresses of the library that ctypes loaded),
+# built beside liblongattn.so for $(PYTHON), named with that interpreter's
+# EXT_SUFFIX (another Python ignores it). Without that interpreter's Python.h
+# (Debian: python3-dev, which the deps step installs) it is skipped with a
+# message and the package calls through ctypes. `make pyext PYTHON=python3`
+# builds it for another interpreter.
+PYTHON ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_INC := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_paths()["include"])' 2>/dev/null)
+PY_EXT := $(shell $(PYTHON) -c 'import sysconfig; print(sysconfig.get_config_var("EXT_SUFFIX") or "")' 2>/dev/null)
+.PHONY: pyext
+ifneq ($(and $(PY_EXT),$(wildcard $(PY_INC)/Python.h)),)
+PYEXT := $(BUILD)/_fastcall$(PY_EXT)
+# (optional: a failed compile says so and leaves the package on ctypes)
+$(PYEXT): python/longattn/_fastcall.c include/longattn.h
+	@mkdir -p $(BUILD)
+	$(CC) -std=c11 -D_GNU_SOURCE -Wall -Wextra -Wno-unused-parameter -fPIC -fvisibility=hidden \
+	    -O2 -Iinclude -I$(PY_INC) -shared $< -o $@ \
+	  || { rm -f $@; echo "pyext: compiling $< for $(PYTHON) failed; longattn calls through ctypes"; }
+pyext: $(PYEXT)
+all: $(PYEXT)
+else
+all: pyext
+pyext:
+	@echo "pyext: skipped: no Python.h for $(PYTHON) (include dir '$(PY_INC)'; Debian: apt-get install python3-dev); longattn calls through ctypes"
+endif
+
 $(BUILD)/longattn: $(CLI_OBJS) $(BUILD)/liblongattn.a
 	$(CC) $(ALL_CFLAGS) -o $@ $(CLI_OBJS) $(BUILD)/liblongattn.a $(LDLIBS)
 	@echo "built $@ (blas=$(BLAS), openmp=$(OMP_OK), cuda=$(if $(WITH_CUDA),yes,no))"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Installs the Debian packages longattn needs, only those missing.
 # Idempotent and quiet when everything is present.
-#   scripts/setup.sh build   - compiler-side: OpenBLAS, LAPACK
+#   scripts/setup.sh build   - compiler-side: OpenBLAS, LAPACK, python3-dev (longattn._fastcall)
 #   scripts/setup.sh test    - plus python3-numpy, python3-torch, pytest, matplotlib
 set -u
-want=(libopenblas-dev libopenblas0-pthread liblapack-dev)
+want=(libopenblas-dev libopenblas0-pthread liblapack-dev python3-dev)
 if [ "${1:-build}" = test ] || [ "${1:-build}" = all ]; then
     want+=(python3-numpy python3-torch python3-pytest python3-matplotlib python3-venv python3-pip python3-setuptools python3-wheel clang libclang-rt-14-dev pkg-config)
 fi

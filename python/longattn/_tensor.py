@@ -257,6 +257,7 @@ class Context:
     def __init__(self):
         self.handle = ctypes.c_void_p()
         call("la_context_create", ctypes.byref(self.handle))
+        self.addr = self.handle.value  # the la_context * as an int (longattn._fastcall)
         self._destroy = L.lib.la_context_destroy
         self.threads = None
         self.stream = None        # the stream last handed to the context
@@ -438,8 +439,8 @@ class Call:
             dt = x.dtype if dtype is None else _torch_dtype(dtype)
             try:
                 if self._plain:
-                    # like's device without a device argument to parse
-                    out = x.new_empty(shape, dtype=dt)
+                    # like's device (and dtype) without an argument to parse
+                    out = x.new_empty(shape) if dtype is None else x.new_empty(shape, dtype=dt)
                 else:  # a subclass (Parameter, ...): a plain tensor, not its new_empty
                     out = self.torch.empty(shape, dtype=dt, device=x.device)
             except (RuntimeError, TypeError, ValueError):
@@ -461,6 +462,55 @@ class Call:
         a = self.empty(shape, dtype)
         return a, self.view(a, name)
 
+    def launch(self, fn_name, lead, names, *xs):
+        """Call fn_name(lead, view(x) for x in xs, ctx): through
+        longattn._fastcall where it is loaded and every x is a plain torch
+        tensor on like's device, else through ctypes (run()), which also
+        raises the argument errors with their messages.
+
+        lead: a ctypes params struct (passed by address), an int (a state
+        handle, passed as a pointer) or None (no leading argument). names: one
+        per x, ending in '?' where x may be None (a NULL view)."""
+        fc = _FASTCALL[0] if _FASTCALL else fastcall_module()
+        if fc is not None and self.is_torch:
+            ctx = self.ctx
+            try:
+                if self.cuda:
+                    handle = _cuda_handle(self, ctx)
+                    device = self.like_index
+                else:
+                    handle = ctx.prepare(None)
+                    device = -1
+                status = None
+                if handle is not None:
+                    fn, nparams = _ADDRESSES.get(fn_name) or _address(fn_name)
+                    status = fc.call(fn, nparams, ctx.addr, device,
+                                     _TORCH_CODES or _torch_codes(), names, lead, *xs)
+            except BaseException:
+                # a traceback keeps this Call alive: free the slots now
+                self._keep.clear()
+                self._release()
+                raise
+            if status is not None:
+                if self._keep:  # view_field() views (index params with scales)
+                    self._keep.clear()
+                self._release()
+                if status:
+                    raise error_from_status(fn_name, status)
+                return
+        if lead is None:
+            args = []
+        elif isinstance(lead, int):
+            args = [ctypes.c_void_p(lead)]
+        else:
+            args = [ctypes.byref(lead)]
+        for x, name in zip(xs, names):
+            if name[-1] == "?":
+                args.append(self.view(x, name[:-1], True))
+            else:
+                args.append(self.view(x, name))
+        self.run(fn_name, *args)
+
     def run(self, fn_name, *args):
         """Call fn_name(*args, ctx) with a prepared context."""
         ctx = self.ctx
@@ -481,6 +531,102 @@ class Call:
         finally:
             self._keep.clear()
             self._release()
+
+
+# ---------------------------------------------------------------------------
+# the compiled call path: longattn._fastcall (python/longattn/_fastcall.c),
+# built by the Makefile beside liblongattn.so for the interpreter that ran
+# make (`make pyext`). Where it is absent, was built for another Python
+# (another EXT_SUFFIX), fails to load or has another API, calls take the
+# ctypes path silently; fastcall_status() says which path is in use and why.
+# ---------------------------------------------------------------------------
+FASTCALL_API = 2
+_FASTCALL = []      # [the module or None], decided on the first call
+_FASTCALL_WHY = []  # [why the module is not in use] when it is not
+_ADDRESSES = {}     # C function name -> (its address in the loaded library, its arity)
+
+
+def _address(fn_name):
+    """(address, number of parameters) of a C function whose parameters are
+    all pointers and which returns an la_status: the only kind that
+    longattn._fastcall calls."""
+    fn = getattr(L.lib, fn_name)
+    restype, argtypes = L.SIGNATURES[fn_name]
+    if restype is not L.la_status or not all(L._pointer_type(t) for t in argtypes):
+        raise TypeError("%s: not a pointers-only function; call it through ctypes" % fn_name)
+    entry = _ADDRESSES[fn_name] = (ctypes.cast(fn, ctypes.c_void_p).value, len(argtypes))
+    return entry
+
+
+def fastcall_paths():
+    """Where longattn._fastcall is looked for, in order: beside the loaded
+    liblongattn.so, then in the package directory (a bundled copy)."""
+    import sysconfig
+    name = "_fastcall" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    dirs = []
+    L.lib.dll  # loads the library (sets L.lib.path)
+    lib_path = L.lib.path
+    if lib_path and os.path.dirname(lib_path):
+        dirs.append(os.path.dirname(os.path.abspath(lib_path)))
+    dirs.append(os.path.dirname(os.path.abspath(__file__)))
+    return [os.path.join(d, name) for d in dirs]
+
+
+def _load_fastcall():
+    import importlib.machinery
+    import importlib.util
+    why = []
+    for path in fastcall_paths():
+        if not os.path.isfile(path):
+            why.append("%s: not built" % path)
+            continue
+        try:
+            loader = importlib.machinery.ExtensionFileLoader("longattn._fastcall", path)
+            spec = importlib.util.spec_from_file_location("longattn._fastcall", path,
+                                                          loader=loader)
+            mod = importlib.util.module_from_spec(spec)
+            loader.exec_module(mod)
+        except (ImportError, OSError) as e:
+            why.append("%s: %s" % (path, e))
+            continue
+        if (getattr(mod, "API", None) != FASTCALL_API
+                or getattr(mod, "TENSOR_SIZE", None) != ctypes.sizeof(L.la_tensor)):
+            why.append("%s: API %s / la_tensor size %s, expected %d / %d (rebuild: make pyext)"
+                       % (path, getattr(mod, "API", None), getattr(mod, "TENSOR_SIZE", None),
+                          FASTCALL_API, ctypes.sizeof(L.la_tensor)))
+            continue
+        return mod, None
+    return None, "; ".join(why)
+
+
+def fastcall_module():
+    """The loaded longattn._fastcall, or None (the ctypes path)."""
+    if not _FASTCALL:
+        mod, why = _load_fastcall()
+        _FASTCALL_WHY[:] = [why]
+        _FASTCALL[:] = [mod]
+    return _FASTCALL[0]
+
+
+def use_fastcall(enabled: bool = True) -> bool:
+    """Turn the compiled call path on (loading it if built) or off (every
+    call through ctypes); returns whether it is in use now. For tests and
+    comparisons: both paths give the same results and errors."""
+    if enabled:
+        _FASTCALL[:] = []
+        return fastcall_module() is not None
+    _FASTCALL[:] = [None]
+    _FASTCALL_WHY[:] = ["turned off by use_fastcall(False)"]
+    return False
+
+
+def fastcall_status() -> str:
+    """'longattn._fastcall (PATH)' when the compiled path is in use, else
+    'ctypes (' + why + ')'."""
+    mod = fastcall_module()
+    if mod is not None:
+        return "longattn._fastcall (%s)" % mod.__file__
+    return "ctypes (%s)" % (_FASTCALL_WHY[0] if _FASTCALL_WHY else "")
 
 
 _TORCH_DTYPE_BY_NAME = {}  # "float32" -> torch.float32

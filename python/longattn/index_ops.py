@@ -83,12 +83,16 @@ def dsa_topk(q: Array, k: Array, w: Array, topk: int = 2048, start: Optional[Arr
     c = Call("dsa_topk", q)
     p = _index_params(c, topk, None, None, k_scale, q_scale)
     T = _dim(q, 0)
-    idx, vi = c.out((T, p.topk), "idx", "int32")
-    sc, vs = c.out((T, _dim(k, 0)), "scores", "float32") if return_scores else (None, None)
-    c.run("la_dsa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          None if start is None else c.view(start, "start"),
-          None if end is None else c.view(end, "end"), vi, vs)
+    idx = c.empty((T, p.topk), "int32")
+    sc = c.empty((T, _dim(k, 0)), "float32") if return_scores else None
+    c.launch("la_dsa_indexer", p, _DSA_ARGS, q, k, w, start, end, idx, sc)
     return (idx, sc) if return_scores else idx
+
+
+# The names of the tensor arguments of each C call (Call.launch), '?' where
+# None is passed as NULL.
+_DSA_ARGS = ("q", "k", "w", "start?", "end?", "idx", "scores?")
+_HISA_ARGS = ("q", "k", "w", "start?", "end?", "idx")
 
 
 def hisa_topk(q: Array, k: Array, w: Array, topk: int = 2048, block: int = 128,
@@ -115,9 +119,8 @@ def hisa_topk(q: Array, k: Array, w: Array, topk: int = 2048, block: int = 128,
         return r.call_hisa_topk(q, k, w, topk, block, block_topk, start, end, k_scale, q_scale)
     c = Call("hisa_topk", q)
     p = _index_params(c, topk, block, block_topk, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_hisa_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(w, "w"),
-          c.view(start, "start", True), c.view(end, "end", True), vi)
+    idx = c.empty((_dim(q, 0), p.topk), "int32")
+    c.launch("la_hisa_indexer", p, _HISA_ARGS, q, k, w, start, end, idx)
     return idx
 
 
@@ -139,9 +142,8 @@ def blocksparse_topk(q: Array, k: Array, w: Array, topk: int = 2048, block: int 
         return r.call_blocksparse_topk(q, k, w, topk, block, start, end, k_scale, q_scale)
     c = Call("blocksparse_topk", q)
     p = _index_params(c, topk, block, None, k_scale, q_scale)
-    idx, vi = c.out((_dim(q, 0), p.topk), "idx", "int32")
-    c.run("la_blocksparse_indexer", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(w, "w"), c.view(start, "start", True), c.view(end, "end", True), vi)
+    idx = c.empty((_dim(q, 0), p.topk), "int32")
+    c.launch("la_blocksparse_indexer", p, _HISA_ARGS, q, k, w, start, end, idx)
     return idx
 
 
@@ -156,9 +158,12 @@ def topk(scores: Array, k: int) -> Array:
     if r is not None:
         return r.call_topk(scores, k)
     c = Call("topk", scores, "scores")
-    idx, vi = c.out((_dim(scores, 0), c_int(k, "topk: k")), "idx", "int32")
-    c.run("la_topk", c.view(scores, "scores"), vi)
+    idx = c.empty((_dim(scores, 0), c_int(k, "topk: k")), "int32")
+    c.launch("la_topk", None, _TOPK_ARGS, scores, idx)
     return idx
+
+
+_TOPK_ARGS = ("scores", "idx")
 
 
 class IndexCache(_CHandle):
@@ -257,11 +262,13 @@ def _sparse_attention(q, kv, idx, dv=512, scale=None):
     p = _cached_params(("sparse", type(dv), dv, scale), lambda: _sparse_params(dv, scale))
     c = Call("sparse_attention", q)
     T, Hq = _dim(q, 0), _dim(q, 1)
-    out, vo = c.out((T, Hq, p.dv), "out")
-    lse, vl = c.out((T, Hq), "lse", "float32")
-    c.run("la_sparse_attention", ctypes.byref(p), c.view(q, "q"), c.view(kv, "kv"),
-          c.view(idx, "idx"), vo, vl)
+    out = c.empty((T, Hq, p.dv))
+    lse = c.empty((T, Hq), "float32")
+    c.launch("la_sparse_attention", p, _SPARSE_ARGS, q, kv, idx, out, lse)
     return out, lse
+
+
+_SPARSE_ARGS = ("q", "kv", "idx", "out", "lse")
 
 
 # ---------------------------------------------------------------------------

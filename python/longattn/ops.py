@@ -208,11 +208,15 @@ def _softmax_attention(q, k, v, causal=False, scale=None, return_lse=False):
     p = _cached_params(("softmax", causal, scale), lambda: _softmax_params(causal, scale))
     c = Call("softmax_attention", q)
     B, Nq, H = _lead3(q)
-    out, vo = c.out((B, Nq, H, _dim(v, 3)), "out")
-    lse, vl = c.out((B, Nq, H), "lse", "float32") if return_lse else (None, None)
-    c.run("la_softmax_attention", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(v, "v"), vo, vl)
+    out = c.empty((B, Nq, H, _dim(v, 3)))
+    lse = c.empty((B, Nq, H), "float32") if return_lse else None
+    c.launch("la_softmax_attention", p, _SOFTMAX_ARGS, q, k, v, out, lse)
     return (out, lse) if return_lse else out
+
+
+# The names of the tensor arguments of each C call (Call.launch), '?' where
+# None is passed as NULL.
+_SOFTMAX_ARGS = ("q", "k", "v", "out", "lse?")
 
 
 # ---------------------------------------------------------------------------
@@ -289,15 +293,17 @@ def _linear_attention(q, k, v, S0=None, z0=None, feature="relu", causal=False,
     c = Call("linear_attention", q)
     B, N, H = _lead3(q)
     D, Dv = _dim(q, 3), _dim(v, 3)
-    out, vo = c.out((B, N, H, Dv), "out")
+    out = c.empty((B, N, H, Dv))
     if output_final_state:
-        S1, vS = c.out((B, H, D, Dv), "S_out", "float32")
-        z1, vz = c.out((B, H, D), "z_out", "float32")
+        S1 = c.empty((B, H, D, Dv), "float32")
+        z1 = c.empty((B, H, D), "float32")
     else:
-        S1 = z1 = vS = vz = None
-    c.run("la_linear_attention", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(v, "v"), vo, c.view(S0, "S_in", True), c.view(z0, "z_in", True), vS, vz)
+        S1 = z1 = None
+    c.launch("la_linear_attention", p, _LINEAR_ARGS, q, k, v, out, S0, z0, S1, z1)
     return (out, (S1, z1)) if output_final_state else out
+
+
+_LINEAR_ARGS = ("q", "k", "v", "out", "S_in?", "z_in?", "S_out?", "z_out?")
 
 
 # ---------------------------------------------------------------------------
@@ -347,11 +353,13 @@ def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, 
     prm.p = c_float(p, "focused_attention: p")
     prm.eps = c_float(eps, "focused_attention: eps")
     c = Call("focused_attention", q)
-    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
-    c.run("la_focused_attention", ctypes.byref(prm), c.view(q, "q"), c.view(k, "k"),
-          c.view(v, "v"), c.view(conv, "conv", True), c.view(conv_bias, "conv_bias", True),
-          c.view(softplus_param, "softplus_param", True), c.view(focus, "focus", True), vo)
+    out = c.empty(_lead3(q) + (_dim(v, 3),))
+    c.launch("la_focused_attention", prm, _FOCUSED_ARGS, q, k, v, conv, conv_bias,
+             softplus_param, focus, out)
     return out
+
+
+_FOCUSED_ARGS = ("q", "k", "v", "conv?", "conv_bias?", "softplus_param?", "focus?", "out")
 
 
 # ---------------------------------------------------------------------------
@@ -432,10 +440,12 @@ def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize
                            lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
                                                 scale, "mhla"))
     c = Call("mhla", q)
-    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
-    c.run("la_mhla_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"), c.view(v, "v"),
-          c.view(mixing, "mixing"), vo)
+    out = c.empty(_lead3(q) + (_dim(v, 3),))
+    c.launch("la_mhla_forward", p, _MHLA_ARGS, q, k, v, mixing, out)
     return out
+
+
+_MHLA_ARGS = ("q", "k", "v", "mixing", "out")
 
 
 def _mhla_causal_params(chunk, feature, normalize, eps, scale):
@@ -486,9 +496,8 @@ def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", ep
     p = _cached_params(("mhla_causal", chunk, feature, normalize, eps, scale),
                        lambda: _mhla_causal_params(chunk, feature, normalize, eps, scale))
     c = Call("mhla_causal", q)
-    out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
-    c.run("la_mhla_causal_forward", ctypes.byref(p), c.view(q, "q"), c.view(k, "k"),
-          c.view(v, "v"), c.view(mixing, "mixing"), vo)
+    out = c.empty(_lead3(q) + (_dim(v, 3),))
+    c.launch("la_mhla_causal_forward", p, _MHLA_ARGS, q, k, v, mixing, out)
     return out
 
 
@@ -567,6 +576,9 @@ class _CHandle:
             pass
 
 
+_APPEND_ARGS = ("q", "k", "v", "out")
+
+
 class MHLADecoder(_CHandle):
     """Decoding state of causal MHLA (wraps la_mhla_state, SPEC §5.4).
 
@@ -612,8 +624,8 @@ class MHLADecoder(_CHandle):
         """Append n tokens: q, k [B, n, H, D], v [B, n, H, Dv] -> out [B, n, H, Dv]."""
         h = self._live()
         c = Call("MHLADecoder.append", q)
-        out, vo = c.out(_lead3(q) + (_dim(v, 3),), "out")
-        c.run("la_mhla_state_append", h, c.view(q, "q"), c.view(k, "k"), c.view(v, "v"), vo)
+        out = c.empty(_lead3(q) + (_dim(v, 3),))
+        c.launch("la_mhla_state_append", h.value, _APPEND_ARGS, q, k, v, out)
         return out
 
     @property

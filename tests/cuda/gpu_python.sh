@@ -1,8 +1,13 @@
 #!/bin/bash
 # The Python package on the device (torch with CUDA, >= 2.4 there), in one
 # device call of at most ~300 s of its own (issues 16 and 14):
+#   0. the build: liblongattn.so and longattn._fastcall for this python3
+#      (make pyext PYTHON=python3; the package falls back to ctypes without it);
 #   1. bench/py_overhead.py --device cuda (call overhead per op; first, so
-#      that a cut later step still leaves the table);
+#      that a cut later step still leaves the table), LA_OVH_RUNS (2) times,
+#      each in its own process (the spread between runs is the variance),
+#      LA_OVH_ALT (2) alternations of the timed paths per op, with the host
+#      time of each piece of the call (--breakdown);
 #   2. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
 #      replay of every op forward and backward, the layers on CUDA against
 #      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
@@ -14,7 +19,9 @@
 #   bash tests/cuda/gpu_python.sh        (logs and summary.txt under $OUT)
 # Each step has its own cap (seconds): LA_OVH_S (30), LA_PYTEST_S (60),
 # LA_COMPILE_S (80), LA_VIT_S (20), LA_BWD_S (what is left of LA_TOTAL_S =
-# 295 s since the start, at least 60); 0 skips the step. The two
+# 295 s since the start, at least 60); 0 skips the step. LA_PYTEST_K and
+# LA_COMPILE_K: a pytest -k expression for the two pytest steps (default
+# none); LA_VIT_STEPS (3) the training steps of step 4. The two
 # pytest steps run in LA_PYTEST_N (4) and LA_COMPILE_N (6) processes where
 # pytest-xdist is installed (it is on the device): one torch.compile of a
 # 2-block model takes ~10 s there, mostly single-threaded host work. Each
@@ -28,9 +35,11 @@
 # The build (the .so only) is skipped with LA_SKIP_BUILD=1 (gpu_round.sh).
 . tests/cuda/gpu_common.sh python
 if [ "${LA_SKIP_BUILD:-0}" != 1 ]; then
-  timeout 200 make -j16 BUILD=$B SKIP_DEPS=1 "$B/liblongattn.so" > "$OUT/build.log" 2>&1 \
+  timeout 200 make -j16 BUILD=$B SKIP_DEPS=1 PYTHON=python3 "$B/liblongattn.so" pyext \
+    > "$OUT/build.log" 2>&1 \
     || { say "BUILD FAILED ($(el) s)"; grep -E "error" "$OUT/build.log" | head -10 | tee -a "$S"; exit 1; }
   say "build: $(el) s"
+  grep "^pyext" "$OUT/build.log" | tee -a "$S"
 fi
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 W=${LA_WHEELS:-.whl}
@@ -47,17 +56,21 @@ else
 fi
 python3 -c "import torch; print('torch', torch.__version__, torch.cuda.get_device_name())" 2>&1 \
   | tee -a "$S"
-files="tests/python/test_compile.py tests/python/test_py_cuda.py tests/python/test_nn.py \
-  tests/python/test_varlen.py tests/python/test_py_backward.py"
+LA_BUILD=$B python3 -c "import torch, longattn; from longattn import _tensor; \
+print('call path:', _tensor.fastcall_status())" 2>&1 | tail -1 | tee -a "$S"
+files=${LA_PYTEST_FILES:-"tests/python/test_py_fastcall.py tests/python/test_compile.py \
+  tests/python/test_py_cuda.py tests/python/test_nn.py tests/python/test_varlen.py \
+  tests/python/test_py_backward.py"}
 popts="-v -p no:cacheprovider -rfEs --durations=12"
 python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-90}"
 xdist=0
 python3 -c "import xdist" 2> /dev/null && xdist=1
-pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS (pytest-xdist processes, where installed)
-  local name=$1 cap=$2 mark=$3 n=$4 rc par=""
+pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS [-k EXPRESSION] (xdist processes, where installed)
+  local name=$1 cap=$2 mark=$3 n=$4 k=${5:-} rc par=""
   [ "$cap" = 0 ] && { say "$name: skipped (cap 0)"; return; }
   [ "$xdist" = 1 ] && [ "$n" -gt 1 ] && par="-n $n --dist worksteal"
-  timeout "$cap" python3 -m pytest $popts $par -m "$mark" $files > "$OUT/$name.log" 2>&1
+  timeout "$cap" python3 -m pytest $popts $par -m "$mark" ${k:+-k "$k"} $files \
+    > "$OUT/$name.log" 2>&1
   rc=$?
   [ $rc = 124 ] && say "$name: CUT by its ${cap} s cap, after $(grep -c ' PASSED' \
     "$OUT/$name.log") passing tests; last: $(grep -E 'PASSED|FAILED|SKIPPED' "$OUT/$name.log" \
@@ -69,21 +82,27 @@ pytest_step() {   # NAME CAP MARK-EXPRESSION WORKERS (pytest-xdist processes, wh
 }
 cap=${LA_OVH_S:-30}
 if [ "$cap" != 0 ]; then
-  timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 > "$OUT/py_overhead.log" 2>&1
-  say "bench/py_overhead.py --device cuda: rc=$? ($(el) s)"
-  grep -v -E "Warning|_warn_once" "$OUT/py_overhead.log" | tail -12 | tee -a "$S"
+  for run in $(seq 1 "${LA_OVH_RUNS:-2}"); do
+    timeout "$cap" python3 bench/py_overhead.py --device cuda --calls 1000 --breakdown \
+      --alternations "${LA_OVH_ALT:-2}" \
+      > "$OUT/py_overhead_$run.log" 2>&1
+    say "bench/py_overhead.py --device cuda (run $run): rc=$? ($(el) s)"
+    grep -v -E "Warning|_warn_once" "$OUT/py_overhead_$run.log" | tail -24 | tee -a "$S"
+  done
 fi
-pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}"
+pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}" "${LA_PYTEST_K:-}"
 # Inductor's compile workers per process: few, as several pytest processes compile at once
 export TORCHINDUCTOR_COMPILE_THREADS=${LA_INDUCTOR_THREADS:-2}
-pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}"
+pytest_step pytest_compile "${LA_COMPILE_S:-80}" "compile_heavy" "${LA_COMPILE_N:-6}" \
+  "${LA_COMPILE_K:-}"
 unset TORCHINDUCTOR_COMPILE_THREADS
 
 cap=${LA_VIT_S:-20}
 if [ "$cap" != 0 ]; then
-  timeout "$cap" python3 examples/vit_swap.py --steps 3 > "$OUT/vit_swap.log" 2>&1
-  say "examples/vit_swap.py --steps 3 (cpu, cuda): rc=$? ($(el) s)"
-  grep -E "step 2|did not|Error" "$OUT/vit_swap.log" | head -8 | tee -a "$S"
+  st=${LA_VIT_STEPS:-3}
+  timeout "$cap" python3 examples/vit_swap.py --steps "$st" > "$OUT/vit_swap.log" 2>&1
+  say "examples/vit_swap.py --steps $st (cpu, cuda): rc=$? ($(el) s)"
+  grep -E "step $((st - 1))|did not|Error" "$OUT/vit_swap.log" | head -12 | tee -a "$S"
 fi
 # the benchmark step gets what is left of LA_TOTAL_S (default 295 s), at least 60 s
 left=$(( ${LA_TOTAL_S:-295} - $(el) ))
