@@ -13,7 +13,17 @@ OUT=${OUT:-/tmp/la_gpu_out}
 mkdir -p "$OUT"
 t0=$(date +%s)
 echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.sm,temperature.gpu --format=csv,noheader 2>&1)"
-if ! timeout "${LA_BUILD_S:-200}" make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1; then
+# LA_PREBUILT: a tar.gz of build-gpu binaries made on the host (CUDA_ARCH=sm90a:
+# liblongattn.so, longattn, tests/backend/test_backend_ops, gpu_backward_driver),
+# used as they are when they run here; else (or without it) the tree is built
+prebuilt=0
+if [ -n "${LA_PREBUILT:-}" ] && [ -f "$LA_PREBUILT" ]; then
+  mkdir -p build-gpu && tar -xzf "$LA_PREBUILT" -C build-gpu \
+    && build-gpu/tests/backend/test_backend_ops --list > /dev/null 2>&1 \
+    && build-gpu/longattn --version > /dev/null 2>&1 && prebuilt=1
+  echo "# prebuilt $LA_PREBUILT: $([ $prebuilt = 1 ] && echo used || echo 'does not run here, building')"
+fi
+if [ $prebuilt = 0 ] && ! timeout "${LA_BUILD_S:-200}" make -j16 BUILD=build-gpu SKIP_DEPS=1 all cuda-tests > "$OUT/build.log" 2>&1; then
   echo "BUILD FAILED ($(( $(date +%s) - t0 )) s)"
   grep -E "error" "$OUT/build.log" | head -20
   tail -5 "$OUT/build.log"
