@@ -13,9 +13,14 @@ timed calls, and the max rel difference between the two at the first N.
   python3 dev/bench_mhla_causal_torch.py [--ns 32768] [--h 12] [--d 128] [--reps 5]
 """
 import argparse
+import pathlib
+import sys
 import time
 
 import torch
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
+from benchlib import cuda_median_ms  # noqa: E402
 
 
 def feats(q, k, D):
@@ -58,17 +63,7 @@ def mhla_batched(q, k, v, W, C=64):
 
 
 def timed(f, reps):
-    f()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        f()
-        b.record()
-        torch.cuda.synchronize()
-        ts.append(a.elapsed_time(b))
-    return sorted(ts)[len(ts) // 2]
+    return cuda_median_ms(f, reps, warm=1)
 
 
 def main():

@@ -16,10 +16,7 @@
 #include <vector>
 #include "longattn.h"
 #include "cuda/focused_bwd_mma.cuh"
-static uint64_t rs = 88172645463325252ull;
-static float ur() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f; }
-static uint16_t f2bf(float f) { uint32_t u; memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
-static float bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+#include "emu_host.h"
 /* a bf16 [B,N,H,D] tensor (permuted: [B,H,N,D] memory) and its fp32 copy in logical order */
 struct T { std::vector<uint16_t> b; std::vector<float> f; la_tensor tb, tf; };
 static void mk(T &t, int64_t B, int64_t N, int64_t H, int64_t D, bool perm, bool fill, float sc) {

@@ -20,10 +20,7 @@ extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la
     const la_tensor *k, const la_tensor *v, const la_tensor *out, const la_tensor *S_in,
     const la_tensor *z_in, const la_tensor *d_out, const la_tensor *d_S_out, const la_tensor *d_z_out,
     la_tensor *dq, la_tensor *dk, la_tensor *dv, la_tensor *d_S_in, la_tensor *d_z_in, la_context *ctx);
-static uint64_t rs = 88172645463325252ull;
-static float ur() { rs ^= rs << 13; rs ^= rs >> 7; rs ^= rs << 17; return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f; }
-static uint16_t f2bf(float f) { uint32_t u; memcpy(&u, &f, 4); u += 0x7fffu + ((u >> 16) & 1u); return (uint16_t)(u >> 16); }
-static float bf2f(uint16_t h) { uint32_t u = (uint32_t)h << 16; float f; memcpy(&f, &u, 4); return f; }
+#include "emu_host.h"
 struct T { std::vector<uint16_t> b; std::vector<float> f; la_tensor tb, tf; };
 static void mk(T &t, int64_t B, int64_t N, int64_t H, int64_t D, bool perm, bool fill) {
     int64_t n = B * N * H * D; t.b.resize(n + 64); t.f.resize(n);

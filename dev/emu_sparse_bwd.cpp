@@ -21,23 +21,7 @@
 extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_params *p,
     const la_tensor *q, const la_tensor *kv, const la_tensor *idx, const la_tensor *out,
     const la_tensor *lse, const la_tensor *d_out, la_tensor *dq, la_tensor *dkv, la_context *ctx);
-static uint64_t rs = 88172645463325252ull;
-static float ur() {
-    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
-    return (float)((rs >> 11) * (1.0 / 9007199254740992.0)) * 2.f - 1.f;
-}
-static uint16_t f2bf(float f) {
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t h) {
-    uint32_t u = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
+#include "emu_host.h"
 /* a bf16 tensor with rows of `ld` elements (ld >= last extent) and its fp32
  * copy, contiguous; fill: random values times amp, else NaN */
 struct T {
