@@ -83,9 +83,11 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
     /* family "mhla_causal": "mma" (mhla_causal_tc.cu) where it takes the views, else the
      * portable engine (lf_select, with the variant forced for "mhla" if any) */
     const char *v = la_context_variant(ctx, "mhla_causal");
-    const int kind = v && !strcmp(v, "mma_split")   ? MCT_MIX_SPLIT
-                     : v && !strcmp(v, "mma_bf16s") ? MCT_MIX_BF16S
-                                                    : MCT_MIX_MMA;
+    const int kind_default = MCT_MIX_MMA; /* the mixing when no variant is forced */
+    const int kind = !v                         ? kind_default
+                     : !strcmp(v, "mma_split") ? MCT_MIX_SPLIT
+                     : !strcmp(v, "mma_bf16s") ? MCT_MIX_BF16S
+                                               : MCT_MIX_MMA;
     if (v && strcmp(v, "portable") && strcmp(v, "mma") && kind == MCT_MIX_MMA)
         return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, mma_bf16s, portable");
     const int ok = mct_eligible(p, q, k, v_, out);
