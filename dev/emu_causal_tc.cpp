@@ -478,24 +478,23 @@ int main(int argc, char **argv) {
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const bool bf16s_only = argc > 1 && !strcmp(argv[1], "mhla_bf16s");
     if (argc > 1 && (!strcmp(argv[1], "mhla") || bf16s_only)) { /* causal MHLA only */
-        if (!bf16s_only)
-        for (int64_t d : {128, 64, 32}) {
-            g_D = d;
-            fails += run_mhla_case(1, 1, 1, LA_FEATURE_RELU, 0, 0, 31, 0);
-            fails += run_mhla_case(2, 63, 2, LA_FEATURE_ELU1, 1, 1, 32, 1);
-            fails += run_mhla_case(1, 65, 2, LA_FEATURE_RELU, 0, 1, 33, 0);
-            fails += run_mhla_case(1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 34, 1);
-            fails += run_mhla_case(1, 200, 3, LA_FEATURE_IDENTITY, 0, 1, 35, 0);
-        }
-        /* the mixing GEMM: one and two row tiles (M = 129), column tails (D = 64: SE = 4160) */
-        g_D = 32;
-        if (!bf16s_only) {
-        fails += run_mhla_case(1, 300, 2, LA_FEATURE_RELU, 1, 1, 41, 1, 1);
-        fails += run_mhla_case(1, 8200, 1, LA_FEATURE_ELU1, 0, 0, 42, 0, 1);
-        g_D = 64;
-        fails += run_mhla_case(2, 65, 1, LA_FEATURE_RELU_EPS, 0, 1, 43, 0, 1);
-        g_D = 128;
-        fails += run_mhla_case(1, 200, 1, LA_FEATURE_RELU, 0, 0, 44, 1, 1);
+        if (!bf16s_only) { /* the fp32-state path: host mixing, then mct_mix_kernel */
+            for (int64_t d : {128, 64, 32}) {
+                g_D = d;
+                fails += run_mhla_case(1, 1, 1, LA_FEATURE_RELU, 0, 0, 31, 0);
+                fails += run_mhla_case(2, 63, 2, LA_FEATURE_ELU1, 1, 1, 32, 1);
+                fails += run_mhla_case(1, 65, 2, LA_FEATURE_RELU, 0, 1, 33, 0);
+                fails += run_mhla_case(1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 34, 1);
+                fails += run_mhla_case(1, 200, 3, LA_FEATURE_IDENTITY, 0, 1, 35, 0);
+            }
+            /* the mixing GEMM: one and two row tiles (M = 129), column tails (D = 64: SE = 4160) */
+            g_D = 32;
+            fails += run_mhla_case(1, 300, 2, LA_FEATURE_RELU, 1, 1, 41, 1, 1);
+            fails += run_mhla_case(1, 8200, 1, LA_FEATURE_ELU1, 0, 0, 42, 0, 1);
+            g_D = 64;
+            fails += run_mhla_case(2, 65, 1, LA_FEATURE_RELU_EPS, 0, 1, 43, 0, 1);
+            g_D = 128;
+            fails += run_mhla_case(1, 200, 1, LA_FEATURE_RELU, 0, 0, 44, 1, 1);
         }
         /* variant mma_bf16s (gemm 2): odd N, D 128 and 64, shared and per-head W,
          * per_query, permuted views; two row tiles (M = 129) and the column tails */
