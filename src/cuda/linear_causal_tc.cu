@@ -27,7 +27,8 @@
  *      chunk 64 inside a state chunk of L.
  * Causal MHLA (lct_mixing, mhla_causal_tc.cu) runs the same passes with L =
  * 64 (a chunk is a block), the mixing of the chunk states in place of pass 2
- * and W[c,c] on the block's own part in pass 3.
+ * and W[c,c] on the block's own part in pass 3 (lct_mixing.combine_bf16: the
+ * states in bf16 from pass 1 to pass 3, the kernels' BS instantiations).
  *
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
