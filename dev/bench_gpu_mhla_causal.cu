@@ -7,7 +7,9 @@
  * written by pass 1, read and written by the mixing, read by pass 3) over
  * 4.2 TB/s and FLOPs (2·N·D·Dv pass 1, 4·N·D·Dv + 2·N·64·(D+Dv)/2 pass 3,
  * 2·(M²/2)·(D·Dv + D) the strict-triangle mixing) over 760 TFLOP/s.
- * First a check: mma against the portable engine at N = 4097 (max rel).
+ * Variants mma, mma_bf16s (bf16 block states: half the state bytes in its
+ * floor), mma_split and portable (N <= 32K). First a check: mma, mma_split
+ * and mma_bf16s against the portable engine at N = 4097 (max rel).
  *   build-gpu/dev/bench_gpu_mhla_causal [H D Ns...]   (default 12 128 32768 131072)
  */
 #include "bench_gpu_common.cuh"
@@ -42,7 +44,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
-    { /* check: mma and mma_split against the portable engine at N = 4097 */
+    { /* check: mma, mma_split and mma_bf16s against the portable engine at N = 4097 */
         const int64_t N = 4097, M = (N + 63) / 64;
         tril_fill<<<256, 256>>>(Wd, M);
         la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
@@ -54,7 +56,7 @@ int main(int argc, char **argv) {
         bench_variant("mhla_causal", "portable");
         LK(la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX));
         CK(cudaMemcpy(a.data(), o, n * 2, cudaMemcpyDeviceToHost));
-        for (const char *var : {"mma", "mma_split"}) {
+        for (const char *var : {"mma", "mma_split", "mma_bf16s"}) {
             bench_variant("mhla_causal", var);
             CK(cudaMemset(o2, 0xff, n * 2));
             LK(la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &t2, BCTX));
@@ -94,14 +96,16 @@ int main(int argc, char **argv) {
         report("linear-causal nonorm", shape, lin, io + 2.0 * B * N * H * 2 * D, fl_lin, lin);
         const double st_bytes = 4.0 * 4.0 * B * H * M * SE; /* fp32 states: 4 passes over them */
         const double fl_m = fl_lin + 2.0 * B * N * H * D * D + 2.0 * B * H * (M * (M - 1) / 2.0) * SE;
-        for (const char *var : {"mma", "mma_split", "portable"}) {
+        for (const char *var : {"mma", "mma_bf16s", "mma_split", "portable"}) {
             if (!strcmp(var, "portable") && N > 32768) continue; /* minutes of device time */
+            /* bf16 block states: half the state bytes */
+            const double sb = !strcmp(var, "mma_bf16s") ? st_bytes / 2 : st_bytes;
             bench_variant("mhla_causal", var);
             const double ms = time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); },
                                       !strcmp(var, "portable") ? 3 : 10, !strcmp(var, "portable") ? 1 : 3);
             char name[48];
             snprintf(name, sizeof name, "mhla-causal %s", var);
-            report(name, shape, ms, io + 2.0 * B * N * H * 2 * D + st_bytes, fl_m, lin);
+            report(name, shape, ms, io + 2.0 * B * N * H * 2 * D + sb, fl_m, lin);
         }
         bench_variant("mhla_causal", nullptr);
     }

@@ -3,8 +3,9 @@
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
 # compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
 # and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla]]   (the wide and the walking scan; "wide": wide
-#   only; "mhla": the causal MHLA forward, mhla_causal_tc.cu)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla|mhla_bf16s]]   (the wide and the walking
+#   scan; "wide": wide only; "mhla": the causal MHLA forward, mhla_causal_tc.cu;
+#   "mhla_bf16s": its variant mma_bf16s only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -34,6 +35,8 @@ m = m.replace("__shared__ __align__(16) __nv_bfloat16 sA[2][MX_BM * MX_LA];",
               "auto sA = (__nv_bfloat16 (*)[MX_BM * MX_LA])emu_smem();")
 m = m.replace("__shared__ __align__(16) __nv_bfloat16 sB[2][MX_BK * MX_LB];",
               "auto sB = (__nv_bfloat16 (*)[MX_BK * MX_LB])(emu_smem() + 4 * MX_BM * MX_LA);")
+m = m.replace("extern __shared__ __align__(128) unsigned char mct_sm[];", "unsigned char *mct_sm = emu_smem();")
+m = m.replace("gridDim.x", "emu_gdx()")
 m = m.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
 m = m.replace("blockIdx.z", "emu_bz()")
 m = re.sub(r"__launch_bounds__\([^)]*\)", "", m)

@@ -26,6 +26,10 @@ struct lct_args {
      * (NULL: 1) */
     const float *mixw;
     int64_t mix_hs, mix_ld;
+    /* causal MHLA, variant mma_bf16s: the block states in bf16 ([B·H][nch][LS],
+     * pass 1 writes S_b here, pass 3 reads H_c from here; the kernels' BS
+     * instantiations), in place of the fp32 ws */
+    __nv_bfloat16 *wsh;
 };
 
 /* Pass 2 over nd chunk states: the wide scan (every load up front; nd <= 255)

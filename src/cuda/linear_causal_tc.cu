@@ -27,7 +27,8 @@
  *      chunk 64 inside a state chunk of L.
  * Causal MHLA (lct_mixing, mhla_causal_tc.cu) runs the same passes with L =
  * 64 (a chunk is a block), the mixing of the chunk states in place of pass 2
- * and W[c,c] on the block's own part in pass 3.
+ * and W[c,c] on the block's own part in pass 3 (lct_mixing.combine_bf16: the
+ * states in bf16 from pass 1 to pass 3, the kernels' BS instantiations).
  *
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
@@ -55,7 +56,6 @@
 #include "linear_causal_args.cuh"
 
 namespace {
-
 
 /* Raw tensor-core fragments (the default path): ldmatrix from the padded rows
  * (LD = 136 bf16 = 68 words: the 8 row addresses of one 8×8 matrix fall on 8
@@ -138,7 +138,7 @@ __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
  * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-template <int D, int MODE, bool SPLIT>
+template <int D, int MODE, bool SPLIT, bool BS = false> /* BS: bf16 states into a.wsh */
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     using G = lct_g<D>;
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT;
@@ -241,14 +241,20 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         }
     }
     float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
+    __nv_bfloat16 *dsh = a.wsh + ((size_t)bh * a.nch + c) * LS;
     if (sw)
 #pragma unroll
         for (int i = 0; i < G::MIS; i++)
 #pragma unroll
             for (int j = 0; j < G::NJS; j++) {
                 const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
-                *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
-                *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
+                if (BS) {
+                    *(uint32_t *)&dsh[row * D + col] = lct_pack2(acc[i][j][0], acc[i][j][1]);
+                    *(uint32_t *)&dsh[(row + 8) * D + col] = lct_pack2(acc[i][j][2], acc[i][j][3]);
+                } else {
+                    *(float2 *)&dst[row * D + col] = make_float2(acc[i][j][0], acc[i][j][1]);
+                    *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
+                }
             }
     la_cp_wait<0>();
     __syncthreads();
@@ -259,7 +265,8 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     if (tid < D) {
         float z = 0.f;
         for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
-        dst[D * D + tid] = z;
+        if (BS) dsh[D * D + tid] = __float2bfloat16_rn(z);
+        else dst[D * D + tid] = z;
     }
 }
 
@@ -324,7 +331,7 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[lct_g<D>::NJO][4], c
         }
 }
 
-template <int D, int MODE>
+template <int D, int MODE, bool BS = false> /* BS: H_c in bf16 from a.wsh */
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     using G = lct_g<D>;
     using SM = lct_smem4<D>;
@@ -387,22 +394,25 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 *(uint32_t *)&Ss[(row + 8) * LD + col] = lct_pack2(accS[i][j][2], accS[i][j][3]);
             }
     };
-    {   /* the state before this chunk: P_c from pass 2 (fp32, global) */
+    {   /* the state before this chunk: P_c from pass 2 (fp32, global; BS: bf16) */
         const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
+        const __nv_bfloat16 *Ph = a.wsh + ((size_t)bh * a.nch + c) * LS;
 #pragma unroll
         for (int i = 0; i < G::MIS; i++)
 #pragma unroll
             for (int j = 0; j < G::NJS; j++) {
                 const int row = sw ? rb + 16 * i + g : 0, col = sw ? cb + 8 * j + 2 * cq : 0;
-                const float2 u = *(const float2 *)&P[row * D + col];
-                const float2 w = *(const float2 *)&P[(row + 8) * D + col];
+                const float2 u = BS ? __bfloat1622float2(*(const __nv_bfloat162 *)&Ph[row * D + col])
+                                    : *(const float2 *)&P[row * D + col];
+                const float2 w = BS ? __bfloat1622float2(*(const __nv_bfloat162 *)&Ph[(row + 8) * D + col])
+                                    : *(const float2 *)&P[(row + 8) * D + col];
                 accS[i][j][0] = u.x;
                 accS[i][j][1] = u.y;
                 accS[i][j][2] = w.x;
                 accS[i][j][3] = w.y;
             }
         state_to_smem();
-        if (tid < D) zs[tid] = P[D * D + tid];
+        if (tid < D) zs[tid] = BS ? __bfloat162float(Ph[D * D + tid]) : P[D * D + tid];
     }
     __syncthreads(); /* zs, S̃ */
 
@@ -509,7 +519,6 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         case 2: lct_qk_blocks<3, D>(sA, qa, Ks, li, lj); break;
         default: lct_qk_blocks<4, D>(sA, qa, Ks, li, lj); break;
         }
-    
         /* causal MHLA: the block's own part weighs W[c,c] (in A, so in A V
          * and its row sums; uniform per CTA) */
         if (a.mixw) {
@@ -566,7 +575,6 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         case 2: lct_av_blocks<3, D>(accO, pa, Vs, co, li, lj); break;
         default: lct_av_blocks<4, D>(accO, pa, Vs, co, li, lj); break;
         }
-    
 
         /* 5. S += K̃ᵀ V (not after the chunk's last tile: pass 2 has the rest) */
         const bool more = t + 1 < nt;
@@ -620,25 +628,30 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
 
 /* the instantiation for a φ mode (lct_phi_of: 0 identity, 1 relu family, 2 elu1) */
 typedef void (*lct_kernel_fn)(lct_args);
-template <int D> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split) {
-    if (split)
+template <int D, bool BS> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split) {
+    if (split && !BS)
         return mode == 0 ? lct_state_mma_kernel<D, 0, true>
                : mode == 1 ? lct_state_mma_kernel<D, 1, true> : lct_state_mma_kernel<D, 2, true>;
-    return mode == 0 ? lct_state_mma_kernel<D, 0, false>
-           : mode == 1 ? lct_state_mma_kernel<D, 1, false> : lct_state_mma_kernel<D, 2, false>;
+    return mode == 0 ? lct_state_mma_kernel<D, 0, false, BS>
+           : mode == 1 ? lct_state_mma_kernel<D, 1, false, BS> : lct_state_mma_kernel<D, 2, false, BS>;
 }
-template <int D> lct_kernel_fn lct_output_mma_fn_d(int mode) {
-    return mode == 0 ? lct_output_mma_kernel<D, 0>
-           : mode == 1 ? lct_output_mma_kernel<D, 1> : lct_output_mma_kernel<D, 2>;
+template <int D, bool BS> lct_kernel_fn lct_output_mma_fn_d(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<D, 0, BS>
+           : mode == 1 ? lct_output_mma_kernel<D, 1, BS> : lct_output_mma_kernel<D, 2, BS>;
 }
-/* the instantiations for head dim D (lct_dims) */
-lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split) {
-    return D == 32 ? lct_state_mma_fn_d<32>(mode, split)
-           : D == 64 ? lct_state_mma_fn_d<64>(mode, split) : lct_state_mma_fn_d<128>(mode, split);
+/* the instantiations for head dim D (lct_dims); bs: bf16 states (causal
+ * MHLA's mma_bf16s, never with split) */
+lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false) {
+    if (bs) return D == 32 ? lct_state_mma_fn_d<32, true>(mode, false)
+                   : D == 64 ? lct_state_mma_fn_d<64, true>(mode, false) : lct_state_mma_fn_d<128, true>(mode, false);
+    return D == 32 ? lct_state_mma_fn_d<32, false>(mode, split)
+           : D == 64 ? lct_state_mma_fn_d<64, false>(mode, split) : lct_state_mma_fn_d<128, false>(mode, split);
 }
-lct_kernel_fn lct_output_mma_fn(int64_t D, int mode) {
-    return D == 32 ? lct_output_mma_fn_d<32>(mode) : D == 64 ? lct_output_mma_fn_d<64>(mode)
-                                                               : lct_output_mma_fn_d<128>(mode);
+lct_kernel_fn lct_output_mma_fn(int64_t D, int mode, bool bs = false) {
+    if (bs) return D == 32 ? lct_output_mma_fn_d<32, true>(mode) : D == 64 ? lct_output_mma_fn_d<64, true>(mode)
+                                                                           : lct_output_mma_fn_d<128, true>(mode);
+    return D == 32 ? lct_output_mma_fn_d<32, false>(mode) : D == 64 ? lct_output_mma_fn_d<64, false>(mode)
+                                                                     : lct_output_mma_fn_d<128, false>(mode);
 }
 size_t lct_out_smem(int64_t D) {
     return D == 32 ? lct_smem4<32>::TOTAL : D == 64 ? lct_smem4<64>::TOTAL : lct_smem4<128>::TOTAL;
@@ -669,12 +682,14 @@ la_status lct_prepare_device(int dev, int *nsm) {
     LA_CU(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
     for (int64_t D : {32, 64, 128})
         for (int m = 0; m < 3; m++) {
-            LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
             LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        (int)(sizeof(__nv_bfloat16) * TS1 * 3 * lct_tile(D))));
-            LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)lct_out_smem(D)));
+            for (bool bs : {false, true}) {
+                LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m, bs), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)lct_out_smem(D)));
+                LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, bs), cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
+            }
         }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
@@ -764,10 +779,12 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     size_t nf, bytes;
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
-    LA_TRY(la_mul_size(nf, sizeof(float), &bytes, "CUDA causal states"));
+    const bool bs = mix && mix->combine_bf16; /* bf16 block states (a.wsh) */
+    LA_TRY(la_mul_size(nf, bs ? sizeof(__nv_bfloat16) : sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws, wsm;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
-    a.ws = (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
+    a.ws = bs ? nullptr : (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
+    a.wsh = bs ? (__nv_bfloat16 *)ws.p : nullptr;
     if (mix) { /* the mixed states H_c: a second buffer (the GEMM is not in place) */
         LA_TRY(la_cu_ws_alloc(&wsm, bytes, st, "causal mhla mixed states"));
         a.mixw = mix->W;
@@ -781,16 +798,18 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
 
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
-        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0, bs)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */
-        LA_TRY(mix->combine(mix->ctx, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
-        a.ws = (float *)wsm.p;
+        if (bs) LA_TRY(mix->combine_bf16(mix->ctx, a.wsh, (__nv_bfloat16 *)wsm.p, BH, H, a.nch, a.LS, st));
+        else LA_TRY(mix->combine(mix->ctx, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
+        if (bs) a.wsh = (__nv_bfloat16 *)wsm.p;
+        else a.ws = (float *)wsm.p;
     } else {
         LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
     }
-    lct_output_mma_fn(a.D, lct_mode_of(a.feat))<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
+    lct_output_mma_fn(a.D, lct_mode_of(a.feat), bs)<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
                                                   lct_out_smem(a.D), st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");
     return LA_OK;

@@ -35,6 +35,10 @@ struct lct_mixing {
     la_status (*combine)(const void *ctx, const float *S, float *Hs, int64_t BH, int64_t H,
                          int64_t M, int64_t SE, cudaStream_t s);
     const void *ctx;
+    /* non-NULL: bf16 block states (pass 1 writes bf16 S, this mixes them into
+     * bf16 Hs, pass 3 reads those) in place of `combine` on fp32 ones */
+    la_status (*combine_bf16)(const void *ctx, const __nv_bfloat16 *S, __nv_bfloat16 *Hs,
+                              int64_t BH, int64_t H, int64_t M, int64_t SE, cudaStream_t s);
 };
 
 /* Runs the tensor-core path (c.kernel == LCT_TC); with `mix` (no states in

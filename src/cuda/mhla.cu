@@ -3,9 +3,9 @@
  * the three normalize modes; causal chunkwise (§5.4). Views validated by
  * src/ops/mhla.c; family "mhla" (lf_select). Causal: family "mhla_causal",
  * "mma" (mhla_causal_tc.cu: bf16 tensor cores, any lower-triangular W;
- * "mma_split": its fp32-accurate mixing) where it takes the views, else
- * "portable" (the engine, as "mhla" picks). The decoding state is
- * mhla_decode.cu. */
+ * "mma_split": its fp32-accurate mixing; "mma_bf16s": bf16 block states)
+ * where it takes the views, else "portable" (the engine, as "mhla" picks).
+ * The decoding state is mhla_decode.cu. */
 #include "core/variant.h"
 #include "cuda_ops.h"
 #include "linfam.cuh"
@@ -83,13 +83,17 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
     /* family "mhla_causal": "mma" (mhla_causal_tc.cu) where it takes the views, else the
      * portable engine (lf_select, with the variant forced for "mhla" if any) */
     const char *v = la_context_variant(ctx, "mhla_causal");
-    const int split = v && !strcmp(v, "mma_split");
-    if (v && strcmp(v, "portable") && strcmp(v, "mma") && !split)
-        return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, portable");
+    const int kind_default = MCT_MIX_MMA; /* the mixing when no variant is forced */
+    const int kind = !v                         ? kind_default
+                     : !strcmp(v, "mma_split") ? MCT_MIX_SPLIT
+                     : !strcmp(v, "mma_bf16s") ? MCT_MIX_BF16S
+                                               : MCT_MIX_MMA;
+    if (v && strcmp(v, "portable") && strcmp(v, "mma") && kind == MCT_MIX_MMA)
+        return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, mma_bf16s, portable");
     const int ok = mct_eligible(p, q, k, v_, out);
     if (v && strcmp(v, "portable") && !ok) return la_cu_variant_unsupported("mhla_causal", v, MCT_NEEDS);
     if (ok && !(v && !strcmp(v, "portable")))
-        return mct_forward(p, sq, q, k, v_, mixing, out, split, ctx, la_cu_stream(ctx));
+        return mct_forward(p, sq, q, k, v_, mixing, out, kind, ctx, la_cu_stream(ctx));
     la_cu_report(ctx, "mhla_causal", "portable", "%s", v ? "forced" : MCT_NEEDS);
     return lf_run(&P, ctx, "mhla", la_context_variant(ctx, "mhla"), la_cu_stream(ctx));
 }

@@ -1,5 +1,5 @@
 /* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family "mhla_causal",
- * variants "mma" and "mma_split"): the causal linear passes of
+ * variants "mma", "mma_split" and "mma_bf16s"): the causal linear passes of
  * linear_causal_tc.cu with one 64-token chunk per block and the prefix scan
  * replaced by the mixing (lct_mixing):
  *   1. S_b = K̃_bᵀ V_b, z_b = Σ k̃ per block (lct_state_mma_kernel, fp32);
@@ -10,6 +10,11 @@
  *        mma_split: mcb_combine (mhla_causal_mix.cuh, the backward's
  *                   split-bf16 products: fp32 to about 16 bits, the full
  *                   square, three passes);
+ *        mma_bf16s: mct_mix_bf16_kernel, the block states in bf16 all the
+ *                   way (pass 1 writes bf16 S_b, the GEMM reads them and
+ *                   writes bf16 H_i, pass 3 reads those): half the state
+ *                   bytes, one more bf16 rounding (of H_i before pass 3's
+ *                   own, of S_b and z_b after pass 1);
  *   3. per block: o = q̃ H_i + W[i,i]·tril(q̃ k̃ᵀ) v, den = q̃·z̃_i +
  *      W[i,i]·rowsum(tril(q̃ k̃ᵀ)) (lct_output_mma_kernel with lct_args.mixw).
  * Rounding: as the causal linear path (φ(q), φ(k), V, A and a bf16 copy of
@@ -41,6 +46,14 @@ __global__ void mct_strict_pad_kernel(int64_t total, const float *W, int64_t WM,
     if (i >= total) return;
     const int64_t hw = i / (Mp * Mp), r = (i / Mp) % Mp, c = i % Mp;
     Wp[i] = (r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f;
+}
+/* the same in bf16 (variant mma_bf16s: W rounded once, as in "mma") */
+__global__ void mct_strict_pad_bf16_kernel(int64_t total, const float *W, int64_t WM, int64_t M,
+                                           int64_t Mp, __nv_bfloat16 *Wp) {
+    const int64_t i = bwd_gid();
+    if (i >= total) return;
+    const int64_t hw = i / (Mp * Mp), r = (i / Mp) % Mp, c = i % Mp;
+    Wp[i] = __float2bfloat16_rn((r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f);
 }
 
 /* ---- the mixing GEMM: Hs[z][i][e] = Σ_{b<i} Wp[hw][i][b] S[z][b][e] ------
@@ -150,11 +163,130 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
         }
 }
 
+/* ---- the bf16 mixing GEMM (variant mma_bf16s): Hs = Wp·S with bf16 Wp, S
+ * and Hs (the block states in bf16 from pass 1 to pass 3), fp32
+ * accumulation. grid (Mp/128 row tiles, ⌈SE/128⌉ column tiles, B·H), 256
+ * threads, two CTAs per SM. Row tiles are taken from the last (the longest:
+ * b < i0 + 128) to the first, so that the short ones fill the tail of the
+ * wave. Both operands arrive by cp.async straight into shared memory
+ * (16-byte pieces, zero-filled past row M and column SE), MXB_S stages of
+ * 32 b, one barrier per step: no register staging, no conversion. Warp
+ * tiles, fragments and row strides as mct_mix_kernel. */
+constexpr int MXB_S = 4;
+constexpr size_t MXB_STAGE = MX_BM * MX_LA + MX_BK * MX_LB; /* bf16 elements */
+constexpr size_t MXB_SMEM = sizeof(__nv_bfloat16) * MXB_S * MXB_STAGE;
+
+__global__ void __launch_bounds__(256, 2)
+    mct_mix_bf16_kernel(const __nv_bfloat16 *Wp, int64_t Mp, int64_t H, int64_t Hw,
+                        const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t M, int64_t SE) {
+    extern __shared__ __align__(128) unsigned char mct_sm[];
+    __nv_bfloat16 *sm = (__nv_bfloat16 *)mct_sm;
+    const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+    const int li = lane % 8, lj = lane / 8, g = lane / 4, cq = lane % 4;
+    /* 32-bit indices inside a head (mct_combine_bf16: Mp·Mp, M·SE < 2^31) */
+    const int i0 = (int)(gridDim.x - 1 - blockIdx.x) * MX_BM, e0 = (int)blockIdx.y * MX_BN;
+    const int64_t z = blockIdx.z;
+    const int Mi = (int)M, SEi = (int)SE, Mpi = (int)Mp;
+    const __nv_bfloat16 *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
+    const __nv_bfloat16 *Bm = S + z * M * SE;
+    const int nk = (MX_BM + i0) / MX_BK; /* b < i0 + 128 <= Mp */
+    const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
+
+    /* the thread's pieces: A rows tid/4 + 64u, columns 8(tid%4) (128 rows × 4
+     * pieces); B rows tid/16 + 16u, columns 8(tid%16) (32 rows × 16 pieces),
+     * u < 2; per step the A pointers move 32 columns, the B ones 32 rows */
+    const int ar = tid / 4, ac = 8 * (tid % 4), br = tid / 16, bc = 8 * (tid % 16);
+    const __nv_bfloat16 *pa = A + (i0 + ar) * Mpi + ac;
+    const bool colok = e0 + bc < SEi; /* SE % 8 == 0: a piece is in or out */
+    const __nv_bfloat16 *pb = Bm + (colok ? br * SEi + e0 + bc : 0);
+    const int bstep = colok ? MX_BK * SEi : 0;
+    const int soa = ar * MX_LA + ac, sob = br * MX_LB + bc;
+    auto issue = [&](int t) { /* step t into stage t % MXB_S; always one group */
+        if (t < nk) {
+            __nv_bfloat16 *sA = sm + (t % MXB_S) * MXB_STAGE, *sB = sA + MX_BM * MX_LA;
+            const __nv_bfloat16 *qa = pa + t * MX_BK, *qb = pb + t * bstep;
+            la_cp16z(&sA[soa], qa, true);
+            la_cp16z(&sA[soa + 64 * MX_LA], qa + 64 * Mpi, true);
+            const int b = t * MX_BK + br; /* rows past M: zero-filled, nothing read */
+            const bool ok0 = colok && b < Mi, ok1 = colok && b + 16 < Mi;
+            la_cp16z(&sB[sob], ok0 ? qb : Bm, ok0);
+            la_cp16z(&sB[sob + 16 * MX_LB], ok1 ? qb + 16 * SEi : Bm, ok1);
+        }
+        la_cp_commit();
+    };
+#pragma unroll
+    for (int t = 0; t < MXB_S - 1; t++) issue(t);
+
+    float acc[4][4][4];
+#pragma unroll
+    for (int i = 0; i < 4; i++)
+#pragma unroll
+        for (int j = 0; j < 4; j++)
+#pragma unroll
+            for (int e = 0; e < 4; e++) acc[i][j][e] = 0.f;
+
+    for (int t = 0; t < nk; t++) {
+        la_cp_wait<MXB_S - 2>(); /* this thread's pieces of step t have landed */
+        __syncthreads();         /* everyone's; every warp is done with step t - 1 */
+        issue(t + MXB_S - 1);    /* into the stage of step t - 1 */
+        const __nv_bfloat16 *a_ = sm + (t % MXB_S) * MXB_STAGE, *b_ = a_ + MX_BM * MX_LA;
+#pragma unroll
+        for (int kk = 0; kk < MX_BK / 16; kk++) {
+            uint32_t af[4][4];
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++)
+                la_ldsm4(af[mi], &a_[(wr + 16 * mi + 8 * (lj & 1) + li) * MX_LA + 16 * kk + 8 * (lj >> 1)]);
+#pragma unroll
+            for (int jp = 0; jp < 2; jp++) {
+                uint32_t bf[4];
+                la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+                for (int mi = 0; mi < 4; mi++) {
+                    la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
+                    la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
+                }
+            }
+        }
+    }
+    la_cp_wait<0>(); /* no copy in flight at exit (the empty tail groups) */
+    __nv_bfloat16 *C = Hs + z * M * SE;
+#pragma unroll
+    for (int mi = 0; mi < 4; mi++)
+#pragma unroll
+        for (int hr = 0; hr < 2; hr++) {
+            const int i = i0 + wr + 16 * mi + g + 8 * hr;
+            if (i >= Mi) continue;
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int e = e0 + wc + 8 * j + 2 * cq; /* even; SE % 8 == 0 */
+                if (e < SEi)
+                    *(__nv_bfloat162 *)&C[i * SEi + e] =
+                        __floats2bfloat162_rn(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
+            }
+        }
+}
+
 struct mct_mix_ctx {
-    const float *Wp; /* [Hw][Mp][Mp] */
+    const float *Wp; /* [Hw][Mp][Mp] (mma) */
+    const __nv_bfloat16 *Wph; /* the same in bf16 (mma_bf16s) */
     int64_t Mp, Hw;
     const lcb_mixing *split; /* mma_split: mcb_combine */
 };
+
+la_status mct_combine_bf16(const void *ctx, const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t BH,
+                           int64_t H, int64_t M, int64_t SE, cudaStream_t s) {
+    const mct_mix_ctx *c = (const mct_mix_ctx *)ctx;
+    if (SE % 8 || c->Mp % MX_BM || BH > 65535 || la_cu_cdiv(SE, MX_BN) > 65535 ||
+        c->Mp * c->Mp >= INT32_MAX || (c->Mp + MX_BK) * SE >= INT32_MAX)
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla bf16 mixing: SE = %lld, B*H = %lld",
+                      (long long)SE, (long long)BH);
+    LA_CU(cudaFuncSetAttribute(mct_mix_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)MXB_SMEM));
+    const dim3 grid((unsigned)(c->Mp / MX_BM), (unsigned)la_cu_cdiv(SE, MX_BN), (unsigned)BH);
+    mct_mix_bf16_kernel<<<grid, 256, MXB_SMEM, s>>>(c->Wph, c->Mp, H, c->Hw, S, Hs, M, SE);
+    LA_CU_LAUNCH("mct_mix_bf16_kernel");
+    return LA_OK;
+}
 
 la_status mct_combine(const void *ctx, const float *S, float *Hs, int64_t BH, int64_t H,
                       int64_t M, int64_t SE, cudaStream_t s) {
@@ -183,23 +315,27 @@ int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_te
 
 la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_tensor *q,
                       const la_tensor *k, const la_tensor *v, const la_tensor *mixing,
-                      la_tensor *out, int split, const la_context *ctx, cudaStream_t s) {
+                      la_tensor *out, int kind, const la_context *ctx, cudaStream_t s) {
     const int64_t N = q->ne[1], H = q->ne[2], M = la_cu_cdiv(N, 64);
     const int64_t Mp = la_cu_cdiv(M, MX_BM) * MX_BM;
     const int64_t WM = mixing->ne[mixing->ndim - 1], Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
+    const bool split = kind == MCT_MIX_SPLIT, bs = kind == MCT_MIX_BF16S;
     bwd_ws ws;
-    float *W, *Ws, *Wp = nullptr;
+    float *W, *Ws, *Wp = nullptr, *Wph = nullptr; /* Wph: bf16 [Hw][Mp][Mp], half of the floats */
     ws.want(&W, Hw, WM, WM);
     ws.want(&Ws, Hw, M, M);
-    if (!split) ws.want(&Wp, Hw, Mp, Mp);
+    if (kind == MCT_MIX_MMA) ws.want(&Wp, Hw, Mp, Mp);
+    if (bs) ws.want(&Wph, Hw, Mp, Mp / 2);
     LA_TRY(ws.alloc(s, "causal mhla mixing"));
     lcb_mixing mx;
     LA_TRY(mcb_mixing_prepare(mixing, M, W, Ws, &mx, s));
-    if (!split) BWD_LAUNCH(mct_strict_pad_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, Wp);
-    const mct_mix_ctx mc = {Wp, Mp, Hw, split ? &mx : nullptr};
+    if (Wp) BWD_LAUNCH(mct_strict_pad_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, Wp);
+    if (bs) BWD_LAUNCH(mct_strict_pad_bf16_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, (__nv_bfloat16 *)Wph);
+    const mct_mix_ctx mc = {Wp, (const __nv_bfloat16 *)Wph, Mp, Hw, split ? &mx : nullptr};
     lct_mixing lm;
     lm.W = W, lm.hs = Hw == 1 ? 0 : WM * WM, lm.ld = WM;
     lm.combine = mct_combine, lm.ctx = &mc;
+    lm.combine_bf16 = bs ? mct_combine_bf16 : nullptr;
     la_linear_params lp;
     la_linear_params_init(&lp);
     lp.causal = 1;
@@ -208,7 +344,7 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     lp.scale_q = scale_q;
     lp.eps = p->eps;
     lp.chunk = 64;
-    la_cu_report(ctx, "mhla_causal", split ? "mma_split" : "mma",
+    la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : "mma",
                  "B*H=%lld N=%lld blocks=%lld per-head W=%d", (long long)(q->ne[0] * H),
                  (long long)N, (long long)M, Hw != 1);
     lct_choice c;

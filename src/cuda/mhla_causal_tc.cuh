@@ -12,11 +12,14 @@
     "rows, B*H <= 65535, chunk 64, normalize none or per_query"
 int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
                  const la_tensor *v, const la_tensor *out);
+/* the mixing of the block states: bf16 GEMM on fp32 states ("mma"), the
+ * fp32-accurate split-bf16 one ("mma_split"), bf16 GEMM on bf16 states
+ * ("mma_bf16s") */
+enum { MCT_MIX_MMA = 0, MCT_MIX_SPLIT = 1, MCT_MIX_BF16S = 2 };
 /* scale_q resolved (not 0); mixing [WM,WM] or [H,WM,WM], WM >= ceil(N/64);
- * split: the fp32-accurate split-bf16 mixing (variant "mma_split") instead
- * of the bf16 one ("mma") */
+ * kind: MCT_MIX_* */
 la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_tensor *q,
                       const la_tensor *k, const la_tensor *v, const la_tensor *mixing,
-                      la_tensor *out, int split, const la_context *ctx, cudaStream_t s);
+                      la_tensor *out, int kind, const la_context *ctx, cudaStream_t s);
 
 #endif

@@ -466,8 +466,9 @@ static la_status probe_mhla_causal(la_context *ctx) {
  * D = Dv in {32, 64, 128}, the feature maps, normalize none and per_query,
  * shared and per-head random W (its upper triangle and a spare row and
  * column must be ignored), permuted views; the default on views it does not
- * take (padded rows, f16, D = 63, chunk 7), the forced portable engine and
- * "mma_split" (the fp32-accurate mixing);
+ * take (padded rows, f16, D = 63, chunk 7), the forced portable engine,
+ * "mma_split" (the fp32-accurate mixing) and "mma_bf16s" (bf16 block states:
+ * odd N, D 128/64/32, shared and per-head W, per_query, permuted views);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
 static void mhla_causal_mma(bo_list *L) {
     bo_add_probe(L, "mhla_causal", probe_mhla_causal);
@@ -501,6 +502,20 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rx, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
     add_mhla_causal_f(&rx, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rx, 1, 4097, 1, 32, 32, 64, NO, 0, LA_BF16, 1, LA_FEATURE_RELU_EPS);
+    /* bf16 block states (mct_mix_bf16_kernel): N = 8200 has two 128-row tiles */
+    const reg rb = {L, 1, "mma_bf16s"};
+    for (int di = 0; di < 2; di++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            add_mhla_causal_f(&rb, B, N, H, D, D, 64, NO, ni & 1, LA_BF16, (ni + di) & 1,
+                              ni == 0 ? LA_FEATURE_RELU : fnone[(ni + di) % 4]);
+            add_mhla_causal_f(&rb, B, N, H, D, D, 64, PQ, (ni + 1) & 1, LA_BF16, ni & 1,
+                              fpq[(ni + di) % 3]);
+        }
+    add_mhla_causal_f(&rb, 1, 8200, 1, 32, 32, 64, PQ, 1, LA_BF16, 1, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rb, 1, 1000, 2, 32, 32, 64, NO, 0, LA_BF16, 0, LA_FEATURE_RELU);
+    const reg rbl = {L, 0, "mma_bf16s"};
+    add_mhla_causal_f(&rbl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rp, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
 }

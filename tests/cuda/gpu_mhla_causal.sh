@@ -1,7 +1,7 @@
 #!/bin/bash
 # Causal MHLA forward on the GPU machine (issue 15, family "mhla_causal",
 # src/cuda/mhla_causal_tc.cu): the sm_90a build, the harness's causal MHLA
-# forward cases on CUDA (tests/backend/cases_linear.c: mma, mma_split,
+# forward cases on CUDA (tests/backend/cases_linear.c: mma, mma_split, mma_bf16s,
 # portable and the default against the CPU path), dev/bench_gpu_mhla_causal
 # (check against portable, then B1 H12 D128 bf16 at N = 32K and 128K with
 # causal linear attention in the same run) and the plain-PyTorch peers
