@@ -388,10 +388,15 @@ static la_status probe_softmax(la_context *ctx) {
 }
 static la_status probe_sparse(la_context *ctx) {
     int64_t nq[3] = {2, 1, 16}, nkv[2] = {4, 16}, nl[2] = {2, 1}, ni[2] = {2, 2};
+    /* the forward's output is an input here, but it may not alias q (the
+     * forward's view checks apply): its own buffer, as d_out's */
     tt q = tt_new(1, 3, nq, LA_F32, 0), g = tt_new(1, 3, nq, LA_F32, 0);
+    tt o = tt_new(1, 3, nq, LA_F32, 0), go = tt_new(1, 3, nq, LA_F32, 0);
     tt kv = tt_new(1, 2, nkv, LA_F32, 0), l = tt_new(1, 2, nl, LA_F32, 0);
     tt ix = tt_new(1, 2, ni, LA_F32, 0);
     la_dev_memset(q.d, 0, (size_t)q.phys * 4);
+    la_dev_memset(o.d, 0, (size_t)o.phys * 4);
+    la_dev_memset(go.d, 0, (size_t)go.phys * 4);
     la_dev_memset(kv.d, 0, (size_t)kv.phys * 4);
     la_dev_memset(l.d, 0, (size_t)l.phys * 4);
     la_dev_memset(ix.d, 0, (size_t)ix.phys * 4);
@@ -400,9 +405,9 @@ static la_status probe_sparse(la_context *ctx) {
     la_sparse_attn_params p;
     la_sparse_attn_params_init(&p);
     p.dv = 16;
-    la_status s = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx, &q.t, &l.t, &q.t, &g.t, NULL, ctx);
+    la_status s = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx, &o.t, &l.t, &go.t, &g.t, NULL, ctx);
     la_dev_synchronize();
-    tt_free(&q), tt_free(&g), tt_free(&kv), tt_free(&l), tt_free(&ix);
+    tt_free(&q), tt_free(&g), tt_free(&o), tt_free(&go), tt_free(&kv), tt_free(&l), tt_free(&ix);
     return s;
 }
 
