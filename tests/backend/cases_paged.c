@@ -42,6 +42,15 @@ typedef struct cfg {
     int tcq; /* q in the cache's tensor-core dtype (bf16 cache: bf16 q, fp8: e4m3 q), else f32 */
 } cfg;
 
+/* the position in a sequence of a cache slot (page * PS + offset) through
+ * its block-table row; -1 for a negative slot, PS * maxp (past every
+ * context) for a slot of a page the row does not hold */
+static int32_t slot_position(const int32_t *row, int64_t maxp, int32_t slot) {
+    if (slot < 0) return -1;
+    for (int64_t j = 0; j < maxp; j++)
+        if (row[j] == slot / PS) return (int32_t)(j * PS + slot % PS);
+    return (int32_t)(maxp * PS);
+}
 static double score64(const float *q, const float *w, const float *k, int64_t HI, int64_t dI) {
     double a = 0;
     for (int64_t h = 0; h < HI; h++) {
@@ -384,13 +393,17 @@ static void run_paged(const void *arg) {
                         exact_rows++;
                         continue;
                     }
-                    /* near-tie check on the selections' float64 scores (positions only) */
-                    if (slots) { bad++; continue; }
+                    /* near-tie check on the selections' float64 scores, at the
+                     * positions (a slot output is mapped back through the
+                     * sequence's block table; a slot of another sequence's
+                     * page maps to no position and fails) */
                     double *a = malloc(sizeof(double) * (size_t)topk), *b = malloc(sizeof(double) * (size_t)topk);
                     int64_t na = 0, nb = 0, oob = 0;
                     for (int64_t i = 0; i < topk; i++) {
-                        const int32_t x = ih[t * topk + i], y = id[t * topk + i];
-                        if (x >= 0) a[na++] = score64(q + t * HI * dI, w + t * HI, keys[s] + (int64_t)x * dI, HI, dI);
+                        int32_t x = ih[t * topk + i], y = id[t * topk + i];
+                        if (slots) x = slot_position(table + s * maxp, maxp, x), y = slot_position(table + s * maxp, maxp, y);
+                        if (x >= C->lens[s]) oob++;
+                        else if (x >= 0) a[na++] = score64(q + t * HI * dI, w + t * HI, keys[s] + (int64_t)x * dI, HI, dI);
                         if (y >= 0 && y < C->lens[s]) b[nb++] = score64(q + t * HI * dI, w + t * HI, keys[s] + (int64_t)y * dI, HI, dI);
                         else if (y >= 0) oob++;
                     }
