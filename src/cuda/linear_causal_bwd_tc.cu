@@ -523,7 +523,10 @@ int lcb_eligible(const la_linear_params *p, const la_tensor *q, const la_tensor 
     if ((DH != 64 && DH != 128) || v->ne[3] != DH) return 0;
     if (p->normalize && (want_dS_in || p->feature == LA_FEATURE_IDENTITY)) return 0;
     const int64_t BH = q->ne[0] * q->ne[2];
-    if (BH < 1 || BH > 65535 || q->ne[1] < 1) return 0;
+    /* at least one full chunk: below it the state form's bf16 rounding of the
+     * D x Dv state is not amortized over tokens (one-token dv/dq/dk errors
+     * reach twice a plain bf16 formula's), and the fp32 engine costs nothing */
+    if (BH < 1 || BH > 65535 || q->ne[1] < 64) return 0;
     return lc_view_ok(q, DH) && lc_view_ok(k, DH) && lc_view_ok(v, DH) && lc_view_ok(d_out, DH) &&
            lc_view_ok(dq, DH) && lc_view_ok(dk, DH) && lc_view_ok(dv, DH);
 }

@@ -24,7 +24,7 @@ struct lcb_problem {
  * verbose line says the same). want_dS_in: d_S_in or d_z_in asked for. */
 #define LCB_NEEDS                                                                              \
     "causal: bf16 views with D = Dv in {64, 128}, unit inner stride, 16-byte aligned rows, "  \
-    "B*H <= 65535; with normalize: no identity feature and no d_S_in / d_z_in"
+    "N >= 64, B*H <= 65535; with normalize: no identity feature and no d_S_in / d_z_in"
 int lcb_eligible(const la_linear_params *p, const la_tensor *q, const la_tensor *k,
                  const la_tensor *v, const la_tensor *d_out, const la_tensor *dq,
                  const la_tensor *dk, const la_tensor *dv, int want_dS_in);

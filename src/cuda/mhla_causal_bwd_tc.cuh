@@ -9,7 +9,8 @@
 
 #define MCB_NEEDS                                                                              \
     "bf16 views with D = Dv in {64, 128}, unit inner stride, 16-byte aligned rows, "          \
-    "B*H <= 65535, chunk 64, normalize none or per_query (per_query: no identity feature); "  \
+    "N >= 64, B*H <= 65535, chunk 64, normalize none or per_query (per_query: no identity "   \
+    "feature); "                                                                               \
     "with d_mixing (held to fp32 accuracy): normalize none and feature relu, relu_eps or "    \
     "identity"
 int mcb_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
