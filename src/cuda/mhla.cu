@@ -83,7 +83,8 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
     /* family "mhla_causal": "mma" (mhla_causal_tc.cu) where it takes the views, else the
      * portable engine (lf_select, with the variant forced for "mhla" if any) */
     const char *v = la_context_variant(ctx, "mhla_causal");
-    const int kind_default = MCT_MIX_MMA; /* the mixing when no variant is forced */
+    /* the mixing when no variant is forced: bf16 block states (mma keeps them in fp32) */
+    const int kind_default = MCT_MIX_BF16S;
     const int kind = !v                         ? kind_default
                      : !strcmp(v, "mma_split") ? MCT_MIX_SPLIT
                      : !strcmp(v, "mma_bf16s") ? MCT_MIX_BF16S
