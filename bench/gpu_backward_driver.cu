@@ -220,11 +220,13 @@ int main(int argc, char **argv) {
         peak = pool_peak_mb();
     } else if (!strncmp(w, "sparse", 6)) {
         /* sparse256: T 256; sparse4k[_portable|_atomic]: T 4096 (the issue's
-         * shape), with variant portable / mma_atomic of sparse_attn_bwd forced */
+         * shape); variant mma of sparse_attn_bwd forced (opt-in until a device
+         * run of the harness has passed it), or portable / mma_atomic */
         const int64_t T = !strncmp(w, "sparse4k", 8) ? 4096 : 256, Hq = 128, L = 4096, K = 2048,
                       Dqk = 576, Dv = 512;
-        if (strstr(w, "_portable")) la_context_set_variant(ctx, "sparse_attn_bwd", "portable");
-        if (strstr(w, "_atomic")) la_context_set_variant(ctx, "sparse_attn_bwd", "mma_atomic");
+        la_context_set_variant(ctx, "sparse_attn_bwd", strstr(w, "_portable") ? "portable"
+                                                       : strstr(w, "_atomic")  ? "mma_atomic"
+                                                                               : "mma");
         int64_t nq[3] = {T, Hq, Dqk}, nkv[2] = {L, Dqk}, no[3] = {T, Hq, Dv}, nl[2] = {T, Hq}, ni[2] = {T, K};
         la_tensor q = dev_tensor(3, nq, LA_BF16, 1, 1), kv = dev_tensor(2, nkv, LA_BF16, 1, 2),
                   go = dev_tensor(3, no, LA_BF16, 1, 4);
