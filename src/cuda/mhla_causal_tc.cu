@@ -77,6 +77,31 @@ __device__ __forceinline__ uint2 mct_pack4(float4 x) {
     return u;
 }
 
+/* One MX_BK step of a warp's 64x32 tile of the mixing GEMM (both mixing
+ * kernels): A fragments of four 16-row slices by ldmatrix, B fragments
+ * transposed, 4x4 m16n8k16 products into acc. */
+__device__ __forceinline__ void mct_mix_step(float (&acc)[4][4][4], const __nv_bfloat16 *a_,
+                                             const __nv_bfloat16 *b_, int wr, int wc, int li,
+                                             int lj) {
+#pragma unroll
+    for (int kk = 0; kk < MX_BK / 16; kk++) {
+        uint32_t af[4][4];
+#pragma unroll
+        for (int mi = 0; mi < 4; mi++)
+            la_ldsm4(af[mi], &a_[(wr + 16 * mi + 8 * (lj & 1) + li) * MX_LA + 16 * kk + 8 * (lj >> 1)]);
+#pragma unroll
+        for (int jp = 0; jp < 2; jp++) {
+            uint32_t bf[4];
+            la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
+#pragma unroll
+            for (int mi = 0; mi < 4; mi++) {
+                la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
+                la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_t Mp, int64_t H,
                                                       int64_t Hw, const float *S, float *Hs,
                                                       int64_t M, int64_t SE) {
@@ -127,23 +152,7 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
         const bool more = k0 + MX_BK < kend;
         if (more) fetch(k0 + MX_BK);
         const __nv_bfloat16 *a_ = sA[buf], *b_ = sB[buf];
-#pragma unroll
-        for (int kk = 0; kk < MX_BK / 16; kk++) {
-            uint32_t af[4][4];
-#pragma unroll
-            for (int mi = 0; mi < 4; mi++)
-                la_ldsm4(af[mi], &a_[(wr + 16 * mi + 8 * (lj & 1) + li) * MX_LA + 16 * kk + 8 * (lj >> 1)]);
-#pragma unroll
-            for (int jp = 0; jp < 2; jp++) {
-                uint32_t bf[4];
-                la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
-#pragma unroll
-                for (int mi = 0; mi < 4; mi++) {
-                    la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
-                    la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
-                }
-            }
-        }
+        mct_mix_step(acc, a_, b_, wr, wc, li, lj);
         if (more) stash(buf ^ 1);
         __syncthreads();
         buf ^= 1;
@@ -230,23 +239,7 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads();         /* everyone's; every warp is done with step t - 1 */
         issue(t + MXB_S - 1);    /* into the stage of step t - 1 */
         const __nv_bfloat16 *a_ = sm + (t % MXB_S) * MXB_STAGE, *b_ = a_ + MX_BM * MX_LA;
-#pragma unroll
-        for (int kk = 0; kk < MX_BK / 16; kk++) {
-            uint32_t af[4][4];
-#pragma unroll
-            for (int mi = 0; mi < 4; mi++)
-                la_ldsm4(af[mi], &a_[(wr + 16 * mi + 8 * (lj & 1) + li) * MX_LA + 16 * kk + 8 * (lj >> 1)]);
-#pragma unroll
-            for (int jp = 0; jp < 2; jp++) {
-                uint32_t bf[4];
-                la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
-#pragma unroll
-                for (int mi = 0; mi < 4; mi++) {
-                    la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
-                    la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
-                }
-            }
-        }
+        mct_mix_step(acc, a_, b_, wr, wc, li, lj);
     }
     la_cp_wait<0>(); /* no copy in flight at exit (the empty tail groups) */
     __nv_bfloat16 *C = Hs + z * M * SE;
