@@ -220,8 +220,8 @@ int main(int argc, char **argv) {
         peak = pool_peak_mb();
     } else if (!strncmp(w, "sparse", 6)) {
         /* sparse256: T 256; sparse4k[_portable|_atomic]: T 4096 (the issue's
-         * shape); variant mma of sparse_attn_bwd forced (opt-in until a device
-         * run of the harness has passed it), or portable / mma_atomic */
+         * shape); variant mma of sparse_attn_bwd (the default) forced, or
+         * portable / mma_atomic */
         const int64_t T = !strncmp(w, "sparse4k", 8) ? 4096 : 256, Hq = 128, L = 4096, K = 2048,
                       Dqk = 576, Dv = 512;
         la_context_set_variant(ctx, "sparse_attn_bwd", strstr(w, "_portable") ? "portable"

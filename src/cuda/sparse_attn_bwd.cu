@@ -102,9 +102,8 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
                                                        const la_tensor *lse,
                                                        const la_tensor *d_out, la_tensor *dq,
                                                        la_tensor *dkv, la_context *ctx) {
-    /* variants: "mma" (the tensor-core path, sparse_attn_bwd_tc.cu; opt-in
-     * until the backend harness has passed it on a device: it is checked on
-     * the host emulator only), "mma_atomic" (the same with dkv
+    /* variants: "mma" (the tensor-core path, sparse_attn_bwd_tc.cu; the
+     * default where it takes the views), "mma_atomic" (the same with dkv
      * summed by fp32 atomics: opt-in, not deterministic), "mma_rowchunk"
      * (one token per workspace chunk: bit-identical to mma, for tests),
      * "portable", and "portable_rowchunk": the portable engine one query row
@@ -125,13 +124,12 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
                                "unit inner stride and 16-byte aligned rows, 227 KB of shared memory per CTA";
     const int eligible = la_sparse_bwd_tc_eligible(p, q, kv, d_out, dq, dkv);
     if (forced_mma && !eligible) return la_cu_variant_unsupported("sparse_attn_bwd", var, need);
-    /* the tensor-core path when it is forced (see above); the default is the portable engine */
-    if (eligible && forced_mma) {
-        la_cu_report(ctx, "sparse_attn_bwd", var, "fast path");
+    if (eligible && (!var || forced_mma)) {
+        la_cu_report(ctx, "sparse_attn_bwd", var ? var : "mma", "fast path");
         return la_sparse_bwd_tc(p, q, kv, idx, out, lse, d_out, dq, dkv, mode, ctx);
     }
     la_cu_report(ctx, "sparse_attn_bwd", rowchunk ? "portable_rowchunk" : "portable", "%s",
-                 var ? "forced" : eligible ? "the default (mma is opt-in)" : need);
+                 var ? "forced" : need);
     sp_dev P;
     P.T = q->ne[0];
     P.Hq = q->ne[1];
