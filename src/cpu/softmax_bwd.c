@@ -20,11 +20,16 @@
  * s <= i + Nk − Nq); a row that sees no key (lse = −inf) has zero gradient. */
 #include "cpu/backward_cpu.h"
 #include "cpu/softmax_cpu.h"
+#include "cpu/bwd_gemm.h"
 
 #include <stdlib.h>
 
+#ifndef SB_BQ
 #define SB_BQ 128
+#endif
+#ifndef SB_BK
 #define SB_BK 128
+#endif
 
 typedef struct sb_job {
     int causal;
@@ -127,13 +132,12 @@ static void key_tile(const sb_job *j, int64_t b, int64_t hk, int64_t j0, int64_t
             const int64_t bq = j->Nq - i0 < SB_BQ ? j->Nq - i0 : SB_BQ;
             tile_p_ds(j, b, h, i0, bq, j0, bk, p, ds);
             if (dv)
-                la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(j, b, h, i0), Dv, 1.f, dva,
-                         Dv);
+                la_bwd_acc(bk, Dv, bq, 1.f, p, 1, SB_BK, do_at(j, b, h, i0), Dv, dva, Dv);
             if (dk)
-                la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(j, b, h, i0), D, 1.f, dka, D);
+                la_bwd_acc(bk, D, bq, 1.f, ds, 1, SB_BK, qs_at(j, b, h, i0), D, dka, D);
             if (dqp)
-                la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(j, b, hk, j0), D, 1.f,
-                         dqp + ((h - hk * group) * j->Nq + i0) * D, D);
+                la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(j, b, hk, j0), D,
+                           dqp + ((h - hk * group) * j->Nq + i0) * D, D);
         }
     if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
     if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
@@ -217,8 +221,7 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                 for (int64_t j0 = 0; j0 < kend; j0 += SB_BK) {
                     const int64_t bk = kend - j0 < SB_BK ? kend - j0 : SB_BK;
                     tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
-                    la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(&j, b, hk, j0), D,
-                             1.f, acc, D);
+                    la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(&j, b, hk, j0), D, acc, D);
                 }
                 la_scatter_bnhd_rows(dq, b, h, i0, bq, acc, D);
             }
