@@ -15,7 +15,9 @@
  * task per (b, h, query tile), sums dQ over the key tiles; pass B, one task
  * per (b, kv head, key tile), sums dK and dV. The one-pass order does 5 tile
  * products per tile pair instead of 7. Inputs are
- * first packed into contiguous f32 panels (Q pre-scaled), O(N·H·D) memory.
+ * first packed into contiguous f32 panels (Q pre-scaled; K and V also
+ * transposed per key tile, so that all 5 products run on la_bwd_acc without
+ * packing copies per call), O(N·H·D) memory.
  * Causal masking is bottom-right aligned like the forward (row i sees keys
  * s <= i + Nk − Nq); a row that sees no key (lse = −inf) has zero gradient. */
 #include "cpu/backward_cpu.h"
@@ -38,6 +40,9 @@ typedef struct sb_job {
     float *dO;   /* [B,H,Nq,Dv]          */
     float *kk;   /* [B,Hk,Nk,D]          */
     float *vv;   /* [B,Hk,Nk,Dv]         */
+    float *kt;   /* [B,Hk,nkt,D,SB_BK]  key tiles transposed, zero-padded */
+    float *vt;   /* [B,Hk,nkt,Dv,SB_BK] value tiles transposed, zero-padded */
+    int64_t nkt; /* key tiles per head */
     float *dl;   /* [B,H,Nq]   Δ         */
     float *ls;   /* [B,H,Nq]   lse       */
 } sb_job;
@@ -51,19 +56,19 @@ static const float *do_at(const sb_job *j, int64_t b, int64_t h, int64_t i) {
 static const float *k_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
     return j->kk + ((b * j->Hk + hk) * j->Nk + s) * j->D;
 }
-static const float *v_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
-    return j->vv + ((b * j->Hk + hk) * j->Nk + s) * j->Dv;
-}
 
 /* P and dS of query rows [i0, i0+bq) of head h against keys [j0, j0+bk):
  * p, ds are bq×bk with row stride SB_BK. */
 static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
                       int64_t bk, float *p, float *ds) {
     const int64_t hk = h / (j->H / j->Hk);
-    la_sgemm(false, true, bq, bk, j->D, 1.f, qs_at(j, b, h, i0), j->D, k_at(j, b, hk, j0), j->D,
-             0.f, p, SB_BK);
-    la_sgemm(false, true, bq, bk, j->Dv, 1.f, do_at(j, b, h, i0), j->Dv, v_at(j, b, hk, j0),
-             j->Dv, 0.f, ds, SB_BK);
+    /* S = Q·Kᵀ and dP = dO·Vᵀ against the transposed tiles (all SB_BK
+     * columns: the padding is zero), read in place. */
+    const int64_t tile = (b * j->Hk + hk) * j->nkt + j0 / SB_BK;
+    la_bwd_acc(bq, SB_BK, j->D, 1.f, qs_at(j, b, h, i0), j->D, 1, j->kt + tile * j->D * SB_BK,
+               SB_BK, p, SB_BK, 0.f);
+    la_bwd_acc(bq, SB_BK, j->Dv, 1.f, do_at(j, b, h, i0), j->Dv, 1, j->vt + tile * j->Dv * SB_BK,
+               SB_BK, ds, SB_BK, 0.f);
     const float *lrow = j->ls + (b * j->H + h) * j->Nq;
     const float *drow = j->dl + (b * j->H + h) * j->Nq;
     for (int64_t r = 0; r < bq; r++) {
@@ -108,8 +113,20 @@ static void pack_inputs(sb_job *j, float scale, const la_tensor *q, const la_ten
             }
         } else {
             const int64_t y = x - nqh, b = y / j->Hk, hk = y % j->Hk;
-            la_gather_bnhd(k, b, hk, j->kk + y * j->Nk * j->D, j->D);
-            la_gather_bnhd(v, b, hk, j->vv + y * j->Nk * j->Dv, j->Dv);
+            const float *kp = j->kk + y * j->Nk * j->D, *vp = j->vv + y * j->Nk * j->Dv;
+            la_gather_bnhd(k, b, hk, (float *)kp, j->D);
+            la_gather_bnhd(v, b, hk, (float *)vp, j->Dv);
+            for (int64_t t = 0; t < j->nkt; t++) {
+                float *kt = j->kt + (y * j->nkt + t) * j->D * SB_BK;
+                float *vt = j->vt + (y * j->nkt + t) * j->Dv * SB_BK;
+                const int64_t s0 = t * SB_BK, bk = j->Nk - s0 < SB_BK ? j->Nk - s0 : SB_BK;
+                memset(kt, 0, (size_t)(j->D * SB_BK) * sizeof(float));
+                memset(vt, 0, (size_t)(j->Dv * SB_BK) * sizeof(float));
+                for (int64_t c = 0; c < bk; c++) {
+                    for (int64_t d = 0; d < j->D; d++) kt[d * SB_BK + c] = kp[(s0 + c) * j->D + d];
+                    for (int64_t e = 0; e < j->Dv; e++) vt[e * SB_BK + c] = vp[(s0 + c) * j->Dv + e];
+                }
+            }
         }
     }
 }
@@ -132,12 +149,12 @@ static void key_tile(const sb_job *j, int64_t b, int64_t hk, int64_t j0, int64_t
             const int64_t bq = j->Nq - i0 < SB_BQ ? j->Nq - i0 : SB_BQ;
             tile_p_ds(j, b, h, i0, bq, j0, bk, p, ds);
             if (dv)
-                la_bwd_acc(bk, Dv, bq, 1.f, p, 1, SB_BK, do_at(j, b, h, i0), Dv, dva, Dv);
+                la_bwd_acc(bk, Dv, bq, 1.f, p, 1, SB_BK, do_at(j, b, h, i0), Dv, dva, Dv, 1.f);
             if (dk)
-                la_bwd_acc(bk, D, bq, 1.f, ds, 1, SB_BK, qs_at(j, b, h, i0), D, dka, D);
+                la_bwd_acc(bk, D, bq, 1.f, ds, 1, SB_BK, qs_at(j, b, h, i0), D, dka, D, 1.f);
             if (dqp)
                 la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(j, b, hk, j0), D,
-                           dqp + ((h - hk * group) * j->Nq + i0) * D, D);
+                           dqp + ((h - hk * group) * j->Nq + i0) * D, D, 1.f);
         }
     if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
     if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
@@ -160,6 +177,13 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     LA_TRY(la_mul_size(rows, (size_t)(D + Dv + 2), &nq_el, "softmax backward q/dO panels"));
     LA_TRY(la_mul_size((size_t)(j.B * j.Hk), (size_t)j.Nk, &tmp, "softmax backward keys"));
     LA_TRY(la_mul_size(tmp, (size_t)(D + Dv), &nk_el, "softmax backward k/v panels"));
+    /* and the transposed key / value tiles, zero-padded to whole tiles */
+    j.nkt = (j.Nk + SB_BK - 1) / SB_BK;
+    size_t nkt_el;
+    LA_TRY(la_mul_size((size_t)(j.B * j.Hk * j.nkt) * SB_BK, (size_t)(D + Dv), &nkt_el,
+                       "softmax backward k/v tiles"));
+    if (nk_el + nkt_el < nk_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
+    nk_el += nkt_el;
     /* One pass (dK, dV per key tile and dQ of the whole head group summed
      * in the task, FlashAttention-2's loop order) when the (batch, kv head)
      * tasks alone keep every thread busy; else two passes. */
@@ -182,11 +206,13 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     j.ls = j.dl + rows;
     j.kk = j.ls + rows;
     j.vv = j.kk + (size_t)(j.B * j.Hk * j.Nk) * D;
-    float *tiles = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
+    j.kt = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
+    j.vt = j.kt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * D;
+    float *tiles = j.vt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * Dv;
 
     pack_inputs(&j, scale, q, k, v, out, lse, d_out, threads);
 
-    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ, nkt = (j.Nk + SB_BK - 1) / SB_BK;
+    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ, nkt = j.nkt;
     const int64_t group = j.H / j.Hk;
 #pragma omp parallel num_threads(threads)
     {
@@ -221,7 +247,7 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                 for (int64_t j0 = 0; j0 < kend; j0 += SB_BK) {
                     const int64_t bk = kend - j0 < SB_BK ? kend - j0 : SB_BK;
                     tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
-                    la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(&j, b, hk, j0), D, acc, D);
+                    la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(&j, b, hk, j0), D, acc, D, 1.f);
                 }
                 la_scatter_bnhd_rows(dq, b, h, i0, bq, acc, D);
             }
