@@ -65,15 +65,18 @@ static void lb_carve(const lb_job *j, float *w, lb_scratch *s) {
     s->ddall = w + j->N * Dv;
 }
 
-/* Raw and mapped q/k rows, v rows and (optionally) d_out rows [t0, t0+n). */
-static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n, bool want_q,
-                    bool want_do, lb_scratch *s) {
+/* Raw and mapped k rows and v rows (want_kv), raw and mapped q rows (want_q),
+ * d_out rows (want_do) of [t0, t0+n). */
+static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n, bool want_kv,
+                    bool want_q, bool want_do, lb_scratch *s) {
     const int64_t D = j->D;
     const la_feature f = j->p->feature;
     const float sq = j->p->scale_q;
-    la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
-    la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
-    la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+    if (want_kv) {
+        la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
+        la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
+        la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+    }
     if (want_q) {
         la_gather_bnhd_rows(j->q, b, h, t0, n, s->qr, D);
         la_feature_map_n(f, s->qr, s->qt, n * D, sq);
@@ -166,14 +169,14 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     memset(s->dz, 0, (size_t)D * sizeof(float));
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, false, false, s);
+        lb_load(j, b, h, t0, n, true, false, false, s);
         la_sgemm(true, false, D, Dv, n, 1.f, s->kt, D, s->vv, Dv, 1.f, s->S, Dv);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->z[d] += s->kt[r * D + d];
     }
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, true, true, s);
+        lb_load(j, b, h, t0, n, false, true, true, s); /* q̃, dO: no k, v */
         if (j->p->normalize) { /* o is needed for dden only (normalize off: dden = 0) */
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
@@ -192,7 +195,7 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     if (!j->dk && !j->dv) return;
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, false, false, s);
+        lb_load(j, b, h, t0, n, true, false, false, s);
         lb_dk_dv_inter(j, n, s);
         lb_store_dk_dv(j, b, h, t0, n, s);
     }
@@ -228,7 +231,7 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
     /* forward sweep: o, g, dden, dq */
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         const int64_t n = N - c0 < C ? N - c0 : C;
-        lb_load(j, b, h, c0, n, true, true, s);
+        lb_load(j, b, h, c0, n, true, true, true, s);
         lb_masked(j, n, s, false);
         if (j->p->normalize) {
             for (int64_t r = 0; r < n; r++) {
@@ -259,7 +262,7 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
     const int64_t nch = (N + C - 1) / C;
     for (int64_t ci = nch - 1; ci >= 0; ci--) {
         const int64_t c0 = ci * C, n = N - c0 < C ? N - c0 : C;
-        lb_load(j, b, h, c0, n, true, false, s);
+        lb_load(j, b, h, c0, n, true, true, false, s);
         memcpy(s->go, s->gall + c0 * Dv, (size_t)(n * Dv) * sizeof(float));
         memcpy(s->dden, s->ddall + c0, (size_t)n * sizeof(float));
         if (j->dk || j->dv) {
