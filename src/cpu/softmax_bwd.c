@@ -7,11 +7,13 @@
  *     dP   = dO Vᵀ,   dS = P∘(dP − Δ)
  *     dQ   = scale · dS K,   dK = scale · dSᵀ Q,   dV = Pᵀ dO
  *
- * Every gradient row is owned by one task (deterministic, no atomics). When
- * the (batch, kv head) pairs alone keep the threads busy, one pass: a task per
- * (b, kv head) walks the key tiles, sums dK, dV of each over the query heads
- * of its group (GQA) and the query tiles that see it, and adds dQ into its
- * own dQ panel of the group (O(N·D) per task). Else two passes: pass A, one
+ * Every gradient row is owned by one task or summed in a fixed order
+ * (deterministic, no atomics). One pass where it needs at most SB_MAX_SEG key
+ * segments per (b, kv head) for 8 tasks per thread: a task per (b, kv head,
+ * key segment) walks its key tiles, sums dK, dV of each over the query heads
+ * of its group (GQA) and the query tiles that see it, and adds dQ into the
+ * segment's own dQ panel of the group (O(N·D) per segment); the panels are
+ * then summed in segment order. Else two passes: pass A, one
  * task per (b, h, query tile), sums dQ over the key tiles; pass B, one task
  * per (b, kv head, key tile), sums dK and dV. The one-pass order does 5 tile
  * products per tile pair instead of 7. Inputs are
@@ -32,6 +34,7 @@
 #ifndef SB_BK
 #define SB_BK 128
 #endif
+#define SB_MAX_SEG 8 /* key segments per (batch, kv head) in the one-pass order */
 
 typedef struct sb_job {
     int causal;
@@ -184,15 +187,24 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                        "softmax backward k/v tiles"));
     if (nk_el + nkt_el < nk_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
     nk_el += nkt_el;
-    /* One pass (dK, dV per key tile and dQ of the whole head group summed
-     * in the task, FlashAttention-2's loop order) when the (batch, kv head)
-     * tasks alone keep every thread busy; else two passes. */
-    const int one_pass = j.B * j.Hk >= threads;
+    /* One pass (FlashAttention-2's loop order): a task per (batch, kv head,
+     * key segment) sums dK, dV of its key tiles and adds dQ of the whole
+     * head group into the segment's own dQ panel; the panels are summed
+     * afterwards in segment order. The segments (≥ 8 tasks per thread, so
+     * that a thread preempted on a shared machine delays little) cost
+     * nseg × (dQ size) of workspace: beyond SB_MAX_SEG, two passes instead. */
+    const int64_t nkv = j.B * j.Hk, nkt = j.nkt;
+    int64_t nseg = (8 * (int64_t)threads + nkv - 1) / (nkv > 0 ? nkv : 1);
+    if (nseg > nkt) nseg = nkt;
+    if (nseg < 1) nseg = 1;
+    const int one_pass = nseg <= SB_MAX_SEG;
+    const int64_t seg_tiles = (nkt + nseg - 1) / nseg;
     size_t per_thread = 2 * SB_BQ * SB_BK + (size_t)SB_BK * (D + Dv) + (size_t)SB_BQ * D;
-    if (one_pass) {
-        size_t dqp;
-        LA_TRY(la_mul_size((size_t)(j.H / j.Hk) * (size_t)j.Nq, (size_t)D, &dqp, "softmax backward dQ panel"));
-        per_thread += dqp;
+    size_t dq_el = 0;
+    if (one_pass && dq) {
+        LA_TRY(la_mul_size(rows * (size_t)nseg, (size_t)D, &dq_el, "softmax backward dQ panels"));
+        if (nk_el + dq_el < nk_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
+        nk_el += dq_el;
     }
     LA_TRY(la_mul_size(per_thread, (size_t)threads, &tmp, "softmax backward tiles"));
     total = nq_el + nk_el + tmp;
@@ -208,11 +220,12 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     j.vv = j.kk + (size_t)(j.B * j.Hk * j.Nk) * D;
     j.kt = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
     j.vt = j.kt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * D;
-    float *tiles = j.vt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * Dv;
+    float *dqs = j.vt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * Dv; /* [nseg][B][H][Nq][D] */
+    float *tiles = dqs + dq_el;
 
     pack_inputs(&j, scale, q, k, v, out, lse, d_out, threads);
 
-    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ, nkt = j.nkt;
+    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ;
     const int64_t group = j.H / j.Hk;
 #pragma omp parallel num_threads(threads)
     {
@@ -220,16 +233,25 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
         float *ds = p + SB_BQ * SB_BK;
         float *acc = ds + SB_BQ * SB_BK; /* pass A: bq×D; pass B: bk×D then bk×Dv */
         if (one_pass) {
-            float *dqp = acc + SB_BK * (D + Dv); /* [group][Nq][D] */
 #pragma omp for schedule(dynamic)
-            for (int64_t x = 0; x < j.B * j.Hk; x++) {
-                const int64_t b = x / j.Hk, hk = x % j.Hk;
-                if (dq) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
-                for (int64_t j0 = 0; j0 < j.Nk; j0 += SB_BK)
-                    key_tile(&j, b, hk, j0, group, scale, p, ds, acc, dk, dv, dq ? dqp : NULL);
-                if (dq)
-                    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-                        la_scatter_bnhd_rows(dq, b, h, 0, j.Nq, dqp + (h - hk * group) * j.Nq * D, D);
+            for (int64_t x = 0; x < nkv * nseg; x++) {
+                const int64_t b = x / (j.Hk * nseg), hk = (x / nseg) % j.Hk, sg = x % nseg;
+                float *dqp = dq ? dqs + ((sg * j.B + b) * j.H + hk * group) * j.Nq * D : NULL;
+                if (dqp) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
+                const int64_t t1 = (sg + 1) * seg_tiles < nkt ? (sg + 1) * seg_tiles : nkt;
+                for (int64_t t = sg * seg_tiles; t < t1; t++)
+                    key_tile(&j, b, hk, t * SB_BK, group, scale, p, ds, acc, dk, dv, dqp);
+            }
+            if (dq) {
+#pragma omp for schedule(dynamic)
+                for (int64_t x = 0; x < j.B * j.H; x++) {
+                    float *d0 = dqs + x * j.Nq * D;
+                    for (int64_t sg = 1; sg < nseg; sg++) {
+                        const float *dsg = dqs + (sg * j.B * j.H + x) * j.Nq * D;
+                        for (int64_t e = 0; e < j.Nq * D; e++) d0[e] += dsg[e];
+                    }
+                    la_scatter_bnhd_rows(dq, x / j.H, x % j.H, 0, j.Nq, d0, D);
+                }
             }
         }
         if (dq && !one_pass) {
