@@ -84,6 +84,38 @@ static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n
     if (want_do) la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, j->Dv);
 }
 
+/* Rows [t0, t0+n) of head (b, h) of t in place: the f32 row pointer and
+ * its row stride (*ld), or NULL where t is not f32 with unit inner stride
+ * and a row stride that BLAS takes. */
+static const float *lb_rows_f32(const la_tensor *t, int64_t b, int64_t h, int64_t t0, int64_t *ld) {
+    if (t->dtype != LA_F32 || t->nb[3] != 1 || t->nb[1] < t->ne[3]) return NULL;
+    *ld = t->nb[1];
+    return (const float *)t->data + la_off4(t, b, t0, h, 0);
+}
+
+/* The non-causal passes' k and v rows [t0, t0+n): k̃ into s->kt; raw k
+ * (*kr, row stride *ldk) and v (*vr, *ldv) read in place where the views
+ * allow, else gathered into s->kr and s->vv. */
+static void lb_load_kv(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n,
+                       lb_scratch *s, const float **kr, int64_t *ldk, const float **vr,
+                       int64_t *ldv) {
+    const int64_t D = j->D;
+    *kr = lb_rows_f32(j->k, b, h, t0, ldk);
+    if (*kr) {
+        for (int64_t r = 0; r < n; r++)
+            la_feature_map_n(j->p->feature, *kr + r * *ldk, s->kt + r * D, D, 1.f);
+    } else {
+        la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
+        la_feature_map_n(j->p->feature, s->kr, s->kt, n * D, 1.f);
+        *kr = s->kr, *ldk = D;
+    }
+    *vr = lb_rows_f32(j->v, b, h, t0, ldv);
+    if (!*vr) {
+        la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+        *vr = s->vv, *ldv = j->Dv;
+    }
+}
+
 /* o, den → g (in s->go, replacing dO) and dden for n rows. */
 static void lb_g(const lb_job *j, int64_t n, lb_scratch *s) {
     const int64_t Dv = j->Dv;
@@ -169,8 +201,10 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     memset(s->dz, 0, (size_t)D * sizeof(float));
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, true, false, false, s);
-        la_sgemm(true, false, D, Dv, n, 1.f, s->kt, D, s->vv, Dv, 1.f, s->S, Dv);
+        const float *kr, *vr;
+        int64_t ldk, ldv;
+        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
+        la_sgemm(true, false, D, Dv, n, 1.f, s->kt, D, vr, ldv, 1.f, s->S, Dv);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->z[d] += s->kt[r * D + d];
     }
@@ -195,9 +229,21 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     if (!j->dk && !j->dv) return;
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, true, false, false, s);
-        lb_dk_dv_inter(j, n, s);
-        lb_store_dk_dv(j, b, h, t0, n, s);
+        const float *kr, *vr;
+        int64_t ldk, ldv;
+        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
+        /* dk̃ = V dS̄ᵀ + dz̄, dv = K̃ dS̄; dk = φ'(k)∘dk̃ */
+        la_sgemm(false, true, n, D, Dv, 1.f, vr, ldv, s->dS, Dv, 0.f, s->dkt, D);
+        la_sgemm(false, false, n, Dv, D, 1.f, s->kt, D, s->dS, Dv, 0.f, s->dvv, Dv);
+        if (j->dk) {
+            for (int64_t r = 0; r < n; r++) {
+                float *g = s->dkt + r * D;
+                for (int64_t d = 0; d < D; d++) g[d] += s->dz[d];
+                la_feature_grad_n(j->p->feature, kr + r * ldk, g, D, 1.f);
+            }
+            la_scatter_bnhd_rows(j->dk, b, h, t0, n, s->dkt, D);
+        }
+        if (j->dv) la_scatter_bnhd_rows(j->dv, b, h, t0, n, s->dvv, Dv);
     }
 }
 
