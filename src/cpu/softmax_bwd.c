@@ -62,7 +62,7 @@ static const float *k_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
 
 /* P and dS of query rows [i0, i0+bq) of head h against keys [j0, j0+bk):
  * p, ds are bq×bk with row stride SB_BK. */
-static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
+LA_VEC512 static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
                       int64_t bk, float *p, float *ds) {
     const int64_t hk = h / (j->H / j->Hk);
     /* S = Q·Kᵀ and dP = dO·Vᵀ against the transposed tiles (all SB_BK
@@ -76,7 +76,7 @@ static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t
     const float *drow = j->dl + (b * j->H + h) * j->Nq;
     for (int64_t r = 0; r < bq; r++) {
         const int64_t i = i0 + r;
-        float *pr = p + r * SB_BK, *dr = ds + r * SB_BK;
+        float *restrict pr = p + r * SB_BK, *restrict dr = ds + r * SB_BK;
         const float L = lrow[i], dd = drow[i];
         int64_t lim = bk; /* visible columns [0, lim) */
         if (j->causal) {
