@@ -210,7 +210,17 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     }
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, false, true, true, s); /* q̃, dO: no k, v */
+        /* q̃ (raw q in place where the view allows) and dO: no k, v */
+        int64_t ldq;
+        const float *qr = lb_rows_f32(j->q, b, h, t0, &ldq);
+        if (qr) {
+            for (int64_t r = 0; r < n; r++)
+                la_feature_map_n(j->p->feature, qr + r * ldq, s->qt + r * D, D, j->p->scale_q);
+            la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, Dv);
+        } else {
+            lb_load(j, b, h, t0, n, false, true, true, s);
+            qr = s->qr, ldq = D;
+        }
         if (j->p->normalize) { /* o is needed for dden only (normalize off: dden = 0) */
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
@@ -222,7 +232,9 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
         lb_g(j, n, s);
         if (j->dq) {
             lb_dqt_inter(j, n, s);
-            lb_store_dq(j, b, h, t0, n, s);
+            for (int64_t r = 0; r < n; r++)
+                la_feature_grad_n(j->p->feature, qr + r * ldq, s->dqt + r * D, D, j->p->scale_q);
+            la_scatter_bnhd_rows(j->dq, b, h, t0, n, s->dqt, D);
         }
         lb_accum_dstate(j, n, s);
     }
