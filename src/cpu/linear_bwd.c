@@ -22,6 +22,7 @@
  * product is a la_sgemm; each gradient element is written by one task. */
 #include "cpu/backward_cpu.h"
 #include "cpu/linear_cpu.h"
+#include "cpu/bwd_gemm.h"
 
 #include <stdlib.h>
 
@@ -160,7 +161,7 @@ static void lb_dqt_inter(const lb_job *j, int64_t n, lb_scratch *s) {
 /* dS̄ += Q̃ᵀ G, dz̄ += Q̃ᵀ dden. */
 static void lb_accum_dstate(const lb_job *j, int64_t n, lb_scratch *s) {
     const int64_t D = j->D, Dv = j->Dv;
-    la_sgemm(true, false, D, Dv, n, 1.f, s->qt, D, s->go, Dv, 1.f, s->dS, Dv);
+    la_bwd_acc(D, Dv, n, 1.f, s->qt, 1, D, s->go, Dv, s->dS, Dv, 1.f); /* Q̃ᵀ read in place */
     if (j->p->normalize)
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->dz[d] += s->dden[r] * s->qt[r * D + d];
@@ -204,7 +205,7 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
         const float *kr, *vr;
         int64_t ldk, ldv;
         lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
-        la_sgemm(true, false, D, Dv, n, 1.f, s->kt, D, vr, ldv, 1.f, s->S, Dv);
+        la_bwd_acc(D, Dv, n, 1.f, s->kt, 1, D, vr, ldv, s->S, Dv, 1.f);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->z[d] += s->kt[r * D + d];
     }
@@ -239,14 +240,18 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
         lb_accum_dstate(j, n, s);
     }
     if (!j->dk && !j->dv) return;
+    /* dS̄ᵀ into s->S (S is not needed any more): dk̃ = V·dS̄ᵀ as a plain product */
+    float *dST = s->S;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t e = 0; e < Dv; e++) dST[e * D + d] = s->dS[d * Dv + e];
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
         const float *kr, *vr;
         int64_t ldk, ldv;
         lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
         /* dk̃ = V dS̄ᵀ + dz̄, dv = K̃ dS̄; dk = φ'(k)∘dk̃ */
-        la_sgemm(false, true, n, D, Dv, 1.f, vr, ldv, s->dS, Dv, 0.f, s->dkt, D);
-        la_sgemm(false, false, n, Dv, D, 1.f, s->kt, D, s->dS, Dv, 0.f, s->dvv, Dv);
+        la_bwd_acc(n, D, Dv, 1.f, vr, ldv, 1, dST, D, s->dkt, D, 0.f);
+        la_bwd_acc(n, Dv, D, 1.f, s->kt, D, 1, s->dS, Dv, s->dvv, Dv, 0.f);
         if (j->dk) {
             for (int64_t r = 0; r < n; r++) {
                 float *g = s->dkt + r * D;
