@@ -22,6 +22,7 @@
  * product is a la_sgemm; each gradient element is written by one task. */
 #include "cpu/backward_cpu.h"
 #include "cpu/linear_cpu.h"
+#include "cpu/bwd_gemm.h"
 
 #include <stdlib.h>
 
@@ -65,20 +66,55 @@ static void lb_carve(const lb_job *j, float *w, lb_scratch *s) {
     s->ddall = w + j->N * Dv;
 }
 
-/* Raw and mapped q/k rows, v rows and (optionally) d_out rows [t0, t0+n). */
-static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n, bool want_q,
-                    bool want_do, lb_scratch *s) {
+/* Raw and mapped k rows and v rows (want_kv), raw and mapped q rows (want_q),
+ * d_out rows (want_do) of [t0, t0+n). */
+static void lb_load(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n, bool want_kv,
+                    bool want_q, bool want_do, lb_scratch *s) {
     const int64_t D = j->D;
     const la_feature f = j->p->feature;
     const float sq = j->p->scale_q;
-    la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
-    la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
-    la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+    if (want_kv) {
+        la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
+        la_feature_map_n(f, s->kr, s->kt, n * D, 1.f);
+        la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+    }
     if (want_q) {
         la_gather_bnhd_rows(j->q, b, h, t0, n, s->qr, D);
         la_feature_map_n(f, s->qr, s->qt, n * D, sq);
     }
     if (want_do) la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, j->Dv);
+}
+
+/* Rows [t0, t0+n) of head (b, h) of t in place: the f32 row pointer and
+ * its row stride (*ld), or NULL where t is not f32 with unit inner stride
+ * and a row stride that BLAS takes. */
+static const float *lb_rows_f32(const la_tensor *t, int64_t b, int64_t h, int64_t t0, int64_t *ld) {
+    if (t->dtype != LA_F32 || t->nb[3] != 1 || t->nb[1] < t->ne[3]) return NULL;
+    *ld = t->nb[1];
+    return (const float *)t->data + la_off4(t, b, t0, h, 0);
+}
+
+/* The non-causal passes' k and v rows [t0, t0+n): k̃ into s->kt; raw k
+ * (*kr, row stride *ldk) and v (*vr, *ldv) read in place where the views
+ * allow, else gathered into s->kr and s->vv. */
+static void lb_load_kv(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n,
+                       lb_scratch *s, const float **kr, int64_t *ldk, const float **vr,
+                       int64_t *ldv) {
+    const int64_t D = j->D;
+    *kr = lb_rows_f32(j->k, b, h, t0, ldk);
+    if (*kr) {
+        for (int64_t r = 0; r < n; r++)
+            la_feature_map_n(j->p->feature, *kr + r * *ldk, s->kt + r * D, D, 1.f);
+    } else {
+        la_gather_bnhd_rows(j->k, b, h, t0, n, s->kr, D);
+        la_feature_map_n(j->p->feature, s->kr, s->kt, n * D, 1.f);
+        *kr = s->kr, *ldk = D;
+    }
+    *vr = lb_rows_f32(j->v, b, h, t0, ldv);
+    if (!*vr) {
+        la_gather_bnhd_rows(j->v, b, h, t0, n, s->vv, j->Dv);
+        *vr = s->vv, *ldv = j->Dv;
+    }
 }
 
 /* o, den → g (in s->go, replacing dO) and dden for n rows. */
@@ -125,7 +161,7 @@ static void lb_dqt_inter(const lb_job *j, int64_t n, lb_scratch *s) {
 /* dS̄ += Q̃ᵀ G, dz̄ += Q̃ᵀ dden. */
 static void lb_accum_dstate(const lb_job *j, int64_t n, lb_scratch *s) {
     const int64_t D = j->D, Dv = j->Dv;
-    la_sgemm(true, false, D, Dv, n, 1.f, s->qt, D, s->go, Dv, 1.f, s->dS, Dv);
+    la_bwd_acc(D, Dv, n, 1.f, s->qt, 1, D, s->go, Dv, s->dS, Dv, 1.f); /* Q̃ᵀ read in place */
     if (j->p->normalize)
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->dz[d] += s->dden[r] * s->qt[r * D + d];
@@ -166,14 +202,26 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
     memset(s->dz, 0, (size_t)D * sizeof(float));
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, false, false, s);
-        la_sgemm(true, false, D, Dv, n, 1.f, s->kt, D, s->vv, Dv, 1.f, s->S, Dv);
+        const float *kr, *vr;
+        int64_t ldk, ldv;
+        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
+        la_bwd_acc(D, Dv, n, 1.f, s->kt, 1, D, vr, ldv, s->S, Dv, 1.f);
         for (int64_t r = 0; r < n; r++)
             for (int64_t d = 0; d < D; d++) s->z[d] += s->kt[r * D + d];
     }
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, true, true, s);
+        /* q̃ (raw q in place where the view allows) and dO: no k, v */
+        int64_t ldq;
+        const float *qr = lb_rows_f32(j->q, b, h, t0, &ldq);
+        if (qr) {
+            for (int64_t r = 0; r < n; r++)
+                la_feature_map_n(j->p->feature, qr + r * ldq, s->qt + r * D, D, j->p->scale_q);
+            la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, Dv);
+        } else {
+            lb_load(j, b, h, t0, n, false, true, true, s);
+            qr = s->qr, ldq = D;
+        }
         if (j->p->normalize) { /* o is needed for dden only (normalize off: dden = 0) */
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
@@ -185,16 +233,34 @@ static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
         lb_g(j, n, s);
         if (j->dq) {
             lb_dqt_inter(j, n, s);
-            lb_store_dq(j, b, h, t0, n, s);
+            for (int64_t r = 0; r < n; r++)
+                la_feature_grad_n(j->p->feature, qr + r * ldq, s->dqt + r * D, D, j->p->scale_q);
+            la_scatter_bnhd_rows(j->dq, b, h, t0, n, s->dqt, D);
         }
         lb_accum_dstate(j, n, s);
     }
     if (!j->dk && !j->dv) return;
+    /* dS̄ᵀ into s->S (S is not needed any more): dk̃ = V·dS̄ᵀ as a plain product */
+    float *dST = s->S;
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t e = 0; e < Dv; e++) dST[e * D + d] = s->dS[d * Dv + e];
     for (int64_t t0 = 0; t0 < N; t0 += R) {
         const int64_t n = N - t0 < R ? N - t0 : R;
-        lb_load(j, b, h, t0, n, false, false, s);
-        lb_dk_dv_inter(j, n, s);
-        lb_store_dk_dv(j, b, h, t0, n, s);
+        const float *kr, *vr;
+        int64_t ldk, ldv;
+        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
+        /* dk̃ = V dS̄ᵀ + dz̄, dv = K̃ dS̄; dk = φ'(k)∘dk̃ */
+        la_bwd_acc(n, D, Dv, 1.f, vr, ldv, 1, dST, D, s->dkt, D, 0.f);
+        la_bwd_acc(n, Dv, D, 1.f, s->kt, D, 1, s->dS, Dv, s->dvv, Dv, 0.f);
+        if (j->dk) {
+            for (int64_t r = 0; r < n; r++) {
+                float *g = s->dkt + r * D;
+                for (int64_t d = 0; d < D; d++) g[d] += s->dz[d];
+                la_feature_grad_n(j->p->feature, kr + r * ldk, g, D, 1.f);
+            }
+            la_scatter_bnhd_rows(j->dk, b, h, t0, n, s->dkt, D);
+        }
+        if (j->dv) la_scatter_bnhd_rows(j->dv, b, h, t0, n, s->dvv, Dv);
     }
 }
 
@@ -228,7 +294,7 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
     /* forward sweep: o, g, dden, dq */
     for (int64_t c0 = 0; c0 < N; c0 += C) {
         const int64_t n = N - c0 < C ? N - c0 : C;
-        lb_load(j, b, h, c0, n, true, true, s);
+        lb_load(j, b, h, c0, n, true, true, true, s);
         lb_masked(j, n, s, false);
         if (j->p->normalize) {
             for (int64_t r = 0; r < n; r++) {
@@ -259,7 +325,7 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
     const int64_t nch = (N + C - 1) / C;
     for (int64_t ci = nch - 1; ci >= 0; ci--) {
         const int64_t c0 = ci * C, n = N - c0 < C ? N - c0 : C;
-        lb_load(j, b, h, c0, n, true, false, s);
+        lb_load(j, b, h, c0, n, true, true, false, s);
         memcpy(s->go, s->gall + c0 * Dv, (size_t)(n * Dv) * sizeof(float));
         memcpy(s->dden, s->ddall + c0, (size_t)n * sizeof(float));
         if (j->dk || j->dv) {

@@ -7,24 +7,34 @@
  *     dP   = dO Vᵀ,   dS = P∘(dP − Δ)
  *     dQ   = scale · dS K,   dK = scale · dSᵀ Q,   dV = Pᵀ dO
  *
- * Every gradient row is owned by one task (deterministic, no atomics). When
- * the (batch, kv head) pairs alone keep the threads busy, one pass: a task per
- * (b, kv head) walks the key tiles, sums dK, dV of each over the query heads
- * of its group (GQA) and the query tiles that see it, and adds dQ into its
- * own dQ panel of the group (O(N·D) per task). Else two passes: pass A, one
+ * Every gradient row is owned by one task or summed in a fixed order
+ * (deterministic, no atomics). One pass where it needs at most SB_MAX_SEG key
+ * segments per (b, kv head) for 8 tasks per thread: a task per (b, kv head,
+ * key segment) walks its key tiles, sums dK, dV of each over the query heads
+ * of its group (GQA) and the query tiles that see it, and adds dQ into the
+ * segment's own dQ panel of the group (O(N·D) per segment); the panels are
+ * then summed in segment order. Else two passes: pass A, one
  * task per (b, h, query tile), sums dQ over the key tiles; pass B, one task
  * per (b, kv head, key tile), sums dK and dV. The one-pass order does 5 tile
  * products per tile pair instead of 7. Inputs are
- * first packed into contiguous f32 panels (Q pre-scaled), O(N·H·D) memory.
+ * first packed into contiguous f32 panels (Q pre-scaled; K and V also
+ * transposed per key tile, so that all 5 products run on la_bwd_acc without
+ * packing copies per call), O(N·H·D) memory.
  * Causal masking is bottom-right aligned like the forward (row i sees keys
  * s <= i + Nk − Nq); a row that sees no key (lse = −inf) has zero gradient. */
 #include "cpu/backward_cpu.h"
 #include "cpu/softmax_cpu.h"
+#include "cpu/bwd_gemm.h"
 
 #include <stdlib.h>
 
+#ifndef SB_BQ
 #define SB_BQ 128
+#endif
+#ifndef SB_BK
 #define SB_BK 128
+#endif
+#define SB_MAX_SEG 8 /* key segments per (batch, kv head) in the one-pass order */
 
 typedef struct sb_job {
     int causal;
@@ -33,6 +43,9 @@ typedef struct sb_job {
     float *dO;   /* [B,H,Nq,Dv]          */
     float *kk;   /* [B,Hk,Nk,D]          */
     float *vv;   /* [B,Hk,Nk,Dv]         */
+    float *kt;   /* [B,Hk,nkt,D,SB_BK]  key tiles transposed, zero-padded */
+    float *vt;   /* [B,Hk,nkt,Dv,SB_BK] value tiles transposed, zero-padded */
+    int64_t nkt; /* key tiles per head */
     float *dl;   /* [B,H,Nq]   Δ         */
     float *ls;   /* [B,H,Nq]   lse       */
 } sb_job;
@@ -46,24 +59,24 @@ static const float *do_at(const sb_job *j, int64_t b, int64_t h, int64_t i) {
 static const float *k_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
     return j->kk + ((b * j->Hk + hk) * j->Nk + s) * j->D;
 }
-static const float *v_at(const sb_job *j, int64_t b, int64_t hk, int64_t s) {
-    return j->vv + ((b * j->Hk + hk) * j->Nk + s) * j->Dv;
-}
 
 /* P and dS of query rows [i0, i0+bq) of head h against keys [j0, j0+bk):
  * p, ds are bq×bk with row stride SB_BK. */
-static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
+LA_VEC512 static void tile_p_ds(const sb_job *j, int64_t b, int64_t h, int64_t i0, int64_t bq, int64_t j0,
                       int64_t bk, float *p, float *ds) {
     const int64_t hk = h / (j->H / j->Hk);
-    la_sgemm(false, true, bq, bk, j->D, 1.f, qs_at(j, b, h, i0), j->D, k_at(j, b, hk, j0), j->D,
-             0.f, p, SB_BK);
-    la_sgemm(false, true, bq, bk, j->Dv, 1.f, do_at(j, b, h, i0), j->Dv, v_at(j, b, hk, j0),
-             j->Dv, 0.f, ds, SB_BK);
+    /* S = Q·Kᵀ and dP = dO·Vᵀ against the transposed tiles (all SB_BK
+     * columns: the padding is zero), read in place. */
+    const int64_t tile = (b * j->Hk + hk) * j->nkt + j0 / SB_BK;
+    la_bwd_acc(bq, SB_BK, j->D, 1.f, qs_at(j, b, h, i0), j->D, 1, j->kt + tile * j->D * SB_BK,
+               SB_BK, p, SB_BK, 0.f);
+    la_bwd_acc(bq, SB_BK, j->Dv, 1.f, do_at(j, b, h, i0), j->Dv, 1, j->vt + tile * j->Dv * SB_BK,
+               SB_BK, ds, SB_BK, 0.f);
     const float *lrow = j->ls + (b * j->H + h) * j->Nq;
     const float *drow = j->dl + (b * j->H + h) * j->Nq;
     for (int64_t r = 0; r < bq; r++) {
         const int64_t i = i0 + r;
-        float *pr = p + r * SB_BK, *dr = ds + r * SB_BK;
+        float *restrict pr = p + r * SB_BK, *restrict dr = ds + r * SB_BK;
         const float L = lrow[i], dd = drow[i];
         int64_t lim = bk; /* visible columns [0, lim) */
         if (j->causal) {
@@ -103,8 +116,20 @@ static void pack_inputs(sb_job *j, float scale, const la_tensor *q, const la_ten
             }
         } else {
             const int64_t y = x - nqh, b = y / j->Hk, hk = y % j->Hk;
-            la_gather_bnhd(k, b, hk, j->kk + y * j->Nk * j->D, j->D);
-            la_gather_bnhd(v, b, hk, j->vv + y * j->Nk * j->Dv, j->Dv);
+            const float *kp = j->kk + y * j->Nk * j->D, *vp = j->vv + y * j->Nk * j->Dv;
+            la_gather_bnhd(k, b, hk, (float *)kp, j->D);
+            la_gather_bnhd(v, b, hk, (float *)vp, j->Dv);
+            for (int64_t t = 0; t < j->nkt; t++) {
+                float *kt = j->kt + (y * j->nkt + t) * j->D * SB_BK;
+                float *vt = j->vt + (y * j->nkt + t) * j->Dv * SB_BK;
+                const int64_t s0 = t * SB_BK, bk = j->Nk - s0 < SB_BK ? j->Nk - s0 : SB_BK;
+                memset(kt, 0, (size_t)(j->D * SB_BK) * sizeof(float));
+                memset(vt, 0, (size_t)(j->Dv * SB_BK) * sizeof(float));
+                for (int64_t c = 0; c < bk; c++) {
+                    for (int64_t d = 0; d < j->D; d++) kt[d * SB_BK + c] = kp[(s0 + c) * j->D + d];
+                    for (int64_t e = 0; e < j->Dv; e++) vt[e * SB_BK + c] = vp[(s0 + c) * j->Dv + e];
+                }
+            }
         }
     }
 }
@@ -127,13 +152,12 @@ static void key_tile(const sb_job *j, int64_t b, int64_t hk, int64_t j0, int64_t
             const int64_t bq = j->Nq - i0 < SB_BQ ? j->Nq - i0 : SB_BQ;
             tile_p_ds(j, b, h, i0, bq, j0, bk, p, ds);
             if (dv)
-                la_sgemm(true, false, bk, Dv, bq, 1.f, p, SB_BK, do_at(j, b, h, i0), Dv, 1.f, dva,
-                         Dv);
+                la_bwd_acc(bk, Dv, bq, 1.f, p, 1, SB_BK, do_at(j, b, h, i0), Dv, dva, Dv, 1.f);
             if (dk)
-                la_sgemm(true, false, bk, D, bq, 1.f, ds, SB_BK, qs_at(j, b, h, i0), D, 1.f, dka, D);
+                la_bwd_acc(bk, D, bq, 1.f, ds, 1, SB_BK, qs_at(j, b, h, i0), D, dka, D, 1.f);
             if (dqp)
-                la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(j, b, hk, j0), D, 1.f,
-                         dqp + ((h - hk * group) * j->Nq + i0) * D, D);
+                la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(j, b, hk, j0), D,
+                           dqp + ((h - hk * group) * j->Nq + i0) * D, D, 1.f);
         }
     if (dk) la_scatter_bnhd_rows(dk, b, hk, j0, bk, dka, D);
     if (dv) la_scatter_bnhd_rows(dv, b, hk, j0, bk, dva, Dv);
@@ -156,15 +180,31 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     LA_TRY(la_mul_size(rows, (size_t)(D + Dv + 2), &nq_el, "softmax backward q/dO panels"));
     LA_TRY(la_mul_size((size_t)(j.B * j.Hk), (size_t)j.Nk, &tmp, "softmax backward keys"));
     LA_TRY(la_mul_size(tmp, (size_t)(D + Dv), &nk_el, "softmax backward k/v panels"));
-    /* One pass (dK, dV per key tile and dQ of the whole head group summed
-     * in the task, FlashAttention-2's loop order) when the (batch, kv head)
-     * tasks alone keep every thread busy; else two passes. */
-    const int one_pass = j.B * j.Hk >= threads;
+    /* and the transposed key / value tiles, zero-padded to whole tiles */
+    j.nkt = (j.Nk + SB_BK - 1) / SB_BK;
+    size_t nkt_el;
+    LA_TRY(la_mul_size((size_t)(j.B * j.Hk * j.nkt) * SB_BK, (size_t)(D + Dv), &nkt_el,
+                       "softmax backward k/v tiles"));
+    if (nk_el + nkt_el < nk_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
+    nk_el += nkt_el;
+    /* One pass (FlashAttention-2's loop order): a task per (batch, kv head,
+     * key segment) sums dK, dV of its key tiles and adds dQ of the whole
+     * head group into the segment's own dQ panel; the panels are summed
+     * afterwards in segment order. The segments (≥ 8 tasks per thread, so
+     * that a thread preempted on a shared machine delays little) cost
+     * nseg × (dQ size) of workspace: beyond SB_MAX_SEG, two passes instead. */
+    const int64_t nkv = j.B * j.Hk, nkt = j.nkt;
+    int64_t nseg = (8 * (int64_t)threads + nkv - 1) / (nkv > 0 ? nkv : 1);
+    if (nseg > nkt) nseg = nkt;
+    if (nseg < 1) nseg = 1;
+    const int one_pass = nseg <= SB_MAX_SEG;
+    const int64_t seg_tiles = (nkt + nseg - 1) / nseg;
     size_t per_thread = 2 * SB_BQ * SB_BK + (size_t)SB_BK * (D + Dv) + (size_t)SB_BQ * D;
-    if (one_pass) {
-        size_t dqp;
-        LA_TRY(la_mul_size((size_t)(j.H / j.Hk) * (size_t)j.Nq, (size_t)D, &dqp, "softmax backward dQ panel"));
-        per_thread += dqp;
+    size_t dq_el = 0;
+    if (one_pass && dq) {
+        LA_TRY(la_mul_size(rows * (size_t)nseg, (size_t)D, &dq_el, "softmax backward dQ panels"));
+        if (nk_el + dq_el < nk_el) return la_err(LA_ERR_OVERFLOW, "softmax backward: workspace size overflows");
+        nk_el += dq_el;
     }
     LA_TRY(la_mul_size(per_thread, (size_t)threads, &tmp, "softmax backward tiles"));
     total = nq_el + nk_el + tmp;
@@ -178,11 +218,14 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
     j.ls = j.dl + rows;
     j.kk = j.ls + rows;
     j.vv = j.kk + (size_t)(j.B * j.Hk * j.Nk) * D;
-    float *tiles = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
+    j.kt = j.vv + (size_t)(j.B * j.Hk * j.Nk) * Dv;
+    j.vt = j.kt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * D;
+    float *dqs = j.vt + (size_t)(j.B * j.Hk * j.nkt * SB_BK) * Dv; /* [nseg][B][H][Nq][D] */
+    float *tiles = dqs + dq_el;
 
     pack_inputs(&j, scale, q, k, v, out, lse, d_out, threads);
 
-    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ, nkt = (j.Nk + SB_BK - 1) / SB_BK;
+    const int64_t nqt = (j.Nq + SB_BQ - 1) / SB_BQ;
     const int64_t group = j.H / j.Hk;
 #pragma omp parallel num_threads(threads)
     {
@@ -190,16 +233,25 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
         float *ds = p + SB_BQ * SB_BK;
         float *acc = ds + SB_BQ * SB_BK; /* pass A: bq×D; pass B: bk×D then bk×Dv */
         if (one_pass) {
-            float *dqp = acc + SB_BK * (D + Dv); /* [group][Nq][D] */
 #pragma omp for schedule(dynamic)
-            for (int64_t x = 0; x < j.B * j.Hk; x++) {
-                const int64_t b = x / j.Hk, hk = x % j.Hk;
-                if (dq) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
-                for (int64_t j0 = 0; j0 < j.Nk; j0 += SB_BK)
-                    key_tile(&j, b, hk, j0, group, scale, p, ds, acc, dk, dv, dq ? dqp : NULL);
-                if (dq)
-                    for (int64_t h = hk * group; h < (hk + 1) * group; h++)
-                        la_scatter_bnhd_rows(dq, b, h, 0, j.Nq, dqp + (h - hk * group) * j.Nq * D, D);
+            for (int64_t x = 0; x < nkv * nseg; x++) {
+                const int64_t b = x / (j.Hk * nseg), hk = (x / nseg) % j.Hk, sg = x % nseg;
+                float *dqp = dq ? dqs + ((sg * j.B + b) * j.H + hk * group) * j.Nq * D : NULL;
+                if (dqp) memset(dqp, 0, (size_t)(group * j.Nq * D) * sizeof(float));
+                const int64_t t1 = (sg + 1) * seg_tiles < nkt ? (sg + 1) * seg_tiles : nkt;
+                for (int64_t t = sg * seg_tiles; t < t1; t++)
+                    key_tile(&j, b, hk, t * SB_BK, group, scale, p, ds, acc, dk, dv, dqp);
+            }
+            if (dq) {
+#pragma omp for schedule(dynamic)
+                for (int64_t x = 0; x < j.B * j.H; x++) {
+                    float *d0 = dqs + x * j.Nq * D;
+                    for (int64_t sg = 1; sg < nseg; sg++) {
+                        const float *dsg = dqs + (sg * j.B * j.H + x) * j.Nq * D;
+                        for (int64_t e = 0; e < j.Nq * D; e++) d0[e] += dsg[e];
+                    }
+                    la_scatter_bnhd_rows(dq, x / j.H, x % j.H, 0, j.Nq, d0, D);
+                }
             }
         }
         if (dq && !one_pass) {
@@ -217,8 +269,7 @@ la_status la_softmax_backward_cpu(int causal, float scale, const la_tensor *q,
                 for (int64_t j0 = 0; j0 < kend; j0 += SB_BK) {
                     const int64_t bk = kend - j0 < SB_BK ? kend - j0 : SB_BK;
                     tile_p_ds(&j, b, h, i0, bq, j0, bk, p, ds);
-                    la_sgemm(false, false, bq, D, bk, scale, ds, SB_BK, k_at(&j, b, hk, j0), D,
-                             1.f, acc, D);
+                    la_bwd_acc(bq, D, bk, scale, ds, SB_BK, 1, k_at(&j, b, hk, j0), D, acc, D, 1.f);
                 }
                 la_scatter_bnhd_rows(dq, b, h, i0, bq, acc, D);
             }

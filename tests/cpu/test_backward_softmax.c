@@ -286,6 +286,14 @@ int main(void) {
         c = mk(1, 200, 200, 2, 1, 32, 32, causal);
         c.m.scale = 0.9; /* peaked rows */
         run_case(&rng, c);
+        /* 2 (batch, kv head) pairs, 9 key tiles: one pass with 4 key segments
+         * (1 thread) and with 8 (2 threads, 3 of them empty), two passes with
+         * 4 threads */
+        for (int th = 1; th <= 4; th *= 2) {
+            c = mk(1, 150, 1100, 4, 2, 32, 32, causal);
+            c.threads = th;
+            run_case(&rng, c);
+        }
     }
     test_bad_input();
     return la_test_finish();
