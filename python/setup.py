@@ -8,13 +8,20 @@ CUDA=0 in the environment to skip the CUDA backend). When that fails, or the
 package is not in a checkout, the install stops with an error saying what to
 do: a package without its library is never installed silently.
 The installed package loads its bundled copy (longattn/liblongattn.so);
-LONGATTN_LIB still overrides it at run time.
+LONGATTN_LIB still overrides it at run time. The compiled call path
+(longattn._fastcall, python/longattn/_fastcall.c) is bundled beside it when
+it is built for the installing interpreter: found next to the library, or
+built with `make pyext PYTHON=<this interpreter>` in a checkout. It is
+optional: without it (no Python.h, a failed compile) the package calls
+through ctypes, and the install says so.
 An editable install (`pip install -e ./python`) copies nothing: it uses the
 checkout's build tree directly (built the same way if missing).
 """
 import os
 import shutil
 import subprocess
+import sys
+import sysconfig
 
 from setuptools import setup
 from setuptools.command.build_py import build_py
@@ -74,6 +81,24 @@ def build_library():
     return path
 
 
+def find_or_build_fastcall(lib):
+    """longattn._fastcall for this interpreter beside lib, built there with
+    `make pyext` when lib lies in the checkout's build tree; None when it
+    cannot be had (the package then calls through ctypes)."""
+    name = "_fastcall" + (sysconfig.get_config_var("EXT_SUFFIX") or ".so")
+    path = os.path.join(os.path.dirname(os.path.abspath(lib)), name)
+    build = os.path.join(REPO, _build_dir())
+    if (not os.path.isfile(path) and os.path.isfile(os.path.join(REPO, "Makefile"))
+            and os.path.dirname(os.path.abspath(lib)) == os.path.abspath(build)):
+        cmd = ["make", "-C", REPO, "SKIP_DEPS=1", "BUILD=" + _build_dir(),
+               "PYTHON=" + sys.executable, "pyext"]
+        try:
+            subprocess.run(cmd, check=False)
+        except OSError:
+            pass
+    return path if os.path.isfile(path) else None
+
+
 class BuildPyWithLibrary(build_py):
     def run(self):
         super().run()
@@ -84,6 +109,13 @@ class BuildPyWithLibrary(build_py):
         os.makedirs(os.path.dirname(dst), exist_ok=True)
         shutil.copy2(lib, dst)
         print("longattn: bundled %s" % lib)
+        ext = find_or_build_fastcall(lib)
+        if ext:
+            shutil.copy2(ext, os.path.join(self.build_lib, "longattn", os.path.basename(ext)))
+            print("longattn: bundled %s (the compiled call path)" % ext)
+        else:
+            print("longattn: longattn._fastcall not built for %s; the package calls through "
+                  "ctypes (Debian: apt-get install python3-dev, then reinstall)" % sys.executable)
 
 
 class BinaryDistribution(Distribution):

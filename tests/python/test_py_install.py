@@ -40,6 +40,15 @@ def test_pip_install_bundles_the_library(tmp_path):
                        capture_output=True, text=True, cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "liblongattn.so" in r.stdout and "site-packages" in r.stdout
+    # the compiled call path travels with it when it was built beside the library
+    import sysconfig
+    ext = os.path.join(os.path.dirname(LIB), "_fastcall" + sysconfig.get_config_var("EXT_SUFFIX"))
+    if os.path.isfile(ext):
+        code = "from longattn import _tensor; print(_tensor.fastcall_status())"
+        r = subprocess.run([str(venv / "bin" / "python"), "-c", code], env=env,
+                           capture_output=True, text=True, cwd=tmp_path)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert r.stdout.startswith("longattn._fastcall (") and "site-packages" in r.stdout, r.stdout
     # the license and the typing marker travel with the package
     code = ("import importlib.metadata as m, longattn, os; md = m.metadata('longattn'); "
             "print(md.get('License')); print(md.get_all('Classifier')); "
