@@ -20,51 +20,104 @@
 #include "cpu/backward_cpu.h"
 #include "cpu/focused_cpu.h"
 
+#include "cpu/bwd_gemm.h"
+
+#include <math.h>
 #include <stdlib.h>
 
 #define FB_TILE 64
 
-/* Backward of la_flatten_focus_row for one token: df = dL/df_p(x') (C);
- * dx = dL/dx, da = dL/d(1/softplus) contribution per channel. */
-static void focus_row_bwd(const double *x, const double *inv_sp, int64_t C, double p,
-                          const double *df, double *dx, double *da, double *xp) {
-    double nx2 = 0, mx = 0;
+/* f_p of one token in float (the backward's rebuild of q̃, k̃): x (C), isp =
+ * 1/softplus(s) per channel, ip > 0 an integer power (else powf of p);
+ * y = ‖x'‖·x'^p/‖x'^p‖, x' = (relu(x)+1e-6)·isp. Every term of the sums is
+ * non-negative and the largest u is 1, so float loses nothing that matters
+ * against the 1e-4 gradient bound. */
+LA_VEC512 static void focus_row_f32(const float *x, const float *isp, int64_t C, int ip, float p,
+                                    float *y) {
+    float nx2 = 0.f, mx = 0.f;
+#pragma omp simd reduction(+ : nx2) reduction(max : mx)
     for (int64_t c = 0; c < C; c++) {
-        xp[c] = ((x[c] > 0 ? x[c] : 0.0) + 1e-6) * inv_sp[c];
-        nx2 += xp[c] * xp[c];
-        if (xp[c] > mx) mx = xp[c];
+        const float xp = ((x[c] > 0.f ? x[c] : 0.f) + 1e-6f) * isp[c];
+        y[c] = xp;
+        nx2 += xp * xp;
+        mx = xp > mx ? xp : mx;
     }
-    const int ip = (p == floor(p) && p >= 1 && p <= 8) ? (int)p : 0;
-    double nu2 = 0;
-    /* dx holds u^p for now, da holds u^(p-1) */
-    for (int64_t c = 0; c < C; c++) {
-        const double u = xp[c] / mx;
-        double um1;
-        if (ip == 3) {
-            um1 = u * u;
-        } else if (ip) {
-            um1 = 1;
-            for (int e = 1; e < ip; e++) um1 *= u;
-        } else {
-            um1 = pow(u, p - 1);
+    const float imx = 1.f / mx;
+    float nu2 = 0.f;
+    if (ip == 3) {
+#pragma omp simd reduction(+ : nu2)
+        for (int64_t c = 0; c < C; c++) {
+            const float u = y[c] * imx, up = u * u * u;
+            y[c] = up;
+            nu2 += up * up;
         }
-        da[c] = um1;
-        dx[c] = um1 * u;
-        nu2 += dx[c] * dx[c];
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            const float u = y[c] * imx;
+            float up = u;
+            if (ip)
+                for (int e = 1; e < ip; e++) up *= u;
+            else
+                up = powf(u, p);
+            y[c] = up;
+            nu2 += up * up;
+        }
     }
-    const double nx = sqrt(nx2), nu = sqrt(nu2);
-    double s1 = 0, s2 = 0; /* df·f, df·ŷ */
+    const float f = sqrtf(nx2) / sqrtf(nu2);
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) y[c] *= f;
+}
+
+/* Backward of focus_row_f32, in place: x (C) becomes dL/dx, df = dL/df_p
+ * becomes the softplus contribution dL/d(1/softplus) per channel; t is 2·C
+ * floats of scratch. */
+LA_VEC512 static void focus_row_bwd_f32(float *x, const float *isp, int64_t C, int ip, float p,
+                                        float *df, float *t) {
+    float *xp = t, *um = t + C; /* x', u^(p-1) */
+    float nx2 = 0.f, mx = 0.f;
+#pragma omp simd reduction(+ : nx2) reduction(max : mx)
     for (int64_t c = 0; c < C; c++) {
-        const double yh = dx[c] / nu;
-        s2 += df[c] * yh;
-        s1 += df[c] * nx * yh;
+        const float v = ((x[c] > 0.f ? x[c] : 0.f) + 1e-6f) * isp[c];
+        xp[c] = v;
+        nx2 += v * v;
+        mx = v > mx ? v : mx;
     }
-    const double k2 = nx * p / (mx * nu);
+    const float imx = 1.f / mx;
+    float nu2 = 0.f, sdf = 0.f; /* ‖u^p‖², Σ df·u^p */
+    if (ip == 3) {
+#pragma omp simd reduction(+ : nu2, sdf)
+        for (int64_t c = 0; c < C; c++) {
+            const float u = xp[c] * imx, u2 = u * u, up = u2 * u;
+            um[c] = u2;
+            nu2 += up * up;
+            sdf += df[c] * up;
+        }
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            const float u = xp[c] * imx;
+            float u1 = 1.f;
+            if (ip)
+                for (int e = 1; e < ip; e++) u1 *= u;
+            else
+                u1 = powf(u, p - 1.f);
+            const float up = u1 * u;
+            um[c] = u1;
+            nu2 += up * up;
+            sdf += df[c] * up;
+        }
+    }
+    const float nx = sqrtf(nx2), nu = sqrtf(nu2), inu = 1.f / nu;
+    const float s2 = sdf * inu;            /* df·ŷ */
+    const float a1 = nx * s2 / nx2;        /* (df·f)/‖x'‖² */
+    const float k2 = nx * p / (mx * nu);
+    const float s2n = s2 * inu * imx;      /* ŷ_c = u_c^(p-1)·x'_c/(mx·nu) */
+#pragma omp simd
     for (int64_t c = 0; c < C; c++) {
-        const double yh = dx[c] / nu;
-        const double dxp = s1 / nx2 * xp[c] + k2 * da[c] * (df[c] - s2 * yh);
-        dx[c] = x[c] > 0 ? dxp * inv_sp[c] : 0.0;
-        da[c] = dxp * ((x[c] > 0 ? x[c] : 0.0) + 1e-6);
+        const float s2y = um[c] * xp[c] * s2n; /* (df·ŷ)·ŷ_c */
+        const float dxp = a1 * xp[c] + k2 * um[c] * (df[c] - s2y);
+        const float xr = x[c] > 0.f ? x[c] : 0.f;
+        x[c] = x[c] > 0.f ? dxp * isp[c] : 0.f;
+        df[c] = dxp * (xr + 1e-6f);
     }
 }
 
@@ -82,14 +135,15 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     const int64_t sz = D * Dv + D;
     const int nt = la_ctx_threads(ctx);
     const double pf = p->p;
+    const int ip = (pf == floor(pf) && pf >= 1 && pf <= 8) ? (int)pf : 0;
     const float eps = p->eps;
 
     size_t nc, nv, tot, bytes, dbl, dbytes;
     LA_TRY(la_mul_size((size_t)N, (size_t)C, &nc, "focused backward: N*H*D"));
     LA_TRY(la_mul_size((size_t)N, (size_t)HDv, &nv, "focused backward: N*H*Dv"));
-    LA_TRY(la_mul_size(nc, 5, &tot, "focused backward: feature workspace"));
+    LA_TRY(la_mul_size(nc, 7, &tot, "focused backward: feature workspace"));
     size_t rest = 3 * nv + 2 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
-                  (size_t)H + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
+                  (size_t)H + (size_t)C + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
     if (tot + rest < tot) return la_err(LA_ERR_OVERFLOW, "focused backward: workspace overflows");
     LA_TRY(la_mul_size(tot + rest, sizeof(float), &bytes, "focused backward workspace"));
     LA_TRY(la_mul_size((size_t)C * 2 + (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H,
@@ -105,8 +159,9 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         return LA_ERR_NOMEM;
     }
     float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + nc, *DK = DQ + nc;
-    float *V = DK + nc, *G = V + nv, *DV = G + nv, *Sz = DV + nv, *dSz = Sz + H * sz;
-    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *TW = foc + H;
+    float *Xq = DK + nc, *Xk = Xq + nc; /* flatten: q, k as read; then dq, dk */
+    float *V = Xk + nc, *G = V + nv, *DV = G + nv, *Sz = DV + nv, *dSz = Sz + H * sz;
+    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *TW = isp + C;
     double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
     double *dfoc = dbias + D, *RW = dfoc + H;
     memset(dsp, 0, (size_t)(C + ks * ks * Cc + D + H) * sizeof(double));
@@ -119,6 +174,7 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     for (int64_t c = 0; c < C; c++) {
         const double s = softplus_param ? la_load_f32(softplus_param, softplus_param->nb[0] * c) : 0.0;
         inv_sp[c] = 1.0 / la_softplus(s);
+        isp[c] = (float)inv_sp[c];
     }
     for (int64_t h = 0; h < H; h++) foc[h] = focus ? la_load_f32(focus, focus->nb[0] * h) : 2.0f;
     const double qscale = 1.0 / sqrt((double)D);
@@ -128,24 +184,30 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         for (int64_t h = 0; h < H; h++) {
             la_gather_bnhd_rows(v, b, h, 0, N, V + h * Dv, HDv);
             la_gather_bnhd_rows(d_out, b, h, 0, N, G + h * Dv, HDv);
+            if (!blog) {
+                la_gather_bnhd_rows(q, b, h, 0, N, Xq + h * D, C);
+                la_gather_bnhd_rows(k, b, h, 0, N, Xk + h * D, C);
+            }
         }
         /* features */
+        if (!blog)
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t n = 0; n < N; n++) {
+                focus_row_f32(Xq + n * C, isp, C, ip, (float)pf, Qt + n * C);
+                focus_row_f32(Xk + n * C, isp, C, ip, (float)pf, Kt + n * C);
+            }
+        else
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t n = 0; n < N; n++) {
-            double *x = RW + (size_t)la_thread_id() * 6 * C, *y = x + C;
+            double *x = RW + (size_t)la_thread_id() * 6 * C;
             for (int w = 0; w < 2; w++) {
                 const la_tensor *t = w ? k : q;
-                float *dst = (w ? (blog ? Pk : Kt) : Qt) + n * C;
+                float *dst = (w ? Pk : Qt) + n * C;
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t j = 0; j < D; j++) x[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
-                if (!blog) {
-                    la_flatten_focus_row(x, inv_sp, C, pf, y);
-                    for (int64_t c = 0; c < C; c++) dst[c] = (float)y[c];
-                } else {
-                    for (int64_t c = 0; c < C; c++) {
-                        const float xv = w ? (float)x[c] : (float)(x[c] * qscale);
-                        dst[c] = (xv > 0.f ? xv : 0.f) + 1.f;
-                    }
+                for (int64_t c = 0; c < C; c++) {
+                    const float xv = w ? (float)x[c] : (float)(x[c] * qscale);
+                    dst[c] = (xv > 0.f ? xv : 0.f) + 1.f;
                 }
             }
         }
@@ -315,12 +377,9 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         /* dq, dk (flatten through f_p; blog through relu1), softplus sums */
 #pragma omp parallel for num_threads(nt) schedule(static)
         for (int64_t n = 0; n < N; n++) {
-            double *x = RW + (size_t)la_thread_id() * 6 * C, *df = x + C, *dx = df + C;
-            double *da = dx + C, *tmp = da + C;
             for (int w = 0; w < 2; w++) {
                 la_tensor *gt = w ? dk : dq;
                 if (!gt && (blog || !d_softplus_param)) continue;
-                const la_tensor *t = w ? k : q;
                 float *src = (w ? DK : DQ) + n * C;
                 if (blog) {
                     if (w) { /* dk from dφK in Kt */
@@ -337,25 +396,30 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     }
                     continue;
                 }
-                for (int64_t h = 0; h < H; h++)
-                    for (int64_t j = 0; j < D; j++) x[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
-                for (int64_t c = 0; c < C; c++) df[c] = src[c];
-                focus_row_bwd(x, inv_sp, C, pf, df, dx, da, tmp);
-                if (gt)
-                    for (int64_t h = 0; h < H; h++)
-                        for (int64_t j = 0; j < D; j++)
-                            la_store_f32(gt, la_off4(gt, b, n, h, j), (float)dx[h * D + j]);
-                for (int64_t c = 0; c < C; c++) src[c] = (float)da[c];
+                /* in place: Xq/Xk rows become dq/dk, DQ/DK rows the softplus terms */
+                focus_row_bwd_f32((w ? Xk : Xq) + n * C, isp, C, ip, (float)pf, src,
+                                  (float *)(RW + (size_t)la_thread_id() * 6 * C));
             }
         }
+        if (!blog)
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t h = 0; h < H; h++) {
+                if (dq) la_scatter_bnhd_rows(dq, b, h, 0, N, Xq + h * D, C);
+                if (dk) la_scatter_bnhd_rows(dk, b, h, 0, N, Xk + h * D, C);
+            }
         if (!blog && d_softplus_param) /* channel blocks, tokens in order, rows read contiguously */
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t c0 = 0; c0 < C; c0 += 64) {
                 const int64_t cn = C - c0 < 64 ? C - c0 : 64;
                 double a[64] = {0};
-                for (int64_t n = 0; n < N; n++) {
-                    const float *dqr = DQ + n * C + c0, *dkr = DK + n * C + c0;
-                    for (int64_t c = 0; c < cn; c++) a[c] += (double)dqr[c] + dkr[c];
+                for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) { /* float inside a tile */
+                    const int64_t n1 = N - n0 < FB_TILE ? N : n0 + FB_TILE;
+                    float af[64] = {0};
+                    for (int64_t n = n0; n < n1; n++) {
+                        const float *dqr = DQ + n * C + c0, *dkr = DK + n * C + c0;
+                        for (int64_t c = 0; c < cn; c++) af[c] += dqr[c] + dkr[c];
+                    }
+                    for (int64_t c = 0; c < cn; c++) a[c] += af[c];
                 }
                 for (int64_t c = 0; c < cn; c++) dsp[c0 + c] += a[c];
             }
