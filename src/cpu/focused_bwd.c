@@ -121,6 +121,81 @@ LA_VEC512 static void focus_row_bwd_f32(float *x, const float *isp, int64_t C, i
     }
 }
 
+/* Depthwise-conv gradient rows (flatten; per-head stride ld = H·Dv, Dv = D).
+ * AVX-512 with D a multiple of 16 up to 128 keeps the D sums in registers
+ * (the plain loop reloads and stores them for every term); elsewhere plain
+ * loops. Both add the terms in the same order. */
+
+/* af[0..D) = Σ_{x<cnt} Σ_h g[x·ld + h·D + j] · v[x·ld + h·D + j] (v = NULL: 1) */
+LA_VEC512 static void conv_tap_row(const float *g, const float *v, int64_t cnt, int64_t H,
+                                   int64_t D, int64_t ld, float *af) {
+#if defined(__AVX512F__)
+    if (D % 16 == 0 && D <= 128) {
+        const int nv = (int)(D / 16);
+        __m512 acc[8];
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) acc[u] = _mm512_setzero_ps();
+        for (int64_t x = 0; x < cnt; x++)
+            for (int64_t h = 0; h < H; h++) {
+                const float *gp = g + x * ld + h * D, *vp = v ? v + x * ld + h * D : NULL;
+                _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) if (u < nv) {
+                    const __m512 gv = _mm512_loadu_ps(gp + 16 * u);
+                    acc[u] = vp ? _mm512_fmadd_ps(gv, _mm512_loadu_ps(vp + 16 * u), acc[u])
+                                : _mm512_add_ps(gv, acc[u]);
+                }
+            }
+        _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) if (u < nv) _mm512_storeu_ps(af + 16 * u, acc[u]);
+        return;
+    }
+#endif
+    for (int64_t j = 0; j < D; j++) af[j] = 0.f;
+    for (int64_t x = 0; x < cnt; x++)
+        for (int64_t h = 0; h < H; h++)
+            for (int64_t j = 0; j < D; j++)
+                af[j] += g[x * ld + h * D + j] * (v ? v[x * ld + h * D + j] : 1.f);
+}
+
+/* dv row of token (y, x) += DWCᵀ(dO): Σ over taps (a, b) of W[a,b] ∘ dO[(y−a+r, x−b+r)] */
+LA_VEC512 static void conv_t_row(float *dvr, const float *G, const float *Wc, int64_t y, int64_t x,
+                                 int64_t Hm, int64_t Wm, int64_t ks, int64_t H, int64_t D,
+                                 int64_t ld) {
+    const int64_t r = ks / 2;
+#if defined(__AVX512F__)
+    if (D % 16 == 0 && D <= 128) {
+        const int nv = (int)(D / 16);
+        for (int64_t h = 0; h < H; h++) {
+            __m512 acc[8];
+            float *o = dvr + h * D;
+            _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++)
+                acc[u] = u < nv ? _mm512_loadu_ps(o + 16 * u) : _mm512_setzero_ps();
+            for (int64_t a = 0; a < ks; a++) {
+                const int64_t yy = y - a + r;
+                if (yy < 0 || yy >= Hm) continue;
+                for (int64_t bb = 0; bb < ks; bb++) {
+                    const int64_t xx = x - bb + r;
+                    if (xx < 0 || xx >= Wm) continue;
+                    const float *w = Wc + (a * ks + bb) * D, *src = G + (yy * Wm + xx) * ld + h * D;
+                    _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) if (u < nv)
+                        acc[u] = _mm512_fmadd_ps(_mm512_loadu_ps(w + 16 * u), _mm512_loadu_ps(src + 16 * u), acc[u]);
+                }
+            }
+            _Pragma("GCC unroll 8") for (int u = 0; u < 8; u++) if (u < nv) _mm512_storeu_ps(o + 16 * u, acc[u]);
+        }
+        return;
+    }
+#endif
+    for (int64_t a = 0; a < ks; a++) {
+        const int64_t yy = y - a + r;
+        if (yy < 0 || yy >= Hm) continue;
+        for (int64_t bb = 0; bb < ks; bb++) {
+            const int64_t xx = x - bb + r;
+            if (xx < 0 || xx >= Wm) continue;
+            const float *w = Wc + (a * ks + bb) * D, *src = G + (yy * Wm + xx) * ld;
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t j = 0; j < D; j++) dvr[h * D + j] += w[j] * src[h * D + j];
+        }
+    }
+}
+
 la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q,
                                   const la_tensor *k, const la_tensor *v, const la_tensor *conv,
                                   const la_tensor *conv_bias, const la_tensor *softplus_param,
@@ -239,23 +314,29 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             const float *kt = Kt + h * D, *qt = Qt + h * D, *vt = V + h * Dv, *gt = G + h * Dv;
             const float fsc = blog ? foc[h] : (float)(1.0 / (double)N);
             la_sgemm(true, false, D, Dv, N, fsc, kt, C, vt, HDv, 0.f, S, Dv);
+            double *dzd = RW + (size_t)la_thread_id() * 6 * C, ddsum = 0; /* z, then dz, Σ dden in float64 */
+            float *dzt = (float *)(dzd + D);                                 /* dz of one tile */
+            for (int64_t j = 0; j < D; j++) dzd[j] = 0;
+            for (int64_t n = 0; n < N; n++) /* rows in order, channels innermost */
+                for (int64_t j = 0; j < D; j++) dzd[j] += kt[n * C + j];
             for (int64_t j = 0; j < D; j++) {
-                double a = 0;
-                for (int64_t n = 0; n < N; n++) a += kt[n * C + j];
-                z[j] = (float)(a * fsc);
+                z[j] = (float)(dzd[j] * fsc);
+                dzd[j] = 0;
             }
             memset(dS, 0, (size_t)sz * sizeof(float));
-            double *dzd = RW + (size_t)la_thread_id() * 6 * C, ddsum = 0; /* dz, Σ dden in float64 */
-            for (int64_t j = 0; j < D; j++) dzd[j] = 0;
             float *ot = TW + (size_t)la_thread_id() * FB_TILE * 2 * Dv, *g = ot + FB_TILE * Dv;
             for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) {
                 const int64_t len = N - n0 < FB_TILE ? N - n0 : FB_TILE;
                 la_sgemm(false, false, len, Dv, D, 1.f, qt + n0 * C, C, S, Dv, 0.f, ot, Dv);
+                for (int64_t j = 0; j < D; j++) dzt[j] = 0.f;
                 for (int64_t i = 0; i < len; i++) {
-                    double den = 0;
-                    for (int64_t j = 0; j < D; j++) den += (double)qt[(n0 + i) * C + j] * z[j];
-                    const float inv = (float)(1.0 / (den + eps));
+                    const float *qr = qt + (n0 + i) * C;
+                    float den = 0.f; /* non-negative terms: float is exact enough */
+#pragma omp simd reduction(+ : den)
+                    for (int64_t j = 0; j < D; j++) den += qr[j] * z[j];
+                    const float inv = 1.f / (den + eps);
                     float go = 0.f;
+#pragma omp simd reduction(+ : go)
                     for (int64_t e = 0; e < Dv; e++) {
                         go += gt[(n0 + i) * HDv + e] * ot[i * Dv + e];
                         g[i * Dv + e] = gt[(n0 + i) * HDv + e] * inv;
@@ -265,9 +346,10 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     ddsum += dden;
                     for (int64_t j = 0; j < D; j++) {
                         dqr[j] = dden * z[j];
-                        dzd[j] += (double)dden * qt[(n0 + i) * C + j];
+                        dzt[j] += dden * qr[j];
                     }
                 }
+                for (int64_t j = 0; j < D; j++) dzd[j] += dzt[j];
                 la_sgemm(false, true, len, D, Dv, 1.f, g, Dv, S, Dv, 1.f, DQ + n0 * C + h * D, C);
                 la_sgemm(true, false, D, Dv, len, 1.f, qt + n0 * C, C, g, Dv, 1.f, dS, Dv);
             }
@@ -275,8 +357,6 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             /* dK̃ (blog: dK̂) = V dSᵀ + dz; the summaries were scaled by fsc
              * (flatten 1/N, blog focus[h]), so dk̃ and dv carry fsc */
             la_sgemm(false, true, N, D, Dv, 1.f, vt, HDv, dS, Dv, 0.f, DK + h * D, C);
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t j = 0; j < D; j++) DK[n * C + h * D + j] += dz[j];
             la_sgemm(false, false, N, Dv, D, fsc, kt, C, dS, Dv, 0.f, DV + h * Dv, HDv);
             if (blog) {
                 /* d_focus[h] = Σ dK̂∘DWConv(φK). focus scales numerator and
@@ -288,52 +368,43 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 } else {
                     double a = 0;
                     for (int64_t n = 0; n < N; n++)
-                        for (int64_t j = 0; j < D; j++) a += (double)DK[n * C + h * D + j] * kt[n * C + j];
+                        for (int64_t j = 0; j < D; j++)
+                            a += ((double)DK[n * C + h * D + j] + dz[j]) * kt[n * C + j];
                     dfoc[h] += a;
                 }
             }
-            for (int64_t n = 0; n < N; n++)
-                for (int64_t j = 0; j < D; j++) DK[n * C + h * D + j] *= fsc;
+            for (int64_t n = 0; n < N; n++) /* + dz, times fsc, in one pass */
+                for (int64_t j = 0; j < D; j++) DK[n * C + h * D + j] = (DK[n * C + h * D + j] + dz[j]) * fsc;
         }
         if (!blog && conv) {
             /* dv += DWCᵀ(dO); d_conv_bias, d_conv per channel j */
 #pragma omp parallel for num_threads(nt) schedule(static)
-            for (int64_t n = 0; n < N; n++) {
-                const int64_t y = n / Wm, x = n % Wm;
-                for (int64_t a = 0; a < ks; a++) {
-                    const int64_t yy = y - a + r;
-                    if (yy < 0 || yy >= Hm) continue;
-                    for (int64_t bb = 0; bb < ks; bb++) {
-                        const int64_t xx = x - bb + r;
-                        if (xx < 0 || xx >= Wm) continue;
-                        const float *w = Wc + (a * ks + bb) * D, *src = G + (yy * Wm + xx) * HDv;
-                        for (int64_t h = 0; h < H; h++)
-                            for (int64_t j = 0; j < D; j++) DV[n * HDv + h * Dv + j] += w[j] * src[h * Dv + j];
-                    }
-                }
-            }
+            for (int64_t n = 0; n < N; n++)
+                conv_t_row(DV + n * HDv, G, Wc, n / Wm, n % Wm, Hm, Wm, ks, H, D, HDv);
             /* d_conv_bias[j] = Σ dO[.,.,j]; d_conv[a,b][j] = Σ_n Σ_h dO[n,h,j] v[n+(a,b)-r, h, j]:
              * one task per kernel tap (and one for the bias), channels innermost */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
             for (int64_t tap = 0; tap <= ks * ks; tap++) {
                 double *acc = RW + (size_t)la_thread_id() * 6 * C; /* D doubles */
                 for (int64_t j = 0; j < D; j++) acc[j] = 0;
-                if (tap == ks * ks) {
-                    for (int64_t n = 0; n < N; n++)
-                        for (int64_t h = 0; h < H; h++)
-                            for (int64_t j = 0; j < D; j++) acc[j] += G[n * HDv + h * Dv + j];
-                    for (int64_t j = 0; j < D; j++) dbias[j] += acc[j];
-                    continue;
-                }
+                float *af = (float *)(acc + D); /* one map row's sum, in float */
                 const int64_t a = tap / ks, bb = tap % ks;
-                for (int64_t n = 0; n < N; n++) {
-                    const int64_t yy = n / Wm + a - r, xx = n % Wm + bb - r;
-                    if (yy < 0 || yy >= Hm || xx < 0 || xx >= Wm) continue;
-                    const float *gr = G + n * HDv, *vr = V + (yy * Wm + xx) * HDv;
-                    for (int64_t h = 0; h < H; h++)
-                        for (int64_t j = 0; j < D; j++) acc[j] += (double)gr[h * Dv + j] * vr[h * Dv + j];
+                for (int64_t y = 0; y < Hm; y++) { /* map rows in order */
+                    const int64_t yy = y + a - r;
+                    int64_t x0 = r - bb, x1 = Wm + r - bb; /* xx = x + bb - r in [0, Wm) */
+                    if (tap < ks * ks && (yy < 0 || yy >= Hm)) continue;
+                    if (tap == ks * ks || x0 < 0) x0 = 0;
+                    if (tap == ks * ks || x1 > Wm) x1 = Wm;
+                    if (x1 <= x0) continue;
+                    conv_tap_row(G + (y * Wm + x0) * HDv,
+                                 tap == ks * ks ? NULL : V + (yy * Wm + x0 + bb - r) * HDv, x1 - x0, H, D,
+                                 HDv, af);
+                    for (int64_t j = 0; j < D; j++) acc[j] += af[j];
                 }
-                for (int64_t j = 0; j < D; j++) dconv[tap * D + j] += acc[j];
+                if (tap == ks * ks)
+                    for (int64_t j = 0; j < D; j++) dbias[j] += acc[j];
+                else
+                    for (int64_t j = 0; j < D; j++) dconv[tap * D + j] += acc[j];
             }
         }
         if (blog) {
