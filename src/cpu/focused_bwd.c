@@ -216,9 +216,11 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     size_t nc, nv, tot, bytes, dbl, dbytes;
     LA_TRY(la_mul_size((size_t)N, (size_t)C, &nc, "focused backward: N*H*D"));
     LA_TRY(la_mul_size((size_t)N, (size_t)HDv, &nv, "focused backward: N*H*Dv"));
-    LA_TRY(la_mul_size(nc, 7, &tot, "focused backward: feature workspace"));
+    LA_TRY(la_mul_size(nc, blog ? 7 : 6, &tot, "focused backward: feature workspace"));
+    size_t nrs; /* flatten conv: per map row, per tap (and the bias), D sums */
+    LA_TRY(la_mul_size((size_t)Hm * (size_t)(ks * ks + 1), (size_t)D, &nrs, "focused backward: conv row sums"));
     size_t rest = 3 * nv + 2 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
-                  (size_t)H + (size_t)C + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
+                  (size_t)H + (size_t)C + nrs + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
     if (tot + rest < tot) return la_err(LA_ERR_OVERFLOW, "focused backward: workspace overflows");
     LA_TRY(la_mul_size(tot + rest, sizeof(float), &bytes, "focused backward workspace"));
     LA_TRY(la_mul_size((size_t)C * 2 + (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H,
@@ -233,10 +235,10 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         la_ws_free(ctx, ws);
         return LA_ERR_NOMEM;
     }
-    float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + nc, *DK = DQ + nc;
+    float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + (blog ? nc : 0), *DK = DQ + nc; /* Pk: blog */
     float *Xq = DK + nc, *Xk = Xq + nc; /* flatten: q, k as read; then dq, dk */
     float *V = Xk + nc, *G = V + nv, *DV = G + nv, *Sz = DV + nv, *dSz = Sz + H * sz;
-    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *TW = isp + C;
+    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *RS = isp + C, *TW = RS + nrs;
     double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
     double *dfoc = dbias + D, *RW = dfoc + H;
     memset(dsp, 0, (size_t)(C + ks * ks * Cc + D + H) * sizeof(double));
@@ -382,30 +384,31 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             for (int64_t n = 0; n < N; n++)
                 conv_t_row(DV + n * HDv, G, Wc, n / Wm, n % Wm, Hm, Wm, ks, H, D, HDv);
             /* d_conv_bias[j] = Σ dO[.,.,j]; d_conv[a,b][j] = Σ_n Σ_h dO[n,h,j] v[n+(a,b)-r, h, j]:
-             * one task per kernel tap (and one for the bias), channels innermost */
-#pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
-            for (int64_t tap = 0; tap <= ks * ks; tap++) {
-                double *acc = RW + (size_t)la_thread_id() * 6 * C; /* D doubles */
-                for (int64_t j = 0; j < D; j++) acc[j] = 0;
-                float *af = (float *)(acc + D); /* one map row's sum, in float */
-                const int64_t a = tap / ks, bb = tap % ks;
-                for (int64_t y = 0; y < Hm; y++) { /* map rows in order */
-                    const int64_t yy = y + a - r;
+             * one task per map row (its dO row and the ks rows of v it meets stay in cache),
+             * every tap's row sum in float into a slot of its own; then the rows in order,
+             * in float64 */
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (int64_t y = 0; y < Hm; y++)
+                for (int64_t tap = 0; tap <= ks * ks; tap++) {
+                    float *af = RS + (y * (ks * ks + 1) + tap) * D;
+                    const int64_t a = tap / ks, bb = tap % ks, yy = y + a - r;
                     int64_t x0 = r - bb, x1 = Wm + r - bb; /* xx = x + bb - r in [0, Wm) */
-                    if (tap < ks * ks && (yy < 0 || yy >= Hm)) continue;
                     if (tap == ks * ks || x0 < 0) x0 = 0;
                     if (tap == ks * ks || x1 > Wm) x1 = Wm;
-                    if (x1 <= x0) continue;
+                    if ((tap < ks * ks && (yy < 0 || yy >= Hm)) || x1 <= x0) {
+                        for (int64_t j = 0; j < D; j++) af[j] = 0.f;
+                        continue;
+                    }
                     conv_tap_row(G + (y * Wm + x0) * HDv,
                                  tap == ks * ks ? NULL : V + (yy * Wm + x0 + bb - r) * HDv, x1 - x0, H, D,
                                  HDv, af);
+                }
+            for (int64_t y = 0; y < Hm; y++)
+                for (int64_t tap = 0; tap <= ks * ks; tap++) {
+                    const float *af = RS + (y * (ks * ks + 1) + tap) * D;
+                    double *acc = tap == ks * ks ? dbias : dconv + tap * D;
                     for (int64_t j = 0; j < D; j++) acc[j] += af[j];
                 }
-                if (tap == ks * ks)
-                    for (int64_t j = 0; j < D; j++) dbias[j] += acc[j];
-                else
-                    for (int64_t j = 0; j < D; j++) dconv[tap * D + j] += acc[j];
-            }
         }
         if (blog) {
             /* d_conv[c] = Σ dKc[n,c] φK[n',c]; dφK = DWConvᵀ(dKc) (into Qt: q̃ done) */
