@@ -68,11 +68,11 @@ LA_VEC512 static void focus_row_f32(const float *x, const float *isp, int64_t C,
     for (int64_t c = 0; c < C; c++) y[c] *= f;
 }
 
-/* Backward of focus_row_f32, in place: x (C) becomes dL/dx, df = dL/df_p
- * becomes the softplus contribution dL/d(1/softplus) per channel; t is 2·C
- * floats of scratch. */
-LA_VEC512 static void focus_row_bwd_f32(float *x, const float *isp, int64_t C, int ip, float p,
-                                        float *df, float *t) {
+/* Backward of focus_row_f32: dx = dL/dx (may be x itself); df = dL/df_p
+ * becomes, in place, the softplus contribution dL/d(1/softplus) per channel;
+ * t is 2·C floats of scratch. */
+LA_VEC512 static void focus_row_bwd_f32(const float *x, const float *isp, int64_t C, int ip, float p,
+                                        float *dx, float *df, float *t) {
     float *xp = t, *um = t + C; /* x', u^(p-1) */
     float nx2 = 0.f, mx = 0.f;
 #pragma omp simd reduction(+ : nx2) reduction(max : mx)
@@ -116,9 +116,18 @@ LA_VEC512 static void focus_row_bwd_f32(float *x, const float *isp, int64_t C, i
         const float s2y = um[c] * xp[c] * s2n; /* (df·ŷ)·ŷ_c */
         const float dxp = a1 * xp[c] + k2 * um[c] * (df[c] - s2y);
         const float xr = x[c] > 0.f ? x[c] : 0.f;
-        x[c] = x[c] > 0.f ? dxp * isp[c] : 0.f;
+        dx[c] = x[c] > 0.f ? dxp * isp[c] : 0.f;
         df[c] = dxp * (xr + 1e-6f);
     }
+}
+
+/* Batch element b of a [B, N, H, W] tensor as dense f32 rows of H·W
+ * (the layout the passes below work in): its own memory, read, or for a
+ * gradient written, in place. NULL (gather / scatter instead) otherwise. */
+static float *dense_rows(const la_tensor *t, int64_t b) {
+    if (!t || t->dtype != LA_F32 || t->nb[3] != 1 || t->nb[2] != t->ne[3] || t->nb[1] != t->ne[2] * t->ne[3])
+        return NULL;
+    return (float *)t->data + b * t->nb[0];
 }
 
 /* Depthwise-conv gradient rows (flatten; per-head stride ld = H·Dv, Dv = D).
@@ -236,8 +245,10 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         return LA_ERR_NOMEM;
     }
     float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + (blog ? nc : 0), *DK = DQ + nc; /* Pk: blog */
-    float *Xq = DK + nc, *Xk = Xq + nc; /* flatten: q, k as read; then dq, dk */
-    float *V = Xk + nc, *G = V + nv, *DV = G + nv, *Sz = DV + nv, *dSz = Sz + H * sz;
+    /* flatten: q, k as read, then dq, dk; v, dO, dv: each used only where its
+     * tensor is not dense f32 (those are read and written in place) */
+    float *Xq0 = DK + nc, *Xk0 = Xq0 + nc;
+    float *V0 = Xk0 + nc, *G0 = V0 + nv, *DV0 = G0 + nv, *Sz = DV0 + nv, *dSz = Sz + H * sz;
     float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *RS = isp + C, *TW = RS + nrs;
     double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
     double *dfoc = dbias + D, *RW = dfoc + H;
@@ -257,15 +268,21 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     const double qscale = 1.0 / sqrt((double)D);
 
     for (int64_t b = 0; b < B; b++) {
+        const float *V = dense_rows(v, b), *G = dense_rows(d_out, b);
+        const float *Xq = blog ? NULL : dense_rows(q, b), *Xk = blog ? NULL : dense_rows(k, b);
+        float *DV = dense_rows(dv, b), *dQo = dense_rows(dq, b), *dKo = dense_rows(dk, b);
+        const int gv = !V, gg = !G, gq = !blog && !Xq, gk = !blog && !Xk;
+        const int sdv = dv && !DV, sdq = dq && !dQo, sdk = dk && !dKo; /* scattered at the end */
+        V = V ? V : V0, G = G ? G : G0, Xq = Xq ? Xq : Xq0, Xk = Xk ? Xk : Xk0, DV = DV ? DV : DV0;
+        dQo = dQo ? dQo : Xq0, dKo = dKo ? dKo : Xk0;
+        if (gv || gg || gq || gk)
 #pragma omp parallel for num_threads(nt) schedule(static)
-        for (int64_t h = 0; h < H; h++) {
-            la_gather_bnhd_rows(v, b, h, 0, N, V + h * Dv, HDv);
-            la_gather_bnhd_rows(d_out, b, h, 0, N, G + h * Dv, HDv);
-            if (!blog) {
-                la_gather_bnhd_rows(q, b, h, 0, N, Xq + h * D, C);
-                la_gather_bnhd_rows(k, b, h, 0, N, Xk + h * D, C);
+            for (int64_t h = 0; h < H; h++) {
+                if (gv) la_gather_bnhd_rows(v, b, h, 0, N, V0 + h * Dv, HDv);
+                if (gg) la_gather_bnhd_rows(d_out, b, h, 0, N, G0 + h * Dv, HDv);
+                if (gq) la_gather_bnhd_rows(q, b, h, 0, N, Xq0 + h * D, C);
+                if (gk) la_gather_bnhd_rows(k, b, h, 0, N, Xk0 + h * D, C);
             }
-        }
         /* features */
         if (!blog)
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -470,16 +487,16 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     }
                     continue;
                 }
-                /* in place: Xq/Xk rows become dq/dk, DQ/DK rows the softplus terms */
-                focus_row_bwd_f32((w ? Xk : Xq) + n * C, isp, C, ip, (float)pf, src,
+                /* dq/dk rows (dense outputs, else Xq0/Xk0); DQ/DK rows become the softplus terms */
+                focus_row_bwd_f32((w ? Xk : Xq) + n * C, isp, C, ip, (float)pf, (w ? dKo : dQo) + n * C, src,
                                   (float *)(RW + (size_t)la_thread_id() * 6 * C));
             }
         }
-        if (!blog)
+        if (!blog && (sdq || sdk))
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t h = 0; h < H; h++) {
-                if (dq) la_scatter_bnhd_rows(dq, b, h, 0, N, Xq + h * D, C);
-                if (dk) la_scatter_bnhd_rows(dk, b, h, 0, N, Xk + h * D, C);
+                if (sdq) la_scatter_bnhd_rows(dq, b, h, 0, N, Xq0 + h * D, C);
+                if (sdk) la_scatter_bnhd_rows(dk, b, h, 0, N, Xk0 + h * D, C);
             }
         if (!blog && d_softplus_param) /* channel blocks, tokens in order, rows read contiguously */
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -497,8 +514,8 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 }
                 for (int64_t c = 0; c < cn; c++) dsp[c0 + c] += a[c];
             }
-        if (dv)
-            for (int64_t h = 0; h < H; h++) la_scatter_bnhd_rows(dv, b, h, 0, N, DV + h * Dv, HDv);
+        if (sdv)
+            for (int64_t h = 0; h < H; h++) la_scatter_bnhd_rows(dv, b, h, 0, N, DV0 + h * Dv, HDv);
     }
     if (d_conv)
         for (int64_t c = 0; c < Cc; c++)
