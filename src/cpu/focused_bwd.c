@@ -225,11 +225,11 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     size_t nc, nv, tot, bytes, dbl, dbytes;
     LA_TRY(la_mul_size((size_t)N, (size_t)C, &nc, "focused backward: N*H*D"));
     LA_TRY(la_mul_size((size_t)N, (size_t)HDv, &nv, "focused backward: N*H*Dv"));
-    LA_TRY(la_mul_size(nc, blog ? 7 : 6, &tot, "focused backward: feature workspace"));
+    LA_TRY(la_mul_size(nc, 4, &tot, "focused backward: feature workspace"));
     size_t nrs; /* flatten conv: per map row, per tap (and the bias), D sums */
     LA_TRY(la_mul_size((size_t)Hm * (size_t)(ks * ks + 1), (size_t)D, &nrs, "focused backward: conv row sums"));
     size_t rest = 3 * nv + 2 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
-                  (size_t)H + (size_t)C + nrs + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv);
+                  (size_t)H + (size_t)C + nrs + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv + 1);
     if (tot + rest < tot) return la_err(LA_ERR_OVERFLOW, "focused backward: workspace overflows");
     LA_TRY(la_mul_size(tot + rest, sizeof(float), &bytes, "focused backward workspace"));
     LA_TRY(la_mul_size((size_t)C * 2 + (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H,
@@ -244,11 +244,13 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         la_ws_free(ctx, ws);
         return LA_ERR_NOMEM;
     }
-    float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Pk + (blog ? nc : 0), *DK = DQ + nc; /* Pk: blog */
+    /* dq̃ overwrites q̃ tile by tile once it is read; flatten's dk̃ overwrites
+     * k̃ once dv is formed (blog reads k̃ after: its own panel, and Pk) */
+    float *Qt = ws, *Kt = Qt + nc, *Pk = Kt + nc, *DQ = Qt, *DK = blog ? Pk + nc : Kt;
     /* flatten: q, k as read, then dq, dk; v, dO, dv: each used only where its
      * tensor is not dense f32 (those are read and written in place) */
-    float *Xq0 = DK + nc, *Xk0 = Xq0 + nc;
-    float *V0 = Xk0 + nc, *G0 = V0 + nv, *DV0 = G0 + nv, *Sz = DV0 + nv, *dSz = Sz + H * sz;
+    float *Xq0 = Kt + nc, *Xk0 = Xq0 + nc;
+    float *V0 = Qt + 4 * nc, *G0 = V0 + nv, *DV0 = G0 + nv, *Sz = DV0 + nv, *dSz = Sz + H * sz;
     float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *RS = isp + C, *TW = RS + nrs;
     double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
     double *dfoc = dbias + D, *RW = dfoc + H;
@@ -343,7 +345,8 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 dzd[j] = 0;
             }
             memset(dS, 0, (size_t)sz * sizeof(float));
-            float *ot = TW + (size_t)la_thread_id() * FB_TILE * 2 * Dv, *g = ot + FB_TILE * Dv;
+            float *ot = TW + (size_t)la_thread_id() * FB_TILE * (2 * Dv + 1), *g = ot + FB_TILE * Dv;
+            float *dd = g + FB_TILE * Dv; /* dden of the tile's tokens */
             for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) {
                 const int64_t len = N - n0 < FB_TILE ? N - n0 : FB_TILE;
                 la_sgemm(false, false, len, Dv, D, 1.f, qt + n0 * C, C, S, Dv, 0.f, ot, Dv);
@@ -361,22 +364,24 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                         g[i * Dv + e] = gt[(n0 + i) * HDv + e] * inv;
                     }
                     const float dden = -go * inv * inv;
-                    float *dqr = DQ + (n0 + i) * C + h * D;
+                    dd[i] = dden;
                     ddsum += dden;
-                    for (int64_t j = 0; j < D; j++) {
-                        dqr[j] = dden * z[j];
-                        dzt[j] += dden * qr[j];
-                    }
+                    for (int64_t j = 0; j < D; j++) dzt[j] += dden * qr[j];
                 }
                 for (int64_t j = 0; j < D; j++) dzd[j] += dzt[j];
-                la_sgemm(false, true, len, D, Dv, 1.f, g, Dv, S, Dv, 1.f, DQ + n0 * C + h * D, C);
                 la_sgemm(true, false, D, Dv, len, 1.f, qt + n0 * C, C, g, Dv, 1.f, dS, Dv);
+                /* the q̃ tile is read: dq̃ = dden z + g Sᵀ over it */
+                for (int64_t i = 0; i < len; i++) {
+                    float *dqr = DQ + (n0 + i) * C + h * D;
+                    for (int64_t j = 0; j < D; j++) dqr[j] = dd[i] * z[j];
+                }
+                la_sgemm(false, true, len, D, Dv, 1.f, g, Dv, S, Dv, 1.f, DQ + n0 * C + h * D, C);
             }
             for (int64_t j = 0; j < D; j++) dz[j] = (float)dzd[j];
             /* dK̃ (blog: dK̂) = V dSᵀ + dz; the summaries were scaled by fsc
              * (flatten 1/N, blog focus[h]), so dk̃ and dv carry fsc */
-            la_sgemm(false, true, N, D, Dv, 1.f, vt, HDv, dS, Dv, 0.f, DK + h * D, C);
             la_sgemm(false, false, N, Dv, D, fsc, kt, C, dS, Dv, 0.f, DV + h * Dv, HDv);
+            la_sgemm(false, true, N, D, Dv, 1.f, vt, HDv, dS, Dv, 0.f, DK + h * D, C); /* flatten: over k̃ */
             if (blog) {
                 /* d_focus[h] = Σ dK̂∘DWConv(φK). focus scales numerator and
                  * denominator alike, so that sum cancels down to its eps part;
@@ -428,7 +433,7 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                 }
         }
         if (blog) {
-            /* d_conv[c] = Σ dKc[n,c] φK[n',c]; dφK = DWConvᵀ(dKc) (into Qt: q̃ done) */
+            /* d_conv[c] = Σ dKc[n,c] φK[n',c]; dφK = DWConvᵀ(dKc) (into Kt, read no more) */
             if (conv && d_conv) /* one task per kernel tap, channels innermost */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)
                 for (int64_t tap = 0; tap < ks * ks; tap++) {
