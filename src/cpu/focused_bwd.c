@@ -228,7 +228,7 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
     LA_TRY(la_mul_size(nc, 4, &tot, "focused backward: feature workspace"));
     size_t nrs; /* flatten conv: per map row, per tap (and the bias), D sums */
     LA_TRY(la_mul_size((size_t)Hm * (size_t)(ks * ks + 1), (size_t)D, &nrs, "focused backward: conv row sums"));
-    size_t rest = 3 * nv + 2 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
+    size_t rest = 3 * nv + 3 * (size_t)H * (size_t)sz + (size_t)(ks * ks * Cc) + (size_t)D +
                   (size_t)H + (size_t)C + nrs + (size_t)nt * (size_t)FB_TILE * (size_t)(2 * Dv + 1);
     if (tot + rest < tot) return la_err(LA_ERR_OVERFLOW, "focused backward: workspace overflows");
     LA_TRY(la_mul_size(tot + rest, sizeof(float), &bytes, "focused backward workspace"));
@@ -251,7 +251,8 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
      * tensor is not dense f32 (those are read and written in place) */
     float *Xq0 = Kt + nc, *Xk0 = Xq0 + nc;
     float *V0 = Qt + 4 * nc, *G0 = V0 + nv, *DV0 = G0 + nv, *Sz = DV0 + nv, *dSz = Sz + H * sz;
-    float *Wc = dSz + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *RS = isp + C, *TW = RS + nrs;
+    float *STs = dSz + H * sz; /* Sᵀ per head, for the tile products */
+    float *Wc = STs + H * sz, *bias = Wc + ks * ks * Cc, *foc = bias + D, *isp = foc + H, *RS = isp + C, *TW = RS + nrs;
     double *inv_sp = dw, *dsp = inv_sp + C, *dconv = dsp + C, *dbias = dconv + ks * ks * Cc;
     double *dfoc = dbias + D, *RW = dfoc + H;
     memset(dsp, 0, (size_t)(C + ks * ks * Cc + D + H) * sizeof(double));
@@ -335,6 +336,9 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             const float *kt = Kt + h * D, *qt = Qt + h * D, *vt = V + h * Dv, *gt = G + h * Dv;
             const float fsc = blog ? foc[h] : (float)(1.0 / (double)N);
             la_sgemm(true, false, D, Dv, N, fsc, kt, C, vt, HDv, 0.f, S, Dv);
+            float *St = STs + h * sz;
+            for (int64_t j = 0; j < D; j++)
+                for (int64_t e = 0; e < Dv; e++) St[e * D + j] = S[j * Dv + e];
             double *dzd = RW + (size_t)la_thread_id() * 6 * C, ddsum = 0; /* z, then dz, Σ dden in float64 */
             float *dzt = (float *)(dzd + D);                                 /* dz of one tile */
             for (int64_t j = 0; j < D; j++) dzd[j] = 0;
@@ -349,7 +353,7 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             float *dd = g + FB_TILE * Dv; /* dden of the tile's tokens */
             for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) {
                 const int64_t len = N - n0 < FB_TILE ? N - n0 : FB_TILE;
-                la_sgemm(false, false, len, Dv, D, 1.f, qt + n0 * C, C, S, Dv, 0.f, ot, Dv);
+                la_bwd_acc(len, Dv, D, 1.f, qt + n0 * C, C, 1, S, Dv, ot, Dv, 0.f);
                 for (int64_t j = 0; j < D; j++) dzt[j] = 0.f;
                 for (int64_t i = 0; i < len; i++) {
                     const float *qr = qt + (n0 + i) * C;
@@ -369,13 +373,13 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     for (int64_t j = 0; j < D; j++) dzt[j] += dden * qr[j];
                 }
                 for (int64_t j = 0; j < D; j++) dzd[j] += dzt[j];
-                la_sgemm(true, false, D, Dv, len, 1.f, qt + n0 * C, C, g, Dv, 1.f, dS, Dv);
+                la_bwd_acc(D, Dv, len, 1.f, qt + n0 * C, 1, C, g, Dv, dS, Dv, 1.f);
                 /* the q̃ tile is read: dq̃ = dden z + g Sᵀ over it */
                 for (int64_t i = 0; i < len; i++) {
                     float *dqr = DQ + (n0 + i) * C + h * D;
                     for (int64_t j = 0; j < D; j++) dqr[j] = dd[i] * z[j];
                 }
-                la_sgemm(false, true, len, D, Dv, 1.f, g, Dv, S, Dv, 1.f, DQ + n0 * C + h * D, C);
+                la_bwd_acc(len, D, Dv, 1.f, g, Dv, 1, St, D, DQ + n0 * C + h * D, C, 1.f);
             }
             for (int64_t j = 0; j < D; j++) dz[j] = (float)dzd[j];
             /* dK̃ (blog: dK̂) = V dSᵀ + dz; the summaries were scaled by fsc
