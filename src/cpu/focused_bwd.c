@@ -342,8 +342,13 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             double *dzd = RW + (size_t)la_thread_id() * 6 * C, ddsum = 0; /* z, then dz, Σ dden in float64 */
             float *dzt = (float *)(dzd + D);                                 /* dz of one tile */
             for (int64_t j = 0; j < D; j++) dzd[j] = 0;
-            for (int64_t n = 0; n < N; n++) /* rows in order, channels innermost */
-                for (int64_t j = 0; j < D; j++) dzd[j] += kt[n * C + j];
+            for (int64_t n0 = 0; n0 < N; n0 += FB_TILE) { /* rows in order: float tiles, then float64 */
+                const int64_t n1 = N - n0 < FB_TILE ? N : n0 + FB_TILE;
+                for (int64_t j = 0; j < D; j++) dzt[j] = 0.f;
+                for (int64_t n = n0; n < n1; n++)
+                    for (int64_t j = 0; j < D; j++) dzt[j] += kt[n * C + j];
+                for (int64_t j = 0; j < D; j++) dzd[j] += dzt[j];
+            }
             for (int64_t j = 0; j < D; j++) {
                 z[j] = (float)(dzd[j] * fsc);
                 dzd[j] = 0;
