@@ -340,6 +340,13 @@ int main(void) {
             d.layout = i;
             run_case(&rng, d);
         }
+    /* flatten at D = 64 and 128 (the vector rows and conv sums), 5×5 taps, p = 3 and 2.5 */
+    c = flat(9, 11, 2, 64, 1);
+    c.ndir = 3, c.m.ks = 5;
+    run_case(&rng, c);
+    c = flat(5, 7, 3, 128, 1);
+    c.ndir = 3, c.m.p = 2.5, c.layout = 1;
+    run_case(&rng, c);
     c = flat(6, 6, 3, 8, 1);
     c.ndir = 3, c.dt = LA_F64, c.threads = 1;
     run_case(&rng, c);
