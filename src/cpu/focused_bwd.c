@@ -462,18 +462,9 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
                     float *dst = Kt + n * C; /* Kt is no longer needed */
                     if (!conv) {
                         memcpy(dst, DK + n * C, sizeof(float) * (size_t)C);
-                    } else {
+                    } else { /* per-channel weights: conv_t_row with one "head" of C */
                         for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
-                        for (int64_t a = 0; a < ks; a++) {
-                            const int64_t yy = y - a + r;
-                            if (yy < 0 || yy >= Hm) continue;
-                            for (int64_t bb = 0; bb < ks; bb++) {
-                                const int64_t xx = x - bb + r;
-                                if (xx < 0 || xx >= Wm) continue;
-                                const float *w = Wc + (a * ks + bb) * C, *src = DK + (yy * Wm + xx) * C;
-                                for (int64_t c = 0; c < C; c++) dst[c] += w[c] * src[c];
-                            }
-                        }
+                        conv_t_row(dst, DK, Wc, y, x, Hm, Wm, ks, 1, C, C);
                     }
                     for (int64_t c = 0; c < C; c++)
                         if (!(Pk[n * C + c] > 1.f)) dst[c] = 0.f; /* relu1: k > 0 */
