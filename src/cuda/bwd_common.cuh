@@ -101,6 +101,17 @@ static inline bwd_view bwd_view3(const la_tensor *t) {
     v.s[3] = t->nb[2];
     return v;
 }
+/* One value per row, the last index 0: [B,N,H] as (b, n, h, 0) (softmax's lse,
+ * linear attention's z [B,H,D] as (b, h, d, 0)), [T,H] as (0, t, h, 0)
+ * (sparse attention's lse); NULL gives an empty view. */
+static inline bwd_view bwd_view_rows(const la_tensor *t) {
+    bwd_view v = {nullptr, 0, {0, 0, 0, 0}};
+    if (!t) return v;
+    v.data = t->data;
+    v.dt = (int)t->dtype;
+    for (int i = 0; i < t->ndim; i++) v.s[3 - t->ndim + i] = t->nb[i];
+    return v;
+}
 /* [L,D] as b = 0, n = l, h = 0 */
 static inline bwd_view bwd_view2(const la_tensor *t) {
     bwd_view v;

@@ -39,16 +39,7 @@ static __global__ void lin_state_unpack_kernel(int64_t total, bwd_view S, bwd_vi
     }
 }
 /* z [B,H,D] as a view indexed (b, h, d, 0) */
-static bwd_view lin_zview(const la_tensor *z) {
-    bwd_view v;
-    v.data = z ? z->data : nullptr;
-    v.dt = z ? (int)z->dtype : 0;
-    v.s[0] = z ? z->nb[0] : 0;
-    v.s[1] = z ? z->nb[1] : 0;
-    v.s[2] = z ? z->nb[2] : 0;
-    v.s[3] = 0;
-    return v;
-}
+static bwd_view lin_zview(const la_tensor *z) { return bwd_view_rows(z); }
 
 /* The causal tensor-core path: the states packed as the portable engine
  * packs them, lcb_backward, d_S_in / d_z_in unpacked. */

@@ -150,14 +150,7 @@ extern "C" la_status la_softmax_backward_cuda(const la_softmax_params *p, const 
     P.dO = g32;
     P.lse = l32;
     P.Dd = D32;
-    /* lse [B,Nq,H] read as (b, n, h, 0) */
-    bwd_view lv;
-    lv.data = lse->data;
-    lv.dt = (int)lse->dtype;
-    lv.s[0] = lse->nb[0];
-    lv.s[1] = lse->nb[1];
-    lv.s[2] = lse->nb[2];
-    lv.s[3] = 0;
+    const bwd_view lv = bwd_view_rows(lse); /* lse [B,Nq,H] read as (b, n, h, 0) */
     BWD_LAUNCH(sm_rowstat_kernel, BH * P.Nq, s, P, o32, lv, l32, D32);
     if (dq) {
         BWD_LAUNCH(sm_dq_kernel, BH * P.Nq, s, P, dq32);

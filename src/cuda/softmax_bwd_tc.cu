@@ -381,13 +381,7 @@ la_status la_softmax_bwd_tc(const la_softmax_params *p, const la_tensor *q, cons
     ws.want(&lse2, B * H, Nq);
     ws.want(&Dd, B * H, Nq);
     LA_TRY(ws.alloc(s, "softmax backward (tensor cores)"));
-    bwd_view lv;
-    lv.data = lse->data;
-    lv.dt = (int)lse->dtype;
-    lv.s[0] = lse->nb[0];
-    lv.s[1] = lse->nb[1];
-    lv.s[2] = lse->nb[2];
-    lv.s[3] = 0;
+    const bwd_view lv = bwd_view_rows(lse); /* lse [B,Nq,H] as (b, n, h, 0) */
     const int64_t D = q->ne[3];
     BWD_LAUNCH(bt_pre_kernel, B * H * Nq, s, bwd_view4(out), bwd_view4(d_out), lv, H, Nq, D, lse2, Dd);
     bt_args a;

@@ -180,13 +180,7 @@ extern "C" la_status la_sparse_attention_backward_cuda(const la_sparse_attn_para
     P.lse = l32;
     P.Dd = D32;
     P.idx = (const int *)ix;
-    bwd_view lv; /* lse [T,Hq] as (0, t, h, 0) */
-    lv.data = lse->data;
-    lv.dt = (int)lse->dtype;
-    lv.s[0] = 0;
-    lv.s[1] = lse->nb[0];
-    lv.s[2] = lse->nb[1];
-    lv.s[3] = 0;
+    const bwd_view lv = bwd_view_rows(lse); /* lse [T,Hq] as (0, t, h, 0) */
     BWD_LAUNCH(sp_prep_kernel, P.T * P.K, s, P, (const int *)idx->data, idx->nb[0], idx->nb[1],
                (int *)ix);
     BWD_LAUNCH(sp_rowstat_kernel, P.T * P.Hq, s, P, o32, lv, l32, D32);
