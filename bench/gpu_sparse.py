@@ -7,23 +7,14 @@ device call as dev/bench_gpu_sparse.cu:
 Medians of CUDA-event timings.  Usage: python3 bench/gpu_sparse.py [--quick]
 """
 import sys
+
 import torch
 
+from benchlib import cuda_median_ms
+
 def med(fn, warm=2, iters=10):
-    for _ in range(warm):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(iters):
-        a = torch.cuda.Event(enable_timing=True)
-        b = torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    ts.sort()
-    return ts[len(ts) // 2]
+    return cuda_median_ms(fn, reps=iters, warm=warm)
+
 
 def torch_indexer(q, k, w, topk, chunk=128):
     T, HI, dI = q.shape
