@@ -23,5 +23,7 @@ PYTHONUNBUFFERED=1 timeout "${LA_BENCH_S:-300}" python3 bench/gpu_backward.py \
     --driver "$B/gpu_backward_driver" ${LA_BENCH_ARGS:-} > "$OUT/bench.log" 2>&1
 rc=$?
 cut -c1-220 "$OUT/bench.log" | tail -40 | tee -a "$S"
+W=${LA_WARM_LOG:-/tmp/la_warm_peers.log}
+[ -f "$W" ] && { cp "$W" "$OUT/warm_peers.log"; say "# warm-up of the peers (tests/cuda/gpu_warm.sh): $(grep -c '^peer' "$W") lines in its log"; }
 say "# backward bench rc=$rc, total $(el) s"
 exit $rc
