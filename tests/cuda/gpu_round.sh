@@ -5,7 +5,9 @@
 # NAME is tests/cuda/gpu_NAME.sh: check (build, the harness, compute-sanitizer
 # on its --small cases, the CLI on the device) or bench_FAMILY (softmax,
 # linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers)
-# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`.
+# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`;
+# NAME+:SECONDS runs it detached, beside the next steps (e.g. `sm80+:400 check:300`),
+# and `collect:SECONDS`, in this call or a later one, gathers it.
 # A step gets its cap as LA_STEP_S (gpu_check.sh fits its runs into it).
 # Logs go to $OUT/NAME/; each step's own summary is printed under a header;
 # every log is packed into $OUT/round_logs.tgz at the end.
@@ -30,12 +32,44 @@ if [ $prebuilt = 0 ] && ! timeout "${LA_BUILD_S:-200}" make -j16 BUILD=build-gpu
   exit 1
 fi
 echo "# build: $(( $(date +%s) - t0 )) s"
+# NAME+ runs a step detached (setsid: it outlives this call while the machine
+# is held) with its logs under $BG/NAME; collect[:SECONDS] waits for every
+# detached step, prints its summary and copies its logs into $OUT/bg_NAME.
+BG=${LA_BG_DIR:-/tmp/la_bg}
+collect_bg() {
+  local cap=$1 d n r crc=0 end=$(( $(date +%s) + $1 ))
+  for d in "$BG"/*/; do
+    [ -d "$d" ] || continue
+    n=$(basename "$d")
+    while [ ! -f "$d/rc" ] && [ "$(date +%s)" -lt "$end" ]; do sleep 1; done
+    r=$(cat "$d/rc" 2>/dev/null || echo "still running after the collect cap")
+    echo "==== $n (detached): rc=$r"
+    { cat "$d/summary.txt" 2>/dev/null || tail -30 "$d/stdout.log"; } | tail -40
+    mkdir -p "$OUT/bg_$n" && cp -r "$d"/. "$OUT/bg_$n"/
+    [ "$r" = 0 ] || crc=1
+  done
+  return $crc
+}
 rc=0
 for spec in "$@"; do
   name=${spec%%:*}
   cap=${spec#*:}
   [ "$cap" = "$spec" ] && cap=120
+  if [ "$name" = collect ]; then # the detached steps of this machine's earlier steps or calls
+    collect_bg "$cap" || rc=1
+    continue
+  fi
+  detach=0
+  case $name in *+) name=${name%+}; detach=1 ;; esac
   [ -f "tests/cuda/gpu_$name.sh" ] || { echo "==== $name: no tests/cuda/gpu_$name.sh"; rc=1; continue; }
+  if [ $detach = 1 ]; then # beside the next steps, and later calls while this machine is held
+    d=$BG/$name
+    rm -rf "$d" && mkdir -p "$d"
+    OUT=$d LA_STEP_S="$cap" setsid nohup bash -c "timeout $cap nice -n 5 bash tests/cuda/gpu_$name.sh > $d/stdout.log 2>&1; echo \$? > $d/rc" \
+      < /dev/null > /dev/null 2>&1 &
+    echo "==== $name: detached (cap $cap s, at $(( $(date +%s) - t0 )) s), logs $d; a later 'collect' step gathers it"
+    continue
+  fi
   echo "==== $name (cap $cap s, at $(( $(date +%s) - t0 )) s) ===="
   mkdir -p "$OUT/$name"
   OUT="$OUT/$name" LA_SKIP_BUILD=1 LA_STEP_S="$cap" timeout "$cap" bash "tests/cuda/gpu_$name.sh" 2>&1 | tail -60

@@ -16,6 +16,9 @@
 #   bash tests/cuda/gpu_sm80.sh [HARNESS ARGS...]   (logs and summary under $OUT)
 # The JIT cache is shared by the shards (CUDA_CACHE_PATH, default
 # /tmp/la_sm80_jit) so each kernel is compiled from PTX once.
+# LA_SM80_ARGS: harness arguments when none are given (e.g. --small, detached
+# under gpu_round.sh as `sm80+:SECONDS`).
+[ $# -eq 0 ] && set -- ${LA_SM80_ARGS:-}
 BUILD=${BUILD:-build-ptx80}
 . tests/cuda/gpu_common.sh sm80
 H=$B/tests/backend/test_backend_ops
