@@ -133,11 +133,14 @@ __global__ void pg_store_kernel(pg_cache C, unsigned char *pages, la_cu_view k, 
 }
 
 /* group g: tokens order[gs[g] .. gs[g+1]) of one (sequence, block), in batch order */
-__global__ void pg_pool_kernel(pg_cache C, float *psum, int64_t max_blocks, int64_t B, const int32_t *slots,
-                               const int32_t *seq, const int32_t *pos, const int32_t *order, const int32_t *gs) {
+__global__ void pg_pool_kernel(pg_cache C, float *psum, int32_t *pcount, int64_t max_blocks, int64_t B,
+                               const int32_t *slots, const int32_t *seq, const int32_t *pos, const int32_t *order,
+                               const int32_t *gs) {
     const int g = blockIdx.x;
-    const int64_t t0 = order[gs[g]];
-    float *sum = psum + ((int64_t)seq[t0] * max_blocks + pos[t0] / B) * C.dI;
+    const int64_t t0 = order[gs[g]], at = (int64_t)seq[t0] * max_blocks + pos[t0] / B;
+    float *sum = psum + at * C.dI;
+    /* the device copy of the host-validated count: the group's last position + 1 */
+    if (threadIdx.x == 0) pcount[at] = pos[order[gs[g + 1] - 1]] % (int32_t)B + 1;
     for (int64_t d = threadIdx.x; d < C.dI; d += blockDim.x) {
         float s = sum[d];
         for (int j = gs[g]; j < gs[g + 1]; j++) {
@@ -309,6 +312,149 @@ __global__ void pg_finish_kernel(const int32_t *sel, int64_t k, int64_t T, const
     idx[t * nb0 + c * nb1] = (int32_t)v;
 }
 
+/* ---- device-side metadata of a paged call ----------------------------------
+ * One CTA per sequence s reads its context length, block-table row and (with
+ * q_seq) every query row's sequence, and writes the call's metadata in the
+ * layout of paged_index_tc.cuh's sc_pages. The values are checked here, not
+ * on the host: a bad one is clamped (a page id to 0, a length to [0, cap], a
+ * q_seq entry to [0, nseq)), so no kernel reads outside the cache or the
+ * table, and recorded in the cache's status words (LA_PG_*). */
+enum { PG_META_THREADS = 256 };
+
+struct pg_meta {
+    const int32_t *bt, *cl, *qs; /* the caller's block_table, context_lens, q_seq (or NULL) views */
+    int64_t bt0, bt1, maxp, cl0, qs0, next_n, nseq, T, num_pages, ps;
+    int64_t cap;                 /* maxp · ps: the table's capacity in tokens */
+    int64_t lenmax;              /* cap, or the pooled max_seq_len when below it (HISA on pooled sums) */
+    const int32_t *pcount;       /* HISA on pooled sums: the device counts [max_seqs][max_blocks], else NULL */
+    int64_t max_blocks, B;
+    int32_t *status;
+    int32_t *tab, *row_seq, *row_end, *lens, *rows, *row0; /* out: [nseq][maxp], [T], [T], [nseq], [T], [nseq+1] */
+};
+
+__device__ void pg_flag(int32_t *st, int kind, int64_t a, int64_t b, int64_t v, int64_t x) {
+    atomicOr(st, kind);
+    if (atomicCAS(st + 1, 0, kind) == 0) { /* the first error keeps its values */
+        st[2] = (int32_t)a;
+        st[3] = (int32_t)b;
+        st[4] = (int32_t)v;
+        st[5] = (int32_t)x;
+    }
+}
+
+__global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
+    const int64_t s = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __shared__ int64_t sh_len;
+    __shared__ int wc[PG_META_THREADS / 32];
+    if (tid == 0) {
+        int64_t L = M.cl[s * M.cl0];
+        if (L < 0 || L > M.cap) {
+            pg_flag(M.status, LA_PG_BAD_LEN, s, 0, L, M.cap);
+            L = L < 0 ? 0 : M.cap;
+        }
+        if (L > M.lenmax) {
+            pg_flag(M.status, LA_PG_BAD_POOL, s, -1, L, M.lenmax);
+            L = M.lenmax;
+        }
+        M.lens[s] = (int32_t)L;
+        sh_len = L;
+    }
+    __syncthreads();
+    const int64_t L = sh_len, np = (L + M.ps - 1) / M.ps;
+    for (int64_t j = tid; j < M.maxp; j += PG_META_THREADS) {
+        int64_t v = 0;
+        if (j < np) {
+            v = M.bt[s * M.bt0 + j * M.bt1];
+            if (v < 0 || v >= M.num_pages) {
+                pg_flag(M.status, LA_PG_BAD_PAGE, s, j, v, M.num_pages);
+                v = 0;
+            }
+        }
+        M.tab[s * M.maxp + j] = (int32_t)v; /* pages past the length are never read */
+    }
+    if (M.pcount)
+        for (int64_t b = tid; b < (L + M.B - 1) / M.B; b += PG_META_THREADS) {
+            const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B, have = M.pcount[s * M.max_blocks + b];
+            if (have != want) pg_flag(M.status, LA_PG_BAD_POOL, s, b, L, have);
+        }
+    if (!M.qs) { /* next_n consecutive rows per sequence */
+        const int64_t nq = M.next_n, base = s * nq;
+        for (int64_t j = tid; j < nq; j += PG_META_THREADS) {
+            const int64_t t = base + j, e = L - nq + j + 1;
+            M.rows[t] = (int32_t)t;
+            M.row_seq[t] = (int32_t)s;
+            M.row_end[t] = (int32_t)(e < 0 ? 0 : e);
+        }
+        if (tid == 0) {
+            M.row0[s] = (int32_t)base;
+            if (s == M.nseq - 1) M.row0[M.nseq] = (int32_t)M.T;
+        }
+        return;
+    }
+    /* q_seq: pass 1 counts the rows of earlier sequences (row0[s]) and of s;
+     * pass 2 ranks s's rows in query order (a ballot per warp, warps in order) */
+    auto seq_of = [&](int64_t t, bool report) -> int64_t {
+        int64_t v = M.qs[t * M.qs0];
+        if (v < 0 || v >= M.nseq) {
+            if (report) pg_flag(M.status, LA_PG_BAD_QSEQ, t, 0, v, M.nseq);
+            v = v < 0 ? 0 : M.nseq - 1;
+        }
+        return v;
+    };
+    int64_t before = 0, nq = 0;
+    for (int64_t c0 = 0; c0 < M.T; c0 += PG_META_THREADS) {
+        const int64_t t = c0 + tid;
+        const int64_t v = t < M.T ? seq_of(t, s == 0) : -1;
+        before += __syncthreads_count(t < M.T && v < s);
+        nq += __syncthreads_count(v == s);
+    }
+    int64_t run = 0;
+    for (int64_t c0 = 0; c0 < M.T; c0 += PG_META_THREADS) {
+        const int64_t t = c0 + tid;
+        const bool mine = t < M.T && seq_of(t, false) == s;
+        const unsigned bal = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) wc[warp] = __popc(bal);
+        __syncthreads();
+        int64_t j = run + __popc(bal & ((1u << lane) - 1u));
+        for (int i = 0; i < warp; i++) j += wc[i];
+        if (mine) {
+            const int64_t e = L - nq + j + 1;
+            M.rows[before + j] = (int32_t)t;
+            M.row_seq[t] = (int32_t)s;
+            M.row_end[t] = (int32_t)(e < 0 ? 0 : e);
+        }
+        for (int i = 0; i < PG_META_THREADS / 32; i++) run += wc[i];
+        __syncthreads(); /* wc is rewritten by the next chunk */
+    }
+    if (tid == 0) {
+        M.row0[s] = (int32_t)before;
+        if (s == M.nseq - 1) M.row0[M.nseq] = (int32_t)(before + nq);
+    }
+}
+
+/* The most query rows of one sequence in q_seq (read back: only when the
+ * bound T would overflow the scoring grid). Entries outside 0..nseq-1 count
+ * as the clamped ones do. */
+la_status pg_max_rows(const la_tensor *qs, int64_t nseq, int64_t *maxnq) {
+    const int64_t T = qs->ne[0];
+    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (size_t)(T * qs->nb[0] - qs->nb[0] + 1));
+    int64_t *cnt = (int64_t *)calloc((size_t)nseq, sizeof(int64_t));
+    if (!h || !cnt) {
+        free(h), free(cnt);
+        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory counting q_seq's rows");
+    }
+    la_status st = la_dev_download(h, qs->data, sizeof(int32_t) * (size_t)(T * qs->nb[0] - qs->nb[0] + 1));
+    *maxnq = 1;
+    for (int64_t t = 0; st == LA_OK && t < T; t++) {
+        int64_t v = h[t * qs->nb[0]];
+        v = v < 0 ? 0 : v >= nseq ? nseq - 1 : v;
+        if (++cnt[v] > *maxnq) *maxnq = cnt[v];
+    }
+    free(h), free(cnt);
+    return st;
+}
+
 la_status pg_upload(la_cu_ws *w, const void *h, size_t bytes, cudaStream_t s, const char *what) {
     LA_TRY(la_cu_ws_alloc(w, bytes, s, what));
     LA_CU(cudaMemcpyAsync(w->p, h, bytes, cudaMemcpyHostToDevice, s));
@@ -375,7 +521,8 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
 } // namespace
 
 
-extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes) {
+extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes,
+                                         size_t cnt_bytes) {
     void *p = nullptr;
     LA_TRY(la_dev_malloc(&p, pages_bytes));
     c->pages = (unsigned char *)p;
@@ -385,15 +532,29 @@ extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_b
         LA_TRY(la_dev_malloc(&q, sum_bytes));
         c->psum = (float *)q;
         LA_CU(cudaMemset(q, 0, sum_bytes));
+        LA_TRY(la_dev_malloc(&q, cnt_bytes));
+        c->pcount_dev = (int32_t *)q;
+        LA_CU(cudaMemset(q, 0, cnt_bytes));
     }
+    void *st = nullptr;
+    LA_TRY(la_dev_malloc(&st, LA_PG_STATUS_WORDS * 4));
+    c->status_dev = (int32_t *)st;
+    LA_CU(cudaMemset(st, 0, LA_PG_STATUS_WORDS * 4));
+    LA_CU(cudaHostAlloc(&st, LA_PG_STATUS_WORDS * 4, cudaHostAllocDefault));
+    c->status_host = (int32_t *)st;
+    memset(st, 0, LA_PG_STATUS_WORDS * 4);
     return LA_OK;
 }
 
 extern "C" void la_paged_free_cuda(la_paged_index_cache *c) {
     if (c->pages) cudaFree(c->pages);
     if (c->psum) cudaFree(c->psum);
+    if (c->pcount_dev) cudaFree(c->pcount_dev);
+    if (c->status_dev) cudaFree(c->status_dev);
+    if (c->status_host) cudaFreeHost(c->status_host);
     c->pages = nullptr;
     c->psum = nullptr;
+    c->pcount_dev = c->status_dev = c->status_host = nullptr;
 }
 
 extern "C" la_status la_paged_check_finite_cuda(const la_tensor *k, la_context *ctx) {
@@ -457,7 +618,8 @@ extern "C" la_status la_paged_store_cuda(la_paged_index_cache *c, const la_tenso
         if (st == LA_OK) st = pg_upload(&dorder, order, (size_t)m * 4, s, "token order");
         if (st == LA_OK) st = pg_upload(&dgs, gs, (size_t)(ng + 1) * 4, s, "groups");
         if (st == LA_OK) {
-            pg_pool_kernel<<<(unsigned)ng, 128, 0, s>>>(C, c->psum, c->max_blocks, c->p.block, (const int32_t *)ds.p,
+            pg_pool_kernel<<<(unsigned)ng, 128, 0, s>>>(C, c->psum, c->pcount_dev, c->max_blocks, c->p.block,
+                                                        (const int32_t *)ds.p,
                                                         (const int32_t *)dq.p, (const int32_t *)dp.p,
                                                         (const int32_t *)dorder.p, (const int32_t *)dgs.p);
             cudaError_t e = cudaGetLastError();
@@ -511,9 +673,20 @@ extern "C" la_status la_paged_pooled_cuda(const la_paged_index_cache *c, int64_t
     return st;
 }
 
+extern "C" la_status la_paged_status_cuda(const la_paged_index_cache *c, int wait, int32_t *out, la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    out[0] = 0;
+    if (!wait && !((volatile const int32_t *)c->status_host)[0]) return LA_OK;
+    LA_CU(cudaStreamSynchronize(s)); /* every earlier call's checks and mirror copies are done */
+    LA_CU(cudaMemcpy(out, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost));
+    LA_CU(cudaMemset(c->status_dev, 0, LA_PG_STATUS_WORDS * 4));
+    memset(c->status_host, 0, LA_PG_STATUS_WORDS * 4);
+    return LA_OK;
+}
+
 extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
-                                        const la_tensor *q, const la_tensor *w, const la_paged_seq *seqs,
-                                        int64_t nseq, int return_slots, la_tensor *idx, la_context *ctx) {
+                                        const la_tensor *q, const la_tensor *w, const la_paged_query *pq,
+                                        la_tensor *idx, la_context *ctx) {
     cudaStream_t s = la_cu_stream(ctx);
     const pg_cache C = pg_of(c);
     const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
@@ -521,49 +694,59 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     int eb = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel */
     la_sp_score_args a;
     LA_TRY(pg_select(c, q, T, ctx, &eb, &a));
-    int64_t Lmax = 1, maxp = 1, maxnq = 1;
-    for (int64_t i = 0; i < nseq; i++) {
-        if (seqs[i].len > Lmax) Lmax = seqs[i].len;
-        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
-        if (np > maxp) maxp = np;
-        if (seqs[i].nq > maxnq) maxnq = seqs[i].nq;
-    }
-    /* host metadata: compact page table; each row's sequence and range end,
-     * the lengths, each sequence's rows in query order and their starts */
-    int32_t *htab = (int32_t *)calloc((size_t)(nseq * maxp), 4);
+    const la_tensor *bt = pq->block_table;
+    const int return_slots = pq->return_slots != 0;
+    const int64_t nseq = bt->ne[0], maxp = bt->ne[1] > 0 ? bt->ne[1] : 1;
+    /* score rows span the block table's capacity (the lengths stay on the device) */
+    const int64_t Lmax = bt->ne[1] * ps > 0 ? bt->ne[1] * ps : 1;
+    const int pooled = hisa && c->psum;
+    /* query rows per sequence: next_n, or at most T (q_seq); with q_seq over
+     * the grid's 65535 row slices, q_seq's largest count is read back */
+    int64_t maxnq = pq->q_seq ? T : pq->next_n;
+    if (pq->q_seq && nseq * la_cu_cdiv(maxnq, 64) > 65535) LA_TRY(pg_max_rows(pq->q_seq, nseq, &maxnq));
+    /* device metadata: clamped page table, then the rows (paged_index_tc.cuh's sc_pages layout) */
     const int64_t nmeta = 3 * T + 2 * nseq + 1;
-    int32_t *hrow = (int32_t *)malloc(sizeof(int32_t) * (size_t)nmeta);
-    if (!htab || !hrow) {
-        free(htab), free(hrow);
-        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory for the batch metadata");
-    }
-    int32_t *hend = hrow + T, *hlen = hend + T, *hrows = hlen + nseq, *hrow0 = hrows + T;
-    int64_t at = 0;
-    for (int64_t i = 0; i < nseq; i++) {
-        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
-        for (int64_t j = 0; j < np; j++) htab[i * maxp + j] = seqs[i].pages[j];
-        hlen[i] = (int32_t)seqs[i].len;
-        hrow0[i] = (int32_t)at;
-        for (int64_t j = 0; j < seqs[i].nq; j++) {
-            const int64_t t = seqs[i].rows[j];
-            int64_t e = seqs[i].len - seqs[i].nq + j + 1;
-            hrow[t] = (int32_t)i;
-            hend[t] = (int32_t)(e < 0 ? 0 : e);
-            hrows[at++] = (int32_t)t;
-        }
-    }
-    hrow0[nseq] = (int32_t)at;
     la_cu_ws dtab, drow;
-    la_status st = pg_upload(&dtab, htab, (size_t)(nseq * maxp) * 4, s, "page table");
-    if (st == LA_OK) st = pg_upload(&drow, hrow, (size_t)nmeta * 4, s, "row metadata");
-    free(htab), free(hrow);
-    LA_TRY(st);
+    LA_TRY(la_cu_ws_alloc(&dtab, (size_t)(nseq * maxp) * 4, s, "page table"));
+    LA_TRY(la_cu_ws_alloc(&drow, (size_t)nmeta * 4, s, "row metadata"));
+    pg_meta M;
+    M.bt = (const int32_t *)bt->data;
+    M.bt0 = bt->nb[0];
+    M.bt1 = bt->nb[1];
+    M.maxp = bt->ne[1];
+    M.cl = (const int32_t *)pq->context_lens->data;
+    M.cl0 = pq->context_lens->nb[0];
+    M.qs = pq->q_seq ? (const int32_t *)pq->q_seq->data : nullptr;
+    M.qs0 = pq->q_seq ? pq->q_seq->nb[0] : 0;
+    M.next_n = pq->next_n;
+    M.nseq = nseq;
+    M.T = T;
+    M.num_pages = c->p.num_pages;
+    M.ps = ps;
+    M.cap = bt->ne[1] * ps;
+    M.lenmax = pooled && c->p.max_seq_len < M.cap ? c->p.max_seq_len : M.cap;
+    M.pcount = pooled ? c->pcount_dev : nullptr;
+    M.max_blocks = c->max_blocks;
+    M.B = p->block;
+    M.status = c->status_dev;
+    M.tab = (int32_t *)dtab.p;
+    M.row_seq = (int32_t *)drow.p;
+    M.row_end = M.row_seq + T;
+    M.lens = M.row_end + T;
+    M.rows = M.lens + nseq;
+    M.row0 = M.rows + T;
+    if (nseq > 0) {
+        pg_meta_kernel<<<(unsigned)nseq, PG_META_THREADS, 0, s>>>(M);
+        LA_CU_LAUNCH("paged metadata");
+    }
+    /* the status mirror, refreshed after the checks (read by the next call without waiting) */
+    LA_CU(cudaMemcpyAsync(c->status_host, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost, s));
     pg_rows R = {};
-    R.table = (const int32_t *)dtab.p;
+    R.table = M.tab;
     R.maxp = maxp;
-    R.row_seq = (const int32_t *)drow.p;
-    R.row_end = R.row_seq + T;
-    R.lens = R.row_end + T;
+    R.row_seq = M.row_seq;
+    R.row_end = M.row_end;
+    R.lens = M.lens;
     /* the tensor-core kernel's view of the batch (paged_index_tc.cuh) */
     sc_pages pg;
     pg.pages = c->pages;
@@ -574,8 +757,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     pg.maxp = maxp;
     pg.lens = R.lens;
     pg.row_seq = R.row_seq;
-    pg.rows = R.lens + nseq;
-    pg.row0 = pg.rows + T;
+    pg.rows = M.rows;
+    pg.row0 = M.row0;
     pg.rsplit = (int32_t)la_cu_cdiv(maxnq, 64);
     a.w = w->data;
     a.w_dt = (int)w->dtype;

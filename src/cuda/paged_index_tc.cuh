@@ -10,8 +10,8 @@
  * scales with e4m3 q, the q scale folded into w as DeepSeek's indexer does).
  *
  * Modes:
- *  - dense (a.blocks NULL, DSA): grid (key tiles of 256 over the longest
- *    context, nseq · rsplit); CTA (x, y) scores positions 256x .. of
+ *  - dense (a.blocks NULL, DSA): grid (key tiles of 256 over the table's
+ *    capacity, nseq · rsplit); CTA (x, y) scores positions 256x .. of
  *    sequence y / rsplit for its query rows rows[row0[s] + 64·(y % rsplit)
  *    ..] (at most 64), each row over [0, end[t]) (a.range.end);
  *  - gather (a.blocks = HISA's kept blocks [T][m], ascending, -1 last):

@@ -10,8 +10,11 @@
  *    that differ must be near-ties: the float64 scores of both selections,
  *    sorted, agree within 1e-5 relative (counted and printed);
  *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 0 ... 128K;
- *  - bad input on device views: a status naming the argument, pages and
- *    idx unchanged.
+ *  - bad input on device views: appends rejected with a status naming the
+ *    argument, pages unchanged; bad block_table / context_lens / q_seq
+ *    values of a paged call found on the device (clamped reads, idx inside
+ *    the table), reported by la_paged_index_cache_check or by the next
+ *    call (which writes nothing), naming the argument.
  * Cases: f32, bf16 and fp8 e4m3 over four configurations and the --san
  * representative (the --small subset), then two 128K-token contexts (fp8,
  * bf16: past the top-k's 64K-row bound of its sample size; their ~50K
@@ -460,6 +463,9 @@ static void run_paged(const void *arg) {
         CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "k[1][3]"), "cuda NaN key: %s %s", la_status_string(st), la_last_error());
         la_dev_download(after, draw, pb * (size_t)pages);
         CHECK(memcmp(before, after, pb * (size_t)pages) == 0, "a rejected CUDA append changed the pages");
+        /* bad values in device-resident metadata (docs/SPARSE.md "Paged
+         * serving"): found on the device, clamped, reported by
+         * la_paged_index_cache_check or by a later call once the device is done */
         la_paged_query pd;
         la_paged_query_init(&pd);
         int32_t saved = table[1];
@@ -468,13 +474,64 @@ static void run_paged(const void *arg) {
         pd.block_table = &dbt;
         pd.context_lens = &dcl;
         pd.next_n = nn;
+        CHECK_OK(la_paged_index_cache_check(dc, NULL)); /* nothing pending */
+        for (int hisa = 0; hisa < 2; hisa++) {
+            st = hisa ? la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL) : la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL);
+            CHECK(st == LA_OK, "cuda bad page (%s): the call itself: %s %s", hisa ? "hisa" : "dsa", la_status_string(st), la_last_error());
+            la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
+            int64_t wild = 0; /* the clamped read: positions inside the table's capacity, or -1 */
+            for (int64_t i = 0; i < T * topk; i++) wild += id[i] < -1 || id[i] >= maxp * PS;
+            CHECK(wild == 0, "cuda bad page (%s): %lld idx entries outside -1..%lld", hisa ? "hisa" : "dsa", (long long)wild, (long long)(maxp * PS - 1));
+            st = la_paged_index_cache_check(dc, NULL);
+            CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table[0][1]"), "cuda bad page (%s) check: %s %s",
+                  hisa ? "hisa" : "dsa", la_status_string(st), la_last_error());
+            CHECK_OK(la_paged_index_cache_check(dc, NULL)); /* reported once */
+        }
+        /* lazily: the next call (on good metadata) fails, writes nothing; the one after runs */
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        la_dev_synchronize();
+        table[1] = saved;
+        la_dev_upload(d_bt, table, (size_t)(nseq * maxp) * 4);
         la_dev_memset(d_idx, 0x5a, (size_t)(T * topk) * 4);
         st = la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL);
-        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table"), "cuda bad page: %s %s", la_status_string(st), la_last_error());
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table[0][1]") && strstr(la_last_error(), "earlier"),
+              "cuda bad page, lazily: %s %s", la_status_string(st), la_last_error());
         la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
         int64_t touched = 0;
         for (int64_t i = 0; i < T * topk; i++) touched += id[i] != 0x5a5a5a5a;
-        CHECK(touched == 0, "a rejected CUDA paged call wrote idx");
+        CHECK(touched == 0, "a CUDA paged call rejected for an earlier bad page wrote idx");
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        CHECK_OK(la_paged_index_cache_check(dc, NULL));
+        /* a length over the table's capacity; a q_seq row outside the table */
+        const int32_t cl0 = cl[0];
+        cl[0] = (int32_t)(maxp * PS + 1);
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "context_lens[0]"), "cuda long context: %s %s", la_status_string(st), la_last_error());
+        /* HISA on pooled sums: a length that splits a pooled block */
+        cl[0] = cl0 - 1;
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        CHECK_OK(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        if ((cl0 - 1) % 128)
+            CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "pooled"), "cuda pooled count: %s %s", la_status_string(st), la_last_error());
+        cl[0] = cl0;
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        int32_t *qs2 = malloc(sizeof(int32_t) * (size_t)T);
+        memcpy(qs2, qs, sizeof(int32_t) * (size_t)T);
+        qs2[T - 1] = (int32_t)nseq;
+        la_dev_upload(d_qs, qs2, (size_t)T * 4);
+        pd.q_seq = &dqs;
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        char want[48];
+        snprintf(want, sizeof want, "q_seq[%lld]", (long long)(T - 1));
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), want), "cuda bad q_seq: %s %s", la_status_string(st), la_last_error());
+        la_dev_upload(d_qs, qs, (size_t)T * 4);
+        free(qs2);
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        CHECK_OK(la_paged_index_cache_check(dc, NULL));
         table[1] = saved;
         la_dev_free(d_k); la_dev_free(d_s); la_dev_free(d_sq); la_dev_free(d_p);
         free(before); free(after);
