@@ -491,11 +491,13 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
  * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32. */
 la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
-                    la_sp_score_args *a) {
-    static const char *const names[] = {"mma", "portable"};
+                    int *wg, la_sp_score_args *a) {
+    static const char *const names[] = {"mma", "portable", "wgmma"};
     const char *forced = la_context_variant(ctx, "paged");
-    const int v = forced ? la_cu_variant_index(forced, names, 2) : 0;
-    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable");
+    int v = forced ? la_cu_variant_index(forced, names, 3) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma");
+    *wg = v == 2; /* DSA's scores on wgmma (checked at the launch); otherwise as "mma" */
+    if (v == 2) v = 0;
     memset(a, 0, sizeof *a);
     a->q = q->data;
     a->q_dt = (int)q->dtype;
@@ -510,10 +512,10 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     const int want = c->p.dtype == LA_BF16 ? 2 : c->p.dtype == LA_FP8_E4M3 ? 1 : 0;
     const bool ok = want && la_sp_paged_tc_ok(*a, want);
     if (v == 0 && forced && !ok)
-        return la_cu_variant_unsupported("paged", "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
+        return la_cu_variant_unsupported("paged", *wg ? "wgmma" : "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
                                                          "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
     *eb = v == 0 && ok ? want : 0;
-    la_cu_report(ctx, "paged", *eb ? "mma" : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
+    la_cu_report(ctx, "paged", *eb ? (*wg ? "wgmma" : "mma") : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
                  (long long)a->HI, (long long)a->dI, la_dtype_name(c->p.dtype), la_dtype_name(q->dtype));
     return LA_OK;
 }
@@ -691,9 +693,9 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const pg_cache C = pg_of(c);
     const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
     if (T == 0) return LA_OK;
-    int eb = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel */
+    int eb = 0, wg = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel; wg: DSA on wgmma */
     la_sp_score_args a;
-    LA_TRY(pg_select(c, q, T, ctx, &eb, &a));
+    LA_TRY(pg_select(c, q, T, ctx, &eb, &wg, &a));
     const la_tensor *bt = pq->block_table;
     const int return_slots = pq->return_slots != 0;
     const int64_t nseq = bt->ne[0], maxp = bt->ne[1] > 0 ? bt->ne[1] : 1;
@@ -783,7 +785,13 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             a.ncols = W;
             a.out = (float *)dsc.p;
             a.out_ld = W;
-            LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+            if (wg && !(eb == 1 && la_sp_paged_wgmma_ok(a, pg)))
+                return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, "
+                                                                   "q rows contiguous");
+            if (wg) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+        } else if (wg) {
+            return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
         } else {
             LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
         }

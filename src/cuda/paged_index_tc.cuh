@@ -46,4 +46,12 @@ bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
 la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
                              cudaStream_t s);
 
+/* Variant "wgmma" (paged_wgmma.cu): DSA dense-mode scores of an e4m3 cache
+ * on wgmma m64n64k32 (keys = M, streamed through the block table; the 64
+ * heads of one query row = N), equal to DSA v2 on the gathered keys. Whether
+ * it takes these args (sm_90, HI 64, dI 128, e4m3 q rows 16-byte aligned,
+ * a.blocks NULL), and its launch: grid (ncols / 1024, T). */
+bool la_sp_paged_wgmma_ok(const la_sp_score_args &a, const sc_pages &pg);
+la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s);
+
 #endif

@@ -89,6 +89,8 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     float *wd = malloc(sizeof(float) * (size_t)(nn * HI)), *ones = malloc(sizeof(float) * (size_t)(nn * HI));
     for (int64_t i = 0; i < nn * HI; i++) ones[i] = 1.f;
     int64_t diff[2] = {0, 0}, nbmax = 1;
+    int32_t *dflt = malloc((size_t)(T * topk) * 4); /* the dense default's rows (pass 0) */
+    char *have = calloc((size_t)T, 1);
     const char *kern[2] = {"default", "mma"};
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && !bo_use_variant("dsa", "mma")) break;
@@ -130,8 +132,13 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
             }
             if (CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()))) {
                 la_dev_download(got, d_i, (size_t)(nn * topk) * 4);
-                for (int64_t j = 0; j < nn; j++)
+                for (int64_t j = 0; j < nn; j++) {
                     diff[pass] += memcmp(got + j * topk, idsa + rowof[s * nn + j] * topk, (size_t)topk * 4) != 0;
+                    if (pass == 0) {
+                        memcpy(dflt + rowof[s * nn + j] * topk, got + j * topk, (size_t)topk * 4);
+                        have[rowof[s * nn + j]] = 1;
+                    }
+                }
             }
             la_dev_free(d_k); la_dev_free(d_ks); la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_qs); la_dev_free(d_i);
             free(kd); free(ks);
@@ -145,6 +152,45 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
                   "the gathered keys", la_dtype_name(C->dt), (long long)diff[pass], kern[pass]);
     }
     bo_use_variant("dsa", NULL);
+    /* variant "wgmma" of the paged family (e4m3, HI 64): equal to the dense
+     * default (DSA v2's e4m3 wgmma) on the gathered keys, the same bits on a
+     * second call; rows differing from the paged mma.sync kernel counted */
+    int64_t wd_dense = -1, wd_mma = -1;
+    if (fp8 && HI == 64 && bo_use_variant("paged", "wgmma")) {
+        la_paged_query pw;
+        la_paged_query_init(&pw);
+        pw.block_table = dbt;
+        pw.context_lens = dcl;
+        pw.next_n = nn;
+        pw.q_seq = C->qseq ? dqs : NULL;
+        void *d_w1 = NULL;
+        la_dev_malloc(&d_w1, (size_t)(T * topk) * 4);
+        la_tensor tw1;
+        const int64_t wne1[2] = {T, topk};
+        la_tensor_init(&tw1, d_w1, LA_I32, LA_DEVICE_CUDA, 2, wne1);
+        int32_t *r1 = malloc((size_t)(T * topk) * 4), *r2 = malloc((size_t)(T * topk) * 4);
+        la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
+        if (CHECK_DEV(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()))) {
+            la_dev_download(r1, d_w1, (size_t)(T * topk) * 4);
+            la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
+            CHECK_OK(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()));
+            la_dev_download(r2, d_w1, (size_t)(T * topk) * 4);
+            CHECK(!memcmp(r1, r2, (size_t)(T * topk) * 4), "fp8 paged dsa (wgmma): a second call differs");
+            wd_dense = wd_mma = 0;
+            for (int64_t t = 0; t < T; t++) {
+                const int32_t *ref = have[t] ? dflt + t * topk : idsa + t * topk; /* empty contexts: all -1 */
+                wd_dense += memcmp(r1 + t * topk, ref, (size_t)topk * 4) != 0;
+                wd_mma += memcmp(r1 + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
+            }
+            CHECK(wd_dense == 0, "fp8 paged dsa (wgmma): %lld rows differ from the dense default (DSA v2 wgmma) on "
+                  "the gathered keys", (long long)wd_dense);
+        }
+        CHECK_OK(la_paged_index_cache_check(dc, NULL));
+        la_dev_free(d_w1);
+        free(r1); free(r2);
+        bo_use_variant("paged", NULL);
+    }
+    free(dflt); free(have);
     /* HISA keeping every block == DSA */
     la_index_params ih = *ip;
     ih.block_topk = nbmax;
@@ -167,8 +213,9 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     for (int64_t t = 0; t < T; t++) hd += memcmp(all + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
     CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa", la_dtype_name(C->dt),
           (long long)nbmax, (long long)hd);
-    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld\n",
-           (long long)diff[0], (long long)diff[1], (long long)hd);
+    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld; "
+           "paged wgmma vs dense default, vs paged mma: %lld, %lld\n",
+           (long long)diff[0], (long long)diff[1], (long long)hd, (long long)wd_dense, (long long)wd_mma);
     la_dev_free(d_i);
     free(all); free(got); free(qd); free(wd); free(ones);
 }
