@@ -185,7 +185,7 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
             CHECK(wd_dense == 0, "fp8 paged dsa (wgmma): %lld rows differ from the dense default (DSA v2 wgmma) on "
                   "the gathered keys", (long long)wd_dense);
         }
-        CHECK_OK(la_paged_index_cache_check(dc, NULL));
+        CHECK_OK(la_paged_index_cache_check(dc, bo_ctx()));
         la_dev_free(d_w1);
         free(r1); free(r2);
         bo_use_variant("paged", NULL);
