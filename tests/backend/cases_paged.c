@@ -703,7 +703,50 @@ static void run_smla_paged(const void *arg) {
     free(hqb), free(hcb), free(hob), free(hlb), free(gc), free(gh);
 }
 
+/* The "paged" family's probe: one DSA call on a one-page e4m3 cache (zero
+ * keys) with e4m3 q at HI 64, dI 128 (the shape every paged variant takes). */
+static la_status probe_paged(la_context *ctx) {
+    la_paged_cache_params cp;
+    la_paged_cache_params_init(&cp);
+    cp.num_pages = 1;
+    cp.page_size = PS;
+    cp.head_dim = 128;
+    cp.dtype = LA_FP8_E4M3;
+    cp.device = LA_DEVICE_CUDA;
+    la_paged_index_cache *c = NULL;
+    la_status s = la_paged_index_cache_create(&cp, &c);
+    if (s != LA_OK) return s;
+    const int64_t T = 1, HI = 64, dI = 128, K = 4, one = 1;
+    int32_t tab = 0, len = PS;
+    void *dq = NULL, *dw = NULL, *di = NULL, *dt = dev_copy(&tab, 4), *dl = dev_copy(&len, 4);
+    la_dev_malloc(&dq, (size_t)(T * HI * dI));
+    la_dev_malloc(&dw, (size_t)(T * HI) * 4);
+    la_dev_malloc(&di, (size_t)(T * K) * 4);
+    la_dev_memset(dq, 0, (size_t)(T * HI * dI));
+    la_dev_memset(dw, 0, (size_t)(T * HI) * 4);
+    la_tensor tq, tw, ti, tt, tl;
+    const int64_t qne[3] = {T, HI, dI}, wne[2] = {T, HI}, ine[2] = {T, K}, tne[2] = {1, 1};
+    la_tensor_init(&tq, dq, LA_FP8_E4M3, LA_DEVICE_CUDA, 3, qne);
+    la_tensor_init(&tw, dw, LA_F32, LA_DEVICE_CUDA, 2, wne);
+    la_tensor_init(&ti, di, LA_I32, LA_DEVICE_CUDA, 2, ine);
+    la_tensor_init(&tt, dt, LA_I32, LA_DEVICE_CUDA, 2, tne);
+    la_tensor_init(&tl, dl, LA_I32, LA_DEVICE_CUDA, 1, &one);
+    la_index_params ip;
+    la_index_params_init(&ip);
+    ip.topk = K;
+    la_paged_query pq;
+    la_paged_query_init(&pq);
+    pq.block_table = &tt;
+    pq.context_lens = &tl;
+    s = la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
+    la_dev_synchronize();
+    la_dev_free(dq); la_dev_free(dw); la_dev_free(di); la_dev_free(dt); la_dev_free(dl);
+    la_paged_index_cache_destroy(c);
+    return s;
+}
+
 void cases_paged(bo_list *L) {
+    bo_add_probe(L, "paged", probe_paged);
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
     /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
