@@ -11,14 +11,15 @@
            PyTorch gather-and-score peer: block-table gather of bf16 pages,
            einsum, ReLU, weighted head sum, torch.topk (eager, per sequence;
            and torch.compile of the batched padded form, when --compile).
-           "kern" is the device time of the call's kernels alone (CUDA
-           events around it minus the host-side validation, measured by
-           torch.profiler's CUDA kernel sum).
+           "kern" is the device time of the call's kernels alone
+           (torch.profiler's CUDA kernel sum); call - kern is the host side
+           (argument checks, launches: the block table, lengths and q_seq
+           stay on the device, their values checked there).
   prefill: one sequence, 4096 queries at 128K context: HISA paged vs DSA
            paged (both measured on the full chunk).
-Times: medians of CUDA-event timings through the Python package (each paged
-call includes its host-side validation: the block table and lengths are
-copied to the host).
+Times: medians of CUDA-event timings through the Python package. The
+variants of the "paged" family ("wgmma") are timed in C by
+dev/bench_gpu_paged.cu (the context's variant is not exported to Python).
 Usage: python3 bench/gpu_paged.py [--json OUT.json] [--quick] [--compile]
 """
 import json
@@ -127,6 +128,7 @@ def decode_row(name, lens, bw, res, bf16_row=False):
     hisa = lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
     t_dsa, t_hisa = med(dsa, iters=5), med(hisa, iters=5)
     k_dsa, k_hisa = kernel_ms(dsa), kernel_ms(hisa)
+    cache.check()  # the device-side checks of the metadata found nothing
     t_peer = med(lambda: torch_peer(q, w, peer, table, cl, TOPK), iters=3)
     tokens = sum(lens)
     floor_ms = tokens * (DI + 4) / bw * 1e3

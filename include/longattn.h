@@ -515,13 +515,27 @@ LA_API la_status la_paged_query_init(la_paged_query *pq);
 
 /* q [T,HI,dI], w [T,HI]; idx int32 [T,topk]: per query the top-k token
  * positions of its sequence (or their slots), −1 padding; equal to
- * la_dsa_indexer / la_hisa_indexer on the sequence's gathered keys. */
+ * la_dsa_indexer / la_hisa_indexer on the sequence's gathered keys.
+ * On a CUDA cache the values of block_table, context_lens and q_seq are
+ * checked on the device, with no copy to the host: a page id outside the
+ * cache, a length below 0 or over the table's capacity (max_pages ·
+ * page_size; HISA on pooled sums: max_seq_len, and each block's pooled
+ * count) or a q_seq entry outside the rows is clamped (nothing is read out
+ * of bounds; that call's idx is unspecified) and recorded in the cache.
+ * It is reported, as LA_ERR_ARG naming the argument, by
+ * la_paged_index_cache_check (which waits for the device) or by a later
+ * paged call on the cache once the device has finished the bad one (that
+ * call then writes nothing). Shapes are checked on the host, as always. */
 LA_API la_status la_dsa_topk_paged(const la_index_params *p, const la_tensor *q,
                                    const la_tensor *w, const la_paged_index_cache *cache,
                                    const la_paged_query *pq, la_tensor *idx, la_context *ctx);
 LA_API la_status la_hisa_topk_paged(const la_index_params *p, const la_tensor *q,
                                     const la_tensor *w, const la_paged_index_cache *cache,
                                     const la_paged_query *pq, la_tensor *idx, la_context *ctx);
+/* LA_OK, or LA_ERR_ARG naming the argument of the first bad value that a
+ * paged indexer call on this CUDA cache found on the device since the last
+ * check (then cleared). Waits for ctx's stream. Always LA_OK on the CPU. */
+LA_API la_status la_paged_index_cache_check(const la_paged_index_cache *cache, la_context *ctx);
 
 /* Sparse MLA decode over a paged latent cache: q [T,Hq,Dqk], kv_cache
  * [num_pages,page_size,Dqk] (one latent kv head, f32 or bf16 as q, pages

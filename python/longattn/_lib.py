@@ -411,6 +411,7 @@ SIGNATURES.update({
     "la_paged_index_cache_pooled": (_S, [la_paged_index_cache_p, ctypes.c_int64, ctypes.c_int64,
                                          _T]),
     "la_paged_query_init": (_S, [P(la_paged_query)]),
+    "la_paged_index_cache_check": (_S, [la_paged_index_cache_p, la_context_p]),
     "la_dsa_topk_paged": (_S, [P(la_index_params), _T, _T, la_paged_index_cache_p,
                                P(la_paged_query), _T, la_context_p]),
     "la_hisa_topk_paged": (_S, [P(la_index_params), _T, _T, la_paged_index_cache_p,

@@ -95,6 +95,17 @@ class PagedIndexCache(_CHandle):
         call("la_paged_index_cache_pooled", self._live(), int(seq), int(length), ctypes.byref(o))
         return out
 
+    def check(self):
+        """Raise (LongattnError naming the argument) if a paged indexer call on
+        this CUDA cache found a bad block_table / context_lens / q_seq value on
+        the device since the last check (waits for the device; clears it). The
+        paged calls check those values on the device without a host round
+        trip, and a later call raises once the device has finished a bad one
+        (docs/SPARSE.md "Paged serving"). Returns the cache; a no-op on the CPU,
+        where every value is checked before the call."""
+        call("la_paged_index_cache_check", self._live(), None)
+        return self
+
     def pages(self):
         """A copy of the raw page memory, uint8 [num_pages, page_bytes] (CPU caches)."""
         if self.device != "cpu":

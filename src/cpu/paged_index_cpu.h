@@ -24,6 +24,26 @@ struct la_paged_index_cache {
     float *psum;             /* [max_seqs][max_blocks][dI] pooled running sums  */
     int32_t *pcount;         /* [max_seqs][max_blocks] tokens in each sum       */
     float e4m3[256];         /* la_e4m3_to_f32 of every byte (decode table)     */
+    /* CUDA caches: the device copy of pcount (kept by the append's pooling
+     * kernel, checked by the paged calls) and the status of the paged calls'
+     * device-side checks (LA_PG_STATUS_WORDS int32: kinds found, then the
+     * first error's kind and values), with a pinned host mirror that each
+     * call refreshes asynchronously (docs/CUDA.md "Paged indexers") */
+    int32_t *pcount_dev;
+    int32_t *status_dev;
+    int32_t *status_host;
+};
+
+/* Errors that the CUDA paged calls find on the device in the values of
+ * block_table / context_lens / q_seq (bits of status word 0; word 1 the
+ * first one's kind, words 2..5 its values a, b, v, x). */
+enum {
+    LA_PG_BAD_PAGE = 1, /* block_table[a][b] = v outside the pages 0..x-1            */
+    LA_PG_BAD_LEN = 2,  /* context_lens[a] = v negative or over x (table capacity)   */
+    LA_PG_BAD_QSEQ = 4, /* q_seq[a] = v outside the block table's rows 0..x-1        */
+    LA_PG_BAD_POOL = 8, /* sequence a of v tokens: block b holds x pooled tokens
+                         * (b = -1: v over the pooled max_seq_len x)                 */
+    LA_PG_STATUS_WORDS = 8
 };
 
 /* OCP e4m3 (fn): bias 7, 3 mantissa bits, largest finite 448, no infinity. */

@@ -24,7 +24,13 @@
  * accumulation, the per-token scale on the head sum), so they equal the
  * dense mma.sync kernel's on the gathered keys bit for bit; HISA's block
  * scores (fp32 means) stay on the fp32 kernel. "portable" forces the fp32
- * kernel (q of any float dtype or e4m3, the CPU's order). */
+ * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma" (forced
+ * only) runs DSA's scores of an e4m3 cache on paged_wgmma.cu (equal to the
+ * dense DSA v2 kernel on the gathered keys; HISA as "mma").
+ * Metadata: block_table / context_lens / q_seq stay on the device; their
+ * values are checked and clamped by paged_meta.cu's kernel, which records a
+ * bad one in the cache's status words (copied to a pinned mirror after each
+ * call: la_paged_status_cuda). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +38,7 @@
 #include "cuda/common.cuh"
 #include "cuda/paged_index.cuh"
 #include "cuda/paged_index_tc.cuh"
+#include "cuda/paged_meta.cuh"
 #include "cuda/select.cuh"
 
 namespace {
@@ -133,11 +140,14 @@ __global__ void pg_store_kernel(pg_cache C, unsigned char *pages, la_cu_view k, 
 }
 
 /* group g: tokens order[gs[g] .. gs[g+1]) of one (sequence, block), in batch order */
-__global__ void pg_pool_kernel(pg_cache C, float *psum, int64_t max_blocks, int64_t B, const int32_t *slots,
-                               const int32_t *seq, const int32_t *pos, const int32_t *order, const int32_t *gs) {
+__global__ void pg_pool_kernel(pg_cache C, float *psum, int32_t *pcount, int64_t max_blocks, int64_t B,
+                               const int32_t *slots, const int32_t *seq, const int32_t *pos, const int32_t *order,
+                               const int32_t *gs) {
     const int g = blockIdx.x;
-    const int64_t t0 = order[gs[g]];
-    float *sum = psum + ((int64_t)seq[t0] * max_blocks + pos[t0] / B) * C.dI;
+    const int64_t t0 = order[gs[g]], at = (int64_t)seq[t0] * max_blocks + pos[t0] / B;
+    float *sum = psum + at * C.dI;
+    /* the device copy of the host-validated count: the group's last position + 1 */
+    if (threadIdx.x == 0) pcount[at] = pos[order[gs[g + 1] - 1]] % (int32_t)B + 1;
     for (int64_t d = threadIdx.x; d < C.dI; d += blockDim.x) {
         float s = sum[d];
         for (int j = gs[g]; j < gs[g + 1]; j++) {
@@ -345,11 +355,13 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
  * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32. */
 la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
-                    la_sp_score_args *a) {
-    static const char *const names[] = {"mma", "portable"};
+                    int *wg, la_sp_score_args *a) {
+    static const char *const names[] = {"mma", "portable", "wgmma"};
     const char *forced = la_context_variant(ctx, "paged");
-    const int v = forced ? la_cu_variant_index(forced, names, 2) : 0;
-    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable");
+    int v = forced ? la_cu_variant_index(forced, names, 3) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma");
+    *wg = v == 2; /* DSA's scores on wgmma (checked at the launch); otherwise as "mma" */
+    if (v == 2) v = 0;
     memset(a, 0, sizeof *a);
     a->q = q->data;
     a->q_dt = (int)q->dtype;
@@ -364,10 +376,10 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     const int want = c->p.dtype == LA_BF16 ? 2 : c->p.dtype == LA_FP8_E4M3 ? 1 : 0;
     const bool ok = want && la_sp_paged_tc_ok(*a, want);
     if (v == 0 && forced && !ok)
-        return la_cu_variant_unsupported("paged", "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
+        return la_cu_variant_unsupported("paged", *wg ? "wgmma" : "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
                                                          "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
     *eb = v == 0 && ok ? want : 0;
-    la_cu_report(ctx, "paged", *eb ? "mma" : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
+    la_cu_report(ctx, "paged", *eb ? (*wg ? "wgmma" : "mma") : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
                  (long long)a->HI, (long long)a->dI, la_dtype_name(c->p.dtype), la_dtype_name(q->dtype));
     return LA_OK;
 }
@@ -375,7 +387,8 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
 } // namespace
 
 
-extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes) {
+extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_bytes, size_t sum_bytes,
+                                         size_t cnt_bytes) {
     void *p = nullptr;
     LA_TRY(la_dev_malloc(&p, pages_bytes));
     c->pages = (unsigned char *)p;
@@ -385,15 +398,29 @@ extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_b
         LA_TRY(la_dev_malloc(&q, sum_bytes));
         c->psum = (float *)q;
         LA_CU(cudaMemset(q, 0, sum_bytes));
+        LA_TRY(la_dev_malloc(&q, cnt_bytes));
+        c->pcount_dev = (int32_t *)q;
+        LA_CU(cudaMemset(q, 0, cnt_bytes));
     }
+    void *st = nullptr;
+    LA_TRY(la_dev_malloc(&st, LA_PG_STATUS_WORDS * 4));
+    c->status_dev = (int32_t *)st;
+    LA_CU(cudaMemset(st, 0, LA_PG_STATUS_WORDS * 4));
+    LA_CU(cudaHostAlloc(&st, LA_PG_STATUS_WORDS * 4, cudaHostAllocDefault));
+    c->status_host = (int32_t *)st;
+    memset(st, 0, LA_PG_STATUS_WORDS * 4);
     return LA_OK;
 }
 
 extern "C" void la_paged_free_cuda(la_paged_index_cache *c) {
     if (c->pages) cudaFree(c->pages);
     if (c->psum) cudaFree(c->psum);
+    if (c->pcount_dev) cudaFree(c->pcount_dev);
+    if (c->status_dev) cudaFree(c->status_dev);
+    if (c->status_host) cudaFreeHost(c->status_host);
     c->pages = nullptr;
     c->psum = nullptr;
+    c->pcount_dev = c->status_dev = c->status_host = nullptr;
 }
 
 extern "C" la_status la_paged_check_finite_cuda(const la_tensor *k, la_context *ctx) {
@@ -457,7 +484,8 @@ extern "C" la_status la_paged_store_cuda(la_paged_index_cache *c, const la_tenso
         if (st == LA_OK) st = pg_upload(&dorder, order, (size_t)m * 4, s, "token order");
         if (st == LA_OK) st = pg_upload(&dgs, gs, (size_t)(ng + 1) * 4, s, "groups");
         if (st == LA_OK) {
-            pg_pool_kernel<<<(unsigned)ng, 128, 0, s>>>(C, c->psum, c->max_blocks, c->p.block, (const int32_t *)ds.p,
+            pg_pool_kernel<<<(unsigned)ng, 128, 0, s>>>(C, c->psum, c->pcount_dev, c->max_blocks, c->p.block,
+                                                        (const int32_t *)ds.p,
                                                         (const int32_t *)dq.p, (const int32_t *)dp.p,
                                                         (const int32_t *)dorder.p, (const int32_t *)dgs.p);
             cudaError_t e = cudaGetLastError();
@@ -511,59 +539,77 @@ extern "C" la_status la_paged_pooled_cuda(const la_paged_index_cache *c, int64_t
     return st;
 }
 
+extern "C" la_status la_paged_status_cuda(const la_paged_index_cache *c, int wait, int32_t *out, la_context *ctx) {
+    cudaStream_t s = la_cu_stream(ctx);
+    out[0] = 0;
+    if (!wait && !((volatile const int32_t *)c->status_host)[0]) return LA_OK;
+    LA_CU(cudaStreamSynchronize(s)); /* every earlier call's checks and mirror copies are done */
+    LA_CU(cudaMemcpy(out, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost));
+    LA_CU(cudaMemset(c->status_dev, 0, LA_PG_STATUS_WORDS * 4));
+    memset(c->status_host, 0, LA_PG_STATUS_WORDS * 4);
+    return LA_OK;
+}
+
 extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
-                                        const la_tensor *q, const la_tensor *w, const la_paged_seq *seqs,
-                                        int64_t nseq, int return_slots, la_tensor *idx, la_context *ctx) {
+                                        const la_tensor *q, const la_tensor *w, const la_paged_query *pq,
+                                        la_tensor *idx, la_context *ctx) {
     cudaStream_t s = la_cu_stream(ctx);
     const pg_cache C = pg_of(c);
     const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
     if (T == 0) return LA_OK;
-    int eb = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel */
+    int eb = 0, wg = 0; /* tensor cores: 2 bf16, 1 e4m3; 0 the fp32 kernel; wg: DSA on wgmma */
     la_sp_score_args a;
-    LA_TRY(pg_select(c, q, T, ctx, &eb, &a));
-    int64_t Lmax = 1, maxp = 1, maxnq = 1;
-    for (int64_t i = 0; i < nseq; i++) {
-        if (seqs[i].len > Lmax) Lmax = seqs[i].len;
-        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
-        if (np > maxp) maxp = np;
-        if (seqs[i].nq > maxnq) maxnq = seqs[i].nq;
-    }
-    /* host metadata: compact page table; each row's sequence and range end,
-     * the lengths, each sequence's rows in query order and their starts */
-    int32_t *htab = (int32_t *)calloc((size_t)(nseq * maxp), 4);
+    LA_TRY(pg_select(c, q, T, ctx, &eb, &wg, &a));
+    const la_tensor *bt = pq->block_table;
+    const int return_slots = pq->return_slots != 0;
+    const int64_t nseq = bt->ne[0], maxp = bt->ne[1] > 0 ? bt->ne[1] : 1;
+    /* score rows span the block table's capacity (the lengths stay on the device) */
+    const int64_t Lmax = bt->ne[1] * ps > 0 ? bt->ne[1] * ps : 1;
+    const int pooled = hisa && c->psum;
+    /* query rows per sequence: next_n, or at most T (q_seq); with q_seq over
+     * the grid's 65535 row slices, q_seq's largest count is read back */
+    int64_t maxnq = pq->q_seq ? T : pq->next_n;
+    if (pq->q_seq && nseq * la_cu_cdiv(maxnq, 64) > 65535) LA_TRY(la_pg_max_rows(pq->q_seq, nseq, &maxnq));
+    /* device metadata: clamped page table, then the rows (paged_index_tc.cuh's sc_pages layout) */
     const int64_t nmeta = 3 * T + 2 * nseq + 1;
-    int32_t *hrow = (int32_t *)malloc(sizeof(int32_t) * (size_t)nmeta);
-    if (!htab || !hrow) {
-        free(htab), free(hrow);
-        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory for the batch metadata");
-    }
-    int32_t *hend = hrow + T, *hlen = hend + T, *hrows = hlen + nseq, *hrow0 = hrows + T;
-    int64_t at = 0;
-    for (int64_t i = 0; i < nseq; i++) {
-        const int64_t np = la_cu_cdiv(seqs[i].len, ps);
-        for (int64_t j = 0; j < np; j++) htab[i * maxp + j] = seqs[i].pages[j];
-        hlen[i] = (int32_t)seqs[i].len;
-        hrow0[i] = (int32_t)at;
-        for (int64_t j = 0; j < seqs[i].nq; j++) {
-            const int64_t t = seqs[i].rows[j];
-            int64_t e = seqs[i].len - seqs[i].nq + j + 1;
-            hrow[t] = (int32_t)i;
-            hend[t] = (int32_t)(e < 0 ? 0 : e);
-            hrows[at++] = (int32_t)t;
-        }
-    }
-    hrow0[nseq] = (int32_t)at;
     la_cu_ws dtab, drow;
-    la_status st = pg_upload(&dtab, htab, (size_t)(nseq * maxp) * 4, s, "page table");
-    if (st == LA_OK) st = pg_upload(&drow, hrow, (size_t)nmeta * 4, s, "row metadata");
-    free(htab), free(hrow);
-    LA_TRY(st);
+    LA_TRY(la_cu_ws_alloc(&dtab, (size_t)(nseq * maxp) * 4, s, "page table"));
+    LA_TRY(la_cu_ws_alloc(&drow, (size_t)nmeta * 4, s, "row metadata"));
+    pg_meta M;
+    M.bt = (const int32_t *)bt->data;
+    M.bt0 = bt->nb[0];
+    M.bt1 = bt->nb[1];
+    M.maxp = bt->ne[1];
+    M.cl = (const int32_t *)pq->context_lens->data;
+    M.cl0 = pq->context_lens->nb[0];
+    M.qs = pq->q_seq ? (const int32_t *)pq->q_seq->data : nullptr;
+    M.qs0 = pq->q_seq ? pq->q_seq->nb[0] : 0;
+    M.next_n = pq->next_n;
+    M.nseq = nseq;
+    M.T = T;
+    M.num_pages = c->p.num_pages;
+    M.ps = ps;
+    M.cap = bt->ne[1] * ps;
+    M.lenmax = pooled && c->p.max_seq_len < M.cap ? c->p.max_seq_len : M.cap;
+    M.pcount = pooled ? c->pcount_dev : nullptr;
+    M.max_blocks = c->max_blocks;
+    M.B = p->block;
+    M.status = c->status_dev;
+    M.tab = (int32_t *)dtab.p;
+    M.row_seq = (int32_t *)drow.p;
+    M.row_end = M.row_seq + T;
+    M.lens = M.row_end + T;
+    M.rows = M.lens + nseq;
+    M.row0 = M.rows + T;
+    LA_TRY(la_pg_meta_launch(M, s));
+    /* the status mirror, refreshed after the checks (read by the next call without waiting) */
+    LA_CU(cudaMemcpyAsync(c->status_host, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost, s));
     pg_rows R = {};
-    R.table = (const int32_t *)dtab.p;
+    R.table = M.tab;
     R.maxp = maxp;
-    R.row_seq = (const int32_t *)drow.p;
-    R.row_end = R.row_seq + T;
-    R.lens = R.row_end + T;
+    R.row_seq = M.row_seq;
+    R.row_end = M.row_end;
+    R.lens = M.lens;
     /* the tensor-core kernel's view of the batch (paged_index_tc.cuh) */
     sc_pages pg;
     pg.pages = c->pages;
@@ -574,8 +620,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     pg.maxp = maxp;
     pg.lens = R.lens;
     pg.row_seq = R.row_seq;
-    pg.rows = R.lens + nseq;
-    pg.row0 = pg.rows + T;
+    pg.rows = M.rows;
+    pg.row0 = M.row0;
     pg.rsplit = (int32_t)la_cu_cdiv(maxnq, 64);
     a.w = w->data;
     a.w_dt = (int)w->dtype;
@@ -600,7 +646,13 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             a.ncols = W;
             a.out = (float *)dsc.p;
             a.out_ld = W;
-            LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+            if (wg && !(eb == 1 && la_sp_paged_wgmma_ok(a, pg)))
+                return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, "
+                                                                   "q rows contiguous");
+            if (wg) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+        } else if (wg) {
+            return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
         } else {
             LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
         }

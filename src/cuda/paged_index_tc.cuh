@@ -10,8 +10,8 @@
  * scales with e4m3 q, the q scale folded into w as DeepSeek's indexer does).
  *
  * Modes:
- *  - dense (a.blocks NULL, DSA): grid (key tiles of 256 over the longest
- *    context, nseq · rsplit); CTA (x, y) scores positions 256x .. of
+ *  - dense (a.blocks NULL, DSA): grid (key tiles of 256 over the table's
+ *    capacity, nseq · rsplit); CTA (x, y) scores positions 256x .. of
  *    sequence y / rsplit for its query rows rows[row0[s] + 64·(y % rsplit)
  *    ..] (at most 64), each row over [0, end[t]) (a.range.end);
  *  - gather (a.blocks = HISA's kept blocks [T][m], ascending, -1 last):
@@ -45,5 +45,13 @@ bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
 /* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). */
 la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
                              cudaStream_t s);
+
+/* Variant "wgmma" (paged_wgmma.cu): DSA dense-mode scores of an e4m3 cache
+ * on wgmma m64n64k32 (keys = M, streamed through the block table; the 64
+ * heads of one query row = N), equal to DSA v2 on the gathered keys. Whether
+ * it takes these args (sm_90, HI 64, dI 128, e4m3 q rows 16-byte aligned,
+ * a.blocks NULL), and its launch: grid (ncols / 1024, T). */
+bool la_sp_paged_wgmma_ok(const la_sp_score_args &a, const sc_pages &pg);
+la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s);
 
 #endif

@@ -1,7 +1,9 @@
 /* Paged indexer key cache and the batched paged indexers: public entry
  * points (docs/SPARSE.md "Paged serving"). Every argument is validated here,
  * before anything is written, then the CPU drivers
- * (src/cpu/paged_index_cpu.c) run. */
+ * (src/cpu/paged_index_cpu.c) run; on a CUDA cache the paged indexers'
+ * block_table / context_lens / q_seq values are checked on the device
+ * instead (reported lazily: la_paged_index_cache_check). */
 #include <stdlib.h>
 #include <string.h>
 
@@ -12,8 +14,9 @@
 #include "cuda/paged_index.cuh"
 #endif
 
-/* Host copies of int32 views on the device (block tables, lengths, slots):
- * they are validated on the host, as the CPU path validates them. */
+/* Host copies of int32 views on the device (an append's slots, a gather's
+ * block table): they are validated on the host, as the CPU path validates
+ * them. The paged indexers never copy theirs (checked on the device). */
 typedef struct host_copies {
     void *buf[4];
     int n;
@@ -138,7 +141,7 @@ la_status la_paged_index_cache_create(const la_paged_cache_params *pin, la_paged
             la_paged_index_cache_destroy(c);
             return la_err(LA_ERR_NOMEM, "paged cache: out of memory for the pooled counts");
         }
-        la_status st = la_paged_alloc_cuda(c, pages_bytes, sum_bytes);
+        la_status st = la_paged_alloc_cuda(c, pages_bytes, sum_bytes, cnt_bytes);
         if (st != LA_OK) {
             la_paged_index_cache_destroy(c);
             return st;
@@ -183,9 +186,12 @@ la_status la_paged_index_cache_storage(const la_paged_index_cache *c, void **dat
 
 static inline int32_t i32_at(const la_tensor *t, int64_t i) { return ((const int32_t *)t->data)[i * t->nb[0]]; }
 
-static la_status check_i32_vec(const la_tensor *t, const char *name, int64_t n, const char *why) {
-    LA_TRY(la_check_tensor(t, name, 1, LA_DT(LA_I32), LA_DEVICE_CPU, false));
+static la_status check_i32_vec_on(const la_tensor *t, const char *name, int64_t n, const char *why, la_device dev) {
+    LA_TRY(la_check_tensor(t, name, 1, LA_DT(LA_I32), dev, false));
     return la_check_dim(t, name, 0, n, why);
+}
+static la_status check_i32_vec(const la_tensor *t, const char *name, int64_t n, const char *why) {
+    return check_i32_vec_on(t, name, n, why, LA_DEVICE_CPU);
 }
 
 static la_status append_impl(la_paged_index_cache *c, const la_tensor *k, const la_tensor *slot_mapping,
@@ -462,8 +468,7 @@ la_status la_paged_index_cache_pooled(const la_paged_index_cache *c, int64_t seq
  * rows[T], both malloc'd into *mem). */
 static la_status resolve_paged(const char *op, const la_index_params *p, int hisa, const la_tensor *q,
                                const la_tensor *w, const la_paged_index_cache *c, const la_paged_query *pq_in,
-                               const la_tensor *idx, la_paged_seq **seqs_out, int64_t *nseq_out, void **mem,
-                               host_copies *hc) {
+                               const la_tensor *idx, la_paged_seq **seqs_out, int64_t *nseq_out, void **mem) {
     char sq[96], sw[96];
     *mem = NULL;
     if (!p) return la_err(LA_ERR_ARG, "%s: params is NULL", op);
@@ -492,16 +497,15 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
                            c->p.device, false));
     LA_TRY(la_check_tensor(w, "w", 2, fmask, c->p.device, false));
     LA_TRY(la_check_tensor(idx, "idx", 2, LA_DT(LA_I32), c->p.device, false));
-    if (c->p.device == LA_DEVICE_CUDA) {
-        static const char *const nm[3] = {"block_table", "context_lens", "q_seq"};
-        const la_tensor **pv[3] = {&hq.block_table, &hq.context_lens, &hq.q_seq};
-        la_tensor *hv = (la_tensor *)malloc(3 * sizeof(la_tensor));
-        if (!hv) return la_err(LA_ERR_NOMEM, "%s: out of memory", op);
-        hc->buf[hc->n++] = hv;
-        for (int i = 0; i < 3; i++)
-            if (*pv[i]) LA_TRY(host_i32(hc, *pv[i], nm[i], i == 0 ? 2 : 1, &hv[i], pv[i]));
+    /* CUDA: block_table, context_lens and q_seq stay on the device (their
+     * values are checked there: la_paged_topk_cuda); shapes are checked here */
+    const int on_cuda = c->p.device == LA_DEVICE_CUDA;
+    if (on_cuda) {
+        if (!pq->block_table) return la_err(LA_ERR_ARG, "paged: block_table is NULL");
+        LA_TRY(la_check_tensor(pq->block_table, "block_table", 2, LA_DT(LA_I32), LA_DEVICE_CUDA, false));
+    } else {
+        LA_TRY(check_table(c, pq->block_table));
     }
-    LA_TRY(check_table(c, pq->block_table));
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], nseq = pq->block_table->ne[0];
     la_shape_str(q, sq, sizeof sq);
     la_shape_str(w, sw, sizeof sw);
@@ -521,9 +525,12 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
             return la_err(LA_ERR_ARG, "block: params ask for blocks of %lld, but the cache pools blocks of %lld",
                           (long long)p->block, (long long)c->p.block);
     }
-    LA_TRY(check_i32_vec(pq->context_lens, "context_lens", nseq, "(rows of block_table)"));
+    const la_device dev = c->p.device;
+    LA_TRY(check_i32_vec_on(pq->context_lens, "context_lens", nseq, "(rows of block_table)", dev));
     if (pq->q_seq) {
-        LA_TRY(check_i32_vec(pq->q_seq, "q_seq", T, "(queries of q)"));
+        LA_TRY(check_i32_vec_on(pq->q_seq, "q_seq", T, "(queries of q)", dev));
+        if (T > 0 && nseq == 0)
+            return la_err(LA_ERR_SHAPE, "q_seq: %lld query rows, but block_table has no rows", (long long)T);
     } else {
         if (pq->next_n <= 0) return la_err(LA_ERR_ARG, "next_n: %lld, must be > 0", (long long)pq->next_n);
         if (T != nseq * pq->next_n)
@@ -534,6 +541,16 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
     for (int i = 0; i < 5; i++)
         if (ins[i] && la_tensors_overlap(idx, ins[i]))
             return la_err(LA_ERR_ARG, "idx: overlaps input %s in memory (outputs must not alias inputs)", vnames[i < 2 ? i : i + 1]);
+    if (on_cuda) {
+        if (pq->block_table->ne[1] > INT32_MAX / c->p.page_size)
+            return la_err(LA_ERR_SHAPE, "block_table: %lld pages per row x %lld tokens exceed the int32 positions",
+                          (long long)pq->block_table->ne[1], (long long)c->p.page_size);
+        if (hisa && c->psum && nseq > c->p.max_seqs)
+            return la_err(LA_ERR_ARG, "block_table: %lld rows, but the cache keeps pooled sums of max_seqs = %lld "
+                                      "sequences", (long long)nseq, (long long)c->p.max_seqs);
+        *nseq_out = nseq;
+        return LA_OK;
+    }
     for (int64_t s = 0; s < nseq; s++) {
         const int64_t len = i32_at(pq->context_lens, s);
         if (len < 0)
@@ -581,24 +598,69 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
     return LA_OK;
 }
 
+#ifdef LA_WITH_CUDA
+/* The first device-found error of st (LA_PG_*) as a status naming its argument. */
+static la_status status_error(const char *op, const int32_t *st, const char *when) {
+    const long long a = st[2], b = st[3], v = st[4], x = st[5];
+    switch (st[1]) {
+    case LA_PG_BAD_PAGE:
+        return la_err(LA_ERR_ARG, "block_table: block_table[%lld][%lld] = %lld is outside the cache's pages 0..%lld "
+                                  "(%s: %s; found on the device, read as page 0)", a, b, v, x - 1, op, when);
+    case LA_PG_BAD_LEN:
+        return la_err(LA_ERR_ARG, "context_lens: context_lens[%lld] = %lld is negative or over the block table's "
+                                  "capacity of %lld tokens (%s: %s; found on the device, clamped)", a, v, x, op, when);
+    case LA_PG_BAD_QSEQ:
+        return la_err(LA_ERR_ARG, "q_seq: q_seq[%lld] = %lld outside the block table's rows 0..%lld (%s: %s; found "
+                                  "on the device, clamped)", a, v, x - 1, op, when);
+    case LA_PG_BAD_POOL:
+        if (b < 0)
+            return la_err(LA_ERR_ARG, "context_lens: sequence %lld has %lld tokens, over the pooled max_seq_len %lld "
+                                      "(%s: %s; found on the device, clamped)", a, v, x, op, when);
+        return la_err(LA_ERR_ARG, "context_lens: sequence %lld has %lld tokens, but its block %lld holds %lld pooled "
+                                  "tokens (append with seq_ids/positions; %s: %s; found on the device)", a, v, b, x,
+                      op, when);
+    default:
+        return la_err(LA_ERR_ARG, "paged: status word %d from the device (%s: %s)", (int)st[0], op, when);
+    }
+}
+#endif
+
+la_status la_paged_index_cache_check(const la_paged_index_cache *c, la_context *ctx) {
+    if (!c) return la_err(LA_ERR_ARG, "paged cache: cache is NULL");
+#ifdef LA_WITH_CUDA
+    if (c->p.device == LA_DEVICE_CUDA) {
+        int32_t st[LA_PG_STATUS_WORDS];
+        LA_TRY(la_paged_status_cuda(c, 1, st, ctx));
+        if (st[0]) return status_error("la_paged_index_cache_check", st, "a paged call since the last check");
+    }
+#endif
+    la_err_clear();
+    return LA_OK;
+}
+
 static la_status run_paged(const char *op, int hisa, const la_index_params *p, const la_tensor *q,
                            const la_tensor *w, const la_paged_index_cache *c, const la_paged_query *pq,
                            la_tensor *idx, la_context *ctx) {
     la_paged_seq *seqs = NULL;
     int64_t nseq = 0;
     void *mem = NULL;
-    host_copies hc = {{0}, 0};
-    la_status s = resolve_paged(op, p, hisa, q, w, c, pq, idx, &seqs, &nseq, &mem, &hc);
+#ifdef LA_WITH_CUDA
+    if (c && c->p.device == LA_DEVICE_CUDA) { /* an error an earlier call found on the device, if seen by now */
+        int32_t st[LA_PG_STATUS_WORDS];
+        LA_TRY(la_paged_status_cuda(c, 0, st, ctx));
+        if (st[0]) return status_error(op, st, "an earlier paged call on this cache");
+    }
+#endif
+    la_status s = resolve_paged(op, p, hisa, q, w, c, pq, idx, &seqs, &nseq, &mem);
     if (s == LA_OK) {
 #ifdef LA_WITH_CUDA
         if (c->p.device == LA_DEVICE_CUDA)
-            s = la_paged_topk_cuda(c, p, hisa, q, w, seqs, nseq, pq->return_slots != 0, idx, ctx);
+            s = la_paged_topk_cuda(c, p, hisa, q, w, pq, idx, ctx);
         else
 #endif
             s = la_paged_topk_cpu(c, p, hisa, q, w, seqs, nseq, pq->return_slots != 0, idx, ctx);
     }
     free(mem);
-    host_copies_free(&hc);
     if (s == LA_OK) la_err_clear();
     return s;
 }

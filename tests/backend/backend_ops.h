@@ -161,6 +161,7 @@ int bo_have_cuda(void);
     X(dsa_epi)                                                                                 \
     X(nan)                                                                                     \
     X(paged)                                                                                   \
+    X(smla_paged)                                                                              \
     X(backward_lin)                                                                            \
     X(backward_attn)                                                                           \
     X(backward_focused)

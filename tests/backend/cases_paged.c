@@ -10,18 +10,16 @@
  *    that differ must be near-ties: the float64 scores of both selections,
  *    sorted, agree within 1e-5 relative (counted and printed);
  *  - next_n 1/2/4, q_seq orderings, shuffled pages, contexts 0 ... 128K;
- *  - bad input on device views: a status naming the argument, pages and
- *    idx unchanged.
+ *  - bad input on device views: appends rejected with a status naming the
+ *    argument, pages unchanged; bad block_table / context_lens / q_seq
+ *    values of a paged call found on the device (clamped reads, idx inside
+ *    the table), reported by la_paged_index_cache_check or by the next
+ *    call (which writes nothing), naming the argument.
  * Cases: f32, bf16 and fp8 e4m3 over four configurations and the --san
  * representative (the --small subset), then two 128K-token contexts (fp8,
  * bf16: past the top-k's 64K-row bound of its sample size; their ~50K
  * append rounds make them the slowest cases of the harness).
- *
- * Sparse MLA decode over a paged latent cache (la_sparse_attention_paged,
- * run_smla_paged): CUDA against the CPU on the same shuffled pages and slots
- * (-1 skips, unused pages NaN), CUDA paged bit-equal to CUDA dense on the
- * gathered keys (the kernel choice does not depend on the row count), and a
- * slot outside the cache rejected on device views with out untouched. */
+ * (Sparse MLA decode over a paged latent cache: cases_smla_paged.c.) */
 #include "bo_staging.h"
 #include "cpu/paged_index_cpu.h"
 
@@ -86,6 +84,8 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     float *wd = malloc(sizeof(float) * (size_t)(nn * HI)), *ones = malloc(sizeof(float) * (size_t)(nn * HI));
     for (int64_t i = 0; i < nn * HI; i++) ones[i] = 1.f;
     int64_t diff[2] = {0, 0}, nbmax = 1;
+    int32_t *dflt = malloc((size_t)(T * topk) * 4); /* the dense default's rows (pass 0) */
+    char *have = calloc((size_t)T, 1);
     const char *kern[2] = {"default", "mma"};
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && !bo_use_variant("dsa", "mma")) break;
@@ -127,8 +127,13 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
             }
             if (CHECK_DEV(la_dsa_indexer(&p, &tq, &tk, &tw, NULL, NULL, &ti, NULL, bo_ctx()))) {
                 la_dev_download(got, d_i, (size_t)(nn * topk) * 4);
-                for (int64_t j = 0; j < nn; j++)
+                for (int64_t j = 0; j < nn; j++) {
                     diff[pass] += memcmp(got + j * topk, idsa + rowof[s * nn + j] * topk, (size_t)topk * 4) != 0;
+                    if (pass == 0) {
+                        memcpy(dflt + rowof[s * nn + j] * topk, got + j * topk, (size_t)topk * 4);
+                        have[rowof[s * nn + j]] = 1;
+                    }
+                }
             }
             la_dev_free(d_k); la_dev_free(d_ks); la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_qs); la_dev_free(d_i);
             free(kd); free(ks);
@@ -142,6 +147,45 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
                   "the gathered keys", la_dtype_name(C->dt), (long long)diff[pass], kern[pass]);
     }
     bo_use_variant("dsa", NULL);
+    /* variant "wgmma" of the paged family (e4m3, HI 64): equal to the dense
+     * default (DSA v2's e4m3 wgmma) on the gathered keys, the same bits on a
+     * second call; rows differing from the paged mma.sync kernel counted */
+    int64_t wd_dense = -1, wd_mma = -1;
+    if (fp8 && HI == 64 && bo_use_variant("paged", "wgmma")) {
+        la_paged_query pw;
+        la_paged_query_init(&pw);
+        pw.block_table = dbt;
+        pw.context_lens = dcl;
+        pw.next_n = nn;
+        pw.q_seq = C->qseq ? dqs : NULL;
+        void *d_w1 = NULL;
+        la_dev_malloc(&d_w1, (size_t)(T * topk) * 4);
+        la_tensor tw1;
+        const int64_t wne1[2] = {T, topk};
+        la_tensor_init(&tw1, d_w1, LA_I32, LA_DEVICE_CUDA, 2, wne1);
+        int32_t *r1 = malloc((size_t)(T * topk) * 4), *r2 = malloc((size_t)(T * topk) * 4);
+        la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
+        if (CHECK_DEV(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()))) {
+            la_dev_download(r1, d_w1, (size_t)(T * topk) * 4);
+            la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
+            CHECK_OK(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()));
+            la_dev_download(r2, d_w1, (size_t)(T * topk) * 4);
+            CHECK(!memcmp(r1, r2, (size_t)(T * topk) * 4), "fp8 paged dsa (wgmma): a second call differs");
+            wd_dense = wd_mma = 0;
+            for (int64_t t = 0; t < T; t++) {
+                const int32_t *ref = have[t] ? dflt + t * topk : idsa + t * topk; /* empty contexts: all -1 */
+                wd_dense += memcmp(r1 + t * topk, ref, (size_t)topk * 4) != 0;
+                wd_mma += memcmp(r1 + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
+            }
+            CHECK(wd_dense == 0, "fp8 paged dsa (wgmma): %lld rows differ from the dense default (DSA v2 wgmma) on "
+                  "the gathered keys", (long long)wd_dense);
+        }
+        CHECK_OK(la_paged_index_cache_check(dc, bo_ctx()));
+        la_dev_free(d_w1);
+        free(r1); free(r2);
+        bo_use_variant("paged", NULL);
+    }
+    free(dflt); free(have);
     /* HISA keeping every block == DSA */
     la_index_params ih = *ip;
     ih.block_topk = nbmax;
@@ -164,8 +208,9 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     for (int64_t t = 0; t < T; t++) hd += memcmp(all + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
     CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa", la_dtype_name(C->dt),
           (long long)nbmax, (long long)hd);
-    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld\n",
-           (long long)diff[0], (long long)diff[1], (long long)hd);
+    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld; "
+           "paged wgmma vs dense default, vs paged mma: %lld, %lld\n",
+           (long long)diff[0], (long long)diff[1], (long long)hd, (long long)wd_dense, (long long)wd_mma);
     la_dev_free(d_i);
     free(all); free(got); free(qd); free(wd); free(ones);
 }
@@ -460,6 +505,9 @@ static void run_paged(const void *arg) {
         CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "k[1][3]"), "cuda NaN key: %s %s", la_status_string(st), la_last_error());
         la_dev_download(after, draw, pb * (size_t)pages);
         CHECK(memcmp(before, after, pb * (size_t)pages) == 0, "a rejected CUDA append changed the pages");
+        /* bad values in device-resident metadata (docs/SPARSE.md "Paged
+         * serving"): found on the device, clamped, reported by
+         * la_paged_index_cache_check or by a later call once the device is done */
         la_paged_query pd;
         la_paged_query_init(&pd);
         int32_t saved = table[1];
@@ -468,13 +516,64 @@ static void run_paged(const void *arg) {
         pd.block_table = &dbt;
         pd.context_lens = &dcl;
         pd.next_n = nn;
+        CHECK_OK(la_paged_index_cache_check(dc, NULL)); /* nothing pending */
+        for (int hisa = 0; hisa < 2; hisa++) {
+            st = hisa ? la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL) : la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL);
+            CHECK(st == LA_OK, "cuda bad page (%s): the call itself: %s %s", hisa ? "hisa" : "dsa", la_status_string(st), la_last_error());
+            la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
+            int64_t wild = 0; /* the clamped read: positions inside the table's capacity, or -1 */
+            for (int64_t i = 0; i < T * topk; i++) wild += id[i] < -1 || id[i] >= maxp * PS;
+            CHECK(wild == 0, "cuda bad page (%s): %lld idx entries outside -1..%lld", hisa ? "hisa" : "dsa", (long long)wild, (long long)(maxp * PS - 1));
+            st = la_paged_index_cache_check(dc, NULL);
+            CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table[0][1]"), "cuda bad page (%s) check: %s %s",
+                  hisa ? "hisa" : "dsa", la_status_string(st), la_last_error());
+            CHECK_OK(la_paged_index_cache_check(dc, NULL)); /* reported once */
+        }
+        /* lazily: the next call (on good metadata) fails, writes nothing; the one after runs */
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        la_dev_synchronize();
+        table[1] = saved;
+        la_dev_upload(d_bt, table, (size_t)(nseq * maxp) * 4);
         la_dev_memset(d_idx, 0x5a, (size_t)(T * topk) * 4);
         st = la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL);
-        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table"), "cuda bad page: %s %s", la_status_string(st), la_last_error());
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "block_table[0][1]") && strstr(la_last_error(), "earlier"),
+              "cuda bad page, lazily: %s %s", la_status_string(st), la_last_error());
         la_dev_download(id, d_idx, (size_t)(T * topk) * 4);
         int64_t touched = 0;
         for (int64_t i = 0; i < T * topk; i++) touched += id[i] != 0x5a5a5a5a;
-        CHECK(touched == 0, "a rejected CUDA paged call wrote idx");
+        CHECK(touched == 0, "a CUDA paged call rejected for an earlier bad page wrote idx");
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        CHECK_OK(la_paged_index_cache_check(dc, NULL));
+        /* a length over the table's capacity; a q_seq row outside the table */
+        const int32_t cl0 = cl[0];
+        cl[0] = (int32_t)(maxp * PS + 1);
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "context_lens[0]"), "cuda long context: %s %s", la_status_string(st), la_last_error());
+        /* HISA on pooled sums: a length that splits a pooled block */
+        cl[0] = cl0 - 1;
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        CHECK_OK(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        if ((cl0 - 1) % 128)
+            CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "pooled"), "cuda pooled count: %s %s", la_status_string(st), la_last_error());
+        cl[0] = cl0;
+        la_dev_upload(d_cl, cl, (size_t)nseq * 4);
+        int32_t *qs2 = malloc(sizeof(int32_t) * (size_t)T);
+        memcpy(qs2, qs, sizeof(int32_t) * (size_t)T);
+        qs2[T - 1] = (int32_t)nseq;
+        la_dev_upload(d_qs, qs2, (size_t)T * 4);
+        pd.q_seq = &dqs;
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        st = la_paged_index_cache_check(dc, NULL);
+        char want[48];
+        snprintf(want, sizeof want, "q_seq[%lld]", (long long)(T - 1));
+        CHECK(st == LA_ERR_ARG && strstr(la_last_error(), want), "cuda bad q_seq: %s %s", la_status_string(st), la_last_error());
+        la_dev_upload(d_qs, qs, (size_t)T * 4);
+        free(qs2);
+        CHECK_OK(la_dsa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, NULL));
+        CHECK_OK(la_paged_index_cache_check(dc, NULL));
         table[1] = saved;
         la_dev_free(d_k); la_dev_free(d_s); la_dev_free(d_sq); la_dev_free(d_p);
         free(before); free(after);
@@ -489,117 +588,50 @@ static void run_paged(const void *arg) {
            (long long)tie_rows);
 }
 
-/* ---- sparse MLA decode over a paged latent cache ---------------------------- */
-typedef struct smla_cfg {
-    la_dtype dt;
-    int64_t T, Hq, Dqk, dv, pages, page_size, L, K;
-} smla_cfg;
-
-static void run_smla_paged(const void *arg) {
-    const smla_cfg *C = arg;
-    la_rng *r = &bo_rng;
-    const int64_t T = C->T, Hq = C->Hq, D = C->Dqk, dv = C->dv, P = C->pages, S = C->page_size;
-    const int64_t L = C->L, K = C->K, ns = P * S;
-    int32_t *table = malloc(sizeof(int32_t) * (size_t)P), *slots = malloc(4 * (size_t)(T * K));
-    int32_t *pos = malloc(4 * (size_t)(T * K));
-    float *cache = malloc(4 * (size_t)(ns * D)), *dense = malloc(4 * (size_t)(L * D));
-    float *q = randv(T * Hq * D, 1.0);
-    for (int64_t i = 0; i < P; i++) table[i] = (int32_t)i;
-    for (int64_t i = P - 1; i > 0; i--) {
-        int64_t j = (int64_t)(la_rng_uniform(r) * (double)(i + 1));
-        if (j > i) j = i;
-        int32_t t = table[i]; table[i] = table[j]; table[j] = t;
-    }
-    for (int64_t i = 0; i < ns * D; i++) cache[i] = NAN; /* pages outside the sequence */
-    for (int64_t p = 0; p < L; p++)
-        for (int64_t d = 0; d < D; d++) {
-            const float v = la_round_dt((float)la_rng_normal(r), C->dt);
-            cache[((int64_t)table[p / S] * S + p % S) * D + d] = v;
-            dense[p * D + d] = v;
-        }
-    for (int64_t i = 0; i < T * K; i++) {
-        int64_t p = (int64_t)(la_rng_uniform(r) * (double)L);
-        if (p >= L) p = L - 1;
-        const int skip = la_rng_uniform(r) < 0.2 || (i / K == T - 1 && T > 1); /* last row: all -1 */
-        pos[i] = skip ? -1 : (int32_t)p;
-        slots[i] = skip ? -1 : (int32_t)((int64_t)table[p / S] * S + p % S);
-    }
-    dbuf dq = dput(q, T * Hq * D, C->dt), dc = dput(cache, ns * D, C->dt), dd = dput(dense, L * D, C->dt);
-    dbuf dsl = dput_i32(slots, T * K), dpo = dput_i32(pos, T * K);
-    const size_t oe = la_dtype_size(C->dt), nout = (size_t)(T * Hq * dv);
-    dbuf o1 = dalloc(nout * oe), o2 = dalloc(nout * oe), l1 = dalloc((size_t)(T * Hq) * 4), l2 = dalloc((size_t)(T * Hq) * 4);
-    la_dev_memset(o1.d, 0xff, o1.bytes), la_dev_memset(o2.d, 0xff, o2.bytes);
-    la_dev_memset(l1.d, 0xff, l1.bytes), la_dev_memset(l2.d, 0xff, l2.bytes);
-    la_tensor tq, tc, td, ts, tp, to1, to2, tl1, tl2, hq, hc, hs, ho, hl;
-    const int64_t cne[3] = {P, S, D};
-    tset(&tq, dq.d, C->dt, LA_DEVICE_CUDA, 3, T, Hq, D);
-    la_tensor_init(&tc, dc.d, C->dt, LA_DEVICE_CUDA, 3, cne);
-    tset(&td, dd.d, C->dt, LA_DEVICE_CUDA, 2, L, D, 0);
-    tset(&ts, dsl.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
-    tset(&tp, dpo.d, LA_I32, LA_DEVICE_CUDA, 2, T, K, 0);
-    tset(&to1, o1.d, C->dt, LA_DEVICE_CUDA, 3, T, Hq, dv);
-    tset(&to2, o2.d, C->dt, LA_DEVICE_CUDA, 3, T, Hq, dv);
-    tset(&tl1, l1.d, LA_F32, LA_DEVICE_CUDA, 2, T, Hq, 0);
-    tset(&tl2, l2.d, LA_F32, LA_DEVICE_CUDA, 2, T, Hq, 0);
-    la_sparse_attn_params p;
-    la_sparse_attn_params_init(&p);
-    p.dv = dv;
-    CHECK_OK(la_sparse_attention_paged(&p, &tq, &tc, &ts, &to1, &tl1, bo_ctx()));
-    CHECK_OK(la_sparse_attention(&p, &tq, &td, &tp, &to2, &tl2, bo_ctx()));
-    unsigned char *b1 = malloc(nout * oe), *b2 = malloc(nout * oe);
-    float *g1 = malloc(4 * (size_t)(T * Hq)), *g2 = malloc(4 * (size_t)(T * Hq));
-    la_dev_download(b1, o1.d, nout * oe), la_dev_download(b2, o2.d, nout * oe);
-    la_dev_download(g1, l1.d, 4 * (size_t)(T * Hq)), la_dev_download(g2, l2.d, 4 * (size_t)(T * Hq));
-    CHECK(memcmp(b1, b2, nout * oe) == 0 && memcmp(g1, g2, 4 * (size_t)(T * Hq)) == 0,
-          "smla paged %s: CUDA paged differs from CUDA dense on the gathered keys", la_dtype_name(C->dt));
-    /* the CPU on the same pages and slots */
-    void *hqb = malloc((size_t)(T * Hq * D) * oe), *hcb = malloc((size_t)(ns * D) * oe), *hob = malloc(nout * oe);
-    float *hlb = malloc(4 * (size_t)(T * Hq));
-    la_dev_download(hqb, dq.d, (size_t)(T * Hq * D) * oe), la_dev_download(hcb, dc.d, (size_t)(ns * D) * oe);
-    hq = tq, hq.data = hqb, hq.device = LA_DEVICE_CPU;
-    hc = tc, hc.data = hcb, hc.device = LA_DEVICE_CPU;
-    hs = ts, hs.data = slots, hs.device = LA_DEVICE_CPU;
-    ho = to1, ho.data = hob, ho.device = LA_DEVICE_CPU;
-    hl = tl1, hl.data = hlb, hl.device = LA_DEVICE_CPU;
-    CHECK_OK(la_sparse_attention_paged(&p, &hq, &hc, &hs, &ho, &hl, NULL));
-    float *gc = malloc(4 * nout), *gh = malloc(4 * nout);
-    dget_f32(gc, &o1, (int64_t)nout, C->dt);
-    double num = 0, den = 0, el = 0;
-    int finite = 1;
-    for (size_t i = 0; i < nout; i++) {
-        gh[i] = C->dt == LA_F32 ? ((float *)hob)[i] : get_elem(hob, C->dt, (int64_t)i);
-        finite &= isfinite(gc[i]) != 0;
-        num += ((double)gc[i] - gh[i]) * ((double)gc[i] - gh[i]);
-        den += (double)gh[i] * gh[i];
-    }
-    for (int64_t i = 0; i < T * Hq; i++) {
-        if (isinf(hlb[i]) || isinf(g1[i])) finite &= hlb[i] == g1[i];
-        else if (fabs(hlb[i] - g1[i]) > el) el = fabs(hlb[i] - g1[i]);
-    }
-    const double rel = den > 0 ? sqrt(num / den) : sqrt(num);
-    const double tol = C->dt == LA_F32 ? 1e-4 : 1e-2;
-    CHECK(finite && rel <= tol && el <= 1e-3, "smla paged %s T=%lld Dqk=%lld: CUDA vs CPU out rel %.3g lse %.3g finite %d",
-          la_dtype_name(C->dt), (long long)T, (long long)D, rel, el, finite);
-    printf("  smla paged %s T=%lld Hq=%lld Dqk=%lld dv=%lld pages %lldx%lld k=%lld: CUDA vs CPU out rel %.2e lse %.2e\n",
-           la_dtype_name(C->dt), (long long)T, (long long)Hq, (long long)D, (long long)dv, (long long)P, (long long)S,
-           (long long)K, rel, el);
-    /* a slot outside the cache, on device views: rejected, out untouched */
-    slots[0] = (int32_t)ns;
-    la_dev_upload(dsl.d, slots, 4);
-    la_dev_memset(o1.d, 0x5a, o1.bytes);
-    la_status st = la_sparse_attention_paged(&p, &tq, &tc, &ts, &to1, NULL, bo_ctx());
-    CHECK(st == LA_ERR_ARG && strstr(la_last_error(), "idx_slots[0][0]"), "cuda bad slot: %s %s",
-          la_status_string(st), la_last_error());
-    la_dev_download(b1, o1.d, nout * oe);
-    size_t touched = 0;
-    for (size_t i = 0; i < nout * oe; i++) touched += b1[i] != 0x5a;
-    CHECK(touched == 0, "a rejected CUDA paged sparse attention wrote out");
-    dfree(&dq), dfree(&dc), dfree(&dd), dfree(&dsl), dfree(&dpo), dfree(&o1), dfree(&o2), dfree(&l1), dfree(&l2);
-    free(table), free(slots), free(pos), free(cache), free(dense), free(q), free(b1), free(b2), free(g1), free(g2);
-    free(hqb), free(hcb), free(hob), free(hlb), free(gc), free(gh);
+/* The "paged" family's probe: one DSA call on a one-page e4m3 cache (zero
+ * keys) with e4m3 q at HI 64, dI 128 (the shape every paged variant takes). */
+static la_status probe_paged(la_context *ctx) {
+    la_paged_cache_params cp;
+    la_paged_cache_params_init(&cp);
+    cp.num_pages = 1;
+    cp.page_size = PS;
+    cp.head_dim = 128;
+    cp.dtype = LA_FP8_E4M3;
+    cp.device = LA_DEVICE_CUDA;
+    la_paged_index_cache *c = NULL;
+    la_status s = la_paged_index_cache_create(&cp, &c);
+    if (s != LA_OK) return s;
+    const int64_t T = 1, HI = 64, dI = 128, K = 4, one = 1;
+    int32_t tab = 0, len = PS;
+    void *dq = NULL, *dw = NULL, *di = NULL, *dt = dev_copy(&tab, 4), *dl = dev_copy(&len, 4);
+    la_dev_malloc(&dq, (size_t)(T * HI * dI));
+    la_dev_malloc(&dw, (size_t)(T * HI) * 4);
+    la_dev_malloc(&di, (size_t)(T * K) * 4);
+    la_dev_memset(dq, 0, (size_t)(T * HI * dI));
+    la_dev_memset(dw, 0, (size_t)(T * HI) * 4);
+    la_tensor tq, tw, ti, tt, tl;
+    const int64_t qne[3] = {T, HI, dI}, wne[2] = {T, HI}, ine[2] = {T, K}, tne[2] = {1, 1};
+    la_tensor_init(&tq, dq, LA_FP8_E4M3, LA_DEVICE_CUDA, 3, qne);
+    la_tensor_init(&tw, dw, LA_F32, LA_DEVICE_CUDA, 2, wne);
+    la_tensor_init(&ti, di, LA_I32, LA_DEVICE_CUDA, 2, ine);
+    la_tensor_init(&tt, dt, LA_I32, LA_DEVICE_CUDA, 2, tne);
+    la_tensor_init(&tl, dl, LA_I32, LA_DEVICE_CUDA, 1, &one);
+    la_index_params ip;
+    la_index_params_init(&ip);
+    ip.topk = K;
+    la_paged_query pq;
+    la_paged_query_init(&pq);
+    pq.block_table = &tt;
+    pq.context_lens = &tl;
+    s = la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
+    la_dev_synchronize();
+    la_dev_free(dq); la_dev_free(dw); la_dev_free(di); la_dev_free(dt); la_dev_free(dl);
+    la_paged_index_cache_destroy(c);
+    return s;
 }
 
 void cases_paged(bo_list *L) {
+    bo_add_probe(L, "paged", probe_paged);
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
     /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
@@ -661,22 +693,5 @@ void cases_paged(bo_list *L) {
         snprintf(name, sizeof name, "paged %s%s 128K contexts next_n %lld", big[i].tcq ? "tc " : "",
                  la_dtype_name(big[i].dt), (long long)big[i].next_n);
         bo_add(L, &o, run_paged, &big[i], sizeof big[i], name);
-    }
-    const smla_cfg sm[] = {
-        /* dt T Hq Dqk dv pages page_size L K */
-        {LA_BF16, 5, 16, 576, 512, 9, 64, 500, 2048}, /* MLA decode shape (wgmma on sm_90) */
-        {LA_BF16, 3, 128, 576, 512, 5, 64, 257, 129},
-        {LA_F32, 7, 3, 63, 40, 11, 16, 150, 65},
-        {LA_BF16, 65, 2, 128, 100, 300, 1, 290, 33},   /* page_size 1 */
-    };
-    for (int i = 0; i < (int)(sizeof sm / sizeof sm[0]); i++) {
-        const bo_opts o = {"smla_paged", BO_CUDA, i < 2, NULL, NULL, NULL};
-        snprintf(name, sizeof name, "smla paged %s T %lld Hq %lld Dqk %lld dv %lld pages %lldx%lld k %lld",
-                 la_dtype_name(sm[i].dt), (long long)sm[i].T, (long long)sm[i].Hq, (long long)sm[i].Dqk,
-                 (long long)sm[i].dv, (long long)sm[i].pages, (long long)sm[i].page_size, (long long)sm[i].K);
-        bo_add(L, &o, run_smla_paged, &sm[i], sizeof sm[i], name);
-        /* the kernel smla_select takes on sm_90 (one --san case each) */
-        const int wg = sm[i].dt == LA_BF16 && sm[i].Dqk == 576 && sm[i].dv == 512;
-        bo_set_kernel(L, wg ? "wgmma" : "portable");
     }
 }

@@ -585,6 +585,9 @@ static void test_paged_errors(la_rng *r) {
     table[0][1] = 9;
     CHECK_NAMES(la_paged_index_cache_gather(c, &tbt, 0, 74, &tg), LA_ERR_ARG, "block_table");
     table[0][1] = 1;
+    /* the device-side status check: nothing to report on the CPU (every value was checked before its call) */
+    CHECK_OK(la_paged_index_cache_check(c, NULL));
+    CHECK_NAMES(la_paged_index_cache_check(NULL, NULL), LA_ERR_ARG, "cache");
     free(snap);
     la_paged_index_cache_destroy(c);
     /* pooled appends need max_seqs > 0 */

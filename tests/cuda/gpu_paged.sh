@@ -7,7 +7,9 @@
 # bench/gpu_paged.py: decode (64 sequences, 32K-128K and 32K/64K/128K,
 # next_n 1, HI 64, dI 128, k 2048) and prefill (4K queries at 128K): DSA
 # paged vs the byte floor, HISA paged vs DSA paged, and the plain-PyTorch
-# gather-and-score peer (LA_PAGED_COMPILE=1: and its torch.compile). The
+# gather-and-score peer (LA_PAGED_COMPILE=1: and its torch.compile);
+# LA_PAGED_DEV=1: before the Python bench, dev/bench_gpu_paged.cu times
+# paged DSA decode under the family's variants (mma, wgmma). The
 # whole paged table runs under gpu_check.sh (test_backend_ops -o paged).
 # Results under $OUT: build.log, check*.log, paged_bench.log,
 # paged_bench.json, summary.txt.
@@ -37,6 +39,10 @@ if [ "${LA_PAGED_CHECK:-0}" = 1 ]; then
   done
   say "# paged tc harness rc=$r0/$r1/$r2 ($(el) s)"
   [ $r0 = 0 ] && [ $r1 = 0 ] && [ $r2 = 0 ] || rc=1
+fi
+if [ "${LA_PAGED_DEV:-0}" = 1 ]; then # the paged family's variants (mma, wgmma) in C: dev/bench_gpu_paged.cu
+  gpu_bench bench_gpu_paged "${LA_DEV_S:-60}" || rc=1
+  cat "$OUT/bench_gpu_paged.log" | tee -a "$S"
 fi
 LONGATTN_LIB=$PWD/$B/liblongattn.so PYTHONPATH=$PWD/python:$PWD/bench PYTHONUNBUFFERED=1 \
   timeout "${LA_BENCH_S:-110}" python3 bench/gpu_paged.py --json "$OUT/paged_bench.json" \

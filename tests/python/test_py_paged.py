@@ -163,6 +163,7 @@ def test_q_seq_order_and_errors():
     with pytest.raises(ValueError, match="context_lens"):
         longattn.dsa_topk_paged(q, w, cache, table, np.array([table.shape[1] * PS + 1, 1], np.int32),
                                 next_n=2, topk=8)
+    assert cache.check() is cache  # CPU caches check every value before the call
     with pytest.raises(ValueError, match="dtype"):
         longattn.PagedIndexCache(4, dtype="fp16")
 

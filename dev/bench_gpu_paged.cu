@@ -1,0 +1,135 @@
+/* Paged DSA decode: the "paged" family's variants side by side (issue 18).
+ * 64 sequences, next_n 1, HI 64, dI 128, k 2048, an e4m3 paged cache (132 B
+ * per token, shuffled pages), e4m3 queries; la_dsa_topk_paged per call (CUDA
+ * events, median of 10) under the default ("mma": the mma.sync kernel in its
+ * paged mode) and "wgmma" (paged_wgmma.cu), against the byte floor (every
+ * cached key read once at BW), and the number of query rows whose indices
+ * differ between the two (near-ties of the two MMA roundings).
+ *   make BUILD=build-gpu CUDA_ARCH=sm90a build-gpu/dev/bench_gpu_paged
+ *   build-gpu/dev/bench_gpu_paged [--quick] */
+#include "bench_gpu_common.cuh"
+#include "cpu/paged_index_cpu.h"
+
+static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
+
+static void run_row(const char *name, const std::vector<int64_t> &lens) {
+    const int64_t nseq = (int64_t)lens.size();
+    int64_t maxp = 0, npages = 1, tokens = 0;
+    for (int64_t L : lens) {
+        maxp = std::max(maxp, (L + PS - 1) / PS);
+        npages += (L + PS - 1) / PS;
+        tokens += L;
+    }
+    std::vector<int32_t> perm(npages), table(nseq * maxp, 0);
+    for (int64_t i = 0; i < npages; i++) perm[i] = (int32_t)i;
+    uint64_t r = 12345;
+    for (int64_t i = npages - 1; i > 0; i--) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        std::swap(perm[i], perm[(int64_t)((r >> 33) % (uint64_t)(i + 1))]);
+    }
+    int64_t at = 0;
+    for (int64_t s = 0; s < nseq; s++)
+        for (int64_t j = 0; j < (lens[s] + PS - 1) / PS; j++) table[s * maxp + j] = perm[at++];
+    la_paged_cache_params cp;
+    la_paged_cache_params_init(&cp);
+    cp.num_pages = npages;
+    cp.page_size = PS;
+    cp.head_dim = DI;
+    cp.dtype = LA_FP8_E4M3;
+    cp.device = LA_DEVICE_CUDA;
+    la_paged_index_cache *cache = nullptr;
+    LK(la_paged_index_cache_create(&cp, &cache));
+    /* keys: uniform f32 per sequence, appended at their slots */
+    const int64_t Lmax = *std::max_element(lens.begin(), lens.end());
+    float *dk = nullptr;
+    int32_t *dslot = nullptr;
+    CK(cudaMalloc(&dk, sizeof(float) * Lmax * DI));
+    CK(cudaMalloc(&dslot, 4 * Lmax));
+    std::vector<int32_t> slots(Lmax);
+    for (int64_t s = 0; s < nseq; s++) {
+        const int64_t L = lens[s];
+        fill_f32<<<1024, 256>>>(dk, (size_t)(L * DI), 1000 + s, 1.f);
+        for (int64_t p = 0; p < L; p++) slots[p] = table[s * maxp + p / PS] * (int32_t)PS + (int32_t)(p % PS);
+        CK(cudaMemcpy(dslot, slots.data(), 4 * L, cudaMemcpyHostToDevice));
+        la_tensor tk = view(dk, LA_F32, 2, L, DI, 1, 1), ts = view(dslot, LA_I32, 1, L, 1, 1, 1);
+        LK(la_paged_index_cache_append(cache, &tk, &ts, nullptr, nullptr, BCTX));
+    }
+    CK(cudaFree(dk));
+    CK(cudaFree(dslot));
+    /* e4m3 queries and weights (the q scale folded in) */
+    const int64_t T = nseq;
+    std::vector<uint8_t> hq(T * HI * DI);
+    std::vector<float> hw(T * HI);
+    for (size_t i = 0; i < hq.size(); i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        hq[i] = la_f32_to_e4m3((float)((int64_t)(r >> 40) % 2001 - 1000) * 0.4f);
+    }
+    for (size_t i = 0; i < hw.size(); i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        hw[i] = (float)((r >> 40) % 1000 + 1) * 1e-5f;
+    }
+    std::vector<int32_t> hcl(lens.begin(), lens.end());
+    uint8_t *dq;
+    float *dw;
+    int32_t *dbt, *dcl, *di;
+    CK(cudaMalloc(&dq, hq.size()));
+    CK(cudaMalloc(&dw, 4 * hw.size()));
+    CK(cudaMalloc(&dbt, 4 * table.size()));
+    CK(cudaMalloc(&dcl, 4 * nseq));
+    CK(cudaMalloc(&di, 4 * T * TOPK));
+    CK(cudaMemcpy(dq, hq.data(), hq.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, hw.data(), 4 * hw.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbt, table.data(), 4 * table.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcl, hcl.data(), 4 * nseq, cudaMemcpyHostToDevice));
+    la_tensor tq = view(dq, LA_FP8_E4M3, 3, T, HI, DI, 1), tw = view(dw, LA_F32, 2, T, HI, 1, 1);
+    la_tensor tbt = view(dbt, LA_I32, 2, nseq, maxp, 1, 1), tcl = view(dcl, LA_I32, 1, nseq, 1, 1, 1);
+    la_tensor ti = view(di, LA_I32, 2, T, TOPK, 1, 1);
+    la_index_params ip;
+    la_index_params_init(&ip);
+    ip.topk = TOPK;
+    la_paged_query pq;
+    la_paged_query_init(&pq);
+    pq.block_table = &tbt;
+    pq.context_lens = &tcl;
+    auto call = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
+    const double floor_ms = (double)tokens * (DI + 4) / BW * 1e3;
+    std::vector<int32_t> res[2];
+    double ms[2];
+    const char *vs[2] = {nullptr, "wgmma"};
+    for (int v = 0; v < 2; v++) {
+        bench_variant("paged", vs[v]);
+        ms[v] = time_ms(call, 10);
+        res[v].resize(T * TOPK);
+        CK(cudaMemcpy(res[v].data(), di, 4 * T * TOPK, cudaMemcpyDeviceToHost));
+    }
+    bench_variant("paged", nullptr);
+    LK(la_paged_index_cache_check(cache, BCTX));
+    int64_t differ = 0;
+    for (int64_t t = 0; t < T; t++)
+        differ += memcmp(res[0].data() + t * TOPK, res[1].data() + t * TOPK, 4 * TOPK) != 0;
+    printf("%-9s %lld seqs ctx %lld..%lld: floor %.3f ms | mma %.3f ms (%.2fx) | wgmma %.3f ms (%.2fx) | "
+           "rows differing %lld\n",
+           name, (long long)nseq, (long long)lens.front(), (long long)lens.back(), floor_ms, ms[0], ms[0] / floor_ms,
+           ms[1], ms[1] / floor_ms, (long long)differ);
+    fflush(stdout);
+    CK(cudaFree(dq));
+    CK(cudaFree(dw));
+    CK(cudaFree(dbt));
+    CK(cudaFree(dcl));
+    CK(cudaFree(di));
+    la_paged_index_cache_destroy(cache);
+}
+
+int main(int argc, char **argv) {
+    const bool quick = argc > 1 && !strcmp(argv[1], "--quick");
+    const int64_t nseq = quick ? 8 : 64;
+    std::vector<int64_t> spread(nseq);
+    for (int64_t i = 0; i < nseq; i++) spread[i] = 32768 + (131072 - 32768) * i / (nseq > 1 ? nseq - 1 : 1);
+    run_row("spread", spread);
+    for (int64_t L : {32768, 65536, 131072}) {
+        char nm[16];
+        snprintf(nm, sizeof nm, "all%lldK", (long long)(L / 1024));
+        run_row(nm, std::vector<int64_t>(nseq, L));
+    }
+    return 0;
+}

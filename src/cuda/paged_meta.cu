@@ -1,0 +1,143 @@
+/* Device-side metadata of a paged indexer call (paged_meta.cuh): the
+ * values of block_table / context_lens / q_seq are checked, clamped and
+ * turned into the call's row metadata here, so the paged calls copy none of
+ * them to the host (docs/SPARSE.md "Paged serving"). */
+#include <stdlib.h>
+
+#include "core/devmem.h"
+#include "cpu/paged_index_cpu.h"
+#include "cuda/paged_meta.cuh"
+
+enum { PG_META_THREADS = 256 };
+
+namespace {
+
+__device__ void pg_flag(int32_t *st, int kind, int64_t a, int64_t b, int64_t v, int64_t x) {
+    atomicOr(st, kind);
+    if (atomicCAS(st + 1, 0, kind) == 0) { /* the first error keeps its values */
+        st[2] = (int32_t)a;
+        st[3] = (int32_t)b;
+        st[4] = (int32_t)v;
+        st[5] = (int32_t)x;
+    }
+}
+
+__global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
+    const int64_t s = blockIdx.x;
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    __shared__ int64_t sh_len;
+    __shared__ int wc[PG_META_THREADS / 32];
+    if (tid == 0) {
+        int64_t L = M.cl[s * M.cl0];
+        if (L < 0 || L > M.cap) {
+            pg_flag(M.status, LA_PG_BAD_LEN, s, 0, L, M.cap);
+            L = L < 0 ? 0 : M.cap;
+        }
+        if (L > M.lenmax) {
+            pg_flag(M.status, LA_PG_BAD_POOL, s, -1, L, M.lenmax);
+            L = M.lenmax;
+        }
+        M.lens[s] = (int32_t)L;
+        sh_len = L;
+    }
+    __syncthreads();
+    const int64_t L = sh_len, np = (L + M.ps - 1) / M.ps;
+    for (int64_t j = tid; j < M.maxp; j += PG_META_THREADS) {
+        int64_t v = 0;
+        if (j < np) {
+            v = M.bt[s * M.bt0 + j * M.bt1];
+            if (v < 0 || v >= M.num_pages) {
+                pg_flag(M.status, LA_PG_BAD_PAGE, s, j, v, M.num_pages);
+                v = 0;
+            }
+        }
+        M.tab[s * M.maxp + j] = (int32_t)v; /* pages past the length are never read */
+    }
+    if (M.pcount)
+        for (int64_t b = tid; b < (L + M.B - 1) / M.B; b += PG_META_THREADS) {
+            const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B, have = M.pcount[s * M.max_blocks + b];
+            if (have != want) pg_flag(M.status, LA_PG_BAD_POOL, s, b, L, have);
+        }
+    if (!M.qs) { /* next_n consecutive rows per sequence */
+        const int64_t nq = M.next_n, base = s * nq;
+        for (int64_t j = tid; j < nq; j += PG_META_THREADS) {
+            const int64_t t = base + j, e = L - nq + j + 1;
+            M.rows[t] = (int32_t)t;
+            M.row_seq[t] = (int32_t)s;
+            M.row_end[t] = (int32_t)(e < 0 ? 0 : e);
+        }
+        if (tid == 0) {
+            M.row0[s] = (int32_t)base;
+            if (s == M.nseq - 1) M.row0[M.nseq] = (int32_t)M.T;
+        }
+        return;
+    }
+    /* q_seq: pass 1 counts the rows of earlier sequences (row0[s]) and of s;
+     * pass 2 ranks s's rows in query order (a ballot per warp, warps in order) */
+    auto seq_of = [&](int64_t t, bool report) -> int64_t {
+        int64_t v = M.qs[t * M.qs0];
+        if (v < 0 || v >= M.nseq) {
+            if (report) pg_flag(M.status, LA_PG_BAD_QSEQ, t, 0, v, M.nseq);
+            v = v < 0 ? 0 : M.nseq - 1;
+        }
+        return v;
+    };
+    int64_t before = 0, nq = 0;
+    for (int64_t c0 = 0; c0 < M.T; c0 += PG_META_THREADS) {
+        const int64_t t = c0 + tid;
+        const int64_t v = t < M.T ? seq_of(t, s == 0) : -1;
+        before += __syncthreads_count(t < M.T && v < s);
+        nq += __syncthreads_count(v == s);
+    }
+    int64_t run = 0;
+    for (int64_t c0 = 0; c0 < M.T; c0 += PG_META_THREADS) {
+        const int64_t t = c0 + tid;
+        const bool mine = t < M.T && seq_of(t, false) == s;
+        const unsigned bal = __ballot_sync(0xffffffffu, mine);
+        if (lane == 0) wc[warp] = __popc(bal);
+        __syncthreads();
+        int64_t j = run + __popc(bal & ((1u << lane) - 1u));
+        for (int i = 0; i < warp; i++) j += wc[i];
+        if (mine) {
+            const int64_t e = L - nq + j + 1;
+            M.rows[before + j] = (int32_t)t;
+            M.row_seq[t] = (int32_t)s;
+            M.row_end[t] = (int32_t)(e < 0 ? 0 : e);
+        }
+        for (int i = 0; i < PG_META_THREADS / 32; i++) run += wc[i];
+        __syncthreads(); /* wc is rewritten by the next chunk */
+    }
+    if (tid == 0) {
+        M.row0[s] = (int32_t)before;
+        if (s == M.nseq - 1) M.row0[M.nseq] = (int32_t)(before + nq);
+    }
+}
+
+} // namespace
+
+la_status la_pg_meta_launch(const pg_meta &M, cudaStream_t s) {
+    if (M.nseq <= 0) return LA_OK;
+    pg_meta_kernel<<<(unsigned)M.nseq, PG_META_THREADS, 0, s>>>(M);
+    LA_CU_LAUNCH("paged metadata");
+    return LA_OK;
+}
+
+la_status la_pg_max_rows(const la_tensor *qs, int64_t nseq, int64_t *maxnq) {
+    const int64_t T = qs->ne[0];
+    int32_t *h = (int32_t *)malloc(sizeof(int32_t) * (size_t)(T * qs->nb[0] - qs->nb[0] + 1));
+    int64_t *cnt = (int64_t *)calloc((size_t)nseq, sizeof(int64_t));
+    if (!h || !cnt) {
+        free(h), free(cnt);
+        return la_err(LA_ERR_NOMEM, "paged (cuda): out of memory counting q_seq's rows");
+    }
+    la_status st = la_dev_download(h, qs->data, sizeof(int32_t) * (size_t)(T * qs->nb[0] - qs->nb[0] + 1));
+    *maxnq = 1;
+    for (int64_t t = 0; st == LA_OK && t < T; t++) {
+        int64_t v = h[t * qs->nb[0]];
+        v = v < 0 ? 0 : v >= nseq ? nseq - 1 : v;
+        if (++cnt[v] > *maxnq) *maxnq = cnt[v];
+    }
+    free(h), free(cnt);
+    return st;
+}
+

@@ -1,0 +1,169 @@
+/* Paged DSA decode scores on Hopper wgmma (variant "wgmma" of family
+ * "paged"; paged_index_tc.cuh, docs/CUDA.md "DSA indexer").
+ *
+ * One CTA = one warpgroup (128 threads) scores one query row t over
+ * PW_TILES consecutive tiles of 64 keys of its sequence (1024 positions):
+ *   A (keys): a tile of 64 key rows (M = 64), each row 128 e4m3 bytes read
+ *             through the block table (page table[seq][p / ps], row p % ps)
+ *             by cp.async into a PW_STAGES ring, so a CTA streams 128 KB;
+ *   B (q):    the row's 64 heads (N = 64) x 128 e4m3 bytes, loaded once.
+ * Both are in the K-major 128-byte-swizzle layout of DSA v2 (dsa_v2.cu:
+ * chunk c of row r at c ^ (r & 7), 8-row groups 1024 B apart), and one tile
+ * is 4 wgmma m64n64k32 (32 bytes of k each), fp32 accumulators.
+ * Epilogue: DSA v2's arithmetic on its m64n128 accumulators restricted to
+ * one query (la_wg_relu_headsum_wr's FMA chains over the row's 8 column
+ * blocks, the quad sum (V0 + V1) + (V2 + V3)), times the key's fp32 scale,
+ * -inf outside [0, end[t]); so with the same tensor-core dot products a
+ * score equals DSA v2's on the gathered keys. Every column < ncols of the
+ * CTA's span is written. Keys only (bf16 caches and HISA's candidates stay
+ * on the mma.sync kernel). */
+#include "cuda/common.cuh"
+#include "cuda/paged_index_tc.cuh"
+#include "cuda/ptx.cuh"
+
+#define PW_THREADS 128
+#define PW_STAGES 4
+#define PW_TILES 16
+#define PW_TILE_BYTES (64 * 128)
+#define PW_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + 64 * 4)
+
+namespace {
+
+/* D(64x64) (+)= A(64x32) B(32x64), e4m3, both K-major from shared memory */
+__device__ __forceinline__ void pw_wgmma(float *d, uint64_t da, uint64_t db, int scale_d) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+                 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+                 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+                 "%32, %33, p, 1, 1;\n}\n"
+                 : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+                   "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+                   "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]),
+                   "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]),
+                   "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+                 : "l"(da), "l"(db), "r"(scale_d));
+}
+
+/* the row of position p of sequence seq (p < its length) and its page */
+__device__ __forceinline__ const uint8_t *pw_row(const sc_pages &pg, int64_t seq, int64_t p, const uint8_t **page) {
+    const int64_t pid = pg.table[seq * pg.maxp + p / pg.ps];
+    *page = pg.pages + pid * pg.page_bytes;
+    return *page + (p % pg.ps) * 128;
+}
+
+__global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_pages pg) {
+#if LA_CU_SM90_CODE
+    extern __shared__ uint8_t pw_raw[];
+    uint8_t *sm = (uint8_t *)(((uintptr_t)pw_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *Qs = sm, *Ks = sm + PW_TILE_BYTES;
+    float *ws = (float *)(Ks + PW_STAGES * PW_TILE_BYTES);
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int64_t t = blockIdx.y, seq = pg.row_seq[t];
+    const int64_t end = a.range.end[t * a.range.end_nb]; /* <= the sequence's length */
+    const int64_t key0 = (int64_t)blockIdx.x * (PW_TILES * 64);
+    const int64_t colend = min(a.ncols, key0 + PW_TILES * 64), kend = min(end, colend);
+    const int nt = kend > key0 ? (int)((kend - key0 + 63) / 64) : 0;
+    float *orow = a.out + t * a.out_ld;
+    for (int64_t p = key0 + (int64_t)nt * 64 + tid; p < colend; p += PW_THREADS) orow[p] = -INFINITY;
+    if (nt == 0) return;
+
+    const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0;
+    for (int i = tid; i < 64 * 8; i += PW_THREADS) {
+        const int h = i >> 3, c = i & 7;
+        la_cp16(Qs + la_wg_off(64, h, c), q + h * a.q_nb1 + c * 16);
+    }
+    if (tid < 64) ws[tid] = la_cu_ld(a.w, a.w_dt, t * a.w_nb0 + tid * a.w_nb1);
+    la_cp_commit_nc();
+    /* tile k into stage k % PW_STAGES: thread tid copies column tid & 7 of rows tid / 8 + 16j */
+    const int lc = tid & 7, lr = tid >> 3;
+    auto load = [&](int k) {
+        uint8_t *dst = Ks + (k % PW_STAGES) * PW_TILE_BYTES;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int r = lr + 16 * j;
+            const int64_t p = key0 + (int64_t)k * 64 + r;
+            const uint8_t *page, *src = pg.pages;
+            const bool ok = p < kend;
+            if (ok) src = pw_row(pg, seq, p, &page) + lc * 16;
+            la_cp16z_n(dst + la_wg_off(64, r, lc), src, ok ? 16 : 0);
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < PW_STAGES - 1; k++) {
+        if (k < nt) load(k);
+        la_cp_commit_nc();
+    }
+    constexpr uint64_t HI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
+    const uint32_t q_lo = ((((uint32_t)__cvta_generic_to_shared(Qs)) & 0x3FFFFu) >> 4) | (1u << 16);
+    const uint32_t k_lo = ((((uint32_t)__cvta_generic_to_shared(Ks)) & 0x3FFFFu) >> 4) | (1u << 16);
+    /* this thread's key rows of a tile (16 warp + g, + 8) and the lane that stores each */
+    const int r_out = 16 * warp + g + 8 * (qd & 1);
+    float2 wr[8];
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.f;
+    for (int k = 0; k < nt; k++) {
+        la_cp_wait<PW_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* tile k (and q, w) visible; stage (k - 1) % PW_STAGES is free */
+        if (k == 0) {
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) wr[jj] = *(const float2 *)(ws + 8 * jj + 2 * qd);
+        }
+        if (k + PW_STAGES - 1 < nt) load(k + PW_STAGES - 1);
+        la_cp_commit_nc();
+        const uint32_t kl = k_lo + (uint32_t)((k % PW_STAGES) * PW_TILE_BYTES >> 4);
+        la_wg_fence_acc<32>(acc);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            pw_wgmma(acc, (HI | (uint64_t)kl) + (uint32_t)(kk * 2), (HI | (uint64_t)q_lo) + (uint32_t)(kk * 2),
+                     kk > 0 ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        la_wg_fence_acc<32>(acc);
+        /* la_wg_relu_headsum_wr for one query: rows g (s0) and g + 8 (s1) */
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const float2 wv = wr[jj];
+            s0 = fmaf(wv.x, la_relu_nan(acc[4 * jj + 0]), s0);
+            s0 = fmaf(wv.y, la_relu_nan(acc[4 * jj + 1]), s0);
+            s1 = fmaf(wv.x, la_relu_nan(acc[4 * jj + 2]), s1);
+            s1 = fmaf(wv.y, la_relu_nan(acc[4 * jj + 3]), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        const int64_t p = key0 + (int64_t)k * 64 + r_out;
+        if (qd < 2 && p < colend) {
+            float o = -INFINITY;
+            if (p < kend) {
+                const uint8_t *page;
+                pw_row(pg, seq, p, &page);
+                o = (qd & 1 ? s1 : s0) * *(const float *)(page + (int64_t)pg.ps * 128 + (p % pg.ps) * 4);
+            }
+            orow[p] = o;
+        }
+    }
+#else
+    __trap(); /* built without sm_90a: pw_ok never takes this kernel there */
+#endif
+}
+
+} // namespace
+
+bool la_sp_paged_wgmma_ok(const la_sp_score_args &a, const sc_pages &pg) {
+    return a.hopper && pg.fp8 && a.HI == 64 && a.dI == 128 && !a.blocks && a.q_dt == LA_FP8_E4M3 && a.q_nb2 == 1 &&
+           a.q_nb1 % 16 == 0 && a.q_nb0 % 16 == 0 && ((uintptr_t)a.q & 15) == 0 && pg.page_bytes % 16 == 0 &&
+           ((uintptr_t)pg.pages & 15) == 0 && a.T <= 65535 && a.range.end && a.ncols <= (int64_t)INT32_MAX;
+}
+
+la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW_TILES * 64), (unsigned)a.T);
+    pw_kernel<<<grid, PW_THREADS, PW_SMEM, s>>>(a, pg);
+    LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma)");
+    return LA_OK;
+}
