@@ -165,6 +165,44 @@ __global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bf
         }
 }
 
+/* Why tc_bf16s does not take P with M blocks (NULL: it does); the
+ * tensor-core path's own conditions (lf_tc_why, linfam.cu) come first. */
+const char *lfb_why(const lf_problem *P, int64_t M) {
+    if (!P->use_w) return "one block (linear attention)";
+    if (P->chunk != 0) return "causal";
+    if (!(P->D == P->Dv && (P->D == 64 || P->D == 128))) return "head dims: D = Dv in {64, 128}";
+    if (P->norm == LF_NORM_RELEASED_VISION) return "normalize=released_vision";
+    if (M < 2 || M > XKMAX) return "blocks: 2 <= M <= 256";
+    return nullptr;
+}
+
+/* The launch geometry (pure; the host emulator dev/emu_mhla_fwd.cpp runs it
+ * too): segments of a block (about two waves of summary CTAs on nsm SMs, as
+ * the tf32 path, at most XKMAX partials per head), K = M·segs padded to Kp,
+ * rows padded to Mp, output tiles per CTA (tpc) and CTAs per block (groups). */
+struct lfb_plan {
+    int64_t seg, segs, K, Mp, Kp, tpc, groups, hw;
+};
+lfb_plan lfb_plan_of(const lf_args &a, int nsm, int ft, int fo) {
+    const lf_problem &P = a.P;
+    const int64_t BH = P.B * P.H, slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
+    lfb_plan x;
+    const int64_t want = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
+    const int64_t segs = std::min<int64_t>(want, std::max<int64_t>(1, XKMAX / a.M));
+    x.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), ft) * ft);
+    x.segs = la_cu_cdiv(a.maxcnt, x.seg);
+    x.K = a.M * x.segs;
+    x.Mp = la_cu_cdiv(a.M, XM) * XM;
+    x.Kp = la_cu_cdiv(x.K, 16) * 16;
+    const int64_t tpb = la_cu_cdiv(a.maxcnt, fo);
+    x.tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
+                                        2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
+    x.groups = la_cu_cdiv(tpb, x.tpc);
+    x.hw = P.W.nb[0] != 0 ? P.H : 1;
+    return x;
+}
+size_t lfb_smem(int64_t Kp) { return sizeof(__nv_bfloat16) * (size_t)(XM * (Kp + 8) + Kp * XLB); }
+
 /* 16-byte aligned bytes of n elements of sz bytes (overflow-checked) */
 la_status lfb_bytes(size_t n, size_t sz, size_t *out, const char *what) {
     LA_TRY(la_mul_size(n, sz, out, what));
@@ -175,14 +213,7 @@ la_status lfb_bytes(size_t n, size_t sz, size_t *out, const char *what) {
 
 }  // namespace
 
-const char *lf_tc_bf16s_why(const lf_problem *P, int64_t M) {
-    if (!P->use_w) return "one block (linear attention)";
-    if (P->chunk != 0) return "causal";
-    if (!(P->D == P->Dv && (P->D == 64 || P->D == 128))) return "head dims: D = Dv in {64, 128}";
-    if (P->norm == LF_NORM_RELEASED_VISION) return "normalize=released_vision";
-    if (M < 2 || M > XKMAX) return "blocks: 2 <= M <= 256";
-    return nullptr;
-}
+const char *lf_tc_bf16s_why(const lf_problem *P, int64_t M) { return lfb_why(P, M); }
 
 /* Workspace: S partials bf16 [BH][K][D·Dv], z partials fp32 [BH][K][D],
  * S̃ bf16 [BH][M][D·Dv], z̃ fp32 [BH][M][D], Wx bf16 [hw][Mp][Kp]. */
@@ -196,22 +227,12 @@ la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t slots = 2 * (int64_t)nsm; /* 2 CTAs per SM */
-    /* summary: about two waves of CTAs (as the tf32 path), at most XKMAX partials per head */
-    {
-        const int64_t want = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
-        const int64_t segs = std::min<int64_t>(want, std::max<int64_t>(1, XKMAX / a.M));
-        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), ft) * ft);
-        a.segs = la_cu_cdiv(a.maxcnt, a.seg);
-    }
-    a.K = a.M * a.segs;
+    const lfb_plan x = lfb_plan_of(a, nsm, ft, fo);
+    a.seg = x.seg;
+    a.segs = x.segs;
+    a.K = x.K;
     a.L = P.D * P.Dv + P.D;
-    const int64_t Mp = la_cu_cdiv(a.M, XM) * XM, Kp = la_cu_cdiv(a.K, 16) * 16;
-    const int64_t tpb = la_cu_cdiv(a.maxcnt, fo);
-    const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
-                                                       2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
-    const int64_t groups = la_cu_cdiv(tpb, tpc);
-    const int64_t hw = P.W.nb[0] != 0 ? P.H : 1;
+    const int64_t Mp = x.Mp, Kp = x.Kp, hw = x.hw, groups = x.groups, tpc = x.tpc;
     const int64_t DD = P.D * P.Dv;
     if (BH > 65535 || hw > 65535 || a.M * groups > INT32_MAX || a.K > INT32_MAX ||
         la_cu_cdiv(Mp * Kp, NT) > INT32_MAX)
@@ -245,7 +266,7 @@ la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     lfb_wprep_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
     LA_CU_LAUNCH("lfb_wprep_kernel");
     LA_TRY(lf_tc_summary_bf16(a, st));
-    const size_t smem = sizeof(__nv_bfloat16) * (size_t)(XM * (Kp + 8) + Kp * XLB);
+    const size_t smem = lfb_smem(Kp);
     LA_CU(cudaFuncSetAttribute(lfb_mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     lfb_mix_kernel<<<dim3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH), NT, smem, st>>>(
         a, Wx, Mp, Kp, hw > 1, Pb, Pz);
