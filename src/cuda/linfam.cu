@@ -13,7 +13,7 @@ bool lf_view_fast(const la_cu_view &x) {
 
 const char *const lf_names[] = {"tc", "portable", "tc_bf16s"};
 /* whether the default takes tc_bf16s where it applies (else tc) */
-constexpr bool lf_bf16s_default = false;
+constexpr bool lf_bf16s_default = true;
 
 int64_t lf_blocks(const lf_problem *P) {
     return P->chunk > 0 ? la_cu_cdiv(P->N, P->chunk) : P->g[0] * P->g[1] * P->g[2];
