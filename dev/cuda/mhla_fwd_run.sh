@@ -4,7 +4,7 @@
 # harness's MHLA rows (the --small table and the 3-D video grids), the Wan-2.1
 # timing of each variant at the C level, per-kernel times (nsys when present,
 # else ncu), then the Wan row through the package beside plain PyTorch.
-#   [B=build-gpu] [HARNESS_S=45] [COMPILE=1] bash dev/cuda/mhla_fwd_run.sh
+#   [B=build-gpu] [HARNESS_S=45] [COMPILE=1] [PKG_S=70] [KERNELS="tc tc_bf16s"] bash dev/cuda/mhla_fwd_run.sh
 # Logs under $OUT (summary.log; build, check, harness, kernels, package logs).
 set -o pipefail
 B=${B:-build-gpu}
@@ -24,8 +24,14 @@ echo "# check rc=$? ($(el))" | tee -a "$L"
 grep -E "^FAIL|# check" "$OUT/check.log" | head -20 | tee -a "$L"
 timeout 30 "$B/dev/cuda/mhla_fwd" wan 2>&1 | tee -a "$L"
 echo "# wan ($(el))" | tee -a "$L"
+timeout "${HARNESS_S:-45}" "$B/tests/backend/test_backend_ops" -b cuda -o mhla --small > "$OUT/harness.log" 2>&1
+echo "# harness --small -o mhla rc=$? ($(el))" | tee -a "$L"
+grep -E "FAIL|passed|failed" "$OUT/harness.log" | tail -12 | tee -a "$L"
+export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
+timeout ${PKG_S:-70} python3 bench/gpu_mhla_wan.py $([ "${COMPILE:-1}" = 1 ] || echo --no-compile) 2>&1 \
+  | grep -v Warning | tail -8 | tee -a "$L"
 if command -v nsys > /dev/null; then
-  for v in tc tc_bf16s; do
+  for v in ${KERNELS:-tc tc_bf16s}; do
     timeout 40 nsys profile -o "/tmp/mf_$v" --force-overwrite true -t cuda "$B/dev/cuda/mhla_fwd" wan1 $v \
       > /dev/null 2>&1
     nsys stats -q -r cuda_gpu_kern_sum -f csv "/tmp/mf_$v.nsys-rep" 2>/dev/null > "$OUT/kern_$v.csv"
@@ -35,21 +41,15 @@ for r in list(csv.DictReader(open(sys.argv[1])))[:8]: print(r.get('Instances'), 
       "$OUT/kern_$v.csv" 2>&1 | tee -a "$L"
   done
 elif command -v ncu > /dev/null; then
-  for v in tc tc_bf16s; do
+  for v in ${KERNELS:-tc tc_bf16s}; do
     echo "# kernels $v (ncu gpu__time_duration, locked clocks)" | tee -a "$L"
     timeout 40 ncu --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
       "$B/dev/cuda/mhla_fwd" wan1 $v 2>&1 | grep -E "^  [a-z_]+.*\(|gpu__time|dram__" | tee -a "$L"
   done
 fi
 echo "# kernels ($(el))" | tee -a "$L"
-timeout "${HARNESS_S:-45}" "$B/tests/backend/test_backend_ops" -b cuda -o mhla --small > "$OUT/harness.log" 2>&1
-echo "# harness --small -o mhla rc=$? ($(el))" | tee -a "$L"
-grep -E "FAIL|passed|failed" "$OUT/harness.log" | tail -12 | tee -a "$L"
 timeout 40 "$B/tests/backend/test_backend_ops" -b cuda -o mhla -n 21x30x50 -x "mhla f32" -x "mhla f16" \
   > "$OUT/harness_long.log" 2>&1
 echo "# harness long rows rc=$? ($(el))" | tee -a "$L"
 grep -E "FAIL|passed|failed" "$OUT/harness_long.log" | tail -8 | tee -a "$L"
-export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
-timeout 70 python3 bench/gpu_mhla_wan.py $([ "${COMPILE:-1}" = 1 ] || echo --no-compile) 2>&1 \
-  | grep -v Warning | tail -8 | tee -a "$L"
 echo "# done ($(el))" | tee -a "$L"
