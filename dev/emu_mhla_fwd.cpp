@@ -182,8 +182,8 @@ template <int DK> bool run_case(const mcase &c) {
     const int64_t Mp = x.Mp, Kp = x.Kp;
     launch3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)x.hw, 1, 0, [&] { lfb_wprep_kernel(a, wx, Mp, Kp); });
     launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<DK, DK, true>(a); });
-    launch3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH, lfb_smem(Kp),
-            [&] { lfb_mix_kernel(a, wx, Mp, Kp, x.hw > 1, pb, pz); });
+    launch3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH, lfb_smem(a.K, Kp),
+            [&] { lfb_mix_kernel(a, wx, Mp, Kp, x.hw > 1, XNZ, pb, pz); });
     const int64_t groups = x.groups, tpc = x.tpc;
     launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
             [&] { lf_tc_output_kernel<DK, DK>(a, pb, pz, groups, tpc); });
@@ -272,7 +272,7 @@ int main(int argc, char **argv) {
     const int PQ = LF_NORM_PER_QUERY, NO = LF_NORM_NONE;
     const mcase cs[] = {
         /* name                              B  H  D  nd grid          blocks      norm ph perm feat */
-        {"N1 1-D M2 (one empty block)",       1, 2, 64, 1, {1}, {2}, PQ, 0, 0, LA_FEATURE_RELU_EPS},
+        {"N1 1-D M2 (an empty block: kernels)",  1, 2, 64, 1, {1}, {2}, PQ, 0, 0, LA_FEATURE_RELU_EPS},
         {"N63 1-D M7 per-head perm",          1, 3, 64, 1, {63}, {7}, PQ, 1, 1, LA_FEATURE_ELU1},
         {"N65 1-D M6 uneven none",            2, 1, 128, 1, {65}, {6}, NO, 0, 0, LA_FEATURE_RELU1},
         {"N1000 2-D 20x50/3x7 uneven",        1, 1, 64, 2, {20, 50}, {3, 7}, PQ, 0, 1, LA_FEATURE_RELU_EPS},

@@ -8,8 +8,9 @@
  * check: bf16 inputs, the output NaN-filled before each call, every shape run
  *   with the variant forced to tc_bf16s and to tc, against the CPU path on
  *   the very same bf16 values: rel = max|gpu - cpu| / max|cpu| ≤ 1e-2, no NaN
- *   left, and tc_bf16s within 2× tc's error + 1e-3. 1-D (N = 1 with an empty
- *   block, 63, 65, 1000 with two blocks: several segments), 2-D and 3-D
+ *   left, and tc_bf16s within 2× tc's error + 1e-3. 1-D (N = 2 in two blocks:
+ *   the CUDA backend refuses empty blocks; 63, 65, 1000 with two blocks:
+ *   several segments), 2-D and 3-D
  *   grids with uneven blocks, M = 170 (two row tiles of the GEMM), shared and
  *   per-head W, per_query and none, contiguous and permuted ([B,H,N,D])
  *   storage, D = Dv = 64 and 128.
@@ -137,7 +138,7 @@ void check_mhla(int nd, const int64_t *grid, const int64_t *blocks, int64_t B, i
 
 void check_all() {
     const la_mhla_normalize PQ = LA_MHLA_NORM_PER_QUERY, NO = LA_MHLA_NORM_NONE;
-    const int64_t g1a[1] = {1}, b1a[1] = {2}, g1b[1] = {63}, b1b[1] = {7}, g1c[1] = {65}, b1c[1] = {6};
+    const int64_t g1a[1] = {2}, b1a[1] = {2}, g1b[1] = {63}, b1b[1] = {7}, g1c[1] = {65}, b1c[1] = {6};
     const int64_t g1d[1] = {1000}, b1d[1] = {2}, g1e[1] = {340}, b1e[1] = {170};
     const int64_t g2[2] = {20, 50}, b2[2] = {3, 7}, g3[3] = {5, 6, 7}, b3[3] = {2, 3, 2};
     const int64_t gw[3] = {21, 30, 50}, bw[3] = {3, 5, 10};

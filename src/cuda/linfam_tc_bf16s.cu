@@ -42,54 +42,71 @@ __global__ void lfb_wprep_kernel(lf_args a, __nv_bfloat16 *Wx, int64_t Mp, int64
     Wx[hw * Mp * Kp + e] = __float2bfloat16_rn(w);
 }
 
-/* grid (XNZ + D·Dv/XN, Mp/XM, BH), 256 threads, dynamic shared memory
- * 2·(XM·(Kp + 8) + Kp·XLB) bytes (97 KB at Kp = 160: 2 CTAs per SM).
- * x < XNZ: z̃ rows r0 = i0 + XZR·x + [0, XZR) in fp32 (weights of those rows
- *   in shared memory; thread (d = tid % 128, half tid / 128) owns 8 rows of
- *   column d).
- * else: S̃ rows i0 + [0, XM), columns c0 = XN·(x - XNZ) + [0, XN). The W tile
+/* grid (nzc + D·Dv/XN, Mp/XM, BH), 256 threads, dynamic shared memory
+ * lfb_smem(Kp) bytes (97 KB at Kp = 160: 2 CTAs per SM); nzc = XNZ (0: the
+ * GEMM alone, for timing).
+ * x < nzc: z̃ rows r0 = i0 + XZR·x + [0, XZR) in fp32: their weights in
+ *   shared memory; thread (d = tid % D, part = tid / D) sums the k ≡ part
+ *   (mod NT/D) for the XZR rows of column d, XZB loads in flight (the chain
+ *   of dependent L2 round trips is K / (NT/D·XZB) long: one load at a time
+ *   made these CTAs the mix kernel's critical path), then the parts meet in
+ *   shared memory.
+ * else: S̃ rows i0 + [0, XM), columns c0 = XN·(x - nzc) + [0, XN). The W tile
  *   [XM][Kp] and the S tile [Kp][XN] land by cp.async in two groups (k below
  *   and above kh; S rows past K zero-filled: 0·NaN would poison the sum).
  *   Warp w: rows 80(w / 4) + [0, 80) (the m16 tiles past M skipped), columns
  *   32(w % 4) + [0, 32); A = W rows (ldmatrix), B = S [k][n] rows (.trans). */
+constexpr int XZB = 16;
 __global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bfloat16 *Wx, int64_t Mp,
-                                                        int64_t Kp, int w_per_head, __nv_bfloat16 *Pb,
-                                                        float *Pz) {
+                                                        int64_t Kp, int w_per_head, int nzc,
+                                                        __nv_bfloat16 *Pb, float *Pz) {
     extern __shared__ __align__(128) unsigned char lfb_sm[];
     const lf_problem &P = a.P;
     const int64_t bh = blockIdx.z, h = bh % P.H;
     const int64_t i0 = (int64_t)blockIdx.y * XM;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-    const int64_t D = P.D, DD = P.D * P.Dv;
-    if ((int)blockIdx.x < XNZ) { /* z̃ = W · z, fp32 */
-        float *ws = (float *)lfb_sm; /* [XZR][K] */
-        const int64_t r0 = i0 + (int64_t)blockIdx.x * XZR, K = a.K;
-        for (int64_t e = tid; e < XZR * K; e += NT) {
-            const int64_t r = e / K, k = e % K;
+    const int64_t DD = P.D * P.Dv;
+    if ((int)blockIdx.x < nzc) { /* z̃ = W · z, fp32 */
+        const int D = (int)P.D, K = (int)a.K, parts = NT / D;
+        float *ws = (float *)lfb_sm;  /* [XZR][K]         */
+        float *red = ws + XZR * K;    /* [parts][XZR][D]  */
+        const int64_t r0 = i0 + (int64_t)blockIdx.x * XZR;
+        for (int e = tid; e < XZR * K; e += NT) {
+            const int r = e / K, k = e % K;
             ws[e] = r0 + r < a.M ? lf_w(P.W, h, r0 + r, k / a.segs) : 0.f;
         }
         __syncthreads();
-        const int d = tid % 128, half = tid / 128;
-        if (d >= D || r0 + 8 * half >= a.M) return;
-        float acc[8];
+        const int d = tid % D, part = tid / D;
+        float acc[XZR];
 #pragma unroll
-        for (int r = 0; r < 8; r++) acc[r] = 0.f;
+        for (int r = 0; r < XZR; r++) acc[r] = 0.f;
         const float *zp = a.mix + (size_t)bh * K * D + d;
-        const float *wr = ws + 8 * half * K;
-#pragma unroll 4
-        for (int64_t k = 0; k < K; k++) {
-            const float z = zp[k * D];
+        for (int k0 = part; k0 < K; k0 += parts * XZB) {
+            float z[XZB];
 #pragma unroll
-            for (int r = 0; r < 8; r++) acc[r] = fmaf(wr[r * K + k], z, acc[r]);
+            for (int j = 0; j < XZB; j++) {
+                const int k = k0 + parts * j;
+                z[j] = k < K ? zp[(size_t)k * D] : 0.f;
+            }
+#pragma unroll
+            for (int j = 0; j < XZB; j++) {
+                const int k = min(k0 + parts * j, K - 1); /* z[j] = 0 past K */
+#pragma unroll
+                for (int r = 0; r < XZR; r++) acc[r] = fmaf(ws[r * K + k], z[j], acc[r]);
+            }
         }
 #pragma unroll
-        for (int r = 0; r < 8; r++) {
-            const int64_t i = r0 + 8 * half + r;
-            if (i < a.M) Pz[((size_t)bh * a.M + i) * D + d] = acc[r];
+        for (int r = 0; r < XZR; r++) red[(part * XZR + r) * D + d] = acc[r];
+        __syncthreads();
+        for (int e = tid; e < XZR * D; e += NT) {
+            const int r = e / D;
+            float sum = 0.f;
+            for (int p = 0; p < parts; p++) sum += red[p * XZR * D + e];
+            if (r0 + r < a.M) Pz[((size_t)bh * a.M + r0 + r) * D + e % D] = sum;
         }
         return;
     }
-    const int64_t c0 = (int64_t)(blockIdx.x - XNZ) * XN;
+    const int64_t c0 = (int64_t)(blockIdx.x - nzc) * XN;
     const int LA = (int)Kp + 8; /* W tile row stride (bf16): ≡ 4 words mod 8, conflict-free */
     __nv_bfloat16 *As = (__nv_bfloat16 *)lfb_sm; /* [XM][LA]  */
     __nv_bfloat16 *Bs = As + XM * LA;            /* [Kp][XLB] */
@@ -201,7 +218,13 @@ lfb_plan lfb_plan_of(const lf_args &a, int nsm, int ft, int fo) {
     x.hw = P.W.nb[0] != 0 ? P.H : 1;
     return x;
 }
-size_t lfb_smem(int64_t Kp) { return sizeof(__nv_bfloat16) * (size_t)(XM * (Kp + 8) + Kp * XLB); }
+/* dynamic shared memory of lfb_mix_kernel: the GEMM's tiles, or the z CTAs'
+ * weights and partial sums (at most 4·XZR·(256 + 256) bytes), the larger */
+size_t lfb_smem(int64_t K, int64_t Kp) {
+    const size_t gemm = sizeof(__nv_bfloat16) * (size_t)(XM * (Kp + 8) + Kp * XLB);
+    const size_t z = sizeof(float) * (size_t)XZR * (size_t)(K + NT);
+    return gemm > z ? gemm : z;
+}
 
 /* 16-byte aligned bytes of n elements of sz bytes (overflow-checked) */
 la_status lfb_bytes(size_t n, size_t sz, size_t *out, const char *what) {
@@ -266,10 +289,10 @@ la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     lfb_wprep_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
     LA_CU_LAUNCH("lfb_wprep_kernel");
     LA_TRY(lf_tc_summary_bf16(a, st));
-    const size_t smem = lfb_smem(Kp);
+    const size_t smem = lfb_smem(a.K, Kp);
     LA_CU(cudaFuncSetAttribute(lfb_mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     lfb_mix_kernel<<<dim3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH), NT, smem, st>>>(
-        a, Wx, Mp, Kp, hw > 1, Pb, Pz);
+        a, Wx, Mp, Kp, hw > 1, XNZ, Pb, Pz);
     LA_CU_LAUNCH("lfb_mix_kernel");
     return lf_tc_output_run(a, Pb, Pz, groups, tpc, st);
 }
