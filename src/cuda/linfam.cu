@@ -11,7 +11,13 @@ bool lf_view_fast(const la_cu_view &x) {
            x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
 
-const char *const lf_names[] = {"tc", "portable"};
+const char *const lf_names[] = {"tc", "portable", "tc_bf16s"};
+/* whether the default takes tc_bf16s where it applies (else tc) */
+constexpr bool lf_bf16s_default = true;
+
+int64_t lf_blocks(const lf_problem *P) {
+    return P->chunk > 0 ? la_cu_cdiv(P->N, P->chunk) : P->g[0] * P->g[1] * P->g[2];
+}
 
 /* Why the tensor-core path does not take P (NULL: it does): the first
  * condition that fails, for the verbose report. */
@@ -34,16 +40,19 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
                     lf_kernel *kern) {
     /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 rows, no fused conv */
     const bool tc = lf_tc_why(P, maxcnt) == nullptr;
+    const bool b16 = tc && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
     if (!forced) {
-        *kern = tc ? LF_TC : LF_PORTABLE;
+        *kern = !tc ? LF_PORTABLE : b16 && lf_bf16s_default ? LF_TC_BF16S : LF_TC;
         return LA_OK;
     }
-    const int i = la_cu_variant_index(forced, lf_names, 2);
-    if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable");
-    if (i == LF_TC && !tc)
+    const int i = la_cu_variant_index(forced, lf_names, 3);
+    if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable, tc_bf16s");
+    if ((i == LF_TC || i == LF_TC_BF16S) && !tc)
         return la_cu_variant_unsupported(family, forced,
                                          "non-causal, bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
                                          "(128, 64), rows contiguous");
+    if (i == LF_TC_BF16S && !b16)
+        return la_cu_variant_unsupported(family, forced, lf_tc_bf16s_why(P, lf_blocks(P)));
     *kern = (lf_kernel)i;
     return LA_OK;
 }
@@ -54,9 +63,13 @@ la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
     lf_kernel kern;
     LA_TRY(lf_select(P, a.maxcnt, family, forced, &kern));
     const char *why = kern == LF_PORTABLE && !forced ? lf_tc_why(P, a.maxcnt) : nullptr;
-    la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d%s%s",
+    /* an MHLA problem the bf16-summary variant does not take: say why */
+    const char *why16 = kern == LF_TC && !forced && lf_bf16s_default && P->use_w
+                            ? lf_tc_bf16s_why(P, a.M) : nullptr;
+    la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d%s%s%s%s",
                  (long long)P->B, (long long)P->N, (long long)P->H, (long long)P->D,
                  (long long)P->Dv, (long long)a.M, P->chunk > 0, why ? "; no tensor-core path: " : "",
-                 why ? why : "");
+                 why ? why : "", why16 ? "; not tc_bf16s: " : "", why16 ? why16 : "");
+    if (kern == LF_TC_BF16S) return lf_run_tc_bf16s(a, st);
     return kern == LF_TC ? lf_run_tc(a, st) : lf_run_portable(a, st);
 }

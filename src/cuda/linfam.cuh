@@ -62,9 +62,10 @@ static inline bool lf_tc_dims(int64_t D, int64_t Dv) {
     return (D == Dv && (D == 32 || D == 64 || D == 128)) || (D == 64 && Dv == 128) ||
            (D == 128 && Dv == 64);
 }
-/* The engine's kernels for P: the bf16 tensor-core path or the portable fp32
- * engine. */
-enum lf_kernel { LF_TC = 0, LF_PORTABLE = 1 };
+/* The engine's kernels for P: the bf16 tensor-core path (tf32 mix of fp32
+ * partials), the portable fp32 engine, or the tensor-core path with bf16
+ * block summaries and a bf16 mixing GEMM (MHLA; linfam_tc_bf16s.cu). */
+enum lf_kernel { LF_TC = 0, LF_PORTABLE = 1, LF_TC_BF16S = 2 };
 /* Selection (pure): `forced` is the context's variant for `family` ("linear",
  * "mhla", "focused"; NULL = the default); maxcnt: tokens per block. */
 la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,

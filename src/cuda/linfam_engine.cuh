@@ -20,8 +20,10 @@ struct lf_args {
     lf_problem P;
     lf_geom G;
     int64_t M, maxcnt, seg, segs, K, L;
-    float *sum;   /* [BH][K][L] partial summaries                  */
-    float *mix;   /* [BH][M][L] mixed summaries (causal: prefix)    */
+    float *sum;   /* [BH][K][L] partial summaries (variant tc_bf16s:
+                     S in bf16, [BH][K][D·Dv])                       */
+    float *mix;   /* [BH][M][L] mixed summaries (causal: prefix;
+                     tc_bf16s: the partial z, fp32 [BH][K][D])       */
     float *r;     /* [BH][M][maxcnt] released_vision q̃·z_b (or NULL) */
 };
 
@@ -58,6 +60,20 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st);
 constexpr int LF_GM = 64, LF_GK = 32;
 la_status lf_tc_mix(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
                     int64_t Kp, int64_t hw, cudaStream_t st);
+/* Variant tc_bf16s (linfam_tc_bf16s.cu): bf16 summaries straight out of the
+ * summary pass, the mixing as one bf16 tensor-core GEMM per head, the
+ * tensor-core output pass. lf_tc_bf16s_why: NULL when it takes P (maxcnt:
+ * tokens per block), else the first condition that fails. */
+const char *lf_tc_bf16s_why(const lf_problem *P, int64_t M);
+la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st);
+/* Pieces of linfam_tc.cu that lf_run_tc_bf16s runs: the summary and output
+ * tile lengths of (D, Dv), the summary pass writing bf16 S and fp32 z (D = Dv
+ * in {64, 128}), the output pass over S̃ (bf16 [BH][M][D·Dv]) and z̃ (fp32
+ * [BH][M][D]). */
+void lf_tc_tiles(int64_t D, int64_t Dv, int *ft, int *fo);
+la_status lf_tc_summary_bf16(const lf_args &a, cudaStream_t st);
+la_status lf_tc_output_run(const lf_args &a, const __nv_bfloat16 *Pb, const float *Pz, int64_t groups,
+                           int64_t tpc, cudaStream_t st);
 /* r[bh][b][w] = q̃_{b,w} · z_b over the partials a.sum (both paths) */
 la_status lf_launch_rv(const lf_args &a, cudaStream_t st);
 

@@ -209,7 +209,11 @@ template <int DK, int DV> struct lf_tcg {
  * validated and measured in (the same PTX, scripts/check_ptx.sh; the general
  * form was slower at the Wan shape: docs/PERF.md), the other head dims keep
  * the general form they were measured in. */
-template <int DK, int DV>
+/* BF (variant tc_bf16s, linfam_tc_bf16s.cu): the partial S in bf16 at
+ * (bf16 *)a.sum [BH][K][DK·DV] (the rows of the mixing GEMM's B operand) and
+ * z in fp32 at a.mix [BH][K][DK]; BF = false writes the fp32 partials
+ * [BH][K][L] of the tf32 mix (the same code as before the flag). */
+template <int DK, int DV, bool BF = false>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     using G = lf_tcg<DK, DV>;
     constexpr int FT = G::FT, LK = G::LK, LV = G::LV, WK = G::WK, NZ = WK == 1 && G::WC == 2 ? 1 : 2;
@@ -337,6 +341,29 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             }
         }
     }
+    if constexpr (BF && WK == 1) { /* straight from registers: S in bf16, z in fp32 */
+        __nv_bfloat16 *sb = (__nv_bfloat16 *)a.sum + ((size_t)bh * a.K + kseg) * (DK * DV);
+        float *zd = a.mix + ((size_t)bh * a.K + kseg) * DK;
+        const int g = lane / 4, t2 = 2 * (lane % 4);
+#pragma unroll
+        for (int i = 0; i < 2; i++)
+#pragma unroll
+            for (int j = 0; j < G::NJ; j++) {
+                __nv_bfloat16 *d0 = sb + (rb + 16 * i + g) * DV + cb + 8 * j + t2;
+                *(__nv_bfloat162 *)d0 = __floats2bfloat162_rn(racc[i][j][0], racc[i][j][1]);
+                *(__nv_bfloat162 *)(d0 + 8 * DV) = __floats2bfloat162_rn(racc[i][j][2], racc[i][j][3]);
+            }
+        if (lane % 4 == 0)
+#pragma unroll
+            for (int i = 0; i < NZ; i++)
+                if (NZ == 1 || G::WC == 1 || i == wc) {
+                    const int zi = NZ == 1 ? wc : i;
+                    zd[rb + 16 * zi + g] = raccz[i][0];
+                    zd[rb + 16 * zi + g + 8] = raccz[i][2];
+                }
+        la_cp_wait<0>();
+        return;
+    }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;
     float *red = dst; /* WK = 1: straight to the partial */
     if constexpr (WK > 1) { /* every warp's sums into its slice [wk][L] of shared memory */
@@ -378,7 +405,18 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 acc.z += x.z;
                 acc.w += x.w;
             }
-            ((float4 *)dst)[e] = acc;
+            if constexpr (BF) { /* S in bf16 (4 values), z in fp32 */
+                if (4 * e < DK * DV) {
+                    uint2 u;
+                    *(__nv_bfloat162 *)&u.x = __floats2bfloat162_rn(acc.x, acc.y);
+                    *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc.z, acc.w);
+                    *(uint2 *)((__nv_bfloat16 *)a.sum + ((size_t)bh * a.K + kseg) * (DK * DV) + 4 * e) = u;
+                } else {
+                    *(float4 *)(a.mix + ((size_t)bh * a.K + kseg) * DK + (4 * e - DK * DV)) = acc;
+                }
+            } else {
+                ((float4 *)dst)[e] = acc;
+            }
         }
     }
 }
@@ -600,12 +638,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 
 /* The summary and output launches of one instantiation (the host code below
  * sizes the segments and tiles with G's FT, FO). */
-template <int DK, int DV>
+template <int DK, int DV, bool BF = false>
 la_status lf_tc_summary(const lf_args &a, cudaStream_t st) {
     using G = lf_tcg<DK, DV>;
-    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel<DK, DV>,
+    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel<DK, DV, BF>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SUM_SMEM));
-    lf_tc_summary_kernel<DK, DV><<<dim3((unsigned)a.K, (unsigned)(a.P.B * a.P.H)), NT, G::SUM_SMEM, st>>>(a);
+    lf_tc_summary_kernel<DK, DV, BF><<<dim3((unsigned)a.K, (unsigned)(a.P.B * a.P.H)), NT, G::SUM_SMEM, st>>>(a);
     LA_CU_LAUNCH("lf_tc_summary_kernel");
     return LA_OK;
 }
@@ -634,7 +672,34 @@ const lf_tc_inst lf_tc_insts[] = {LF_TC_INST(128, 128), LF_TC_INST(64, 64), LF_T
                                   LF_TC_INST(64, 128), LF_TC_INST(128, 64)};
 #undef LF_TC_INST
 
+const lf_tc_inst *lf_tc_inst_of(int64_t D, int64_t Dv) {
+    for (const lf_tc_inst &x : lf_tc_insts)
+        if (x.DK == D && x.DV == Dv) return &x;
+    return nullptr;
+}
+
 }  // namespace
+
+/* The pieces variant tc_bf16s (linfam_tc_bf16s.cu) runs of this path. */
+void lf_tc_tiles(int64_t D, int64_t Dv, int *ft, int *fo) {
+    const lf_tc_inst *in = lf_tc_inst_of(D, Dv);
+    *ft = in ? in->ft : 64;
+    *fo = in ? in->fo : 64;
+}
+la_status lf_tc_summary_bf16(const lf_args &a, cudaStream_t st) {
+    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_summary<128, 128, true>(a, st);
+    if (a.P.D == 64 && a.P.Dv == 64) return lf_tc_summary<64, 64, true>(a, st);
+    return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: no bf16 summaries for D = %lld, Dv = %lld",
+                  (long long)a.P.D, (long long)a.P.Dv);
+}
+la_status lf_tc_output_run(const lf_args &a, const __nv_bfloat16 *Pb, const float *Pz, int64_t groups,
+                           int64_t tpc, cudaStream_t st) {
+    const lf_tc_inst *in = lf_tc_inst_of(a.P.D, a.P.Dv);
+    if (!in)
+        return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: no tensor-core path for D = %lld, Dv = %lld",
+                      (long long)a.P.D, (long long)a.P.Dv);
+    return in->output(a, Pb, Pz, groups, tpc, st);
+}
 
 /* Host side: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
  * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32, the expanded

@@ -607,6 +607,36 @@ static void tc_heads(bo_list *L) {
     }
 }
 
+/* MHLA variant tc_bf16s (linfam_tc_bf16s.cu: bf16 block summaries, a bf16
+ * mixing GEMM), forced (a shape it stops taking fails): D = Dv in {64, 128},
+ * N = 2 (one token per block: M >= 2, and the CUDA backend refuses empty
+ * blocks), odd N, 1-D / 2-D / 3-D grids with uneven
+ * blocks, M = 2 (several segments per block) up to 245 (two 160-row tiles),
+ * shared and per-head W, per_query and none, permuted views; the Wan-2.1
+ * video grid and N = 32K (M = 150) in the long cases. */
+static void mhla_bf16s(bo_list *L) {
+    const reg rs = {L, 1, "tc_bf16s"}, rl = {L, 0, "tc_bf16s"};
+    const la_dtype dt = LA_BF16;
+    const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
+    int64_t g1a[1] = {2}, b1a[1] = {2}, g1b[1] = {63}, b1b[1] = {7}, g1c[1] = {65}, b1c[1] = {6};
+    int64_t g1d[1] = {1000}, b1d[1] = {2}, g1e[1] = {340}, b1e[1] = {170}, g1f[1] = {980}, b1f[1] = {245};
+    int64_t g2[2] = {20, 50}, b2[2] = {3, 7}, g3[3] = {5, 6, 7}, b3[3] = {2, 3, 2};
+    int64_t gw[3] = {21, 30, 50}, bw[3] = {3, 5, 10}, gl[1] = {32768}, bl[1] = {150};
+    for (int di = 0; di < 2; di++) {
+        const int64_t D = di ? 64 : 128;
+        add_mhla(&rs, 1, 1, g1a, b1a, 2, D, D, PQ, 0, dt, 0, 1.0);
+        add_mhla(&rs, 1, 1, g1b, b1b, 3, D, D, NO, 1, dt, 1, 1.0);
+        add_mhla(&rs, 2, 1, g1c, b1c, 1, D, D, PQ, di, dt, di, 1.0);
+        add_mhla(&rs, 1, 1, g1d, b1d, 2, D, D, NO, 0, dt, 0, 1.0);
+        add_mhla(&rs, 1, 2, g2, b2, 2, D, D, PQ, 1, dt, 1, 1.0);
+        add_mhla(&rs, 1, 3, g3, b3, 2, D, D, NO, 0, dt, di, 1.0);
+        add_mhla(&rs, 1, 1, g1e, b1e, 1, D, D, PQ, 1, dt, 1 - di, 1.0);
+        add_mhla(&rs, 1, 1, g1f, b1f, 1, D, D, PQ, 0, dt, 0, 1.0);
+        add_mhla(&rl, 1, 3, gw, bw, 4, D, D, PQ, di, dt, 0, 1.0);
+        add_mhla(&rl, 1, 1, gl, bl, 2, D, D, di ? NO : PQ, 1, dt, di, 1.0);
+    }
+}
+
 void cases_linear(bo_list *L) {
     bo_add_probe(L, "linear", probe_linear);
     bo_add_probe(L, "mhla", probe_mhla);
@@ -670,6 +700,7 @@ void cases_linear(bo_list *L) {
     }
     tc_paths(L);
     tc_heads(L);
+    mhla_bf16s(L);
     mhla_causal_mma(L);
     r = &rl;
     {

@@ -1,0 +1,33 @@
+#!/bin/bash
+# Host emulation of MHLA variant tc_bf16s (no GPU needed): cuts the kernel
+# text out of src/cuda/linfam_tc.cu (the summary and output kernels) and
+# src/cuda/linfam_tc_bf16s.cu (weights, mixing GEMM, the launch plan),
+# compiles it with dev/emu_mhla_fwd.cpp (g++ -std=c++20, CUDA headers only;
+# the CTA primitives of src/cuda/bwd_emu.cuh) and runs the cases.
+#   bash dev/emu_mhla_fwd.sh [BUILD_DIR [CASE]]
+set -e
+O=${1:-build-emu}
+CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
+mkdir -p "$O"
+python3 - "$O" <<'PY'
+import re, sys
+def cut(path, start, end, smem):
+    s = open(path).read()
+    k = s[s.index(start) + len(start):s.index(end)]
+    for n in smem:
+        k = k.replace(f"extern __shared__ __align__(128) unsigned char {n}[];",
+                      f"unsigned char *{n} = bt_smem();")
+    k = k.replace("threadIdx.x", "bt_tid()").replace("blockIdx.x", "bt_bx()").replace("blockIdx.y", "bt_by()")
+    k = k.replace("blockIdx.z", "emu_bz()").replace("blockDim.x", "NT")
+    k = re.sub(r"__launch_bounds__\([^)]*\)", "", k)
+    assert "__shared__" not in k, path
+    return k
+o = sys.argv[1]
+open(o + "/kern_tc.inc", "w").write(
+    cut("src/cuda/linfam_tc.cu", "namespace {", "/* The summary and output launches", ["lf_tc_sm"]))
+open(o + "/kern_b16.inc", "w").write(
+    cut("src/cuda/linfam_tc_bf16s.cu", "namespace {", "/* 16-byte aligned bytes", ["lfb_sm"]))
+PY
+g++ -std=c++20 -O2 -fno-strict-aliasing -w -Iinclude -Isrc -I"$CUDA_INC" -I"$O" dev/emu_mhla_fwd.cpp \
+    -o "$O/emu_mhla_fwd" -lpthread
+"$O/emu_mhla_fwd" ${2:+"$2"}
