@@ -378,7 +378,7 @@ static void timings(bool fwd_only) {
                         la_softmax_params_init(&p);
                         p.causal = causal;
                         bench_variant("softmax", nullptr);
-                        LK(la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX));
+                        if (bw) LK(la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX)); /* out, lse */
                         const double fl = 2.0 * B * N * N * H * (D + Dv) * (causal ? 0.5 : 1.0);
                         const std::function<la_status()> fwd = [&] {
                             return la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX);
@@ -387,6 +387,12 @@ static void timings(bool fwd_only) {
                             return la_softmax_backward_cuda(&p, &q, &k, &v, &o, &l, &g, &dq, &dk, &dv, BCTX);
                         };
                         const std::string pick = bench_pick(bw ? bwd : fwd);
+                        if (pick == "refused") {
+                            printf("softmax-%s %s D=%lld Dv=%lld H=%lld N=%lld causal=%d refused: %s\n",
+                                   bw ? "bwd" : "fwd", f16 ? "f16 " : "bf16", (long long)D, (long long)Dv,
+                                   (long long)H, (long long)N, causal, la_last_error());
+                            continue;
+                        }
                         const double ms = bw ? time_ms(bwd, N > 8192 ? 5 : 10, 2) : time_ms(fwd, N > 8192 ? 10 : 20);
                         printf("softmax-%s %s D=%lld Dv=%lld H=%lld N=%lld causal=%d %9.3f ms %6.1f TFLOP/s  pick %s\n",
                                bw ? "bwd" : "fwd", f16 ? "f16 " : "bf16", (long long)D, (long long)Dv, (long long)H,
