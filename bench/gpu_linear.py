@@ -83,8 +83,7 @@ def try_import(path, mod):
 
 
 fla_mod = try_import(os.path.join(ROOT, "peers/fla"), "fla.ops.linear_attn") if fla_only else None
-fbla_mod = try_import(os.path.join(ROOT, "peers/fbla"), "flash_bla.ops.linear_attn.fused") \
-    if want("fbla") and only != "wan" else None
+fbla_mod = try_import(os.path.join(ROOT, "peers/fbla"), "flash_bla.ops.linear_attn.fused") if want("fbla") else None
 
 
 def einsum_mhla(q, k, v, W, M, eps=1e-6):

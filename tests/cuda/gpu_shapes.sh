@@ -83,8 +83,8 @@ fi
 if [ -z "$OFF" ] || [ ! -f "$OFF" ]; then
   say "official MHLA chunk loop: not carried (no ${OFF:-peers/mhla/mhla_nlp/fla/ops/mhla/naive.py}; see this script's head)"
 else
-  python3 -c "import einops" 2> /dev/null || say "official MHLA chunk loop: einops is not installed here (its import will fail)"
   say "official MHLA chunk loop: $OFF"
+  python3 -c "import einops" 2> /dev/null || say "official MHLA chunk loop: einops is not installed here (its import will fail)"
   [ "${LA_SHAPES_OFFICIAL_S:-30}" != 0 ] && { sub official_eager "${LA_SHAPES_OFFICIAL_S:-30}" python3 \
     dev/bench_mhla_causal_torch.py --official "$OFF" --eager --ns 32768 --reps 4 || rc=1; }
   [ "${LA_SHAPES_COMPILE_S:-120}" != 0 ] && { sub official_compile "${LA_SHAPES_COMPILE_S:-120}" python3 \

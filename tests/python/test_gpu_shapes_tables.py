@@ -232,3 +232,53 @@ def test_step_dry_run(tmp_path):
     env["LA_MHLA_OFFICIAL"] = str(tmp_path / "missing.py")
     p = subprocess.run(["bash", "tests/cuda/gpu_shapes.sh"], cwd=ROOT, env=env, capture_output=True, text=True)
     assert "official MHLA chunk loop: not carried" in p.stdout and "official_eager" not in p.stdout
+
+
+def test_step_on_a_mock_tree(tmp_path):
+    """gpu_shapes.sh itself (not dry) on a mock tree: a stub Makefile, stub
+    drivers and scripts printing the synthetic logs, the official compile
+    sleeping past its cap. Every sub-step runs, the cut one is said, and the
+    tables come last with the numbers of the logs."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    write_logs(logs)
+    tree = tmp_path / "tree"
+    for rel in ("tests/cuda/gpu_shapes.sh", "tests/cuda/gpu_common.sh", "tests/cuda/gpu_shapes_tables.py"):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text((ROOT / rel).read_text())
+    (tree / "Makefile").write_text(".PHONY: pyext\npyext:\n\t@echo pyext stub\nbuild-gpu/%:\n\t@test -x $@\n")
+
+    def stub(rel, body):
+        p = tree / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("#!/bin/bash\n" + body + "\n")
+        p.chmod(0o755)
+    stub("build-gpu/dev/cuda/linear_heads",
+         f'case "$1 $2" in "time both") cat {logs}/heads.log;; "wan both") cat {logs}/wan_c.log;; *) exit 2;; esac')
+    stub("build-gpu/dev/cuda/softmax", f'[ "$1" = fwd ] && cat {logs}/softmax.log')
+    stub("build-gpu/dev/bench_gpu_mhla_causal",
+         f'case "$*" in *"--dtype f16"*) cat {logs}/causal_f16.log;; *) cat {logs}/causal_bf16.log;; esac')
+    for rel, log in (("dev/cuda/softmax_sdpa.py", "sdpa.log"), ("bench/gpu_linear.py", "wan_py.log")):
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(f"print(open({str(logs / log)!r}).read(), end='')\n")
+    (tree / "dev/bench_mhla_causal_torch.py").write_text(
+        "import sys, time\n"
+        f"if '--eager' in sys.argv: print(open({str(logs / 'official_eager.log')!r}).read(), end='')\n"
+        "else: print('official-loop torch.compile: compiling', flush=True); time.sleep(30)\n")
+    off = tmp_path / "naive.py"
+    off.write_text("# stands for the official file\n")
+    out = tmp_path / "out"
+    env = dict(os.environ, OUT=str(out), LA_MHLA_OFFICIAL=str(off), LA_SHAPES_COMPILE_S="2", LA_STEP_S="200")
+    env.pop("LA_SHAPES_DRY", None)
+    p = subprocess.run(["bash", "tests/cuda/gpu_shapes.sh"], cwd=tree, env=env, capture_output=True, text=True,
+                       timeout=120)
+    text = p.stdout
+    assert p.returncode == 1, text + p.stderr  # the cut sub-step fails the step
+    for name in ("build", "heads", "wan_c", "softmax", "causal_bf16", "causal_f16", "sdpa", "wan_py",
+                 "official_eager"):
+        assert f"{name}: rc=0" in text, name
+    assert "official_compile: rc=124 (its 2 s cap)" in text
+    tables = text[text.index("## 1. "):]
+    assert "0.180 (0.90)" in tables and "171.62" in tables and "under torch.compile: no time" in tables
+    assert (out / "tables.txt").read_text() in text and (out / "heads.log").exists()
+    assert text.rstrip().splitlines()[-1].startswith("# shapes total")
