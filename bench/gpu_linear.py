@@ -201,7 +201,6 @@ def wan_rows():
                 kms = kernel_ms(ours)
                 print(f"wan-py ours {dn} normalize={nm}: {ms:.4f} ms (kernels {kms:.4f} ms)  pick {pick}",
                       flush=True)
-            del qd, kd, vd
         # the plain formula, [B,H,N,D] contiguous, bf16, normalize none (its only mode)
         qt, kt, vt = (x.transpose(1, 2).contiguous().bfloat16() for x in (q, k, v))
         peers = [("torch-eager", mhla_torch)]

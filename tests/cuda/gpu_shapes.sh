@@ -6,7 +6,8 @@
 # logs under $OUT), in this order so that a short cap cuts the peers last:
 #   build    the dev drivers dev/cuda/linear_heads, dev/cuda/softmax and
 #            dev/bench_gpu_mhla_causal (make's dev-cuda rule against the round's
-#            $B/liblongattn.a, kept as it is) and longattn._fastcall for python3;
+#            $B/liblongattn.a, kept as it is; an LA_PREBUILT archive without it
+#            means a library build here) and longattn._fastcall for python3;
 #   heads    linear_heads time both default: linear (non-causal, causal), MHLA
 #            M 16 / 150, focused flatten ± 5×5 conv at D 128 / 64 / 32 and Dv ≠ D,
 #            H·D = 1536, N = 32K, bf16 and f16;
@@ -67,7 +68,7 @@ drv="$B/dev/cuda/linear_heads $B/dev/cuda/softmax $B/dev/bench_gpu_mhla_causal"
 if [ "${LA_SHAPES_BUILD_S:-90}" != 0 ]; then
   # the round's library as it is (-o: not remade, whatever the sources' times)
   keep=""; [ -f "$B/liblongattn.a" ] && keep="-o $B/liblongattn.a"
-  sub build "${LA_SHAPES_BUILD_S:-90}" make -j16 BUILD="$B" SKIP_DEPS=1 PYTHON=python3 $keep $drv pyext || rc=1
+  sub build "${LA_SHAPES_BUILD_S:-90}" make -k -j16 BUILD="$B" SKIP_DEPS=1 PYTHON=python3 $keep $drv pyext || rc=1
 fi
 [ "${LA_SHAPES_HEADS_S:-45}" != 0 ] && { sub heads "${LA_SHAPES_HEADS_S:-45}" "$B/dev/cuda/linear_heads" time both default || rc=1; }
 [ "${LA_SHAPES_WANC_S:-20}" != 0 ] && { sub wan_c "${LA_SHAPES_WANC_S:-20}" "$B/dev/cuda/linear_heads" wan both || rc=1; }
