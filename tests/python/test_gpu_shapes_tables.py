@@ -282,3 +282,55 @@ def test_step_on_a_mock_tree(tmp_path):
     assert "0.180 (0.90)" in tables and "171.62" in tables and "under torch.compile: no time" in tables
     assert (out / "tables.txt").read_text() in text and (out / "heads.log").exists()
     assert text.rstrip().splitlines()[-1].startswith("# shapes total")
+
+
+OFFICIAL = ROOT / "peers/mhla/mhla_nlp/fla/ops/mhla/naive.py"
+# a stand-in for einops (not a dependency of this project): the three patterns naive.py uses
+EINOPS_STANDIN = '''
+def rearrange(x, pat, **kw):
+    if pat == "b t h ... -> b h t ...":
+        return x.transpose(1, 2)
+    if pat == "b h (n c) d -> b h n c d":
+        b, h, t, d = x.shape
+        return x.reshape(b, h, t // kw["c"], kw["c"], d)
+    if pat == "b h n c d -> b (n c) h d":
+        b, h, n, c, d = x.shape
+        return x.reshape(b, h, n * c, d).transpose(1, 2)
+    raise NotImplementedError(pat)
+'''
+
+
+def test_peer_scripts_parse_their_arguments():
+    for script in ("bench/gpu_linear.py", "dev/bench_mhla_causal_torch.py"):
+        p = subprocess.run([sys.executable, script, "--help"], cwd=ROOT, capture_output=True, text=True)
+        assert p.returncode == 0 and "usage:" in p.stdout, script + p.stderr
+    p = subprocess.run([sys.executable, "bench/gpu_linear.py", "--peer", "wan", "--reps", "x"], cwd=ROOT,
+                       capture_output=True, text=True)
+    assert p.returncode == 2 and "--reps" in p.stderr
+
+
+@pytest.mark.skipif(not OFFICIAL.exists(), reason="the official MHLA file is not carried (peers/mhla)")
+def test_official_chunk_loop_is_our_causal_mhla(tmp_path, monkeypatch):
+    """The peer of table 4 computes the op we time: the official chunk loop
+    (loaded as gpu_shapes.sh loads it, eager) on φ(q), φ(k), v against
+    longattn.mhla_causal (CPU, fp32) at N = 1000 (a padded last chunk)."""
+    torch = pytest.importorskip("torch")
+    monkeypatch.syspath_prepend(str(ROOT / "python"))
+    longattn = pytest.importorskip("longattn")
+    (tmp_path / "einops").mkdir()
+    (tmp_path / "einops" / "__init__.py").write_text(EINOPS_STANDIN)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.syspath_prepend(str(ROOT / "dev"))
+    import bench_mhla_causal_torch as b
+    f = b.load_official(str(OFFICIAL), compiled=False)
+    g = torch.Generator().manual_seed(15)
+    N, H, D, Dv = 1000, 3, 32, 24
+    q, k = (torch.rand(1, N, H, D, generator=g, dtype=torch.float64) * 2 - 1 for _ in range(2))
+    v = torch.rand(1, N, H, Dv, generator=g, dtype=torch.float64) * 2 - 1
+    M = (N + 63) // 64
+    W = torch.tril(torch.rand(M, M, generator=g, dtype=torch.float64) + 0.05) / torch.arange(1, M + 1).view(M, 1)
+    ref = f(torch.relu(q), torch.relu(k), v, W.float().view(M, M, 1, 1, 1, 1))  # float32 inside, as W
+    ours = longattn.mhla_causal(q.float(), k.float(), v.float(), W.float(), chunk=64, feature="relu",
+                                normalize="none")
+    err = (ours.double() - ref.double()).norm() / ref.double().norm()
+    assert ref.shape == ours.shape and err < 1e-5, float(err)
