@@ -57,12 +57,18 @@ sub() {
   [ "$cap" -gt "$left" ] && cap=$left
   if [ "$DRY" = 1 ]; then say "[dry] $name (cap $cap s): $*"; return 0; fi
   if [ "$cap" -le 0 ]; then say "$name: skipped (no time left, $(el) s)"; return 1; fi
-  timeout "$cap" "$@" > "$OUT/$name.log" 2>&1
+  timeout -k 5 "$cap" "$@" > "$OUT/$name.log" 2>&1
   local rc=$?
+  if [ $rc = 0 ]; then  # one line for all of them before the tables (the round shows 60 lines)
+    echo "$name: rc=0 ($(el) s)" >> "$S"
+    ok_steps="$ok_steps $name@$(el)s"
+    return 0
+  fi
   say "$name: rc=$rc$([ $rc = 124 ] && echo " (its $cap s cap)") ($(el) s)"
-  [ $rc = 0 ] || grep -E "FAIL|rror|refused" "$OUT/$name.log" | head -3 | cut -c1-160 | tee -a "$S"
+  grep -E "FAIL|rror|refused" "$OUT/$name.log" | head -3 | cut -c1-160 | tee -a "$S"
   return $rc
 }
+ok_steps=""
 rc=0
 drv="$B/dev/cuda/linear_heads $B/dev/cuda/softmax $B/dev/bench_gpu_mhla_causal"
 if [ "${LA_SHAPES_BUILD_S:-90}" != 0 ]; then
@@ -91,6 +97,7 @@ else
   [ "${LA_SHAPES_COMPILE_S:-120}" != 0 ] && { sub official_compile "${LA_SHAPES_COMPILE_S:-120}" python3 \
     dev/bench_mhla_causal_torch.py --official "$OFF" --ns 32768 --reps 4 || rc=1; }
 fi
+say "# sub-steps with rc=0 (finished at):${ok_steps:- none}"
 if [ "$DRY" = 1 ]; then
   say "[dry] tables: python3 tests/cuda/gpu_shapes_tables.py $OUT"
 else
