@@ -32,10 +32,10 @@
 #            (also $OUT/tables.txt), printed last.
 # Caps (seconds; LA_STEP_S, the round's cap, bounds them all with 15 s kept for
 # the tables): LA_SHAPES_BUILD_S (90), LA_SHAPES_HEADS_S (45), LA_SHAPES_WANC_S
-# (20), LA_SHAPES_SOFTMAX_S (45), LA_SHAPES_CAUSAL_S (30), LA_SHAPES_CAUSAL16_S (20),
-# LA_SHAPES_SDPA_S
-# (50), LA_SHAPES_WANPY_S (75), LA_SHAPES_OFFICIAL_S (30), LA_SHAPES_COMPILE_S
-# (what is left, at most 120); 0 skips a sub-step.
+# (20), LA_SHAPES_SOFTMAX_S (45), LA_SHAPES_CAUSAL_S (30), LA_SHAPES_CAUSAL16_S
+# (20), LA_SHAPES_SDPA_S (50), LA_SHAPES_WANPY_S (75), LA_SHAPES_OFFICIAL_S (30),
+# LA_SHAPES_COMPILE_S (what is left, at most 120); 0 skips a sub-step. Expected:
+# ~130 s before the official loop's torch.compile, which then gets the rest.
 . tests/cuda/gpu_common.sh shapes
 DRY=${LA_SHAPES_DRY:-0}
 CAP=${LA_STEP_S:-240}
