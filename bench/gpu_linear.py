@@ -1,7 +1,8 @@
 """Peers of the CUDA linear family on the GPU machine (torch, Triton), same
 shapes as dev/bench_gpu_linear.cu: B=1, H=12, D=Dv=128, bf16.
 
-  python3 bench/gpu_linear.py [--quick]
+  python3 bench/gpu_linear.py [--quick] [--fla] [--peer NAME] [--ns 4096,32768]
+  python3 bench/gpu_linear.py --peer wan [--dtypes bf16,f16] [--reps 50] [--no-compile]
 
 Peers: SDPA (flash backend), plain-PyTorch einsum MHLA (M=16) and linear
 attention, the official MHLA DiT attention core (the tensor ops of
@@ -9,38 +10,49 @@ MHLA4DiT.forward between the projections, eager), and, when their sources are
 in peers/ (ignored folder; see bench/README or docs/PERF.md), flash-linear-
 attention's chunk_linear_attn and flash-bidirectional-linear-attention's
 linear_attention. Medians from triton.testing.do_bench.
+
+--peer wan (issue 15): MHLA at the Wan-2.1 video shape (21x30x50 tokens,
+blocks 3x5x10, M = 150, H 12, D 128) through the longattn package
+(longattn.mhla on CUDA tensors, normalize none and per_query; CUDA events
+around each call, median of --reps; the kernels' time of one call from
+torch.profiler; the kernel variants one call takes, from a verbose context),
+beside bench/gpu_backward.py's plain-PyTorch formula `mhla_torch` (normalize
+none) under torch.compile and eager, bf16. --dtypes: the element types of
+our rows (a dtype the package refuses prints its message).
 """
+import argparse
 import os
+import re
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
-import triton
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 B, H, D = 1, 12, 128
 BW, FL = 4.2e12, 760e12
-quick = "--quick" in sys.argv
-fla_only = "--fla" in sys.argv   # flash-linear-attention alone (Triton autotuning is slow)
+
+_ap = argparse.ArgumentParser(description="peers of the CUDA linear family (see the module doc)")
+_ap.add_argument("--quick", action="store_true", help="fewer sizes")
+_ap.add_argument("--fla", action="store_true", help="flash-linear-attention alone (its autotuning is slow)")
+# --peer NAME: one peer only (sdpa, einsum, official, fbla, video, wan), so that a
+# slow Triton compile cannot starve the others (tests/cuda/gpu_peers.sh runs
+# each in its own process with its own timeout); --ns 4096,32768: the sizes.
+_ap.add_argument("--peer", help="sdpa, einsum, official, fbla, video or wan")
+_ap.add_argument("--ns", help="comma-separated sequence lengths")
+_ap.add_argument("--dtypes", default="bf16,f16", help="--peer wan: element types of our rows")
+_ap.add_argument("--reps", type=int, default=50, help="--peer wan: timed calls per row")
+_ap.add_argument("--no-compile", action="store_true", help="--peer wan: no torch.compile row")
+ARGS = _ap.parse_args()
+quick = ARGS.quick
+fla_only = ARGS.fla
 Ns = [4096, 16384, 32768, 131072] if quick else [4096, 8192, 16384, 32768, 65536, 131072]
 if fla_only:
     Ns = [8192, 32768]
-
-
-def _arg(name, default=None):
-    if name in sys.argv:
-        i = sys.argv.index(name)
-        if i + 1 < len(sys.argv):
-            return sys.argv[i + 1]
-    return default
-
-
-# --peer NAME: one peer only (sdpa, einsum, official, fbla, video), so that a
-# slow Triton compile cannot starve the others (tests/cuda/gpu_peers.sh runs
-# each in its own process with its own timeout); --ns 4096,32768: the sizes.
-only = _arg("--peer")
-if _arg("--ns"):
-    Ns = [int(x) for x in _arg("--ns").split(",")]
+only = ARGS.peer
+if ARGS.ns:
+    Ns = [int(x) for x in ARGS.ns.split(",")]
 
 
 def want(name):
@@ -48,6 +60,7 @@ def want(name):
 
 
 def bench(fn):
+    import triton
     return triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median")
 
 
@@ -114,11 +127,108 @@ def official_mhla_core(q, k, v, Wconv, eps=1e-6):
     return rearrange(out, "(b h) n w d -> b n w (h d)", b=Bq, h=H)
 
 
+def package_pick(call):
+    """The kernel variants one call takes through the longattn package: the
+    call runs on a fresh thread, whose la_context (the package keeps one per
+    thread) is created while LA_VERBOSE=1, with file descriptor 2 caught in a
+    temporary file; the selection functions' lines "la: FAMILY: VARIANT (...)"
+    become "family:variant,...". The calling thread's context is not
+    verbose (created before or after), so timed calls print nothing."""
+    import tempfile
+    import threading
+    old = os.environ.get("LA_VERBOSE")
+    err = []
+
+    def run():
+        try:
+            call()
+            torch.cuda.synchronize()
+        except Exception as e:  # noqa: BLE001 (a refused dtype: its message)
+            err.append(f"{type(e).__name__}: {str(e).splitlines()[0][:160]}")
+    with tempfile.TemporaryFile() as f:
+        sys.stderr.flush()
+        saved = os.dup(2)
+        os.dup2(f.fileno(), 2)
+        os.environ["LA_VERBOSE"] = "1"
+        try:
+            t = threading.Thread(target=run)
+            t.start()
+            t.join()
+        finally:
+            if old is None:
+                os.environ.pop("LA_VERBOSE", None)
+            else:
+                os.environ["LA_VERBOSE"] = old
+            os.dup2(saved, 2)
+            os.close(saved)
+        f.seek(0)
+        text = f.read().decode(errors="replace")
+    picks = []
+    for line in text.splitlines():
+        m = re.match(r"la: ([^:]+): (\S+)", line)
+        if m and f"{m.group(1)}:{m.group(2)}" not in picks:
+            picks.append(f"{m.group(1)}:{m.group(2)}")
+    if err:
+        return "refused", err[0]
+    return (",".join(picks) or "-"), None
+
+
+def wan_rows():
+    """--peer wan: see the module doc. Lines "wan-py WHO DTYPE normalize=MODE: X ms ..."."""
+    sys.path.insert(0, os.path.join(ROOT, "python"))
+    from benchlib import cuda_median_ms
+    from gpu_backward import kernel_ms, mhla_torch
+    import longattn
+    grid, blocks = (21, 30, 50), (3, 5, 10)
+    N, M = 21 * 30 * 50, 3 * 5 * 10
+    dts = {"bf16": torch.bfloat16, "f16": torch.float16}
+    print(f"# torch {torch.__version__} {torch.cuda.get_device_name()}; longattn {longattn.library_path()}",
+          flush=True)
+    g = torch.Generator(device="cuda").manual_seed(15)
+    q, k, v = (torch.rand(B, N, H, D, device="cuda", generator=g).mul_(2).sub_(1) for _ in range(3))
+    W = torch.rand(M, M, device="cuda", generator=g) / M
+    with torch.no_grad():
+        for dn in ARGS.dtypes.split(","):
+            qd, kd, vd = (x.to(dts[dn]) for x in (q, k, v))
+            for nm in ("none", "per_query"):
+                def ours():
+                    return longattn.mhla(qd, kd, vd, W, grid=grid, blocks=blocks, normalize=nm)
+                pick, err = package_pick(ours)
+                if err:
+                    print(f"wan-py ours {dn} normalize={nm}: refused: {err}", flush=True)
+                    continue
+                ms = cuda_median_ms(ours, reps=ARGS.reps, warm=5)
+                kms = kernel_ms(ours)
+                print(f"wan-py ours {dn} normalize={nm}: {ms:.4f} ms (kernels {kms:.4f} ms)  pick {pick}",
+                      flush=True)
+        # the plain formula, [B,H,N,D] contiguous, bf16, normalize none (its only mode)
+        qt, kt, vt = (x.transpose(1, 2).contiguous().bfloat16() for x in (q, k, v))
+        peers = [("torch-eager", mhla_torch)]
+        if not ARGS.no_compile:
+            peers.append(("torch.compile", torch.compile(mhla_torch, dynamic=False)))
+        for who, f in peers:
+            try:
+                t0 = time.time()
+                f(qt, kt, vt, W, grid, blocks)
+                torch.cuda.synchronize()
+                first = time.time() - t0
+                ms = cuda_median_ms(lambda: f(qt, kt, vt, W, grid, blocks), reps=max(5, ARGS.reps // 2), warm=3)
+                kms = kernel_ms(lambda: f(qt, kt, vt, W, grid, blocks))
+                print(f"wan-py {who} bf16 normalize=none: {ms:.4f} ms (kernels {kms:.4f} ms; first call "
+                      f"{first:.1f} s)", flush=True)
+            except Exception as e:  # noqa: BLE001
+                print(f"wan-py {who} bf16 normalize=none: failed: {type(e).__name__}: {str(e)[:160]}", flush=True)
+
+
 def main():
     dev = "cuda"
+    if only == "wan":
+        wan_rows()
+        return
     if fla_only and fla_mod is None:
         print("# fla not available")
         return
+    import triton
     torch.manual_seed(0)
     print(f"# torch {torch.__version__} triton {triton.__version__} {torch.cuda.get_device_name()}")
     for N in Ns:

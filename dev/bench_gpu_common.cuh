@@ -25,6 +25,9 @@
  *                      the one context every library call of a driver uses,
  *                      and forcing a kernel variant on it (src/core/variant.h,
  *                      docs/CUDA.md's variant table; NULL: the default).
+ *   bench_pick(f)      the kernel variants one call of f takes, as the
+ *                      selection functions report them on a verbose context
+ *                      ("family:variant,..."): printed beside a timed row.
  */
 #pragma once
 
@@ -38,7 +41,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "longattn.h"
 #include "core/variant.h"
@@ -63,6 +69,42 @@ static void bench_variant(const char *family, const char *variant) {
                 la_last_error());
         exit(1);
     }
+}
+
+/* The variants one call of f takes: the driver's context is made verbose for
+ * that call alone, and the selection functions' lines on stderr ("la: FAMILY:
+ * VARIANT (...)", src/cuda/select.cuh) are caught in a temporary file.
+ * Returns "family:variant" for each distinct pair, comma-separated, "-" when
+ * none was reported, "refused" when the call failed (la_last_error() then
+ * holds the library's message). Call it outside the timed loop. */
+static inline std::string bench_pick(const std::function<la_status()> &f) {
+    fflush(stderr);
+    FILE *tmp = tmpfile();
+    const int saved = tmp ? dup(2) : -1;
+    if (saved < 0 || dup2(fileno(tmp), 2) < 0) {
+        if (saved >= 0) close(saved);
+        if (tmp) fclose(tmp);
+        return "?";
+    }
+    la_context_set_verbose(bench_ctx(), 1);
+    const la_status s = f();
+    cudaDeviceSynchronize();
+    la_context_set_verbose(bench_ctx(), 0);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    rewind(tmp);
+    std::string out;
+    char line[512];
+    while (fgets(line, sizeof line, tmp)) {
+        char fam[64], var[64];
+        if (strncmp(line, "la: ", 4) || sscanf(line + 4, "%63[^:]: %63s", fam, var) != 2) continue;
+        const std::string one = std::string(fam) + ":" + var;
+        if (("," + out + ",").find("," + one + ",") == std::string::npos) out += (out.empty() ? "" : ",") + one;
+    }
+    fclose(tmp);
+    if (s != LA_OK) return "refused";
+    return out.empty() ? "-" : out;
 }
 
 /* (the call's text is stringized by CK / LK themselves, before any macro in it expands) */

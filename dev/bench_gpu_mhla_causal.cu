@@ -7,19 +7,38 @@
  * written by pass 1, read and written by the mixing, read by pass 3) over
  * 4.2 TB/s and FLOPs (2·N·D·Dv pass 1, 4·N·D·Dv + 2·N·64·(D+Dv)/2 pass 3,
  * 2·(M²/2)·(D·Dv + D) the strict-triangle mixing) over 760 TFLOP/s.
- * Variants mma, mma_bf16s (bf16 block states: half the state bytes in its
- * floor), mma_split and portable (N <= 32K). First a check: mma, mma_split
- * and mma_bf16s against the portable engine at N = 4097 (max rel).
- *   build-gpu/dev/bench_gpu_mhla_causal [H D Ns...]   (default 12 128 32768 131072)
+ * Variants: the family's default pick ("default"), mma, mma_bf16s (bf16
+ * block states: half the state bytes in its floor), mma_split and portable
+ * (N <= 32K); each row ends with the variants the call takes (bench_pick),
+ * a call the library refuses prints "refused: <message>". First a check:
+ * mma, mma_split and mma_bf16s against the portable engine at N = 4097 (max
+ * rel).
+ *   build-gpu/dev/bench_gpu_mhla_causal [--dtype bf16|f16] [--variants LIST] [--no-check] [H D Ns...]
+ *   (default bf16, default,mma,mma_bf16s,mma_split,portable, 12 128 32768 131072; f16: the same
+ *   values converted on the device, every row in f16)
  */
 #include "bench_gpu_common.cuh"
 
-static void report(const char *op, const char *shape, double ms, double bytes, double flops,
-                   double ref_ms) {
+#include <cuda_fp16.h>
+
+#include <string>
+
+static void report(const char *op, const char *shape, la_dtype dt, const std::string &pick, double ms,
+                   double bytes, double flops, double ref_ms) {
     const double fb = bytes / BW * 1e3, ff = flops / FL * 1e3;
-    printf("%-24s %-22s %9.4f ms  byte-floor %7.4f  flop-floor %7.4f  x%.2f of floor  x%.2f of causal linear\n",
-           op, shape, ms, fb, ff, ms / std::max(fb, ff), ref_ms > 0 ? ms / ref_ms : 1.0);
+    const char *dn = dt == LA_F16 ? "f16" : "bf16";
+    if (pick == "refused")
+        printf("%-24s %-22s %-4s refused: %s\n", op, shape, dn, la_last_error());
+    else
+        printf("%-24s %-22s %-4s %9.4f ms  byte-floor %7.4f  flop-floor %7.4f  x%.2f of floor  x%.2f of causal "
+               "linear  pick %s\n",
+               op, shape, dn, ms, fb, ff, ms / std::max(fb, ff), ref_ms > 0 ? ms / ref_ms : 1.0, pick.c_str());
     fflush(stdout);
+}
+
+/* bf16 values rewritten in place as f16 (the same numbers: |x| <= 1 here) */
+__global__ void bf16_to_f16(__nv_bfloat16 *x, size_t n) {
+    BENCH_GRID_STRIDE(i, n) ((__half *)x)[i] = __float2half_rn(__bfloat162float(x[i]));
 }
 
 __global__ void tril_fill(float *W, int64_t M) {
@@ -31,47 +50,87 @@ __global__ void tril_fill(float *W, int64_t M) {
 }
 
 int main(int argc, char **argv) {
-    const int64_t B = 1, H = argc > 2 ? atoll(argv[1]) : 12, D = argc > 2 ? atoll(argv[2]) : 128;
+    la_dtype dt = LA_BF16;
+    bool check = true;
+    std::string vlist = "default,mma,mma_bf16s,mma_split,portable";
+    std::vector<const char *> pos;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f16")))
+            dt = !strcmp(argv[++i], "f16") ? LA_F16 : LA_BF16;
+        else if (!strcmp(argv[i], "--variants") && i + 1 < argc)
+            vlist = argv[++i];
+        else if (!strcmp(argv[i], "--no-check"))
+            check = false;
+        else if (argv[i][0] >= '0' && argv[i][0] <= '9')
+            pos.push_back(argv[i]);
+        else {
+            fprintf(stderr, "bench_gpu_mhla_causal: unknown argument '%s' (--dtype bf16|f16, --variants LIST, "
+                            "--no-check, H D Ns...)\n", argv[i]);
+            return 2;
+        }
+    }
+    std::vector<std::string> variants;
+    for (size_t b = 0; b <= vlist.size();) {
+        const size_t e = std::min(vlist.find(',', b), vlist.size());
+        if (e > b) variants.push_back(vlist.substr(b, e - b));
+        b = e + 1;
+    }
+    const int64_t B = 1, H = pos.size() >= 2 ? atoll(pos[0]) : 12, D = pos.size() >= 2 ? atoll(pos[1]) : 128;
     std::vector<int64_t> Ns;
-    for (int i = 3; i < argc; i++) Ns.push_back(atoll(argv[i]));
+    for (size_t i = 2; i < pos.size(); i++) Ns.push_back(atoll(pos[i]));
     if (Ns.empty()) Ns = {32768, 131072};
     int64_t Nmax = 4097;
     for (int64_t n : Ns) Nmax = std::max(Nmax, n);
     const size_t ne = (size_t)B * Nmax * H * D;
     __nv_bfloat16 *q = make(ne, 1), *k = make(ne, 2), *v = make(ne, 3), *o = make(ne, 4), *o2 = make(ne, 5);
+    if (dt == LA_F16)
+        for (__nv_bfloat16 *x : {q, k, v}) {
+            bf16_to_f16<<<1024, 256>>>(x, ne);
+            CK(cudaGetLastError());
+        }
+    auto tview = [&](void *x, int64_t N) { return view(x, dt, 4, B, N, H, D); };
     const int64_t Mmax = (Nmax + 63) / 64;
     float *Wd;
     CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
-    { /* check: mma, mma_split and mma_bf16s against the portable engine at N = 4097 */
+    if (check) { /* mma, mma_split and mma_bf16s against the portable engine at N = 4097 */
         const int64_t N = 4097, M = (N + 63) / 64;
         tril_fill<<<256, 256>>>(Wd, M);
-        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
-                  to = view(o, B, N, H, D), t2 = view(o2, B, N, H, D), W;
+        la_tensor tq = tview(q, N), tk = tview(k, N), tv = tview(v, N), to = tview(o, N), t2 = tview(o2, N), W;
         int64_t nw[2] = {M, M};
         la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
         const size_t n = (size_t)B * N * H * D;
-        std::vector<__nv_bfloat16> a(n), b(n);
+        std::vector<uint16_t> a(n), b(n);
+        auto val = [&](uint16_t x) {
+            return dt == LA_F16 ? (double)__half2float(__ushort_as_half(x))
+                                : (double)__bfloat162float(__ushort_as_bfloat16(x));
+        };
         bench_variant("mhla_causal", "portable");
-        LK(la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX));
-        CK(cudaMemcpy(a.data(), o, n * 2, cudaMemcpyDeviceToHost));
-        for (const char *var : {"mma", "mma_split", "mma_bf16s"}) {
-            bench_variant("mhla_causal", var);
-            CK(cudaMemset(o2, 0xff, n * 2));
-            LK(la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &t2, BCTX));
-            CK(cudaMemcpy(b.data(), o2, n * 2, cudaMemcpyDeviceToHost));
-            double md = 0, mr = 0;
-            int64_t bad = 0;
-            for (size_t i = 0; i < n; i++) {
-                const double x = __bfloat162float(a[i]), y = __bfloat162float(b[i]);
-                if (!std::isfinite(y)) bad++;
-                md = std::max(md, fabs(x - y));
-                mr = std::max(mr, fabs(x));
+        if (la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX) != LA_OK) {
+            printf("# check: portable refused: %s\n", la_last_error());
+        } else {
+            CK(cudaMemcpy(a.data(), o, n * 2, cudaMemcpyDeviceToHost));
+            for (const char *var : {"mma", "mma_split", "mma_bf16s"}) {
+                bench_variant("mhla_causal", var);
+                CK(cudaMemset(o2, 0xff, n * 2));
+                if (la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &t2, BCTX) != LA_OK) {
+                    printf("# check %s: refused: %s\n", var, la_last_error());
+                    continue;
+                }
+                CK(cudaMemcpy(b.data(), o2, n * 2, cudaMemcpyDeviceToHost));
+                double md = 0, mr = 0;
+                int64_t bad = 0;
+                for (size_t i = 0; i < n; i++) {
+                    const double x = val(a[i]), y = val(b[i]);
+                    if (!std::isfinite(y)) bad++;
+                    md = std::max(md, fabs(x - y));
+                    mr = std::max(mr, fabs(x));
+                }
+                printf("# check %s vs portable, %s H%lld D%lld N%lld: max rel %.3e, nonfinite %lld %s\n", var,
+                       dt == LA_F16 ? "f16" : "bf16", (long long)H, (long long)D, (long long)N, md / mr,
+                       (long long)bad, bad == 0 && md / mr < 2e-2 ? "ok" : "FAIL");
             }
-            printf("# check %s vs portable, H%lld D%lld N%lld: max rel %.3e, nonfinite %lld %s\n", var,
-                   (long long)H, (long long)D, (long long)N, md / mr, (long long)bad,
-                   bad == 0 && md / mr < 2e-2 ? "ok" : "FAIL");
         }
         bench_variant("mhla_causal", nullptr);
     }
@@ -79,8 +138,7 @@ int main(int argc, char **argv) {
         const int64_t M = (N + 63) / 64;
         tril_fill<<<256, 256>>>(Wd, M);
         CK(cudaDeviceSynchronize());
-        la_tensor tq = view(q, B, N, H, D), tk = view(k, B, N, H, D), tv = view(v, B, N, H, D),
-                  to = view(o, B, N, H, D), W;
+        la_tensor tq = tview(q, N), tk = tview(k, N), tv = tview(v, N), to = tview(o, N), W;
         int64_t nw[2] = {M, M};
         la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
         char shape[64];
@@ -92,20 +150,30 @@ int main(int argc, char **argv) {
         la_linear_params_init(&pl);
         pl.causal = 1;
         pl.normalize = 0;
-        const double lin = time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20);
-        report("linear-causal nonorm", shape, lin, io + 2.0 * B * N * H * 2 * D, fl_lin, lin);
+        const std::function<la_status()> lcall = [&] {
+            return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX);
+        };
+        const std::string lpick = bench_pick(lcall);
+        const double lin = lpick == "refused" ? NAN : time_ms(lcall, 20);
+        report("linear-causal nonorm", shape, dt, lpick, lin, io + 2.0 * B * N * H * 2 * D, fl_lin, lin);
         const double st_bytes = 4.0 * 4.0 * B * H * M * SE; /* fp32 states: 4 passes over them */
         const double fl_m = fl_lin + 2.0 * B * N * H * D * D + 2.0 * B * H * (M * (M - 1) / 2.0) * SE;
-        for (const char *var : {"mma", "mma_bf16s", "mma_split", "portable"}) {
+        for (const std::string &vs : variants) {
+            const char *var = vs.c_str();
             if (!strcmp(var, "portable") && N > 32768) continue; /* minutes of device time */
-            /* bf16 block states: half the state bytes */
-            const double sb = !strcmp(var, "mma_bf16s") ? st_bytes / 2 : st_bytes;
-            bench_variant("mhla_causal", var);
-            const double ms = time_ms([&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); },
-                                      !strcmp(var, "portable") ? 3 : 10, !strcmp(var, "portable") ? 1 : 3);
+            const bool dflt = !strcmp(var, "default");
+            bench_variant("mhla_causal", dflt ? nullptr : var);
+            const std::function<la_status()> call = [&] {
+                return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX);
+            };
+            const std::string pick = bench_pick(call);
+            /* bf16 block states (mma_bf16s, or the default when it picks that): half the state bytes */
+            const double sb = pick.find("mma_bf16s") != std::string::npos ? st_bytes / 2 : st_bytes;
+            const double ms = pick == "refused" ? NAN
+                              : time_ms(call, !strcmp(var, "portable") ? 3 : 10, !strcmp(var, "portable") ? 1 : 3);
             char name[48];
             snprintf(name, sizeof name, "mhla-causal %s", var);
-            report(name, shape, ms, io + 2.0 * B * N * H * 2 * D + sb, fl_m, lin);
+            report(name, shape, dt, pick, ms, io + 2.0 * B * N * H * 2 * D + sb, fl_m, lin);
         }
         bench_variant("mhla_causal", nullptr);
     }

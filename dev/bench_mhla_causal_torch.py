@@ -11,6 +11,17 @@ D^-1/2, chunk 64, normalize none, a lower-triangular W [M,M].
 Both under torch.compile (eager with --eager). Prints the median of CUDA-event
 timed calls, and the max rel difference between the two at the first N.
   python3 dev/bench_mhla_causal_torch.py [--ns 32768] [--h 12] [--d 128] [--reps 5]
+
+--official PATH: instead, the official MHLA NLP code's chunk loop,
+`naive_chunk_simple_mhla_fixed` of DAGroup-PKU/MHLA
+(mhla_nlp/fla/ops/mhla/naive.py: fp32 inside, q·D^-1/2, two Python loops over
+the chunks of 64, the mixing as a masked sum over every earlier block state),
+loaded from that file (never part of this repository: a clone or an archive
+of that one folder in the ignored peers/ or .wt/peers/, carried to the GPU
+machine). Its own @torch.compile decorator is what --official compiles with;
+--eager runs the undecorated function. Inputs φ(q), φ(k) (relu) and v in its
+[B,T,H,D] layout, bf16, W lower triangular [M,M,1,1,1,1]. Lines
+"official-loop MODE H.. D.. N=.. M=..: X ms (first call Y s)".
 """
 import argparse
 import pathlib
@@ -66,6 +77,47 @@ def timed(f, reps):
     return cuda_median_ms(f, reps, warm=1)
 
 
+def load_official(path, compiled):
+    """naive_chunk_simple_mhla_fixed from the official file at `path`, its
+    module executed with torch.compile as the identity (so that importing it
+    compiles nothing), then compiled with the decorator's own (default)
+    options unless eager."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("mhla_official_naive", path)
+    mod = importlib.util.module_from_spec(spec)
+    real = getattr(torch, "compile", None)
+    torch.compile = lambda f=None, **kw: f if f is not None else (lambda g: g)
+    try:
+        spec.loader.exec_module(mod)
+    finally:
+        if real is None:
+            del torch.compile
+        else:
+            torch.compile = real
+    f = mod.naive_chunk_simple_mhla_fixed
+    return torch.compile(f) if compiled else f
+
+
+def run_official(a):
+    f = load_official(a.official, not a.eager)
+    mode = "eager" if a.eager else "torch.compile"
+    for N in (int(x) for x in a.ns.split(",")):
+        g = torch.Generator(device="cuda").manual_seed(N)
+        q, k, v = (torch.rand(1, N, a.h, a.d, device="cuda", generator=g).mul_(2).sub_(1).bfloat16()
+                   for _ in range(3))
+        q, k = torch.relu(q), torch.relu(k)
+        M = N // 64
+        W = torch.tril(torch.rand(M, M, device="cuda", generator=g) + 0.05) / torch.arange(1, M + 1, device="cuda").view(M, 1)
+        W6 = W.view(M, M, 1, 1, 1, 1)
+        t0 = time.time()
+        f(q, k, v, W6)
+        torch.cuda.synchronize()
+        first = time.time() - t0
+        print(f"official-loop {mode} first call N={N}: {first:.1f} s", flush=True)
+        ms = timed(lambda: f(q, k, v, W6), max(2, a.reps // 2))
+        print(f"official-loop {mode} H{a.h} D{a.d} N={N} M={M}: {ms:.3f} ms (first call {first:.1f} s)", flush=True)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--ns", default="32768")
@@ -74,8 +126,13 @@ def main():
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--eager", action="store_true")
     ap.add_argument("--no-loop", action="store_true")
+    ap.add_argument("--official", metavar="PATH", help="the official naive.py: time its chunk loop instead")
     a = ap.parse_args()
     dev = "cuda"
+    if a.official:
+        print(f"# torch {torch.__version__}, official chunk loop from {a.official}", flush=True)
+        run_official(a)
+        return
     comp = (lambda f: f) if a.eager else (lambda f: torch.compile(f, dynamic=False))
     stepc = comp(step)
     batc = comp(mhla_batched)

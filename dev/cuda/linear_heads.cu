@@ -2,7 +2,7 @@
  * 128 (D = Dv = 64, 32; (D, Dv) = (64, 128), (128, 64)), validate, then time.
  *
  *   make dev-cuda   (builds $(BUILD)/dev/cuda/linear_heads)
- *   build-gpu/dev/cuda/linear_heads [check|time|all|wan|wan1]
+ *   build-gpu/dev/cuda/linear_heads [check|time|all|wan|wan1] [bf16|f16|both] [default]
  *
  * check: every shape forced to variant "tc" of families "linear" and "mhla"
  *   (a shape the path does not take fails), bf16 inputs, the output poisoned
@@ -16,11 +16,17 @@
  * time: B = 1, N = 32K, H·D = 1536 (the same bytes at every D): linear
  *   (non-causal and causal),
  *   MHLA M = 16 and M = 150, focused flatten (map 128 × 256, without and
- *   with a 5×5 conv + bias), default path and "portable", median of 20
- *   CUDA-event-timed calls, and the byte floor (Q, K, V read, O written).
- * wan: MHLA at the Wan-2.1 video shape (median per call and back to back);
- * wan1: one such call (for ncu). */
+ *   with a 5×5 conv + bias), default path and "portable" ("default": the
+ *   default path alone), median of 20 CUDA-event-timed calls, the byte floor
+ *   (Q, K, V read, O written) and the variants the call takes (bench_pick);
+ *   bf16 rows, f16 rows or both (the same values, converted on the device);
+ *   a call the library refuses prints "refused: <message>".
+ * wan: MHLA at the Wan-2.1 video shape, normalize per_query and none (median
+ * per call and back to back), bf16 / f16 / both; wan1: one call (for ncu).
+ * tests/cuda/gpu_shapes.sh runs `time both default` and `wan both`. */
 #include "../bench_gpu_common.cuh"
+
+#include <cuda_fp16.h>
 
 #include <cmath>
 #include <cstdint>
@@ -263,13 +269,36 @@ void check_all() {
     printf("# check: %d cases, %d failed\n", cases, fails);
 }
 
-void report(const char *op, int64_t D, int64_t Dv, int64_t H, const char *path, double ms, double bytes) {
-    printf("%-10s D%-3lld Dv%-3lld H%-3lld %-9s %8.4f ms  byte-floor %.4f ms\n", op, (long long)D,
-           (long long)Dv, (long long)H, path, ms, bytes / BW * 1e3);
+/* bf16 values rewritten in place as f16 (the same numbers: |x| <= 1 here) */
+__global__ void bf16_to_f16(uint16_t *x, size_t n) {
+    BENCH_GRID_STRIDE(i, n) x[i] = __half_as_ushort(__float2half_rn(__bfloat162float(__ushort_as_bfloat16(x[i]))));
+}
+void to_f16(void *p, size_t n) {
+    bf16_to_f16<<<1024, 256>>>((uint16_t *)p, n);
+    CK(cudaGetLastError());
+}
+const char *dt_name(la_dtype dt) { return dt == LA_F16 ? "f16" : "bf16"; }
+
+/* One timed row: the variants one call takes (bench_pick), then the median of
+ * `reps` CUDA-event-timed calls after 3 warm-ups; a call the library refuses
+ * prints the row with its message instead of a time. */
+void row(const char *op, int64_t D, int64_t Dv, int64_t H, la_dtype dt, const char *path, double bytes,
+         const std::function<la_status()> &f, int reps = 20) {
+    const std::string pick = bench_pick(f);
+    printf("%-10s D%-3lld Dv%-3lld H%-3lld %-4s %-9s ", op, (long long)D, (long long)Dv, (long long)H,
+           dt_name(dt), path);
+    if (pick == "refused") {
+        printf("refused: %s\n", la_last_error());
+    } else {
+        const double ms = time_ms(f, reps);
+        printf("%8.4f ms  byte-floor %.4f ms  pick %s\n", ms, bytes / BW * 1e3, pick.c_str());
+    }
     fflush(stdout);
 }
 
-void time_all() {
+/* dts: the element types of the rows (bf16 first: the buffers are turned into
+ * f16 in place before the first f16 row); portable: also the "portable" rows */
+void time_all(const std::vector<la_dtype> &dts, bool portable) {
     const int64_t N = 32768;
     const size_t nmax = (size_t)N * 1536 * 2; /* Dv up to 2·D at H·D = 1536 */
     void *q = make(nmax, 1), *k = make(nmax, 2), *v = make(nmax, 3), *o = make(nmax, 4);
@@ -280,57 +309,64 @@ void time_all() {
         for (size_t i = 0; i < w.size(); i++) w[i] = 0.01f + (float)((i * 7919) % 1000) / 1000.f;
         CK(cudaMemcpy(Wd, w.data(), sizeof(float) * w.size(), cudaMemcpyHostToDevice));
     }
-    for (auto &dd : dims) {
-        const int64_t D = dd[0], Dv = dd[1], H = 1536 / D;
-        la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, Dv),
-                  to = view(o, 1, N, H, Dv);
-        const double io = 2.0 * N * H * (2 * D + 2 * Dv);
-        for (const char *path : {(const char *)nullptr, "portable"}) {
-            bench_variant("linear", path);
-            bench_variant("mhla", path);
-            bench_variant("focused", path);
-            const char *pn = path ? path : "default";
-            la_linear_params pl;
-            la_linear_params_init(&pl);
-            report("linear", D, Dv, H, pn,
-                   time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io);
-            if (D == Dv) {
-                bench_variant("linear_causal", path);
-                pl.causal = 1;
-                report("causal", D, Dv, H, pn,
-                       time_ms([&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); }, 20), io);
-                pl.causal = 0;
-                bench_variant("linear_causal", nullptr);
-            }
-            for (int64_t M : {16, 150}) {
-                la_mhla_params p;
-                la_mhla_params_init(&p);
-                p.grid_ndim = 1;
-                p.grid[0] = N;
-                p.blocks[0] = M;
-                la_tensor W;
-                const int64_t nw[2] = {M, M};
-                la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
-                char op[32];
-                snprintf(op, sizeof op, "mhla M%lld", (long long)M);
-                report(op, D, Dv, H, pn,
-                       time_ms([&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); }, 20), io);
-            }
-            if (D == Dv) { /* focused flatten, map 128 × 256, with and without a 5×5 conv + bias */
-                la_tensor conv, bias;
-                const int64_t nc[3] = {Dv, 5, 5}, nbv[1] = {Dv};
-                la_tensor_init(&conv, Wd, LA_F32, LA_DEVICE_CUDA, 3, nc);
-                la_tensor_init(&bias, Wd, LA_F32, LA_DEVICE_CUDA, 1, nbv);
-                la_focused_params p;
-                la_focused_params_init(&p);
-                p.map_h = 128;
-                p.map_w = 256;
-                report("focused", D, Dv, H, pn, time_ms([&] {
-                    return la_focused_attention(&p, &tq, &tk, &tv, nullptr, nullptr, nullptr, nullptr, &to, BCTX);
-                }, 20), io);
-                report("focused+cv", D, Dv, H, pn, time_ms([&] {
-                    return la_focused_attention(&p, &tq, &tk, &tv, &conv, &bias, nullptr, nullptr, &to, BCTX);
-                }, 20), io + 4.0 * N * H * Dv);
+    bool is_f16 = false;
+    for (la_dtype dt : dts) {
+        if (dt == LA_F16 && !is_f16) {
+            for (void *p : {q, k, v, o}) to_f16(p, nmax);
+            is_f16 = true;
+        }
+        for (auto &dd : dims) {
+            const int64_t D = dd[0], Dv = dd[1], H = 1536 / D;
+            la_tensor tq = view(q, dt, 4, 1, N, H, D), tk = view(k, dt, 4, 1, N, H, D),
+                      tv = view(v, dt, 4, 1, N, H, Dv), to = view(o, dt, 4, 1, N, H, Dv);
+            const double io = 2.0 * N * H * (2 * D + 2 * Dv);
+            for (const char *path : {(const char *)nullptr, "portable"}) {
+                if (path && !portable) continue;
+                bench_variant("linear", path);
+                bench_variant("mhla", path);
+                bench_variant("focused", path);
+                const char *pn = path ? path : "default";
+                la_linear_params pl;
+                la_linear_params_init(&pl);
+                row("linear", D, Dv, H, dt, pn, io,
+                    [&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); });
+                if (D == Dv) {
+                    bench_variant("linear_causal", path);
+                    pl.causal = 1;
+                    row("causal", D, Dv, H, dt, pn, io,
+                        [&] { return la_linear_attention(&pl, &tq, &tk, &tv, &to, 0, 0, 0, 0, BCTX); });
+                    pl.causal = 0;
+                    bench_variant("linear_causal", nullptr);
+                }
+                for (int64_t M : {16, 150}) {
+                    la_mhla_params p;
+                    la_mhla_params_init(&p);
+                    p.grid_ndim = 1;
+                    p.grid[0] = N;
+                    p.blocks[0] = M;
+                    la_tensor W;
+                    const int64_t nw[2] = {M, M};
+                    la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+                    char op[32];
+                    snprintf(op, sizeof op, "mhla M%lld", (long long)M);
+                    row(op, D, Dv, H, dt, pn, io, [&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); });
+                }
+                if (D == Dv) { /* focused flatten, map 128 × 256, with and without a 5×5 conv + bias */
+                    la_tensor conv, bias;
+                    const int64_t nc[3] = {Dv, 5, 5}, nbv[1] = {Dv};
+                    la_tensor_init(&conv, Wd, LA_F32, LA_DEVICE_CUDA, 3, nc);
+                    la_tensor_init(&bias, Wd, LA_F32, LA_DEVICE_CUDA, 1, nbv);
+                    la_focused_params p;
+                    la_focused_params_init(&p);
+                    p.map_h = 128;
+                    p.map_w = 256;
+                    row("focused", D, Dv, H, dt, pn, io, [&] {
+                        return la_focused_attention(&p, &tq, &tk, &tv, nullptr, nullptr, nullptr, nullptr, &to, BCTX);
+                    });
+                    row("focused+cv", D, Dv, H, dt, pn, io + 4.0 * N * H * Dv, [&] {
+                        return la_focused_attention(&p, &tq, &tk, &tv, &conv, &bias, nullptr, nullptr, &to, BCTX);
+                    });
+                }
             }
         }
     }
@@ -341,9 +377,11 @@ void time_all() {
 }
 
 /* MHLA at the Wan-2.1 video shape: grid 21×30×50 (N = 31500), blocks 3×5×10
- * (M = 150), H = 12, D = Dv = 128, shared W, per_query; reps = 0: one call
- * (for ncu), else the median of reps timed calls and the byte floors. */
-void wan(int reps) {
+ * (M = 150), H = 12, D = Dv = 128, shared W; reps = 0: one call (bf16,
+ * per_query; for ncu), else per element type of dts and per normalize mode
+ * (per_query, none) the median of reps timed calls, the time per call back
+ * to back, the byte floors and the variants taken. */
+void wan(int reps, const std::vector<la_dtype> &dts) {
     const int64_t N = 21 * 30 * 50, H = 12, D = 128, M = 150;
     const size_t n = (size_t)N * H * D;
     void *q = make(n, 1), *k = make(n, 2), *v = make(n, 3), *o = make(n, 4);
@@ -352,8 +390,7 @@ void wan(int reps) {
     std::vector<float> w(M * M);
     for (size_t i = 0; i < w.size(); i++) w[i] = 0.01f + (float)((i * 7919) % 1000) / 1000.f;
     CK(cudaMemcpy(Wd, w.data(), sizeof(float) * w.size(), cudaMemcpyHostToDevice));
-    la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, D),
-              to = view(o, 1, N, H, D), W;
+    la_tensor W;
     const int64_t nw[2] = {M, M};
     la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
     la_mhla_params p;
@@ -361,28 +398,64 @@ void wan(int reps) {
     p.grid_ndim = 3;
     p.grid[0] = 21; p.grid[1] = 30; p.grid[2] = 50;
     p.blocks[0] = 3; p.blocks[1] = 5; p.blocks[2] = 10;
-    auto call = [&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
     if (reps == 0) {
-        LK(call());
+        la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, D),
+                  to = view(o, 1, N, H, D);
+        LK(la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX));
         CK(cudaDeviceSynchronize());
         printf("wan: one call done\n");
-    } else {
-        const double ms = time_ms(call, reps);
-        const double io = 8.0 * n, summ = (double)H * M * (D * D + D);
-        printf("mhla wan   21x30x50/3x5x10 M150 H12 D128: %.4f ms per call (%.4f ms back to back); "
-               "floor Q,K,V,O %.4f ms, + fp32 partials and bf16 S~ (write + read) %.4f ms\n",
-               ms, batch_ms([&] { LK(call()); }, reps), io / BW * 1e3, (io + 2 * 4 * summ + 2 * 2 * summ) / BW * 1e3);
+    }
+    bool is_f16 = false;
+    for (la_dtype dt : reps ? dts : std::vector<la_dtype>{}) {
+        if (dt == LA_F16 && !is_f16) {
+            for (void *x : {q, k, v, o}) to_f16(x, n);
+            is_f16 = true;
+        }
+        la_tensor tq = view(q, dt, 4, 1, N, H, D), tk = view(k, dt, 4, 1, N, H, D),
+                  tv = view(v, dt, 4, 1, N, H, D), to = view(o, dt, 4, 1, N, H, D);
+        for (la_mhla_normalize nm : {LA_MHLA_NORM_PER_QUERY, LA_MHLA_NORM_NONE}) {
+            p.normalize = nm;
+            auto call = [&] { return la_mhla_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
+            const char *nn = nm == LA_MHLA_NORM_NONE ? "none" : "per_query";
+            const std::string pick = bench_pick(call);
+            if (pick == "refused") {
+                printf("mhla wan   21x30x50/3x5x10 M150 H12 D128 %-4s %-9s refused: %s\n", dt_name(dt), nn,
+                       la_last_error());
+                continue;
+            }
+            const double ms = time_ms(call, reps);
+            const double io = 8.0 * n, summ = (double)H * M * (D * D + D);
+            printf("mhla wan   21x30x50/3x5x10 M150 H12 D128 %-4s %-9s %.4f ms per call (%.4f ms back to back); "
+                   "floor Q,K,V,O %.4f ms, + fp32 partials and bf16 S~ (write + read) %.4f ms  pick %s\n",
+                   dt_name(dt), nn, ms, batch_ms([&] { LK(call()); }, reps), io / BW * 1e3,
+                   (io + 2 * 4 * summ + 2 * 2 * summ) / BW * 1e3, pick.c_str());
+            fflush(stdout);
+        }
     }
     CK(cudaFree(q)); CK(cudaFree(k)); CK(cudaFree(v)); CK(cudaFree(o)); CK(cudaFree(Wd));
 }
 
 }  // namespace
 
+/* linear_heads MODE [bf16|f16|both] [default]: the element types of the
+ * time / wan rows (default bf16), "default": no "portable" rows in time */
 int main(int argc, char **argv) {
     const char *what = argc > 1 ? argv[1] : "all";
-    if (!strcmp(what, "wan")) wan(50);
-    if (!strcmp(what, "wan1")) wan(0);
+    std::vector<la_dtype> dts = {LA_BF16};
+    bool portable = true;
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "f16")) dts = {LA_F16};
+        else if (!strcmp(argv[i], "both")) dts = {LA_BF16, LA_F16};
+        else if (!strcmp(argv[i], "bf16")) dts = {LA_BF16};
+        else if (!strcmp(argv[i], "default")) portable = false;
+        else {
+            fprintf(stderr, "linear_heads: unknown option '%s' (bf16, f16, both, default)\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!strcmp(what, "wan")) wan(50, dts);
+    if (!strcmp(what, "wan1")) wan(0, dts);
     if (!strcmp(what, "check") || !strcmp(what, "all")) check_all();
-    if (!strcmp(what, "time") || !strcmp(what, "all")) time_all();
+    if (!strcmp(what, "time") || !strcmp(what, "all")) time_all(dts, portable);
     return fails ? 1 : 0;
 }

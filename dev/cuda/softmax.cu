@@ -15,14 +15,16 @@
  *    every output finite; the dispatch takes the tensor-core kernel.
  * 2. Timing (CUDA events, medians): B = 1, 12×128 channels (D 128 H 12,
  *    D 64 H 24, D 32 H 48), bf16 and f16, causal and not, forward at
- *    N = 8K, 32K and backward at N = 8K, 32K. Lines "softmax-fwd ..." and
- *    "softmax-bwd ..."; dev/cuda/softmax_sdpa.py times SDPA on the same
- *    shapes.
+ *    N = 8K, 32K and backward at N = 8K, 32K; forward also at (D, Dv) =
+ *    (64, 128) H 24 and (128, 64) H 12. Lines "softmax-fwd ..." and
+ *    "softmax-bwd ...", each with the variants the call takes ("pick");
+ *    dev/cuda/softmax_sdpa.py times SDPA on the same shapes.
  *
  *   make BUILD=build-gpu build-gpu/dev/cuda/softmax   (dev-cuda rule), or
  *   nvcc -O2 -std=c++17 -gencode=arch=compute_90a,code=sm_90a -Iinclude -Isrc -Idev \
  *        dev/cuda/softmax.cu build-gpu/liblongattn.a -Xcompiler -fopenmp -lcudart_static ...
- *   softmax [check] [time]     (both when no argument)
+ *   softmax [check] [time] [fwd]   (check and time when no argument; fwd: the
+ *                                  forward timings alone)
  * Exit status 1 when a check fails. */
 #include <cuda_fp16.h>
 #include <omp.h>
@@ -339,9 +341,12 @@ __global__ void fill16(uint16_t *x, size_t n, unsigned seed, int f16, float scal
     else x[i] = __bfloat16_as_ushort(__float2bfloat16_rn(u));
 }
 
-static void timings() {
+/* fwd_only: no backward rows. Forward rows also for (D, Dv) = (64, 128) at
+ * H 24 and (128, 64) at H 12 (same H·D as the D = Dv rows). Each row ends
+ * with the variants the call takes (bench_pick). */
+static void timings(bool fwd_only) {
     const int64_t B = 1, C = 12 * 128, Nmax = 32768;
-    const size_t n = (size_t)B * Nmax * C;
+    const size_t n = (size_t)B * Nmax * C * 2; /* Dv up to 2·D at H·D = C */
     uint16_t *buf[8];
     float *lse;
     for (int i = 0; i < 8; i++) {
@@ -350,41 +355,48 @@ static void timings() {
     }
     CK(cudaMalloc(&lse, (size_t)B * Nmax * 48 * 4));
     const int64_t Ns[2] = {8192, 32768};
-    for (int bw = 0; bw < 2; bw++)
+    const int64_t dims[5][2] = {{128, 128}, {64, 64}, {32, 32}, {64, 128}, {128, 64}};
+    for (int bw = 0; bw < (fwd_only ? 1 : 2); bw++)
         for (int fi = 0; fi < 2; fi++) {
             const bool f16 = fi;
             const la_dtype dt = f16 ? LA_F16 : LA_BF16;
             for (int i = 0; i < 4; i++)
                 fill16<<<(unsigned)((n + 255) / 256), 256>>>(buf[i], n, 17u + i, f16);
             CK(cudaDeviceSynchronize());
-            for (int64_t D : {128, 64, 32})
+            for (auto &dd : dims)
                 for (int64_t N : Ns)
                     for (int causal = 0; causal < 2; causal++) {
-                        if (bw && f16 && N == 8192) continue;
+                        const int64_t D = dd[0], Dv = dd[1];
+                        if (bw && (D != Dv || (f16 && N == 8192))) continue;
                         const int64_t H = C / D;
                         la_tensor q = view(buf[0], dt, 4, B, N, H, D), k = view(buf[1], dt, 4, B, N, H, D),
-                                  v = view(buf[2], dt, 4, B, N, H, D), g = view(buf[3], dt, 4, B, N, H, D),
-                                  o = view(buf[4], dt, 4, B, N, H, D), dq = view(buf[5], dt, 4, B, N, H, D),
-                                  dk = view(buf[6], dt, 4, B, N, H, D), dv = view(buf[7], dt, 4, B, N, H, D),
+                                  v = view(buf[2], dt, 4, B, N, H, Dv), g = view(buf[3], dt, 4, B, N, H, Dv),
+                                  o = view(buf[4], dt, 4, B, N, H, Dv), dq = view(buf[5], dt, 4, B, N, H, D),
+                                  dk = view(buf[6], dt, 4, B, N, H, D), dv = view(buf[7], dt, 4, B, N, H, Dv),
                                   l = view(lse, LA_F32, 3, B, N, H, 1);
                         la_softmax_params p;
                         la_softmax_params_init(&p);
                         p.causal = causal;
-                        LK(la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX));
-                        const double fl = 4.0 * B * N * N * H * D * (causal ? 0.5 : 1.0);
-                        double ms;
-                        if (!bw) {
-                            bench_variant("softmax", nullptr);
-                            ms = time_ms([&] { return la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX); },
-                                         N > 8192 ? 10 : 20);
-                        } else {
-                            ms = time_ms([&] {
-                                return la_softmax_backward_cuda(&p, &q, &k, &v, &o, &l, &g, &dq, &dk, &dv, BCTX);
-                            }, N > 8192 ? 5 : 10, 2);
+                        bench_variant("softmax", nullptr);
+                        if (bw) LK(la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX)); /* out, lse */
+                        const double fl = 2.0 * B * N * N * H * (D + Dv) * (causal ? 0.5 : 1.0);
+                        const std::function<la_status()> fwd = [&] {
+                            return la_softmax_attention_cuda(&p, &q, &k, &v, &o, &l, BCTX);
+                        };
+                        const std::function<la_status()> bwd = [&] {
+                            return la_softmax_backward_cuda(&p, &q, &k, &v, &o, &l, &g, &dq, &dk, &dv, BCTX);
+                        };
+                        const std::string pick = bench_pick(bw ? bwd : fwd);
+                        if (pick == "refused") {
+                            printf("softmax-%s %s D=%lld Dv=%lld H=%lld N=%lld causal=%d refused: %s\n",
+                                   bw ? "bwd" : "fwd", f16 ? "f16 " : "bf16", (long long)D, (long long)Dv,
+                                   (long long)H, (long long)N, causal, la_last_error());
+                            continue;
                         }
-                        printf("softmax-%s %s D=%lld H=%lld N=%lld causal=%d %9.3f ms %6.1f TFLOP/s\n",
-                               bw ? "bwd" : "fwd", f16 ? "f16 " : "bf16", (long long)D, (long long)H,
-                               (long long)N, causal, ms, (bw ? 2.5 : 1.0) * fl / (ms * 1e-3) / 1e12);
+                        const double ms = bw ? time_ms(bwd, N > 8192 ? 5 : 10, 2) : time_ms(fwd, N > 8192 ? 10 : 20);
+                        printf("softmax-%s %s D=%lld Dv=%lld H=%lld N=%lld causal=%d %9.3f ms %6.1f TFLOP/s  pick %s\n",
+                               bw ? "bwd" : "fwd", f16 ? "f16 " : "bf16", (long long)D, (long long)Dv, (long long)H,
+                               (long long)N, causal, ms, (bw ? 2.5 : 1.0) * fl / (ms * 1e-3) / 1e12, pick.c_str());
                         fflush(stdout);
                     }
         }
@@ -431,10 +443,15 @@ static void finite_check(int64_t N, int64_t H, int64_t D, int causal) {
 }
 
 int main(int argc, char **argv) {
-    bool do_check = argc < 2, do_time = argc < 2;
+    bool do_check = argc < 2, do_time = argc < 2, fwd_only = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "check")) do_check = true;
-        if (!strcmp(argv[i], "time")) do_time = true;
+        else if (!strcmp(argv[i], "time")) do_time = true;
+        else if (!strcmp(argv[i], "fwd")) fwd_only = do_time = true;
+        else {
+            fprintf(stderr, "softmax: unknown argument '%s' (check, time, fwd)\n", argv[i]);
+            return 2;
+        }
     }
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -445,6 +462,6 @@ int main(int argc, char **argv) {
         finite_check(65536, 2, 128, 0);
         printf("# checks: %d passed, %d failed\n", g_pass, g_fail);
     }
-    if (do_time) timings();
+    if (do_time) timings(fwd_only);
     return g_fail ? 1 : 0;
 }

@@ -5,7 +5,8 @@
 # NAME is tests/cuda/gpu_NAME.sh: check (build, the harness, compute-sanitizer
 # on its --small cases, the CLI on the device) or bench_FAMILY (softmax,
 # linear, causal, focused, decode, sparse, smla: the dev/ driver and the peers)
-# or the benchmarks backward and paged, e.g. `gpu_round.sh check:300 bench_sparse:200`;
+# or the benchmarks backward and paged, or shapes (issue 15's tables: head dims,
+# fp16, the Wan shape, causal MHLA), e.g. `gpu_round.sh check:300 bench_sparse:200`;
 # NAME+:SECONDS runs it detached, beside the next steps (e.g. `sm80+:400 check:300`),
 # and `collect:SECONDS`, in this call or a later one, gathers it.
 # A step gets its cap as LA_STEP_S (gpu_check.sh fits its runs into it).
