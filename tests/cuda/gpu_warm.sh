@@ -11,4 +11,12 @@ LOG=${LA_WARM_LOG:-/tmp/la_warm_peers.log}
 PEERS=${LA_WARM_PEERS:-fla,linear,mhla,focused}
 setsid nohup nice -n 10 timeout 900 python3 bench/gpu_backward.py --driver none \
     --peers "$PEERS" --timeout 420 > "$LOG" 2>&1 < /dev/null &
+# the torch.compile peers of the shapes step (gpu_shapes.sh: the Wan shape's
+# mhla_torch and the official MHLA chunk loop), when LA_WARM_SHAPES=1
+OFF=${LA_MHLA_OFFICIAL:-peers/mhla/mhla_nlp/fla/ops/mhla/naive.py}
+if [ "${LA_WARM_SHAPES:-0}" = 1 ]; then
+  setsid nohup nice -n 10 bash -c "timeout 300 python3 bench/gpu_linear.py --peer wan; \
+      [ -f '$OFF' ] && timeout 600 python3 dev/bench_mhla_causal_torch.py --official '$OFF' --ns 32768 --reps 2" \
+      > "${LOG%.log}_shapes.log" 2>&1 < /dev/null &
+fi
 echo "# peers warming in the background (pid $!, log $LOG): $PEERS"
