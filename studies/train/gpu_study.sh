@@ -16,6 +16,10 @@
 #   bash studies/train/gpu_study.sh mqar-rest   what grid's call left cut: MQAR 64x4 dim 64
 #                                            seeds 3,4,5 at the best lr of the committed
 #                                            seeds 0,1,2, then 256x16 dim 64, both seed sets
+#   bash studies/train/gpu_study.sh graph-check   the graph loop against the plain loop
+#                                            (graph_check.py): losses over 50 steps per
+#                                            variant at 64x4 dim 64 and 1024x64 dim 256,
+#                                            then steps/s of 1..16 runs at once
 # Environment: STUDY_JOBS (worker processes, default 12), STUDY_D1 / STUDY_D2 (seconds
 # after which no run of the first / second seed set starts), STUDY_RUN_LIMIT (wall
 # seconds a run may train; then it is cut and left out), STUDY_ARGS (more
@@ -40,6 +44,12 @@ export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 J=${STUDY_JOBS:-12}
 run() { python3 studies/train/run_study.py --device cuda --amp bf16 --jobs "$J" "$@" $STUDY_ARGS; }
 case "$1" in
+  graph-check)
+    python3 studies/train/graph_check.py --out "$OUT" --deadline "${STUDY_BUDGET:-70}" \
+        --equality "${GC_EQUALITY:-64x4:64,1024x64:256}" --steps 50 --bench-steps 60 \
+        --bench "${GC_BENCH:-64x4:64@1,4,8,16;256x16:128@16;256x16:256@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@1,4}" \
+        2>&1 | grep -v -i warn | tee "$OUT/graph_check.log"
+    ;;
   pilot)
     run --suite pilot --only mqar --timing-only --settings 1024x64 --dims 64,256 \
         --timing-steps 8 --timing-amps bf16,none --timing-deadline 20 --out "$OUT/timing" 2>&1 \

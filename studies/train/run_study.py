@@ -130,14 +130,20 @@ def train_step(model, opt, sched, x, y, amp):
     return loss
 
 
+def lr_factor(s, steps):
+    """The schedule's factor at step s (0-based) of `steps`: linear warm-up over
+    WARMUP of the steps, then cosine to 0 (LambdaLR here, a device table in the
+    graph loop)."""
+    warm = max(1, int(WARMUP * steps))
+    return min(1.0, (s + 1) / warm) * 0.5 * (
+        1 + math.cos(math.pi * min(max(s - warm, 0), steps) / max(1, steps - warm)))
+
+
 def make_optimizer(model, lr, steps):
     # on CUDA one fused kernel for the whole update (the same arithmetic)
     fused = {"fused": True} if next(model.parameters()).is_cuda else {}
     opt = torch.optim.AdamW(model.param_groups(WEIGHT_DECAY), lr=lr, betas=(0.9, 0.98), **fused)
-    warm = max(1, int(WARMUP * steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm)
-        * 0.5 * (1 + math.cos(math.pi * min(max(s - warm, 0), steps) / max(1, steps - warm))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps))
     return opt, sched
 
 
@@ -163,16 +169,11 @@ def train_one(job):
             if time.time() > job["stop_at"]:     # its wall-time limit: kept, marked cut
                 cut = True
                 break
-    losses = torch.stack(losses).float().cpu()
-    every = max(1, len(losses) // 50)
-    curve = losses[: len(losses) // every * every].view(-1, every).mean(1).tolist()
-    losses = losses.tolist()
-    # the attention layers' own parameters got finite, non-zero gradients in
-    # the last step (the embeddings and head alone could make the loss fall)
-    attn = [q for blk in model.blocks for q in blk.attn.parameters()]
-    attn_grad_ok = bool(attn) and all(q.grad is not None and bool(torch.isfinite(q.grad).all())
-                                      for q in attn) and any(float(q.grad.abs().sum()) > 0
-                                                             for q in attn)
+    return summarize(job, model, gen, eg, torch.stack(losses), cut, t_start)
+
+
+def evaluate(model, gen, eg, cfg, amp, device):
+    """Held-out accuracy: cfg["eval"] sequences from the generator eg."""
     model.eval()
     correct = total = 0
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
@@ -185,15 +186,36 @@ def train_one(job):
             correct += int((pred == y[scored]).sum())
             total += int(scored.sum())
             left -= b
+    return correct / max(1, total)
+
+
+def summarize(job, model, gen, eg, losses, cut, t_start):
+    """A finished (or cut) run's result: losses (a device tensor, one per step
+    trained), the curve, held-out accuracy; the same for both training loops."""
+    task, cfg, variant, dim, lr, seed = (job[k] for k in ("task", "cfg", "variant", "dim", "lr",
+                                                          "seed"))
+    setting, blocks, amp = job["setting"], job["blocks"], job["amp"]
+    device = torch.device(job["device"])
+    losses = losses.float().cpu()
+    every = max(1, len(losses) // 50)
+    curve = losses[: len(losses) // every * every].view(-1, every).mean(1).tolist()
+    losses = losses.tolist()
+    # the attention layers' own parameters got finite, non-zero gradients in
+    # the last step (the embeddings and head alone could make the loss fall)
+    attn = [q for blk in model.blocks for q in blk.attn.parameters()]
+    attn_grad_ok = bool(attn) and all(q.grad is not None and bool(torch.isfinite(q.grad).all())
+                                      for q in attn) and any(float(q.grad.abs().sum()) > 0
+                                                             for q in attn)
+    acc = evaluate(model, gen, eg, cfg, amp, device)
     return {
         "task": task, "setting": list(setting) if task == "mqar" else [cfg["side"]] * 2,
         "blocks": list(blocks) if blocks else None, "variant": variant, "dim": dim,
         "heads": heads_for(dim, task), "lr": lr, "seed": seed, "batch": cfg["batch"],
-        "steps": len(losses), "steps_planned": steps, "cut": cut, "amp": amp,
+        "steps": len(losses), "steps_planned": cfg["steps"], "cut": cut, "amp": amp,
         "finite": math.isfinite(losses[-1]),
         "loss_first": statistics.fmean(losses[:5]), "loss_last": statistics.fmean(losses[-5:]),
         "curve": [round(c, 4) for c in curve], "curve_every": every,
-        "acc": correct / max(1, total), "wall_s": time.time() - t_start,
+        "acc": acc, "wall_s": time.time() - t_start,
         "attn_grad_ok": attn_grad_ok,
         "params": sum(p.numel() for p in model.parameters()),
         "attn_params": model.attention_params(),
@@ -354,10 +376,27 @@ def main(argv=None):
         ap.add_argument("--" + k, type=int, default=None, help="override the suite's " + k)
     for k in ("lrs", "settings", "dims", "variants"):
         ap.add_argument("--" + k, default=None, help="override the suite's " + k + " (commas)")
+    ap.add_argument("--no-graph", action="store_true",
+                    help="the plain training loop on CUDA too (the CPU always runs it)")
+    ap.add_argument("--streams", type=int, default=8,
+                    help="graph loop: runs trained at once per process, each on its own CUDA "
+                         "stream and graph (--jobs processes)")
+    ap.add_argument("--graph-data", choices=("auto", "captured", "eager"), default="auto",
+                    help="graph loop: batches drawn inside the graph (captured) or outside and "
+                         "copied in (eager); auto: captured where torch supports it")
     ap.add_argument("--check-falls", action="store_true",
                     help="exit 1 unless every run's loss fell by 3%% and its attention layers got "
                          "finite, non-zero gradients (the smoke test)")
     args = ap.parse_args(argv)
+    if args.jobs < 1 or args.streams < 1:
+        ap.error("--jobs and --streams must be >= 1 (got %d, %d)" % (args.jobs, args.streams))
+    graph = args.device.startswith("cuda") and not args.no_graph
+    if graph:
+        import graph_loop
+        graph_data = graph_loop.default_data() if args.graph_data == "auto" else args.graph_data
+        if graph_data == "captured" and not graph_loop.can_capture_data():
+            ap.error("--graph-data captured: torch %s has no CUDAGraph.register_generator_state"
+                     % torch.__version__)
     override(args.suite, args)
     worker_init(torch.get_num_threads() if args.jobs == 1 else 1)
     seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
@@ -381,6 +420,8 @@ def main(argv=None):
         os.makedirs(args.out, exist_ok=True)
     dev_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     meta = {"suite": args.suite, "device": dev_name, "seeds": seeds, "jobs": args.jobs,
+            "loop": "graph" if graph else "plain",
+            "streams": args.streams if graph else None, "graph_data": graph_data if graph else None,
             "amp": args.amp, "torch": torch.__version__, "lr_from": args.lr_from,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "argv": sys.argv[1:], "config": {k: v for k, v in SUITES[args.suite].items()}}
@@ -401,7 +442,9 @@ def main(argv=None):
 
     if args.timing_only:
         runs = []
-    if args.jobs > 1 and runs:
+    if graph and runs:
+        graph_loop.run_many(runs, args.jobs, args.streams, graph_data, collect)
+    elif args.jobs > 1 and runs:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.jobs, initializer=worker_init, initargs=(1,)) as pool:
             for r in pool.imap_unordered(guarded, runs):
@@ -410,8 +453,10 @@ def main(argv=None):
         for job in runs:
             collect(guarded(job))
     meta["accuracy_s"] = time.time() - t_start
-    print("%d runs in %.1f s on %s (%d jobs); %d not started (deadline), %d failed" % (
-        len(results), meta["accuracy_s"], dev_name, args.jobs, skipped, len(errors)), flush=True)
+    print("%d runs in %.1f s on %s (%d jobs, %s); %d not started (deadline), %d failed" % (
+        len(results), meta["accuracy_s"], dev_name, args.jobs,
+        "graph loop, %d streams each, data %s" % (args.streams, graph_data) if graph
+        else "plain loop", skipped, len(errors)), flush=True)
     amps = args.timing_amps.split(",") if args.timing_amps else [args.amp]
     for job in [dict(j, amp=a) for a in amps for j in configs] if args.timing_steps else []:
         if time.time() - t_start > args.timing_deadline:
@@ -428,9 +473,18 @@ def main(argv=None):
                        "blocks": list(job["blocks"]) if job["blocks"] else None,
                        "batch": job["cfg"]["batch"], "amp": job["amp"], "ms_per_step": ms,
                        "peak_mib": peak})
-        print("timing %-7s %-9s %-8s %-5s dim %3d %s: %.2f ms/step, %.0f MiB" % (
+        graph_txt = ""
+        if graph:   # the same step in the graph loop, one run alone
+            try:
+                rate, gpeak = graph_loop.time_graph([dict(job, lr=1e-3, seed=0)],
+                                                    args.timing_steps, graph_data)
+                timing[-1].update(graph_ms_per_step=1e3 / rate, graph_peak_mib=gpeak)
+                graph_txt = "; graph loop %.2f ms/step, %.0f MiB" % (1e3 / rate, gpeak)
+            except Exception as e:  # noqa: BLE001
+                graph_txt = "; graph loop FAILED: %s" % e
+        print("timing %-7s %-9s %-8s %-5s dim %3d %s: %.2f ms/step, %.0f MiB%s" % (
             job["task"], "x".join(map(str, timing[-1]["setting"])), job["variant"],
-            "x".join(map(str, job["blocks"] or [])), job["dim"], job["amp"], ms, peak),
+            "x".join(map(str, job["blocks"] or [])), job["dim"], job["amp"], ms, peak, graph_txt),
             flush=True)
         save(path, meta, results, timing)
     meta["elapsed_s"] = time.time() - t_start
