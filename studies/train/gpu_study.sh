@@ -44,11 +44,13 @@ export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 J=${STUDY_JOBS:-12}
 run() { python3 studies/train/run_study.py --device cuda --amp bf16 --jobs "$J" "$@" $STUDY_ARGS; }
 case "$1" in
-  graph-check)
-    python3 studies/train/graph_check.py --out "$OUT" --deadline "${STUDY_BUDGET:-70}" \
-        --equality "${GC_EQUALITY:-64x4:64,1024x64:256}" --steps 50 --bench-steps 60 \
-        --bench "${GC_BENCH:-64x4:64@1,4,8,16;256x16:128@16;256x16:256@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@1,4}" \
-        2>&1 | grep -v -i warn | tee "$OUT/graph_check.log"
+  graph-check)   # in STUDY_BUDGET seconds (default 80) after the library: the first part whole
+    gc() { python3 studies/train/graph_check.py "$@" 2>&1 | grep -v -i warn | tee -a "$OUT/graph_check.log"; }
+    gc --out "$OUT/a" --equality 64x4:64 --bench "64x4:64@1,4,8,16" --bench-steps 60
+    echo "part a: $(el) s"
+    gc --out "$OUT/b" --equality 1024x64:256 --no-repeat --bench-steps 40 \
+       --bench "${GC_BENCH:-256x16:128@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@4}" \
+       --deadline $(( ${STUDY_BUDGET:-80} - $(el) ))
     ;;
   pilot)
     run --suite pilot --only mqar --timing-only --settings 1024x64 --dims 64,256 \

@@ -95,6 +95,8 @@ def main(argv=None):
     ap.add_argument("--bench-steps", type=int, default=100)
     ap.add_argument("--out", default=None)
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds: no new item after")
+    ap.add_argument("--no-repeat", dest="repeat", action="store_false",
+                    help="no second plain run (its run-to-run spread)")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run of the script (no graphs)")
     a = ap.parse_args(argv)
     global DEVICE
@@ -124,8 +126,9 @@ def main(argv=None):
                    "batch": job["cfg"]["batch"]}
             try:
                 p, psum, row["plain_ms"] = plain_losses(job, a.steps)
-                p2, _, _ = plain_losses(job, a.steps)
-                row["plain_repeat_rel"] = rel(p2, p)
+                if a.repeat:
+                    p2, _, _ = plain_losses(job, a.steps)
+                    row["plain_repeat_rel"] = rel(p2, p)
                 row["loss_first"], row["loss_last"] = float(p[0]), float(p[-1])
                 for m in modes:
                     gl, gsum, captured = graph_losses(job, a.steps, m)
