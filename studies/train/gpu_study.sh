@@ -20,6 +20,17 @@
 #                                            (graph_check.py): losses over 50 steps per
 #                                            variant at 64x4 dim 64 and 1024x64 dim 256,
 #                                            then steps/s of 1..16 runs at once
+#   The full grid on the graph loop (suite "grid": 3 MQAR settings x dims 64/128/256
+#   x softmax/linear/MHLA x seeds 0,1,2 x lr {1e-3, 3e-3}, 2000 steps of 16384 tokens; the
+#   2-D task at dims 64 and 128), one process, STUDY_STREAMS runs at once (default 18), in
+#   three commands of at most STUDY_BUDGET seconds each (default 540, the library included):
+#   bash studies/train/gpu_study.sh mqar-a    MQAR 64x4 and 256x16 (108 runs)
+#   bash studies/train/gpu_study.sh mqar-b    MQAR 1024x64 (54 runs)
+#   bash studies/train/gpu_study.sh nearest   the 2-D task, seeds 0,1,2 then 3,4,5 at the best
+#                                            lr, then the timing pass (plain and graph loop)
+#   STUDY_LR_FROM=a.json,b.json bash studies/train/gpu_study.sh mqar-s345
+#                                            MQAR seeds 3,4,5 at the best lr of those files
+#                                            (the results.json of mqar-a and mqar-b)
 # Environment: STUDY_JOBS (worker processes, default 12), STUDY_D1 / STUDY_D2 (seconds
 # after which no run of the first / second seed set starts), STUDY_RUN_LIMIT (wall
 # seconds a run may train; then it is cut and left out), STUDY_ARGS (more
@@ -51,6 +62,34 @@ case "$1" in
     gc --out "$OUT/b" --equality 1024x64:256 --no-repeat --bench-steps 40 \
        --bench "${GC_BENCH:-256x16:128@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@4}" \
        --deadline $(( ${STUDY_BUDGET:-80} - $(el) ))
+    ;;
+  mqar-a|mqar-b|nearest|mqar-s345)
+    T=${STUDY_BUDGET:-540}
+    # every run is cut before the command's end; none starts later than STUDY_RUN_S (the
+    # expected length of one run, default 150 s) before it
+    grid() {  # name run_study-arguments...
+      local name=$1 rl; shift
+      rl=$(( T - $(el) - 25 ))
+      python3 studies/train/run_study.py --device cuda --amp bf16 --suite grid --jobs 1 \
+          --streams "${STUDY_STREAMS:-18}" --run-limit "$rl" \
+          --deadline $(( rl - ${STUDY_RUN_S:-150} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
+        | grep -v -i warn > "$OUT/$name.log"
+      grep -h -E "runs in|FAIL|Error" "$OUT/$name.log" | head -n 5; echo "$name: $(el) s"
+    }
+    case "$1" in
+      mqar-a) grid mqar_a --only mqar --settings 64x4,256x16 --seeds 0,1,2 ;;
+      mqar-b) grid mqar_b --only mqar --settings 1024x64 --seeds 0,1,2 ;;
+      mqar-s345) grid mqar_s345 --only mqar --seeds 3,4,5 --lr-from "$STUDY_LR_FROM" ;;
+      nearest)
+        grid nearest_s012 --only nearest --seeds 0,1,2
+        grid nearest_s345 --only nearest --seeds 3,4,5 --lr-from "$OUT/nearest_s012/results.json"
+        # ms/step and peak memory of every configuration, one run alone, both loops
+        grid timing --timing-only --timing-steps 20 --timing-deadline $(( T - $(el) - 20 ))
+        grep "^timing" "$OUT/timing.log" | cut -c1-150 ;;
+    esac
+    for f in "$OUT"/*/results.json; do
+      python3 studies/train/report.py "$f" 2>&1 | grep -E "^\| (mqar|nearest) " | cut -c1-150 | head -n 40
+    done
     ;;
   pilot)
     run --suite pilot --only mqar --timing-only --settings 1024x64 --dims 64,256 \

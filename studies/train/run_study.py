@@ -76,6 +76,20 @@ SUITES = {
         "seeds": [0, 1, 2],
         "order": [("nearest", 64), ("mqar", 64), ("mqar", 128), ("mqar", 256)],
     },
+    # The issue's full grid on the graph loop (gpu_study.sh mqar-a, mqar-b, nearest): the
+    # recipe of "full", with 1024x64 added, and a batch of 16384 tokens at every MQAR
+    # setting (256, 64 and 16 sequences: 1024 scored queries a step at each); the 2-D
+    # task at dims 64 and 128.
+    "grid": {
+        "mqar": {"settings": [(64, 4), (256, 16), (1024, 64)], "dims": [64, 128, 256],
+                 "variants": ["softmax", "linear", "mhla"], "steps": 2000, "batch": 256,
+                 "batch_tokens": 16384, "lrs": [1e-3, 3e-3], "chunk": {64: 64, 256: 64, 1024: 64},
+                 "eval": 512, "vocab": 8192, "pos_init": "sinusoidal", "out_std": 0.01},
+        "nearest": {"side": 32, "dims": [64, 128], "blocks": [(4, 4), (8, 8)], "queries": 64,
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 300,
+                    "batch": 32, "lrs": [2e-3, 5e-3], "eval": 256},
+        "seeds": [0, 1, 2],
+    },
 }
 WEIGHT_DECAY = 0.1
 WARMUP = 0.05         # fraction of the steps
@@ -255,9 +269,11 @@ def jobs_of(suite, seeds, only, device, amp):
     out = []
     m = s["mqar"]
     for setting in m["settings"]:
+        # batch_tokens: the batch of each setting holds that many tokens
+        cfg = dict(m, batch=m["batch_tokens"] // setting[0]) if m.get("batch_tokens") else m
         for dim in m["dims"]:
             for variant in m["variants"]:
-                out.append(dict(task="mqar", cfg=m, variant=variant, dim=dim,
+                out.append(dict(task="mqar", cfg=cfg, variant=variant, dim=dim,
                                 setting=tuple(setting), blocks=None))
     n = s["nearest"]
     for dim in n["dims"]:
@@ -276,11 +292,15 @@ def key_of_job(j):
 
 
 def restrict_to_best_lr(runs, path):
-    """Only the runs at the best learning rate of another results.json (per task,
-    setting, dim, variant, blocks); configurations it lacks are dropped."""
+    """Only the runs at the best learning rate of other results.json files
+    (commas; per task, setting, dim, variant, blocks); configurations they
+    lack are dropped."""
     import report
-    with open(path) as f:
-        best = report.best_of_grid(json.load(f)["runs"])
+    done = []
+    for p in path.split(","):
+        with open(p) as f:
+            done += json.load(f)["runs"]
+    best = report.best_of_grid(done)
     return [r for r in runs if key_of_job(r) in best and best[key_of_job(r)][0] == r["lr"]]
 
 
@@ -337,6 +357,7 @@ def override(suite, a):
             c["steps"] = a.steps
         if a.batch:
             c["batch"] = a.batch
+            c.pop("batch_tokens", None)
         if a.lrs:
             c["lrs"] = [float(x) for x in a.lrs.split(",")]
         if a.dims:
@@ -453,8 +474,11 @@ def main(argv=None):
         for job in runs:
             collect(guarded(job))
     meta["accuracy_s"] = time.time() - t_start
-    print("%d runs in %.1f s on %s (%d jobs, %s); %d not started (deadline), %d failed" % (
-        len(results), meta["accuracy_s"], dev_name, args.jobs,
+    steps_done = sum(r["steps"] for r in results)
+    meta["steps_per_s"] = steps_done / max(meta["accuracy_s"], 1e-9)
+    print("%d runs (%d steps, %.0f steps/s) in %.1f s on %s (%d jobs, %s); %d not started "
+          "(deadline), %d failed" % (
+        len(results), steps_done, meta["steps_per_s"], meta["accuracy_s"], dev_name, args.jobs,
         "graph loop, %d streams each, data %s" % (args.streams, graph_data) if graph
         else "plain loop", skipped, len(errors)), flush=True)
     amps = args.timing_amps.split(",") if args.timing_amps else [args.amp]

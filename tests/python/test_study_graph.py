@@ -198,3 +198,25 @@ def test_cuda_streams_equal_runs_alone():
         assert "error" not in a and "error" not in b, (a, b)
         assert a["loop"] == "graph" and a["steps"] == 30
         assert abs(a["loss_last"] - b["loss_last"]) <= 2e-3 * abs(b["loss_last"])
+
+
+def test_run_many_in_worker_processes():
+    """run_many over 2 spawned workers with 2 streams each (CPU: the eager
+    body): every run reported once, as the same run alone gives."""
+    jobs = [dict(smoke_job(seed=s, steps=4), deadline=math.inf, run_limit=math.inf)
+            for s in range(3)]
+    out = []
+    graph_loop.run_many(jobs, 2, 2, "eager", out.append)
+    assert sorted(r["seed"] for r in out if r and "error" not in r) == [0, 1, 2], out
+    alone, _ = plain_losses(jobs[1], 4)
+    r1 = [r for r in out if r["seed"] == 1][0]
+    assert abs(r1["loss_first"] - sum(alone) / 4) <= 1e-6 * abs(alone[0])
+
+
+def test_grid_suite_batch_holds_16384_tokens():
+    configs, runs = run_study.jobs_of("grid", [0, 1, 2], "mqar", "cpu", "bf16")
+    batch = {j["setting"]: j["cfg"]["batch"] for j in configs}
+    assert batch == {(64, 4): 256, (256, 16): 64, (1024, 64): 16}
+    assert len(configs) == 27 and len(runs) == 162
+    _, near = run_study.jobs_of("grid", [0, 1, 2], "nearest", "cpu", "bf16")
+    assert len(near) == 2 * 5 * 2 * 3
