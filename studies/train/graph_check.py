@@ -104,8 +104,9 @@ def main(argv=None):
     run_study.worker_init(torch.get_num_threads())
     t_start = time.time()
     variants = a.variants.split(",")
-    out = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu", "torch": torch.__version__,
-           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "argv": sys.argv[1:],
+    out = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu",
+           "torch": torch.__version__, "argv": sys.argv[1:],
+           "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
            "captured_data": graph_loop.can_capture_data(), "equality": [], "bench": []}
 
     def save():
@@ -167,7 +168,8 @@ def main(argv=None):
                    "batch": jobs[0]["cfg"]["batch"],
                    "variants": [j["variant"] for j in jobs]}
             try:
-                rate, peak = graph_loop.time_graph(jobs, steps, "eager" if DEVICE == "cpu" else None)
+                rate, peak = graph_loop.time_graph(jobs, steps,
+                                                   "eager" if DEVICE == "cpu" else None)
                 row.update(steps_per_s=rate, peak_mib=peak, ms_per_round=1e3 * c / rate)
             except Exception as e:  # noqa: BLE001
                 row["error"] = "%s: %s" % (type(e).__name__, e)
