@@ -2,7 +2,7 @@
 trained on tasks made to separate the mechanisms (docs/TRAINING_STUDY.md).
 
     python3 studies/train/run_study.py --suite smoke                    # CPU, < 2 min, CI
-    python3 studies/train/run_study.py --suite full --amp bf16 --jobs 12 --out DIR  # H200
+    python3 studies/train/run_study.py --suite grid --amp bf16 --streams 18 --out DIR  # H200
 
 Protocol: per task and setting, every variant gets the same steps, batch,
 optimizer (AdamW, linear warm-up then cosine decay, weight decay on the
@@ -11,10 +11,13 @@ the grid (by mean held-out accuracy over the seeds) is reported, as mean ± std
 over the seeds. Held-out data comes from a generator seeded apart from the
 training stream.
 
-Speed: the runs are independent, so `--jobs N` trains N of them at once in
-worker processes sharing the one GPU (spawned, one CPU thread each; the
-models are small, and one process alone leaves the GPU mostly idle). The
-8192-way head is computed at the scored positions only (the same loss).
+Speed: on CUDA the runs train in the graph loop (graph_loop.py): each run's
+step is captured once in a CUDA graph and replayed, `--streams N` runs at once
+per process on their own streams, `--jobs` such processes; the same losses as
+the plain loop (docs/TRAINING_STUDY.md, "Graph loop"). `--no-graph` (and the
+CPU) runs the plain loop below, `--jobs N` of them at once in worker processes
+(spawned, one CPU thread each). The 8192-way head is computed at the scored
+positions only (the same loss).
 Matmuls use TF32 on CUDA; `--amp bf16` adds bf16 autocast for every
 variant alike. Per-step time and peak memory come from a separate timing
 pass (`--timing-steps`), one process alone on the GPU after the accuracy runs.
