@@ -65,14 +65,14 @@ case "$1" in
     ;;
   mqar-a|mqar-b|nearest|mqar-s345)
     T=${STUDY_BUDGET:-540}
-    # every run is cut before the command's end; none starts later than STUDY_RUN_S (the
-    # expected length of one run, default 150 s) before it
+    # every run still training 25 s before the command's end is cut (--end); none starts
+    # later than STUDY_RUN_S (the expected length of one run, default 150 s) before that
     grid() {  # name run_study-arguments...
-      local name=$1 rl; shift
-      rl=$(( T - $(el) - 25 ))
+      local name=$1 end; shift
+      end=$(( T - $(el) - 25 ))
       python3 studies/train/run_study.py --device cuda --amp bf16 --suite grid --jobs 1 \
-          --streams "${STUDY_STREAMS:-18}" --run-limit "$rl" \
-          --deadline $(( rl - ${STUDY_RUN_S:-150} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
+          --streams "${STUDY_STREAMS:-18}" --end "$end" \
+          --deadline $(( end - ${STUDY_RUN_S:-150} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
         | grep -v -i warn > "$OUT/$name.log"
       grep -h -E "runs in|FAIL|Error" "$OUT/$name.log" | head -n 5; echo "$name: $(el) s"
     }

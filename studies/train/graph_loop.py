@@ -250,7 +250,7 @@ def train_streams(next_job, streams, data, on_result):
     `streams` at once, each on its own stream, one step each in turn.
     on_result gets each result, None for a run not started (past its
     "deadline"), or an error dict. A run trains at most job["run_limit"]
-    seconds from its start (then cut)."""
+    seconds from its start, and not past the time job["end_at"] (then cut)."""
     if streams < 1:
         raise ValueError("graph loop: streams must be >= 1, got %d" % streams)
     active, more = [], True
@@ -262,7 +262,8 @@ def train_streams(next_job, streams, data, on_result):
             elif time.time() > job.get("deadline", math.inf):
                 on_result(None)
             else:
-                job = dict(job, stop_at=time.time() + job.get("run_limit", math.inf))
+                job = dict(job, stop_at=min(time.time() + job.get("run_limit", math.inf),
+                                            job.get("end_at", math.inf)))
                 try:
                     active.append(GraphRun(job, data))
                 except Exception as e:  # noqa: BLE001  (reported, the others go on)

@@ -327,7 +327,7 @@ def guarded(job):
     """train_one in a worker: None once the deadline has passed (not started)."""
     if time.time() > job["deadline"]:
         return None
-    job = dict(job, stop_at=time.time() + job["run_limit"])
+    job = dict(job, stop_at=min(time.time() + job["run_limit"], job.get("end_at", math.inf)))
     try:
         return train_one(job)
     except Exception as e:  # noqa: BLE001  (a failed run is reported, the others go on)
@@ -385,6 +385,8 @@ def main(argv=None):
                     help="seconds after which no further run starts")
     ap.add_argument("--run-limit", type=float, default=1e9,
                     help="wall seconds after which a run stops training (then marked cut)")
+    ap.add_argument("--end", type=float, default=math.inf,
+                    help="seconds after the start at which every run still training is cut")
     ap.add_argument("--timing-only", action="store_true", help="no training runs, the timing pass")
     ap.add_argument("--cells", default=None,
                     help="only these variant@dim cells (commas), e.g. mhla@64,softmax@128")
@@ -439,6 +441,7 @@ def main(argv=None):
     for r in runs:
         r["deadline"] = t_start + args.deadline
         r["run_limit"] = args.run_limit
+        r["end_at"] = t_start + args.end
     path = os.path.join(args.out, "results.json") if args.out else None
     if args.out:
         os.makedirs(args.out, exist_ok=True)

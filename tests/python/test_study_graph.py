@@ -220,3 +220,13 @@ def test_grid_suite_batch_holds_16384_tokens():
     assert len(configs) == 27 and len(runs) == 162
     _, near = run_study.jobs_of("grid", [0, 1, 2], "nearest", "cpu", "bf16")
     assert len(near) == 2 * 5 * 2 * 3
+
+
+def test_end_at_cuts_a_run():
+    """A run past its end_at (run_study --end) stops at the next check (every
+    100 steps), marked cut, with the steps it trained."""
+    job = dict(smoke_job(steps=400), deadline=math.inf, run_limit=math.inf, end_at=0.0)
+    job["cfg"]["batch"] = 2
+    out = []
+    graph_loop.train_streams(iter([job, None]).__next__, 1, "eager", out.append)
+    assert len(out) == 1 and out[0]["cut"] and out[0]["steps"] == 100, out
