@@ -240,6 +240,23 @@ class GraphRun:
         self.params, self.mhla = [], []
 
 
+def interleave_variants(runs):
+    """The runs in turn by variant (each variant's runs in their given order):
+    the streams of one process then train a mix. The variants' steps differ
+    in GPU time (the causal MHLA step bounds the total at 64x4), and the
+    cheaper steps overlap the costlier ones only when they run together."""
+    by = collections.OrderedDict()
+    for r in runs:
+        by.setdefault(r["variant"], collections.deque()).append(r)
+    out = []
+    while by:
+        for v in list(by):
+            out.append(by[v].popleft())
+            if not by[v]:
+                del by[v]
+    return out
+
+
 def failure(job, e):
     return {"error": "%s: %s" % (type(e).__name__, e),
             **{k: job[k] for k in ("task", "variant", "dim", "lr", "seed")}}

@@ -438,6 +438,8 @@ def main(argv=None):
     order = {c: i for i, c in enumerate(SUITES[args.suite].get("order", []))}
     # the suite's order first (a deadline cuts the last), then the longest runs first
     runs.sort(key=lambda r: (order.get((r["task"], r["dim"]), len(order)), -cost(r)))
+    if graph:   # runs at once on one GPU: the variants mixed (graph_loop.interleave_variants)
+        runs = graph_loop.interleave_variants(runs)
     for r in runs:
         r["deadline"] = t_start + args.deadline
         r["run_limit"] = args.run_limit

@@ -230,3 +230,11 @@ def test_end_at_cuts_a_run():
     out = []
     graph_loop.train_streams(iter([job, None]).__next__, 1, "eager", out.append)
     assert len(out) == 1 and out[0]["cut"] and out[0]["steps"] == 100, out
+
+
+def test_interleave_variants_keeps_each_variants_order():
+    runs = [{"variant": v, "i": i} for i, v in enumerate("aaabbc")]
+    out = graph_loop.interleave_variants(runs)
+    assert [r["variant"] for r in out] == list("abcaba")
+    assert [r["i"] for r in out if r["variant"] == "a"] == [0, 1, 2]
+    assert graph_loop.interleave_variants([]) == []
