@@ -403,7 +403,10 @@ def main(argv=None):
     for k in ("lrs", "settings", "dims", "variants"):
         ap.add_argument("--" + k, default=None, help="override the suite's " + k + " (commas)")
     ap.add_argument("--no-graph", action="store_true",
-                    help="the plain training loop on CUDA too (the CPU always runs it)")
+                    help="the plain training loop on CUDA too (the CPU runs it by default)")
+    ap.add_argument("--loop", choices=("auto", "graph", "plain"), default="auto",
+                    help="auto: the graph loop on CUDA, the plain loop on the CPU; graph on the "
+                         "CPU runs the graph loop's step body eagerly (tests)")
     ap.add_argument("--streams", type=int, default=8,
                     help="graph loop: runs trained at once per process, each on its own CUDA "
                          "stream and graph (--jobs processes)")
@@ -416,7 +419,9 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.jobs < 1 or args.streams < 1:
         ap.error("--jobs and --streams must be >= 1 (got %d, %d)" % (args.jobs, args.streams))
-    graph = args.device.startswith("cuda") and not args.no_graph
+    if args.no_graph:
+        args.loop = "plain"
+    graph = args.loop == "graph" or (args.loop == "auto" and args.device.startswith("cuda"))
     if graph:
         import graph_loop
         graph_data = graph_loop.default_data() if args.graph_data == "auto" else args.graph_data

@@ -238,3 +238,26 @@ def test_interleave_variants_keeps_each_variants_order():
     assert [r["variant"] for r in out] == list("abcaba")
     assert [r["i"] for r in out if r["variant"] == "a"] == [0, 1, 2]
     assert graph_loop.interleave_variants([]) == []
+
+
+def test_run_study_graph_loop_path_on_the_cpu(tmp_path):
+    """run_study.main through the graph loop (--loop graph: the step body
+    eagerly on the CPU), its timing pass included: results written, the
+    loop recorded, the losses those of the plain loop."""
+    common = ["--suite", "smoke", "--device", "cpu", "--only", "mqar", "--variants",
+              "softmax,mhla", "--steps", "4"]
+    assert run_study.main(common + ["--loop", "graph", "--streams", "2", "--timing-steps", "2",
+                                    "--out", str(tmp_path / "g")]) == 0
+    assert run_study.main(common + ["--no-graph", "--out", str(tmp_path / "p")]) == 0
+    import json
+    g = json.loads((tmp_path / "g" / "results.json").read_text())
+    p = json.loads((tmp_path / "p" / "results.json").read_text())
+    assert g["loop"] == "graph" and g["graph_data"] == graph_loop.default_data()
+    assert p["loop"] == "plain" and p["graph_data"] is None
+    assert len(g["runs"]) == len(p["runs"]) == 2
+    assert all("graph_ms_per_step" in t for t in g["timing"]) and len(g["timing"]) == 2
+    by = {r["variant"]: r for r in p["runs"]}
+    for r in g["runs"]:
+        assert r["loop"] == "eager"
+        assert abs(r["loss_first"] - by[r["variant"]]["loss_first"]) <= 1e-6 * r["loss_first"]
+        assert r["acc"] == by[r["variant"]]["acc"]
