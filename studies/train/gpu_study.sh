@@ -53,6 +53,10 @@ fi
 echo "library: $(el) s"
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 J=${STUDY_JOBS:-12}
+# LA_VERBOSE output: one line per forward/backward family and variant under each timing line
+paths() { awk '/^la: /{k=$2" "$3; if(!(k in s)){s[k]=1; o[++n]=k; if($3=="portable") w[k]=$0}; next}
+  /^timing /{print; for(i=1;i<=n;i++) print "    " o[i] (o[i] in w ? "  <- " w[o[i]] : "");
+             delete s; delete w; n=0; next} {print}'; }
 run() { python3 studies/train/run_study.py --device cuda --amp bf16 --jobs "$J" "$@" $STUDY_ARGS; }
 case "$1" in
   graph-check)   # in STUDY_BUDGET seconds (default 80) after the library: the first part whole
@@ -85,8 +89,11 @@ case "$1" in
         grid nearest_s012 --only nearest --seeds 0,1,2 --graph-data eager
         grid nearest_s345 --only nearest --seeds 3,4,5 --graph-data eager \
              --lr-from "$OUT/nearest_s012/results.json"
-        # ms/step and peak memory of every configuration, one run alone, both loops
-        grid timing --timing-only --timing-steps 20 --timing-deadline $(( T - $(el) - 20 ))
+        # ms/step and peak memory of every configuration, one run alone, both loops, with
+        # the library's kernel variants (LA_VERBOSE: the eager steps print them)
+        LA_VERBOSE=1 grid timing --timing-only --timing-steps 20 \
+            --timing-deadline $(( T - $(el) - 20 ))
+        paths < "$OUT/timing.log" | grep -v "^la: " > "$OUT/timing_paths.log"
         grep "^timing" "$OUT/timing.log" | cut -c1-150 ;;
     esac
     for f in "$OUT"/*/results.json; do
@@ -143,10 +150,6 @@ case "$1" in
     LR64=docs/training_study/recipe/mqar64x4_s012.json   # mqar-rest: the committed seeds 0,1,2
     if [ "$1" = grid ]; then
       LR64="$OUT/mqar64_s012/results.json"
-      # one line per forward/backward family and variant under each timing line
-      paths() { awk '/^la: /{k=$2" "$3; if(!(k in s)){s[k]=1; o[++n]=k; if($3=="portable") w[k]=$0}; next}
-        /^timing /{print; for(i=1;i<=n;i++) print "    " o[i] (o[i] in w ? "  <- " w[o[i]] : "");
-                   delete s; delete w; n=0; next} {print}'; }
       LA_VERBOSE=1 run --suite full --timing-only --dims 64 --timing-steps 20 --timing-deadline 60 \
           --jobs 1 --out "$OUT/timing" 2>&1 | grep -v -i warn | paths | tee "$OUT/timing.log"
       echo "timing: $(el) s"
