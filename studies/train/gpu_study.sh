@@ -16,6 +16,21 @@
 #   bash studies/train/gpu_study.sh mqar-rest   what grid's call left cut: MQAR 64x4 dim 64
 #                                            seeds 3,4,5 at the best lr of the committed
 #                                            seeds 0,1,2, then 256x16 dim 64, both seed sets
+#   bash studies/train/gpu_study.sh graph-check   the graph loop against the plain loop
+#                                            (graph_check.py): losses over 50 steps per
+#                                            variant at 64x4 dim 64 and 1024x64 dim 256,
+#                                            then steps/s of 1..16 runs at once
+#   The issue's full grid on the graph loop (suite "grid": 3 MQAR settings x dims 64/128/256
+#   x softmax/linear/MHLA x seeds 0,1,2 x lr {1e-3, 3e-3}, 2000 steps of 16384 tokens; the
+#   2-D task at dims 64 and 128), one process, STUDY_STREAMS runs at once (default 18), in
+#   three commands of at most STUDY_BUDGET seconds each (default 540, the library included):
+#   bash studies/train/gpu_study.sh mqar-a    MQAR 64x4 and 256x16 (108 runs)
+#   bash studies/train/gpu_study.sh mqar-b    MQAR 1024x64 (54 runs)
+#   bash studies/train/gpu_study.sh nearest   the 2-D task, seeds 0,1,2 then 3,4,5 at the best
+#                                            lr, then the timing pass (plain and graph loop)
+#   STUDY_LR_FROM=a.json,b.json bash studies/train/gpu_study.sh mqar-s345
+#                                            MQAR seeds 3,4,5 at the best lr of those files
+#                                            (the results.json of mqar-a and mqar-b)
 # Environment: STUDY_JOBS (worker processes, default 12), STUDY_D1 / STUDY_D2 (seconds
 # after which no run of the first / second seed set starts), STUDY_RUN_LIMIT (wall
 # seconds a run may train; then it is cut and left out), STUDY_ARGS (more
@@ -38,8 +53,53 @@ fi
 echo "library: $(el) s"
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
 J=${STUDY_JOBS:-12}
+# LA_VERBOSE output: one line per forward/backward family and variant under each timing line
+paths() { awk '/^la: /{k=$2" "$3; if(!(k in s)){s[k]=1; o[++n]=k; if($3=="portable") w[k]=$0}; next}
+  /^timing /{print; for(i=1;i<=n;i++) print "    " o[i] (o[i] in w ? "  <- " w[o[i]] : "");
+             delete s; delete w; n=0; next} {print}'; }
 run() { python3 studies/train/run_study.py --device cuda --amp bf16 --jobs "$J" "$@" $STUDY_ARGS; }
 case "$1" in
+  graph-check)   # in STUDY_BUDGET seconds (default 80) after the library: the first part whole
+    gc() { python3 studies/train/graph_check.py "$@" 2>&1 | grep -v -i warn | tee -a "$OUT/graph_check.log"; }
+    gc --out "$OUT/a" --equality 64x4:64 --bench "64x4:64@1,4,8,16" --bench-steps 60
+    echo "part a: $(el) s"
+    gc --out "$OUT/b" --equality 1024x64:256 --no-repeat --bench-steps 40 \
+       --bench "${GC_BENCH:-256x16:128@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@4}" \
+       --deadline $(( ${STUDY_BUDGET:-80} - $(el) ))
+    ;;
+  mqar-a|mqar-b|nearest|mqar-s345)
+    T=${STUDY_BUDGET:-540}
+    # every run still training 25 s before the command's end is cut (--end); none starts
+    # later than STUDY_RUN_S (the expected length of one run, default 150 s) before that
+    grid() {  # name run_study-arguments...
+      local name=$1 end; shift
+      end=$(( T - $(el) - 25 ))
+      python3 studies/train/run_study.py --device cuda --amp bf16 --suite grid --jobs 1 \
+          --streams "${STUDY_STREAMS:-18}" --end "$end" \
+          --deadline $(( end - ${STUDY_RUN_S:-150} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
+        | grep -v -i warn > "$OUT/$name.log"
+      grep -h -E "runs in|FAIL|Error" "$OUT/$name.log" | head -n 5; echo "$name: $(el) s"
+    }
+    case "$1" in
+      mqar-a) grid mqar_a --only mqar --settings 64x4,256x16 --seeds 0,1,2 ;;
+      mqar-b) grid mqar_b --only mqar --settings 1024x64 --seeds 0,1,2 ;;
+      mqar-s345) grid mqar_s345 --only mqar --seeds 3,4,5 --lr-from "$STUDY_LR_FROM" ;;
+      nearest)   # batches drawn outside the graph: the 2-D task's generator was not
+                 # captured on the GPU yet (MQAR's was, graph-check)
+        grid nearest_s012 --only nearest --seeds 0,1,2 --graph-data eager
+        grid nearest_s345 --only nearest --seeds 3,4,5 --graph-data eager \
+             --lr-from "$OUT/nearest_s012/results.json"
+        # ms/step and peak memory of every configuration, one run alone, both loops, with
+        # the library's kernel variants (LA_VERBOSE: the eager steps print them)
+        LA_VERBOSE=1 grid timing --timing-only --timing-steps 20 \
+            --timing-deadline $(( T - $(el) - 20 ))
+        paths < "$OUT/timing.log" | grep -v "^la: " > "$OUT/timing_paths.log"
+        grep "^timing" "$OUT/timing.log" | cut -c1-150 ;;
+    esac
+    for f in "$OUT"/*/results.json; do
+      python3 studies/train/report.py "$f" 2>&1 | grep -E "^\| (mqar|nearest) " | cut -c1-150 | head -n 40
+    done
+    ;;
   pilot)
     run --suite pilot --only mqar --timing-only --settings 1024x64 --dims 64,256 \
         --timing-steps 8 --timing-amps bf16,none --timing-deadline 20 --out "$OUT/timing" 2>&1 \
@@ -90,10 +150,6 @@ case "$1" in
     LR64=docs/training_study/recipe/mqar64x4_s012.json   # mqar-rest: the committed seeds 0,1,2
     if [ "$1" = grid ]; then
       LR64="$OUT/mqar64_s012/results.json"
-      # one line per forward/backward family and variant under each timing line
-      paths() { awk '/^la: /{k=$2" "$3; if(!(k in s)){s[k]=1; o[++n]=k; if($3=="portable") w[k]=$0}; next}
-        /^timing /{print; for(i=1;i<=n;i++) print "    " o[i] (o[i] in w ? "  <- " w[o[i]] : "");
-                   delete s; delete w; n=0; next} {print}'; }
       LA_VERBOSE=1 run --suite full --timing-only --dims 64 --timing-steps 20 --timing-deadline 60 \
           --jobs 1 --out "$OUT/timing" 2>&1 | grep -v -i warn | paths | tee "$OUT/timing.log"
       echo "timing: $(el) s"

@@ -159,9 +159,11 @@ class TinyLM(nn.Module):
             self.head.weight = self.emb.weight
 
     def forward(self, tokens, scored=None):
-        """Logits [B, N, classes]; with `scored` (bool [B, N]) only at the scored
-        positions, [S, classes]: the same loss, without the head's work at
-        the positions no target reads."""
+        """Logits [B, N, classes]; with `scored` only at the scored positions,
+        [S, classes]: the same loss, without the head's work at the positions
+        no target reads. `scored` is a bool mask [B, N], or the scored
+        positions of each row in increasing order, int64 [B, P] (the mask's
+        row-major order without its data-dependent shape: CUDA-graph safe)."""
         x = self.emb(tokens)
         if self.grid is None:
             x = x + self.pos[: tokens.shape[1]]
@@ -170,7 +172,11 @@ class TinyLM(nn.Module):
         for blk in self.blocks:
             x = blk(x)
         if scored is not None:
-            x = x[scored]
+            if scored.dtype == torch.bool:
+                x = x[scored]
+            else:
+                c = x.shape[-1]
+                x = x.gather(1, scored[..., None].expand(-1, -1, c)).reshape(-1, c)
         return self.head(self.norm(x))
 
     def mhla_layers(self):

@@ -2,7 +2,7 @@
 trained on tasks made to separate the mechanisms (docs/TRAINING_STUDY.md).
 
     python3 studies/train/run_study.py --suite smoke                    # CPU, < 2 min, CI
-    python3 studies/train/run_study.py --suite full --amp bf16 --jobs 12 --out DIR  # H200
+    python3 studies/train/run_study.py --suite grid --amp bf16 --streams 18 --out DIR  # H200
 
 Protocol: per task and setting, every variant gets the same steps, batch,
 optimizer (AdamW, linear warm-up then cosine decay, weight decay on the
@@ -11,10 +11,13 @@ the grid (by mean held-out accuracy over the seeds) is reported, as mean ± std
 over the seeds. Held-out data comes from a generator seeded apart from the
 training stream.
 
-Speed: the runs are independent, so `--jobs N` trains N of them at once in
-worker processes sharing the one GPU (spawned, one CPU thread each; the
-models are small, and one process alone leaves the GPU mostly idle). The
-8192-way head is computed at the scored positions only (the same loss).
+Speed: on CUDA the runs train in the graph loop (graph_loop.py): each run's
+step is captured once in a CUDA graph and replayed, `--streams N` runs at once
+per process on their own streams, `--jobs` such processes; the same losses as
+the plain loop (docs/TRAINING_STUDY.md, "Graph loop"). `--no-graph` (and the
+CPU) runs the plain loop below, `--jobs N` of them at once in worker processes
+(spawned, one CPU thread each). The 8192-way head is computed at the scored
+positions only (the same loss).
 Matmuls use TF32 on CUDA; `--amp bf16` adds bf16 autocast for every
 variant alike. Per-step time and peak memory come from a separate timing
 pass (`--timing-steps`), one process alone on the GPU after the accuracy runs.
@@ -76,6 +79,20 @@ SUITES = {
         "seeds": [0, 1, 2],
         "order": [("nearest", 64), ("mqar", 64), ("mqar", 128), ("mqar", 256)],
     },
+    # The issue's full grid on the graph loop (gpu_study.sh mqar-a, mqar-b, nearest): the
+    # recipe of "full", with 1024x64 added, and a batch of 16384 tokens at every MQAR
+    # setting (256, 64 and 16 sequences: 1024 scored queries a step at each); the 2-D
+    # task at dims 64 and 128.
+    "grid": {
+        "mqar": {"settings": [(64, 4), (256, 16), (1024, 64)], "dims": [64, 128, 256],
+                 "variants": ["softmax", "linear", "mhla"], "steps": 2000, "batch": 256,
+                 "batch_tokens": 16384, "lrs": [1e-3, 3e-3], "chunk": {64: 64, 256: 64, 1024: 64},
+                 "eval": 512, "vocab": 8192, "pos_init": "sinusoidal", "out_std": 0.01},
+        "nearest": {"side": 32, "dims": [64, 128], "blocks": [(4, 4), (8, 8)], "queries": 64,
+                    "variants": ["softmax", "linear", "focused", "mhla"], "steps": 300,
+                    "batch": 32, "lrs": [2e-3, 5e-3], "eval": 256},
+        "seeds": [0, 1, 2],
+    },
 }
 WEIGHT_DECAY = 0.1
 WARMUP = 0.05         # fraction of the steps
@@ -130,14 +147,20 @@ def train_step(model, opt, sched, x, y, amp):
     return loss
 
 
+def lr_factor(s, steps):
+    """The schedule's factor at step s (0-based) of `steps`: linear warm-up over
+    WARMUP of the steps, then cosine to 0 (LambdaLR here, a device table in the
+    graph loop)."""
+    warm = max(1, int(WARMUP * steps))
+    return min(1.0, (s + 1) / warm) * 0.5 * (
+        1 + math.cos(math.pi * min(max(s - warm, 0), steps) / max(1, steps - warm)))
+
+
 def make_optimizer(model, lr, steps):
     # on CUDA one fused kernel for the whole update (the same arithmetic)
     fused = {"fused": True} if next(model.parameters()).is_cuda else {}
     opt = torch.optim.AdamW(model.param_groups(WEIGHT_DECAY), lr=lr, betas=(0.9, 0.98), **fused)
-    warm = max(1, int(WARMUP * steps))
-    sched = torch.optim.lr_scheduler.LambdaLR(
-        opt, lambda s: min(1.0, (s + 1) / warm)
-        * 0.5 * (1 + math.cos(math.pi * min(max(s - warm, 0), steps) / max(1, steps - warm))))
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: lr_factor(s, steps))
     return opt, sched
 
 
@@ -163,16 +186,11 @@ def train_one(job):
             if time.time() > job["stop_at"]:     # its wall-time limit: kept, marked cut
                 cut = True
                 break
-    losses = torch.stack(losses).float().cpu()
-    every = max(1, len(losses) // 50)
-    curve = losses[: len(losses) // every * every].view(-1, every).mean(1).tolist()
-    losses = losses.tolist()
-    # the attention layers' own parameters got finite, non-zero gradients in
-    # the last step (the embeddings and head alone could make the loss fall)
-    attn = [q for blk in model.blocks for q in blk.attn.parameters()]
-    attn_grad_ok = bool(attn) and all(q.grad is not None and bool(torch.isfinite(q.grad).all())
-                                      for q in attn) and any(float(q.grad.abs().sum()) > 0
-                                                             for q in attn)
+    return summarize(job, model, gen, eg, torch.stack(losses), cut, t_start)
+
+
+def evaluate(model, gen, eg, cfg, amp, device):
+    """Held-out accuracy: cfg["eval"] sequences from the generator eg."""
     model.eval()
     correct = total = 0
     with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16, enabled=amp == "bf16"):
@@ -185,15 +203,36 @@ def train_one(job):
             correct += int((pred == y[scored]).sum())
             total += int(scored.sum())
             left -= b
+    return correct / max(1, total)
+
+
+def summarize(job, model, gen, eg, losses, cut, t_start):
+    """A finished (or cut) run's result: losses (a device tensor, one per step
+    trained), the curve, held-out accuracy; the same for both training loops."""
+    task, cfg, variant, dim, lr, seed = (job[k] for k in ("task", "cfg", "variant", "dim", "lr",
+                                                          "seed"))
+    setting, blocks, amp = job["setting"], job["blocks"], job["amp"]
+    device = torch.device(job["device"])
+    losses = losses.float().cpu()
+    every = max(1, len(losses) // 50)
+    curve = losses[: len(losses) // every * every].view(-1, every).mean(1).tolist()
+    losses = losses.tolist()
+    # the attention layers' own parameters got finite, non-zero gradients in
+    # the last step (the embeddings and head alone could make the loss fall)
+    attn = [q for blk in model.blocks for q in blk.attn.parameters()]
+    attn_grad_ok = bool(attn) and all(q.grad is not None and bool(torch.isfinite(q.grad).all())
+                                      for q in attn) and any(float(q.grad.abs().sum()) > 0
+                                                             for q in attn)
+    acc = evaluate(model, gen, eg, cfg, amp, device)
     return {
         "task": task, "setting": list(setting) if task == "mqar" else [cfg["side"]] * 2,
         "blocks": list(blocks) if blocks else None, "variant": variant, "dim": dim,
         "heads": heads_for(dim, task), "lr": lr, "seed": seed, "batch": cfg["batch"],
-        "steps": len(losses), "steps_planned": steps, "cut": cut, "amp": amp,
+        "steps": len(losses), "steps_planned": cfg["steps"], "cut": cut, "amp": amp,
         "finite": math.isfinite(losses[-1]),
         "loss_first": statistics.fmean(losses[:5]), "loss_last": statistics.fmean(losses[-5:]),
         "curve": [round(c, 4) for c in curve], "curve_every": every,
-        "acc": correct / max(1, total), "wall_s": time.time() - t_start,
+        "acc": acc, "wall_s": time.time() - t_start,
         "attn_grad_ok": attn_grad_ok,
         "params": sum(p.numel() for p in model.parameters()),
         "attn_params": model.attention_params(),
@@ -233,9 +272,11 @@ def jobs_of(suite, seeds, only, device, amp):
     out = []
     m = s["mqar"]
     for setting in m["settings"]:
+        # batch_tokens: the batch of each setting holds that many tokens
+        cfg = dict(m, batch=m["batch_tokens"] // setting[0]) if m.get("batch_tokens") else m
         for dim in m["dims"]:
             for variant in m["variants"]:
-                out.append(dict(task="mqar", cfg=m, variant=variant, dim=dim,
+                out.append(dict(task="mqar", cfg=cfg, variant=variant, dim=dim,
                                 setting=tuple(setting), blocks=None))
     n = s["nearest"]
     for dim in n["dims"]:
@@ -254,11 +295,15 @@ def key_of_job(j):
 
 
 def restrict_to_best_lr(runs, path):
-    """Only the runs at the best learning rate of another results.json (per task,
-    setting, dim, variant, blocks); configurations it lacks are dropped."""
+    """Only the runs at the best learning rate of other results.json files
+    (commas; per task, setting, dim, variant, blocks); configurations they
+    lack are dropped."""
     import report
-    with open(path) as f:
-        best = report.best_of_grid(json.load(f)["runs"])
+    done = []
+    for p in path.split(","):
+        with open(p) as f:
+            done += json.load(f)["runs"]
+    best = report.best_of_grid(done)
     return [r for r in runs if key_of_job(r) in best and best[key_of_job(r)][0] == r["lr"]]
 
 
@@ -282,7 +327,7 @@ def guarded(job):
     """train_one in a worker: None once the deadline has passed (not started)."""
     if time.time() > job["deadline"]:
         return None
-    job = dict(job, stop_at=time.time() + job["run_limit"])
+    job = dict(job, stop_at=min(time.time() + job["run_limit"], job.get("end_at", math.inf)))
     try:
         return train_one(job)
     except Exception as e:  # noqa: BLE001  (a failed run is reported, the others go on)
@@ -315,6 +360,7 @@ def override(suite, a):
             c["steps"] = a.steps
         if a.batch:
             c["batch"] = a.batch
+            c.pop("batch_tokens", None)
         if a.lrs:
             c["lrs"] = [float(x) for x in a.lrs.split(",")]
         if a.dims:
@@ -339,6 +385,8 @@ def main(argv=None):
                     help="seconds after which no further run starts")
     ap.add_argument("--run-limit", type=float, default=1e9,
                     help="wall seconds after which a run stops training (then marked cut)")
+    ap.add_argument("--end", type=float, default=math.inf,
+                    help="seconds after the start at which every run still training is cut")
     ap.add_argument("--timing-only", action="store_true", help="no training runs, the timing pass")
     ap.add_argument("--cells", default=None,
                     help="only these variant@dim cells (commas), e.g. mhla@64,softmax@128")
@@ -354,10 +402,32 @@ def main(argv=None):
         ap.add_argument("--" + k, type=int, default=None, help="override the suite's " + k)
     for k in ("lrs", "settings", "dims", "variants"):
         ap.add_argument("--" + k, default=None, help="override the suite's " + k + " (commas)")
+    ap.add_argument("--no-graph", action="store_true",
+                    help="the plain training loop on CUDA too (the CPU runs it by default)")
+    ap.add_argument("--loop", choices=("auto", "graph", "plain"), default="auto",
+                    help="auto: the graph loop on CUDA, the plain loop on the CPU; graph on the "
+                         "CPU runs the graph loop's step body eagerly (tests)")
+    ap.add_argument("--streams", type=int, default=8,
+                    help="graph loop: runs trained at once per process, each on its own CUDA "
+                         "stream and graph (--jobs processes)")
+    ap.add_argument("--graph-data", choices=("auto", "captured", "eager"), default="auto",
+                    help="graph loop: batches drawn inside the graph (captured) or outside and "
+                         "copied in (eager); auto: captured where torch supports it")
     ap.add_argument("--check-falls", action="store_true",
                     help="exit 1 unless every run's loss fell by 3%% and its attention layers got "
                          "finite, non-zero gradients (the smoke test)")
     args = ap.parse_args(argv)
+    if args.jobs < 1 or args.streams < 1:
+        ap.error("--jobs and --streams must be >= 1 (got %d, %d)" % (args.jobs, args.streams))
+    if args.no_graph:
+        args.loop = "plain"
+    graph = args.loop == "graph" or (args.loop == "auto" and args.device.startswith("cuda"))
+    if graph:
+        import graph_loop
+        graph_data = graph_loop.default_data() if args.graph_data == "auto" else args.graph_data
+        if graph_data == "captured" and not graph_loop.can_capture_data():
+            ap.error("--graph-data captured: torch %s has no CUDAGraph.register_generator_state"
+                     % torch.__version__)
     override(args.suite, args)
     worker_init(torch.get_num_threads() if args.jobs == 1 else 1)
     seeds = ([int(s) for s in args.seeds.split(",")] if args.seeds
@@ -373,14 +443,19 @@ def main(argv=None):
     order = {c: i for i, c in enumerate(SUITES[args.suite].get("order", []))}
     # the suite's order first (a deadline cuts the last), then the longest runs first
     runs.sort(key=lambda r: (order.get((r["task"], r["dim"]), len(order)), -cost(r)))
+    if graph:   # runs at once on one GPU: the variants mixed (graph_loop.interleave_variants)
+        runs = graph_loop.interleave_variants(runs)
     for r in runs:
         r["deadline"] = t_start + args.deadline
         r["run_limit"] = args.run_limit
+        r["end_at"] = t_start + args.end
     path = os.path.join(args.out, "results.json") if args.out else None
     if args.out:
         os.makedirs(args.out, exist_ok=True)
     dev_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu"
     meta = {"suite": args.suite, "device": dev_name, "seeds": seeds, "jobs": args.jobs,
+            "loop": "graph" if graph else "plain",
+            "streams": args.streams if graph else None, "graph_data": graph_data if graph else None,
             "amp": args.amp, "torch": torch.__version__, "lr_from": args.lr_from,
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "argv": sys.argv[1:], "config": {k: v for k, v in SUITES[args.suite].items()}}
@@ -401,7 +476,9 @@ def main(argv=None):
 
     if args.timing_only:
         runs = []
-    if args.jobs > 1 and runs:
+    if graph and runs:
+        graph_loop.run_many(runs, args.jobs, args.streams, graph_data, collect)
+    elif args.jobs > 1 and runs:
         ctx = mp.get_context("spawn")
         with ctx.Pool(args.jobs, initializer=worker_init, initargs=(1,)) as pool:
             for r in pool.imap_unordered(guarded, runs):
@@ -410,8 +487,13 @@ def main(argv=None):
         for job in runs:
             collect(guarded(job))
     meta["accuracy_s"] = time.time() - t_start
-    print("%d runs in %.1f s on %s (%d jobs); %d not started (deadline), %d failed" % (
-        len(results), meta["accuracy_s"], dev_name, args.jobs, skipped, len(errors)), flush=True)
+    steps_done = sum(r["steps"] for r in results)
+    meta["steps_per_s"] = steps_done / max(meta["accuracy_s"], 1e-9)
+    print("%d runs (%d steps, %.0f steps/s) in %.1f s on %s (%d jobs, %s); %d not started "
+          "(deadline), %d failed" % (
+        len(results), steps_done, meta["steps_per_s"], meta["accuracy_s"], dev_name, args.jobs,
+        "graph loop, %d streams each, data %s" % (args.streams, graph_data) if graph
+        else "plain loop", skipped, len(errors)), flush=True)
     amps = args.timing_amps.split(",") if args.timing_amps else [args.amp]
     for job in [dict(j, amp=a) for a in amps for j in configs] if args.timing_steps else []:
         if time.time() - t_start > args.timing_deadline:
@@ -428,9 +510,18 @@ def main(argv=None):
                        "blocks": list(job["blocks"]) if job["blocks"] else None,
                        "batch": job["cfg"]["batch"], "amp": job["amp"], "ms_per_step": ms,
                        "peak_mib": peak})
-        print("timing %-7s %-9s %-8s %-5s dim %3d %s: %.2f ms/step, %.0f MiB" % (
+        graph_txt = ""
+        if graph:   # the same step in the graph loop, one run alone
+            try:
+                rate, gpeak = graph_loop.time_graph([dict(job, lr=1e-3, seed=0)],
+                                                    args.timing_steps, graph_data)
+                timing[-1].update(graph_ms_per_step=1e3 / rate, graph_peak_mib=gpeak)
+                graph_txt = "; graph loop %.2f ms/step, %.0f MiB" % (1e3 / rate, gpeak)
+            except Exception as e:  # noqa: BLE001
+                graph_txt = "; graph loop FAILED: %s" % e
+        print("timing %-7s %-9s %-8s %-5s dim %3d %s: %.2f ms/step, %.0f MiB%s" % (
             job["task"], "x".join(map(str, timing[-1]["setting"])), job["variant"],
-            "x".join(map(str, job["blocks"] or [])), job["dim"], job["amp"], ms, peak),
+            "x".join(map(str, job["blocks"] or [])), job["dim"], job["amp"], ms, peak, graph_txt),
             flush=True)
         save(path, meta, results, timing)
     meta["elapsed_s"] = time.time() - t_start
