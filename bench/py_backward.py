@@ -116,20 +116,26 @@ def make_step(ins, fwd):
 
 def capture_c(step):
     """The C calls of one step through the ctypes path, as a zero-argument
-    callable on copies of their views (the step's tensors kept alive)."""
-    seen = []
-    orig = _tensor.Call.run
+    callable on copies of their views, and every tensor those views point
+    into (the caller keeps them alive: the step frees some of them, e.g.
+    the forward's saved lse, when its backward is done)."""
+    seen, tensors = [], []
+    orig_run, orig_launch = _tensor.Call.run, _tensor.Call.launch
 
-    def spy(self, name, *args):
+    def spy_run(self, name, *args):
         seen.append((name, args + (self.ctx.handle,)))
-        return orig(self, name, *args)
+        return orig_run(self, name, *args)
+
+    def spy_launch(self, name, lead, names, *xs):
+        tensors.extend(xs)
+        return orig_launch(self, name, lead, names, *xs)
     on = _tensor.fastcall_module() is not None
-    _tensor.Call.run = spy
+    _tensor.Call.run, _tensor.Call.launch = spy_run, spy_launch
     _tensor.use_fastcall(False)
     try:
-        keep = step()
+        keep = (step(), tensors)
     finally:
-        _tensor.Call.run = orig
+        _tensor.Call.run, _tensor.Call.launch = orig_run, orig_launch
         _tensor.use_fastcall(on)
     calls = []
     for name, args in seen:

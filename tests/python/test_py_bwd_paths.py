@@ -412,3 +412,53 @@ def test_backward_errors_equal_on_both_paths_cuda():
         assert errs["fastcall"] is not None, "case %d did not raise" % i
         assert errs["fastcall"] == errs["ctypes"], (i, errs)
         assert "d_out" in errs["fastcall"][1], (i, errs)
+
+
+# ---------------------------------------------------------------------------
+# the benchmarks' workloads (no timing asserted: speed lives in benchmarks)
+# ---------------------------------------------------------------------------
+def test_py_backward_bench_runs(tmp_path):
+    """bench/py_backward.py on the CPU: one row per op asked for, each with
+    the forward's and the backward's C call captured."""
+    import json
+    env = dict(os.environ, PYTHONPATH=os.path.join(common.ROOT, "python"))
+    r = subprocess.run([sys.executable, os.path.join(common.ROOT, "bench", "py_backward.py"),
+                        "--calls", "2", "--repeats", "1", "--ops", "softmax,mhla,sparse",
+                        "--json"], capture_output=True, text=True, env=env, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = json.loads(r.stdout[r.stdout.index("["):])
+    assert [x["op"] for x in rows] == ["softmax", "mhla", "sparse"]
+    want = {"softmax": ["la_softmax_attention", "la_softmax_backward"],
+            "mhla": ["la_mhla_forward", "la_mhla_backward"],
+            "sparse": ["la_sparse_attention", "la_sparse_attention_backward"]}
+    for x in rows:
+        assert x["c_calls"] == want[x["op"]], x
+        assert x["c_us"] > 0 and x["pkg_us"] > 0 and x["floor_us"] > 0, x
+
+
+def test_gpu_backward_workloads_on_cpu():
+    """bench/gpu_backward.py's ours_py workloads at tiny sizes on the CPU:
+    a training step of each through both call paths, bit-equal gradients."""
+    sys.path.insert(0, os.path.join(common.ROOT, "bench"))
+    try:
+        import gpu_backward
+    finally:
+        sys.path.pop(0)
+    got = {}
+    for path in PATHS:
+        if path == "fastcall" and _tensor.fastcall_module() is None:
+            continue
+        _on(path)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(common.SEED)  # the cases draw from the global generator
+            for name, ins, fwd in gpu_backward.ours_py_cases("cpu", small=True):
+                out = fwd()
+                out = out[0] if isinstance(out, tuple) else out
+                d = common.randn(common.gen(4), *out.shape).to(out.dtype)
+                got.setdefault(name, []).append(torch.autograd.grad(out, ins, d))
+    assert len(got) >= 9, sorted(got)
+    for name, gs in got.items():
+        for x in gs[0]:
+            assert torch.isfinite(x.float()).all(), name
+        if len(gs) == 2:
+            _assert_equal(gs[0], gs[1], name)
