@@ -123,7 +123,14 @@ def capture_c(step):
     orig_run, orig_launch = _tensor.Call.run, _tensor.Call.launch
 
     def spy_run(self, name, *args):
-        seen.append((name, args + (self.ctx.handle,)))
+        # copies now: the views may live in the context's reused slots
+        own = []
+        for x in args:
+            obj = getattr(x, "_obj", None)
+            if isinstance(obj, L.la_tensor):
+                x = ctypes.byref(L.la_tensor.from_buffer_copy(obj))
+            own.append(x)
+        seen.append((name, own + [self.ctx.handle]))
         return orig_run(self, name, *args)
 
     def spy_launch(self, name, lead, names, *xs):
@@ -137,15 +144,7 @@ def capture_c(step):
     finally:
         _tensor.Call.run, _tensor.Call.launch = orig_run, orig_launch
         _tensor.use_fastcall(on)
-    calls = []
-    for name, args in seen:
-        own = []
-        for x in args:
-            obj = getattr(x, "_obj", None)
-            if isinstance(obj, L.la_tensor):
-                x = ctypes.byref(L.la_tensor.from_buffer_copy(obj))
-            own.append(x)
-        calls.append((getattr(L.lib, name), own))
+    calls = [(getattr(L.lib, name), own) for name, own in seen]
 
     def bare():
         for fn, args in calls:
