@@ -217,6 +217,25 @@ def kernel_ms(fn):
     return tot / 1e3
 
 
+def host_ms(fn, reps=5):
+    """Median host time of one fn() call in ms: from its start until it
+    returns, the GPU idle before each (synchronized). For a training step
+    that is the host's critical path: the forward's Python and launches,
+    then torch.autograd.grad until autograd's device thread has run the
+    backward's Python and launches (the kernels are not waited for)."""
+    import time
+    import torch
+    ts = []
+    for _ in range(reps):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append((time.perf_counter() - t0) * 1e3)
+    torch.cuda.synchronize()
+    ts.sort()
+    return ts[len(ts) // 2]
+
+
 def timeline(fn, tag, top=12):
     """Where one fn() call's time goes (torch.profiler, CPU and CUDA): every
     kernel / memset / memcpy in launch order with its device time and the
@@ -334,7 +353,11 @@ def peer_ours_py():
     """ours as users call it: the longattn package's autograd on CUDA tensors
     (forward + torch.autograd.grad; CUDA events around both), and beside it
     the time of the CUDA kernels of one such step from torch.profiler (the
-    C-level kernel time; the difference is host overhead and launch gaps)."""
+    C-level kernel time), their difference (package - kernels: the GPU idle
+    while the host works, i.e. host overhead and launch gaps) and the host
+    time of one step (host_ms). bench/py_backward.py --device cuda splits
+    the host time per step at small sizes (C calls, the package, torch's
+    own autograd floor)."""
     import torch
     here = os.path.dirname(os.path.abspath(__file__))
     sys.path.insert(0, os.path.join(here, "..", "python"))
@@ -358,12 +381,14 @@ def peer_ours_py():
                 out = out[0] if isinstance(out, tuple) else out
                 torch.autograd.grad(out, ins, g)
             ms = timeit(step, reps=3, warm=1)
+            hms = host_ms(step)
             kms = kernel_ms(step)
             if os.environ.get("LA_TIMELINE", "") and any(
                     w in name for w in os.environ["LA_TIMELINE"].split(",")):
                 timeline(step, "timeline")
             peak = torch.cuda.max_memory_allocated() / 2**20
             print(f"ours_py {name} fwd+bwd: {ms:.3f} ms (kernels {kms:.3f} ms, "
+                  f"package - kernels {ms - kms:.3f} ms, host {hms:.3f} ms per step, "
                   f"torch peak {peak:.0f} MiB)", flush=True)
         except Exception as e:  # noqa: BLE001
             print(f"ours_py {name}: failed ({type(e).__name__}: {str(e)[:200]})", flush=True)

@@ -71,21 +71,17 @@ static int pack_view(fc_state *st, PyObject *x, long device, PyObject *dtypes, l
     long item = PyLong_AsLong(PyTuple_GET_ITEM(entry, 1));
     if (PyErr_Occurred() || item <= 0) goto fallback;
 
-    flag = PyObject_GetAttr(x, st->s_is_cuda);
-    if (!flag) goto fallback;
-    int cuda = flag == Py_True;
-    Py_CLEAR(flag);
+    /* one device query per tensor: is_cpu for a CPU call, is_cuda and the
+     * device index for a CUDA call (anything else: not the common case) */
+    const int cuda = device >= 0;
+    flag = PyObject_GetAttr(x, cuda ? st->s_is_cuda : st->s_is_cpu);
+    if (!flag || flag != Py_True) goto fallback;
     if (cuda) {
-        if (device < 0) goto fallback;
         PyObject *idx = PyObject_CallMethodNoArgs(x, st->s_get_device);
         if (!idx) goto fallback;
         long d = PyLong_AsLong(idx);
         Py_DECREF(idx);
         if (d != device) goto fallback;
-    } else {
-        if (device >= 0) goto fallback;
-        flag = PyObject_GetAttr(x, st->s_is_cpu);
-        if (!flag || flag != Py_True) goto fallback;
     }
 
     shape = PyObject_GetAttr(x, st->s_shape);

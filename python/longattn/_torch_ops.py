@@ -9,14 +9,17 @@ Each has a fake (meta) implementation giving the output shapes and dtypes
 without running, so torch.compile(fullgraph=True) traces through them; the
 attention ops have a registered autograd formula calling the C backward
 passes (longattn._backward) through backward custom ops of their own
-(longattn._torch_bwd_ops), so that AOT autograd traces the backward too. The real implementation is the ctypes call of
-longattn.ops, on torch's current stream (CUDA graphs capture it).
+(longattn._torch_bwd_ops), so that AOT autograd traces the backward too.
+The real implementation is the C call of longattn.ops, on torch's current
+stream (CUDA graphs capture it).
 
-longattn.softmax_attention & co. route through these ops when it matters:
-under torch.compile / export tracing, for meta tensors, and when autograd
-is recording (an input requires grad). A plain eager call without grad
-takes the direct ctypes path, which costs less per call. On torch < 2.4
-nothing here is registered and longattn.autograd's Functions are used.
+longattn.softmax_attention & co. route through these ops when a tracer
+must see them: under torch.compile / export tracing, for meta tensors, and
+for autograd-recording calls with tensor subclasses (FakeTensor, ...), under
+a TorchDispatchMode (make_fx) or torch.jit tracing (route()). Eager calls
+take the direct path (longattn.ops; with autograd, longattn.autograd's
+Functions), which costs less per call. On torch < 2.4 nothing here is
+registered and longattn.autograd's Functions are used.
 
 Not custom ops: the stateful MHLADecoder / IndexCache, mhla_init /
 mhla_project (parameter helpers, not graph ops) and attention_map (an
@@ -39,15 +42,47 @@ def supported() -> bool:
     return v >= (2, 4) and hasattr(torch.library, "custom_op")
 
 
-def active(*xs) -> bool:
-    """Whether a call with these tensors goes through the custom ops."""
+_PLAIN = (Tensor, torch.nn.Parameter)
+_DIRECT, _AUTOGRAD, _CUSTOM_OP = ops.DIRECT, ops.AUTOGRAD, ops.CUSTOM_OP
+# the depth of the TorchDispatchMode stack (make_fx, FakeTensorMode, ...) and
+# torch.jit's tracing state: raw queries, looked up once
+_dispatch_modes = getattr(torch._C, "_len_torch_dispatch_stack", None) or (lambda: 0)
+_jit_tracing = getattr(torch._C, "_get_tracing_state", None) or (lambda: None)
+
+
+def route(*xs) -> int:
+    """How a call with these tensors runs (longattn.ops.DIRECT / AUTOGRAD /
+    CUSTOM_OP): through the custom ops under torch.compile / export tracing,
+    for meta tensors, and, when autograd records the call, for tensor
+    subclasses other than Parameter (FakeTensor, FunctionalTensor, ...),
+    under a TorchDispatchMode (make_fx, FakeTensorMode) or torch.jit tracing:
+    wherever a tracer must see the op. Eager autograd of plain tensors takes
+    longattn.autograd's Functions (AUTOGRAD: the same C forward and backward
+    with less host time per step than the custom-op layers), the rest the
+    direct call."""
     if torch.compiler.is_compiling():
-        return True
+        return _CUSTOM_OP
+    recording = False
+    plain = True
     grad = torch.is_grad_enabled()
     for x in xs:
-        if isinstance(x, Tensor) and ((grad and x.requires_grad) or x.is_meta):
-            return True
-    return False
+        if isinstance(x, Tensor):
+            if x.is_meta:
+                return _CUSTOM_OP
+            if type(x) not in _PLAIN:
+                plain = False
+            if grad and x.requires_grad:
+                recording = True
+    if not recording:
+        return _DIRECT
+    if not plain or _dispatch_modes() > 0 or _jit_tracing() is not None:
+        return _CUSTOM_OP
+    return _AUTOGRAD
+
+
+def active(*xs) -> bool:
+    """Whether a call with these tensors goes through the custom ops (route)."""
+    return route(*xs) == _CUSTOM_OP
 
 
 def tracing(*xs) -> bool:

@@ -11,9 +11,9 @@ from typing import Optional, Tuple, Union
 from . import _lib as L
 from ._errors import call
 from ._tensor import Call, c_float, c_int
-from .ops import Array, Dims, _CHandle, _autograd, _cached_params, _choice, _dim, _dims
+from .ops import Array, Dims, _CHandle, _autograd_module, _cached_params, _choice, _dim, _dims
 from .ops import _feature, _mhla_params
-from .ops import CUSTOM, _needs_autograd, _route, install_custom_ops
+from .ops import AUTOGRAD, CUSTOM, CUSTOM_OP, _how, install_custom_ops
 from ._tensor import _torch
 
 def _route_tracing(*xs):
@@ -241,13 +241,12 @@ def sparse_attention(q: Array, kv: Array, idx: Array, dv: int = 512,
         >>> idx = longattn.dsa_topk(qi, ki, w, topk=256)
         >>> out, lse = longattn.sparse_attention(q, kv, idx, dv=512)
     """
-    opts = dict(dv=dv, scale=scale)
-    r = _route(q, kv)
-    if r is not None:
-        return r.call_sparse_attention(q, kv, idx, dv, scale)
-    if _needs_autograd(q, kv):
-        return _autograd("sparse_attention", _sparse_attention, opts, q, kv, idx)
-    return _sparse_attention(q, kv, idx, **opts)
+    how = _how(q, kv)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_sparse_attention(q, kv, idx, dv, scale)
+    if how == AUTOGRAD:
+        return _autograd_module().sparse_attention(q, kv, idx, dv, scale)
+    return _sparse_attention(q, kv, idx, dv, scale)
 
 
 def _sparse_params(dv, scale):

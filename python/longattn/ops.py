@@ -103,26 +103,38 @@ def _dims(value, what):
     return dims
 
 
-def _needs_autograd(*xs):
-    """Whether the call must go through longattn.autograd's Functions (torch
-    < 2.4; with custom ops, _route has already sent such calls there)."""
-    if CUSTOM[0] is not _Direct:
-        return False
+# How a call runs (_how): the direct C call, longattn.autograd's Functions
+# (eager autograd) or the torch.library custom ops (a tracer must see the op).
+DIRECT, AUTOGRAD, CUSTOM_OP = 0, 1, 2
+
+
+def _records(xs):
+    """Whether autograd records a call with these inputs: grad mode on and
+    a torch tensor among them that requires grad."""
     torch = _torch()
     if torch is None or not torch.is_grad_enabled():
         return False
-    return any(is_torch(x) and x.requires_grad for x in xs)
+    T = torch.Tensor
+    for x in xs:
+        if isinstance(x, T) and x.requires_grad:
+            return True
+    return False
 
 
 class _Direct:
     """Stands for the custom-op module where torch.library custom ops are not
-    in use (no torch, or torch < 2.4): every call takes the direct path."""
+    in use (no torch, or torch < 2.4): calls take the direct path, or
+    longattn.autograd's Functions when autograd records them."""
 
     @staticmethod
     def active(*xs):
         return False
 
     tracing = active
+
+    @staticmethod
+    def route(*xs):
+        return AUTOGRAD if _records(xs) else DIRECT
 
 
 # CUSTOM[0]: None until the first call that sees torch (then longattn._torch_ops
@@ -145,20 +157,45 @@ def install_custom_ops():
     return CUSTOM[0]
 
 
-def _route(*xs):
-    """The custom-op module when this call must go through torch.ops.longattn
-    (tracing, meta tensors, autograd recording), else None."""
+def _how(*xs):
+    """DIRECT, AUTOGRAD or CUSTOM_OP (then CUSTOM[0] is longattn._torch_ops)
+    for a call with these inputs, in one pass over them (the routing is paid
+    on every call)."""
     c = CUSTOM[0]
     if c is None:
         if _torch() is None:
-            return None
+            return DIRECT
         c = install_custom_ops()
-    return c if c.active(*xs) else None
+    return c.route(*xs)
+
+
+def _route(*xs):
+    """The custom-op module when this call must go through torch.ops.longattn
+    (tracing, meta tensors, subclasses / dispatch modes under autograd),
+    else None."""
+    return CUSTOM[0] if _how(*xs) == CUSTOM_OP else None
+
+
+def _needs_autograd(*xs):
+    """Whether autograd records the call (it then goes through
+    longattn.autograd's Functions unless _route sends it to the custom ops)."""
+    return _records(xs)
+
+
+_AUTOGRAD = []  # [longattn.autograd], imported on the first call that needs it (torch)
+
+
+def _autograd_module():
+    if not _AUTOGRAD:
+        from . import autograd
+        _AUTOGRAD.append(autograd)
+    return _AUTOGRAD[0]
 
 
 def _autograd(fn_name, impl, options, *inputs):
-    from . import autograd
-    return autograd.apply(fn_name, impl, options, *inputs)
+    """fn_name's autograd.Function on inputs with the public keyword options
+    (a dict; impl is ignored): the earlier form, kept for callers."""
+    return _autograd_module().apply(fn_name, impl, options, *inputs)
 
 
 # ---------------------------------------------------------------------------
@@ -184,15 +221,15 @@ def softmax_attention(q: Array, k: Array, v: Array, causal: bool = False,
         >>> o = longattn.softmax_attention(q, k, v, causal=True)
         >>> o, lse = longattn.softmax_attention(q, k, v, return_lse=True)
     """
-    c = _route(q, k, v)
-    if c is not None:
-        return c.call_softmax_attention(q, k, v, causal, scale, return_lse, cu_seqlens)
+    how = _how(q, k, v)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_softmax_attention(q, k, v, causal, scale, return_lse, cu_seqlens)
     if cu_seqlens is not None:
         return _varlen.softmax(softmax_attention, q, k, v, cu_seqlens, causal, scale,
                                return_lse)
-    if _needs_autograd(q, k, v):
-        opts = dict(causal=causal, scale=scale, return_lse=return_lse)
-        return _autograd("softmax_attention", _softmax_attention, opts, q, k, v)
+    if how == AUTOGRAD:
+        return (_AUTOGRAD[0] if _AUTOGRAD else _autograd_module()).softmax_attention(
+            q, k, v, causal, scale, return_lse)
     return _softmax_attention(q, k, v, causal, scale, return_lse)
 
 
@@ -253,24 +290,29 @@ def linear_attention(q: Array, k: Array, v: Array, feature: str = "relu", causal
         ...                                causal=True, initial_state=st)
     """
     S0, z0 = (None, None) if initial_state is None else tuple(initial_state)
-    c = _route(q, k, v, S0, z0)
-    if c is None and cu_seqlens is None and not _needs_autograd(q, k, v, S0, z0):
+    how = _how(q, k, v, S0, z0)
+    if how != CUSTOM_OP and cu_seqlens is None:
+        if how == AUTOGRAD:
+            return (_AUTOGRAD[0] if _AUTOGRAD else _autograd_module()).linear_attention(
+                q, k, v, S0, z0, feature, causal, normalize, eps, scale, chunk,
+                output_final_state)
         return _linear_attention(q, k, v, S0, z0, feature, causal, normalize, eps, scale, chunk,
                                  output_final_state)
     opts = dict(feature=feature, causal=causal, normalize=normalize, eps=eps, scale=scale,
                 chunk=chunk, output_final_state=output_final_state)
-    if c is not None:
-        return c.call_linear_attention(q, k, v, S0, z0, cu_seqlens, **opts)
-    if cu_seqlens is not None:
-        return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
-    return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_linear_attention(q, k, v, S0, z0, cu_seqlens, **opts)
+    return _varlen.linear(_linear_attention_public, q, k, v, S0, z0, cu_seqlens, opts)
 
 
-def _linear_attention_public(q, k, v, S0, z0, **opts):
+def _linear_attention_public(q, k, v, S0, z0, feature="relu", causal=False, normalize=True,
+                             eps=1e-6, scale=1.0, chunk=64, output_final_state=False):
     """linear_attention with the state split in two arguments (for _varlen)."""
-    if _needs_autograd(q, k, v, S0, z0):
-        return _autograd("linear_attention", _linear_attention, opts, q, k, v, S0, z0)
-    return _linear_attention(q, k, v, S0, z0, **opts)
+    if _records((q, k, v, S0, z0)):
+        return _autograd_module().linear_attention(q, k, v, S0, z0, feature, causal, normalize,
+                                                   eps, scale, chunk, output_final_state)
+    return _linear_attention(q, k, v, S0, z0, feature, causal, normalize, eps, scale, chunk,
+                             output_final_state)
 
 
 def _linear_params(feature, causal, normalize, eps, scale, chunk):
@@ -330,28 +372,39 @@ def focused_attention(q: Array, k: Array, v: Array, variant: str = "flatten",
         >>> w = torch.randn(32, 5, 5) * 0.1
         >>> o = longattn.focused_attention(q, k, v, map=(14, 14), conv=w)
     """
-    opts = dict(variant=variant, map=map, p=p, eps=eps)
     args = (q, k, v, conv, conv_bias, softplus_param, focus)
-    c = _route(*args)
-    if c is not None:
-        return c.call_focused_attention(*args, **opts)
-    if _needs_autograd(*args):
-        return _autograd("focused_attention", _focused_attention, opts, *args)
-    return _focused_attention(*args, **opts)
+    how = _how(*args)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_focused_attention(*args, variant=variant, map=map, p=p, eps=eps)
+    if how == AUTOGRAD:
+        return (_AUTOGRAD[0] if _AUTOGRAD else _autograd_module()).focused_attention(
+            *args, variant, map, p, eps)
+    return _focused_attention(*args, variant, map, p, eps)
+
+
+def _build_focused_params(variant, map, p, eps, what):
+    # map None: the library answers that the map is required
+    hw = (0, 0) if map is None else _dims(map, what + ": map")
+    if len(hw) != 2:
+        raise ValueError("%s: map %r must be (Hm, Wm)" % (what, map))
+    prm = L.la_focused_params()
+    call("la_focused_params_init", ctypes.byref(prm))
+    prm.variant = _choice(variant, L.FOCUSED_VARIANTS, what + ": variant")
+    prm.map_h, prm.map_w = hw
+    prm.p = c_float(p, what + ": p")
+    prm.eps = c_float(eps, what + ": eps")
+    return prm
+
+
+def _focused_params(variant, map, p, eps, what="focused_attention"):
+    """The cached la_focused_params of these options (errors name `what`)."""
+    return _cached_params(("focused", variant, map, p, eps),
+                          lambda: _build_focused_params(variant, map, p, eps, what))
 
 
 def _focused_attention(q, k, v, conv=None, conv_bias=None, softplus_param=None, focus=None,
                        variant="flatten", map=None, p=3.0, eps=1e-6):
-    # map None: the library answers that the map is required
-    hw = (0, 0) if map is None else _dims(map, "focused_attention: map")
-    if len(hw) != 2:
-        raise ValueError("focused_attention: map %r must be (Hm, Wm)" % (map,))
-    prm = L.la_focused_params()
-    call("la_focused_params_init", ctypes.byref(prm))
-    prm.variant = _choice(variant, L.FOCUSED_VARIANTS, "focused_attention: variant")
-    prm.map_h, prm.map_w = hw
-    prm.p = c_float(p, "focused_attention: p")
-    prm.eps = c_float(eps, "focused_attention: eps")
+    prm = _focused_params(variant, map, p, eps)
     c = Call("focused_attention", q)
     out = c.empty(_lead3(q) + (_dim(v, 3),))
     c.launch("la_focused_attention", prm, _FOCUSED_ARGS, q, k, v, conv, conv_bias,
@@ -398,6 +451,18 @@ def _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, what):
     return p
 
 
+def _mhla_key(grid, blocks, mixing, feature, normalize, eps, scale):
+    """The params-cache key of an MHLA call. With blocks None (1-D: M from
+    the mixing matrix) it holds M; a mixing without a shape gets a list,
+    which _cached_params does not cache (the builder raises its error)."""
+    if blocks is None:
+        shape = getattr(mixing, "shape", None)
+        if shape is None:
+            return ["uncached"]
+        blocks = ("M", int(shape[-1]) if len(shape) else 1)
+    return ("mhla", grid, blocks, feature, normalize, eps, scale)
+
+
 def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = None,
          blocks: Optional[Dims] = None, feature: str = "relu_eps",
          normalize: str = "per_query", eps: float = 1e-6, scale: float = 1.0) -> Array:
@@ -421,24 +486,21 @@ def mhla(q: Array, k: Array, v: Array, mixing: Array, grid: Optional[Dims] = Non
         >>> W = longattn.mhla_init((4, 4))          # [16, 16] locality init
         >>> o = longattn.mhla(q, k, v, torch.from_numpy(W), grid=(16, 16), blocks=(4, 4))
     """
-    c = _route(q, k, v, mixing)
-    if c is None and not _needs_autograd(q, k, v, mixing):
-        return _mhla(q, k, v, mixing, grid, blocks, feature, normalize, eps, scale)
-    opts = dict(grid=grid, blocks=blocks, feature=feature, normalize=normalize, eps=eps,
-                scale=scale)
-    if c is not None:
-        return c.call_mhla(q, k, v, mixing, **opts)
-    return _autograd("mhla", _mhla, opts, q, k, v, mixing)
+    how = _how(q, k, v, mixing)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_mhla(q, k, v, mixing, grid=grid, blocks=blocks, feature=feature,
+                                   normalize=normalize, eps=eps, scale=scale)
+    if how == AUTOGRAD:
+        return (_AUTOGRAD[0] if _AUTOGRAD else _autograd_module()).mhla(
+            q, k, v, mixing, grid, blocks, feature, normalize, eps, scale)
+    return _mhla(q, k, v, mixing, grid, blocks, feature, normalize, eps, scale)
 
 
 def _mhla(q, k, v, mixing, grid=None, blocks=None, feature="relu_eps", normalize="per_query",
           eps=1e-6, scale=1.0):
-    if blocks is None:  # M from the mixing matrix: not part of the key
-        p = _mhla_params(grid, blocks, mixing, feature, normalize, eps, scale, "mhla")
-    else:
-        p = _cached_params(("mhla", grid, blocks, feature, normalize, eps, scale),
-                           lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
-                                                scale, "mhla"))
+    p = _cached_params(_mhla_key(grid, blocks, mixing, feature, normalize, eps, scale),
+                       lambda: _mhla_params(grid, blocks, mixing, feature, normalize, eps,
+                                            scale, "mhla"))
     c = Call("mhla", q)
     out = c.empty(_lead3(q) + (_dim(v, 3),))
     c.launch("la_mhla_forward", p, _MHLA_ARGS, q, k, v, mixing, out)
@@ -480,15 +542,16 @@ def mhla_causal(q: Array, k: Array, v: Array, mixing: Array, chunk: int = 64,
         >>> W = torch.from_numpy(longattn.mhla_init(16, kind="uniform_causal"))
         >>> o = longattn.mhla_causal(q, k, v, W, chunk=64)
     """
-    c = _route(q, k, v, mixing)
-    if c is None and cu_seqlens is None and not _needs_autograd(q, k, v, mixing):
+    how = _how(q, k, v, mixing)
+    if how != CUSTOM_OP and cu_seqlens is None:
+        if how == AUTOGRAD:
+            return (_AUTOGRAD[0] if _AUTOGRAD else _autograd_module()).mhla_causal(
+                q, k, v, mixing, chunk, feature, normalize, eps, scale)
         return _mhla_causal(q, k, v, mixing, chunk, feature, normalize, eps, scale)
     opts = dict(chunk=chunk, feature=feature, normalize=normalize, eps=eps, scale=scale)
-    if c is not None:
-        return c.call_mhla_causal(q, k, v, mixing, cu_seqlens, **opts)
-    if cu_seqlens is not None:
-        return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
-    return _autograd("mhla_causal", _mhla_causal, opts, q, k, v, mixing)
+    if how == CUSTOM_OP:
+        return CUSTOM[0].call_mhla_causal(q, k, v, mixing, cu_seqlens, **opts)
+    return _varlen.mhla_causal(mhla_causal, q, k, v, mixing, cu_seqlens, opts)
 
 
 def _mhla_causal(q, k, v, mixing, chunk=64, feature="relu", normalize="none", eps=1e-6,

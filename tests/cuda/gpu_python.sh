@@ -8,6 +8,9 @@
 #      each in its own process (the spread between runs is the variance),
 #      LA_OVH_ALT (2) alternations of the timed paths per op, with the host
 #      time of each piece of the call (--breakdown);
+#   1b. bench/py_backward.py --device cuda (host time per fwd+bwd step at
+#      small sizes: the package against the bare C calls and torch's own
+#      autograd floor), cap LA_PYBWD_S (30; 0 skips);
 #   2. pytest, the fast tests (custom ops, fake tensors, opcheck, CUDA-graph
 #      replay of every op forward and backward, the layers on CUDA against
 #      float64 references, varlen, autograd, examples/vit_swap.py on CUDA);
@@ -60,7 +63,7 @@ LA_BUILD=$B python3 -c "import torch, longattn; from longattn import _tensor; \
 print('call path:', _tensor.fastcall_status())" 2>&1 | tail -1 | tee -a "$S"
 files=${LA_PYTEST_FILES:-"tests/python/test_py_fastcall.py tests/python/test_compile.py \
   tests/python/test_py_cuda.py tests/python/test_nn.py tests/python/test_varlen.py \
-  tests/python/test_py_backward.py"}
+  tests/python/test_py_backward.py tests/python/test_py_bwd_paths.py"}
 popts="-v -p no:cacheprovider -rfEs --durations=12"
 python3 -c "import pytest_timeout" 2> /dev/null && popts="$popts --timeout=${LA_TEST_TIMEOUT:-90}"
 xdist=0
@@ -89,6 +92,12 @@ if [ "$cap" != 0 ]; then
     say "bench/py_overhead.py --device cuda (run $run): rc=$? ($(el) s)"
     grep -v -E "Warning|_warn_once" "$OUT/py_overhead_$run.log" | tail -24 | tee -a "$S"
   done
+fi
+cap=${LA_PYBWD_S:-30}
+if [ "$cap" != 0 ]; then
+  timeout "$cap" python3 bench/py_backward.py --device cuda --calls 100 > "$OUT/py_backward.log" 2>&1
+  say "bench/py_backward.py --device cuda: rc=$? ($(el) s)"
+  grep -v -E "Warning|_warn_once" "$OUT/py_backward.log" | tail -12 | tee -a "$S"
 fi
 pytest_step pytest "${LA_PYTEST_S:-60}" "not compile_heavy" "${LA_PYTEST_N:-4}" "${LA_PYTEST_K:-}"
 # Inductor's compile workers per process: few, as several pytest processes compile at once
