@@ -97,3 +97,13 @@ def test_dist_model_table():
         doc = fh.read()
     for row in rows:
         assert row in doc, "docs/DISTRIBUTED.md lacks the model row %r" % row
+
+
+def test_library_backward_is_seen():
+    """library_ok routes a training step to the library when its op has a
+    backward: every op with an autograd Function has one."""
+    from longattn import autograd
+    from longattn.distributed._linear import library_has_backward
+    for op in autograd.FUNCTIONS:
+        assert library_has_backward(op), op
+    assert not library_has_backward("no_such_op")

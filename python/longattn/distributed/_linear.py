@@ -71,12 +71,11 @@ def causal_chunks(qt, kt, v1, S0, chunk):
 
 
 def library_has_backward(op):
-    """Whether longattn.<op> is differentiable (its autograd Function is not
-    the forward-only placeholder)."""
+    """Whether longattn.<op> is differentiable: it has an autograd Function
+    whose backward is its own (not torch.autograd.Function's, which raises)."""
     from longattn import autograd
     fn = getattr(autograd, "FUNCTIONS", {}).get(op)
-    base = getattr(autograd, "_ForwardOnly", None)
-    return fn is not None and base is not None and not issubclass(fn, base)
+    return fn is not None and getattr(fn, "backward", None) is not torch.autograd.Function.backward
 
 
 def library_ok(impl, op, *xs, need_backward=True):
