@@ -8,7 +8,9 @@
  *   ONES2    the packed pair (1.0, 1.0): 0x3f803f80 (bf16), 0x3c003c00 (fp16).
  * fp16 keeps 11 significant bits where bf16 keeps 8, but its largest finite
  * value is 65504: a value past it rounds to Inf (torch does the same), so the
- * kernels keep sums that can grow past it in fp32 or scale them (linfam_tc.cu). */
+ * kernels keep sums that can grow past it in fp32 or scale them (linfam_tc.cu).
+ * The mma helpers are ptx.cuh's la_mma_bf16 / la_mma_f16 (which the host
+ * emulators define themselves). */
 #ifndef LA_CUDA_TC16_CUH
 #define LA_CUDA_TC16_CUH
 
@@ -37,10 +39,7 @@ template <> struct la_t16<__half> {
     static constexpr bool is_f16 = true;
     static constexpr uint32_t ONES2 = 0x3c003c00u;
     static __device__ __forceinline__ void mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
-                     "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                     : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+        la_mma_f16(c, a, b0, b1);
     }
     static __device__ __forceinline__ T2 pack2(float lo, float hi) { return __floats2half2_rn(lo, hi); }
     static __device__ __forceinline__ float2 unpack2(T2 x) { return __half22float2(x); }
