@@ -85,6 +85,7 @@ static inline unsigned emu_bz() { return g_bz; }
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t emu_max(int64_t a, int64_t b) { return a > b ? a : b; }
 #include "cuda/tc16.cuh"
+#include "cuda/linfam_tc_phi.cuh"
 #define min(a, b) emu_min(a, b)
 #define max(a, b) emu_max(a, b)
 

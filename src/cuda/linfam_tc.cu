@@ -1,32 +1,27 @@
-/* The bf16 tensor-core path of the linear-family engine: non-causal, bf16
- * rows contiguous, head dims of lf_tc_dims (D, Dv ∈ {32, 64, 128}: linear
+/* The tensor-core path of the linear-family engine: non-causal, bf16 or
+ * fp16 rows contiguous, head dims of lf_tc_dims (D, Dv ∈ {32, 64, 128}: linear
  * attention, MHLA, focused flatten on materialized φ). The kernels are
- * templates on (D, Dv): the tiles keep about the bytes of the D = 128 ones
+ * templates on the 16-bit type T (tc16.cuh) and (D, Dv): the tiles keep about
+ * the bytes of the D = 128 ones
  * (more tokens per tile for smaller heads), and in the summary the warps
  * that a small S leaves over split the tokens of a tile (reduced in shared
  * memory at the end). The passes of linfam.cuh with the two products on tensor
- * cores (ldmatrix + mma.sync bf16, fp32 accumulation): φ(K)ᵀV per segment
+ * cores (ldmatrix + mma.sync bf16 / f16, fp32 accumulation): φ(K)ᵀV per segment
  * and φ(Q)·S̃ per token tile; the mix of M ≥ 2 blocks a tf32 GEMM over
- * expanded weights. φ is applied in fp32 at load time and rounded to bf16
- * for the product (the inputs are bf16 already); summaries, mixing and
- * denominators stay fp32. */
+ * expanded weights. φ is applied in fp32 at load time and rounded to T
+ * for the product (the inputs are T already); summaries, mixing and
+ * denominators stay fp32. fp16 (largest finite value 65504): S̃ is kept in
+ * fp32 by the mix and scaled per block by a power of two into fp16's range
+ * in the output pass, z̃ and the denominators stay fp32; the fp16 output
+ * rounds a result past 65504 to Inf, as torch does. */
 #include "linfam_engine.cuh"
 #include "ptx.cuh"
 #include "tc16.cuh"
+#include "linfam_tc_phi.cuh"
 
 #include <algorithm>
 
 namespace {
-
-/* 8 floats rounded to 8 values of T (bf16 or fp16) */
-template <typename T> __device__ __forceinline__ uint4 lf_pack8(const float f[8]) {
-    uint4 u;
-    typename la_t16<T>::T2 *h2 = (typename la_t16<T>::T2 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h2[i] = la_t16<T>::pack2(f[2 * i], f[2 * i + 1]);
-    return u;
-}
-
 
 /* ==== pipelined passes ======================================================
  *   summary: K and V tiles land in shared memory by cp.async, TS stages deep
@@ -95,80 +90,6 @@ __device__ __forceinline__ int64_t lf_tok(const lf_boxi &x, unsigned w) {
     if (x.flat) return x.base + w;
     const unsigned i2 = w % x.c2, r = w / x.c2, i1 = r % x.c1, i0 = r / x.c1;
     return x.base + i0 * x.s0 + i1 * x.s1 + i2;
-}
-
-/* The five feature maps of SPEC §2 in one branch-light form (x = pre·input):
- *   x ≥ 0: x + c;   x < 0: x (identity), c (relu, relu_eps, relu1), e^x (elu1)
- * with c = 0, 0, 1e-6, 1, 1. la_cu_feature's switch per element compiled to
- * ~10 instructions and a branch per value, most of the summary kernel's
- * issued instructions. The mode is uniform, so one branch per 8 values
- * remains. */
-struct lf_phimap {
-    int mode; /* 0 identity, 1 relu family, 2 elu1 */
-    float c, pre, post;
-};
-__device__ __forceinline__ lf_phimap lf_phi_of(const lf_feat &f) {
-    lf_phimap r;
-    r.pre = f.pre;
-    r.post = f.post;
-    switch (f.kind) {
-    case LA_FEATURE_RELU: r.mode = 1; r.c = 0.f; break;
-    case LA_FEATURE_RELU_EPS: r.mode = 1; r.c = 1e-6f; break;
-    case LA_FEATURE_RELU1: r.mode = 1; r.c = 1.f; break;
-    case LA_FEATURE_ELU1: r.mode = 2; r.c = 1.f; break;
-    default: r.mode = 0; r.c = 0.f; break;
-    }
-    return r;
-}
-__device__ __forceinline__ void lf_phi8(float *x, const lf_phimap &f) {
-    if (f.mode == 1) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = (la_relu_nan(x[i] * f.pre) + f.c) * f.post;
-    } else if (f.mode == 2) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float y = x[i] * f.pre;
-            x[i] = (y >= 0.f ? y + 1.f : expf(y)) * f.post;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = x[i] * f.pre * f.post;
-    }
-}
-/* The relu family with pre = post = 1 (the default feature map) directly on
- * bf16 (or fp16) pairs: max(x, 0) is exact in either type, and adding c to
- * such a value is one correctly rounded addition either way (fp16 adds keep
- * subnormals); 1 instruction per 2 values instead of ~6 per value through
- * fp32. The other maps (elu1, pre or post != 1) go through fp32. */
-__device__ __forceinline__ bool lf_phi_bf16_ok(const lf_phimap &f) {
-    return f.mode == 1 && f.pre == 1.f && f.post == 1.f;
-}
-template <typename T> __device__ __forceinline__ void lf_phi8_bf16(T *p, const lf_phimap &f) {
-    using T2 = typename la_t16<T>::T2;
-    uint4 u = *(const uint4 *)p;
-    T2 *h2 = (T2 *)&u;
-    const T2 z2 = la_t16<T>::splat(0.f), c2 = la_t16<T>::splat(f.c);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h2[i] = __hmax2_nan(h2[i], z2); /* NaN propagates (torch.relu) */
-        if (f.c != 0.f) h2[i] = __hadd2(h2[i], c2);
-    }
-    *(uint4 *)p = u;
-}
-/* φ applied in place to 8 values of T (fp32 math, rounded back to T). */
-template <typename T> __device__ __forceinline__ void lf_phi8_inplace(T *p, const lf_phimap &f) {
-    using T2 = typename la_t16<T>::T2;
-    uint4 u = *(const uint4 *)p;
-    const T2 *h2 = (const T2 *)&u;
-    float x[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 ff = la_t16<T>::unpack2(h2[i]);
-        x[2 * i] = ff.x;
-        x[2 * i + 1] = ff.y;
-    }
-    lf_phi8(x, f);
-    *(uint4 *)p = lf_pack8<T>(x);
 }
 
 /* ---- geometry of the two passes for (DK, DV) = (D, Dv) -------------------
@@ -436,8 +357,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
  * lanes, a shuffle sums them). Warp w: rows 32(w % WRO).., columns
  * CW(w / WRO)..; lane l finishes row l/2, columns (CW/2)(l%2).. of each
  * 16-row fragment through a per-warp staging tile. */
+/* the element type of S̃ in the output pass: bf16, fp32 for fp16 inputs */
+template <typename T> struct lf_pbt { using type = __nv_bfloat16; };
+template <> struct lf_pbt<__half> { using type = float; };
 template <typename T, int DK, int DV>
-__global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const void *Pb,
+__global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const typename lf_pbt<T>::type *Pb,
                                                              const float *Pz, int64_t groups,
                                                              int64_t tpc) {
     using G = lf_tcg<DK, DV>;
@@ -467,7 +391,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const vo
     const T *qb = (const T *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + c8;
 
     if constexpr (!X::is_f16) { /* S̃ (bf16) joins the first copy group */
-        const __nv_bfloat16 *src = (const __nv_bfloat16 *)Pb + ((size_t)bh * a.M + blk) * DK * DV;
+        const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
         constexpr int NCH = DK * DV / 8; /* 16-B chunks of S̃ */
 #pragma unroll
         for (int u = 0; u < (NCH + NT - 1) / NT; u++) {
@@ -500,7 +424,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const vo
      * barrier. The max meets in Zs, which fp16 does not use otherwise. */
     float sinv = 1.f;
     if constexpr (X::is_f16) {
-        const float *src = (const float *)Pb + ((size_t)bh * a.M + blk) * DK * DV;
+        const float *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
         float mx = 0.f;
         for (int e = tid; e < DK * DV / 4; e += NT) {
             const float4 x = __ldg((const float4 *)src + e);
@@ -706,7 +630,7 @@ la_status lf_tc_output(const lf_args &a, const void *Pb, const float *Pz, int64_
     LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel<T, DK, DV>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::OUT_SMEM));
     lf_tc_output_kernel<T, DK, DV><<<dim3((unsigned)(a.M * groups), (unsigned)(a.P.B * a.P.H)), NT,
-                                  G::OUT_SMEM, st>>>(a, Pb, Pz, groups, tpc);
+                                  G::OUT_SMEM, st>>>(a, (const typename lf_pbt<T>::type *)Pb, Pz, groups, tpc);
     LA_CU_LAUNCH("lf_tc_output_kernel");
     return LA_OK;
 }
