@@ -581,12 +581,15 @@ static void tc_paths(bo_list *L, la_dtype dt) {
  * stops taking fails instead of running portable): odd N, the five feature
  * maps, permuted views, MHLA 1-D (the tf32 mix at M = 70), 2-D, the three
  * normalize modes, per-head mixing; N = 32K in the long cases. dt: bf16 or
- * f16 (the same path templated on the 16-bit type). */
+ * f16 (the same path templated on the 16-bit type; f16 under the default
+ * choice, which is "tc" for these shapes while lf_f16_tc in linfam.cu is
+ * true, and the portable engine when it is set false). */
 static void tc_heads(bo_list *L, la_dtype dt) {
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const int64_t dims[4][2] = {{64, 64}, {32, 32}, {64, 128}, {128, 64}};
-    reg rs = {L, 1, "tc"}, rl = {L, 0, "tc"};
+    const char *var = dt == LA_F16 ? NULL : "tc";
+    reg rs = {L, 1, var}, rl = {L, 0, var};
     const int64_t Ns[4] = {1, 63, 65, 1000};
     int64_t g1b[1] = {65}, b1b[1] = {5}, g1e[1] = {980}, b1e[1] = {70}, g1[1] = {1000}, b1[1] = {16};
     int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, gl[1] = {32768}, bl[1] = {150};
@@ -609,14 +612,15 @@ static void tc_heads(bo_list *L, la_dtype dt) {
     }
 }
 
-/* f16 on the tensor-core path "tc" with inputs of scale 10 at N = 256K
+/* f16 on the tensor-core path "tc" (the default for f16 while lf_f16_tc in
+ * linfam.cu is true) with inputs of scale 10 at N = 256K
  * (compared in full against the CPU path): the sums S = Σ φ(k) vᵀ and
  * z = Σ φ(k) pass 65504 there, S̃ enters the fp16 product scaled per block
  * and z̃ stays fp32, while the normalized outputs stay well inside fp16
  * (per_query and released_vision only: without normalization the true
  * output itself passes 65504 at this scale); odd N at scale 10 in --small. */
 static void f16_scaled(bo_list *L) {
-    const reg rs = {L, 1, "tc"}, rl = {L, 0, "tc"};
+    const reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
     const la_dtype dt = LA_F16;
     const la_mhla_normalize PQ = LA_MHLA_NORM_PER_QUERY, RV = LA_MHLA_NORM_RELEASED_VISION;
     int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {63}, b1b[1] = {7}, g2[2] = {16, 16}, b2[2] = {4, 4};
