@@ -14,8 +14,8 @@ namespace {
 constexpr bool lf_f16_tc = true;
 
 bool lf_view_fast(const la_cu_view &x, int dt) {
-    return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
-           x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
+    return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 &&
+           x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 && x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
 
 const char *const lf_names[] = {"tc", "portable", "tc_bf16s"};
@@ -48,7 +48,7 @@ const char *lf_tc_why(const lf_problem *P, int64_t maxcnt) {
 
 la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
                     lf_kernel *kern) {
-    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 rows, no fused conv */
+    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 or fp16 rows, no fused conv */
     const bool tc = lf_tc_why(P, maxcnt) == nullptr;
     /* fp16 takes tc, never tc_bf16s (lf_f16_tc) */
     const bool b16 = tc && P->q.dt == LA_BF16 && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
