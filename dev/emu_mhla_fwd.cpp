@@ -12,6 +12,11 @@
  * ≤ 1e-2 and ≤ 2× the error of the same formula with plain bf16 roundings
  * (φ, S_b, W, S̃, z̃, numerator, denominator and output rounded to bf16, fp32
  * sums: what PyTorch computes at bf16), and no NaN may be left.
+ * The fp16 cases (run_case_f16, after each bf16 case) run variant tc on fp16
+ * inputs of scale 1 and 100 (at 100, S and z pass fp16's 65504): the fp16
+ * summary pass, the mix on the host in fp32, the fp16 output pass (S̃ scaled
+ * per block into fp16); bound ≤ 2e-3 (tol_of f16) and ≤ 2× the plain-fp16
+ * formula's error.
  * cp.async is a synchronous copy here (one legal schedule), so pipelining
  * races are not seen (compute-sanitizer racecheck on the device does).
  *   emu_mhla_fwd [CASE]   (no argument: every case) */
@@ -67,6 +72,8 @@ static void la_ldsm2t(uint32_t *r, const void *p) {
     r[1] = r4[1];
 }
 static inline void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { bt_mma(c, a, b0, b1); }
+static inline void la_mma_f16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { bt_mma_f16(c, a, b0, b1); }
+#define __ldg(p) (*(p))
 static inline void la_cp16z(void *s, const void *g, bool valid) {
     if (valid) memcpy(s, g, 16);
     else memset(s, 0, 16);
@@ -76,7 +83,11 @@ template <int P> static inline void la_cp_wait() {}
 static unsigned g_bz;
 static inline unsigned emu_bz() { return g_bz; }
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t emu_max(int64_t a, int64_t b) { return a > b ? a : b; }
+#include "cuda/tc16.cuh"
+#include "cuda/linfam_tc_phi.cuh"
 #define min(a, b) emu_min(a, b)
+#define max(a, b) emu_max(a, b)
 
 namespace {
 #include "kern_tc.inc"
@@ -85,6 +96,7 @@ namespace {
 #include "kern_b16.inc"
 }  // namespace
 #undef min
+#undef max
 
 namespace {
 
@@ -181,12 +193,12 @@ template <int DK> bool run_case(const mcase &c) {
     float *pz = Pz.data();
     const int64_t Mp = x.Mp, Kp = x.Kp;
     launch3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)x.hw, 1, 0, [&] { lfb_wprep_kernel(a, wx, Mp, Kp); });
-    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<DK, DK, true>(a); });
+    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__nv_bfloat16, DK, DK, true>(a); });
     launch3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH, lfb_smem(a.K, Kp),
             [&] { lfb_mix_kernel(a, wx, Mp, Kp, x.hw > 1, XNZ, pb, pz); });
     const int64_t groups = x.groups, tpc = x.tpc;
     launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
-            [&] { lf_tc_output_kernel<DK, DK>(a, pb, pz, groups, tpc); });
+            [&] { lf_tc_output_kernel<__nv_bfloat16, DK, DK>(a, pb, pz, groups, tpc); });
 
     /* float64 reference and the plain-bf16 formula */
     std::vector<int64_t> blk(N);
@@ -265,6 +277,174 @@ template <int DK> bool run_case(const mcase &c) {
     return ok;
 }
 
+float rh(float x) { return __half2float(__float2half_rn(x)); } /* round to fp16 */
+float h2f(uint16_t u) {
+    __half_raw r;
+    r.x = u;
+    return __half2float(__half(r));
+}
+uint16_t f2h(float x) {
+    const __half h = __float2half_rn(x);
+    return ((const __half_raw &)h).x;
+}
+
+/* fp16 on variant tc (linfam_tc.cu's lf_run_tc plan at 132 SMs): the fp16
+ * summary pass (fp32 partials), the mix in fp32 on the host (the device mix
+ * kernels only change their store type for fp16), the fp16 output pass with
+ * its per-block power-of-two scaling of S̃; inputs uniform in [-scale, scale). */
+template <int DK> bool run_case_f16(const mcase &c, float scale) {
+    const int64_t B = c.B, H = c.H, D = DK, DD = D * D;
+    int64_t n[3] = {1, 1, 1}, g[3] = {1, 1, 1};
+    for (int a = 0; a < c.nd; a++) {
+        n[3 - c.nd + a] = c.grid[a];
+        g[3 - c.nd + a] = c.blocks[a];
+    }
+    const int64_t N = n[0] * n[1] * n[2], M = g[0] * g[1] * g[2], hw = c.per_head ? H : 1;
+    const size_t nel = (size_t)(B * N * H * D);
+    std::vector<uint16_t> q(nel), k(nel), v(nel), o(nel, 0xffffu);
+    for (auto &x : q) x = f2h(scale * ur());
+    for (auto &x : k) x = f2h(scale * ur());
+    for (auto &x : v) x = f2h(scale * ur());
+    std::vector<float> W(hw * M * M);
+    for (auto &x : W) x = c.norm == LF_NORM_PER_QUERY ? 0.05f + 0.5f * (ur() + 1.f) : ur();
+    int64_t nb[4] = {N * H * D, H * D, D, 1};
+    if (c.perm) nb[1] = D, nb[2] = N * D;
+    auto at = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return b * nb[0] + t * nb[1] + h * nb[2] + d; };
+    const float sq = 0.7f;
+
+    lf_problem P = {};
+    P.B = B; P.N = N; P.H = H; P.D = D; P.Dv = D;
+    auto view = [&](const void *p) {
+        la_cu_view x;
+        x.data = p;
+        x.dt = LA_F16;
+        for (int i = 0; i < 4; i++) x.nb[i] = nb[i];
+        return x;
+    };
+    P.q = view(q.data()); P.k = view(k.data()); P.v = view(v.data()); P.out = view(o.data());
+    P.fq = {c.feat, 1.f, sq, 0.f, nullptr, nullptr, nullptr};
+    P.fk = {c.feat, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    for (int a = 0; a < 3; a++) P.n[a] = n[a], P.g[a] = g[a];
+    P.use_w = 1;
+    P.W.data = W.data();
+    P.W.dt = LA_F32;
+    P.W.nb[0] = c.per_head ? M * M : 0;
+    P.W.nb[1] = M;
+    P.W.nb[2] = 1;
+    P.W.nb[3] = 0;
+    P.norm = c.norm;
+    P.eps = 1e-6f;
+    P.den_scale = 1.f;
+
+    using G = lf_tcg<DK, DK>;
+    lf_args a = lf_args_of(&P);
+    const int64_t BH = B * H, slots = 264;
+    {
+        const int64_t segs = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
+        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), G::FT) * G::FT);
+        a.segs = la_cu_cdiv(a.maxcnt, a.seg);
+    }
+    a.K = a.M * a.segs;
+    a.L = DD + D;
+    const int64_t tpb = la_cu_cdiv(a.maxcnt, G::FO);
+    const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
+                                                       2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
+    const int64_t groups = la_cu_cdiv(tpb, tpc);
+    std::vector<float> part(BH * a.K * a.L, NAN), pb(BH * M * DD, NAN), pz(BH * M * D, NAN);
+    a.sum = part.data();
+    a.mix = nullptr;
+    a.r = nullptr;
+    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__half, DK, DK>(a); });
+    for (int64_t bh = 0; bh < BH; bh++) /* the mix: S̃_i = Σ_kk W[i, kk/segs] partial_kk, fp32 */
+        for (int64_t i = 0; i < M; i++)
+            for (int64_t l = 0; l < a.L; l++) {
+                float acc = 0.f;
+                for (int64_t kk = 0; kk < a.K; kk++)
+                    acc += W[(c.per_head ? bh % H : 0) * M * M + i * M + kk / a.segs] * part[(bh * a.K + kk) * a.L + l];
+                if (l < DD) pb[(bh * M + i) * DD + l] = acc;
+                else pz[(bh * M + i) * D + l - DD] = acc;
+            }
+    launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
+            [&] { lf_tc_output_kernel<__half, DK, DK>(a, pb.data(), pz.data(), groups, tpc); });
+
+    /* float64 reference and the plain-fp16 formula */
+    std::vector<int64_t> blk(N);
+    for (int64_t t = 0; t < N; t++) {
+        const int64_t c2 = t % n[2], c1 = (t / n[2]) % n[1], c0 = t / (n[1] * n[2]);
+        blk[t] = ((c0 * g[0] / n[0]) * g[1] + c1 * g[1] / n[1]) * g[2] + c2 * g[2] / n[2];
+    }
+    double emax = 0, pmax = 0, rmax = 0;
+    size_t bad = 0, pbad = 0; /* pbad: the plain-fp16 formula overflows (Inf / NaN) */
+    std::vector<double> S(M * (DD + D)), A(M * (DD + D));
+    std::vector<float> Sf(M * (DD + D)), Af(M * (DD + D));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            std::fill(S.begin(), S.end(), 0.0);
+            std::fill(Sf.begin(), Sf.end(), 0.f);
+            for (int64_t t = 0; t < N; t++) {
+                double *s = &S[blk[t] * (DD + D)];
+                float *sf = &Sf[blk[t] * (DD + D)];
+                for (int64_t d = 0; d < D; d++) {
+                    const double kd = phi(c.feat, h2f(k[at(b, t, h, d)]));
+                    const float kf = rh((float)kd);
+                    for (int64_t e = 0; e < D; e++) {
+                        const float ve = h2f(v[at(b, t, h, e)]);
+                        s[d * D + e] += kd * ve;
+                        sf[d * D + e] += kf * ve;
+                    }
+                    s[DD + d] += kd;
+                    sf[DD + d] += kf;
+                }
+            }
+            for (auto &y : Sf) y = rh(y);
+            const float *Wh = &W[(c.per_head ? h : 0) * M * M];
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t l = 0; l < DD + D; l++) {
+                    double acc = 0;
+                    float accf = 0;
+                    for (int64_t j = 0; j < M; j++) {
+                        acc += (double)Wh[i * M + j] * S[j * (DD + D) + l];
+                        accf += rh(Wh[i * M + j]) * Sf[j * (DD + D) + l];
+                    }
+                    A[i * (DD + D) + l] = acc;
+                    Af[i * (DD + D) + l] = rh(accf);
+                }
+            for (int64_t t = 0; t < N; t++) {
+                const double *ai = &A[blk[t] * (DD + D)];
+                const float *af = &Af[blk[t] * (DD + D)];
+                std::vector<double> qd(D);
+                std::vector<float> qf(D);
+                for (int64_t d = 0; d < D; d++) {
+                    qd[d] = phi(c.feat, h2f(q[at(b, t, h, d)])) * sq;
+                    qf[d] = rh((float)qd[d]);
+                }
+                double den = 0;
+                float denf = 0;
+                for (int64_t d = 0; d < D; d++) den += qd[d] * ai[DD + d], denf += qf[d] * af[DD + d];
+                denf = rh(rh(denf) + P.eps);
+                for (int64_t e = 0; e < D; e++) {
+                    double num = 0;
+                    float numf = 0;
+                    for (int64_t d = 0; d < D; d++) num += qd[d] * ai[d * D + e], numf += qf[d] * af[d * D + e];
+                    const double ref = c.norm == LF_NORM_PER_QUERY ? num / (den + P.eps) : num;
+                    const float pf = c.norm == LF_NORM_PER_QUERY ? rh(rh(numf) / denf) : rh(numf);
+                    const double got = h2f(o[at(b, t, h, e)]);
+                    if (!std::isfinite(got)) bad++;
+                    rmax = std::max(rmax, std::fabs(ref));
+                    emax = std::max(emax, std::fabs(got - ref));
+                    if (std::isfinite(pf)) pmax = std::max(pmax, std::fabs((double)pf - ref));
+                    else pbad++;
+                }
+            }
+        }
+    const double rel = emax / std::max(rmax, 1e-30), prel = pmax / std::max(rmax, 1e-30);
+    const bool ok = bad == 0 && rel <= 2e-3 && (pbad > 0 || rel <= 2 * prel);
+    printf("%-4s f16 x%-4g %-44s M%-4lld K%-4lld segs %lld  rel %.2e  f16 formula %.2e  ratio %.2f%s\n", ok ? "ok" : "FAIL",
+           scale, c.name, (long long)M, (long long)a.K, (long long)a.segs, rel, prel, rel / std::max(prel, 1e-30),
+           bad ? "  (non-finite left)" : pbad ? "  (the plain-fp16 formula overflows)" : "");
+    return ok;
+}
+
 }  // namespace
 
 int main(int argc, char **argv) {
@@ -288,6 +468,12 @@ int main(int argc, char **argv) {
         const bool ok = cs[i].D == 128 ? run_case<128>(cs[i]) : run_case<64>(cs[i]);
         fails += !ok;
         ran++;
+        for (float sc : {1.f, 100.f}) { /* fp16 on variant tc; scale 100: S, z past 65504 */
+            if (cs[i].norm != LF_NORM_PER_QUERY && sc > 1.f) continue; /* true output past 65504 */
+            const bool okh = cs[i].D == 128 ? run_case_f16<128>(cs[i], sc) : run_case_f16<64>(cs[i], sc);
+            fails += !okh;
+            ran++;
+        }
     }
     printf("%d passed, %d failed\n", ran - fails, fails);
     return fails ? 1 : 0;

@@ -1,5 +1,6 @@
 #!/bin/bash
-# Host emulation of MHLA variant tc_bf16s (no GPU needed): cuts the kernel
+# Host emulation of MHLA variant tc_bf16s and of the fp16 instantiation of
+# variant tc (no GPU needed): cuts the kernel
 # text out of src/cuda/linfam_tc.cu (the summary and output kernels) and
 # src/cuda/linfam_tc_bf16s.cu (weights, mixing GEMM, the launch plan),
 # compiles it with dev/emu_mhla_fwd.cpp (g++ -std=c++20, CUDA headers only;

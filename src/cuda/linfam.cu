@@ -6,9 +6,16 @@
 
 namespace {
 
-bool lf_view_fast(const la_cu_view &x) {
-    return x.dt == LA_BF16 && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
-           x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
+/* fp16 inputs on the tensor-core path `tc` (fp16 products, fp32 partials,
+ * S̃ scaled into fp16's range per block, fp32 denominators; linfam_tc.cu);
+ * false sends them to the portable fp32 engine. Never tc_bf16s: its bf16
+ * summaries and mixing GEMM would hold S in 16 bits, which overflows fp16
+ * past 65504. */
+constexpr bool lf_f16_tc = true;
+
+bool lf_view_fast(const la_cu_view &x, int dt) {
+    return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 &&
+           x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 && x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
 
 const char *const lf_names[] = {"tc", "portable", "tc_bf16s"};
@@ -28,8 +35,11 @@ const char *lf_tc_why(const lf_problem *P, int64_t maxcnt) {
     if (!lf_tc_dims(P->D, P->Dv)) return "head dims: D = Dv in {32, 64, 128} or (64, 128), (128, 64)";
     if (P->conv.data || P->fq.kind == LF_FEAT_FLATTEN || P->fk.kind == LF_FEAT_FLATTEN)
         return "flatten features or conv fused";
-    if (!lf_view_fast(P->q) || !lf_view_fast(P->k) || !lf_view_fast(P->v) || !lf_view_fast(P->out))
-        return "not bf16 rows with unit inner stride, 16-B aligned";
+    const int dt = P->q.dt;
+    if (!lf_view_fast(P->q, dt) || !lf_view_fast(P->k, dt) || !lf_view_fast(P->v, dt) ||
+        !lf_view_fast(P->out, dt))
+        return lf_f16_tc ? "not bf16 or fp16 rows (one dtype) with unit inner stride, 16-B aligned"
+                         : "not bf16 rows with unit inner stride, 16-B aligned";
     if (maxcnt >= INT32_MAX) return "block of 2^31 tokens or more";
     return nullptr;
 }
@@ -38,9 +48,10 @@ const char *lf_tc_why(const lf_problem *P, int64_t maxcnt) {
 
 la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, const char *forced,
                     lf_kernel *kern) {
-    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 rows, no fused conv */
+    /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 or fp16 rows, no fused conv */
     const bool tc = lf_tc_why(P, maxcnt) == nullptr;
-    const bool b16 = tc && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
+    /* fp16 takes tc, never tc_bf16s (lf_f16_tc) */
+    const bool b16 = tc && P->q.dt == LA_BF16 && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
     if (!forced) {
         *kern = !tc ? LF_PORTABLE : b16 && lf_bf16s_default ? LF_TC_BF16S : LF_TC;
         return LA_OK;
@@ -49,10 +60,12 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
     if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable, tc_bf16s");
     if ((i == LF_TC || i == LF_TC_BF16S) && !tc)
         return la_cu_variant_unsupported(family, forced,
-                                         "non-causal, bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                                         "non-causal, bf16 (fp16: tc only), D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
                                          "(128, 64), rows contiguous");
     if (i == LF_TC_BF16S && !b16)
-        return la_cu_variant_unsupported(family, forced, lf_tc_bf16s_why(P, lf_blocks(P)));
+        return la_cu_variant_unsupported(family, forced,
+                                         P->q.dt != LA_BF16 ? "bf16 inputs only (fp16 S would overflow)"
+                                                            : lf_tc_bf16s_why(P, lf_blocks(P)));
     *kern = (lf_kernel)i;
     return LA_OK;
 }
@@ -65,7 +78,7 @@ la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
     const char *why = kern == LF_PORTABLE && !forced ? lf_tc_why(P, a.maxcnt) : nullptr;
     /* an MHLA problem the bf16-summary variant does not take: say why */
     const char *why16 = kern == LF_TC && !forced && lf_bf16s_default && P->use_w
-                            ? lf_tc_bf16s_why(P, a.M) : nullptr;
+                            ? (P->q.dt != LA_BF16 ? "fp16 inputs" : lf_tc_bf16s_why(P, a.M)) : nullptr;
     la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d%s%s%s%s",
                  (long long)P->B, (long long)P->N, (long long)P->H, (long long)P->D,
                  (long long)P->Dv, (long long)a.M, P->chunk > 0, why ? "; no tensor-core path: " : "",

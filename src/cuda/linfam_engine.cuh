@@ -55,10 +55,11 @@ static inline lf_args lf_args_of(const lf_problem *P) {
 la_status lf_run_portable(lf_args &a, cudaStream_t st);
 la_status lf_run_tc(lf_args &a, cudaStream_t st);
 /* The tensor-core path's mix pass (linfam_tc_mix.cu): partials a.sum into S̃
- * (bf16 Pb) and z̃ (fp32 Pz); M ≥ 2 through the expanded weights Wx
- * [hw][Mp][Kp] (Mp, Kp: M, K rounded up to LF_GM, LF_GK). */
+ * (Pb: bf16, or fp32 when pb_f32, the fp16 inputs' path) and z̃ (fp32 Pz);
+ * M ≥ 2 through the expanded weights Wx [hw][Mp][Kp] (Mp, Kp: M, K rounded
+ * up to LF_GM, LF_GK). */
 constexpr int LF_GM = 64, LF_GK = 32;
-la_status lf_tc_mix(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
+la_status lf_tc_mix(const lf_args &a, void *Pb, bool pb_f32, float *Pz, float *Wx, int64_t Mp,
                     int64_t Kp, int64_t hw, cudaStream_t st);
 /* Variant tc_bf16s (linfam_tc_bf16s.cu): bf16 summaries straight out of the
  * summary pass, the mixing as one bf16 tensor-core GEMM per head, the

@@ -1,30 +1,27 @@
-/* The bf16 tensor-core path of the linear-family engine: non-causal, bf16
- * rows contiguous, head dims of lf_tc_dims (D, Dv ∈ {32, 64, 128}: linear
+/* The tensor-core path of the linear-family engine: non-causal, bf16 or
+ * fp16 rows contiguous, head dims of lf_tc_dims (D, Dv ∈ {32, 64, 128}: linear
  * attention, MHLA, focused flatten on materialized φ). The kernels are
- * templates on (D, Dv): the tiles keep about the bytes of the D = 128 ones
+ * templates on the 16-bit type T (tc16.cuh) and (D, Dv): the tiles keep about
+ * the bytes of the D = 128 ones
  * (more tokens per tile for smaller heads), and in the summary the warps
  * that a small S leaves over split the tokens of a tile (reduced in shared
  * memory at the end). The passes of linfam.cuh with the two products on tensor
- * cores (ldmatrix + mma.sync bf16, fp32 accumulation): φ(K)ᵀV per segment
+ * cores (ldmatrix + mma.sync bf16 / f16, fp32 accumulation): φ(K)ᵀV per segment
  * and φ(Q)·S̃ per token tile; the mix of M ≥ 2 blocks a tf32 GEMM over
- * expanded weights. φ is applied in fp32 at load time and rounded to bf16
- * for the product (the inputs are bf16 already); summaries, mixing and
- * denominators stay fp32. */
+ * expanded weights. φ is applied in fp32 at load time and rounded to T
+ * for the product (the inputs are T already); summaries, mixing and
+ * denominators stay fp32. fp16 (largest finite value 65504): S̃ is kept in
+ * fp32 by the mix and scaled per block by a power of two into fp16's range
+ * in the output pass, z̃ and the denominators stay fp32; the fp16 output
+ * rounds a result past 65504 to Inf, as torch does. */
 #include "linfam_engine.cuh"
 #include "ptx.cuh"
+#include "tc16.cuh"
+#include "linfam_tc_phi.cuh"
 
 #include <algorithm>
 
 namespace {
-
-__device__ __forceinline__ uint4 lf_pack8(const float f[8]) {
-    uint4 u;
-    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
-    return u;
-}
-
 
 /* ==== pipelined passes ======================================================
  *   summary: K and V tiles land in shared memory by cp.async, TS stages deep
@@ -95,77 +92,6 @@ __device__ __forceinline__ int64_t lf_tok(const lf_boxi &x, unsigned w) {
     return x.base + i0 * x.s0 + i1 * x.s1 + i2;
 }
 
-/* The five feature maps of SPEC §2 in one branch-light form (x = pre·input):
- *   x ≥ 0: x + c;   x < 0: x (identity), c (relu, relu_eps, relu1), e^x (elu1)
- * with c = 0, 0, 1e-6, 1, 1. la_cu_feature's switch per element compiled to
- * ~10 instructions and a branch per value, most of the summary kernel's
- * issued instructions. The mode is uniform, so one branch per 8 values
- * remains. */
-struct lf_phimap {
-    int mode; /* 0 identity, 1 relu family, 2 elu1 */
-    float c, pre, post;
-};
-__device__ __forceinline__ lf_phimap lf_phi_of(const lf_feat &f) {
-    lf_phimap r;
-    r.pre = f.pre;
-    r.post = f.post;
-    switch (f.kind) {
-    case LA_FEATURE_RELU: r.mode = 1; r.c = 0.f; break;
-    case LA_FEATURE_RELU_EPS: r.mode = 1; r.c = 1e-6f; break;
-    case LA_FEATURE_RELU1: r.mode = 1; r.c = 1.f; break;
-    case LA_FEATURE_ELU1: r.mode = 2; r.c = 1.f; break;
-    default: r.mode = 0; r.c = 0.f; break;
-    }
-    return r;
-}
-__device__ __forceinline__ void lf_phi8(float *x, const lf_phimap &f) {
-    if (f.mode == 1) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = (la_relu_nan(x[i] * f.pre) + f.c) * f.post;
-    } else if (f.mode == 2) {
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            const float y = x[i] * f.pre;
-            x[i] = (y >= 0.f ? y + 1.f : expf(y)) * f.post;
-        }
-    } else {
-#pragma unroll
-        for (int i = 0; i < 8; i++) x[i] = x[i] * f.pre * f.post;
-    }
-}
-/* The relu family with pre = post = 1 (the default feature map) directly on
- * bf16 pairs: max(x, 0) is exact in bf16, and adding c to a bf16 value is one
- * correctly rounded addition either way; 1 instruction per 2 values instead
- * of ~6 per value through fp32. */
-__device__ __forceinline__ bool lf_phi_bf16_ok(const lf_phimap &f) {
-    return f.mode == 1 && f.pre == 1.f && f.post == 1.f;
-}
-__device__ __forceinline__ void lf_phi8_bf16(__nv_bfloat16 *p, const lf_phimap &f) {
-    uint4 u = *(const uint4 *)p;
-    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
-    const __nv_bfloat162 z2 = __float2bfloat162_rn(0.f), c2 = __float2bfloat162_rn(f.c);
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        h2[i] = __hmax2_nan(h2[i], z2); /* NaN propagates (torch.relu) */
-        if (f.c != 0.f) h2[i] = __hadd2(h2[i], c2);
-    }
-    *(uint4 *)p = u;
-}
-/* φ applied in place to 8 bf16 values (fp32 math, rounded back to bf16). */
-__device__ __forceinline__ void lf_phi8_inplace(__nv_bfloat16 *p, const lf_phimap &f) {
-    uint4 u = *(const uint4 *)p;
-    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
-    float x[8];
-#pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 ff = __bfloat1622float2(h2[i]);
-        x[2 * i] = ff.x;
-        x[2 * i + 1] = ff.y;
-    }
-    lf_phi8(x, f);
-    *(uint4 *)p = lf_pack8(x);
-}
-
 /* ---- geometry of the two passes for (DK, DV) = (D, Dv) -------------------
  * summary: tiles of FT tokens (64 at a head dim of 128, else 128); S (DK×DV)
  *   is cut into WR × WC warp tiles of 32 rows × 8·NJ columns (2×NJ
@@ -213,13 +139,15 @@ template <int DK, int DV> struct lf_tcg {
  * (bf16 *)a.sum [BH][K][DK·DV] (the rows of the mixing GEMM's B operand) and
  * z in fp32 at a.mix [BH][K][DK]; BF = false writes the fp32 partials
  * [BH][K][L] of the tf32 mix (the same code as before the flag). */
-template <int DK, int DV, bool BF = false>
+template <typename T, int DK, int DV, bool BF = false>
 __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     using G = lf_tcg<DK, DV>;
+    using X = la_t16<T>;
+    static_assert(!BF || !X::is_f16, "bf16 summaries: bf16 inputs only");
     constexpr int FT = G::FT, LK = G::LK, LV = G::LV, WK = G::WK, NZ = WK == 1 && G::WC == 2 ? 1 : 2;
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
-    __nv_bfloat16 *sm = (__nv_bfloat16 *)lf_tc_sm;
+    T *sm = (T *)lf_tc_sm;
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int64_t kseg = blockIdx.x, blk = kseg / a.segs, s = kseg % a.segs;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -231,8 +159,8 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     const int nt = (int)((w1 - w0 + FT - 1) / FT);
     const int ck = (tid % G::CK) * 8, rk = tid / G::CK;
     const int cv = (tid % G::CV) * 8, rv = tid / G::CV;
-    const __nv_bfloat16 *kb = (const __nv_bfloat16 *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + ck;
-    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + cv;
+    const T *kb = (const T *)P.k.data + b * P.k.nb[0] + h * P.k.nb[2] + ck;
+    const T *vb = (const T *)P.v.data + b * P.v.nb[0] + h * P.v.nb[2] + cv;
 
     /* row r of tile t: its token in tk, false past the segment (tk = 0) */
     auto token = [&](int t, int r, int64_t &tk) {
@@ -243,7 +171,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
     };
     auto issue = [&](int t) { /* tile t into stage t % TS; always one group */
         if (t < nt) {
-            __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
+            T *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
             int64_t tk;
             if constexpr (WK == 1) { /* D = Dv = 128: one token lookup for a K and a V row */
 #pragma unroll
@@ -291,7 +219,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 
     /* ldmatrix: lane l gives the address of row l % 8 of matrix l / 8 */
     const int lr = lane % 8, lm = lane / 8;
-    const uint32_t ONES2 = 0x3f803f80u; /* two bf16 1.0: the B operand of z = φ(K)ᵀ·1 */
+    const uint32_t ONES2 = X::ONES2; /* two 1.0 of T: the B operand of z = φ(K)ᵀ·1 */
     const bool phi_id = P.fk.kind == LA_FEATURE_IDENTITY && P.fk.pre == 1.f && P.fk.post == 1.f;
     const lf_phimap phk = lf_phi_of(P.fk);
     /* `true &&`: the form the validated kernel was compiled from (a plain
@@ -300,14 +228,14 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t have landed */
-        __nv_bfloat16 *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
+        T *Ks = sm + (t % TS) * G::STAGE, *Vs = Ks + FT * LK;
 #pragma unroll
         for (int u = 0; u < G::UK; u++) {
             const int r = rk + (NT / G::CK) * u;
-            __nv_bfloat16 *p = &Ks[r * LK + ck];
+            T *p = &Ks[r * LK + ck];
             if (w0 + (int64_t)t * FT + r >= w1) *(uint4 *)p = make_uint4(0, 0, 0, 0);
             else if (phk_bf16) lf_phi8_bf16(p, phk);
-            else if (!phi_id) lf_phi8_inplace(p, phk);
+            else if (!phi_id) lf_phi8_inplace<T>(p, phk);
         }
         __syncthreads(); /* tile t complete; every warp is done with tile t-1 */
         issue(t + TS - 1); /* into the stage of tile t-1 */
@@ -320,12 +248,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             for (int i = 0; i < 2; i++)
                 la_ldsm4t(af[i], &Ks[(kk + lr + 8 * (lm >> 1)) * LK + rb + 16 * i + 8 * (lm & 1)]);
             if (G::WC == 1) {
-                la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
-                la_mma_bf16(raccz[NZ - 1], af[1], ONES2, ONES2);
+                X::mma(raccz[0], af[0], ONES2, ONES2);
+                X::mma(raccz[NZ - 1], af[1], ONES2, ONES2);
             } else if (wc == 0) {
-                la_mma_bf16(raccz[0], af[0], ONES2, ONES2);
+                X::mma(raccz[0], af[0], ONES2, ONES2);
             } else {
-                la_mma_bf16(raccz[NZ - 1], af[1], ONES2, ONES2);
+                X::mma(raccz[NZ - 1], af[1], ONES2, ONES2);
             }
 #pragma unroll
             for (int jp = 0; jp < G::NJ / 2; jp++) {
@@ -335,8 +263,8 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 la_ldsm4t(bf, &Vs[(kk + lr + 8 * (lm & 1)) * LV + cb + 16 * jp + 8 * (lm >> 1)]);
 #pragma unroll
                 for (int i = 0; i < 2; i++) {
-                    la_mma_bf16(racc[i][2 * jp], af[i], bf[0], bf[1]);
-                    la_mma_bf16(racc[i][2 * jp + 1], af[i], bf[2], bf[3]);
+                    X::mma(racc[i][2 * jp], af[i], bf[0], bf[1]);
+                    X::mma(racc[i][2 * jp + 1], af[i], bf[2], bf[3]);
                 }
             }
         }
@@ -429,19 +357,24 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
  * lanes, a shuffle sums them). Warp w: rows 32(w % WRO).., columns
  * CW(w / WRO)..; lane l finishes row l/2, columns (CW/2)(l%2).. of each
  * 16-row fragment through a per-warp staging tile. */
-template <int DK, int DV>
-__global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __nv_bfloat16 *Pb,
+/* the element type of S̃ in the output pass: bf16, fp32 for fp16 inputs */
+template <typename T> struct lf_pbt { using type = __nv_bfloat16; };
+template <> struct lf_pbt<__half> { using type = float; };
+template <typename T, int DK, int DV>
+__global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const typename lf_pbt<T>::type *Pb,
                                                              const float *Pz, int64_t groups,
                                                              int64_t tpc) {
     using G = lf_tcg<DK, DV>;
+    using X = la_t16<T>;
+    using T2 = typename X::T2;
     constexpr int FO = G::FO, LK = G::LK, LV = G::LV, CK = G::CK, NJ = G::NJO;
     const lf_problem &P = a.P;
     extern __shared__ __align__(128) unsigned char lf_tc_sm[];
-    __nv_bfloat16 *Ss = (__nv_bfloat16 *)lf_tc_sm;      /* [DK][LV]       */
-    __nv_bfloat16 *Qst = Ss + DK * LV;                    /* TS × [FO][LK]  */
+    T *Ss = (T *)lf_tc_sm;                                /* [DK][LV]       */
+    T *Qst = Ss + DK * LV;                                /* TS × [FO][LK]  */
     float *stgs = (float *)(Qst + TS * FO * LK);          /* 8 × [16][SLD] bf16 */
     float *dens = stgs + 8 * G::STG / 2;                  /* TS × [FO]      */
-    __nv_bfloat16 *Zs = (__nv_bfloat16 *)(dens + TS * FO); /* [DK][8]: hi(z̃), lo(z̃), 0… */
+    T *Zs = (T *)(dens + TS * FO);                        /* [DK][8]: hi(z̃), lo(z̃), 0… */
 
     const int64_t bh = blockIdx.y, b = bh / P.H, h = bh % P.H;
     const int64_t blk = blockIdx.x / groups, g = blockIdx.x % groups;
@@ -455,9 +388,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     const int64_t wend = min(total, wbeg + tpc * FO);
     const int nt = (int)((wend - wbeg + FO - 1) / FO);
     const int c8 = (tid % CK) * 8, r0 = tid / CK;
-    const __nv_bfloat16 *qb = (const __nv_bfloat16 *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + c8;
+    const T *qb = (const T *)P.q.data + b * P.q.nb[0] + h * P.q.nb[2] + c8;
 
-    {   /* S̃ joins the first copy group */
+    if constexpr (!X::is_f16) { /* S̃ (bf16) joins the first copy group */
         const __nv_bfloat16 *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
         constexpr int NCH = DK * DV / 8; /* 16-B chunks of S̃ */
 #pragma unroll
@@ -468,7 +401,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     }
     auto issue = [&](int t) {
         if (t < nt) {
-            __nv_bfloat16 *Qs = Qst + (t % TS) * FO * LK;
+            T *Qs = Qst + (t % TS) * FO * LK;
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) {
                 const int r = r0 + (NT / CK) * u;
@@ -482,6 +415,46 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     };
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
+
+    /* fp16: S̃ is a sum over up to N tokens and can pass 65504, so Pb holds
+     * it in fp32 and it enters the product scaled by a power of two, 2^sh,
+     * that puts its largest magnitude in [2^14, 2^15) (exact; undone in fp32
+     * on the output, sinv). A NaN in S̃ is kept (fmaxf skips it), an Inf
+     * leaves the scale at 1. Plain stores: visible after the loop's first
+     * barrier. The max meets in Zs, which fp16 does not use otherwise. */
+    float sinv = 1.f;
+    if constexpr (X::is_f16) {
+        const float *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
+        float mx = 0.f;
+        for (int e = tid; e < DK * DV / 4; e += NT) {
+            const float4 x = __ldg((const float4 *)src + e);
+            mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        float *red = (float *)Zs;
+        if (lane == 0) red[warp] = mx;
+        __syncthreads();
+        mx = red[0];
+#pragma unroll
+        for (int w = 1; w < NT / 32; w++) mx = fmaxf(mx, red[w]);
+        float sc = 1.f;
+        if (mx > 0.f && mx <= 3.402823466e38f) {
+            int ex;
+            (void)frexpf(mx, &ex); /* mx = m·2^ex, m ∈ [0.5, 1) */
+            const int sh = min(126, max(-126, 15 - ex));
+            sc = ldexpf(1.f, sh);
+            sinv = ldexpf(1.f, -sh);
+        }
+        for (int e = tid; e < DK * DV / 8; e += NT) {
+            const int r = e / (DV / 8), c = (e % (DV / 8)) * 8;
+            const float4 x0 = __ldg((const float4 *)(src + r * DV + c));
+            const float4 x1 = __ldg((const float4 *)(src + r * DV + c + 4));
+            const float f[8] = {x0.x * sc, x0.y * sc, x0.z * sc, x0.w * sc,
+                                x1.x * sc, x1.y * sc, x1.z * sc, x1.w * sc};
+            *(uint4 *)&Ss[r * LV + c] = lf_pack8<T>(f);
+        }
+    }
 
     const bool phi_id = P.fq.kind == LA_FEATURE_IDENTITY && P.fq.pre == 1.f && P.fq.post == 1.f;
     const lf_phimap phq = lf_phi_of(P.fq);
@@ -499,8 +472,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
      * n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
      * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
      * after the first barrier of the loop. */
-    const bool mma_den = true && per_query;
-    if (mma_den && tid < DK) {
+    /* fp16: z̃ (a sum over up to N tokens) stays fp32: the denominators on CUDA cores */
+    const bool mma_den = !X::is_f16 && per_query;
+    if constexpr (!X::is_f16) if (mma_den && tid < DK) {
         const float zv = Pz[((size_t)bh * a.M + blk) * DK + tid];
         const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
         const __nv_bfloat16 lo = __float2bfloat16_rn(zv - __bfloat162float(hi));
@@ -513,11 +487,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
     }
     const int rw = 32 * (warp % G::WRO), cw = G::CW * (warp / G::WRO), half = lane % 2;
     float *stgw = stgs + warp * (G::STG / 2); /* this warp's staging tile */
-    __nv_bfloat16 *out = (__nv_bfloat16 *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
+    T *out = (T *)P.out.data + b * P.out.nb[0] + h * P.out.nb[2];
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS - 2>(); /* this thread's copies of tile t (and of S̃) have landed */
-        __nv_bfloat16 *Qs = Qst + (t % TS) * FO * LK;
+        T *Qs = Qst + (t % TS) * FO * LK;
         float *den = dens + (t % TS) * FO; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FO;
         if (phq_bf16) {
@@ -527,19 +501,19 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) {
                 const int r = r0 + (NT / CK) * u;
-                __nv_bfloat16 *p = &Qs[r * LK + c8];
+                T *p = &Qs[r * LK + c8];
                 uint4 uq = *(const uint4 *)p;
-                const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&uq;
+                const T2 *h2 = (const T2 *)&uq;
                 float x[8];
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
-                    const float2 ff = __bfloat1622float2(h2[i]);
+                    const float2 ff = X::unpack2(h2[i]);
                     x[2 * i] = ff.x;
                     x[2 * i + 1] = ff.y;
                 }
                 if (!phi_id) {
                     lf_phi8(x, phq);
-                    *(uint4 *)p = lf_pack8(x);
+                    *(uint4 *)p = lf_pack8<T>(x);
                 }
                 if (per_query && !mma_den) {
                     float d = 0.f;
@@ -587,20 +561,20 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
             for (int i = 0; i < 2; i++)
 #pragma unroll
                 for (int jp = 0; jp < NJ / 2; jp++) {
-                    la_mma_bf16(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
-                    la_mma_bf16(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
+                    X::mma(acc[i][2 * jp], af[i], bf[jp][0], bf[jp][1]);
+                    X::mma(acc[i][2 * jp + 1], af[i], bf[jp][2], bf[jp][3]);
                 }
             if (mma_den) { /* rows kk + [0,16) of Zs: lanes 0-15 give the addresses */
                 uint32_t zb[2];
                 la_ldsm2t(zb, &Zs[(kk + (lane & 15)) * 8]);
 #pragma unroll
-                for (int i = 0; i < 2; i++) la_mma_bf16(dacc[i], af[i], zb[0], zb[1]);
+                for (int i = 0; i < 2; i++) X::mma(dacc[i], af[i], zb[0], zb[1]);
             }
         }
         /* scale, round to bf16 into the warp's staging tile [16][SLD], then
          * 16-byte stores: lane → row lane/2, columns (CW/2)(lane%2) + [0, CW/2) */
         constexpr int SLD = G::SLD, CH = G::CW / 16; /* 16-B chunks per lane */
-        __nv_bfloat16 *stg = (__nv_bfloat16 *)stgw;
+        T *stg = (T *)stgw;
 #pragma unroll
         for (int i = 0; i < 2; i++) {
             const int rr = rw + 16 * i;
@@ -614,19 +588,21 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
                 d0 = (per_query || rv) ? den[rr + g] : 1.f;
                 d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
             }
+            if constexpr (X::is_f16) { /* undo S̃'s scale */
+                d0 *= sinv;
+                d1 *= sinv;
+            }
 #pragma unroll
             for (int j = 0; j < NJ; j++) {
-                *(__nv_bfloat162 *)&stg[g * SLD + 8 * j + t2] =
-                    __floats2bfloat162_rn(acc[i][j][0] * d0, acc[i][j][1] * d0);
-                *(__nv_bfloat162 *)&stg[(g + 8) * SLD + 8 * j + t2] =
-                    __floats2bfloat162_rn(acc[i][j][2] * d1, acc[i][j][3] * d1);
+                *(T2 *)&stg[g * SLD + 8 * j + t2] = X::pack2(acc[i][j][0] * d0, acc[i][j][1] * d0);
+                *(T2 *)&stg[(g + 8) * SLD + 8 * j + t2] = X::pack2(acc[i][j][2] * d1, acc[i][j][3] * d1);
             }
             __syncwarp();
             const int row = rr + lane / 2;
             const int64_t wpos = wt + row;
             if (wpos < wend) {
                 const int64_t tk = lf_tok(bx, (unsigned)wpos);
-                __nv_bfloat16 *orow = out + tk * P.out.nb[1] + cw + half * (G::CW / 2);
+                T *orow = out + tk * P.out.nb[1] + cw + half * (G::CW / 2);
                 const uint4 *sp = (const uint4 *)&stg[(lane / 2) * SLD + half * (G::CW / 2)];
 #pragma unroll
                 for (int c = 0; c < CH; c++) ((uint4 *)orow)[c] = sp[c];
@@ -638,36 +614,39 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const __
 
 /* The summary and output launches of one instantiation (the host code below
  * sizes the segments and tiles with G's FT, FO). */
-template <int DK, int DV, bool BF = false>
+template <typename T, int DK, int DV, bool BF = false>
 la_status lf_tc_summary(const lf_args &a, cudaStream_t st) {
     using G = lf_tcg<DK, DV>;
-    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel<DK, DV, BF>,
+    LA_CU(cudaFuncSetAttribute(lf_tc_summary_kernel<T, DK, DV, BF>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::SUM_SMEM));
-    lf_tc_summary_kernel<DK, DV, BF><<<dim3((unsigned)a.K, (unsigned)(a.P.B * a.P.H)), NT, G::SUM_SMEM, st>>>(a);
+    lf_tc_summary_kernel<T, DK, DV, BF><<<dim3((unsigned)a.K, (unsigned)(a.P.B * a.P.H)), NT, G::SUM_SMEM, st>>>(a);
     LA_CU_LAUNCH("lf_tc_summary_kernel");
     return LA_OK;
 }
-template <int DK, int DV>
-la_status lf_tc_output(const lf_args &a, const __nv_bfloat16 *Pb, const float *Pz, int64_t groups,
+template <typename T, int DK, int DV>
+la_status lf_tc_output(const lf_args &a, const void *Pb, const float *Pz, int64_t groups,
                        int64_t tpc, cudaStream_t st) {
     using G = lf_tcg<DK, DV>;
-    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel<DK, DV>,
+    LA_CU(cudaFuncSetAttribute(lf_tc_output_kernel<T, DK, DV>,
                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)G::OUT_SMEM));
-    lf_tc_output_kernel<DK, DV><<<dim3((unsigned)(a.M * groups), (unsigned)(a.P.B * a.P.H)), NT,
-                                  G::OUT_SMEM, st>>>(a, Pb, Pz, groups, tpc);
+    lf_tc_output_kernel<T, DK, DV><<<dim3((unsigned)(a.M * groups), (unsigned)(a.P.B * a.P.H)), NT,
+                                  G::OUT_SMEM, st>>>(a, (const typename lf_pbt<T>::type *)Pb, Pz, groups, tpc);
     LA_CU_LAUNCH("lf_tc_output_kernel");
     return LA_OK;
 }
 
-/* The instantiations of lf_tc_dims: summary / output tile lengths, launches. */
+/* The instantiations of lf_tc_dims: summary / output tile lengths, launches
+ * for bf16 and (h) for fp16 inputs (Pb: S̃ in bf16, in fp32 for fp16). */
 struct lf_tc_inst {
     int DK, DV, ft, fo;
     la_status (*summary)(const lf_args &, cudaStream_t);
-    la_status (*output)(const lf_args &, const __nv_bfloat16 *, const float *, int64_t, int64_t,
-                        cudaStream_t);
+    la_status (*output)(const lf_args &, const void *, const float *, int64_t, int64_t, cudaStream_t);
+    la_status (*summary_h)(const lf_args &, cudaStream_t);
+    la_status (*output_h)(const lf_args &, const void *, const float *, int64_t, int64_t, cudaStream_t);
 };
-#define LF_TC_INST(dk, dv) \
-    {dk, dv, lf_tcg<dk, dv>::FT, lf_tcg<dk, dv>::FO, lf_tc_summary<dk, dv>, lf_tc_output<dk, dv>}
+#define LF_TC_INST(dk, dv)                                                                          \
+    {dk, dv, lf_tcg<dk, dv>::FT, lf_tcg<dk, dv>::FO, lf_tc_summary<__nv_bfloat16, dk, dv>,            \
+     lf_tc_output<__nv_bfloat16, dk, dv>, lf_tc_summary<__half, dk, dv>, lf_tc_output<__half, dk, dv>}
 const lf_tc_inst lf_tc_insts[] = {LF_TC_INST(128, 128), LF_TC_INST(64, 64), LF_TC_INST(32, 32),
                                   LF_TC_INST(64, 128), LF_TC_INST(128, 64)};
 #undef LF_TC_INST
@@ -687,8 +666,8 @@ void lf_tc_tiles(int64_t D, int64_t Dv, int *ft, int *fo) {
     *fo = in ? in->fo : 64;
 }
 la_status lf_tc_summary_bf16(const lf_args &a, cudaStream_t st) {
-    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_summary<128, 128, true>(a, st);
-    if (a.P.D == 64 && a.P.Dv == 64) return lf_tc_summary<64, 64, true>(a, st);
+    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_summary<__nv_bfloat16, 128, 128, true>(a, st);
+    if (a.P.D == 64 && a.P.Dv == 64) return lf_tc_summary<__nv_bfloat16, 64, 64, true>(a, st);
     return la_err(LA_ERR_UNSUPPORTED, "CUDA linear family: no bf16 summaries for D = %lld, Dv = %lld",
                   (long long)a.P.D, (long long)a.P.Dv);
 }
@@ -701,7 +680,8 @@ la_status lf_tc_output_run(const lf_args &a, const __nv_bfloat16 *Pb, const floa
     return in->output(a, Pb, Pz, groups, tpc, st);
 }
 
-/* Host side: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16,
+/* Host side: workspace = partials [BH][K][L] fp32, S̃ [BH][M][D·Dv] bf16
+ * (fp32 for fp16 inputs: lf_tc_output_kernel scales it into fp16),
  * z̃ [BH][M][D] fp32, released_vision r [BH][M][maxcnt] fp32, the expanded
  * weights of the mix GEMM (M ≥ 2). */
 la_status lf_run_tc(lf_args &a, cudaStream_t st) {
@@ -747,7 +727,9 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
     if (P.norm == LF_NORM_RELEASED_VISION)
         LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)a.maxcnt, &nr, "CUDA released_vision"));
     nr = (nr + 3) / 4 * 4;
-    /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv ≥ 1024) */
+    /* fp32 units; S̃ takes nP/2 of them (nP is even: D·Dv ≥ 1024), nP for fp16 */
+    const bool f16 = P.q.dt == LA_F16;
+    const size_t nPw = f16 ? nP : nP / 2;
     /* M >= 2: the mix runs as a GEMM over expanded weights Wx [hw][Mp][Kp] */
     const bool mix_mma = a.M >= 2;
     const int64_t Mp = la_cu_cdiv(a.M, GM) * GM, Kp = la_cu_cdiv(a.K, GK) * GK;
@@ -757,17 +739,17 @@ la_status lf_run_tc(lf_args &a, cudaStream_t st) {
         LA_TRY(la_mul_size((size_t)hw * Mp, (size_t)Kp, &nwx, "CUDA expanded weights"));
         if (hw > 65535) return la_err(LA_ERR_UNSUPPORTED, "CUDA MHLA: H = %lld exceeds 65535", (long long)hw);
     }
-    LA_TRY(la_mul_size(nsum + nP / 2 + nz + nr + nwx, sizeof(float), &bytes, "CUDA workspace"));
+    LA_TRY(la_mul_size(nsum + nPw + nz + nr + nwx, sizeof(float), &bytes, "CUDA workspace"));
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "linear-family summaries"));
     a.sum = (float *)ws.p;
-    __nv_bfloat16 *Pb = (__nv_bfloat16 *)(a.sum + nsum);
-    float *Pz = a.sum + nsum + nP / 2;
+    void *Pb = a.sum + nsum;
+    float *Pz = a.sum + nsum + nPw;
     a.mix = nullptr;
     a.r = nr ? Pz + nz : nullptr;
     float *Wx = Pz + nz + nr; /* nwx floats (mix_mma only); nr is rounded to 4: 16-B aligned */
-    LA_TRY(in->summary(a, st));
-    LA_TRY(lf_tc_mix(a, Pb, Pz, Wx, Mp, Kp, hw, st));
+    LA_TRY((f16 ? in->summary_h : in->summary)(a, st));
+    LA_TRY(lf_tc_mix(a, Pb, f16, Pz, Wx, Mp, Kp, hw, st));
     if (nr) LA_TRY(lf_launch_rv(a, st));
-    return in->output(a, Pb, Pz, groups, tpc, st);
+    return (f16 ? in->output_h : in->output)(a, Pb, Pz, groups, tpc, st);
 }

@@ -1,7 +1,8 @@
 /* The mix pass of the linear family's tensor-core path (linfam_tc.cu):
  * S̃_i = Σ_kk w(i, kk)·partial_kk over the summary partials [BH][K][L],
  * L = D·Dv + D, written as S̃ in bf16 [BH][M][D·Dv] (the precision the output
- * product uses) and z̃ in fp32 [BH][M][D]. M = 1 (linear attention): a sum of
+ * product uses; fp32 for fp16 inputs, ST = float: the output pass scales it
+ * into fp16's range) and z̃ in fp32 [BH][M][D]. M = 1 (linear attention): a sum of
  * the segments on CUDA cores; M ≥ 2: a tf32 GEMM over expanded weights. Any
  * D, Dv of the tensor-core path (the layout only depends on L); the kernels
  * take FD = D = Dv as a compile-time constant for the default head dim 128
@@ -20,13 +21,19 @@ template <int FD> __device__ __forceinline__ int64_t lf_mix_d(const lf_problem &
     return FD ? (int64_t)FD : P.D;
 }
 
+/* S̃ stores: two values rounded to bf16, or kept in fp32 */
+__device__ __forceinline__ void lf_st2(__nv_bfloat16 *p, float x0, float x1) {
+    *(__nv_bfloat162 *)p = __floats2bfloat162_rn(x0, x1);
+}
+__device__ __forceinline__ void lf_st2(float *p, float x0, float x1) { *(float2 *)p = make_float2(x0, x1); }
+
 /* grid (ceil(M/RI), ceil(L/4/NT), BH): S̃_i = Σ_kk w(i, kk) partial_kk over
  * the K = M·segs partials (w = W[i, kk/segs], or 1 without W); a thread owns
  * one float4 column group and RI rows. The row groups of one column slice
  * are neighbours in launch order, so they share its partials through L2. */
 constexpr int MK = 32;
-template <int RI, int U, int FD>
-__global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz) {
+template <int RI, int U, int FD, typename ST>
+__global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a, ST *Pb, float *Pz) {
     const lf_problem &P = a.P;
     const int64_t bh = blockIdx.z, h = bh % P.H;
     const int64_t i0 = (int64_t)blockIdx.x * RI;
@@ -84,10 +91,14 @@ __global__ void __launch_bounds__(NT, RI > 8 ? 1 : 2) lf_tc_mix_kernel(lf_args a
         const int64_t i = i0 + r;
         if (i >= a.M) break;
         if (x4 * 4 < DD) {
-            uint2 u;
-            *(__nv_bfloat162 *)&u.x = __floats2bfloat162_rn(acc[r].x, acc[r].y);
-            *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc[r].z, acc[r].w);
-            *(uint2 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = u;
+            if constexpr (sizeof(ST) == 4) {
+                *(float4 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = acc[r];
+            } else { /* the bf16 form as validated */
+                uint2 u;
+                *(__nv_bfloat162 *)&u.x = __floats2bfloat162_rn(acc[r].x, acc[r].y);
+                *(__nv_bfloat162 *)&u.y = __floats2bfloat162_rn(acc[r].z, acc[r].w);
+                *(uint2 *)(Pb + ((size_t)bh * a.M + i) * DD + x4 * 4) = u;
+            }
         } else {
             *(float4 *)(Pz + ((size_t)bh * a.M + i) * lf_mix_d<FD>(P) + (x4 * 4 - DD)) = acc[r];
         }
@@ -125,8 +136,8 @@ __global__ void lf_wexp_kernel(lf_args a, float *Wx, int64_t Mp, int64_t Kp) {
     if (i < a.M && k < a.K) w = P.use_w ? lf_w(P.W, hw, i, k / a.segs) : 1.f;
     Wx[hw * Mp * Kp + e] = w;
 }
-template <int FD>
-__global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloat16 *Pb, float *Pz,
+template <int FD, typename ST>
+__global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, ST *Pb, float *Pz,
                                                           const float *Wx, int64_t Mp, int64_t Kp,
                                                           int w_per_head) {
     extern __shared__ __align__(16) float lf_mix_sm[];
@@ -218,8 +229,7 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
                 const int64_t col = l0 + wc + 8 * j + 2 * t;
                 const float x0 = acc[i][j][2 * hr], x1 = acc[i][j][2 * hr + 1];
                 if (col < DD) /* D·Dv is even: a column pair never straddles */
-                    *(__nv_bfloat162 *)(Pb + ((size_t)bh * a.M + row) * DD + col) =
-                        __floats2bfloat162_rn(x0, x1);
+                    lf_st2(Pb + ((size_t)bh * a.M + row) * DD + col, x0, x1);
                 else if (col < a.L)
                     *(float2 *)(Pz + ((size_t)bh * a.M + row) * lf_mix_d<FD>(a.P) + (col - DD)) =
                         make_float2(x0, x1);
@@ -228,21 +238,21 @@ __global__ void __launch_bounds__(NT, 2) lf_mix_mma_kernel(lf_args a, __nv_bfloa
 }
 
 /* The launches for FD (see the top of the file). */
-template <int FD>
-la_status lf_tc_mix_fd(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
+template <int FD, typename ST>
+la_status lf_tc_mix_fd(const lf_args &a, ST *Pb, float *Pz, float *Wx, int64_t Mp,
                        int64_t Kp, int64_t hw, cudaStream_t st) {
     const int64_t BH = a.P.B * a.P.H;
     if (a.M >= 2) { /* tensor-core GEMM (tf32) over the expanded weights */
         lf_wexp_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
         LA_CU_LAUNCH("lf_wexp_kernel");
         constexpr size_t smem = sizeof(float) * GS * (GM * GLA + GK * GLB);
-        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel<FD>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        LA_CU(cudaFuncSetAttribute(lf_mix_mma_kernel<FD, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)smem));
-        lf_mix_mma_kernel<FD><<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT,
+        lf_mix_mma_kernel<FD, ST><<<dim3((unsigned)(Mp / GM), (unsigned)la_cu_cdiv(a.L, GN), (unsigned)BH), NT,
                                 smem, st>>>(a, Pb, Pz, Wx, Mp, Kp, hw > 1);
     } else { /* M = 1, linear attention: a sum of the segments */
         const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
-        lf_tc_mix_kernel<1, 8, FD><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
+        lf_tc_mix_kernel<1, 8, FD, ST><<<dim3(1, xs, (unsigned)BH), NT, 0, st>>>(a, Pb, Pz);
     }
     LA_CU_LAUNCH("lf_tc_mix_kernel");
     return LA_OK;
@@ -250,8 +260,13 @@ la_status lf_tc_mix_fd(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx
 
 }  // namespace
 
-la_status lf_tc_mix(const lf_args &a, __nv_bfloat16 *Pb, float *Pz, float *Wx, int64_t Mp,
+la_status lf_tc_mix(const lf_args &a, void *Pb, bool pb_f32, float *Pz, float *Wx, int64_t Mp,
                     int64_t Kp, int64_t hw, cudaStream_t st) {
-    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_mix_fd<128>(a, Pb, Pz, Wx, Mp, Kp, hw, st);
-    return lf_tc_mix_fd<0>(a, Pb, Pz, Wx, Mp, Kp, hw, st);
+    if (pb_f32) {
+        if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_mix_fd<128>(a, (float *)Pb, Pz, Wx, Mp, Kp, hw, st);
+        return lf_tc_mix_fd<0>(a, (float *)Pb, Pz, Wx, Mp, Kp, hw, st);
+    }
+    __nv_bfloat16 *Pb16 = (__nv_bfloat16 *)Pb;
+    if (a.P.D == 128 && a.P.Dv == 128) return lf_tc_mix_fd<128>(a, Pb16, Pz, Wx, Mp, Kp, hw, st);
+    return lf_tc_mix_fd<0>(a, Pb16, Pz, Wx, Mp, Kp, hw, st);
 }

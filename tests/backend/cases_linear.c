@@ -520,12 +520,14 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
 }
 
-static void tc_paths(bo_list *L) {
+/* dt: bf16 (the default and the forced portable engine on each shape) or
+ * f16 (the default, which takes the same tensor-core path "tc" since fp16
+ * is accepted there; its portable rows are the f16 rows of cases_linear) */
+static void tc_paths(bo_list *L, la_dtype dt) {
     static const char *paths[2] = {NULL, "portable"}; /* NULL: the default */
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
-    const la_dtype dt = LA_BF16;
-    for (int pi = 0; pi < 2; pi++) {
+    for (int pi = 0; pi < (dt == LA_BF16 ? 2 : 1); pi++) {
         const bool long_cases = pi == 0; /* the default */
         reg rs = {L, 1, paths[pi]}, rl = {L, 0, paths[pi]};
         const reg *r = &rs;
@@ -578,13 +580,16 @@ static void tc_paths(bo_list *L) {
  * (D, Dv) = (64, 128), (128, 64)), forced to "tc" (so that a shape the path
  * stops taking fails instead of running portable): odd N, the five feature
  * maps, permuted views, MHLA 1-D (the tf32 mix at M = 70), 2-D, the three
- * normalize modes, per-head mixing; N = 32K in the long cases. */
-static void tc_heads(bo_list *L) {
+ * normalize modes, per-head mixing; N = 32K in the long cases. dt: bf16 or
+ * f16 (the same path templated on the 16-bit type; f16 under the default
+ * choice, which is "tc" for these shapes while lf_f16_tc in linfam.cu is
+ * true, and the portable engine when it is set false). */
+static void tc_heads(bo_list *L, la_dtype dt) {
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
     const int64_t dims[4][2] = {{64, 64}, {32, 32}, {64, 128}, {128, 64}};
-    const la_dtype dt = LA_BF16;
-    reg rs = {L, 1, "tc"}, rl = {L, 0, "tc"};
+    const char *var = dt == LA_F16 ? NULL : "tc";
+    reg rs = {L, 1, var}, rl = {L, 0, var};
     const int64_t Ns[4] = {1, 63, 65, 1000};
     int64_t g1b[1] = {65}, b1b[1] = {5}, g1e[1] = {980}, b1e[1] = {70}, g1[1] = {1000}, b1[1] = {16};
     int64_t g2[2] = {16, 16}, b2[2] = {4, 4}, gl[1] = {32768}, bl[1] = {150};
@@ -605,6 +610,27 @@ static void tc_heads(bo_list *L) {
         add_linear(&rl, 1, 32768, 3, D, Dv, LA_FEATURE_ELU1, 0, 1, 64, 0, dt, di & 1);
         add_mhla(&rl, 1, 1, gl, bl, 2, D, Dv, LA_MHLA_NORM_PER_QUERY, 1, dt, 0, 1.0);
     }
+}
+
+/* f16 on the tensor-core path "tc" (the default for f16 while lf_f16_tc in
+ * linfam.cu is true) with inputs of scale 10 at N = 256K
+ * (compared in full against the CPU path): the sums S = Σ φ(k) vᵀ and
+ * z = Σ φ(k) pass 65504 there, S̃ enters the fp16 product scaled per block
+ * and z̃ stays fp32, while the normalized outputs stay well inside fp16
+ * (per_query and released_vision only: without normalization the true
+ * output itself passes 65504 at this scale); odd N at scale 10 in --small. */
+static void f16_scaled(bo_list *L) {
+    const reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
+    const la_dtype dt = LA_F16;
+    const la_mhla_normalize PQ = LA_MHLA_NORM_PER_QUERY, RV = LA_MHLA_NORM_RELEASED_VISION;
+    int64_t g1[1] = {1000}, b1[1] = {16}, g1b[1] = {63}, b1b[1] = {7}, g2[2] = {16, 16}, b2[2] = {4, 4};
+    int64_t gl[1] = {262144}, bl[1] = {1}, bm[1] = {16}, g2l[2] = {512, 512}, b2l[2] = {8, 8};
+    add_mhla(&rs, 1, 1, g1, b1, 2, 128, 128, PQ, 0, dt, 1, 10.0);
+    add_mhla(&rs, 1, 1, g1b, b1b, 3, 64, 64, PQ, 1, dt, 0, 10.0);
+    add_mhla(&rs, 1, 2, g2, b2, 2, 32, 32, RV, 0, dt, 1, 10.0);
+    add_mhla(&rl, 1, 1, gl, bl, 2, 64, 64, PQ, 0, dt, 0, 10.0);  /* linear attention, M = 1 */
+    add_mhla(&rl, 1, 1, gl, bm, 2, 128, 128, PQ, 1, dt, 1, 10.0); /* M = 16: the tf32 mix */
+    add_mhla(&rl, 1, 2, g2l, b2l, 1, 64, 128, PQ, 0, dt, 0, 10.0);
 }
 
 /* MHLA variant tc_bf16s (linfam_tc_bf16s.cu: bf16 block summaries, a bf16
@@ -698,8 +724,11 @@ void cases_linear(bo_list *L) {
         add_focused(r, LA_FOCUSED_BLOG, 1, 32, 32, 2, 64, 64, 5, 0, dt, 0, 1.0);
         add_focused(r, LA_FOCUSED_BLOG, 1, 13, 5, 3, 63, 40, 0, 1, dt, 1, 1.0);
     }
-    tc_paths(L);
-    tc_heads(L);
+    tc_paths(L, LA_BF16);
+    tc_paths(L, LA_F16);
+    tc_heads(L, LA_BF16);
+    tc_heads(L, LA_F16);
+    f16_scaled(L);
     mhla_bf16s(L);
     mhla_causal_mma(L);
     r = &rl;
