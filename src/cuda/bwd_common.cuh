@@ -471,7 +471,7 @@ static inline la_status bwd_variant_pick(const la_context *ctx, const char *fami
 
 /* The default of the non-causal linear family's tensor-core paths: 1 `mma`,
  * 2 `mma2` */
-#define LBT_DEFAULT_VARIANT 1
+#define LBT_DEFAULT_VARIANT 2
 /* Variant choice of the non-causal linear family (linear_bwd, mhla_bwd):
  * *which = 0 portable, 1 mma, 2 mma2; the default is LBT_DEFAULT_VARIANT
  * where `eligible` (both tensor-core variants take the same problems), else
