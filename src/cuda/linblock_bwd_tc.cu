@@ -32,7 +32,14 @@
  * LA_BWD_EMU the same kernel text runs on the host emulator (bwd_emu.cuh).
  * The mixing products and dW (steps 2, 4) are batched GEMMs on the same
  * instructions, with split operands (fp32 in and out). Global loads of the
- * next token tile are issued before the products of the current one. */
+ * next token tile are issued before the products of the current one.
+ *
+ * Variant `mma2` (lbt_problem::variant 2; the kernels' V2): the same sums and
+ * roundings, with the fragments by ldmatrix: the summaries and the query
+ * side keep their token tiles row-major (16-byte stores) and read them
+ * transposed with ldmatrix.trans, the key side reads dS transposed the same
+ * way (one copy, two CTAs per SM, as the summaries); the mixing products
+ * run on lt2_gemm_run (linblock_bwd_mix2.cu). */
 #include <math.h>
 
 
