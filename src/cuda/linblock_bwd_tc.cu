@@ -612,8 +612,8 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     const size_t sm_k = ((size_t)(v2 ? 1 : 2) * DH * C::LD + 2 * LT_T * C::LD) * 2 + (size_t)DH * 4;
 
     {
-        auto kern = v2 ? lt_sum_kernel<DH, true> : lt_sum_kernel<DH, false>;
-        LT_LAUNCH(kern, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
+        auto sum_kernel = v2 ? lt_sum_kernel<DH, true> : lt_sum_kernel<DH, false>;
+        LT_LAUNCH(sum_kernel, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
     }
     if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, Sb);
     const float *Ause = Sb;
@@ -636,19 +636,22 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         Ause = Amix;
     }
     {
-        auto kern = v2 ? lt_query_kernel<DH, true> : lt_query_kernel<DH, false>;
-        LT_LAUNCH(kern, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
+        auto query_kernel = v2 ? lt_query_kernel<DH, true> : lt_query_kernel<DH, false>;
+        LT_LAUNCH(query_kernel, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
     }
     if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, dA);
     if (want_dw) {
         /* dW[i,b] = ⟨dA_i, S_b⟩ per (batch, head, range), then summed */
-        memset(&m, 0, sizeof m);
-        m.A = dA, m.aZ = M * SE, m.aMod = 0, m.aI = SE, m.aK = 1;
-        m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
-        m.C = dWp, m.cZ = M * M, m.cI = M;
-        m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
-        if (v2) LA_TRY(lt2_dw(BH, M, SE, splits, kper, dA, Sb, dWp, s));
-        else LA_TRY(lt_gemm_run(m, BH, s));
+        if (v2) {
+            LA_TRY(lt2_dw(BH, M, SE, splits, kper, dA, Sb, dWp, s));
+        } else {
+            memset(&m, 0, sizeof m);
+            m.A = dA, m.aZ = M * SE, m.aMod = 0, m.aI = SE, m.aK = 1;
+            m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
+            m.C = dWp, m.cZ = M * M, m.cI = M;
+            m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
+            LA_TRY(lt_gemm_run(m, BH, s));
+        }
         LA_TRY(lt_dw_reduce(B, H, Hw, splits, M * M, dWp, dWf, s));
         LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
     }
@@ -656,18 +659,21 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         const float *dS = dA;
         if (mix) {
             /* dS_b = Σ_i W[i,b] dA_i (into the dead mixed summaries) */
-            if (v2) LA_TRY(lt2_ds(BH, H, Hw, M, Mp, SE, Wp, dA, Amix, s));
-            memset(&m, 0, sizeof m);
-            m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = 1, m.aK = M;
-            m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
-            m.C = Amix, m.cZ = M * SE, m.cI = SE;
-            m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-            if (!v2) LA_TRY(lt_gemm_run(m, BH, s));
+            if (v2) {
+                LA_TRY(lt2_ds(BH, H, Hw, M, Mp, SE, Wp, dA, Amix, s));
+            } else {
+                memset(&m, 0, sizeof m);
+                m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = 1, m.aK = M;
+                m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
+                m.C = Amix, m.cZ = M * SE, m.cI = SE;
+                m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+                LA_TRY(lt_gemm_run(m, BH, s));
+            }
             dS = Amix;
         }
         {
-            auto kern = v2 ? lt_key_kernel<DH, true> : lt_key_kernel<DH, false>;
-            LT_LAUNCH(kern, M * P, BH, sm_k, s, a, dS);
+            auto key_kernel = v2 ? lt_key_kernel<DH, true> : lt_key_kernel<DH, false>;
+            LT_LAUNCH(key_kernel, M * P, BH, sm_k, s, a, dS);
         }
     }
     return LA_OK;
