@@ -11,7 +11,7 @@ emu_build() {
   mkdir -p "$O/obj"
   make -s -j2 SKIP_DEPS=1 CUDA=0 BUILD="$O/lib" "$O/lib/liblongattn.a" > /dev/null
   for f in linear_causal_bwd_tc mhla_causal_bwd_tc linear_bwd mhla_bwd linblock_bwd \
-           linblock_bwd_tc linblock_bwd_mix; do
+           linblock_bwd_tc linblock_bwd_mix linblock_bwd_mix2; do
     g++ -std=c++20 -O2 -fopenmp -DLA_BWD_EMU -x c++ -w -Iinclude -Isrc -I"$inc" \
         -c "src/cuda/$f.cu" -o "$O/obj/$f.o"
     objs+=("$O/obj/$f.o")

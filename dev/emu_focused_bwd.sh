@@ -12,7 +12,7 @@ inc=${CUDA_INC:-/usr/local/cuda/include}
 mkdir -p "$O/obj"
 make -s -j2 SKIP_DEPS=1 CUDA=0 BUILD="$O/lib" "$O/lib/liblongattn.a" > /dev/null
 objs=()
-for f in focused_bwd_mma linblock_bwd_tc linblock_bwd_mix; do
+for f in focused_bwd_mma linblock_bwd_tc linblock_bwd_mix linblock_bwd_mix2; do
   g++ -std=c++20 -O2 -fopenmp -DLA_BWD_EMU -x c++ -w -Iinclude -Isrc -I"$inc" \
       -c "src/cuda/$f.cu" -o "$O/obj/$f.o"
   objs+=("$O/obj/$f.o")

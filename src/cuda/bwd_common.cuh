@@ -447,6 +447,7 @@ struct lbt_problem {
     int64_t n[3], g[3], M;    /* grid geometry (3-D, leading 1s) */
     int feature, norm;
     float scale_q, eps;
+    int variant; /* 0 or 1: `mma`; 2: `mma2` (the mixing products of linblock_bwd_mix2.cu) */
 };
 int lbt_eligible(const lbt_problem *p);
 la_status lbt_backward(const lbt_problem *p, cudaStream_t s);
@@ -465,6 +466,26 @@ static inline la_status bwd_variant_pick(const la_context *ctx, const char *fami
     if (v && !strcmp(v, "mma") && !eligible) return la_cu_variant_unsupported(family, "mma", need);
     *fast = eligible && !(v && !strcmp(v, "portable"));
     la_cu_report(ctx, family, *fast ? "mma" : "portable", "%s", *fast ? "fast path" : need);
+    return LA_OK;
+}
+
+/* The default of the non-causal linear family's tensor-core paths: 1 `mma`,
+ * 2 `mma2` */
+#define LBT_DEFAULT_VARIANT 2
+/* Variant choice of the non-causal linear family (linear_bwd, mhla_bwd):
+ * *which = 0 portable, 1 mma, 2 mma2; the default is LBT_DEFAULT_VARIANT
+ * where `eligible` (both tensor-core variants take the same problems), else
+ * portable; errors and the verbose line as bwd_variant_pick. */
+static inline la_status bwd_variant_pick_lbt(const la_context *ctx, const char *family,
+                                             int eligible, const char *need, int *which) {
+    static const char *const names[3] = {"portable", "mma", "mma2"};
+    const char *v = la_context_variant(ctx, family);
+    *which = 0;
+    const int forced = v ? la_cu_variant_index(v, names, 3) : -1;
+    if (v && forced < 0) return la_cu_unknown_variant(family, v, "mma, mma2, portable");
+    if (forced > 0 && !eligible) return la_cu_variant_unsupported(family, v, need);
+    *which = forced >= 0 ? forced : eligible ? LBT_DEFAULT_VARIANT : 0;
+    la_cu_report(ctx, family, names[*which], "%s", *which ? "fast path" : need);
     return LA_OK;
 }
 

@@ -32,7 +32,14 @@
  * LA_BWD_EMU the same kernel text runs on the host emulator (bwd_emu.cuh).
  * The mixing products and dW (steps 2, 4) are batched GEMMs on the same
  * instructions, with split operands (fp32 in and out). Global loads of the
- * next token tile are issued before the products of the current one. */
+ * next token tile are issued before the products of the current one.
+ *
+ * Variant `mma2` (lbt_problem::variant 2; the kernels' V2): the same sums and
+ * roundings, with the fragments by ldmatrix: the summaries and the query
+ * side keep their token tiles row-major (16-byte stores) and read them
+ * transposed with ldmatrix.trans, the key side reads dS transposed the same
+ * way (one copy, two CTAs per SM, as the summaries); the mixing products
+ * run on lt2_gemm_run (linblock_bwd_mix2.cu). */
 #include <math.h>
 
 
@@ -226,11 +233,16 @@ BWD_DEV inline float lt_x(const lt_bf *hi, const lt_bf *lo, int i) {
     return lo ? lt_f(hi[i]) + lt_f(lo[i]) : lt_f(hi[i]);
 }
 
-/* 1. summaries of one piece: part[slot] = [Σ k̃ vᵀ | Σ k̃] */
-template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt_args a, float *part) {
+/* 1. summaries of one piece: part[slot] = [Σ k̃ vᵀ | Σ k̃]. V2: the tiles
+ * row-major (16-byte stores), read transposed by ldmatrix.trans; two CTAs
+ * per SM. */
+template <int DH, bool V2>
+__global__ void __launch_bounds__(LT_THREADS, V2 ? 2 : 1) lt_sum_kernel(lt_args a, float *part) {
     using C = lt_cfg<DH>;
     LT_SMEM_DECL;
-    lt_bf *sKt = (lt_bf *)lt_sm, *sVt = sKt + DH * C::LDT, *sKl = sVt + DH * C::LDT;
+    /* !V2: [DH][LDT] transposed tiles; V2: [64][LD] row-major ones (no larger) */
+    constexpr int TE = V2 ? LT_T * C::LD : DH * C::LDT;
+    lt_bf *sKt = (lt_bf *)lt_sm, *sVt = sKt + TE, *sKl = sVt + TE;
     if (!a.precise) sKl = nullptr;
     lt_piece p;
     if (!lt_piece_of(a, &p)) return;
@@ -245,18 +257,27 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
         const int nr = nrn;
         lt_sync();
-        lt_stage<DH>(Rk, nr, a.f, 1.f, nullptr, nullptr, 0, sKt, sKl, C::LDT);
-        lt_stage<DH>(Rv, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, 0, sVt, nullptr, C::LDT);
+        if (V2) {
+            lt_stage<DH>(Rk, nr, a.f, 1.f, sKt, sKl, C::LD, nullptr, nullptr, 0);
+            lt_stage<DH>(Rv, nr, BWD_NO_FEATURE, 1.f, sVt, nullptr, C::LD, nullptr, nullptr, 0);
+        } else {
+            lt_stage<DH>(Rk, nr, a.f, 1.f, nullptr, nullptr, 0, sKt, sKl, C::LDT);
+            lt_stage<DH>(Rv, nr, BWD_NO_FEATURE, 1.f, nullptr, nullptr, 0, sVt, nullptr, C::LDT);
+        }
         lt_sync();
         nrn = lt_next_rows(p, w0);
         if (nrn) {
             lt_fetch<DH>(a, a.k, a.ks, p, w0 + LT_T, nrn, Rk);
             lt_fetch<DH>(a, a.v, a.vs, p, w0 + LT_T, nrn, Rv);
         }
-        lt_mma3<C::SN>(acc, sKt, sKl, C::LDT, sVt, nullptr, C::LDT, lt_sum_m0<DH>(),
-                       lt_sum_n0<DH>(), LT_T);
+        if (V2)
+            lt_mma3t<C::SN, true, true>(acc, sKt, sKl, C::LD, sVt, nullptr, C::LD,
+                                        lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
+        else
+            lt_mma3<C::SN>(acc, sKt, sKl, C::LDT, sVt, nullptr, C::LDT, lt_sum_m0<DH>(),
+                           lt_sum_n0<DH>(), LT_T);
         for (int r = tid / DH; r < nr; r += LT_THREADS / DH)
-            zacc += lt_x(sKt, sKl, (tid % DH) * C::LDT + r);
+            zacc += lt_x(sKt, sKl, V2 ? r * C::LD + tid % DH : (tid % DH) * C::LDT + r);
     }
     float *dst = part + p.slot * C::SE;
     lt_store_sum<DH>(acc, dst);
@@ -266,7 +287,7 @@ template <int DH> __global__ void __launch_bounds__(LT_THREADS) lt_sum_kernel(lt
 /* 3. the query side of one piece of block i: dq, and
  * part[slot] = [Σ q̃ dnumᵀ | Σ q̃ dden]. With u = dO A_iᵀ (one product):
  * dO·num = q̃·u and dq̃ = u / den + z̃_i dden. */
-template <int DH>
+template <int DH, bool V2>
 __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const float *Amix,
                                                               float *part) {
     using C = lt_cfg<DH>;
@@ -281,6 +302,9 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
     if (!lt_piece_of(a, &p)) return;
     const int tid = lt_tid(), w = tid >> 5, lane = tid & 31, g = lane >> 2, c4 = lane & 3;
     const bool normed = a.norm == LA_MHLA_NORM_PER_QUERY;
+    /* q̃ (and dnum) of token r, column d: transposed tiles, or (V2) row-major
+     * ones in the same space read transposed by ldmatrix.trans */
+    auto qi = [&](int d, int r) { return V2 ? r * C::LD + d : d * C::LDT + r; };
     const float *Ai = Amix + (p.bh * a.M + p.blk) * C::SE;
     lt_load_sum<DH>(Ai, sA, sAl, nullptr, nullptr);
     for (int i = tid; i < DH; i += LT_THREADS) sZ[i] = Ai[DH * DH + i];
@@ -295,9 +319,12 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
     for (int64_t w0 = p.w0; w0 < p.w1; w0 += LT_T) {
         const int nr = nrn;
         lt_sync();
-        lt_stage<DH>(Rq, nr, a.f, a.scale_q, nullptr, nullptr, 0, sQt, sQl, C::LDT);
-        lt_stage<DH>(Rg, nr, BWD_NO_FEATURE, 1.f, sG, nullptr, C::LD, normed ? nullptr : sGt,
-                     nullptr, C::LDT);
+        if (V2)
+            lt_stage<DH>(Rq, nr, a.f, a.scale_q, sQt, sQl, C::LD, nullptr, nullptr, 0);
+        else
+            lt_stage<DH>(Rq, nr, a.f, a.scale_q, nullptr, nullptr, 0, sQt, sQl, C::LDT);
+        lt_stage<DH>(Rg, nr, BWD_NO_FEATURE, 1.f, sG, nullptr, C::LD,
+                     normed || V2 ? nullptr : sGt, nullptr, C::LDT);
         lt_sync();
         nrn = lt_next_rows(p, w0);
         if (nrn) {
@@ -306,22 +333,23 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
         }
         float acc[C::TN][4]; /* u = dO A_iᵀ: rows tokens, columns d */
         lt_zero(acc);
-        if (normed || a.dq) lt_mma3<C::TN>(acc, sG, nullptr, C::LD, sA, sAl, C::LD, m0, n0, DH);
+        if (normed || a.dq)
+            lt_mma3v<C::TN, V2>(acc, sG, nullptr, C::LD, sA, sAl, C::LD, m0, n0, DH);
         if (normed) {
             float s0 = 0.f, s1 = 0.f;
 #pragma unroll
             for (int nt = 0; nt < C::TN; nt++) {
                 const int col = n0 + nt * 8 + 2 * c4, r = m0 + g;
-                s0 += acc[nt][0] * lt_x(sQt, sQl, col * C::LDT + r) +
-                      acc[nt][1] * lt_x(sQt, sQl, (col + 1) * C::LDT + r);
-                s1 += acc[nt][2] * lt_x(sQt, sQl, col * C::LDT + r + 8) +
-                      acc[nt][3] * lt_x(sQt, sQl, (col + 1) * C::LDT + r + 8);
+                s0 += acc[nt][0] * lt_x(sQt, sQl, qi(col, r)) +
+                      acc[nt][1] * lt_x(sQt, sQl, qi(col + 1, r));
+                s1 += acc[nt][2] * lt_x(sQt, sQl, qi(col, r + 8)) +
+                      acc[nt][3] * lt_x(sQt, sQl, qi(col + 1, r + 8));
             }
             sRed[(m0 + g) * 8 + wn * 4 + c4] = s0;
             sRed[(m0 + g + 8) * 8 + wn * 4 + c4] = s1;
             if (tid < LT_T) {
                 float den = 0.f;
-                for (int d = 0; d < DH; d++) den += lt_x(sQt, sQl, d * C::LDT + tid) * sZ[d];
+                for (int d = 0; d < DH; d++) den += lt_x(sQt, sQl, qi(d, tid)) * sZ[d];
                 sInv[tid] = tid < nr ? 1.f / (den + a.eps) : 0.f;
             }
             lt_sync();
@@ -331,13 +359,13 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
                 const float iv = sInv[tid];
                 sDd[tid] = -gn * iv * iv;
             }
-            /* dnum = dO / den, transposed and split */
+            /* dnum = dO / den, transposed (V2: row-major) and split */
             for (int i = tid; i < LT_T * DH; i += LT_THREADS) {
-                const int r = i % LT_T, c = i / LT_T;
+                const int r = V2 ? i / DH : i % LT_T, c = V2 ? i % DH : i / LT_T;
                 const float x = lt_f(sG[r * C::LD + c]) * sInv[r];
                 const lt_bf hi = lt_h(x);
-                sGt[c * C::LDT + r] = hi;
-                if (sGl) sGl[c * C::LDT + r] = lt_h(x - lt_f(hi));
+                sGt[qi(c, r)] = hi;
+                if (sGl) sGl[qi(c, r)] = lt_h(x - lt_f(hi));
             }
             lt_sync();
         }
@@ -365,11 +393,16 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
             }
         }
         /* dA_i += q̃ᵀ dnum, dz̃_i += q̃ᵀ dden */
-        lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
-                       lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
+        if (V2)
+            lt_mma3t<C::SN, true, true>(dacc, sQt, sQl, C::LD, normed ? sGt : sG,
+                                        normed ? sGl : nullptr, C::LD, lt_sum_m0<DH>(),
+                                        lt_sum_n0<DH>(), LT_T);
+        else
+            lt_mma3<C::SN>(dacc, sQt, sQl, C::LDT, sGt, normed ? sGl : nullptr, C::LDT,
+                           lt_sum_m0<DH>(), lt_sum_n0<DH>(), LT_T);
         if (normed)
             for (int r = tid / DH; r < nr; r += LT_THREADS / DH)
-                dz += lt_x(sQt, sQl, (tid % DH) * C::LDT + r) * sDd[r];
+                dz += lt_x(sQt, sQl, qi(tid % DH, r)) * sDd[r];
     }
     float *dst = part + p.slot * C::SE;
     lt_store_sum<DH>(dacc, dst);
@@ -377,12 +410,15 @@ __global__ void __launch_bounds__(LT_THREADS) lt_query_kernel(lt_args a, const f
 }
 
 /* 5. the key side of one piece of block b: dk, dv from dS_b = [dS | dz]
- * (bf16 operands as the same formula in bf16: no split) */
-template <int DH>
-__global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const float *dS) {
+ * (bf16 operands as the same formula in bf16: no split). V2: fragments by
+ * ldmatrix, dS read transposed by ldmatrix.trans (no transposed copy), two
+ * CTAs per SM. */
+template <int DH, bool V2>
+__global__ void __launch_bounds__(LT_THREADS, V2 ? 2 : 1) lt_key_kernel(lt_args a, const float *dS) {
     using C = lt_cfg<DH>;
     LT_SMEM_DECL;
-    lt_bf *sS = (lt_bf *)lt_sm, *sSt = sS + DH * C::LD, *sK = sSt + DH * C::LD;
+    lt_bf *sS = (lt_bf *)lt_sm, *sSt = V2 ? nullptr : sS + DH * C::LD;
+    lt_bf *sK = sS + (V2 ? 1 : 2) * DH * C::LD;
     lt_bf *sV = sK + LT_T * C::LD;
     float *sDz = (float *)(sV + LT_T * C::LD);
     lt_piece p;
@@ -412,9 +448,13 @@ __global__ void __launch_bounds__(LT_THREADS) lt_key_kernel(lt_args a, const flo
             if (!out) continue;
             float acc[C::TN][4];
             lt_zero(acc);
-            if (which) /* dv = k̃ dS */
+            if (which && V2) /* dv = k̃ dS */
+                lt_mma_ld<C::TN, false, true>(acc, sK, C::LD, sS, C::LD, m0, n0, DH);
+            else if (which)
                 lt_mma_rows<C::TN>(acc, sK, C::LD, sSt, C::LD, m0, n0, DH);
-            else /* dk̃ = v dSᵀ */
+            else if (V2) /* dk̃ = v dSᵀ */
+                lt_mma_ld<C::TN, false, false>(acc, sV, C::LD, sS, C::LD, m0, n0, DH);
+            else
                 lt_mma_rows<C::TN>(acc, sV, C::LD, sS, C::LD, m0, n0, DH);
 #pragma unroll
             for (int hr = 0; hr < 2; hr++) {
@@ -459,6 +499,42 @@ void lt_strides(const la_tensor *t, int64_t *s) {
     for (int i = 0; i < 3; i++) s[i] = t ? t->nb[i] : 0;
 }
 
+/* mma2: the mixing products on lt2_gemm_run (linblock_bwd_mix2.cu), W
+ * zero-padded to Mp = 32·⌈M/32⌉ columns, every operand split as in `mma`:
+ * the harness bounds dq, dk, dv by twice the error of the formula with only
+ * num, den, dnum, dden and the outputs rounded to bf16 (not S, A, dA, dS),
+ * and d_mixing by 1e-4 */
+la_status lt2_mix(int64_t BH, int64_t H, int64_t Hw, int64_t M, int64_t Mp, int64_t SE,
+                  const float *Wp, const float *Sb, float *Amix, cudaStream_t s) {
+    lt2_gemm m;
+    memset(&m, 0, sizeof m);
+    m.A = Wp, m.aZ = Mp * Mp, m.aMod = Hw == 1 ? 1 : H, m.lda = Mp, m.aT = 0, m.splitA = 1;
+    m.B = Sb, m.bZ = M * SE, m.ldb = SE, m.bT = 0, m.splitB = 1;
+    m.C = Amix, m.cZ = M * SE, m.ldc = SE;
+    m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+    return lt2_gemm_run(m, BH, s);
+}
+la_status lt2_dw(int64_t BH, int64_t M, int64_t SE, int64_t splits, int64_t kper, const float *dA,
+                 const float *Sb, float *dWp, cudaStream_t s) {
+    lt2_gemm m;
+    memset(&m, 0, sizeof m);
+    m.A = dA, m.aZ = M * SE, m.aMod = 0, m.lda = SE, m.aT = 0, m.splitA = 1;
+    m.B = Sb, m.bZ = M * SE, m.ldb = SE, m.bT = 1, m.splitB = 1;
+    m.C = dWp, m.cZ = M * M, m.ldc = M;
+    m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
+    return lt2_gemm_run(m, BH, s);
+}
+la_status lt2_ds(int64_t BH, int64_t H, int64_t Hw, int64_t M, int64_t Mp, int64_t SE,
+                 const float *Wp, const float *dA, float *dS, cudaStream_t s) {
+    lt2_gemm m;
+    memset(&m, 0, sizeof m);
+    m.A = Wp, m.aZ = Mp * Mp, m.aMod = Hw == 1 ? 1 : H, m.lda = Mp, m.aT = 1, m.splitA = 1;
+    m.B = dA, m.bZ = M * SE, m.ldb = SE, m.bT = 0, m.splitB = 1;
+    m.C = dS, m.cZ = M * SE, m.ldc = SE;
+    m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+    return lt2_gemm_run(m, BH, s);
+}
+
 template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     using C = lt_cfg<DH>;
     const int64_t B = pr->q->ne[0], N = pr->q->ne[1], H = pr->q->ne[2], BH = B * H, M = pr->M;
@@ -500,6 +576,7 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     a.eps = pr->eps;
     const bool mix = pr->mixing != nullptr, want_dw = mix && pr->d_mixing;
     a.precise = want_dw;
+    const bool v2 = pr->variant == 2;
 
     const int64_t Hw = mix && pr->mixing->ndim == 3 ? pr->mixing->ne[0] : 1;
     /* dW: the SE summary elements in `splits` ranges (enough CTAs to fill the GPU) */
@@ -513,11 +590,14 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
 
     bwd_ws ws;
     float *part = nullptr, *Sb, *Amix = nullptr, *dA, *W = nullptr, *dWp = nullptr, *dWf = nullptr;
+    float *Wp = nullptr;
+    const int64_t Mp = lt_cdiv(M, 32) * 32;
     if (P > 1) ws.want(&part, BH * M * P, SE);
     ws.want(&Sb, BH * M, SE);
     if (mix) {
         ws.want(&Amix, BH * M, SE); /* the mixed summaries, then dS */
         ws.want(&W, Hw, M, M);
+        if (v2) ws.want(&Wp, Hw, Mp, Mp);
     }
     ws.want(&dA, BH * M, SE);
     if (want_dw) {
@@ -529,14 +609,23 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
     const size_t sm_sum = (size_t)3 * DH * C::LDT * 2;
     const size_t sm_q = ((size_t)2 * DH * C::LD + LT_T * C::LD + 4 * DH * C::LDT) * 2 +
                         ((size_t)DH + LT_T * 8 + 2 * LT_T) * 4;
-    const size_t sm_k = ((size_t)2 * DH * C::LD + 2 * LT_T * C::LD) * 2 + (size_t)DH * 4;
+    const size_t sm_k = ((size_t)(v2 ? 1 : 2) * DH * C::LD + 2 * LT_T * C::LD) * 2 + (size_t)DH * 4;
 
-    LT_LAUNCH(lt_sum_kernel<DH>, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
+    {
+        auto sum_kernel = v2 ? lt_sum_kernel<DH, true> : lt_sum_kernel<DH, false>;
+        LT_LAUNCH(sum_kernel, M * P, BH, sm_sum, s, a, P > 1 ? part : Sb);
+    }
     if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, Sb);
     const float *Ause = Sb;
     lt_gemm m;
     if (mix) {
         LA_TRY(bwd_pack(s, pr->mixing, W));
+        if (v2) LA_TRY(lt2_pad_mixing(Hw, M, Mp, W, Wp, s));
+    }
+    if (mix && v2) {
+        LA_TRY(lt2_mix(BH, H, Hw, M, Mp, SE, Wp, Sb, Amix, s));
+        Ause = Amix;
+    } else if (mix) {
         /* A_i = Σ_b W[i,b] S_b */
         memset(&m, 0, sizeof m);
         m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = M, m.aK = 1;
@@ -546,16 +635,23 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         LA_TRY(lt_gemm_run(m, BH, s));
         Ause = Amix;
     }
-    LT_LAUNCH(lt_query_kernel<DH>, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
+    {
+        auto query_kernel = v2 ? lt_query_kernel<DH, true> : lt_query_kernel<DH, false>;
+        LT_LAUNCH(query_kernel, M * P, BH, sm_q, s, a, Ause, P > 1 ? part : dA);
+    }
     if (P > 1) BWD_LAUNCH(lt_reduce_kernel, BH * M * SE, s, a.G, M, P, PT, SE, part, dA);
     if (want_dw) {
         /* dW[i,b] = ⟨dA_i, S_b⟩ per (batch, head, range), then summed */
-        memset(&m, 0, sizeof m);
-        m.A = dA, m.aZ = M * SE, m.aMod = 0, m.aI = SE, m.aK = 1;
-        m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
-        m.C = dWp, m.cZ = M * M, m.cI = M;
-        m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
-        LA_TRY(lt_gemm_run(m, BH, s));
+        if (v2) {
+            LA_TRY(lt2_dw(BH, M, SE, splits, kper, dA, Sb, dWp, s));
+        } else {
+            memset(&m, 0, sizeof m);
+            m.A = dA, m.aZ = M * SE, m.aMod = 0, m.aI = SE, m.aK = 1;
+            m.B = Sb, m.bZ = M * SE, m.bK = 1, m.bJ = SE;
+            m.C = dWp, m.cZ = M * M, m.cI = M;
+            m.rows = M, m.cols = M, m.K = SE, m.splits = splits, m.kper = kper;
+            LA_TRY(lt_gemm_run(m, BH, s));
+        }
         LA_TRY(lt_dw_reduce(B, H, Hw, splits, M * M, dWp, dWf, s));
         LA_TRY(bwd_unpack(s, pr->d_mixing, dWf));
     }
@@ -563,15 +659,22 @@ template <int DH> la_status lt_run(const lbt_problem *pr, cudaStream_t s) {
         const float *dS = dA;
         if (mix) {
             /* dS_b = Σ_i W[i,b] dA_i (into the dead mixed summaries) */
-            memset(&m, 0, sizeof m);
-            m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = 1, m.aK = M;
-            m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
-            m.C = Amix, m.cZ = M * SE, m.cI = SE;
-            m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
-            LA_TRY(lt_gemm_run(m, BH, s));
+            if (v2) {
+                LA_TRY(lt2_ds(BH, H, Hw, M, Mp, SE, Wp, dA, Amix, s));
+            } else {
+                memset(&m, 0, sizeof m);
+                m.A = W, m.aZ = M * M, m.aMod = Hw == 1 ? 1 : H, m.aI = 1, m.aK = M;
+                m.B = dA, m.bZ = M * SE, m.bK = SE, m.bJ = 1;
+                m.C = Amix, m.cZ = M * SE, m.cI = SE;
+                m.rows = M, m.cols = SE, m.K = M, m.splits = 1;
+                LA_TRY(lt_gemm_run(m, BH, s));
+            }
             dS = Amix;
         }
-        LT_LAUNCH(lt_key_kernel<DH>, M * P, BH, sm_k, s, a, dS);
+        {
+            auto key_kernel = v2 ? lt_key_kernel<DH, true> : lt_key_kernel<DH, false>;
+            LT_LAUNCH(key_kernel, M * P, BH, sm_k, s, a, dS);
+        }
     }
     return LA_OK;
 }

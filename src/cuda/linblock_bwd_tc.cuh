@@ -64,8 +64,6 @@ static inline unsigned char *lt_smem_base(void) { return bt_smem(); }
 
 typedef uint16_t lt_bf; /* bf16 bits */
 
-typedef uint16_t lt_bf; /* bf16 bits */
-
 static BWD_DEV inline float lt_f(lt_bf h) { return lt_u2f((uint32_t)h << 16); }
 /* round to nearest even (NaN stays NaN): one cvt on the device, the same
  * rounding in integer steps on the host emulator */
@@ -116,6 +114,59 @@ static BWD_DEV inline void lt_mma3(float (&acc)[NT][4], const lt_bf *sA, const l
     if (sA_lo) lt_mma_rows<NT>(acc, sA_lo, la, sB, lb, m0, n0, K);
     if (sB_lo) lt_mma_rows<NT>(acc, sA, la, sB_lo, lb, m0, n0, K);
 }
+#ifndef LA_BWD_EMU
+static __device__ __forceinline__ void lt_ldsm4(uint32_t *r, const lt_bf *p) { la_ldsm4(r, p); }
+static __device__ __forceinline__ void lt_ldsm4t(uint32_t *r, const lt_bf *p) { la_ldsm4t(r, p); }
+#else
+static inline void lt_ldsm4(uint32_t *r, const lt_bf *p) { bt_ldsm4(r, p); }
+static inline void lt_ldsm4t(uint32_t *r, const lt_bf *p) { bt_ldsm4t(r, p); }
+#endif
+/* acc += A·B for one warp as lt_mma_rows, fragments by ldmatrix (rows of
+ * 16-byte aligned addresses; NT even): A(m, k) at sA[m·la + k] or, AT,
+ * sA[k·la + m]; B(k, n) at sB[n·lb + k] or, BT, sB[k·lb + n] (.trans for
+ * the transposed reads) */
+template <int NT, bool AT, bool BT>
+static BWD_DEV inline void lt_mma_ld(float (&acc)[NT][4], const lt_bf *sA, int la, const lt_bf *sB,
+                                     int lb, int m0, int n0, int K) {
+    static_assert(NT % 2 == 0, "n-tiles in pairs");
+    const int lane = lt_tid() & 31, li = lane & 7, lj = lane >> 3;
+    for (int k0 = 0; k0 < K; k0 += 16) {
+        uint32_t a[4];
+        if (!AT) lt_ldsm4(a, sA + (m0 + 8 * (lj & 1) + li) * la + k0 + 8 * (lj >> 1));
+        else lt_ldsm4t(a, sA + (k0 + 8 * (lj >> 1) + li) * la + m0 + 8 * (lj & 1));
+#pragma unroll
+        for (int np = 0; np < NT / 2; np++) {
+            uint32_t b[4];
+            const int nb = n0 + 16 * np;
+            if (!BT) lt_ldsm4(b, sB + (nb + 8 * (lj >> 1) + li) * lb + k0 + 8 * (lj & 1));
+            else lt_ldsm4t(b, sB + (k0 + 8 * (lj & 1) + li) * lb + nb + 8 * (lj >> 1));
+            lt_mma(acc[2 * np], a, b[0], b[1]);
+            lt_mma(acc[2 * np + 1], a, b[2], b[3]);
+        }
+    }
+}
+/* the split product (A + A_lo)(B + B_lo) less lo·lo on lt_mma_ld */
+template <int NT, bool AT, bool BT>
+static BWD_DEV inline void lt_mma3t(float (&acc)[NT][4], const lt_bf *sA, const lt_bf *sA_lo, int la,
+                                    const lt_bf *sB, const lt_bf *sB_lo, int lb, int m0, int n0,
+                                    int K) {
+    lt_mma_ld<NT, AT, BT>(acc, sA, la, sB, lb, m0, n0, K);
+    if (sA_lo) lt_mma_ld<NT, AT, BT>(acc, sA_lo, la, sB, lb, m0, n0, K);
+    if (sB_lo) lt_mma_ld<NT, AT, BT>(acc, sA, la, sB_lo, lb, m0, n0, K);
+}
+/* lt_mma3 with the fragments of lt_mma_ld (LD) or lt_mma_rows */
+template <int NT, bool LD>
+static BWD_DEV inline void lt_mma3v(float (&acc)[NT][4], const lt_bf *sA, const lt_bf *sA_lo, int la,
+                                    const lt_bf *sB, const lt_bf *sB_lo, int lb, int m0, int n0,
+                                    int K) {
+    if (!LD) {
+        lt_mma3<NT>(acc, sA, sA_lo, la, sB, sB_lo, lb, m0, n0, K);
+        return;
+    }
+    lt_mma_ld<NT, false, false>(acc, sA, la, sB, lb, m0, n0, K);
+    if (sA_lo) lt_mma_ld<NT, false, false>(acc, sA_lo, la, sB, lb, m0, n0, K);
+    if (sB_lo) lt_mma_ld<NT, false, false>(acc, sA, la, sB_lo, lb, m0, n0, K);
+}
 template <int NT> static BWD_DEV inline void lt_zero(float (&acc)[NT][4]) {
 #pragma unroll
     for (int i = 0; i < NT; i++) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
@@ -141,5 +192,27 @@ la_status lt_gemm_run(const lt_gemm &m, int64_t batches, cudaStream_t s);
 la_status lt_dw_reduce(int64_t B, int64_t H, int64_t Hw, int64_t splits, int64_t MM,
                        const float *part, float *dW, cudaStream_t s);
 #define LT_MG_K 32
+
+/* The `mma2` mixing GEMM (linblock_bwd_mix2.cu): the same product with
+ * A(z,i,k) at A + (aMod ? z % aMod : z)·aZ + (aT ? k·lda + i : i·lda + k),
+ * B(z,k,j) at B + z·bZ + (bT ? j·ldb + k : k·ldb + j), C[y] at C + y·cZ +
+ * i·ldc + j; splitA / splitB: that operand as hi + lo (else bf16 once).
+ * lda, ldb, aZ, bZ multiples of 4, 16-byte aligned bases, an operand read
+ * along k zero past K up to a multiple of 4, kper a multiple of 32. */
+struct lt2_gemm {
+    const float *A;
+    int64_t aZ, aMod, lda;
+    int aT, splitA;
+    const float *B;
+    int64_t bZ, ldb;
+    int bT, splitB;
+    float *C;
+    int64_t cZ, ldc;
+    int64_t rows, cols, K, splits, kper, tilesM;
+};
+la_status lt2_gemm_run(const lt2_gemm &m, int64_t batches, cudaStream_t s);
+/* dst [Hw][Mp][Mp] = the packed mixing W [Hw][M][M], zero-padded */
+la_status lt2_pad_mixing(int64_t Hw, int64_t M, int64_t Mp, const float *W, float *dst,
+                         cudaStream_t s);
 
 #endif

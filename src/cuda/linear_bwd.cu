@@ -108,6 +108,8 @@ extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la
     const bool want_dS_in = causal && (d_S_in || d_z_in);
     int fast = 0;
     if (causal) {
+        if (la_context_variant_is(ctx, "linear_bwd", "mma2"))
+            return la_cu_variant_unsupported("linear_bwd", "mma2", "non-causal only");
         LA_TRY(bwd_variant_pick(ctx, "linear_bwd",
                                 lcb_eligible(p, q, k, v, d_out, dq, dk, dv, want_dS_in), LCB_NEEDS,
                                 &fast));
@@ -115,9 +117,10 @@ extern "C" la_status la_linear_backward_cuda(const la_linear_params *p, const la
             return lin_causal_tc(p, q, k, v, S_in, z_in, d_out, d_S_out, d_z_out, dq, dk, dv,
                                  d_S_in, d_z_in, ctx, s);
     } else {
-        LA_TRY(bwd_variant_pick(ctx, "linear_bwd", lbt_eligible(&tp),
-                                "non-causal bf16 views with D = Dv in {64, 128}, unit inner stride "
-                                "and 16-byte aligned rows", &fast));
+        LA_TRY(bwd_variant_pick_lbt(ctx, "linear_bwd", lbt_eligible(&tp),
+                                    "non-causal bf16 views with D = Dv in {64, 128}, unit inner "
+                                    "stride and 16-byte aligned rows", &fast));
+        tp.variant = fast;
         if (fast) return lbt_backward(&tp, s);
     }
 

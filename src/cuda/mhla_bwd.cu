@@ -132,11 +132,12 @@ extern "C" la_status la_mhla_backward_cuda(const la_mhla_params *p, const la_ten
     tp.norm = (int)p->normalize;
     tp.scale_q = p->scale_q;
     tp.eps = p->eps;
-    int fast = 0;
-    LA_TRY(bwd_variant_pick(ctx, "mhla_bwd", lbt_eligible(&tp),
-                            "bf16 views with D = Dv in {64, 128}, unit inner stride, 16-byte "
-                            "aligned rows and normalize none or per_query", &fast));
-    if (fast) return lbt_backward(&tp, bwd_stream(ctx));
+    int which = 0;
+    LA_TRY(bwd_variant_pick_lbt(ctx, "mhla_bwd", lbt_eligible(&tp),
+                                "bf16 views with D = Dv in {64, 128}, unit inner stride, 16-byte "
+                                "aligned rows and normalize none or per_query", &which));
+    tp.variant = which;
+    if (which) return lbt_backward(&tp, bwd_stream(ctx));
     P.chunk = 0;
     P.causal = 0;
     P.norm = (int)p->normalize;

@@ -38,8 +38,8 @@
 /* The CUDA variants of each backward family, forced in turn (besides the
  * library's own choice): a variant added to a family is tested by adding
  * its name here. */
-#define BWD_VARIANTS_LINEAR {"portable", "mma"}
-#define BWD_VARIANTS_MHLA {"portable", "mma"}
+#define BWD_VARIANTS_LINEAR {"portable", "mma", "mma2"}
+#define BWD_VARIANTS_MHLA {"portable", "mma", "mma2"}
 #define BWD_VARIANTS_MHLA_CAUSAL {"portable", "mma"}
 #define BWD_VARIANTS_FOCUSED {"portable", "mma"}
 #define BWD_VARIANTS_SOFTMAX {"portable", "mma"}
