@@ -108,12 +108,26 @@ static inline void la_bwd_acc(int64_t m, int64_t n, int64_t kdim, float alpha, c
     default: break;
     }
 #endif
-    /* A(i, k) = A[i·ars + k·acs]: row-major A when acs = 1, its transpose
-     * stored row-major when ars = 1. */
-    if (acs == 1)
-        la_sgemm(false, false, m, n, kdim, alpha, A, ars, B, ldb, beta, C, ldc);
-    else
-        la_sgemm(true, false, m, n, kdim, alpha, A, acs, B, ldb, beta, C, ldc);
+    /* A(i, k) = A[i·ars + k·acs]: row-major A when acs = 1 (BLAS wants its
+     * row stride >= kdim: any stride when m = 1), its transpose stored
+     * row-major when ars = 1 (column stride >= m: any when kdim = 1); both
+     * strides 1 with m, kdim > 1 (or neither 1) is not a BLAS layout: plain
+     * loops. */
+    if (acs == 1 && (m == 1 || ars >= kdim)) {
+        la_sgemm(false, false, m, n, kdim, alpha, A, m == 1 ? kdim : ars, B, ldb, beta, C, ldc);
+    } else if (ars == 1 && (kdim == 1 || acs >= m)) {
+        la_sgemm(true, false, m, n, kdim, alpha, A, kdim == 1 ? m : acs, B, ldb, beta, C, ldc);
+    } else {
+        for (int64_t i = 0; i < m; i++) {
+            float *c = C + i * ldc;
+            if (beta == 0.f) memset(c, 0, (size_t)n * sizeof(float));
+            for (int64_t k = 0; k < kdim; k++) {
+                const float a = alpha * A[i * ars + k * acs];
+                const float *b = B + k * ldb;
+                for (int64_t x = 0; x < n; x++) c[x] += a * b[x];
+            }
+        }
+    }
 }
 
 #endif
