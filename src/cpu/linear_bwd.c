@@ -17,9 +17,15 @@
  * final-state gradient back to the first chunk and forms dk̃, dv:
  *     dK̃ = V dS̄ᵀ + 1 dz̄ᵀ + dAᵀ Q̃,   dV = K̃ dS̄ + Aᵀ G.
  * With the forward's out given, o is read instead of formed (normalize on:
- * num = out·den; off: o is not needed). No per-token state is stored. Non-causal: three passes over row blocks
- * (S, z; then g, dq, dS, dz; then dk, dv). One task per (batch, head); every
- * product is a la_sgemm; each gradient element is written by one task. */
+ * num = out·den; off: o is not needed). No per-token state is stored.
+ * Causal: one task per (batch, head), its products la_sgemm calls.
+ * Non-causal: three phases over token segments of LB_SEG rows (S, z; then
+ * g, dq, dS, dz; then dk, dv), each segment's state sums partial, the totals
+ * summed in segment order between phases; tasks per (batch, head, segment),
+ * or per (batch, head) over its segments in order when there are enough
+ * heads for the threads (no barriers; the same sums, the same bits). The
+ * products run on la_bwd_acc; dq, dk, dv of f32 views are written in place.
+ * Each gradient element is written by one task. */
 #include "cpu/backward_cpu.h"
 #include "cpu/linear_cpu.h"
 #include "cpu/bwd_gemm.h"
@@ -423,6 +429,31 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
         for (int64_t d = 0; d < D; d++) la_store_f32(d_z_in, la_off3(d_z_in, b, h, d), s->dz[d]);
 }
 
+/* All phases of head bh, its segments in order (st: its totals, P: its
+ * nseg partial sums). */
+static void lb_nc_head(const lb_job *j, int64_t bh, int64_t nseg, lb_scratch *s, float *stw,
+                       float *P) {
+    const int64_t b = bh / j->H, h = bh % j->H, D = j->D, Dv = j->Dv;
+    const size_t pstride = (size_t)(D * Dv + D);
+    lb_nc_state st;
+    lb_nc_state_carve(stw, D, Dv, &st);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_sums(j, b, h, t0, t1, s, P + g * pstride, P + g * pstride + D * Dv);
+    }
+    lb_nc_total(nseg, P, D, Dv, st.S, st.ST, st.z);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_q(j, b, h, t0, t1, s, &st, P + g * pstride, P + g * pstride + D * Dv);
+    }
+    if (!j->dk && !j->dv) return;
+    lb_nc_total(nseg, P, D, Dv, st.dS, st.dST, st.dz);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_kv(j, b, h, t0, t1, s, &st);
+    }
+}
+
 la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
                                  const la_tensor *k, const la_tensor *v, const la_tensor *out,
                                  const la_tensor *S_in,
@@ -463,6 +494,13 @@ la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
 #pragma omp for schedule(dynamic)
             for (int64_t bh = 0; bh < BH; bh++)
                 lb_causal(&j, bh / j.H, bh % j.H, S_in, z_in, d_S_out, d_z_out, d_S_in, d_z_in, &s);
+        } else if (BH >= 2 * threads) {
+            /* enough heads for the threads: one task per head runs the same
+             * phases over its segments (the same sums in the same order as
+             * below, so the same bits), with no barrier in between */
+#pragma omp for schedule(dynamic)
+            for (int64_t bh = 0; bh < BH; bh++)
+                lb_nc_head(&j, bh, nseg, &s, states + (size_t)bh * stf, parts + (size_t)(bh * nseg) * pstride);
         } else {
             /* three phases over (head, segment) tasks, the totals in between */
 #pragma omp for schedule(dynamic)
