@@ -3,12 +3,14 @@
  * Per batch element: v is read once into contiguous f32 rows, then three
  * passes over the tokens:
  *   1. feature maps over all C = H*d channels of each token (the flatten
- *      norms span every head, so a token's whole row is needed at once);
+ *      norms span every head, so a token's whole row is needed at once; f_p
+ *      in float, la_flatten_focus_row_f32, the backward's own rows);
  *      blog: phi(K) then the depthwise conv over the Hm x Wm map, times focus.
  *   2. per-head summaries S = sum_n k~_n v_n^T and z = sum_n k~_n, formed as
- *      fixed-size token chunks (one sgemm each) whose partial sums are added
- *      in float64 in chunk order: the result does not depend on the thread
- *      count, and a sum over a million tokens keeps its digits.
+ *      fixed-size token chunks (one la_bwd_acc tile product each) whose
+ *      partial sums are added in float64 in chunk order: the result does not
+ *      depend on the thread count, and a sum over a million tokens keeps its
+ *      digits.
  *   3. outputs in row tiles: q~ S, the normalizer, and (flatten) the
  *      depthwise conv of v with its bias.
  * Everything is fp32 except the partial-sum reduction and the normalizer dot
