@@ -58,13 +58,14 @@ void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, doub
  * 1/softplus(s) per channel, ip > 0 an integer power (else powf of p);
  * y = ‖x'‖·x'^p/‖x'^p‖, x' = (relu(x)+1e-6)·isp. Every term of the sums is
  * non-negative and the largest u is 1, so float loses nothing that matters
- * against the 1e-4 gradient bound. */
+ * against the 1e-4 gradient bound. A NaN in x makes ‖x'‖ and so the whole
+ * row NaN (the forward's NaN rule). */
 LA_VEC512 void la_flatten_focus_row_f32(const float *x, const float *isp, int64_t C, int ip,
                                         float p, float *y) {
     float nx2 = 0.f, mx = 0.f;
 #pragma omp simd reduction(+ : nx2) reduction(max : mx)
     for (int64_t c = 0; c < C; c++) {
-        const float xp = ((x[c] > 0.f ? x[c] : 0.f) + 1e-6f) * isp[c];
+        const float xp = ((x[c] < 0.f ? 0.f : x[c]) + 1e-6f) * isp[c]; /* NaN stays NaN */
         y[c] = xp;
         nx2 += xp * xp;
         mx = xp > mx ? xp : mx;
