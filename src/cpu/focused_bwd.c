@@ -27,48 +27,7 @@
 
 #define FB_TILE 64
 
-/* f_p of one token in float (the backward's rebuild of q̃, k̃): x (C), isp =
- * 1/softplus(s) per channel, ip > 0 an integer power (else powf of p);
- * y = ‖x'‖·x'^p/‖x'^p‖, x' = (relu(x)+1e-6)·isp. Every term of the sums is
- * non-negative and the largest u is 1, so float loses nothing that matters
- * against the 1e-4 gradient bound. */
-LA_VEC512 static void focus_row_f32(const float *x, const float *isp, int64_t C, int ip, float p,
-                                    float *y) {
-    float nx2 = 0.f, mx = 0.f;
-#pragma omp simd reduction(+ : nx2) reduction(max : mx)
-    for (int64_t c = 0; c < C; c++) {
-        const float xp = ((x[c] > 0.f ? x[c] : 0.f) + 1e-6f) * isp[c];
-        y[c] = xp;
-        nx2 += xp * xp;
-        mx = xp > mx ? xp : mx;
-    }
-    const float imx = 1.f / mx;
-    float nu2 = 0.f;
-    if (ip == 3) {
-#pragma omp simd reduction(+ : nu2)
-        for (int64_t c = 0; c < C; c++) {
-            const float u = y[c] * imx, up = u * u * u;
-            y[c] = up;
-            nu2 += up * up;
-        }
-    } else {
-        for (int64_t c = 0; c < C; c++) {
-            const float u = y[c] * imx;
-            float up = u;
-            if (ip)
-                for (int e = 1; e < ip; e++) up *= u;
-            else
-                up = powf(u, p);
-            y[c] = up;
-            nu2 += up * up;
-        }
-    }
-    const float f = sqrtf(nx2) / sqrtf(nu2);
-#pragma omp simd
-    for (int64_t c = 0; c < C; c++) y[c] *= f;
-}
-
-/* Backward of focus_row_f32: dx = dL/dx (may be x itself); df = dL/df_p
+/* Backward of la_flatten_focus_row_f32: dx = dL/dx (may be x itself); df = dL/df_p
  * becomes, in place, the softplus contribution dL/d(1/softplus) per channel;
  * t is 2·C floats of scratch. */
 LA_VEC512 static void focus_row_bwd_f32(const float *x, const float *isp, int64_t C, int ip, float p,
@@ -290,8 +249,8 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
         if (!blog)
 #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t n = 0; n < N; n++) {
-                focus_row_f32(Xq + n * C, isp, C, ip, (float)pf, Qt + n * C);
-                focus_row_f32(Xk + n * C, isp, C, ip, (float)pf, Kt + n * C);
+                la_flatten_focus_row_f32(Xq + n * C, isp, C, ip, (float)pf, Qt + n * C);
+                la_flatten_focus_row_f32(Xk + n * C, isp, C, ip, (float)pf, Kt + n * C);
             }
         else
 #pragma omp parallel for num_threads(nt) schedule(static)

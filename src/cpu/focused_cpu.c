@@ -3,18 +3,21 @@
  * Per batch element: v is read once into contiguous f32 rows, then three
  * passes over the tokens:
  *   1. feature maps over all C = H*d channels of each token (the flatten
- *      norms span every head, so a token's whole row is needed at once);
+ *      norms span every head, so a token's whole row is needed at once; f_p
+ *      in float, la_flatten_focus_row_f32, the backward's own rows);
  *      blog: phi(K) then the depthwise conv over the Hm x Wm map, times focus.
  *   2. per-head summaries S = sum_n k~_n v_n^T and z = sum_n k~_n, formed as
- *      fixed-size token chunks (one sgemm each) whose partial sums are added
- *      in float64 in chunk order: the result does not depend on the thread
- *      count, and a sum over a million tokens keeps its digits.
+ *      fixed-size token chunks (one la_bwd_acc tile product each) whose
+ *      partial sums are added in float64 in chunk order: the result does not
+ *      depend on the thread count, and a sum over a million tokens keeps its
+ *      digits.
  *   3. outputs in row tiles: q~ S, the normalizer, and (flatten) the
  *      depthwise conv of v with its bias.
  * Everything is fp32 except the partial-sum reduction and the normalizer dot
  * products, which are float64 (they are cheap and they grow with N).
  */
 #include "cpu/focused_cpu.h"
+#include "cpu/bwd_gemm.h" /* LA_VEC512 */
 
 
 #define FOC_TILE 64 /* output rows per task in pass 3 */
@@ -50,6 +53,49 @@ void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, doub
     for (int64_t c = 0; c < C; c++) out[c] *= f;
 }
 
+/* f_p of one token in float (the forward's q̃, k̃ and the backward's rebuild
+ * of them): x (C), isp =
+ * 1/softplus(s) per channel, ip > 0 an integer power (else powf of p);
+ * y = ‖x'‖·x'^p/‖x'^p‖, x' = (relu(x)+1e-6)·isp. Every term of the sums is
+ * non-negative and the largest u is 1, so float loses nothing that matters
+ * against the 1e-4 gradient bound. A NaN in x makes ‖x'‖ and so the whole
+ * row NaN (the forward's NaN rule). */
+LA_VEC512 void la_flatten_focus_row_f32(const float *x, const float *isp, int64_t C, int ip,
+                                        float p, float *y) {
+    float nx2 = 0.f, mx = 0.f;
+#pragma omp simd reduction(+ : nx2) reduction(max : mx)
+    for (int64_t c = 0; c < C; c++) {
+        const float xp = ((x[c] < 0.f ? 0.f : x[c]) + 1e-6f) * isp[c]; /* NaN stays NaN */
+        y[c] = xp;
+        nx2 += xp * xp;
+        mx = xp > mx ? xp : mx;
+    }
+    const float imx = 1.f / mx;
+    float nu2 = 0.f;
+    if (ip == 3) {
+#pragma omp simd reduction(+ : nu2)
+        for (int64_t c = 0; c < C; c++) {
+            const float u = y[c] * imx, up = u * u * u;
+            y[c] = up;
+            nu2 += up * up;
+        }
+    } else {
+        for (int64_t c = 0; c < C; c++) {
+            const float u = y[c] * imx;
+            float up = u;
+            if (ip)
+                for (int e = 1; e < ip; e++) up *= u;
+            else
+                up = powf(u, p);
+            y[c] = up;
+            nu2 += up * up;
+        }
+    }
+    const float f = sqrtf(nx2) / sqrtf(nu2);
+#pragma omp simd
+    for (int64_t c = 0; c < C; c++) y[c] *= f;
+}
+
 /* Small parameter arrays (conv weights, bias, softplus, focus) copied to
  * contiguous f32/f64 so the inner loops do not go through strides. */
 static void load_conv(const la_tensor *conv, float *w /* [k*k][Cc] */) {
@@ -58,6 +104,39 @@ static void load_conv(const la_tensor *conv, float *w /* [k*k][Cc] */) {
         for (int64_t a = 0; a < conv->ne[1]; a++)
             for (int64_t b = 0; b < conv->ne[2]; b++)
                 w[(a * conv->ne[2] + b) * Cc + c] = la_load_f32(conv, la_off3(conv, c, a, b));
+}
+
+/* One output row of pass 3: o (Dv, holding q̃·S) divided by the normalizer
+ * q̃·z + eps (float64 dot), then with Wc (flatten's conv), o += bias +
+ * Σ_taps w ∘ v over token n's k×k window of the map (v: this head's rows,
+ * row stride ld; D = Dv). Its own function so that GCC keeps the 512-bit
+ * vectors LA_VEC512 asks for. */
+#if defined(__GNUC__)
+__attribute__((noinline))
+#endif
+LA_VEC512 static void foc_out_row(float *restrict o, const float *restrict qr,
+                                  const float *restrict z, int64_t D, int64_t Dv, float eps,
+                                  const float *Wc, const float *bias, const float *v, int64_t ld,
+                                  int64_t n, int64_t Hm, int64_t Wm, int64_t ks) {
+    double den = 0.0;
+#pragma omp simd reduction(+ : den)
+    for (int64_t j = 0; j < D; j++) den += (double)qr[j] * z[j];
+    const float inv = (float)(1.0 / (den + eps));
+    for (int64_t e = 0; e < Dv; e++) o[e] *= inv;
+    if (!Wc) return;
+    const int64_t y = n / Wm, x = n % Wm, r = ks / 2;
+    for (int64_t j = 0; j < D; j++) o[j] += bias[j];
+    for (int64_t a = 0; a < ks; a++) {
+        const int64_t yy = y + a - r;
+        if (yy < 0 || yy >= Hm) continue;
+        for (int64_t bb = 0; bb < ks; bb++) {
+            const int64_t xx = x + bb - r;
+            if (xx < 0 || xx >= Wm) continue;
+            const float *restrict w = Wc + (a * ks + bb) * D;
+            const float *restrict src = v + (yy * Wm + xx) * ld;
+            for (int64_t j = 0; j < D; j++) o[j] += w[j] * src[j];
+        }
+    }
 }
 
 la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const la_tensor *k,
@@ -86,7 +165,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     LA_TRY(la_mul_size((size_t)(H * nchunk), (size_t)sz, &part, "focused: partial sums"));
     size_t per_thread = (size_t)FOC_TILE * (size_t)(D + Dv + 1);
     LA_TRY(la_mul_size(per_thread, (size_t)nt, &thr, "focused: thread workspace"));
-    size_t params = (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H;
+    size_t params = (size_t)(ks * ks * Cc) + (size_t)D + (size_t)H + (size_t)C;
     tmp = feat + part + thr + params + (size_t)H * (size_t)sz;
     if (tmp < feat) return la_err(LA_ERR_OVERFLOW, "focused: workspace size overflows");
     LA_TRY(la_mul_size(tmp, sizeof(float), &wsz, "focused: workspace bytes"));
@@ -111,6 +190,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     float *Wc = TW + (size_t)nt * per_thread; /* conv weights [k*k][Cc]              */
     float *bias = Wc + ks * ks * Cc;        /* [D]                                    */
     float *foc = bias + D;                  /* focus [H]                              */
+    float *isp = foc + H;                   /* flatten: 1/softplus(s) [C] in float    */
 
     if (conv) load_conv(conv, Wc);
     for (int64_t j = 0; j < D; j++)
@@ -118,6 +198,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     for (int64_t c = 0; c < C; c++) {
         double s = softplus_param ? la_load_f32(softplus_param, softplus_param->nb[0] * c) : 0.0;
         DW[c] = 1.0 / la_softplus(s);
+        isp[c] = (float)DW[c];
     }
     for (int64_t h = 0; h < H; h++)
         foc[h] = focus ? la_load_f32(focus, focus->nb[0] * h) : 2.0f;
@@ -138,17 +219,24 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
 
         /* ---- pass 1: feature maps -------------------------------------- */
         if (!blog) {
+            /* f_p in float, from the rows in place where q, k are f32 with
+             * unit inner stride (else read into a per-thread row) */
+            const int ip = (p_focus == floor(p_focus) && p_focus >= 1 && p_focus <= 8) ? (int)p_focus : 0;
             #pragma omp parallel for num_threads(nt) schedule(static)
             for (int64_t n = 0; n < N; n++) {
-                double *x = DW + C + (size_t)la_thread_id() * 2 * C, *y = x + C;
+                float *row = (float *)(DW + C + (size_t)la_thread_id() * 2 * C);
                 for (int w = 0; w < 2; w++) {
                     const la_tensor *t = w ? k : q;
                     float *dst = (w ? F2 : F1) + (size_t)n * C;
-                    for (int64_t h = 0; h < H; h++)
-                        for (int64_t j = 0; j < D; j++)
-                            x[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
-                    la_flatten_focus_row(x, DW, C, p_focus, y);
-                    for (int64_t c = 0; c < C; c++) dst[c] = (float)y[c];
+                    const float *x = row;
+                    if (t->dtype == LA_F32 && t->nb[3] == 1 && t->nb[2] == D) {
+                        x = (const float *)t->data + la_off4(t, b, n, 0, 0);
+                    } else {
+                        for (int64_t h = 0; h < H; h++)
+                            for (int64_t j = 0; j < D; j++)
+                                row[h * D + j] = la_load_f32(t, la_off4(t, b, n, h, j));
+                    }
+                    la_flatten_focus_row_f32(x, isp, C, ip, (float)p_focus, dst);
                 }
             }
         } else {
@@ -196,7 +284,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
             float *part = P + (size_t)task * sz;
             const float *kt = F2 + (size_t)n0 * C + h * D;
             const float *vt = F3 + (size_t)n0 * HDv + h * Dv;
-            la_sgemm(true, false, D, Dv, len, 1.0f, kt, C, vt, HDv, 0.0f, part, Dv);
+            la_bwd_acc(D, Dv, len, 1.0f, kt, 1, C, vt, HDv, part, Dv, 0.0f); /* k̃ᵀ in place */
             float *zp = part + D * Dv;
             for (int64_t j = 0; j < D; j++) zp[j] = 0.f;
             for (int64_t n = 0; n < len; n++)
@@ -237,31 +325,10 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
                 ldq = C;
             }
             const float *S = Sz + (size_t)h * sz, *z = S + D * Dv;
-            la_sgemm(false, false, len, Dv, D, 1.0f, qp, ldq, S, Dv, 0.0f, ot, Dv);
-            for (int64_t i = 0; i < len; i++) {
-                double den = 0.0;
-                for (int64_t j = 0; j < D; j++) den += (double)qp[i * ldq + j] * z[j];
-                const float inv = (float)(1.0 / (den + eps));
-                float *o = ot + i * Dv;
-                for (int64_t e = 0; e < Dv; e++) o[e] *= inv;
-                if (!blog && conv) {
-                    /* o += DWC(v): one [D,1,k,k] kernel shared by all heads,
-                     * over this head's v on the map, plus the bias */
-                    const int64_t n = n0 + i, y = n / Wm, x = n % Wm;
-                    for (int64_t j = 0; j < D; j++) o[j] += bias[j];
-                    for (int64_t a = 0; a < ks; a++) {
-                        const int64_t yy = y + a - r;
-                        if (yy < 0 || yy >= Hm) continue;
-                        for (int64_t bb = 0; bb < ks; bb++) {
-                            const int64_t xx = x + bb - r;
-                            if (xx < 0 || xx >= Wm) continue;
-                            const float *w = Wc + (a * ks + bb) * D;
-                            const float *src = F3 + (size_t)(yy * Wm + xx) * HDv + h * Dv;
-                            for (int64_t j = 0; j < D; j++) o[j] += w[j] * src[j];
-                        }
-                    }
-                }
-            }
+            la_bwd_acc(len, Dv, D, 1.0f, qp, ldq, 1, S, Dv, ot, Dv, 0.0f);
+            for (int64_t i = 0; i < len; i++)
+                foc_out_row(ot + i * Dv, qp + i * ldq, z, D, Dv, eps,
+                            !blog && conv ? Wc : NULL, bias, F3 + h * Dv, HDv, n0 + i, Hm, Wm, ks);
             la_scatter_bnhd_rows(out, b, h, n0, len, ot, Dv);
         }
     }

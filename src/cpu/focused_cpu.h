@@ -32,6 +32,12 @@ static inline double la_softplus(double s) {
 void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, double p,
                           double *out);
 
+/* The same in float (the CPU forward's and backward's rows): isp = 1/softplus
+ * per channel, ip in 1..8 an integer power p (by multiplication), else 0
+ * (powf); x and y do not overlap. */
+void la_flatten_focus_row_f32(const float *x, const float *isp, int64_t C, int ip, float p,
+                              float *y);
+
 #ifdef __cplusplus
 }
 #endif

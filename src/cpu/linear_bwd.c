@@ -17,9 +17,15 @@
  * final-state gradient back to the first chunk and forms dk̃, dv:
  *     dK̃ = V dS̄ᵀ + 1 dz̄ᵀ + dAᵀ Q̃,   dV = K̃ dS̄ + Aᵀ G.
  * With the forward's out given, o is read instead of formed (normalize on:
- * num = out·den; off: o is not needed). No per-token state is stored. Non-causal: three passes over row blocks
- * (S, z; then g, dq, dS, dz; then dk, dv). One task per (batch, head); every
- * product is a la_sgemm; each gradient element is written by one task. */
+ * num = out·den; off: o is not needed). No per-token state is stored.
+ * Causal: one task per (batch, head), its products la_sgemm calls.
+ * Non-causal: three phases over token segments of LB_SEG rows (S, z; then
+ * g, dq, dS, dz; then dk, dv), each segment's state sums partial, the totals
+ * summed in segment order between phases; tasks per (batch, head, segment),
+ * or per (batch, head) over its segments in order when there are enough
+ * heads for the threads (no barriers; the same sums, the same bits). The
+ * products run on la_bwd_acc; dq, dk, dv of f32 views are written in place.
+ * Each gradient element is written by one task. */
 #include "cpu/backward_cpu.h"
 #include "cpu/linear_cpu.h"
 #include "cpu/bwd_gemm.h"
@@ -193,75 +199,153 @@ static bool lb_num(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t n,
     return true;
 }
 
-static void lb_noncausal(const lb_job *j, int64_t b, int64_t h, lb_scratch *s) {
-    const int64_t N = j->N, D = j->D, Dv = j->Dv, R = j->R;
-    const float eps = j->p->eps;
-    memset(s->S, 0, (size_t)(D * Dv) * sizeof(float));
-    memset(s->z, 0, (size_t)D * sizeof(float));
-    memset(s->dS, 0, (size_t)(D * Dv) * sizeof(float));
-    memset(s->dz, 0, (size_t)D * sizeof(float));
-    for (int64_t t0 = 0; t0 < N; t0 += R) {
-        const int64_t n = N - t0 < R ? N - t0 : R;
+/* Rows [t0, t0+n) of head (b, h) of an output t to write in place: the f32
+ * row pointer and its row stride (*ld), or NULL (then: scratch, scattered). */
+static float *lb_out_rows_f32(la_tensor *t, int64_t b, int64_t h, int64_t t0, int64_t *ld) {
+    if (!t || t->dtype != LA_F32 || t->nb[3] != 1 || t->nb[1] < t->ne[3]) return NULL;
+    *ld = t->nb[1];
+    return (float *)t->data + la_off4(t, b, t0, h, 0);
+}
+
+/* Non-causal: the per-(batch, head) state sums of one token segment, and
+ * their totals. A segment's partial sums are summed over its row blocks in
+ * order, the totals over the segments in order: the segments are fixed by N
+ * (LB_SEG rows), so the result does not depend on the thread count. */
+#define LB_SEG 1024
+
+typedef struct lb_nc_state {
+    float *S, *ST, *z;    /* Σ k̃ vᵀ [D×Dv], its transpose [Dv×D], Σ k̃ [D] */
+    float *dS, *dST, *dz; /* dS̄ [D×Dv], dS̄ᵀ [Dv×D], dz̄ [D] */
+} lb_nc_state;
+
+static size_t lb_nc_state_floats(int64_t D, int64_t Dv) { return (size_t)(4 * D * Dv + 2 * D); }
+
+static void lb_nc_state_carve(float *w, int64_t D, int64_t Dv, lb_nc_state *st) {
+    st->S = w, st->ST = w + D * Dv, st->dS = w + 2 * D * Dv, st->dST = w + 3 * D * Dv;
+    st->z = w + 4 * D * Dv, st->dz = st->z + D;
+}
+
+/* Phase 1 of segment [t0, t1): S_part = Σ k̃ᵀ v, z_part = Σ k̃ (zeroed first). */
+static void lb_nc_sums(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t t1,
+                       lb_scratch *s, float *S, float *z) {
+    const int64_t D = j->D, Dv = j->Dv, R = j->R;
+    memset(S, 0, (size_t)(D * Dv) * sizeof(float));
+    memset(z, 0, (size_t)D * sizeof(float));
+    for (int64_t r0 = t0; r0 < t1; r0 += R) {
+        const int64_t n = t1 - r0 < R ? t1 - r0 : R;
         const float *kr, *vr;
         int64_t ldk, ldv;
-        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
-        la_bwd_acc(D, Dv, n, 1.f, s->kt, 1, D, vr, ldv, s->S, Dv, 1.f);
+        lb_load_kv(j, b, h, r0, n, s, &kr, &ldk, &vr, &ldv);
+        la_bwd_acc(D, Dv, n, 1.f, s->kt, 1, D, vr, ldv, S, Dv, 1.f);
         for (int64_t r = 0; r < n; r++)
-            for (int64_t d = 0; d < D; d++) s->z[d] += s->kt[r * D + d];
+            for (int64_t d = 0; d < D; d++) z[d] += s->kt[r * D + d];
     }
-    for (int64_t t0 = 0; t0 < N; t0 += R) {
-        const int64_t n = N - t0 < R ? N - t0 : R;
+}
+
+/* Phase 2 of segment [t0, t1): dq of its rows (from the totals st) and the
+ * partial sums dS_part = Σ q̃ᵀ g, dz_part = Σ dden q̃ (zeroed first). */
+static void lb_nc_q(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t t1,
+                    lb_scratch *s, const lb_nc_state *st, float *dS, float *dz) {
+    const int64_t D = j->D, Dv = j->Dv, R = j->R;
+    const float eps = j->p->eps;
+    memset(dS, 0, (size_t)(D * Dv) * sizeof(float));
+    memset(dz, 0, (size_t)D * sizeof(float));
+    for (int64_t r0 = t0; r0 < t1; r0 += R) {
+        const int64_t n = t1 - r0 < R ? t1 - r0 : R;
         /* q̃ (raw q in place where the view allows) and dO: no k, v */
         int64_t ldq;
-        const float *qr = lb_rows_f32(j->q, b, h, t0, &ldq);
+        const float *qr = lb_rows_f32(j->q, b, h, r0, &ldq);
         if (qr) {
             for (int64_t r = 0; r < n; r++)
                 la_feature_map_n(j->p->feature, qr + r * ldq, s->qt + r * D, D, j->p->scale_q);
-            la_gather_bnhd_rows(j->d_out, b, h, t0, n, s->go, Dv);
+            la_gather_bnhd_rows(j->d_out, b, h, r0, n, s->go, Dv);
         } else {
-            lb_load(j, b, h, t0, n, false, true, true, s);
+            lb_load(j, b, h, r0, n, false, true, true, s);
             qr = s->qr, ldq = D;
         }
         if (j->p->normalize) { /* o is needed for dden only (normalize off: dden = 0) */
             for (int64_t r = 0; r < n; r++) {
                 float acc = 0.f;
-                for (int64_t d = 0; d < D; d++) acc += s->qt[r * D + d] * s->z[d];
+                for (int64_t d = 0; d < D; d++) acc += s->qt[r * D + d] * st->z[d];
                 s->den[r] = acc + eps;
             }
-            lb_num(j, b, h, t0, n, s, true);
+            if (j->out) {
+                la_gather_bnhd_rows(j->out, b, h, r0, n, s->o, Dv);
+                for (int64_t r = 0; r < n; r++)
+                    for (int64_t e = 0; e < Dv; e++) s->o[r * Dv + e] *= s->den[r];
+            } else {
+                la_bwd_acc(n, Dv, D, 1.f, s->qt, D, 1, st->S, Dv, s->o, Dv, 0.f);
+            }
         }
         lb_g(j, n, s);
         if (j->dq) {
-            lb_dqt_inter(j, n, s);
-            for (int64_t r = 0; r < n; r++)
-                la_feature_grad_n(j->p->feature, qr + r * ldq, s->dqt + r * D, D, j->p->scale_q);
-            la_scatter_bnhd_rows(j->dq, b, h, t0, n, s->dqt, D);
+            /* dq̃ = g Sᵀ + dden zᵀ, then dq = s·φ'(q)∘dq̃, written in place where it can be */
+            int64_t ldo;
+            float *dqp = lb_out_rows_f32(j->dq, b, h, r0, &ldo);
+            if (!dqp) dqp = s->dqt, ldo = D;
+            la_bwd_acc(n, D, Dv, 1.f, s->go, Dv, 1, st->ST, D, dqp, ldo, 0.f);
+            for (int64_t r = 0; r < n; r++) {
+                float *g = dqp + r * ldo;
+                if (j->p->normalize) {
+                    const float dd = s->dden[r];
+                    for (int64_t d = 0; d < D; d++) g[d] += dd * st->z[d];
+                }
+                la_feature_grad_n(j->p->feature, qr + r * ldq, g, D, j->p->scale_q);
+            }
+            if (dqp == s->dqt) la_scatter_bnhd_rows(j->dq, b, h, r0, n, s->dqt, D);
         }
-        lb_accum_dstate(j, n, s);
+        la_bwd_acc(D, Dv, n, 1.f, s->qt, 1, D, s->go, Dv, dS, Dv, 1.f); /* Q̃ᵀ read in place */
+        if (j->p->normalize)
+            for (int64_t r = 0; r < n; r++)
+                for (int64_t d = 0; d < D; d++) dz[d] += s->dden[r] * s->qt[r * D + d];
     }
-    if (!j->dk && !j->dv) return;
-    /* dS̄ᵀ into s->S (S is not needed any more): dk̃ = V·dS̄ᵀ as a plain product */
-    float *dST = s->S;
-    for (int64_t d = 0; d < D; d++)
-        for (int64_t e = 0; e < Dv; e++) dST[e * D + d] = s->dS[d * Dv + e];
-    for (int64_t t0 = 0; t0 < N; t0 += R) {
-        const int64_t n = N - t0 < R ? N - t0 : R;
+}
+
+/* Phase 3 of segment [t0, t1): dk̃ = V dS̄ᵀ + dz̄, dv = K̃ dS̄; dk = φ'(k)∘dk̃. */
+static void lb_nc_kv(const lb_job *j, int64_t b, int64_t h, int64_t t0, int64_t t1,
+                     lb_scratch *s, const lb_nc_state *st) {
+    const int64_t D = j->D, Dv = j->Dv, R = j->R;
+    for (int64_t r0 = t0; r0 < t1; r0 += R) {
+        const int64_t n = t1 - r0 < R ? t1 - r0 : R;
         const float *kr, *vr;
         int64_t ldk, ldv;
-        lb_load_kv(j, b, h, t0, n, s, &kr, &ldk, &vr, &ldv);
-        /* dk̃ = V dS̄ᵀ + dz̄, dv = K̃ dS̄; dk = φ'(k)∘dk̃ */
-        la_bwd_acc(n, D, Dv, 1.f, vr, ldv, 1, dST, D, s->dkt, D, 0.f);
-        la_bwd_acc(n, Dv, D, 1.f, s->kt, D, 1, s->dS, Dv, s->dvv, Dv, 0.f);
+        lb_load_kv(j, b, h, r0, n, s, &kr, &ldk, &vr, &ldv);
         if (j->dk) {
+            int64_t ldo;
+            float *dkp = lb_out_rows_f32(j->dk, b, h, r0, &ldo);
+            if (!dkp) dkp = s->dkt, ldo = D;
+            la_bwd_acc(n, D, Dv, 1.f, vr, ldv, 1, st->dST, D, dkp, ldo, 0.f);
             for (int64_t r = 0; r < n; r++) {
-                float *g = s->dkt + r * D;
-                for (int64_t d = 0; d < D; d++) g[d] += s->dz[d];
+                float *g = dkp + r * ldo;
+                for (int64_t d = 0; d < D; d++) g[d] += st->dz[d];
                 la_feature_grad_n(j->p->feature, kr + r * ldk, g, D, 1.f);
             }
-            la_scatter_bnhd_rows(j->dk, b, h, t0, n, s->dkt, D);
+            if (dkp == s->dkt) la_scatter_bnhd_rows(j->dk, b, h, r0, n, s->dkt, D);
         }
-        if (j->dv) la_scatter_bnhd_rows(j->dv, b, h, t0, n, s->dvv, Dv);
+        if (j->dv) {
+            int64_t ldo;
+            float *dvp = lb_out_rows_f32(j->dv, b, h, r0, &ldo);
+            if (!dvp) dvp = s->dvv, ldo = Dv;
+            la_bwd_acc(n, Dv, D, 1.f, s->kt, D, 1, st->dS, Dv, dvp, ldo, 0.f);
+            if (dvp == s->dvv) la_scatter_bnhd_rows(j->dv, b, h, r0, n, s->dvv, Dv);
+        }
     }
+}
+
+/* Totals of head x from its nseg partial sums (part: [nseg][D·Dv + D] each
+ * for S/z or dS/dz), summed in segment order, and the transpose. */
+static void lb_nc_total(int64_t nseg, const float *part, int64_t D, int64_t Dv, float *S,
+                        float *ST, float *z) {
+    const size_t stride = (size_t)(D * Dv + D);
+    memcpy(S, part, (size_t)(D * Dv) * sizeof(float));
+    memcpy(z, part + D * Dv, (size_t)D * sizeof(float));
+    for (int64_t g = 1; g < nseg; g++) {
+        const float *P = part + g * stride;
+        for (int64_t x = 0; x < D * Dv; x++) S[x] += P[x];
+        for (int64_t d = 0; d < D; d++) z[d] += P[D * Dv + d];
+    }
+    for (int64_t d = 0; d < D; d++)
+        for (int64_t e = 0; e < Dv; e++) ST[e * D + d] = S[d * Dv + e];
 }
 
 /* A = tril(Q̃ K̃ᵀ) and dA = tril(G Vᵀ + dden 1ᵀ) of an n-row chunk. */
@@ -345,6 +429,31 @@ static void lb_causal(const lb_job *j, int64_t b, int64_t h, const la_tensor *S_
         for (int64_t d = 0; d < D; d++) la_store_f32(d_z_in, la_off3(d_z_in, b, h, d), s->dz[d]);
 }
 
+/* All phases of head bh, its segments in order (st: its totals, P: its
+ * nseg partial sums). */
+static void lb_nc_head(const lb_job *j, int64_t bh, int64_t nseg, lb_scratch *s, float *stw,
+                       float *P) {
+    const int64_t b = bh / j->H, h = bh % j->H, D = j->D, Dv = j->Dv;
+    const size_t pstride = (size_t)(D * Dv + D);
+    lb_nc_state st;
+    lb_nc_state_carve(stw, D, Dv, &st);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_sums(j, b, h, t0, t1, s, P + g * pstride, P + g * pstride + D * Dv);
+    }
+    lb_nc_total(nseg, P, D, Dv, st.S, st.ST, st.z);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_q(j, b, h, t0, t1, s, &st, P + g * pstride, P + g * pstride + D * Dv);
+    }
+    if (!j->dk && !j->dv) return;
+    lb_nc_total(nseg, P, D, Dv, st.dS, st.dST, st.dz);
+    for (int64_t g = 0; g < nseg; g++) {
+        const int64_t t0 = g * LB_SEG, t1 = t0 + LB_SEG < j->N ? t0 + LB_SEG : j->N;
+        lb_nc_kv(j, b, h, t0, t1, s, &st);
+    }
+}
+
 la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
                                  const la_tensor *k, const la_tensor *v, const la_tensor *out,
                                  const la_tensor *S_in,
@@ -358,22 +467,81 @@ la_status la_linear_backward_cpu(const la_linear_params *p, const la_tensor *q,
     if (!dq && !dk && !dv && !d_S_in && !d_z_in) return LA_OK;
     const int threads = la_ctx_threads(ctx);
     const size_t per = lb_scratch_floats(&j, causal);
-    size_t bytes;
+    const int64_t BH = j.B * j.H, nseg = causal ? 1 : (j.N + LB_SEG - 1) / LB_SEG;
+    /* non-causal: the totals per head and the partial sums per (head, segment) */
+    size_t shared = 0, part = 0, bytes;
+    if (!causal) {
+        LA_TRY(la_mul_size((size_t)BH, lb_nc_state_floats(j.D, j.Dv), &shared,
+                           "linear backward state"));
+        LA_TRY(la_mul_size((size_t)(BH * nseg), (size_t)(j.D * j.Dv + j.D), &part,
+                           "linear backward partial sums"));
+        if (shared + part < shared) return la_err(LA_ERR_OVERFLOW, "linear backward workspace overflows");
+        shared += part;
+    }
     LA_TRY(la_mul_size(per, (size_t)threads, &bytes, "linear backward workspace"));
+    if (bytes + shared < bytes) return la_err(LA_ERR_OVERFLOW, "linear backward workspace overflows");
+    bytes += shared;
     LA_TRY(la_mul_size(bytes, sizeof(float), &bytes, "linear backward workspace"));
     float *ws = la_ws_alloc(ctx, bytes);
     if (!ws) return LA_ERR_NOMEM;
+    float *states = ws + (size_t)threads * per, *parts = states + (shared - part);
+    const size_t stf = lb_nc_state_floats(j.D, j.Dv), pstride = (size_t)(j.D * j.Dv + j.D);
 #pragma omp parallel num_threads(threads)
     {
         lb_scratch s;
         lb_carve(&j, ws + (size_t)la_thread_id() * per, &s);
+        if (causal) {
 #pragma omp for schedule(dynamic)
-        for (int64_t bh = 0; bh < j.B * j.H; bh++) {
-            const int64_t b = bh / j.H, h = bh % j.H;
-            if (causal)
-                lb_causal(&j, b, h, S_in, z_in, d_S_out, d_z_out, d_S_in, d_z_in, &s);
-            else
-                lb_noncausal(&j, b, h, &s);
+            for (int64_t bh = 0; bh < BH; bh++)
+                lb_causal(&j, bh / j.H, bh % j.H, S_in, z_in, d_S_out, d_z_out, d_S_in, d_z_in, &s);
+        } else if (BH >= 2 * threads) {
+            /* enough heads for the threads: one task per head runs the same
+             * phases over its segments (the same sums in the same order as
+             * below, so the same bits), with no barrier in between */
+#pragma omp for schedule(dynamic)
+            for (int64_t bh = 0; bh < BH; bh++)
+                lb_nc_head(&j, bh, nseg, &s, states + (size_t)bh * stf, parts + (size_t)(bh * nseg) * pstride);
+        } else {
+            /* three phases over (head, segment) tasks, the totals in between */
+#pragma omp for schedule(dynamic)
+            for (int64_t x = 0; x < BH * nseg; x++) {
+                const int64_t bh = x / nseg, g = x % nseg, t0 = g * LB_SEG;
+                float *P = parts + (size_t)x * pstride;
+                lb_nc_sums(&j, bh / j.H, bh % j.H, t0, t0 + LB_SEG < j.N ? t0 + LB_SEG : j.N, &s,
+                           P, P + j.D * j.Dv);
+            }
+#pragma omp for schedule(static)
+            for (int64_t bh = 0; bh < BH; bh++) {
+                lb_nc_state st;
+                lb_nc_state_carve(states + (size_t)bh * stf, j.D, j.Dv, &st);
+                lb_nc_total(nseg, parts + (size_t)(bh * nseg) * pstride, j.D, j.Dv, st.S, st.ST, st.z);
+            }
+#pragma omp for schedule(dynamic)
+            for (int64_t x = 0; x < BH * nseg; x++) {
+                const int64_t bh = x / nseg, g = x % nseg, t0 = g * LB_SEG;
+                lb_nc_state st;
+                lb_nc_state_carve(states + (size_t)bh * stf, j.D, j.Dv, &st);
+                float *P = parts + (size_t)x * pstride;
+                lb_nc_q(&j, bh / j.H, bh % j.H, t0, t0 + LB_SEG < j.N ? t0 + LB_SEG : j.N, &s, &st,
+                        P, P + j.D * j.Dv);
+            }
+            if (j.dk || j.dv) {
+#pragma omp for schedule(static)
+                for (int64_t bh = 0; bh < BH; bh++) {
+                    lb_nc_state st;
+                    lb_nc_state_carve(states + (size_t)bh * stf, j.D, j.Dv, &st);
+                    lb_nc_total(nseg, parts + (size_t)(bh * nseg) * pstride, j.D, j.Dv, st.dS,
+                                st.dST, st.dz);
+                }
+#pragma omp for schedule(dynamic)
+                for (int64_t x = 0; x < BH * nseg; x++) {
+                    const int64_t bh = x / nseg, g = x % nseg, t0 = g * LB_SEG;
+                    lb_nc_state st;
+                    lb_nc_state_carve(states + (size_t)bh * stf, j.D, j.Dv, &st);
+                    lb_nc_kv(&j, bh / j.H, bh % j.H, t0, t0 + LB_SEG < j.N ? t0 + LB_SEG : j.N, &s,
+                             &st);
+                }
+            }
         }
     }
     la_ws_free(ctx, ws);

@@ -9,12 +9,17 @@ extern "C" {
 #endif
 
 /* Tile sizes: a task owns LA_SOFTMAX_BQ query rows of one head and walks the
- * keys LA_SOFTMAX_BK at a time. The score tile BQ×BK (256 KiB) stays in L2. */
+ * keys LA_SOFTMAX_BK at a time (a multiple of LA_SOFTMAX_KT, the width of
+ * the packed transposed key tiles). The score tile BQ×BK stays in L2. */
 #ifndef LA_SOFTMAX_BQ
-#define LA_SOFTMAX_BQ 256
+#define LA_SOFTMAX_BQ 192
 #endif
 #ifndef LA_SOFTMAX_BK
 #define LA_SOFTMAX_BK 256
+#endif
+#define LA_SOFTMAX_KT 128
+#if LA_SOFTMAX_BK % LA_SOFTMAX_KT != 0
+#error "LA_SOFTMAX_BK must be a multiple of LA_SOFTMAX_KT"
 #endif
 
 /* Views already validated by la_softmax_attention (src/ops/softmax.c):

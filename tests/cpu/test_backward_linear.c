@@ -271,6 +271,20 @@ static void run_case(la_rng *rng, lin_case c) {
                                 NULL, NULL, ctx));
     CHECK(views_identical(&dQ, &dQ2) && views_identical(&dK, &dK2) && views_identical(&dV, &dV2),
           "linear bwd: repeated / partial calls are not bit-identical");
+    /* Another thread count (the non-causal state sums run over fixed token
+     * segments, summed in order): the same bits. */
+    {
+        la_context *ctx2;
+        la_context_create(&ctx2);
+        la_context_set_threads(ctx2, c.threads == 1 ? 3 : 1);
+        CHECK_OK(la_linear_backward(&p, &Q.t, &K.t, &V.t, NULL, st ? &Si.t : NULL,
+                                    st ? &zi.t : NULL, &G.t, st ? &dSo.t : NULL,
+                                    st ? &dzo.t : NULL, &dQ2.t, &dK2.t, &dV2.t, NULL, NULL, ctx2));
+        CHECK(views_identical(&dQ, &dQ2) && views_identical(&dK, &dK2) && views_identical(&dV, &dV2),
+              "linear bwd N%lld causal=%d: %d and %d threads are not bit-identical", (long long)m.N,
+              m.causal, c.threads, c.threads == 1 ? 3 : 1);
+        la_context_destroy(ctx2);
+    }
     la_context_destroy(ctx);
     free(q), free(k), free(v), free(g), free(S0), free(z0), free(gS), free(gz), free(a);
     free(qd), free(kd), free(vd), free(gd), free(S0d), free(z0d), free(gSd), free(gzd);
@@ -357,6 +371,16 @@ int main(void) {
             c.dt = LA_F64, c.threads = 1, c.layout = L_CONTIG;
             run_case(&rng, c);
         }
+    /* Non-causal over several token segments of the state sums (the last one
+     * partial), contiguous and strided. */
+    for (int layout = 0; layout < 2; layout++) {
+        lin_case cs = mk(2500, 63, 17, LA_FEATURE_RELU, 0, 1);
+        cs.layout = layout;
+        run_case(&rng, cs);
+        cs = mk(2049, 64, 48, LA_FEATURE_ELU1, 0, layout);
+        cs.layout = layout;
+        run_case(&rng, cs);
+    }
     lin_case c = mk(600, 16, 16, LA_FEATURE_RELU, 1, 1);
     c.chunk = 1;
     run_case(&rng, c);
