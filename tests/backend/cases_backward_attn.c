@@ -296,8 +296,10 @@ static void run_sparse(const void *arg) {
         tt_repoison(&dq), tt_repoison(&dkv);
         la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
                                                      &dq.t, &dkv.t, ctx);
-        if (bo_check_dev(st2, "sparse backward, portable"))
+        if (bo_check_dev(st2, "sparse backward, portable")) {
+            tt_download(&dq), tt_download(&dkv); /* this call's values, not the last checked */
             port[0] = tt_copy_host(&dq), port[1] = tt_copy_host(&dkv);
+        }
         bo_use_variant("sparse_attn_bwd", NULL);
     }
     if (port[0] && bo_use_variant("sparse_attn_bwd", "portable_rowchunk")) {
@@ -318,8 +320,10 @@ static void run_sparse(const void *arg) {
         tt_repoison(&dq), tt_repoison(&dkv);
         la_status st2 = la_sparse_attention_backward(&p, &q.t, &kv.t, &idx_t, &o.t, &l.t, &go.t,
                                                      &dq.t, &dkv.t, ctx);
-        if (bo_check_dev(st2, "sparse backward, mma"))
+        if (bo_check_dev(st2, "sparse backward, mma")) {
+            tt_download(&dq), tt_download(&dkv);
             tc[0] = tt_copy_host(&dq), tc[1] = tt_copy_host(&dkv);
+        }
         bo_use_variant("sparse_attn_bwd", NULL);
     }
     if (tc[0] && bo_use_variant("sparse_attn_bwd", "mma_rowchunk")) {
