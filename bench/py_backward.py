@@ -35,7 +35,6 @@ import argparse
 import ctypes
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -221,35 +220,9 @@ def bench_cpu(a, names):
     return rows
 
 
-def _event_us(fn, calls, rounds=3):
-    ev, host = [], []
-    for _ in range(rounds):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        s.record()
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        t1 = time.perf_counter()
-        e.record()
-        torch.cuda.synchronize()
-        ev.append(s.elapsed_time(e) * 1e3 / calls)
-        host.append((t1 - t0) * 1e6 / calls)
-    return statistics.median(ev), statistics.median(host)
-
-
-def _kernel_us(fn, calls):
-    from torch.profiler import ProfilerActivity, profile
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            fn()
-        torch.cuda.synchronize()
-    tot = 0.0
-    for x in prof.key_averages():
-        t = getattr(x, "self_device_time_total", None)
-        tot += getattr(x, "self_cuda_time_total", 0.0) if t is None else t
-    return tot / calls
+# CUDA-event and host time per call, and the profiler's kernel time per call:
+# the same measurement as the forward's call overhead table
+from py_overhead import _event_us, _kernel_us  # noqa: E402
 
 
 def bench_cuda(a, names):
