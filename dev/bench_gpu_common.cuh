@@ -25,6 +25,10 @@
  *                      the one context every library call of a driver uses,
  *                      and forcing a kernel variant on it (src/core/variant.h,
  *                      docs/CUDA.md's variant table; NULL: the default).
+ *   host_to_bf16 / host_of_bf16
+ *                      float <-> bf16 bits on the host (round to nearest even);
+ *   xorshift_uniform   a seeded host generator of uniform(-1, 1) floats (the
+ *                      drivers that fill host buffers to check against).
  *   bench_pick(f)      the kernel variants one call of f takes, as the
  *                      selection functions report them on a verbose context
  *                      ("family:variant,..."): printed beside a timed row.
@@ -77,6 +81,27 @@ static void bench_variant(const char *family, const char *variant) {
  * Returns "family:variant" for each distinct pair, comma-separated, "-" when
  * none was reported, "refused" when the call failed (la_last_error() then
  * holds the library's message). Call it outside the timed loop. */
+static inline uint16_t host_to_bf16(float f) {
+    uint32_t b;
+    memcpy(&b, &f, 4);
+    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
+}
+static inline float host_of_bf16(uint16_t h) {
+    uint32_t b = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+struct xorshift_uniform {
+    uint64_t s;
+    float operator()() { /* uniform(-1, 1) */
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        return (float)((s >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
+    }
+};
+
 static inline std::string bench_pick(const std::function<la_status()> &f) {
     fflush(stderr);
     FILE *tmp = tmpfile();

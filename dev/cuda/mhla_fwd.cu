@@ -26,24 +26,9 @@
 
 namespace {
 
-uint16_t to_bf16(float f) {
-    uint32_t b;
-    memcpy(&b, &f, 4);
-    return (uint16_t)((b + 0x7fffu + ((b >> 16) & 1u)) >> 16);
-}
-float of_bf16(uint16_t h) {
-    uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, 4);
-    return f;
-}
-uint64_t rng_state = 0x9e3779b97f4a7c15ull;
-float urand() { /* uniform(-1, 1) */
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (float)((rng_state >> 40) * (1.0 / 16777216.0)) * 2.f - 1.f;
-}
+uint16_t to_bf16(float f) { return host_to_bf16(f); }
+float of_bf16(uint16_t h) { return host_of_bf16(h); }
+xorshift_uniform urand{0x9e3779b97f4a7c15ull}; /* urand(): uniform(-1, 1) */
 
 struct pair_t { /* [B,N,H,D] bf16 on host and device; perm: stored as [B,H,N,D] */
     std::vector<uint16_t> h;
