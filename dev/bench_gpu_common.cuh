@@ -29,6 +29,9 @@
  *                      float <-> bf16 bits on the host (round to nearest even);
  *   xorshift_uniform   a seeded host generator of uniform(-1, 1) floats (the
  *                      drivers that fill host buffers to check against).
+ *   bf16_pair          a [B,N,H,D] bf16 tensor on host and device (perm: stored
+ *                      as [B,H,N,D]), filled from a generator or NaN-poisoned:
+ *                      make_bf16_pair / free_bf16_pair.
  *   bench_pick(f)      the kernel variants one call of f takes, as the
  *                      selection functions report them on a verbose context
  *                      ("family:variant,..."): printed beside a timed row.
@@ -175,6 +178,30 @@ __global__ void fill_kernel(__nv_bfloat16 *x, size_t n, unsigned seed, float sca
 }
 
 /* n bf16 on the device, filled by fill_kernel */
+
+struct bf16_pair {
+    std::vector<uint16_t> h;
+    void *d = nullptr;
+    la_tensor th, td;
+};
+static inline void make_bf16_pair(bf16_pair &p, int64_t B, int64_t N, int64_t H, int64_t D, bool perm,
+                                  bool poison, xorshift_uniform &rng) {
+    const size_t n = (size_t)(B * N * H * D);
+    p.h.resize(n);
+    for (size_t i = 0; i < n; i++) p.h[i] = poison ? 0xffffu : host_to_bf16(rng());
+    CK(cudaMalloc(&p.d, n * 2 + 16));
+    CK(cudaMemcpy(p.d, p.h.data(), n * 2, cudaMemcpyHostToDevice));
+    const int64_t ne[4] = {B, N, H, D};
+    int64_t nb[4] = {N * H * D, H * D, D, 1};
+    if (perm) {
+        nb[1] = D;
+        nb[2] = N * D;
+    }
+    LK(la_tensor_init_strided(&p.th, p.h.data(), LA_BF16, LA_DEVICE_CPU, 4, ne, nb));
+    LK(la_tensor_init_strided(&p.td, p.d, LA_BF16, LA_DEVICE_CUDA, 4, ne, nb));
+}
+static inline void free_bf16_pair(bf16_pair &p) { CK(cudaFree(p.d)); }
+
 static inline __nv_bfloat16 *make(size_t n, unsigned seed, float scale = 1.f) {
     __nv_bfloat16 *p = nullptr;
     CK(cudaMalloc(&p, n * 2));

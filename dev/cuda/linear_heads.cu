@@ -34,32 +34,13 @@
 
 namespace {
 
-uint16_t to_bf16(float f) { return host_to_bf16(f); }
-float of_bf16(uint16_t h) { return host_of_bf16(h); }
 xorshift_uniform urand{0x2545f4914f6cdd1dull}; /* urand(): uniform(-1, 1) */
 
-/* A [B,N,H,D] bf16 tensor on host and device; perm: stored as [B,H,N,D]. */
-struct pair_t {
-    std::vector<uint16_t> h;
-    void *d = nullptr;
-    la_tensor th, td;
-};
+using pair_t = bf16_pair;
 void make_pair(pair_t &p, int64_t B, int64_t N, int64_t H, int64_t D, bool perm, bool poison) {
-    const size_t n = (size_t)(B * N * H * D);
-    p.h.resize(n);
-    for (size_t i = 0; i < n; i++) p.h[i] = poison ? 0xffffu : to_bf16(urand());
-    CK(cudaMalloc(&p.d, n * 2 + 16));
-    CK(cudaMemcpy(p.d, p.h.data(), n * 2, cudaMemcpyHostToDevice));
-    const int64_t ne[4] = {B, N, H, D};
-    int64_t nb[4] = {N * H * D, H * D, D, 1};
-    if (perm) {
-        nb[1] = D;
-        nb[2] = N * D;
-    }
-    LK(la_tensor_init_strided(&p.th, p.h.data(), LA_BF16, LA_DEVICE_CPU, 4, ne, nb));
-    LK(la_tensor_init_strided(&p.td, p.d, LA_BF16, LA_DEVICE_CUDA, 4, ne, nb));
+    make_bf16_pair(p, B, N, H, D, perm, poison, urand);
 }
-void free_pair(pair_t &p) { CK(cudaFree(p.d)); }
+void free_pair(pair_t &p) { free_bf16_pair(p); }
 
 int fails = 0, cases = 0;
 
@@ -71,7 +52,7 @@ void compare(const pair_t &o, const char *what) {
     double mx = 0, md = 0;
     size_t nan = 0;
     for (size_t i = 0; i < g.size(); i++) {
-        const double c = of_bf16(o.h[i]), x = of_bf16(g[i]);
+        const double c = host_of_bf16(o.h[i]), x = host_of_bf16(g[i]);
         if (!std::isfinite(x)) nan++;
         mx = std::max(mx, std::fabs(c));
         md = std::max(md, std::fabs(x - c));

@@ -26,29 +26,11 @@
 
 namespace {
 
-uint16_t to_bf16(float f) { return host_to_bf16(f); }
-float of_bf16(uint16_t h) { return host_of_bf16(h); }
 xorshift_uniform urand{0x9e3779b97f4a7c15ull}; /* urand(): uniform(-1, 1) */
 
-struct pair_t { /* [B,N,H,D] bf16 on host and device; perm: stored as [B,H,N,D] */
-    std::vector<uint16_t> h;
-    void *d = nullptr;
-    la_tensor th, td;
-};
+using pair_t = bf16_pair;
 void make_pair(pair_t &p, int64_t B, int64_t N, int64_t H, int64_t D, bool perm, bool poison) {
-    const size_t n = (size_t)(B * N * H * D);
-    p.h.resize(n);
-    for (size_t i = 0; i < n; i++) p.h[i] = poison ? 0xffffu : to_bf16(urand());
-    CK(cudaMalloc(&p.d, n * 2 + 16));
-    CK(cudaMemcpy(p.d, p.h.data(), n * 2, cudaMemcpyHostToDevice));
-    const int64_t ne[4] = {B, N, H, D};
-    int64_t nb[4] = {N * H * D, H * D, D, 1};
-    if (perm) {
-        nb[1] = D;
-        nb[2] = N * D;
-    }
-    LK(la_tensor_init_strided(&p.th, p.h.data(), LA_BF16, LA_DEVICE_CPU, 4, ne, nb));
-    LK(la_tensor_init_strided(&p.td, p.d, LA_BF16, LA_DEVICE_CUDA, 4, ne, nb));
+    make_bf16_pair(p, B, N, H, D, perm, poison, urand);
 }
 
 int fails = 0, cases = 0;
@@ -60,7 +42,7 @@ double rel_err(const pair_t &o, const std::vector<uint16_t> &cpu) {
     CK(cudaMemcpy(g.data(), o.d, g.size() * 2, cudaMemcpyDeviceToHost));
     double mx = 0, md = 0;
     for (size_t i = 0; i < g.size(); i++) {
-        const double c = of_bf16(cpu[i]), x = of_bf16(g[i]);
+        const double c = host_of_bf16(cpu[i]), x = host_of_bf16(g[i]);
         if (!std::isfinite(x)) return -1;
         mx = std::max(mx, std::fabs(c));
         md = std::max(md, std::fabs(x - c));
