@@ -32,7 +32,6 @@ issuing loop ("host"); C is then the bare calls' event time minus the same
 kernel time.
 """
 import argparse
-import ctypes
 import json
 import os
 import sys
@@ -46,6 +45,9 @@ import torch  # noqa: E402
 import longattn  # noqa: E402
 from longattn import _lib as L  # noqa: E402
 from longattn import _tensor  # noqa: E402
+# the forward overhead bench's timers (CUDA events and host time per call, the
+# profiler's kernel time per call) and its copies of a C call's views
+from py_overhead import _event_us, _kernel_us, own_views  # noqa: E402
 
 CUSTOM = longattn.ops.install_custom_ops() is not longattn.ops._Direct
 
@@ -123,13 +125,7 @@ def capture_c(step):
 
     def spy_run(self, name, *args):
         # copies now: the views may live in the context's reused slots
-        own = []
-        for x in args:
-            obj = getattr(x, "_obj", None)
-            if isinstance(obj, L.la_tensor):
-                x = ctypes.byref(L.la_tensor.from_buffer_copy(obj))
-            own.append(x)
-        seen.append((name, own + [self.ctx.handle]))
+        seen.append((name, own_views(args) + [self.ctx.handle]))
         return orig_run(self, name, *args)
 
     def spy_launch(self, name, lead, names, *xs):
@@ -218,11 +214,6 @@ def bench_cpu(a, names):
         rows.append(row)
         del keep
     return rows
-
-
-# CUDA-event and host time per call, and the profiler's kernel time per call:
-# the same measurement as the forward's call overhead table
-from py_overhead import _event_us, _kernel_us  # noqa: E402
 
 
 def bench_cuda(a, names):

@@ -140,8 +140,15 @@ def capture_direct(fn):
         _tensor.Call.run = orig
         _tensor.use_fastcall(was_on)
     name, args = seen[-1]
-    # the views live in per-thread slots that the next Python call rewrites:
-    # the direct call gets copies of its own
+    own = own_views(args)
+    cfn = getattr(longattn._lib.lib, name)
+    return (lambda: cfn(*own)), keep
+
+
+def own_views(args):
+    """A C call's arguments with each la_tensor view replaced by a copy of
+    its own: the views live in per-thread slots that the next Python call
+    rewrites."""
     import ctypes
     L = longattn._lib
     own = []
@@ -150,8 +157,7 @@ def capture_direct(fn):
         if isinstance(obj, L.la_tensor):
             x = ctypes.byref(L.la_tensor.from_buffer_copy(obj))
         own.append(x)
-    cfn = getattr(L.lib, name)
-    return (lambda: cfn(*own)), keep
+    return own
 
 
 def _path(fastcall):
