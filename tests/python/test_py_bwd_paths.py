@@ -43,19 +43,6 @@ def _restore_path():
     _tensor.use_fastcall(True)
 
 
-def _fastcall_or_skip():
-    if _tensor.fastcall_module() is None:
-        pytest.skip("longattn._fastcall is not in use: %s" % _tensor.fastcall_status())
-
-
-def _on(path):
-    if path == "fastcall":
-        _tensor.use_fastcall(True)
-        _fastcall_or_skip()
-    else:
-        _tensor.use_fastcall(False)
-
-
 def _leaf(x):
     return x.detach().requires_grad_(True)
 
@@ -135,7 +122,7 @@ def _both_paths_equal(device):
     cases = _cases(device)
     got = {}
     for path in PATHS:
-        _on(path)
+        common.use_path(path)
         got[path] = {name: _grads(ins, fwd) for name, (ins, fwd) in cases.items()}
     if device == "cuda":
         torch.cuda.synchronize()
@@ -144,21 +131,15 @@ def _both_paths_equal(device):
 
 
 def test_gradients_bit_equal_on_both_paths():
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     _both_paths_equal("cpu")
 
 
 def test_backward_takes_the_extension(monkeypatch):
     """With the extension in use, no forward or backward C call of a
     training step on CPU tensors reaches Call.run (the ctypes path)."""
-    _fastcall_or_skip()
-    seen = []
-    orig = _tensor.Call.run
-
-    def trap(self, fn_name, *args):
-        seen.append(fn_name)
-        return orig(self, fn_name, *args)
-    monkeypatch.setattr(_tensor.Call, "run", trap)
+    common.fastcall_or_skip()
+    seen = common.ctypes_calls(monkeypatch)
     for name, (ins, fwd) in _cases().items():
         _grads(ins, fwd)
     assert seen == [], "took the ctypes path: %s" % seen
@@ -168,7 +149,7 @@ def test_backward_takes_the_extension(monkeypatch):
 def test_function_route_against_float64(path):
     """A training step through the Function route (either path) equals
     float64 autograd of the plain formula (softmax, causal linear with state)."""
-    _on(path)
+    common.use_path(path)
     c = _cases(seed=3)
     q, kg, vg = c["softmax"][0]
     ref = [_leaf(x.detach().double()) for x in (q, kg, vg)]
@@ -247,13 +228,13 @@ def test_backward_errors_equal_on_both_paths():
     """Bad d_out / state gradients: the same exception and message on both
     paths, naming the argument (the C library's LA_ERR_SHAPE / LA_ERR_DTYPE,
     or the views' TypeError / ValueError), and the inputs unchanged."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     cases, inputs = _bad_calls()
     before = [x.clone() for x in inputs]
     for i, (name, fn) in enumerate(cases):
         errs = {}
         for path in PATHS:
-            _on(path)
+            common.use_path(path)
             errs[path] = _error(fn)
         assert errs["fastcall"] is not None, "case %d did not raise" % i
         assert errs["fastcall"] == errs["ctypes"], (i, errs)
@@ -359,7 +340,7 @@ def _cuda_or_skip():
 @pytest.mark.cuda
 def test_gradients_bit_equal_on_both_paths_cuda():
     _cuda_or_skip()
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     _both_paths_equal("cuda")
 
 
@@ -370,21 +351,17 @@ def test_backward_takes_the_extension_cuda(monkeypatch):
     to step (a new context per step would redo its kernel attributes and
     workspace)."""
     _cuda_or_skip()
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     cases = _cases("cuda")
     for ins, fwd in cases.values():
         _grads(ins, fwd)
-    seen, made = [], []
-    orig_run, orig_init = _tensor.Call.run, _tensor.Context.__init__
-
-    def trap(self, fn_name, *args):
-        seen.append(fn_name)
-        return orig_run(self, fn_name, *args)
+    made = []
+    orig_init = _tensor.Context.__init__
 
     def count(self):
         made.append(1)
         orig_init(self)
-    monkeypatch.setattr(_tensor.Call, "run", trap)
+    seen = common.ctypes_calls(monkeypatch)
     monkeypatch.setattr(_tensor.Context, "__init__", count)
     for _ in range(3):
         for ins, fwd in cases.values():
@@ -399,7 +376,7 @@ def test_backward_errors_equal_on_both_paths_cuda():
     """CUDA: a d_out on the CPU, of another CUDA dtype, or of the wrong
     shape raises the same error on both paths, naming d_out."""
     _cuda_or_skip()
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     g = common.gen(9)
     q = common.randn(g, 1, 64, 2, 16).cuda()
     o, lse = longattn.softmax_attention(q, q, q, return_lse=True)
@@ -407,7 +384,7 @@ def test_backward_errors_equal_on_both_paths_cuda():
     for i, d in enumerate(bad):
         errs = {}
         for path in PATHS:
-            _on(path)
+            common.use_path(path)
             errs[path] = _error(lambda: _backward.softmax_attention_backward(q, q, q, o, lse, d))
         assert errs["fastcall"] is not None, "case %d did not raise" % i
         assert errs["fastcall"] == errs["ctypes"], (i, errs)
@@ -448,7 +425,7 @@ def test_gpu_backward_workloads_on_cpu():
     for path in PATHS:
         if path == "fastcall" and _tensor.fastcall_module() is None:
             continue
-        _on(path)
+        common.use_path(path)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(common.SEED)  # the cases draw from the global generator
             for name, ins, fwd in gpu_backward.ours_py_cases("cpu", small=True):

@@ -57,6 +57,38 @@ with warnings.catch_warnings():
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="torch.cuda unavailable")
 
 
+def fastcall_or_skip():
+    """Skip unless longattn._fastcall is the call path in use."""
+    from longattn import _tensor
+    if _tensor.fastcall_module() is None:
+        pytest.skip("longattn._fastcall is not in use: %s" % _tensor.fastcall_status())
+
+
+def use_path(path):
+    """Take the call path "fastcall" (skipping where the extension is not in
+    use) or "ctypes"."""
+    from longattn import _tensor
+    if path == "fastcall":
+        _tensor.use_fastcall(True)
+        fastcall_or_skip()
+    else:
+        _tensor.use_fastcall(False)
+
+
+def ctypes_calls(monkeypatch):
+    """The names of the C functions called through the ctypes path
+    (Call.run) from now on, in a list that fills as they are called."""
+    from longattn import _tensor
+    seen = []
+    orig = _tensor.Call.run
+
+    def trap(self, fn_name, *args):
+        seen.append(fn_name)
+        return orig(self, fn_name, *args)
+    monkeypatch.setattr(_tensor.Call, "run", trap)
+    return seen
+
+
 def gen(salt=0):
     """A torch.Generator seeded from SEED and a per-test salt."""
     g = torch.Generator()

@@ -20,7 +20,7 @@ import threading
 import numpy as np
 import pytest
 
-import test_py_common as common  # noqa: F401  (sets LONGATTN_LIB, imports longattn)
+import test_py_common as common  # sets LONGATTN_LIB, imports longattn
 import torch
 
 import longattn
@@ -31,23 +31,10 @@ pytestmark = pytest.mark.skipif(not common.lib_loads(), reason="liblongattn.so n
 PATHS = ("fastcall", "ctypes")
 
 
-def _fastcall_or_skip():
-    if _tensor.fastcall_module() is None:
-        pytest.skip("longattn._fastcall is not in use: %s" % _tensor.fastcall_status())
-
-
 @pytest.fixture
 def restore_path():
     yield
     _tensor.use_fastcall(True)
-
-
-def _on(path):
-    if path == "fastcall":
-        _tensor.use_fastcall(True)
-        _fastcall_or_skip()
-    else:
-        _tensor.use_fastcall(False)
 
 
 def _g(seed=0):
@@ -115,7 +102,7 @@ def _flatten_all(r):
 def _run_both(cases):
     res = {}
     for path in PATHS:
-        _on(path)
+        common.use_path(path)
         res[path] = [_flatten_all(fn()) for _, fn in cases]
     _tensor.use_fastcall(True)
     return res
@@ -133,7 +120,7 @@ def _assert_same(res, cases):
 
 
 def test_both_paths_bit_equal(restore_path):
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     with torch.no_grad():
         cases = _cases()
         _assert_same(_run_both(cases), cases)
@@ -146,7 +133,7 @@ def test_softmax_against_float64_reference(path, restore_path):
     v = _bnhd(1, 65, 2, 48, g)
     s = torch.einsum("bnhd,bmhd->bhnm", q.double(), k.double()) * 32 ** -0.5
     ref = torch.einsum("bhnm,bmhd->bnhd", torch.softmax(s, -1), v.double())
-    _on(path)
+    common.use_path(path)
     out = longattn.softmax_attention(q, k, v)
     err = (out.double() - ref).norm() / ref.norm()
     assert err < 1e-5, (path, float(err))
@@ -155,14 +142,8 @@ def test_softmax_against_float64_reference(path, restore_path):
 def test_extension_path_is_taken(restore_path, monkeypatch):
     """With the extension on, torch CPU tensors never reach Call.run (the
     ctypes path); numpy arrays always do."""
-    _fastcall_or_skip()
-    seen = []
-    orig = _tensor.Call.run
-
-    def trap(self, fn_name, *args):
-        seen.append(fn_name)
-        return orig(self, fn_name, *args)
-    monkeypatch.setattr(_tensor.Call, "run", trap)
+    common.fastcall_or_skip()
+    seen = common.ctypes_calls(monkeypatch)
     with torch.no_grad():
         for name, fn in _cases():
             fn()
@@ -183,7 +164,7 @@ def _error(fn):
 def test_errors_equal_on_both_paths(restore_path):
     """Arguments the extension does not take (it returns to the ctypes path)
     and arguments the C library refuses: the same exception, same message."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     g = _g(5)
     q = _bnhd(1, 16, 2, 8, g)
     W = torch.rand(2, 2)
@@ -203,7 +184,7 @@ def test_errors_equal_on_both_paths(restore_path):
     for i, fn in enumerate(bad):
         errs = {}
         for path in PATHS:
-            _on(path)
+            common.use_path(path)
             errs[path] = _error(fn)
         assert errs["fastcall"] is not None, "case %d did not raise" % i
         assert not errs["fastcall"][1].startswith("call:"), errs  # not the extension's own
@@ -212,23 +193,23 @@ def test_errors_equal_on_both_paths(restore_path):
 
 def test_numpy_beside_torch_falls_back(restore_path):
     """A numpy array among torch tensors is viewed by the ctypes path."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     q = _bnhd(1, 16, 2, 8, _g(6))
-    res = {path: (_on(path), longattn.softmax_attention(q, q, q.numpy()))[1] for path in PATHS}
+    res = {path: (common.use_path(path), longattn.softmax_attention(q, q, q.numpy()))[1] for path in PATHS}
     assert torch.equal(res["fastcall"], res["ctypes"])
 
 
 def test_parameter_and_subclass_inputs(restore_path):
     """A torch.nn.Parameter (a Tensor subclass) and a tensor with a storage
     offset go through the extension like plain tensors, with equal results."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     g = _g(9)
     base = torch.randn(3, 1, 33, 2, 8, generator=g)
     q = base[1]  # storage offset
     p = torch.nn.Parameter(torch.randn(1, 33, 2, 8, generator=g), requires_grad=False)
     res = {}
     for path in PATHS:
-        _on(path)
+        common.use_path(path)
         res[path] = longattn.linear_attention(q, p, q, causal=True, chunk=4)
     assert torch.equal(res["fastcall"], res["ctypes"])
 
@@ -239,7 +220,7 @@ def test_mhla_decoder_append(path, restore_path):
     q = _bnhd(1, 20, 2, 8, g)
     W = longattn.mhla_init(5, kind="uniform_causal")
     ref = longattn.mhla_causal(q, q, q, torch.from_numpy(W), chunk=4)
-    _on(path)
+    common.use_path(path)
     dec = longattn.MHLADecoder(W, batch=1, heads=2, head_dim=8, chunk=4)
     out = torch.cat([dec.append(q[:, t:t + 1], q[:, t:t + 1], q[:, t:t + 1])
                      for t in range(20)], 1)
@@ -250,7 +231,7 @@ def test_mhla_decoder_append(path, restore_path):
 def test_threads_share_nothing(restore_path):
     """Views live on the extension's stack: concurrent calls from several
     Python threads give each thread its own result."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     g = _g(13)
     xs = [_bnhd(1, 40, 2, 8, g) for _ in range(4)]
     want = [longattn.softmax_attention(x, x, x) for x in xs]
@@ -283,7 +264,7 @@ def test_arity_is_checked(path, restore_path):
     if path == "ctypes" and getattr(_tensor.Call.run, "__module__", "") != "conftest":
         pytest.skip("the ctypes path's count check is tests/python/conftest.py's (not active)")
     q = torch.randn(1, 4, 1, 4)
-    _on(path)
+    common.use_path(path)
     c = _tensor.Call("softmax_attention", q)
     p = longattn.ops._softmax_params(False, None)
     with pytest.raises(TypeError if path == "fastcall" else AssertionError):
@@ -319,7 +300,7 @@ def test_status_string():
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
 def test_both_paths_bit_equal_cuda(restore_path):
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     if not _tensor.cuda_available():
         pytest.skip("liblongattn built without CUDA")
     with torch.no_grad():
@@ -332,7 +313,7 @@ def test_both_paths_bit_equal_cuda(restore_path):
 def test_slots_released_after_an_extension_error(restore_path):
     """An error raised inside the extension's launch (here the arity check)
     leaves the thread context's view slots free, traceback alive or not."""
-    _fastcall_or_skip()
+    common.fastcall_or_skip()
     q = torch.randn(1, 4, 1, 4)
     c = _tensor.Call("softmax_attention", q)
     p = longattn.ops._softmax_params(False, None)
