@@ -127,6 +127,93 @@ double phi(int feat, double x) {
 }
 float rb(float x) { return bf2f(f2bf(x)); } /* round to bf16 */
 
+/* Errors of the kernels' output o against the float64 reference and of the
+ * plain 16-bit formula (rnd rounds to the 16-bit type, tof reads it) against
+ * the same reference, over every output; COUNT_PBAD: a non-finite plain-formula
+ * value is counted in pbad instead of entering pmax. */
+struct ref_err {
+    double emax = 0, pmax = 0, rmax = 0;
+    size_t bad = 0, pbad = 0; /* bad: non-finite outputs; pbad: the plain formula overflows */
+};
+template <bool COUNT_PBAD, class At>
+ref_err against_reference(const mcase &c, int64_t B, int64_t H, int64_t N, int64_t D, int64_t M,
+                          const int64_t *n, const int64_t *g, const std::vector<uint16_t> &q,
+                          const std::vector<uint16_t> &k, const std::vector<uint16_t> &v,
+                          const std::vector<uint16_t> &o, const std::vector<float> &W, At at, float sq,
+                          float eps, float (*rnd)(float), float (*tof)(uint16_t)) {
+    const int64_t DD = D * D;
+    std::vector<int64_t> blk(N);
+    for (int64_t t = 0; t < N; t++) {
+        const int64_t c2 = t % n[2], c1 = (t / n[2]) % n[1], c0 = t / (n[1] * n[2]);
+        blk[t] = ((c0 * g[0] / n[0]) * g[1] + c1 * g[1] / n[1]) * g[2] + c2 * g[2] / n[2];
+    }
+    ref_err r;
+    std::vector<double> S(M * (DD + D)), A(M * (DD + D));
+    std::vector<float> Sf(M * (DD + D)), Af(M * (DD + D));
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            std::fill(S.begin(), S.end(), 0.0);
+            std::fill(Sf.begin(), Sf.end(), 0.f);
+            for (int64_t t = 0; t < N; t++) {
+                double *s = &S[blk[t] * (DD + D)];
+                float *sf = &Sf[blk[t] * (DD + D)];
+                for (int64_t d = 0; d < D; d++) {
+                    const double kd = phi(c.feat, tof(k[at(b, t, h, d)]));
+                    const float kf = rnd((float)kd);
+                    for (int64_t e = 0; e < D; e++) {
+                        const float ve = tof(v[at(b, t, h, e)]);
+                        s[d * D + e] += kd * ve;
+                        sf[d * D + e] += kf * ve;
+                    }
+                    s[DD + d] += kd;
+                    sf[DD + d] += kf;
+                }
+            }
+            for (auto &y : Sf) y = rnd(y);
+            const float *Wh = &W[(c.per_head ? h : 0) * M * M];
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t l = 0; l < DD + D; l++) {
+                    double acc = 0;
+                    float accf = 0;
+                    for (int64_t j = 0; j < M; j++) {
+                        acc += (double)Wh[i * M + j] * S[j * (DD + D) + l];
+                        accf += rnd(Wh[i * M + j]) * Sf[j * (DD + D) + l];
+                    }
+                    A[i * (DD + D) + l] = acc;
+                    Af[i * (DD + D) + l] = rnd(accf);
+                }
+            for (int64_t t = 0; t < N; t++) {
+                const double *ai = &A[blk[t] * (DD + D)];
+                const float *af = &Af[blk[t] * (DD + D)];
+                std::vector<double> qd(D);
+                std::vector<float> qf(D);
+                for (int64_t d = 0; d < D; d++) {
+                    qd[d] = phi(c.feat, tof(q[at(b, t, h, d)])) * sq;
+                    qf[d] = rnd((float)qd[d]);
+                }
+                double den = 0;
+                float denf = 0;
+                for (int64_t d = 0; d < D; d++) den += qd[d] * ai[DD + d], denf += qf[d] * af[DD + d];
+                denf = rnd(rnd(denf) + eps);
+                for (int64_t e = 0; e < D; e++) {
+                    double num = 0;
+                    float numf = 0;
+                    for (int64_t d = 0; d < D; d++) num += qd[d] * ai[d * D + e], numf += qf[d] * af[d * D + e];
+                    const double ref = c.norm == LF_NORM_PER_QUERY ? num / (den + eps) : num;
+                    const float pf = c.norm == LF_NORM_PER_QUERY ? rnd(rnd(numf) / denf) : rnd(numf);
+                    const double got = tof(o[at(b, t, h, e)]);
+                    if (!std::isfinite(got)) r.bad++;
+                    r.rmax = std::max(r.rmax, std::fabs(ref));
+                    r.emax = std::max(r.emax, std::fabs(got - ref));
+                    if (!COUNT_PBAD) r.pmax = std::max(r.pmax, std::fabs((double)pf - ref));
+                    else if (std::isfinite(pf)) r.pmax = std::max(r.pmax, std::fabs((double)pf - ref));
+                    else r.pbad++;
+                }
+            }
+        }
+    return r;
+}
+
 template <int DK> bool run_case(const mcase &c) {
     const int64_t B = c.B, H = c.H, D = DK, DD = D * D;
     int64_t n[3] = {1, 1, 1}, g[3] = {1, 1, 1};
@@ -201,74 +288,9 @@ template <int DK> bool run_case(const mcase &c) {
             [&] { lf_tc_output_kernel<__nv_bfloat16, DK, DK>(a, pb, pz, groups, tpc); });
 
     /* float64 reference and the plain-bf16 formula */
-    std::vector<int64_t> blk(N);
-    for (int64_t t = 0; t < N; t++) {
-        const int64_t c2 = t % n[2], c1 = (t / n[2]) % n[1], c0 = t / (n[1] * n[2]);
-        blk[t] = ((c0 * g[0] / n[0]) * g[1] + c1 * g[1] / n[1]) * g[2] + c2 * g[2] / n[2];
-    }
-    double emax = 0, pmax = 0, rmax = 0;
-    size_t bad = 0;
-    std::vector<double> S(M * (DD + D)), A(M * (DD + D));
-    std::vector<float> Sf(M * (DD + D)), Af(M * (DD + D));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            std::fill(S.begin(), S.end(), 0.0);
-            std::fill(Sf.begin(), Sf.end(), 0.f);
-            for (int64_t t = 0; t < N; t++) {
-                double *s = &S[blk[t] * (DD + D)];
-                float *sf = &Sf[blk[t] * (DD + D)];
-                for (int64_t d = 0; d < D; d++) {
-                    const double kd = phi(c.feat, bf2f(k[at(b, t, h, d)]));
-                    const float kf = rb((float)kd);
-                    for (int64_t e = 0; e < D; e++) {
-                        const float ve = bf2f(v[at(b, t, h, e)]);
-                        s[d * D + e] += kd * ve;
-                        sf[d * D + e] += kf * ve;
-                    }
-                    s[DD + d] += kd;
-                    sf[DD + d] += kf;
-                }
-            }
-            for (auto &y : Sf) y = rb(y);
-            const float *Wh = &W[(c.per_head ? h : 0) * M * M];
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t l = 0; l < DD + D; l++) {
-                    double acc = 0;
-                    float accf = 0;
-                    for (int64_t j = 0; j < M; j++) {
-                        acc += (double)Wh[i * M + j] * S[j * (DD + D) + l];
-                        accf += rb(Wh[i * M + j]) * Sf[j * (DD + D) + l];
-                    }
-                    A[i * (DD + D) + l] = acc;
-                    Af[i * (DD + D) + l] = rb(accf);
-                }
-            for (int64_t t = 0; t < N; t++) {
-                const double *ai = &A[blk[t] * (DD + D)];
-                const float *af = &Af[blk[t] * (DD + D)];
-                std::vector<double> qd(D);
-                std::vector<float> qf(D);
-                for (int64_t d = 0; d < D; d++) {
-                    qd[d] = phi(c.feat, bf2f(q[at(b, t, h, d)])) * sq;
-                    qf[d] = rb((float)qd[d]);
-                }
-                double den = 0;
-                float denf = 0;
-                for (int64_t d = 0; d < D; d++) den += qd[d] * ai[DD + d], denf += qf[d] * af[DD + d];
-                denf = rb(rb(denf) + P.eps);
-                for (int64_t e = 0; e < D; e++) {
-                    double num = 0;
-                    float numf = 0;
-                    for (int64_t d = 0; d < D; d++) num += qd[d] * ai[d * D + e], numf += qf[d] * af[d * D + e];
-                    const double ref = c.norm == LF_NORM_PER_QUERY ? num / (den + P.eps) : num;
-                    const float pf = c.norm == LF_NORM_PER_QUERY ? rb(rb(numf) / denf) : rb(numf);
-                    const double got = bf2f(o[at(b, t, h, e)]);
-                    if (!std::isfinite(got)) bad++;
-                    rmax = std::max(rmax, std::fabs(ref));
-                    emax = std::max(emax, std::fabs(got - ref));
-                    pmax = std::max(pmax, std::fabs((double)pf - ref));
-                }
-            }
-        }
+    const ref_err r = against_reference<false>(c, B, H, N, D, M, n, g, q, k, v, o, W, at, sq, P.eps, rb, bf2f);
+    const double emax = r.emax, pmax = r.pmax, rmax = r.rmax;
+    const size_t bad = r.bad;
     const double rel = emax / std::max(rmax, 1e-30), prel = pmax / std::max(rmax, 1e-30);
     const bool ok = bad == 0 && rel <= 1e-2 && rel <= 2 * prel;
     printf("%-4s %-44s M%-4lld K%-4lld segs %lld  rel %.2e  bf16 formula %.2e  ratio %.2f%s\n", ok ? "ok" : "FAIL",
@@ -368,75 +390,9 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
             [&] { lf_tc_output_kernel<__half, DK, DK>(a, pb.data(), pz.data(), groups, tpc); });
 
     /* float64 reference and the plain-fp16 formula */
-    std::vector<int64_t> blk(N);
-    for (int64_t t = 0; t < N; t++) {
-        const int64_t c2 = t % n[2], c1 = (t / n[2]) % n[1], c0 = t / (n[1] * n[2]);
-        blk[t] = ((c0 * g[0] / n[0]) * g[1] + c1 * g[1] / n[1]) * g[2] + c2 * g[2] / n[2];
-    }
-    double emax = 0, pmax = 0, rmax = 0;
-    size_t bad = 0, pbad = 0; /* pbad: the plain-fp16 formula overflows (Inf / NaN) */
-    std::vector<double> S(M * (DD + D)), A(M * (DD + D));
-    std::vector<float> Sf(M * (DD + D)), Af(M * (DD + D));
-    for (int64_t b = 0; b < B; b++)
-        for (int64_t h = 0; h < H; h++) {
-            std::fill(S.begin(), S.end(), 0.0);
-            std::fill(Sf.begin(), Sf.end(), 0.f);
-            for (int64_t t = 0; t < N; t++) {
-                double *s = &S[blk[t] * (DD + D)];
-                float *sf = &Sf[blk[t] * (DD + D)];
-                for (int64_t d = 0; d < D; d++) {
-                    const double kd = phi(c.feat, h2f(k[at(b, t, h, d)]));
-                    const float kf = rh((float)kd);
-                    for (int64_t e = 0; e < D; e++) {
-                        const float ve = h2f(v[at(b, t, h, e)]);
-                        s[d * D + e] += kd * ve;
-                        sf[d * D + e] += kf * ve;
-                    }
-                    s[DD + d] += kd;
-                    sf[DD + d] += kf;
-                }
-            }
-            for (auto &y : Sf) y = rh(y);
-            const float *Wh = &W[(c.per_head ? h : 0) * M * M];
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t l = 0; l < DD + D; l++) {
-                    double acc = 0;
-                    float accf = 0;
-                    for (int64_t j = 0; j < M; j++) {
-                        acc += (double)Wh[i * M + j] * S[j * (DD + D) + l];
-                        accf += rh(Wh[i * M + j]) * Sf[j * (DD + D) + l];
-                    }
-                    A[i * (DD + D) + l] = acc;
-                    Af[i * (DD + D) + l] = rh(accf);
-                }
-            for (int64_t t = 0; t < N; t++) {
-                const double *ai = &A[blk[t] * (DD + D)];
-                const float *af = &Af[blk[t] * (DD + D)];
-                std::vector<double> qd(D);
-                std::vector<float> qf(D);
-                for (int64_t d = 0; d < D; d++) {
-                    qd[d] = phi(c.feat, h2f(q[at(b, t, h, d)])) * sq;
-                    qf[d] = rh((float)qd[d]);
-                }
-                double den = 0;
-                float denf = 0;
-                for (int64_t d = 0; d < D; d++) den += qd[d] * ai[DD + d], denf += qf[d] * af[DD + d];
-                denf = rh(rh(denf) + P.eps);
-                for (int64_t e = 0; e < D; e++) {
-                    double num = 0;
-                    float numf = 0;
-                    for (int64_t d = 0; d < D; d++) num += qd[d] * ai[d * D + e], numf += qf[d] * af[d * D + e];
-                    const double ref = c.norm == LF_NORM_PER_QUERY ? num / (den + P.eps) : num;
-                    const float pf = c.norm == LF_NORM_PER_QUERY ? rh(rh(numf) / denf) : rh(numf);
-                    const double got = h2f(o[at(b, t, h, e)]);
-                    if (!std::isfinite(got)) bad++;
-                    rmax = std::max(rmax, std::fabs(ref));
-                    emax = std::max(emax, std::fabs(got - ref));
-                    if (std::isfinite(pf)) pmax = std::max(pmax, std::fabs((double)pf - ref));
-                    else pbad++;
-                }
-            }
-        }
+    const ref_err r = against_reference<true>(c, B, H, N, D, M, n, g, q, k, v, o, W, at, sq, P.eps, rh, h2f);
+    const double emax = r.emax, pmax = r.pmax, rmax = r.rmax;
+    const size_t bad = r.bad, pbad = r.pbad;
     const double rel = emax / std::max(rmax, 1e-30), prel = pmax / std::max(rmax, 1e-30);
     const bool ok = bad == 0 && rel <= 2e-3 && (pbad > 0 || rel <= 2 * prel);
     printf("%-4s f16 x%-4g %-44s M%-4lld K%-4lld segs %lld  rel %.2e  f16 formula %.2e  ratio %.2f%s\n", ok ? "ok" : "FAIL",
