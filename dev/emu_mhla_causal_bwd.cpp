@@ -42,25 +42,6 @@ static void mk(T &t, int64_t B, int64_t N, int64_t H, int64_t D, bool perm, bool
                 for (int64_t d = 0; d < D; d++)
                     t.f[((b * N + x) * H + h) * D + d] = bf2f(t.b[b * nb[0] + x * nb[1] + h * nb[2] + d]);
 }
-static double err(const T &g, const std::vector<float> &ref) {
-    double a = 0, r = 0;
-    const la_tensor &t = g.tb;
-    for (int64_t b = 0; b < t.ne[0]; b++)
-        for (int64_t x = 0; x < t.ne[1]; x++)
-            for (int64_t h = 0; h < t.ne[2]; h++)
-                for (int64_t d = 0; d < t.ne[3]; d++) {
-                    const double y = bf2f(g.b[b * t.nb[0] + x * t.nb[1] + h * t.nb[2] + d]),
-                                 z = ref[((b * t.ne[1] + x) * t.ne[2] + h) * t.ne[3] + d];
-                    a += (y - z) * (y - z), r += z * z;
-                }
-    return sqrt(a / (r + 1e-300));
-}
-static double errf(const std::vector<float> &y, const std::vector<float> &z) {
-    double a = 0, r = 0;
-    for (size_t i = 0; i < y.size(); i++)
-        a += ((double)y[i] - z[i]) * ((double)y[i] - z[i]), r += (double)z[i] * z[i];
-    return sqrt(a / (r + 1e-300));
-}
 
 int main(int argc, char **argv) {
     struct C {
