@@ -278,6 +278,8 @@ endif
 STUDY_DIR := docs/training_study
 # the MQAR recipe and the focused cell on the tensor-core backward passes (gpu_study.sh grid)
 RECIPE_DIR := $(STUDY_DIR)/recipe
+# the issue's full grid on the graph loop (gpu_study.sh mqar-a, mqar-b, mqar-c, nearest, mqar-s345)
+GRID_DIR := $(STUDY_DIR)/grid
 study-report:
 	/usr/bin/python3 studies/train/report.py \
 	    $(STUDY_DIR)/results_s012.json,$(STUDY_DIR)/results_s012_part2.json \
@@ -291,6 +293,13 @@ study-report:
 	    $(STUDY_DIR)/results_s012.json,$(RECIPE_DIR)/focused_s012.json,$(RECIPE_DIR)/timing.json \
 	    $(STUDY_DIR)/results_s345.json,$(RECIPE_DIR)/focused_s345.json \
 	    --md $(RECIPE_DIR)/tables_nearest.md --plots $(RECIPE_DIR) --prefix focused_
+	/usr/bin/python3 studies/train/report.py --task mqar \
+	    $(GRID_DIR)/mqar_a_s012.json,$(GRID_DIR)/mqar_b_s012.json,$(GRID_DIR)/mqar_c_s012.json,$(RECIPE_DIR)/mqar64x4_s012.json,$(GRID_DIR)/timing.json \
+	    $(GRID_DIR)/mqar_s345.json,$(GRID_DIR)/mqar_c_s345.json \
+	    --md $(GRID_DIR)/tables_mqar.md --plots $(GRID_DIR) --prefix grid_
+	/usr/bin/python3 studies/train/report.py --task nearest \
+	    $(GRID_DIR)/nearest_s012.json,$(GRID_DIR)/timing.json $(GRID_DIR)/nearest_s345.json \
+	    --md $(GRID_DIR)/tables_nearest.md --plots $(GRID_DIR) --prefix grid_2d_
 
 # Sanitizer build of the C tests in a separate tree.
 # -march=native so the sanitizers also watch the AVX-512 kernels.

@@ -67,16 +67,18 @@ case "$1" in
        --bench "${GC_BENCH:-256x16:128@16;1024x64:64/64@16;1024x64:256/64@16;1024x64:256@4}" \
        --deadline $(( ${STUDY_BUDGET:-80} - $(el) ))
     ;;
-  mqar-a|mqar-b|nearest|mqar-s345)
+  mqar-a|mqar-b|mqar-c|nearest|mqar-s345)
     T=${STUDY_BUDGET:-540}
     # every run still training 25 s before the command's end is cut (--end); none starts
-    # later than STUDY_RUN_S (the expected length of one run, default 150 s) before that
+    # later than STUDY_RUN_S (the expected length of one run, default 60 s) before that.
+    # (At 150 s the first runs of mqar-a and mqar-b left half their runs unstarted: with
+    # 18 streams the second wave starts only when the first ends, ~80-180 s in.)
     grid() {  # name run_study-arguments...
       local name=$1 end; shift
       end=$(( T - $(el) - 25 ))
       python3 studies/train/run_study.py --device cuda --amp bf16 --suite grid --jobs 1 \
           --streams "${STUDY_STREAMS:-18}" --end "$end" \
-          --deadline $(( end - ${STUDY_RUN_S:-150} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
+          --deadline $(( end - ${STUDY_RUN_S:-60} )) --out "$OUT/$name" "$@" $STUDY_ARGS 2>&1 \
         | grep -v -i warn > "$OUT/$name.log"
       grep -h -E "runs in|FAIL|Error" "$OUT/$name.log" | head -n 5; echo "$name: $(el) s"
     }
@@ -84,6 +86,19 @@ case "$1" in
       mqar-a) grid mqar_a --only mqar --settings 64x4,256x16 --seeds 0,1,2 ;;
       mqar-b) grid mqar_b --only mqar --settings 1024x64 --seeds 0,1,2 ;;
       mqar-s345) grid mqar_s345 --only mqar --seeds 3,4,5 --lr-from "$STUDY_LR_FROM" ;;
+      mqar-c)   # the cells mqar-a and mqar-b left unstarted (256x16 and 1024x64 at dims 64
+                # and 128), then seeds 3,4,5 of them and of 64x4 dim 64, whose seeds 0,1,2 are
+                # the committed recipe run (the same configuration, the plain loop)
+        grid mqar_c --only mqar --settings 256x16,1024x64 --dims 64,128 --seeds 0,1,2
+        grid mqar_c_s345 --only mqar --seeds 3,4,5 \
+             --lr-from "docs/training_study/recipe/mqar64x4_s012.json,$OUT/mqar_c/results.json"
+        # the timing pass again if 130 s are left (peak memory net of what earlier
+        # configurations of the pass left allocated)
+        if [ $(( T - $(el) )) -ge 130 ]; then
+          LA_VERBOSE=1 grid timing --timing-only --timing-steps 20 \
+              --timing-deadline $(( T - $(el) - 20 ))
+          paths < "$OUT/timing.log" | grep -v "^la: " > "$OUT/timing_paths.log"; rm -f "$OUT/timing.log"
+        fi ;;
       nearest)   # batches drawn outside the graph: the 2-D task's generator was not
                  # captured on the GPU yet (MQAR's was, graph-check)
         grid nearest_s012 --only nearest --seeds 0,1,2 --graph-data eager

@@ -349,10 +349,12 @@ def time_graph(jobs, steps, data=None):
     replay; and the peak MiB of torch's allocator over them (0 on the CPU)."""
     cuda = jobs[0]["device"].startswith("cuda")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    if cuda:
+    base = 0
+    if cuda:  # memory still held from before (earlier runs of the process) is not counted
         sync()
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
+        base = torch.cuda.memory_allocated()
     runs = []
     for job in jobs:
         cfg = dict(job["cfg"], steps=max(job["cfg"]["steps"], WARM_STEPS + 1 + steps))
@@ -367,7 +369,7 @@ def time_graph(jobs, steps, data=None):
             run.step()
     sync()
     rate = len(runs) * steps / (time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else 0.0
+    peak = (torch.cuda.max_memory_allocated() - base) / 2**20 if cuda else 0.0
     for run in runs:
         run.release()
     return rate, peak

@@ -243,16 +243,18 @@ def time_one(job, steps):
     """ms per training step (median of `steps` after 5 warm-up) and peak MiB,
     one process alone on the device."""
     device = torch.device(job["device"])
+    cuda = device.type == "cuda"
+    base = 0
+    if cuda:  # what earlier configurations of the pass left allocated is not this one's
+        torch.cuda.synchronize(device)
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats(device)
+        base = torch.cuda.memory_allocated(device)
     torch.manual_seed(0)
     model, gen = build(job["task"], job["cfg"], job["variant"], job["dim"], job["setting"],
                        job["blocks"], device)
     g = generator(device, 0)
     opt, sched = make_optimizer(model, 1e-3, 1000)
-    cuda = device.type == "cuda"
-    if cuda:
-        torch.cuda.synchronize(device)
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats(device)
     times = []
     for step in range(5 + steps):
         x, y = gen(g, job["cfg"]["batch"])
@@ -263,7 +265,7 @@ def time_one(job, steps):
         if cuda:
             torch.cuda.synchronize(device)
         times.append(time.perf_counter() - t0)
-    peak = torch.cuda.max_memory_allocated(device) / 2**20 if cuda else 0.0
+    peak = (torch.cuda.max_memory_allocated(device) - base) / 2**20 if cuda else 0.0
     return 1e3 * statistics.median(times[5:]), peak
 
 
