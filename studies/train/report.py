@@ -143,19 +143,20 @@ def plots(best, folder, other=None, cut=None, prefix="study_"):
         plt.close(fig)
         made.append(p)
     if len(settings) > 1:
-        fig, ax = plt.subplots(figsize=(4.5, 3.4))
-        dim = max(k[2] for k in mq)
-        for var in variants:
-            ks = sorted((k for k in best if k[0] == "mqar" and k[2] == dim and k[3] == var),
-                        key=lambda k: int(k[1].split("x")[0]))
-            mm = [ms([r["acc"] for r in best[k][1]]) for k in ks]
-            ax.errorbar([int(k[1].split("x")[0]) for k in ks], [a for a, _ in mm],
-                        yerr=[s for _, s in mm], marker="o", color=colour.get(var), label=var)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("sequence length")
-        ax.set_ylabel("held-out accuracy")
-        ax.set_title("MQAR, dim %d" % dim)
-        ax.legend(fontsize=7)
+        dims = sorted({k[2] for k in mq})  # one panel per model dim
+        fig, axes = plt.subplots(1, len(dims), figsize=(4.5 * len(dims), 3.4), squeeze=False)
+        for ax, dim in zip(axes[0], dims):
+            for var in variants:
+                ks = sorted((k for k in best if k[0] == "mqar" and k[2] == dim and k[3] == var),
+                            key=lambda k: int(k[1].split("x")[0]))
+                mm = [ms([r["acc"] for r in best[k][1]]) for k in ks]
+                ax.errorbar([int(k[1].split("x")[0]) for k in ks], [a for a, _ in mm],
+                            yerr=[s for _, s in mm], marker="o", color=colour.get(var), label=var)
+            ax.set_xscale("log", base=2)
+            ax.set_xlabel("sequence length")
+            ax.set_ylabel("held-out accuracy")
+            ax.set_title("MQAR, dim %d" % dim)
+            ax.legend(fontsize=7)
         fig.tight_layout()
         p = os.path.join(folder, prefix + "mqar_accuracy_vs_length.png")
         fig.savefig(p, dpi=110)
@@ -188,8 +189,12 @@ def plots(best, folder, other=None, cut=None, prefix="study_"):
         made.append(p)
     cut = cut or {}
     groups = sorted({k[:3] for k in best} | {k[:3] for k in cut})
-    fig, axes = plt.subplots(1, len(groups), figsize=(3.6 * len(groups), 3.2), squeeze=False)
-    for ax, g in zip(axes[0], groups):
+    ncol = min(3, len(groups))  # rows of at most 3 panels
+    nrow = (len(groups) + ncol - 1) // ncol
+    fig, axes = plt.subplots(nrow, ncol, figsize=(3.6 * ncol, 3.2 * nrow), squeeze=False)
+    for ax in axes.flat[len(groups):]:
+        ax.set_visible(False)
+    for ax, g in zip(axes.flat, groups):
         for k in sorted(k for k in best if k[:3] == g):
             for r in best[k][1]:
                 every = r.get("curve_every", 1)
