@@ -14,9 +14,11 @@
  * sums: what PyTorch computes at bf16), and no NaN may be left.
  * The fp16 cases (run_case_f16, after each bf16 case) run variant tc on fp16
  * inputs of scale 1 and 100 (at 100, S and z pass fp16's 65504): the fp16
- * summary pass, the mix on the host in fp32, the fp16 output pass (S̃ scaled
+ * summary pass, the mix (M = 1: the device kernel's text, lf_tc_mix_kernel;
+ * M ≥ 2: on the host in fp32), the fp16 output pass (S̃ scaled
  * per block into fp16); bound ≤ 2e-3 (tol_of f16) and ≤ 2× the plain-fp16
- * formula's error.
+ * formula's error. The fp16-only cases after them take scale_q = 1 (the
+ * operators' default), linear attention without W among them.
  * cp.async is a synchronous copy here (one legal schedule), so pipelining
  * races are not seen (compute-sanitizer racecheck on the device does).
  *   emu_mhla_fwd [CASE]   (no argument: every case) */
@@ -95,6 +97,9 @@ namespace {
 namespace {
 #include "kern_b16.inc"
 }  // namespace
+namespace {
+#include "kern_mix.inc"
+}  // namespace
 #undef min
 #undef max
 
@@ -107,7 +112,10 @@ struct mcase {
     int64_t grid[3], blocks[3];
     int norm; /* LF_NORM_PER_QUERY or LF_NORM_NONE */
     int per_head, perm, feat;
+    float sq;  /* scale_q: φ(q)·sq (0: 0.7) */
+    int lin;   /* linear attention: no W (use_w = 0), M = 1 */
 };
+float sq_of(const mcase &c) { return c.sq > 0.f ? c.sq : 0.7f; }
 
 template <class F> void launch3(unsigned gx, unsigned gy, unsigned gz, size_t smem, F f) {
     for (unsigned z = 0; z < gz; z++) {
@@ -232,7 +240,7 @@ template <int DK> bool run_case(const mcase &c) {
     int64_t nb[4] = {N * H * D, H * D, D, 1};
     if (c.perm) nb[1] = D, nb[2] = N * D;
     auto at = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return b * nb[0] + t * nb[1] + h * nb[2] + d; };
-    const float sq = 0.7f;
+    const float sq = sq_of(c);
 
     lf_problem P = {};
     P.B = B; P.N = N; P.H = H; P.D = D; P.Dv = D;
@@ -311,8 +319,9 @@ uint16_t f2h(float x) {
 }
 
 /* fp16 on variant tc (linfam_tc.cu's lf_run_tc plan at 132 SMs): the fp16
- * summary pass (fp32 partials), the mix in fp32 on the host (the device mix
- * kernels only change their store type for fp16), the fp16 output pass with
+ * summary pass (fp32 partials), the mix (M = 1: lf_tc_mix_kernel's text;
+ * M ≥ 2: in fp32 on the host, where the device's tf32 GEMM only changes its
+ * store type for fp16), the fp16 output pass with
  * its per-block power-of-two scaling of S̃; inputs uniform in [-scale, scale). */
 template <int DK> bool run_case_f16(const mcase &c, float scale) {
     const int64_t B = c.B, H = c.H, D = DK, DD = D * D;
@@ -329,10 +338,11 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     for (auto &x : v) x = f2h(scale * ur());
     std::vector<float> W(hw * M * M);
     for (auto &x : W) x = c.norm == LF_NORM_PER_QUERY ? 0.05f + 0.5f * (ur() + 1.f) : ur();
+    if (c.lin) std::fill(W.begin(), W.end(), 1.f); /* the reference's weights */
     int64_t nb[4] = {N * H * D, H * D, D, 1};
     if (c.perm) nb[1] = D, nb[2] = N * D;
     auto at = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return b * nb[0] + t * nb[1] + h * nb[2] + d; };
-    const float sq = 0.7f;
+    const float sq = sq_of(c);
 
     lf_problem P = {};
     P.B = B; P.N = N; P.H = H; P.D = D; P.Dv = D;
@@ -347,8 +357,8 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     P.fq = {c.feat, 1.f, sq, 0.f, nullptr, nullptr, nullptr};
     P.fk = {c.feat, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
     for (int a = 0; a < 3; a++) P.n[a] = n[a], P.g[a] = g[a];
-    P.use_w = 1;
-    P.W.data = W.data();
+    P.use_w = !c.lin;
+    P.W.data = c.lin ? nullptr : W.data();
     P.W.dt = LA_F32;
     P.W.nb[0] = c.per_head ? M * M : 0;
     P.W.nb[1] = M;
@@ -377,15 +387,24 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     a.mix = nullptr;
     a.r = nullptr;
     launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__half, DK, DK>(a); });
-    for (int64_t bh = 0; bh < BH; bh++) /* the mix: S̃_i = Σ_kk W[i, kk/segs] partial_kk, fp32 */
-        for (int64_t i = 0; i < M; i++)
-            for (int64_t l = 0; l < a.L; l++) {
-                float acc = 0.f;
-                for (int64_t kk = 0; kk < a.K; kk++)
-                    acc += W[(c.per_head ? bh % H : 0) * M * M + i * M + kk / a.segs] * part[(bh * a.K + kk) * a.L + l];
-                if (l < DD) pb[(bh * M + i) * DD + l] = acc;
-                else pz[(bh * M + i) * D + l - DD] = acc;
-            }
+    if (M == 1) { /* the device mix of linear attention (lf_tc_mix_fd's M = 1 launch), S̃ in fp32 */
+        const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
+        launch3(1, xs, (unsigned)BH, sizeof(float) * MK, [&] {
+            if (DK == 128) lf_tc_mix_kernel<1, 8, 128, float>(a, pb.data(), pz.data());
+            else lf_tc_mix_kernel<1, 8, 0, float>(a, pb.data(), pz.data());
+        });
+    } else { /* M >= 2 (a tf32 GEMM on the device): S̃_i = Σ_kk W[i, kk/segs] partial_kk, fp32 */
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t l = 0; l < a.L; l++) {
+                    float acc = 0.f;
+                    for (int64_t kk = 0; kk < a.K; kk++)
+                        acc += W[(c.per_head ? bh % H : 0) * M * M + i * M + kk / a.segs] *
+                               part[(bh * a.K + kk) * a.L + l];
+                    if (l < DD) pb[(bh * M + i) * DD + l] = acc;
+                    else pz[(bh * M + i) * D + l - DD] = acc;
+                }
+    }
     launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
             [&] { lf_tc_output_kernel<__half, DK, DK>(a, pb.data(), pz.data(), groups, tpc); });
 
@@ -417,7 +436,28 @@ int main(int argc, char **argv) {
         {"3-D 7x6x10/3x5x10 M150 (Wan grid)", 1, 1, 64, 3, {7, 6, 10}, {3, 5, 10}, PQ, 0, 0, LA_FEATURE_RELU_EPS},
         {"1-D N340 M170: two row tiles none", 1, 1, 64, 1, {340}, {170}, NO, 1, 1, LA_FEATURE_IDENTITY},
     };
-    const int nc = (int)(sizeof cs / sizeof cs[0]);
+    /* fp16 only, scale_q 1 (φ(q) with pre = post = 1: relu and relu_eps take
+     * the kernels' direct 16-bit form, lf_phi_bf16_ok): the defaults of
+     * la_linear_attention (relu, per_query, no W) and la_mhla_forward
+     * (relu_eps, per_query), inputs of scale 10 up to N = 16384, none, elu1 */
+    struct hcase {
+        mcase c;
+        float scale;
+    };
+    const hcase hs[] = {
+        /* name                                 B  H  D  nd grid   blocks  norm ph perm feat  sq lin, scale */
+        {{"linear default (relu) N16384", 1, 1, 64, 1, {16384}, {1}, PQ, 0, 0, LA_FEATURE_RELU, 1.f, 1}, 10.f},
+        {{"linear relu N1000 D128 perm", 2, 2, 128, 1, {1000}, {1}, PQ, 0, 1, LA_FEATURE_RELU, 1.f, 1}, 1.f},
+        {{"linear relu_eps N65 none", 1, 1, 64, 1, {65}, {1}, NO, 0, 0, LA_FEATURE_RELU_EPS, 1.f, 1}, 1.f},
+        {{"linear elu1 N63 perm", 1, 3, 64, 1, {63}, {1}, PQ, 0, 1, LA_FEATURE_ELU1, 1.f, 1}, 10.f},
+        {{"mhla default (relu_eps) 2-D 64x64/8x8", 1, 2, 64, 2, {64, 64}, {8, 8}, PQ, 0, 0, LA_FEATURE_RELU_EPS, 1.f, 0},
+         10.f},
+        {{"mhla relu N1000 M16 per-head perm D128", 1, 2, 128, 1, {1000}, {16}, PQ, 1, 1, LA_FEATURE_RELU, 1.f, 0}, 10.f},
+        {{"mhla relu N340 M5 none", 1, 1, 64, 1, {340}, {5}, NO, 0, 1, LA_FEATURE_RELU, 1.f, 0}, 1.f},
+        {{"mhla elu1 3-D 5x6x7/2x3x2 per-head", 1, 2, 64, 3, {5, 6, 7}, {2, 3, 2}, PQ, 1, 0, LA_FEATURE_ELU1, 1.f, 0},
+         10.f},
+    };
+    const int nc = (int)(sizeof cs / sizeof cs[0]), nh = (int)(sizeof hs / sizeof hs[0]);
     int fails = 0, ran = 0;
     for (int i = 0; i < nc; i++) {
         if (only >= 0 && i != only) continue;
@@ -430,6 +470,13 @@ int main(int argc, char **argv) {
             fails += !okh;
             ran++;
         }
+    }
+    for (int i = 0; i < nh; i++) { /* CASE numbers nc, nc + 1, ... */
+        if (only >= 0 && nc + i != only) continue;
+        const hcase &h = hs[i];
+        const bool okh = h.c.D == 128 ? run_case_f16<128>(h.c, h.scale) : run_case_f16<64>(h.c, h.scale);
+        fails += !okh;
+        ran++;
     }
     printf("%d passed, %d failed\n", ran - fails, fails);
     return fails ? 1 : 0;

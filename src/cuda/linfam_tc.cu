@@ -472,8 +472,13 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
      * n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
      * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
      * after the first barrier of the loop. */
-    /* fp16: z̃ (a sum over up to N tokens) stays fp32: the denominators on CUDA cores */
+    /* fp16: z̃ (a sum over up to N tokens) stays fp32: the denominators on CUDA
+     * cores (core_den), from the fp32 φ(q) of the branch below, which every
+     * fp16 per_query tile therefore takes, the relu maps the bf16 form takes
+     * by the first branch included (that branch writes no denominators).
+     * core_den is a constant false for bf16: its code is the same as before. */
     const bool mma_den = !X::is_f16 && per_query;
+    const bool core_den = X::is_f16 && per_query;
     if constexpr (!X::is_f16) if (mma_den && tid < DK) {
         const float zv = Pz[((size_t)bh * a.M + blk) * DK + tid];
         const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
@@ -494,10 +499,10 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
         T *Qs = Qst + (t % TS) * FO * LK;
         float *den = dens + (t % TS) * FO; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FO;
-        if (phq_bf16) {
+        if (phq_bf16 && !core_den) {
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) lf_phi8_bf16(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
-        } else if ((per_query && !mma_den) || !phi_id) {
+        } else if (core_den || !phi_id) {
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) {
                 const int r = r0 + (NT / CK) * u;
@@ -515,7 +520,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
                     lf_phi8(x, phq);
                     *(uint4 *)p = lf_pack8<T>(x);
                 }
-                if (per_query && !mma_den) {
+                if (core_den) {
                     float d = 0.f;
 #pragma unroll
                     for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
