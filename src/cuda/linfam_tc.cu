@@ -421,8 +421,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
      * that puts its largest magnitude in [2^14, 2^15) (exact; undone in fp32
      * on the output, sinv). A NaN in S̃ is kept (fmaxf skips it), an Inf
      * leaves the scale at 1. Plain stores: visible after the loop's first
-     * barrier. The max meets in Zs, which fp16 does not use otherwise. */
+     * barrier. The max meets in Zs, which fp16 does not use otherwise (z̃
+     * follows it there: 8 + DK floats of the DK·16 bytes). */
     float sinv = 1.f;
+    /* fp16: z̃ [DK] in fp32 after the 8 warp maxima in Zs (read from shared
+     * memory where the denominators are formed: fewer live registers) */
+    float *zsm = (float *)Zs + 8;
     if constexpr (X::is_f16) {
         const float *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
         float mx = 0.f;
@@ -434,6 +438,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
         float *red = (float *)Zs;
         if (lane == 0) red[warp] = mx;
+        if (tid < DK) zsm[tid] = Pz[((size_t)bh * a.M + blk) * DK + tid];
         __syncthreads();
         mx = red[0];
 #pragma unroll
@@ -461,21 +466,13 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
     /* `true &&`: as in lf_tc_summary_kernel */
     const bool phq_bf16 = true && lf_phi_bf16_ok(phq);
     const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
-    float zr[8]; /* z̃ of this thread's 8 columns */
-    {
-        const float4 *zp = (const float4 *)(Pz + ((size_t)bh * a.M + blk) * DK + c8);
-        const float4 z0 = zp[0], z1 = zp[1];
-        zr[0] = z0.x; zr[1] = z0.y; zr[2] = z0.z; zr[3] = z0.w;
-        zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
-    }
     /* per_query: the denominators come out of the tensor cores as one more
      * n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
      * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
      * after the first barrier of the loop. */
     /* fp16: z̃ (a sum over up to N tokens) stays fp32: the denominators on CUDA
-     * cores (core_den), from the fp32 φ(q) of the branch below, which every
-     * fp16 per_query tile therefore takes, the relu maps the bf16 form takes
-     * by the first branch included (that branch writes no denominators).
+     * cores (core_den), each from the φ(q) the numerator uses (rounded to
+     * fp16: φ in 16 bits for the relu maps at pre = post = 1, else in fp32).
      * core_den is a constant false for bf16: its code is the same as before. */
     const bool mma_den = !X::is_f16 && per_query;
     const bool core_den = X::is_f16 && per_query;
@@ -499,35 +496,33 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
         T *Qs = Qst + (t % TS) * FO * LK;
         float *den = dens + (t % TS) * FO; /* output scale per row */
         const int64_t wt = wbeg + (int64_t)t * FO;
-        if (phq_bf16 && !core_den) {
-#pragma unroll
-            for (int u = 0; u < G::UQ; u++) lf_phi8_bf16(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
-        } else if (core_den || !phi_id) {
+        if (core_den) { /* fp16 per_query */
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) {
                 const int r = r0 + (NT / CK) * u;
                 T *p = &Qs[r * LK + c8];
-                uint4 uq = *(const uint4 *)p;
+                if (phq_bf16) lf_phi8_bf16(p, phq);
+                else if (!phi_id) lf_phi8_inplace<T>(p, phq);
+                const uint4 uq = *(const uint4 *)p;
                 const T2 *h2 = (const T2 *)&uq;
-                float x[8];
+                const float4 z0 = *(const float4 *)&zsm[c8], z1 = *(const float4 *)&zsm[c8 + 4];
+                const float zr[8] = {z0.x, z0.y, z0.z, z0.w, z1.x, z1.y, z1.z, z1.w};
+                float d = 0.f;
 #pragma unroll
                 for (int i = 0; i < 4; i++) {
                     const float2 ff = X::unpack2(h2[i]);
-                    x[2 * i] = ff.x;
-                    x[2 * i + 1] = ff.y;
+                    d = fmaf(ff.x, zr[2 * i], d);
+                    d = fmaf(ff.y, zr[2 * i + 1], d);
                 }
-                if (!phi_id) {
-                    lf_phi8(x, phq);
-                    *(uint4 *)p = lf_pack8<T>(x);
-                }
-                if (core_den) {
-                    float d = 0.f;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
-                    d = lf_sumc<CK>(d);
-                    if ((tid & (CK - 1)) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
-                }
+                d = lf_sumc<CK>(d);
+                if ((tid & (CK - 1)) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
             }
+        } else if (phq_bf16) {
+#pragma unroll
+            for (int u = 0; u < G::UQ; u++) lf_phi8_bf16(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
+        } else if (!phi_id) {
+#pragma unroll
+            for (int u = 0; u < G::UQ; u++) lf_phi8_inplace<T>(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
         }
         if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, CK lanes per row */
 #pragma unroll
