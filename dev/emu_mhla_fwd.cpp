@@ -18,7 +18,9 @@
  * M ≥ 2: on the host in fp32), the fp16 output pass (S̃ scaled
  * per block into fp16); bound ≤ 2e-3 (tol_of f16) and ≤ 2× the plain-fp16
  * formula's error. The fp16-only cases after them take scale_q = 1 (the
- * operators' default), linear attention without W among them.
+ * operators' default), linear attention without W among them, and focused
+ * flatten's engine call; last, focused flatten's fp16 fast path end to end
+ * (run_focused_f16: focused.cu's φ pass and conv around the engine).
  * cp.async is a synchronous copy here (one legal schedule), so pipelining
  * races are not seen (compute-sanitizer racecheck on the device does).
  *   emu_mhla_fwd [CASE]   (no argument: every case) */
@@ -82,8 +84,9 @@ static inline void la_cp16z(void *s, const void *g, bool valid) {
 }
 static inline void la_cp_commit() {}
 template <int P> static inline void la_cp_wait() {}
-static unsigned g_bz;
+static unsigned g_bz, g_gdx;
 static inline unsigned emu_bz() { return g_bz; }
+static inline unsigned emu_gdx() { return g_gdx; }
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t emu_max(int64_t a, int64_t b) { return a > b ? a : b; }
 #include "cuda/tc16.cuh"
@@ -99,6 +102,9 @@ namespace {
 }  // namespace
 namespace {
 #include "kern_mix.inc"
+}  // namespace
+namespace {
+#include "kern_fo.inc"
 }  // namespace
 #undef min
 #undef max
@@ -120,6 +126,7 @@ struct mcase {
 float sq_of(const mcase &c) { return c.sq > 0.f ? c.sq : 0.7f; }
 
 template <class F> void launch3(unsigned gx, unsigned gy, unsigned gz, size_t smem, F f) {
+    g_gdx = gx;
     for (unsigned z = 0; z < gz; z++) {
         g_bz = z;
         bt_emu_launch(gx, gy, NT, smem, f);
@@ -321,6 +328,55 @@ uint16_t f2h(float x) {
     return ((const __half_raw &)h).x;
 }
 
+/* The fp16 passes of variant tc on P (lf_run_tc's plan at 132 SMs): the
+ * summary, the mix (M = 1: lf_tc_mix_kernel's text; M ≥ 2: in fp32 on the
+ * host with W, shared or per head), the output pass into P.out; every
+ * workspace NaN-filled first. */
+template <int DK> lf_args f16_passes(const lf_problem &P, const std::vector<float> &W, int per_head) {
+    const int64_t B = P.B, H = P.H, D = DK, DD = D * D;
+    const int64_t M = P.g[0] * P.g[1] * P.g[2];
+    using G = lf_tcg<DK, DK>;
+    lf_args a = lf_args_of(&P);
+    const int64_t BH = B * H, slots = 264;
+    {
+        const int64_t segs = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
+        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), G::FT) * G::FT);
+        a.segs = la_cu_cdiv(a.maxcnt, a.seg);
+    }
+    a.K = a.M * a.segs;
+    a.L = DD + D;
+    const int64_t tpb = la_cu_cdiv(a.maxcnt, G::FO);
+    const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
+                                                       2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
+    const int64_t groups = la_cu_cdiv(tpb, tpc);
+    std::vector<float> part(BH * a.K * a.L, NAN), pb(BH * M * DD, NAN), pz(BH * M * D, NAN);
+    a.sum = part.data();
+    a.mix = nullptr;
+    a.r = nullptr;
+    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__half, DK, DK>(a); });
+    if (M == 1) { /* the device mix of linear attention (lf_tc_mix_fd's M = 1 launch), S̃ in fp32 */
+        const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
+        launch3(1, xs, (unsigned)BH, sizeof(float) * MK, [&] {
+            if (DK == 128) lf_tc_mix_kernel<1, 8, 128, float>(a, pb.data(), pz.data());
+            else lf_tc_mix_kernel<1, 8, 0, float>(a, pb.data(), pz.data());
+        });
+    } else { /* M >= 2 (a tf32 GEMM on the device): S̃_i = Σ_kk W[i, kk/segs] partial_kk, fp32 */
+        for (int64_t bh = 0; bh < BH; bh++)
+            for (int64_t i = 0; i < M; i++)
+                for (int64_t l = 0; l < a.L; l++) {
+                    float acc = 0.f;
+                    for (int64_t kk = 0; kk < a.K; kk++)
+                        acc += W[(per_head ? bh % H : 0) * M * M + i * M + kk / a.segs] *
+                               part[(bh * a.K + kk) * a.L + l];
+                    if (l < DD) pb[(bh * M + i) * DD + l] = acc;
+                    else pz[(bh * M + i) * D + l - DD] = acc;
+                }
+    }
+    launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
+            [&] { lf_tc_output_kernel<__half, DK, DK>(a, pb.data(), pz.data(), groups, tpc); });
+    return a; /* its workspace pointers are gone: for the plan (K, segs) only */
+}
+
 /* fp16 on variant tc (linfam_tc.cu's lf_run_tc plan at 132 SMs): the fp16
  * summary pass (fp32 partials), the mix (M = 1: lf_tc_mix_kernel's text;
  * M ≥ 2: in fp32 on the host, where the device's tf32 GEMM only changes its
@@ -371,45 +427,7 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     P.eps = 1e-6f;
     P.den_scale = c.mean ? 1.f / (float)N : 1.f;
 
-    using G = lf_tcg<DK, DK>;
-    lf_args a = lf_args_of(&P);
-    const int64_t BH = B * H, slots = 264;
-    {
-        const int64_t segs = std::max<int64_t>(1, la_cu_cdiv(2 * slots, a.M * BH));
-        a.seg = std::max<int64_t>(256, la_cu_cdiv(la_cu_cdiv(a.maxcnt, segs), G::FT) * G::FT);
-        a.segs = la_cu_cdiv(a.maxcnt, a.seg);
-    }
-    a.K = a.M * a.segs;
-    a.L = DD + D;
-    const int64_t tpb = la_cu_cdiv(a.maxcnt, G::FO);
-    const int64_t tpc = std::min<int64_t>(tpb, std::min<int64_t>(16, std::max<int64_t>(
-                                                       2, la_cu_cdiv(tpb * a.M * BH, 2 * slots))));
-    const int64_t groups = la_cu_cdiv(tpb, tpc);
-    std::vector<float> part(BH * a.K * a.L, NAN), pb(BH * M * DD, NAN), pz(BH * M * D, NAN);
-    a.sum = part.data();
-    a.mix = nullptr;
-    a.r = nullptr;
-    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__half, DK, DK>(a); });
-    if (M == 1) { /* the device mix of linear attention (lf_tc_mix_fd's M = 1 launch), S̃ in fp32 */
-        const unsigned xs = (unsigned)la_cu_cdiv(a.L / 4, NT);
-        launch3(1, xs, (unsigned)BH, sizeof(float) * MK, [&] {
-            if (DK == 128) lf_tc_mix_kernel<1, 8, 128, float>(a, pb.data(), pz.data());
-            else lf_tc_mix_kernel<1, 8, 0, float>(a, pb.data(), pz.data());
-        });
-    } else { /* M >= 2 (a tf32 GEMM on the device): S̃_i = Σ_kk W[i, kk/segs] partial_kk, fp32 */
-        for (int64_t bh = 0; bh < BH; bh++)
-            for (int64_t i = 0; i < M; i++)
-                for (int64_t l = 0; l < a.L; l++) {
-                    float acc = 0.f;
-                    for (int64_t kk = 0; kk < a.K; kk++)
-                        acc += W[(c.per_head ? bh % H : 0) * M * M + i * M + kk / a.segs] *
-                               part[(bh * a.K + kk) * a.L + l];
-                    if (l < DD) pb[(bh * M + i) * DD + l] = acc;
-                    else pz[(bh * M + i) * D + l - DD] = acc;
-                }
-    }
-    launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
-            [&] { lf_tc_output_kernel<__half, DK, DK>(a, pb.data(), pz.data(), groups, tpc); });
+    const lf_args a = f16_passes<DK>(P, W, c.per_head);
 
     /* float64 reference and the plain-fp16 formula */
     const ref_err r = against_reference<true>(c, B, H, N, D, M, n, g, q, k, v, o, W, at, sq, P.eps, rh, h2f);
@@ -420,6 +438,159 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     printf("%-4s f16 x%-4g %-44s M%-4lld K%-4lld segs %lld  rel %.2e  f16 formula %.2e  ratio %.2f%s\n", ok ? "ok" : "FAIL",
            scale, c.name, (long long)M, (long long)a.K, (long long)a.segs, rel, prel, rel / std::max(prel, 1e-30),
            bad ? "  (non-finite left)" : pbad ? "  (the plain-fp16 formula overflows)" : "");
+    return ok;
+}
+
+/* Focused flatten's fp16 fast path end to end (focused.cu's fo_flatten_fast
+ * at 132 SMs): fo_phi_kernel<__half> materializes φ(Q), φ(K) in fp16, the
+ * engine's fp16 passes run on them (identity features, den_scale 1/N),
+ * fo_dwc_kernel<__half> adds the depthwise conv and bias in place; against
+ * a float64 reference of SPEC §4a on the same fp16 inputs: rel ≤ 1.5e-3 (the
+ * harness allows 2e-3 against the CPU path, which is itself one fp16
+ * rounding, 2^-11 relative, from the reference), nothing non-finite left. */
+struct fcase {
+    const char *name;
+    int64_t B, Hm, Wm, H, ks;
+    int sp, perm;
+    float p, scale;
+};
+template <int KS, int LCPV>
+void fo_dwc_launch(const lf_problem &P, const la_cu_view &cv, const la_cu_view &bv) {
+    const int64_t xblocks = la_cu_cdiv(P.map_w, fo_dwc_cols(LCPV));
+    launch3((unsigned)(xblocks * P.map_h), (unsigned)(P.B * P.H), 1, sizeof(float) * (KS * KS + 1) * (8 << LCPV),
+            [&] { fo_dwc_kernel<__half, KS, LCPV>(P.v, P.out, cv, bv, P.H, P.map_h, P.map_w, xblocks); });
+}
+template <int LCPV> void fo_dwc_any(const lf_problem &P, const la_cu_view &cv, const la_cu_view &bv, int64_t ks) {
+    switch (ks) {
+    case 1: fo_dwc_launch<1, LCPV>(P, cv, bv); break;
+    case 3: fo_dwc_launch<3, LCPV>(P, cv, bv); break;
+    case 5: fo_dwc_launch<5, LCPV>(P, cv, bv); break;
+    case 7: fo_dwc_launch<7, LCPV>(P, cv, bv); break;
+    default: fo_dwc_launch<9, LCPV>(P, cv, bv); break;
+    }
+}
+template <int DK> bool run_focused_f16(const fcase &c) {
+    const int64_t B = c.B, H = c.H, D = DK, N = c.Hm * c.Wm, C = H * D, ks = c.ks;
+    const size_t nel = (size_t)(B * N * C);
+    std::vector<uint16_t> q(nel), k(nel), v(nel), o(nel, 0xffffu), phq(nel, 0xffffu), phk(nel, 0xffffu);
+    for (auto &x : q) x = f2h(c.scale * ur());
+    for (auto &x : k) x = f2h(c.scale * ur());
+    for (auto &x : v) x = f2h(c.scale * ur());
+    std::vector<float> conv(D * ks * ks), bias(D), spv(C, 0.f), isp(C);
+    for (auto &x : conv) x = 0.3f * ur();
+    for (auto &x : bias) x = 0.3f * ur();
+    if (c.sp)
+        for (auto &x : spv) x = ur();
+    for (int64_t i = 0; i < C; i++) { /* fo_invsp_kernel */
+        const double s = spv[i], soft = s > 0 ? s + std::log1p(std::exp(-s)) : std::log1p(std::exp(s));
+        isp[i] = (float)(1.0 / soft);
+    }
+    int64_t nb[4] = {N * C, C, D, 1};
+    if (c.perm) nb[1] = D, nb[2] = N * D;
+    auto at = [&](int64_t b, int64_t t, int64_t h, int64_t d) { return b * nb[0] + t * nb[1] + h * nb[2] + d; };
+    const int64_t nbc[4] = {N * C, C, D, 1}; /* the φ workspaces */
+    auto view = [&](const void *p, bool contig) {
+        la_cu_view x;
+        x.data = p;
+        x.dt = LA_F16;
+        for (int i = 0; i < 4; i++) x.nb[i] = contig ? nbc[i] : nb[i];
+        return x;
+    };
+    /* 1. φ(Q), φ(K) in fp16, [B,N,H,D] contiguous */
+    const la_cu_view vq = view(q.data(), false), vk = view(k.data(), false);
+    const int lcpd = DK == 32 ? 2 : DK == 64 ? 3 : 4, per_lane = (int)la_cu_cdiv(C / 8, 32);
+    const int64_t units = 2 * B * N;
+    const unsigned grid = (unsigned)std::min<int64_t>(la_cu_cdiv(units, PT / 32), 132 * 16);
+    __half *hq = (__half *)phq.data(), *hk = (__half *)phk.data();
+    launch3(grid, 1, 1, sizeof(float) * PHI_MAXC, [&] {
+        if (per_lane <= 2) fo_phi_kernel<__half, 2>(vq, vk, N, (int)H, lcpd, isp.data(), c.p, hq, hk, units);
+        else if (per_lane <= 4) fo_phi_kernel<__half, 4>(vq, vk, N, (int)H, lcpd, isp.data(), c.p, hq, hk, units);
+        else if (per_lane <= 8) fo_phi_kernel<__half, 8>(vq, vk, N, (int)H, lcpd, isp.data(), c.p, hq, hk, units);
+        else fo_phi_kernel<__half, 16>(vq, vk, N, (int)H, lcpd, isp.data(), c.p, hq, hk, units);
+    });
+    /* 2. the engine: identity features, mean form */
+    lf_problem P = {};
+    P.B = B; P.N = N; P.H = H; P.D = D; P.Dv = D;
+    P.q = view(phq.data(), true); P.k = view(phk.data(), true);
+    P.v = view(v.data(), false); P.out = view(o.data(), false);
+    P.fq = {LA_FEATURE_IDENTITY, 1.f, 1.f, 0.f, nullptr, nullptr, nullptr};
+    P.fk = P.fq;
+    P.n[0] = P.n[1] = 1;
+    P.n[2] = N;
+    P.g[0] = P.g[1] = P.g[2] = 1;
+    P.norm = LF_NORM_PER_QUERY;
+    P.eps = 1e-6f;
+    P.den_scale = 1.f / (float)N;
+    P.map_h = c.Hm;
+    P.map_w = c.Wm;
+    f16_passes<DK>(P, std::vector<float>(1, 1.f), 0);
+    /* 3. o += DWC(v) + bias */
+    if (ks) {
+        la_cu_view cv = {conv.data(), LA_F32, {ks * ks, ks, 1, 0}}, bv = {bias.data(), LA_F32, {1, 0, 0, 0}};
+        fo_dwc_any<DK == 32 ? 2 : DK == 64 ? 3 : 4>(P, cv, bv, ks);
+    }
+    /* float64 reference on the same fp16 values */
+    std::vector<double> pq(nel), pk(nel);
+    for (int w = 0; w < 2; w++)
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t t = 0; t < N; t++) {
+                const std::vector<uint16_t> &x = w ? k : q;
+                double *ph = (w ? pk.data() : pq.data()) + (b * N + t) * C;
+                double mx = 0, n2 = 0, np2 = 0;
+                for (int64_t i = 0; i < C; i++) {
+                    const double xv = h2f(x[at(b, t, i / D, i % D)]);
+                    ph[i] = ((xv > 0 ? xv : 0) + 1e-6) * isp[i];
+                    mx = std::max(mx, ph[i]);
+                    n2 += ph[i] * ph[i];
+                }
+                for (int64_t i = 0; i < C; i++) {
+                    ph[i] = std::pow(ph[i] / mx, (double)c.p);
+                    np2 += ph[i] * ph[i];
+                }
+                for (int64_t i = 0; i < C; i++) ph[i] *= std::sqrt(n2) / std::sqrt(np2);
+            }
+    double emax = 0, rmax = 0;
+    size_t bad = 0;
+    std::vector<double> S(D * D), z(D);
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t h = 0; h < H; h++) {
+            std::fill(S.begin(), S.end(), 0.0);
+            std::fill(z.begin(), z.end(), 0.0);
+            for (int64_t t = 0; t < N; t++)
+                for (int64_t d = 0; d < D; d++) {
+                    const double kd = pk[(b * N + t) * C + h * D + d];
+                    z[d] += kd;
+                    for (int64_t e = 0; e < D; e++) S[d * D + e] += kd * h2f(v[at(b, t, h, e)]);
+                }
+            for (int64_t t = 0; t < N; t++) {
+                const double *qd = &pq[(b * N + t) * C + h * D];
+                double den = 0;
+                for (int64_t d = 0; d < D; d++) den += qd[d] * z[d];
+                const int64_t y = t / c.Wm, x = t % c.Wm, r = ks / 2;
+                for (int64_t e = 0; e < D; e++) {
+                    double num = 0;
+                    for (int64_t d = 0; d < D; d++) num += qd[d] * S[d * D + e];
+                    double ref = (num / (double)N) / (den / (double)N + 1e-6);
+                    if (ks) {
+                        ref += bias[e];
+                        for (int64_t a = 0; a < ks; a++)
+                            for (int64_t cc = 0; cc < ks; cc++) {
+                                const int64_t yy = y + a - r, xx = x + cc - r;
+                                if (yy >= 0 && yy < c.Hm && xx >= 0 && xx < c.Wm)
+                                    ref += conv[(e * ks + a) * ks + cc] * h2f(v[at(b, yy * c.Wm + xx, h, e)]);
+                            }
+                    }
+                    const double got = h2f(o[at(b, t, h, e)]);
+                    if (!std::isfinite(got)) bad++;
+                    rmax = std::max(rmax, std::fabs(ref));
+                    emax = std::max(emax, std::fabs(got - ref));
+                }
+            }
+        }
+    const double rel = emax / std::max(rmax, 1e-30);
+    const bool ok = bad == 0 && rel <= 1.5e-3;
+    printf("%-4s f16 focused %-40s N%-5lld C%-5lld rel %.2e%s\n", ok ? "ok" : "FAIL", c.name, (long long)N,
+           (long long)C, rel, bad ? "  (non-finite left)" : "");
     return ok;
 }
 
@@ -482,6 +653,24 @@ int main(int argc, char **argv) {
         const hcase &h = hs[i];
         const bool okh = h.c.D == 128 ? run_case_f16<128>(h.c, h.scale) : run_case_f16<64>(h.c, h.scale);
         fails += !okh;
+        ran++;
+    }
+    const fcase fs[] = {
+        /* name                      B  Hm  Wm  H  ks sp perm p    scale */
+        {"1x1 map, no conv D128", 1, 1, 1, 2, 0, 0, 0, 3.f, 1.f},
+        {"7x9 k3 softplus perm D128", 2, 7, 9, 2, 3, 1, 1, 3.f, 10.f},
+        {"5x13 k5 p2.5 D64", 1, 5, 13, 6, 5, 0, 0, 2.5f, 1.f},
+        {"25x40 k5 perm D64 H24 x10", 1, 25, 40, 24, 5, 1, 1, 3.f, 10.f},
+        {"16x20 k9 D32 p1.5", 1, 16, 20, 8, 9, 1, 0, 1.5f, 1.f},
+        {"3x3 C4096 D32 perm", 1, 3, 3, 128, 3, 1, 1, 3.f, 1.f},
+    };
+    const int64_t fD[] = {128, 128, 64, 64, 32, 32};
+    const int nf = (int)(sizeof fs / sizeof fs[0]);
+    for (int i = 0; i < nf; i++) { /* CASE numbers nc + nh, ... */
+        if (only >= 0 && nc + nh + i != only) continue;
+        const bool okf = fD[i] == 128 ? run_focused_f16<128>(fs[i])
+                         : fD[i] == 64 ? run_focused_f16<64>(fs[i]) : run_focused_f16<32>(fs[i]);
+        fails += !okf;
         ran++;
     }
     printf("%d passed, %d failed\n", ran - fails, fails);

@@ -3,7 +3,8 @@
 # variant tc (no GPU needed): cuts the kernel
 # text out of src/cuda/linfam_tc.cu (the summary and output kernels),
 # src/cuda/linfam_tc_bf16s.cu (weights, mixing GEMM, the launch plan) and
-# src/cuda/linfam_tc_mix.cu (the M = 1 mix of linear attention),
+# src/cuda/linfam_tc_mix.cu (the M = 1 mix of linear attention) and
+# src/cuda/focused.cu (flatten's φ pass and depthwise conv),
 # compiles it with dev/emu_mhla_fwd.cpp (g++ -std=c++20, CUDA headers only;
 # the CTA primitives of src/cuda/bwd_emu.cuh) and runs the cases.
 #   bash dev/emu_mhla_fwd.sh [BUILD_DIR [CASE]]
@@ -37,6 +38,16 @@ k = s[s.index("namespace {") + len("namespace {"):s.index("/* M ≥ 2: the mix a
 k = k.replace("__shared__ float ws[MK][RI];", "float (*ws)[RI] = (float (*)[RI])bt_smem();")
 open(o + "/kern_mix.inc", "w").write(
     cut_text(k, "src/cuda/linfam_tc_mix.cu", []))
+# focused flatten's fast path around the engine: the φ pass and the conv
+s = open("src/cuda/focused.cu").read()
+k = s[s.index("/* ---- flatten, 16-bit fast path"):s.index("/* dtype dt (bf16, or fp16 while fo_f16_tc)")]
+for a, b in (("__shared__ __align__(16) float isp[PHI_MAXC];", "float *isp = (float *)bt_smem();"),
+             ("__shared__ __align__(16) float ws[KS * KS * Dv];", "float *ws = (float *)bt_smem();"),
+             ("__shared__ __align__(16) float bs[Dv];", "float *bs = (float *)bt_smem() + KS * KS * Dv;"),
+             ("gridDim.x", "emu_gdx()")):
+    assert a in k, a
+    k = k.replace(a, b)
+open(o + "/kern_fo.inc", "w").write(cut_text(k, "src/cuda/focused.cu", []))
 PY
 g++ -std=c++20 -O2 -fno-strict-aliasing -w -Iinclude -Isrc -I"$CUDA_INC" -I"$O" dev/emu_mhla_fwd.cpp \
     -o "$O/emu_mhla_fwd" -lpthread
