@@ -27,8 +27,8 @@
  *   1e-6)/softplus(s): φ is bounded by the input's magnitude and is finite in
  *   fp16 while ‖x'‖ < 65504 (e.g. |x| < 65504/(√C·1.443) at s = 0); past that
  *   a φ value rounds to Inf. The engine keeps its sums in fp32 and scales S̃
- *   into fp16 (linfam_tc.cu); the output is a convex combination of v plus
- *   the conv, written once in fp16.
+ *   into fp16 (linfam_tc.cu); the output, a convex combination of v, is
+ *   rounded to fp16 by the engine and again when the conv is added.
  *   Bytes, in [N,H,D] 16-bit tensors (D = Dv): 1. reads Q, K, writes φQ, φK (4);
  *   2. reads φQ, φK, V, writes O (4); 3. reads V, O, writes O (3).
  *   (φ formed in step 2's loaders from the raw Q, K instead, with step 1
