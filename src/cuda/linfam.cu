@@ -7,7 +7,7 @@
 namespace {
 
 /* fp16 inputs on the tensor-core path `tc` (fp16 products, fp32 partials,
- * S̃ scaled into fp16's range per block, fp32 denominators; linfam_tc.cu);
+ * S̃ and z̃ scaled into fp16's range per block, fp32 sums; linfam_tc.cu);
  * false sends them to the portable fp32 engine. Never tc_bf16s: its bf16
  * summaries and mixing GEMM would hold S in 16 bits, which overflows fp16
  * past 65504. (It was off once: the fp16 output pass left the per-query
