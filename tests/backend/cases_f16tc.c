@@ -102,9 +102,10 @@ static void run_f16(const void *arg) {
              (long long)c->Dv, (long long)M, c->feat, c->norm, c->per_head, (long long)c->ks, c->perm,
              c->in_scale);
     CHECK_OK(f16_call(c, 0, &q, &k, &v, &o, &W, &conv, &bias, &sp));
+    const int was_verbose = la_context_verbose(bo_ctx());
     if (c->verbose) la_context_set_verbose(bo_ctx(), 1);
     const int ok = CHECK_DEV(f16_call(c, 1, &q, &k, &v, &o, &W, &conv, &bias, &sp));
-    if (c->verbose) la_context_set_verbose(bo_ctx(), 0);
+    la_context_set_verbose(bo_ctx(), was_verbose);
     la_dev_synchronize();
     if (ok) {
         tb_compare(&o, what, tol_of(LA_F16, N));
