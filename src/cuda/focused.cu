@@ -9,19 +9,27 @@
  * blog: K̂ = focus[h]·DWConv(relu1(K)) into an fp32 workspace, then normalized
  *   linear attention with φ(q) = relu1(q·D^-1/2) and K̂ taken as is.
  *
- * flatten, bf16 fast path (head dims of the engine's tensor-core path,
- * lf_tc_dims: D, Dv ∈ {32, 64, 128}; bf16 rows with unit inner stride and
+ * flatten, 16-bit fast path (head dims of the engine's tensor-core path,
+ * lf_tc_dims: D, Dv ∈ {32, 64, 128}; q, k, v, out all bf16 or all fp16
+ * (fo_f16_tc) with unit inner stride and
  * 16-B aligned rows, C = H·D ≤ 4096, no conv or an odd conv of k ≤ 9; family
  * "focused", fo_select: "tc"; "portable" forces the path above):
  *   1. fo_phi_kernel: one warp per (token, q|k) reads the token's C = H·D
- *      channels once into registers (bf16), two register passes (max of x',
- *      then Σu², Σu^{2p} with u = x'/max x'), and writes φ = u^p·r,
- *      r = max·‖u‖/‖u^p‖ (= ‖x'‖/‖x'^p‖·x'^p scaling, overflow-free), as bf16
- *      [B,N,H,D] workspaces;
+ *      channels once into registers (bf16 / fp16), two register passes (max
+ *      of x', then Σu², Σu^{2p} with u = x'/max x'), and writes φ = u^p·r,
+ *      r = max·‖u‖/‖u^p‖ (= ‖x'‖/‖x'^p‖·x'^p scaling, overflow-free), as
+ *      [B,N,H,D] workspaces of the inputs' type;
  *   2. the linear-family engine (tensor-core path) on φ(Q), φ(K), V with the
  *      identity feature and the mean form o = num·a/(den·a + eps), a = 1/N;
- *   3. fo_dwc_kernel (conv given): o += DWC(v) + bias in place on the bf16 O.
- *   Bytes, in [N,H,D] bf16 tensors (D = Dv): 1. reads Q, K, writes φQ, φK (4);
+ *   3. fo_dwc_kernel (conv given): o += DWC(v) + bias in place on O.
+ *   fp16 range: φ_c = ‖x'‖·u_c^p/‖u^p‖, so 0 < φ_c ≤ ‖x'‖ (the norm over the
+ *   token's C channels; ‖φ‖ = ‖x'‖) ≤ √C·max_c x', with x' = (relu(x) +
+ *   1e-6)/softplus(s): φ is bounded by the input's magnitude and is finite in
+ *   fp16 while ‖x'‖ < 65504 (e.g. |x| < 65504/(√C·1.443) at s = 0); past that
+ *   a φ value rounds to Inf. The engine keeps its sums in fp32 and scales S̃
+ *   into fp16 (linfam_tc.cu); the output, a convex combination of v, is
+ *   rounded to fp16 by the engine and again when the conv is added.
+ *   Bytes, in [N,H,D] 16-bit tensors (D = Dv): 1. reads Q, K, writes φQ, φK (4);
  *   2. reads φQ, φK, V, writes O (4); 3. reads V, O, writes O (3).
  *   (φ formed in step 2's loaders from the raw Q, K instead, with step 1
  *   writing two floats per token, was slower: docs/CUDA.md.) */
@@ -130,23 +138,25 @@ __global__ void fo_blog_khat_kernel(la_cu_view k, la_cu_view conv, la_cu_view fo
     khat[e] = acc * f;
 }
 
-/* ---- flatten, bf16 fast path ------------------------------------------------ */
+/* ---- flatten, 16-bit fast path ---------------------------------------------- */
 constexpr int PT = 256;      /* threads of fo_phi_kernel (8 warps) */
 constexpr int PHI_MAXC = 4096; /* C = H·D ≤ 4096: ≤ 16 chunks of 8 per lane */
+/* fp16 inputs on the fast path (φ workspaces, engine and conv in fp16);
+ * false sends them to the portable engine with φ and the conv fused. The
+ * engine's own fp16 tensor-core choice is lf_f16_tc (linfam.cu). */
+constexpr bool fo_f16_tc = true;
 
-/* the flatten φ helpers (lf_bf16_unpack8, lf_flat_xprime8, lf_flat_pow, ...)
- * are in linfam.cuh */
-#define fo_unpack8 lf_bf16_unpack8
-#define fo_pack8 lf_bf16_pack8
+/* the flatten φ helpers (lf_x8, lf_flat_xprime8, lf_flat_pow, ...) are in
+ * linfam.cuh */
 
 /* One warp per (token, q|k) unit u = 2·(b·N + t) + (0 q | 1 k). A lane holds
  * chunks ch = lane + 32 i (i < R) of 8 channels: c = 8·ch, head c / D (D =
- * 8·2^lcpd). The raw bf16 values stay in registers over the three passes. */
-template <int R>
+ * 8·2^lcpd). The raw values (T: bf16 or fp16) stay in registers over the
+ * three passes. */
+template <typename T, int R>
 __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, int64_t N,
                                                     int H, int lcpd, const float *inv_sp, float p,
-                                                    __nv_bfloat16 *phq, __nv_bfloat16 *phk,
-                                                    int64_t units) {
+                                                    T *phq, T *phk, int64_t units) {
     __shared__ __align__(16) float isp[PHI_MAXC];
     const int nch = H << lcpd, C = nch * 8, cmask = (1 << lcpd) - 1;
     for (int c = threadIdx.x; c < C; c += PT) isp[c] = inv_sp[c];
@@ -161,7 +171,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
         const void *xd = which ? k.data : q.data;
         const int64_t n0 = which ? k.nb[0] : q.nb[0], n1 = which ? k.nb[1] : q.nb[1],
                       n2 = which ? k.nb[2] : q.nb[2];
-        const __nv_bfloat16 *base = (const __nv_bfloat16 *)xd + b * n0 + t * n1;
+        const T *base = (const T *)xd + b * n0 + t * n1;
         uint4 raw[R];
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -177,7 +187,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
             const int ch = lane + 32 * i;
             if (ch < nch) {
                 float v[8];
-                lf_flat_xprime8(raw[i], &isp[ch * 8], 1.f, v);
+                lf_flat_xprime8<T>(raw[i], &isp[ch * 8], 1.f, v);
 #pragma unroll
                 for (int e = 0; e < 8; e++) mx = fmaxf(mx, v[e]);
             }
@@ -192,7 +202,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
             const int ch = lane + 32 * i;
             if (ch < nch) {
                 float v[8];
-                lf_flat_xprime8(raw[i], &isp[ch * 8], inv_m, v);
+                lf_flat_xprime8<T>(raw[i], &isp[ch * 8], inv_m, v);
 #pragma unroll
                 for (int e = 0; e < 8; e++) {
                     const float uu = v[e];
@@ -209,17 +219,17 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
         }
         /* ‖x'‖/‖u^p‖ = max·‖u‖/‖u^p‖; the largest u is ~1, so sp2 ≥ ~1 */
         const float r = mx * sqrtf(s2) / sqrtf(sp2);
-        /* pass 3: φ = u^p·r as bf16, [B,N,H,D] contiguous */
-        __nv_bfloat16 *dst = (which ? phk : phq) + bt * (int64_t)C;
+        /* pass 3: φ = u^p·r in T, [B,N,H,D] contiguous */
+        T *dst = (which ? phk : phq) + bt * (int64_t)C;
 #pragma unroll
         for (int i = 0; i < R; i++) {
             const int ch = lane + 32 * i;
-            if (ch < nch) *(uint4 *)(dst + ch * 8) = lf_flat_phi8(raw[i], &isp[ch * 8], inv_m, r, ip, pf);
+            if (ch < nch) *(uint4 *)(dst + ch * 8) = lf_flat_phi8<T>(raw[i], &isp[ch * 8], inv_m, r, ip, pf);
         }
     }
 }
 
-/* o += DWC(v) + bias in place, bf16 o and v (Dv = 8·2^lcpv ≤ 128), one
+/* o += DWC(v) + bias in place, o and v of T (bf16 or fp16; Dv = 8·2^lcpv ≤ 128), one
  * [Dv,KS,KS] kernel shared by the heads. CTA = (b·H + h, map row y, cw map
  * columns, cw = 8·256/(Dv/8)); thread = 8 channels (c8 = 8·(tid % (Dv/8))) ×
  * 8 consecutive columns x0 + [0, 8): per tap row it reads the 8 + KS − 1 v
@@ -227,7 +237,7 @@ __global__ void __launch_bounds__(PT) fo_phi_kernel(la_cu_view q, la_cu_view k, 
  * weights and bias from shared memory (fp32). */
 constexpr int CT = 256, CX = 8 /* columns per thread */;
 constexpr int fo_dwc_cols(int lcpv) { return CX * (CT >> lcpv); } /* map columns per CTA */
-template <int KS, int LCPV>
+template <typename T, int KS, int LCPV>
 __global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out, la_cu_view conv,
                                                     la_cu_view bias, int64_t H, int64_t map_h,
                                                     int64_t map_w, int64_t xblocks) {
@@ -252,18 +262,18 @@ __global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out
     for (int j = 0; j < CX; j++)
 #pragma unroll
         for (int e = 0; e < 8; e++) acc[j][e] = bs[c8 + e];
-    const __nv_bfloat16 *vb = (const __nv_bfloat16 *)v.data + b * v.nb[0] + h * v.nb[2] + c8;
+    const T *vb = (const T *)v.data + b * v.nb[0] + h * v.nb[2] + c8;
 #pragma unroll 1
     for (int a = 0; a < KS; a++) {
         const int64_t yy = y + a - RR;
         if (yy < 0 || yy >= map_h) continue;
-        const __nv_bfloat16 *vrow = vb + yy * map_w * v.nb[1];
+        const T *vrow = vb + yy * map_w * v.nb[1];
 #pragma unroll
         for (int s = 0; s < CX + KS - 1; s++) { /* window column xx = x0 + s − RR */
             const int64_t xx = x0 + s - RR;
             if (xx < 0 || xx >= map_w) continue;
             float vv[8];
-            fo_unpack8(__ldg((const uint4 *)(vrow + xx * v.nb[1])), vv);
+            lf_x8<T>::unpack(__ldg((const uint4 *)(vrow + xx * v.nb[1])), vv);
 #pragma unroll
             for (int j = 0; j < CX; j++) {
                 const int cc = s - j; /* tap column of output x0 + j */
@@ -281,69 +291,71 @@ __global__ void __launch_bounds__(CT) fo_dwc_kernel(la_cu_view v, la_cu_view out
             }
         }
     }
-    __nv_bfloat16 *ob = (__nv_bfloat16 *)out.data + b * out.nb[0] + h * out.nb[2] + c8;
+    T *ob = (T *)out.data + b * out.nb[0] + h * out.nb[2] + c8;
 #pragma unroll
     for (int j = 0; j < CX; j++) {
         const int64_t xx = x0 + j;
         if (xx >= map_w) break;
         uint4 *po = (uint4 *)(ob + (y * map_w + xx) * out.nb[1]);
         float o[8];
-        fo_unpack8(*po, o);
+        lf_x8<T>::unpack(*po, o);
 #pragma unroll
         for (int e = 0; e < 8; e++) o[e] += acc[j][e];
-        *po = fo_pack8(o);
+        *po = lf_x8<T>::pack(o);
     }
 }
 
-/* bf16, unit inner stride, 16-B aligned rows (uint4 loads and stores). */
-bool fo_view_fast(const la_cu_view &x) {
-    return x.dt == LA_BF16 && x.nb[3] == 1 && x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 &&
-           x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
+/* dtype dt (bf16, or fp16 while fo_f16_tc), unit inner stride, 16-B aligned
+ * rows (uint4 loads and stores). */
+bool fo_view_fast(const la_cu_view &x, int dt) {
+    return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && fo_f16_tc)) && x.nb[3] == 1 &&
+           x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 && x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
 
 /* log2 of a head dim's 16-byte chunks (D = 32, 64, 128: 2, 3, 4) */
 int fo_lchunks(int64_t D) { return D == 32 ? 2 : D == 64 ? 3 : 4; }
 
-template <int R>
+template <typename T, int R>
 la_status fo_launch_phi(const la_cu_view &q, const la_cu_view &k, int64_t N, int H, int lcpd,
-                        const float *inv_sp, float p, __nv_bfloat16 *phq, __nv_bfloat16 *phk,
-                        int64_t units, cudaStream_t st) {
+                        const float *inv_sp, float p, T *phq, T *phk, int64_t units, cudaStream_t st) {
     int dev = 0, nsm = 132;
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
     const int64_t want = la_cu_cdiv(units, PT / 32);
     const unsigned grid = (unsigned)std::min<int64_t>(want, (int64_t)nsm * 16);
-    fo_phi_kernel<R><<<grid, PT, 0, st>>>(q, k, N, H, lcpd, inv_sp, p, phq, phk, units);
+    fo_phi_kernel<T, R><<<grid, PT, 0, st>>>(q, k, N, H, lcpd, inv_sp, p, phq, phk, units);
     LA_CU_LAUNCH("fo_phi_kernel");
     return LA_OK;
 }
 
-template <int KS, int LCPV>
+template <typename T, int KS, int LCPV>
 la_status fo_launch_dwc(const lf_problem &P, const la_cu_view &conv, const la_cu_view &bias,
                         cudaStream_t st) {
     const int64_t xblocks = la_cu_cdiv(P.map_w, fo_dwc_cols(LCPV)), gx = xblocks * P.map_h;
     if (gx > 0x7fffffff || P.B * P.H > 65535)
         return la_err(LA_ERR_UNSUPPORTED, "focused CUDA: conv grid too large");
-    fo_dwc_kernel<KS, LCPV><<<dim3((unsigned)gx, (unsigned)(P.B * P.H)), CT, 0, st>>>(
+    fo_dwc_kernel<T, KS, LCPV><<<dim3((unsigned)gx, (unsigned)(P.B * P.H)), CT, 0, st>>>(
         P.v, P.out, conv, bias, P.H, P.map_h, P.map_w, xblocks);
     LA_CU_LAUNCH("fo_dwc_kernel");
     return LA_OK;
 }
 
 /* the conv launch for an odd k ≤ 9 at Dv = 8·2^LCPV */
-template <int LCPV>
+template <typename T, int LCPV>
 la_status fo_dwc_ks(const lf_problem &P, const la_cu_view &cv, const la_cu_view &bv, int ks,
                     cudaStream_t st) {
     switch (ks) {
-    case 1: return fo_launch_dwc<1, LCPV>(P, cv, bv, st);
-    case 3: return fo_launch_dwc<3, LCPV>(P, cv, bv, st);
-    case 5: return fo_launch_dwc<5, LCPV>(P, cv, bv, st);
-    case 7: return fo_launch_dwc<7, LCPV>(P, cv, bv, st);
-    default: return fo_launch_dwc<9, LCPV>(P, cv, bv, st);
+    case 1: return fo_launch_dwc<T, 1, LCPV>(P, cv, bv, st);
+    case 3: return fo_launch_dwc<T, 3, LCPV>(P, cv, bv, st);
+    case 5: return fo_launch_dwc<T, 5, LCPV>(P, cv, bv, st);
+    case 7: return fo_launch_dwc<T, 7, LCPV>(P, cv, bv, st);
+    default: return fo_launch_dwc<T, 9, LCPV>(P, cv, bv, st);
     }
 }
 
-/* The fast flatten path; P holds q, k, v, out, B, N, H, D, Dv, map, eps. */
+/* The fast flatten path for the inputs' type T (bf16 or fp16); P holds q,
+ * k, v, out, B, N, H, D, Dv, map, eps. */
+template <typename T>
 la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, const la_tensor *conv,
                           const la_tensor *conv_bias, const la_tensor *softplus_param,
                           const la_context *ctx, cudaStream_t st) {
@@ -354,31 +366,31 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
     LA_TRY(la_mul_size((size_t)BN, (size_t)C, &nphi, "focused phi"));
     /* [inv_sp: C floats, rounded to 16 B][φQ][φK] */
     const size_t isp_bytes = ((size_t)C * sizeof(float) + 15) / 16 * 16;
-    LA_TRY(la_mul_size(nphi, 2 * sizeof(__nv_bfloat16), &bytes, "focused phi"));
+    LA_TRY(la_mul_size(nphi, 2 * sizeof(T), &bytes, "focused phi"));
     if (bytes + isp_bytes < bytes) return la_err(LA_ERR_OVERFLOW, "focused: workspace overflows");
     la_cu_ws ws;
     LA_TRY(la_cu_ws_alloc(&ws, bytes + isp_bytes, st, "focused phi(Q), phi(K)"));
     float *inv_sp = (float *)ws.p;
-    __nv_bfloat16 *phq = (__nv_bfloat16 *)((char *)ws.p + isp_bytes);
-    __nv_bfloat16 *phk = phq + nphi;
+    T *phq = (T *)((char *)ws.p + isp_bytes);
+    T *phk = phq + nphi;
     fo_invsp_kernel<<<(unsigned)la_cu_cdiv(C, 256), 256, 0, st>>>(la_cu_view_of(softplus_param),
                                                                    C, inv_sp);
     LA_CU_LAUNCH("fo_invsp_kernel");
     const int64_t units = 2 * BN;
     const int H = (int)P.H, lcpd = fo_lchunks(P.D), per_lane = (int)la_cu_cdiv(C / 8, 32);
     if (per_lane <= 2)
-        LA_TRY(fo_launch_phi<2>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY((fo_launch_phi<T, 2>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st)));
     else if (per_lane <= 4)
-        LA_TRY(fo_launch_phi<4>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY((fo_launch_phi<T, 4>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st)));
     else if (per_lane <= 8)
-        LA_TRY(fo_launch_phi<8>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
+        LA_TRY((fo_launch_phi<T, 8>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st)));
     else
-        LA_TRY(fo_launch_phi<16>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st));
-    /* the engine on φQ, φK (contiguous [B,N,H,D] bf16), identity features */
+        LA_TRY((fo_launch_phi<T, 16>(P.q, P.k, P.N, H, lcpd, inv_sp, p->p, phq, phk, units, st)));
+    /* the engine on φQ, φK (contiguous [B,N,H,D] in T), identity features */
     for (int w = 0; w < 2; w++) {
         la_cu_view &x = w ? P.k : P.q;
         x.data = w ? phk : phq;
-        x.dt = LA_BF16;
+        x.dt = P0.q.dt;
         x.nb[0] = P.N * C;
         x.nb[1] = C;
         x.nb[2] = P.D;
@@ -394,9 +406,9 @@ la_status fo_flatten_fast(const lf_problem &P0, const la_focused_params *p, cons
     if (conv) {
         const la_cu_view cv = la_cu_view_of(conv), bv = la_cu_view_of(conv_bias);
         switch (fo_lchunks(P.Dv)) {
-        case 2: return fo_dwc_ks<2>(P, cv, bv, (int)conv->ne[1], st);
-        case 3: return fo_dwc_ks<3>(P, cv, bv, (int)conv->ne[1], st);
-        default: return fo_dwc_ks<4>(P, cv, bv, (int)conv->ne[1], st);
+        case 2: return fo_dwc_ks<T, 2>(P, cv, bv, (int)conv->ne[1], st);
+        case 3: return fo_dwc_ks<T, 3>(P, cv, bv, (int)conv->ne[1], st);
+        default: return fo_dwc_ks<T, 4>(P, cv, bv, (int)conv->ne[1], st);
         }
     }
     return LA_OK;
@@ -408,8 +420,10 @@ const char *const fo_names[] = {"tc", "portable"};
 /* flatten's kernels (pure): φ materialized + the tensor-core engine, or the
  * portable engine with φ and the conv fused; forced: the context's variant. */
 la_status fo_select(const lf_problem &P, const la_tensor *conv, const char *forced, fo_kernel *kern) {
+    const int dt = P.q.dt;
     const bool tc = lf_tc_dims(P.D, P.Dv) && P.H * P.D <= PHI_MAXC && (!conv || conv->ne[1] <= 9) &&
-                    fo_view_fast(P.q) && fo_view_fast(P.k) && fo_view_fast(P.v) && fo_view_fast(P.out);
+                    fo_view_fast(P.q, dt) && fo_view_fast(P.k, dt) && fo_view_fast(P.v, dt) &&
+                    fo_view_fast(P.out, dt);
     if (!forced) {
         *kern = tc ? FO_TC : FO_PORTABLE;
         return LA_OK;
@@ -417,9 +431,12 @@ la_status fo_select(const lf_problem &P, const la_tensor *conv, const char *forc
     const int i = la_cu_variant_index(forced, fo_names, 2);
     if (i < 0) return la_cu_unknown_variant("focused", forced, "tc, portable");
     if (i == FO_TC && !tc)
-        return la_cu_variant_unsupported("focused", forced,
-                                         "bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
-                                         "(128, 64), rows contiguous, H*D <= 4096, conv k <= 9");
+        return la_cu_variant_unsupported(
+            "focused", forced,
+            fo_f16_tc ? "bf16 or fp16 (one dtype), D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                        "(128, 64), rows contiguous, H*D <= 4096, conv k <= 9"
+                      : "bf16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                        "(128, 64), rows contiguous, H*D <= 4096, conv k <= 9");
     *kern = (fo_kernel)i;
     return LA_OK;
 }
@@ -448,12 +465,14 @@ extern "C" la_status la_focused_attention_cuda(const la_focused_params *p, const
     const int64_t C = P.H * P.D, BN = P.B * P.N;
     la_cu_ws ws;
     if (p->variant == LA_FOCUSED_FLATTEN) {
-        /* bf16 fast path: see the top of this file */
+        /* 16-bit fast path: see the top of this file */
         fo_kernel kern;
         LA_TRY(fo_select(P, conv, la_context_variant(ctx, "focused"), &kern));
         la_cu_report(ctx, "focused", fo_names[kern], "flatten N=%lld H=%lld k=%lld", (long long)P.N,
                      (long long)P.H, conv ? (long long)conv->ne[1] : 0LL);
-        if (kern == FO_TC) return fo_flatten_fast(P, p, conv, conv_bias, softplus_param, ctx, st);
+        if (kern == FO_TC)
+            return P.q.dt == LA_F16 ? fo_flatten_fast<__half>(P, p, conv, conv_bias, softplus_param, ctx, st)
+                                    : fo_flatten_fast<__nv_bfloat16>(P, p, conv, conv_bias, softplus_param, ctx, st);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(C + 4 * BN), sizeof(float), &bytes, "focused workspace"));
         LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "focused feature scales"));

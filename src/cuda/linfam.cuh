@@ -14,8 +14,8 @@
  *   3. output:  per (head, 64-token tile, 64-column tile of dv): φq(Q) P_i,
  *               plus the masked intra-chunk term in causal mode.
  * linfam_portable.cu runs them on CUDA cores in fp32 (any D, Dv, strides and
- * dtypes); linfam_tc.cu on bf16 tensor cores (non-causal, head dims of
- * lf_tc_dims, bf16 rows contiguous). */
+ * dtypes); linfam_tc.cu on tensor cores (non-causal, head dims of
+ * lf_tc_dims, bf16 or fp16 rows contiguous). */
 #ifndef LA_CUDA_LINFAM_CUH
 #define LA_CUDA_LINFAM_CUH
 
@@ -75,30 +75,54 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
 la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
                  const char *forced, cudaStream_t st);
 
-/* Flatten's φ (SPEC §4a) for 8 channels of one token on the bf16 fast path
- * (focused.cu's φ pass, which materializes φ(Q), φ(K)): u = (relu(x) +
- * 1e-6)·inv_sp·tok_m ∈ (0, 1], φ = u^p·tok_r. */
-static __device__ __forceinline__ void lf_bf16_unpack8(const uint4 &u, float *x) {
-    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+/* Flatten's φ (SPEC §4a) for 8 channels of one token on the fast path
+ * (focused.cu's φ pass, which materializes φ(Q), φ(K)) in the inputs' 16-bit
+ * type T (bf16 or fp16): u = (relu(x) + 1e-6)·inv_sp·tok_m ∈ (0, 1],
+ * φ = u^p·tok_r. lf_x8<T>: 8 values of T to fp32 (exact) and back (rounded
+ * to nearest even). */
+template <typename T> struct lf_x8;
+template <> struct lf_x8<__nv_bfloat16> {
+    static __device__ __forceinline__ void unpack(const uint4 &u, float *x) {
+        const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-        const float2 f = __bfloat1622float2(h2[i]);
-        x[2 * i] = f.x;
-        x[2 * i + 1] = f.y;
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __bfloat1622float2(h2[i]);
+            x[2 * i] = f.x;
+            x[2 * i + 1] = f.y;
+        }
     }
-}
-static __device__ __forceinline__ uint4 lf_bf16_pack8(const float *x) {
-    uint4 u;
-    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+    static __device__ __forceinline__ uint4 pack(const float *x) {
+        uint4 u;
+        __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
 #pragma unroll
-    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
-    return u;
-}
+        for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+        return u;
+    }
+};
+template <> struct lf_x8<__half> {
+    static __device__ __forceinline__ void unpack(const uint4 &u, float *x) {
+        const __half2 *h2 = (const __half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const float2 f = __half22float2(h2[i]);
+            x[2 * i] = f.x;
+            x[2 * i + 1] = f.y;
+        }
+    }
+    static __device__ __forceinline__ uint4 pack(const float *x) {
+        uint4 u;
+        __half2 *h2 = (__half2 *)&u;
+#pragma unroll
+        for (int i = 0; i < 4; i++) h2[i] = __floats2half2_rn(x[2 * i], x[2 * i + 1]);
+        return u;
+    }
+};
 /* x' = (relu(x) + 1e-6)·inv_sp·scale for the 8 channels of a chunk (isp8:
  * 16-B aligned, shared or global memory). */
-static __device__ __forceinline__ void lf_flat_xprime8(const uint4 &raw, const float *isp8,
-                                                       float scale, float *x) {
-    lf_bf16_unpack8(raw, x);
+template <typename T>
+static __device__ __forceinline__ void lf_flat_xprime8(const uint4 &raw, const float *isp8, float scale,
+                                                       float *x) {
+    lf_x8<T>::unpack(raw, x);
     const float4 s0 = *(const float4 *)isp8, s1 = *(const float4 *)(isp8 + 4);
     const float s[8] = {s0.x, s0.y, s0.z, s0.w, s1.x, s1.y, s1.z, s1.w};
 #pragma unroll
@@ -118,14 +142,15 @@ static __device__ __forceinline__ float lf_flat_pow(float u, int ip, float p) {
 static __device__ __forceinline__ int lf_flat_ip(float p) {
     return (p == floorf(p) && p >= 1.f && p <= 8.f) ? (int)p : 0;
 }
-/* φ of 8 raw bf16 values, rounded to bf16 */
+/* φ of 8 raw values of T, rounded to T */
+template <typename T>
 static __device__ __forceinline__ uint4 lf_flat_phi8(const uint4 &raw, const float *isp8, float tok_m,
                                                      float tok_r, int ip, float p) {
     float v[8];
-    lf_flat_xprime8(raw, isp8, tok_m, v);
+    lf_flat_xprime8<T>(raw, isp8, tok_m, v);
 #pragma unroll
     for (int e = 0; e < 8; e++) v[e] = lf_flat_pow(v[e], ip, p) * tok_r;
-    return lf_bf16_pack8(v);
+    return lf_x8<T>::pack(v);
 }
 
 /* Extents and views of q, k [B,N,H,D], v and out [B,N,H,Dv] into P. */

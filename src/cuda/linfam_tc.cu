@@ -10,10 +10,11 @@
  * and φ(Q)·S̃ per token tile; the mix of M ≥ 2 blocks a tf32 GEMM over
  * expanded weights. φ is applied in fp32 at load time and rounded to T
  * for the product (the inputs are T already); summaries, mixing and
- * denominators stay fp32. fp16 (largest finite value 65504): S̃ is kept in
- * fp32 by the mix and scaled per block by a power of two into fp16's range
- * in the output pass, z̃ and the denominators stay fp32; the fp16 output
- * rounds a result past 65504 to Inf, as torch does. */
+ * denominators stay fp32. fp16 (largest finite value 65504): S̃ and z̃ are
+ * kept in fp32 by the mix and scaled per block by one power of two into
+ * fp16's range in the output pass (z̃ as an fp16 hi + lo pair for the
+ * denominators' MMA), undone in fp32; the fp16 output rounds a result past
+ * 65504 to Inf, as torch does. */
 #include "linfam_engine.cuh"
 #include "ptx.cuh"
 #include "tc16.cuh"
@@ -118,7 +119,7 @@ template <int DK, int DV> struct lf_tcg {
     static constexpr int SLD = CW + 8; /* staging rows: conflict-free bf16x2 writes, 16-B aligned */
     static constexpr int STG = 16 * SLD;
     static constexpr size_t OUT_SMEM = sizeof(__nv_bfloat16) * (DK * LV + TS * FO * LK + 8 * STG) +
-                                       sizeof(float) * TS * FO + sizeof(__nv_bfloat16) * DK * 8;
+                                       sizeof(float) * TS * FO + sizeof(__nv_bfloat16) * DK * 8 + 16;
     static_assert(WR * WC * WK == 8 && NJ % 2 == 0 && NJO % 2 == 0 && FT / 16 >= WK, "geometry");
     static_assert(UK * NT == FT * CK && UV * NT == FT * CV && UQ * NT == FO * CK, "copy split");
 };
@@ -357,6 +358,18 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
  * lanes, a shuffle sums them). Warp w: rows 32(w % WRO).., columns
  * CW(w / WRO)..; lane l finishes row l/2, columns (CW/2)(l%2).. of each
  * 16-row fragment through a per-warp staging tile. */
+/* The power of two 2^sh that puts a largest magnitude m into [2^14, 2^15):
+ * sc = 2^sh, inv = 2^-sh; both 1 for m = 0, Inf or NaN (fp16 output pass). */
+__device__ __forceinline__ void lf_f16_scale(float m, float &sc, float &inv) {
+    sc = inv = 1.f;
+    if (m > 0.f && m <= 3.402823466e38f) {
+        int ex;
+        (void)frexpf(m, &ex); /* m = f·2^ex, f ∈ [0.5, 1) */
+        const int sh = min(126, max(-126, 15 - ex));
+        sc = ldexpf(1.f, sh);
+        inv = ldexpf(1.f, -sh);
+    }
+}
 /* the element type of S̃ in the output pass: bf16, fp32 for fp16 inputs */
 template <typename T> struct lf_pbt { using type = __nv_bfloat16; };
 template <> struct lf_pbt<__half> { using type = float; };
@@ -416,35 +429,48 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
 #pragma unroll
     for (int t = 0; t < TS - 1; t++) issue(t);
 
-    /* fp16: S̃ is a sum over up to N tokens and can pass 65504, so Pb holds
-     * it in fp32 and it enters the product scaled by a power of two, 2^sh,
-     * that puts its largest magnitude in [2^14, 2^15) (exact; undone in fp32
-     * on the output, sinv). A NaN in S̃ is kept (fmaxf skips it), an Inf
+    /* fp16: S̃ and z̃ are sums over up to N tokens and can pass 65504, so the
+     * mix keeps them in fp32 and both enter their products scaled by one
+     * power of two that puts the larger of their largest magnitudes in
+     * [2^14, 2^15) (lf_f16_scale: exact; undone in fp32 on the output,
+     * sinv; one scale for both: one live register, and fp16 keeps each
+     * value's relative precision down to 2^-24 of the scaled maximum): S̃
+     * rounded to fp16, z̃ (per_query) as the bf16 path's [hi lo 0 …] rows in
+     * fp16 (hi + lo: rel. 2^-22). A NaN is kept (fmaxf skips it), an Inf
      * leaves the scale at 1. Plain stores: visible after the loop's first
-     * barrier. The max meets in Zs, which fp16 does not use otherwise. */
-    float sinv = 1.f;
+     * barrier. The maxima meet in the staging tiles, first written after it. */
+    float *sinvs = (float *)(Zs + DK * 8); /* sinv, read where it is used (fewer live registers) */
     if constexpr (X::is_f16) {
+        float sinv;
         const float *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
-        float mx = 0.f;
+        const bool pq = P.norm == LF_NORM_PER_QUERY;
+        const float zv = pq && tid < DK ? Pz[((size_t)bh * a.M + blk) * DK + tid] : 0.f;
+        float mx = 0.f, mz = fabsf(zv);
         for (int e = tid; e < DK * DV / 4; e += NT) {
             const float4 x = __ldg((const float4 *)src + e);
             mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
         }
+        mx = fmaxf(mx, mz);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float *red = (float *)Zs;
+        float *red = stgs;
         if (lane == 0) red[warp] = mx;
         __syncthreads();
         mx = red[0];
 #pragma unroll
         for (int w = 1; w < NT / 32; w++) mx = fmaxf(mx, red[w]);
-        float sc = 1.f;
-        if (mx > 0.f && mx <= 3.402823466e38f) {
-            int ex;
-            (void)frexpf(mx, &ex); /* mx = m·2^ex, m ∈ [0.5, 1) */
-            const int sh = min(126, max(-126, 15 - ex));
-            sc = ldexpf(1.f, sh);
-            sinv = ldexpf(1.f, -sh);
+        float sc;
+        lf_f16_scale(mx, sc, sinv);
+        if (tid == 0) *sinvs = sinv;
+        if (pq && tid < DK) { /* row tid of the denominators' B operand */
+            const float zs = zv * sc;
+            const __half hi = __float2half_rn(zs), lo = __float2half_rn(zs - __half2float(hi));
+            uint4 row = make_uint4(0, 0, 0, 0);
+            __half2 hl;
+            hl.x = hi;
+            hl.y = lo;
+            row.x = *(const uint32_t *)&hl;
+            *(uint4 *)&Zs[tid * 8] = row;
         }
         for (int e = tid; e < DK * DV / 8; e += NT) {
             const int r = e / (DV / 8), c = (e % (DV / 8)) * 8;
@@ -461,19 +487,13 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
     /* `true &&`: as in lf_tc_summary_kernel */
     const bool phq_bf16 = true && lf_phi_bf16_ok(phq);
     const bool per_query = P.norm == LF_NORM_PER_QUERY, rv = P.norm == LF_NORM_RELEASED_VISION;
-    float zr[8]; /* z̃ of this thread's 8 columns */
-    {
-        const float4 *zp = (const float4 *)(Pz + ((size_t)bh * a.M + blk) * DK + c8);
-        const float4 z0 = zp[0], z1 = zp[1];
-        zr[0] = z0.x; zr[1] = z0.y; zr[2] = z0.z; zr[3] = z0.w;
-        zr[4] = z1.x; zr[5] = z1.y; zr[6] = z1.z; zr[7] = z1.w;
-    }
     /* per_query: the denominators come out of the tensor cores as one more
      * n-tile, φ(Q)·[hi(z̃) lo(z̃) 0 …] (z̃ split into two bf16 parts: rel.
      * 2^-16), with the same bf16 φ(Q) the numerator uses; written here, visible
      * after the first barrier of the loop. */
-    /* fp16: z̃ (a sum over up to N tokens) stays fp32: the denominators on CUDA cores */
-    const bool mma_den = !X::is_f16 && per_query;
+    /* fp16: the same n-tile on fp16 rows of z̃ scaled into range (above).
+     * `true &&`: the form the bf16 kernel was compiled from (the same PTX) */
+    const bool mma_den = true && per_query;
     if constexpr (!X::is_f16) if (mma_den && tid < DK) {
         const float zv = Pz[((size_t)bh * a.M + blk) * DK + tid];
         const __nv_bfloat16 hi = __float2bfloat16_rn(zv);
@@ -497,32 +517,9 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
         if (phq_bf16) {
 #pragma unroll
             for (int u = 0; u < G::UQ; u++) lf_phi8_bf16(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
-        } else if ((per_query && !mma_den) || !phi_id) {
+        } else if (!phi_id) {
 #pragma unroll
-            for (int u = 0; u < G::UQ; u++) {
-                const int r = r0 + (NT / CK) * u;
-                T *p = &Qs[r * LK + c8];
-                uint4 uq = *(const uint4 *)p;
-                const T2 *h2 = (const T2 *)&uq;
-                float x[8];
-#pragma unroll
-                for (int i = 0; i < 4; i++) {
-                    const float2 ff = X::unpack2(h2[i]);
-                    x[2 * i] = ff.x;
-                    x[2 * i + 1] = ff.y;
-                }
-                if (!phi_id) {
-                    lf_phi8(x, phq);
-                    *(uint4 *)p = lf_pack8<T>(x);
-                }
-                if (per_query && !mma_den) {
-                    float d = 0.f;
-#pragma unroll
-                    for (int i = 0; i < 8; i++) d = fmaf(x[i], zr[i], d);
-                    d = lf_sumc<CK>(d);
-                    if ((tid & (CK - 1)) == 0) den[r] = P.den_scale / (d * P.den_scale + P.eps);
-                }
-            }
+            for (int u = 0; u < G::UQ; u++) lf_phi8_inplace<T>(&Qs[(r0 + (NT / CK) * u) * LK + c8], phq);
         }
         if (rv) { /* Σ_b W[i,b] (q̃ at this position of block b)·z_b, CK lanes per row */
 #pragma unroll
@@ -580,8 +577,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
             const int rr = rw + 16 * i;
             float d0, d1;
             if (mma_den) { /* columns 0, 1 of the den tile sit in lane 4g (t = 0) */
-                const float s0 = __shfl_sync(0xffffffffu, dacc[i][0] + dacc[i][1], lane & ~3);
-                const float s1 = __shfl_sync(0xffffffffu, dacc[i][2] + dacc[i][3], lane & ~3);
+                float s0 = __shfl_sync(0xffffffffu, dacc[i][0] + dacc[i][1], lane & ~3);
+                float s1 = __shfl_sync(0xffffffffu, dacc[i][2] + dacc[i][3], lane & ~3);
+                if constexpr (X::is_f16) { /* undo z̃'s scale */
+                    s0 *= *sinvs;
+                    s1 *= *sinvs;
+                }
                 d0 = P.den_scale / (s0 * P.den_scale + P.eps);
                 d1 = P.den_scale / (s1 * P.den_scale + P.eps);
             } else {
@@ -589,6 +590,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
                 d1 = (per_query || rv) ? den[rr + g + 8] : 1.f;
             }
             if constexpr (X::is_f16) { /* undo S̃'s scale */
+                const float sinv = *sinvs;
                 d0 *= sinv;
                 d1 *= sinv;
             }

@@ -155,6 +155,7 @@ int bo_have_cuda(void);
     X(causal)                                                                                  \
     X(decode)                                                                                  \
     X(focused)                                                                                 \
+    X(f16tc)                                                                                   \
     X(sparse)                                                                                  \
     X(smla)                                                                                    \
     X(dsa_fp8)                                                                                 \

@@ -1,13 +1,15 @@
 /* Case table of focused linear attention, flatten variant (SPEC §4a), on
  * CUDA, from the former tests/cuda/test_cuda_focused.c: the CUDA operator
  * against the CPU path on the same inputs (the CPU path has its own
- * float64-reference tests in tests/cpu/). Covers the bf16 fast path of
- * src/cuda/focused.cu (D = Dv = 128, 64, 32, bf16 rows: fused phi pass, tensor-core
- * engine, separate depthwise-conv kernel) and the portable path it falls back
- * to (f32, other D, H > 32, conv k > 9, or forced: variant "portable" of
- * family "focused"). Inputs rounded to the dtype under test (the CPU sees the
- * same values), device output poisoned with 0xFF bytes (NaN) before the call
- * and compared in full: rel <= 1e-2 (bf16) or 1e-5 (f32), no NaN left. The
+ * float64-reference tests in tests/cpu/). Covers the 16-bit fast path of
+ * src/cuda/focused.cu (D = Dv = 128, 64, 32, bf16 or f16 rows: fused phi pass,
+ * tensor-core engine, separate depthwise-conv kernel) and the portable path it
+ * falls back to (f32, other D, H > 32, conv k > 9, or forced: variant
+ * "portable" of family "focused"). Inputs rounded to the dtype under test (the
+ * CPU sees the same values), device output poisoned with 0xFF bytes (NaN)
+ * before the call and compared in full: rel <= 1e-2 (bf16), 2e-3 (f16) or
+ * 1e-5 (f32), no NaN left (more f16 rows, with the check that the default
+ * takes the fast path: cases_f16tc.c). The
  * N = 4096 cases are not in the --small subset. */
 #include "bo_staging.h"
 
@@ -175,6 +177,13 @@ void cases_focused(bo_list *L) {
     FLATTEN(small, 1, 3, 3, 128, 32, 3, 1, 1, 3.f, LA_BF16, 1, 0, 1.0);    /* C = 4096 at D = 32 */
     FLATTEN(small, 1, 9, 300, 4, 64, 5, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);   /* conv column blocks, Dv 64 */
     FLATTEN(small, 1, 16, 20, 8, 32, 9, 1, 0, 3.f, LA_BF16, 1, 0, 1.0);    /* k = 9, Dv 32 */
+    /* f16 on the fast path (fo_f16_tc): head dims 64 and 32, p, k = 9, C = 4096 */
+    FLATTEN(small, 1, 7, 9, 6, 64, 5, 1, 1, 3.f, LA_F16, 1, 0, 1.0);       /* N = 63, D = 64 */
+    FLATTEN(small, 1, 5, 13, 12, 32, 3, 1, 0, 2.5f, LA_F16, 0, 0, 1.0);    /* N = 65, D = 32 */
+    FLATTEN(small, 1, 40, 25, 5, 128, 7, 1, 0, 1.5f, LA_F16, 1, 0, 1.0);   /* N = 1000, p = 1.5 */
+    FLATTEN(small, 1, 16, 20, 8, 32, 9, 1, 0, 3.f, LA_F16, 1, 0, 1.0);     /* k = 9, Dv 32 */
+    FLATTEN(small, 1, 3, 3, 128, 32, 3, 1, 1, 3.f, LA_F16, 1, 0, 1.0);     /* C = 4096 at D = 32 */
+    FLATTEN(small, 1, 25, 40, 24, 64, 5, 1, 1, 3.f, LA_F16, 0, 0, 10.0);   /* N = 1000, H = 24, x10 */
     {
         const bo_opts o = {"focused", BO_CUDA, 1, NULL, NULL, NULL};
         bo_add(L, &o, t_flatten_guard, NULL, 0,
@@ -185,6 +194,8 @@ void cases_focused(bo_list *L) {
         FLATTEN(small, 1, 64, 64, 12, 128, 5, 1, 1, 3.f, LA_BF16, 0, 0, 1.0); /* N = 4096 */
         FLATTEN(small, 1, 64, 64, 12, 128, 0, 0, 0, 4.f, LA_BF16, 1, 0, 1.0); /* no conv, perm */
         FLATTEN(small, 2, 32, 128, 3, 128, 5, 1, 0, 3.f, LA_BF16, 1, 0, 1.0); /* B = 2, N = 4096 */
+        FLATTEN(small, 1, 64, 64, 12, 128, 5, 1, 1, 3.f, LA_F16, 0, 0, 1.0);  /* N = 4096 */
+        FLATTEN(small, 2, 32, 128, 6, 64, 5, 1, 0, 3.f, LA_F16, 1, 0, 1.0);   /* B = 2, N = 4096, D 64 */
     }
     FLATTEN(small, 1, 7, 9, 3, 128, 5, 1, 0, 3.f, LA_F32, 0, 0, 1.0);
     FLATTEN(small, 1, 5, 13, 2, 128, 0, 0, 1, 2.5f, LA_F32, 1, 0, 1.0);
@@ -194,6 +205,7 @@ void cases_focused(bo_list *L) {
     FLATTEN(small, 1, 3, 3, 33, 128, 3, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
     FLATTEN(small, 1, 12, 12, 2, 128, 11, 1, 0, 3.f, LA_BF16, 0, 0, 1.0);
     FLATTEN(small, 1, 25, 40, 4, 128, 5, 1, 1, 3.f, LA_BF16, 0, 1, 1.0);
+    FLATTEN(small, 1, 25, 40, 4, 128, 5, 1, 1, 3.f, LA_F16, 0, 1, 1.0);   /* f16 forced portable */
     {
         const int small = 0;
         FLATTEN(small, 1, 25, 40, 3, 128, 5, 1, 1, 3.f, LA_F32, 1, 0, 1.0);  /* N = 1000 */
