@@ -13,8 +13,9 @@ namespace {
  * past 65504. (It was off once: the fp16 output pass left the per-query
  * denominators unwritten for the relu maps at scale 1, the operators'
  * defaults; the harness's N = 256K check found it, dev/emu_mhla_fwd.sh has
- * the cases now.) */
-constexpr bool lf_f16_tc = true;
+ * the cases now.) Off until the device harness (tests/backend/cases_f16tc.c,
+ * t_no_overflow) has run the fixed kernels: the host emulator alone has. */
+constexpr bool lf_f16_tc = false;
 
 bool lf_view_fast(const la_cu_view &x, int dt) {
     return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 &&
