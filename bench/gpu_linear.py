@@ -184,6 +184,10 @@ def wan_rows():
     dts = {"bf16": torch.bfloat16, "f16": torch.float16}
     print(f"# torch {torch.__version__} {torch.cuda.get_device_name()}; longattn {longattn.library_path()}",
           flush=True)
+    # the fewest bytes at bf16: q, k, v read and o written once, and the fp32 block summaries
+    # [S | z] written and read back once per head (the engine's pass structure)
+    floor = (4 * B * N * H * D * 2 + 4 * 2 * B * H * M * (D * D + D)) / 4.2e12 * 1e3
+    print(f"# byte floor {floor:.4f} ms (4.2 TB/s)", flush=True)
     g = torch.Generator(device="cuda").manual_seed(15)
     q, k, v = (torch.rand(B, N, H, D, device="cuda", generator=g).mul_(2).sub_(1) for _ in range(3))
     W = torch.rand(M, M, device="cuda", generator=g) / M
@@ -199,8 +203,8 @@ def wan_rows():
                     continue
                 ms = cuda_median_ms(ours, reps=ARGS.reps, warm=5)
                 kms = kernel_ms(ours)
-                print(f"wan-py ours {dn} normalize={nm}: {ms:.4f} ms (kernels {kms:.4f} ms)  pick {pick}",
-                      flush=True)
+                print(f"wan-py ours {dn} normalize={nm}: {ms:.4f} ms (kernels {kms:.4f} ms; "
+                      f"x{ms / floor:.2f} the byte floor)  pick {pick}", flush=True)
         # the plain formula, [B,H,N,D] contiguous, bf16, normalize none (its only mode)
         qt, kt, vt = (x.transpose(1, 2).contiguous().bfloat16() for x in (q, k, v))
         peers = [("torch-eager", mhla_torch)]

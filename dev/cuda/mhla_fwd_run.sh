@@ -28,7 +28,7 @@ timeout "${HARNESS_S:-45}" "$B/tests/backend/test_backend_ops" -b cuda -o mhla -
 echo "# harness --small -o mhla rc=$? ($(el))" | tee -a "$L"
 grep -E "FAIL|passed|failed" "$OUT/harness.log" | tail -12 | tee -a "$L"
 export LA_BUILD=$B PYTHONPATH=python PYTHONUNBUFFERED=1
-timeout ${PKG_S:-70} python3 bench/gpu_mhla_wan.py $([ "${COMPILE:-1}" = 1 ] || echo --no-compile) 2>&1 \
+timeout ${PKG_S:-70} python3 bench/gpu_linear.py --peer wan --dtypes bf16 $([ "${COMPILE:-1}" = 1 ] || echo --no-compile) 2>&1 \
   | grep -v Warning | tail -8 | tee -a "$L"
 if command -v nsys > /dev/null; then
   for v in ${KERNELS:-tc tc_bf16s}; do
