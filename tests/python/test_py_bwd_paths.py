@@ -18,8 +18,6 @@ guards the Function route itself.
 import os
 import subprocess
 import sys
-import sysconfig
-import shutil
 
 import pytest
 import torch
@@ -263,9 +261,6 @@ def test_unloadable_extension_falls_back_with_equal_gradients(tmp_path):
     """A corrupt extension beside the library: a training step runs through
     ctypes (fastcall_status says why) and gives the gradients of this
     process's default path bit for bit."""
-    lib = tmp_path / "liblongattn.so"
-    shutil.copy(common.LIB, lib)
-    (tmp_path / ("_fastcall" + sysconfig.get_config_var("EXT_SUFFIX"))).write_bytes(b"junk")
     code = (
         "import sys, torch; sys.path.insert(0, %r); import test_py_bwd_paths as t; "
         "from longattn import _tensor; "
@@ -273,10 +268,7 @@ def test_unloadable_extension_falls_back_with_equal_gradients(tmp_path):
         "ins, fwd = t._cases()['mhla_2d_per_head']; g = g + t._grads(ins, fwd); "
         "torch.save(list(g), %r); print(_tensor.fastcall_status())"
         % (os.path.dirname(os.path.abspath(__file__)), str(tmp_path / "g.pt")))
-    env = dict(os.environ, LONGATTN_LIB=str(lib), LA_TEST_SEED=str(common.SEED),
-               PYTHONPATH=os.path.join(common.ROOT, "python"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=300)
+    r, _ = common.run_beside_unloadable_extension(tmp_path, code, b"junk", timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.strip().splitlines()[-1].startswith("ctypes ("), r.stdout
     theirs = torch.load(str(tmp_path / "g.pt"))

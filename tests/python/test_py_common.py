@@ -89,6 +89,24 @@ def ctypes_calls(monkeypatch):
     return seen
 
 
+def run_beside_unloadable_extension(tmp_path, code, content=b"not an ELF file", timeout=120):
+    """Run `python -c code` in a fresh process whose library is a copy of LIB
+    in tmp_path with an extension file beside it that does not load (bytes
+    `content`). Returns (the CompletedProcess, the extension's path)."""
+    import shutil
+    import subprocess
+    import sysconfig
+    lib = tmp_path / "liblongattn.so"
+    shutil.copy(LIB, lib)
+    bad = tmp_path / ("_fastcall" + sysconfig.get_config_var("EXT_SUFFIX"))
+    bad.write_bytes(content)
+    env = dict(os.environ, LONGATTN_LIB=str(lib), LA_TEST_SEED=str(SEED),
+               PYTHONPATH=os.path.join(ROOT, "python"))
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=timeout)
+    return r, bad
+
+
 def gen(salt=0):
     """A torch.Generator seeded from SEED and a per-test salt."""
     g = torch.Generator()

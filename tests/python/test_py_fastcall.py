@@ -11,10 +11,7 @@ trapped). The extension tests skip, with the reason, where it is not built
 (`make pyext`: it needs the interpreter's Python.h).
 """
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
 import threading
 
 import numpy as np
@@ -276,16 +273,10 @@ def test_unloadable_extension_falls_back_to_ctypes(tmp_path):
     """An extension file that does not load (built for another ABI, or
     corrupt) beside the library is ignored: the calls take ctypes, and
     fastcall_status() names the file and the reason."""
-    lib = tmp_path / "liblongattn.so"
-    shutil.copy(common.LIB, lib)
-    bad = tmp_path / ("_fastcall" + sysconfig.get_config_var("EXT_SUFFIX"))
-    bad.write_bytes(b"not an ELF file")
     code = ("import torch, longattn; from longattn import _tensor; "
             "q = torch.randn(1, 8, 2, 4); o = longattn.softmax_attention(q, q, q); "
             "print(_tensor.fastcall_status()); print(bool(torch.isfinite(o).all()))")
-    env = dict(os.environ, LONGATTN_LIB=str(lib), PYTHONPATH=os.path.join(common.ROOT, "python"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
+    r, bad = common.run_beside_unloadable_extension(tmp_path, code)
     assert r.returncode == 0, r.stderr
     status, finite = r.stdout.strip().splitlines()[-2:]
     assert status.startswith("ctypes (") and str(bad) in status, status
