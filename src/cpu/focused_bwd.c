@@ -272,21 +272,8 @@ la_status la_focused_backward_cpu(const la_focused_params *p, const la_tensor *q
             for (int64_t n = 0; n < N; n++) {
                 const int64_t y = n / Wm, x = n % Wm;
                 float *dst = Kt + n * C;
-                if (!conv) {
-                    memcpy(dst, Pk + n * C, sizeof(float) * (size_t)C);
-                    continue;
-                }
-                for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
-                for (int64_t a = 0; a < ks; a++) {
-                    const int64_t yy = y + a - r;
-                    if (yy < 0 || yy >= Hm) continue;
-                    for (int64_t bb = 0; bb < ks; bb++) {
-                        const int64_t xx = x + bb - r;
-                        if (xx < 0 || xx >= Wm) continue;
-                        const float *src = Pk + (yy * Wm + xx) * C, *w = Wc + (a * ks + bb) * C;
-                        for (int64_t c = 0; c < C; c++) dst[c] += w[c] * src[c];
-                    }
-                }
+                if (!conv) memcpy(dst, Pk + n * C, sizeof(float) * (size_t)C);
+                else la_dwconv_row(dst, Pk, Wc, y, x, Hm, Wm, ks, C);
             }
         /* per head: summaries, then dq̃, dS̄, dz̄, then dk̃, dv (linear part) */
 #pragma omp parallel for num_threads(nt) schedule(dynamic, 1)

@@ -146,7 +146,7 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
     const int64_t B = q->ne[0], N = q->ne[1], H = q->ne[2], D = q->ne[3], Dv = v->ne[3];
     const int64_t C = H * D, Hm = p->map_h, Wm = p->map_w;
     const int blog = p->variant == LA_FOCUSED_BLOG;
-    const int64_t ks = conv ? conv->ne[1] : 1, r = ks / 2, Cc = blog ? C : D;
+    const int64_t ks = conv ? conv->ne[1] : 1, Cc = blog ? C : D;
     const int nt = la_ctx_threads(ctx);
 
     /* chunking of pass 2: depends on N only (deterministic sums) */
@@ -255,22 +255,8 @@ la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const l
             for (int64_t n = 0; n < N; n++) {
                 const int64_t y = n / Wm, x = n % Wm;
                 float *dst = F2 + (size_t)n * C;
-                if (!conv) {
-                    memcpy(dst, F1 + (size_t)n * C, sizeof(float) * (size_t)C);
-                } else {
-                    for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
-                    for (int64_t a = 0; a < ks; a++) {
-                        const int64_t yy = y + a - r;
-                        if (yy < 0 || yy >= Hm) continue;
-                        for (int64_t bb = 0; bb < ks; bb++) {
-                            const int64_t xx = x + bb - r;
-                            if (xx < 0 || xx >= Wm) continue;
-                            const float *src = F1 + (size_t)(yy * Wm + xx) * C;
-                            const float *w = Wc + (a * ks + bb) * C;
-                            for (int64_t c = 0; c < C; c++) dst[c] += w[c] * src[c];
-                        }
-                    }
-                }
+                if (!conv) memcpy(dst, F1 + (size_t)n * C, sizeof(float) * (size_t)C);
+                else la_dwconv_row(dst, F1, Wc, y, x, Hm, Wm, ks, C);
                 for (int64_t h = 0; h < H; h++)
                     for (int64_t j = 0; j < D; j++) dst[h * D + j] *= foc[h];
             }

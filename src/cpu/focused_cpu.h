@@ -32,6 +32,26 @@ static inline double la_softplus(double s) {
 void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, double p,
                           double *out);
 
+/* dst[0..C) = Σ over taps (a, b) of Wc[a·ks + b][c] · src row (y + a − ks/2, x + b − ks/2)
+ * of the Hm × Wm map of C-channel rows (row stride C; zero padding: taps off
+ * the map are skipped). The blog variant's K̂ = DWConv(φ(K)) row, forward
+ * and backward. */
+static inline void la_dwconv_row(float *dst, const float *src, const float *Wc, int64_t y,
+                                 int64_t x, int64_t Hm, int64_t Wm, int64_t ks, int64_t C) {
+    const int64_t r = ks / 2;
+    for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
+    for (int64_t a = 0; a < ks; a++) {
+        const int64_t yy = y + a - r;
+        if (yy < 0 || yy >= Hm) continue;
+        for (int64_t bb = 0; bb < ks; bb++) {
+            const int64_t xx = x + bb - r;
+            if (xx < 0 || xx >= Wm) continue;
+            const float *s = src + (yy * Wm + xx) * C, *w = Wc + (a * ks + bb) * C;
+            for (int64_t c = 0; c < C; c++) dst[c] += w[c] * s[c];
+        }
+    }
+}
+
 /* The same in float (the CPU forward's and backward's rows): isp = 1/softplus
  * per channel, ip in 1..8 an integer power p (by multiplication), else 0
  * (powf); x and y do not overlap. */
