@@ -3,8 +3,9 @@
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
 # compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
 # and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla|mhla_bf16s]]   (the wide and the walking
-#   scan; "wide": wide only; "mhla": the causal MHLA forward, mhla_causal_tc.cu;
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|f16|mhla|mhla_bf16s]]   (the wide and the walking
+#   scan, then the fp16 cases; "wide": wide only; "f16": the fp16 cases only;
+#   "mhla": the causal MHLA forward, mhla_causal_tc.cu;
 #   "mhla_bf16s": its variant mma_bf16s only)
 set -e
 O=${1:-build-emu}
@@ -16,7 +17,10 @@ sc = open("src/cuda/linear_causal_scan.cu").read()
 s = open("src/cuda/linear_causal_tc.cu").read()
 # the bodies of both files' anonymous namespaces (the .cpp opens and closes it)
 k = sc[sc.index("namespace {") + len("namespace {"):sc.index("}  // namespace")]
-k += s[s.index("namespace {") + len("namespace {"):s.index("bool view_ok")]
+k += s[s.index("namespace {") + len("namespace {"):s.index("/* fp16 rows take the tensor-core path")]
+# pass 3 lives in linear_causal_tc_out.cuh, included inside the namespace
+inc = '#include "linear_causal_tc_out.cuh"'
+k = k[:k.index(inc)] + open("src/cuda/linear_causal_tc_out.cuh").read() + k[k.index(inc):].split("\n", 1)[1]
 # the cp.async / ldmatrix / mma helpers live in src/cuda/ptx.cuh (outside
 # the cut); dev/emu_causal_tc.cpp defines the same names for the host
 for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):

@@ -12,8 +12,8 @@ constexpr int NT = 256;         /* threads per CTA                         */
 }  // namespace
 
 struct lct_args {
-    const __nv_bfloat16 *q, *k, *v;
-    __nv_bfloat16 *o;
+    const void *q, *k, *v; /* 16-bit rows of the kernels' element type (bf16 or fp16) */
+    void *o;
     int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
     int64_t N, H, L, nch;
     int64_t D, LS; /* D = Dv (32, 64, 128); floats of one chunk state (S, then z): D·D + D */

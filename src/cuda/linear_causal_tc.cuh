@@ -1,5 +1,6 @@
-/* Causal linear attention (SPEC §3) on bf16 tensor cores: D = Dv ∈ {32, 64, 128}, bf16
- * rows with unit inner stride (linear_causal_tc.cu). linear.cu asks
+/* Causal linear attention (SPEC §3) on 16-bit tensor cores: D = Dv ∈ {32, 64, 128}, bf16
+ * or fp16 rows with unit inner stride (linear_causal_tc.cu; fp16 while its
+ * lct_f16_tc is true). linear.cu asks
  * lct_supported() and hands the call over; everything else keeps the portable
  * linfam.cu path. Internal; included by the CUDA sources only. */
 #ifndef LA_CUDA_LINEAR_CAUSAL_TC_CUH

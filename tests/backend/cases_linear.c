@@ -633,6 +633,32 @@ static void f16_scaled(bo_list *L) {
     add_mhla(&rl, 1, 2, g2l, b2l, 1, 64, 128, PQ, 0, dt, 0, 10.0);
 }
 
+/* fp16 on the causal tensor-core paths under the default choice (linear
+ * "linear_causal": tc while lct_f16_tc in linear_causal_tc.cu is true, the
+ * portable engine when it is set false; both must pass): odd N, D = Dv in
+ * {128, 64, 32}, the five feature maps with and without normalization,
+ * the state in and out (relu1 / elu1 / relu_eps: the hi/lo split), permuted
+ * views; N = 32K and 128K in the long cases (S̃ scaled per tile). */
+static void causal_f16(bo_list *L) {
+    const reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
+    const la_dtype dt = LA_F16;
+    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+    const int64_t Ns[4] = {1, 63, 65, 1000}, Ds[3] = {128, 64, 32};
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 4; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 1 ? 3 : 2;
+            const int f = (ni + 2 * di) % 5;
+            /* N = 1, identity, no normalize: ill-conditioned (see tc_paths): relu */
+            add_linear(&rs, B, N, H, D, D, (ni == 0 && f == 0) ? LA_FEATURE_RELU : feats[f], 1, f != 0, 64,
+                       0, dt, (ni + di) & 1);
+            add_linear(&rs, B, N, H, D, D, feats[(f + 3) % 5], 1, 1, 64, 1, dt, (ni + di + 1) & 1);
+        }
+    add_linear(&rl, 1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 1, 1, 64, 0, dt, 1);
+    add_linear(&rl, 1, 32768, 2, 64, 64, LA_FEATURE_RELU, 1, 0, 64, 1, dt, 0);
+    add_linear(&rl, 1, 131072, 2, 32, 32, LA_FEATURE_RELU_EPS, 1, 1, 64, 0, dt, 1);
+}
+
 /* MHLA variant tc_bf16s (linfam_tc_bf16s.cu: bf16 block summaries, a bf16
  * mixing GEMM), forced (a shape it stops taking fails): D = Dv in {64, 128},
  * N = 2 (one token per block: M >= 2, and the CUDA backend refuses empty
@@ -729,6 +755,7 @@ void cases_linear(bo_list *L) {
     tc_heads(L, LA_BF16);
     tc_heads(L, LA_F16);
     f16_scaled(L);
+    causal_f16(L);
     mhla_bf16s(L);
     mhla_causal_mma(L);
     r = &rl;
