@@ -30,6 +30,11 @@ struct lct_args {
      * pass 1 writes S_b here, pass 3 reads H_c from here; the kernels' BS
      * instantiations), in place of the fp32 ws */
     __nv_bfloat16 *wsh;
+    /* causal MHLA with fp16 inputs (non-NULL there, zeroed before pass 1):
+     * pass 1 raises smax[bh] to max |[S_b | z_b]| over the head's blocks
+     * (atomicMax on the float bits), the scale of the fp16 mixing GEMM's
+     * state operand (mhla_causal_tc.cu) */
+    float *smax;
 };
 
 /* Pass 2 over nd chunk states: the wide scan (every load up front; nd <= 255)

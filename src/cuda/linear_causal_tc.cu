@@ -155,16 +155,6 @@ template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pa
     const typename la_t16<E>::T2 h = la_t16<E>::pack2(lo, hi);
     return *(const uint32_t *)&h;
 }
-/* fp16: the power-of-two exponent sh that puts mx·2^sh in [2^14, 2^15)
- * (from mx's float exponent: mx = m·2^ex, m in [0.5, 1) when normal),
- * clamped to [lo, hi]; 0 for mx = 0, Inf or NaN (the scale stays 1). */
-__device__ __forceinline__ int lct_exp16(float mx, int lo, int hi) {
-    if (!(mx > 0.f && mx <= 3.402823466e38f)) return 0;
-    const int sh = 15 - (((__float_as_int(mx) >> 23) & 0xff) - 126);
-    return sh < lo ? lo : sh > hi ? hi : sh;
-}
-/* 2^e as a float, e in [-126, 127] */
-__device__ __forceinline__ float lct_pow2(int e) { return __int_as_float((127 + e) << 23); }
 
 /* ---- pass 1 (mma): chunk states. grid (chunks with a state to compute,
  * B·H), 256 threads. Thread tid copies 16-byte piece (tid % 16) of rows
@@ -293,17 +283,45 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                     *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
             }
+    float smw = 0.f; /* fp16, causal MHLA: the warp's max |S_b| */
+    if constexpr (X::is_f16)
+        if (a.smax) {
+            if (sw)
+#pragma unroll
+                for (int i = 0; i < G::MIS; i++)
+#pragma unroll
+                    for (int j = 0; j < G::NJS; j++)
+#pragma unroll
+                        for (int e = 0; e < 4; e++) smw = fmaxf(smw, fabsf(acc[i][j][e]));
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) smw = fmaxf(smw, __shfl_xor_sync(0xffffffffu, smw, o));
+        }
     la_cp_wait<0>();
     __syncthreads();
-    float *zbuf = (float *)lct_sm2; /* [NT][8] */
+    float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima */
 #pragma unroll
     for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
+    if constexpr (X::is_f16)
+        if (a.smax && lane == 0) zbuf[NT * 8 + warp] = smw;
     __syncthreads();
+    if constexpr (X::is_f16)
+        if (a.smax && tid == 0) { /* the block's max |S_b| into its head's (one atomic per CTA) */
+            float m = zbuf[NT * 8];
+            for (int w = 1; w < NT / 32; w++) m = fmaxf(m, zbuf[NT * 8 + w]);
+            if (m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
+        }
     if (tid < D) {
         float z = 0.f;
         for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
         if (BS) dsh[D * D + tid] = __float2bfloat16_rn(z);
         else dst[D * D + tid] = z;
+        if constexpr (X::is_f16)
+            if (a.smax) { /* and max |z_b| (tid < D: whole warps) */
+                float m = fabsf(z);
+#pragma unroll
+                for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                if (lane == 0 && m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
+            }
     }
 }
 
@@ -488,6 +506,7 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
     const bool bs = mix && mix->combine_bf16; /* bf16 block states (a.wsh) */
+    a.smax = mix ? mix->smax : nullptr;
     if (bs && f16)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: bf16 block states with f16 inputs");
     LA_TRY(la_mul_size(nf, bs ? sizeof(__nv_bfloat16) : sizeof(float), &bytes, "CUDA causal states"));

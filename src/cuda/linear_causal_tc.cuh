@@ -40,6 +40,9 @@ struct lct_mixing {
      * bf16 Hs, pass 3 reads those) in place of `combine` on fp32 ones */
     la_status (*combine_bf16)(const void *ctx, const __nv_bfloat16 *S, __nv_bfloat16 *Hs,
                               int64_t BH, int64_t H, int64_t M, int64_t SE, cudaStream_t s);
+    /* fp16 inputs: [B·H] floats, zeroed, that pass 1 raises to max |[S_b |
+     * z_b]| per head (lct_args.smax; NULL for bf16) */
+    float *smax;
 };
 
 /* Runs the tensor-core path (c.kernel == LCT_TC); with `mix` (no states in

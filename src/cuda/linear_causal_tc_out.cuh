@@ -142,9 +142,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         float m = smx[0];
 #pragma unroll
         for (int w = 1; w < NT / 32; w++) m = fmaxf(m, smx[w]);
-        const int sh = lct_exp16(m, -126, 126);
-        ssc = lct_pow2(sh);
-        sinv = lct_pow2(-sh);
+        const int sh = la_exp16(m, -126, 126);
+        ssc = la_pow2f(sh);
+        sinv = la_pow2f(-sh);
     };
     auto state_to_smem = [&]() { /* S̃ = T(S·ssc), straight from the C fragments */
         if (!sw) return;
@@ -336,10 +336,10 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             am0 = fmaxf(am0, __shfl_xor_sync(0xffffffffu, am0, 2));
             am1 = fmaxf(am1, __shfl_xor_sync(0xffffffffu, am1, 1));
             am1 = fmaxf(am1, __shfl_xor_sync(0xffffffffu, am1, 2));
-            ash0 = lct_exp16(am0, -126, 24);
-            ash1 = lct_exp16(am1, -126, 24);
-            asc0 = lct_pow2(ash0);
-            asc1 = lct_pow2(ash1);
+            ash0 = la_exp16(am0, -126, 24);
+            ash1 = la_exp16(am1, -126, 24);
+            asc0 = la_pow2f(ash0);
+            asc1 = la_pow2f(ash1);
 #pragma unroll
             for (int kb4 = 0; kb4 < 4; kb4++) {
                 pa[kb4][0] = lct_pack2<E>(sA[2 * kb4][0] * asc0, sA[2 * kb4][1] * asc0);
@@ -434,8 +434,8 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         float f0 = norm ? s / (s * (qz[16 * r + g] + rs0) + a.eps) : s;
         float f1 = norm ? s / (s * (qz[16 * r + g + 8] + rs1) + a.eps) : s;
         if constexpr (F16) { /* undo the rows' A scale */
-            f0 *= lct_pow2(-ash0);
-            f1 *= lct_pow2(-ash1);
+            f0 *= la_pow2f(-ash0);
+            f1 *= la_pow2f(-ash1);
         }
 #pragma unroll
         for (int j = 0; j < G::NJO; j++) {

@@ -49,4 +49,15 @@ template <> struct la_t16<__half> {
     static __device__ __forceinline__ float round(float x) { return __half2float(__float2half_rn(x)); }
 };
 
+/* fp16's power-of-two scales (exact; the kernels undo them in fp32): the
+ * exponent sh that puts mx·2^sh in [2^14, 2^15) (from mx's float exponent:
+ * mx = m·2^ex, m in [0.5, 1) when normal), clamped to [lo, hi]; 0 for mx =
+ * 0, Inf or NaN (the scale stays 1). la_pow2f(e) = 2^e, e in [-126, 127]. */
+__device__ __forceinline__ int la_exp16(float mx, int lo, int hi) {
+    if (!(mx > 0.f && mx <= 3.402823466e38f)) return 0;
+    const int sh = 15 - (((__float_as_int(mx) >> 23) & 0xff) - 126);
+    return sh < lo ? lo : sh > hi ? hi : sh;
+}
+__device__ __forceinline__ float la_pow2f(int e) { return __int_as_float((127 + e) << 23); }
+
 #endif

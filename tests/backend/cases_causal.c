@@ -377,7 +377,7 @@ void cases_causal(bo_list *L) {
     add_causal(L, 0, 1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64 (tc) */
     add_causal(L, 0, 1, 300, 2, 128, 64, LA_FEATURE_RELU, 0, 64, 0, bf, 1, NULL);   /* Dv = 64  */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, LA_F32, 0, NULL); /* f32 */
-    /* f16: the portable path (no f16 tensor-core kernel yet) */
+    /* f16: the default (tc while lct_f16_tc in linear_causal_tc.cu is true) and forced portable */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, LA_F16, 1, NULL);
     add_causal(L, 0, 1, 65, 2, 64, 32, LA_FEATURE_ELU1, 0, 64, 0, LA_F16, 0, NULL);
     add_causal(L, 0, 2, 63, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 1, LA_F16, 0, "portable");
