@@ -422,7 +422,7 @@ static int run_mhla_case_t(int64_t B, int64_t N, int64_t H, int feat, int normal
     std::vector<float> smax(BH, 0.f); /* fp16 mixing: pass 1's max |[S_b | z_b]| per head */
     a.smax = F16 && gemm == 1 ? smax.data() : nullptr;
     launch((unsigned)M, (unsigned)BH, 2 * TS1 * 2 * lct_tile(D),
-           [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false, gemm == 2, F16)(a); });
+           [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false, gemm == 2, F16, a.smax != nullptr)(a); });
     if (gemm == 2) { /* variant "mma_bf16s": mct_mix_bf16_kernel on bf16 Wp, as mct_combine_bf16 */
         const int64_t Mp = (M + MX_BM - 1) / MX_BM * MX_BM;
         std::vector<__nv_bfloat16> Wp(Hw * Mp * Mp);

@@ -163,11 +163,14 @@ template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pa
  * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-template <typename E, int D, int MODE, bool SPLIT, bool BS = false> /* E: bf16 or fp16; BS: bf16 states into a.wsh */
+/* E: bf16 or fp16; BS: bf16 states into a.wsh; SMX (fp16 causal MHLA): the
+ * block's max |[S_b | z_b]| into a.smax[bh] */
+template <typename E, int D, int MODE, bool SPLIT, bool BS = false, bool SMX = false>
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     using G = lct_g<D>;
     using X = la_t16<E>;
     static_assert(!BS || !X::is_f16, "16-bit block states: bf16 inputs only");
+    static_assert(!SMX || (X::is_f16 && !SPLIT && !BS), "state maxima: fp16 causal MHLA only");
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT;
     extern __shared__ __align__(128) unsigned char lct_sm2[];
     E *sm = (E *)lct_sm2;
@@ -283,29 +286,28 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                     *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
             }
-    float smw = 0.f; /* fp16, causal MHLA: the warp's max |S_b| */
-    if constexpr (X::is_f16)
-        if (a.smax) {
-            if (sw)
+    float smw = 0.f; /* SMX: the warp's max |S_b| */
+    if constexpr (SMX) {
+        if (sw)
 #pragma unroll
-                for (int i = 0; i < G::MIS; i++)
+            for (int i = 0; i < G::MIS; i++)
 #pragma unroll
-                    for (int j = 0; j < G::NJS; j++)
+                for (int j = 0; j < G::NJS; j++)
 #pragma unroll
-                        for (int e = 0; e < 4; e++) smw = fmaxf(smw, fabsf(acc[i][j][e]));
+                    for (int e = 0; e < 4; e++) smw = fmaxf(smw, fabsf(acc[i][j][e]));
 #pragma unroll
-            for (int o = 16; o >= 1; o >>= 1) smw = fmaxf(smw, __shfl_xor_sync(0xffffffffu, smw, o));
-        }
+        for (int o = 16; o >= 1; o >>= 1) smw = fmaxf(smw, __shfl_xor_sync(0xffffffffu, smw, o));
+    }
     la_cp_wait<0>();
     __syncthreads();
     float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima */
 #pragma unroll
     for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
-    if constexpr (X::is_f16)
-        if (a.smax && lane == 0) zbuf[NT * 8 + warp] = smw;
+    if constexpr (SMX)
+        if (lane == 0) zbuf[NT * 8 + warp] = smw;
     __syncthreads();
-    if constexpr (X::is_f16)
-        if (a.smax && tid == 0) { /* the block's max |S_b| into its head's (one atomic per CTA) */
+    if constexpr (SMX)
+        if (tid == 0) { /* the block's max |S_b| into its head's (one atomic per CTA) */
             float m = zbuf[NT * 8];
             for (int w = 1; w < NT / 32; w++) m = fmaxf(m, zbuf[NT * 8 + w]);
             if (m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
@@ -315,13 +317,12 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
         if (BS) dsh[D * D + tid] = __float2bfloat16_rn(z);
         else dst[D * D + tid] = z;
-        if constexpr (X::is_f16)
-            if (a.smax) { /* and max |z_b| (tid < D: whole warps) */
-                float m = fabsf(z);
+        if constexpr (SMX) { /* and max |z_b| (tid < D: whole warps) */
+            float m = fabsf(z);
 #pragma unroll
-                for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-                if (lane == 0 && m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
-            }
+            for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0 && m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
+        }
     }
 }
 
@@ -329,7 +330,12 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
 
 /* the instantiation for a φ mode (lct_phi_of: 0 identity, 1 relu family, 2 elu1) */
 typedef void (*lct_kernel_fn)(lct_args);
-template <typename E, int D, bool BS> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split) {
+template <typename E, int D, bool BS> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split, bool smx = false) {
+    if constexpr (la_t16<E>::is_f16 && !BS)
+        if (smx)
+            return mode == 0 ? lct_state_mma_kernel<E, D, 0, false, false, true>
+                   : mode == 1 ? lct_state_mma_kernel<E, D, 1, false, false, true>
+                               : lct_state_mma_kernel<E, D, 2, false, false, true>;
     if (split && !BS)
         return mode == 0 ? lct_state_mma_kernel<E, D, 0, true>
                : mode == 1 ? lct_state_mma_kernel<E, D, 1, true> : lct_state_mma_kernel<E, D, 2, true>;
@@ -340,9 +346,10 @@ template <typename E, int D, bool BS> lct_kernel_fn lct_output_mma_fn_d(int mode
     return mode == 0 ? lct_output_mma_kernel<E, D, 0, BS>
            : mode == 1 ? lct_output_mma_kernel<E, D, 1, BS> : lct_output_mma_kernel<E, D, 2, BS>;
 }
-template <typename E> lct_kernel_fn lct_state_mma_fn_e(int64_t D, int mode, bool split) {
-    return D == 32 ? lct_state_mma_fn_d<E, 32, false>(mode, split)
-           : D == 64 ? lct_state_mma_fn_d<E, 64, false>(mode, split) : lct_state_mma_fn_d<E, 128, false>(mode, split);
+template <typename E> lct_kernel_fn lct_state_mma_fn_e(int64_t D, int mode, bool split, bool smx) {
+    return D == 32 ? lct_state_mma_fn_d<E, 32, false>(mode, split, smx)
+           : D == 64 ? lct_state_mma_fn_d<E, 64, false>(mode, split, smx)
+                     : lct_state_mma_fn_d<E, 128, false>(mode, split, smx);
 }
 template <typename E> lct_kernel_fn lct_output_mma_fn_e(int64_t D, int mode) {
     return D == 32 ? lct_output_mma_fn_d<E, 32, false>(mode) : D == 64 ? lct_output_mma_fn_d<E, 64, false>(mode)
@@ -350,12 +357,14 @@ template <typename E> lct_kernel_fn lct_output_mma_fn_e(int64_t D, int mode) {
 }
 /* the instantiations for head dim D (lct_dims) and the element type (f16:
  * fp16, else bf16); bs: bf16 states (causal MHLA's mma_bf16s, bf16 inputs
- * only, never with split) */
-lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false, bool f16 = false) {
+ * only, never with split); smx: fp16 causal MHLA's state maxima (never with
+ * split) */
+lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false, bool f16 = false,
+                               bool smx = false) {
     using B16 = __nv_bfloat16;
     if (bs) return D == 32 ? lct_state_mma_fn_d<B16, 32, true>(mode, false)
                    : D == 64 ? lct_state_mma_fn_d<B16, 64, true>(mode, false) : lct_state_mma_fn_d<B16, 128, true>(mode, false);
-    return f16 ? lct_state_mma_fn_e<__half>(D, mode, split) : lct_state_mma_fn_e<B16>(D, mode, split);
+    return f16 ? lct_state_mma_fn_e<__half>(D, mode, split, smx) : lct_state_mma_fn_e<B16>(D, mode, split, false);
 }
 lct_kernel_fn lct_output_mma_fn(int64_t D, int mode, bool bs = false, bool f16 = false) {
     using B16 = __nv_bfloat16;
@@ -412,6 +421,10 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                                (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
                 }
+                if (f16)
+                    LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, false, true, true),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
             }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
@@ -506,7 +519,7 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
     const bool bs = mix && mix->combine_bf16; /* bf16 block states (a.wsh) */
-    a.smax = mix ? mix->smax : nullptr;
+    a.smax = mix && f16 ? mix->smax : nullptr;
     if (bs && f16)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: bf16 block states with f16 inputs");
     LA_TRY(la_mul_size(nf, bs ? sizeof(__nv_bfloat16) : sizeof(float), &bytes, "CUDA causal states"));
@@ -528,7 +541,7 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
 
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
-        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0, bs, f16)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0, bs, f16, a.smax != nullptr)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */

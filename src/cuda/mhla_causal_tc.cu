@@ -38,7 +38,8 @@
  * passes 65504 at inputs ×10). Not "mma_bf16s": bf16 states would cost
  * fp16's precision (2^-9 per state against 2^-12) and fp16 states need a
  * scale per block that the mixing GEMM's B operand cannot take; fp32
- * states cost ~1.4× the bf16 state bytes of mma_bf16s (docs/PERF.md). */
+ * states move twice the state bytes of mma_bf16s (on bf16, "mma" took
+ * 1.4-1.8x the time of "mma_bf16s": docs/PERF.md). */
 #include "cuda/bwd_common.cuh"
 #include "cuda/linear_causal_tc.cuh"
 #include "cuda/mhla_causal_mix.cuh"
@@ -125,10 +126,11 @@ __device__ __forceinline__ void mct_mix_step(float (&acc)[4][4][4], const E *a_,
 }
 
 /* E = fp16 (mct_mix_f16_kernel): both operands scaled by powers of two into
- * fp16's range (exact, undone in fp32 on the output): row i of Wp by
- * 2^wexp[hw·Mp + i] (mct_wrow_exp_kernel: its max |W| in [2^14, 2^15)), S by
- * 2^es with es from smax[z] (pass 1: max |[S_b | z_b]| over the head's
- * blocks); E = bf16: wexp, smax unused (NULL). */
+ * fp16's range (exact, undone in fp32 on the output): row i of Wp arrives
+ * multiplied by 2^wexp[hw·Mp + i] (mct_wrow_exp_kernel: its max |W| in
+ * [2^14, 2^15)), S is multiplied by 2^es at the conversion, es from smax[z]
+ * (pass 1: max |[S_b | z_b]| over the head's blocks); E = bf16: wexp, smax
+ * unused (NULL). */
 template <typename E>
 __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_t H, int64_t Hw,
                                              const float *S, float *Hs, int64_t M, int64_t SE,
@@ -144,18 +146,12 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
     const float *Bm = S + z * M * SE;
     const int64_t kend = i0 + MX_BM; /* <= Mp: b < i <= i0 + 127 */
     const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
-    /* fp16: the scales of this thread's 4 A rows (tid/8 + 32u) and of S */
-    float wsc[4] = {1.f, 1.f, 1.f, 1.f}, ssc = 1.f;
-    int es = 0;
-    const int *we = F16 ? wexp + (Hw == 1 ? 0 : z % H) * Mp + i0 : nullptr;
-    if constexpr (F16) {
-#pragma unroll
-        for (int u = 0; u < 4; u++) wsc[u] = la_pow2f(we[tid / 8 + 32 * u]);
-        es = la_exp16(smax[z], -126, 126);
-        ssc = la_pow2f(es);
-    }
+    /* fp16: S's scale (Wp's rows arrive scaled: mct_wrow_exp_kernel) */
+    float ssc = 1.f;
+    if constexpr (F16) ssc = la_pow2f(la_exp16(smax[z], -126, 126));
 
     float4 ra[4], rb[4];
+    uint2 pa16[4], pb16[4]; /* fp16: the fetched step, converted */
     auto fetch = [&](int64_t k0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -165,6 +161,10 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
             const int br = idx / 32, bc = idx % 32; /* B: 32 rows × 32 float4 */
             const int64_t b = k0 + br, e = e0 + 4 * bc;
             rb[u] = b < M && e < SE ? *(const float4 *)&Bm[b * SE + e] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if constexpr (F16) { /* to fp16 here: half the staging registers until stash */
+                pa16[u] = mct_pack4<E>(ra[u]);
+                pb16[u] = mct_pack4<E>(make_float4(rb[u].x * ssc, rb[u].y * ssc, rb[u].z * ssc, rb[u].w * ssc));
+            }
         }
     };
     auto stash = [&](int buf) {
@@ -172,12 +172,8 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
         for (int u = 0; u < 4; u++) {
             const int idx = tid + 256 * u;
             if constexpr (F16) {
-                const float4 a4 = ra[u], b4 = rb[u];
-                const float w = wsc[u];
-                *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] =
-                    mct_pack4<E>(make_float4(a4.x * w, a4.y * w, a4.z * w, a4.w * w));
-                *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] =
-                    mct_pack4<E>(make_float4(b4.x * ssc, b4.y * ssc, b4.z * ssc, b4.w * ssc));
+                *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = pa16[u];
+                *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = pb16[u];
             } else {
                 *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = mct_pack4<E>(ra[u]);
                 *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = mct_pack4<E>(rb[u]);
@@ -214,8 +210,8 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
             if (i >= M) continue;
             float f = 1.f, fs = 1.f; /* fp16: 2^-wexp[i], 2^-es (two factors: each in range) */
             if constexpr (F16) {
-                f = la_pow2f(-we[i - i0]);
-                fs = la_pow2f(-es);
+                f = la_pow2f(-wexp[(Hw == 1 ? 0 : z % H) * Mp + i]);
+                fs = la_pow2f(-la_exp16(smax[z], -126, 126));
             }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
@@ -243,8 +239,9 @@ __global__ void __launch_bounds__(256, 2) mct_mix_f16_kernel(const float *Wp, in
     mct_mix_body<__half>(Wp, Mp, H, Hw, S, Hs, M, SE, wexp, smax);
 }
 /* wexp[r] = the exponent putting max_c |Wp[r][c]| in [2^14, 2^15) (0 for a
- * zero row), one warp per row of the [Hw·Mp][Mp] padded strict triangle */
-__global__ void mct_wrow_exp_kernel(const float *Wp, int64_t rows, int64_t Mp, int *wexp) {
+ * zero row), and row r of Wp multiplied by 2^wexp[r] in place (exact); one
+ * warp per row of the [Hw·Mp][Mp] padded strict triangle */
+__global__ void mct_wrow_exp_kernel(float *Wp, int64_t rows, int64_t Mp, int *wexp) {
     const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
     const int lane = threadIdx.x % 32;
     if (r >= rows) return; /* whole warps */
@@ -252,7 +249,10 @@ __global__ void mct_wrow_exp_kernel(const float *Wp, int64_t rows, int64_t Mp, i
     for (int64_t c = lane; c < Mp; c += 32) m = fmaxf(m, fabsf(Wp[r * Mp + c]));
 #pragma unroll
     for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if (lane == 0) wexp[r] = la_exp16(m, -126, 126);
+    const int e = la_exp16(m, -126, 126);
+    const float sc = la_pow2f(e);
+    for (int64_t c = lane; c < Mp; c += 32) Wp[r * Mp + c] *= sc;
+    if (lane == 0) wexp[r] = e;
 }
 
 /* ---- the bf16 mixing GEMM (variant mma_bf16s): Hs = Wp·S with bf16 Wp, S
