@@ -60,10 +60,11 @@ static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, 
 
 /* ---- linear --------------------------------------------------------------- */
 static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_feature f,
-                     int causal, int normalize, int64_t chunk, int state, la_dtype dt, int perm) {
+                     int causal, int normalize, int64_t chunk, int state, la_dtype dt, int perm,
+                     double in_scale) {
     int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
-    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
-       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
+    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
+       v = tb_rand(4, nv, dt, perm, in_scale), o = tb_poison(4, nv, dt, perm);
     tb Si, zi, So, zo;
     la_linear_params p;
     la_linear_params_init(&p);
@@ -89,9 +90,9 @@ static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
                                  state ? &zi.dev : NULL, state ? &So.dev : NULL,
                                  state ? &zo.dev : NULL, bo_ctx()));
     char what[160];
-    snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
+    snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d x%g",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm);
+             la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm, in_scale);
     tb_compare(&o, what, tol_of(dt, N));
     if (state) {
         char w2[200];
@@ -286,7 +287,7 @@ static void t_no_overflow(void) {
 typedef struct softmax_args { int64_t B, Nq, Nk, H, Hk, D, Dv; int causal; la_dtype dt; int perm; } softmax_args;
 typedef struct linear_args {
     int64_t B, N, H, D, Dv; la_feature f; int causal, normalize; int64_t chunk; int state;
-    la_dtype dt; int perm;
+    la_dtype dt; int perm; double in_scale;
 } linear_args;
 typedef struct mhla_args {
     int64_t B; int nd; int64_t grid[3], blocks[3]; int64_t H, D, Dv; la_mhla_normalize norm;
@@ -308,7 +309,7 @@ static void run_softmax(const void *p) {
 static void run_linear(const void *p) {
     const linear_args *a = p;
     t_linear(a->B, a->N, a->H, a->D, a->Dv, a->f, a->causal, a->normalize, a->chunk, a->state,
-             a->dt, a->perm);
+             a->dt, a->perm, a->in_scale);
 }
 static void run_mhla(const void *p) {
     const mhla_args *a = p;
@@ -355,17 +356,24 @@ static void add_softmax(const reg *r, int64_t B, int64_t Nq, int64_t Nk, int64_t
     const bo_opts o = opts(r, "softmax");
     bo_add(r->L, &o, run_softmax, &a, sizeof a, name);
 }
-static void add_linear(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
-                       la_feature f, int causal, int normalize, int64_t chunk, int state,
-                       la_dtype dt, int perm) {
-    const linear_args a = {B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm};
-    char name[BO_NAME_MAX];
-    snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
+/* in_scale: inputs of that scale (1: the names carry no suffix) */
+static void add_linear_x(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
+                         la_feature f, int causal, int normalize, int64_t chunk, int state,
+                         la_dtype dt, int perm, double in_scale) {
+    const linear_args a = {B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm, in_scale};
+    char name[BO_NAME_MAX], xs[32] = "";
+    if (in_scale != 1.0) snprintf(xs, sizeof xs, " x%g", in_scale);
+    snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d%s",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             la_feature_name(f), causal, normalize, (long long)chunk, state, perm);
+             la_feature_name(f), causal, normalize, (long long)chunk, state, perm, xs);
     bo_opts o = opts(r, "linear");
     if (causal && o.family) o.family = "linear_causal";
     bo_add(r->L, &o, run_linear, &a, sizeof a, name);
+}
+static void add_linear(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
+                       la_feature f, int causal, int normalize, int64_t chunk, int state,
+                       la_dtype dt, int perm) {
+    add_linear_x(r, B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm, 1.0);
 }
 static void add_mhla(const reg *r, int64_t B, int nd, const int64_t *grid, const int64_t *blocks,
                      int64_t H, int64_t D, int64_t Dv, la_mhla_normalize norm, int per_head,
@@ -665,7 +673,9 @@ static void f16_scaled(bo_list *L) {
  * portable engine when it is set false; both must pass): odd N, D = Dv in
  * {128, 64, 32}, the five feature maps with and without normalization,
  * the state in and out (relu1 / elu1 / relu_eps: the hi/lo split), permuted
- * views; N = 32K and 128K in the long cases (S̃ scaled per tile). */
+ * views; inputs of scale 10 (normalized: the outputs stay inside fp16 while
+ * the denominators' sums and, at N = 256K, S pass 65504), at N = 1000 in
+ * --small and N = 256K in the long cases beside N = 32K and 128K. */
 static void causal_f16(bo_list *L) {
     const reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
     const la_dtype dt = LA_F16;
@@ -684,6 +694,9 @@ static void causal_f16(bo_list *L) {
     add_linear(&rl, 1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 1, 1, 64, 0, dt, 1);
     add_linear(&rl, 1, 32768, 2, 64, 64, LA_FEATURE_RELU, 1, 0, 64, 1, dt, 0);
     add_linear(&rl, 1, 131072, 2, 32, 32, LA_FEATURE_RELU_EPS, 1, 1, 64, 0, dt, 1);
+    add_linear_x(&rs, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 1, 64, 0, dt, 1, 10.0);
+    add_linear_x(&rs, 2, 65, 2, 32, 32, LA_FEATURE_RELU, 1, 1, 64, 1, dt, 0, 10.0);
+    add_linear_x(&rl, 1, 262144, 2, 64, 64, LA_FEATURE_RELU, 1, 1, 64, 0, dt, 0, 10.0);
 }
 
 /* MHLA variant tc_bf16s (linfam_tc_bf16s.cu: bf16 block summaries, a bf16
