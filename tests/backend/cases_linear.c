@@ -60,11 +60,10 @@ static void t_softmax(int64_t B, int64_t Nq, int64_t Nk, int64_t H, int64_t Hk, 
 
 /* ---- linear --------------------------------------------------------------- */
 static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_feature f,
-                     int causal, int normalize, int64_t chunk, int state, la_dtype dt, int perm,
-                     double in_scale) {
+                     int causal, int normalize, int64_t chunk, int state, la_dtype dt, int perm) {
     int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
-    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
-       v = tb_rand(4, nv, dt, perm, in_scale), o = tb_poison(4, nv, dt, perm);
+    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
+       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
     tb Si, zi, So, zo;
     la_linear_params p;
     la_linear_params_init(&p);
@@ -90,9 +89,9 @@ static void t_linear(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
                                  state ? &zi.dev : NULL, state ? &So.dev : NULL,
                                  state ? &zo.dev : NULL, bo_ctx()));
     char what[160];
-    snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d x%g",
+    snprintf(what, sizeof what, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
              dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm, in_scale);
+             la_feature_name(p.feature), causal, normalize, (long long)chunk, state, perm);
     tb_compare(&o, what, tol_of(dt, N));
     if (state) {
         char w2[200];
@@ -287,7 +286,7 @@ static void t_no_overflow(void) {
 typedef struct softmax_args { int64_t B, Nq, Nk, H, Hk, D, Dv; int causal; la_dtype dt; int perm; } softmax_args;
 typedef struct linear_args {
     int64_t B, N, H, D, Dv; la_feature f; int causal, normalize; int64_t chunk; int state;
-    la_dtype dt; int perm; double in_scale;
+    la_dtype dt; int perm;
 } linear_args;
 typedef struct mhla_args {
     int64_t B; int nd; int64_t grid[3], blocks[3]; int64_t H, D, Dv; la_mhla_normalize norm;
@@ -309,7 +308,7 @@ static void run_softmax(const void *p) {
 static void run_linear(const void *p) {
     const linear_args *a = p;
     t_linear(a->B, a->N, a->H, a->D, a->Dv, a->f, a->causal, a->normalize, a->chunk, a->state,
-             a->dt, a->perm, a->in_scale);
+             a->dt, a->perm);
 }
 static void run_mhla(const void *p) {
     const mhla_args *a = p;
@@ -356,24 +355,17 @@ static void add_softmax(const reg *r, int64_t B, int64_t Nq, int64_t Nk, int64_t
     const bo_opts o = opts(r, "softmax");
     bo_add(r->L, &o, run_softmax, &a, sizeof a, name);
 }
-/* in_scale: inputs of that scale (1: the names carry no suffix) */
-static void add_linear_x(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
-                         la_feature f, int causal, int normalize, int64_t chunk, int state,
-                         la_dtype dt, int perm, double in_scale) {
-    const linear_args a = {B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm, in_scale};
-    char name[BO_NAME_MAX], xs[32] = "";
-    if (in_scale != 1.0) snprintf(xs, sizeof xs, " x%g", in_scale);
-    snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d%s",
-             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
-             la_feature_name(f), causal, normalize, (long long)chunk, state, perm, xs);
-    bo_opts o = opts(r, "linear");
-    if (causal && o.family) o.family = "linear_causal";
-    bo_add(r->L, &o, run_linear, &a, sizeof a, name);
-}
 static void add_linear(const reg *r, int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv,
                        la_feature f, int causal, int normalize, int64_t chunk, int state,
                        la_dtype dt, int perm) {
-    add_linear_x(r, B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm, 1.0);
+    const linear_args a = {B, N, H, D, Dv, f, causal, normalize, chunk, state, dt, perm};
+    char name[BO_NAME_MAX];
+    snprintf(name, sizeof name, "linear %s B%lld N%lld H%lld D%lld Dv%lld %s c%d n%d C%lld s%d p%d",
+             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
+             la_feature_name(f), causal, normalize, (long long)chunk, state, perm);
+    bo_opts o = opts(r, "linear");
+    if (causal && o.family) o.family = "linear_causal";
+    bo_add(r->L, &o, run_linear, &a, sizeof a, name);
 }
 static void add_mhla(const reg *r, int64_t B, int nd, const int64_t *grid, const int64_t *blocks,
                      int64_t H, int64_t D, int64_t Dv, la_mhla_normalize norm, int per_head,
@@ -668,37 +660,6 @@ static void f16_scaled(bo_list *L) {
     add_mhla(&rl, 1, 2, g2l, b2l, 1, 64, 128, PQ, 0, dt, 0, 10.0);
 }
 
-/* fp16 on the causal tensor-core paths under the default choice (linear
- * "linear_causal": tc while lct_f16_tc in linear_causal_tc.cu is true, the
- * portable engine when it is set false; both must pass): odd N, D = Dv in
- * {128, 64, 32}, the five feature maps with and without normalization,
- * the state in and out (relu1 / elu1 / relu_eps: the hi/lo split), permuted
- * views; inputs of scale 10 (normalized: the outputs stay inside fp16 while
- * the denominators' sums and, at N = 256K, S pass 65504), at N = 1000 in
- * --small and N = 256K in the long cases beside N = 32K and 128K. */
-static void causal_f16(bo_list *L) {
-    const reg rs = {L, 1, NULL}, rl = {L, 0, NULL};
-    const la_dtype dt = LA_F16;
-    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
-                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
-    const int64_t Ns[4] = {1, 63, 65, 1000}, Ds[3] = {128, 64, 32};
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 4; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 1 ? 3 : 2;
-            const int f = (ni + 2 * di) % 5;
-            /* N = 1, identity, no normalize: ill-conditioned (see tc_paths): relu */
-            add_linear(&rs, B, N, H, D, D, (ni == 0 && f == 0) ? LA_FEATURE_RELU : feats[f], 1, f != 0, 64,
-                       0, dt, (ni + di) & 1);
-            add_linear(&rs, B, N, H, D, D, feats[(f + 3) % 5], 1, 1, 64, 1, dt, (ni + di + 1) & 1);
-        }
-    add_linear(&rl, 1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 1, 1, 64, 0, dt, 1);
-    add_linear(&rl, 1, 32768, 2, 64, 64, LA_FEATURE_RELU, 1, 0, 64, 1, dt, 0);
-    add_linear(&rl, 1, 131072, 2, 32, 32, LA_FEATURE_RELU_EPS, 1, 1, 64, 0, dt, 1);
-    add_linear_x(&rs, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 1, 64, 0, dt, 1, 10.0);
-    add_linear_x(&rs, 2, 65, 2, 32, 32, LA_FEATURE_RELU, 1, 1, 64, 1, dt, 0, 10.0);
-    add_linear_x(&rl, 1, 262144, 2, 64, 64, LA_FEATURE_RELU, 1, 1, 64, 0, dt, 0, 10.0);
-}
-
 /* MHLA variant tc_bf16s (linfam_tc_bf16s.cu: bf16 block summaries, a bf16
  * mixing GEMM), forced (a shape it stops taking fails): D = Dv in {64, 128},
  * N = 2 (one token per block: M >= 2, and the CUDA backend refuses empty
@@ -795,7 +756,6 @@ void cases_linear(bo_list *L) {
     tc_heads(L, LA_BF16);
     tc_heads(L, LA_F16);
     f16_scaled(L);
-    causal_f16(L);
     mhla_bf16s(L);
     mhla_causal_mma(L);
     r = &rl;
