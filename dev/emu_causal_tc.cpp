@@ -14,8 +14,10 @@
  * kernels' uint4 views of bf16 rows (CUDA device code relies on them). */
 #include <cuda_runtime.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cstring>
 static inline float __int_as_float(int i){float f; memcpy(&f,&i,4); return f;}
+static inline int __float_as_int(float f){int i; memcpy(&i,&f,4); return i;}
 #include <cstring>
 /* ptx.cuh's device helpers are replaced by the host versions below */
 #define LA_CUDA_PTX_CUH
@@ -74,6 +76,7 @@ static EmuFrag emu_frag[8];
 static unsigned char *emu_sm_lo, *emu_sm_hi; /* the CTA's shared memory (one CTA at a time) */
 static std::atomic<int> emu_errors{0};
 static inline float emu_bf(uint32_t v) { uint32_t u = (v & 0xffffu) << 16; float f; memcpy(&f, &u, 4); return f; }
+static inline float emu_h(uint32_t v) { __half_raw r; r.x = (unsigned short)(v & 0xffffu); return __half2float(__half(r)); }
 static void emu_ldsm(uint32_t *r, const void *p, bool trans) {
     const int w = t_tid / 32, lane = t_tid % 32;
     if ((const unsigned char *)p < emu_sm_lo || (const unsigned char *)p + 16 > emu_sm_hi || ((uintptr_t)p & 15))
@@ -95,7 +98,7 @@ static void emu_ldsm(uint32_t *r, const void *p, bool trans) {
 }
 static inline void la_ldsm4(uint32_t *r, const void *p) { emu_ldsm(r, p, false); }
 static inline void la_ldsm4t(uint32_t *r, const void *p) { emu_ldsm(r, p, true); }
-static void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
+template <float (*CV)(uint32_t)> static void emu_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     const int w = t_tid / 32, lane = t_tid % 32;
     for (int i = 0; i < 4; i++) emu_frag[w].a[lane][i] = a[i];
     emu_frag[w].b[lane][0] = b0;
@@ -103,11 +106,11 @@ static void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     emu_syncwarp();
     auto A = [&](int r, int k) {
         const uint32_t v = emu_frag[w].a[(r % 8) * 4 + (k % 8) / 2][(r >= 8) + 2 * (k >= 8)];
-        return emu_bf((k & 1) ? v >> 16 : v);
+        return CV((k & 1) ? v >> 16 : v);
     };
     auto B = [&](int k, int n) {
         const uint32_t v = emu_frag[w].b[n * 4 + (k % 8) / 2][k >= 8];
-        return emu_bf((k & 1) ? v >> 16 : v);
+        return CV((k & 1) ? v >> 16 : v);
     };
     const int g = lane / 4, cc = lane % 4;
     float out[4];
@@ -120,6 +123,8 @@ static void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
     emu_syncwarp();
     for (int e = 0; e < 4; e++) c[e] = out[e];
 }
+static inline void la_mma_bf16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma<emu_bf>(c, a, b0, b1); }
+static inline void la_mma_f16(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) { emu_mma<emu_h>(c, a, b0, b1); }
 static inline void la_cp16z(void *s, const void *g, bool valid) {
     if (valid) memcpy(s, g, 16);
     else memset(s, 0, 16);
@@ -127,8 +132,15 @@ static inline void la_cp16z(void *s, const void *g, bool valid) {
 static inline void la_cp_commit() {}
 template <int P> static inline void la_cp_wait() {}
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int atomicMax(int *p, int v) {
+    std::atomic_ref<int> r(*p);
+    int o = r.load();
+    while (o < v && !r.compare_exchange_weak(o, v)) {}
+    return o;
+}
 #define min(a, b) emu_min(a, b)
 
+#include "cuda/tc16.cuh"
 #include "cuda/linear_causal_args.cuh"
 namespace {
 #include "kern.inc"
@@ -184,15 +196,36 @@ static void mk(la_tensor *t, void *p, int ndim, const int64_t *ne) {
 static int g_wide = 0;  /* 1: the wide scan (variant "tc"), 0: the walking scan ("walk") */
 static int g_L = 0;     /* forced state chunk (tokens, 0 = lct_run's choice: variant "chunk<N>") */
 static int64_t g_D = 128; /* head dim D = Dv (32, 64, 128) */
-static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed, int perm = 0, int alias = 0) {
+/* the element types of the cases: bf16 or fp16 values and their rounding */
+static inline float e2f(__nv_bfloat16 x) { return __bfloat162float(x); }
+static inline float e2f(__half x) { return __half2float(x); }
+template <class E> static inline E f2e(float x);
+template <> inline __nv_bfloat16 f2e<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+template <> inline __half f2e<__half>(float x) { return __float2half_rn(x); }
+template <class E> static inline double re(double x) { return (double)e2f(f2e<E>((float)x)); }
+
+/* One causal linear case (E: bf16 or fp16 inputs and outputs, the kernels'
+ * instantiation for E; in_scale: inputs N(0, in_scale²)). Besides the fixed
+ * bounds against float64 it reports the error of the same chunkwise formula
+ * with plain E roundings (what PyTorch computes at E, chunks of 64: φ(q)·s,
+ * φ(k), the state at the chunk start S_c and z_c, the masked scores A, the
+ * numerator, the denominator and the output each rounded to E, sums exact);
+ * fp16 cases must stay within twice that (the harness's standard; plus one
+ * fp16 rounding of the output, 2^-12 of max|ref|, for the cases where the
+ * formula's error is about that rounding alone) and within 2e-3 (tol_of
+ * f16), with no non-finite output. */
+template <class E>
+static int run_case_t(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed,
+                      int perm, int alias, float in_scale) {
+    constexpr bool F16 = std::is_same<E, __half>::value;
     const int64_t D = g_D, BH = B * H;
     std::mt19937 g(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
-    std::vector<__nv_bfloat16> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
-    for (auto &x : q) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : k) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : v) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : o) x = __float2bfloat16_rn(NAN);
+    std::vector<E> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
+    for (auto &x : q) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : k) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : v) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : o) x = f2e<E>(NAN);
     std::vector<float> Si(BH * D * D), zi(BH * D), So(BH * D * D, NAN), zo(BH * D, NAN);
     for (auto &x : Si) x = nd(g);
     for (auto &x : zi) x = fabsf(nd(g)) * 5.f;
@@ -226,7 +259,7 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     a.ws = ws.data();
     if (ndd > 0)
         launch((unsigned)ndd, (unsigned)BH, 2 * TS1 * (a.split ? 3 : 2) * lct_tile(D),
-               [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), a.split != 0)(a); });
+               [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), a.split != 0, false, F16)(a); });
     if (g_wide) { /* as lct_launch_scan */
         const int np = (int)ndd, G = np / SW + 1;
         int cw = NT;
@@ -236,11 +269,12 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
     } else {
         launch((unsigned)((a.LS / 4 + NT - 1) / NT), (unsigned)BH, 0, [&] { lct_scan_kernel(a, ndd); });
     }
-    launch((unsigned)a.nch, (unsigned)BH, lct_out_smem(D), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat))(a); });
+    launch((unsigned)a.nch, (unsigned)BH, lct_out_smem(D, F16), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat), false, F16)(a); });
     const int ldsm_bad = emu_errors.exchange(0);
     if (alias) { So = Si; zo = zi; }
     /* float64 reference on the same bf16 inputs */
-    double md = 0, mr = 0, sd = 0, sr = 0;
+    double md = 0, mr = 0, sd = 0, sr = 0, mdt = 0; /* mdt: the plain-E formula's max error */
+    double smax = 0, amax = 0; /* the largest |S| and |A| (unscaled φ(q)·φ(k)) the case reaches */
     int64_t bad = 0;
     if (ldsm_bad) { printf("   %d ldmatrix addresses outside shared memory or unaligned\n", ldsm_bad); bad++; }
     for (int64_t b = 0; b < B; b++)
@@ -250,24 +284,49 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
                 for (int64_t i = 0; i < D * D; i++) S[i] = Si0[(b * H + h) * D * D + i];
                 for (int64_t i = 0; i < D; i++) z[i] = zi0[(b * H + h) * D + i];
             }
+            std::vector<double> Sc(D * D), zc(D), ktc(64 * D); /* plain formula: E(S_c), E(z_c), E(φ(k)) of the chunk */
             for (int64_t t = 0; t < N; t++) {
                 const int64_t off = b * st[0] + t * st[1] + h * st[2];
-                double kt[128], qt[128];
+                if (t % 64 == 0) {
+                    for (int64_t i = 0; i < D * D; i++) Sc[i] = re<E>(S[i]);
+                    for (int64_t i = 0; i < D; i++) zc[i] = re<E>(z[i]);
+                }
+                double kt[128], qt[128], qtr[128];
                 for (int d = 0; d < D; d++) {
-                    kt[d] = la_cu_feature(feat, __bfloat162float(k[off + d]));
-                    qt[d] = (double)scale * la_cu_feature(feat, __bfloat162float(q[off + d]));
+                    kt[d] = la_cu_feature(feat, e2f(k[off + d]));
+                    qt[d] = (double)scale * la_cu_feature(feat, e2f(q[off + d]));
+                    qtr[d] = re<E>(qt[d]);
+                    ktc[(t % 64) * D + d] = re<E>(kt[d]);
                 }
                 for (int d = 0; d < D; d++) {
                     z[d] += kt[d];
-                    for (int e = 0; e < D; e++) S[d * D + e] += kt[d] * __bfloat162float(v[off + e]);
+                    for (int e = 0; e < D; e++) {
+                        S[d * D + e] += kt[d] * e2f(v[off + e]);
+                        smax = std::max(smax, fabs(S[d * D + e]));
+                    }
                 }
-                double den = 0;
+                double den = 0, dent = 0, At[64];
                 for (int d = 0; d < D; d++) den += qt[d] * z[d];
+                for (int d = 0; d < D; d++) dent += qtr[d] * zc[d];
+                for (int64_t s2 = t - t % 64; s2 <= t; s2++) {
+                    double x = 0;
+                    for (int d = 0; d < D; d++) x += qtr[d] * ktc[(s2 % 64) * D + d];
+                    At[s2 % 64] = re<E>(x);
+                    amax = std::max(amax, fabs(x) / scale);
+                    dent += At[s2 % 64];
+                }
+                dent = re<E>(dent);
                 for (int e = 0; e < D; e++) {
-                    double num = 0;
+                    double num = 0, numt = 0;
                     for (int d = 0; d < D; d++) num += qt[d] * S[d * D + e];
+                    for (int d = 0; d < D; d++) numt += qtr[d] * Sc[d * D + e];
+                    for (int64_t s2 = t - t % 64; s2 <= t; s2++)
+                        numt += At[s2 % 64] * e2f(v[b * st[0] + s2 * st[1] + h * st[2] + e]);
+                    numt = re<E>(numt);
                     double ref = normalize ? num / (den + eps) : num;
-                    float gv = __bfloat162float(o[off + e]);
+                    const double tor = re<E>(normalize ? numt / re<E>(dent + eps) : numt);
+                    mdt = std::max(mdt, std::isfinite(tor) ? fabs(tor - ref) : INFINITY);
+                    float gv = e2f(o[off + e]);
                     if (!std::isfinite(gv)) { bad++; continue; }
                     md = std::max(md, fabs(gv - ref));
                     mr = std::max(mr, fabs(ref));
@@ -291,11 +350,22 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
             }
         }
     const double rel = md / std::max(mr, 1e-30), srel = state ? sd / std::max(sr, 1e-30) : 0;
-    const bool ok = bad == 0 && rel <= 1e-2 && srel <= 1e-4;
-    printf("%s D%lld B%lld N%lld H%lld feat%d norm%d state%d nsm%d: L=%lld nch=%lld ks=%d split=%d  out rel %.2e  S rel %.2e  nonfinite %lld  %s\n",
-           g_wide ? "wide" : "walk", (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, state, nsm, (long long)a.L, (long long)a.nch,
-           ks, a.split, rel, srel, (long long)bad, ok ? "ok" : "FAIL");
+    const double relt = mdt / std::max(mr, 1e-30);
+    const bool ok = bad == 0 && rel <= (F16 ? 2e-3 : 1e-2) && srel <= 1e-4 && (!F16 || rel <= 2 * relt + 0x1p-12);
+    printf("%s %s x%g D%lld B%lld N%lld H%lld feat%d norm%d state%d nsm%d p%d: L=%lld nch=%lld split=%d  out rel %.2e "
+           "(plain %s %.2e, ratio %.2f)  S rel %.2e  max|S| %.1e max|A| %.1e  nonfinite %lld  %s\n",
+           g_wide ? "wide" : "walk", F16 ? "f16" : "bf16", in_scale, (long long)D, (long long)B, (long long)N, (long long)H, feat,
+           normalize, state, nsm, perm, (long long)a.L, (long long)a.nch, a.split, rel, F16 ? "f16" : "bf16", relt,
+           rel / std::max(relt, 1e-30), srel, smax, amax, (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
+}
+static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed,
+                    int perm = 0, int alias = 0) {
+    return run_case_t<__nv_bfloat16>(B, N, H, feat, normalize, state, nsm, seed, perm, alias, 1.f);
+}
+static int run_case_h(int64_t B, int64_t N, int64_t H, int feat, int normalize, int state, int nsm, unsigned seed,
+                      int perm = 0, int alias = 0, float in_scale = 1.f) {
+    return run_case_t<__half>(B, N, H, feat, normalize, state, nsm, seed, perm, alias, in_scale);
 }
 
 /* Causal MHLA (mhla_causal_tc.cu): chunks of 64 tokens (a chunk is a
@@ -310,18 +380,25 @@ static int run_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, in
  * same formula as a PyTorch user writes it in bf16 (the batched form: φ(q),
  * φ(k), the block states S_b, z_b, W, H = tril(W, -1)·S, the intra-block
  * scores and the outputs each rounded to bf16, sums in fp32), and gemm 2
- * must stay within twice that (the harness's bf16 standard). */
-static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head,
-                         unsigned seed, int perm, int gemm = 0) {
+ * must stay within twice that (the harness's bf16 standard).
+ * E = fp16 (run_mhla_case_h): gemm 0 (host mixing) or 1 (mct_mix_f16_kernel:
+ * fp32 block states, W rows and S scaled into fp16 by powers of two, with
+ * mct_wrow_exp_kernel and pass 1's smax); the same formula with plain fp16
+ * roundings as the reference, every case within twice its error and 2e-3;
+ * in_scale: inputs N(0, in_scale²). */
+template <class E>
+static int run_mhla_case_t(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head,
+                           unsigned seed, int perm, int gemm, float in_scale) {
+    constexpr bool F16 = std::is_same<E, __half>::value;
     const int64_t D = g_D, BH = B * H, LS = D * D + D;
     std::mt19937 g(seed);
     std::normal_distribution<float> nd(0.f, 1.f);
     std::uniform_real_distribution<float> ud(0.05f, 1.05f);
-    std::vector<__nv_bfloat16> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
-    for (auto &x : q) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : k) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : v) x = __float2bfloat16_rn(nd(g));
-    for (auto &x : o) x = __float2bfloat16_rn(NAN);
+    std::vector<E> q(B * N * H * D), k(q.size()), v(q.size()), o(q.size());
+    for (auto &x : q) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : k) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : v) x = f2e<E>(in_scale * nd(g));
+    for (auto &x : o) x = f2e<E>(NAN);
     const int64_t M = (N + 63) / 64, WM = M + 1, Hw = per_head ? H : 1;
     std::vector<float> W(Hw * WM * WM);
     for (int64_t hw = 0; hw < Hw; hw++)
@@ -342,8 +419,10 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
     std::vector<__nv_bfloat16> wsh(gemm == 2 ? BH * M * LS : 0, __float2bfloat16_rn(NAN)), mixedh(wsh);
     a.ws = gemm == 2 ? nullptr : ws.data();
     a.wsh = gemm == 2 ? wsh.data() : nullptr;
+    std::vector<float> smax(BH, 0.f); /* fp16 mixing: pass 1's max |[S_b | z_b]| per head */
+    a.smax = F16 && gemm == 1 ? smax.data() : nullptr;
     launch((unsigned)M, (unsigned)BH, 2 * TS1 * 2 * lct_tile(D),
-           [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false, gemm == 2)(a); });
+           [&] { lct_state_mma_fn(D, lct_mode_of(a.feat), false, gemm == 2, F16, a.smax != nullptr)(a); });
     if (gemm == 2) { /* variant "mma_bf16s": mct_mix_bf16_kernel on bf16 Wp, as mct_combine_bf16 */
         const int64_t Mp = (M + MX_BM - 1) / MX_BM * MX_BM;
         std::vector<__nv_bfloat16> Wp(Hw * Mp * Mp);
@@ -364,11 +443,15 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
             for (int64_t r = 0; r < Mp; r++)
                 for (int64_t c = 0; c < Mp; c++)
                     Wp[(hw * Mp + r) * Mp + c] = (r < M && c < r) ? W[(hw * WM + r) * WM + c] : 0.f;
+        std::vector<int> wexp(Hw * Mp, 999);
+        if (F16) launch((unsigned)(Hw * Mp / 8), 1, 0, [&] { mct_wrow_exp_kernel(Wp.data(), Hw * Mp, Mp, wexp.data()); });
         for (int64_t z = 0; z < BH; z++) {
             g_bz = (unsigned)z;
             launch((unsigned)(Mp / MX_BM), (unsigned)((LS + MX_BN - 1) / MX_BN),
-                   2 * 2 * (MX_BM * MX_LA + MX_BK * MX_LB),
-                   [&] { mct_mix_kernel(Wp.data(), Mp, H, Hw, ws.data(), mixed.data(), M, LS); });
+                   2 * 2 * (MX_BM * MX_LA + MX_BK * MX_LB), [&] {
+                       if (F16) mct_mix_f16_kernel(Wp.data(), Mp, H, Hw, ws.data(), mixed.data(), M, LS, wexp.data(), smax.data());
+                       else mct_mix_kernel(Wp.data(), Mp, H, Hw, ws.data(), mixed.data(), M, LS);
+                   });
         }
     } else
     for (int64_t bh = 0; bh < BH; bh++) {
@@ -385,11 +468,11 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
     a.mixw = W.data();
     a.mix_hs = per_head ? WM * WM : 0;
     a.mix_ld = WM;
-    launch((unsigned)M, (unsigned)BH, lct_out_smem(D), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat), gemm == 2)(a); });
+    launch((unsigned)M, (unsigned)BH, lct_out_smem(D, F16), [&] { lct_output_mma_fn(D, lct_mode_of(a.feat), gemm == 2, F16)(a); });
     const int ldsm_bad = emu_errors.exchange(0);
     double md = 0, mr = 0, mdt = 0; /* mdt: the PyTorch bf16 formula's max error */
     int64_t bad = ldsm_bad;
-    auto rb = [](double x) { return (double)__bfloat162float(__float2bfloat16_rn((float)x)); };
+    auto rb = [](double x) { return re<E>(x); };
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++) {
             const int64_t hw = per_head ? h : 0;
@@ -399,8 +482,8 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
             for (int64_t t = 0; t < N; t++) {
                 const int64_t off = b * st[0] + t * st[1] + h * st[2];
                 for (int d = 0; d < D; d++) {
-                    kt[t][d] = la_cu_feature(feat, __bfloat162float(k[off + d]));
-                    qt[t][d] = (double)scale * la_cu_feature(feat, __bfloat162float(q[off + d]));
+                    kt[t][d] = la_cu_feature(feat, e2f(k[off + d]));
+                    qt[t][d] = (double)scale * la_cu_feature(feat, e2f(q[off + d]));
                     ktb[t][d] = rb(kt[t][d]);
                     qtb[t][d] = rb(qt[t][d]);
                 }
@@ -408,8 +491,8 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
                     zb[(t / 64) * D + d] += kt[t][d];
                     zbt[(t / 64) * D + d] += ktb[t][d];
                     for (int e = 0; e < D; e++) {
-                        Sb[((t / 64) * D + d) * D + e] += kt[t][d] * __bfloat162float(v[off + e]);
-                        Sbt[((t / 64) * D + d) * D + e] += ktb[t][d] * __bfloat162float(v[off + e]);
+                        Sb[((t / 64) * D + d) * D + e] += kt[t][d] * e2f(v[off + e]);
+                        Sbt[((t / 64) * D + d) * D + e] += ktb[t][d] * e2f(v[off + e]);
                     }
                 }
             }
@@ -432,7 +515,7 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
                     const int64_t off = b * st[0] + t * st[1] + h * st[2];
                     for (int d = 0; d < D; d++) {
                         z[d] += kt[t][d];
-                        for (int e = 0; e < D; e++) S[d * D + e] += kt[t][d] * __bfloat162float(v[off + e]);
+                        for (int e = 0; e < D; e++) S[d * D + e] += kt[t][d] * e2f(v[off + e]);
                     }
                     double den = 0;
                     for (int d = 0; d < D; d++) den += qt[t][d] * (zm[d] + wd * z[d]);
@@ -452,12 +535,12 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
                         for (int d = 0; d < D; d++) num += qt[t][d] * (Hm[d * D + e] + wd * S[d * D + e]);
                         for (int d = 0; d < D; d++) numt += qtb[t][d] * Ht[d * D + e];
                         for (int64_t s2 = tb0; s2 <= t; s2++)
-                            numt += At[s2 - tb0] * __bfloat162float(v[b * st[0] + s2 * st[1] + h * st[2] + e]);
+                            numt += At[s2 - tb0] * e2f(v[b * st[0] + s2 * st[1] + h * st[2] + e]);
                         numt = rb(numt);
                         const double ref = normalize ? num / (den + eps) : num;
                         const double tor = rb(normalize ? numt / rb(dent + eps) : numt);
-                        const float gv = __bfloat162float(o[off + e]);
-                        mdt = std::max(mdt, fabs(tor - ref));
+                        const float gv = e2f(o[off + e]);
+                        mdt = std::max(mdt, std::isfinite(tor) ? fabs(tor - ref) : INFINITY);
                         if (!std::isfinite(gv)) { bad++; continue; }
                         md = std::max(md, fabs(gv - ref));
                         mr = std::max(mr, fabs(ref));
@@ -466,17 +549,102 @@ static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normaliz
             }
         }
     const double rel = md / std::max(mr, 1e-30), relt = mdt / std::max(mr, 1e-30);
-    const bool ok = bad == 0 && rel <= 1e-2 && (gemm != 2 || rel <= 2 * relt);
-    printf("mhla %s D%lld B%lld N%lld H%lld feat%d norm%d ph%d p%d: M=%lld  out rel %.2e (torch bf16 %.2e, ratio %.2f)  nonfinite %lld  %s\n",
-           gemm == 2 ? "bf16s" : gemm ? "gemm" : "host-mix", (long long)D, (long long)B, (long long)N, (long long)H, feat, normalize, per_head, perm,
-           (long long)M, rel, relt, rel / std::max(relt, 1e-30), (long long)bad, ok ? "ok" : "FAIL");
+    /* fp16: within twice the formula's error, plus one output rounding
+     * (2^-12 of max|ref|) where that error is little more than its own */
+    const bool ok = bad == 0 && rel <= (F16 ? 2e-3 : 1e-2) && (gemm != 2 || rel <= 2 * relt) &&
+                    (!F16 || rel <= 2 * relt + 0x1p-12);
+    printf("mhla %s %s x%g D%lld B%lld N%lld H%lld feat%d norm%d ph%d p%d: M=%lld  out rel %.2e (torch %s %.2e, ratio %.2f)  nonfinite %lld  %s\n",
+           gemm == 2 ? "bf16s" : gemm ? "gemm" : "host-mix", F16 ? "f16" : "bf16", in_scale, (long long)D, (long long)B, (long long)N,
+           (long long)H, feat, normalize, per_head, perm, (long long)M, rel, F16 ? "f16" : "bf16", relt, rel / std::max(relt, 1e-30),
+           (long long)bad, ok ? "ok" : "FAIL");
     return ok ? 0 : 1;
+}
+static int run_mhla_case(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head, unsigned seed,
+                         int perm, int gemm = 0) {
+    return run_mhla_case_t<__nv_bfloat16>(B, N, H, feat, normalize, per_head, seed, perm, gemm, 1.f);
+}
+static int run_mhla_case_h(int64_t B, int64_t N, int64_t H, int feat, int normalize, int per_head, unsigned seed,
+                           int perm, int gemm, float in_scale = 1.f) {
+    return run_mhla_case_t<__half>(B, N, H, feat, normalize, per_head, seed, perm, gemm, in_scale);
+}
+
+/* fp16 (lct_*<__half>): odd N, D 128/64/32, both scans, permuted storage,
+ * the five feature maps (relu1 and elu1 with the state out: the hi/lo
+ * split), and inputs ×10 / ×100 (normalized: the true outputs stay inside
+ * fp16 while the state S and, at ×100, the scores A pass 65504). Returns
+ * the failures (printing them). */
+static int run_f16_cases() {
+    int fails = 0;
+    struct { int64_t D, B, N, H; int feat, norm, state, nsm; unsigned seed; int perm, alias, wide, L; float sc; } fc[] = {
+        {128, 1, 1, 1, LA_FEATURE_RELU, 1, 0, 4, 61, 0, 0, 1, 0, 1.f},
+        {128, 2, 63, 2, LA_FEATURE_ELU1, 1, 1, 1, 62, 1, 0, 1, 0, 1.f},
+        {128, 1, 65, 3, LA_FEATURE_IDENTITY, 0, 0, 4, 63, 0, 0, 0, 0, 1.f},
+        {128, 1, 1000, 1, LA_FEATURE_RELU1, 1, 1, 1, 64, 1, 1, 1, 128, 1.f},
+        {128, 1, 300, 1, LA_FEATURE_RELU_EPS, 1, 0, 1, 65, 0, 0, 0, 0, 1.f},
+        {64, 1, 1, 1, LA_FEATURE_RELU_EPS, 1, 0, 4, 71, 1, 0, 1, 0, 1.f},
+        {64, 2, 63, 1, LA_FEATURE_RELU, 0, 1, 1, 72, 0, 0, 1, 0, 1.f},
+        {64, 1, 65, 2, LA_FEATURE_ELU1, 1, 1, 4, 73, 1, 0, 0, 0, 1.f},
+        {64, 1, 1000, 2, LA_FEATURE_IDENTITY, 0, 1, 1, 74, 0, 0, 1, 64, 1.f},
+        {32, 1, 1, 2, LA_FEATURE_RELU1, 0, 1, 4, 81, 0, 0, 1, 0, 1.f},
+        {32, 1, 63, 1, LA_FEATURE_RELU_EPS, 1, 0, 1, 82, 1, 0, 0, 0, 1.f},
+        {32, 2, 65, 1, LA_FEATURE_RELU, 1, 1, 1, 83, 0, 1, 1, 64, 1.f},
+        {32, 1, 1000, 1, LA_FEATURE_ELU1, 1, 0, 1, 84, 1, 0, 1, 128, 1.f},
+        /* large inputs (max|S|, max|A| in the output): ×10 at N 4000 (the
+         * denominator's sums pass 65504), ×100 (S and A pass it) */
+        {64, 1, 4000, 1, LA_FEATURE_RELU, 1, 0, 1, 91, 0, 0, 1, 0, 10.f},
+        {128, 1, 1000, 1, LA_FEATURE_ELU1, 1, 0, 1, 92, 1, 0, 1, 0, 100.f},
+        {64, 1, 700, 1, LA_FEATURE_RELU_EPS, 1, 1, 1, 93, 0, 0, 0, 0, 100.f},
+        {32, 1, 1000, 1, LA_FEATURE_RELU, 1, 0, 1, 94, 1, 0, 1, 64, 100.f},
+    };
+    for (auto &c : fc) {
+        g_D = c.D;
+        g_wide = c.wide;
+        g_L = c.L;
+        fails += run_case_h(c.B, c.N, c.H, c.feat, c.norm, c.state, c.nsm, c.seed, c.perm, c.alias, c.sc);
+    }
+    g_D = 128;
+    g_wide = 0;
+    g_L = 0;
+    printf("f16: %d failed\n", fails);
+    return fails;
+}
+
+/* causal MHLA on fp16 (the default there: fp32 block states, the fp16
+ * mixing GEMM, fp16 passes 1 and 3): odd N, D 128/64/32, shared and
+ * per-head W, none and per_query, permuted storage, two row tiles (M = 129)
+ * and column tails, inputs ×10 / ×100 (normalized). Returns the failures. */
+static int run_mhla_f16_cases() {
+    int fails = 0;
+    struct { int64_t D, B, N, H; int feat, norm, ph; unsigned seed; int perm, gemm; float sc; } mc[] = {
+        {128, 1, 1, 1, LA_FEATURE_RELU, 0, 0, 101, 0, 1, 1.f},
+        {128, 2, 63, 2, LA_FEATURE_ELU1, 1, 1, 102, 1, 1, 1.f},
+        {128, 1, 65, 1, LA_FEATURE_RELU_EPS, 1, 0, 103, 0, 0, 1.f},
+        {128, 1, 1000, 2, LA_FEATURE_RELU, 0, 1, 104, 1, 1, 1.f},
+        {64, 1, 1, 2, LA_FEATURE_RELU1, 1, 1, 111, 1, 1, 1.f},
+        {64, 1, 63, 1, LA_FEATURE_IDENTITY, 0, 0, 112, 0, 1, 1.f},
+        {64, 2, 65, 1, LA_FEATURE_ELU1, 1, 1, 113, 1, 1, 1.f},
+        {64, 1, 1000, 1, LA_FEATURE_RELU_EPS, 1, 0, 114, 0, 1, 1.f},
+        {32, 1, 65, 2, LA_FEATURE_RELU, 1, 0, 121, 0, 1, 1.f},
+        {32, 1, 1000, 1, LA_FEATURE_ELU1, 0, 1, 122, 1, 1, 1.f},
+        {32, 1, 8200, 1, LA_FEATURE_RELU_EPS, 1, 1, 123, 0, 1, 1.f},
+        {64, 1, 2000, 1, LA_FEATURE_RELU, 1, 0, 131, 0, 1, 10.f},
+        {128, 1, 700, 1, LA_FEATURE_ELU1, 1, 1, 132, 1, 1, 100.f},
+        {32, 1, 1000, 2, LA_FEATURE_RELU_EPS, 1, 0, 133, 0, 1, 100.f},
+    };
+    for (auto &c : mc) {
+        g_D = c.D;
+        fails += run_mhla_case_h(c.B, c.N, c.H, c.feat, c.norm, c.ph, c.seed, c.perm, c.gemm, c.sc);
+    }
+    g_D = 128;
+    printf("mhla f16: %d failed\n", fails);
+    return fails;
 }
 
 int main(int argc, char **argv) {
     int fails = 0;
     setvbuf(stdout, nullptr, _IOLBF, 0);
     const bool bf16s_only = argc > 1 && !strcmp(argv[1], "mhla_bf16s");
+    if (argc > 1 && !strcmp(argv[1], "mhla_f16")) return run_mhla_f16_cases() != 0;
     if (argc > 1 && (!strcmp(argv[1], "mhla") || bf16s_only)) { /* causal MHLA only */
         if (!bf16s_only) { /* the fp32-state path: host mixing, then mct_mix_kernel */
             for (int64_t d : {128, 64, 32}) {
@@ -509,9 +677,12 @@ int main(int argc, char **argv) {
         g_D = 32;
         fails += run_mhla_case(1, 8200, 1, LA_FEATURE_ELU1, 1, 1, 56, 1, 2);
         g_D = 128;
+        if (!bf16s_only) fails += run_mhla_f16_cases();
         printf("%d failed\n", fails);
         return fails != 0;
     }
+    const bool only_f16 = argc > 1 && !strcmp(argv[1], "f16");
+    if (only_f16) return run_f16_cases() != 0;
     const bool only_wide = argc > 1 && !strcmp(argv[1], "wide");
     /* the wide scan (the default) with forced state chunks (G = np/8 + 1
      * groups: 1..5 of them here, chunk totals crossing group boundaries),
@@ -560,6 +731,7 @@ int main(int argc, char **argv) {
         fails += run_case(1, 65, 3, LA_FEATURE_IDENTITY, 1, 0, 4, 24, 0, 0);
     }
     g_D = 128;
+    fails += run_f16_cases();
     printf("%d failed\n", fails);
     return fails != 0;
 }

@@ -3,9 +3,10 @@
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
 # compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
 # and runs the cases.
-#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|mhla|mhla_bf16s]]   (the wide and the walking
-#   scan; "wide": wide only; "mhla": the causal MHLA forward, mhla_causal_tc.cu;
-#   "mhla_bf16s": its variant mma_bf16s only)
+#   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|f16|mhla|mhla_bf16s]]   (the wide and the walking
+#   scan, then the fp16 cases; "wide": wide only; "f16": the fp16 cases only;
+#   "mhla": the causal MHLA forward, mhla_causal_tc.cu;
+#   "mhla_bf16s": its variant mma_bf16s only; "mhla_f16": its fp16 cases only)
 set -e
 O=${1:-build-emu}
 CUDA_INC=${CUDA_INC:-/usr/local/cuda/include}
@@ -16,7 +17,10 @@ sc = open("src/cuda/linear_causal_scan.cu").read()
 s = open("src/cuda/linear_causal_tc.cu").read()
 # the bodies of both files' anonymous namespaces (the .cpp opens and closes it)
 k = sc[sc.index("namespace {") + len("namespace {"):sc.index("}  // namespace")]
-k += s[s.index("namespace {") + len("namespace {"):s.index("bool view_ok")]
+k += s[s.index("namespace {") + len("namespace {"):s.index("/* fp16 rows take the tensor-core path")]
+# pass 3 lives in linear_causal_tc_out.cuh, included inside the namespace
+inc = '#include "linear_causal_tc_out.cuh"'
+k = k[:k.index(inc)] + open("src/cuda/linear_causal_tc_out.cuh").read() + k[k.index(inc):].split("\n", 1)[1]
 # the cp.async / ldmatrix / mma helpers live in src/cuda/ptx.cuh (outside
 # the cut); dev/emu_causal_tc.cpp defines the same names for the host
 for n in ("lct_sm1", "lct_sm2", "lct_sm3", "lct_sm4"):
@@ -31,10 +35,10 @@ open(sys.argv[1] + "/kern.inc", "w").write(k)
 # shared arrays become views of the CTA's shared memory, blockIdx.z a global
 m = open("src/cuda/mhla_causal_tc.cu").read()
 m = m[m.index("constexpr int MX_BM"):m.index("struct mct_mix_ctx")]
-m = m.replace("__shared__ __align__(16) __nv_bfloat16 sA[2][MX_BM * MX_LA];",
-              "auto sA = (__nv_bfloat16 (*)[MX_BM * MX_LA])emu_smem();")
-m = m.replace("__shared__ __align__(16) __nv_bfloat16 sB[2][MX_BK * MX_LB];",
-              "auto sB = (__nv_bfloat16 (*)[MX_BK * MX_LB])(emu_smem() + 4 * MX_BM * MX_LA);")
+m = m.replace("__shared__ __align__(16) E sA[2][MX_BM * MX_LA];",
+              "auto sA = (E (*)[MX_BM * MX_LA])emu_smem();")
+m = m.replace("__shared__ __align__(16) E sB[2][MX_BK * MX_LB];",
+              "auto sB = (E (*)[MX_BK * MX_LB])(emu_smem() + 4 * MX_BM * MX_LA);")
 m = m.replace("extern __shared__ __align__(128) unsigned char mct_sm[];", "unsigned char *mct_sm = emu_smem();")
 m = m.replace("gridDim.x", "emu_gdx()")
 m = m.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")

@@ -41,6 +41,11 @@ static inline float __int_as_float(int i) {
     memcpy(&f, &i, 4);
     return f;
 }
+static inline int __float_as_int(float f) {
+    int i;
+    memcpy(&i, &f, 4);
+    return i;
+}
 #define LA_CUDA_PTX_CUH /* ptx.cuh's device helpers: the host versions below */
 static inline float la_relu_nan(float x) { return x != x ? x : (x > 0.f ? x : 0.f); }
 #include "cuda/bwd_emu.cuh"

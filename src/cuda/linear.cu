@@ -2,7 +2,7 @@
  * linear-family engine (linfam.cu). Non-causal: summary, sum, output.
  * Causal: chunk summaries, prefix scan with the state in/out, output with
  * the masked intra-chunk term. Views validated by src/ops/linear.c.
- * Causal with D = Dv ∈ {32, 64, 128} and bf16 rows goes to the tensor-core kernels of
+ * Causal with D = Dv ∈ {32, 64, 128} and bf16 or fp16 rows goes to the tensor-core kernels of
  * linear_causal_tc.cu instead (family "linear_causal": lct_select; the
  * non-causal kernels are family "linear": lf_select). */
 #include "core/variant.h"

@@ -12,8 +12,8 @@ constexpr int NT = 256;         /* threads per CTA                         */
 }  // namespace
 
 struct lct_args {
-    const __nv_bfloat16 *q, *k, *v;
-    __nv_bfloat16 *o;
+    const void *q, *k, *v; /* 16-bit rows of the kernels' element type (bf16 or fp16) */
+    void *o;
     int64_t qs[3], ks[3], vs[3], os[3]; /* strides of b, n, h (elements; inner 1) */
     int64_t N, H, L, nch;
     int64_t D, LS; /* D = Dv (32, 64, 128); floats of one chunk state (S, then z): D·D + D */
@@ -30,6 +30,11 @@ struct lct_args {
      * pass 1 writes S_b here, pass 3 reads H_c from here; the kernels' BS
      * instantiations), in place of the fp32 ws */
     __nv_bfloat16 *wsh;
+    /* causal MHLA with fp16 inputs (non-NULL there, zeroed before pass 1):
+     * pass 1 raises smax[bh] to max |[S_b | z_b]| over the head's blocks
+     * (atomicMax on the float bits), the scale of the fp16 mixing GEMM's
+     * state operand (mhla_causal_tc.cu) */
+    float *smax;
 };
 
 /* Pass 2 over nd chunk states: the wide scan (every load up front; nd <= 255)

@@ -1,6 +1,8 @@
-/* Causal linear attention (SPEC §3) on bf16 tensor cores (mma.sync
+/* Causal linear attention (SPEC §3) on 16-bit tensor cores (mma.sync
  * m16n8k16, fp32 accumulation) for D = Dv ∈ {32, 64, 128} (templates on D,
- * lct_g: the text below gives the D = 128 sizes) and bf16 [B,N,H,D] rows.
+ * lct_g: the text below gives the D = 128 sizes) and bf16 or fp16 [B,N,H,D]
+ * rows (passes 1 and 3 are templates on the element type E, tc16.cuh; the
+ * text says bf16 for either).
  *
  * With q̃ = scale_q·φ(q), k̃ = φ(k), a head's tokens are cut into state chunks
  * of L tokens (L a multiple of 64, chosen for about three waves of CTAs; it is
@@ -42,10 +44,31 @@
  * Rounding: the products take φ(q), φ(k), V, A and S̃ in bf16 (the inputs are
  * bf16 already); states, denominators and all sums are fp32. Bytes: Q, K, V
  * read + O written once, K, V once more in pass 1, and the chunk states
- * (66 KB each) written and read about twice. */
+ * (66 KB each) written and read about twice.
+ *
+ * fp16 (largest finite value 65504, 11 significant bits): the same passes;
+ * the states, z, the denominators and every sum stay fp32, and the two
+ * 16-bit copies of sums that enter an mma in pass 3 are scaled by powers of
+ * two (exact; undone in fp32):
+ *   S̃ = fp16(S·2^s), s putting max |S| over the CTA's state in [2^14, 2^15)
+ *       (each warp's max meets in shared memory before the barrier that
+ *       precedes the copy: one extra barrier per CTA, and per tile 64 max
+ *       and 64 multiplies per thread at D = 128); the state grows with N
+ *       (past 65504 at N = 256K, inputs ×10), so s is taken for every tile;
+ *   A  = fp16(tril(Q̃K̃ᵀ)·2^a) per query row, max |A| of the row in
+ *       [2^14, 2^15) (a ≤ 24): |A| reaches D·65504² in fp16; the Q̃S̃ part
+ *       of the numerator is brought to the same 2^a in its fp32 accumulators
+ *       (Q̃S̃·2^{a-s}) before A·V is added, and 2^-a joins the row's output
+ *       factor.
+ * Pass 1 needs no scale (its fp32 accumulators are the state). The hi/lo
+ * split of k̃ stays for the returned state: fp16 rounding of φ(k) errs by
+ * 2^-12 per element, ~1e-4 in S_out against the fp32 1e-5 it is held to;
+ * hi + lo keeps ~22 bits. The fp16 output rounds a true value past 65504 to
+ * Inf (as torch does; docs/DTYPES.md). */
 #include "linear_causal_tc.cuh"
 #include "ptx.cuh"
 #include "select.cuh"
+#include "tc16.cuh"
 
 #include <algorithm>
 #include <atomic>
@@ -62,21 +85,23 @@ namespace {
  * distinct 4-bank groups) and mma.sync m16n8k16; the cp.async / ldmatrix /
  * mma helpers and the fragment layouts are in ptx.cuh. */
 
-__device__ __forceinline__ void unpack8(const __nv_bfloat16 *p, float x[8]) {
+template <typename E> __device__ __forceinline__ void unpack8(const E *p, float x[8]) {
+    using X = la_t16<E>;
     const uint4 u = *(const uint4 *)p;
-    const __nv_bfloat162 *h2 = (const __nv_bfloat162 *)&u;
+    const typename X::T2 *h2 = (const typename X::T2 *)&u;
 #pragma unroll
     for (int i = 0; i < 4; i++) {
-        const float2 f = __bfloat1622float2(h2[i]);
+        const float2 f = X::unpack2(h2[i]);
         x[2 * i] = f.x;
         x[2 * i + 1] = f.y;
     }
 }
-__device__ __forceinline__ uint4 pack8(const float x[8]) {
+template <typename E> __device__ __forceinline__ uint4 pack8(const float x[8]) {
+    using X = la_t16<E>;
     uint4 u;
-    __nv_bfloat162 *h2 = (__nv_bfloat162 *)&u;
+    typename X::T2 *h2 = (typename X::T2 *)&u;
 #pragma unroll
-    for (int i = 0; i < 4; i++) h2[i] = __floats2bfloat162_rn(x[2 * i], x[2 * i + 1]);
+    for (int i = 0; i < 4; i++) h2[i] = X::pack2(x[2 * i], x[2 * i + 1]);
     return u;
 }
 
@@ -126,8 +151,8 @@ __device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
         for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);
     }
 }
-__device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(lo, hi);
+template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
+    const typename la_t16<E>::T2 h = la_t16<E>::pack2(lo, hi);
     return *(const uint32_t *)&h;
 }
 
@@ -138,12 +163,17 @@ __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
  * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-template <int D, int MODE, bool SPLIT, bool BS = false> /* BS: bf16 states into a.wsh */
+/* E: bf16 or fp16; BS: bf16 states into a.wsh; SMX (fp16 causal MHLA): the
+ * block's max |[S_b | z_b]| into a.smax[bh] */
+template <typename E, int D, int MODE, bool SPLIT, bool BS = false, bool SMX = false>
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     using G = lct_g<D>;
+    using X = la_t16<E>;
+    static_assert(!BS || !X::is_f16, "16-bit block states: bf16 inputs only");
+    static_assert(!SMX || (X::is_f16 && !SPLIT && !BS), "state maxima: fp16 causal MHLA only");
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT;
     extern __shared__ __align__(128) unsigned char lct_sm2[];
-    __nv_bfloat16 *sm = (__nv_bfloat16 *)lct_sm2;
+    E *sm = (E *)lct_sm2;
     const int nmat = SPLIT ? 3 : 2;
     const int64_t bh = blockIdx.y, b = bh / a.H, h = bh % a.H, c = blockIdx.x;
     const int64_t t0 = c * a.L, t1 = min(a.N, t0 + a.L);
@@ -152,12 +182,12 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     const int g = lane / 4, cq = lane % 4, li = lane % 8, lj = lane / 8;
     const int c8 = (tid & (CK - 1)) * 8, r0 = tid / CK;
     const lct_phi ph = lct_phi_of(a.feat);
-    const __nv_bfloat16 *kb = a.k + b * a.ks[0] + h * a.ks[2] + c8;
-    const __nv_bfloat16 *vb = a.v + b * a.vs[0] + h * a.vs[2] + c8;
+    const E *kb = (const E *)a.k + b * a.ks[0] + h * a.ks[2] + c8;
+    const E *vb = (const E *)a.v + b * a.vs[0] + h * a.vs[2] + c8;
 
     auto issue = [&](int t) {
         if (t < nt) {
-            __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
+            E *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE;
 #pragma unroll
             for (int u = 0; u < G::UR; u++) {
                 const int r = r0 + RPT * u;
@@ -186,27 +216,27 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
 
     for (int t = 0; t < nt; t++) {
         la_cp_wait<TS1 - 2>();
-        __nv_bfloat16 *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
+        E *Ks = sm + (t % TS1) * nmat * TILE, *Vs = Ks + TILE, *Kl = Vs + TILE;
 #pragma unroll
         for (int u = 0; u < G::UR; u++) {
             const int r = r0 + RPT * u;
-            __nv_bfloat16 *p = &Ks[r * LD + c8];
+            E *p = &Ks[r * LD + c8];
             float x[8], lo[8];
             if (t0 + (int64_t)t * T + r < t1) {
-                unpack8(p, x);
+                unpack8<E>(p, x);
                 lct_phi8<MODE>(x, ph);
 #pragma unroll
                 for (int i = 0; i < 8; i++) {
                     zp[i] += x[i];
-                    lo[i] = x[i] - __bfloat162float(__float2bfloat16_rn(x[i]));
+                    lo[i] = x[i] - X::round(x[i]);
                 }
             } else {
 #pragma unroll
                 for (int i = 0; i < 8; i++) x[i] = lo[i] = 0.f;
             }
             /* rows past the end: zero-filled by cp.async (k̃ = 0, φ(0) need not be 0) */
-            if (MODE != 0 && t0 + (int64_t)t * T + r < t1) *(uint4 *)p = pack8(x);
-            if (SPLIT) *(uint4 *)&Kl[r * LD + c8] = pack8(lo);
+            if (MODE != 0 && t0 + (int64_t)t * T + r < t1) *(uint4 *)p = pack8<E>(x);
+            if (SPLIT) *(uint4 *)&Kl[r * LD + c8] = pack8<E>(lo);
         }
         __syncthreads();
         issue(t + TS1 - 1);
@@ -227,14 +257,14 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                     la_ldsm4t(bv, &Vs[(kk + 8 * (lj & 1) + li) * LD + cb + 16 * jp + 8 * (lj >> 1)]);
 #pragma unroll
                     for (int i = 0; i < G::MIS; i++) {
-                        la_mma_bf16(acc[i][2 * jp], ka[i], bv[0], bv[1]);
-                        la_mma_bf16(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
+                        X::mma(acc[i][2 * jp], ka[i], bv[0], bv[1]);
+                        X::mma(acc[i][2 * jp + 1], ka[i], bv[2], bv[3]);
                     }
                     if (SPLIT)
 #pragma unroll
                         for (int i = 0; i < G::MIS; i++) {
-                            la_mma_bf16(acc[i][2 * jp], kl[i], bv[0], bv[1]);
-                            la_mma_bf16(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
+                            X::mma(acc[i][2 * jp], kl[i], bv[0], bv[1]);
+                            X::mma(acc[i][2 * jp + 1], kl[i], bv[2], bv[3]);
                         }
                 }
             }
@@ -256,17 +286,43 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                     *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
             }
+    float smw = 0.f; /* SMX: the warp's max |S_b| */
+    if constexpr (SMX) {
+        if (sw)
+#pragma unroll
+            for (int i = 0; i < G::MIS; i++)
+#pragma unroll
+                for (int j = 0; j < G::NJS; j++)
+#pragma unroll
+                    for (int e = 0; e < 4; e++) smw = fmaxf(smw, fabsf(acc[i][j][e]));
+#pragma unroll
+        for (int o = 16; o >= 1; o >>= 1) smw = fmaxf(smw, __shfl_xor_sync(0xffffffffu, smw, o));
+    }
     la_cp_wait<0>();
     __syncthreads();
-    float *zbuf = (float *)lct_sm2; /* [NT][8] */
+    float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima */
 #pragma unroll
     for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
+    if constexpr (SMX)
+        if (lane == 0) zbuf[NT * 8 + warp] = smw;
     __syncthreads();
+    if constexpr (SMX)
+        if (tid == 0) { /* the block's max |S_b| into its head's (one atomic per CTA) */
+            float m = zbuf[NT * 8];
+            for (int w = 1; w < NT / 32; w++) m = fmaxf(m, zbuf[NT * 8 + w]);
+            if (m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
+        }
     if (tid < D) {
         float z = 0.f;
         for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
         if (BS) dsh[D * D + tid] = __float2bfloat16_rn(z);
         else dst[D * D + tid] = z;
+        if constexpr (SMX) { /* and max |z_b| (tid < D: whole warps) */
+            float m = fabsf(z);
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+            if (lane == 0 && m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
+        }
     }
 }
 
@@ -274,32 +330,50 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
 
 /* the instantiation for a φ mode (lct_phi_of: 0 identity, 1 relu family, 2 elu1) */
 typedef void (*lct_kernel_fn)(lct_args);
-template <int D, bool BS> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split) {
+template <typename E, int D, bool BS> lct_kernel_fn lct_state_mma_fn_d(int mode, bool split, bool smx = false) {
+    if constexpr (la_t16<E>::is_f16 && !BS)
+        if (smx)
+            return mode == 0 ? lct_state_mma_kernel<E, D, 0, false, false, true>
+                   : mode == 1 ? lct_state_mma_kernel<E, D, 1, false, false, true>
+                               : lct_state_mma_kernel<E, D, 2, false, false, true>;
     if (split && !BS)
-        return mode == 0 ? lct_state_mma_kernel<D, 0, true>
-               : mode == 1 ? lct_state_mma_kernel<D, 1, true> : lct_state_mma_kernel<D, 2, true>;
-    return mode == 0 ? lct_state_mma_kernel<D, 0, false, BS>
-           : mode == 1 ? lct_state_mma_kernel<D, 1, false, BS> : lct_state_mma_kernel<D, 2, false, BS>;
+        return mode == 0 ? lct_state_mma_kernel<E, D, 0, true>
+               : mode == 1 ? lct_state_mma_kernel<E, D, 1, true> : lct_state_mma_kernel<E, D, 2, true>;
+    return mode == 0 ? lct_state_mma_kernel<E, D, 0, false, BS>
+           : mode == 1 ? lct_state_mma_kernel<E, D, 1, false, BS> : lct_state_mma_kernel<E, D, 2, false, BS>;
 }
-template <int D, bool BS> lct_kernel_fn lct_output_mma_fn_d(int mode) {
-    return mode == 0 ? lct_output_mma_kernel<D, 0, BS>
-           : mode == 1 ? lct_output_mma_kernel<D, 1, BS> : lct_output_mma_kernel<D, 2, BS>;
+template <typename E, int D, bool BS> lct_kernel_fn lct_output_mma_fn_d(int mode) {
+    return mode == 0 ? lct_output_mma_kernel<E, D, 0, BS>
+           : mode == 1 ? lct_output_mma_kernel<E, D, 1, BS> : lct_output_mma_kernel<E, D, 2, BS>;
 }
-/* the instantiations for head dim D (lct_dims); bs: bf16 states (causal
- * MHLA's mma_bf16s, never with split) */
-lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false) {
-    if (bs) return D == 32 ? lct_state_mma_fn_d<32, true>(mode, false)
-                   : D == 64 ? lct_state_mma_fn_d<64, true>(mode, false) : lct_state_mma_fn_d<128, true>(mode, false);
-    return D == 32 ? lct_state_mma_fn_d<32, false>(mode, split)
-           : D == 64 ? lct_state_mma_fn_d<64, false>(mode, split) : lct_state_mma_fn_d<128, false>(mode, split);
+template <typename E> lct_kernel_fn lct_state_mma_fn_e(int64_t D, int mode, bool split, bool smx) {
+    return D == 32 ? lct_state_mma_fn_d<E, 32, false>(mode, split, smx)
+           : D == 64 ? lct_state_mma_fn_d<E, 64, false>(mode, split, smx)
+                     : lct_state_mma_fn_d<E, 128, false>(mode, split, smx);
 }
-lct_kernel_fn lct_output_mma_fn(int64_t D, int mode, bool bs = false) {
-    if (bs) return D == 32 ? lct_output_mma_fn_d<32, true>(mode) : D == 64 ? lct_output_mma_fn_d<64, true>(mode)
-                                                                           : lct_output_mma_fn_d<128, true>(mode);
-    return D == 32 ? lct_output_mma_fn_d<32, false>(mode) : D == 64 ? lct_output_mma_fn_d<64, false>(mode)
-                                                                     : lct_output_mma_fn_d<128, false>(mode);
+template <typename E> lct_kernel_fn lct_output_mma_fn_e(int64_t D, int mode) {
+    return D == 32 ? lct_output_mma_fn_d<E, 32, false>(mode) : D == 64 ? lct_output_mma_fn_d<E, 64, false>(mode)
+                                                                        : lct_output_mma_fn_d<E, 128, false>(mode);
 }
-size_t lct_out_smem(int64_t D) {
+/* the instantiations for head dim D (lct_dims) and the element type (f16:
+ * fp16, else bf16); bs: bf16 states (causal MHLA's mma_bf16s, bf16 inputs
+ * only, never with split); smx: fp16 causal MHLA's state maxima (never with
+ * split) */
+lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false, bool f16 = false,
+                               bool smx = false) {
+    using B16 = __nv_bfloat16;
+    if (bs) return D == 32 ? lct_state_mma_fn_d<B16, 32, true>(mode, false)
+                   : D == 64 ? lct_state_mma_fn_d<B16, 64, true>(mode, false) : lct_state_mma_fn_d<B16, 128, true>(mode, false);
+    return f16 ? lct_state_mma_fn_e<__half>(D, mode, split, smx) : lct_state_mma_fn_e<B16>(D, mode, split, false);
+}
+lct_kernel_fn lct_output_mma_fn(int64_t D, int mode, bool bs = false, bool f16 = false) {
+    using B16 = __nv_bfloat16;
+    if (bs) return D == 32 ? lct_output_mma_fn_d<B16, 32, true>(mode) : D == 64 ? lct_output_mma_fn_d<B16, 64, true>(mode)
+                                                                              : lct_output_mma_fn_d<B16, 128, true>(mode);
+    return f16 ? lct_output_mma_fn_e<__half>(D, mode) : lct_output_mma_fn_e<B16>(D, mode);
+}
+size_t lct_out_smem(int64_t D, bool f16 = false) {
+    if (f16) return D == 32 ? lct_smem4<32, true>::TOTAL : D == 64 ? lct_smem4<64, true>::TOTAL : lct_smem4<128, true>::TOTAL;
     return D == 32 ? lct_smem4<32>::TOTAL : D == 64 ? lct_smem4<64>::TOTAL : lct_smem4<128>::TOTAL;
 }
 /* bf16 elements of one pass-1 tile (64 rows of D + 8) */
@@ -309,8 +383,15 @@ int lct_mode_of(int feat) {
     return feat == LA_FEATURE_IDENTITY ? 0 : feat == LA_FEATURE_ELU1 ? 2 : 1;
 }
 
-bool view_ok(const la_tensor *t, int64_t D) {
-    return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
+/* fp16 rows on the tensor-core path; false sends them to the portable
+ * engine. Off until the device harness has run the fp16 instantiations (the
+ * host emulator dev/emu_causal_tc.sh has). */
+constexpr bool lct_f16_tc = false;
+/* the 16-bit element type the path takes: bf16, fp16 (while lct_f16_tc) */
+bool lct_dtype_ok(la_dtype dt) { return dt == LA_BF16 || (lct_f16_tc && dt == LA_F16); }
+
+bool view_ok(const la_tensor *t, int64_t D, la_dtype dt) {
+    return t->dtype == dt && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
            t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
            ((uintptr_t)t->data % 16) == 0;
 }
@@ -327,16 +408,24 @@ la_status lct_prepare_device(int dev, int *nsm) {
     }
     LA_CU(cudaDeviceGetAttribute(nsm, cudaDevAttrMultiProcessorCount, dev));
     for (int64_t D : {32, 64, 128})
-        for (int m = 0; m < 3; m++) {
-            LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, true), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       (int)(sizeof(__nv_bfloat16) * TS1 * 3 * lct_tile(D))));
-            for (bool bs : {false, true}) {
-                LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m, bs), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)lct_out_smem(D)));
-                LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, bs), cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
+        for (int m = 0; m < 3; m++)
+            for (bool f16 : {false, true}) {
+                LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, true, false, f16),
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           (int)(sizeof(__nv_bfloat16) * TS1 * 3 * lct_tile(D))));
+                for (bool bs : {false, true}) {
+                    if (bs && f16) continue; /* bf16 states: bf16 inputs only */
+                    LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m, bs, f16),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lct_out_smem(D, f16)));
+                    LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, bs, f16),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
+                }
+                if (f16)
+                    LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, false, true, true),
+                                               cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                               (int)(sizeof(__nv_bfloat16) * TS1 * 2 * lct_tile(D))));
             }
-        }
     if (dev >= 0 && dev < LCT_MAXDEV) lct_nsm[dev].store(*nsm);
     return LA_OK;
 }
@@ -349,8 +438,10 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
                      const la_tensor *v, const la_tensor *out, const char *forced,
                      lct_choice *c) {
     const int64_t D = q->ne[3];
+    const la_dtype dt = q->dtype;
     const bool tc = p->causal && q->ne[1] >= 1 && q->ne[0] * q->ne[2] <= 65535 && lct_dims(D) &&
-                    view_ok(q, D) && view_ok(k, D) && view_ok(v, D) && view_ok(out, D);
+                    lct_dtype_ok(dt) && view_ok(q, D, dt) && view_ok(k, D, dt) && view_ok(v, D, dt) &&
+                    view_ok(out, D, dt);
     c->kernel = tc ? LCT_TC : LCT_PORTABLE;
     c->walk = false;
     c->L = 0;
@@ -368,7 +459,8 @@ la_status lct_select(const la_linear_params *p, const la_tensor *q, const la_ten
     }
     if (!tc)
         return la_cu_variant_unsupported("linear_causal", forced,
-                                         "bf16, D = Dv in {32, 64, 128}, rows contiguous, B*H <= 65535");
+                                         lct_f16_tc ? "bf16 or f16, D = Dv in {32, 64, 128}, rows contiguous, B*H <= 65535"
+                                                    : "bf16, D = Dv in {32, 64, 128}, rows contiguous, B*H <= 65535");
     c->walk = i == 2;
     return LA_OK;
 }
@@ -378,10 +470,11 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
                   cudaStream_t st, const lct_mixing *mix) {
     lct_args a;
     memset(&a, 0, sizeof a);
-    a.q = (const __nv_bfloat16 *)q->data;
-    a.k = (const __nv_bfloat16 *)k->data;
-    a.v = (const __nv_bfloat16 *)v->data;
-    a.o = (__nv_bfloat16 *)out->data;
+    a.q = q->data;
+    a.k = k->data;
+    a.v = v->data;
+    a.o = out->data;
+    const bool f16 = q->dtype == LA_F16;
     const la_tensor *ts[4] = {q, k, v, out};
     int64_t *ss[4] = {a.qs, a.ks, a.vs, a.os};
     for (int i = 0; i < 4; i++)
@@ -426,6 +519,9 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
     const bool bs = mix && mix->combine_bf16; /* bf16 block states (a.wsh) */
+    a.smax = mix && f16 ? mix->smax : nullptr;
+    if (bs && f16)
+        return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: bf16 block states with f16 inputs");
     LA_TRY(la_mul_size(nf, bs ? sizeof(__nv_bfloat16) : sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws, wsm;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
@@ -438,13 +534,14 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
         a.mix_ld = mix->ld;
     } else {
         la_cu_report(ctx, "linear_causal", c.walk ? "walk" : "tc",
-                     "B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", (long long)BH,
-                     (long long)N, (long long)a.L, (long long)a.nch, a.split, wide ? "wide" : "walk");
+                     "%s B*H=%lld N=%lld L=%lld chunks=%lld split=%d scan=%s", f16 ? "f16" : "bf16",
+                     (long long)BH, (long long)N, (long long)a.L, (long long)a.nch, a.split,
+                     wide ? "wide" : "walk");
     }
 
     if (nd > 0) {
         const size_t sm1 = sizeof(__nv_bfloat16) * TS1 * (a.split ? 3 : 2) * lct_tile(a.D);
-        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0, bs)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
+        lct_state_mma_fn(a.D, lct_mode_of(a.feat), a.split != 0, bs, f16, a.smax != nullptr)<<<dim3((unsigned)nd, (unsigned)BH), NT, sm1, st>>>(a);
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */
@@ -455,8 +552,8 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     } else {
         LA_TRY(lct_launch_scan(a, BH, nd, wide, st));
     }
-    lct_output_mma_fn(a.D, lct_mode_of(a.feat), bs)<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
-                                                  lct_out_smem(a.D), st>>>(a);
+    lct_output_mma_fn(a.D, lct_mode_of(a.feat), bs, f16)<<<dim3((unsigned)a.nch, (unsigned)BH), NT,
+                                                       lct_out_smem(a.D, f16), st>>>(a);
     LA_CU_LAUNCH("lct_output_mma_kernel");
     return LA_OK;
 }

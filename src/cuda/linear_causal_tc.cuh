@@ -1,5 +1,6 @@
-/* Causal linear attention (SPEC §3) on bf16 tensor cores: D = Dv ∈ {32, 64, 128}, bf16
- * rows with unit inner stride (linear_causal_tc.cu). linear.cu asks
+/* Causal linear attention (SPEC §3) on 16-bit tensor cores: D = Dv ∈ {32, 64, 128}, bf16
+ * or fp16 rows with unit inner stride (linear_causal_tc.cu; fp16 while its
+ * lct_f16_tc is true). linear.cu asks
  * lct_supported() and hands the call over; everything else keeps the portable
  * linfam.cu path. Internal; included by the CUDA sources only. */
 #ifndef LA_CUDA_LINEAR_CAUSAL_TC_CUH
@@ -39,6 +40,9 @@ struct lct_mixing {
      * bf16 Hs, pass 3 reads those) in place of `combine` on fp32 ones */
     la_status (*combine_bf16)(const void *ctx, const __nv_bfloat16 *S, __nv_bfloat16 *Hs,
                               int64_t BH, int64_t H, int64_t M, int64_t SE, cudaStream_t s);
+    /* fp16 inputs: [B·H] floats, zeroed, that pass 1 raises to max |[S_b |
+     * z_b]| per head (lct_args.smax; NULL for bf16) */
+    float *smax;
 };
 
 /* Runs the tensor-core path (c.kernel == LCT_TC); with `mix` (no states in

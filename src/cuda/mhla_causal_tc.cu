@@ -23,17 +23,40 @@
  * (M blocks): 2·N·D·Dv (pass 1), 2·(M²/2)·SE (the mixing, M² with
  * mma_split ×3), 4·N·D·Dv + 2·N·64·D (pass 3); bytes: q, k, v, out and the
  * fp32 states (4·M·SE) written by pass 1, read and written by the mixing,
- * read by pass 3 (docs/PERF.md). */
+ * read by pass 3 (docs/PERF.md).
+ *
+ * fp16 inputs (while mct_f16_tc): passes 1 and 3 in their fp16
+ * instantiations (linear_causal_tc.cu: S̃ and A scaled by powers of two in
+ * pass 3) and, by default, the "mma" structure with fp32 block states and
+ * mct_mix_f16_kernel: fp16 operands, each scaled by a power of two into
+ * [2^14, 2^15) at its max (exact; undone in fp32 on the output H_i): row i
+ * of W by 2^wexp[i] (mct_wrow_exp_kernel, one warp per row of the padded
+ * triangle), the states of head bh by one 2^es from max |[S_b | z_b]| over
+ * its blocks (pass 1 raises lct_args.smax with one atomicMax per CTA and
+ * per z warp). Values more than 2^28 below their scale's max become fp16
+ * subnormals; the same formula in plain fp16 would overflow instead (S_b
+ * passes 65504 at inputs ×10). Not "mma_bf16s": bf16 states would cost
+ * fp16's precision (2^-9 per state against 2^-12) and fp16 states need a
+ * scale per block that the mixing GEMM's B operand cannot take; fp32
+ * states move twice the state bytes of mma_bf16s (on bf16, "mma" took
+ * 1.4-1.8x the time of "mma_bf16s": docs/PERF.md). */
 #include "cuda/bwd_common.cuh"
 #include "cuda/linear_causal_tc.cuh"
 #include "cuda/mhla_causal_mix.cuh"
 #include "cuda/mhla_causal_tc.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/tc16.cuh"
 
 namespace {
 
-bool mct_view_ok(const la_tensor *t, int64_t D) {
-    return t->dtype == LA_BF16 && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
+/* fp16 q, k, v, out on the tensor-core path (fp32 block states, the fp16
+ * mixing GEMM mct_mix_f16_kernel); false sends them to the portable engine.
+ * Off until the device harness has run the fp16 instantiations (the host
+ * emulator dev/emu_causal_tc.sh has). */
+constexpr bool mct_f16_tc = false;
+
+bool mct_view_ok(const la_tensor *t, int64_t D, la_dtype dt) {
+    return t->dtype == dt && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&
            t->nb[0] % 8 == 0 && t->nb[1] % 8 == 0 && t->nb[2] % 8 == 0 &&
            ((uintptr_t)t->data % 16) == 0;
 }
@@ -69,8 +92,8 @@ __global__ void mct_strict_pad_bf16_kernel(int64_t total, const float *W, int64_
  * (at most 128 registers). */
 constexpr int MX_BM = 128, MX_BN = 128, MX_BK = 32, MX_LA = MX_BK + 8, MX_LB = MX_BN + 8;
 
-__device__ __forceinline__ uint2 mct_pack4(float4 x) {
-    __nv_bfloat162 lo = __floats2bfloat162_rn(x.x, x.y), hi = __floats2bfloat162_rn(x.z, x.w);
+template <typename E = __nv_bfloat16> __device__ __forceinline__ uint2 mct_pack4(float4 x) {
+    typename la_t16<E>::T2 lo = la_t16<E>::pack2(x.x, x.y), hi = la_t16<E>::pack2(x.z, x.w);
     uint2 u;
     u.x = *(const uint32_t *)&lo;
     u.y = *(const uint32_t *)&hi;
@@ -80,9 +103,9 @@ __device__ __forceinline__ uint2 mct_pack4(float4 x) {
 /* One MX_BK step of a warp's 64x32 tile of the mixing GEMM (both mixing
  * kernels): A fragments of four 16-row slices by ldmatrix, B fragments
  * transposed, 4x4 m16n8k16 products into acc. */
-__device__ __forceinline__ void mct_mix_step(float (&acc)[4][4][4], const __nv_bfloat16 *a_,
-                                             const __nv_bfloat16 *b_, int wr, int wc, int li,
-                                             int lj) {
+template <typename E>
+__device__ __forceinline__ void mct_mix_step(float (&acc)[4][4][4], const E *a_, const E *b_, int wr,
+                                             int wc, int li, int lj) {
 #pragma unroll
     for (int kk = 0; kk < MX_BK / 16; kk++) {
         uint32_t af[4][4];
@@ -95,18 +118,26 @@ __device__ __forceinline__ void mct_mix_step(float (&acc)[4][4][4], const __nv_b
             la_ldsm4t(bf, &b_[(16 * kk + 8 * (lj & 1) + li) * MX_LB + wc + 16 * jp + 8 * (lj >> 1)]);
 #pragma unroll
             for (int mi = 0; mi < 4; mi++) {
-                la_mma_bf16(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
-                la_mma_bf16(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
+                la_t16<E>::mma(acc[mi][2 * jp], af[mi], bf[0], bf[1]);
+                la_t16<E>::mma(acc[mi][2 * jp + 1], af[mi], bf[2], bf[3]);
             }
         }
     }
 }
 
-__global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_t Mp, int64_t H,
-                                                      int64_t Hw, const float *S, float *Hs,
-                                                      int64_t M, int64_t SE) {
-    __shared__ __align__(16) __nv_bfloat16 sA[2][MX_BM * MX_LA];
-    __shared__ __align__(16) __nv_bfloat16 sB[2][MX_BK * MX_LB];
+/* E = fp16 (mct_mix_f16_kernel): both operands scaled by powers of two into
+ * fp16's range (exact, undone in fp32 on the output): row i of Wp arrives
+ * multiplied by 2^wexp[hw·Mp + i] (mct_wrow_exp_kernel: its max |W| in
+ * [2^14, 2^15)), S is multiplied by 2^es at the conversion, es from smax[z]
+ * (pass 1: max |[S_b | z_b]| over the head's blocks); E = bf16: wexp, smax
+ * unused (NULL). */
+template <typename E>
+__device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_t H, int64_t Hw,
+                                             const float *S, float *Hs, int64_t M, int64_t SE,
+                                             const int *wexp, const float *smax) {
+    constexpr bool F16 = la_t16<E>::is_f16;
+    __shared__ __align__(16) E sA[2][MX_BM * MX_LA];
+    __shared__ __align__(16) E sB[2][MX_BK * MX_LB];
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int li = lane % 8, lj = lane / 8, g = lane / 4, cq = lane % 4;
     const int64_t i0 = (int64_t)blockIdx.x * MX_BM, e0 = (int64_t)blockIdx.y * MX_BN,
@@ -115,8 +146,12 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
     const float *Bm = S + z * M * SE;
     const int64_t kend = i0 + MX_BM; /* <= Mp: b < i <= i0 + 127 */
     const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
+    /* fp16: S's scale (Wp's rows arrive scaled: mct_wrow_exp_kernel) */
+    float ssc = 1.f;
+    if constexpr (F16) ssc = la_pow2f(la_exp16(smax[z], -126, 126));
 
     float4 ra[4], rb[4];
+    uint2 pa16[4], pb16[4]; /* fp16: the fetched step, converted */
     auto fetch = [&](int64_t k0) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
@@ -126,14 +161,23 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
             const int br = idx / 32, bc = idx % 32; /* B: 32 rows × 32 float4 */
             const int64_t b = k0 + br, e = e0 + 4 * bc;
             rb[u] = b < M && e < SE ? *(const float4 *)&Bm[b * SE + e] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if constexpr (F16) { /* to fp16 here: half the staging registers until stash */
+                pa16[u] = mct_pack4<E>(ra[u]);
+                pb16[u] = mct_pack4<E>(make_float4(rb[u].x * ssc, rb[u].y * ssc, rb[u].z * ssc, rb[u].w * ssc));
+            }
         }
     };
     auto stash = [&](int buf) {
 #pragma unroll
         for (int u = 0; u < 4; u++) {
             const int idx = tid + 256 * u;
-            *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = mct_pack4(ra[u]);
-            *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = mct_pack4(rb[u]);
+            if constexpr (F16) {
+                *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = pa16[u];
+                *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = pb16[u];
+            } else {
+                *(uint2 *)&sA[buf][(idx / 8) * MX_LA + 4 * (idx % 8)] = mct_pack4<E>(ra[u]);
+                *(uint2 *)&sB[buf][(idx / 32) * MX_LB + 4 * (idx % 32)] = mct_pack4<E>(rb[u]);
+            }
         }
     };
     float acc[4][4][4];
@@ -151,8 +195,8 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
     for (int64_t k0 = 0; k0 < kend; k0 += MX_BK) {
         const bool more = k0 + MX_BK < kend;
         if (more) fetch(k0 + MX_BK);
-        const __nv_bfloat16 *a_ = sA[buf], *b_ = sB[buf];
-        mct_mix_step(acc, a_, b_, wr, wc, li, lj);
+        const E *a_ = sA[buf], *b_ = sB[buf];
+        mct_mix_step<E>(acc, a_, b_, wr, wc, li, lj);
         if (more) stash(buf ^ 1);
         __syncthreads();
         buf ^= 1;
@@ -164,12 +208,51 @@ __global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_
         for (int hr = 0; hr < 2; hr++) {
             const int64_t i = i0 + wr + 16 * mi + g + 8 * hr;
             if (i >= M) continue;
+            float f = 1.f, fs = 1.f; /* fp16: 2^-wexp[i], 2^-es (two factors: each in range) */
+            if constexpr (F16) {
+                f = la_pow2f(-wexp[(Hw == 1 ? 0 : z % H) * Mp + i]);
+                fs = la_pow2f(-la_exp16(smax[z], -126, 126));
+            }
 #pragma unroll
             for (int j = 0; j < 4; j++) {
                 const int64_t e = e0 + wc + 8 * j + 2 * cq; /* even; SE % 4 == 0 */
-                if (e < SE) *(float2 *)&C[i * SE + e] = make_float2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
+                if constexpr (F16) {
+                    if (e < SE)
+                        *(float2 *)&C[i * SE + e] =
+                            make_float2(acc[mi][j][2 * hr] * f * fs, acc[mi][j][2 * hr + 1] * f * fs);
+                } else {
+                    if (e < SE) *(float2 *)&C[i * SE + e] = make_float2(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
+                }
             }
         }
+}
+__global__ void __launch_bounds__(256, 2) mct_mix_kernel(const float *Wp, int64_t Mp, int64_t H,
+                                                      int64_t Hw, const float *S, float *Hs,
+                                                      int64_t M, int64_t SE) {
+    mct_mix_body<__nv_bfloat16>(Wp, Mp, H, Hw, S, Hs, M, SE, nullptr, nullptr);
+}
+/* the fp16 mixing (fp16 inputs: mct_forward's default) */
+__global__ void __launch_bounds__(256, 2) mct_mix_f16_kernel(const float *Wp, int64_t Mp, int64_t H,
+                                                          int64_t Hw, const float *S, float *Hs,
+                                                          int64_t M, int64_t SE, const int *wexp,
+                                                          const float *smax) {
+    mct_mix_body<__half>(Wp, Mp, H, Hw, S, Hs, M, SE, wexp, smax);
+}
+/* wexp[r] = the exponent putting max_c |Wp[r][c]| in [2^14, 2^15) (0 for a
+ * zero row), and row r of Wp multiplied by 2^wexp[r] in place (exact); one
+ * warp per row of the [Hw·Mp][Mp] padded strict triangle */
+__global__ void mct_wrow_exp_kernel(float *Wp, int64_t rows, int64_t Mp, int *wexp) {
+    const int64_t r = (int64_t)blockIdx.x * 8 + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (r >= rows) return; /* whole warps */
+    float m = 0.f;
+    for (int64_t c = lane; c < Mp; c += 32) m = fmaxf(m, fabsf(Wp[r * Mp + c]));
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    const int e = la_exp16(m, -126, 126);
+    const float sc = la_pow2f(e);
+    for (int64_t c = lane; c < Mp; c += 32) Wp[r * Mp + c] *= sc;
+    if (lane == 0) wexp[r] = e;
 }
 
 /* ---- the bf16 mixing GEMM (variant mma_bf16s): Hs = Wp·S with bf16 Wp, S
@@ -239,7 +322,7 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads();         /* everyone's; every warp is done with step t - 1 */
         issue(t + MXB_S - 1);    /* into the stage of step t - 1 */
         const __nv_bfloat16 *a_ = sm + (t % MXB_S) * MXB_STAGE, *b_ = a_ + MX_BM * MX_LA;
-        mct_mix_step(acc, a_, b_, wr, wc, li, lj);
+        mct_mix_step<__nv_bfloat16>(acc, a_, b_, wr, wc, li, lj);
     }
     la_cp_wait<0>(); /* no copy in flight at exit (the empty tail groups) */
     __nv_bfloat16 *C = Hs + z * M * SE;
@@ -261,6 +344,8 @@ __global__ void __launch_bounds__(256, 2)
 
 struct mct_mix_ctx {
     const float *Wp; /* [Hw][Mp][Mp] (mma) */
+    const int *wexp;   /* fp16: [Hw][Mp] row exponents of Wp (NULL: bf16) */
+    const float *smax; /* fp16: [B·H] max |[S_b | z_b]| (lct_mixing.smax) */
     const __nv_bfloat16 *Wph; /* the same in bf16 (mma_bf16s) */
     int64_t Mp, Hw;
     const lcb_mixing *split; /* mma_split: mcb_combine */
@@ -289,6 +374,11 @@ la_status mct_combine(const void *ctx, const float *S, float *Hs, int64_t BH, in
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla mixing: SE = %lld, B*H = %lld", (long long)SE,
                       (long long)BH);
     const dim3 grid((unsigned)(c->Mp / MX_BM), (unsigned)la_cu_cdiv(SE, MX_BN), (unsigned)BH);
+    if (c->wexp) {
+        mct_mix_f16_kernel<<<grid, 256, 0, s>>>(c->Wp, c->Mp, H, c->Hw, S, Hs, M, SE, c->wexp, c->smax);
+        LA_CU_LAUNCH("mct_mix_f16_kernel");
+        return LA_OK;
+    }
     mct_mix_kernel<<<grid, 256, 0, s>>>(c->Wp, c->Mp, H, c->Hw, S, Hs, M, SE);
     LA_CU_LAUNCH("mct_mix_kernel");
     return LA_OK;
@@ -303,7 +393,9 @@ int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_te
     const int64_t D = q->ne[3];
     if (D != 32 && D != 64 && D != 128) return 0;
     if (q->ne[1] < 1 || q->ne[0] * q->ne[2] > 65535) return 0;
-    return mct_view_ok(q, D) && mct_view_ok(k, D) && mct_view_ok(v, D) && mct_view_ok(out, D);
+    const la_dtype dt = q->dtype;
+    if (dt != LA_BF16 && !(mct_f16_tc && dt == LA_F16)) return 0;
+    return mct_view_ok(q, D, dt) && mct_view_ok(k, D, dt) && mct_view_ok(v, D, dt) && mct_view_ok(out, D, dt);
 }
 
 la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_tensor *q,
@@ -313,22 +405,38 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     const int64_t Mp = la_cu_cdiv(M, MX_BM) * MX_BM;
     const int64_t WM = mixing->ne[mixing->ndim - 1], Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
     const bool split = kind == MCT_MIX_SPLIT, bs = kind == MCT_MIX_BF16S;
+    const bool f16 = q->dtype == LA_F16, f16mix = f16 && kind == MCT_MIX_MMA;
+    if (f16 && bs)
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla: variant mma_bf16s (bf16 block states) needs bf16 "
+                                          "inputs, q is f16");
+    const int64_t BH = q->ne[0] * H;
     bwd_ws ws;
     float *W, *Ws, *Wp = nullptr, *Wph = nullptr; /* Wph: bf16 [Hw][Mp][Mp], half of the floats */
+    float *wexp = nullptr, *smax = nullptr; /* fp16 mixing: [Hw][Mp] ints, [B·H] floats */
     ws.want(&W, Hw, WM, WM);
     ws.want(&Ws, Hw, M, M);
     if (kind == MCT_MIX_MMA) ws.want(&Wp, Hw, Mp, Mp);
     if (bs) ws.want(&Wph, Hw, Mp, Mp / 2);
+    if (f16mix) {
+        ws.want(&wexp, Hw, Mp);
+        ws.want(&smax, BH);
+    }
     LA_TRY(ws.alloc(s, "causal mhla mixing"));
     lcb_mixing mx;
     LA_TRY(mcb_mixing_prepare(mixing, M, W, Ws, &mx, s));
     if (Wp) BWD_LAUNCH(mct_strict_pad_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, Wp);
     if (bs) BWD_LAUNCH(mct_strict_pad_bf16_kernel, Hw * Mp * Mp, s, W, WM, M, Mp, (__nv_bfloat16 *)Wph);
-    const mct_mix_ctx mc = {Wp, (const __nv_bfloat16 *)Wph, Mp, Hw, split ? &mx : nullptr};
+    if (f16mix) {
+        mct_wrow_exp_kernel<<<(unsigned)la_cu_cdiv(Hw * Mp, 8), 256, 0, s>>>(Wp, Hw * Mp, Mp, (int *)wexp);
+        LA_CU_LAUNCH("mct_wrow_exp_kernel");
+        LA_CU(cudaMemsetAsync(smax, 0, sizeof(float) * (size_t)BH, s));
+    }
+    const mct_mix_ctx mc = {Wp, (const int *)wexp, smax, (const __nv_bfloat16 *)Wph, Mp, Hw, split ? &mx : nullptr};
     lct_mixing lm;
     lm.W = W, lm.hs = Hw == 1 ? 0 : WM * WM, lm.ld = WM;
     lm.combine = mct_combine, lm.ctx = &mc;
     lm.combine_bf16 = bs ? mct_combine_bf16 : nullptr;
+    lm.smax = smax;
     la_linear_params lp;
     la_linear_params_init(&lp);
     lp.causal = 1;
@@ -338,7 +446,7 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     lp.eps = p->eps;
     lp.chunk = 64;
     la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : "mma",
-                 "B*H=%lld N=%lld blocks=%lld per-head W=%d", (long long)(q->ne[0] * H),
+                 "%s B*H=%lld N=%lld blocks=%lld per-head W=%d", f16 ? "f16" : "bf16", (long long)BH,
                  (long long)N, (long long)M, Hw != 1);
     lct_choice c;
     c.kernel = LCT_TC, c.walk = false, c.L = 64;

@@ -1,4 +1,4 @@
-/* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family
+/* Causal MHLA forward on bf16 / fp16 tensor cores (SPEC §5.4; family
  * "mhla_causal", variants "mma" and "mma_split"; mhla_causal_tc.cu). mhla.cu asks
  * mct_eligible() and hands the call over; everything else keeps the
  * portable engine (linfam.cu). Internal; included by the CUDA sources only. */
@@ -8,7 +8,7 @@
 #include "cuda/common.cuh"
 
 #define MCT_NEEDS                                                                              \
-    "bf16 q, k, v, out with D = Dv in {32, 64, 128}, unit inner stride, 16-byte aligned "     \
+    "bf16 or f16 q, k, v, out with D = Dv in {32, 64, 128}, unit inner stride, 16-byte aligned " \
     "rows, B*H <= 65535, chunk 64, normalize none or per_query"
 int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
                  const la_tensor *v, const la_tensor *out);

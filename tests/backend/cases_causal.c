@@ -1,5 +1,5 @@
-/* Case table of causal linear attention (SPEC §3) on the bf16 tensor-core
- * path (src/cuda/linear_causal_tc.cu: D = Dv = 128, 64, 32, bf16 rows), from the
+/* Case table of causal linear attention (SPEC §3) on the 16-bit tensor-core
+ * path (src/cuda/linear_causal_tc.cu: D = Dv = 128, 64, 32, bf16 or f16 rows), from the
  * former tests/cuda/test_cuda_causal.c: the CUDA result against the CPU path
  * on the same inputs (the CPU path has its float64-reference cases in
  * cases_cpu.c and tests/cpu/), for
@@ -19,7 +19,7 @@
  * Each case: inputs rounded to bf16 (the CPU sees the same values), device
  * outputs poisoned with 0xFF bytes (NaN) before the call, then compared in
  * full: rel = max|gpu - cpu| / max|cpu|
- *   out (bf16):            <= 1e-2
+ *   out (bf16):            <= 1e-2 (f16: 2e-3, causal_f16)
  *   S_out, z_out (fp32):   <= 1e-4 (fp32 sums in a different order, on tensor
  *                          cores; phi(k) inexact in bf16 goes through hi + lo)
  * and no NaN left anywhere. The --small subset (for compute-sanitizer) is
@@ -75,10 +75,10 @@ static const char *feat_name(la_feature f) { return la_feature_name(f); }
  * "walk" and compare device against device. */
 static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_feature f,
                      int normalize, int64_t chunk, int state, la_dtype dt, int perm,
-                     const char *path, int vs_walk) {
+                     const char *path, int vs_walk, double in_scale) {
     int64_t nq[4] = {B, N, H, D}, nv[4] = {B, N, H, Dv}, nS[4] = {B, H, D, Dv}, nz[3] = {B, H, D};
-    tb q = tb_rand(4, nq, dt, perm, 1.0), k = tb_rand(4, nq, dt, perm, 1.0),
-       v = tb_rand(4, nv, dt, perm, 1.0), o = tb_poison(4, nv, dt, perm);
+    tb q = tb_rand(4, nq, dt, perm, in_scale), k = tb_rand(4, nq, dt, perm, in_scale),
+       v = tb_rand(4, nv, dt, perm, in_scale), o = tb_poison(4, nv, dt, perm);
     tb Si, zi, So, zo;
     la_linear_params p;
     la_linear_params_init(&p);
@@ -106,10 +106,10 @@ static void t_causal(int64_t B, int64_t N, int64_t H, int64_t D, int64_t Dv, la_
                                  state ? &zo.dev : NULL, bo_ctx()));
     la_dev_synchronize();
     char what[200];
-    snprintf(what, sizeof what, "causal %s%s%s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d",
+    snprintf(what, sizeof what, "causal %s%s%s%s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d x%g",
              path ? "[" : "", path ? path : "", path ? "] " : "", dtn(dt), (long long)B, (long long)N,
              (long long)H, (long long)D, (long long)Dv, feat_name(p.feature), normalize,
-             (long long)chunk, state, perm);
+             (long long)chunk, state, perm, in_scale);
     compare(&o, what, dt == LA_BF16 ? TOL_OUT : dt == LA_F16 ? tol_of(LA_F16, N) : 1e-4, false);
     if (state) {
         char w2[240];
@@ -214,14 +214,14 @@ static void t_split(int64_t N, int64_t N1, la_feature f, int normalize, int perm
 
 typedef struct causal_args {
     int64_t B, N, H, D, Dv; la_feature f; int normalize; int64_t chunk; int state; la_dtype dt;
-    int perm; const char *path; int vs_walk;
+    int perm; const char *path; int vs_walk; double in_scale;
 } causal_args;
 typedef struct split_args { int64_t N, N1; la_feature f; int normalize, perm; } split_args;
 
 static void run_causal(const void *p) {
     const causal_args *a = p;
     t_causal(a->B, a->N, a->H, a->D, a->Dv, a->f, a->normalize, a->chunk, a->state, a->dt, a->perm,
-             a->path, a->vs_walk);
+             a->path, a->vs_walk, a->in_scale);
 }
 static void run_split(const void *p) {
     const split_args *a = p;
@@ -231,20 +231,56 @@ static void run_split(const void *p) {
 /* path: the variant the case forces ("walk", "portable", "chunk<L>": family
  * "linear_causal"); "tc" as a path means the library's choice, compared
  * with walk (as is every chunk<L> case) */
-static void add_causal(bo_list *L, int small, int64_t B, int64_t N, int64_t H, int64_t D,
-                       int64_t Dv, la_feature f, int normalize, int64_t chunk, int state,
-                       la_dtype dt, int perm, const char *path) {
+static void add_causal_x(bo_list *L, int small, int64_t B, int64_t N, int64_t H, int64_t D,
+                         int64_t Dv, la_feature f, int normalize, int64_t chunk, int state,
+                         la_dtype dt, int perm, const char *path, double in_scale) {
     const int dflt = path && !strcmp(path, "tc");
     const causal_args a = {B, N, H, D, Dv, f, normalize, chunk, state, dt, perm, path,
-                           dflt || (path && !strncmp(path, "chunk", 5))};
-    char name[BO_NAME_MAX];
-    snprintf(name, sizeof name, "causal %s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d%s",
-             dt == LA_BF16 ? "bf16" : "f32", (long long)B, (long long)N, (long long)H,
-             (long long)D, (long long)Dv, la_feature_name(f), normalize, (long long)chunk, state,
-             perm, a.vs_walk ? " (and vs walk)" : "");
+                           dflt || (path && !strncmp(path, "chunk", 5)), in_scale};
+    char name[BO_NAME_MAX], xs[32] = "";
+    if (in_scale != 1.0) snprintf(xs, sizeof xs, " x%g", in_scale);
+    snprintf(name, sizeof name, "causal %s B%lld N%lld H%lld D%lld Dv%lld %s n%d C%lld s%d p%d%s%s",
+             dtn(dt), (long long)B, (long long)N, (long long)H, (long long)D, (long long)Dv,
+             la_feature_name(f), normalize, (long long)chunk, state, perm, xs,
+             a.vs_walk ? " (and vs walk)" : "");
     const char *v = dflt ? NULL : path;
     const bo_opts o = {"linear", BO_CUDA, small, v ? "linear_causal" : NULL, v, NULL};
     bo_add(L, &o, run_causal, &a, sizeof a, name);
+}
+static void add_causal(bo_list *L, int small, int64_t B, int64_t N, int64_t H, int64_t D,
+                       int64_t Dv, la_feature f, int normalize, int64_t chunk, int state,
+                       la_dtype dt, int perm, const char *path) {
+    add_causal_x(L, small, B, N, H, D, Dv, f, normalize, chunk, state, dt, perm, path, 1.0);
+}
+
+/* fp16 under the library's choice (tc while lct_f16_tc in
+ * linear_causal_tc.cu is true, the portable engine when it is set false;
+ * both must pass): odd N, D = Dv in {128, 64, 32}, the five feature maps
+ * with and without normalization, the state in and out (relu1 / elu1 /
+ * relu_eps: the hi/lo split), permuted views; inputs of scale 10
+ * (normalized: the outputs stay inside fp16 while the denominators' sums
+ * and, at N = 256K, the state pass 65504) at N = 1000 and 65 in --small,
+ * 256K in the long cases beside N = 32K and 128K. */
+static void causal_f16(bo_list *L) {
+    const la_dtype dt = LA_F16;
+    const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
+                                 LA_FEATURE_RELU1, LA_FEATURE_ELU1};
+    const int64_t Ns[4] = {1, 63, 65, 1000}, Ds[3] = {128, 64, 32};
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 4; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 1 ? 3 : 2;
+            const int f = (ni + 2 * di) % 5;
+            /* N = 1, identity, no normalize: ill-conditioned (cases_linear's tc_paths): relu */
+            add_causal(L, 1, B, N, H, D, D, (ni == 0 && f == 0) ? LA_FEATURE_RELU : feats[f], f != 0, 64,
+                       0, dt, (ni + di) & 1, NULL);
+            add_causal(L, 1, B, N, H, D, D, feats[(f + 3) % 5], 1, 64, 1, dt, (ni + di + 1) & 1, NULL);
+        }
+    add_causal(L, 0, 1, 32768, 3, 128, 128, LA_FEATURE_ELU1, 1, 64, 0, dt, 1, NULL);
+    add_causal(L, 0, 1, 32768, 2, 64, 64, LA_FEATURE_RELU, 0, 64, 1, dt, 0, NULL);
+    add_causal(L, 0, 1, 131072, 2, 32, 32, LA_FEATURE_RELU_EPS, 1, 64, 0, dt, 1, NULL);
+    add_causal_x(L, 1, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 0, dt, 1, NULL, 10.0);
+    add_causal_x(L, 1, 2, 65, 2, 32, 32, LA_FEATURE_RELU, 1, 64, 1, dt, 0, NULL, 10.0);
+    add_causal_x(L, 0, 1, 262144, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 0, dt, 0, NULL, 10.0);
 }
 /* tc with a forced state chunk of Lc tokens (0: its own choice); ks, the
  * former pass-1 sub-chunk count, is no longer a choice (kept in the table
@@ -377,8 +413,10 @@ void cases_causal(bo_list *L) {
     add_causal(L, 0, 1, 1000, 2, 64, 64, LA_FEATURE_RELU, 1, 64, 1, bf, 0, NULL);   /* D = 64 (tc) */
     add_causal(L, 0, 1, 300, 2, 128, 64, LA_FEATURE_RELU, 0, 64, 0, bf, 1, NULL);   /* Dv = 64  */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_ELU1, 1, 64, 1, LA_F32, 0, NULL); /* f32 */
-    /* f16: the portable path (no f16 tensor-core kernel yet) */
+    /* f16: the default (tc while lct_f16_tc in linear_causal_tc.cu is true) and forced portable;
+     * causal_f16 has the rest */
     add_causal(L, 0, 1, 1000, 2, 128, 128, LA_FEATURE_RELU1, 1, 64, 1, LA_F16, 1, NULL);
     add_causal(L, 0, 1, 65, 2, 64, 32, LA_FEATURE_ELU1, 0, 64, 0, LA_F16, 0, NULL);
     add_causal(L, 0, 2, 63, 2, 128, 128, LA_FEATURE_RELU, 1, 64, 1, LA_F16, 0, "portable");
+    causal_f16(L);
 }

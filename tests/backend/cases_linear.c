@@ -230,8 +230,9 @@ static void t_no_overflow_dt(la_dtype dt) {
     int64_t nq[4] = {1, N, H, D};
     tb q = tb_rand(4, nq, dt, 0, 10.0), k = tb_rand(4, nq, dt, 0, 10.0),
        v = tb_rand(4, nq, dt, 0, 10.0), o = tb_poison(4, nq, dt, 0);
-    const char *names[4] = {"linear", "linear-causal", "mhla 512x512/8x8", "focused-flatten 512x512"};
-    for (int c = 0; c < 4; c++) {
+    const char *names[5] = {"linear", "linear-causal", "mhla 512x512/8x8", "focused-flatten 512x512",
+                            "mhla-causal 4096 blocks"};
+    for (int c = 0; c < 5; c++) {
         la_dev_memset(o.dev.data, 0xff, o.bytes);
         la_status s;
         if (c < 2) {
@@ -249,11 +250,20 @@ static void t_no_overflow_dt(la_dtype dt) {
             s = la_mhla_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx());
             la_dev_synchronize();
             tb_free(&W);
-        } else {
+        } else if (c == 3) {
             la_focused_params p;
             la_focused_params_init(&p);
             p.map_h = p.map_w = 512;
             s = la_focused_attention(&p, &q.dev, &k.dev, &v.dev, NULL, NULL, NULL, NULL, &o.dev, bo_ctx());
+        } else { /* causal MHLA, chunk 64, per_query (a convex combination of v) */
+            la_mhla_causal_params p;
+            la_mhla_causal_params_init(&p);
+            p.normalize = LA_MHLA_NORM_PER_QUERY;
+            p.feature = LA_FEATURE_RELU_EPS;
+            tb W = make_mixing(N / 64, H, 0, 1);
+            s = la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx());
+            la_dev_synchronize();
+            tb_free(&W);
         }
         CHECK(s == LA_OK, "%s %s N=256K: %s", names[c], dtn(dt), la_last_error());
         la_dev_synchronize();
@@ -466,7 +476,10 @@ static la_status probe_mhla_causal(la_context *ctx) {
  * D = Dv in {32, 64, 128}, the feature maps, normalize none and per_query,
  * shared and per-head random W (its upper triangle and a spare row and
  * column must be ignored), permuted views; the default on views it does not
- * take (padded rows, f16, D = 63, chunk 7), the forced portable engine,
+ * take (padded rows, D = 63, chunk 7) and on f16 (mma with the fp16 mixing
+ * GEMM while mct_f16_tc in mhla_causal_tc.cu is true, else portable: odd N,
+ * D 128/64/32, both W kinds and normalize modes, permuted; N = 16K and 32K
+ * in the long cases; and forced mma_split), the forced portable engine,
  * "mma_split" (the fp32-accurate mixing) and "mma_bf16s" (bf16 block states:
  * odd N, D 128/64/32, shared and per-head W, per_query, permuted views);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
@@ -496,12 +509,26 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, NO, 0, LA_BF16, TB_PADDED, -1);
     add_mhla_causal_f(&rd, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, -1);
     add_mhla_causal_f(&rd, 1, 300, 2, 63, 63, 64, NO, 0, LA_BF16, 0, -1);
+    /* f16 under the default choice */
+    const reg rdl = {L, 0, NULL};
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            const int f0 = fnone[(ni + di + 1) % 4];
+            add_mhla_causal_f(&rd, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_F16, ni & 1,
+                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
+            add_mhla_causal_f(&rd, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_F16, (ni + 1) & 1,
+                              fpq[(ni + di + 1) % 3]);
+        }
+    add_mhla_causal_f(&rdl, 1, 16384, 2, 128, 128, 64, NO, 1, LA_F16, 1, LA_FEATURE_RELU);
+    add_mhla_causal_f(&rdl, 1, 32768, 1, 64, 64, 64, PQ, 0, LA_F16, 0, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rd, 1, 300, 2, 64, 64, 7, PQ, 1, LA_BF16, 1, -1);
     /* the fp32-accurate mixing (mcb_combine) */
     const reg rx = {L, 1, "mma_split"};
     add_mhla_causal_f(&rx, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
     add_mhla_causal_f(&rx, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rx, 1, 4097, 1, 32, 32, 64, NO, 0, LA_BF16, 1, LA_FEATURE_RELU_EPS);
+    add_mhla_causal_f(&rx, 1, 1000, 2, 64, 64, 64, PQ, 1, LA_F16, 1, LA_FEATURE_ELU1);
     /* bf16 block states (mct_mix_bf16_kernel): N = 8200 has two 128-row tiles */
     const reg rb = {L, 1, "mma_bf16s"};
     for (int di = 0; di < 2; di++)
@@ -747,7 +774,7 @@ void cases_linear(bo_list *L) {
         }
         const bo_opts o = opts(r, "linear");
         bo_add(L, &o, run_no_overflow, NULL, 0,
-               "linear, linear-causal, mhla 512x512/8x8, focused-flatten 512x512: bf16, f16 N=256K, "
+               "linear, linear-causal, mhla 512x512/8x8, focused-flatten 512x512, mhla-causal: bf16, f16 N=256K, "
                "inputs of scale 10, outputs finite");
     }
 }
