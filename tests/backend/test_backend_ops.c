@@ -24,6 +24,9 @@
  *   --shard I/N  only the selected cases whose position in the list is I
  *              modulo N (N processes side by side cover the list once;
  *              `-n S` and `-x S` split a list in two that cover it once)
+ *   --shard-block I/N  the same with the I-th of N contiguous runs of the
+ *              list: each process meets fewer tables, so fewer kernels (what
+ *              a JIT-compiled build loads: tests/cuda/gpu_sm80.sh)
  *
  * Without a CUDA device the CUDA cases are reported as skipped. Prints one
  * line per case (ok / FAIL / SKIP / KNOWN-FAIL), a summary per table, and
@@ -386,12 +389,36 @@ static const char *state_name[4] = {"ok", "FAIL", "SKIP", "KNOWN-FAIL"};
 
 static void usage(void) {
     fprintf(stderr, "usage: test_backend_ops [-o OP] [-b cpu|cuda] [-n SUBSTR] [-x SUBSTR] "
-                    "[--small] [--san] [--perf] [--list] [--shard I/N]\n");
+                    "[--small] [--san] [--perf] [--list] [--shard I/N] [--shard-block I/N]\n");
+}
+
+/* the command line's case filters (-b, -n, -x, -o, --small, --san) */
+typedef struct selection {
+    int backend;
+    const char *name_sub;
+    const char *const *excl;
+    int nexcl;
+    const char *const *ops;
+    int nops;
+} selection;
+
+static int selected(const bo_case *c, const selection *f) {
+    if (f->backend && c->o.backend != f->backend) return 0;
+    if (R.san ? !(c->san_pick || (R.small && c->o.small)) : R.small && !c->o.small) return 0;
+    if (f->name_sub && !strstr(c->name, f->name_sub)) return 0;
+    for (int i = 0; i < f->nexcl; i++)
+        if (strstr(c->name, f->excl[i])) return 0;
+    if (f->nops) {
+        int hit = 0;
+        for (int i = 0; i < f->nops; i++) hit |= !strcmp(f->ops[i], c->o.op);
+        if (!hit) return 0;
+    }
+    return 1;
 }
 
 int main(int argc, char **argv) {
     const char *ops[32], *excl[32];
-    int nops = 0, nexcl = 0, backend = 0, list = 0, shard = 0, nshards = 1;
+    int nops = 0, nexcl = 0, backend = 0, list = 0, shard = 0, nshards = 1, shard_block = 0;
     const char *name_sub = NULL;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -421,10 +448,11 @@ int main(int argc, char **argv) {
             R.perf = 1;
         } else if (!strcmp(a, "--list")) {
             list = 1;
-        } else if (!strcmp(a, "--shard") && i + 1 < argc) {
+        } else if ((!strcmp(a, "--shard") || !strcmp(a, "--shard-block")) && i + 1 < argc) {
+            shard_block = !strcmp(a, "--shard-block");
             if (sscanf(argv[++i], "%d/%d", &shard, &nshards) != 2 || nshards < 1 || shard < 0 ||
                 shard >= nshards) {
-                fprintf(stderr, "test_backend_ops: --shard: '%s' is not I/N with 0 <= I < N\n",
+                fprintf(stderr, "test_backend_ops: %s: '%s' is not I/N with 0 <= I < N\n", a,
                         argv[i]);
                 return 2;
             }
@@ -456,22 +484,18 @@ int main(int argc, char **argv) {
             san_total += L.cases[ci].san_pick;
         }
     }
+    const selection sel = {backend, name_sub, excl, nexcl, ops, nops};
+    int ntotal = 0; /* selected cases before sharding (--shard-block splits them in runs) */
+    for (int ci = 0; ci < L.n; ci++) ntotal += selected(&L.cases[ci], &sel);
     table_sum sums[32];
     int nsums = 0, nselected = 0, san_run = 0;
     for (int ci = 0; ci < L.n; ci++) {
         bo_case *c = &L.cases[ci];
-        if (backend && c->o.backend != backend) continue;
-        if (R.san ? !(c->san_pick || (R.small && c->o.small)) : R.small && !c->o.small) continue;
-        if (name_sub && !strstr(c->name, name_sub)) continue;
-        int excluded = 0;
-        for (int i = 0; i < nexcl; i++) excluded |= strstr(c->name, excl[i]) != NULL;
-        if (excluded) continue;
-        if (nops) {
-            int hit = 0;
-            for (int i = 0; i < nops; i++) hit |= !strcmp(ops[i], c->o.op);
-            if (!hit) continue;
-        }
-        if (nselected++ % nshards != shard) continue;
+        if (!selected(c, &sel)) continue;
+        const int pos = nselected++;
+        if (shard_block ? (int)((int64_t)pos * nshards / (ntotal ? ntotal : 1)) != shard
+                        : pos % nshards != shard)
+            continue;
         san_run += c->san_pick;
         table_sum *ts = NULL;
         for (int i = 0; i < nsums; i++)

@@ -15,7 +15,10 @@
 #      kernel directly, is listed apart (it cannot run without sm_90a code).
 #   bash tests/cuda/gpu_sm80.sh [HARNESS ARGS...]   (logs and summary under $OUT)
 # The JIT cache is shared by the shards (CUDA_CACHE_PATH, default
-# /tmp/la_sm80_jit) so each kernel is compiled from PTX once.
+# /tmp/la_sm80_jit), and each shard takes a contiguous run of the case list
+# (--shard-block: fewer tables, so fewer modules to JIT per process; with
+# --shard's round robin every shard JIT-compiled every module at once, and
+# the ninth session's run was cut before the end of --small).
 # LA_SM80_ARGS: harness arguments when none are given (e.g. --small, detached
 # under gpu_round.sh as `sm80+:SECONDS`).
 [ $# -eq 0 ] && set -- ${LA_SM80_ARGS:-}
@@ -45,7 +48,7 @@ N=${LA_SHARDS:-4}
 pids=()
 for i in $(seq 0 $((N - 1))); do
   OMP_NUM_THREADS=$(( $(nproc) / N > 0 ? $(nproc) / N : 1 )) timeout "${LA_HARNESS_S:-400}" \
-    "$H" -b cuda --shard $i/$N "$@" > "$OUT/harness_sm80_$i.log" 2>&1 &
+    "$H" -b cuda --shard-block $i/$N "$@" > "$OUT/harness_sm80_$i.log" 2>&1 &
   pids+=($!)
 done
 hrc=0
