@@ -337,6 +337,7 @@ int cli_text_begin(cli_text *t, const char *opt, const char *path);
 int cli_text_commit(cli_text *t);
 void cli_text_abort(cli_text *t);
 int cli_tmp_register(const char *path);
+int cli_tmp_create(char *tmpl, int *slot);
 void cli_tmp_release(int slot);
 
 /* Find a helper script (plot_collapse.py, plot_eval_index.py): beside the

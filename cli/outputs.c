@@ -19,6 +19,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
@@ -72,6 +73,29 @@ int cli_tmp_register(const char *path) {
         return i;
     }
     return -1;
+}
+
+/* mkostemp(tmpl, O_CLOEXEC) and the name's registration with the signals
+ * the handler catches blocked in between: a signal arriving while the file
+ * exists but is not registered yet would otherwise leave it behind (it is
+ * delivered at the unblock, with the name registered). *slot: the slot, -1
+ * when none is free. Returns the descriptor, or -1 with errno set. The
+ * outputs are planned before any worker thread exists, so the calling
+ * thread's mask is the process's. */
+int cli_tmp_create(char *tmpl, int *slot) {
+    install_handlers();
+    sigset_t block, old;
+    sigemptyset(&block);
+    sigaddset(&block, SIGINT);
+    sigaddset(&block, SIGTERM);
+    sigaddset(&block, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &block, &old);
+    const int fd = mkostemp(tmpl, O_CLOEXEC);
+    const int e = errno;
+    *slot = fd >= 0 ? cli_tmp_register(tmpl) : -1;
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = e;
+    return fd;
 }
 
 void cli_tmp_release(int slot) {
@@ -226,7 +250,7 @@ int cli_plan_output(cli_state *c, const char *opt, const char *path, const char 
             return cli_fail("out of memory");
         }
         snprintf(o.tmp, n, "%s/.%s.XXXXXX", dir, o.base);
-        o.fd = mkostemp(o.tmp, O_CLOEXEC);
+        o.fd = cli_tmp_create(o.tmp, &o.slot);
         if (o.fd < 0) {
             int e = errno;
             int rc = cli_fail("--%s %s: cannot create a file in directory %s: %s", opt, path, dir, strerror(e));
@@ -236,7 +260,6 @@ int cli_plan_output(cli_state *c, const char *opt, const char *path, const char 
             free_output(&o);
             return rc;
         }
-        o.slot = cli_tmp_register(o.tmp);
         /* the mode a new file gets (mkstemp makes 0600) */
         mode_t um = umask(0);
         umask(um);
@@ -363,7 +386,7 @@ int cli_text_begin(cli_text *t, const char *opt, const char *path) {
         return cli_fail("out of memory");
     }
     snprintf(t->tmp, n, "%s/.%s.XXXXXX", dir, base);
-    const int fd = mkostemp(t->tmp, O_CLOEXEC);
+    const int fd = cli_tmp_create(t->tmp, &t->slot);
     if (fd < 0) {
         const int rc = cli_fail("--%s %s: cannot create a file in directory %s: %s", opt, path, dir,
                                 strerror(errno));
@@ -373,7 +396,6 @@ int cli_text_begin(cli_text *t, const char *opt, const char *path) {
         return rc;
     }
     free(dir);
-    t->slot = cli_tmp_register(t->tmp);
     mode_t um = umask(0);
     umask(um);
     fchmod(fd, 0666 & ~um);
