@@ -17,7 +17,7 @@ sc = open("src/cuda/linear_causal_scan.cu").read()
 s = open("src/cuda/linear_causal_tc.cu").read()
 # the bodies of both files' anonymous namespaces (the .cpp opens and closes it)
 k = sc[sc.index("namespace {") + len("namespace {"):sc.index("}  // namespace")]
-k += s[s.index("namespace {") + len("namespace {"):s.index("/* fp16 rows take the tensor-core path")]
+k += s[s.index("namespace {") + len("namespace {"):s.index("/* fp16 rows on the tensor-core path")]
 # pass 3 lives in linear_causal_tc_out.cuh, included inside the namespace
 inc = '#include "linear_causal_tc_out.cuh"'
 k = k[:k.index(inc)] + open("src/cuda/linear_causal_tc_out.cuh").read() + k[k.index(inc):].split("\n", 1)[1]

@@ -57,6 +57,8 @@ int main(int argc, char **argv) {
         {1, 65, 2, 64, ELU1, 1, 0, 1, 0, 0},    {1, 200, 1, 128, RELU, 1, 1, 0, 0, 0},
         {1, 1000, 1, 64, LA_FEATURE_RELU_EPS, 1, 0, 0, 0, 0},
         {1, 63, 1, 128, ELU1, 0, 1, 0, 0, 0},   {1, 200, 2, 64, LA_FEATURE_RELU_EPS, 0, 1, 1, 0, 1},
+        /* one chunk (M = 1: no strict mixing, the GEMMs skipped), with W wider than M */
+        {1, 64, 2, 64, RELU, 0, 0, 1, 0, 1},    {2, 64, 1, 128, RELU, 0, 1, 0, 1, 1},
     };
     const int which = argc > 1 ? atoi(argv[1]) : -1;
     la_context *ctx;

@@ -58,9 +58,18 @@ __global__ void mcb_dmix_kernel(int64_t total, const float *dWr, const float *dW
     out[i] = x;
 }
 
+__global__ void mcb_zero_kernel(int64_t total, float *y) {
+    const int64_t i = bwd_gid();
+    if (i < total) y[i] = 0.f;
+}
+
 /* C[z] = Ws(z) · X[z] or Ws(z)ᵀ · X[z] over [M][SE] states */
 la_status mcb_mix(const lcb_mixing *m, bool trans, const float *X, float *Y, int64_t BH,
                   int64_t H, int64_t M, int64_t SE, cudaStream_t s) {
+    if (M == 1) { /* W_strict is empty: a GEMM of one zero padded to whole tiles otherwise */
+        BWD_LAUNCH(mcb_zero_kernel, BH * SE, s, Y);
+        return LA_OK;
+    }
     lt_gemm g;
     memset(&g, 0, sizeof g);
     g.A = m->Ws;
@@ -95,7 +104,8 @@ la_status mcb_combine(const lcb_mixing *m, const float *S, float *Hs, int64_t BH
 la_status mcb_combine_bwd(const lcb_mixing *m, const float *G, const float *S, float *dS,
                           int64_t BH, int64_t H, int64_t M, int64_t SE, cudaStream_t s) {
     LA_TRY(mcb_mix(m, true, G, dS, BH, H, M, SE, s));
-    if (!m->dWp) return LA_OK;
+    /* at M = 1 there is no dW[i,b] below the diagonal: mcb_dmix_kernel reads none */
+    if (!m->dWp || M == 1) return LA_OK;
     lt_gemm g; /* dWp[z·splits + sp][i][b] = Σ_{e in piece sp} G[z][i][e] S[z][b][e] */
     memset(&g, 0, sizeof g);
     g.A = G, g.aZ = M * SE, g.aI = SE, g.aK = 1;
@@ -157,7 +167,7 @@ la_status mcb_backward(const la_mhla_causal_params *p, float scale_q, const la_t
     P.mix = &mx;
     LA_TRY(lcb_backward(&P, ctx, s));
     if (!d_mixing) return LA_OK;
-    LA_TRY(lt_dw_reduce(B, H, Hw, mx.splits, M * M, mx.dWp, dWr, s));
-    BWD_LAUNCH(mcb_dmix_kernel, Hw * WM * WM, s, dWr, mx.dWd, B, H, Hw, M, WM, dWo);
+    if (M > 1) LA_TRY(lt_dw_reduce(B, H, Hw, mx.splits, M * M, mx.dWp, dWr, s));
+    BWD_LAUNCH(mcb_dmix_kernel, Hw * WM * WM, s, M > 1 ? dWr : nullptr, mx.dWd, B, H, Hw, M, WM, dWo);
     return bwd_unpack(s, d_mixing, dWo);
 }

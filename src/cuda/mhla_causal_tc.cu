@@ -144,8 +144,11 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
                   z = blockIdx.z;
     const float *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
     const float *Bm = S + z * M * SE;
-    const int64_t kend = i0 + MX_BM; /* <= Mp: b < i <= i0 + 127 */
+    /* b < i <= min(i0 + 127, M - 1): the steps past b = M - 2 multiply zeros
+     * (none at M = 1); <= Mp */
+    const int64_t kend = i0 + MX_BM < M - 1 ? i0 + MX_BM : M - 1;
     const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
+    const bool rows = i0 + wr < M; /* the warp's 64 rows hold a block (else its products are 0) */
     /* fp16: S's scale (Wp's rows arrive scaled: mct_wrow_exp_kernel) */
     float ssc = 1.f;
     if constexpr (F16) ssc = la_pow2f(la_exp16(smax[z], -126, 126));
@@ -196,7 +199,7 @@ __device__ __forceinline__ void mct_mix_body(const float *Wp, int64_t Mp, int64_
         const bool more = k0 + MX_BK < kend;
         if (more) fetch(k0 + MX_BK);
         const E *a_ = sA[buf], *b_ = sB[buf];
-        mct_mix_step<E>(acc, a_, b_, wr, wc, li, lj);
+        if (rows) mct_mix_step<E>(acc, a_, b_, wr, wc, li, lj);
         if (more) stash(buf ^ 1);
         __syncthreads();
         buf ^= 1;
@@ -281,8 +284,10 @@ __global__ void __launch_bounds__(256, 2)
     const int Mi = (int)M, SEi = (int)SE, Mpi = (int)Mp;
     const __nv_bfloat16 *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
     const __nv_bfloat16 *Bm = S + z * M * SE;
-    const int nk = (MX_BM + i0) / MX_BK; /* b < i0 + 128 <= Mp */
+    /* b < i <= min(i0 + 127, M - 1): no step past b = M - 2 (none at M = 1) */
+    const int nk = ((MX_BM + i0 < Mi - 1 ? MX_BM + i0 : Mi - 1) + MX_BK - 1) / MX_BK;
     const int wr = 64 * (warp / 4), wc = 32 * (warp % 4);
+    const bool rows = i0 + wr < Mi; /* the warp's 64 rows hold a block (else its products are 0) */
 
     /* the thread's pieces: A rows tid/4 + 64u, columns 8(tid%4) (128 rows × 4
      * pieces); B rows tid/16 + 16u, columns 8(tid%16) (32 rows × 16 pieces),
@@ -322,7 +327,7 @@ __global__ void __launch_bounds__(256, 2)
         __syncthreads();         /* everyone's; every warp is done with step t - 1 */
         issue(t + MXB_S - 1);    /* into the stage of step t - 1 */
         const __nv_bfloat16 *a_ = sm + (t % MXB_S) * MXB_STAGE, *b_ = a_ + MX_BM * MX_LA;
-        mct_mix_step<__nv_bfloat16>(acc, a_, b_, wr, wc, li, lj);
+        if (rows) mct_mix_step<__nv_bfloat16>(acc, a_, b_, wr, wc, li, lj);
     }
     la_cp_wait<0>(); /* no copy in flight at exit (the empty tail groups) */
     __nv_bfloat16 *C = Hs + z * M * SE;
