@@ -21,6 +21,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -28,7 +29,8 @@
 #include "cli.h"
 
 /* ---- signal cleanup -------------------------------------------------------
- * The only process state of the CLI: the names a signal handler must unlink.
+ * The only process state of the CLI: the names a signal handler must unlink
+ * (and tmp_creating below).
  * A slot's name is written before `live` is set and `live` cleared before
  * the slot is reused, so the handler (async-signal-safe: unlink, signal,
  * raise) never reads a half-written name. */
@@ -36,8 +38,16 @@
 static char tmp_names[CLI_TMP_SLOTS][PATH_MAX];
 static volatile sig_atomic_t tmp_live[CLI_TMP_SLOTS];
 static volatile sig_atomic_t handlers_installed;
+/* 1 while a thread is between a temporary's mkostemp and its registration
+ * (cli_tmp_create, with these signals blocked in that thread) */
+static atomic_int tmp_creating;
 
 static void on_signal(int sig) {
+    /* the signal reached another thread (the CUDA runtime's, say) while the
+     * creating one is inside its window: wait for the name to be registered
+     * (lock-free atomics are async-signal-safe) */
+    while (atomic_load(&tmp_creating)) {
+    }
     for (int i = 0; i < CLI_TMP_SLOTS; i++)
         if (tmp_live[i]) unlink(tmp_names[i]);
     signal(sig, SIG_DFL);
@@ -77,11 +87,11 @@ int cli_tmp_register(const char *path) {
 
 /* mkostemp(tmpl, O_CLOEXEC) and the name's registration with the signals
  * the handler catches blocked in between: a signal arriving while the file
- * exists but is not registered yet would otherwise leave it behind (it is
- * delivered at the unblock, with the name registered). *slot: the slot, -1
- * when none is free. Returns the descriptor, or -1 with errno set. The
- * outputs are planned before any worker thread exists, so the calling
- * thread's mask is the process's. */
+ * exists but is not registered yet would otherwise leave it behind. Sent to
+ * this thread, it is delivered at the unblock, with the name registered;
+ * taken by another thread of the process, its handler waits on
+ * tmp_creating. *slot: the slot, -1 when none is free. Returns the
+ * descriptor, or -1 with errno set. */
 int cli_tmp_create(char *tmpl, int *slot) {
     install_handlers();
     sigset_t block, old;
@@ -90,9 +100,11 @@ int cli_tmp_create(char *tmpl, int *slot) {
     sigaddset(&block, SIGTERM);
     sigaddset(&block, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &block, &old);
+    atomic_store(&tmp_creating, 1);
     const int fd = mkostemp(tmpl, O_CLOEXEC);
     const int e = errno;
     *slot = fd >= 0 ? cli_tmp_register(tmpl) : -1;
+    atomic_store(&tmp_creating, 0);
     pthread_sigmask(SIG_SETMASK, &old, NULL);
     errno = e;
     return fd;
