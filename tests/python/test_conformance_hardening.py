@@ -220,8 +220,12 @@ def wait_for_temporaries(d, names, proc, timeout=30):
 def test_signal_removes_temporaries(tmp_path, sig):
     args = long_run_args(tmp_path)
     (tmp_path / "o.npy").write_text("OLD")
+    # the child starts with the signal's default disposition: run from a
+    # background job of a non-interactive shell, SIGINT arrives ignored, and
+    # the CLI keeps an ignored signal ignored (as nohup asks)
     p = subprocess.Popen([str(BIN), "run", *args, "--out", "o.npy", "--lse", "l.npy"], cwd=tmp_path,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         preexec_fn=lambda: signal.signal(sig, signal.SIG_DFL))
     tmps = wait_for_temporaries(tmp_path, ["o.npy", "l.npy"], p)
     # unpredictable names (not NAME.tmp.PID), regular files, beside the outputs
     assert not any(t.endswith(f".tmp.{p.pid}") for t in tmps), tmps
