@@ -124,19 +124,8 @@ LA_VEC512 static void foc_out_row(float *restrict o, const float *restrict qr,
     const float inv = (float)(1.0 / (den + eps));
     for (int64_t e = 0; e < Dv; e++) o[e] *= inv;
     if (!Wc) return;
-    const int64_t y = n / Wm, x = n % Wm, r = ks / 2;
     for (int64_t j = 0; j < D; j++) o[j] += bias[j];
-    for (int64_t a = 0; a < ks; a++) {
-        const int64_t yy = y + a - r;
-        if (yy < 0 || yy >= Hm) continue;
-        for (int64_t bb = 0; bb < ks; bb++) {
-            const int64_t xx = x + bb - r;
-            if (xx < 0 || xx >= Wm) continue;
-            const float *restrict w = Wc + (a * ks + bb) * D;
-            const float *restrict src = v + (yy * Wm + xx) * ld;
-            for (int64_t j = 0; j < D; j++) o[j] += w[j] * src[j];
-        }
-    }
+    la_dwconv_acc(o, v, ld, Wc, n / Wm, n % Wm, Hm, Wm, ks, D);
 }
 
 la_status la_focused_cpu(const la_focused_params *p, const la_tensor *q, const la_tensor *k,

@@ -32,24 +32,32 @@ static inline double la_softplus(double s) {
 void la_flatten_focus_row(const double *x, const double *inv_sp, int64_t C, double p,
                           double *out);
 
-/* dst[0..C) = Σ over taps (a, b) of Wc[a·ks + b][c] · src row (y + a − ks/2, x + b − ks/2)
- * of the Hm × Wm map of C-channel rows (row stride C; zero padding: taps off
- * the map are skipped). The blog variant's K̂ = DWConv(φ(K)) row, forward
- * and backward. */
-static inline void la_dwconv_row(float *dst, const float *src, const float *Wc, int64_t y,
-                                 int64_t x, int64_t Hm, int64_t Wm, int64_t ks, int64_t C) {
+/* dst[0..C) += Σ over taps (a, b) of Wc[a·ks + b][c] · src row (y + a − ks/2,
+ * x + b − ks/2) of the Hm × Wm map (row stride ld; zero padding: taps off the
+ * map are skipped), taps in raster order. Flatten's o += DWC(v) row and the
+ * blog variant's K̂ = DWConv(φ(K)) row (la_dwconv_row). */
+static inline void la_dwconv_acc(float *restrict dst, const float *restrict src, int64_t ld,
+                                 const float *restrict Wc, int64_t y, int64_t x, int64_t Hm,
+                                 int64_t Wm, int64_t ks, int64_t C) {
     const int64_t r = ks / 2;
-    for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
     for (int64_t a = 0; a < ks; a++) {
         const int64_t yy = y + a - r;
         if (yy < 0 || yy >= Hm) continue;
         for (int64_t bb = 0; bb < ks; bb++) {
             const int64_t xx = x + bb - r;
             if (xx < 0 || xx >= Wm) continue;
-            const float *s = src + (yy * Wm + xx) * C, *w = Wc + (a * ks + bb) * C;
+            const float *restrict s = src + (yy * Wm + xx) * ld, *restrict w = Wc + (a * ks + bb) * C;
             for (int64_t c = 0; c < C; c++) dst[c] += w[c] * s[c];
         }
     }
+}
+
+/* the same into a zeroed row of C channels (source row stride C): the blog
+ * variant's K̂ row, forward and backward */
+static inline void la_dwconv_row(float *dst, const float *src, const float *Wc, int64_t y,
+                                 int64_t x, int64_t Hm, int64_t Wm, int64_t ks, int64_t C) {
+    for (int64_t c = 0; c < C; c++) dst[c] = 0.f;
+    la_dwconv_acc(dst, src, C, Wc, y, x, Hm, Wm, ks, C);
 }
 
 /* The same in float (the CPU forward's and backward's rows): isp = 1/softplus

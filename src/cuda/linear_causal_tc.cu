@@ -165,6 +165,23 @@ template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pa
  * K̃ᵀ, 4 of V, 16 (32) mma. */
 /* E: bf16 or fp16; BS: bf16 states into a.wsh; SMX (fp16 causal MHLA): the
  * block's max |[S_b | z_b]| into a.smax[bh] */
+/* max |x| over a warp's state fragments (0 in warps that hold none: sw
+ * false), then over the warp's lanes: fp16's state scales, passes 1 and 3 */
+template <int MI, int NJ>
+__device__ __forceinline__ float lct_warp_absmax(const float (&acc)[MI][NJ][4], bool sw) {
+    float m = 0.f;
+    if (sw)
+#pragma unroll
+        for (int i = 0; i < MI; i++)
+#pragma unroll
+            for (int j = 0; j < NJ; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) m = fmaxf(m, fabsf(acc[i][j][e]));
+#pragma unroll
+    for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    return m;
+}
+
 template <typename E, int D, int MODE, bool SPLIT, bool BS = false, bool SMX = false>
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     using G = lct_g<D>;
@@ -287,17 +304,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                 }
             }
     float smw = 0.f; /* SMX: the warp's max |S_b| */
-    if constexpr (SMX) {
-        if (sw)
-#pragma unroll
-            for (int i = 0; i < G::MIS; i++)
-#pragma unroll
-                for (int j = 0; j < G::NJS; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) smw = fmaxf(smw, fabsf(acc[i][j][e]));
-#pragma unroll
-        for (int o = 16; o >= 1; o >>= 1) smw = fmaxf(smw, __shfl_xor_sync(0xffffffffu, smw, o));
-    }
+    if constexpr (SMX) smw = lct_warp_absmax(acc, sw);
     la_cp_wait<0>();
     __syncthreads();
     float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima */

@@ -64,6 +64,28 @@ __device__ __forceinline__ void lct_av_blocks(float (&accO)[lct_g<D>::NJO][4], c
         }
 }
 
+/* The 16-column block kb4 of a warp's A = Q̃K̃ᵀ fragments: masked to key ≤
+ * query where it is the diagonal block (kb4 == r), then added to the rows'
+ * sums rs0 (row g) and rs1 (row g + 8). */
+__device__ __forceinline__ void lct_mask_rowsum(float (&sA)[8][4], int kb4, int r, int g, int cq,
+                                                float &rs0, float &rs1) {
+    if (kb4 == r) {
+#pragma unroll
+        for (int hh = 0; hh < 2; hh++) {
+            const int col = 8 * hh + 2 * cq;
+            if (col > g) sA[2 * kb4 + hh][0] = 0.f;
+            if (col + 1 > g) sA[2 * kb4 + hh][1] = 0.f;
+            if (col > g + 8) sA[2 * kb4 + hh][2] = 0.f;
+            if (col + 1 > g + 8) sA[2 * kb4 + hh][3] = 0.f;
+        }
+    }
+#pragma unroll
+    for (int hh = 0; hh < 2; hh++) {
+        rs0 += sA[2 * kb4 + hh][0] + sA[2 * kb4 + hh][1];
+        rs1 += sA[2 * kb4 + hh][2] + sA[2 * kb4 + hh][3];
+    }
+}
+
 template <typename E, int D, int MODE, bool BS = false> /* E: bf16 or fp16; BS: H_c in bf16 from a.wsh */
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     using G = lct_g<D>;
@@ -126,16 +148,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
      * them (state_scale). bf16: ssc = 1 (bf16 has fp32's range). */
     float ssc = 1.f, sinv = 1.f;
     auto state_max = [&]() {
-        float m = 0.f;
-        if (sw)
-#pragma unroll
-            for (int i = 0; i < G::MIS; i++)
-#pragma unroll
-                for (int j = 0; j < G::NJS; j++)
-#pragma unroll
-                    for (int e = 0; e < 4; e++) m = fmaxf(m, fabsf(accS[i][j][e]));
-#pragma unroll
-        for (int o = 16; o >= 1; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+        const float m = lct_warp_absmax(accS, sw);
         if (lane == 0) smx[warp] = m;
     };
     auto state_scale = [&]() {
@@ -314,20 +327,9 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             float am0 = 0.f, am1 = 0.f;
 #pragma unroll
             for (int kb4 = 0; kb4 < 4; kb4++) {
-                if (kb4 == r) {
-#pragma unroll
-                    for (int hh = 0; hh < 2; hh++) {
-                        const int col = 8 * hh + 2 * cq;
-                        if (col > g) sA[2 * kb4 + hh][0] = 0.f;
-                        if (col + 1 > g) sA[2 * kb4 + hh][1] = 0.f;
-                        if (col > g + 8) sA[2 * kb4 + hh][2] = 0.f;
-                        if (col + 1 > g + 8) sA[2 * kb4 + hh][3] = 0.f;
-                    }
-                }
+                lct_mask_rowsum(sA, kb4, r, g, cq, rs0, rs1);
 #pragma unroll
                 for (int hh = 0; hh < 2; hh++) {
-                    rs0 += sA[2 * kb4 + hh][0] + sA[2 * kb4 + hh][1];
-                    rs1 += sA[2 * kb4 + hh][2] + sA[2 * kb4 + hh][3];
                     am0 = fmaxf(am0, fmaxf(fabsf(sA[2 * kb4 + hh][0]), fabsf(sA[2 * kb4 + hh][1])));
                     am1 = fmaxf(am1, fmaxf(fabsf(sA[2 * kb4 + hh][2]), fabsf(sA[2 * kb4 + hh][3])));
                 }
@@ -350,21 +352,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
         } else
 #pragma unroll
         for (int kb4 = 0; kb4 < 4; kb4++) {
-            if (kb4 == r) {
-#pragma unroll
-                for (int hh = 0; hh < 2; hh++) {
-                    const int col = 8 * hh + 2 * cq;
-                    if (col > g) sA[2 * kb4 + hh][0] = 0.f;
-                    if (col + 1 > g) sA[2 * kb4 + hh][1] = 0.f;
-                    if (col > g + 8) sA[2 * kb4 + hh][2] = 0.f;
-                    if (col + 1 > g + 8) sA[2 * kb4 + hh][3] = 0.f;
-                }
-            }
-#pragma unroll
-            for (int hh = 0; hh < 2; hh++) {
-                rs0 += sA[2 * kb4 + hh][0] + sA[2 * kb4 + hh][1];
-                rs1 += sA[2 * kb4 + hh][2] + sA[2 * kb4 + hh][3];
-            }
+            lct_mask_rowsum(sA, kb4, r, g, cq, rs0, rs1);
             pa[kb4][0] = lct_pack2<E>(sA[2 * kb4][0], sA[2 * kb4][1]);
             pa[kb4][1] = lct_pack2<E>(sA[2 * kb4][2], sA[2 * kb4][3]);
             pa[kb4][2] = lct_pack2<E>(sA[2 * kb4 + 1][0], sA[2 * kb4 + 1][1]);

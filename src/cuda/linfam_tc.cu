@@ -478,7 +478,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
             const float4 x1 = __ldg((const float4 *)(src + r * DV + c + 4));
             const float f[8] = {x0.x * sc, x0.y * sc, x0.z * sc, x0.w * sc,
                                 x1.x * sc, x1.y * sc, x1.z * sc, x1.w * sc};
-            *(uint4 *)&Ss[r * LV + c] = lf_pack8<T>(f);
+            *(uint4 *)&Ss[r * LV + c] = lf_x8<T>::pack(f);
         }
     }
 

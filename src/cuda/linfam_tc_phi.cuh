@@ -10,16 +10,6 @@
 
 namespace {
 
-/* 8 floats rounded to 8 values of T (bf16 or fp16) */
-template <typename T> __device__ __forceinline__ uint4 lf_pack8(const float f[8]) {
-    uint4 u;
-    typename la_t16<T>::T2 *h2 = (typename la_t16<T>::T2 *)&u;
-#pragma unroll
-    for (int i = 0; i < 4; i++) h2[i] = la_t16<T>::pack2(f[2 * i], f[2 * i + 1]);
-    return u;
-}
-
-
 /* The five feature maps of SPEC §2 in one branch-light form (x = pre·input):
  *   x ≥ 0: x + c;   x < 0: x (identity), c (relu, relu_eps, relu1), e^x (elu1)
  * with c = 0, 0, 1e-6, 1, 1. la_cu_feature's switch per element compiled to
@@ -91,7 +81,7 @@ template <typename T> __device__ __forceinline__ void lf_phi8_inplace(T *p, cons
         x[2 * i + 1] = ff.y;
     }
     lf_phi8(x, f);
-    *(uint4 *)p = lf_pack8<T>(x);
+    *(uint4 *)p = lf_x8<T>::pack(x); /* linfam.cuh */
 }
 
 }  // namespace
