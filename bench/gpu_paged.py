@@ -23,6 +23,7 @@ dev/bench_gpu_paged.cu (the context's variant is not exported to Python).
 Usage: python3 bench/gpu_paged.py [--json OUT.json] [--quick] [--compile]
 """
 import json
+import os
 import sys
 import time
 
@@ -49,8 +50,14 @@ def kernel_ms(fn):
         fn()
         torch.cuda.synchronize()
     tot = 0.0  # self device times: each kernel counted once
+    rows = []
     for e in prof.key_averages():
-        tot += getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        t = getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0.0)
+        tot += t
+        rows.append((t, e.count, e.key))
+    if os.environ.get("LA_PAGED_KERNELS") == "1":  # where a call's device time goes, kernel by kernel
+        for t, n, key in sorted(rows, reverse=True)[:12]:
+            print(f"    kernel {t / 1e3:8.4f} ms  x{n:<3d} {key[:100]}")
     return tot / 1e3
 
 
