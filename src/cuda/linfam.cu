@@ -13,9 +13,10 @@ namespace {
  * past 65504. (It was off once: the fp16 output pass left the per-query
  * denominators unwritten for the relu maps at scale 1, the operators'
  * defaults; the harness's N = 256K check found it, dev/emu_mhla_fwd.sh has
- * the cases now.) Off until the device harness (tests/backend/cases_f16tc.c,
- * t_no_overflow) has run the fixed kernels: the host emulator alone has. */
-constexpr bool lf_f16_tc = false;
+ * the cases now.) On since the device harness (tests/backend/cases_f16tc.c and
+ * the f16 rows of cases_linear.c) passed with the fixed kernels; false sends
+ * fp16 back to the portable engine. */
+constexpr bool lf_f16_tc = true;
 
 bool lf_view_fast(const la_cu_view &x, int dt) {
     return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 &&
