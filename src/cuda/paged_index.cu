@@ -37,6 +37,7 @@
 #include "core/devmem.h"
 #include "cuda/common.cuh"
 #include "cuda/paged_index.cuh"
+#include "cuda/paged_hisa.cuh"
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_meta.cuh"
 #include "cuda/select.cuh"
@@ -665,26 +666,50 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         LA_CU_LAUNCH("paged finish");
         return LA_OK;
     }
-    /* HISA */
+    /* HISA: the block stage on family "paged_hisa" (paged_hisa.cu: "fused",
+     * the default where it applies; "classic": the chain below) */
+    int fused = 0;
+    LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
     const int64_t B = p->block, nbmax = la_cu_cdiv(Lmax, B);
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
     la_cu_ws dkbar, dbsc, dkept, dcand;
     size_t bytes;
-    LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
-    LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
-    pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
-                                                                          R.lens, B, nbmax, (float *)dkbar.p);
-    LA_CU_LAUNCH("paged block means");
-    R.kbar = (const float *)dkbar.p;
+    if (!(fused && pooled)) { /* the fused kernel forms the means from the pooled sums itself */
+        LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
+        LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
+        pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
+                                                                              R.lens, B, nbmax, (float *)dkbar.p);
+        LA_CU_LAUNCH("paged block means");
+        R.kbar = (const float *)dkbar.p;
+    }
     R.nbmax = nbmax;
     R.B = B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
     LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
-    LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
     LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
-    LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
-    pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
-    LA_CU_LAUNCH("paged kept sort");
+    if (fused) {
+        ph_blk_args ba = {};
+        ba.psum = pooled ? c->psum : nullptr;
+        ba.max_blocks = c->max_blocks;
+        ba.kbar = R.kbar;
+        ba.nbmax = nbmax;
+        ba.row_seq = R.row_seq;
+        ba.row_end = R.row_end;
+        ba.lens = R.lens;
+        ba.q = la_cu_view_of(q);
+        ba.w = la_cu_view_of(w);
+        ba.HI = (int)q->ne[1];
+        ba.dI = (int)C.dI;
+        ba.B = B;
+        ba.out = (float *)dbsc.p;
+        LA_TRY(la_ph_block_scores(ba, T, s));
+        LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
+    } else {
+        LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
+        LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
+        pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
+        LA_CU_LAUNCH("paged kept sort");
+    }
     R.kept = (const int32_t *)dkept.p;
     R.m = m;
     const int64_t W = m * B > topk ? m * B : topk;
