@@ -43,4 +43,39 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t T, cudaStream_t s);
  * -1 after the row's valid ones. */
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s);
 
+/* ---- candidate scores, block-major (paged_hisa_cand.cu) -------------------
+ * Family "paged_hisa_cand": "blockmajor" (the default under
+ * kPagedHisaBlockMajor where a sequence has >= PC_MIN_ROWS query rows:
+ * prefill) or "gather" (the paged mma.sync kernel's gather mode). The same
+ * bits either way. Candidate column p of row t: token p % 128 of block
+ * kept[t][p / 128] (B = 128). */
+enum { PC_MIN_ROWS = 8 };
+struct pc_args {
+    int64_t T, m, nbmax;             /* rows, kept blocks per row, blocks per sequence (bucket stride) */
+    const int32_t *kept;             /* [T][m], -1 = none */
+    const int32_t *row_seq, *row_end, *lens, *table; /* paged_meta.cuh's metadata, clamped table [nseq][maxp] */
+    int64_t maxp;
+    const uint8_t *pages;            /* the cache's pages (sc_pages layout) */
+    int64_t page_bytes;
+    int32_t ps, fp8;
+    const void *q;                   /* q rows contiguous: [T][HI][128] bf16 / e4m3 */
+    int64_t q_nb0, q_nb1;
+    const void *w;
+    int w_dt;
+    int64_t w_nb0, w_nb1;
+    int64_t Lk;                      /* the score rows' position bound (the table's capacity) */
+    float *out;                      /* [T][out_ld], columns < ncols written */
+    int64_t out_ld, ncols;
+    /* set by la_ph_cand_scores */
+    const int32_t *list, *boff, *nwork;
+    const int2 *work;
+};
+/* The family's choice (pure): *blockmajor for eb (1 e4m3, 2 bf16; 0 = no
+ * tensor cores: never), HI 32 / 64, B 128, and by default T >= PC_MIN_ROWS
+ * per sequence. A forced "blockmajor" elsewhere is LA_ERR_UNSUPPORTED. */
+la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
+                            int *blockmajor);
+/* Bucket the pairs and score them (EB = eb, HI 32 or 64). */
+la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_t s);
+
 #endif

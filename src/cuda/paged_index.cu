@@ -715,7 +715,36 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const int64_t W = m * B > topk ? m * B : topk;
     LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
     LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
-    if (eb) {
+    int bm = 0; /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu) */
+    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, &bm));
+    if (bm) {
+        pc_args pa = {};
+        pa.T = T;
+        pa.m = m;
+        pa.nbmax = nbmax;
+        pa.kept = R.kept;
+        pa.row_seq = R.row_seq;
+        pa.row_end = R.row_end;
+        pa.lens = R.lens;
+        pa.table = R.table;
+        pa.maxp = maxp;
+        pa.pages = c->pages;
+        pa.page_bytes = c->page_bytes;
+        pa.ps = (int32_t)ps;
+        pa.fp8 = eb == 1;
+        pa.q = q->data;
+        pa.q_nb0 = q->nb[0];
+        pa.q_nb1 = q->nb[1];
+        pa.w = w->data;
+        pa.w_dt = (int)w->dtype;
+        pa.w_nb0 = w->nb[0];
+        pa.w_nb1 = w->nb[1];
+        pa.Lk = Lmax;
+        pa.out = (float *)dcand.p;
+        pa.out_ld = W;
+        pa.ncols = W;
+        LA_TRY(la_ph_cand_scores(pa, eb, (int)q->ne[1], nseq, s));
+    } else if (eb) {
         /* candidate p of row t: token p % B of block kept[t][p / B]; columns
          * past m·B (topk > m·B) are -inf */
         a.blocks = R.kept;

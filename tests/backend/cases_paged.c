@@ -466,6 +466,34 @@ static void run_paged(const void *arg) {
             CHECK(bad == 0, "%s %s paged%s: %lld query rows differ from the CPU beyond near-ties (nseq %lld next_n %lld)",
                   dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
         }
+    /* family "paged_hisa": the fused block stage and the classic chain give
+     * the same bits (same FMA order, same selection), positions and slots */
+    for (int slots = 0; slots < 2; slots++) {
+        la_paged_query pd;
+        la_paged_query_init(&pd);
+        pd.block_table = &dbt;
+        pd.context_lens = &dcl;
+        pd.next_n = nn;
+        pd.q_seq = C->qseq ? &dqs : NULL;
+        pd.return_slots = slots;
+        int got[2] = {0, 0};
+        const char *vn[2] = {"classic", "fused"};
+        for (int v = 0; v < 2; v++) {
+            if (!bo_use_variant("paged_hisa", vn[v])) continue;
+            la_dev_memset(d_idx, v ? 0x5a : 0x7f, (size_t)(T * topk) * 4); /* poisoned differently */
+            if (CHECK_DEV(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, bo_ctx()))) {
+                la_dev_download(v ? id2 : id, d_idx, (size_t)(T * topk) * 4);
+                got[v] = 1;
+            }
+        }
+        bo_use_variant("paged_hisa", NULL);
+        if (got[0] && got[1]) {
+            int64_t vd = 0;
+            for (int64_t t = 0; t < T; t++) vd += memcmp(id + t * topk, id2 + t * topk, (size_t)topk * 4) != 0;
+            CHECK(vd == 0, "%s paged hisa%s: %lld rows differ between variants fused and classic", dn,
+                  slots ? " (slots)" : "", (long long)vd);
+        }
+    }
     if (tc8) { /* the CPU path takes e4m3 q too: decoded exactly, the same bits as its f32 values */
         la_paged_query ph;
         la_paged_query_init(&ph);
@@ -588,9 +616,9 @@ static void run_paged(const void *arg) {
            (long long)tie_rows);
 }
 
-/* The "paged" family's probe: one DSA call on a one-page e4m3 cache (zero
+/* The "paged" family's probe: one DSA call (HISA for "paged_hisa") on a one-page e4m3 cache (zero
  * keys) with e4m3 q at HI 64, dI 128 (the shape every paged variant takes). */
-static la_status probe_paged(la_context *ctx) {
+static la_status probe_paged_op(la_context *ctx, int hisa) {
     la_paged_cache_params cp;
     la_paged_cache_params_init(&cp);
     cp.num_pages = 1;
@@ -623,15 +651,20 @@ static la_status probe_paged(la_context *ctx) {
     la_paged_query_init(&pq);
     pq.block_table = &tt;
     pq.context_lens = &tl;
-    s = la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
+    s = hisa ? la_hisa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx) : la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
     la_dev_synchronize();
     la_dev_free(dq); la_dev_free(dw); la_dev_free(di); la_dev_free(dt); la_dev_free(dl);
     la_paged_index_cache_destroy(c);
     return s;
 }
 
+static la_status probe_paged(la_context *ctx) { return probe_paged_op(ctx, 0); }
+/* family "paged_hisa" (HISA's block stage): the same call through HISA */
+static la_status probe_paged_hisa(la_context *ctx) { return probe_paged_op(ctx, 1); }
+
 void cases_paged(bo_list *L) {
     bo_add_probe(L, "paged", probe_paged);
+    bo_add_probe(L, "paged_hisa", probe_paged_hisa);
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
     /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
