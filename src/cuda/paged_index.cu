@@ -15,7 +15,11 @@
  * HISA: block means (pooled sums / count, or pooled from the pages), block
  * scores with the first and last block of the range forced (+inf), la_topk
  * to m blocks, kept blocks sorted ascending, candidate scores [T, m·B],
- * la_topk, candidate -> position (-> slot).
+ * la_topk, candidate -> position (-> slot). The block stage and the
+ * candidate scores have faster variants with the same bits in
+ * paged_hisa.cu (family "paged_hisa": "fused" means + scores + kept
+ * blocks) and paged_hisa_cand.cu ("paged_hisa_cand": "blockmajor"
+ * candidate scores for prefill chunks).
  * Tensor cores (variant "mma" of family "paged", the default where it
  * applies): bf16 keys with bf16 q, or e4m3 keys with e4m3 q (the q scale
  * folded into w), HI 32 or 64, dI 128 (e4m3: sm_90). DSA's scores and
@@ -674,7 +678,12 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
     la_cu_ws dkbar, dbsc, dkept, dcand;
     size_t bytes;
-    if (!(fused && pooled)) { /* the fused kernel forms the means from the pooled sums itself */
+    /* the fused kernel forms the means from the pooled sums itself where each
+     * sequence has few rows (decode: no means pass over the whole cache);
+     * with many rows per sequence (prefill) they are formed once here, not
+     * once per row (the same division either way) */
+    const int own_means = fused && pooled && T <= 4 * nseq;
+    if (!own_means) {
         LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
         LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
         pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
@@ -689,7 +698,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
     if (fused) {
         ph_blk_args ba = {};
-        ba.psum = pooled ? c->psum : nullptr;
+        ba.psum = own_means ? c->psum : nullptr;
         ba.max_blocks = c->max_blocks;
         ba.kbar = R.kbar;
         ba.nbmax = nbmax;
