@@ -38,10 +38,10 @@
 struct alignas(8) float2 {
     float x, y;
 };
-struct alignas(8) int2 {
-    int x, y;
+struct alignas(16) int4 {
+    int x, y, z, w;
 };
-static inline int2 make_int2(int x, int y) { return int2{x, y}; }
+static inline int4 make_int4(int x, int y, int z, int w) { return int4{x, y, z, w}; }
 struct emu_idx {
     unsigned x, y, z;
 };
@@ -297,7 +297,7 @@ static int run(const ccase &C) {
     a.w_dt = LA_F32, a.w_nb0 = HI, a.w_nb1 = 1, a.Lk = Lk, a.out = out.data(), a.out_ld = W, a.ncols = W;
     const int64_t nb = nseq * nbmax, npairs = T * m, nw_bound = npairs / PC_QPC + std::min(nb, npairs) + 1;
     std::vector<int32_t> cnt(nb, 0), boff(nb + 1, -7), cur(nb), list(npairs, -7), nwork(1, -7);
-    std::vector<int2> work(nw_bound, int2{-7, -7});
+    std::vector<int4> work(nw_bound, int4{-7, -7, -7, -7});
     const unsigned g = (unsigned)std::max<int64_t>(1, std::min<int64_t>((npairs + 255) / 256, 4096));
     launch(std::min(g, 3u), 256, 0, [&] { pc_count_kernel(a, cnt.data()); });
     launch(1, PC_SCAN, 2 * PC_SCAN * 4, [&] { pc_scan_kernel(cnt.data(), nb, boff.data(), cur.data(), work.data(), nwork.data()); });

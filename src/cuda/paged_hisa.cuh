@@ -68,7 +68,7 @@ struct pc_args {
     int64_t out_ld, ncols;
     /* set by la_ph_cand_scores */
     const int32_t *list, *boff, *nwork;
-    const int2 *work;
+    const int4 *work;                /* (bucket, list rows i0, i1, -) */
 };
 /* The family's choice (pure): *blockmajor for eb (1 e4m3, 2 bf16; 0 = no
  * tensor cores: never), HI 32 / 64, B 128, and by default T >= PC_MIN_ROWS

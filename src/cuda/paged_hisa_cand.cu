@@ -27,7 +27,7 @@
  * Bucketing (deterministic output; the order inside a bucket does not
  * matter): pc_count_kernel counts the pairs per (sequence, block),
  * pc_scan_kernel (one CTA) forms the bucket offsets and the work list
- * (bucket, chunk of PC_QPC queries), pc_scatter_kernel fills the buckets.
+ * (bucket and its list rows of one chunk of up to PC_QPC queries), pc_scatter_kernel fills the buckets.
  * The score grid is the host's bound on the work items; CTAs past the
  * device's count return. */
 #include "cuda/paged_hisa.cuh"
@@ -59,10 +59,10 @@ __global__ void pc_count_kernel(pc_args a, int32_t *cnt) {
 }
 
 /* One CTA of PC_SCAN threads: boff[i] = pairs of buckets before i (and the
- * scatter cursors), the work list (bucket, chunk) of every bucket's
- * ceil(cnt / PC_QPC) chunks in bucket order, *nwork their count. */
+ * scatter cursors), the work list (bucket, list rows i0 .. i1) of every
+ * bucket's ceil(cnt / PC_QPC) chunks in bucket order, *nwork their count. */
 __global__ void __launch_bounds__(PC_SCAN) pc_scan_kernel(const int32_t *cnt, int64_t n, int32_t *boff,
-                                                           int32_t *cur, int2 *work, int32_t *nwork) {
+                                                           int32_t *cur, int4 *work, int32_t *nwork) {
     int32_t *sp = (int32_t *)pc_smem(), *sw = sp + PC_SCAN;
     const int tid = threadIdx.x;
     const int64_t per = (n + PC_SCAN - 1) / PC_SCAN;
@@ -84,10 +84,12 @@ __global__ void __launch_bounds__(PC_SCAN) pc_scan_kernel(const int32_t *cnt, in
     }
     int32_t p = sp[tid] - np, wk = sw[tid] - nw;
     for (int64_t i = i0; i < i1; i++) {
-        boff[i] = p;
-        cur[i] = p;
-        p += cnt[i];
-        for (int32_t c = 0; c < (cnt[i] + PC_QPC - 1) / PC_QPC; c++) work[wk++] = make_int2((int)i, (int)c);
+        const int32_t base = p, end = p + cnt[i];
+        boff[i] = base;
+        cur[i] = base;
+        p = end;
+        for (int32_t r0 = base; r0 < end; r0 += PC_QPC) /* (bucket, its list rows r0 .. r1) */
+            work[wk++] = make_int4((int)i, r0, end < r0 + PC_QPC ? end : r0 + PC_QPC, 0);
     }
     if (tid == PC_SCAN - 1) {
         boff[n] = sp[tid];
@@ -154,10 +156,8 @@ __global__ void __launch_bounds__(PC_THREADS, 3) pc_score_kernel(pc_args a) {
     float *ws0 = (float *)(qs0 + 2 * HI * RB);
     const int wi = blockIdx.x;
     if (wi >= *a.nwork) return;
-    const int2 wk = a.work[wi];
-    const int64_t bucket = wk.x, seq = bucket / a.nbmax, blk = bucket % a.nbmax;
-    const int64_t i0 = a.boff[bucket] + (int64_t)wk.y * PC_QPC;
-    const int64_t i1 = a.boff[bucket + 1] < i0 + PC_QPC ? a.boff[bucket + 1] : i0 + PC_QPC;
+    const int4 wk = a.work[wi]; /* the rows come with the item: no dependent load of the offsets */
+    const int64_t bucket = wk.x, seq = bucket / a.nbmax, blk = bucket % a.nbmax, i0 = wk.y, i1 = wk.z;
     const int64_t klen = a.lens[seq];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, qd = lane & 3;
     pc_load_q<HI, EB>(a, a.list[i0] / a.m, qs0, ws0);
@@ -294,7 +294,7 @@ la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_
     LA_TRY(la_cu_ws_alloc(&dboff, (size_t)(nb + 1) * 4, s, "paged hisa bucket offsets"));
     LA_TRY(la_cu_ws_alloc(&dcur, (size_t)nb * 4, s, "paged hisa bucket cursors"));
     LA_TRY(la_cu_ws_alloc(&dlist, (size_t)(npairs > 0 ? npairs : 1) * 4, s, "paged hisa buckets"));
-    LA_TRY(la_cu_ws_alloc(&dwork, (size_t)nw_bound * sizeof(int2), s, "paged hisa work list"));
+    LA_TRY(la_cu_ws_alloc(&dwork, (size_t)nw_bound * sizeof(int4), s, "paged hisa work list"));
     LA_TRY(la_cu_ws_alloc(&dnw, 4, s, "paged hisa work count"));
     LA_CU(cudaMemsetAsync(dcnt.p, 0, (size_t)nb * 4, s));
     int64_t g = la_cu_cdiv(npairs, 256);
@@ -303,7 +303,7 @@ la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_
     pc_count_kernel<<<(unsigned)g, 256, 0, s>>>(a, (int32_t *)dcnt.p);
     LA_CU_LAUNCH("paged hisa bucket counts");
     pc_scan_kernel<<<1, PC_SCAN, 2 * PC_SCAN * sizeof(int32_t), s>>>((const int32_t *)dcnt.p, nb, (int32_t *)dboff.p,
-                                                                     (int32_t *)dcur.p, (int2 *)dwork.p,
+                                                                     (int32_t *)dcur.p, (int4 *)dwork.p,
                                                                      (int32_t *)dnw.p);
     LA_CU_LAUNCH("paged hisa bucket scan");
     pc_scatter_kernel<<<(unsigned)g, 256, 0, s>>>(a, (int32_t *)dcur.p, (int32_t *)dlist.p);
@@ -312,7 +312,7 @@ la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_
     LA_CU_LAUNCH("paged hisa candidate fill");
     a.list = (const int32_t *)dlist.p;
     a.boff = (const int32_t *)dboff.p;
-    a.work = (const int2 *)dwork.p;
+    a.work = (const int4 *)dwork.p;
     a.nwork = (const int32_t *)dnw.p;
     if (nw_bound > INT32_MAX) return la_err(LA_ERR_UNSUPPORTED, "paged hisa: too many block-major work items");
     if (EB == 1) return HI == 64 ? pc_launch_score<64, 1>(a, nw_bound, s) : pc_launch_score<32, 1>(a, nw_bound, s);
