@@ -285,9 +285,12 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 for (int e = 0; e < 4; e++) mx = fmaxf(mx, fabsf(racc[i][j][e]));
         la_cp_wait<0>();
         __syncthreads(); /* the tiles are consumed: shared memory takes the maxima */
-        const int sh = la_exp16(la_cta_max<NT / 32>(mx, (float *)lf_tc_sm, tid), -126, 126);
+        mx = la_cta_max<NT / 32>(mx, (float *)lf_tc_sm, tid);
+        const int sh = la_exp16(mx, -126, 126);
         const float sc = la_pow2f(sh);
-        if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = la_pow2f(-sh);
+        /* an all-zero partial (an empty segment) gets 0: its weight would
+         * otherwise take the row scale of lfb_wprep16_kernel from the others */
+        if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = mx > 0.f ? la_pow2f(-sh) : 0.f;
         T *sb = (T *)a.sum + ((size_t)bh * a.K + kseg) * (DK * DV);
         float *zd = a.mix + ((size_t)bh * a.K + kseg) * DK;
         const int g = lane / 4, t2 = 2 * (lane % 4);
@@ -380,9 +383,10 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                 w4[e] = acc; /* read back below by this thread only */
                 if (4 * e < DK * DV) mx = fmaxf(mx, fmaxf(fmaxf(fabsf(acc.x), fabsf(acc.y)), fmaxf(fabsf(acc.z), fabsf(acc.w))));
             }
-            const int sh = la_exp16(la_cta_max<NT / 32>(mx, (float *)(lf_tc_sm + G::RED), tid), -126, 126);
+            mx = la_cta_max<NT / 32>(mx, (float *)(lf_tc_sm + G::RED), tid);
+            const int sh = la_exp16(mx, -126, 126);
             sc = la_pow2f(sh);
-            if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = la_pow2f(-sh);
+            if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = mx > 0.f ? la_pow2f(-sh) : 0.f; /* as above */
         }
         for (int e = tid; e < G::L / 4; e += NT) {
             float4 acc = r4[e];

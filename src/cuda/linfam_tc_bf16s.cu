@@ -55,7 +55,10 @@ __global__ void lfb_wprep_kernel(lf_args a, __nv_bfloat16 *Wx, int64_t Mp, int64
 
 /* fp16: Wx [BH][Mp][Kp] fp16, grid (Mp, BH), NT ≥ Kp threads (thread k,
  * one row i per CTA): t_k = W[i, k / segs]·ssc_k / max_k ssc_k (powers of two:
- * exact, or 0 past fp32's range, a partial 2^149 below the largest), then
+ * exact, or 0 past fp32's range, a partial 2^149 below the largest; 0 for an
+ * all-zero partial, ssc_k = 0), so that |t_k| is block k's share of the row's
+ * Σ_k |W|·max|S_k| within 2× (every stored partial's largest |value| is in
+ * [2^14, 2^15)): the terms that matter keep normal fp16 weights; then
  * the row times F = 2^-e with Σ_k |t_k| = f·2^e, f in [0.5, 1): Σ_k |Wx| < 1,
  * so each S̃ value, a sum of Wx times fp16 values below 2^15, stays below
  * 2^15. rsc[bh][i] = max ssc / F undoes it. */
@@ -67,7 +70,8 @@ __global__ void lfb_wprep16_kernel(lf_args a, __half *Wx, int64_t Mp, int64_t Kp
     const float sk = k < a.K ? a.ssc[bh * a.K + k] : 0.f;
     const float smax = la_cta_max<NT / 32>(sk, red, k);
     float t = 0.f;
-    if (i < a.M && k < a.K) t = lf_w(a.P.W, h, i, k / a.segs) * (sk / smax);
+    /* smax = 0: every partial is zero (ssc 0), and so is S̃ (rsc 0) */
+    if (i < a.M && k < a.K && smax > 0.f) t = lf_w(a.P.W, h, i, k / a.segs) * (sk / smax);
     const float n = la_cta_sum<NT / 32>(fabsf(t), red + NT / 32, k);
     int e = 0;
     if (n > 0.f && n <= 3.402823466e38f) e = ((__float_as_int(n) >> 23) & 0xff) - 126; /* n = f·2^e */
