@@ -17,11 +17,12 @@
  *   (default bf16, default,mma,mma_bf16s,mma_split,portable, 12 128 32768 131072; f16: the same
  *   values converted on the device, every row in f16)
  *   --passes: instead, where the time of mma_bf16s goes, with each bf16 mixing GEMM ("v1"
- *   mct_mix_bf16_kernel, "v2" mct_mix2_kernel: family mhla_causal_mix): CUDA events on the
+ *   mct_mix_bf16_kernel, "v2" mct_mix2_kernel, "wgmma" mct_mixw_kernel: family
+ *   mhla_causal_mix): CUDA events on the
  *   stream after the W preparation and around the mixing (mct_dev_pass_events), medians of 10
  *   calls of W prep (with the workspace), pass 1, the mixing, pass 3, each against its byte
  *   floor (the mixing also in TFLOP/s on the strict triangle); then the mixing GEMM alone on
- *   random bf16 S and W (mct_dev_mix_bf16) at the same M, v1 against v2 (max rel).
+ *   random bf16 S and W (mct_dev_mix_bf16) at the same M, v2 and wgmma against v1 (max rel).
  */
 #include "bench_gpu_common.cuh"
 #include "cuda/mhla_causal_tc.cuh"
@@ -92,7 +93,7 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
         printf("# passes, H%lld D%lld N=%lld M=%lld (bf16 states, mma_bf16s)\n", (long long)H, (long long)D,
                (long long)N, (long long)M);
         bench_variant("mhla_causal", "mma_bf16s");
-        for (const char *mix : {"v1", "v2"}) {
+        for (const char *mix : {"v1", "v2", "wgmma"}) {
             bench_variant("mhla_causal_mix", mix);
             const auto call = [&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
             bool ok = true;
@@ -137,31 +138,32 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
         CK(cudaMalloc(&Wp, (size_t)Mp * Mp * 2));
         tril_pad_bf16<<<1024, 256>>>(Wp, M, Mp);
         CK(cudaGetLastError());
-        double ms[2] = {NAN, NAN};
-        for (int ki = 0; ki < 2; ki++) {
-            const char *impl = ki ? "v2" : "v1";
-            __nv_bfloat16 *Ho = ki ? H2 : H1;
-            CK(cudaMemset(Ho, 0xff, ns * 2));
-            const auto g = [&] { LK(mct_dev_mix_bf16(impl, Wp, Mp, 1, S, Ho, H, H, M, (int64_t)SE, 0)); };
-            g();
-            ms[ki] = median_ms(g, 2, 10);
-        }
         std::vector<uint16_t> a(ns), b(ns);
-        CK(cudaMemcpy(a.data(), H1, ns * 2, cudaMemcpyDeviceToHost));
-        CK(cudaMemcpy(b.data(), H2, ns * 2, cudaMemcpyDeviceToHost));
-        double md = 0, mr = 0;
-        int64_t bad = 0;
-        for (size_t i = 0; i < ns; i++) {
-            const double x = host_of_bf16(a[i]), y = host_of_bf16(b[i]);
-            if (!std::isfinite(x) || !std::isfinite(y)) bad++;
-            else md = std::max(md, fabs(x - y)), mr = std::max(mr, fabs(x));
+        for (const char *impl : {"v1", "v2", "wgmma"}) {
+            const bool v1 = !strcmp(impl, "v1");
+            __nv_bfloat16 *Ho = v1 ? H1 : H2;
+            CK(cudaMemset(Ho, 0xff, ns * 2));
+            if (mct_dev_mix_bf16(impl, Wp, Mp, 1, S, Ho, H, H, M, (int64_t)SE, 0) != LA_OK) {
+                printf("mixing alone %s: refused: %s\n", impl, la_last_error());
+                continue;
+            }
+            const auto g = [&] { LK(mct_dev_mix_bf16(impl, Wp, Mp, 1, S, Ho, H, H, M, (int64_t)SE, 0)); };
+            const double ms = median_ms(g, 2, 10);
+            CK(cudaMemcpy(v1 ? a.data() : b.data(), Ho, ns * 2, cudaMemcpyDeviceToHost));
+            double md = 0, mr = 0;
+            int64_t bad = 0;
+            for (size_t i = 0; !v1 && i < ns; i++) {
+                const double x = host_of_bf16(a[i]), y = host_of_bf16(b[i]);
+                if (!std::isfinite(x) || !std::isfinite(y)) bad++;
+                else md = std::max(md, fabs(x - y)), mr = std::max(mr, fabs(x));
+            }
+            printf("mixing alone %-5s M=%lld SE=%.0f B*H=%lld: %.4f ms, %.0f TFLOP/s on the strict triangle", impl,
+                   (long long)M, SE, (long long)H, ms, fl_mix / (ms * 1e-3) / 1e12);
+            if (v1) printf("\n");
+            else printf("  vs v1: max rel %.3e, nonfinite %lld %s\n", mr > 0 ? md / mr : 0.0, (long long)bad,
+                        bad == 0 && md <= 1e-2 * mr ? "ok" : "FAIL");
+            fflush(stdout);
         }
-        printf("mixing alone M=%lld SE=%.0f B*H=%lld: v1 %.4f ms (%.0f TFLOP/s)  v2 %.4f ms (%.0f TFLOP/s)  "
-               "v2 vs v1 max rel %.3e, nonfinite %lld %s\n",
-               (long long)M, SE, (long long)H, ms[0], fl_mix / (ms[0] * 1e-3) / 1e12, ms[1],
-               fl_mix / (ms[1] * 1e-3) / 1e12, mr > 0 ? md / mr : 0.0, (long long)bad,
-               bad == 0 && md <= 1e-2 * mr ? "ok" : "FAIL");
-        fflush(stdout);
         CK(cudaFree(S));
         CK(cudaFree(H1));
         CK(cudaFree(H2));

@@ -348,13 +348,16 @@ __global__ void __launch_bounds__(256, 2)
 }
 
 #include "cuda/mhla_causal_mix2.cuh"
+#include "cuda/mhla_causal_mix_wg.cuh"
 
 /* The default bf16 mixing GEMM of variant "mma_bf16s" (family
  * "mhla_causal_mix" forces one: "v1" mct_mix_bf16_kernel, "v2"
- * mct_mix2_kernel): v2 while true. v2 has run on the host emulator
- * (dev/emu_causal_tc.sh mhla_mix) and not yet on a GPU: false puts v1 back. */
+ * mct_mix2_kernel, "wgmma" mct_mixw_kernel on sm_90): v2 while true. v2 has
+ * run on the host emulator (dev/emu_causal_tc.sh mhla_mix) and not yet on a
+ * GPU: false puts v1 back. "wgmma" is never the default (no emulator runs
+ * wgmma; the device harness rows force it). */
 constexpr bool mct_mix_v2 = true;
-enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1 };
+enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1, MCT_MIXK_WG = 2 };
 
 /* dev/bench_gpu_mhla_causal --passes: events recorded around the mixing
  * (mct_dev_pass_events; NULL: none) */
@@ -378,6 +381,16 @@ la_status mct_launch_bf16(int mixk, const __nv_bfloat16 *Wph, int64_t Mp, int64_
         (Mp + MX_BK) * SE >= INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla bf16 mixing: SE = %lld, B*H = %lld",
                       (long long)SE, (long long)BH);
+    if (mixk == MCT_MIXK_WG) {
+        static_assert(MXW_BM == MX_BM, "the wgmma mixing takes the same padded W");
+        LA_CU(cudaFuncSetAttribute(mct_mixw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)MXW_SMEM));
+        const int64_t R = Mp / MXW_BM;
+        const dim3 grid((unsigned)((R + 1) / 2), (unsigned)la_cu_cdiv(SE, MXW_BN), (unsigned)BH);
+        mct_mixw_kernel<<<grid, 256, MXW_SMEM, s>>>(Wph, Mp, H, Hw, S, Hs, M, SE);
+        LA_CU_LAUNCH("mct_mixw_kernel");
+        return LA_OK;
+    }
     if (mixk == MCT_MIXK_V2) {
         LA_CU(cudaFuncSetAttribute(mct_mix2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                    (int)MX2_SMEM));
@@ -431,8 +444,11 @@ void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1) {
 la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
                            const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t BH, int64_t H, int64_t M,
                            int64_t SE, cudaStream_t s) {
-    const int k = !strcmp(impl, "v1") ? MCT_MIXK_V1 : !strcmp(impl, "v2") ? MCT_MIXK_V2 : -1;
-    if (k < 0) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: impl '%s' (v1, v2)", impl);
+    const int k = !strcmp(impl, "v1") ? MCT_MIXK_V1 : !strcmp(impl, "v2") ? MCT_MIXK_V2
+                  : !strcmp(impl, "wgmma") ? MCT_MIXK_WG : -1;
+    if (k < 0) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: impl '%s' (v1, v2, wgmma)", impl);
+    if (k == MCT_MIXK_WG && !la_cu_hopper(nullptr))
+        return la_err(LA_ERR_UNSUPPORTED, "mct_dev_mix_bf16: wgmma needs an sm_90 GPU");
     if (Mp % MX_BM || Mp < M) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: Mp = %lld", (long long)Mp);
     return mct_launch_bf16(k, Wph, Mp, Hw, S, Hs, BH, H, M, SE, s);
 }
@@ -465,7 +481,10 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     int mixk = mct_mix_v2 ? MCT_MIXK_V2 : MCT_MIXK_V1;
     if (mv && !strcmp(mv, "v1")) mixk = MCT_MIXK_V1;
     else if (mv && !strcmp(mv, "v2")) mixk = MCT_MIXK_V2;
-    else if (mv) return la_cu_unknown_variant("mhla_causal_mix", mv, "v1, v2");
+    else if (mv && !strcmp(mv, "wgmma")) mixk = MCT_MIXK_WG;
+    else if (mv) return la_cu_unknown_variant("mhla_causal_mix", mv, "v1, v2, wgmma");
+    if (mixk == MCT_MIXK_WG && !la_cu_hopper(ctx))
+        return la_cu_variant_unsupported("mhla_causal_mix", mv, "an sm_90 GPU (wgmma)");
     const int64_t BH = q->ne[0] * H;
     bwd_ws ws;
     float *W, *Ws, *Wp = nullptr, *Wph = nullptr; /* Wph: bf16 [Hw][Mp][Mp], half of the floats */
@@ -507,7 +526,7 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : "mma",
                  "%s B*H=%lld N=%lld blocks=%lld per-head W=%d%s", f16 ? "f16" : "bf16", (long long)BH,
                  (long long)N, (long long)M, Hw != 1,
-                 !bs ? "" : mixk == MCT_MIXK_V2 ? " mixing=v2" : " mixing=v1");
+                 !bs ? "" : mixk == MCT_MIXK_WG ? " mixing=wgmma" : mixk == MCT_MIXK_V2 ? " mixing=v2" : " mixing=v1");
     lct_choice c;
     c.kernel = LCT_TC, c.walk = false, c.L = 64;
     return lct_run(c, &lp, q, k, v, out, nullptr, nullptr, nullptr, nullptr, ctx, s, &lm);
