@@ -38,7 +38,7 @@ open(sys.argv[1] + "/kern.inc", "w").write(k)
 # shared arrays become views of the CTA's shared memory, blockIdx.z a global
 m = open("src/cuda/mhla_causal_tc.cu").read()
 m = m[m.index("constexpr int MX_BM"):m.index("struct mct_mix_ctx")]
-m = m.replace('#include "cuda/mhla_causal_mix2.cuh"', "")  # appended below, rewritten
+m = m.replace('#include "cuda/mhla_causal_mix2.cuh"', "").replace('#include "cuda/mhla_causal_mix_wg.cuh"', "")  # appended below
 m = m.replace("__shared__ __align__(16) E sA[2][MX_BM * MX_LA];",
               "auto sA = (E (*)[MX_BM * MX_LA])emu_smem();")
 m = m.replace("__shared__ __align__(16) E sB[2][MX_BK * MX_LB];",
@@ -56,6 +56,22 @@ m2 = m2.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").re
 m2 = m2.replace("blockIdx.z", "emu_bz()")
 m2 = re.sub(r"__launch_bounds__\([^)]*\)", "", m2)
 m += m2
+# the wgmma mixing GEMM (src/cuda/mhla_causal_mix_wg.cuh): wgmma by its
+# definition on the host (dev/emu_causal_tc.cpp decodes the descriptors),
+# its fences and group waits dropped (one legal schedule: each wgmma done
+# when issued)
+m3 = open("src/cuda/mhla_causal_mix_wg.cuh").read()
+m3 = m3[m3.index("constexpr int MXW_BM"):m3.rindex("#endif")]
+m3 = m3.replace("#if MXW_HAVE_WGMMA", "#if 1")
+m3 = m3.replace("extern __shared__ __align__(1024) unsigned char mct_smw_raw[];", "unsigned char *mct_smw_raw = emu_smem();")
+m3 = m3.replace("__cvta_generic_to_shared(mct_smw_raw)", "(uintptr_t)(mct_smw_raw)")
+m3, nasm = re.subn(r'asm volatile\("(?:wgmma|fence)[^"]*"\s*:::\s*"memory"\);', ";", m3)
+assert nasm == 5, nasm
+m3 = m3.replace('asm volatile("" : "+f"(acc[j][e])::"memory");', ";")
+m3 = m3.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").replace("blockIdx.y", "emu_by()")
+m3 = m3.replace("blockIdx.z", "emu_bz()")
+m3 = re.sub(r"__launch_bounds__\([^)]*\)", "", m3)
+m += m3
 assert "__shared__" not in m
 open(sys.argv[1] + "/kern_mix.inc", "w").write(m)
 PY
