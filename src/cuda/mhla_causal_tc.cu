@@ -476,14 +476,15 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     if (f16 && bs)
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla: variant mma_bf16s (bf16 block states) needs bf16 "
                                           "inputs, q is f16");
-    /* the bf16 mixing GEMM (family "mhla_causal_mix"): checked before any work */
+    /* the bf16 mixing GEMM (family "mhla_causal_mix"; the name checked before any work, and
+     * used by mma_bf16s only) */
     const char *mv = la_context_variant(ctx, "mhla_causal_mix");
     int mixk = mct_mix_v2 ? MCT_MIXK_V2 : MCT_MIXK_V1;
     if (mv && !strcmp(mv, "v1")) mixk = MCT_MIXK_V1;
     else if (mv && !strcmp(mv, "v2")) mixk = MCT_MIXK_V2;
     else if (mv && !strcmp(mv, "wgmma")) mixk = MCT_MIXK_WG;
     else if (mv) return la_cu_unknown_variant("mhla_causal_mix", mv, "v1, v2, wgmma");
-    if (mixk == MCT_MIXK_WG && !la_cu_hopper(ctx))
+    if (bs && mixk == MCT_MIXK_WG && !la_cu_hopper(ctx))
         return la_cu_variant_unsupported("mhla_causal_mix", mv, "an sm_90 GPU (wgmma)");
     const int64_t BH = q->ne[0] * H;
     bwd_ws ws;
