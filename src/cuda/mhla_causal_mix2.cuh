@@ -22,9 +22,10 @@
  * results are stored. Grid (⌈R/2⌉, ⌈SE/256⌉, B·H), x fastest, so the CTAs in
  * flight share column slices of S in L2.
  *
- * Pipeline: MX2_S stages of 32 k (A 128 × 32, B 32 × 256), one barrier a
- * step (108,544 bytes, plus 73,728 for the epilogue's staging rows): wait for step t, barrier (everyone is done with step t − 1), issue
- * step t + MX2_S − 1 into step t − 1's stage, multiply step t. Rows padded
+ * Pipeline: MX2_S stages of 32 k (A 128 × 32, B 32 × 256; 108,544 bytes,
+ * plus 36,864 for the epilogue's staging rows), one barrier a step: wait
+ * for step t, barrier (everyone is done with step t − 1), issue step
+ * t + MX2_S − 1 into step t − 1's stage, multiply step t. Rows padded
  * to 80 and 528 bytes: ldmatrix (A) and ldmatrix.trans (B, row-major [k][e])
  * read 8 rows of 16 bytes at 20- and 132-word strides, conflict-free.
  *
@@ -40,7 +41,8 @@ constexpr int MX2_BM = 128, MX2_BN = 256, MX2_BK = 32, MX2_S = 4;
 constexpr int MX2_LA = MX2_BK + 8, MX2_LB = MX2_BN + 8; /* row pitches (elements) */
 constexpr int MX2_STAGE = MX2_BM * MX2_LA + MX2_BK * MX2_LB; /* elements */
 constexpr int MX2_LC = 64 + 8; /* a warp's output staging rows (elements): 144 bytes */
-constexpr size_t MX2_SMEM = sizeof(__nv_bfloat16) * (MX2_STAGE * MX2_S + 8 * 64 * MX2_LC);
+/* the pipeline and 8 warps' staging rows for 32 rows each: 145,408 bytes, within sm_80's 163 KB */
+constexpr size_t MX2_SMEM = sizeof(__nv_bfloat16) * (MX2_STAGE * MX2_S + 8 * 32 * MX2_LC);
 
 /* the number of 32-wide k steps of the row tile at i0 */
 __device__ __forceinline__ int mct_mix2_nk(int i0, int M) {
@@ -133,24 +135,27 @@ __global__ void __launch_bounds__(256, 1)
          * each store is 16 bytes a lane and 128 a row (the accumulator
          * layout gives 4 bytes a lane); the next tile's first stages are in
          * flight meanwhile */
-        __nv_bfloat16 *cs = sm + MX2_S * MX2_STAGE + warp * 64 * MX2_LC;
-#pragma unroll
-        for (int mi = 0; mi < 4; mi++)
-#pragma unroll
-            for (int hr = 0; hr < 2; hr++)
-#pragma unroll
-                for (int j = 0; j < 8; j++) /* row words 36 apart: the 32 lanes hit 32 banks */
-                    *(__nv_bfloat162 *)&cs[(16 * mi + g + 8 * hr) * MX2_LC + 8 * j + 2 * cq] =
-                        __floats2bfloat162_rn(acc[mi][j][2 * hr], acc[mi][j][2 * hr + 1]);
-        __syncwarp();
+        __nv_bfloat16 *cs = sm + MX2_S * MX2_STAGE + warp * 32 * MX2_LC;
         __nv_bfloat16 *C = Hs + z * M * SE;
         const int e = e0 + wc + 8 * (lane % 8); /* SE % 8 == 0: a piece is in or out */
 #pragma unroll
-        for (int u = 0; u < 16; u++) { /* rows 4u + lane/8: 8 lanes a row, one 16-byte piece each */
-            const int r = 4 * u + lane / 8, i = i0 + wr + r;
-            if (i < Mi && e < SEi) *(uint4 *)&C[i * SEi + e] = *(const uint4 *)&cs[r * MX2_LC + 8 * (lane % 8)];
+        for (int half = 0; half < 2; half++) { /* the warp's rows 32·half + [0, 32) */
+#pragma unroll
+            for (int m2 = 0; m2 < 2; m2++)
+#pragma unroll
+                for (int hr = 0; hr < 2; hr++)
+#pragma unroll
+                    for (int j = 0; j < 8; j++) /* row words 36 apart: the 32 lanes hit 32 banks */
+                        *(__nv_bfloat162 *)&cs[(16 * m2 + g + 8 * hr) * MX2_LC + 8 * j + 2 * cq] =
+                            __floats2bfloat162_rn(acc[2 * half + m2][j][2 * hr], acc[2 * half + m2][j][2 * hr + 1]);
+            __syncwarp();
+#pragma unroll
+            for (int u = 0; u < 8; u++) { /* rows 4u + lane/8: 8 lanes a row, one 16-byte piece each */
+                const int r = 4 * u + lane / 8, i = i0 + wr + 32 * half + r;
+                if (i < Mi && e < SEi) *(uint4 *)&C[i * SEi + e] = *(const uint4 *)&cs[r * MX2_LC + 8 * (lane % 8)];
+            }
+            __syncwarp(); /* the staging rows are free again */
         }
-        __syncwarp(); /* the staging rows are free for the next tile */
     }
     la_cp_wait<0>(); /* no copy in flight at exit (the empty tail groups) */
 }
