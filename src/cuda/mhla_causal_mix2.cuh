@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(256, 1)
     __nv_bfloat16 *sm = (__nv_bfloat16 *)mct_sm2;
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int li = lane % 8, lj = lane / 8, g = lane / 4, cq = lane % 4;
-    /* 32-bit indices inside a head (mct_combine_bf16 checks Mp·Mp, (Mp + 32)·SE < 2^31) */
+    /* 32-bit indices inside a head (mct_launch_bf16 checks Mp·Mp, (Mp + 32)·SE < 2^31) */
     const int Mi = (int)M, SEi = (int)SE, Mpi = (int)Mp, R = Mpi / MX2_BM;
     const int e0 = (int)blockIdx.y * MX2_BN;
     const int64_t z = blockIdx.z;

@@ -378,7 +378,7 @@ la_status mct_launch_bf16(int mixk, const __nv_bfloat16 *Wph, int64_t Mp, int64_
                           int64_t SE, cudaStream_t s) {
     static_assert(MX2_BM == MX_BM, "both bf16 mixing GEMMs take W padded to whole 128-row tiles");
     if (SE % 8 || Mp % MX_BM || BH > 65535 || la_cu_cdiv(SE, MX_BN) > 65535 || Mp * Mp >= INT32_MAX ||
-        (Mp + MX_BK) * SE >= INT32_MAX)
+        (Mp + MXW_BK) * SE >= INT32_MAX) /* 32-bit offsets in a head, past the widest k step */
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla bf16 mixing: SE = %lld, B*H = %lld",
                       (long long)SE, (long long)BH);
     if (mixk == MCT_MIXK_WG) {
