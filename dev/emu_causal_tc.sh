@@ -1,8 +1,8 @@
 #!/bin/bash
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
-# compiles it with dev/emu_causal_tc.cpp (g++ -std=c++20, CUDA headers only)
-# and runs the cases.
+# compiles it with dev/emu_causal_tc.cpp (with dev/emu_causal_tc_wgmma.h and
+# emu_causal_tc_mix.h; g++ -std=c++20, CUDA headers only) and runs the cases.
 #   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|f16|mhla|mhla_bf16s|mhla_mix]]   (the wide and the walking
 #   scan, then the fp16 cases; "wide": wide only; "f16": the fp16 cases only;
 #   "mhla": the causal MHLA forward, mhla_causal_tc.cu;

@@ -470,61 +470,6 @@ static la_status probe_mhla_causal(la_context *ctx) {
     return s;
 }
 
-/* family "mhla_causal_mix": the bf16 mixing GEMM of variant mma_bf16s (the
- * default of mhla_causal for bf16), forced: "v2" (mct_mix2_kernel, the
- * default while mct_mix_v2 in mhla_causal_tc.cu), "wgmma" (mct_mixw_kernel,
- * sm_90 only: skipped elsewhere) and "v1" (mct_mix_bf16_kernel). Names
- * "mhla-causal-mix <impl> ...". */
-static void add_mhla_mix(bo_list *L, int small, const char *impl, int64_t B, int64_t N, int64_t H,
-                         int64_t D, la_mhla_normalize norm, int per_head, int perm, int feat) {
-    const mhla_causal_args a = {B, N, H, D, D, 64, norm, per_head, LA_BF16, perm, feat};
-    char name[BO_NAME_MAX];
-    snprintf(name, sizeof name, "mhla-causal-mix %s bf16 B%lld N%lld H%lld D%lld norm%d ph%d p%d f%d",
-             impl, (long long)B, (long long)N, (long long)H, (long long)D, (int)norm, per_head, perm,
-             feat);
-    const bo_opts o = {"mhla_causal", BO_CUDA, small, "mhla_causal_mix", impl, NULL};
-    bo_add(L, &o, run_mhla_causal, &a, sizeof a, name);
-}
-/* v2: odd N (one block: no k step; a partial second; many with a tail), D
- * 128 / 64 / 32, shared and per-head W, none and per_query, permuted views;
- * M = 129 (one CTA holds both row tiles), M = 313 (three row tiles: a pair
- * and the middle one alone), M = 512 and 2048 blocks (N = 32K, 128K: the
- * issue's shapes) in the long cases; v1 on a few of the same shapes. */
-static void mhla_causal_mix_rows(bo_list *L) {
-    bo_add_probe(L, "mhla_causal_mix", probe_mhla_causal);
-    const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
-    const int64_t Ns[5] = {1, 63, 65, 1000, 4097}, Ds[3] = {128, 64, 32};
-    const int fno[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY, LA_FEATURE_RELU_EPS};
-    const int fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
-            add_mhla_mix(L, 1, "v2", B, N, H, D, NO, ni & 1, (ni + di) & 1,
-                         ni == 0 ? LA_FEATURE_RELU : fno[(ni + di) % 4]);
-            add_mhla_mix(L, 1, "v2", B, N, H, D, PQ, (ni + 1) & 1, ni & 1, fpq[(ni + di) % 3]);
-        }
-    add_mhla_mix(L, 1, "v2", 1, 8200, 1, 32, PQ, 1, 1, LA_FEATURE_ELU1);
-    add_mhla_mix(L, 1, "v2", 1, 20000, 1, 32, NO, 1, 0, LA_FEATURE_RELU);
-    add_mhla_mix(L, 1, "v2", 1, 8200, 2, 64, NO, 0, 1, LA_FEATURE_RELU_EPS);
-    add_mhla_mix(L, 0, "v2", 1, 32768, 1, 128, PQ, 0, 0, LA_FEATURE_RELU_EPS);
-    add_mhla_mix(L, 0, "v2", 1, 131072, 1, 32, NO, 1, 1, LA_FEATURE_RELU);
-    /* wgmma (mct_mixw_kernel, sm_90 only, forced only): the same shapes as v2 */
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
-            add_mhla_mix(L, 1, "wgmma", B, N, H, D, ni & 1 ? PQ : NO, (ni + di) & 1, ni & 1,
-                         ni & 1 ? fpq[(ni + di) % 3] : ni == 0 ? LA_FEATURE_RELU : fno[(ni + di) % 4]);
-        }
-    add_mhla_mix(L, 1, "wgmma", 1, 8200, 1, 32, PQ, 1, 1, LA_FEATURE_ELU1);
-    add_mhla_mix(L, 1, "wgmma", 1, 20000, 1, 32, NO, 1, 0, LA_FEATURE_RELU);
-    add_mhla_mix(L, 1, "wgmma", 1, 8200, 2, 64, NO, 0, 1, LA_FEATURE_RELU_EPS);
-    add_mhla_mix(L, 0, "wgmma", 1, 32768, 1, 128, PQ, 0, 0, LA_FEATURE_RELU_EPS);
-    add_mhla_mix(L, 0, "wgmma", 1, 131072, 1, 32, NO, 1, 1, LA_FEATURE_RELU);
-    add_mhla_mix(L, 1, "v1", 1, 1000, 2, 128, NO, 1, 1, LA_FEATURE_RELU);
-    add_mhla_mix(L, 1, "v1", 1, 8200, 1, 32, PQ, 0, 0, LA_FEATURE_ELU1);
-    add_mhla_mix(L, 1, "v1", 2, 65, 2, 64, PQ, 1, 0, LA_FEATURE_RELU_EPS);
-}
-
 /* Causal MHLA on tensor cores (family "mhla_causal", mhla_causal_tc.cu),
  * forced to "mma" (a shape it stops taking fails instead of running
  * portable): odd N (one block, a partial second, many blocks with a tail),
@@ -600,7 +545,6 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rbl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rp, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
-    mhla_causal_mix_rows(L);
 }
 
 /* dt: bf16 (the default and the forced portable engine on each shape) or
