@@ -16,8 +16,16 @@
  *   build-gpu/dev/bench_gpu_mhla_causal [--dtype bf16|f16] [--variants LIST] [--no-check] [H D Ns...]
  *   (default bf16, default,mma,mma_bf16s,mma_split,portable, 12 128 32768 131072; f16: the same
  *   values converted on the device, every row in f16)
+ *   --passes: instead, where the time of mma_bf16s goes, with each bf16 mixing GEMM ("v1"
+ *   mct_mix_bf16_kernel, "v2" mct_mix2_kernel, "wgmma" mct_mixw_kernel: family
+ *   mhla_causal_mix): CUDA events on the
+ *   stream after the W preparation and around the mixing (mct_dev_pass_events), medians of 10
+ *   calls of W prep (with the workspace), pass 1, the mixing, pass 3, each against its byte
+ *   floor (the mixing also in TFLOP/s on the strict triangle); then the mixing GEMM alone on
+ *   random bf16 S and W (mct_dev_mix_bf16) at the same M, v2 and wgmma against v1 (max rel).
  */
 #include "bench_gpu_common.cuh"
+#include "cuda/mhla_causal_tc.cuh"
 
 #include <cuda_fp16.h>
 
@@ -49,9 +57,125 @@ __global__ void tril_fill(float *W, int64_t M) {
     }
 }
 
+/* the strict triangle of W (random, rows ~1/(i+1)) padded to [Mp][Mp] in bf16 */
+__global__ void tril_pad_bf16(__nv_bfloat16 *W, int64_t M, int64_t Mp) {
+    BENCH_GRID_STRIDE(i, Mp * Mp) {
+        const int64_t r = i / Mp, c = i % Mp;
+        const uint32_t h = (uint32_t)(i * 2654435761u) ^ 0x9e3779b9u;
+        W[i] = __float2bfloat16_rn(r < M && c < r ? (0.05f + (h >> 8) * (1.f / 16777216.f)) / (float)(r + 1) : 0.f);
+    }
+}
+
+static double med(std::vector<float> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* --passes (see the head): bf16, B = 1, the N's of the command line */
+static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv_bfloat16 *q, __nv_bfloat16 *k,
+                      __nv_bfloat16 *v, __nv_bfloat16 *o, float *Wd) {
+    cudaEvent_t ev[5];
+    for (auto &e : ev) CK(cudaEventCreate(&e));
+    la_mhla_causal_params p;
+    la_mhla_causal_params_init(&p);
+    const double SE = (double)D * D + D;
+    for (int64_t N : Ns) {
+        const int64_t M = (N + 63) / 64, Mp = (M + 127) / 128 * 128;
+        tril_fill<<<256, 256>>>(Wd, M);
+        CK(cudaDeviceSynchronize());
+        la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, D),
+                  to = view(o, 1, N, H, D), W;
+        int64_t nw[2] = {M, M};
+        la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
+        const double st = 2.0 * H * M * SE;           /* one bf16 state array */
+        const double qkv = 2.0 * N * H * D;          /* one bf16 [N, H, D] tensor */
+        const double fl_mix = 2.0 * H * (M * (M - 1) / 2.0) * SE;
+        printf("# passes, H%lld D%lld N=%lld M=%lld (bf16 states, mma_bf16s)\n", (long long)H, (long long)D,
+               (long long)N, (long long)M);
+        bench_variant("mhla_causal", "mma_bf16s");
+        for (const char *mix : {"v1", "v2", "wgmma"}) {
+            bench_variant("mhla_causal_mix", mix);
+            const auto call = [&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
+            bool ok = true;
+            for (int i = 0; i < 3 && ok; i++) ok = call() == LA_OK;
+            if (!ok) {
+                printf("passes mixing %s: refused: %s\n", mix, la_last_error());
+                continue;
+            }
+            std::vector<float> tp, t1, tm, t3, tt;
+            mct_dev_pass_events(ev[1], ev[2], ev[3]);
+            for (int r = 0; r < 10; r++) {
+                CK(cudaEventRecord(ev[0]));
+                LK(call());
+                CK(cudaEventRecord(ev[4]));
+                CK(cudaEventSynchronize(ev[4]));
+                float a, b, c, d, e;
+                CK(cudaEventElapsedTime(&a, ev[0], ev[1]));
+                CK(cudaEventElapsedTime(&b, ev[1], ev[2]));
+                CK(cudaEventElapsedTime(&c, ev[2], ev[3]));
+                CK(cudaEventElapsedTime(&d, ev[3], ev[4]));
+                CK(cudaEventElapsedTime(&e, ev[0], ev[4]));
+                tp.push_back(a), t1.push_back(b), tm.push_back(c), t3.push_back(d), tt.push_back(e);
+            }
+            mct_dev_pass_events(nullptr, nullptr, nullptr);
+            /* floors: pass 1 reads k, v and writes the states; the mixing reads
+             * and writes a state array (W is small); pass 3 reads q, k, v and H,
+             * writes out */
+            const double f1 = (2 * qkv + st) / BW * 1e3, fm = 2 * st / BW * 1e3, f3 = (4 * qkv + st) / BW * 1e3;
+            printf("passes mixing %s  total %.4f ms  W prep %.4f  pass 1 %.4f (floor %.4f)  mixing %.4f (floor %.4f, "
+                   "%.0f TFLOP/s strict)  pass 3 %.4f (floor %.4f)\n",
+                   mix, med(tt), med(tp), med(t1), f1, med(tm), std::max(fm, fl_mix / FL * 1e3),
+                   fl_mix / (med(tm) * 1e-3) / 1e12, med(t3), f3);
+            fflush(stdout);
+        }
+        bench_variant("mhla_causal_mix", nullptr);
+        bench_variant("mhla_causal", nullptr);
+        /* the GEMM alone on random states: v1 against v2 */
+        const size_t ns = (size_t)H * M * (size_t)SE;
+        __nv_bfloat16 *S = make(ns, 11, 0.1f), *H1, *H2, *Wp;
+        CK(cudaMalloc(&H1, ns * 2));
+        CK(cudaMalloc(&H2, ns * 2));
+        CK(cudaMalloc(&Wp, (size_t)Mp * Mp * 2));
+        tril_pad_bf16<<<1024, 256>>>(Wp, M, Mp);
+        CK(cudaGetLastError());
+        std::vector<uint16_t> a(ns), b(ns);
+        for (const char *impl : {"v1", "v2", "wgmma"}) {
+            const bool v1 = !strcmp(impl, "v1");
+            __nv_bfloat16 *Ho = v1 ? H1 : H2;
+            CK(cudaMemset(Ho, 0xff, ns * 2));
+            if (mct_dev_mix_bf16(impl, Wp, Mp, 1, S, Ho, H, H, M, (int64_t)SE, 0) != LA_OK) {
+                printf("mixing alone %s: refused: %s\n", impl, la_last_error());
+                continue;
+            }
+            const auto g = [&] { LK(mct_dev_mix_bf16(impl, Wp, Mp, 1, S, Ho, H, H, M, (int64_t)SE, 0)); };
+            const double ms = median_ms(g, 2, 10);
+            CK(cudaMemcpy(v1 ? a.data() : b.data(), Ho, ns * 2, cudaMemcpyDeviceToHost));
+            double md = 0, mr = 0;
+            int64_t bad = 0;
+            for (size_t i = 0; !v1 && i < ns; i++) {
+                const double x = host_of_bf16(a[i]), y = host_of_bf16(b[i]);
+                if (!std::isfinite(x) || !std::isfinite(y)) bad++;
+                else md = std::max(md, fabs(x - y)), mr = std::max(mr, fabs(x));
+            }
+            printf("mixing alone %-5s M=%lld SE=%.0f B*H=%lld: %.4f ms, %.0f TFLOP/s on the strict triangle", impl,
+                   (long long)M, SE, (long long)H, ms, fl_mix / (ms * 1e-3) / 1e12);
+            if (v1) printf("\n");
+            else printf("  vs v1: max rel %.3e, nonfinite %lld %s\n", mr > 0 ? md / mr : 0.0, (long long)bad,
+                        bad == 0 && md <= 1e-2 * mr ? "ok" : "FAIL");
+            fflush(stdout);
+        }
+        CK(cudaFree(S));
+        CK(cudaFree(H1));
+        CK(cudaFree(H2));
+        CK(cudaFree(Wp));
+    }
+    for (auto &e : ev) CK(cudaEventDestroy(e));
+    return 0;
+}
+
 int main(int argc, char **argv) {
     la_dtype dt = LA_BF16;
-    bool check = true;
+    bool check = true, passes = false;
     std::string vlist = "default,mma,mma_bf16s,mma_split,portable";
     std::vector<const char *> pos;
     for (int i = 1; i < argc; i++) {
@@ -61,11 +185,13 @@ int main(int argc, char **argv) {
             vlist = argv[++i];
         else if (!strcmp(argv[i], "--no-check"))
             check = false;
+        else if (!strcmp(argv[i], "--passes"))
+            passes = true;
         else if (argv[i][0] >= '0' && argv[i][0] <= '9')
             pos.push_back(argv[i]);
         else {
             fprintf(stderr, "bench_gpu_mhla_causal: unknown argument '%s' (--dtype bf16|f16, --variants LIST, "
-                            "--no-check, H D Ns...)\n", argv[i]);
+                            "--no-check, --passes, H D Ns...)\n", argv[i]);
             return 2;
         }
     }
@@ -92,6 +218,11 @@ int main(int argc, char **argv) {
     const int64_t Mmax = (Nmax + 63) / 64;
     float *Wd;
     CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
+    if (passes && dt != LA_BF16) {
+        fprintf(stderr, "bench_gpu_mhla_causal: --passes times the bf16 block states (--dtype bf16)\n");
+        return 2;
+    }
+    if (passes) return run_passes(H, D, Ns, q, k, v, o, Wd);
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
     if (check) { /* mma, mma_split and mma_bf16s against the portable engine at N = 4097 */

@@ -347,6 +347,22 @@ __global__ void __launch_bounds__(256, 2)
         }
 }
 
+#include "cuda/mhla_causal_mix2.cuh"
+#include "cuda/mhla_causal_mix_wg.cuh"
+
+/* The default bf16 mixing GEMM of variant "mma_bf16s" (family
+ * "mhla_causal_mix" forces one: "v1" mct_mix_bf16_kernel, "v2"
+ * mct_mix2_kernel, "wgmma" mct_mixw_kernel on sm_90): v2 while true. v2 has
+ * run on the host emulator (dev/emu_causal_tc.sh mhla_mix) and not yet on a
+ * GPU: false puts v1 back. "wgmma" is never the default (no emulator runs
+ * wgmma; the device harness rows force it). */
+constexpr bool mct_mix_v2 = true;
+enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1, MCT_MIXK_WG = 2 };
+
+/* dev/bench_gpu_mhla_causal --passes: events recorded around the mixing
+ * (mct_dev_pass_events; NULL: none) */
+cudaEvent_t mct_ev_prep = nullptr, mct_ev_mix0 = nullptr, mct_ev_mix1 = nullptr;
+
 struct mct_mix_ctx {
     const float *Wp; /* [Hw][Mp][Mp] (mma) */
     const int *wexp;   /* fp16: [Hw][Mp] row exponents of Wp (NULL: bf16) */
@@ -354,20 +370,50 @@ struct mct_mix_ctx {
     const __nv_bfloat16 *Wph; /* the same in bf16 (mma_bf16s) */
     int64_t Mp, Hw;
     const lcb_mixing *split; /* mma_split: mcb_combine */
+    int mixk;                /* mma_bf16s: MCT_MIXK_* */
 };
+
+la_status mct_launch_bf16(int mixk, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
+                          const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t BH, int64_t H, int64_t M,
+                          int64_t SE, cudaStream_t s) {
+    static_assert(MX2_BM == MX_BM, "both bf16 mixing GEMMs take W padded to whole 128-row tiles");
+    if (SE % 8 || Mp % MX_BM || BH > 65535 || la_cu_cdiv(SE, MX_BN) > 65535 || Mp * Mp >= INT32_MAX ||
+        (Mp + MXW_BK) * SE >= INT32_MAX) /* 32-bit offsets in a head, past the widest k step */
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla bf16 mixing: SE = %lld, B*H = %lld",
+                      (long long)SE, (long long)BH);
+    if (mixk == MCT_MIXK_WG) {
+        static_assert(MXW_BM == MX_BM, "the wgmma mixing takes the same padded W");
+        LA_CU(cudaFuncSetAttribute(mct_mixw_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)MXW_SMEM));
+        const int64_t R = Mp / MXW_BM;
+        const dim3 grid((unsigned)((R + 1) / 2), (unsigned)la_cu_cdiv(SE, MXW_BN), (unsigned)BH);
+        mct_mixw_kernel<<<grid, 256, MXW_SMEM, s>>>(Wph, Mp, H, Hw, S, Hs, M, SE);
+        LA_CU_LAUNCH("mct_mixw_kernel");
+        return LA_OK;
+    }
+    if (mixk == MCT_MIXK_V2) {
+        LA_CU(cudaFuncSetAttribute(mct_mix2_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)MX2_SMEM));
+        const int64_t R = Mp / MX2_BM;
+        const dim3 grid((unsigned)((R + 1) / 2), (unsigned)la_cu_cdiv(SE, MX2_BN), (unsigned)BH);
+        mct_mix2_kernel<<<grid, 256, MX2_SMEM, s>>>(Wph, Mp, H, Hw, S, Hs, M, SE);
+        LA_CU_LAUNCH("mct_mix2_kernel");
+        return LA_OK;
+    }
+    LA_CU(cudaFuncSetAttribute(mct_mix_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)MXB_SMEM));
+    const dim3 grid((unsigned)(Mp / MX_BM), (unsigned)la_cu_cdiv(SE, MX_BN), (unsigned)BH);
+    mct_mix_bf16_kernel<<<grid, 256, MXB_SMEM, s>>>(Wph, Mp, H, Hw, S, Hs, M, SE);
+    LA_CU_LAUNCH("mct_mix_bf16_kernel");
+    return LA_OK;
+}
 
 la_status mct_combine_bf16(const void *ctx, const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t BH,
                            int64_t H, int64_t M, int64_t SE, cudaStream_t s) {
     const mct_mix_ctx *c = (const mct_mix_ctx *)ctx;
-    if (SE % 8 || c->Mp % MX_BM || BH > 65535 || la_cu_cdiv(SE, MX_BN) > 65535 ||
-        c->Mp * c->Mp >= INT32_MAX || (c->Mp + MX_BK) * SE >= INT32_MAX)
-        return la_err(LA_ERR_UNSUPPORTED, "causal mhla bf16 mixing: SE = %lld, B*H = %lld",
-                      (long long)SE, (long long)BH);
-    LA_CU(cudaFuncSetAttribute(mct_mix_bf16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                               (int)MXB_SMEM));
-    const dim3 grid((unsigned)(c->Mp / MX_BM), (unsigned)la_cu_cdiv(SE, MX_BN), (unsigned)BH);
-    mct_mix_bf16_kernel<<<grid, 256, MXB_SMEM, s>>>(c->Wph, c->Mp, H, c->Hw, S, Hs, M, SE);
-    LA_CU_LAUNCH("mct_mix_bf16_kernel");
+    if (mct_ev_mix0) LA_CU(cudaEventRecord(mct_ev_mix0, s));
+    LA_TRY(mct_launch_bf16(c->mixk, c->Wph, c->Mp, c->Hw, S, Hs, BH, H, M, SE, s));
+    if (mct_ev_mix1) LA_CU(cudaEventRecord(mct_ev_mix1, s));
     return LA_OK;
 }
 
@@ -390,6 +436,22 @@ la_status mct_combine(const void *ctx, const float *S, float *Hs, int64_t BH, in
 }
 
 } // namespace
+
+void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1) {
+    mct_ev_prep = prep, mct_ev_mix0 = mix0, mct_ev_mix1 = mix1;
+}
+
+la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
+                           const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t BH, int64_t H, int64_t M,
+                           int64_t SE, cudaStream_t s) {
+    const int k = !strcmp(impl, "v1") ? MCT_MIXK_V1 : !strcmp(impl, "v2") ? MCT_MIXK_V2
+                  : !strcmp(impl, "wgmma") ? MCT_MIXK_WG : -1;
+    if (k < 0) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: impl '%s' (v1, v2, wgmma)", impl);
+    if (k == MCT_MIXK_WG && !la_cu_hopper(nullptr))
+        return la_err(LA_ERR_UNSUPPORTED, "mct_dev_mix_bf16: wgmma needs an sm_90 GPU");
+    if (Mp % MX_BM || Mp < M) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: Mp = %lld", (long long)Mp);
+    return mct_launch_bf16(k, Wph, Mp, Hw, S, Hs, BH, H, M, SE, s);
+}
 
 int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
                  const la_tensor *v, const la_tensor *out) {
@@ -414,6 +476,16 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     if (f16 && bs)
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla: variant mma_bf16s (bf16 block states) needs bf16 "
                                           "inputs, q is f16");
+    /* the bf16 mixing GEMM (family "mhla_causal_mix"; the name checked before any work, and
+     * used by mma_bf16s only) */
+    const char *mv = la_context_variant(ctx, "mhla_causal_mix");
+    int mixk = mct_mix_v2 ? MCT_MIXK_V2 : MCT_MIXK_V1;
+    if (mv && !strcmp(mv, "v1")) mixk = MCT_MIXK_V1;
+    else if (mv && !strcmp(mv, "v2")) mixk = MCT_MIXK_V2;
+    else if (mv && !strcmp(mv, "wgmma")) mixk = MCT_MIXK_WG;
+    else if (mv) return la_cu_unknown_variant("mhla_causal_mix", mv, "v1, v2, wgmma");
+    if (bs && mixk == MCT_MIXK_WG && !la_cu_hopper(ctx))
+        return la_cu_variant_unsupported("mhla_causal_mix", mv, "an sm_90 GPU (wgmma)");
     const int64_t BH = q->ne[0] * H;
     bwd_ws ws;
     float *W, *Ws, *Wp = nullptr, *Wph = nullptr; /* Wph: bf16 [Hw][Mp][Mp], half of the floats */
@@ -436,7 +508,9 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
         LA_CU_LAUNCH("mct_wrow_exp_kernel");
         LA_CU(cudaMemsetAsync(smax, 0, sizeof(float) * (size_t)BH, s));
     }
-    const mct_mix_ctx mc = {Wp, (const int *)wexp, smax, (const __nv_bfloat16 *)Wph, Mp, Hw, split ? &mx : nullptr};
+    if (mct_ev_prep) LA_CU(cudaEventRecord(mct_ev_prep, s));
+    const mct_mix_ctx mc = {Wp,     (const int *)wexp,       smax, (const __nv_bfloat16 *)Wph, Mp, Hw,
+                            split ? &mx : nullptr, mixk};
     lct_mixing lm;
     lm.W = W, lm.hs = Hw == 1 ? 0 : WM * WM, lm.ld = WM;
     lm.combine = mct_combine, lm.ctx = &mc;
@@ -451,8 +525,9 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     lp.eps = p->eps;
     lp.chunk = 64;
     la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : "mma",
-                 "%s B*H=%lld N=%lld blocks=%lld per-head W=%d", f16 ? "f16" : "bf16", (long long)BH,
-                 (long long)N, (long long)M, Hw != 1);
+                 "%s B*H=%lld N=%lld blocks=%lld per-head W=%d%s", f16 ? "f16" : "bf16", (long long)BH,
+                 (long long)N, (long long)M, Hw != 1,
+                 !bs ? "" : mixk == MCT_MIXK_WG ? " mixing=wgmma" : mixk == MCT_MIXK_V2 ? " mixing=v2" : " mixing=v1");
     lct_choice c;
     c.kernel = LCT_TC, c.walk = false, c.L = 64;
     return lct_run(c, &lp, q, k, v, out, nullptr, nullptr, nullptr, nullptr, ctx, s, &lm);

@@ -328,7 +328,110 @@ static la_status probe(la_context *ctx) {
     return s;
 }
 
+/* ---- causal MHLA: the bf16 mixing GEMM (family "mhla_causal_mix") ---------
+ * The mixing H_i = Σ_{b<i} W[i,b] S_b of variant mma_bf16s (the default of
+ * family "mhla_causal" for bf16; src/cuda/mhla_causal_tc.cu), forced: "v2"
+ * (mct_mix2_kernel, the default while mct_mix_v2), "wgmma" (mct_mixw_kernel,
+ * sm_90 only: skipped elsewhere) and "v1" (mct_mix_bf16_kernel); the CUDA
+ * output against the CPU path on the same bf16 inputs (out rel <= 1e-2, the
+ * output poisoned first). W: random [WM, WM] or [H, WM, WM] with WM = M + 1
+ * (a spare row and column, and the upper triangle, must be ignored). Names
+ * "mhla-causal-mix <impl> ...". */
+typedef struct mhla_mix_args {
+    int64_t B, N, H, D; la_mhla_normalize norm; int per_head, perm, feat;
+} mhla_mix_args;
+
+static void t_mhla_mix(const mhla_mix_args *a) {
+    int64_t nq[4] = {a->B, a->N, a->H, a->D}, M = (a->N + 63) / 64 + 1;
+    tb q = tb_rand(4, nq, LA_BF16, a->perm, 1.0), k = tb_rand(4, nq, LA_BF16, a->perm, 1.0),
+       v = tb_rand(4, nq, LA_BF16, a->perm, 1.0), o = tb_poison(4, nq, LA_BF16, a->perm), W;
+    int64_t nw[3] = {a->H, M, M}, n = (a->per_head ? a->H : 1) * M * M;
+    float *w = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) w[i] = (float)(0.05 + la_rng_uniform(&bo_rng));
+    tb_make(&W, a->per_head ? 3 : 2, a->per_head ? nw : nw + 1, LA_F32, 0, w);
+    free(w);
+    la_mhla_causal_params p;
+    la_mhla_causal_params_init(&p);
+    p.chunk = 64;
+    p.normalize = a->norm;
+    p.feature = (la_feature)a->feat;
+    CHECK_OK(la_mhla_causal_forward(&p, &q.host, &k.host, &v.host, &W.host, &o.host, bo_ctx()));
+    CHECK_DEV(la_mhla_causal_forward(&p, &q.dev, &k.dev, &v.dev, &W.dev, &o.dev, bo_ctx()));
+    char what[160];
+    snprintf(what, sizeof what, "mhla-causal-mix B%lld N%lld H%lld D%lld norm%d ph%d p%d %s", (long long)a->B,
+             (long long)a->N, (long long)a->H, (long long)a->D, (int)a->norm, a->per_head, a->perm,
+             la_feature_name(p.feature));
+    tb_compare(&o, what, tol_of(LA_BF16, a->N));
+    tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o); tb_free(&W);
+}
+static void run_mhla_mix(const void *p) { t_mhla_mix(p); }
+
+/* the 16-token bf16 problem, chunk 64, a 1×1 W (the default takes mma_bf16s) */
+static la_status probe_mhla_mix(la_context *ctx) {
+    int64_t ne[4] = {1, 16, 1, 128}, nw[2] = {1, 1};
+    tb q, o, W;
+    tb_make(&q, 4, ne, LA_BF16, 0, NULL);
+    tb_make(&o, 4, ne, LA_BF16, 0, NULL);
+    tb_make(&W, 2, nw, LA_F32, 0, NULL);
+    la_dev_memset(q.dev.data, 0, q.bytes);
+    la_dev_memset(W.dev.data, 0, W.bytes);
+    la_mhla_causal_params p;
+    la_mhla_causal_params_init(&p);
+    la_status s = la_mhla_causal_forward(&p, &q.dev, &q.dev, &q.dev, &W.dev, &o.dev, ctx);
+    la_dev_synchronize();
+    tb_free(&q);
+    tb_free(&o);
+    tb_free(&W);
+    return s;
+}
+
+static void add_mhla_mix(bo_list *L, int small, const char *impl, int64_t B, int64_t N, int64_t H,
+                         int64_t D, la_mhla_normalize norm, int per_head, int perm, la_feature feat) {
+    const mhla_mix_args a = {B, N, H, D, norm, per_head, perm, (int)feat};
+    char name[BO_NAME_MAX];
+    snprintf(name, sizeof name, "mhla-causal-mix %s bf16 B%lld N%lld H%lld D%lld norm%d ph%d p%d %s", impl,
+             (long long)B, (long long)N, (long long)H, (long long)D, (int)norm, per_head, perm,
+             la_feature_name(feat));
+    const bo_opts o = {"mhla_causal", BO_CUDA, small, "mhla_causal_mix", impl, NULL};
+    bo_add(L, &o, run_mhla_mix, &a, sizeof a, name);
+}
+
+/* v2 and wgmma: odd N (one block: no k step; a partial second; many with a
+ * tail), D 128 / 64 / 32, shared and per-head W, none and per_query, the
+ * feature maps, permuted views; M = 129 (one CTA holds both row tiles),
+ * M = 313 (three row tiles: a pair and the middle one alone); M = 512 and
+ * 2048 blocks (N = 32K, 128K: the issue's shapes) in the long cases; v1 on
+ * a few of the same shapes. */
+static void mhla_mix_rows(bo_list *L) {
+    bo_add_probe(L, "mhla_causal_mix", probe_mhla_mix);
+    const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
+    const int64_t Ns[5] = {1, 63, 65, 1000, 4097}, Ds[3] = {128, 64, 32};
+    /* none: no identity at N = 1 (ill-conditioned in bf16); per_query: positive features */
+    const la_feature fno[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY, LA_FEATURE_RELU_EPS};
+    const la_feature fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
+    static const char *impls[2] = {"v2", "wgmma"};
+    for (int ki = 0; ki < 2; ki++) {
+        for (int di = 0; di < 3; di++)
+            for (int ni = 0; ni < 5; ni++) {
+                const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+                add_mhla_mix(L, 1, impls[ki], B, N, H, D, NO, ni & 1, (ni + di) & 1,
+                             ni == 0 ? LA_FEATURE_RELU : fno[(ni + di) % 4]);
+                if (ki == 0)
+                    add_mhla_mix(L, 1, impls[ki], B, N, H, D, PQ, (ni + 1) & 1, ni & 1, fpq[(ni + di) % 3]);
+            }
+        add_mhla_mix(L, 1, impls[ki], 1, 8200, 1, 32, PQ, 1, 1, LA_FEATURE_ELU1);
+        add_mhla_mix(L, 1, impls[ki], 1, 20000, 1, 32, NO, 1, 0, LA_FEATURE_RELU);
+        add_mhla_mix(L, 1, impls[ki], 1, 8200, 2, 64, NO, 0, 1, LA_FEATURE_RELU_EPS);
+        add_mhla_mix(L, 0, impls[ki], 1, 32768, 1, 128, PQ, 0, 0, LA_FEATURE_RELU_EPS);
+        add_mhla_mix(L, 0, impls[ki], 1, 131072, 1, 32, NO, 1, 1, LA_FEATURE_RELU);
+    }
+    add_mhla_mix(L, 1, "v1", 1, 1000, 2, 128, NO, 1, 1, LA_FEATURE_RELU);
+    add_mhla_mix(L, 1, "v1", 1, 8200, 1, 32, PQ, 0, 0, LA_FEATURE_ELU1);
+    add_mhla_mix(L, 1, "v1", 2, 65, 2, 64, PQ, 1, 0, LA_FEATURE_RELU_EPS);
+}
+
 void cases_causal(bo_list *L) {
+    mhla_mix_rows(L);
     bo_add_probe(L, "linear_causal", probe);
     const la_feature feats[5] = {LA_FEATURE_IDENTITY, LA_FEATURE_RELU, LA_FEATURE_RELU_EPS,
                                  LA_FEATURE_RELU1, LA_FEATURE_ELU1};
