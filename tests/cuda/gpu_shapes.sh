@@ -82,6 +82,9 @@ fi
 if [ "${LA_SHAPES_CAUSAL_S:-30}" != 0 ]; then
   sub causal_bf16 "${LA_SHAPES_CAUSAL_S:-30}" "$B/dev/bench_gpu_mhla_causal" --variants default,mma_bf16s,mma || rc=1
   sub causal_f16 "${LA_SHAPES_CAUSAL16_S:-20}" "$B/dev/bench_gpu_mhla_causal" --dtype f16 --no-check --variants default || rc=1
+  # where causal MHLA's time goes: W prep, pass 1, the mixing (v1, v2, wgmma) and pass 3, each
+  # against its floor, and the mixing GEMM alone (family mhla_causal_mix)
+  [ "${LA_SHAPES_PASSES_S:-25}" != 0 ] && { sub causal_passes "${LA_SHAPES_PASSES_S:-25}" "$B/dev/bench_gpu_mhla_causal" --passes || rc=1; }
 fi
 [ "${LA_SHAPES_SDPA_S:-50}" != 0 ] && { sub sdpa "${LA_SHAPES_SDPA_S:-50}" python3 dev/cuda/softmax_sdpa.py --passes fwd \
   --backends default,flash --ns 32768,8192 --dtypes bf16,f16 || rc=1; }
