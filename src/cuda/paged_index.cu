@@ -39,6 +39,7 @@
 #include "cuda/paged_index.cuh"
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_meta.cuh"
+#include "cuda/paged_wgmma.cuh"
 #include "cuda/select.cuh"
 
 namespace {
@@ -352,16 +353,30 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
     return la_topk(&ts, &ti, ctx);
 }
 
+/* Switches of the paged DSA decode path (one line each to turn off):
+ * kPagedWgmma2Default: an e4m3 cache with e4m3 q at HI 64, dI 128 on sm_90
+ * takes DSA's scores on "wgmma2" (paged_wgmma.cu; equal to the dense default,
+ * DSA v2, on the gathered keys) unless a variant is forced; false: "mma" (the
+ * mma.sync kernel, equal to the dense mma.sync variant). kPagedTopkRange:
+ * DSA's top-k scans each row's range [0, end) only (the columns past it are
+ * -inf, so the same indices) instead of the table's whole capacity. */
+constexpr bool kPagedWgmma2Default = true;
+constexpr bool kPagedTopkRange = true;
+
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
- * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32. */
+ * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32.
+ * *wg (DSA's scores; HISA runs as "mma"): 0 the mma.sync kernel, 1 forced
+ * "wgmma", 2 forced "wgmma2", 3 the default "wgmma2" (kPagedWgmma2Default;
+ * the launch falls back to mma.sync where la_sp_paged_wgmma_ok fails). */
 la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
                     int *wg, la_sp_score_args *a) {
-    static const char *const names[] = {"mma", "portable", "wgmma"};
+    static const char *const names[] = {"mma", "portable", "wgmma", "wgmma2"};
     const char *forced = la_context_variant(ctx, "paged");
-    int v = forced ? la_cu_variant_index(forced, names, 3) : 0;
-    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma");
-    *wg = v == 2; /* DSA's scores on wgmma (checked at the launch); otherwise as "mma" */
-    if (v == 2) v = 0;
+    int v = forced ? la_cu_variant_index(forced, names, 4) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma, wgmma2");
+    const int fv = v;
+    *wg = v == 2 ? 1 : v == 3 ? 2 : 0; /* checked at the launch; otherwise as "mma" */
+    if (v >= 2) v = 0;
     memset(a, 0, sizeof *a);
     a->q = q->data;
     a->q_dt = (int)q->dtype;
@@ -376,12 +391,44 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     const int want = c->p.dtype == LA_BF16 ? 2 : c->p.dtype == LA_FP8_E4M3 ? 1 : 0;
     const bool ok = want && la_sp_paged_tc_ok(*a, want);
     if (v == 0 && forced && !ok)
-        return la_cu_variant_unsupported("paged", *wg ? "wgmma" : "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
-                                                         "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
+        return la_cu_variant_unsupported("paged", names[fv], "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
+                                                             "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
     *eb = v == 0 && ok ? want : 0;
-    la_cu_report(ctx, "paged", *eb ? (*wg ? "wgmma" : "mma") : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
-                 (long long)a->HI, (long long)a->dI, la_dtype_name(c->p.dtype), la_dtype_name(q->dtype));
+    /* the default's wgmma2 shape (la_sp_paged_wgmma_ok's conditions known here) */
+    if (!forced && kPagedWgmma2Default && *eb == 1 && a->hopper && a->HI == 64 && a->dI == 128 && a->q_nb2 == 1 &&
+        a->q_nb1 % 16 == 0 && a->q_nb0 % 16 == 0 && ((uintptr_t)a->q & 15) == 0 && c->page_bytes % 16 == 0 &&
+        ((uintptr_t)c->pages & 15) == 0 && T <= 65535)
+        *wg = 3;
+    la_cu_report(ctx, "paged", *eb ? (*wg == 1 ? "wgmma" : *wg ? "wgmma2" : "mma") : "portable",
+                 "T=%lld HI=%lld dI=%lld cache %s q %s%s", (long long)T, (long long)a->HI, (long long)a->dI,
+                 la_dtype_name(c->p.dtype), la_dtype_name(q->dtype), *wg ? " (DSA scores; HISA as mma)" : "");
     return LA_OK;
+}
+
+/* DSA's top-k of the score rows [T, W] into sel [T, k]: la_topk's kernel,
+ * over [0, end[t]) of each row with kPagedTopkRange (same indices: the
+ * columns past end[t] are -inf). */
+la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end, int32_t *sel, int64_t k,
+                      la_context *ctx) {
+    if (!kPagedTopkRange) return pg_topk((float *)sc, T, W, sel, k, ctx);
+    la_sp_topk_args t;
+    memset(&t, 0, sizeof t);
+    t.scores = sc;
+    t.R = T;
+    t.L = W;
+    t.ld = W;
+    t.cs = 1;
+    t.use_range = 1;
+    t.range.end = end;
+    t.range.end_nb = 1;
+    t.range.T = T;
+    t.range.L = W;
+    t.range.blk = 1;
+    t.k = k;
+    t.out = sel;
+    t.out_ld = k;
+    t.out_cs = 1;
+    return la_sp_topk(t, ctx, la_cu_stream(ctx));
 }
 
 } // namespace
@@ -646,18 +693,21 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             a.ncols = W;
             a.out = (float *)dsc.p;
             a.out_ld = W;
-            if (wg && !(eb == 1 && la_sp_paged_wgmma_ok(a, pg)))
-                return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, "
-                                                                   "q rows contiguous");
-            if (wg) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            const bool wok = eb == 1 && la_sp_paged_wgmma_ok(a, pg);
+            if ((wg == 1 || wg == 2) && !wok)
+                return la_cu_variant_unsupported("paged", wg == 1 ? "wgmma" : "wgmma2",
+                                                 "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, q rows contiguous");
+            if (wg == 1) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            else if (wg == 2 || (wg == 3 && wok)) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s));
             else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
         } else if (wg) {
-            return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
+            return la_cu_variant_unsupported("paged", wg == 1 ? "wgmma" : "wgmma2",
+                                             "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
         } else {
             LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
         }
         LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
-        LA_TRY(pg_topk((float *)dsc.p, T, W, (int32_t *)dsel.p, topk, ctx));
+        LA_TRY(pg_topk_dsa((const float *)dsc.p, T, W, R.row_end, (int32_t *)dsel.p, topk, ctx));
         const int64_t n = T * topk;
         pg_finish_kernel<<<(unsigned)la_cu_cdiv(n, 256), 256, 0, s>>>(
             (const int32_t *)dsel.p, topk, T, nullptr, 0, 1, return_slots, R.table, maxp, R.row_seq, ps,
