@@ -23,6 +23,7 @@
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_wgmma.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/topk_rows.cuh"
 
 #define PW_THREADS 128
 #define PW_STAGES 4
@@ -166,11 +167,13 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
  * tile: a 4-byte cp.async per key into a per-stage scale row in the same
  * commit group. The loop then touches global memory only through the
  * cp.async ring and the score stores. 32-bit position arithmetic (ncols <
- * 2^31). */
+ * 2^31). With hist (variant "wgmma2r") each valid score is also counted in
+ * its row's topk_rows.cuh histogram (bin = fkey >> TR_SHIFT; the lanes of a
+ * warp holding one bin add once). */
 #define PW2_KEYS (PW_TILES * 64)
 #define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
 
-__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg) {
+__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg, uint32_t *hist) {
 #if LA_CU_SM90_CODE
     extern __shared__ uint8_t pw_raw[];
     uint8_t *sm = (uint8_t *)(((uintptr_t)pw_raw + 1023) & ~(uintptr_t)1023);
@@ -287,7 +290,18 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
         s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
         const int p = key0 + k * 64 + r_out;
-        if (qd < 2 && p < colend) orow[p] = p < kend ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
+        const bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
+        const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
+        if (qd < 2 && p < colend) orow[p] = o;
+        if (hist) { /* topk_rows.cuh's histogram: lanes of one bin add once (one warp: 16 keys) */
+            const unsigned m = __ballot_sync(0xffffffffu, on);
+            if (on) {
+                const uint32_t u = __float_as_uint(o);
+                const uint32_t fk = o != o ? 0xFFFFFFFFu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+                const unsigned bin = fk >> TR_SHIFT, grp = __match_any_sync(m, bin);
+                if (lane == __ffs(grp) - 1) atomicAdd(hist + (int64_t)t * TR_BINS + bin, (unsigned)__popc(grp));
+            }
+        }
     }
 #else
     __trap(); /* built without sm_90a: pw_ok never takes this kernel there */
@@ -310,12 +324,12 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
     return LA_OK;
 }
 
-la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
+la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, uint32_t *hist, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     static_assert(PW2_SMEM <= 227 * 1024, "one CTA's shared memory");
     LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
+    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg, hist);
     LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma, pipelined)");
     return LA_OK;
 }
