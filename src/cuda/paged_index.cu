@@ -24,9 +24,11 @@
  * accumulation, the per-token scale on the head sum), so they equal the
  * dense mma.sync kernel's on the gathered keys bit for bit; HISA's block
  * scores (fp32 means) stay on the fp32 kernel. "portable" forces the fp32
- * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma" (forced
- * only) runs DSA's scores of an e4m3 cache on paged_wgmma.cu (equal to the
- * dense DSA v2 kernel on the gathered keys; HISA as "mma").
+ * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma",
+ * "wgmma2" and "wgmma2r" run DSA's scores of an e4m3 cache on paged_wgmma.cu
+ * (equal to the dense DSA v2 kernel on the gathered keys; HISA as "mma");
+ * "wgmma2r", the e4m3 default (pg_select's switches), selects with
+ * topk_rows.cuh instead of la_topk.
  * Metadata: block_table / context_lens / q_seq stay on the device; their
  * values are checked and clamped by paged_meta.cu's kernel, which records a
  * bad one in the cache's status words (copied to a pinned mirror after each
