@@ -293,9 +293,10 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         const bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
         const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
         if (qd < 2 && p < colend) orow[p] = o;
-        if (hist) { /* topk_rows.cuh's histogram: lanes of one bin add once (one warp: 16 keys) */
-            const unsigned m = __ballot_sync(0xffffffffu, on);
-            if (on) {
+        if (hist) { /* topk_rows.cuh's histogram of the candidates (not -inf): lanes of one bin add once */
+            const bool hv = on && o != -INFINITY;
+            const unsigned m = __ballot_sync(0xffffffffu, hv);
+            if (hv) {
                 const uint32_t u = __float_as_uint(o);
                 const uint32_t fk = o != o ? 0xFFFFFFFFu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
                 const unsigned bin = fk >> TR_SHIFT, grp = __match_any_sync(m, bin);
