@@ -1,7 +1,8 @@
 /* Host emulation of the many-CTA top-k (src/cuda/topk_rows.cuh; no GPU
  * needed): the kernel text compiled with g++ -DLA_TR_EMU, one std::thread
  * per CUDA thread, std::barrier for __syncthreads, std::atomic_ref for the
- * atomics. Rows of continuous scores, few distinct values (ties), NaN /
+ * atomics; built twice: with the CUDA block scan (-DLA_TR_EMU_SHFL: warp
+ * shuffles through per-warp slots) and with the shared-memory scan. Rows of continuous scores, few distinct values (ties), NaN /
  * +-inf / -inf columns, +-0, ranges of 0, 1, < k and the full width, k 1 ..
  * 2048, and rows whose threshold bin exceeds TR_CAP (the whole-row path);
  * the histogram is formed as the score kernel's epilogue forms it. Each
@@ -23,6 +24,8 @@ struct emu_cta {
     std::barrier<> *bar;
     int bx, by;
     unsigned char *smem;
+    std::barrier<> *warp[32]; /* LA_TR_EMU_SHFL: the shuffles' exchange */
+    uint32_t slot[32][32];
 };
 static thread_local emu_cta *emu_c;
 static inline int tr_tid() { return emu_tid_v; }
@@ -31,6 +34,18 @@ static inline int tr_by() { return emu_c->by; }
 static inline void tr_sync() { emu_c->bar->arrive_and_wait(); }
 static inline unsigned char *tr_smem() { return emu_c->smem; }
 static inline uint32_t tr_atomic_add(uint32_t *p, uint32_t v) { return std::atomic_ref<uint32_t>(*p).fetch_add(v); }
+#ifdef LA_TR_EMU_SHFL
+/* the CUDA scan's primitives: a full warp exchanges through its slots between two warp barriers */
+static inline void __syncthreads() { tr_sync(); }
+static inline uint32_t __shfl_up_sync(unsigned, uint32_t x, int o) {
+    const int w = emu_tid_v / 32, lane = emu_tid_v % 32;
+    emu_c->slot[w][lane] = x;
+    emu_c->warp[w]->arrive_and_wait();
+    const uint32_t y = lane >= o ? emu_c->slot[w][lane - o] : x;
+    emu_c->warp[w]->arrive_and_wait();
+    return y;
+}
+#endif
 
 #define LA_TR_EMU
 #define LA_TR_KERNELS
@@ -42,7 +57,8 @@ static void launch(K kern, int gx, int gy, int nt, size_t smem, const la_tr_args
     for (int by = 0; by < gy; by++)
         for (int bx = 0; bx < gx; bx++) {
             std::barrier<> bar(nt);
-            emu_cta c{&bar, bx, by, sm.data()};
+            emu_cta c{&bar, bx, by, sm.data(), {}, {}};
+            for (int w = 0; w < nt / 32; w++) c.warp[w] = new std::barrier<>(32);
             std::fill(sm.begin(), sm.end(), (unsigned char)0xA5); /* shared memory starts undefined */
             std::vector<std::thread> th;
             th.reserve(nt);
@@ -53,6 +69,7 @@ static void launch(K kern, int gx, int gy, int nt, size_t smem, const la_tr_args
                     kern(a);
                 });
             for (auto &x : th) x.join();
+            for (int w = 0; w < nt / 32; w++) delete c.warp[w];
         }
 }
 

@@ -27,7 +27,8 @@
  * The kernels use only __syncthreads, shared and global atomics and plain
  * loads, plus warp shuffles in the block scan, so that dev/emu_topk_rows.cpp
  * runs this text on the host (LA_TR_EMU: one std::thread per CUDA thread;
- * the scan there is the shared-memory one). Internal. */
+ * its two builds run the shuffle scan, LA_TR_EMU_SHFL, and a shared-memory
+ * one). Internal. */
 #ifndef LA_CUDA_TOPK_ROWS_CUH
 #define LA_CUDA_TOPK_ROWS_CUH
 
@@ -112,7 +113,7 @@ TR_DEV uint64_t tr_key(float f, int64_t p) {
 template <int NT>
 TR_DEV uint32_t tr_excl_scan(uint32_t v, uint32_t *sc, uint32_t *tot) {
     const int tid = tr_tid();
-#ifdef LA_TR_EMU
+#if defined(LA_TR_EMU) && !defined(LA_TR_EMU_SHFL) /* the emulator's other build runs the shuffle scan */
     sc[tid] = v;
     tr_sync();
     for (int off = 1; off < NT; off <<= 1) {
