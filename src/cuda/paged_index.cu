@@ -360,8 +360,10 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * of these kernels has run on a GPU yet):
  * kPagedWgmma2Default: an e4m3 cache with e4m3 q at HI 64, dI 128 on sm_90
  * takes DSA's scores on paged_wgmma.cu's pw2_kernel (equal to the dense
- * default, DSA v2, on the gathered keys) unless a variant is forced; false:
- * "mma" (the mma.sync kernel, equal to the dense mma.sync variant).
+ * default, DSA v2, on the gathered keys) unless a variant is forced, at up
+ * to kPagedWgmmaRowsPerSeq query rows per sequence (decode; more: prefill,
+ * mma.sync); false: "mma" (the mma.sync kernel, equal to the dense mma.sync
+ * variant).
  * kPagedTopkRows: that default ("wgmma2r", else "wgmma2") selects with
  * topk_rows.cuh (many CTAs per row, its histogram made by the score
  * kernel) at up to kPagedRowsMaxT query rows, where la_topk's one CTA per
@@ -372,6 +374,7 @@ constexpr bool kPagedWgmma2Default = true;
 constexpr bool kPagedTopkRows = true;
 constexpr bool kPagedTopkRange = true;
 constexpr int64_t kPagedRowsMaxT = 256;
+constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this many query rows per sequence */
 
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
  * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32.
@@ -711,6 +714,14 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                 return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
                                                  "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, q rows contiguous");
             use = wok ? wk : 0;
+            /* the pw kernels read a sequence's keys once per query row (the
+             * mma.sync kernel once per 64 of its rows): the default keeps
+             * mma.sync where a sequence has many rows (prefill) */
+            if ((wg & 8) && T > kPagedWgmmaRowsPerSeq * nseq) {
+                use = 0;
+                la_cu_report(ctx, "paged", "mma", "DSA scores: T=%lld rows over %lld sequences", (long long)T,
+                             (long long)nseq);
+            }
             /* topk_rows: k <= its maximum, la_topk's family not forced (then la_topk) */
             if (use == 3 && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
             if (use == 3) {
