@@ -95,6 +95,7 @@ static inline unsigned emu_gdx() { return g_gdx; }
 static inline int64_t emu_min(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t emu_max(int64_t a, int64_t b) { return a > b ? a : b; }
 #include "cuda/tc16.cuh"
+#include "cuda/cta_reduce.cuh"
 #include "cuda/linfam_tc_phi.cuh"
 #define min(a, b) emu_min(a, b)
 #define max(a, b) emu_max(a, b)
@@ -382,12 +383,45 @@ template <int DK> lf_args f16_passes(const lf_problem &P, const std::vector<floa
     return a; /* its workspace pointers are gone: for the plan (K, segs) only */
 }
 
+/* The fp16 passes of variant tc_bf16s on P (lf_run_tc_bf16s's order at 132
+ * SMs): the summary pass writing fp16 S under a power of two per partial,
+ * lfb_wprep16_kernel folding those into the weights of each (b, h) with the
+ * row scales, the fp16 mixing GEMM (and the fp32 z̃ CTAs), the output pass
+ * over fp16 S̃; every workspace NaN-filled first. */
+template <int DK> lf_args f16s_passes(const lf_problem &P) {
+    const int64_t D = DK, DD = D * D, BH = P.B * P.H;
+    using G = lf_tcg<DK, DK>;
+    lf_args a = lf_args_of(&P);
+    const lfb_plan x = lfb_plan_of(a, 132, G::FT, G::FO);
+    a.seg = x.seg;
+    a.segs = x.segs;
+    a.K = x.K;
+    a.L = DD + D;
+    const int64_t M = a.M, Mp = x.Mp, Kp = x.Kp, groups = x.groups, tpc = x.tpc;
+    std::vector<uint16_t> Sb(BH * a.K * DD, 0xffffu), Pb(BH * M * DD, 0xffffu), Wx(BH * Mp * Kp, 0xffffu);
+    std::vector<float> zp(BH * a.K * D, NAN), Pz(BH * M * D, NAN), ssc(BH * a.K, NAN), rsc(BH * M, NAN);
+    a.sum = (float *)Sb.data();
+    a.mix = zp.data();
+    a.ssc = ssc.data();
+    a.rsc = rsc.data();
+    a.r = nullptr;
+    __half *wx = (__half *)Wx.data(), *pb = (__half *)Pb.data();
+    float *pz = Pz.data();
+    launch3((unsigned)a.K, (unsigned)BH, 1, G::SUM_SMEM, [&] { lf_tc_summary_kernel<__half, DK, DK, true>(a); });
+    launch3((unsigned)Mp, (unsigned)BH, 1, 2 * sizeof(float) * NT / 32, [&] { lfb_wprep16_kernel(a, wx, Mp, Kp); });
+    launch3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH, lfb_smem(a.K, Kp),
+            [&] { lfb_mix_kernel(a, (const __half *)wx, Mp, Kp, 2, XNZ, pb, pz); });
+    launch3((unsigned)(M * groups), (unsigned)BH, 1, G::OUT_SMEM,
+            [&] { lf_tc_output_kernel<__half, DK, DK, true>(a, pb, pz, groups, tpc); });
+    return a; /* its workspace pointers are gone: for the plan (K, segs) only */
+}
+
 /* fp16 on variant tc (linfam_tc.cu's lf_run_tc plan at 132 SMs): the fp16
  * summary pass (fp32 partials), the mix (M = 1: lf_tc_mix_kernel's text;
  * M ≥ 2: in fp32 on the host, where the device's tf32 GEMM only changes its
  * store type for fp16), the fp16 output pass with
  * its per-block power-of-two scaling of S̃; inputs uniform in [-scale, scale). */
-template <int DK> bool run_case_f16(const mcase &c, float scale) {
+template <int DK> bool run_case_f16(const mcase &c, float scale, bool s16 = false) {
     const int64_t B = c.B, H = c.H, D = DK, DD = D * D;
     int64_t n[3] = {1, 1, 1}, g[3] = {1, 1, 1};
     for (int a = 0; a < c.nd; a++) {
@@ -432,7 +466,11 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     P.eps = 1e-6f;
     P.den_scale = c.mean ? 1.f / (float)N : 1.f;
 
-    const lf_args a = f16_passes<DK>(P, W, c.per_head);
+    if (s16 && lfb_why(&P, M)) {
+        printf("FAIL f16 tc_bf16s %-44s not taken: %s\n", c.name, lfb_why(&P, M));
+        return false;
+    }
+    const lf_args a = s16 ? f16s_passes<DK>(P) : f16_passes<DK>(P, W, c.per_head);
 
     /* float64 reference and the plain-fp16 formula */
     const ref_err r = against_reference<true>(c, B, H, N, D, M, n, g, q, k, v, o, W, at, sq, P.eps, rh, h2f);
@@ -440,8 +478,8 @@ template <int DK> bool run_case_f16(const mcase &c, float scale) {
     const size_t bad = r.bad, pbad = r.pbad;
     const double rel = emax / std::max(rmax, 1e-30), prel = pmax / std::max(rmax, 1e-30);
     const bool ok = bad == 0 && rel <= 2e-3 && (pbad > 0 || rel <= 2 * prel);
-    printf("%-4s f16 x%-4g %-44s M%-4lld K%-4lld segs %lld  rel %.2e  f16 formula %.2e  ratio %.2f%s\n", ok ? "ok" : "FAIL",
-           scale, c.name, (long long)M, (long long)a.K, (long long)a.segs, rel, prel, rel / std::max(prel, 1e-30),
+    printf("%-4s f16%s x%-4g %-44s M%-4lld K%-4lld segs %lld  rel %.2e  f16 formula %.2e  ratio %.2f%s\n",
+           ok ? "ok" : "FAIL", s16 ? " s16" : "", scale, c.name, (long long)M, (long long)a.K, (long long)a.segs, rel, prel, rel / std::max(prel, 1e-30),
            bad ? "  (non-finite left)" : pbad ? "  (the plain-fp16 formula overflows)" : "");
     return ok;
 }
@@ -648,17 +686,22 @@ int main(int argc, char **argv) {
         ran++;
         for (float sc : {1.f, 100.f}) { /* fp16 on variant tc; scale 100: S, z past 65504 */
             if (cs[i].norm != LF_NORM_PER_QUERY && sc > 1.f) continue; /* true output past 65504 */
-            const bool okh = cs[i].D == 128 ? run_case_f16<128>(cs[i], sc) : run_case_f16<64>(cs[i], sc);
-            fails += !okh;
-            ran++;
+            for (bool s16 : {false, true}) { /* variant tc, then tc_bf16s (16-bit summaries) */
+                const bool okh = cs[i].D == 128 ? run_case_f16<128>(cs[i], sc, s16) : run_case_f16<64>(cs[i], sc, s16);
+                fails += !okh;
+                ran++;
+            }
         }
     }
     for (int i = 0; i < nh; i++) { /* CASE numbers nc, nc + 1, ... */
         if (only >= 0 && nc + i != only) continue;
         const hcase &h = hs[i];
-        const bool okh = h.c.D == 128 ? run_case_f16<128>(h.c, h.scale) : run_case_f16<64>(h.c, h.scale);
-        fails += !okh;
-        ran++;
+        for (bool s16 : {false, true}) { /* tc_bf16s: MHLA only */
+            if (s16 && h.c.lin) continue;
+            const bool okh = h.c.D == 128 ? run_case_f16<128>(h.c, h.scale, s16) : run_case_f16<64>(h.c, h.scale, s16);
+            fails += !okh;
+            ran++;
+        }
     }
     const fcase fs[] = {
         /* name                      B  Hm  Wm  H  ks sp perm p    scale */

@@ -27,8 +27,12 @@ def cut_text(k, path, smem):
     assert "__shared__" not in k, path
     return k
 o = sys.argv[1]
+# the output pass lives in linfam_tc_out.cuh, included inside the namespace
+s = open("src/cuda/linfam_tc.cu").read()
+s = s.replace('#include "linfam_tc_out.cuh"', open("src/cuda/linfam_tc_out.cuh").read())
 open(o + "/kern_tc.inc", "w").write(
-    cut("src/cuda/linfam_tc.cu", "namespace {", "/* The summary and output launches", ["lf_tc_sm"]))
+    cut_text(s[s.index("namespace {") + len("namespace {"):s.index("/* The summary and output launches")],
+             "src/cuda/linfam_tc.cu", ["lf_tc_sm"]))
 open(o + "/kern_b16.inc", "w").write(
     cut("src/cuda/linfam_tc_bf16s.cu", "namespace {", "/* 16-byte aligned bytes", ["lfb_sm"]))
 # the mix of linear attention (M = 1, lf_tc_mix_kernel): its static shared

@@ -143,9 +143,9 @@ constexpr int PT = 256;      /* threads of fo_phi_kernel (8 warps) */
 constexpr int PHI_MAXC = 4096; /* C = H·D ≤ 4096: ≤ 16 chunks of 8 per lane */
 /* fp16 inputs on the fast path (φ workspaces, engine and conv in fp16);
  * false sends them to the portable engine with φ and the conv fused. The
- * engine's own fp16 tensor-core choice is lf_f16_tc (linfam.cu). Off, with
- * lf_f16_tc, until the device harness has run it (the host emulator has). */
-constexpr bool fo_f16_tc = false;
+ * engine's own fp16 tensor-core choice is lf_f16_tc (linfam.cu). On since the
+ * device harness's fp16 focused rows passed. */
+constexpr bool fo_f16_tc = true;
 
 /* the flatten φ helpers (lf_x8, lf_flat_xprime8, lf_flat_pow, ...) are in
  * linfam.cuh */

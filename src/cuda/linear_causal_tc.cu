@@ -391,9 +391,9 @@ int lct_mode_of(int feat) {
 }
 
 /* fp16 rows on the tensor-core path; false sends them to the portable
- * engine. Off until the device harness has run the fp16 instantiations (the
- * host emulator dev/emu_causal_tc.sh has). */
-constexpr bool lct_f16_tc = false;
+ * engine. On since the device harness's fp16 causal rows passed (the host
+ * emulator dev/emu_causal_tc.sh has the same cases). */
+constexpr bool lct_f16_tc = true;
 /* the 16-bit element type the path takes: bf16, fp16 (while lct_f16_tc) */
 bool lct_dtype_ok(la_dtype dt) { return dt == LA_BF16 || (lct_f16_tc && dt == LA_F16); }
 

@@ -8,19 +8,23 @@ namespace {
 
 /* fp16 inputs on the tensor-core path `tc` (fp16 products, fp32 partials,
  * S̃ and z̃ scaled into fp16's range per block, fp32 sums; linfam_tc.cu);
- * false sends them to the portable fp32 engine. Never tc_bf16s: its bf16
- * summaries and mixing GEMM would hold S in 16 bits, which overflows fp16
- * past 65504. (It was off once: the fp16 output pass left the per-query
+ * false sends them to the portable fp32 engine. (It was off once: the fp16 output pass left the per-query
  * denominators unwritten for the relu maps at scale 1, the operators'
  * defaults; the harness's N = 256K check found it, dev/emu_mhla_fwd.sh has
- * the cases now.) Off until the device harness (tests/backend/cases_f16tc.c,
- * t_no_overflow) has run the fixed kernels: the host emulator alone has. */
-constexpr bool lf_f16_tc = false;
+ * the cases now.) On since the device harness (tests/backend/cases_f16tc.c and
+ * the f16 rows of cases_linear.c) passed with the fixed kernels; false sends
+ * fp16 back to the portable engine. */
+constexpr bool lf_f16_tc = true;
 
 bool lf_view_fast(const la_cu_view &x, int dt) {
     return x.dt == dt && (dt == LA_BF16 || (dt == LA_F16 && lf_f16_tc)) && x.nb[3] == 1 &&
            x.nb[0] % 8 == 0 && x.nb[1] % 8 == 0 && x.nb[2] % 8 == 0 && ((uintptr_t)x.data % 16) == 0;
 }
+
+/* fp16 inputs on variant tc_bf16s too (16-bit summaries in fp16 under
+ * powers of two, linfam_tc_bf16s.cu), when lf_f16_tc; false: fp16 takes tc
+ * (fp32 partials and the tf32 mix) */
+constexpr bool lf_f16_s16 = true;
 
 const char *const lf_names[] = {"tc", "portable", "tc_bf16s"};
 /* whether the default takes tc_bf16s where it applies (else tc) */
@@ -54,8 +58,9 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
                     lf_kernel *kern) {
     /* tensor-core path: non-causal, head dims of lf_tc_dims, bf16 or fp16 rows, no fused conv */
     const bool tc = lf_tc_why(P, maxcnt) == nullptr;
-    /* fp16 takes tc, never tc_bf16s (lf_f16_tc) */
-    const bool b16 = tc && P->q.dt == LA_BF16 && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
+    /* fp16: tc_bf16s while lf_f16_s16 */
+    const bool dt16 = P->q.dt == LA_BF16 || (P->q.dt == LA_F16 && lf_f16_s16);
+    const bool b16 = tc && dt16 && lf_tc_bf16s_why(P, lf_blocks(P)) == nullptr;
     if (!forced) {
         *kern = !tc ? LF_PORTABLE : b16 && lf_bf16s_default ? LF_TC_BF16S : LF_TC;
         return LA_OK;
@@ -64,12 +69,12 @@ la_status lf_select(const lf_problem *P, int64_t maxcnt, const char *family, con
     if (i < 0) return la_cu_unknown_variant(family, forced, "tc, portable, tc_bf16s");
     if ((i == LF_TC || i == LF_TC_BF16S) && !tc)
         return la_cu_variant_unsupported(family, forced,
-                                         "non-causal, bf16 (fp16: tc only), D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
+                                         "non-causal, bf16 or fp16, D = Dv in {32, 64, 128} or (D, Dv) = (64, 128), "
                                          "(128, 64), rows contiguous");
     if (i == LF_TC_BF16S && !b16)
         return la_cu_variant_unsupported(family, forced,
-                                         P->q.dt != LA_BF16 ? "bf16 inputs only (fp16 S would overflow)"
-                                                            : lf_tc_bf16s_why(P, lf_blocks(P)));
+                                         !dt16 ? "bf16 inputs (fp16: switched off)"
+                                               : lf_tc_bf16s_why(P, lf_blocks(P)));
     *kern = (lf_kernel)i;
     return LA_OK;
 }
@@ -82,7 +87,8 @@ la_status lf_run(const lf_problem *P, const la_context *ctx, const char *family,
     const char *why = kern == LF_PORTABLE && !forced ? lf_tc_why(P, a.maxcnt) : nullptr;
     /* an MHLA problem the bf16-summary variant does not take: say why */
     const char *why16 = kern == LF_TC && !forced && lf_bf16s_default && P->use_w
-                            ? (P->q.dt != LA_BF16 ? "fp16 inputs" : lf_tc_bf16s_why(P, a.M)) : nullptr;
+                            ? (P->q.dt == LA_F16 && !lf_f16_s16 ? "fp16 inputs" : lf_tc_bf16s_why(P, a.M))
+                            : nullptr;
     la_cu_report(ctx, family, lf_names[kern], "B=%lld N=%lld H=%lld D=%lld Dv=%lld M=%lld causal=%d%s%s%s%s",
                  (long long)P->B, (long long)P->N, (long long)P->H, (long long)P->D,
                  (long long)P->Dv, (long long)a.M, P->chunk > 0, why ? "; no tensor-core path: " : "",

@@ -25,6 +25,10 @@ struct lf_args {
     float *mix;   /* [BH][M][L] mixed summaries (causal: prefix;
                      tc_bf16s: the partial z, fp32 [BH][K][D])       */
     float *r;     /* [BH][M][maxcnt] released_vision q̃·z_b (or NULL) */
+    /* tc_bf16s on fp16 inputs (16-bit summaries in fp16, each under a power
+     * of two): ssc [BH][K], a partial's true S = stored · ssc; rsc [BH][M],
+     * a mixed row's true S̃ = stored · rsc (NULL otherwise) */
+    float *ssc, *rsc;
 };
 
 /* The geometry of P: blocks M, tokens per block maxcnt (causal: chunks). */
@@ -47,7 +51,7 @@ static inline lf_args lf_args_of(const lf_problem *P) {
         a.seg = 512;
     }
     a.segs = a.K = a.L = 0;
-    a.sum = a.mix = a.r = nullptr;
+    a.sum = a.mix = a.r = a.ssc = a.rsc = nullptr;
     return a;
 }
 
@@ -75,6 +79,12 @@ void lf_tc_tiles(int64_t D, int64_t Dv, int *ft, int *fo);
 la_status lf_tc_summary_bf16(const lf_args &a, cudaStream_t st);
 la_status lf_tc_output_run(const lf_args &a, const __nv_bfloat16 *Pb, const float *Pz, int64_t groups,
                            int64_t tpc, cudaStream_t st);
+/* The same two for fp16 inputs: the summary pass writing fp16 S under a power
+ * of two per partial (a.ssc) and fp32 z; the output pass over fp16 S̃ whose
+ * rows carry a.rsc, and z̃ (fp32). */
+la_status lf_tc_summary_f16s(const lf_args &a, cudaStream_t st);
+la_status lf_tc_output_f16s(const lf_args &a, const __half *Pb, const float *Pz, int64_t groups, int64_t tpc,
+                            cudaStream_t st);
 /* r[bh][b][w] = q̃_{b,w} · z_b over the partials a.sum (both paths) */
 la_status lf_launch_rv(const lf_args &a, cudaStream_t st);
 

@@ -17,9 +17,19 @@
  * The weights Wx(i, kk) = W[i, kk / segs] are expanded to bf16 [hw][Mp][Kp]
  * by lfb_wprep_kernel first. Precision: S_b, W and S̃ are each rounded to
  * bf16 once, the roundings of the same formula in plain PyTorch at bf16; z̃ and
- * the denominators stay fp32. */
+ * the denominators stay fp32.
+ * fp16 inputs take the same three passes in fp16, under powers of two (a sum
+ * over a block's tokens can pass 65504): the summary pass scales each partial
+ * S into [2^14, 2^15) (a.ssc: the inverse); lfb_wprep16_kernel, run after
+ * it, folds those scales into the weights of each (b, h) and scales each row
+ * so that the sum of its |weights| is below 1, which keeps every S̃ value
+ * under 2^15 (a.rsc: the row's inverse scale); the output pass copies S̃ as it
+ * is and undoes a.rsc in fp32, with z̃ under its own power of two. Each of S_b,
+ * W·scale and S̃ is rounded to fp16 once (the plain fp16 formula's roundings). */
+#include "cta_reduce.cuh"
 #include "linfam_engine.cuh"
 #include "ptx.cuh"
+#include "tc16.cuh"
 
 #include <algorithm>
 
@@ -28,6 +38,7 @@ namespace {
 constexpr int XM = 160;     /* rows of S̃ per CTA: two warp rows of five m16 tiles */
 constexpr int XN = 128;     /* columns per CTA: four warp columns of 32 (four n8 tiles) */
 constexpr int XKMAX = 256;  /* K = blocks × segments held in shared memory at once */
+static_assert(XKMAX <= NT, "lfb_wprep16_kernel: one thread per weight of a row");
 constexpr int XZR = 16;     /* rows of z̃ per z CTA (two thread halves of 8 rows) */
 constexpr int XNZ = XM / XZR; /* z CTAs per row tile */
 constexpr int XLB = XN + 8; /* S tile row stride (bf16): ldmatrix conflict-free */
@@ -40,6 +51,29 @@ __global__ void lfb_wprep_kernel(lf_args a, __nv_bfloat16 *Wx, int64_t Mp, int64
     float w = 0.f;
     if (i < a.M && k < a.K) w = lf_w(a.P.W, hw, i, k / a.segs);
     Wx[hw * Mp * Kp + e] = __float2bfloat16_rn(w);
+}
+
+/* fp16: Wx [BH][Mp][Kp] fp16, grid (Mp, BH), NT ≥ Kp threads (thread k,
+ * one row i per CTA): t_k = W[i, k / segs]·ssc_k / max_k ssc_k (powers of two:
+ * exact, or 0 past fp32's range, a partial 2^149 below the largest), then
+ * the row times F = 2^-e with Σ_k |t_k| = f·2^e, f in [0.5, 1): Σ_k |Wx| < 1,
+ * so each S̃ value, a sum of Wx times fp16 values below 2^15, stays below
+ * 2^15. rsc[bh][i] = max ssc / F undoes it. */
+__global__ void lfb_wprep16_kernel(lf_args a, __half *Wx, int64_t Mp, int64_t Kp) {
+    extern __shared__ __align__(128) unsigned char lfb_sm[];
+    float *red = (float *)lfb_sm; /* NT / 32 floats, twice */
+    const int64_t i = blockIdx.x, bh = blockIdx.y, h = bh % a.P.H;
+    const int k = threadIdx.x;
+    const float sk = k < a.K ? a.ssc[bh * a.K + k] : 0.f;
+    const float smax = la_cta_max<NT / 32>(sk, red, k);
+    float t = 0.f;
+    if (i < a.M && k < a.K) t = lf_w(a.P.W, h, i, k / a.segs) * (sk / smax);
+    const float n = la_cta_sum<NT / 32>(fabsf(t), red + NT / 32, k);
+    int e = 0;
+    if (n > 0.f && n <= 3.402823466e38f) e = ((__float_as_int(n) >> 23) & 0xff) - 126; /* n = f·2^e */
+    e = e < -126 ? -126 : e > 126 ? 126 : e;
+    if (k < Kp) Wx[(bh * Mp + i) * Kp + k] = __float2half_rn(t * la_pow2f(-e));
+    if (k == 0 && i < a.M) a.rsc[bh * a.M + i] = smax * la_pow2f(e);
 }
 
 /* grid (nzc + D·Dv/XN, Mp/XM, BH), 256 threads, dynamic shared memory
@@ -57,9 +91,12 @@ __global__ void lfb_wprep_kernel(lf_args a, __nv_bfloat16 *Wx, int64_t Mp, int64
  *   Warp w: rows 80(w / 4) + [0, 80) (the m16 tiles past M skipped), columns
  *   32(w % 4) + [0, 32); A = W rows (ldmatrix), B = S [k][n] rows (.trans). */
 constexpr int XZB = 16;
-__global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bfloat16 *Wx, int64_t Mp,
-                                                        int64_t Kp, int w_per_head, int nzc,
-                                                        __nv_bfloat16 *Pb, float *Pz) {
+/* T: bf16, or fp16 (Wx per (b, h): w_mode 2; 1: per head, 0: shared) */
+template <typename T>
+__global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const T *Wx, int64_t Mp,
+                                                        int64_t Kp, int w_mode, int nzc,
+                                                        T *Pb, float *Pz) {
+    using X = la_t16<T>;
     extern __shared__ __align__(128) unsigned char lfb_sm[];
     const lf_problem &P = a.P;
     const int64_t bh = blockIdx.z, h = bh % P.H;
@@ -108,10 +145,10 @@ __global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bf
     }
     const int64_t c0 = (int64_t)(blockIdx.x - nzc) * XN;
     const int LA = (int)Kp + 8; /* W tile row stride (bf16): ≡ 4 words mod 8, conflict-free */
-    __nv_bfloat16 *As = (__nv_bfloat16 *)lfb_sm; /* [XM][LA]  */
-    __nv_bfloat16 *Bs = As + XM * LA;            /* [Kp][XLB] */
-    const __nv_bfloat16 *wsrc = Wx + ((w_per_head ? h : 0) * Mp + i0) * Kp;
-    const __nv_bfloat16 *ssrc = (const __nv_bfloat16 *)a.sum + (size_t)bh * a.K * DD + c0;
+    T *As = (T *)lfb_sm;    /* [XM][LA]  */
+    T *Bs = As + XM * LA;   /* [Kp][XLB] */
+    const T *wsrc = Wx + ((w_mode == 2 ? bh : w_mode == 1 ? h : 0) * Mp + i0) * Kp;
+    const T *ssrc = (const T *)a.sum + (size_t)bh * a.K * DD + c0;
     const int kp = (int)Kp, kh = 16 * ((kp / 16 + 1) / 2); /* the first copy group: k < kh */
     auto load = [&](int k0, int k1) { /* columns [k0, k1) of the W tile, rows [k0, k1) of S */
         const int ca = (k1 - k0) / 8;
@@ -155,8 +192,8 @@ __global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bf
                     la_ldsm4(af, &As[(wr + 16 * mt + lr + 8 * (lm & 1)) * LA + kk + 8 * (lm >> 1)]);
 #pragma unroll
                     for (int jp = 0; jp < 2; jp++) {
-                        la_mma_bf16(acc[mt][2 * jp], af, bf[jp][0], bf[jp][1]);
-                        la_mma_bf16(acc[mt][2 * jp + 1], af, bf[jp][2], bf[jp][3]);
+                        X::mma(acc[mt][2 * jp], af, bf[jp][0], bf[jp][1]);
+                        X::mma(acc[mt][2 * jp + 1], af, bf[jp][2], bf[jp][3]);
                     }
                 }
         }
@@ -174,11 +211,10 @@ __global__ void __launch_bounds__(NT, 2) lfb_mix_kernel(lf_args a, const __nv_bf
         for (int hr = 0; hr < 2; hr++) {
             const int64_t row = i0 + wr + 16 * mt + g + 8 * hr;
             if (row >= a.M) continue;
-            __nv_bfloat16 *dst = Pb + ((size_t)bh * a.M + row) * DD + c0 + wc + t2;
+            T *dst = Pb + ((size_t)bh * a.M + row) * DD + c0 + wc + t2;
 #pragma unroll
             for (int j = 0; j < 4; j++)
-                *(__nv_bfloat162 *)(dst + 8 * j) =
-                    __floats2bfloat162_rn(acc[mt][j][2 * hr], acc[mt][j][2 * hr + 1]);
+                *(typename X::T2 *)(dst + 8 * j) = X::pack2(acc[mt][j][2 * hr], acc[mt][j][2 * hr + 1]);
         }
 }
 
@@ -238,12 +274,14 @@ la_status lfb_bytes(size_t n, size_t sz, size_t *out, const char *what) {
 
 const char *lf_tc_bf16s_why(const lf_problem *P, int64_t M) { return lfb_why(P, M); }
 
-/* Workspace: S partials bf16 [BH][K][D·Dv], z partials fp32 [BH][K][D],
- * S̃ bf16 [BH][M][D·Dv], z̃ fp32 [BH][M][D], Wx bf16 [hw][Mp][Kp]. */
+/* Workspace: S partials 16-bit [BH][K][D·Dv], z partials fp32 [BH][K][D],
+ * S̃ 16-bit [BH][M][D·Dv], z̃ fp32 [BH][M][D], Wx 16-bit [hw][Mp][Kp] (fp16:
+ * [BH][Mp][Kp], then the scales ssc [BH][K] and rsc [BH][M], fp32). */
 la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     const lf_problem &P = a.P;
     if (lf_tc_bf16s_why(&P, a.M)) /* lf_select keeps this from happening */
         return la_err(LA_ERR_UNSUPPORTED, "CUDA MHLA tc_bf16s: %s", lf_tc_bf16s_why(&P, a.M));
+    const bool f16 = P.q.dt == LA_F16;
     int ft, fo;
     lf_tc_tiles(P.D, P.Dv, &ft, &fo);
     const int64_t BH = P.B * P.H;
@@ -255,44 +293,63 @@ la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     a.segs = x.segs;
     a.K = x.K;
     a.L = P.D * P.Dv + P.D;
-    const int64_t Mp = x.Mp, Kp = x.Kp, hw = x.hw, groups = x.groups, tpc = x.tpc;
+    const int64_t Mp = x.Mp, Kp = x.Kp, hw = f16 ? BH : x.hw, groups = x.groups, tpc = x.tpc;
     const int64_t DD = P.D * P.Dv;
     if (BH > 65535 || hw > 65535 || a.M * groups > INT32_MAX || a.K > INT32_MAX ||
         la_cu_cdiv(Mp * Kp, NT) > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "CUDA MHLA tc_bf16s: grid too large (B*H = %lld, M = %lld)",
                       (long long)BH, (long long)a.M);
-    size_t nS, nZ, nPb, nPz, nW, tot;
-    LA_TRY(la_mul_size((size_t)BH * a.K, (size_t)DD, &nS, "CUDA bf16 summaries"));
-    LA_TRY(lfb_bytes(nS, 2, &nS, "CUDA bf16 summaries"));
+    size_t nS, nZ, nPb, nPz, nW, nSs = 0, nRs = 0, tot;
+    LA_TRY(la_mul_size((size_t)BH * a.K, (size_t)DD, &nS, "CUDA 16-bit summaries"));
+    LA_TRY(lfb_bytes(nS, 2, &nS, "CUDA 16-bit summaries"));
     LA_TRY(lfb_bytes((size_t)BH * a.K * P.D, 4, &nZ, "CUDA summary z"));
     LA_TRY(la_mul_size((size_t)BH * a.M, (size_t)DD, &nPb, "CUDA mixed summaries"));
     LA_TRY(lfb_bytes(nPb, 2, &nPb, "CUDA mixed summaries"));
     LA_TRY(lfb_bytes((size_t)BH * a.M * P.D, 4, &nPz, "CUDA mixed z"));
     LA_TRY(la_mul_size((size_t)hw * Mp, (size_t)Kp, &nW, "CUDA expanded weights"));
     LA_TRY(lfb_bytes(nW, 2, &nW, "CUDA expanded weights"));
+    if (f16) {
+        LA_TRY(lfb_bytes((size_t)BH * a.K, 4, &nSs, "CUDA summary scales"));
+        LA_TRY(lfb_bytes((size_t)BH * a.M, 4, &nRs, "CUDA mixed-row scales"));
+    }
     tot = nS;
-    const size_t parts[4] = {nZ, nPb, nPz, nW};
+    const size_t parts[6] = {nZ, nPb, nPz, nW, nSs, nRs};
     for (size_t x : parts) {
         if (tot > SIZE_MAX - x) return la_err(LA_ERR_NOMEM, "CUDA MHLA tc_bf16s: workspace size overflows");
         tot += x;
     }
     la_cu_ws ws;
-    LA_TRY(la_cu_ws_alloc(&ws, tot, st, "MHLA bf16 summaries"));
+    LA_TRY(la_cu_ws_alloc(&ws, tot, st, "MHLA 16-bit summaries"));
     unsigned char *base = (unsigned char *)ws.p;
-    a.sum = (float *)base;                        /* bf16 S partials */
+    a.sum = (float *)base;                        /* 16-bit S partials */
     a.mix = (float *)(base + nS);                 /* fp32 z partials */
-    __nv_bfloat16 *Pb = (__nv_bfloat16 *)(base + nS + nZ);
+    void *Pb = base + nS + nZ;
     float *Pz = (float *)(base + nS + nZ + nPb);
-    __nv_bfloat16 *Wx = (__nv_bfloat16 *)(base + nS + nZ + nPb + nPz);
+    void *Wx = base + nS + nZ + nPb + nPz;
     a.r = nullptr;
-
-    lfb_wprep_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(a, Wx, Mp, Kp);
+    const size_t smem = lfb_smem(a.K, Kp);
+    const dim3 mix_grid((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH);
+    if (f16) {
+        a.ssc = (float *)(base + nS + nZ + nPb + nPz + nW);
+        a.rsc = (float *)(base + nS + nZ + nPb + nPz + nW + nSs);
+        LA_TRY(lf_tc_summary_f16s(a, st));
+        /* Kp <= XKMAX = NT: one thread per weight of a row */
+        lfb_wprep16_kernel<<<dim3((unsigned)Mp, (unsigned)BH), NT, 2 * sizeof(float) * NT / 32, st>>>(
+            a, (__half *)Wx, Mp, Kp);
+        LA_CU_LAUNCH("lfb_wprep16_kernel");
+        LA_CU(cudaFuncSetAttribute(lfb_mix_kernel<__half>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+        lfb_mix_kernel<__half><<<mix_grid, NT, smem, st>>>(a, (const __half *)Wx, Mp, Kp, 2, XNZ, (__half *)Pb, Pz);
+        LA_CU_LAUNCH("lfb_mix_kernel");
+        return lf_tc_output_f16s(a, (const __half *)Pb, Pz, groups, tpc, st);
+    }
+    lfb_wprep_kernel<<<dim3((unsigned)la_cu_cdiv(Mp * Kp, NT), (unsigned)hw), NT, 0, st>>>(
+        a, (__nv_bfloat16 *)Wx, Mp, Kp);
     LA_CU_LAUNCH("lfb_wprep_kernel");
     LA_TRY(lf_tc_summary_bf16(a, st));
-    const size_t smem = lfb_smem(a.K, Kp);
-    LA_CU(cudaFuncSetAttribute(lfb_mix_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    lfb_mix_kernel<<<dim3((unsigned)(XNZ + DD / XN), (unsigned)(Mp / XM), (unsigned)BH), NT, smem, st>>>(
-        a, Wx, Mp, Kp, hw > 1, XNZ, Pb, Pz);
+    LA_CU(cudaFuncSetAttribute(lfb_mix_kernel<__nv_bfloat16>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               (int)smem));
+    lfb_mix_kernel<__nv_bfloat16><<<mix_grid, NT, smem, st>>>(a, (const __nv_bfloat16 *)Wx, Mp, Kp, hw > 1 ? 1 : 0,
+                                                            XNZ, (__nv_bfloat16 *)Pb, Pz);
     LA_CU_LAUNCH("lfb_mix_kernel");
-    return lf_tc_output_run(a, Pb, Pz, groups, tpc, st);
+    return lf_tc_output_run(a, (const __nv_bfloat16 *)Pb, Pz, groups, tpc, st);
 }

@@ -51,9 +51,9 @@ namespace {
 
 /* fp16 q, k, v, out on the tensor-core path (fp32 block states, the fp16
  * mixing GEMM mct_mix_f16_kernel); false sends them to the portable engine.
- * Off until the device harness has run the fp16 instantiations (the host
- * emulator dev/emu_causal_tc.sh has). */
-constexpr bool mct_f16_tc = false;
+ * On since the device harness's fp16 causal MHLA rows passed (the host
+ * emulator dev/emu_causal_tc.sh has the same cases). */
+constexpr bool mct_f16_tc = true;
 
 bool mct_view_ok(const la_tensor *t, int64_t D, la_dtype dt) {
     return t->dtype == dt && t->ndim == 4 && t->ne[3] == D && t->nb[3] == 1 &&

@@ -15,7 +15,11 @@
  * HISA: block means (pooled sums / count, or pooled from the pages), block
  * scores with the first and last block of the range forced (+inf), la_topk
  * to m blocks, kept blocks sorted ascending, candidate scores [T, m·B],
- * la_topk, candidate -> position (-> slot).
+ * la_topk, candidate -> position (-> slot). The block stage and the
+ * candidate scores have faster variants with the same bits in
+ * paged_hisa.cu (family "paged_hisa": "fused" means + scores + kept
+ * blocks) and paged_hisa_cand.cu ("paged_hisa_cand": "blockmajor"
+ * candidate scores for prefill chunks).
  * Tensor cores (variant "mma" of family "paged", the default where it
  * applies): bf16 keys with bf16 q, or e4m3 keys with e4m3 q (the q scale
  * folded into w), HI 32 or 64, dI 128 (e4m3: sm_90). DSA's scores and
@@ -39,6 +43,7 @@
 #include "core/devmem.h"
 #include "cuda/common.cuh"
 #include "cuda/paged_index.cuh"
+#include "cuda/paged_hisa.cuh"
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_meta.cuh"
 #include "cuda/paged_wgmma.cuh"
@@ -772,32 +777,90 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         LA_CU_LAUNCH("paged finish");
         return LA_OK;
     }
-    /* HISA */
+    /* HISA: the block stage on family "paged_hisa" (paged_hisa.cu: "fused",
+     * the default where it applies; "classic": the chain below) */
+    int fused = 0;
+    LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
     const int64_t B = p->block, nbmax = la_cu_cdiv(Lmax, B);
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
     la_cu_ws dkbar, dbsc, dkept, dcand;
     size_t bytes;
-    LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
-    LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
-    pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
-                                                                          R.lens, B, nbmax, (float *)dkbar.p);
-    LA_CU_LAUNCH("paged block means");
-    R.kbar = (const float *)dkbar.p;
+    /* the fused kernel forms the means from the pooled sums itself where each
+     * sequence has few rows (decode: no means pass over the whole cache);
+     * with many rows per sequence (prefill) they are formed once here, not
+     * once per row (the same division either way) */
+    const int own_means = fused && pooled && T <= 4 * nseq;
+    if (!own_means) {
+        LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
+        LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
+        pg_means_kernel<<<dim3((unsigned)nbmax, (unsigned)nseq), 128, 0, s>>>(C, c->psum, c->max_blocks, R.table, maxp,
+                                                                              R.lens, B, nbmax, (float *)dkbar.p);
+        LA_CU_LAUNCH("paged block means");
+        R.kbar = (const float *)dkbar.p;
+    }
     R.nbmax = nbmax;
     R.B = B;
     LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
     LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
-    LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
     LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
-    LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
-    pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
-    LA_CU_LAUNCH("paged kept sort");
+    if (fused) {
+        ph_blk_args ba = {};
+        ba.psum = own_means ? c->psum : nullptr;
+        ba.max_blocks = c->max_blocks;
+        ba.kbar = R.kbar;
+        ba.nbmax = nbmax;
+        ba.row_seq = R.row_seq;
+        ba.row_end = R.row_end;
+        ba.lens = R.lens;
+        ba.q = la_cu_view_of(q);
+        ba.w = la_cu_view_of(w);
+        ba.HI = (int)q->ne[1];
+        ba.dI = (int)C.dI;
+        ba.B = B;
+        ba.out = (float *)dbsc.p;
+        LA_TRY(la_ph_block_scores(ba, T, s));
+        LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
+    } else {
+        LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
+        LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
+        pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
+        LA_CU_LAUNCH("paged kept sort");
+    }
     R.kept = (const int32_t *)dkept.p;
     R.m = m;
     const int64_t W = m * B > topk ? m * B : topk;
     LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
     LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
-    if (eb) {
+    int bm = 0; /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu) */
+    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, &bm));
+    if (bm) {
+        pc_args pa = {};
+        pa.T = T;
+        pa.m = m;
+        pa.nbmax = nbmax;
+        pa.kept = R.kept;
+        pa.row_seq = R.row_seq;
+        pa.row_end = R.row_end;
+        pa.lens = R.lens;
+        pa.table = R.table;
+        pa.maxp = maxp;
+        pa.pages = c->pages;
+        pa.page_bytes = c->page_bytes;
+        pa.ps = (int32_t)ps;
+        pa.fp8 = eb == 1;
+        pa.q = q->data;
+        pa.q_nb0 = q->nb[0];
+        pa.q_nb1 = q->nb[1];
+        pa.w = w->data;
+        pa.w_dt = (int)w->dtype;
+        pa.w_nb0 = w->nb[0];
+        pa.w_nb1 = w->nb[1];
+        pa.Lk = Lmax;
+        pa.out = (float *)dcand.p;
+        pa.out_ld = W;
+        pa.ncols = W;
+        LA_TRY(la_ph_cand_scores(pa, eb, (int)q->ne[1], nseq, s));
+    } else if (eb) {
         /* candidate p of row t: token p % B of block kept[t][p / B]; columns
          * past m·B (topk > m·B) are -inf */
         a.blocks = R.kept;

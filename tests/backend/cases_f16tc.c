@@ -11,8 +11,10 @@
  * outputs poisoned, the CUDA call against the CPU call in full (tol_of f16:
  * 2e-3, about twice the error of the same formula in fp16) with no
  * non-finite value left, then what the default picked: its output must
- * equal, bit for bit, the same call forced to variant "tc" of the family
- * (the path is deterministic). Where the forced call is refused (the fp16
+ * equal, bit for bit, the same call forced to the variant the default should
+ * take (the path is deterministic): "tc_bf16s" for MHLA where that variant
+ * takes the problem (16-bit summaries, fp16 ones under powers of two: D = Dv
+ * in {64, 128}, 2 <= M <= 256, not released_vision), else "tc". Where the forced call is refused (the fp16
  * tensor-core path switched off: lf_f16_tc in src/cuda/linfam.cu, fo_f16_tc
  * in src/cuda/focused.cu) that sub-check is counted as skipped. The first
  * case of each operator runs verbose: the log shows the choice. */
@@ -110,16 +112,20 @@ static void run_f16(const void *arg) {
     if (ok) {
         tb_compare(&o, what, tol_of(LA_F16, N));
         /* the default's choice: the forced tensor-core path gives the same bits */
-        if (bo_use_variant(f16_family[c->op], "tc")) {
+        const int s16 = c->op == F_MHLA && c->D == c->Dv && (c->D == 64 || c->D == 128) && M >= 2 && M <= 256 &&
+                        c->norm != LA_MHLA_NORM_RELEASED_VISION;
+        const char *want = s16 ? "tc_bf16s" : "tc";
+        if (bo_use_variant(f16_family[c->op], want)) {
             if (CHECK_DEV(f16_call(c, 1, &q, &k, &v, &o2, &W, &conv, &bias, &sp))) {
                 la_dev_synchronize();
                 float *a = tb_read(&o, true), *b = tb_read(&o2, true);
                 const int64_t n = tb_numel(&o);
                 int64_t diff = 0;
                 for (int64_t i = 0; i < n; i++) diff += memcmp(&a[i], &b[i], sizeof(float)) != 0;
-                CHECK(diff == 0, "%s: the default differs from forced \"tc\" in %lld of %lld outputs "
-                      "(the default did not take the tensor-core path)", what, (long long)diff, (long long)n);
-                printf("  %-72s %s\n", "  default = forced tc, bit for bit", diff ? "FAIL" : "ok");
+                CHECK(diff == 0, "%s: the default differs from forced \"%s\" in %lld of %lld outputs "
+                      "(the default did not take that path)", what, want, (long long)diff, (long long)n);
+                printf("  default = forced %-54s %s\n", s16 ? "tc_bf16s, bit for bit" : "tc, bit for bit",
+                       diff ? "FAIL" : "ok");
                 free(a);
                 free(b);
             }

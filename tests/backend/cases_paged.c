@@ -496,6 +496,38 @@ static void run_paged(const void *arg) {
             CHECK(bad == 0, "%s %s paged%s: %lld query rows differ from the CPU beyond near-ties (nseq %lld next_n %lld)",
                   dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
         }
+    /* HISA's variant families give the same bits, positions and slots:
+     * "paged_hisa" (the fused block stage vs the classic chain) in every
+     * case; "paged_hisa_cand" (block-major candidate scores vs the gather
+     * kernel) on the tensor-core path. Outputs poisoned differently. */
+    static const char *const fam[2] = {"paged_hisa", "paged_hisa_cand"};
+    static const char *const vn[2][2] = {{"classic", "fused"}, {"gather", "blockmajor"}};
+    for (int f = 0; f < (C->tcq ? 2 : 1); f++)
+        for (int slots = 0; slots < 2; slots++) {
+            la_paged_query pd;
+            la_paged_query_init(&pd);
+            pd.block_table = &dbt;
+            pd.context_lens = &dcl;
+            pd.next_n = nn;
+            pd.q_seq = C->qseq ? &dqs : NULL;
+            pd.return_slots = slots;
+            int got[2] = {0, 0};
+            for (int v = 0; v < 2; v++) {
+                if (!bo_use_variant(fam[f], vn[f][v])) continue;
+                la_dev_memset(d_idx, v ? 0x5a : 0x7f, (size_t)(T * topk) * 4);
+                if (CHECK_DEV(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, bo_ctx()))) {
+                    la_dev_download(v ? id2 : id, d_idx, (size_t)(T * topk) * 4);
+                    got[v] = 1;
+                }
+            }
+            bo_use_variant(fam[f], NULL);
+            if (got[0] && got[1]) {
+                int64_t vd = 0;
+                for (int64_t t = 0; t < T; t++) vd += memcmp(id + t * topk, id2 + t * topk, (size_t)topk * 4) != 0;
+                CHECK(vd == 0, "%s paged hisa%s: %lld rows differ between %s variants %s and %s", dn,
+                      slots ? " (slots)" : "", (long long)vd, fam[f], vn[f][1], vn[f][0]);
+            }
+        }
     if (tc8) { /* the CPU path takes e4m3 q too: decoded exactly, the same bits as its f32 values */
         la_paged_query ph;
         la_paged_query_init(&ph);
@@ -618,9 +650,9 @@ static void run_paged(const void *arg) {
            (long long)tie_rows);
 }
 
-/* The "paged" family's probe: one DSA call on a one-page e4m3 cache (zero
+/* The "paged" family's probe: one DSA call (HISA for "paged_hisa") on a one-page e4m3 cache (zero
  * keys) with e4m3 q at HI 64, dI 128 (the shape every paged variant takes). */
-static la_status probe_paged(la_context *ctx) {
+static la_status probe_paged_op(la_context *ctx, int hisa) {
     la_paged_cache_params cp;
     la_paged_cache_params_init(&cp);
     cp.num_pages = 1;
@@ -653,15 +685,22 @@ static la_status probe_paged(la_context *ctx) {
     la_paged_query_init(&pq);
     pq.block_table = &tt;
     pq.context_lens = &tl;
-    s = la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
+    s = hisa ? la_hisa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx) : la_dsa_topk_paged(&ip, &tq, &tw, c, &pq, &ti, ctx);
     la_dev_synchronize();
     la_dev_free(dq); la_dev_free(dw); la_dev_free(di); la_dev_free(dt); la_dev_free(dl);
     la_paged_index_cache_destroy(c);
     return s;
 }
 
+static la_status probe_paged(la_context *ctx) { return probe_paged_op(ctx, 0); }
+/* families "paged_hisa" (HISA's block stage) and "paged_hisa_cand" (its
+ * candidate scores): the same call through HISA */
+static la_status probe_paged_hisa(la_context *ctx) { return probe_paged_op(ctx, 1); }
+
 void cases_paged(bo_list *L) {
     bo_add_probe(L, "paged", probe_paged);
+    bo_add_probe(L, "paged_hisa", probe_paged_hisa);
+    bo_add_probe(L, "paged_hisa_cand", probe_paged_hisa);
     const la_dtype dts[3] = {LA_F32, LA_BF16, LA_FP8_E4M3};
     /* dt nseq HI dI topk m next_n lens qseq */
     const cfg cases[] = {
@@ -702,6 +741,9 @@ void cases_paged(bo_list *L) {
         /* odd lengths around the wgmma kernels' 64-key tiles and 1024-key
          * spans, k over some contexts (-1 padding), next_n 3 */
         {LA_BF16, 6, 64, 128, 100, 4, 3, {1, 63, 65, 1000, 2049, 1025}, 1, 1},
+        /* a prefill chunk: 96 rows of one sequence, HISA's candidates block-major by default */
+        {LA_BF16, 1, 64, 128, 300, 6, 96, {6000}, 0, 1},
+        {LA_BF16, 2, 64, 128, 256, 5, 40, {3000, 4500}, 1, 1},
     };
     for (int di = 1; di < 3; di++)
         for (int i = 0; i < (int)(sizeof tcs / sizeof tcs[0]); i++) {

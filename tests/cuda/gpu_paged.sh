@@ -9,7 +9,8 @@
 # paged vs the byte floor, HISA paged vs DSA paged, and the plain-PyTorch
 # gather-and-score peer (LA_PAGED_COMPILE=1: and its torch.compile);
 # LA_PAGED_DEV=1: before the Python bench, dev/bench_gpu_paged.cu times
-# paged DSA decode under the family's variants (mma, wgmma). The
+# paged DSA decode under the family's variants (mma, wgmma), and
+# dev/bench_gpu_paged_hisa.cu paged HISA's variants against it. The
 # whole paged table runs under gpu_check.sh (test_backend_ops -o paged).
 # Results under $OUT: build.log, check*.log, paged_bench.log,
 # paged_bench.json, summary.txt.
@@ -43,6 +44,12 @@ fi
 if [ "${LA_PAGED_DEV:-0}" = 1 ]; then # the paged family's variants (mma, wgmma) in C: dev/bench_gpu_paged.cu
   gpu_bench bench_gpu_paged "${LA_DEV_S:-60}" || rc=1
   cat "$OUT/bench_gpu_paged.log" | tee -a "$S"
+  # paged HISA's variants (fused / classic block stage, blockmajor / gather candidates) against DSA
+  if [ -f dev/bench_gpu_paged_hisa.cu ]; then
+    gpu_bench bench_gpu_paged_hisa "${LA_DEV_S:-60}" --decode-only || rc=1
+    gpu_bench bench_gpu_paged_hisa "${LA_DEV_S:-60}" --prefill-only || rc=1
+    tail -n 25 "$OUT/bench_gpu_paged_hisa_--decode-only.log" "$OUT/bench_gpu_paged_hisa_--prefill-only.log" | tee -a "$S"
+  fi
 fi
 LONGATTN_LIB=$PWD/$B/liblongattn.so PYTHONPATH=$PWD/python:$PWD/bench PYTHONUNBUFFERED=1 \
   timeout "${LA_BENCH_S:-110}" python3 bench/gpu_paged.py --json "$OUT/paged_bench.json" \

@@ -19,17 +19,16 @@ echo "# $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version,clocks.s
 # LA_PREBUILT: a tar.gz of build-gpu binaries made on the host (CUDA_ARCH=sm90a:
 # liblongattn.so, longattn, tests/backend/test_backend_ops, gpu_backward_driver),
 # used as they are when they run here; else (or without it) the tree is built
-# LA_F16_ON=1: turn on, in this copy of the tree only and before the build, the
-# fp16 tensor-core forwards that the tree keeps off until a device run has
-# checked them (the harness's f16 rows, t_no_overflow; the shapes step's fp16
-# tables); the run that passes is the one that turns them on in the tree
-if [ "${LA_F16_ON:-0}" = 1 ]; then
+# LA_F16_OFF=1: turn off, in this copy of the tree only and before the build, the
+# fp16 tensor-core forwards (fp16 then takes the portable engine, as before the
+# device harness passed them): the A/B of the fp16 rows against the old path
+if [ "${LA_F16_OFF:-0}" = 1 ]; then
   for sw in src/cuda/linfam.cu:lf_f16_tc src/cuda/focused.cu:fo_f16_tc \
             src/cuda/linear_causal_tc.cu:lct_f16_tc src/cuda/mhla_causal_tc.cu:mct_f16_tc; do
     f=${sw%%:*} n=${sw#*:}
-    sed -i "s/^constexpr bool $n = false;/constexpr bool $n = true;/" "$f"
-    grep -q "^constexpr bool $n = true;" "$f" && echo "# LA_F16_ON: $n on ($f)" \
-      || echo "# LA_F16_ON: $n not found in $f"
+    sed -i "s/^constexpr bool $n = true;/constexpr bool $n = false;/" "$f"
+    grep -q "^constexpr bool $n = false;" "$f" && echo "# LA_F16_OFF: $n off ($f)" \
+      || echo "# LA_F16_OFF: $n not found in $f"
   done
 fi
 prebuilt=0

@@ -35,9 +35,10 @@ SDPA = re.compile(r"^sdpa-fwd (bf16|f16)\s+D=(\d+) H=(\d+) N=(\d+) causal=(\d)\s
 CAUSAL = re.compile(r"^(linear-causal nonorm|mhla-causal \S+)\s+H(\d+) D(\d+) N=(\d+) M=(\d+)\s+(bf16|f16)\s+"
                     r"(?:(\S+) ms\s.*?pick (\S+)|refused: (.*))$")
 CHECK = re.compile(r"^# check (\S+) vs portable, .*max rel (\S+), nonfinite (\d+) (\S+)")
-# gpu_linear.py --peer wan: "wan-py ours bf16 normalize=none: 0.6140 ms (kernels 0.4120 ms)  pick mhla:tc"
+# gpu_linear.py --peer wan: "wan-py ours bf16 normalize=none: 0.6140 ms (kernels 0.4120 ms; x2.74 the byte
+# floor)  pick mhla:tc" (the floor ratio on our rows only)
 WANPY = re.compile(r"^wan-py (ours|torch-eager|torch\.compile) (bf16|f16) normalize=(\S+): (?:(\S+) ms \(kernels "
-                   r"(\S+) ms(?:; first call (\S+) s)?\)(?:\s+pick (\S+))?|refused: (.*)|failed: (.*))$")
+                   r"(\S+) ms(?:; x\S+ the byte floor)?(?:; first call (\S+) s)?\)(?:\s+pick (\S+))?|refused: (.*)|failed: (.*))$")
 # bench_mhla_causal_torch.py --official: "official-loop eager H12 D128 N=32768 M=512: 95.123 ms (first call 3.1 s)"
 OFFICIAL = re.compile(r"^official-loop (eager|torch\.compile) H\d+ D\d+ N=(\d+) M=(\d+): (\S+) ms")
 OFFICIAL_FIRST = re.compile(r"^official-loop (eager|torch\.compile) first call N=(\d+): (\S+) s")

@@ -1,0 +1,168 @@
+/* Paged HISA (issue 18): the variants of its block stage (family
+ * "paged_hisa": classic, fused) and candidate scores ("paged_hisa_cand":
+ * gather, blockmajor) side by side, against paged DSA (default and
+ * "wgmma" of family "paged"). e4m3 paged cache with pooled sums (132 B per
+ * token, shuffled pages), e4m3 queries, HI 64, dI 128, B 128, m 64, k 2048.
+ * Rows: decode (64 sequences, next_n 1) at all 32K, all 128K and the
+ * 32K-128K spread; prefill (one sequence, 4096 query rows at 128K).
+ * la_*_topk_paged per call from C (CUDA events, median), so it includes the
+ * metadata kernel, the top-k passes and the finish. Every HISA variant must
+ * give the same indices as "classic + gather" (rows differing printed; 0
+ * expected: same arithmetic).
+ *   make BUILD=build-gpu CUDA_ARCH=sm90a build-gpu/dev/bench_gpu_paged_hisa
+ *   build-gpu/dev/bench_gpu_paged_hisa [--quick] [--prefill-only | --decode-only] */
+#include "bench_gpu_common.cuh"
+#include "cpu/paged_index_cpu.h"
+
+static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
+
+static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t nq, int reps) {
+    const int64_t nseq = (int64_t)lens.size();
+    int64_t maxp = 0, npages = 1, tokens = 0;
+    for (int64_t L : lens) {
+        maxp = std::max(maxp, (L + PS - 1) / PS);
+        npages += (L + PS - 1) / PS;
+        tokens += L;
+    }
+    std::vector<int32_t> perm(npages), table(nseq * maxp, 0);
+    for (int64_t i = 0; i < npages; i++) perm[i] = (int32_t)i;
+    uint64_t r = 12345;
+    for (int64_t i = npages - 1; i > 0; i--) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        std::swap(perm[i], perm[(int64_t)((r >> 33) % (uint64_t)(i + 1))]);
+    }
+    int64_t at = 0;
+    for (int64_t s = 0; s < nseq; s++)
+        for (int64_t j = 0; j < (lens[s] + PS - 1) / PS; j++) table[s * maxp + j] = perm[at++];
+    const int64_t Lmax = *std::max_element(lens.begin(), lens.end());
+    la_paged_cache_params cp;
+    la_paged_cache_params_init(&cp);
+    cp.num_pages = npages;
+    cp.page_size = PS;
+    cp.head_dim = DI;
+    cp.dtype = LA_FP8_E4M3;
+    cp.device = LA_DEVICE_CUDA;
+    cp.max_seqs = nseq;
+    cp.max_seq_len = Lmax;
+    la_paged_index_cache *cache = nullptr;
+    LK(la_paged_index_cache_create(&cp, &cache));
+    /* keys: uniform f32 per sequence, appended at their slots with their
+     * sequence and positions (the pooled sums HISA reads) */
+    float *dk = nullptr;
+    int32_t *dslot = nullptr, *dseq = nullptr, *dpos = nullptr;
+    CK(cudaMalloc(&dk, sizeof(float) * Lmax * DI));
+    CK(cudaMalloc(&dslot, 4 * Lmax));
+    CK(cudaMalloc(&dseq, 4 * Lmax));
+    CK(cudaMalloc(&dpos, 4 * Lmax));
+    std::vector<int32_t> slots(Lmax), seqs(Lmax), pos(Lmax);
+    for (int64_t s = 0; s < nseq; s++) {
+        const int64_t L = lens[s];
+        fill_f32<<<1024, 256>>>(dk, (size_t)(L * DI), 1000 + s, 1.f);
+        for (int64_t p = 0; p < L; p++) {
+            slots[p] = table[s * maxp + p / PS] * (int32_t)PS + (int32_t)(p % PS);
+            seqs[p] = (int32_t)s;
+            pos[p] = (int32_t)p;
+        }
+        CK(cudaMemcpy(dslot, slots.data(), 4 * L, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dseq, seqs.data(), 4 * L, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dpos, pos.data(), 4 * L, cudaMemcpyHostToDevice));
+        la_tensor tk = view(dk, LA_F32, 2, L, DI, 1, 1), ts = view(dslot, LA_I32, 1, L, 1, 1, 1);
+        la_tensor tsq = view(dseq, LA_I32, 1, L, 1, 1, 1), tp = view(dpos, LA_I32, 1, L, 1, 1, 1);
+        LK(la_paged_index_cache_append(cache, &tk, &ts, &tsq, &tp, BCTX));
+    }
+    CK(cudaFree(dk));
+    CK(cudaFree(dslot));
+    CK(cudaFree(dseq));
+    CK(cudaFree(dpos));
+    const int64_t T = nseq * nq;
+    std::vector<uint8_t> hq(T * HI * DI);
+    std::vector<float> hw(T * HI);
+    for (size_t i = 0; i < hq.size(); i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        hq[i] = la_f32_to_e4m3((float)((int64_t)(r >> 40) % 2001 - 1000) * 0.4f);
+    }
+    for (size_t i = 0; i < hw.size(); i++) {
+        r = r * 6364136223846793005ull + 1442695040888963407ull;
+        hw[i] = (float)((r >> 40) % 1000 + 1) * 1e-5f;
+    }
+    std::vector<int32_t> hcl(lens.begin(), lens.end());
+    uint8_t *dq;
+    float *dw;
+    int32_t *dbt, *dcl, *di;
+    CK(cudaMalloc(&dq, hq.size()));
+    CK(cudaMalloc(&dw, 4 * hw.size()));
+    CK(cudaMalloc(&dbt, 4 * table.size()));
+    CK(cudaMalloc(&dcl, 4 * nseq));
+    CK(cudaMalloc(&di, 4 * T * TOPK));
+    CK(cudaMemcpy(dq, hq.data(), hq.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw, hw.data(), 4 * hw.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dbt, table.data(), 4 * table.size(), cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dcl, hcl.data(), 4 * nseq, cudaMemcpyHostToDevice));
+    la_tensor tq = view(dq, LA_FP8_E4M3, 3, T, HI, DI, 1), tw = view(dw, LA_F32, 2, T, HI, 1, 1);
+    la_tensor tbt = view(dbt, LA_I32, 2, nseq, maxp, 1, 1), tcl = view(dcl, LA_I32, 1, nseq, 1, 1, 1);
+    la_tensor ti = view(di, LA_I32, 2, T, TOPK, 1, 1);
+    la_index_params ip;
+    la_index_params_init(&ip);
+    ip.topk = TOPK;
+    la_paged_query pq;
+    la_paged_query_init(&pq);
+    pq.block_table = &tbt;
+    pq.context_lens = &tcl;
+    pq.next_n = nq;
+    auto dsa = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
+    auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
+    /* HISA variants: (block stage, candidates); the first is the chain before this session */
+    const char *hv[4][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {nullptr, nullptr}};
+    double hms[4];
+    std::vector<int32_t> res[4];
+    for (int v = 0; v < 4; v++) {
+        bench_variant("paged_hisa", hv[v][0]);
+        bench_variant("paged_hisa_cand", hv[v][1]);
+        hms[v] = time_ms(hisa, reps);
+        res[v].resize(T * TOPK);
+        CK(cudaMemcpy(res[v].data(), di, 4 * T * TOPK, cudaMemcpyDeviceToHost));
+    }
+    bench_variant("paged_hisa", nullptr);
+    bench_variant("paged_hisa_cand", nullptr);
+    int64_t differ[4] = {0, 0, 0, 0};
+    for (int v = 1; v < 4; v++)
+        for (int64_t t = 0; t < T; t++)
+            differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
+    const double dms = time_ms(dsa, reps);
+    bench_variant("paged", "wgmma");
+    const double wms = nq == 1 ? time_ms(dsa, reps) : NAN; /* wgmma: the decode kernel (next_n rows per CTA: 1) */
+    bench_variant("paged", nullptr);
+    LK(la_paged_index_cache_check(cache, BCTX));
+    printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA mma %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
+           "fused+gather %.3f | fused+blockmajor %.3f | default %.3f ms | DSA(mma)/HISA(default) %.2fx, "
+           "DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld\n",
+           name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
+           hms[1], hms[2], hms[3], dms / hms[3], wms / hms[3], (long long)differ[1], (long long)differ[2],
+           (long long)differ[3]);
+    fflush(stdout);
+    CK(cudaFree(dq));
+    CK(cudaFree(dw));
+    CK(cudaFree(dbt));
+    CK(cudaFree(dcl));
+    CK(cudaFree(di));
+    la_paged_index_cache_destroy(cache);
+}
+
+int main(int argc, char **argv) {
+    bool quick = false, pre = true, dec = true;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--quick")) quick = true;
+        if (!strcmp(argv[i], "--prefill-only")) dec = false;
+        if (!strcmp(argv[i], "--decode-only")) pre = false;
+    }
+    const int64_t nseq = quick ? 8 : 64;
+    if (dec) {
+        run_row("all128K", std::vector<int64_t>(nseq, 131072), 1, 10);
+        run_row("all32K", std::vector<int64_t>(nseq, 32768), 1, 10);
+        std::vector<int64_t> spread(nseq);
+        for (int64_t i = 0; i < nseq; i++) spread[i] = 32768 + (131072 - 32768) * i / (nseq > 1 ? nseq - 1 : 1);
+        run_row("spread", spread, 1, 10);
+    }
+    if (pre) run_row("prefill", std::vector<int64_t>(1, 131072), quick ? 512 : 4096, 3);
+    return 0;
+}

@@ -1,0 +1,235 @@
+/* Host emulation of paged_hisa.cu's kernels (variant "fused" of family
+ * "paged_hisa"), run by dev/emu_paged_hisa.sh: the kernel text cut from the
+ * .cu file runs with one std::thread per CUDA thread (std::barrier for
+ * __syncthreads, std::atomic_ref for the shared atomics), and its outputs are
+ * compared bit for bit with the classic chain written out plainly here:
+ * pg_means_kernel's means (sum / count), pg_score_kernel's PG_BLOCKS scores
+ * (per head fmaf over d ascending from 0, ReLU, heads folded with fmaf in
+ * ascending order; first / last block +inf, blocks past the range -inf),
+ * la_topk's order (descending key, ties to the lower block, NaN first, -inf
+ * never) and the ascending sort of the kept lists (-1 last).
+ * Cases: HI 1/5/32/64, dI 16/63/128, f32 and e4m3 q, lengths 1, 63, 65, 128,
+ * 1000, 5000, 40000, next_n 1-3 (ranges ending before the length), psum
+ * present or the means precomputed, ties (repeated blocks, zero queries),
+ * every block equal, NaN means, m 1 ... every block, 1 and several tiles per CTA. */
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <algorithm>
+#include <thread>
+#include <vector>
+
+#include "longattn.h"
+
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(x)
+struct alignas(16) float4 {
+    float x, y, z, w;
+};
+struct emu_idx {
+    unsigned x, y, z;
+};
+static thread_local emu_idx threadIdx, blockIdx;
+static thread_local float *emu_sm;
+static thread_local std::barrier<> *emu_bar;
+static inline void __syncthreads() { emu_bar->arrive_and_wait(); }
+static inline unsigned atomicAdd(uint32_t *p, uint32_t v) { return std::atomic_ref<uint32_t>(*p).fetch_add(v); }
+static inline float __int_as_float(int i) {
+    float f;
+    memcpy(&f, &i, 4);
+    return f;
+}
+static inline uint32_t __float_as_uint(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+struct la_cu_view {
+    const void *data;
+    int dt;
+    int64_t nb[4];
+};
+static inline float la_cu_ld(const void *p, int dt, int64_t off) {
+    return dt == LA_F32 ? ((const float *)p)[off] : NAN;
+}
+static inline float *ph_smem() { return emu_sm; }
+#include "emu_ph_args.inc"
+#include "emu_ph_kern.inc"
+
+/* Run kernel f over grid (gx, gy) of nt threads with smem bytes of shared memory. */
+template <class F> static void launch(unsigned gx, unsigned gy, int nt, size_t smem, F f) {
+    std::vector<float> sm((smem + 3) / 4 + 4);
+    for (unsigned by = 0; by < gy; by++)
+        for (unsigned bx = 0; bx < gx; bx++) {
+            std::barrier<> bar(nt);
+            std::vector<std::thread> th;
+            for (int i = 0; i < nt; i++)
+                th.emplace_back([&, i] {
+                    threadIdx = {(unsigned)i, 0, 0};
+                    blockIdx = {bx, by, 0};
+                    emu_sm = sm.data();
+                    emu_bar = &bar;
+                    f();
+                });
+            for (auto &x : th) x.join();
+        }
+}
+
+static uint64_t rs = 88172645463325252ull;
+static double ur() {
+    rs ^= rs << 13, rs ^= rs >> 7, rs ^= rs << 17;
+    return (double)(rs >> 11) * (1.0 / 9007199254740992.0);
+}
+static float e4m3_of(unsigned b) { return ph_e4m3(b); }
+static uint32_t key_of(float f) { return ph_fkey(f); }
+
+struct tcase {
+    int HI, dI, nn, m, B, tiles, e4m3, pooled, ties, nan;
+    std::vector<int> lens;
+};
+
+static int run(const tcase &C) {
+    const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
+    const int64_t B = C.B;
+    int64_t Lmax = 1;
+    for (int L : C.lens) Lmax = std::max<int64_t>(Lmax, L + 5);
+    const int64_t nbmax = (Lmax + B - 1) / B, max_blocks = nbmax + 1;
+    const int64_t m = std::min<int64_t>(C.m, nbmax);
+    /* pooled sums, and the means the classic chain forms from them */
+    std::vector<float> psum((size_t)(nseq * max_blocks * dI)), kbar((size_t)(nseq * nbmax * dI), 0.f);
+    for (auto &x : psum) x = (float)(ur() * 2 - 1) * 40.f;
+    for (int s = 0; s < nseq; s++)
+        for (int64_t b = 0; b * B < C.lens[s]; b++) {
+            if ((C.ties == 1 && b % 3 == 2) || (C.ties == 2 && b > 0)) /* a block equal to the one before it: tied scores */
+                memcpy(&psum[(s * max_blocks + b) * dI], &psum[(s * max_blocks + b - 1) * dI], sizeof(float) * dI);
+            if (C.nan && b == 5) psum[(s * max_blocks + b) * dI + 1] = NAN;
+            const int64_t cnt = std::min<int64_t>(B, C.lens[s] - b * B);
+            for (int d = 0; d < dI; d++)
+                kbar[(s * nbmax + b) * dI + d] = psum[(s * max_blocks + b) * dI + d] / (float)cnt;
+        }
+    /* q (f32 values or e4m3 bytes), w, the row metadata */
+    std::vector<float> q((size_t)T * HI * dI), w((size_t)T * HI);
+    std::vector<uint8_t> q8((size_t)T * HI * dI);
+    for (size_t i = 0; i < q.size(); i++) {
+        q8[i] = (uint8_t)(ur() * 256);
+        if ((q8[i] & 0x7f) == 0x7f) q8[i] ^= 1; /* no NaN bytes */
+        q[i] = C.e4m3 ? e4m3_of(q8[i]) : (float)(ur() * 2 - 1);
+        if (C.ties && i / dI % HI == 0 && i / (HI * dI) == 1) q[i] = 0.f, q8[i] = 0; /* head 0 of row 1: zero */
+    }
+    for (auto &x : w) x = (float)(ur() * 1.2 - 0.2);
+    std::vector<int32_t> row_seq(T), row_end(T), lens(C.lens.begin(), C.lens.end());
+    for (int s = 0; s < nseq; s++)
+        for (int j = 0; j < C.nn; j++) {
+            const int t = (nseq - 1 - s) * C.nn + j; /* rows of the later sequences first */
+            row_seq[t] = s;
+            row_end[t] = std::max(0, C.lens[s] - C.nn + j + 1);
+        }
+    /* reference: the classic chain */
+    std::vector<float> ref((size_t)T * nbmax);
+    std::vector<int32_t> kref((size_t)T * m);
+    for (int t = 0; t < T; t++) {
+        const int s = row_seq[t];
+        const int64_t e = row_end[t], nblk = e > 0 ? (e + B - 1) / B : 0;
+        for (int64_t b = 0; b < nbmax; b++) {
+            float res = -INFINITY;
+            if (b < nblk) {
+                float sc = 0.f;
+                for (int h = 0; h < HI; h++) {
+                    float acc = 0.f;
+                    for (int d = 0; d < dI; d++)
+                        acc = fmaf(q[((size_t)t * HI + h) * dI + d], kbar[(s * nbmax + b) * dI + d], acc);
+                    const float a = acc < 0.f ? 0.f : acc;
+                    sc = fmaf(w[(size_t)t * HI + h], a, sc);
+                }
+                res = b == 0 || b == nblk - 1 ? INFINITY : sc;
+            }
+            ref[(size_t)t * nbmax + b] = res;
+        }
+        std::vector<int64_t> ord;
+        for (int64_t b = 0; b < nbmax; b++)
+            if (ref[(size_t)t * nbmax + b] != -INFINITY) ord.push_back(b);
+        std::stable_sort(ord.begin(), ord.end(), [&](int64_t x, int64_t y) {
+            return key_of(ref[(size_t)t * nbmax + x]) > key_of(ref[(size_t)t * nbmax + y]);
+        });
+        if ((int64_t)ord.size() > m) ord.resize((size_t)m);
+        std::sort(ord.begin(), ord.end());
+        for (int64_t i = 0; i < m; i++) kref[(size_t)t * m + i] = i < (int64_t)ord.size() ? (int32_t)ord[i] : -1;
+    }
+    /* the fused kernels */
+    std::vector<float> out((size_t)T * nbmax, 12345.f);
+    std::vector<int32_t> kept((size_t)T * m, 777);
+    ph_blk_args a = {};
+    a.psum = C.pooled ? psum.data() : nullptr;
+    a.max_blocks = max_blocks;
+    a.kbar = kbar.data();
+    a.nbmax = nbmax;
+    a.row_seq = row_seq.data();
+    a.row_end = row_end.data();
+    a.lens = lens.data();
+    a.q = {C.e4m3 ? (const void *)q8.data() : (const void *)q.data(), C.e4m3 ? LA_FP8_E4M3 : LA_F32,
+           {(int64_t)HI * dI, dI, 1, 0}};
+    a.w = {w.data(), LA_F32, {HI, 1, 0, 0}};
+    a.HI = HI;
+    a.dI = dI;
+    a.B = B;
+    a.tiles = C.tiles;
+    a.out = out.data();
+    const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB, gx = (ntiles + C.tiles - 1) / C.tiles;
+    launch((unsigned)gx, (unsigned)T, PH_THREADS, PH_SMEM_FLOATS * 4, [&] { ph_block_scores_kernel(a); });
+    int64_t bad = 0;
+    for (size_t i = 0; i < out.size(); i++)
+        if (memcmp(&out[i], &ref[i], 4)) {
+            if (bad < 3)
+                printf("    score row %zu block %zu: %.9g vs %.9g\n", i / nbmax, i % nbmax, out[i], ref[i]);
+            bad++;
+        }
+    /* the top-k on the reference scores (so that a score bug does not hide a selection bug) */
+    launch((unsigned)T, 1, PH_TK, (256 + PH_TK + 2) * 4, [&] {
+        ph_block_topk_kernel(ref.data(), nbmax, m, kept.data());
+    });
+    int64_t kbad = 0;
+    for (int t = 0; t < T; t++)
+        if (memcmp(&kept[(size_t)t * m], &kref[(size_t)t * m], (size_t)m * 4)) {
+            if (kbad < 3) {
+                printf("    kept row %d:", t);
+                for (int64_t i = 0; i < std::min<int64_t>(m, 8); i++)
+                    printf(" %d/%d", kept[(size_t)t * m + i], kref[(size_t)t * m + i]);
+                printf("\n");
+            }
+            kbad++;
+        }
+    int64_t ninf = 0, nnan = 0;
+    for (float x : ref) ninf += x == INFINITY, nnan += x != x;
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d tiles %d %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+           "scores differing %lld, kept rows differing %lld\n",
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, C.tiles,
+           C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", T, (long long)nbmax,
+           (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
+    return bad || kbad;
+}
+
+int main() {
+    const tcase cases[] = {
+        {64, 128, 1, 64, 128, 1, 1, 1, 0, 0, {40000, 1000, 65, 0}},
+        {64, 128, 2, 8, 128, 3, 1, 1, 1, 0, {5000, 129, 1}},
+        {64, 128, 1, 3, 128, 1, 0, 1, 1, 1, {1000, 700}},
+        {32, 128, 3, 4, 128, 2, 1, 0, 0, 0, {3000, 63, 128}},
+        {5, 63, 4, 4, 128, 1, 0, 1, 1, 0, {700, 5}},
+        {1, 16, 1, 2, 64, 1, 0, 1, 0, 0, {1, 63, 65, 1000}},
+        {64, 128, 1, 1, 128, 2, 1, 1, 1, 0, {9000, 300}},
+        {64, 128, 2, 1000, 128, 1, 1, 1, 0, 1, {12000, 257}},
+        {8, 64, 1, 64, 32, 4, 0, 0, 1, 0, {20000}},
+        {64, 128, 2, 7, 128, 1, 1, 1, 2, 0, {6400, 3000}}, /* every full block the same: all tied */
+        {64, 128, 1, 16, 96, 2, 1, 1, 0, 0, {9000, 4000}}, /* B 96: the mean's division is not a scaling */
+    };
+    int fails = 0;
+    for (const tcase &c : cases) fails += run(c);
+    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "ok", fails, sizeof cases / sizeof cases[0]);
+    return fails != 0;
+}

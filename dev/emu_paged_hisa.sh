@@ -1,0 +1,37 @@
+#!/bin/bash
+# Host emulation of src/cuda/paged_hisa.cu (variant "fused" of family
+# "paged_hisa") and src/cuda/paged_hisa_cand.cu (variant "blockmajor" of
+# family "paged_hisa_cand"), no GPU needed: cuts the args structs out of
+# paged_hisa.cuh and the kernel text between the PH_/PC_KERNELS_BEGIN / END
+# markers out of the .cu files, compiles them with dev/emu_paged_hisa.cpp
+# and dev/emu_paged_hisa_cand.cpp (g++ -std=c++20, no CUDA headers;
+# -ffp-contract=off so that only the written fmaf are fused) and compares
+# the block scores and kept lists with the classic chain, and the
+# block-major candidate scores with the gather kernel's order, bit for bit.
+#   bash dev/emu_paged_hisa.sh [BUILD_DIR]
+set -e
+O=${1:-build-emu}
+mkdir -p "$O"
+python3 - "$O" <<'PY'
+import sys
+o = sys.argv[1]
+h = open("src/cuda/paged_hisa.cuh").read()
+a = h.index("struct ph_blk_args {")
+open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n")
+s = open("src/cuda/paged_hisa.cu").read()
+k = s[s.index("/* PH_KERNELS_BEGIN */"):s.index("/* PH_KERNELS_END */")]
+assert "__shared__" not in k and "__shfl" not in k and "__ballot" not in k
+open(o + "/emu_ph_kern.inc", "w").write(k)
+a = h.index("struct pc_args {")
+open(o + "/emu_pc_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n")
+s = open("src/cuda/paged_hisa_cand.cu").read()
+k = s[s.index("/* PC_KERNELS_BEGIN */"):s.index("/* PC_KERNELS_END */")]
+assert "__shared__" not in k
+open(o + "/emu_pc_kern.inc", "w").write(k)
+PY
+g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa.cpp -o "$O/emu_paged_hisa"
+g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"
+"$O/emu_paged_hisa_cand"
+"$O/emu_paged_hisa"
+g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"
+"$O/emu_paged_hisa_cand"

@@ -1,0 +1,81 @@
+/* HISA's block stage on the paged index-key cache (paged_hisa.cu), used by
+ * la_paged_topk_cuda's HISA branch (paged_index.cu). Family "paged_hisa":
+ *   - "fused" (the default where it applies, switch kPagedHisaFused): block
+ *     means read from the pooled sums inside the block-score kernel, the
+ *     scores as a register-tiled fp32 GEMM per (query row, 64 blocks), then
+ *     one CTA per row selects the m kept blocks and writes them ascending;
+ *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
+ *     over the block rows and the insertion sort of the kept lists.
+ * Both give the same bits: each (row, block, head) dot product runs over d
+ * ascending with fmaf from 0, the heads fold in ascending order with fmaf
+ * (the CPU kernel's order), and the selection is la_topk's (descending
+ * score, ties to the lower block, NaN first, -inf never) as a set.
+ * Internal; included by src/cuda/*.cu only. */
+#ifndef LA_CUDA_PAGED_HISA_CUH
+#define LA_CUDA_PAGED_HISA_CUH
+
+#include <stdint.h>
+
+#include "cuda/common.cuh"
+
+/* Block scores [T][nbmax] of every query row (+inf for the first and last
+ * block of the row's range, -inf past it). */
+struct ph_blk_args {
+    const float *psum;       /* pooled sums [max_seqs][max_blocks][dI] (mean = sum / count), or NULL: */
+    int64_t max_blocks;
+    const float *kbar;       /* the means [nseq][nbmax][dI] (read when psum is NULL) */
+    int64_t nbmax;           /* blocks per score row (the output's row stride) */
+    const int32_t *row_seq, *row_end, *lens; /* paged_meta.cuh's row metadata */
+    la_cu_view q, w;         /* q [T, HI, dI] (f32, bf16, f16 or e4m3), w [T, HI] */
+    int HI, dI;
+    int64_t B;               /* tokens per block */
+    int tiles;               /* 64-block tiles per CTA (set by the launch) */
+    float *out;
+};
+
+/* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
+ * under kPagedHisaFused) where HI <= 64 and dI <= 128; "classic" or another
+ * shape: 0. A forced "fused" on another shape is LA_ERR_UNSUPPORTED. */
+la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
+/* The block scores of T rows (grid: column tiles x T). */
+la_status la_ph_block_scores(ph_blk_args a, int64_t T, cudaStream_t s);
+/* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
+ * -1 after the row's valid ones. */
+la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s);
+
+/* ---- candidate scores, block-major (paged_hisa_cand.cu) -------------------
+ * Family "paged_hisa_cand": "blockmajor" (the default under
+ * kPagedHisaBlockMajor where a sequence has >= PC_MIN_ROWS query rows:
+ * prefill) or "gather" (the paged mma.sync kernel's gather mode). The same
+ * bits either way. Candidate column p of row t: token p % 128 of block
+ * kept[t][p / 128] (B = 128). */
+enum { PC_MIN_ROWS = 8 };
+struct pc_args {
+    int64_t T, m, nbmax;             /* rows, kept blocks per row, blocks per sequence (bucket stride) */
+    const int32_t *kept;             /* [T][m], -1 = none */
+    const int32_t *row_seq, *row_end, *lens, *table; /* paged_meta.cuh's metadata, clamped table [nseq][maxp] */
+    int64_t maxp;
+    const uint8_t *pages;            /* the cache's pages (sc_pages layout) */
+    int64_t page_bytes;
+    int32_t ps, fp8;
+    const void *q;                   /* q rows contiguous: [T][HI][128] bf16 / e4m3 */
+    int64_t q_nb0, q_nb1;
+    const void *w;
+    int w_dt;
+    int64_t w_nb0, w_nb1;
+    int64_t Lk;                      /* the score rows' position bound (the table's capacity) */
+    float *out;                      /* [T][out_ld], columns < ncols written */
+    int64_t out_ld, ncols;
+    /* set by la_ph_cand_scores */
+    const int32_t *list, *boff, *nwork;
+    const int4 *work;                /* (bucket, list rows i0, i1, -) */
+};
+/* The family's choice (pure): *blockmajor for eb (1 e4m3, 2 bf16; 0 = no
+ * tensor cores: never), HI 32 / 64, B 128, and by default T >= PC_MIN_ROWS
+ * per sequence. A forced "blockmajor" elsewhere is LA_ERR_UNSUPPORTED. */
+la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
+                            int *blockmajor);
+/* Bucket the pairs and score them (EB = eb, HI 32 or 64). */
+la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_t s);
+
+#endif
