@@ -1,16 +1,20 @@
 /* Paged DSA decode: the "paged" family's variants side by side (issue 18).
  * 64 sequences, next_n 1, HI 64, dI 128, k 2048, an e4m3 paged cache (132 B
  * per token, shuffled pages), e4m3 queries; la_dsa_topk_paged per call (CUDA
- * events, median of 10) under the default ("mma": the mma.sync kernel in its
- * paged mode) and "wgmma" (paged_wgmma.cu), against the byte floor (every
- * cached key read once at BW), and the number of query rows whose indices
- * differ between the two (near-ties of the two MMA roundings).
+ * events, median of 10) under the default (paged_index.cu's switches:
+ * "wgmma2r") and forced "mma" (the mma.sync kernel in its paged mode),
+ * "wgmma", "wgmma2" (paged_wgmma.cu: pw_kernel, pw2_kernel + la_topk) and
+ * "wgmma2r" (pw2_kernel + topk_rows.cuh), against the byte floor (every
+ * cached key read once at BW), and the query rows whose indices differ from
+ * "wgmma" (must be 0 for the pw2 variants: the same scores, an exact top-k)
+ * and from "mma" (near-ties of the two MMA roundings).
  *   make BUILD=build-gpu CUDA_ARCH=sm90a build-gpu/dev/bench_gpu_paged
  *   build-gpu/dev/bench_gpu_paged [--quick] */
 #include "bench_gpu_common.cuh"
 #include "cpu/paged_index_cpu.h"
 
 static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
+static int mismatches = 0; /* rows of a pw2 variant or the default differing from "wgmma": exit status 1 */
 
 static void run_row(const char *name, const std::vector<int64_t> &lens) {
     const int64_t nseq = (int64_t)lens.size();
@@ -93,10 +97,14 @@ static void run_row(const char *name, const std::vector<int64_t> &lens) {
     pq.context_lens = &tcl;
     auto call = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     const double floor_ms = (double)tokens * (DI + 4) / BW * 1e3;
-    std::vector<int32_t> res[2];
-    double ms[2];
-    const char *vs[2] = {nullptr, "wgmma"};
-    for (int v = 0; v < 2; v++) {
+    /* the default, then each variant forced; rows compared with "wgmma"
+     * (equal to the dense default, DSA v2, on the gathered keys: the pw2
+     * variants and the default must equal it) and with "mma" (near-ties) */
+    const int NV = 5;
+    const char *vs[NV] = {nullptr, "mma", "wgmma", "wgmma2", "wgmma2r"};
+    std::vector<int32_t> res[NV];
+    double ms[NV];
+    for (int v = 0; v < NV; v++) {
         bench_variant("paged", vs[v]);
         ms[v] = time_ms(call, 10);
         res[v].resize(T * TOPK);
@@ -104,13 +112,19 @@ static void run_row(const char *name, const std::vector<int64_t> &lens) {
     }
     bench_variant("paged", nullptr);
     LK(la_paged_index_cache_check(cache, BCTX));
-    int64_t differ = 0;
-    for (int64_t t = 0; t < T; t++)
-        differ += memcmp(res[0].data() + t * TOPK, res[1].data() + t * TOPK, 4 * TOPK) != 0;
-    printf("%-9s %lld seqs ctx %lld..%lld: floor %.3f ms | mma %.3f ms (%.2fx) | wgmma %.3f ms (%.2fx) | "
-           "rows differing %lld\n",
-           name, (long long)nseq, (long long)lens.front(), (long long)lens.back(), floor_ms, ms[0], ms[0] / floor_ms,
-           ms[1], ms[1] / floor_ms, (long long)differ);
+    auto differ = [&](int x, int y) {
+        int64_t d = 0;
+        for (int64_t t = 0; t < T; t++) d += memcmp(res[x].data() + t * TOPK, res[y].data() + t * TOPK, 4 * TOPK) != 0;
+        return (long long)d;
+    };
+    printf("%-9s %lld seqs ctx %lld..%lld: floor %.3f ms\n", name, (long long)nseq, (long long)lens.front(),
+           (long long)lens.back(), floor_ms);
+    for (int v = 0; v < NV; v++) {
+        if (v != 1 && differ(v, 2)) mismatches++;
+        printf("  %-8s %.3f ms (%.2fx floor) | rows differing from wgmma %lld, from mma %lld%s\n",
+               vs[v] ? vs[v] : "default", ms[v], ms[v] / floor_ms, differ(v, 2), differ(v, 1),
+               v != 1 && differ(v, 2) ? "  <-- MISMATCH: must equal wgmma" : "");
+    }
     fflush(stdout);
     CK(cudaFree(dq));
     CK(cudaFree(dw));
@@ -131,5 +145,6 @@ int main(int argc, char **argv) {
         snprintf(nm, sizeof nm, "all%lldK", (long long)(L / 1024));
         run_row(nm, std::vector<int64_t>(nseq, L));
     }
-    return 0;
+    if (mismatches) printf("FAILED: %d variant rows differ from wgmma\n", mismatches);
+    return mismatches != 0;
 }

@@ -28,9 +28,11 @@
  * accumulation, the per-token scale on the head sum), so they equal the
  * dense mma.sync kernel's on the gathered keys bit for bit; HISA's block
  * scores (fp32 means) stay on the fp32 kernel. "portable" forces the fp32
- * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma" (forced
- * only) runs DSA's scores of an e4m3 cache on paged_wgmma.cu (equal to the
- * dense DSA v2 kernel on the gathered keys; HISA as "mma").
+ * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma",
+ * "wgmma2" and "wgmma2r" run DSA's scores of an e4m3 cache on paged_wgmma.cu
+ * (equal to the dense DSA v2 kernel on the gathered keys; HISA as "mma");
+ * "wgmma2r", the e4m3 default (pg_select's switches), selects with
+ * topk_rows.cuh instead of la_topk.
  * Metadata: block_table / context_lens / q_seq stay on the device; their
  * values are checked and clamped by paged_meta.cu's kernel, which records a
  * bad one in the cache's status words (copied to a pinned mirror after each
@@ -44,6 +46,8 @@
 #include "cuda/paged_hisa.cuh"
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_meta.cuh"
+#include "cuda/paged_wgmma.cuh"
+#include "cuda/topk_rows.cuh"
 #include "cuda/select.cuh"
 
 namespace {
@@ -357,16 +361,41 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
     return la_topk(&ts, &ti, ctx);
 }
 
+/* Switches of the paged DSA decode path (one line each to turn off; none
+ * of these kernels has run on a GPU yet):
+ * kPagedWgmma2Default: an e4m3 cache with e4m3 q at HI 64, dI 128 on sm_90
+ * takes DSA's scores on paged_wgmma.cu's pw2_kernel (equal to the dense
+ * default, DSA v2, on the gathered keys) unless a variant is forced, at up
+ * to kPagedWgmmaRowsPerSeq query rows per sequence (decode; more: prefill,
+ * mma.sync); false: "mma" (the mma.sync kernel, equal to the dense mma.sync
+ * variant).
+ * kPagedTopkRows: that default ("wgmma2r", else "wgmma2") selects with
+ * topk_rows.cuh (many CTAs per row, its histogram made by the score
+ * kernel) at up to kPagedRowsMaxT query rows, where la_topk's one CTA per
+ * row leaves the GPU idle (its workspace: T x 192 KB).
+ * kPagedTopkRange: la_topk scans each row's range [0, end) only (the
+ * columns past it are -inf, so the same indices), not the table's capacity. */
+constexpr bool kPagedWgmma2Default = true;
+constexpr bool kPagedTopkRows = true;
+constexpr bool kPagedTopkRange = true;
+constexpr int64_t kPagedRowsMaxT = 256;
+constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this many query rows per sequence */
+
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
- * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32. */
+ * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32.
+ * *wg, DSA's scores (HISA runs as "mma"): bits 0-2 the kernel (0 mma.sync,
+ * 1 "wgmma", 2 "wgmma2", 3 "wgmma2r": pw2_kernel + topk_rows), bit 3 set
+ * for the default (kPagedWgmma2Default), which falls back to mma.sync at
+ * the launch where la_sp_paged_wgmma_ok fails; a forced one fails there. */
 la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
                     int *wg, la_sp_score_args *a) {
-    static const char *const names[] = {"mma", "portable", "wgmma"};
+    static const char *const names[] = {"mma", "portable", "wgmma", "wgmma2", "wgmma2r"};
     const char *forced = la_context_variant(ctx, "paged");
-    int v = forced ? la_cu_variant_index(forced, names, 3) : 0;
-    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma");
-    *wg = v == 2; /* DSA's scores on wgmma (checked at the launch); otherwise as "mma" */
-    if (v == 2) v = 0;
+    int v = forced ? la_cu_variant_index(forced, names, 5) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma, wgmma2, wgmma2r");
+    const int fv = v;
+    *wg = v >= 2 ? v - 1 : 0; /* checked at the launch; otherwise as "mma" */
+    if (v >= 2) v = 0;
     memset(a, 0, sizeof *a);
     a->q = q->data;
     a->q_dt = (int)q->dtype;
@@ -381,12 +410,44 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     const int want = c->p.dtype == LA_BF16 ? 2 : c->p.dtype == LA_FP8_E4M3 ? 1 : 0;
     const bool ok = want && la_sp_paged_tc_ok(*a, want);
     if (v == 0 && forced && !ok)
-        return la_cu_variant_unsupported("paged", *wg ? "wgmma" : "mma", "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
-                                                         "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
+        return la_cu_variant_unsupported("paged", names[fv], "a bf16 cache with bf16 q or an e4m3 cache with e4m3 q "
+                                                             "(sm_90), HI 32 or 64, dI 128, q rows contiguous");
     *eb = v == 0 && ok ? want : 0;
-    la_cu_report(ctx, "paged", *eb ? (*wg ? "wgmma" : "mma") : "portable", "T=%lld HI=%lld dI=%lld cache %s q %s", (long long)T,
-                 (long long)a->HI, (long long)a->dI, la_dtype_name(c->p.dtype), la_dtype_name(q->dtype));
+    /* the default's wgmma shape (la_sp_paged_wgmma_ok's conditions known here) */
+    if (!forced && kPagedWgmma2Default && *eb == 1 && a->hopper && a->HI == 64 && a->dI == 128 && a->q_nb2 == 1 &&
+        a->q_nb1 % 16 == 0 && a->q_nb0 % 16 == 0 && ((uintptr_t)a->q & 15) == 0 && c->page_bytes % 16 == 0 &&
+        ((uintptr_t)c->pages & 15) == 0 && T <= 65535)
+        *wg = 8 | (kPagedTopkRows && T <= kPagedRowsMaxT ? 3 : 2);
+    la_cu_report(ctx, "paged", *eb ? ((*wg & 7) ? names[(*wg & 7) + 1] : "mma") : "portable",
+                 "T=%lld HI=%lld dI=%lld cache %s q %s%s", (long long)T, (long long)a->HI, (long long)a->dI,
+                 la_dtype_name(c->p.dtype), la_dtype_name(q->dtype), (*wg & 7) ? " (DSA; HISA as mma)" : "");
     return LA_OK;
+}
+
+/* DSA's top-k of the score rows [T, W] into sel [T, k]: la_topk's kernel,
+ * over [0, end[t]) of each row with kPagedTopkRange (same indices: the
+ * columns past end[t] are -inf). */
+la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end, int32_t *sel, int64_t k,
+                      la_context *ctx) {
+    if (!kPagedTopkRange) return pg_topk((float *)sc, T, W, sel, k, ctx);
+    la_sp_topk_args t;
+    memset(&t, 0, sizeof t);
+    t.scores = sc;
+    t.R = T;
+    t.L = W;
+    t.ld = W;
+    t.cs = 1;
+    t.use_range = 1;
+    t.range.end = end;
+    t.range.end_nb = 1;
+    t.range.T = T;
+    t.range.L = W;
+    t.range.blk = 1;
+    t.k = k;
+    t.out = sel;
+    t.out_ld = k;
+    t.out_cs = 1;
+    return la_sp_topk(t, ctx, la_cu_stream(ctx));
 }
 
 } // namespace
@@ -647,22 +708,68 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         size_t bytes;
         LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): score rows"));
         LA_TRY(la_cu_ws_alloc(&dsc, bytes, s, "paged score rows"));
+        const int wk = wg & 7; /* DSA's scores: 0 mma.sync, 1 wgmma, 2 wgmma2, 3 wgmma2 + topk_rows */
+        int use = 0;
         if (eb) {
             a.ncols = W;
             a.out = (float *)dsc.p;
             a.out_ld = W;
-            if (wg && !(eb == 1 && la_sp_paged_wgmma_ok(a, pg)))
-                return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, "
-                                                                   "q rows contiguous");
-            if (wg) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            const bool wok = eb == 1 && la_sp_paged_wgmma_ok(a, pg);
+            if (wk && !(wg & 8) && !wok)
+                return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
+                                                 "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, q rows contiguous");
+            use = wok ? wk : 0;
+            /* the pw kernels read a sequence's keys once per query row (the
+             * mma.sync kernel once per 64 of its rows): the default keeps
+             * mma.sync where a sequence has many rows (prefill) */
+            if ((wg & 8) && T > kPagedWgmmaRowsPerSeq * nseq) {
+                use = 0;
+                la_cu_report(ctx, "paged", "mma", "DSA scores: T=%lld rows over %lld sequences", (long long)T,
+                             (long long)nseq);
+            }
+            /* topk_rows: k <= its maximum, la_topk's family not forced (then la_topk) */
+            if (use == 3 && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
+            if (use == 3) {
+                la_cu_ws dh, dcand;
+                const size_t hb = (size_t)T * (TR_BINS + 1) * 4u; /* hist, then cnt: zeroed together */
+                LA_TRY(la_cu_ws_alloc(&dh, hb + (size_t)T * 8u, s, "paged top-k histograms"));
+                LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
+                LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
+                uint32_t *hist = (uint32_t *)dh.p;
+                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, hist, s));
+                la_tr_args tr;
+                memset(&tr, 0, sizeof tr);
+                tr.scores = (const float *)dsc.p;
+                tr.ld = W;
+                tr.T = T;
+                tr.W = W;
+                tr.end = R.row_end;
+                tr.k = (int32_t)topk;
+                tr.hist = hist;
+                tr.cnt = hist + (size_t)T * TR_BINS;
+                tr.info = tr.cnt + T;
+                tr.cand = (uint64_t *)dcand.p;
+                tr.to_slots = return_slots;
+                tr.table = R.table;
+                tr.maxp = maxp;
+                tr.ps = ps;
+                tr.row_seq = R.row_seq;
+                tr.idx = (int32_t *)iv.data;
+                tr.nb0 = iv.nb[0];
+                tr.nb1 = iv.nb[1];
+                return la_tr_launch(tr, ctx, s);
+            }
+            if (use == 1) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
+            else if (use == 2) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, nullptr, s));
             else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
-        } else if (wg) {
-            return la_cu_variant_unsupported("paged", "wgmma", "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
+        } else if (wk) {
+            return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
+                                             "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
         } else {
             LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
         }
         LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
-        LA_TRY(pg_topk((float *)dsc.p, T, W, (int32_t *)dsel.p, topk, ctx));
+        LA_TRY(pg_topk_dsa((const float *)dsc.p, T, W, R.row_end, (int32_t *)dsel.p, topk, ctx));
         const int64_t n = T * topk;
         pg_finish_kernel<<<(unsigned)la_cu_cdiv(n, 256), 256, 0, s>>>(
             (const int32_t *)dsel.p, topk, T, nullptr, 0, 1, return_slots, R.table, maxp, R.row_seq, ps,

@@ -16,10 +16,14 @@
  * -inf outside [0, end[t]); so with the same tensor-core dot products a
  * score equals DSA v2's on the gathered keys. Every column < ncols of the
  * CTA's span is written. Keys only (bf16 caches and HISA's candidates stay
- * on the mma.sync kernel). */
+ * on the mma.sync kernel). pw2_kernel (variant "wgmma2", the e4m3 default
+ * where it applies: paged_index.cu's kPagedWgmma2Default) is the same
+ * computation with the key addresses and scales off the critical path. */
 #include "cuda/common.cuh"
 #include "cuda/paged_index_tc.cuh"
+#include "cuda/paged_wgmma.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/topk_rows.cuh"
 
 #define PW_THREADS 128
 #define PW_STAGES 4
@@ -152,6 +156,159 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
 #endif
 }
 
+/* Variant "wgmma2": pw_kernel's tiles, MMAs and arithmetic (so the same
+ * bits), without its per-tile global round trips. In pw_kernel every tile
+ * waits twice on global memory outside the cp.async pipeline: the block-table
+ * reads that form the next tile's addresses (before its cp.async can issue)
+ * and the key's fp32 scale read in the epilogue (a DRAM miss: nothing else
+ * touches those 256 bytes of the page). Here the CTA's key rows are resolved
+ * once, in the prologue, into a shared (page id, row) list (one table read
+ * per position, all issued together), and each key's scale travels with its
+ * tile: a 4-byte cp.async per key into a per-stage scale row in the same
+ * commit group. The loop then touches global memory only through the
+ * cp.async ring and the score stores. 32-bit position arithmetic (ncols <
+ * 2^31). With hist (variant "wgmma2r") each valid score is also counted in
+ * its row's topk_rows.cuh histogram (bin = fkey >> TR_SHIFT; the lanes of a
+ * warp holding one bin add once). */
+#define PW2_KEYS (PW_TILES * 64)
+#define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
+
+__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg, uint32_t *hist) {
+#if LA_CU_SM90_CODE
+    extern __shared__ uint8_t pw_raw[];
+    uint8_t *sm = (uint8_t *)(((uintptr_t)pw_raw + 1023) & ~(uintptr_t)1023);
+    uint8_t *Qs = sm, *Ks = sm + PW_TILE_BYTES;
+    float *scs = (float *)(Ks + PW_STAGES * PW_TILE_BYTES); /* [PW_STAGES][64] key scales */
+    float *ws = scs + PW_STAGES * 64;
+    int2 *rowat = (int2 *)(ws + 64); /* [PW2_KEYS]: (page id, row in page) of position key0 + i */
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
+    const int t = blockIdx.y, seq = pg.row_seq[t];
+    const int end = a.range.end[(int64_t)t * a.range.end_nb]; /* <= the sequence's length */
+    const int key0 = blockIdx.x * PW2_KEYS;
+    const int colend = (int)min(a.ncols, (int64_t)key0 + PW2_KEYS), kend = min(end, colend);
+    const int nt = kend > key0 ? (kend - key0 + 63) / 64 : 0;
+    float *orow = a.out + (int64_t)t * a.out_ld;
+    for (int p = key0 + nt * 64 + tid; p < colend; p += PW_THREADS) orow[p] = -INFINITY;
+    if (nt == 0) return;
+
+    const uint8_t *q = (const uint8_t *)a.q + (int64_t)t * a.q_nb0;
+    for (int i = tid; i < 64 * 8; i += PW_THREADS) {
+        const int h = i >> 3, c = i & 7;
+        la_cp16(Qs + la_wg_off(64, h, c), q + h * a.q_nb1 + c * 16);
+    }
+    if (tid < 64) ws[tid] = la_cu_ld(a.w, a.w_dt, (int64_t)t * a.w_nb0 + tid * a.w_nb1);
+    la_cp_commit_nc();
+    {
+        const unsigned ps = (unsigned)pg.ps;
+        const int32_t *trow = pg.table + (int64_t)seq * pg.maxp;
+        const int nk = kend - key0;
+#pragma unroll
+        for (int j = 0; j < PW2_KEYS / PW_THREADS; j++) {
+            const int i = tid + j * PW_THREADS;
+            if (i < nk) {
+                const unsigned p = (unsigned)(key0 + i), pi = p / ps;
+                rowat[i] = make_int2(trow[pi], (int)(p - pi * ps));
+            }
+        }
+    }
+    __syncthreads(); /* rowat */
+    const int64_t pb = pg.page_bytes, sc_off = (int64_t)pg.ps * 128;
+    /* tile k into stage k % PW_STAGES: thread tid copies column tid & 7 of rows
+     * tid / 8 + 16j, and threads < 64 the scale of row tid */
+    const int lc = tid & 7, lr = tid >> 3;
+    auto load = [&](int k) {
+        const int st = k % PW_STAGES;
+        uint8_t *dst = Ks + st * PW_TILE_BYTES;
+        const int i0 = k * 64, nk = kend - key0;
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            const int r = lr + 16 * j;
+            const bool ok = i0 + r < nk;
+            const uint8_t *src = pg.pages;
+            if (ok) {
+                const int2 at = rowat[i0 + r];
+                src = pg.pages + (int64_t)at.x * pb + at.y * 128 + lc * 16;
+            }
+            la_cp16z_n(dst + la_wg_off(64, r, lc), src, ok ? 16 : 0);
+        }
+        if (tid < 64) {
+            const bool ok = i0 + tid < nk;
+            const uint8_t *src = pg.pages;
+            if (ok) {
+                const int2 at = rowat[i0 + tid];
+                src = pg.pages + (int64_t)at.x * pb + sc_off + at.y * 4;
+            }
+            la_cp4z_n(scs + st * 64 + tid, src, ok ? 4 : 0);
+        }
+    };
+#pragma unroll
+    for (int k = 0; k < PW_STAGES - 1; k++) {
+        if (k < nt) load(k);
+        la_cp_commit_nc();
+    }
+    constexpr uint64_t HI = (uint64_t)((1024 >> 4) | (1u << 30)) << 32; /* la_wg_desc's high word */
+    const uint32_t q_lo = ((((uint32_t)__cvta_generic_to_shared(Qs)) & 0x3FFFFu) >> 4) | (1u << 16);
+    const uint32_t k_lo = ((((uint32_t)__cvta_generic_to_shared(Ks)) & 0x3FFFFu) >> 4) | (1u << 16);
+    const int r_out = 16 * warp + g + 8 * (qd & 1);
+    float2 wr[8];
+    float acc[32];
+#pragma unroll
+    for (int i = 0; i < 32; i++) acc[i] = 0.f;
+    for (int k = 0; k < nt; k++) {
+        la_cp_wait<PW_STAGES - 2>();
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+        __syncthreads(); /* tile k and its scales (and q, w) visible; stage (k - 1) % PW_STAGES is free */
+        if (k == 0) {
+#pragma unroll
+            for (int jj = 0; jj < 8; jj++) wr[jj] = *(const float2 *)(ws + 8 * jj + 2 * qd);
+        }
+        if (k + PW_STAGES - 1 < nt) load(k + PW_STAGES - 1);
+        la_cp_commit_nc();
+        const int st = k % PW_STAGES;
+        const uint32_t kl = k_lo + (uint32_t)(st * PW_TILE_BYTES >> 4);
+        la_wg_fence_acc<32>(acc);
+        asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#pragma unroll
+        for (int kk = 0; kk < 4; kk++)
+            pw_wgmma(acc, (HI | (uint64_t)kl) + (uint32_t)(kk * 2), (HI | (uint64_t)q_lo) + (uint32_t)(kk * 2),
+                     kk > 0 ? 1 : 0);
+        asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+        asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory");
+        la_wg_fence_acc<32>(acc);
+        /* pw_kernel's epilogue, the same operations in the same order */
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int jj = 0; jj < 8; jj++) {
+            const float2 wv = wr[jj];
+            s0 = fmaf(wv.x, la_relu_nan(acc[4 * jj + 0]), s0);
+            s0 = fmaf(wv.y, la_relu_nan(acc[4 * jj + 1]), s0);
+            s1 = fmaf(wv.x, la_relu_nan(acc[4 * jj + 2]), s1);
+            s1 = fmaf(wv.y, la_relu_nan(acc[4 * jj + 3]), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        const int p = key0 + k * 64 + r_out;
+        const bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
+        const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
+        if (qd < 2 && p < colend) orow[p] = o;
+        if (hist) { /* topk_rows.cuh's histogram of the candidates (not -inf): lanes of one bin add once */
+            const bool hv = on && o != -INFINITY;
+            const unsigned m = __ballot_sync(0xffffffffu, hv);
+            if (hv) {
+                const uint32_t u = __float_as_uint(o);
+                const uint32_t fk = o != o ? 0xFFFFFFFFu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+                const unsigned bin = fk >> TR_SHIFT, grp = __match_any_sync(m, bin);
+                if (lane == __ffs(grp) - 1) atomicAdd(hist + (int64_t)t * TR_BINS + bin, (unsigned)__popc(grp));
+            }
+        }
+    }
+#else
+    __trap(); /* built without sm_90a: pw_ok never takes this kernel there */
+#endif
+}
+
 } // namespace
 
 bool la_sp_paged_wgmma_ok(const la_sp_score_args &a, const sc_pages &pg) {
@@ -165,5 +322,15 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW_TILES * 64), (unsigned)a.T);
     pw_kernel<<<grid, PW_THREADS, PW_SMEM, s>>>(a, pg);
     LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma)");
+    return LA_OK;
+}
+
+la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, uint32_t *hist, cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    static_assert(PW2_SMEM <= 227 * 1024, "one CTA's shared memory");
+    LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel, PW2_SMEM, PW2_SMEM, true));
+    dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
+    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg, hist);
+    LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma, pipelined)");
     return LA_OK;
 }

@@ -16,14 +16,15 @@
  *    the table), reported by la_paged_index_cache_check or by the next
  *    call (which writes nothing), naming the argument.
  * Cases: f32, bf16 and fp8 e4m3 over four configurations and the --san
- * representative (the --small subset), then two 128K-token contexts (fp8,
- * bf16: past the top-k's 64K-row bound of its sample size; their ~50K
- * append rounds make them the slowest cases of the harness).
+ * representative (the --small subset), then 128K-token contexts (fp8,
+ * bf16: past the top-k's 64K-row bound of its sample size; appended in
+ * rounds of up to 3000 tokens, see BIG_CTX).
  * (Sparse MLA decode over a paged latent cache: cases_smla_paged.c.) */
 #include "bo_staging.h"
 #include "cpu/paged_index_cpu.h"
 
 #define PS 64
+#define BIG_CTX 16384 /* contexts past this are appended in large rounds */
 
 static void *dev_copy(const void *h, size_t bytes) {
     void *d = NULL;
@@ -65,11 +66,16 @@ static int cmp_desc(const void *a, const void *b) {
 
 /* Tensor-core queries (cfg.tcq): (1) paged DSA equals the dense DSA
  * (la_dsa_indexer) on each sequence's gathered keys -- the cache's bf16 rows,
- * or its e4m3 rows with their scales and q_scale 1 -- bit for bit under the
- * dense mma.sync variant (the kernel the paged path shares), and under the
- * dense default kernel for bf16 (wgmma at HI 64: equal) and for HI != 64
- * (mma.sync); fp8 against the e4m3 wgmma default is counted only; (2) paged HISA keeping every block equals paged DSA (its
- * candidate scores are DSA's kernel in gather mode). dl: the device pages. */
+ * or its e4m3 rows with their scales and q_scale 1 -- bit for bit: the
+ * paged mma.sync kernel (the default for bf16 and at HI != 64; forced "mma"
+ * for fp8 at HI 64) equals the dense mma.sync variant, and the dense default
+ * for bf16 (wgmma at HI 64: equal) and at HI != 64 (mma.sync); fp8 at HI 64:
+ * the variants "wgmma", "wgmma2", "wgmma2r" (pw2_kernel with topk_rows) equal
+ * the dense default (DSA v2's e4m3 wgmma) and give the same bits on a second
+ * call, and the paged default equals one of the two dense kernels (wgmma2r,
+ * or mma.sync with paged_index.cu's kPagedWgmma2Default off); (2) paged HISA
+ * keeping every block equals paged DSA on the mma.sync kernel (HISA's
+ * candidate scores are that kernel in gather mode). dl: the device pages. */
 static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned char *dl, size_t pb,
                           const int32_t *table, int64_t maxp, const void *qdev, const float *w,
                           const int64_t *rowof, const int32_t *idsa, const la_index_params *ip,
@@ -85,8 +91,10 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     for (int64_t i = 0; i < nn * HI; i++) ones[i] = 1.f;
     int64_t diff[2] = {0, 0}, nbmax = 1;
     int32_t *dflt = malloc((size_t)(T * topk) * 4); /* the dense default's rows (pass 0) */
+    int32_t *dmma = malloc((size_t)(T * topk) * 4); /* the dense mma.sync variant's rows (pass 1) */
     char *have = calloc((size_t)T, 1);
     const char *kern[2] = {"default", "mma"};
+    int have_mma = 0;
     for (int pass = 0; pass < 2; pass++) {
         if (pass == 1 && !bo_use_variant("dsa", "mma")) break;
         for (int64_t s = 0; s < nseq; s++) {
@@ -129,29 +137,34 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
                 la_dev_download(got, d_i, (size_t)(nn * topk) * 4);
                 for (int64_t j = 0; j < nn; j++) {
                     diff[pass] += memcmp(got + j * topk, idsa + rowof[s * nn + j] * topk, (size_t)topk * 4) != 0;
-                    if (pass == 0) {
-                        memcpy(dflt + rowof[s * nn + j] * topk, got + j * topk, (size_t)topk * 4);
-                        have[rowof[s * nn + j]] = 1;
-                    }
+                    memcpy((pass ? dmma : dflt) + rowof[s * nn + j] * topk, got + j * topk, (size_t)topk * 4);
+                    if (pass == 0) have[rowof[s * nn + j]] = 1;
                 }
             }
             la_dev_free(d_k); la_dev_free(d_ks); la_dev_free(d_q); la_dev_free(d_w); la_dev_free(d_qs); la_dev_free(d_i);
             free(kd); free(ks);
         }
-        /* the paged kernel is the dense mma.sync one: equal to it always; the
-         * dense default is wgmma at HI 64 x dI 128, whose e4m3 k32 MMA rounds its
-         * partial sums differently from mma.sync's e4m3 (run through the f16 path
-         * on sm_90): near-tied rows may differ there (counted, printed) */
-        if (pass == 1 || !fp8 || HI != 64)
+        /* the paged mma.sync kernel is the dense mma.sync one: equal to it
+         * always; the dense default is wgmma at HI 64 x dI 128, whose e4m3
+         * k32 MMA rounds its partial sums differently from mma.sync's e4m3
+         * (run through the f16 path on sm_90): for fp8 at HI 64 the paged
+         * default is checked below, against both */
+        if (!fp8 || HI != 64)
             CHECK(diff[pass] == 0, "%s paged dsa (tensor cores): %lld rows differ from the dense dsa (%s kernel) on "
                   "the gathered keys", la_dtype_name(C->dt), (long long)diff[pass], kern[pass]);
+        if (pass == 1) have_mma = 1;
     }
     bo_use_variant("dsa", NULL);
-    /* variant "wgmma" of the paged family (e4m3, HI 64): equal to the dense
-     * default (DSA v2's e4m3 wgmma) on the gathered keys, the same bits on a
-     * second call; rows differing from the paged mma.sync kernel counted */
+    /* fp8 at HI 64: the paged default equals one of the dense kernels; the
+     * paged variants each equal theirs (mma.sync: the dense mma.sync
+     * variant; the wgmma ones: the dense default), the same bits on a second
+     * call; rows differing from the paged mma.sync kernel counted */
     int64_t wd_dense = -1, wd_mma = -1;
-    if (fp8 && HI == 64 && bo_use_variant("paged", "wgmma")) {
+    int32_t *pmma = NULL; /* paged mma.sync rows (forced "mma"): HISA's reference */
+    if (fp8 && HI == 64) {
+        CHECK(diff[0] == 0 || (have_mma && diff[1] == 0), "fp8 paged dsa (default): %lld rows differ from the dense "
+              "default, %lld from the dense mma.sync variant", (long long)diff[0], have_mma ? (long long)diff[1] : -1LL);
+        static const char *const pv[4] = {"mma", "wgmma", "wgmma2", "wgmma2r"};
         la_paged_query pw;
         la_paged_query_init(&pw);
         pw.block_table = dbt;
@@ -164,28 +177,40 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
         const int64_t wne1[2] = {T, topk};
         la_tensor_init(&tw1, d_w1, LA_I32, LA_DEVICE_CUDA, 2, wne1);
         int32_t *r1 = malloc((size_t)(T * topk) * 4), *r2 = malloc((size_t)(T * topk) * 4);
-        la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
-        if (CHECK_DEV(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()))) {
-            la_dev_download(r1, d_w1, (size_t)(T * topk) * 4);
+        for (int v = 0; v < 4; v++) {
+            if (!bo_use_variant("paged", pv[v])) continue;
             la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
-            CHECK_OK(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()));
-            la_dev_download(r2, d_w1, (size_t)(T * topk) * 4);
-            CHECK(!memcmp(r1, r2, (size_t)(T * topk) * 4), "fp8 paged dsa (wgmma): a second call differs");
-            wd_dense = wd_mma = 0;
-            for (int64_t t = 0; t < T; t++) {
-                const int32_t *ref = have[t] ? dflt + t * topk : idsa + t * topk; /* empty contexts: all -1 */
-                wd_dense += memcmp(r1 + t * topk, ref, (size_t)topk * 4) != 0;
-                wd_mma += memcmp(r1 + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
+            if (CHECK_DEV(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()))) {
+                la_dev_download(r1, d_w1, (size_t)(T * topk) * 4);
+                la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
+                CHECK_OK(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()));
+                la_dev_download(r2, d_w1, (size_t)(T * topk) * 4);
+                CHECK(!memcmp(r1, r2, (size_t)(T * topk) * 4), "fp8 paged dsa (%s): a second call differs", pv[v]);
+                const int32_t *dense = v == 0 ? (have_mma ? dmma : NULL) : dflt;
+                int64_t dd = 0, dm = 0;
+                for (int64_t t = 0; t < T; t++) {
+                    const int32_t *ref = have[t] && dense ? dense + t * topk : idsa + t * topk; /* empty: all -1 */
+                    dd += memcmp(r1 + t * topk, ref, (size_t)topk * 4) != 0;
+                    if (v) dm += pmma && memcmp(r1 + t * topk, pmma + t * topk, (size_t)topk * 4) != 0;
+                }
+                if (dense)
+                    CHECK(dd == 0, "fp8 paged dsa (%s): %lld rows differ from the dense %s on the gathered keys", pv[v],
+                          (long long)dd, v == 0 ? "mma.sync variant" : "default (DSA v2 wgmma)");
+                if (v == 0) {
+                    pmma = malloc((size_t)(T * topk) * 4);
+                    memcpy(pmma, r1, (size_t)(T * topk) * 4);
+                } else {
+                    if (wd_dense < dd) wd_dense = dd;
+                    if (pmma && wd_mma < dm) wd_mma = dm;
+                }
             }
-            CHECK(wd_dense == 0, "fp8 paged dsa (wgmma): %lld rows differ from the dense default (DSA v2 wgmma) on "
-                  "the gathered keys", (long long)wd_dense);
+            CHECK_OK(la_paged_index_cache_check(dc, bo_ctx()));
         }
-        CHECK_OK(la_paged_index_cache_check(dc, bo_ctx()));
         la_dev_free(d_w1);
         free(r1); free(r2);
         bo_use_variant("paged", NULL);
     }
-    free(dflt); free(have);
+    free(dflt); free(dmma); free(have);
     /* HISA keeping every block == DSA */
     la_index_params ih = *ip;
     ih.block_topk = nbmax;
@@ -205,14 +230,15 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     int32_t *all = malloc((size_t)(T * topk) * 4);
     la_dev_download(all, d_i, (size_t)(T * topk) * 4);
     int64_t hd = 0;
-    for (int64_t t = 0; t < T; t++) hd += memcmp(all + t * topk, idsa + t * topk, (size_t)topk * 4) != 0;
-    CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa", la_dtype_name(C->dt),
-          (long long)nbmax, (long long)hd);
+    const int32_t *dsa_mma = fp8 && HI == 64 ? pmma : idsa; /* NULL: "mma" not run */
+    for (int64_t t = 0; dsa_mma && t < T; t++) hd += memcmp(all + t * topk, dsa_mma + t * topk, (size_t)topk * 4) != 0;
+    CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa (mma.sync)",
+          la_dtype_name(C->dt), (long long)nbmax, (long long)hd);
     printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld; "
-           "paged wgmma vs dense default, vs paged mma: %lld, %lld\n",
+           "paged wgmma variants (worst) vs dense default, vs paged mma: %lld, %lld\n",
            (long long)diff[0], (long long)diff[1], (long long)hd, (long long)wd_dense, (long long)wd_mma);
     la_dev_free(d_i);
-    free(all); free(got); free(qd); free(wd); free(ones);
+    free(all); free(got); free(qd); free(wd); free(ones); free(pmma);
 }
 
 static void run_paged(const void *arg) {
@@ -258,7 +284,7 @@ static void run_paged(const void *arg) {
     float *kb = malloc(sizeof(float) * (size_t)(cap * dI));
     int32_t *meta = malloc(sizeof(int32_t) * (size_t)cap * 3);
     /* device copies of one round's keys, slots, seq_ids and positions: one
-     * buffer each for the whole case (a 128K context takes ~50K rounds) */
+     * buffer each for the whole case */
     void *ap_k = NULL, *ap_s = NULL, *ap_q = NULL, *ap_p = NULL;
     if (la_dev_malloc(&ap_k, sizeof(float) * (size_t)(cap * dI)) != LA_OK ||
         la_dev_malloc(&ap_s, sizeof(int32_t) * (size_t)cap) != LA_OK ||
@@ -268,7 +294,11 @@ static void run_paged(const void *arg) {
     for (;;) {
         int64_t n = 0;
         for (int64_t s = 0; s < nseq; s++) {
-            int64_t want = done[s] == 0 ? 1 + (int64_t)(la_rng_uniform(r) * 3000) : 1 + (int64_t)(la_rng_uniform(r) * 4);
+            /* a long context (the 128K cases) keeps appending up to 3000
+             * tokens a round: ~100 rounds instead of ~50K, still splitting
+             * pages and pooled blocks between appends at random positions */
+            const double step = done[s] == 0 || C->lens[s] > BIG_CTX ? 3000 : 4;
+            int64_t want = 1 + (int64_t)(la_rng_uniform(r) * step);
             if (want > C->lens[s] - done[s]) want = C->lens[s] - done[s];
             if (want > cap - n) want = cap - n;
             for (int64_t i = 0; i < want; i++, n++) {
@@ -708,6 +738,9 @@ void cases_paged(bo_list *L) {
         {LA_BF16, 4, 32, 128, 64, 3, 2, {128, 129, 1000, 2}, 1, 1},
         {LA_BF16, 2, 64, 128, 100, 4, 4, {700, 5}, 0, 1},
         {LA_BF16, 3, 64, 128, 64, 3, 2, {500, 129, 1}, 1, 1},
+        /* odd lengths around the wgmma kernels' 64-key tiles and 1024-key
+         * spans, k over some contexts (-1 padding), next_n 3 */
+        {LA_BF16, 6, 64, 128, 100, 4, 3, {1, 63, 65, 1000, 2049, 1025}, 1, 1},
         /* a prefill chunk: 96 rows of one sequence, HISA's candidates block-major by default */
         {LA_BF16, 1, 64, 128, 300, 6, 96, {6000}, 0, 1},
         {LA_BF16, 2, 64, 128, 256, 5, 40, {3000, 4500}, 1, 1},
