@@ -4,7 +4,7 @@
 # can cut a long case in the middle).
 #   LA_CASES='-n N=256K;-o f16tc --shard-block 0/2;-o f16tc --shard-block 1/2' \
 #     bash tests/cuda/gpu_round.sh cases:200
-# LA_CASES: selections separated by ';' (default: the N = 256K no-overflow
+# LA_CASES: selections separated by ';', shell-quoted within (default: the N = 256K no-overflow
 # check and the fp16 table in 4 blocks); each gets -b cuda and the step's cap.
 # Logs $OUT/cases_<i>.log; says each selection's tables and failed checks.
 . tests/cuda/gpu_common.sh cases
@@ -13,8 +13,8 @@ CAP=$(( ${LA_STEP_S:-200} - 10 ))
 IFS=';' read -r -a sels <<< "${LA_CASES:--n N=256K;-o f16tc --shard-block 0/4;-o f16tc --shard-block 1/4;-o f16tc --shard-block 2/4;-o f16tc --shard-block 3/4}"
 pids=()
 for i in "${!sels[@]}"; do
-  # shellcheck disable=SC2086
-  OMP_NUM_THREADS=2 timeout -k 5 "$CAP" "$H" -b cuda ${sels[$i]} > "$OUT/cases_$i.log" 2>&1 &
+  eval "args=(${sels[$i]})" # quotes group a name with spaces: -n 'paged tc'
+  OMP_NUM_THREADS=2 timeout -k 5 "$CAP" "$H" -b cuda "${args[@]}" > "$OUT/cases_$i.log" 2>&1 &
   pids+=($!)
 done
 rc=0
