@@ -352,11 +352,13 @@ __global__ void __launch_bounds__(256, 2)
 
 /* The default bf16 mixing GEMM of variant "mma_bf16s" (family
  * "mhla_causal_mix" forces one: "v1" mct_mix_bf16_kernel, "v2"
- * mct_mix2_kernel, "wgmma" mct_mixw_kernel on sm_90): v2 while true. v2 has
- * run on the host emulator (dev/emu_causal_tc.sh mhla_mix) and not yet on a
- * GPU: false puts v1 back. "wgmma" is never the default (no emulator runs
- * wgmma; the device harness rows force it). */
+ * mct_mix2_kernel, "wgmma" mct_mixw_kernel on sm_90): "wgmma" on sm_90
+ * while mct_mix_wgmma (the H200: 479 TFLOP/s on the strict triangle at
+ * M = 2048 against v2's 277 and v1's 285, the same bits as v1; docs/PERF.md),
+ * else v2 while mct_mix_v2 (faster than v1 at M = 512, equal at 2048), else
+ * v1. Both passed the device harness's mhla_causal_mix rows. */
 constexpr bool mct_mix_v2 = true;
+constexpr bool mct_mix_wgmma = true;
 enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1, MCT_MIXK_WG = 2 };
 
 /* dev/bench_gpu_mhla_causal --passes: events recorded around the mixing
@@ -480,6 +482,7 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
      * used by mma_bf16s only) */
     const char *mv = la_context_variant(ctx, "mhla_causal_mix");
     int mixk = mct_mix_v2 ? MCT_MIXK_V2 : MCT_MIXK_V1;
+    if (!mv && bs && mct_mix_wgmma && la_cu_hopper(ctx)) mixk = MCT_MIXK_WG;
     if (mv && !strcmp(mv, "v1")) mixk = MCT_MIXK_V1;
     else if (mv && !strcmp(mv, "v2")) mixk = MCT_MIXK_V2;
     else if (mv && !strcmp(mv, "wgmma")) mixk = MCT_MIXK_WG;

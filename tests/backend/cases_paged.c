@@ -487,7 +487,12 @@ static void run_paged(const void *arg) {
                     double mx = 1e-30;
                     for (int64_t i = 0; i < na; i++) mx = fmax(mx, fabs(a[i]));
                     int ok = na == nb && !oob;
-                    const double tol = 1e-5; /* keys[s] now holds the stored (dequantized) keys */
+                    /* keys[s] now holds the stored (dequantized) keys. e4m3 q at HI 64,
+                     * dI 128 takes the wgmma kernels on sm_90 (the default), whose fp8
+                     * MMA keeps ~14 accumulator bits (DeepSeek-V3 §3.3.2): the dense
+                     * table's bound there, 4 x 5e-4 of the scores (cases_dsa_fp8.c);
+                     * else the exact kernels' 1e-5 */
+                    const double tol = tc8 && HI == 64 && dI == 128 ? 2e-3 : 1e-5;
                     for (int64_t i = 0; ok && i < na; i++) ok = fabs(a[i] - b[i]) <= tol * mx;
                     if (ok) tie_rows++;
                     else bad++;
