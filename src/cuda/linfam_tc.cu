@@ -275,22 +275,25 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
             }
         }
     }
-    if constexpr (BF && WK == 1 && X::is_f16) { /* straight from registers: S in fp16 (scaled), z in fp32 */
-        float mx = 0.f;
+    if constexpr (BF && WK == 1) { /* straight from registers: S in 16 bits (fp16: scaled), z in fp32 */
+        float sc = 1.f;
+        if constexpr (X::is_f16) {
+            float mx = 0.f;
 #pragma unroll
-        for (int i = 0; i < 2; i++)
+            for (int i = 0; i < 2; i++)
 #pragma unroll
-            for (int j = 0; j < G::NJ; j++)
+                for (int j = 0; j < G::NJ; j++)
 #pragma unroll
-                for (int e = 0; e < 4; e++) mx = fmaxf(mx, fabsf(racc[i][j][e]));
-        la_cp_wait<0>();
-        __syncthreads(); /* the tiles are consumed: shared memory takes the maxima */
-        mx = la_cta_max<NT / 32>(mx, (float *)lf_tc_sm, tid);
-        const int sh = la_exp16(mx, -126, 126);
-        const float sc = la_pow2f(sh);
-        /* an all-zero partial (an empty segment) gets 0: its weight would
-         * otherwise take the row scale of lfb_wprep16_kernel from the others */
-        if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = mx > 0.f ? la_pow2f(-sh) : 0.f;
+                    for (int e = 0; e < 4; e++) mx = fmaxf(mx, fabsf(racc[i][j][e]));
+            la_cp_wait<0>();
+            __syncthreads(); /* the tiles are consumed: shared memory takes the maxima */
+            mx = la_cta_max<NT / 32>(mx, (float *)lf_tc_sm, tid);
+            const int sh = la_exp16(mx, -126, 126);
+            sc = la_pow2f(sh);
+            /* an all-zero partial (an empty segment) gets 0: its weight would
+             * otherwise take the row scale of lfb_wprep16_kernel from the others */
+            if (tid == 0) a.ssc[(size_t)bh * a.K + kseg] = mx > 0.f ? la_pow2f(-sh) : 0.f;
+        }
         T *sb = (T *)a.sum + ((size_t)bh * a.K + kseg) * (DK * DV);
         float *zd = a.mix + ((size_t)bh * a.K + kseg) * DK;
         const int g = lane / 4, t2 = 2 * (lane % 4);
@@ -310,29 +313,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_summary_kernel(lf_args a) {
                     zd[rb + 16 * zi + g] = raccz[i][0];
                     zd[rb + 16 * zi + g + 8] = raccz[i][2];
                 }
-        return;
-    }
-    if constexpr (BF && WK == 1 && !X::is_f16) { /* straight from registers: S in bf16, z in fp32 */
-        __nv_bfloat16 *sb = (__nv_bfloat16 *)a.sum + ((size_t)bh * a.K + kseg) * (DK * DV);
-        float *zd = a.mix + ((size_t)bh * a.K + kseg) * DK;
-        const int g = lane / 4, t2 = 2 * (lane % 4);
-#pragma unroll
-        for (int i = 0; i < 2; i++)
-#pragma unroll
-            for (int j = 0; j < G::NJ; j++) {
-                __nv_bfloat16 *d0 = sb + (rb + 16 * i + g) * DV + cb + 8 * j + t2;
-                *(__nv_bfloat162 *)d0 = __floats2bfloat162_rn(racc[i][j][0], racc[i][j][1]);
-                *(__nv_bfloat162 *)(d0 + 8 * DV) = __floats2bfloat162_rn(racc[i][j][2], racc[i][j][3]);
-            }
-        if (lane % 4 == 0)
-#pragma unroll
-            for (int i = 0; i < NZ; i++)
-                if (NZ == 1 || G::WC == 1 || i == wc) {
-                    const int zi = NZ == 1 ? wc : i;
-                    zd[rb + 16 * zi + g] = raccz[i][0];
-                    zd[rb + 16 * zi + g + 8] = raccz[i][2];
-                }
-        la_cp_wait<0>();
+        if constexpr (!X::is_f16) la_cp_wait<0>();
         return;
     }
     float *dst = a.sum + ((size_t)bh * a.K + kseg) * a.L;

@@ -22,6 +22,18 @@ __device__ __forceinline__ void lf_f16_scale(float m, float &sc, float &inv) {
         inv = ldexpf(1.f, -sh);
     }
 }
+/* Row r of the denominators' B operand in fp16: [hi(zs) lo(zs) 0 …], hi + lo
+ * (rel. 2^-22) of the scaled z̃ value zs. */
+__device__ __forceinline__ void lf_zrow_f16(__half *Zs, int r, float zs) {
+    const __half hi = __float2half_rn(zs), lo = __float2half_rn(zs - __half2float(hi));
+    uint4 row = make_uint4(0, 0, 0, 0);
+    __half2 hl;
+    hl.x = hi;
+    hl.y = lo;
+    row.x = *(const uint32_t *)&hl;
+    *(uint4 *)&Zs[r * 8] = row;
+}
+
 /* the element type of S̃ in the output pass: bf16, fp32 for fp16 inputs, or
  * fp16 for fp16 inputs with 16-bit summaries (S16: tc_bf16s, rows under a.rsc) */
 template <typename T, bool S16 = false> struct lf_pbt { using type = __nv_bfloat16; };
@@ -104,16 +116,7 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
             sinvs[0] = a.rsc[(size_t)bh * a.M + blk];
             sinvs[1] = la_pow2f(-sh);
         }
-        if (pq && tid < DK) { /* row tid of the denominators' B operand, hi + lo */
-            const float zs = zv * la_pow2f(sh);
-            const __half hi = __float2half_rn(zs), lo = __float2half_rn(zs - __half2float(hi));
-            uint4 row = make_uint4(0, 0, 0, 0);
-            __half2 hl;
-            hl.x = hi;
-            hl.y = lo;
-            row.x = *(const uint32_t *)&hl;
-            *(uint4 *)&Zs[tid * 8] = row;
-        }
+        if (pq && tid < DK) lf_zrow_f16((__half *)Zs, tid, zv * la_pow2f(sh));
     } else if constexpr (X::is_f16) {
         float sinv;
         const float *src = Pb + ((size_t)bh * a.M + blk) * DK * DV;
@@ -124,28 +127,11 @@ __global__ void __launch_bounds__(NT, 2) lf_tc_output_kernel(lf_args a, const ty
             const float4 x = __ldg((const float4 *)src + e);
             mx = fmaxf(mx, fmaxf(fmaxf(fabsf(x.x), fabsf(x.y)), fmaxf(fabsf(x.z), fabsf(x.w))));
         }
-        mx = fmaxf(mx, mz);
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-        float *red = stgs;
-        if (lane == 0) red[warp] = mx;
-        __syncthreads();
-        mx = red[0];
-#pragma unroll
-        for (int w = 1; w < NT / 32; w++) mx = fmaxf(mx, red[w]);
+        mx = la_cta_max<NT / 32>(fmaxf(mx, mz), stgs, tid);
         float sc;
         lf_f16_scale(mx, sc, sinv);
         if (tid == 0) *sinvs = sinv;
-        if (pq && tid < DK) { /* row tid of the denominators' B operand */
-            const float zs = zv * sc;
-            const __half hi = __float2half_rn(zs), lo = __float2half_rn(zs - __half2float(hi));
-            uint4 row = make_uint4(0, 0, 0, 0);
-            __half2 hl;
-            hl.x = hi;
-            hl.y = lo;
-            row.x = *(const uint32_t *)&hl;
-            *(uint4 *)&Zs[tid * 8] = row;
-        }
+        if (pq && tid < DK) lf_zrow_f16((__half *)Zs, tid, zv * sc);
         for (int e = tid; e < DK * DV / 8; e += NT) {
             const int r = e / (DV / 8), c = (e % (DV / 8)) * 8;
             const float4 x0 = __ldg((const float4 *)(src + r * DV + c));
