@@ -12,6 +12,7 @@
  *   make BUILD=build-gpu CUDA_ARCH=sm90a build-gpu/dev/bench_gpu_paged_hisa
  *   build-gpu/dev/bench_gpu_paged_hisa [--quick] [--prefill-only | --decode-only] */
 #include "bench_gpu_common.cuh"
+#include "bench_gpu_paged_common.cuh"
 #include "cpu/paged_index_cpu.h"
 
 static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
@@ -75,39 +76,12 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     CK(cudaFree(dseq));
     CK(cudaFree(dpos));
     const int64_t T = nseq * nq;
-    std::vector<uint8_t> hq(T * HI * DI);
-    std::vector<float> hw(T * HI);
-    for (size_t i = 0; i < hq.size(); i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        hq[i] = la_f32_to_e4m3((float)((int64_t)(r >> 40) % 2001 - 1000) * 0.4f);
-    }
-    for (size_t i = 0; i < hw.size(); i++) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        hw[i] = (float)((r >> 40) % 1000 + 1) * 1e-5f;
-    }
-    std::vector<int32_t> hcl(lens.begin(), lens.end());
-    uint8_t *dq;
-    float *dw;
-    int32_t *dbt, *dcl, *di;
-    CK(cudaMalloc(&dq, hq.size()));
-    CK(cudaMalloc(&dw, 4 * hw.size()));
-    CK(cudaMalloc(&dbt, 4 * table.size()));
-    CK(cudaMalloc(&dcl, 4 * nseq));
-    CK(cudaMalloc(&di, 4 * T * TOPK));
-    CK(cudaMemcpy(dq, hq.data(), hq.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dw, hw.data(), 4 * hw.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dbt, table.data(), 4 * table.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dcl, hcl.data(), 4 * nseq, cudaMemcpyHostToDevice));
-    la_tensor tq = view(dq, LA_FP8_E4M3, 3, T, HI, DI, 1), tw = view(dw, LA_F32, 2, T, HI, 1, 1);
-    la_tensor tbt = view(dbt, LA_I32, 2, nseq, maxp, 1, 1), tcl = view(dcl, LA_I32, 1, nseq, 1, 1, 1);
-    la_tensor ti = view(di, LA_I32, 2, T, TOPK, 1, 1);
-    la_index_params ip;
-    la_index_params_init(&ip);
-    ip.topk = TOPK;
-    la_paged_query pq;
-    la_paged_query_init(&pq);
-    pq.block_table = &tbt;
-    pq.context_lens = &tcl;
+    pgb_queries Q;
+    pgb_queries_make(Q, r, T, HI, DI, TOPK, table, nseq, maxp, lens);
+    la_tensor &tq = Q.tq, &tw = Q.tw, &ti = Q.ti;
+    la_index_params &ip = Q.ip;
+    la_paged_query &pq = Q.pq;
+    int32_t *di = Q.di;
     pq.next_n = nq;
     auto dsa = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
@@ -140,11 +114,7 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
            hms[1], hms[2], hms[3], dms / hms[3], wms / hms[3], (long long)differ[1], (long long)differ[2],
            (long long)differ[3]);
     fflush(stdout);
-    CK(cudaFree(dq));
-    CK(cudaFree(dw));
-    CK(cudaFree(dbt));
-    CK(cudaFree(dcl));
-    CK(cudaFree(di));
+    pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);
 }
 
