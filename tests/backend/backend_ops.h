@@ -101,6 +101,8 @@ typedef struct bo_list {
 void bo_add(bo_list *L, const bo_opts *o, bo_fn fn, const void *arg, size_t arg_size,
             const char *name);
 void bo_add_probe(bo_list *L, const char *family, bo_probe_fn fn);
+/* the probe shared by families mhla_causal and mhla_causal_mix (cases_linear.c) */
+la_status bo_probe_mhla_causal(la_context *ctx);
 /* For --san (one case per distinct kernel, see test_backend_ops.c), about
  * the case added last: the kernel path it exercises beyond op x variant x
  * dtype (e.g. "D128 causal"; a static string; default: read from the name),

@@ -367,23 +367,6 @@ static void t_mhla_mix(const mhla_mix_args *a) {
 static void run_mhla_mix(const void *p) { t_mhla_mix(p); }
 
 /* the 16-token bf16 problem, chunk 64, a 1×1 W (the default takes mma_bf16s) */
-static la_status probe_mhla_mix(la_context *ctx) {
-    int64_t ne[4] = {1, 16, 1, 128}, nw[2] = {1, 1};
-    tb q, o, W;
-    tb_make(&q, 4, ne, LA_BF16, 0, NULL);
-    tb_make(&o, 4, ne, LA_BF16, 0, NULL);
-    tb_make(&W, 2, nw, LA_F32, 0, NULL);
-    la_dev_memset(q.dev.data, 0, q.bytes);
-    la_dev_memset(W.dev.data, 0, W.bytes);
-    la_mhla_causal_params p;
-    la_mhla_causal_params_init(&p);
-    la_status s = la_mhla_causal_forward(&p, &q.dev, &q.dev, &q.dev, &W.dev, &o.dev, ctx);
-    la_dev_synchronize();
-    tb_free(&q);
-    tb_free(&o);
-    tb_free(&W);
-    return s;
-}
 
 static void add_mhla_mix(bo_list *L, int small, const char *impl, int64_t B, int64_t N, int64_t H,
                          int64_t D, la_mhla_normalize norm, int per_head, int perm, la_feature feat) {
@@ -403,7 +386,7 @@ static void add_mhla_mix(bo_list *L, int small, const char *impl, int64_t B, int
  * 2048 blocks (N = 32K, 128K: the issue's shapes) in the long cases; v1 on
  * a few of the same shapes. */
 static void mhla_mix_rows(bo_list *L) {
-    bo_add_probe(L, "mhla_causal_mix", probe_mhla_mix);
+    bo_add_probe(L, "mhla_causal_mix", bo_probe_mhla_causal); /* its variants run inside that call */
     const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
     const int64_t Ns[5] = {1, 63, 65, 1000, 4097}, Ds[3] = {128, 64, 32};
     /* none: no identity at N = 1 (ill-conditioned in bf16); per_query: positive features */

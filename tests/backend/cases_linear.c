@@ -452,7 +452,9 @@ static la_status probe_with(la_context *ctx, int which) {
 static la_status probe_linear(la_context *ctx) { return probe_with(ctx, 0); }
 static la_status probe_mhla(la_context *ctx) { return probe_with(ctx, 2); }
 /* family "mhla_causal": the 16-token bf16 problem, chunk 64, a 1×1 W */
-static la_status probe_mhla_causal(la_context *ctx) {
+/* a causal MHLA forward of 16 tokens (the probe of families mhla_causal and
+ * mhla_causal_mix, cases_causal.c) */
+la_status bo_probe_mhla_causal(la_context *ctx) {
     int64_t ne[4] = {1, 16, 1, 128}, nw[2] = {1, 1};
     tb q, o, W;
     tb_make(&q, 4, ne, LA_BF16, 0, NULL);
@@ -484,7 +486,7 @@ static la_status probe_mhla_causal(la_context *ctx) {
  * odd N, D 128/64/32, shared and per-head W, per_query, permuted views);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
 static void mhla_causal_mma(bo_list *L) {
-    bo_add_probe(L, "mhla_causal", probe_mhla_causal);
+    bo_add_probe(L, "mhla_causal", bo_probe_mhla_causal);
     const reg rs = {L, 1, "mma"}, rl = {L, 0, "mma"}, rd = {L, 1, NULL}, rp = {L, 1, "portable"};
     const int fnone[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY, LA_FEATURE_RELU_EPS};
     const int fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
