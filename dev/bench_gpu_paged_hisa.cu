@@ -19,62 +19,12 @@ static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
 
 static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t nq, int reps) {
     const int64_t nseq = (int64_t)lens.size();
-    int64_t maxp = 0, npages = 1, tokens = 0;
-    for (int64_t L : lens) {
-        maxp = std::max(maxp, (L + PS - 1) / PS);
-        npages += (L + PS - 1) / PS;
-        tokens += L;
-    }
-    std::vector<int32_t> perm(npages), table(nseq * maxp, 0);
-    for (int64_t i = 0; i < npages; i++) perm[i] = (int32_t)i;
-    uint64_t r = 12345;
-    for (int64_t i = npages - 1; i > 0; i--) {
-        r = r * 6364136223846793005ull + 1442695040888963407ull;
-        std::swap(perm[i], perm[(int64_t)((r >> 33) % (uint64_t)(i + 1))]);
-    }
-    int64_t at = 0;
-    for (int64_t s = 0; s < nseq; s++)
-        for (int64_t j = 0; j < (lens[s] + PS - 1) / PS; j++) table[s * maxp + j] = perm[at++];
-    const int64_t Lmax = *std::max_element(lens.begin(), lens.end());
-    la_paged_cache_params cp;
-    la_paged_cache_params_init(&cp);
-    cp.num_pages = npages;
-    cp.page_size = PS;
-    cp.head_dim = DI;
-    cp.dtype = LA_FP8_E4M3;
-    cp.device = LA_DEVICE_CUDA;
-    cp.max_seqs = nseq;
-    cp.max_seq_len = Lmax;
-    la_paged_index_cache *cache = nullptr;
-    LK(la_paged_index_cache_create(&cp, &cache));
-    /* keys: uniform f32 per sequence, appended at their slots with their
-     * sequence and positions (the pooled sums HISA reads) */
-    float *dk = nullptr;
-    int32_t *dslot = nullptr, *dseq = nullptr, *dpos = nullptr;
-    CK(cudaMalloc(&dk, sizeof(float) * Lmax * DI));
-    CK(cudaMalloc(&dslot, 4 * Lmax));
-    CK(cudaMalloc(&dseq, 4 * Lmax));
-    CK(cudaMalloc(&dpos, 4 * Lmax));
-    std::vector<int32_t> slots(Lmax), seqs(Lmax), pos(Lmax);
-    for (int64_t s = 0; s < nseq; s++) {
-        const int64_t L = lens[s];
-        fill_f32<<<1024, 256>>>(dk, (size_t)(L * DI), 1000 + s, 1.f);
-        for (int64_t p = 0; p < L; p++) {
-            slots[p] = table[s * maxp + p / PS] * (int32_t)PS + (int32_t)(p % PS);
-            seqs[p] = (int32_t)s;
-            pos[p] = (int32_t)p;
-        }
-        CK(cudaMemcpy(dslot, slots.data(), 4 * L, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dseq, seqs.data(), 4 * L, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dpos, pos.data(), 4 * L, cudaMemcpyHostToDevice));
-        la_tensor tk = view(dk, LA_F32, 2, L, DI, 1, 1), ts = view(dslot, LA_I32, 1, L, 1, 1, 1);
-        la_tensor tsq = view(dseq, LA_I32, 1, L, 1, 1, 1), tp = view(dpos, LA_I32, 1, L, 1, 1, 1);
-        LK(la_paged_index_cache_append(cache, &tk, &ts, &tsq, &tp, BCTX));
-    }
-    CK(cudaFree(dk));
-    CK(cudaFree(dslot));
-    CK(cudaFree(dseq));
-    CK(cudaFree(dpos));
+    pgb_cache PC;
+    pgb_cache_make(PC, lens, PS, DI, true);
+    la_paged_index_cache *cache = PC.cache;
+    const std::vector<int32_t> &table = PC.table;
+    const int64_t maxp = PC.maxp;
+    uint64_t r = PC.r;
     const int64_t T = nseq * nq;
     pgb_queries Q;
     pgb_queries_make(Q, r, T, HI, DI, TOPK, table, nseq, maxp, lens);
