@@ -290,10 +290,7 @@ template <int DK> bool run_case(const mcase &c) {
     using G = lf_tcg<DK, DK>;
     lf_args a = lf_args_of(&P);
     const lfb_plan x = lfb_plan_of(a, 132, G::FT, G::FO);
-    a.seg = x.seg;
-    a.segs = x.segs;
-    a.K = x.K;
-    a.L = DD + D;
+    lfb_apply_plan(a, x);
     const int64_t BH = B * H;
     std::vector<uint16_t> Sb(BH * a.K * DD, 0xffffu), Pb(BH * M * DD, 0xffffu), Wx(x.hw * x.Mp * x.Kp, 0xffffu);
     std::vector<float> zp(BH * a.K * D, NAN), Pz(BH * M * D, NAN);
@@ -393,10 +390,7 @@ template <int DK> lf_args f16s_passes(const lf_problem &P) {
     using G = lf_tcg<DK, DK>;
     lf_args a = lf_args_of(&P);
     const lfb_plan x = lfb_plan_of(a, 132, G::FT, G::FO);
-    a.seg = x.seg;
-    a.segs = x.segs;
-    a.K = x.K;
-    a.L = DD + D;
+    lfb_apply_plan(a, x);
     const int64_t M = a.M, Mp = x.Mp, Kp = x.Kp, groups = x.groups, tpc = x.tpc;
     std::vector<uint16_t> Sb(BH * a.K * DD, 0xffffu), Pb(BH * M * DD, 0xffffu), Wx(BH * Mp * Kp, 0xffffu);
     std::vector<float> zp(BH * a.K * D, NAN), Pz(BH * M * D, NAN), ssc(BH * a.K, NAN), rsc(BH * M, NAN);

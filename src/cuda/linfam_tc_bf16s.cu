@@ -258,6 +258,13 @@ lfb_plan lfb_plan_of(const lf_args &a, int nsm, int ft, int fo) {
     x.hw = P.W.nb[0] != 0 ? P.H : 1;
     return x;
 }
+/* a's segmentation from plan x (the launches read a.seg, segs, K, L) */
+void lfb_apply_plan(lf_args &a, const lfb_plan &x) {
+    a.seg = x.seg;
+    a.segs = x.segs;
+    a.K = x.K;
+    a.L = a.P.D * a.P.Dv + a.P.D;
+}
 /* dynamic shared memory of lfb_mix_kernel: the GEMM's tiles, or the z CTAs'
  * weights and partial sums (at most 4·XZR·(256 + 256) bytes), the larger */
 size_t lfb_smem(int64_t K, int64_t Kp) {
@@ -293,10 +300,7 @@ la_status lf_run_tc_bf16s(lf_args &a, cudaStream_t st) {
     LA_CU(cudaGetDevice(&dev));
     LA_CU(cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev));
     const lfb_plan x = lfb_plan_of(a, nsm, ft, fo);
-    a.seg = x.seg;
-    a.segs = x.segs;
-    a.K = x.K;
-    a.L = P.D * P.Dv + P.D;
+    lfb_apply_plan(a, x);
     const int64_t Mp = x.Mp, Kp = x.Kp, hw = f16 ? BH : x.hw, groups = x.groups, tpc = x.tpc;
     const int64_t DD = P.D * P.Dv;
     if (BH > 65535 || hw > 65535 || a.M * groups > INT32_MAX || a.K > INT32_MAX ||
