@@ -74,6 +74,15 @@ def quant_q(q):
     return (q / s).to(torch.float8_e4m3fn), s.squeeze(-1)
 
 
+def make_queries(T):
+    """T random query rows: q [T, HI, dI], w [T, HI] and their e4m3 forms
+    (q8, with its per-head scale folded into w8)."""
+    q = torch.randn(T, HI, DI, device="cuda")
+    w = torch.rand(T, HI, device="cuda") / (HI * DI) ** 0.5
+    q8, qs = quant_q(q)
+    return q, w, q8, (w * qs).contiguous()
+
+
 def build(lens, dtype="fp8_e4m3", seed=0, peer=True):
     g = torch.Generator(device="cuda").manual_seed(seed)
     nseq = len(lens)
@@ -127,10 +136,7 @@ def torch_peer_batched(q, w, pages, table, lens, topk):
 def decode_row(name, lens, bw, res, bf16_row=False):
     nseq = len(lens)
     cache, table, cl, peer = build(lens)
-    q = torch.randn(nseq, HI, DI, device="cuda")
-    w = torch.rand(nseq, HI, device="cuda") / (HI * DI) ** 0.5
-    q8, qs = quant_q(q)
-    w8 = (w * qs).contiguous()
+    q, w, q8, w8 = make_queries(nseq)
     dsa = lambda: longattn.dsa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
     hisa = lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
     t_dsa, t_hisa = med(dsa, iters=5), med(hisa, iters=5)
@@ -179,10 +185,7 @@ def main():
     # prefill: one sequence, 4096 queries at 128K
     L, Tq = 131072, (512 if quick else 4096)
     cache, table, cl, _ = build([L], seed=1, peer=False)
-    q = torch.randn(Tq, HI, DI, device="cuda")
-    w = torch.rand(Tq, HI, device="cuda") / (HI * DI) ** 0.5
-    q8, qs = quant_q(q)
-    w8 = (w * qs).contiguous()
+    _, _, q8, w8 = make_queries(Tq)
     t_hisa = med(lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, next_n=Tq, topk=TOPK), iters=3)
     t_dsa = med(lambda: longattn.dsa_topk_paged(q8, w8, cache, table, cl, next_n=Tq, topk=TOPK), iters=3)
     # HISA's kernels one by one with LA_PAGED_KERNELS=1 (block stage, buckets, candidates, top-k)
