@@ -11,7 +11,8 @@
  * Cases: HI 1/5/32/64, dI 16/63/128, f32 and e4m3 q, lengths 1, 63, 65, 128,
  * 1000, 5000, 40000, next_n 1-3 (ranges ending before the length), psum
  * present or the means precomputed, ties (repeated blocks, zero queries),
- * every block equal, NaN means, m 1 ... every block, 1 and several tiles per CTA. */
+ * every block equal, NaN means, m 1 ... every block, 1 and 2 query rows per CTA
+ * (pairs across sequence boundaries included: next_n 3, rows of the later sequences first). */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -90,11 +91,11 @@ static float e4m3_of(unsigned b) { return ph_e4m3(b); }
 static uint32_t key_of(float f) { return ph_fkey(f); }
 
 struct tcase {
-    int HI, dI, nn, m, B, tiles, e4m3, pooled, ties, nan;
+    int HI, dI, nn, m, B, e4m3, pooled, ties, nan;
     std::vector<int> lens;
 };
 
-static int run(const tcase &C) {
+static int run(const tcase &C, int R) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
     int64_t Lmax = 1;
@@ -178,10 +179,14 @@ static int run(const tcase &C) {
     a.HI = HI;
     a.dI = dI;
     a.B = B;
-    a.tiles = C.tiles;
+    a.T = T;
     a.out = out.data();
-    const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB, gx = (ntiles + C.tiles - 1) / C.tiles;
-    launch((unsigned)gx, (unsigned)T, PH_THREADS, PH_SMEM_FLOATS * 4, [&] { ph_block_scores_kernel(a); });
+    const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB;
+    if (R == 1)
+        launch((unsigned)T, (unsigned)ntiles, 128, ph_tile<1>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1>(a); });
+    else
+        launch((unsigned)(T + 1) / 2, (unsigned)ntiles, 256, ph_tile<2>::SMEM_FLOATS * 4,
+               [&] { ph_block_scores_kernel<2>(a); });
     int64_t bad = 0;
     for (size_t i = 0; i < out.size(); i++)
         if (memcmp(&out[i], &ref[i], 4)) {
@@ -206,9 +211,9 @@ static int run(const tcase &C) {
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d tiles %d %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, C.tiles,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
     return bad || kbad;
@@ -216,20 +221,21 @@ static int run(const tcase &C) {
 
 int main() {
     const tcase cases[] = {
-        {64, 128, 1, 64, 128, 1, 1, 1, 0, 0, {40000, 1000, 65, 0}},
-        {64, 128, 2, 8, 128, 3, 1, 1, 1, 0, {5000, 129, 1}},
-        {64, 128, 1, 3, 128, 1, 0, 1, 1, 1, {1000, 700}},
-        {32, 128, 3, 4, 128, 2, 1, 0, 0, 0, {3000, 63, 128}},
-        {5, 63, 4, 4, 128, 1, 0, 1, 1, 0, {700, 5}},
-        {1, 16, 1, 2, 64, 1, 0, 1, 0, 0, {1, 63, 65, 1000}},
-        {64, 128, 1, 1, 128, 2, 1, 1, 1, 0, {9000, 300}},
-        {64, 128, 2, 1000, 128, 1, 1, 1, 0, 1, {12000, 257}},
-        {8, 64, 1, 64, 32, 4, 0, 0, 1, 0, {20000}},
-        {64, 128, 2, 7, 128, 1, 1, 1, 2, 0, {6400, 3000}}, /* every full block the same: all tied */
-        {64, 128, 1, 16, 96, 2, 1, 1, 0, 0, {9000, 4000}}, /* B 96: the mean's division is not a scaling */
+        {64, 128, 1, 64, 128, 1, 1, 0, 0, {40000, 1000, 65, 0}},
+        {64, 128, 2, 8, 128, 1, 1, 1, 0, {5000, 129, 1}},
+        {64, 128, 1, 3, 128, 0, 1, 1, 1, {1000, 700}},
+        {32, 128, 3, 4, 128, 1, 0, 0, 0, {3000, 63, 128}},
+        {5, 63, 4, 4, 128, 0, 1, 1, 0, {700, 5}},
+        {1, 16, 1, 2, 64, 0, 1, 0, 0, {1, 63, 65, 1000}},
+        {64, 128, 1, 1, 128, 1, 1, 1, 0, {9000, 300}},
+        {64, 128, 2, 1000, 128, 1, 1, 0, 1, {12000, 257}},
+        {8, 64, 1, 64, 32, 0, 0, 1, 0, {20000}},
+        {64, 128, 2, 7, 128, 1, 1, 2, 0, {6400, 3000}}, /* every full block the same: all tied */
+        {64, 128, 1, 16, 96, 1, 1, 0, 0, {9000, 4000}}, /* B 96: the mean's division is not a scaling */
     };
     int fails = 0;
-    for (const tcase &c : cases) fails += run(c);
-    printf("%s: %d of %zu cases failed\n", fails ? "FAIL" : "ok", fails, sizeof cases / sizeof cases[0]);
+    for (const tcase &c : cases)
+        for (int R = 1; R <= 2; R++) fails += run(c, R);
+    printf("%s: %d of %zu runs failed\n", fails ? "FAIL" : "ok", fails, 2 * (sizeof cases / sizeof cases[0]));
     return fails != 0;
 }

@@ -6,15 +6,17 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_block_scores_kernel: CTA (x, t) scores blocks [64·tiles·x, +64·tiles)
- *   of query row t. q [dI][64 heads] and w sit in shared memory for all its
- *   tiles; per tile the 64 block means are formed from the pooled sums
- *   (sum / count, the division of pg_means_kernel) into [dI][64], then each
- *   of the 128 threads accumulates 4 heads x 8 blocks over d ascending
- *   (fmaf from 0: the CPU kernel's per-head dot product, bit for bit), the
- *   ReLU'd sums go to shared memory and one thread per block folds the heads
- *   in ascending order (fmaf from 0). First / last block of the row's range
- *   +inf, blocks past it -inf, as pg_score_kernel's PG_BLOCKS mode.
+ * ph_block_scores_kernel<R>: an SGEMM-shaped tile per CTA: R query rows
+ *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
+ *   thread, d in chunks of 16 through shared memory (the next chunk's loads
+ *   in flight during this one's FMAs). Each (row, head, block) sum runs over
+ *   d ascending with fmaf from 0 (the CPU kernel's per-head dot product, bit
+ *   for bit); the means are read precomputed or formed from the pooled sums
+ *   (sum / count, pg_means_kernel's division) as the chunk is loaded. The
+ *   ReLU'd sums then go to shared memory and one thread per (row, block)
+ *   folds the heads in ascending order (fmaf from 0). First / last block of
+ *   the row's range +inf, blocks past it -inf, as pg_score_kernel's
+ *   PG_BLOCKS mode. A pair of rows of two sequences runs one pass per row.
  * ph_block_topk_kernel: one CTA per row, each thread a contiguous chunk of
  *   the row: an exact radix select of the m-th key (4 passes of 8 bits over
  *   the 32-bit sortable score: NaN above +inf, -inf never), the keys equal to
@@ -39,9 +41,18 @@ __device__ __forceinline__ float *ph_smem() {
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
-enum { PH_HI = 64, PH_DI = 128, PH_NB = 64, PH_THREADS = 128, PH_RLD = PH_NB + 1, PH_TK = 256 };
-/* shared floats of the score kernel: q [PH_DI][PH_HI], w [PH_HI], means [PH_DI][PH_NB] (then [PH_HI][PH_RLD]) */
-enum { PH_SMEM_FLOATS = PH_DI * PH_HI + PH_HI + PH_DI * PH_NB };
+enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 8, PH_LD = PH_NB + 4, PH_TK = 256 };
+/* The score kernel's tile for R query rows: ROWS = 64R (row, head) pairs x
+ * PH_NB blocks, NT = 128R threads of 8 x 8 outputs. Shared floats: w
+ * [R][PH_HI], then the GEMM's q chunk [PH_KC][QLD] and means chunk
+ * [PH_KC][PH_LD] (rows padded by 4 floats: the transposing stores hit 2
+ * banks at most), reused by the fold as the ReLU'd sums [R][PH_HI][PH_LD]. */
+template <int R> struct ph_tile {
+    static constexpr int ROWS = 64 * R, NT = 128 * R, QLD = ROWS + 4;
+    static constexpr int GEMM = PH_KC * QLD + PH_KC * PH_LD, FOLD = R * PH_HI * PH_LD;
+    static constexpr int SMEM_FLOATS = R * PH_HI + (GEMM > FOLD ? GEMM : FOLD);
+    static constexpr int QPT = PH_KC * ROWS / NT, KPT = PH_KC * PH_NB / NT; /* loads per thread per chunk */
+};
 
 __device__ __forceinline__ float ph_e4m3(unsigned b) {
     const unsigned e = (b >> 3) & 15u, m = b & 7u;
@@ -58,87 +69,123 @@ __device__ __forceinline__ float ph_ldq(const la_cu_view &q, int64_t off) {
     return la_cu_ld(q.data, q.dt, off);
 }
 
-__global__ void __launch_bounds__(PH_THREADS) ph_block_scores_kernel(ph_blk_args a) {
-    float *qs = ph_smem(), *ws = qs + PH_DI * PH_HI, *ks = ws + PH_HI;
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-    const int64_t t = blockIdx.y;
-    const int64_t s = a.row_seq[t], e = a.row_end[t], L = a.lens[s];
-    const int64_t nblk = e > 0 ? (e + a.B - 1) / a.B : 0; /* blocks meeting [0, e) */
-    const int64_t c0 = (int64_t)blockIdx.x * a.tiles * PH_NB;
-    const int64_t c1 = c0 + (int64_t)a.tiles * PH_NB < a.nbmax ? c0 + (int64_t)a.tiles * PH_NB : a.nbmax;
-    float *out = a.out + t * a.nbmax;
-    if (c0 >= nblk) { /* nothing of the range here */
-        for (int64_t b = c0 + tid; b < c1; b += PH_THREADS) out[b] = -INFINITY;
-        return;
-    }
+template <int R>
+__global__ void __launch_bounds__(128 * R, 2) ph_block_scores_kernel(ph_blk_args a) {
+    typedef ph_tile<R> P;
+    constexpr int ROWS = P::ROWS, NT = P::NT, QLD = P::QLD;
+    float *ws = ph_smem(), *qs = ws + R * PH_HI, *ks = qs + PH_KC * QLD, *red = qs;
+    const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
+    const int64_t t0 = (int64_t)blockIdx.x * R, b0 = (int64_t)blockIdx.y * PH_NB;
+    const int nr = t0 + R <= a.T ? R : (int)(a.T - t0); /* query rows of this CTA */
     const int HI = a.HI, dI = a.dI;
-    /* q: thread i loads 4 consecutive d of head i % 64 (heads fastest in shared memory: conflict-free stores) */
-    for (int i = tid; i < (PH_DI / 4) * PH_HI; i += PH_THREADS) {
-        const int h = i % PH_HI, d0 = i / PH_HI * 4;
-        for (int c = 0; c < 4; c++) {
-            const int d = d0 + c;
-            qs[d * PH_HI + h] = h < HI && d < dI ? ph_ldq(a.q, t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2]) : 0.f;
-        }
+    const int64_t B = a.B;
+    /* the rows' sequences and the blocks meeting their ranges [0, end) */
+    const int64_t seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
+    const int64_t e0 = a.row_end[t0], e1 = nr > 1 ? a.row_end[t0 + 1] : 0;
+    const int64_t nblk0 = e0 > 0 ? (e0 + B - 1) / B : 0, nblk1 = e1 > 0 ? (e1 + B - 1) / B : 0;
+    for (int i = tid; i < R * PH_HI; i += NT) {
+        const int r = i / PH_HI, h = i % PH_HI;
+        ws[i] = r < nr && h < HI ? la_cu_ld(a.w.data, a.w.dt, (t0 + r) * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
     }
-    for (int h = tid; h < PH_HI; h += PH_THREADS) ws[h] = h < HI ? la_cu_ld(a.w.data, a.w.dt, t * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
-    const int h0 = 4 * (lane & 15), j0 = warp * 16 + 8 * (lane >> 4); /* this thread's heads and blocks of a tile */
-    for (int64_t b0 = c0; b0 < c1; b0 += PH_NB) {
-        if (b0 >= nblk) { /* past the range: the rest of the CTA's columns (uniform branch) */
-            for (int64_t b = b0 + tid; b < c1; b += PH_THREADS) out[b] = -INFINITY;
-            break;
-        }
-        __syncthreads(); /* the previous tile's fold has read ks */
-        /* means of blocks b0 .. b0+63: thread i forms 4 consecutive d of block b0 + i % 64 */
-        for (int i = tid; i < (PH_DI / 4) * PH_NB; i += PH_THREADS) {
-            const int j = i % PH_NB, d0 = i / PH_NB * 4;
-            const int64_t b = b0 + j;
-            float v[4] = {0.f, 0.f, 0.f, 0.f};
-            if (b < nblk && d0 < dI) { /* b < nblk: b·B < e <= L, a block of at least one token */
-                if (a.psum) {
-                    const float cnt = (float)(L - b * a.B < a.B ? L - b * a.B : a.B);
-                    const float *p = a.psum + ((s * a.max_blocks + b) * dI + d0);
-                    for (int c = 0; c < 4; c++)
-                        if (d0 + c < dI) v[c] = p[c] / cnt;
-                } else {
-                    const float *p = a.kbar + ((s * a.nbmax + b) * dI + d0);
-                    for (int c = 0; c < 4; c++)
-                        if (d0 + c < dI) v[c] = p[c];
+    /* two rows of different sequences (a sequence boundary): one pass per
+     * row, each with its sequence's means (the other row's sums unused) */
+    const int npass = nr == 2 && seq1 != seq0 ? 2 : 1;
+    for (int pass = 0; pass < npass; pass++) {
+        const int64_t sp = pass ? seq1 : seq0;
+        const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
+        int64_t nbp = in0 ? nblk0 : 0;
+        if (in1 && nblk1 > nbp) nbp = nblk1;
+        if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
+            const int64_t L = a.lens[sp], kend = nbp < b0 + PH_NB ? nbp : b0 + PH_NB;
+            float qn[P::QPT], kn[P::KPT];
+            /* chunk dc's values: lanes along d (contiguous in q and in the sums) */
+            auto load = [&](int dc) {
+#pragma unroll
+                for (int c = 0; c < P::QPT; c++) {
+                    const int i = tid + c * NT, d = dc + i % PH_KC, r = i / PH_KC, h = r % PH_HI;
+                    const int64_t t = t0 + r / PH_HI;
+                    qn[c] = t < t0 + nr && h < HI && d < dI ? ph_ldq(a.q, t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2]) : 0.f;
+                }
+#pragma unroll
+                for (int c = 0; c < P::KPT; c++) {
+                    const int i = tid + c * NT, d = dc + i % PH_KC;
+                    const int64_t b = b0 + i / PH_KC;
+                    float v = 0.f;
+                    if (b < kend && b * B < L && d < dI) { /* a block of at least one token */
+                        if (a.psum) {
+                            const float cnt = (float)(L - b * B < B ? L - b * B : B);
+                            v = a.psum[(sp * a.max_blocks + b) * dI + d] / cnt;
+                        } else {
+                            v = a.kbar[(sp * a.nbmax + b) * dI + d];
+                        }
+                    }
+                    kn[c] = v;
+                }
+            };
+            float acc[8][8];
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
+            load(0);
+            for (int dc = 0; dc < dI; dc += PH_KC) {
+                __syncthreads(); /* the previous chunk (or pass's fold) has been read */
+#pragma unroll
+                for (int c = 0; c < P::QPT; c++) {
+                    const int i = tid + c * NT;
+                    qs[(i % PH_KC) * QLD + i / PH_KC] = qn[c];
+                }
+#pragma unroll
+                for (int c = 0; c < P::KPT; c++) {
+                    const int i = tid + c * NT;
+                    ks[(i % PH_KC) * PH_LD + i / PH_KC] = kn[c];
+                }
+                __syncthreads();
+                if (dc + PH_KC < dI) load(dc + PH_KC); /* in flight during this chunk's FMAs */
+                const int kc = dI - dc < PH_KC ? dI - dc : PH_KC;
+                /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
+#pragma unroll
+                for (int kk = 0; kk < PH_KC; kk++) {
+                    if (kk < kc) {
+                        const float4 q0 = *(const float4 *)(qs + kk * QLD + 4 * ty);
+                        const float4 q1 = *(const float4 *)(qs + kk * QLD + ROWS / 2 + 4 * ty);
+                        const float4 k0 = *(const float4 *)(ks + kk * PH_LD + 4 * tx);
+                        const float4 k1 = *(const float4 *)(ks + kk * PH_LD + PH_NB / 2 + 4 * tx);
+                        const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+                        const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+                        for (int i = 0; i < 8; i++)
+#pragma unroll
+                            for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
+                    }
                 }
             }
-            for (int c = 0; c < 4; c++) ks[(d0 + c) * PH_NB + j] = v[c];
-        }
-        __syncthreads();
-        float acc[4][8];
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
-#pragma unroll 4
-        for (int d = 0; d < dI; d++) {
-            const float4 qv = *(const float4 *)(qs + d * PH_HI + h0);
-            const float4 k0 = *(const float4 *)(ks + d * PH_NB + j0), k1 = *(const float4 *)(ks + d * PH_NB + j0 + 4);
-            const float qa[4] = {qv.x, qv.y, qv.z, qv.w};
-            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+            __syncthreads(); /* the chunks become the ReLU'd sums */
 #pragma unroll
-            for (int i = 0; i < 4; i++)
+            for (int i = 0; i < 8; i++) {
+                const int r = i < 4 ? 4 * ty + i : ROWS / 2 + 4 * ty + i - 4;
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
-        }
-        __syncthreads(); /* ks becomes the ReLU'd sums [PH_HI][PH_RLD] */
-        float *red = ks;
-        for (int i = 0; i < 4; i++)
-            for (int j = 0; j < 8; j++) {
-                const float x = acc[i][j];
-                red[(h0 + i) * PH_RLD + j0 + j] = x < 0.f ? 0.f : x; /* NaN kept, as torch.relu */
+                for (int j = 0; j < 8; j++) {
+                    const int col = j < 4 ? 4 * tx + j : PH_NB / 2 + 4 * tx + j - 4;
+                    const float x = acc[i][j];
+                    red[r * PH_LD + col] = x < 0.f ? 0.f : x; /* NaN kept, as torch.relu */
+                }
             }
-        __syncthreads();
-        if (tid < PH_NB && b0 + tid < c1) {
-            const int64_t b = b0 + tid;
+            __syncthreads();
+        }
+        /* one thread per (row, block): heads folded in ascending order with
+         * fmaf from 0; first / last block of the range +inf, past it -inf */
+        for (int f = tid; f < R * PH_NB; f += NT) {
+            const int r = f / PH_NB, j = f % PH_NB;
+            const int64_t b = b0 + j, nb = r ? nblk1 : nblk0;
+            if (!(r ? in1 : in0) || b >= a.nbmax) continue;
             float res = -INFINITY;
-            if (b < nblk) {
+            if (b < nb) {
                 float sc = 0.f;
-                for (int h = 0; h < HI; h++) sc = fmaf(ws[h], red[h * PH_RLD + tid], sc);
-                res = b == 0 || b == nblk - 1 ? INFINITY : sc; /* sink and local blocks are always kept */
+                for (int h = 0; h < HI; h++) sc = fmaf(ws[r * PH_HI + h], red[(r * PH_HI + h) * PH_LD + j], sc);
+                res = b == 0 || b == nb - 1 ? INFINITY : sc; /* sink and local blocks are always kept */
             }
-            out[b] = res;
+            a.out[(t0 + r) * a.nbmax + b] = res;
         }
     }
 }
@@ -247,24 +294,24 @@ la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
     return LA_OK;
 }
 
-la_status la_ph_block_scores(ph_blk_args a, int64_t T, cudaStream_t s) {
-    if (T <= 0 || a.nbmax <= 0) return LA_OK;
-    const int64_t ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
-    /* tiles per CTA: one while the grid holds ~12 CTAs per SM (decode: q is
-     * re-read per tile, cheap next to its 64 x 64 x dI FMAs), more for long
-     * prefills so that q and w are loaded once for several tiles */
-    const int64_t target = 132 * 12;
-    int64_t tiles = (T * ntiles + target - 1) / target;
-    if (tiles < 1) tiles = 1;
-    if (tiles > ntiles) tiles = ntiles;
-    a.tiles = (int)tiles;
-    const int64_t gx = (ntiles + tiles - 1) / tiles;
-    if (T > 65535) return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows exceed the grid", (long long)T);
-    const size_t smem = PH_SMEM_FLOATS * sizeof(float);
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    ph_block_scores_kernel<<<dim3((unsigned)gx, (unsigned)T), PH_THREADS, smem, s>>>(a);
+template <int R> static la_status ph_launch_block_scores(const ph_blk_args &a, int64_t ntiles, cudaStream_t s) {
+    const size_t smem = ph_tile<R>::SMEM_FLOATS * sizeof(float);
+    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    ph_block_scores_kernel<R><<<dim3((unsigned)((a.T + R - 1) / R), (unsigned)ntiles), 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
+}
+
+la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
+    if (a.T <= 0 || a.nbmax <= 0) return LA_OK;
+    const int64_t ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
+    if (ntiles > 65535 || a.T > 0x7fffffffLL)
+        return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows x %lld blocks exceed the grid", (long long)a.T,
+                      (long long)a.nbmax);
+    /* two query rows per CTA where sequences have several (prefill, MTP):
+     * each means chunk then serves 128 (row, head) pairs; one row per CTA in
+     * decode, where a row's neighbour is another sequence's */
+    return a.T >= 2 * nseq ? ph_launch_block_scores<2>(a, ntiles, s) : ph_launch_block_scores<1>(a, ntiles, s);
 }
 
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {

@@ -1,9 +1,10 @@
 /* HISA's block stage on the paged index-key cache (paged_hisa.cu), used by
  * la_paged_topk_cuda's HISA branch (paged_index.cu). Family "paged_hisa":
  *   - "fused" (the default where it applies, switch kPagedHisaFused): block
- *     means read from the pooled sums inside the block-score kernel, the
- *     scores as a register-tiled fp32 GEMM per (query row, 64 blocks), then
- *     one CTA per row selects the m kept blocks and writes them ascending;
+ *     means read from the pooled sums inside the block-score kernel (or
+ *     precomputed), the scores as an SGEMM-shaped fp32 kernel over (query
+ *     rows x heads) x blocks, then one CTA per row selects the m kept
+ *     blocks and writes them ascending;
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
  * Both give the same bits: each (row, block, head) dot product runs over d
@@ -29,7 +30,7 @@ struct ph_blk_args {
     la_cu_view q, w;         /* q [T, HI, dI] (f32, bf16, f16 or e4m3), w [T, HI] */
     int HI, dI;
     int64_t B;               /* tokens per block */
-    int tiles;               /* 64-block tiles per CTA (set by the launch) */
+    int64_t T;               /* query rows */
     float *out;
 };
 
@@ -37,8 +38,8 @@ struct ph_blk_args {
  * under kPagedHisaFused) where HI <= 64 and dI <= 128; "classic" or another
  * shape: 0. A forced "fused" on another shape is LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
-/* The block scores of T rows (grid: column tiles x T). */
-la_status la_ph_block_scores(ph_blk_args a, int64_t T, cudaStream_t s);
+/* The block scores of a.T rows of nseq sequences. */
+la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s);

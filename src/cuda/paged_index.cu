@@ -525,8 +525,9 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         ba.HI = (int)q->ne[1];
         ba.dI = (int)C.dI;
         ba.B = B;
+        ba.T = T;
         ba.out = (float *)dbsc.p;
-        LA_TRY(la_ph_block_scores(ba, T, s));
+        LA_TRY(la_ph_block_scores(ba, nseq, s));
         LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
     } else {
         LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
