@@ -12,7 +12,8 @@
  * 1000, 5000, 40000, next_n 1-3 (ranges ending before the length), psum
  * present or the means precomputed, ties (repeated blocks, zero queries),
  * every block equal, NaN means, m 1 ... every block, 1 and 2 query rows per CTA
- * (pairs across sequence boundaries included: next_n 3, rows of the later sequences first). */
+ * (2 rows: 2 tiles per CTA; pairs across sequence boundaries included: next_n 3,
+ * rows of the later sequences first). */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -60,6 +61,10 @@ static inline float la_cu_ld(const void *p, int dt, int64_t off) {
     return dt == LA_F32 ? ((const float *)p)[off] : NAN;
 }
 static inline float *ph_smem() { return emu_sm; }
+static inline void ph_cp16(float *dst, const float *src) { memcpy(dst, src, 16); }
+static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
+static inline void ph_cp_commit() {}
+template <int N> static inline void ph_cp_wait() {}
 #include "emu_ph_args.inc"
 #include "emu_ph_kern.inc"
 
@@ -95,7 +100,7 @@ struct tcase {
     std::vector<int> lens;
 };
 
-static int run(const tcase &C, int R) {
+static int run(const tcase &C, int R, int64_t tpc) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
     int64_t Lmax = 1;
@@ -182,10 +187,16 @@ static int run(const tcase &C, int R) {
     a.T = T;
     a.out = out.data();
     const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB;
+    a.ldk = ph_ldk(nbmax);
+    std::vector<float> kt((size_t)(nseq * dI * a.ldk), 54321.f); /* poisoned: tiles past a sequence stay unwritten */
+    a.kt = kt.data();
+    launch((unsigned)ntiles, (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
+    a.tpc = tpc;
     if (R == 1)
-        launch((unsigned)T, (unsigned)ntiles, 128, ph_tile<1>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1>(a); });
+        launch((unsigned)T, (unsigned)((ntiles + tpc - 1) / tpc), 128, ph_tile<1>::SMEM_FLOATS * 4,
+               [&] { ph_block_scores_kernel<1>(a); });
     else
-        launch((unsigned)(T + 1) / 2, (unsigned)ntiles, 256, ph_tile<2>::SMEM_FLOATS * 4,
+        launch((unsigned)(T + 1) / 2, (unsigned)((ntiles + tpc - 1) / tpc), 256, ph_tile<2>::SMEM_FLOATS * 4,
                [&] { ph_block_scores_kernel<2>(a); });
     int64_t bad = 0;
     for (size_t i = 0; i < out.size(); i++)
@@ -211,9 +222,9 @@ static int run(const tcase &C, int R) {
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d tiles/CTA %lld %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, (long long)tpc,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
     return bad || kbad;
@@ -235,7 +246,7 @@ int main() {
     };
     int fails = 0;
     for (const tcase &c : cases)
-        for (int R = 1; R <= 2; R++) fails += run(c, R);
+        for (int R = 1; R <= 2; R++) fails += run(c, R, R == 1 ? 1 : 2);
     printf("%s: %d of %zu runs failed\n", fails ? "FAIL" : "ok", fails, 2 * (sizeof cases / sizeof cases[0]));
     return fails != 0;
 }

@@ -26,6 +26,7 @@
  *   atomics (no warp intrinsics), so dev/emu_paged_hisa.sh runs the kernel
  *   text on the CPU. */
 #include "cuda/paged_hisa.cuh"
+#include "cuda/ptx.cuh"
 #include "cuda/select.cuh"
 
 /* The default of family "paged_hisa": true runs "fused" where it applies.
@@ -38,21 +39,26 @@ __device__ __forceinline__ float *ph_smem() {
     extern __shared__ __align__(16) float ph_sm[];
     return ph_sm;
 }
+/* cp.async of four floats (the emulator: a plain copy, commit / wait no-ops) */
+__device__ __forceinline__ void ph_cp16(float *dst, const float *src) { la_cp16(dst, src); }
+__device__ __forceinline__ void ph_cp_commit() { la_cp_commit(); }
+template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>(); }
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
-enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 8, PH_LD = PH_NB + 4, PH_TK = 256 };
+enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_TK = 256, PH_MT = 256 };
 /* The score kernel's tile for R query rows: ROWS = 64R (row, head) pairs x
  * PH_NB blocks, NT = 128R threads of 8 x 8 outputs. Shared floats: w
- * [R][PH_HI], then the GEMM's q chunk [PH_KC][QLD] and means chunk
- * [PH_KC][PH_LD] (rows padded by 4 floats: the transposing stores hit 2
- * banks at most), reused by the fold as the ReLU'd sums [R][PH_HI][PH_LD]. */
+ * [R][PH_HI]; q [PH_DI][ROWS] (all of d, as floats); a ring of PH_ST chunks
+ * of the transposed means [PH_KC][PH_NB], reused between tiles by the fold
+ * as the ReLU'd sums of HS heads [R][HS][PH_LD] (rows padded by 4 floats). */
 template <int R> struct ph_tile {
-    static constexpr int ROWS = 64 * R, NT = 128 * R, QLD = ROWS + 4;
-    static constexpr int GEMM = PH_KC * QLD + PH_KC * PH_LD, FOLD = R * PH_HI * PH_LD;
-    static constexpr int SMEM_FLOATS = R * PH_HI + (GEMM > FOLD ? GEMM : FOLD);
-    static constexpr int QPT = PH_KC * ROWS / NT, KPT = PH_KC * PH_NB / NT; /* loads per thread per chunk */
+    static constexpr int ROWS = 64 * R, NT = 128 * R, CHUNK = PH_KC * PH_NB, HS = PH_HI / R;
+    static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + PH_ST * CHUNK;
+    static_assert(R * HS * PH_LD <= PH_ST * CHUNK, "the fold's sums fit in the ring");
 };
+/* shared floats of the means kernel: a tile [PH_NB][PH_DI + 1] */
+enum { PH_MEANS_SMEM_FLOATS = PH_NB * (PH_DI + 1) };
 
 __device__ __forceinline__ float ph_e4m3(unsigned b) {
     const unsigned e = (b >> 3) & 15u, m = b & 7u;
@@ -69,15 +75,43 @@ __device__ __forceinline__ float ph_ldq(const la_cu_view &q, int64_t off) {
     return la_cu_ld(q.data, q.dt, off);
 }
 
+/* The means of the 128 blocks of tile x of sequence y, transposed into kt
+ * [nseq][dI][ldk]: sum / count (pg_means_kernel's division) from the pooled
+ * sums, or the precomputed means; 0 past the sequence's blocks. Tiles past
+ * the sequence are not written (the score kernel never reads them). */
+__global__ void __launch_bounds__(PH_MT) ph_means_t_kernel(ph_blk_args a) {
+    float *tile = ph_smem();
+    const int tid = threadIdx.x, dI = a.dI, ld = dI + 1;
+    const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_NB, L = a.lens[s], B = a.B;
+    if (b0 * B >= L) return;
+    for (int i = tid; i < PH_NB * dI; i += PH_MT) {
+        const int j = i / dI, d = i % dI;
+        const int64_t b = b0 + j;
+        float v = 0.f;
+        if (b * B < L && b < a.nbmax) { /* a block of at least one token */
+            if (a.psum) v = a.psum[(s * a.max_blocks + b) * dI + d] / (float)(L - b * B < B ? L - b * B : B);
+            else v = a.kbar[(s * a.nbmax + b) * dI + d];
+        }
+        tile[j * ld + d] = v;
+    }
+    __syncthreads();
+    for (int i = tid; i < PH_NB * dI; i += PH_MT) {
+        const int d = i / PH_NB, j = i % PH_NB;
+        a.kt[(s * dI + d) * a.ldk + b0 + j] = tile[j * ld + d];
+    }
+}
+
 template <int R>
-__global__ void __launch_bounds__(128 * R, 2) ph_block_scores_kernel(ph_blk_args a) {
+__global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kernel(ph_blk_args a) {
     typedef ph_tile<R> P;
-    constexpr int ROWS = P::ROWS, NT = P::NT, QLD = P::QLD;
-    float *ws = ph_smem(), *qs = ws + R * PH_HI, *ks = qs + PH_KC * QLD, *red = qs;
+    constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS;
+    float *ws = ph_smem(), *qs = ws + R * PH_HI, *ring = qs + PH_DI * ROWS, *red = ring;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
-    const int64_t t0 = (int64_t)blockIdx.x * R, b0 = (int64_t)blockIdx.y * PH_NB;
+    const int64_t t0 = (int64_t)blockIdx.x * R;
+    const int64_t tile0 = (int64_t)blockIdx.y * a.tpc, ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
+    const int64_t tile1 = tile0 + a.tpc < ntiles ? tile0 + a.tpc : ntiles;
     const int nr = t0 + R <= a.T ? R : (int)(a.T - t0); /* query rows of this CTA */
-    const int HI = a.HI, dI = a.dI;
+    const int HI = a.HI, dI = a.dI, nch = (dI + PH_KC - 1) / PH_KC;
     const int64_t B = a.B;
     /* the rows' sequences and the blocks meeting their ranges [0, end) */
     const int64_t seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
@@ -87,6 +121,12 @@ __global__ void __launch_bounds__(128 * R, 2) ph_block_scores_kernel(ph_blk_args
         const int r = i / PH_HI, h = i % PH_HI;
         ws[i] = r < nr && h < HI ? la_cu_ld(a.w.data, a.w.dt, (t0 + r) * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
     }
+    /* q as floats [d][row]: lanes along the rows (conflict-free stores) */
+    for (int i = tid; i < PH_DI * ROWS; i += NT) {
+        const int r = i % ROWS, d = i / ROWS, h = r % PH_HI;
+        const int64_t t = t0 + r / PH_HI;
+        qs[i] = t < t0 + nr && h < HI && d < dI ? ph_ldq(a.q, t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2]) : 0.f;
+    }
     /* two rows of different sequences (a sequence boundary): one pass per
      * row, each with its sequence's means (the other row's sums unused) */
     const int npass = nr == 2 && seq1 != seq0 ? 2 : 1;
@@ -95,97 +135,81 @@ __global__ void __launch_bounds__(128 * R, 2) ph_block_scores_kernel(ph_blk_args
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
         int64_t nbp = in0 ? nblk0 : 0;
         if (in1 && nblk1 > nbp) nbp = nblk1;
-        if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-            const int64_t L = a.lens[sp], kend = nbp < b0 + PH_NB ? nbp : b0 + PH_NB;
-            float qn[P::QPT], kn[P::KPT];
-            /* chunk dc's values: lanes along d (contiguous in q and in the sums) */
-            auto load = [&](int dc) {
+        const float *kt = a.kt + sp * dI * a.ldk;
+        for (int64_t tile = tile0; tile < tile1; tile++) {
+            const int64_t b0 = tile * PH_NB;
+            const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
+            float sc = 0.f;
+            if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
+                /* chunk c (d in [16c, 16c + 16)) into its ring slot, 16 bytes a copy */
+                auto issue = [&](int c) {
+                    if (c < nch) {
+                        float *slot = ring + (c % PH_ST) * P::CHUNK;
 #pragma unroll
-                for (int c = 0; c < P::QPT; c++) {
-                    const int i = tid + c * NT, d = dc + i % PH_KC, r = i / PH_KC, h = r % PH_HI;
-                    const int64_t t = t0 + r / PH_HI;
-                    qn[c] = t < t0 + nr && h < HI && d < dI ? ph_ldq(a.q, t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2]) : 0.f;
-                }
-#pragma unroll
-                for (int c = 0; c < P::KPT; c++) {
-                    const int i = tid + c * NT, d = dc + i % PH_KC;
-                    const int64_t b = b0 + i / PH_KC;
-                    float v = 0.f;
-                    if (b < kend && b * B < L && d < dI) { /* a block of at least one token */
-                        if (a.psum) {
-                            const float cnt = (float)(L - b * B < B ? L - b * B : B);
-                            v = a.psum[(sp * a.max_blocks + b) * dI + d] / cnt;
-                        } else {
-                            v = a.kbar[(sp * a.nbmax + b) * dI + d];
+                        for (int e = 0; e < P::CHUNK / 4 / NT; e++) {
+                            const int i = tid + e * NT, d = c * PH_KC + i / (PH_NB / 4), j = 4 * (i % (PH_NB / 4));
+                            if (d < dI) ph_cp16(slot + 4 * i, kt + d * a.ldk + b0 + j);
                         }
                     }
-                    kn[c] = v;
-                }
-            };
-            float acc[8][8];
+                    ph_cp_commit();
+                };
+                __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
+                for (int c = 0; c < PH_ST - 1; c++) issue(c);
+                float acc[8][8];
 #pragma unroll
-            for (int i = 0; i < 8; i++)
+                for (int i = 0; i < 8; i++)
 #pragma unroll
-                for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
-            load(0);
-            for (int dc = 0; dc < dI; dc += PH_KC) {
-                __syncthreads(); /* the previous chunk (or pass's fold) has been read */
+                    for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
+                for (int c = 0; c < nch; c++) {
+                    ph_cp_wait<PH_ST - 2>(); /* this thread's copies of chunk c have landed */
+                    __syncthreads();         /* everyone's; chunk c - 1's slot has been read */
+                    issue(c + PH_ST - 1);
+                    const float *ks = ring + (c % PH_ST) * P::CHUNK, *qc = qs + c * PH_KC * ROWS;
+                    const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
+                    /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
 #pragma unroll
-                for (int c = 0; c < P::QPT; c++) {
-                    const int i = tid + c * NT;
-                    qs[(i % PH_KC) * QLD + i / PH_KC] = qn[c];
-                }
+                    for (int kk = 0; kk < PH_KC; kk++) {
+                        if (kk < kc) {
+                            const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
+                            const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
+                            const float4 k0 = *(const float4 *)(ks + kk * PH_NB + 4 * tx);
+                            const float4 k1 = *(const float4 *)(ks + kk * PH_NB + PH_NB / 2 + 4 * tx);
+                            const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+                            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
-                for (int c = 0; c < P::KPT; c++) {
-                    const int i = tid + c * NT;
-                    ks[(i % PH_KC) * PH_LD + i / PH_KC] = kn[c];
-                }
-                __syncthreads();
-                if (dc + PH_KC < dI) load(dc + PH_KC); /* in flight during this chunk's FMAs */
-                const int kc = dI - dc < PH_KC ? dI - dc : PH_KC;
-                /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
+                            for (int i = 0; i < 8; i++)
 #pragma unroll
-                for (int kk = 0; kk < PH_KC; kk++) {
-                    if (kk < kc) {
-                        const float4 q0 = *(const float4 *)(qs + kk * QLD + 4 * ty);
-                        const float4 q1 = *(const float4 *)(qs + kk * QLD + ROWS / 2 + 4 * ty);
-                        const float4 k0 = *(const float4 *)(ks + kk * PH_LD + 4 * tx);
-                        const float4 k1 = *(const float4 *)(ks + kk * PH_LD + PH_NB / 2 + 4 * tx);
-                        const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-                        const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-#pragma unroll
-                        for (int i = 0; i < 8; i++)
-#pragma unroll
-                            for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
+                                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
+                        }
                     }
                 }
-            }
-            __syncthreads(); /* the chunks become the ReLU'd sums */
+                /* the heads folded in ascending order with fmaf from 0, HS
+                 * heads at a time through the ring (all its copies landed) */
 #pragma unroll
-            for (int i = 0; i < 8; i++) {
-                const int r = i < 4 ? 4 * ty + i : ROWS / 2 + 4 * ty + i - 4;
+                for (int step = 0; step < R; step++) {
+                    __syncthreads();
 #pragma unroll
-                for (int j = 0; j < 8; j++) {
-                    const int col = j < 4 ? 4 * tx + j : PH_NB / 2 + 4 * tx + j - 4;
-                    const float x = acc[i][j];
-                    red[r * PH_LD + col] = x < 0.f ? 0.f : x; /* NaN kept, as torch.relu */
+                    for (int i = 0; i < 8; i++) {
+                        const int r = i < 4 ? 4 * ty + i : ROWS / 2 + 4 * ty + i - 4, h = r % PH_HI, rr = r / PH_HI;
+                        if (h / HS == step) {
+                            float v[8];
+#pragma unroll
+                            for (int j = 0; j < 8; j++) v[j] = acc[i][j] < 0.f ? 0.f : acc[i][j]; /* NaN kept, as torch.relu */
+                            float *dst = red + (rr * HS + h % HS) * PH_LD + 4 * tx;
+                            *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]);
+                            *(float4 *)(dst + PH_NB / 2) = make_float4(v[4], v[5], v[6], v[7]);
+                        }
+                    }
+                    __syncthreads();
+                    const int hend = HI < (step + 1) * HS ? HI : (step + 1) * HS;
+                    for (int h = step * HS; h < hend; h++)
+                        sc = fmaf(ws[fr * PH_HI + h], red[(fr * HS + h % HS) * PH_LD + fj], sc);
                 }
             }
-            __syncthreads();
-        }
-        /* one thread per (row, block): heads folded in ascending order with
-         * fmaf from 0; first / last block of the range +inf, past it -inf */
-        for (int f = tid; f < R * PH_NB; f += NT) {
-            const int r = f / PH_NB, j = f % PH_NB;
-            const int64_t b = b0 + j, nb = r ? nblk1 : nblk0;
-            if (!(r ? in1 : in0) || b >= a.nbmax) continue;
-            float res = -INFINITY;
-            if (b < nb) {
-                float sc = 0.f;
-                for (int h = 0; h < HI; h++) sc = fmaf(ws[r * PH_HI + h], red[(r * PH_HI + h) * PH_LD + j], sc);
-                res = b == 0 || b == nb - 1 ? INFINITY : sc; /* sink and local blocks are always kept */
-            }
-            a.out[(t0 + r) * a.nbmax + b] = res;
+            /* first / last block of the range +inf, past it -inf (NT = R x PH_NB: every column once) */
+            const int64_t b = b0 + fj, nb = fr ? nblk1 : nblk0;
+            if ((fr ? in1 : in0) && b < a.nbmax)
+                a.out[(t0 + fr) * a.nbmax + b] = b >= nb ? -INFINITY : b == 0 || b == nb - 1 ? INFINITY : sc;
         }
     }
 }
@@ -294,10 +318,16 @@ la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
     return LA_OK;
 }
 
-template <int R> static la_status ph_launch_block_scores(const ph_blk_args &a, int64_t ntiles, cudaStream_t s) {
+template <int R> static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
+    const int64_t groups = (a.T + R - 1) / R, slots = 132 * (R == 1 ? 3 : 2);
+    /* several tiles per CTA (q loaded once for them) while the grid keeps
+     * ~4 CTAs per slot; decode: one */
+    int64_t tpc = groups * ntiles / (4 * slots);
+    a.tpc = tpc < 1 ? 1 : tpc > ntiles ? ntiles : tpc;
     const size_t smem = ph_tile<R>::SMEM_FLOATS * sizeof(float);
     LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    ph_block_scores_kernel<R><<<dim3((unsigned)((a.T + R - 1) / R), (unsigned)ntiles), 128 * R, smem, s>>>(a);
+    const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
+    ph_block_scores_kernel<R><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -305,9 +335,14 @@ template <int R> static la_status ph_launch_block_scores(const ph_blk_args &a, i
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     if (a.T <= 0 || a.nbmax <= 0) return LA_OK;
     const int64_t ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
-    if (ntiles > 65535 || a.T > 0x7fffffffLL)
-        return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows x %lld blocks exceed the grid", (long long)a.T,
-                      (long long)a.nbmax);
+    if (ntiles > 65535 || nseq > 65535 || a.T > 0x7fffffffLL)
+        return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows x %lld blocks of %lld sequences exceed the grid",
+                      (long long)a.T, (long long)a.nbmax, (long long)nseq);
+    a.ldk = ph_ldk(a.nbmax);
+    const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
+    LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
+    ph_means_t_kernel<<<dim3((unsigned)ntiles, (unsigned)nseq), PH_MT, msmem, s>>>(a);
+    LA_CU_LAUNCH("paged hisa block means");
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */

@@ -31,14 +31,19 @@ struct ph_blk_args {
     int HI, dI;
     int64_t B;               /* tokens per block */
     int64_t T;               /* query rows */
+    float *kt;               /* workspace: the means transposed, [nseq][dI][ph_ldk(nbmax)] floats */
+    int64_t ldk, tpc;        /* set by the launch: kt's row length; 128-block tiles per score CTA */
     float *out;
 };
+/* kt's row length: nbmax rounded up to the score kernel's 128-block tiles */
+static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; }
 
 /* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
  * under kPagedHisaFused) where HI <= 64 and dI <= 128; "classic" or another
  * shape: 0. A forced "fused" on another shape is LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
-/* The block scores of a.T rows of nseq sequences. */
+/* The block scores of a.T rows of nseq sequences (the means kernel into
+ * a.kt, then the score kernel). */
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */

@@ -493,11 +493,9 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
     la_cu_ws dkbar, dbsc, dkept, dcand;
     size_t bytes;
-    /* the fused kernel forms the means from the pooled sums itself where each
-     * sequence has few rows (decode: no means pass over the whole cache);
-     * with many rows per sequence (prefill) they are formed once here, not
-     * once per row (the same division either way) */
-    const int own_means = fused && pooled && T <= 4 * nseq;
+    /* the fused path forms the means from the pooled sums itself (transposed
+     * for its score kernel, the same division) */
+    const int own_means = fused && pooled;
     if (!own_means) {
         LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
         LA_TRY(la_cu_ws_alloc(&dkbar, bytes, s, "paged block means"));
@@ -526,6 +524,10 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         ba.dI = (int)C.dI;
         ba.B = B;
         ba.T = T;
+        la_cu_ws dkt;
+        LA_TRY(la_mul_size((size_t)(nseq * C.dI), (size_t)ph_ldk(nbmax) * 4u, &bytes, "paged (cuda): transposed means"));
+        LA_TRY(la_cu_ws_alloc(&dkt, bytes, s, "paged transposed means"));
+        ba.kt = (float *)dkt.p;
         ba.out = (float *)dbsc.p;
         LA_TRY(la_ph_block_scores(ba, nseq, s));
         LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
