@@ -46,6 +46,17 @@ bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
 la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
                              cudaStream_t s);
 
+/* Gather mode on the stage-ring kernel (paged_gather.cu: key rows by
+ * cp.async through the block table into shared memory, A fragments by
+ * ldmatrix), the same bits as the mma.sync kernel's gather mode, which
+ * la_sp_scores_paged runs where this does not apply. Whether it takes these
+ * args (a.blocks set, HI 32 or 64, dI 128, EB as la_sp_paged_tc_ok checked,
+ * pg.fp8 for EB 1 only, pages and page_bytes 16-byte aligned), and its
+ * launch: grid (CTAs per row, T), each CTA some 256- (e4m3) or 128-row
+ * (bf16) chunks of one row's candidates. */
+bool la_sp_paged_gather_ok(const la_sp_score_args &a, const sc_pages &pg, int EB);
+la_status la_sp_scores_paged_gather(const la_sp_score_args &a, const sc_pages &pg, int EB, cudaStream_t s);
+
 /* Variant "wgmma" (paged_wgmma.cu): DSA dense-mode scores of an e4m3 cache
  * on wgmma m64n64k32 (keys = M, streamed through the block table; the 64
  * heads of one query row = N), equal to DSA v2 on the gathered keys. Whether
