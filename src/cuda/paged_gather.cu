@@ -115,6 +115,11 @@ __device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine
     }
 }
 
+__device__ __forceinline__ void pg_ldsm4(uint32_t *r, uint32_t sa) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(sa));
+}
+
 /* grid (CTAs per row, T); CTA (x, y) scores chunks [x·per, (x + 1)·per) of
  * the ceil(ncols / ROWS) chunks of query row y. */
 template <int HI, int EB>
@@ -122,7 +127,6 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     using G = pg_geom<HI, EB>;
     constexpr int NT = HI / 8, RB = G::RB, KS = RB / 32, SWZ = 7, MT = G::MT, ROWS = G::ROWS;
     extern __shared__ __align__(128) uint8_t pg_sm[];
-    const uint8_t *qs = pg_sm;
     const float *ws = (const float *)(pg_sm + G::WS);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
@@ -154,6 +158,21 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     }
     if (c0 + PG_STAGES - 1 < c1) nx = pg_lookup(a, pg, trow, t, (uint32_t)(c0 + PG_STAGES - 1) * ROWS + mrow, lo, hi);
 
+    /* ldmatrix addresses at k-step 0 (shared window): A, lanes 0-7 / 8-15 /
+     * 16-23 / 24-31 = rows 0-7 / 8-15 of chunk 2ks, then of chunk 2ks + 1
+     * (a0..a3 of the m16n8k{32,16} A fragment, rows g, g + 8); B, heads
+     * 16jp + 0-7 of chunks 2ks, 2ks + 1, then heads + 8 (b0, b1 of n-tiles
+     * 2jp, 2jp + 1), as sc_mma_kernel reads q. Row r's chunk c is at
+     * c ^ (r & 7), so k-step ks is the k-step-0 offset XOR ks << 5 (the
+     * offsets from pg_sm; the rows start at multiples of RB). */
+    const uint32_t sm_sa = (uint32_t)__cvta_generic_to_shared(pg_sm);
+    uint32_t a_off, b_off;
+    {
+        const int ra = 16 * MT * warp + (lane & 7) + ((lane >> 3) & 1) * 8, ca = lane >> 4;
+        a_off = (uint32_t)(G::KEYS + ra * RB + ((ca ^ (ra & SWZ)) * 16));
+        const int hb = (lane & 7) + ((lane >> 4) << 3), cb = (lane >> 3) & 1;
+        b_off = (uint32_t)(hb * RB + ((cb ^ (hb & SWZ)) * 16));
+    }
     int stage = 0; /* (c - c0) % PG_STAGES */
     for (int32_t c = c0; c < c1; c++, stage = stage == PG_STAGES - 1 ? 0 : stage + 1) {
         asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
@@ -164,7 +183,6 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
             la_cp_commit_nc();
             if (cn + 1 < c1) nx = pg_lookup(a, pg, trow, t, (uint32_t)(cn + 1) * ROWS + mrow, lo, hi); /* used next iteration */
         }
-        const uint8_t *kb = pg_sm + G::KEYS + (size_t)stage * ROWS * RB;
         float acc[MT][NT][4];
 #pragma unroll
         for (int mt = 0; mt < MT; mt++)
@@ -174,21 +192,17 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
                 for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.f;
         /* k-steps not unrolled: one step's fragments live at a time (the
          * 64 accumulators of e4m3's two m-tiles leave no room for more) */
+        const uint32_t ka = a_off + (uint32_t)stage * (ROWS * RB);
 #pragma unroll 1
         for (int ks = 0; ks < KS; ks++) {
+            const uint32_t kx = (uint32_t)ks << 5; /* chunk 2ks + bit at (2ks + bit) ^ (r & 7): (ks << 5) ^ x */
             uint32_t af[MT][4];
 #pragma unroll
-            for (int mt = 0; mt < MT; mt++) {
-                const int r = 16 * (MT * warp + mt) + (lane & 7) + ((lane >> 3) & 1) * 8;
-                const int ch = 2 * ks + (lane >> 4);
-                la_ldsm4(af[mt], kb + r * RB + ((ch ^ (r & SWZ)) * 16));
-            }
+            for (int mt = 0; mt < MT; mt++) pg_ldsm4(af[mt], sm_sa + (ka ^ kx) + mt * 16 * RB);
 #pragma unroll
             for (int jp = 0; jp < NT / 2; jp++) {
-                const int h = 16 * jp + (lane & 7) + ((lane >> 4) << 3);
-                const int ch = 2 * ks + ((lane >> 3) & 1);
                 uint32_t b[4];
-                la_ldsm4(b, qs + h * RB + ((ch ^ (h & SWZ)) * 16));
+                pg_ldsm4(b, sm_sa + (b_off ^ kx) + jp * 16 * RB);
 #pragma unroll
                 for (int mt = 0; mt < MT; mt++) {
                     sc_mma<EB>(acc[mt][2 * jp], af[mt], b[0], b[1]);
