@@ -39,6 +39,8 @@ namespace {
 
 enum { PG_STAGES = 3 };
 
+extern __shared__ __align__(128) uint8_t pg_sm[]; /* pg_geom's layout */
+
 /* Stage geometry: e4m3 (EB = 1) rows are 128 bytes, so a warp takes 32 keys
  * (two m-tiles, each B fragment used twice as in sc_mma_kernel's MT = 2);
  * bf16 rows are 256 bytes, 16 keys per warp: 32 KB per stage either way,
@@ -62,19 +64,31 @@ struct pg_meta {
     int32_t flag, page, off;
 };
 
-__device__ __forceinline__ pg_meta pg_lookup(const la_sp_score_args &a, const sc_pages &pg, const int32_t *trow,
-                                             int32_t t, uint32_t p, int32_t lo, int32_t hi) {
-    const int64_t s = p < a.ncols ? sc_key_of(a, t, p, lo, hi) : -1;
-    pg_meta m;
-    m.flag = s < 0 ? 0 : (a.force_ends && (s == lo || s == hi - 1)) ? 2 : 1;
-    m.page = 0;
-    m.off = 0;
-    if (s >= 0) { /* s < 2^31 (int32 context lengths): 32-bit division */
-        const uint32_t j = (uint32_t)s / (uint32_t)pg.ps;
-        m.off = (int32_t)((uint32_t)s - j * (uint32_t)pg.ps);
-        m.page = trow[j];
+/* Candidate p of the CTA's row: sc_key_of's map (dsa_mma.cuh) in 32-bit
+ * arithmetic where it cannot overflow (p < lim = min(ncols, m·B) < 2^31,
+ * a block's tokens and positions < 2^31), then the page of the key.
+ * brow: the row's kept blocks; trow: its sequence's block-table row. */
+__device__ __forceinline__ pg_meta pg_lookup(const la_sp_score_args &a, const sc_pages &pg, const int32_t *brow,
+                                             const int32_t *trow, uint32_t lim, uint32_t p, int32_t lo, int32_t hi) {
+    pg_meta m = {0, 0, 0};
+    if (p < lim) {
+        const uint32_t Bu = (uint32_t)a.B, bi = p / Bu;
+        const int32_t b = brow[bi];
+        if (b >= 0) {
+            const int64_t s = (int64_t)b * a.B + (p - bi * Bu);
+            if (s >= lo && s < hi && s < a.Lk) {
+                m.flag = a.force_ends && (s == lo || s == hi - 1) ? 2 : 1;
+                const uint32_t su = (uint32_t)s, psu = (uint32_t)pg.ps, pj = su / psu;
+                m.off = (int32_t)(su - pj * psu);
+                m.page = trow[pj];
+            }
+        }
     }
     return m;
+}
+
+__device__ __forceinline__ void pg_cp4z_sa(uint32_t sa, const void *gsrc, int src_bytes) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(sa), "l"(gsrc), "r"(src_bytes));
 }
 
 /* Chunk n's rows into stage st: thread pair i copies rows i and i + 128
@@ -82,9 +96,9 @@ __device__ __forceinline__ pg_meta pg_lookup(const la_sp_score_args &a, const sc
  * a warp's copies cover whole 32-byte sectors. mine is the lookup of this
  * thread's row (i + 128·part for e4m3; row i for both threads for bf16). */
 template <int HI, int EB>
-__device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine, uint8_t *sm, int st) {
+__device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine, uint32_t sm_sa, int st) {
     using G = pg_geom<HI, EB>;
-    constexpr int CPR = G::RB / 16, SWZ = 7;
+    constexpr int CPR = G::RB / 16;
     const int part = threadIdx.x & 1;
     pg_meta other = mine;
     if constexpr (G::RPT == 2) {
@@ -97,20 +111,18 @@ __device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine
         const bool own = G::RPT == 1 || j == part;
         const pg_meta m = own ? mine : other;
         const int r = (threadIdx.x >> 1) + j * (SC_THREADS / 2);
-        const bool ok = m.flag != 0;
+        const int ok = m.flag != 0;
         const uint8_t *base = pg.pages + (int64_t)m.page * pg.page_bytes;
-        const uint8_t *src = base + (int64_t)m.off * G::RB;
-        uint8_t *dst = sm + G::KEYS + ((size_t)st * G::ROWS + r) * G::RB;
+        const uint8_t *src = base + m.off * G::RB + part * 16;
+        /* chunk ch = part + 2k of row r at ch ^ (r & 7) = (part ^ (r & 7)) ^ 2k */
+        const uint32_t drow = sm_sa + (uint32_t)(G::KEYS + (st * G::ROWS + r) * G::RB);
+        const uint32_t x16 = (uint32_t)((part ^ (r & 7)) * 16);
 #pragma unroll
-        for (int k = 0; k < CPR / 2; k++) {
-            const int ch = part + 2 * k;
-            la_cp16z_n(dst + ((ch ^ (r & SWZ)) * 16), src + ch * 16, ok ? 16 : 0);
-        }
+        for (int k = 0; k < CPR / 2; k++) la_cp16z_sa(drow + (x16 ^ (k << 5)), src + k * 32, ok ? 16 : 0);
         if (own && (G::RPT == 2 || part == 0)) {
-            if (EB == 1)
-                la_cp4z_n(sm + G::SCALES + ((size_t)st * G::ROWS + r) * 4, base + (int64_t)pg.ps * G::RB + (int64_t)m.off * 4,
-                          ok ? 4 : 0);
-            sm[G::FLAGS + (size_t)st * G::ROWS + r] = (uint8_t)m.flag;
+            const uint32_t i = (uint32_t)(st * G::ROWS + r);
+            if (EB == 1) pg_cp4z_sa(sm_sa + (uint32_t)G::SCALES + i * 4, base + pg.ps * G::RB + m.off * 4, ok ? 4 : 0);
+            pg_sm[G::FLAGS + i] = (uint8_t)m.flag;
         }
     }
 }
@@ -126,7 +138,6 @@ template <int HI, int EB>
 __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_args a, sc_pages pg, int32_t per) {
     using G = pg_geom<HI, EB>;
     constexpr int NT = HI / 8, RB = G::RB, KS = RB / 32, SWZ = 7, MT = G::MT, ROWS = G::ROWS;
-    extern __shared__ __align__(128) uint8_t pg_sm[];
     const float *ws = (const float *)(pg_sm + G::WS);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int g = lane >> 2, qd = lane & 3;
@@ -135,7 +146,10 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     const int32_t nchunks = (int32_t)((a.ncols + ROWS - 1) / ROWS);
     const int32_t c0 = (int32_t)blockIdx.x * per, c1 = min(nchunks, c0 + per);
     if (c0 >= c1) return;
-    const int32_t *trow = pg.table + (int64_t)pg.row_seq[t] * pg.maxp; /* the row's block-table row */
+    const int32_t *brow = a.blocks + (int64_t)t * a.blocks_ld;
+    const int32_t *trow = pg.table + (int64_t)pg.row_seq[t] * pg.maxp;
+    const uint32_t lim = (uint32_t)min(a.ncols, a.m * a.B);
+    const uint32_t sm_sa = (uint32_t)__cvta_generic_to_shared(pg_sm);
     float *orow = a.out + (int64_t)t * a.out_ld;
     int32_t lo, hi;
     {
@@ -151,12 +165,12 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     pg_meta nx = {0, 0, 0}; /* the lookup of the next chunk to issue */
     for (int st = 0; st < PG_STAGES - 1; st++) {
         if (c0 + st < c1) {
-            nx = pg_lookup(a, pg, trow, t, (uint32_t)(c0 + st) * ROWS + mrow, lo, hi);
-            pg_issue<HI, EB>(pg, nx, pg_sm, st);
+            nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + st) * ROWS + mrow, lo, hi);
+            pg_issue<HI, EB>(pg, nx, sm_sa, st);
         }
         la_cp_commit_nc();
     }
-    if (c0 + PG_STAGES - 1 < c1) nx = pg_lookup(a, pg, trow, t, (uint32_t)(c0 + PG_STAGES - 1) * ROWS + mrow, lo, hi);
+    if (c0 + PG_STAGES - 1 < c1) nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + PG_STAGES - 1) * ROWS + mrow, lo, hi);
 
     /* ldmatrix addresses at k-step 0 (shared window): A, lanes 0-7 / 8-15 /
      * 16-23 / 24-31 = rows 0-7 / 8-15 of chunk 2ks, then of chunk 2ks + 1
@@ -165,7 +179,6 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
      * 2jp, 2jp + 1), as sc_mma_kernel reads q. Row r's chunk c is at
      * c ^ (r & 7), so k-step ks is the k-step-0 offset XOR ks << 5 (the
      * offsets from pg_sm; the rows start at multiples of RB). */
-    const uint32_t sm_sa = (uint32_t)__cvta_generic_to_shared(pg_sm);
     uint32_t a_off, b_off;
     {
         const int ra = 16 * MT * warp + (lane & 7) + ((lane >> 3) & 1) * 8, ca = lane >> 4;
@@ -179,9 +192,9 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
         __syncthreads(); /* chunk c landed; everyone is done with chunk c - 1's stage */
         {
             const int32_t cn = c + PG_STAGES - 1;
-            if (cn < c1) pg_issue<HI, EB>(pg, nx, pg_sm, stage == 0 ? PG_STAGES - 1 : stage - 1);
+            if (cn < c1) pg_issue<HI, EB>(pg, nx, sm_sa, stage == 0 ? PG_STAGES - 1 : stage - 1);
             la_cp_commit_nc();
-            if (cn + 1 < c1) nx = pg_lookup(a, pg, trow, t, (uint32_t)(cn + 1) * ROWS + mrow, lo, hi); /* used next iteration */
+            if (cn + 1 < c1) nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(cn + 1) * ROWS + mrow, lo, hi); /* used next iteration */
         }
         float acc[MT][NT][4];
 #pragma unroll
