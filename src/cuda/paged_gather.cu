@@ -113,7 +113,7 @@ __device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine
         const int r = (threadIdx.x >> 1) + j * (SC_THREADS / 2);
         const int ok = m.flag != 0;
         const uint8_t *base = pg.pages + (int64_t)m.page * pg.page_bytes;
-        const uint8_t *src = base + m.off * G::RB + part * 16;
+        const uint8_t *src = base + (int64_t)m.off * G::RB + part * 16;
         /* chunk ch = part + 2k of row r at ch ^ (r & 7) = (part ^ (r & 7)) ^ 2k */
         const uint32_t drow = sm_sa + (uint32_t)(G::KEYS + (st * G::ROWS + r) * G::RB);
         const uint32_t x16 = (uint32_t)((part ^ (r & 7)) * 16);
@@ -121,7 +121,9 @@ __device__ __forceinline__ void pg_issue(const sc_pages &pg, const pg_meta &mine
         for (int k = 0; k < CPR / 2; k++) la_cp16z_sa(drow + (x16 ^ (k << 5)), src + k * 32, ok ? 16 : 0);
         if (own && (G::RPT == 2 || part == 0)) {
             const uint32_t i = (uint32_t)(st * G::ROWS + r);
-            if (EB == 1) pg_cp4z_sa(sm_sa + (uint32_t)G::SCALES + i * 4, base + pg.ps * G::RB + m.off * 4, ok ? 4 : 0);
+            if (EB == 1)
+                pg_cp4z_sa(sm_sa + (uint32_t)G::SCALES + i * 4, base + (int64_t)pg.ps * G::RB + (int64_t)m.off * 4,
+                           ok ? 4 : 0);
             pg_sm[G::FLAGS + i] = (uint8_t)m.flag;
         }
     }
