@@ -414,15 +414,16 @@ bool la_sp_scores_mma_ok(const la_sp_score_args &a) {
 
 /* ---- paged keys (paged_index_tc.cuh): the same kernel, PAGED mode ---- */
 /* Gather mode (HISA's candidates) on paged_gather.cu's stage-ring kernel
- * where it applies (the same bits); false: this file's kernel always. */
+ * where it applies (the same bits); false: this file's kernel always (per
+ * call: variant "direct" of family "paged_hisa_cand", ring false). */
 constexpr bool kPagedGatherRing = true;
 
 template <int HI, int DI, int EB>
-static la_status sc_launch_mma_paged(const la_sp_score_args &a, const sc_pages &pg, int64_t nseq,
+static la_status sc_launch_mma_paged(const la_sp_score_args &a, const sc_pages &pg, int64_t nseq, bool ring,
                                      cudaStream_t s) {
     constexpr int KEYS = SC_WARPS * 16 * 2;
     const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
-    if (a.blocks && kPagedGatherRing && la_sp_paged_gather_ok(a, pg, EB))
+    if (a.blocks && ring && kPagedGatherRing && la_sp_paged_gather_ok(a, pg, EB))
         return la_sp_scores_paged_gather(a, pg, EB, s);
     if (a.blocks) {
         dim3 grid((unsigned)ntiles, (unsigned)a.T);
@@ -443,18 +444,18 @@ bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB) {
            ((uintptr_t)a.q & 15) == 0 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX;
 }
 
-la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq, bool ring,
                              cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (!a.blocks && nseq * pg.rsplit > 65535)
         return la_err(LA_ERR_UNSUPPORTED, "paged indexer: %lld sequences x %d row slices exceed the CUDA grid",
                       (long long)nseq, pg.rsplit);
     if (EB == 2) {
-        if (a.HI == 64) return sc_launch_mma_paged<64, 128, 2>(a, pg, nseq, s);
-        return sc_launch_mma_paged<32, 128, 2>(a, pg, nseq, s);
+        if (a.HI == 64) return sc_launch_mma_paged<64, 128, 2>(a, pg, nseq, ring, s);
+        return sc_launch_mma_paged<32, 128, 2>(a, pg, nseq, ring, s);
     }
-    if (a.HI == 64) return sc_launch_mma_paged<64, 128, 1>(a, pg, nseq, s);
-    return sc_launch_mma_paged<32, 128, 1>(a, pg, nseq, s);
+    if (a.HI == 64) return sc_launch_mma_paged<64, 128, 1>(a, pg, nseq, ring, s);
+    return sc_launch_mma_paged<32, 128, 1>(a, pg, nseq, ring, s);
 }
 
 la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s) {

@@ -42,8 +42,10 @@ struct sc_pages {
  * q; HI in {16, 32, 64}, dI in {64, 128}, q rows contiguous and 16-byte
  * aligned; e4m3 needs an sm_90 device). */
 bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
-/* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). */
-la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+/* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). ring:
+ * gather mode on la_sp_scores_paged_gather's kernel where it applies (false:
+ * the mma.sync kernel's gather mode always; the same bits). */
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq, bool ring,
                              cudaStream_t s);
 
 /* Gather mode on the stage-ring kernel (paged_gather.cu: key rows by
