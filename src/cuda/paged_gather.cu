@@ -267,13 +267,19 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     la_cp_wait_all_nc();
 }
 
-int pg_num_sms() {
+/* SM count, and the opt-in shared memory per CTA, of the current device
+ * (cheap host-side queries, asked per call: no cached static) */
+int pg_device_attr(cudaDeviceAttr attr, int fallback) {
     int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&n, attr, dev) == cudaSuccess && n > 0)
         return n;
     cudaGetLastError();
-    return 132;
+    return fallback;
+}
+
+size_t pg_smem(int HI, int EB) {
+    if (EB == 1) return HI == 64 ? pg_geom<64, 1>::SMEM : pg_geom<32, 1>::SMEM;
+    return HI == 64 ? pg_geom<64, 2>::SMEM : pg_geom<32, 2>::SMEM;
 }
 
 template <int HI, int EB>
@@ -285,7 +291,7 @@ la_status pg_gather_launch(const la_sp_score_args &a, const sc_pages &pg, cudaSt
      * fewest chunks per CTA that fill the slots (a decode batch of 64 rows
      * at 128K: 8 chunks of 256 candidates, 4 CTAs per row) */
     const int64_t nchunks = la_cu_cdiv(a.ncols, G::ROWS);
-    int64_t per = la_cu_cdiv(nchunks * a.T, 2 * (int64_t)pg_num_sms());
+    int64_t per = la_cu_cdiv(nchunks * a.T, 2 * (int64_t)pg_device_attr(cudaDevAttrMultiProcessorCount, 132));
     if (per > nchunks) per = nchunks;
     if (per < 1) per = 1;
     dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
@@ -299,7 +305,9 @@ la_status pg_gather_launch(const la_sp_score_args &a, const sc_pages &pg, cudaSt
 bool la_sp_paged_gather_ok(const la_sp_score_args &a, const sc_pages &pg, int EB) {
     return a.blocks && (a.HI == 64 || a.HI == 32) && a.dI == 128 && (EB == 1 || EB == 2) &&
            (pg.fp8 != 0) == (EB == 1) && ((uintptr_t)pg.pages & 15) == 0 && pg.page_bytes % 16 == 0 &&
-           a.T >= 1 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX;
+           a.T >= 1 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX &&
+           /* the ring fits a CTA (bf16 HI 64: 113 KB; not on sm_86 / sm_89) */
+           pg_smem((int)a.HI, EB) <= (size_t)pg_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
 }
 
 la_status la_sp_scores_paged_gather(const la_sp_score_args &a, const sc_pages &pg, int EB, cudaStream_t s) {

@@ -53,7 +53,8 @@ la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int 
  * ldmatrix), the same bits as the mma.sync kernel's gather mode, which
  * la_sp_scores_paged runs where this does not apply. Whether it takes these
  * args (a.blocks set, HI 32 or 64, dI 128, EB as la_sp_paged_tc_ok checked,
- * pg.fp8 for EB 1 only, pages and page_bytes 16-byte aligned), and its
+ * pg.fp8 for EB 1 only, pages and page_bytes 16-byte aligned, its 106-113 KB
+ * of shared memory within the device's per-CTA limit), and its
  * launch: grid (CTAs per row, T), each CTA some 256- (e4m3) or 128-row
  * (bf16) chunks of one row's candidates. */
 bool la_sp_paged_gather_ok(const la_sp_score_args &a, const sc_pages &pg, int EB);
