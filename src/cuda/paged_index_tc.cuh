@@ -16,7 +16,8 @@
  *    ..] (at most 64), each row over [0, end[t]) (a.range.end);
  *  - gather (a.blocks = HISA's kept blocks [T][m], ascending, -1 last):
  *    grid (column tiles of ncols, T); column p = candidate p of row t
- *    (block blocks[t][p / B], token p % B of it), as the dense gather mode.
+ *    (block blocks[t][p / B], token p % B of it), as the dense gather mode;
+ *    by default on paged_gather.cu's stage-ring kernel instead (below).
  * Every column < a.ncols of the CTA's rows is written (-inf where invalid).
  * Internal; included by src/cuda/*.cu only. */
 #ifndef LA_CUDA_PAGED_INDEX_TC_CUH
