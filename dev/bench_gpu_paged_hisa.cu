@@ -1,6 +1,6 @@
 /* Paged HISA (issue 18): the variants of its block stage (family
  * "paged_hisa": classic, fused) and candidate scores ("paged_hisa_cand":
- * gather, blockmajor) side by side, against paged DSA (default and
+ * gather, blockmajor, direct) side by side, against paged DSA (default and
  * "wgmma" of family "paged"). e4m3 paged cache with pooled sums (132 B per
  * token, shuffled pages), e4m3 queries, HI 64, dI 128, B 128, m 64, k 2048.
  * Rows: decode (64 sequences, next_n 1) at all 32K, all 128K and the
@@ -36,10 +36,11 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     auto dsa = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     /* HISA variants: (block stage, candidates); the first is the chain before this session */
-    const char *hv[4][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {nullptr, nullptr}};
-    double hms[4];
-    std::vector<int32_t> res[4];
-    for (int v = 0; v < 4; v++) {
+    const char *hv[5][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
+                            {nullptr, nullptr}};
+    double hms[5];
+    std::vector<int32_t> res[5];
+    for (int v = 0; v < 5; v++) {
         bench_variant("paged_hisa", hv[v][0]);
         bench_variant("paged_hisa_cand", hv[v][1]);
         hms[v] = time_ms(hisa, reps);
@@ -48,8 +49,8 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     }
     bench_variant("paged_hisa", nullptr);
     bench_variant("paged_hisa_cand", nullptr);
-    int64_t differ[4] = {0, 0, 0, 0};
-    for (int v = 1; v < 4; v++)
+    int64_t differ[5] = {0, 0, 0, 0, 0};
+    for (int v = 1; v < 5; v++)
         for (int64_t t = 0; t < T; t++)
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
     const double dms = time_ms(dsa, reps);
@@ -58,11 +59,11 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     bench_variant("paged", nullptr);
     LK(la_paged_index_cache_check(cache, BCTX));
     printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA mma %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
-           "fused+gather %.3f | fused+blockmajor %.3f | default %.3f ms | DSA(mma)/HISA(default) %.2fx, "
-           "DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld\n",
+           "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | default %.3f ms | "
+           "DSA(mma)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld %lld\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
-           hms[1], hms[2], hms[3], dms / hms[3], wms / hms[3], (long long)differ[1], (long long)differ[2],
-           (long long)differ[3]);
+           hms[1], hms[2], hms[3], hms[4], dms / hms[4], wms / hms[4], (long long)differ[1], (long long)differ[2],
+           (long long)differ[3], (long long)differ[4]);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);

@@ -36,6 +36,7 @@
 #include "select.cuh"
 #include "sparse_prep.cuh"
 #include "paged_index_tc.cuh"
+#include "dsa_mma.cuh"
 
 #include <cuda_fp8.h>
 #include <stdlib.h>
@@ -45,21 +46,6 @@
 /* exact fp32 kernel                                                          */
 /* ------------------------------------------------------------------------ */
 #define SC_EX_THREADS 128
-
-/* Key row of output column p for query t; -1 if the column is not valid. */
-__device__ __forceinline__ int64_t sc_key_of(const la_sp_score_args &a, int64_t t, int64_t p,
-                                             int64_t lo, int64_t hi) {
-    if (a.blocks) {
-        if (p >= a.m * a.B) return -1;
-        /* candidate slots are < 2^31 (checked by the launcher): 32-bit division */
-        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)a.B, bi = pu / Bu;
-        int32_t b = a.blocks[t * a.blocks_ld + bi];
-        if (b < 0) return -1;
-        int64_t s = (int64_t)b * a.B + (pu - bi * Bu);
-        return (s >= lo && s < hi && s < a.Lk) ? s : -1;
-    }
-    return (p >= lo && p < hi && p < a.Lk) ? p : -1;
-}
 
 __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_args a) {
     __shared__ float qs[SC_EX_THREADS];
@@ -95,40 +81,7 @@ __global__ void __launch_bounds__(SC_EX_THREADS) sc_exact_kernel(la_sp_score_arg
 /* ------------------------------------------------------------------------ */
 /* mma.sync tensor-core kernel (bf16, or fp8 e4m3)                            */
 /* ------------------------------------------------------------------------ */
-#define SC_WARPS 8
-#define SC_THREADS (SC_WARPS * 32)
 #define SC_QGROUP 64 /* queries per CTA in dense mode (K fragments reused) */
-
-
-/* c += a·b over 32 bytes of k: bf16 m16n8k16 (EB = 2) or e4m3 m16n8k32 (EB = 1) */
-template <int EB>
-__device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    if constexpr (EB == 2) {
-        la_mma_bf16(c, a, b0, b1);
-    } else {
-#if LA_CU_SM90_CODE
-        la_mma_e4m3(c, a, b0, b1);
-#else
-        __trap(); /* fp8 mma.sync: built for sm_90a only (dsa_fp8_mma_ok) */
-#endif
-    }
-}
-
-/* One query's [HI, dI] block (EB bytes per element) into shared memory;
- * 16-byte chunk c of row h lands at chunk c ^ (h & SWZ) so ldmatrix reads 8
- * rows conflict-free (SWZ = 7 when a row has >= 8 chunks). */
-template <int HI, int DI, int EB>
-__device__ __forceinline__ void sc_load_q(const la_sp_score_args &a, const sc_scales &sc, int64_t t,
-                                          uint8_t *qs, float *ws) {
-    constexpr int RB = DI * EB, CPR = RB / 16, SWZ = (CPR < 8 ? CPR : 8) - 1;
-    const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0 * EB;
-    for (int i = threadIdx.x; i < HI * CPR; i += SC_THREADS) {
-        int h = i / CPR, c = i % CPR;
-        la_cp16(qs + h * RB + ((c ^ (h & SWZ)) * 16), q + h * a.q_nb1 * EB + c * 16);
-    }
-    for (int h = threadIdx.x; h < HI; h += SC_THREADS) ws[h] = sc_wq(a, sc, t, h);
-    la_cp_commit_nc();
-}
 
 /* PAGED: the row of position s (>= 0) of sequence seq through the block
  * table, and its fp8 scale (paged_index_tc.cuh). */
@@ -460,11 +413,18 @@ bool la_sp_scores_mma_ok(const la_sp_score_args &a) {
 }
 
 /* ---- paged keys (paged_index_tc.cuh): the same kernel, PAGED mode ---- */
+/* Gather mode (HISA's candidates) on paged_gather.cu's stage-ring kernel
+ * where it applies (the same bits); false: this file's kernel always (per
+ * call: variant "direct" of family "paged_hisa_cand", ring false). */
+constexpr bool kPagedGatherRing = true;
+
 template <int HI, int DI, int EB>
-static la_status sc_launch_mma_paged(const la_sp_score_args &a, const sc_pages &pg, int64_t nseq,
+static la_status sc_launch_mma_paged(const la_sp_score_args &a, const sc_pages &pg, int64_t nseq, bool ring,
                                      cudaStream_t s) {
     constexpr int KEYS = SC_WARPS * 16 * 2;
     const int64_t ntiles = la_cu_cdiv(a.ncols, KEYS);
+    if (a.blocks && ring && kPagedGatherRing && la_sp_paged_gather_ok(a, pg, EB))
+        return la_sp_scores_paged_gather(a, pg, EB, s);
     if (a.blocks) {
         dim3 grid((unsigned)ntiles, (unsigned)a.T);
         sc_mma_kernel<HI, DI, 2, true, EB, true><<<grid, SC_THREADS, 0, s>>>(a, sc_scales{}, 1, pg);
@@ -484,18 +444,18 @@ bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB) {
            ((uintptr_t)a.q & 15) == 0 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX;
 }
 
-la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq, bool ring,
                              cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     if (!a.blocks && nseq * pg.rsplit > 65535)
         return la_err(LA_ERR_UNSUPPORTED, "paged indexer: %lld sequences x %d row slices exceed the CUDA grid",
                       (long long)nseq, pg.rsplit);
     if (EB == 2) {
-        if (a.HI == 64) return sc_launch_mma_paged<64, 128, 2>(a, pg, nseq, s);
-        return sc_launch_mma_paged<32, 128, 2>(a, pg, nseq, s);
+        if (a.HI == 64) return sc_launch_mma_paged<64, 128, 2>(a, pg, nseq, ring, s);
+        return sc_launch_mma_paged<32, 128, 2>(a, pg, nseq, ring, s);
     }
-    if (a.HI == 64) return sc_launch_mma_paged<64, 128, 1>(a, pg, nseq, s);
-    return sc_launch_mma_paged<32, 128, 1>(a, pg, nseq, s);
+    if (a.HI == 64) return sc_launch_mma_paged<64, 128, 1>(a, pg, nseq, ring, s);
+    return sc_launch_mma_paged<32, 128, 1>(a, pg, nseq, ring, s);
 }
 
 la_status la_sp_scores(const la_sp_score_args &a, bool exact, cudaStream_t s) {

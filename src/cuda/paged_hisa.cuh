@@ -78,9 +78,13 @@ struct pc_args {
 };
 /* The family's choice (pure): *blockmajor for eb (1 e4m3, 2 bf16; 0 = no
  * tensor cores: never), HI 32 / 64, B 128, and by default T >= PC_MIN_ROWS
- * per sequence. A forced "blockmajor" elsewhere is LA_ERR_UNSUPPORTED. */
+ * per sequence. A forced "blockmajor" elsewhere is LA_ERR_UNSUPPORTED.
+ * Else the gather mode of la_sp_scores_paged: *ring (variant "gather", the
+ * default) on the stage-ring kernel where it applies, or (forced "direct")
+ * the mma.sync kernel's gather mode, the A fragments loaded into registers;
+ * the same bits. */
 la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
-                            int *blockmajor);
+                            int *blockmajor, int *ring);
 /* Bucket the pairs and score them (EB = eb, HI 32 or 64). */
 la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_t s);
 

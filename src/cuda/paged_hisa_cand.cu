@@ -252,12 +252,13 @@ __global__ void __launch_bounds__(PC_THREADS, 3) pc_score_kernel(pc_args a) {
 } // namespace
 
 la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
-                            int *blockmajor) {
-    static const char *const names[] = {"blockmajor", "gather"};
+                            int *blockmajor, int *ring) {
+    static const char *const names[] = {"blockmajor", "gather", "direct"};
     const char *forced = la_context_variant(ctx, "paged_hisa_cand");
-    const int v = forced ? la_cu_variant_index(forced, names, 2) : (kPagedHisaBlockMajor ? 0 : 1);
+    const int v = forced ? la_cu_variant_index(forced, names, 3) : (kPagedHisaBlockMajor ? 0 : 1);
     *blockmajor = 0;
-    if (v < 0) return la_cu_unknown_variant("paged_hisa_cand", forced, "blockmajor, gather");
+    *ring = v != 2;
+    if (v < 0) return la_cu_unknown_variant("paged_hisa_cand", forced, "blockmajor, gather, direct");
     const bool ok = eb && (HI == 64 || HI == 32) && B == PC_KEYS;
     if (v == 0 && forced && !ok)
         return la_cu_variant_unsupported("paged_hisa_cand", "blockmajor",
@@ -266,8 +267,8 @@ la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int6
      * chunks): a decode row's blocks are its own, and the gather kernel's
      * 256-key CTAs serve one query as well */
     *blockmajor = v == 0 && ok && (forced || T >= PC_MIN_ROWS * nseq);
-    la_cu_report(ctx, "paged_hisa_cand", *blockmajor ? "blockmajor" : "gather", "T=%lld nseq=%lld", (long long)T,
-                 (long long)nseq);
+    la_cu_report(ctx, "paged_hisa_cand", *blockmajor ? "blockmajor" : names[v == 2 ? 2 : 1], "T=%lld nseq=%lld",
+                 (long long)T, (long long)nseq);
     return LA_OK;
 }
 

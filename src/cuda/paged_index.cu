@@ -469,7 +469,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             }
             if (use == 1) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
             else if (use == 2) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, nullptr, s));
-            else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+            else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, true, s));
         } else if (wk) {
             return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
                                              "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
@@ -542,8 +542,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     const int64_t W = m * B > topk ? m * B : topk;
     LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
     LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
-    int bm = 0; /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu) */
-    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, &bm));
+    int bm = 0, ring = 1; /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu) */
+    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, &bm, &ring));
     if (bm) {
         pc_args pa = {};
         pa.T = T;
@@ -581,7 +581,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
         a.ncols = W;
         a.out = (float *)dcand.p;
         a.out_ld = W;
-        LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, s));
+        LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, ring != 0, s));
     } else if (W > m * B) {
         /* columns past m·B (topk > m·B): −inf, written as the tiles of empty DSA ranges */
         pg_rows E = R;

@@ -16,7 +16,8 @@
  *    ..] (at most 64), each row over [0, end[t]) (a.range.end);
  *  - gather (a.blocks = HISA's kept blocks [T][m], ascending, -1 last):
  *    grid (column tiles of ncols, T); column p = candidate p of row t
- *    (block blocks[t][p / B], token p % B of it), as the dense gather mode.
+ *    (block blocks[t][p / B], token p % B of it), as the dense gather mode;
+ *    by default on paged_gather.cu's stage-ring kernel instead (below).
  * Every column < a.ncols of the CTA's rows is written (-inf where invalid).
  * Internal; included by src/cuda/*.cu only. */
 #ifndef LA_CUDA_PAGED_INDEX_TC_CUH
@@ -42,9 +43,23 @@ struct sc_pages {
  * q; HI in {16, 32, 64}, dI in {64, 128}, q rows contiguous and 16-byte
  * aligned; e4m3 needs an sm_90 device). */
 bool la_sp_paged_tc_ok(const la_sp_score_args &a, int EB);
-/* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). */
-la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq,
+/* Launch it (checked by la_sp_paged_tc_ok; nseq rows of pg.table). ring:
+ * gather mode on la_sp_scores_paged_gather's kernel where it applies (false:
+ * the mma.sync kernel's gather mode always; the same bits). */
+la_status la_sp_scores_paged(const la_sp_score_args &a, const sc_pages &pg, int EB, int64_t nseq, bool ring,
                              cudaStream_t s);
+
+/* Gather mode on the stage-ring kernel (paged_gather.cu: key rows by
+ * cp.async through the block table into shared memory, A fragments by
+ * ldmatrix), the same bits as the mma.sync kernel's gather mode, which
+ * la_sp_scores_paged runs where this does not apply. Whether it takes these
+ * args (a.blocks set, HI 32 or 64, dI 128, EB as la_sp_paged_tc_ok checked,
+ * pg.fp8 for EB 1 only, pages and page_bytes 16-byte aligned, its 106-113 KB
+ * of shared memory within the device's per-CTA limit), and its
+ * launch: grid (CTAs per row, T), each CTA some 256- (e4m3) or 128-row
+ * (bf16) chunks of one row's candidates. */
+bool la_sp_paged_gather_ok(const la_sp_score_args &a, const sc_pages &pg, int EB);
+la_status la_sp_scores_paged_gather(const la_sp_score_args &a, const sc_pages &pg, int EB, cudaStream_t s);
 
 /* Variant "wgmma" (paged_wgmma.cu): DSA dense-mode scores of an e4m3 cache
  * on wgmma m64n64k32 (keys = M, streamed through the block table; the 64

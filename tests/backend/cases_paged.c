@@ -503,10 +503,12 @@ static void run_paged(const void *arg) {
         }
     /* HISA's variant families give the same bits, positions and slots:
      * "paged_hisa" (the fused block stage vs the classic chain) in every
-     * case; "paged_hisa_cand" (block-major candidate scores vs the gather
-     * kernel) on the tensor-core path. Outputs poisoned differently. */
+     * case; "paged_hisa_cand" (block-major candidate scores and the
+     * mma.sync gather mode with its fragments loaded into registers,
+     * "direct", vs the stage-ring gather kernel) on the tensor-core path.
+     * Outputs poisoned differently. */
     static const char *const fam[2] = {"paged_hisa", "paged_hisa_cand"};
-    static const char *const vn[2][2] = {{"classic", "fused"}, {"gather", "blockmajor"}};
+    static const char *const vn[2][3] = {{"classic", "fused", NULL}, {"gather", "blockmajor", "direct"}};
     for (int f = 0; f < (C->tcq ? 2 : 1); f++)
         for (int slots = 0; slots < 2; slots++) {
             la_paged_query pd;
@@ -516,22 +518,20 @@ static void run_paged(const void *arg) {
             pd.next_n = nn;
             pd.q_seq = C->qseq ? &dqs : NULL;
             pd.return_slots = slots;
-            int got[2] = {0, 0};
-            for (int v = 0; v < 2; v++) {
+            int got0 = 0;
+            for (int v = 0; v < 3 && vn[f][v]; v++) {
                 if (!bo_use_variant(fam[f], vn[f][v])) continue;
                 la_dev_memset(d_idx, v ? 0x5a : 0x7f, (size_t)(T * topk) * 4);
-                if (CHECK_DEV(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, bo_ctx()))) {
-                    la_dev_download(v ? id2 : id, d_idx, (size_t)(T * topk) * 4);
-                    got[v] = 1;
-                }
-            }
-            bo_use_variant(fam[f], NULL);
-            if (got[0] && got[1]) {
+                if (!CHECK_DEV(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, bo_ctx()))) continue;
+                la_dev_download(v ? id2 : id, d_idx, (size_t)(T * topk) * 4);
+                if (v == 0) got0 = 1;
+                if (v == 0 || !got0) continue;
                 int64_t vd = 0;
                 for (int64_t t = 0; t < T; t++) vd += memcmp(id + t * topk, id2 + t * topk, (size_t)topk * 4) != 0;
                 CHECK(vd == 0, "%s paged hisa%s: %lld rows differ between %s variants %s and %s", dn,
-                      slots ? " (slots)" : "", (long long)vd, fam[f], vn[f][1], vn[f][0]);
+                      slots ? " (slots)" : "", (long long)vd, fam[f], vn[f][v], vn[f][0]);
             }
+            bo_use_variant(fam[f], NULL);
         }
     if (tc8) { /* the CPU path takes e4m3 q too: decoded exactly, the same bits as its f32 values */
         la_paged_query ph;
