@@ -441,8 +441,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             if (use == 3 && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
             if (use == 3) {
                 la_cu_ws dh, dcand;
-                const size_t hb = (size_t)T * (TR_BINS + 1) * 4u; /* hist, then cnt: zeroed together */
-                LA_TRY(la_cu_ws_alloc(&dh, hb + (size_t)T * 8u, s, "paged top-k histograms"));
+                const size_t hb = (size_t)T * (TR_BINS + TR_CBINS + 1) * 4u; /* hist, coarse, cnt: zeroed together */
+                LA_TRY(la_cu_ws_alloc(&dh, hb, s, "paged top-k histograms"));
                 LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
                 LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
                 uint32_t *hist = (uint32_t *)dh.p;
@@ -456,8 +456,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                 tr.end = R.row_end;
                 tr.k = (int32_t)topk;
                 tr.hist = hist;
-                tr.cnt = hist + (size_t)T * TR_BINS;
-                tr.info = tr.cnt + T;
+                tr.coarse = hist + (size_t)T * TR_BINS;
+                tr.cnt = tr.coarse + (size_t)T * TR_CBINS;
                 tr.cand = (uint64_t *)dcand.p;
                 tr.to_slots = return_slots;
                 tr.table = R.table;

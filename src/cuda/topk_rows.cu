@@ -26,8 +26,6 @@ la_status la_tr_launch(const la_tr_args &args, const la_context *ctx, cudaStream
     LA_TRY(la_cu_func_smem(ctx, (const void *)tr_hist_kernel, TR_HIST_SMEM, TR_HIST_SMEM, true));
     tr_hist_kernel<<<dim3((unsigned)la_cu_cdiv(W1, a.hchunk), (unsigned)a.T), TR_HNT, TR_HIST_SMEM, s>>>(a);
     LA_CU_LAUNCH("topk rows: histograms");
-    tr_thresh_kernel<<<(unsigned)a.T, TR_NT, TR_THRESH_SMEM, s>>>(a);
-    LA_CU_LAUNCH("topk rows: thresholds");
     tr_collect_kernel<<<dim3((unsigned)la_cu_cdiv(W1, TR_CHUNK), (unsigned)a.T), TR_CNT, TR_COLLECT_SMEM, s>>>(a);
     LA_CU_LAUNCH("topk rows: candidates");
     LA_TRY(la_cu_func_smem(ctx, (const void *)tr_final_kernel, TR_FINAL_SMEM, TR_FINAL_SMEM, true));

@@ -6,28 +6,30 @@
  * row, so "ties to the lower column" is "larger key" and any exact
  * selection of the k largest keys gives la_topk's indices bit for bit.
  *
- *  0. tr_hist_kernel (a.hchunk columns per CTA): hist [T][TR_BINS], the
- *     counts of the valid keys of each row by the top 14 bits of fkey, in
- *     memory zeroed before; each CTA counts its chunk in shared memory and
- *     adds its nonzero bins to the row's (a pass of its own: counting in
- *     the score kernel's epilogue with global atomics slowed that kernel
- *     more than this pass costs);
- *  1. tr_thresh_kernel (one CTA per row): the bin b1 holding the k-th
- *     largest key, and n1 = the keys in bins >= b1 (all valid keys, b1 = 0,
- *     when the row has at most k);
- *  2. tr_collect_kernel (TR_CHUNK columns per CTA): the keys of bins >= b1
- *     appended to the row's candidate list (unordered: a block scan inside
- *     the CTA, one global atomic per CTA), when n1 <= TR_CAP;
- *  3. tr_final_kernel (one CTA per row): the candidates (or, when n1 >
- *     TR_CAP, e.g. many equal scores, the whole row read from global
- *     memory) in shared memory. The row's histogram gives every bin above
- *     b1 its output range (its keys are all taken), so only bin b1 needs a
- *     radix select (12-bit digits of the key's low 50 bits) for the prefix
- *     P with exactly kk = min(k, valid) keys >= P. The kk keys are then
+ *  1. tr_hist_kernel (a.hchunk columns per CTA): hist [T][TR_BINS], the
+ *     counts of the valid keys of each row by the top 14 bits of fkey, and
+ *     coarse [T][TR_CBINS], the same by the top 7, in memory zeroed before;
+ *     each CTA counts its chunk in shared memory and adds its nonzero bins
+ *     to the row's (a pass of its own: counting in the score kernel's
+ *     epilogue with global atomics slowed that kernel more than this pass
+ *     costs);
+ *  2. tr_collect_kernel (TR_CHUNK columns per CTA): the bin b1 holding the
+ *     k-th largest key, from the coarse bins and the 128 fine bins of one
+ *     of them (no kernel of one CTA per row in between: 1 KB per CTA, read
+ *     while its scores load), and n1 = the keys in bins >= b1 (all valid
+ *     keys, b1 = 0, when the row has at most k); when n1 <= TR_CAP, the
+ *     keys of bins >= b1 appended to the row's candidate list (unordered: a
+ *     block scan inside the CTA, one global atomic per CTA);
+ *  3. tr_final_kernel (one CTA per row): the candidates in shared memory
+ *     (or, when n1 > TR_CAP, e.g. many equal scores, the whole row read
+ *     from global memory at each step). The row's histogram gives every
+ *     bin above b1 its output range (its keys are all taken), so only bin
+ *     b1 needs a radix select (12-bit digits of the key's low 50 bits) for
+ *     the prefix P with exactly kk = min(k, valid) keys >= P. The kk keys are then
  *     ordered by a counting sort without a sorting network: each bin's
  *     output range is split into as many buckets as it has keys, linear in
- *     the key's low bits inside the bin (a bin is 2% of an octave, so a
- *     smooth density leaves ~1 key per bucket), and a key's rank is its
+ *     the key's low bits inside the bin (a bin spans ~2% of its scores,
+ *     so a smooth density leaves ~1 key per bucket), and a key's rank is its
  *     bucket's start plus its larger bucket mates. Buckets of more than
  *     TR_BLIM keys (many equal scores) fall back to a bitonic sort of the
  *     kk keys (correct, slower). Written as positions or slots
@@ -52,7 +54,9 @@
 #define TR_LOW ((1u << TR_SHIFT) - 1u)    /* fkey's bits below its bin */
 #define TR_CAP 16384                      /* candidates per row held in shared memory */
 #define TR_KMAX 2048                      /* largest k (LA_SP_TOPK_MAX) */
-#define TR_NT 1024                        /* threads of tr_thresh_kernel / tr_final_kernel */
+#define TR_CBINS 128                      /* coarse bins: fine bin >> 7 */
+#define TR_CFINE (TR_BINS / TR_CBINS)     /* fine bins per coarse bin */
+#define TR_NT 1024                        /* threads of tr_final_kernel */
 #define TR_HNT 512                        /* threads of tr_hist_kernel */
 #define TR_HPER 16                        /* loads in flight per thread of tr_hist_kernel */
 #define TR_HSTEP (TR_HNT * TR_HPER)       /* columns per step of a hist CTA; a.hchunk is a multiple */
@@ -69,8 +73,8 @@ struct la_tr_args {
     int32_t k;          /* 1 .. TR_KMAX */
     int64_t hchunk;     /* columns per tr_hist_kernel CTA (la_tr_launch sets it) */
     uint32_t *hist;     /* [T][TR_BINS], zeroed */
+    uint32_t *coarse;   /* [T][TR_CBINS], zeroed */
     uint32_t *cnt;      /* [T], zeroed: candidates appended */
-    uint32_t *info;     /* [T][2]: b1, n1 */
     uint64_t *cand;     /* [T][TR_CAP] */
     /* output: idx[t * nb0 + i * nb1] = position, or its slot (to_slots) */
     int32_t to_slots;
@@ -85,14 +89,13 @@ struct la_tr_args {
  * thread), the kernels' words; tr_final_kernel: candidates, the kk keys,
  * digit / bucket counts, the bins' output offsets (16 bits), scan slots, 16
  * words */
-#define TR_HIST_SMEM (TR_BINS * 4)
-#define TR_THRESH_SMEM ((8 + TR_NT) * 4)
-#define TR_COLLECT_SMEM ((1 + TR_CNT) * 4)
+#define TR_HIST_SMEM ((TR_BINS + TR_CBINS) * 4)
+#define TR_COLLECT_SMEM ((8 + TR_CNT) * 4)
 #define TR_FINAL_SMEM (TR_CAP * 8 + TR_KMAX * 8 + TR_DIG * 4 + TR_BINS * 2 + TR_NT * 4 + 64)
 
 #ifndef LA_TR_EMU
-/* Launch the four kernels on s (topk_rows.cu; args as above, hchunk set
- * there, hist and cnt zeroed before on s; T <= 65535, 1 <= k <= TR_KMAX,
+/* Launch the three kernels on s (topk_rows.cu; args as above, hchunk set
+ * there, hist, coarse and cnt zeroed before on s; T <= 65535, 1 <= k <= TR_KMAX,
  * W < 2^31). */
 la_status la_tr_launch(const la_tr_args &a, const la_context *ctx, cudaStream_t s);
 #endif
@@ -102,9 +105,11 @@ la_status la_tr_launch(const la_tr_args &a, const la_context *ctx, cudaStream_t 
 #ifdef LA_TR_EMU
 /* dev/emu_topk_rows.cpp defines tr_tid, tr_bx, tr_by, tr_sync, tr_smem, tr_atomic_add */
 #define TR_KERNEL(nt) static void
+#define TR_KERNEL_MIN(nt, mb) static void
 #define TR_DEV static inline
 #else
 #define TR_KERNEL(nt) __global__ void __launch_bounds__(nt)
+#define TR_KERNEL_MIN(nt, mb) __global__ void __launch_bounds__(nt, mb) /* at least mb CTAs per SM */
 #define TR_DEV __device__ __forceinline__
 extern __shared__ __align__(16) unsigned char tr_dyn_smem[];
 TR_DEV int tr_tid() { return (int)threadIdx.x; }
@@ -225,17 +230,35 @@ TR_DEV void tr_find_bin(const uint32_t *hist, uint32_t need, uint32_t *sc, uint3
     tr_sync();
 }
 
-/* 0. per (chunk, row): the chunk's valid keys counted by bin in shared
- * memory, then added to the row's histogram (nonzero bins only). A thread
+/* tr_find_bin over NB <= NT entries, one per thread (threads >= NB: none) */
+template <int NT, int NB>
+TR_DEV void tr_find_small(const uint32_t *hist, uint32_t need, uint32_t *sc, uint32_t *out4) {
+    static_assert(NB <= NT, "one entry per thread");
+    const int tid = tr_tid();
+    const uint32_t c = tid < NB ? hist[NB - 1 - tid] : 0u;
+    if (tid == 0) out4[0] = NB;
+    uint32_t tot;
+    const uint32_t cum = tr_excl_scan<NT>(c, sc, &tot); /* ends with a barrier: out4[0] = NB is visible */
+    if (cum < need && cum + c >= need) {
+        out4[0] = (uint32_t)(NB - 1 - tid);
+        out4[1] = cum;
+        out4[2] = c;
+    }
+    if (tid == 0) out4[3] = tot;
+    tr_sync();
+}
+
+/* 1. per (chunk, row): the chunk's valid keys counted by bin in shared
+ * memory, then added to the row's histograms (nonzero bins only). A thread
  * adds a run of equal bins once (equal scores are common in a row's tail). */
 TR_KERNEL(TR_HNT) tr_hist_kernel(la_tr_args a) {
-    uint32_t *h = (uint32_t *)tr_smem();
+    uint32_t *h = (uint32_t *)tr_smem(), *hc = h + TR_BINS;
     const int64_t t = tr_by();
     const int64_t lo = (int64_t)tr_bx() * a.hchunk;
     const int64_t hi = a.end[t] < lo + a.hchunk ? (int64_t)a.end[t] : lo + a.hchunk;
     if (lo >= hi) return; /* uniform over the CTA */
     const int tid = tr_tid();
-    for (int i = tid; i < TR_BINS; i += TR_HNT) h[i] = 0;
+    for (int i = tid; i < TR_BINS + TR_CBINS; i += TR_HNT) h[i] = 0;
     tr_sync();
     const float *row = a.scores + t * a.ld;
     auto load = [&](int64_t b, float *v) {
@@ -272,62 +295,71 @@ TR_KERNEL(TR_HNT) tr_hist_kernel(la_tr_args a) {
     }
     if (run) tr_atomic_add(h + prev, run);
     tr_sync();
+    /* warp w flushes bins [w WB, (w + 1) WB), a coarse bin per 4 of its
+     * loads (lane l: word 32 j + l, conflict-free), summed per lane */
+    constexpr int WB = TR_BINS / (TR_HNT / 32), JC = TR_CFINE / 32;
+    static_assert(WB % TR_CFINE == 0 && TR_CFINE % 32 == 0, "whole coarse bins per warp");
     uint32_t *g = a.hist + t * TR_BINS;
-    for (int i = tid; i < TR_BINS; i += TR_HNT) {
-        const uint32_t c = h[i];
-        if (c) tr_atomic_add(g + i, c);
+    const int lane = tid & 31, w0 = (tid >> 5) * WB;
+    for (int q = 0; q < WB / TR_CFINE; q++) {
+        uint32_t sum = 0;
+#pragma unroll
+        for (int j = 0; j < JC; j++) {
+            const int i = w0 + (q * JC + j) * 32 + lane;
+            const uint32_t c = h[i];
+            if (c) tr_atomic_add(g + i, c);
+            sum += c;
+        }
+        if (sum) tr_atomic_add(hc + w0 / TR_CFINE + q, sum);
     }
+    tr_sync();
+    if (tid < TR_CBINS && hc[tid]) tr_atomic_add(a.coarse + t * TR_CBINS + tid, hc[tid]);
 }
 
-/* 1. per row: b1 and n1 from the row's hist */
-TR_KERNEL(TR_NT) tr_thresh_kernel(la_tr_args a) {
-    uint32_t *sm = (uint32_t *)tr_smem(); /* [0, 4): bin, above, inbin, total; then scan slots */
-    const int64_t t = tr_bx();
-    tr_find_bin<TR_NT, TR_BINS>(a.hist + t * TR_BINS, (uint32_t)a.k, sm + 8, sm);
-    if (tr_tid() == 0) {
-        const uint32_t bin = sm[0], total = sm[3];
-        /* at most k valid keys: every one of them (bin 0 and up) */
-        a.info[2 * t] = bin < TR_BINS ? bin : 0u;
-        a.info[2 * t + 1] = bin < TR_BINS ? sm[1] + sm[2] : total;
-    }
-}
-
-/* 2. per (chunk, row): append the keys of bins >= b1 to the row's list */
-TR_KERNEL(TR_CNT) tr_collect_kernel(la_tr_args a) {
-    uint32_t *sm = (uint32_t *)tr_smem(); /* [0]: base; then scan slots */
+/* 2. per (chunk, row): b1, n1; the keys of bins >= b1 appended to the row's list */
+/* 6 CTAs/SM (40 registers): 96 KB of score loads in flight per SM */
+TR_KERNEL_MIN(TR_CNT, 6) tr_collect_kernel(la_tr_args a) {
+    uint32_t *sm = (uint32_t *)tr_smem(); /* [0]: base, [4, 8): tr_find_small's; then scan slots */
     const int64_t t = tr_by();
     const int64_t lo = (int64_t)tr_bx() * TR_CHUNK;
     const int64_t hi = a.end[t] < lo + TR_CHUNK ? (int64_t)a.end[t] : lo + TR_CHUNK;
     if (lo >= hi) return;
     const float *row = a.scores + t * a.ld;
     const int tid = tr_tid();
-    float v[TR_PER]; /* loaded before info arrives: the two round trips overlap */
+    float v[TR_PER]; /* loaded before b1 is known: the round trips overlap */
 #pragma unroll
     for (int i = 0; i < TR_PER; i++) {
         const int64_t p = lo + tid + (int64_t)i * TR_CNT;
         v[i] = p < hi ? row[p] : -INFINITY;
     }
-    const uint32_t b1 = a.info[2 * t], n1 = a.info[2 * t + 1];
+    const uint32_t k = (uint32_t)a.k;
+    tr_find_small<TR_CNT, TR_CBINS>(a.coarse + t * TR_CBINS, k, sm + 8, sm + 4);
+    const uint32_t cb = sm[4], ca = sm[5], tot = sm[7];
+    uint32_t b1 = 0, n1 = tot; /* at most k valid keys: every one of them */
+    if (cb < TR_CBINS) {
+        tr_sync(); /* sm[4..8) is rewritten */
+        tr_find_small<TR_CNT, TR_CFINE>(a.hist + t * TR_BINS + cb * TR_CFINE, k - ca, sm + 8, sm + 4);
+        b1 = cb * TR_CFINE + sm[4];
+        n1 = ca + sm[5] + sm[6];
+    }
     if (n1 > TR_CAP) return; /* tr_final_kernel reads the row itself */
-    uint64_t key[TR_PER];
-    uint32_t mine = 0;
+    /* in: bit i set for a key of bin >= b1 (the keys are formed again at the store) */
+    uint32_t in = 0, mine = 0;
 #pragma unroll
     for (int i = 0; i < TR_PER; i++) {
-        const int64_t p = lo + tid + (int64_t)i * TR_CNT;
-        key[i] = tr_key(v[i], p);
-        if (key[i] && tr_bin_of(key[i]) < b1) key[i] = 0;
-        mine += key[i] != 0;
+        const uint64_t x = tr_key(v[i], 0);
+        if (x && tr_bin_of(x) >= b1) in |= 1u << i, mine++;
     }
-    uint32_t tot;
-    uint32_t at = tr_excl_scan<TR_CNT>(mine, sm + 1, &tot);
-    if (tot == 0) return; /* uniform: every thread saw the same total */
-    if (tid == 0) sm[0] = tr_atomic_add(a.cnt + t, tot);
+    uint32_t nin;
+    uint32_t at = tr_excl_scan<TR_CNT>(mine, sm + 8, &nin);
+    if (nin == 0) return; /* uniform: every thread saw the same total */
+    if (tid == 0) sm[0] = tr_atomic_add(a.cnt + t, nin);
     tr_sync();
     at += sm[0];
     uint64_t *out = a.cand + t * TR_CAP;
 #pragma unroll
     for (int i = 0; i < TR_PER; i++)
-        if (key[i] && at < TR_CAP) out[at++] = key[i];
+        if ((in >> i & 1u) && at < TR_CAP) out[at++] = tr_key(v[i], lo + tid + (int64_t)i * TR_CNT);
 }
 
 /* 3. per row: exact selection, order, output */
@@ -339,26 +371,26 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
     uint32_t *sc = (uint32_t *)(off + TR_BINS), *s8 = sc + TR_NT;
     const int64_t t = tr_bx();
     const int tid = tr_tid();
-    const uint32_t n1 = a.info[2 * t + 1], k = (uint32_t)a.k;
-    const bool inl = n1 <= TR_CAP; /* candidates in shared memory; else the whole row */
-    const int64_t hi = a.end[t];
+    const uint32_t k = (uint32_t)a.k;
     const float *row = a.scores + t * a.ld;
-    int64_t n = 0;
-    if (inl) {
-        n = a.cnt[t] < TR_CAP ? a.cnt[t] : TR_CAP; /* = n1 */
-        const uint64_t *src = a.cand + t * TR_CAP;
-        for (int64_t i = tid; i < n; i += TR_NT) cand[i] = src[i];
-    } else {
-        n = hi;
-    }
-    auto keyat = [&](int64_t i) -> uint64_t { return inl ? cand[i] : tr_key(row[i], i); };
     /* the bins from the top: off[b] = keys in higher bins (< k where used);
      * b1, A = off[b1], m1 = the keys of b1 (b1 = 0, A = total, m1 = 0 when
      * the row has fewer than k keys) */
     constexpr int BPER = TR_BINS / TR_NT;
+    int64_t n = a.cnt[t] < TR_CAP ? a.cnt[t] : TR_CAP;
     {
         uint32_t c[BPER], loc = 0;
         tr_load_desc<TR_NT, TR_BINS>(a.hist + t * TR_BINS, c);
+        /* the candidates (none appended when n1 > TR_CAP) while the bins load: 4 loads per round trip */
+        const uint64_t *src = a.cand + t * TR_CAP;
+        for (int64_t i = tid; i < n; i += 4 * TR_NT) {
+            uint64_t x[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) x[j] = i + j * TR_NT < n ? src[i + j * TR_NT] : 0;
+#pragma unroll
+            for (int j = 0; j < 4; j++)
+                if (i + j * TR_NT < n) cand[i + j * TR_NT] = x[j];
+        }
 #pragma unroll
         for (int j = 0; j < BPER; j++) loc += c[j];
         if (tid == 0) s8[0] = 0, s8[2] = 0, s8[3] = 0;
@@ -378,9 +410,15 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
             cum += c[j];
         }
         if (tid == 0) s8[4] = tot < k ? tot : k;
-        tr_sync(); /* off, s8 and cand visible */
+        tr_sync(); /* off, s8 and the candidates visible */
     }
     const uint32_t b1 = s8[0], A = s8[1], m1 = s8[2], kk = s8[4], nb1 = kk - A; /* nb1: the keys taken from b1 */
+    bool inl = true; /* candidates in shared memory; else the whole row */
+    auto keyat = [&](int64_t i) -> uint64_t { return inl ? cand[i] : tr_key(row[i], i); };
+    if (A + m1 > TR_CAP) { /* n1 as tr_collect_kernel found it (A + m1 = total when total < k) */
+        inl = false;
+        n = a.end[t];
+    }
     /* P: exactly kk keys >= P; a radix select inside b1 unless all or none of it is taken */
     uint64_t P = nb1 == 0 ? 1u : (uint64_t)b1 << (32 + TR_SHIFT);
     if (nb1 > 0 && nb1 < m1) {
