@@ -373,7 +373,7 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
     const int tid = tr_tid();
     const uint32_t k = (uint32_t)a.k;
     const float *row = a.scores + t * a.ld;
-    /* the bins from the top: off[b] = keys in higher bins (< k where used);
+    /* the bins from the top: off[b] = keys in higher bins (set where < k);
      * b1, A = off[b1], m1 = the keys of b1 (b1 = 0, A = total, m1 = 0 when
      * the row has fewer than k keys) */
     constexpr int BPER = TR_BINS / TR_NT;
@@ -401,7 +401,7 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
 #pragma unroll
         for (int j = 0; j < BPER; j++) {
             const int b = TR_BINS - 1 - (BPER * tid + j);
-            off[b] = (uint16_t)(cum < 0xFFFFu ? cum : 0xFFFFu);
+            if (cum < k) off[b] = (uint16_t)cum; /* only bins >= b1 are looked up */
             if (cum < k && cum + c[j] >= k) {
                 s8[0] = (uint32_t)b;
                 s8[1] = cum;
