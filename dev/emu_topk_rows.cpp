@@ -205,6 +205,7 @@ int main() {
     run("W = k", 3, 2048, 2048, 0, 14, 1);
     run("NaN inf -inf +-0 k 2048", 3, 20000, 2048, 3, 15, 1);
     run("one bin, distinct (whole row)", 2, 60000, 2048, 5, 16, 0);
+    run("continuous 128K k 2048 slots", 2, 131072, 2048, 0, 21, 1);
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails != 0;
 }
