@@ -2,12 +2,15 @@
  * needed): the kernel text compiled with g++ -DLA_TR_EMU, one std::thread
  * per CUDA thread, std::barrier for __syncthreads, std::atomic_ref for the
  * atomics; built twice: with the CUDA block scan (-DLA_TR_EMU_SHFL: warp
- * shuffles through per-warp slots) and with the shared-memory scan. Rows of continuous scores, few distinct values (ties), NaN /
- * +-inf / -inf columns, +-0, ranges of 0, 1, < k and the full width, k 1 ..
- * 2048, and rows whose threshold bin exceeds TR_CAP (the whole-row path);
- * the histogram is formed as the score kernel's epilogue forms it. Each
- * row's indices must equal a sort by (key descending) of its valid columns,
- * as la_topk orders them, as positions and as slots.
+ * shuffles through per-warp slots) and with the shared-memory scan. Rows
+ * of continuous scores, few distinct values (ties), rounded scores (small
+ * ties), NaN / +-inf / -inf columns, +-0, ranges of 0, 1, < k and the full
+ * width, k 1 .. 2048, and rows whose threshold bin exceeds TR_CAP (the
+ * whole-row path). The histograms come from tr_hist_kernel (checked
+ * against a host count) with one chunk per row or the smallest (TR_HSTEP).
+ * Each row's indices must equal a sort by (key descending) of its valid
+ * columns, as la_topk orders them, as positions and as slots; the rows
+ * that tr_final_kernel ordered by its bitonic fallback are counted.
  *   bash dev/emu_topk_rows.sh [BUILD_DIR] */
 #include <atomic>
 #include <barrier>
@@ -47,6 +50,8 @@ static inline uint32_t __shfl_up_sync(unsigned, uint32_t x, int o) {
 }
 #endif
 
+static std::atomic<int> emu_bitonic{0}; /* rows ordered by tr_final_kernel's bitonic fallback */
+#define TR_NOTE_BITONIC() emu_bitonic++
 #define LA_TR_EMU
 #define LA_TR_KERNELS
 #include "cuda/topk_rows.cuh"
@@ -99,6 +104,11 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
             else if (kind == 0) v = nd(g);
             else if (kind == 1) v = (float)(g() % 7) * 0.5f - 1.f; /* ties, -1 .. 2 */
             else if (kind == 2) v = 1.f; /* one value: threshold bin > TR_CAP */
+            else if (kind == 4) v = std::round(nd(g) * 4096.f) / 4096.f; /* a few equal scores per value */
+            else if (kind == 5) { /* distinct scores, all in the bin of 1.0 (W <= 2^18): the whole-row path */
+                const uint32_t u = 0x3F800000u + TR_LOW - (uint32_t)((p * 40503) & TR_LOW);
+                memcpy(&v, &u, 4);
+            }
             else {
                 const unsigned r = (unsigned)(g() % 100);
                 v = r == 0 ? NAN : r == 1 ? INFINITY : r == 2 ? -INFINITY : r == 3 ? 0.f : r == 4 ? -0.f : nd(g) - 5.f;
@@ -106,14 +116,8 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
             sc[(size_t)(t * ld + p)] = v;
         }
     }
-    /* the score kernel's histogram: valid keys of [0, end) */
-    std::vector<uint32_t> hist((size_t)(T * TR_BINS), 0), cnt(T, 0), info(2 * T, 0);
+    std::vector<uint32_t> hist((size_t)(T * TR_BINS), 0), coarse((size_t)(T * TR_CBINS), 0), cnt(T, 0);
     std::vector<uint64_t> cand((size_t)(T * TR_CAP), 0x5a5a5a5a5a5a5a5aull);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t p = 0; p < end[t]; p++) {
-            const float v = sc[(size_t)(t * ld + p)];
-            if (v != -INFINITY) hist[(size_t)(t * TR_BINS + (tr_fkey(v) >> TR_SHIFT))]++;
-        }
     const int64_t ps = 16, maxp = (W + ps - 1) / ps;
     std::vector<int32_t> table((size_t)(T * maxp)), rseq(T);
     for (int64_t t = 0; t < T; t++) rseq[t] = (int32_t)((t * 7 + 3) % T);
@@ -130,7 +134,7 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
     a.k = k;
     a.hist = hist.data();
     a.cnt = cnt.data();
-    a.info = info.data();
+    a.coarse = coarse.data();
     a.cand = cand.data();
     a.to_slots = to_slots;
     a.table = table.data();
@@ -140,10 +144,26 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
     a.idx = idx.data();
     a.nb0 = nb0;
     a.nb1 = nb1;
-    launch(tr_thresh_kernel, (int)T, 1, TR_NT, TR_THRESH_SMEM, a);
+    /* la_tr_launch's chunk as on a GPU of T / 2 SMs (one CTA per row), or the smallest */
+    a.hchunk = seed & 1 ? TR_HSTEP : (W + TR_HSTEP - 1) / TR_HSTEP * TR_HSTEP;
+    launch(tr_hist_kernel, (int)((W + a.hchunk - 1) / a.hchunk), (int)T, TR_HNT, TR_HIST_SMEM, a);
+    int64_t hbad = 0, inl = 0; /* the histograms: the valid keys of [0, end); n1 <= TR_CAP */
+    for (int64_t t = 0; t < T; t++) {
+        std::vector<uint32_t> h(TR_BINS, 0), hc(TR_CBINS, 0);
+        for (int64_t p = 0; p < end[t]; p++) {
+            const float v = sc[(size_t)(t * ld + p)];
+            if (v != -INFINITY) h[tr_fkey(v) >> TR_SHIFT]++, hc[tr_fkey(v) >> TR_SHIFT >> 7]++;
+        }
+        hbad += !std::equal(h.begin(), h.end(), hist.begin() + t * TR_BINS);
+        hbad += !std::equal(hc.begin(), hc.end(), coarse.begin() + t * TR_CBINS);
+        uint32_t n1 = 0;
+        for (int b = TR_BINS - 1; b >= 0 && n1 < (uint32_t)k; b--) n1 += h[b];
+        inl += n1 <= TR_CAP;
+    }
     launch(tr_collect_kernel, (int)((W + TR_CHUNK - 1) / TR_CHUNK), (int)T, TR_CNT, TR_COLLECT_SMEM, a);
+    emu_bitonic = 0;
     launch(tr_final_kernel, (int)T, 1, TR_NT, TR_FINAL_SMEM, a);
-    int64_t bad = 0, inl = 0;
+    int64_t bad = 0;
     for (int64_t t = 0; t < T; t++) {
         std::vector<uint64_t> keys;
         for (int64_t p = 0; p < end[t]; p++) {
@@ -151,7 +171,6 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
             if (v != -INFINITY) keys.push_back(ref_key(v, p));
         }
         std::sort(keys.begin(), keys.end(), [](uint64_t x, uint64_t y) { return x > y; });
-        inl += info[2 * t + 1] <= TR_CAP;
         int rb = 0;
         for (int i = 0; i < k; i++) {
             int64_t want = i < (int64_t)keys.size() ? (int64_t)(uint32_t)~(uint32_t)keys[i] : -1;
@@ -162,8 +181,10 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
             if (j % nb1 != 0 || j / nb1 >= k) rb |= idx[(size_t)(t * nb0 + j)] != 0x7f7f7f7f;
         bad += rb;
     }
-    printf("%-34s T %lld W %6lld k %4d: %lld rows wrong, %lld of %lld through candidates\n", name, (long long)T,
-           (long long)W, k, (long long)bad, (long long)inl, (long long)T);
+    if (hbad) printf("%s: %lld histograms wrong\n", name, (long long)hbad);
+    bad += hbad;
+    printf("%-34s T %lld W %6lld k %4d: %lld rows wrong, %lld of %lld through candidates, %d bitonic\n", name,
+           (long long)T, (long long)W, k, (long long)bad, (long long)inl, (long long)T, emu_bitonic.load());
     if (bad) fails++;
 }
 
@@ -178,6 +199,13 @@ int main() {
     run("short rows (W < k)", 6, 1000, 2048, 3, 7, 0);
     run("W 1", 2, 1, 5, 0, 8, 0);
     run("ties, bins over TR_CAP (whole row)", 3, 150000, 2048, 1, 9, 1);
+    run("rounded scores k 2048", 4, 70000, 2048, 4, 10, 0);
+    run("rounded scores k 700, chunks", 4, 30000, 700, 4, 11, 1);
+    run("continuous k 2048, chunks", 3, 40000, 2048, 0, 13, 0);
+    run("W = k", 3, 2048, 2048, 0, 14, 1);
+    run("NaN inf -inf +-0 k 2048", 3, 20000, 2048, 3, 15, 1);
+    run("one bin, distinct (whole row)", 2, 60000, 2048, 5, 16, 0);
+    run("continuous 128K k 2048 slots", 2, 131072, 2048, 0, 21, 1);
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails != 0;
 }

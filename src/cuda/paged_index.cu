@@ -240,10 +240,12 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * mma.sync); false: "mma" (the mma.sync kernel, equal to the dense mma.sync
  * variant).
  * kPagedTopkRows: that default ("wgmma2r", else "wgmma2") selects with
- * topk_rows.cuh (many CTAs per row, its histogram made by the score
- * kernel) at up to kPagedRowsMaxT query rows, where la_topk's one CTA per
- * row leaves the GPU idle (its workspace: T x 192 KB). Off: on the H200 at
- * 64 sequences of 128K it took 0.669 ms against 0.436 with la_topk.
+ * topk_rows.cuh (many CTAs per row: a histogram pass over the score rows,
+ * then the candidates of the k-th key's bin and a counting-sort order) at
+ * up to kPagedRowsMaxT query rows, where la_topk's one CTA per row leaves
+ * the GPU idle (its workspace: T x 192 KB). Off until measured on the H200:
+ * with the histogram in pw2_kernel's epilogue (global atomics) the score
+ * kernel slowed more than the top-k gained.
  * kPagedTopkRange: la_topk scans each row's range [0, end) only (the
  * columns past it are -inf, so the same indices), not the table's capacity. */
 constexpr bool kPagedWgmma2Default = true;
@@ -439,12 +441,12 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             if (use == 3 && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
             if (use == 3) {
                 la_cu_ws dh, dcand;
-                const size_t hb = (size_t)T * (TR_BINS + 1) * 4u; /* hist, then cnt: zeroed together */
-                LA_TRY(la_cu_ws_alloc(&dh, hb + (size_t)T * 8u, s, "paged top-k histograms"));
+                const size_t hb = (size_t)T * (TR_BINS + TR_CBINS + 1) * 4u; /* hist, coarse, cnt: zeroed together */
+                LA_TRY(la_cu_ws_alloc(&dh, hb, s, "paged top-k histograms"));
                 LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
                 LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
                 uint32_t *hist = (uint32_t *)dh.p;
-                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, hist, s));
+                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, nullptr, s)); /* the histograms: la_tr_launch's own pass */
                 la_tr_args tr;
                 memset(&tr, 0, sizeof tr);
                 tr.scores = (const float *)dsc.p;
@@ -454,8 +456,8 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                 tr.end = R.row_end;
                 tr.k = (int32_t)topk;
                 tr.hist = hist;
-                tr.cnt = hist + (size_t)T * TR_BINS;
-                tr.info = tr.cnt + T;
+                tr.coarse = hist + (size_t)T * TR_BINS;
+                tr.cnt = tr.coarse + (size_t)T * TR_CBINS;
                 tr.cand = (uint64_t *)dcand.p;
                 tr.to_slots = return_slots;
                 tr.table = R.table;

@@ -167,9 +167,10 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
  * tile: a 4-byte cp.async per key into a per-stage scale row in the same
  * commit group. The loop then touches global memory only through the
  * cp.async ring and the score stores. 32-bit position arithmetic (ncols <
- * 2^31). With hist (variant "wgmma2r") each valid score is also counted in
- * its row's topk_rows.cuh histogram (bin = fkey >> TR_SHIFT; the lanes of a
- * warp holding one bin add once). */
+ * 2^31). With hist (no caller now: "wgmma2r" has topk_rows.cuh's own
+ * pass) each valid score is also counted in its row's topk_rows.cuh
+ * histogram (bin = fkey >> TR_SHIFT; the lanes of a warp holding one bin
+ * add once). */
 #define PW2_KEYS (PW_TILES * 64)
 #define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
 
