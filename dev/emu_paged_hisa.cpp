@@ -190,7 +190,7 @@ static int run(const tcase &C, int R, int64_t tpc) {
     a.ldk = ph_ldk(nbmax);
     std::vector<float> kt((size_t)(nseq * dI * a.ldk), 54321.f); /* poisoned: tiles past a sequence stay unwritten */
     a.kt = kt.data();
-    launch((unsigned)ntiles, (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
+    launch((unsigned)(a.ldk / PH_MB), (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
     a.tpc = tpc;
     if (R == 1)
         launch((unsigned)T, (unsigned)((ntiles + tpc - 1) / tpc), 128, ph_tile<1>::SMEM_FLOATS * 4,

@@ -46,7 +46,7 @@ template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>();
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
-enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_TK = 256, PH_MT = 256 };
+enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_TK = 256, PH_MT = 256, PH_MB = 32 };
 /* The score kernel's tile for R query rows: ROWS = 64R (row, head) pairs x
  * PH_NB blocks, NT = 128R threads of 8 x 8 outputs. Shared floats: w
  * [R][PH_HI]; q [PH_DI][ROWS] (all of d, as floats); a ring of PH_ST chunks
@@ -57,8 +57,8 @@ template <int R> struct ph_tile {
     static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + PH_ST * CHUNK;
     static_assert(R * HS * PH_LD <= PH_ST * CHUNK, "the fold's sums fit in the ring");
 };
-/* shared floats of the means kernel: a tile [PH_NB][PH_DI + 1] */
-enum { PH_MEANS_SMEM_FLOATS = PH_NB * (PH_DI + 1) };
+/* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
+enum { PH_MEANS_SMEM_FLOATS = PH_MB * (PH_DI + 1) };
 
 __device__ __forceinline__ float ph_e4m3(unsigned b) {
     const unsigned e = (b >> 3) & 15u, m = b & 7u;
@@ -69,35 +69,58 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     return (b & 0x80u) ? -v : v;
 }
 
-/* q element: e4m3 decoded exactly, other floats as la_cu_ld (as pg_ldq) */
-__device__ __forceinline__ float ph_ldq(const la_cu_view &q, int64_t off) {
-    if (q.dt == LA_FP8_E4M3) return ph_e4m3(((const unsigned char *)q.data)[off]);
-    return la_cu_ld(q.data, q.dt, off);
-}
-
-/* The means of the 128 blocks of tile x of sequence y, transposed into kt
- * [nseq][dI][ldk]: sum / count (pg_means_kernel's division) from the pooled
- * sums, or the precomputed means; 0 past the sequence's blocks. Tiles past
- * the sequence are not written (the score kernel never reads them). */
+/* The means of the PH_MB blocks of tile x of sequence y, transposed into
+ * kt [nseq][dI][ldk]: sum / count (pg_means_kernel's division) from the
+ * pooled sums, or the precomputed means; 0 past the sequence's blocks.
+ * Tiles past the sequence are not written (the score kernel reads them but
+ * its columns there are -inf whatever they hold). Each thread's loads are
+ * issued together (one DRAM latency per CTA). */
 __global__ void __launch_bounds__(PH_MT) ph_means_t_kernel(ph_blk_args a) {
     float *tile = ph_smem();
-    const int tid = threadIdx.x, dI = a.dI, ld = dI + 1;
-    const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_NB, L = a.lens[s], B = a.B;
+    constexpr int PER = PH_MB * PH_DI / PH_MT, LD = PH_DI + 1;
+    const int tid = threadIdx.x, dI = a.dI;
+    const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_MB, L = a.lens[s], B = a.B;
     if (b0 * B >= L) return;
-    for (int i = tid; i < PH_NB * dI; i += PH_MT) {
-        const int j = i / dI, d = i % dI;
+    float v[PER];
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
         const int64_t b = b0 + j;
-        float v = 0.f;
-        if (b * B < L && b < a.nbmax) { /* a block of at least one token */
-            if (a.psum) v = a.psum[(s * a.max_blocks + b) * dI + d] / (float)(L - b * B < B ? L - b * B : B);
-            else v = a.kbar[(s * a.nbmax + b) * dI + d];
-        }
-        tile[j * ld + d] = v;
+        const bool ok = b * B < L && b < a.nbmax && d < dI; /* a block of at least one token */
+        v[e] = !ok ? 0.f : a.psum ? a.psum[(s * a.max_blocks + b) * dI + d] : a.kbar[(s * a.nbmax + b) * dI + d];
+    }
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
+        const int64_t b = b0 + j;
+        if (a.psum && b * B < L) v[e] = v[e] / (float)(L - b * B < B ? L - b * B : B);
+        tile[j * LD + d] = v[e];
     }
     __syncthreads();
-    for (int i = tid; i < PH_NB * dI; i += PH_MT) {
-        const int d = i / PH_NB, j = i % PH_NB;
-        a.kt[(s * dI + d) * a.ldk + b0 + j] = tile[j * ld + d];
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, d = i / PH_MB, j = i % PH_MB;
+        if (d < dI) a.kt[(s * dI + d) * a.ldk + b0 + j] = tile[j * LD + d];
+    }
+}
+
+/* q of rows [t0, t0 + nr) as floats [d][row], the element type a constant
+ * (the loads of a batch issued together); lanes along the rows */
+template <int R, int DT> __device__ __forceinline__ void ph_load_q(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
+    constexpr int ROWS = 64 * R, NT = 128 * R, PER = PH_DI * ROWS / NT, BATCH = 16;
+    const int tid = threadIdx.x;
+#pragma unroll 1
+    for (int e0 = 0; e0 < PER; e0 += BATCH) {
+        float v[BATCH];
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) {
+            const int i = tid + (e0 + u) * NT, r = i % ROWS, d = i / ROWS, h = r % PH_HI;
+            const int64_t t = t0 + r / PH_HI, off = t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2];
+            const bool ok = t < t0 + nr && h < a.HI && d < a.dI;
+            v[u] = !ok ? 0.f : DT == LA_FP8_E4M3 ? ph_e4m3(((const unsigned char *)a.q.data)[off]) : la_cu_ld(a.q.data, DT, off);
+        }
+#pragma unroll
+        for (int u = 0; u < BATCH; u++) qs[tid + (e0 + u) * NT] = v[u];
     }
 }
 
@@ -121,12 +144,11 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
         const int r = i / PH_HI, h = i % PH_HI;
         ws[i] = r < nr && h < HI ? la_cu_ld(a.w.data, a.w.dt, (t0 + r) * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
     }
-    /* q as floats [d][row]: lanes along the rows (conflict-free stores) */
-    for (int i = tid; i < PH_DI * ROWS; i += NT) {
-        const int r = i % ROWS, d = i / ROWS, h = r % PH_HI;
-        const int64_t t = t0 + r / PH_HI;
-        qs[i] = t < t0 + nr && h < HI && d < dI ? ph_ldq(a.q, t * a.q.nb[0] + h * a.q.nb[1] + d * a.q.nb[2]) : 0.f;
-    }
+    /* q as floats [d][row] (conflict-free stores) */
+    if (a.q.dt == LA_FP8_E4M3) ph_load_q<R, LA_FP8_E4M3>(a, t0, nr, qs);
+    else if (a.q.dt == LA_BF16) ph_load_q<R, LA_BF16>(a, t0, nr, qs);
+    else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
+    else ph_load_q<R, LA_F32>(a, t0, nr, qs);
     /* two rows of different sequences (a sequence boundary): one pass per
      * row, each with its sequence's means (the other row's sums unused) */
     const int npass = nr == 2 && seq1 != seq0 ? 2 : 1;
@@ -341,7 +363,7 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     a.ldk = ph_ldk(a.nbmax);
     const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
     LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
-    ph_means_t_kernel<<<dim3((unsigned)ntiles, (unsigned)nseq), PH_MT, msmem, s>>>(a);
+    ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block means");
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in

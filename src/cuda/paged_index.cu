@@ -243,13 +243,13 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * topk_rows.cuh (many CTAs per row: a histogram pass over the score rows,
  * then the candidates of the k-th key's bin and a counting-sort order) at
  * up to kPagedRowsMaxT query rows, where la_topk's one CTA per row leaves
- * the GPU idle (its workspace: T x 192 KB). Off until measured on the H200:
- * with the histogram in pw2_kernel's epilogue (global atomics) the score
- * kernel slowed more than the top-k gained.
+ * the GPU idle (its workspace: T x 192 KB). The histogram is its own pass:
+ * made in pw2_kernel's epilogue (global atomics) it slowed the score kernel
+ * more than the top-k gained.
  * kPagedTopkRange: la_topk scans each row's range [0, end) only (the
  * columns past it are -inf, so the same indices), not the table's capacity. */
 constexpr bool kPagedWgmma2Default = true;
-constexpr bool kPagedTopkRows = false;
+constexpr bool kPagedTopkRows = true;
 constexpr bool kPagedTopkRange = true;
 constexpr int64_t kPagedRowsMaxT = 256;
 constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this many query rows per sequence */
