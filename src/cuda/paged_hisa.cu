@@ -81,13 +81,14 @@ __global__ void __launch_bounds__(PH_MT) ph_means_t_kernel(ph_blk_args a) {
     const int tid = threadIdx.x, dI = a.dI;
     const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_MB, L = a.lens[s], B = a.B;
     if (b0 * B >= L) return;
+    const float *src = a.psum ? a.psum + s * a.max_blocks * dI : a.kbar + s * a.nbmax * dI;
     float v[PER];
 #pragma unroll
     for (int e = 0; e < PER; e++) {
         const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
         const int64_t b = b0 + j;
         const bool ok = b * B < L && b < a.nbmax && d < dI; /* a block of at least one token */
-        v[e] = !ok ? 0.f : a.psum ? a.psum[(s * a.max_blocks + b) * dI + d] : a.kbar[(s * a.nbmax + b) * dI + d];
+        v[e] = ok ? src[b * dI + d] : 0.f;
     }
 #pragma unroll
     for (int e = 0; e < PER; e++) {
@@ -124,6 +125,42 @@ template <int R, int DT> __device__ __forceinline__ void ph_load_q(const ph_blk_
     }
 }
 
+/* The same for e4m3 q with d contiguous and 4-byte aligned rows: four
+ * elements a load, all of a thread's loads in one batch */
+template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
+    constexpr int ROWS = 64 * R, NT = 128 * R, PER = PH_DI / 4 * ROWS / NT;
+    const int tid = threadIdx.x;
+    const unsigned char *q = (const unsigned char *)a.q.data;
+    uint32_t v[PER];
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = tid + u * NT, r = i % ROWS, g = i / ROWS, h = r % PH_HI;
+        const int64_t t = t0 + r / PH_HI;
+        v[u] = t < t0 + nr && h < a.HI && 4 * g < a.dI ? *(const uint32_t *)(q + t * a.q.nb[0] + h * a.q.nb[1] + 4 * g) : 0u;
+    }
+#pragma unroll
+    for (int u = 0; u < PER; u++) {
+        const int i = tid + u * NT, r = i % ROWS, g = i / ROWS;
+#pragma unroll
+        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = ph_e4m3((v[u] >> (8 * c)) & 255u);
+    }
+}
+
+/* chunk c of a tile (d in [16c, 16c + 16), blocks [b0, b0 + 128) of kt)
+ * into its ring slot, 16 bytes a copy; one commit group per call */
+template <int NT>
+__device__ __forceinline__ void ph_issue_chunk(float *ring, const float *kt, int64_t ldk, int64_t b0, int c, int nch, int dI) {
+    if (c < nch) {
+        float *slot = ring + (c % PH_ST) * (PH_KC * PH_NB);
+#pragma unroll
+        for (int e = 0; e < PH_KC * PH_NB / 4 / NT; e++) {
+            const int i = threadIdx.x + e * NT, d = c * PH_KC + i / (PH_NB / 4), j = 4 * (i % (PH_NB / 4));
+            if (d < dI) ph_cp16(slot + 4 * i, kt + d * ldk + b0 + j);
+        }
+    }
+    ph_cp_commit();
+}
+
 template <int R>
 __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kernel(ph_blk_args a) {
     typedef ph_tile<R> P;
@@ -144,14 +181,22 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
         const int r = i / PH_HI, h = i % PH_HI;
         ws[i] = r < nr && h < HI ? la_cu_ld(a.w.data, a.w.dt, (t0 + r) * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
     }
-    /* q as floats [d][row] (conflict-free stores) */
-    if (a.q.dt == LA_FP8_E4M3) ph_load_q<R, LA_FP8_E4M3>(a, t0, nr, qs);
-    else if (a.q.dt == LA_BF16) ph_load_q<R, LA_BF16>(a, t0, nr, qs);
-    else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
-    else ph_load_q<R, LA_F32>(a, t0, nr, qs);
     /* two rows of different sequences (a sequence boundary): one pass per
      * row, each with its sequence's means (the other row's sums unused) */
     const int npass = nr == 2 && seq1 != seq0 ? 2 : 1;
+    /* pass 0's first tile: its first chunks in flight while q loads */
+    const int64_t nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
+    const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
+    if (primed)
+        for (int c = 0; c < PH_ST - 1; c++) ph_issue_chunk<NT>(ring, a.kt + seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
+    /* q as floats [d][row] (conflict-free stores) */
+    const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
+                      a.q.nb[0] % 4 == 0 && ((uintptr_t)a.q.data & 3) == 0;
+    if (q8x4) ph_load_q8x4<R>(a, t0, nr, qs);
+    else if (a.q.dt == LA_FP8_E4M3) ph_load_q<R, LA_FP8_E4M3>(a, t0, nr, qs);
+    else if (a.q.dt == LA_BF16) ph_load_q<R, LA_BF16>(a, t0, nr, qs);
+    else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
+    else ph_load_q<R, LA_F32>(a, t0, nr, qs);
     for (int pass = 0; pass < npass; pass++) {
         const int64_t sp = pass ? seq1 : seq0;
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
@@ -163,20 +208,11 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-                /* chunk c (d in [16c, 16c + 16)) into its ring slot, 16 bytes a copy */
-                auto issue = [&](int c) {
-                    if (c < nch) {
-                        float *slot = ring + (c % PH_ST) * P::CHUNK;
-#pragma unroll
-                        for (int e = 0; e < P::CHUNK / 4 / NT; e++) {
-                            const int i = tid + e * NT, d = c * PH_KC + i / (PH_NB / 4), j = 4 * (i % (PH_NB / 4));
-                            if (d < dI) ph_cp16(slot + 4 * i, kt + d * a.ldk + b0 + j);
-                        }
-                    }
-                    ph_cp_commit();
-                };
-                __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
-                for (int c = 0; c < PH_ST - 1; c++) issue(c);
+                auto issue = [&](int c) { ph_issue_chunk<NT>(ring, kt, a.ldk, b0, c, nch, dI); };
+                if (!(pass == 0 && tile == tile0 && primed)) {
+                    __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
+                    for (int c = 0; c < PH_ST - 1; c++) issue(c);
+                }
                 float acc[8][8];
 #pragma unroll
                 for (int i = 0; i < 8; i++)
