@@ -259,9 +259,20 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
                         }
                     }
                     __syncthreads();
+                    /* eight heads' loads issued before their FMA chain */
                     const int hend = HI < (step + 1) * HS ? HI : (step + 1) * HS;
-                    for (int h = step * HS; h < hend; h++)
-                        sc = fmaf(ws[fr * PH_HI + h], red[(fr * HS + h % HS) * PH_LD + fj], sc);
+                    for (int h0 = step * HS; h0 < hend; h0 += 8) {
+                        float wv[8], rv[8];
+#pragma unroll
+                        for (int u = 0; u < 8; u++) {
+                            const int h = h0 + u < hend ? h0 + u : h0;
+                            wv[u] = ws[fr * PH_HI + h];
+                            rv[u] = red[(fr * HS + h % HS) * PH_LD + fj];
+                        }
+#pragma unroll
+                        for (int u = 0; u < 8; u++)
+                            if (h0 + u < hend) sc = fmaf(wv[u], rv[u], sc);
+                    }
                 }
             }
             /* first / last block of the range +inf, past it -inf (NT = R x PH_NB: every column once) */
