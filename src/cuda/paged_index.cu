@@ -446,7 +446,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                 LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
                 LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
                 uint32_t *hist = (uint32_t *)dh.p;
-                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, nullptr, s)); /* the histograms: la_tr_launch's own pass */
+                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s)); /* the histograms: la_tr_launch's own pass */
                 la_tr_args tr;
                 memset(&tr, 0, sizeof tr);
                 tr.scores = (const float *)dsc.p;
@@ -470,7 +470,7 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                 return la_tr_launch(tr, ctx, s);
             }
             if (use == 1) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
-            else if (use == 2) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, nullptr, s));
+            else if (use == 2) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s));
             else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, true, s));
         } else if (wk) {
             return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",

@@ -23,7 +23,6 @@
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_wgmma.cuh"
 #include "cuda/ptx.cuh"
-#include "cuda/topk_rows.cuh"
 
 #define PW_THREADS 128
 #define PW_STAGES 4
@@ -167,14 +166,13 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
  * tile: a 4-byte cp.async per key into a per-stage scale row in the same
  * commit group. The loop then touches global memory only through the
  * cp.async ring and the score stores. 32-bit position arithmetic (ncols <
- * 2^31). With hist (no caller now: "wgmma2r" has topk_rows.cuh's own
- * pass) each valid score is also counted in its row's topk_rows.cuh
- * histogram (bin = fkey >> TR_SHIFT; the lanes of a warp holding one bin
- * add once). */
+ * 2^31). (A histogram of the scores for topk_rows.cuh made here with
+ * global atomics slowed this kernel more than its own pass costs: the
+ * "wgmma2r" default counts them in topk_rows.cuh.) */
 #define PW2_KEYS (PW_TILES * 64)
 #define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
 
-__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg, uint32_t *hist) {
+__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg) {
 #if LA_CU_SM90_CODE
     extern __shared__ uint8_t pw_raw[];
     uint8_t *sm = (uint8_t *)(((uintptr_t)pw_raw + 1023) & ~(uintptr_t)1023);
@@ -294,16 +292,6 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         const bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
         const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
         if (qd < 2 && p < colend) orow[p] = o;
-        if (hist) { /* topk_rows.cuh's histogram of the candidates (not -inf): lanes of one bin add once */
-            const bool hv = on && o != -INFINITY;
-            const unsigned m = __ballot_sync(0xffffffffu, hv);
-            if (hv) {
-                const uint32_t u = __float_as_uint(o);
-                const uint32_t fk = o != o ? 0xFFFFFFFFu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-                const unsigned bin = fk >> TR_SHIFT, grp = __match_any_sync(m, bin);
-                if (lane == __ffs(grp) - 1) atomicAdd(hist + (int64_t)t * TR_BINS + bin, (unsigned)__popc(grp));
-            }
-        }
     }
 #else
     __trap(); /* built without sm_90a: pw_ok never takes this kernel there */
@@ -326,12 +314,12 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
     return LA_OK;
 }
 
-la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, uint32_t *hist, cudaStream_t s) {
+la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     static_assert(PW2_SMEM <= 227 * 1024, "one CTA's shared memory");
     LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg, hist);
+    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
     LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma, pipelined)");
     return LA_OK;
 }
