@@ -3,7 +3,8 @@
 # "paged_hisa") and src/cuda/paged_hisa_cand.cu (variant "blockmajor" of
 # family "paged_hisa_cand"), no GPU needed: cuts the args structs out of
 # paged_hisa.cuh and the kernel text between the PH_/PC_KERNELS_BEGIN / END
-# markers out of the .cu files, compiles them with dev/emu_paged_hisa.cpp
+# markers out of the .cu files (and dsa_mma.cuh's sc_mma / sc_head_sum,
+# between its SC_MMA markers), compiles them with dev/emu_paged_hisa.cpp
 # and dev/emu_paged_hisa_cand.cpp (g++ -std=c++20, no CUDA headers;
 # -ffp-contract=off so that only the written fmaf are fused) and compares
 # the block scores and kept lists with the classic chain, and the
@@ -25,10 +26,12 @@ assert "__shared__" not in k and "__shfl" not in k and "__ballot" not in k
 open(o + "/emu_ph_kern.inc", "w").write(k)
 a = h.index("struct pc_args {")
 open(o + "/emu_pc_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n")
+m = open("src/cuda/dsa_mma.cuh").read()
+m = m[m.index("/* SC_MMA_BEGIN"):m.index("/* SC_MMA_END */")] # the MMA and head sum the candidate kernel shares
 s = open("src/cuda/paged_hisa_cand.cu").read()
 k = s[s.index("/* PC_KERNELS_BEGIN */"):s.index("/* PC_KERNELS_END */")]
 assert "__shared__" not in k
-open(o + "/emu_pc_kern.inc", "w").write(k)
+open(o + "/emu_pc_kern.inc", "w").write(m + k)
 PY
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa.cpp -o "$O/emu_paged_hisa"
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"

@@ -1,8 +1,8 @@
 /* Device helpers of the mma.sync indexer score kernels, shared by dsa.cu
- * (sc_mma_kernel, sc_gather_kernel) and paged_gather.cu (the paged gather
- * kernel): one definition of the candidate-to-key map, the MMA and the
- * query staging, so the kernels that must agree bit for bit run the same
- * code. Internal; included by src/cuda/*.cu only. */
+ * (sc_mma_kernel, sc_gather_kernel), paged_gather.cu (the paged gather
+ * kernel) and paged_hisa_cand.cu (block-major candidates): one definition
+ * of the candidate-to-key map, the MMA, the head-sum epilogue and the query
+ * staging, so the kernels that must agree bit for bit run the same code. Internal; included by src/cuda/*.cu only. */
 #ifndef LA_CUDA_DSA_MMA_CUH
 #define LA_CUDA_DSA_MMA_CUH
 
@@ -27,6 +27,7 @@ __device__ __forceinline__ int64_t sc_key_of(const la_sp_score_args &a, int64_t 
     return (p >= lo && p < hi && p < a.Lk) ? p : -1;
 }
 
+/* SC_MMA_BEGIN (dev/emu_paged_hisa.sh cuts sc_mma and sc_head_sum for the host emulation) */
 /* c += a·b over 32 bytes of k: bf16 m16n8k16 (EB = 2) or e4m3 m16n8k32 (EB = 1) */
 template <int EB>
 __device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
@@ -40,6 +41,34 @@ __device__ __forceinline__ void sc_mma(float *c, const uint32_t *a, uint32_t b0,
 #endif
     }
 }
+
+/* The epilogue's ReLU-weighted head sum: this thread holds heads 8j + 2qd,
+ * 8j + 2qd + 1 of keys g and g + 8 of each m-tile; part[mt] = the folds over
+ * j ascending with fmaf from 0 (ws: the head weights), summed over the quad
+ * (xor 1, then xor 2). */
+template <int MT, int NT>
+__device__ __forceinline__ void sc_head_sum(const float (&acc)[MT][NT][4], const float *ws, int qd,
+                                            float (&part)[MT][2]) {
+#pragma unroll
+    for (int mt = 0; mt < MT; mt++) {
+        float s0 = 0.f, s1 = 0.f;
+#pragma unroll
+        for (int j = 0; j < NT; j++) {
+            const float2 wv = *(const float2 *)(ws + 8 * j + 2 * qd);
+            s0 = fmaf(wv.x, la_relu_nan(acc[mt][j][0]), s0);
+            s0 = fmaf(wv.y, la_relu_nan(acc[mt][j][1]), s0);
+            s1 = fmaf(wv.x, la_relu_nan(acc[mt][j][2]), s1);
+            s1 = fmaf(wv.y, la_relu_nan(acc[mt][j][3]), s1);
+        }
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
+        s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
+        s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
+        part[mt][0] = s0;
+        part[mt][1] = s1;
+    }
+}
+/* SC_MMA_END */
 
 /* One query's [HI, dI] block (EB bytes per element) into shared memory;
  * 16-byte chunk c of row h lands at chunk c ^ (h & SWZ) so ldmatrix reads 8

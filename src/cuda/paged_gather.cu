@@ -227,24 +227,7 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
         }
         /* sc_mma_kernel's epilogue: heads 8j+2qd, 8j+2qd+1 of keys g, g+8 */
         float part[MT][2];
-#pragma unroll
-        for (int mt = 0; mt < MT; mt++) {
-            float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float2 wv = *(const float2 *)(ws + 8 * j + 2 * qd);
-                s0 = fmaf(wv.x, la_relu_nan(acc[mt][j][0]), s0);
-                s0 = fmaf(wv.y, la_relu_nan(acc[mt][j][1]), s0);
-                s1 = fmaf(wv.x, la_relu_nan(acc[mt][j][2]), s1);
-                s1 = fmaf(wv.y, la_relu_nan(acc[mt][j][3]), s1);
-            }
-            s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-            s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-            part[mt][0] = s0;
-            part[mt][1] = s1;
-        }
+        sc_head_sum<MT, NT>(acc, ws, qd, part);
         /* lane qd of the quad stores key (m-tile qd / 2, row g + 8·(qd & 1)) */
         if (qd / 2 < MT) {
             const int mt = qd / 2, hh = qd & 1;

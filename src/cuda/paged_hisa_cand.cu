@@ -30,6 +30,7 @@
  * (bucket and its list rows of one chunk of up to PC_QPC queries), pc_scatter_kernel fills the buckets.
  * The score grid is the host's bound on the work items; CTAs past the
  * device's count return. */
+#include "cuda/dsa_mma.cuh"
 #include "cuda/paged_hisa.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/select.cuh"
@@ -127,20 +128,6 @@ __device__ __forceinline__ void pc_load_q(const pc_args &a, int64_t t, uint8_t *
     la_cp_commit_nc();
 }
 
-/* c += a·b over 32 bytes of k (sc_mma of dsa.cu) */
-template <int EB>
-__device__ __forceinline__ void pc_mma(float *c, const uint32_t *a, uint32_t b0, uint32_t b1) {
-    if constexpr (EB == 2) {
-        la_mma_bf16(c, a, b0, b1);
-    } else {
-#if LA_CU_SM90_CODE
-        la_mma_e4m3(c, a, b0, b1);
-#else
-        __trap(); /* fp8 mma.sync: sm_90a only (la_ph_cand_select) */
-#endif
-    }
-}
-
 /* The page row of token tok (< the sequence's length) and its fp8 scale. */
 __device__ __forceinline__ const uint8_t *pc_row(const pc_args &a, int64_t seq, int64_t tok, int RB, float *scale) {
     const int64_t page = a.table[seq * a.maxp + tok / a.ps], off = tok % a.ps;
@@ -208,31 +195,14 @@ __global__ void __launch_bounds__(PC_THREADS, 3) pc_score_kernel(pc_args a) {
                 la_ldsm4(b, qb + h * RB + ((c ^ (h & SWZ)) * 16));
 #pragma unroll
                 for (int mt = 0; mt < PC_MT; mt++) {
-                    pc_mma<EB>(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
-                    pc_mma<EB>(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
+                    sc_mma<EB>(acc[mt][2 * jp], af[mt][ks], b[0], b[1]);
+                    sc_mma<EB>(acc[mt][2 * jp + 1], af[mt][ks], b[2], b[3]);
                 }
             }
         }
         const float *wb = ws0 + buf * HI;
         float part[PC_MT][2];
-#pragma unroll
-        for (int mt = 0; mt < PC_MT; mt++) {
-            float s0 = 0.f, s1 = 0.f;
-#pragma unroll
-            for (int j = 0; j < NT; j++) {
-                const float2 wv = *(const float2 *)(wb + 8 * j + 2 * qd);
-                s0 = fmaf(wv.x, la_relu_nan(acc[mt][j][0]), s0);
-                s0 = fmaf(wv.y, la_relu_nan(acc[mt][j][1]), s0);
-                s1 = fmaf(wv.x, la_relu_nan(acc[mt][j][2]), s1);
-                s1 = fmaf(wv.y, la_relu_nan(acc[mt][j][3]), s1);
-            }
-            s0 += __shfl_xor_sync(0xffffffffu, s0, 1);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, 1);
-            s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
-            s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
-            part[mt][0] = s0;
-            part[mt][1] = s1;
-        }
+        sc_head_sum<PC_MT, NT>(acc, wb, qd, part);
         /* lane qd stores key (mt = qd / 2, row g + 8 (qd & 1)) */
         const int mt = qd >> 1, hh = qd & 1;
         const float v = hh ? (mt ? part[1][1] : part[0][1]) : (mt ? part[1][0] : part[0][0]); /* no local memory */
