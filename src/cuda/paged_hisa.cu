@@ -6,14 +6,17 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
+ * ph_means_t_kernel: the block means once per call (sum / count, the
+ *   division of pg_means_kernel, from the pooled sums or the precomputed
+ *   means), transposed to [seq][d][block] so that the score kernel copies
+ *   them as 16-byte rows.
  * ph_block_scores_kernel<R>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
- *   thread, d in chunks of 16 through shared memory (the next chunk's loads
- *   in flight during this one's FMAs). Each (row, head, block) sum runs over
- *   d ascending with fmaf from 0 (the CPU kernel's per-head dot product, bit
- *   for bit); the means are read precomputed or formed from the pooled sums
- *   (sum / count, pg_means_kernel's division) as the chunk is loaded. The
- *   ReLU'd sums then go to shared memory and one thread per (row, block)
+ *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
+ *   flight during this one's FMAs), q as floats in shared memory for all
+ *   the CTA's tiles. Each (row, head, block) sum runs over d ascending with
+ *   fmaf from 0 (the CPU kernel's per-head dot product, bit for bit). The
+ *   ReLU'd sums then go through the ring and one thread per (row, block)
  *   folds the heads in ascending order (fmaf from 0). First / last block of
  *   the row's range +inf, blocks past it -inf, as pg_score_kernel's
  *   PG_BLOCKS mode. A pair of rows of two sequences runs one pass per row.

@@ -1,10 +1,10 @@
 /* HISA's block stage on the paged index-key cache (paged_hisa.cu), used by
  * la_paged_topk_cuda's HISA branch (paged_index.cu). Family "paged_hisa":
- *   - "fused" (the default where it applies, switch kPagedHisaFused): block
- *     means read from the pooled sums inside the block-score kernel (or
- *     precomputed), the scores as an SGEMM-shaped fp32 kernel over (query
- *     rows x heads) x blocks, then one CTA per row selects the m kept
- *     blocks and writes them ascending;
+ *   - "fused" (the default where it applies, switch kPagedHisaFused): the
+ *     block means formed once per call, transposed (from the pooled sums,
+ *     or from the classic means kernel's without them), the scores as an
+ *     SGEMM-shaped fp32 kernel over (query rows x heads) x blocks, then one
+ *     CTA per row selects the m kept blocks and writes them ascending;
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
  * Both give the same bits: each (row, block, head) dot product runs over d
