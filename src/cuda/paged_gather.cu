@@ -35,6 +35,8 @@
 #include "cuda/dsa_mma.cuh"
 #include "cuda/paged_index_tc.cuh"
 
+#include <type_traits>
+
 namespace {
 
 enum { PG_STAGES = 3 };
@@ -250,6 +252,274 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
     la_cp_wait_all_nc();
 }
 
+/* ---- e4m3: the query block staged as f16 fragments ---------------------
+ *
+ * Why: sm_90 has no e4m3 mma.sync in hardware; ptxas emulates each
+ * mma.sync.m16n8k32.e4m3 with F2FP.F16.E4M3.UNPACK_B (e4m3 pairs to f16x2)
+ * and two HMMA.16816.F32. In pg_gather_kernel<HI, 1> every warp unpacked
+ * the CTA-constant query block again for every chunk: per k-step 32 of its
+ * 48 F2FP were B's. Here the CTA converts q once, with the same conversion
+ * instruction, into shared memory in fragment order, and the warps issue
+ * the emulation's f16 instruction sequence themselves.
+ *
+ * The emulation, read off the SASS of pg_gather_kernel<64, 1> (nvcc 13.0,
+ * sm_90a; dev/sass_trace_e4m3_mma.py checks it mechanically): for the e4m3
+ * mma c += A·B with A registers a0..a3 and B registers b0, b1 (4 e4m3 each,
+ * byte i of a register = element i),
+ *   t  = HMMA.16816.F32({lo a0, lo a1, lo a2, lo a3}, {lo b0, lo b1}, RZ)
+ *   t  = HMMA.16816.F32({hi a0, hi a1, hi a2, hi a3}, {hi b0, hi b1}, t)
+ *   c += t                                          (4 FADD, one per element)
+ * where lo x = F2FP.F16.E4M3.UNPACK_B of x's bytes 0-1 and hi x = the same of
+ * bytes 2-3 (.H1), i.e. cvt.rn.f16x2.e4m3x2 of x's low / high 16 bits. All
+ * 16 mmas of a k-step have this form (lo from zero, hi chained on it, then
+ * the FADDs); only the issue order of the independent chains is
+ * interleaved. pg_mma_e4m3_f16 issues exactly this: the two
+ * mma.sync.m16n8k16.f16 (HMMA.16816.F32 on sm_90), the first on zero
+ * accumulators, the second on the first's result, then add.rn.f32 into c.
+ * Bits: the same instructions on the same input bits in the same
+ * dependency order give the same output bits (the tensor core is
+ * deterministic; fp32 addition commutes; the order in which independent
+ * chains are issued does not matter). The inputs are the same bits: A is
+ * still unpacked per fragment, with cvt.rn.f16x2.e4m3x2 (the F2FP the
+ * emulation used) of the same ldmatrix bytes; B words are the results of
+ * that conversion of the same query bytes, only computed once per CTA and
+ * read back from shared memory (e4m3 to f16 is exact; NaN stays the
+ * conversion's NaN since the stored word is the instruction's output).
+ *
+ * B layout: the emulation's B for n-tile j (heads 8j + g), k-step ks, lane
+ * (g, qd) came from ldmatrix of q row 8j + g: b0 = bytes 32ks + 4qd .. + 3,
+ * b1 = bytes 32ks + 16 + 4qd .. + 3. Entry (ks, j, lane) of pg_qf16 is 16
+ * bytes at ((ks·NT + j)·32 + lane)·16: words {lo b0, lo b1, hi b0, hi b1},
+ * so one 16-byte shared load gives both HMMAs' B registers and a warp's
+ * load of an n-tile reads 512 contiguous bytes (conflict-free).
+ * dev/check_pg_qf16.py replays both paths on the host for random q.
+ *
+ * Shared memory: the f16 block is 16 KB (HI 64) where the e4m3 one was 8;
+ * to keep two CTAs per SM (228 KB) the keys' fp32 scales and flags leave
+ * shared memory: each thread now looks up the very row that its epilogue
+ * lane stores (so each key's flag and scale are private to one thread) and
+ * loads the scale into a register when it issues the row's copies. The
+ * chunk loop is unrolled by PG_STAGES so each stage's scale and flag stay
+ * in fixed registers while the next stages' loads are in flight. */
+template <int HI> struct pg_geom16 {
+    static constexpr int RB = 128, MT = 2, NT = HI / 8, KS = RB / 32;
+    static constexpr int ROWS = SC_WARPS * 16 * MT;           /* candidates per chunk (stage) */
+    static constexpr size_t KEYS = (size_t)KS * NT * 32 * 16; /* after the f16 q fragments */
+    static constexpr size_t WS = KEYS + (size_t)PG_STAGES * ROWS * RB; /* the head weights */
+    static constexpr size_t SMEM = WS + (size_t)HI * 4;
+};
+
+/* The chunk row whose score lane `lane` of warp `warp` stores (the
+ * epilogue's key of m-tile qd / 2, row g + 8·(qd & 1)); also its lookup row. */
+__device__ __forceinline__ int pg_row16(int warp, int lane) {
+    const int g = lane >> 2, qd = lane & 3;
+    return 32 * warp + 16 * (qd >> 1) + 8 * (qd & 1) + g;
+}
+
+/* The e4m3 pairs of x (bytes 0-1 to lo, 2-3 to hi; byte 2i to the low f16)
+ * as f16x2: the emulation's F2FP.F16.E4M3.UNPACK_B of x and of x.H1 (the
+ * halves split by mov so ptxas reads x.H1 in place, no shift). sm_89+ PTX;
+ * callers are sm_90a code only. */
+__device__ __forceinline__ void pg_e4m3x4_f16x2(uint32_t x, uint32_t &lo, uint32_t &hi) {
+#if LA_CU_SM90_CODE
+    asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+        : "=r"(lo), "=r"(hi) : "r"(x));
+#else
+    lo = hi = 0;
+    __trap(); /* fp8 path: built for sm_90a only (dsa_fp8_mma_ok) */
+#endif
+}
+
+/* c += A·B for one e4m3 m16n8k32 tile as ptxas emulates it (see above):
+ * alo / ahi = A's low / high e4m3 pairs as f16x2, b = {lo b0, lo b1, hi b0, hi b1}. */
+__device__ __forceinline__ void pg_mma_e4m3_f16(float (&c)[4], const uint32_t (&alo)[4], const uint32_t (&ahi)[4],
+                                                const uint4 &b) {
+    float t0, t1, t2, t3;
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%10,%10,%10,%10};\n"
+        : "=f"(t0), "=f"(t1), "=f"(t2), "=f"(t3)
+        : "r"(alo[0]), "r"(alo[1]), "r"(alo[2]), "r"(alo[3]), "r"(b.x), "r"(b.y), "f"(0.f));
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};\n"
+        : "+f"(t0), "+f"(t1), "+f"(t2), "+f"(t3)
+        : "r"(ahi[0]), "r"(ahi[1]), "r"(ahi[2]), "r"(ahi[3]), "r"(b.z), "r"(b.w));
+    c[0] = __fadd_rn(t0, c[0]);
+    c[1] = __fadd_rn(t1, c[1]);
+    c[2] = __fadd_rn(t2, c[2]);
+    c[3] = __fadd_rn(t3, c[3]);
+}
+
+/* Query row t's [HI, 128] e4m3 block into pg_qf16's fragment order (layout
+ * above): thread i converts 16-byte chunk c of head h (k-step c / 2, b0 for
+ * even c, b1 for odd), word qd to lane 4(h % 8) + qd of n-tile h / 8. */
+template <int HI>
+__device__ __forceinline__ void pg_load_qf16(const la_sp_score_args &a, int64_t t, float *ws) {
+    constexpr int NT = HI / 8;
+    const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0;
+    for (int i = threadIdx.x; i < HI * 8; i += SC_THREADS) {
+        const int h = i >> 3, c = i & 7, ks = c >> 1, odd = c & 1;
+        const uint4 v = *(const uint4 *)(q + h * a.q_nb1 + c * 16);
+        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+        uint32_t *e = (uint32_t *)(pg_sm + ((size_t)(ks * NT + (h >> 3)) * 32 + 4 * (h & 7)) * 16);
+#pragma unroll
+        for (int qd = 0; qd < 4; qd++) pg_e4m3x4_f16x2(w[qd], e[qd * 4 + odd], e[qd * 4 + 2 + odd]);
+    }
+    for (int h = threadIdx.x; h < HI; h += SC_THREADS) ws[h] = sc_wq(a, sc_scales{}, t, h);
+}
+
+/* pg_issue for the f16-q kernel: thread pair i of warp w copies the rows
+ * of lanes 2i (j = 0) and 2i + 1 (j = 1), each thread the 16-byte chunks of
+ * its parity; mine is the lookup of this thread's row (j = parity). Returns
+ * this row's fp32 scale (0 where invalid, as the zero-filled copy gave),
+ * loaded into a register. */
+__device__ __forceinline__ float pg_issue16(const sc_pages &pg, const pg_meta &mine, uint32_t sm_sa, int st) {
+    using G = pg_geom16<64>; /* RB, ROWS: the same for HI 32 */
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = lane & 1;
+    pg_meta other;
+    other.flag = __shfl_xor_sync(0xffffffffu, mine.flag, 1);
+    other.page = __shfl_xor_sync(0xffffffffu, mine.page, 1);
+    other.off = __shfl_xor_sync(0xffffffffu, mine.off, 1);
+    float scale = 0.f;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const bool own = j == part;
+        const pg_meta m = own ? mine : other;
+        const int r = pg_row16(warp, (lane & ~1) | j);
+        const int ok = m.flag != 0;
+        const uint8_t *base = pg.pages + (int64_t)m.page * pg.page_bytes;
+        const uint8_t *src = base + (int64_t)m.off * G::RB + part * 16;
+        const uint32_t drow = sm_sa + (uint32_t)(G::KEYS + (st * G::ROWS + r) * G::RB);
+        const uint32_t x16 = (uint32_t)((part ^ (r & 7)) * 16);
+#pragma unroll
+        for (int k = 0; k < G::RB / 32; k++) la_cp16z_sa(drow + (x16 ^ (k << 5)), src + k * 32, ok ? 16 : 0);
+        if (own && ok) scale = __ldg((const float *)(base + (int64_t)pg.ps * G::RB) + m.off);
+    }
+    return scale;
+}
+
+/* pg_gather_kernel for e4m3 keys and queries (same grid, chunks, pipeline
+ * and epilogue; the MMA as above) */
+template <int HI>
+__global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_f16q_kernel(la_sp_score_args a, sc_pages pg, int32_t per) {
+    using G = pg_geom16<HI>;
+    static_assert(PG_STAGES == 3, "the chunk loop below is unrolled by PG_STAGES");
+    constexpr int NT = G::NT, RB = G::RB, KS = G::KS, SWZ = 7, MT = G::MT, ROWS = G::ROWS;
+    const float *ws = (const float *)(pg_sm + G::WS);
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int qd = lane & 3;
+    const int32_t t = blockIdx.y;
+    const int32_t nchunks = (int32_t)((a.ncols + ROWS - 1) / ROWS);
+    const int32_t c0 = (int32_t)blockIdx.x * per, c1 = min(nchunks, c0 + per);
+    if (c0 >= c1) return;
+    const int32_t *brow = a.blocks + (int64_t)t * a.blocks_ld;
+    const int32_t *trow = pg.table + (int64_t)pg.row_seq[t] * pg.maxp;
+    const uint32_t lim = (uint32_t)min(a.ncols, a.m * a.B);
+    const uint32_t sm_sa = (uint32_t)__cvta_generic_to_shared(pg_sm);
+    float *orow = a.out + (int64_t)t * a.out_ld;
+    int32_t lo, hi;
+    {
+        int64_t lo64, hi64;
+        la_sp_row_range(a.range, t, &lo64, &hi64);
+        lo = (int32_t)lo64;
+        hi = (int32_t)hi64;
+    }
+    const int mrow = pg_row16(warp, lane); /* this thread's lookup and output row */
+
+    pg_load_qf16<HI>(a, t, (float *)ws); /* plain stores: visible after the loop's first barrier */
+    /* per stage: this row's scale, and its flag at bits 2·stage (fixed registers: the loop is unrolled) */
+    float scale[PG_STAGES] = {0.f, 0.f, 0.f};
+    uint32_t flags = 0;
+    pg_meta nx = {0, 0, 0};
+#pragma unroll
+    for (int st = 0; st < PG_STAGES - 1; st++) {
+        if (c0 + st < c1) {
+            nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + st) * ROWS + mrow, lo, hi);
+            scale[st] = pg_issue16(pg, nx, sm_sa, st);
+            flags |= (uint32_t)nx.flag << (2 * st);
+        }
+        la_cp_commit_nc();
+    }
+    if (c0 + PG_STAGES - 1 < c1) nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + PG_STAGES - 1) * ROWS + mrow, lo, hi);
+
+    /* ldmatrix addresses of A at k-step 0 as in pg_gather_kernel; B: this
+     * lane's 16-byte entry of n-tile 0, k-step 0 */
+    uint32_t a_off;
+    {
+        const int ra = 16 * MT * warp + (lane & 7) + ((lane >> 3) & 1) * 8, ca = lane >> 4;
+        a_off = (uint32_t)(G::KEYS + ra * RB + ((ca ^ (ra & SWZ)) * 16));
+    }
+    const uint32_t b_sa = sm_sa + (uint32_t)lane * 16;
+
+    auto chunk = [&](auto stage_c, int32_t c) {
+        constexpr int S = decltype(stage_c)::value, SN = (S + PG_STAGES - 1) % PG_STAGES;
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(PG_STAGES - 2));
+        __syncthreads(); /* chunk c landed; everyone is done with chunk c - 1's stage */
+        {
+            const int32_t cn = c + PG_STAGES - 1;
+            if (cn < c1) {
+                scale[SN] = pg_issue16(pg, nx, sm_sa, SN);
+                flags = (flags & ~(3u << (2 * SN))) | ((uint32_t)nx.flag << (2 * SN));
+            }
+            la_cp_commit_nc();
+            if (cn + 1 < c1) nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(cn + 1) * ROWS + mrow, lo, hi);
+        }
+        float acc[MT][NT][4];
+#pragma unroll
+        for (int mt = 0; mt < MT; mt++)
+#pragma unroll
+            for (int j = 0; j < NT; j++)
+#pragma unroll
+                for (int e = 0; e < 4; e++) acc[mt][j][e] = 0.f;
+        const uint32_t ka = a_off + (uint32_t)S * (ROWS * RB);
+#pragma unroll 1
+        for (int ks = 0; ks < KS; ks++) {
+            const uint32_t kx = (uint32_t)ks << 5;
+            uint32_t alo[MT][4], ahi[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; mt++) {
+                uint32_t raw[4];
+                pg_ldsm4(raw, sm_sa + (ka ^ kx) + mt * 16 * RB);
+#pragma unroll
+                for (int i = 0; i < 4; i++) pg_e4m3x4_f16x2(raw[i], alo[mt][i], ahi[mt][i]);
+            }
+            const uint32_t bk = b_sa + (uint32_t)ks * (NT * 512);
+#pragma unroll
+            for (int j = 0; j < NT; j++) {
+                uint4 b;
+                asm volatile("ld.shared.v4.b32 {%0,%1,%2,%3}, [%4];\n"
+                             : "=r"(b.x), "=r"(b.y), "=r"(b.z), "=r"(b.w) : "r"(bk + j * 512));
+#pragma unroll
+                for (int mt = 0; mt < MT; mt++) pg_mma_e4m3_f16(acc[mt][j], alo[mt], ahi[mt], b);
+            }
+        }
+        float part[MT][2];
+        sc_head_sum<MT, NT>(acc, ws, qd, part);
+        /* lane qd stores key mrow (m-tile qd / 2, row g + 8·(qd & 1)) */
+        {
+            const int hh = qd & 1;
+            const float v0 = hh ? part[0][1] : part[0][0], v1 = hh ? part[1][1] : part[1][0];
+            const float v = qd >> 1 ? v1 : v0;
+            const int64_t p = (int64_t)c * ROWS + mrow;
+            if (p < a.ncols) {
+                const uint32_t flag = (flags >> (2 * S)) & 3u;
+                float o = v * scale[S];
+                if (flag == 0) o = -INFINITY;
+                else if (flag == 2) o = INFINITY;
+                orow[p] = o;
+            }
+        }
+    };
+    for (int32_t c = c0;;) {
+        chunk(std::integral_constant<int, 0>{}, c);
+        if (++c >= c1) break;
+        chunk(std::integral_constant<int, 1>{}, c);
+        if (++c >= c1) break;
+        chunk(std::integral_constant<int, 2>{}, c);
+        if (++c >= c1) break;
+    }
+    la_cp_wait_all_nc();
+}
+
 /* SM count, and the opt-in shared memory per CTA, of the current device
  * (cheap host-side queries, asked per call: no cached static) */
 int pg_device_attr(cudaDeviceAttr attr, int fallback) {
@@ -261,15 +531,18 @@ int pg_device_attr(cudaDeviceAttr attr, int fallback) {
 }
 
 size_t pg_smem(int HI, int EB) {
-    if (EB == 1) return HI == 64 ? pg_geom<64, 1>::SMEM : pg_geom<32, 1>::SMEM;
+    if (EB == 1) return HI == 64 ? pg_geom16<64>::SMEM : pg_geom16<32>::SMEM;
     return HI == 64 ? pg_geom<64, 2>::SMEM : pg_geom<32, 2>::SMEM;
 }
 
 template <int HI, int EB>
 la_status pg_gather_launch(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
-    using G = pg_geom<HI, EB>;
-    const void *fn = (const void *)pg_gather_kernel<HI, EB>;
-    LA_TRY(la_cu_func_smem(a.ctx, fn, G::SMEM, G::SMEM, true));
+    using G = std::conditional_t<EB == 1, pg_geom16<HI>, pg_geom<HI, EB>>;
+    const size_t smem = pg_smem(HI, EB);
+    const void *fn;
+    if constexpr (EB == 1) fn = (const void *)pg_gather_f16q_kernel<HI>;
+    else fn = (const void *)pg_gather_kernel<HI, EB>;
+    LA_TRY(la_cu_func_smem(a.ctx, fn, smem, smem, true));
     /* one wave of 2 CTAs per SM where the rows have the chunks for it: the
      * fewest chunks per CTA that fill the slots (a decode batch of 64 rows
      * at 128K: 8 chunks of 256 candidates, 4 CTAs per row) */
@@ -278,7 +551,10 @@ la_status pg_gather_launch(const la_sp_score_args &a, const sc_pages &pg, cudaSt
     if (per > nchunks) per = nchunks;
     if (per < 1) per = 1;
     dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
-    pg_gather_kernel<HI, EB><<<grid, SC_THREADS, G::SMEM, s>>>(a, pg, (int32_t)per);
+    if constexpr (EB == 1)
+        pg_gather_f16q_kernel<HI><<<grid, SC_THREADS, smem, s>>>(a, pg, (int32_t)per);
+    else
+        pg_gather_kernel<HI, EB><<<grid, SC_THREADS, smem, s>>>(a, pg, (int32_t)per);
     LA_CU_LAUNCH(EB == 2 ? "paged candidate scores (bf16 gather)" : "paged candidate scores (fp8 e4m3 gather)");
     return LA_OK;
 }
