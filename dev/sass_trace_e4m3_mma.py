@@ -1,17 +1,19 @@
 #!/usr/bin/env python3
 """Symbolic trace of one k-step of the sm_90 e4m3 mma.sync emulation in SASS.
 
-Usage: sass_trace_e4m3_mma.py FILE.sass FIRST_ADDR LAST_ADDR
+Usage: sass_trace_e4m3_mma.py FILE.sass FIRST_ADDR LAST_ADDR ABASE BBASE
 (cuobjdump -sass output of one kernel; the addresses, hex, bound the k-step
-loop body). LDSM results are named by their address operand: the A (key)
-loads and B (query) loads are told apart by the base register, given as
-A=Rxx B=Ryy in the environment-free form of arguments 4 and 5.
+loop body; ABASE / BBASE: the address registers of the A (key) and B
+(query) LDSM, e.g. R32 R78; BBASE "lds" for pg_gather_f16q_kernel, whose B
+comes from LDS.128 of the f16 fragments: register i of the load at offset
+0x200·j = word i of n-tile j's entry, {lo b0, lo b1, hi b0, hi b1}).
 
 It prints, for every HMMA, which unpacked bytes feed A and B and what the
-accumulator input is, then for every FADD which HMMA element it adds, so
-that the emulation's chaining order (lo half first, from zero; hi half
-chained on it; then one FADD into the accumulator) can be read off and
-checked mechanically (the checks are asserted at the end)."""
+accumulator input is, and asserts the emulation's form: per e4m3 mma
+(m-tile, n-tile), HMMA(lo A, lo B, RZ), then HMMA(hi A, hi B, that), then
+one FADD per element into a loop-carried accumulator (64 distinct ones).
+For the old kernel this reads the mapping off ptxas's emulation; for the
+new one it checks that the hand-issued sequence is the same."""
 import re, sys
 
 path, first, last, abase, bbase = sys.argv[1], int(sys.argv[2], 16), int(sys.argv[3], 16), sys.argv[4], sys.argv[5]
@@ -41,6 +43,12 @@ for addr, t in ins:
         d = num(args[0])
         for i in range(4):
             reg[r(d + i)] = ('ld', kind, off // 0x800, i)
+    elif op.startswith('LDS') and bbase == 'lds':
+        m = re.match(r'\[(R\d+)(?:\+0x([0-9a-f]+))?\]', args[1])
+        off = int(m.group(2) or '0', 16)
+        d = num(args[0])
+        for i in range(4):
+            reg[r(d + i)] = ('lds', off // 0x200, i)
     elif op.startswith('F2FP'):
         d = num(args[0]); s = args[1]
         half = 'hi' if s.endswith('.H1') else 'lo'
@@ -63,6 +71,8 @@ for addr, t in ins:
         reg[r(d)] = ('fadd', vx, vy)
 
 def show_unp(v):
+    if v is not None and v[0] == 'lds':
+        return 'qf16[n%d].w%d' % (v[1], v[2])
     if v is None or v[0] != 'unp' or v[1] is None:
         return str(v)
     _, (_, kind, idx, i), half = v
@@ -76,14 +86,20 @@ for k, (addr, A, B, C) in enumerate(hmmas):
 # 2n, 2n+1 of one B load (n-tile 2jp + n), same half on every operand
 pairs = {}
 for k, (addr, A, B, C) in enumerate(hmmas):
-    ha = {v[2] for v in A} | {v[2] for v in B}
-    assert len(ha) == 1, (k, A, B)
+    ha = {v[2] for v in A}
+    assert len(ha) == 1, (k, A)
     half = ha.pop()
     mt = A[0][1][2]
     assert all(v[1][1] == 'A' and v[1][2] == mt and v[1][3] == i for i, v in enumerate(A)), k
-    jp, i0 = B[0][1][2], B[0][1][3]
-    assert B[0][1][1] == 'B' and i0 % 2 == 0 and B[1][1] == ('ld', 'B', jp, i0 + 1), k
-    key = (mt, 2 * jp + i0 // 2)
+    if bbase == 'lds':
+        j, w0 = B[0][1], B[0][2]
+        assert B[0][0] == 'lds' and B[1] == ('lds', j, w0 + 1) and w0 == (0 if half == 'lo' else 2), k
+        key = (mt, j)
+    else:
+        assert {v[2] for v in B} == {half}, k
+        jp, i0 = B[0][1][2], B[0][1][3]
+        assert B[0][1][1] == 'B' and i0 % 2 == 0 and B[1][1] == ('ld', 'B', jp, i0 + 1), k
+        key = (mt, 2 * jp + i0 // 2)
     if half == 'lo':
         assert C == 'zero', k
         pairs[key] = [k]
