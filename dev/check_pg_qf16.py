@@ -9,13 +9,16 @@ For random e4m3 query blocks (HI 64 and 32, dI 128) this replays
        per (k-step, n-tile, lane) B_lo = {lo r[2n], lo r[2n+1]},
        B_hi = {hi r[2n], hi r[2n+1]} (n-tile 2jp + n; dev/sass_trace_e4m3_mma.py
        reads this pairing off the SASS);
-  new: pg_load_qf16's stores (every thread's loop, word by word) and the
+  new: pg_qf16_fetch / pg_qf16_store (every thread's chunks, word by word) and the
        k-loop's 16-byte load at lane·16 + (ks·NT + j)·512, B_lo = words 0-1,
        B_hi = words 2-3;
 and asserts that both give the same f16x2 words for every k-step, n-tile
 and lane, that the staging writes each word of the area exactly once, and
 that the new row assignment (pg_row16, pg_issue16's pairs) copies every
-chunk row once with its own lookup and stores the old epilogue's rows.
+chunk row once with its own lookup and stores the old epilogue's rows,
+and (check_ring) that the chunk loop unrolled by PG_STAGES finds, at each
+chunk's epilogue, that chunk in its stage and its own scale and flag in
+the stage's registers, for every c0 <= c1 span up to 12 chunks.
 The conversion is modelled twice: as an exact e4m3 -> f16 map, and as the
 identity on the 16 input bits (so equality means the same bits went into
 the same conversion instruction)."""
@@ -78,10 +81,10 @@ def check(HI, q, cvt):
                     lo = [cvt(r[2 * n] & 0xffff), cvt(r[2 * n + 1] & 0xffff)]
                     hi = [cvt(r[2 * n] >> 16), cvt(r[2 * n + 1] >> 16)]
                     old[(ks, 2 * jp + n, lane)] = (lo, hi)
-    # new: pg_load_qf16<HI> stores, then the k-loop's 16-byte loads
+    # new: pg_qf16_store<HI> (thread tid: chunks tid + k·256), then the k-loop's 16-byte loads
     words = {}
     for tid in range(256):
-        for i in range(tid, HI * 8, 256):
+        for i in (tid + k * 256 for k in range(HI * 8 // 256)):
             h, c = i >> 3, i & 7
             ks, odd = c >> 1, c & 1
             e = ((ks * NT + (h >> 3)) * 32 + 4 * (h & 7)) * 16 // 4  # word index
@@ -123,6 +126,77 @@ def check_rows():
             assert 16 * (2 * warp + qd // 2) + g + 8 * (qd & 1) == mine
     assert len(copied) == 256 * 8
 
+def check_ring(PG_STAGES=3):
+    """pg_gather_f16q_kernel's chunk bookkeeping, statement by statement:
+    stage contents, scale[] and the packed flags against the chunk whose
+    epilogue reads them (chunk c's meta stands for its lookup)."""
+    for c0 in range(0, 4):
+        for n in range(1, 13):
+            c1 = c0 + n
+            stage = [None] * PG_STAGES
+            scale = [None] * PG_STAGES
+            flags = 0
+            meta = lambda c: ('scale', c, c % 3)  # flag of chunk c: c % 3 (any 2-bit value)
+            nx = None
+            for st in range(PG_STAGES - 1):
+                if c0 + st < c1:
+                    nx = meta(c0 + st)
+                    stage[st], scale[st] = nx[1], nx
+                    flags |= nx[2] << (2 * st)
+            if c0 + PG_STAGES - 1 < c1:
+                nx = meta(c0 + PG_STAGES - 1)
+            done = []
+            def chunk(S, c):
+                nonlocal flags, nx
+                SN = (S + PG_STAGES - 1) % PG_STAGES
+                cn = c + PG_STAGES - 1
+                if cn < c1:
+                    assert nx == meta(cn)
+                    stage[SN], scale[SN] = cn, nx
+                    flags = (flags & ~(3 << (2 * SN))) | (nx[2] << (2 * SN))
+                if cn + 1 < c1:
+                    nx = meta(cn + 1)
+                assert stage[S] == c and scale[S] == meta(c) and (flags >> (2 * S)) & 3 == c % 3, (c0, c1, c, S)
+                done.append(c)
+            c = c0
+            while True:
+                chunk(0, c); c += 1
+                if c >= c1: break
+                chunk(1, c); c += 1
+                if c >= c1: break
+                chunk(2, c); c += 1
+                if c >= c1: break
+            assert done == list(range(c0, c1))
+
+def check_smem():
+    """pg_geom16's regions (as in the source) do not overlap, every access
+    of the kernel falls in its region, and two CTAs fit an SM (228 KB, 1 KB
+    reserved per CTA)."""
+    for HI in (64, 32):
+        NT, RB, KS, ROWS, STAGES = HI // 8, 128, 4, 256, 3
+        KEYS = KS * NT * 32 * 16
+        WS = KEYS + STAGES * ROWS * RB
+        SMEM = WS + HI * 4
+        assert 2 * (SMEM + 1024) <= 228 * 1024, (HI, SMEM)
+        # B loads: lane*16 + (ks*NT + j)*512 .. +16
+        hi_b = max(l * 16 + (ks * NT + j) * 512 + 16 for l in range(32) for ks in range(KS) for j in range(NT))
+        assert hi_b == KEYS
+        # stage copies (pg_issue16<HI>): KEYS + (st*ROWS + r)*RB + chunk*16, r < 256
+        for st in range(STAGES):
+            lo_s, hi_s = KEYS + st * ROWS * RB, KEYS + (st * ROWS + 255) * RB + 8 * 16
+            assert KEYS <= lo_s and hi_s <= WS
+        # A ldmatrix reads: a_off + stage*ROWS*RB ^ (ks << 5) + mt*16*RB within the stage
+        for warp in range(8):
+            for lane in range(32):
+                ra, ca = 32 * warp + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
+                a_off = KEYS + ra * RB + ((ca ^ (ra & 7)) * 16)
+                for st in range(STAGES):
+                    for ks in range(KS):
+                        for mt in range(2):
+                            o = ((a_off + st * ROWS * RB) ^ (ks << 5)) + mt * 16 * RB
+                            assert KEYS + st * ROWS * RB <= o and o + 16 <= KEYS + (st + 1) * ROWS * RB
+        print('smem HI %d: %d bytes (q fragments %d, ring %d, weights %d)' % (HI, SMEM, KEYS, WS - KEYS, HI * 4))
+
 random.seed(1)
 n = 0
 for HI in (64, 32):
@@ -133,4 +207,6 @@ for HI in (64, 32):
         for cvt in (cvt_exact, cvt_tag):
             n += check(HI, q, cvt)
 check_rows()
-print('ok: f16 q fragments equal the ldmatrix + F2FP registers (%d lane-fragments checked); rows ok' % n)
+check_ring()
+check_smem()
+print('ok: f16 q fragments equal the ldmatrix + F2FP registers (%d lane-fragments checked); rows and ring ok' % n)

@@ -11,7 +11,7 @@ comes from LDS.128 of the f16 fragments: register i of the load at offset
 It prints, for every HMMA, which unpacked bytes feed A and B and what the
 accumulator input is, and asserts the emulation's form: per e4m3 mma
 (m-tile, n-tile), HMMA(lo A, lo B, RZ), then HMMA(hi A, hi B, that), then
-one FADD per element into a loop-carried accumulator (64 distinct ones).
+one FADD per element into a loop-carried accumulator (4 distinct ones per mma).
 For the old kernel this reads the mapping off ptxas's emulation; for the
 new one it checks that the hand-issued sequence is the same."""
 import re, sys
@@ -106,7 +106,7 @@ for k, (addr, A, B, C) in enumerate(hmmas):
     else:
         assert C != 'zero' and all(C[i] == ('hmma', pairs[key][0], i) for i in range(4)), k
         pairs[key].append(k)
-assert len(pairs) == 16 and all(len(v) == 2 for v in pairs.values())
+assert len(pairs) == len(hmmas) // 2 and all(len(v) == 2 for v in pairs.values())
 second = {v[1]: key for key, v in pairs.items()}
 acc_of = {}
 for addr, d, vx, vy in fadds:
@@ -117,7 +117,7 @@ for addr, d, vx, vy in fadds:
     key = second[h[1]] + (h[2],)
     assert key not in acc_of.values()
     acc_of[d] = key
-assert len(acc_of) == 64
-print('ok: 16 e4m3 mmas, each = hmma(lo A, lo B, 0) -> hmma(hi A, hi B, that) -> 4 FADD into the accumulator')
+assert len(acc_of) == 4 * len(pairs)
+print('ok: %d e4m3 mmas,' % len(pairs) + ' each = hmma(lo A, lo B, 0) -> hmma(hi A, hi B, that) -> 4 FADD into the accumulator')
 for key in sorted(pairs):
     print('  mma (mt %d, n-tile %d): hmma#%d then #%d' % (key + tuple(pairs[key])))

@@ -30,7 +30,13 @@
  * quad, times the key's fp32 scale (fp8), -inf for an invalid key
  * (sc_key_of), +inf for a forced end. An mma's output element depends only
  * on its own row, column and accumulator, so which keys share a tile or a
- * CTA changes nothing. */
+ * CTA changes nothing.
+ *
+ * Two kernels: pg_gather_kernel (bf16 keys and queries) as above, and
+ * pg_gather_f16q_kernel for e4m3 (further down), the same scheme with the
+ * query block converted once per CTA to f16 fragments and the e4m3 MMA
+ * issued as the f16 HMMA sequence that ptxas emulates it with: the same
+ * instructions on the same bits, hence the same scores. */
 #include "cuda/cuda_ops.h"
 #include "cuda/dsa_mma.cuh"
 #include "cuda/paged_index_tc.cuh"
@@ -43,7 +49,8 @@ enum { PG_STAGES = 3 };
 
 extern __shared__ __align__(128) uint8_t pg_sm[]; /* pg_geom's layout */
 
-/* Stage geometry: e4m3 (EB = 1) rows are 128 bytes, so a warp takes 32 keys
+/* Stage geometry (pg_gather_kernel; launched for bf16 only, the e4m3 case
+ * is pg_geom16 below): e4m3 (EB = 1) rows are 128 bytes, so a warp takes 32 keys
  * (two m-tiles, each B fragment used twice as in sc_mma_kernel's MT = 2);
  * bf16 rows are 256 bytes, 16 keys per warp: 32 KB per stage either way,
  * and two CTAs per SM fit (227 KB). */
@@ -350,21 +357,33 @@ __device__ __forceinline__ void pg_mma_e4m3_f16(float (&c)[4], const uint32_t (&
 }
 
 /* Query row t's [HI, 128] e4m3 block into pg_qf16's fragment order (layout
- * above): thread i converts 16-byte chunk c of head h (k-step c / 2, b0 for
- * even c, b1 for odd), word qd to lane 4(h % 8) + qd of n-tile h / 8. */
-template <int HI>
-__device__ __forceinline__ void pg_load_qf16(const la_sp_score_args &a, int64_t t, float *ws) {
-    constexpr int NT = HI / 8;
+ * above), in two halves so that the prologue's lookups and copies are
+ * issued while the loads are in flight: thread i holds 16-byte chunks
+ * i + k·SC_THREADS (chunk c of head h: k-step c / 2, b0 for even c, b1 for
+ * odd), and stores word qd of each to lane 4(h % 8) + qd of n-tile h / 8. */
+template <int HI> struct pg_qf16_raw {
+    static constexpr int N = HI * 8 / SC_THREADS;
+    uint4 v[N];
+};
+template <int HI> __device__ __forceinline__ void pg_qf16_fetch(const la_sp_score_args &a, int64_t t, pg_qf16_raw<HI> &r) {
+    static_assert(HI * 8 % SC_THREADS == 0, "whole chunks per thread");
     const uint8_t *q = (const uint8_t *)a.q + t * a.q_nb0;
-    for (int i = threadIdx.x; i < HI * 8; i += SC_THREADS) {
-        const int h = i >> 3, c = i & 7, ks = c >> 1, odd = c & 1;
-        const uint4 v = *(const uint4 *)(q + h * a.q_nb1 + c * 16);
-        const uint32_t w[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+    for (int k = 0; k < pg_qf16_raw<HI>::N; k++) {
+        const int i = threadIdx.x + k * SC_THREADS, h = i >> 3, c = i & 7;
+        r.v[k] = *(const uint4 *)(q + h * a.q_nb1 + c * 16);
+    }
+}
+template <int HI> __device__ __forceinline__ void pg_qf16_store(const pg_qf16_raw<HI> &r) {
+    constexpr int NT = HI / 8;
+#pragma unroll
+    for (int k = 0; k < pg_qf16_raw<HI>::N; k++) {
+        const int i = threadIdx.x + k * SC_THREADS, h = i >> 3, c = i & 7, ks = c >> 1, odd = c & 1;
+        const uint32_t w[4] = {r.v[k].x, r.v[k].y, r.v[k].z, r.v[k].w};
         uint32_t *e = (uint32_t *)(pg_sm + ((size_t)(ks * NT + (h >> 3)) * 32 + 4 * (h & 7)) * 16);
 #pragma unroll
         for (int qd = 0; qd < 4; qd++) pg_e4m3x4_f16x2(w[qd], e[qd * 4 + odd], e[qd * 4 + 2 + odd]);
     }
-    for (int h = threadIdx.x; h < HI; h += SC_THREADS) ws[h] = sc_wq(a, sc_scales{}, t, h);
 }
 
 /* pg_issue for the f16-q kernel: thread pair i of warp w copies the rows
@@ -372,8 +391,9 @@ __device__ __forceinline__ void pg_load_qf16(const la_sp_score_args &a, int64_t 
  * its parity; mine is the lookup of this thread's row (j = parity). Returns
  * this row's fp32 scale (0 where invalid, as the zero-filled copy gave),
  * loaded into a register. */
+template <int HI>
 __device__ __forceinline__ float pg_issue16(const sc_pages &pg, const pg_meta &mine, uint32_t sm_sa, int st) {
-    using G = pg_geom16<64>; /* RB, ROWS: the same for HI 32 */
+    using G = pg_geom16<HI>;
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, part = lane & 1;
     pg_meta other;
     other.flag = __shfl_xor_sync(0xffffffffu, mine.flag, 1);
@@ -425,7 +445,8 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_f16q_kernel(la_sp_sco
     }
     const int mrow = pg_row16(warp, lane); /* this thread's lookup and output row */
 
-    pg_load_qf16<HI>(a, t, (float *)ws); /* plain stores: visible after the loop's first barrier */
+    pg_qf16_raw<HI> qraw;
+    pg_qf16_fetch<HI>(a, t, qraw);
     /* per stage: this row's scale, and its flag at bits 2·stage (fixed registers: the loop is unrolled) */
     float scale[PG_STAGES] = {0.f, 0.f, 0.f};
     uint32_t flags = 0;
@@ -434,12 +455,15 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_f16q_kernel(la_sp_sco
     for (int st = 0; st < PG_STAGES - 1; st++) {
         if (c0 + st < c1) {
             nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + st) * ROWS + mrow, lo, hi);
-            scale[st] = pg_issue16(pg, nx, sm_sa, st);
+            scale[st] = pg_issue16<HI>(pg, nx, sm_sa, st);
             flags |= (uint32_t)nx.flag << (2 * st);
         }
         la_cp_commit_nc();
     }
     if (c0 + PG_STAGES - 1 < c1) nx = pg_lookup(a, pg, brow, trow, lim, (uint32_t)(c0 + PG_STAGES - 1) * ROWS + mrow, lo, hi);
+    /* plain stores: visible after the loop's first barrier */
+    pg_qf16_store<HI>(qraw);
+    for (int h = threadIdx.x; h < HI; h += SC_THREADS) ((float *)ws)[h] = sc_wq(a, sc_scales{}, t, h);
 
     /* ldmatrix addresses of A at k-step 0 as in pg_gather_kernel; B: this
      * lane's 16-byte entry of n-tile 0, k-step 0 */
@@ -457,7 +481,7 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_f16q_kernel(la_sp_sco
         {
             const int32_t cn = c + PG_STAGES - 1;
             if (cn < c1) {
-                scale[SN] = pg_issue16(pg, nx, sm_sa, SN);
+                scale[SN] = pg_issue16<HI>(pg, nx, sm_sa, SN);
                 flags = (flags & ~(3u << (2 * SN))) | ((uint32_t)nx.flag << (2 * SN));
             }
             la_cp_commit_nc();
