@@ -278,9 +278,10 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
  *   c += t                                          (4 FADD, one per element)
  * where lo x = F2FP.F16.E4M3.UNPACK_B of x's bytes 0-1 and hi x = the same of
  * bytes 2-3 (.H1), i.e. cvt.rn.f16x2.e4m3x2 of x's low / high 16 bits. All
- * 16 mmas of a k-step have this form (lo from zero, hi chained on it, then
- * the FADDs); only the issue order of the independent chains is
- * interleaved. pg_mma_e4m3_f16 issues exactly this: the two
+ * mmas of a k-step have this form (16 at HI 64, 8 at HI 32; so does
+ * sc_mma_kernel's paged e4m3 code, variant "direct"): lo from zero, hi
+ * chained on it, then the FADDs; only the issue order of the independent
+ * chains is interleaved. pg_mma_e4m3_f16 issues exactly this: the two
  * mma.sync.m16n8k16.f16 (HMMA.16816.F32 on sm_90), the first on zero
  * accumulators, the second on the first's result, then add.rn.f32 into c.
  * Bits: the same instructions on the same input bits in the same
@@ -295,8 +296,9 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
  *
  * B layout: the emulation's B for n-tile j (heads 8j + g), k-step ks, lane
  * (g, qd) came from ldmatrix of q row 8j + g: b0 = bytes 32ks + 4qd .. + 3,
- * b1 = bytes 32ks + 16 + 4qd .. + 3. Entry (ks, j, lane) of pg_qf16 is 16
- * bytes at ((ks·NT + j)·32 + lane)·16: words {lo b0, lo b1, hi b0, hi b1},
+ * b1 = bytes 32ks + 16 + 4qd .. + 3. Entry (ks, j, lane) of the f16 block
+ * (shared memory from 0) is 16 bytes at ((ks·NT + j)·32 + lane)·16: words
+ * {lo b0, lo b1, hi b0, hi b1},
  * so one 16-byte shared load gives both HMMAs' B registers and a warp's
  * load of an n-tile reads 512 contiguous bytes (conflict-free).
  * dev/check_pg_qf16.py replays both paths on the host for random q.
@@ -307,7 +309,9 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_kernel(la_sp_score_ar
  * lane stores (so each key's flag and scale are private to one thread) and
  * loads the scale into a register when it issues the row's copies. The
  * chunk loop is unrolled by PG_STAGES so each stage's scale and flag stay
- * in fixed registers while the next stages' loads are in flight. */
+ * in fixed registers while the next stages' loads are in flight. More
+ * m-tiles per warp (fewer B loads per HMMA) do not fit: two m-tiles' 64
+ * accumulators already take the kernel to its 128 registers. */
 template <int HI> struct pg_geom16 {
     static constexpr int RB = 128, MT = 2, NT = HI / 8, KS = RB / 32;
     static constexpr int ROWS = SC_WARPS * 16 * MT;           /* candidates per chunk (stage) */
@@ -356,7 +360,7 @@ __device__ __forceinline__ void pg_mma_e4m3_f16(float (&c)[4], const uint32_t (&
     c[3] = __fadd_rn(t3, c[3]);
 }
 
-/* Query row t's [HI, 128] e4m3 block into pg_qf16's fragment order (layout
+/* Query row t's [HI, 128] e4m3 block into the f16 fragment order (layout
  * above), in two halves so that the prologue's lookups and copies are
  * issued while the loads are in flight: thread i holds 16-byte chunks
  * i + k·SC_THREADS (chunk c of head h: k-step c / 2, b0 for even c, b1 for
