@@ -326,9 +326,9 @@ la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end,
 } // namespace
 
 
-extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
-                                        const la_tensor *q, const la_tensor *w, const la_paged_query *pq,
-                                        la_tensor *idx, la_context *ctx) {
+static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_params *p, int hisa,
+                                const la_tensor *q, const la_tensor *w, const la_paged_query *pq, la_tensor *idx,
+                                la_context *ctx) {
     cudaStream_t s = la_cu_stream(ctx);
     const pg_cache C = pg_of(c);
     const int64_t T = q->ne[0], topk = p->topk, ps = c->p.page_size;
@@ -378,8 +378,6 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
     M.rows = M.lens + nseq;
     M.row0 = M.rows + T;
     LA_TRY(la_pg_meta_launch(M, s));
-    /* the status mirror, refreshed after the checks (read by the next call without waiting) */
-    LA_CU(cudaMemcpyAsync(c->status_host, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost, s));
     pg_rows R = {};
     R.table = M.tab;
     R.maxp = maxp;
@@ -442,11 +440,13 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
             if (use == 3) {
                 la_cu_ws dh, dcand;
                 const size_t hb = (size_t)T * (TR_BINS + TR_CBINS + 1) * 4u; /* hist, coarse, cnt: zeroed together */
+                /* the scores first: the host's allocations and memset then
+                 * overlap them instead of delaying the GPU's largest kernel */
+                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s)); /* the histograms: la_tr_launch's own pass */
                 LA_TRY(la_cu_ws_alloc(&dh, hb, s, "paged top-k histograms"));
                 LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
                 LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
                 uint32_t *hist = (uint32_t *)dh.p;
-                LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s)); /* the histograms: la_tr_launch's own pass */
                 la_tr_args tr;
                 memset(&tr, 0, sizeof tr);
                 tr.scores = (const float *)dsc.p;
@@ -601,5 +601,22 @@ extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_
                                                                  return_slots, R.table, maxp, R.row_seq, ps,
                                                                  (int32_t *)iv.data, iv.nb[0], iv.nb[1]);
     LA_CU_LAUNCH("paged finish");
+    return LA_OK;
+}
+
+/* The status mirror is refreshed after the call's last launch, not right
+ * after the checks: its copy costs the host as much as a launch, and the
+ * GPU would wait for it between the metadata kernel and the first score
+ * kernel. The next call reads the mirror without waiting either way (an
+ * error becomes visible a few kernels later, never lost: the device word
+ * stays set until la_paged_index_cache_check or the next call clears it). */
+extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
+                                        const la_tensor *q, const la_tensor *w, const la_paged_query *pq,
+                                        la_tensor *idx, la_context *ctx) {
+    const la_status st = pg_topk_launch(c, p, hisa, q, w, pq, idx, ctx);
+    const cudaError_t e = cudaMemcpyAsync(c->status_host, c->status_dev, LA_PG_STATUS_WORDS * 4,
+                                          cudaMemcpyDeviceToHost, la_cu_stream(ctx));
+    if (st != LA_OK) return st;
+    if (e != cudaSuccess) LA_CU(e);
     return LA_OK;
 }
