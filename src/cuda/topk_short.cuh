@@ -86,6 +86,8 @@ struct ts_row {
 /* Whether the short-row kernel takes rows of L columns (k <= TS_KMAX is the
  * caller's check). */
 static inline bool la_sp_topk_short_ok(int64_t L) { return L >= 0 && L <= TS_LMAX; }
+/* The most rows it takes by default: two waves of one CTA per SM. */
+int la_sp_topk_short_rows_max();
 /* Launch it on s: one CTA per row (topk_short.cu). */
 la_status la_sp_topk_short(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s);
 #endif
@@ -93,6 +95,7 @@ la_status la_sp_topk_short(const la_sp_topk_args &a, const la_context *ctx, cuda
 #ifdef LA_TS_KERNELS
 #ifndef LA_TS_EMU
 #define TS_DEV __device__ __forceinline__
+#define TS_MEMBER __device__ __forceinline__
 TS_DEV int ts_tid() { return (int)threadIdx.x; }
 TS_DEV void ts_sync() { __syncthreads(); }
 TS_DEV uint32_t ts_atomic_add(uint32_t *p, uint32_t v) { return atomicAdd(p, v); }
@@ -106,6 +109,14 @@ TS_DEV uint32_t ts_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 TS_DEV uint32_t ts_match_any(uint32_t x) { return __match_any_sync(0xffffffffu, x); }
 TS_DEV float4 ts_ldg4(const float4 *p) { return __ldg(p); }
 TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
+#endif
+
+/* the emulator counts the rows of each path */
+#ifndef TS_NOTE_BITONIC
+#define TS_NOTE_BITONIC()
+#endif
+#ifndef TS_NOTE_PASSES
+#define TS_NOTE_PASSES(n)
 #endif
 
 template <typename T> TS_DEV T ts_min(T a, T b) { return b < a ? b : a; }
@@ -196,7 +207,7 @@ struct ts_dig {
     float vmn, scale;
     uint64_t mn;
     int sh;
-    TS_DEV uint32_t operator()(uint64_t key) const {
+    TS_MEMBER uint32_t operator()(uint64_t key) const {
         if (lin) {
             const float d = (ts_fval(key) - vmn) * scale; /* >= 0 in the region; +inf: inf, NaN: NaN */
             return d < 2047.f ? (uint32_t)d : 2047u;
@@ -306,6 +317,7 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
         }
     } else {
         /* bitonic sort of all nc candidates, descending */
+        if (tid == 0) TS_NOTE_BITONIC();
         uint32_t n2 = 1;
         while (n2 < nc) n2 <<= 1;
         for (uint32_t i = nc + tid; i < n2; i += TS_NT) cand[i] = 0;
@@ -446,6 +458,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         }
         if (taken + cnt <= TS_CAP) break; /* always by pass 5: one key per full prefix */
     }
+    if (tid == 0) TS_NOTE_PASSES(kk ? pass + 1 : 1);
     if (kk == 0) {
         for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
         return;
