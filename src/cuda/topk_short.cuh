@@ -456,7 +456,9 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             pl |= bin << sh;
             ml |= dm << sh;
         }
-        if (taken + cnt <= TS_CAP) break; /* always by pass 5: one key per full prefix */
+        /* pass 5 leaves one key per full prefix (unique tokens); equal
+         * tokens (duplicate gather blocks) stop there too, clamped below */
+        if (taken + cnt <= TS_CAP || pass == 5) break;
     }
     if (tid == 0) TS_NOTE_PASSES(kk ? pass + 1 : 1);
     if (kk == 0) {
@@ -479,16 +481,20 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
      * lookups in flight per thread with the 17 keys live would spill) */
 #pragma unroll
     for (int e = 0; e < TS_EPT; e++)
-        if ((m >> e) & 1u) S.cand[pos++] = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
+        if ((m >> e) & 1u) {
+            if (pos < TS_CAP) S.cand[pos] = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
+            pos++;
+        }
     ts_sync();
+    const uint32_t nc = ts_min(taken + cnt, (uint32_t)TS_CAP);
     if (GATHER) {
-        for (uint32_t i = tid; i < taken + cnt; i += TS_NT) {
+        for (uint32_t i = tid; i < nc; i += TS_NT) {
             const uint64_t key = S.cand[i];
             S.cand[i] = (key & 0xFFFFFFFF00000000ull) | (uint32_t)~tok(~(uint32_t)key);
         }
         ts_sync();
     }
-    ts_order_out(S, taken + cnt, kk, r, ws);
+    ts_order_out(S, nc, kk, r, ws);
 }
 #endif /* LA_TS_KERNELS */
 #endif
