@@ -744,15 +744,15 @@ la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream
                       (long long)a.k, LA_SP_TOPK_MAX);
     if (a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: row length %lld exceeds int32", (long long)a.L);
-    if (kern == LA_SP_TOPK_SHORT && !la_sp_topk_short_ok(a.L))
-        return la_cu_variant_unsupported("topk", "short", "rows of more than 16384 columns");
+    if (kern == LA_SP_TOPK_SHORT && !la_sp_topk_short_ok(a))
+        return la_cu_variant_unsupported("topk", "short", "rows over 16384 columns or 2048 gather blocks");
     if (a.R == 0 || a.k == 0) return LA_OK;
     if (a.R > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld rows exceed the grid", (long long)a.R);
     /* default: the short-row kernel (one row per SM at 1024 threads) while
      * the rows fit it and take at most two waves; else t3_kernel, 4 rows
      * per SM */
-    if (!forced && la_sp_topk_short_ok(a.L) && a.R <= la_sp_topk_short_rows_max()) kern = LA_SP_TOPK_SHORT;
+    if (!forced && la_sp_topk_short_ok(a) && a.R <= la_sp_topk_short_rows_max()) kern = LA_SP_TOPK_SHORT;
     la_cu_report(ctx, "topk", tk_names[kern], "rows=%lld L=%lld k=%lld gather=%d", (long long)a.R,
                  (long long)a.L, (long long)a.k, a.blocks != nullptr);
     if (kern == LA_SP_TOPK_PORTABLE) return la_sp_topk_portable(a, ctx, s);

@@ -23,16 +23,22 @@
  *     first pass (a bin of the top 11 bits is a quarter octave: ~430 of
  *     8192 normal scores at most, and k <= 2048). Three barriers a pass.
  *  2. collect: every key >= the prefix into cand (one warp scan and one
- *     shared atomic per warp), nc = keys above the bin + the bin's count.
+ *     shared atomic per warp), nc = keys above the bin + the bin's count;
+ *     the candidates' smallest and largest finite score on the way, for
+ *     the ordering's first level. Gather mode: the row's blocks (at most
+ *     TS_BLK) are staged in shared memory with the row's loads, a column's
+ *     token is a shared load.
  *  3. order the kk = min(k, valid) largest of the nc candidates: topk.cu's
  *     phase B (tb_order_out) at 1024 threads: a counting sort on 2048
  *     buckets linear in the score (key space when the score range does not
  *     allow it), each key's rank = its bucket's start + its larger bucket
  *     mates; buckets over TS_LIMIT keys narrow the range (key space, twice
- *     at most), then a bitonic sort of the candidates (many equal scores:
- *     correct, slower).
+ *     at most), then a bitonic sort of the candidates (many equal scores,
+ *     more than TS_LIMIT NaN / +inf: correct, slower).
  * Barriers for a row of continuous scores: 1 (hist cleared) + 3 (pass 1) +
- * 1 (collect) + ~7 (ordering) + 1 (output staged).
+ * 1 (collect; gather mode + 1: tokens) + 4 (ordering: histogram, scan,
+ * largest bucket, scatter) + 1 (output staged) = 10; one global round trip
+ * (the row and the blocks).
  *
  * The text below uses only ts_* primitives (defined here for CUDA and by
  * dev/emu_topk_short.cpp, LA_TS_EMU, for a host emulation with one
@@ -57,6 +63,7 @@
 #define TS_ULO 0x00800000u          /* tk_fkey(-FLT_MAX): the smallest candidate key */
 #define TS_UINF 0xFF800000u         /* tk_fkey(+inf) */
 #define TS_NONE 0xFFFFFFFFu         /* no histogram bin */
+#define TS_BLK 2048                 /* gather mode: most blocks of a row (staged in shared memory) */
 
 struct ts_smem {
     uint64_t cand[TS_CAP]; /* candidates; phase B's output tokens (int32) at the end */
@@ -64,6 +71,8 @@ struct ts_smem {
     uint32_t hist[2][2048];
     uint32_t wt[2][TS_NW]; /* block reductions, used alternately */
     uint64_t ra[2][TS_NW], rb[2][TS_NW];
+    uint32_t hmn[TS_NW], hmx[TS_NW]; /* the candidates' smallest score word, largest finite one */
+    int32_t blk[TS_BLK];               /* gather mode: the row's blocks */
     uint32_t s_n, s_bin, s_above, s_cnt, s_E, s_hib;
 };
 static_assert(TS_CAP >= 2 * TS_KMAX, "bitonic fallback and collect capacity");
@@ -83,9 +92,11 @@ struct ts_row {
 };
 
 #ifndef LA_TS_EMU
-/* Whether the short-row kernel takes rows of L columns (k <= TS_KMAX is the
- * caller's check). */
-static inline bool la_sp_topk_short_ok(int64_t L) { return L >= 0 && L <= TS_LMAX; }
+/* Whether the short-row kernel takes the rows: at most TS_LMAX columns and
+ * in gather mode at most TS_BLK blocks (k <= TS_KMAX is the caller's check). */
+static inline bool la_sp_topk_short_ok(const la_sp_topk_args &a) {
+    return a.L >= 0 && a.L <= TS_LMAX && (!a.blocks || (a.B > 0 && (a.L + a.B - 1) / a.B <= TS_BLK));
+}
 /* The most rows it takes by default: two waves of one CTA per SM. */
 int la_sp_topk_short_rows_max();
 /* Launch it on s: one CTA per row (topk_short.cu). */
@@ -218,8 +229,13 @@ struct ts_dig {
 };
 
 /* Write the kk (>= 1) largest of S.cand[0..nc) in order to r.out (k
- * entries, -1 padded): tb_order_out's algorithm (topk.cu) at TS_NT threads. */
-TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, int &ws) {
+ * entries, -1 padded): tb_order_out's algorithm (topk.cu) at TS_NT threads.
+ * hmn, hmx: the smallest score word of the candidates and the largest
+ * finite one (0: none), uniform; S.hist[0] zeroed by the caller. Level -1
+ * needs only these (its digit reads the score word), so it starts with the
+ * histogram: no pass over cand, no barrier before it. */
+TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, int &ws, uint32_t hmn,
+                         uint32_t hmx) {
     const int tid = ts_tid();
     uint64_t *cand = S.cand;
     uint32_t *hist = S.hist[0];
@@ -232,22 +248,24 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
      * if a bucket is still too large (far outliers, many equal scores), the
      * key-space levels 0..2 start over from the whole candidate set */
     for (int lvl = -1; lvl < 3; lvl++) {
-        uint64_t lmn = ~0ull, lmx = 0;
-        for (uint32_t i = tid; i < nc; i += TS_NT) {
-            const uint64_t key = cand[i];
-            if (key >= thr) {
-                lmn = ts_min(lmn, key);
-                if ((uint32_t)(key >> 32) < TS_UINF) lmx = ts_max(lmx, key); /* finite */
-            }
-        }
-        for (int i = tid; i < 2048; i += TS_NT) hist[i] = 0;
-        ts_block_minmax64(lmn, lmx, S, ws); /* its barrier: hist cleared too */
         if (lvl < 0) {
-            /* lmn, lmx: the smallest key, the largest finite one (uniform) */
+            /* tb_order_out's lmn, lmx reduced to their score words (the
+             * test and the digit depend on nothing else) */
+            const uint64_t lmn = (uint64_t)hmn << 32, lmx = (uint64_t)hmx << 32;
             const float vr = ts_fval(lmx) - ts_fval(lmn), sc = 2047.f / vr;
-            if (!(lmx > lmn && vr > 0.f && isfinite(vr) && isfinite(sc))) continue;
+            if (!(hmx > hmn && vr > 0.f && isfinite(vr) && isfinite(sc))) continue;
             dig = {true, ts_fval(lmn), sc, 0, 0};
         } else {
+            uint64_t lmn = ~0ull, lmx = 0;
+            for (uint32_t i = tid; i < nc; i += TS_NT) {
+                const uint64_t key = cand[i];
+                if (key >= thr) {
+                    lmn = ts_min(lmn, key);
+                    if ((uint32_t)(key >> 32) < TS_UINF) lmx = ts_max(lmx, key); /* finite */
+                }
+            }
+            for (int i = tid; i < 2048; i += TS_NT) hist[i] = 0;
+            ts_block_minmax64(lmn, lmx, S, ws); /* its barrier: hist cleared too */
             lmx = ts_min(lmx, cap);
             const uint64_t range = lmx > lmn ? lmx - lmn : 0;
             dig = {false, 0.f, 0.f, lmn, range >= 2048 ? 53 - __clzll((long long)range) : 0}; /* range >> sh < 2048 */
@@ -367,7 +385,9 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     auto act = [&](int e) -> bool {
         return e < 16 ? (uint32_t)(wbase + TS_NT * (e >> 2)) < nvec : wbase == 0 && nh + nt > 0;
     };
-    auto tok = [&](uint32_t p) -> uint32_t { return tk_token<GATHER>(r.blocks, r.B, (int64_t)p); };
+    /* gather mode: the blocks of columns [0, hi) in shared memory (at most
+     * TS_BLK: la_sp_topk_short_ok) */
+    auto tok = [&](uint32_t p) -> uint32_t { return tk_token<GATHER>(S.blk, r.B, (int64_t)p); };
 
     uint32_t u[TS_EPT];
     {
@@ -391,6 +411,10 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         }
         const bool ext = tid < 4 ? (uint32_t)tid < nh : (uint32_t)(tid - 4) < nt; /* < 4 each */
         f[16] = ext ? r.row[(int64_t)col(16) * r.cs] : -INFINITY;
+        if constexpr (GATHER) {
+            const uint32_t nblk = (uint32_t)((r.hi + r.B - 1) / r.B);
+            for (uint32_t i = tid; i < nblk; i += TS_NT) S.blk[i] = r.blocks[i];
+        }
         /* while the loads are in flight */
         for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
         if (tid == 0) S.s_n = 0;
@@ -477,8 +501,24 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         m |= (uint32_t)in << e;
     }
     uint32_t pos = ts_reserve((uint32_t)__popc(m), &S.s_n);
-    /* gather mode: columns first, their tokens after the barrier (17 block
-     * lookups in flight per thread with the 17 keys live would spill) */
+    /* for phase B's level -1: the score words' min and largest finite */
+    uint32_t hmn = ~0u, hmx = 0;
+#pragma unroll
+    for (int e = 0; e < TS_EPT; e++)
+        if ((m >> e) & 1u) {
+            hmn = ts_min(hmn, u[e]);
+            if (u[e] < TS_UINF) hmx = ts_max(hmx, u[e]);
+        }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        hmn = ts_min(hmn, ts_shfl_xor(hmn, o));
+        hmx = ts_max(hmx, ts_shfl_xor(hmx, o));
+    }
+    if (lane == 0) S.hmn[tid >> 5] = hmn, S.hmx[tid >> 5] = hmx;
+    /* the passes' histograms were last read before their final barrier */
+    for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
+    /* gather mode: columns first, their tokens after the barrier (the 17
+     * block lookups in the loop with the 17 keys live spill, ptxas) */
 #pragma unroll
     for (int e = 0; e < TS_EPT; e++)
         if ((m >> e) & 1u) {
@@ -487,6 +527,13 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         }
     ts_sync();
     const uint32_t nc = ts_min(taken + cnt, (uint32_t)TS_CAP);
+    hmn = S.hmn[lane];
+    hmx = S.hmx[lane];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        hmn = ts_min(hmn, ts_shfl_xor(hmn, o));
+        hmx = ts_max(hmx, ts_shfl_xor(hmx, o));
+    }
     if (GATHER) {
         for (uint32_t i = tid; i < nc; i += TS_NT) {
             const uint64_t key = S.cand[i];
@@ -494,7 +541,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         }
         ts_sync();
     }
-    ts_order_out(S, nc, kk, r, ws);
+    ts_order_out(S, nc, kk, r, ws, hmn, hmx);
 }
 #endif /* LA_TS_KERNELS */
 #endif

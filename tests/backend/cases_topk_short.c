@@ -138,6 +138,7 @@ void cases_topk_short(bo_list *L) {
     TS_CASE(1, def, 3, 4100, 300, 3, 1);
     TS_CASE(0, def, 64, 8192, 2048, 0, 1);
     TS_CASE(0, def, 128, 16384, 2048, 7, 0);
+    TS_CASE(0, def, 264, 4096, 512, 0, 1);  /* two rows per SM of 132: "short" */
     TS_CASE(0, def, 300, 8192, 2048, 0, 0); /* past two rows per SM of 132: "sample" */
     TS_CASE(0, def, 4, 16385, 2048, 0, 0);  /* past 16384 columns: "sample" */
 }
