@@ -718,12 +718,21 @@ __global__ void __launch_bounds__(TB_THREADS, 4) t3_kernel(la_sp_topk_args a, in
 static const char *const tk_names[] = {"sample", "portable", "short"};
 static_assert(TS_KMAX == LA_SP_TOPK_MAX, "the short-row kernel takes every k");
 
-la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern) {
-    *kern = LA_SP_TOPK_SAMPLE;
-    if (!forced) return LA_OK;
+la_status la_sp_topk_select(const char *forced, const la_sp_topk_args &a, int64_t short_rows,
+                            la_sp_topk_kernel *kern) {
+    const bool short_ok = la_sp_topk_short_ok(a);
+    if (!forced) {
+        /* the short-row kernel (one row per SM at 1024 threads) while the
+         * rows fit it and take at most short_rows (two waves); else
+         * t3_kernel, 4 rows per SM */
+        *kern = short_ok && a.R <= short_rows ? LA_SP_TOPK_SHORT : LA_SP_TOPK_SAMPLE;
+        return LA_OK;
+    }
     const int i = la_cu_variant_index(forced, tk_names, 3);
     if (i < 0) return la_cu_unknown_variant("topk", forced, "sample, portable, short");
     *kern = (la_sp_topk_kernel)i;
+    if (*kern == LA_SP_TOPK_SHORT && !short_ok)
+        return la_cu_variant_unsupported("topk", "short", "rows over 16384 columns or 2048 gather blocks");
     return LA_OK;
 }
 
@@ -736,23 +745,16 @@ static la_status tk_launch_v3(const la_sp_topk_args &a, const la_context *ctx, c
 }
 
 la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
-    const char *forced = la_context_variant(ctx, "topk");
     la_sp_topk_kernel kern;
-    LA_TRY(la_sp_topk_select(forced, &kern));
+    LA_TRY(la_sp_topk_select(la_context_variant(ctx, "topk"), a, la_sp_topk_short_rows_max(), &kern));
     if (a.k > LA_SP_TOPK_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: k=%lld exceeds the CUDA top-k maximum %d",
                       (long long)a.k, LA_SP_TOPK_MAX);
     if (a.L > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: row length %lld exceeds int32", (long long)a.L);
-    if (kern == LA_SP_TOPK_SHORT && !la_sp_topk_short_ok(a))
-        return la_cu_variant_unsupported("topk", "short", "rows over 16384 columns or 2048 gather blocks");
     if (a.R == 0 || a.k == 0) return LA_OK;
     if (a.R > INT32_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: %lld rows exceed the grid", (long long)a.R);
-    /* default: the short-row kernel (one row per SM at 1024 threads) while
-     * the rows fit it and take at most two waves; else t3_kernel, 4 rows
-     * per SM */
-    if (!forced && la_sp_topk_short_ok(a) && a.R <= la_sp_topk_short_rows_max()) kern = LA_SP_TOPK_SHORT;
     la_cu_report(ctx, "topk", tk_names[kern], "rows=%lld L=%lld k=%lld gather=%d", (long long)a.R,
                  (long long)a.L, (long long)a.k, a.blocks != nullptr);
     if (kern == LA_SP_TOPK_PORTABLE) return la_sp_topk_portable(a, ctx, s);
