@@ -55,11 +55,13 @@ struct la_sp_topk_args {
     int64_t out_ld, out_cs;
 };
 #define LA_SP_TOPK_MAX 2048
-/* The top-k kernels (family "topk"): the sampled-threshold kernel (default)
- * or the radix-select kernel ("portable"). Selection: pure, from the forced
- * variant (NULL = default). */
-enum la_sp_topk_kernel { LA_SP_TOPK_SAMPLE = 0, LA_SP_TOPK_PORTABLE = 1 };
-la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern);
+/* The top-k kernels (family "topk"): the sampled-threshold kernel
+ * ("sample"), the radix-select kernel ("portable") or the short-row kernel
+ * ("short"). Selection: pure, from the forced variant (NULL = default:
+ * "short" for at most short_rows rows that it takes, else "sample"). */
+enum la_sp_topk_kernel { LA_SP_TOPK_SAMPLE = 0, LA_SP_TOPK_PORTABLE = 1, LA_SP_TOPK_SHORT = 2 };
+la_status la_sp_topk_select(const char *forced, const la_sp_topk_args &a, int64_t short_rows,
+                            la_sp_topk_kernel *kern);
 /* Selects with ctx's "topk" variant, reports when verbose, launches on s. */
 la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s);
 

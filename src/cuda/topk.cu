@@ -2,11 +2,14 @@
  * to the lower token index, -1 padding; NaN ranks first (above +inf, as
  * torch.topk), -inf is not a candidate.
  *
- * Two kernels: t3_kernel (the default: a sampled threshold, one filtering
- * pass and a counting-sort ordering; the algorithm is described before the
- * tb_ helpers below, the changes of this version before t3_kernel) and the
- * first one, tk_kernel_old (variant "portable" of family "topk": the simple
- * radix select, an independent exact reference). Both order keys the same way.
+ * Three kernels: t3_kernel (variant "sample", the default for long or many
+ * rows: a sampled threshold, one filtering pass and a counting-sort
+ * ordering; the algorithm is described before the tb_ helpers below, the
+ * changes of this version before t3_kernel), ts_kernel (topk_short.cu,
+ * variant "short", the default for at most 2 rows per SM of at most 16384
+ * columns: one 1024-thread CTA per row) and the first one, tk_kernel_old
+ * (variant "portable": the simple radix select, an independent exact
+ * reference). All order keys the same way.
  * (The second kernel, tb_kernel, ran the same algorithm at 3 CTAs per SM,
  * slower for the same indices; removed.)
  *
@@ -24,6 +27,7 @@
 #include "select.cuh"
 
 #include "topk_common.cuh"
+#include "topk_short.cuh"
 
 
 /* ======================================================================== */
@@ -711,14 +715,24 @@ __global__ void __launch_bounds__(TB_THREADS, 4) t3_kernel(la_sp_topk_args a, in
     tb_order_out(t3_keys, tmp, nc, kk, hist, wt, ra, rb, &s_bin, &s_E, &s_hib, out, a.k, a.out_cs);
 }
 
-static const char *const tk_names[] = {"sample", "portable"};
+static const char *const tk_names[] = {"sample", "portable", "short"};
+static_assert(TS_KMAX == LA_SP_TOPK_MAX, "the short-row kernel takes every k");
 
-la_status la_sp_topk_select(const char *forced, la_sp_topk_kernel *kern) {
-    *kern = LA_SP_TOPK_SAMPLE;
-    if (!forced) return LA_OK;
-    const int i = la_cu_variant_index(forced, tk_names, 2);
-    if (i < 0) return la_cu_unknown_variant("topk", forced, "sample, portable");
+la_status la_sp_topk_select(const char *forced, const la_sp_topk_args &a, int64_t short_rows,
+                            la_sp_topk_kernel *kern) {
+    const bool short_ok = la_sp_topk_short_ok(a);
+    if (!forced) {
+        /* the short-row kernel (one row per SM at 1024 threads) while the
+         * rows fit it and take at most short_rows (two waves); else
+         * t3_kernel, 4 rows per SM */
+        *kern = short_ok && a.R <= short_rows ? LA_SP_TOPK_SHORT : LA_SP_TOPK_SAMPLE;
+        return LA_OK;
+    }
+    const int i = la_cu_variant_index(forced, tk_names, 3);
+    if (i < 0) return la_cu_unknown_variant("topk", forced, "sample, portable, short");
     *kern = (la_sp_topk_kernel)i;
+    if (*kern == LA_SP_TOPK_SHORT && !short_ok)
+        return la_cu_variant_unsupported("topk", "short", "rows over 16384 columns or 2048 gather blocks");
     return LA_OK;
 }
 
@@ -732,7 +746,7 @@ static la_status tk_launch_v3(const la_sp_topk_args &a, const la_context *ctx, c
 
 la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
     la_sp_topk_kernel kern;
-    LA_TRY(la_sp_topk_select(la_context_variant(ctx, "topk"), &kern));
+    LA_TRY(la_sp_topk_select(la_context_variant(ctx, "topk"), a, la_sp_topk_short_rows_max(), &kern));
     if (a.k > LA_SP_TOPK_MAX)
         return la_err(LA_ERR_UNSUPPORTED, "topk: k=%lld exceeds the CUDA top-k maximum %d",
                       (long long)a.k, LA_SP_TOPK_MAX);
@@ -744,6 +758,7 @@ la_status la_sp_topk(const la_sp_topk_args &a, const la_context *ctx, cudaStream
     la_cu_report(ctx, "topk", tk_names[kern], "rows=%lld L=%lld k=%lld gather=%d", (long long)a.R,
                  (long long)a.L, (long long)a.k, a.blocks != nullptr);
     if (kern == LA_SP_TOPK_PORTABLE) return la_sp_topk_portable(a, ctx, s);
+    if (kern == LA_SP_TOPK_SHORT) return la_sp_topk_short(a, ctx, s);
     return a.blocks ? tk_launch_v3<true>(a, ctx, s) : tk_launch_v3<false>(a, ctx, s);
 }
 

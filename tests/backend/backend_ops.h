@@ -159,6 +159,7 @@ int bo_have_cuda(void);
     X(focused)                                                                                 \
     X(f16tc)                                                                                   \
     X(sparse)                                                                                  \
+    X(topk_short)                                                                              \
     X(smla)                                                                                    \
     X(dsa_fp8)                                                                                 \
     X(dsa_epi)                                                                                 \

@@ -1,0 +1,55 @@
+/* The short-row top-k kernel (variant "short" of family "topk"; the
+ * algorithm is described in topk_short.cuh, whose text
+ * dev/emu_topk_short.cpp also runs on the host): one CTA of 1024 threads
+ * per row, rows of at most TS_LMAX columns, column stride and gather mode
+ * (HISA's token blocks) as la_sp_topk_args gives them. */
+#include "cuda_ops.h"
+
+#include "topk_common.cuh"
+
+#define LA_TS_KERNELS
+#include "topk_short.cuh"
+
+template <bool GATHER>
+__global__ void __launch_bounds__(TS_NT, 1) ts_kernel(la_sp_topk_args a) {
+    extern __shared__ __align__(16) unsigned char ts_dyn_smem[];
+    ts_smem &S = *(ts_smem *)ts_dyn_smem;
+    const int64_t rw = blockIdx.x;
+    int64_t lo = 0, hi = a.L;
+    if (a.use_range) la_sp_row_range(a.range, rw, &lo, &hi);
+    ts_row r;
+    r.row = a.scores + rw * a.ld;
+    r.cs = a.cs;
+    r.lo = lo;
+    r.hi = hi;
+    r.blocks = GATHER ? a.blocks + rw * a.blocks_ld : nullptr;
+    r.B = a.B;
+    r.k = (uint32_t)a.k;
+    r.out = a.out + rw * a.out_ld;
+    r.out_cs = a.out_cs;
+    ts_topk_row<GATHER>(r, S);
+}
+
+template <bool GATHER>
+static la_status ts_launch(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
+    const size_t smem = sizeof(ts_smem);
+    LA_TRY(la_cu_func_smem(ctx, (const void *)ts_kernel<GATHER>, smem, smem, true));
+    ts_kernel<GATHER><<<(unsigned)a.R, TS_NT, smem, s>>>(a);
+    LA_CU_LAUNCH("topk short");
+    return LA_OK;
+}
+
+la_status la_sp_topk_short(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
+    return a.blocks ? ts_launch<true>(a, ctx, s) : ts_launch<false>(a, ctx, s);
+}
+
+/* The SM count is asked every call (a cheap host-side query; a cached value
+ * would answer the first device's count for every device). */
+int la_sp_topk_short_rows_max() {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess &&
+        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
+        return 2 * n;
+    cudaGetLastError();
+    return 2 * 132;
+}
