@@ -8,12 +8,18 @@
  * ascending order; first / last block +inf, blocks past the range -inf),
  * la_topk's order (descending key, ties to the lower block, NaN first, -inf
  * never) and the ascending sort of the kept lists (-1 last).
- * Cases: HI 1/5/32/64, dI 16/63/128, f32 and e4m3 q, lengths 1, 63, 65, 128,
+ * Cases: HI 1/5/32/64, dI 16/63/68/128, f32 and e4m3 q, lengths 1, 63, 65, 128,
  * 1000, 5000, 40000, next_n 1-3 (ranges ending before the length), psum
- * present or the means precomputed, ties (repeated blocks, zero queries),
- * every block equal, NaN means, m 1 ... every block, 1 and 2 query rows per CTA
- * (2 rows: 2 tiles per CTA; pairs across sequence boundaries included: next_n 3,
- * rows of the later sequences first). */
+ * present (the score kernel divides: B 128 / 64 / 32 by the exact
+ * reciprocal, B 96 and partial last blocks by division) or the means
+ * precomputed, ties (repeated blocks, zero queries), every block equal, NaN
+ * means, m 1 ... every block, 1 and 2 query rows per CTA (2 rows: 2 tiles per
+ * CTA; pairs across sequence boundaries included: next_n 1 and 3, rows of the
+ * later sequences first). Poisoned: the outputs, shared memory (NaN at every
+ * CTA's start), the pooled sums past each sequence's blocks (NaN); the pooled
+ * sums sized to the longest sequence's blocks (max_blocks < nbmax) or
+ * misaligned by one float (the plain-load path), with ASan in
+ * dev/emu_paged_hisa.sh's second build. */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -57,6 +63,7 @@ struct la_cu_view {
     int dt;
     int64_t nb[4];
 };
+static inline float __frcp_rn(float x) { return 1.f / x; }
 static inline float la_cu_ld(const void *p, int dt, int64_t off) {
     return dt == LA_F32 ? ((const float *)p)[off] : NAN;
 }
@@ -73,6 +80,7 @@ template <class F> static void launch(unsigned gx, unsigned gy, int nt, size_t s
     std::vector<float> sm((smem + 3) / 4 + 4);
     for (unsigned by = 0; by < gy; by++)
         for (unsigned bx = 0; bx < gx; bx++) {
+            std::fill(sm.begin(), sm.end(), NAN); /* poisoned: nothing read before written */
             std::barrier<> bar(nt);
             std::vector<std::thread> th;
             for (int i = 0; i < nt; i++)
@@ -98,6 +106,7 @@ static uint32_t key_of(float f) { return ph_fkey(f); }
 struct tcase {
     int HI, dI, nn, m, B, e4m3, pooled, ties, nan;
     std::vector<int> lens;
+    int tight = 0, misalign = 0; /* max_blocks = the longest sequence's blocks; psum one float off 16-byte alignment */
 };
 
 static int run(const tcase &C, int R, int64_t tpc) {
@@ -105,11 +114,20 @@ static int run(const tcase &C, int R, int64_t tpc) {
     const int64_t B = C.B;
     int64_t Lmax = 1;
     for (int L : C.lens) Lmax = std::max<int64_t>(Lmax, L + 5);
-    const int64_t nbmax = (Lmax + B - 1) / B, max_blocks = nbmax + 1;
+    const int64_t nbmax = (Lmax + B - 1) / B;
+    int64_t max_blocks = nbmax + 1;
+    if (C.tight) {
+        max_blocks = 1;
+        for (int L : C.lens) max_blocks = std::max<int64_t>(max_blocks, (L + B - 1) / B);
+    }
     const int64_t m = std::min<int64_t>(C.m, nbmax);
-    /* pooled sums, and the means the classic chain forms from them */
-    std::vector<float> psum((size_t)(nseq * max_blocks * dI)), kbar((size_t)(nseq * nbmax * dI), 0.f);
-    for (auto &x : psum) x = (float)(ur() * 2 - 1) * 40.f;
+    /* pooled sums (NaN past each sequence's blocks), and the means the classic chain forms from them */
+    std::vector<float> psum_buf((size_t)(nseq * max_blocks * dI) + 4), kbar((size_t)(nseq * nbmax * dI), 0.f);
+    float *psum = psum_buf.data() + (C.misalign ? 1 : 0);
+    for (size_t i = 0; i < (size_t)(nseq * max_blocks * dI); i++) psum[i] = (float)(ur() * 2 - 1) * 40.f;
+    for (int s = 0; s < nseq; s++)
+        for (int64_t b = (C.lens[s] + B - 1) / B; b < max_blocks; b++)
+            for (int d = 0; d < dI; d++) psum[(s * max_blocks + b) * dI + d] = NAN;
     for (int s = 0; s < nseq; s++)
         for (int64_t b = 0; b * B < C.lens[s]; b++) {
             if ((C.ties == 1 && b % 3 == 2) || (C.ties == 2 && b > 0)) /* a block equal to the one before it: tied scores */
@@ -171,9 +189,11 @@ static int run(const tcase &C, int R, int64_t tpc) {
     std::vector<float> out((size_t)T * nbmax, 12345.f);
     std::vector<int32_t> kept((size_t)T * m, 777);
     ph_blk_args a = {};
-    a.psum = C.pooled ? psum.data() : nullptr;
+    a.psum = C.pooled ? psum : nullptr;
     a.max_blocks = max_blocks;
-    a.kbar = kbar.data();
+    std::vector<float> kbar_buf(kbar.size() + 4);
+    std::copy(kbar.begin(), kbar.end(), kbar_buf.begin() + (C.misalign ? 1 : 0));
+    a.kbar = kbar_buf.data() + (C.misalign ? 1 : 0);
     a.nbmax = nbmax;
     a.row_seq = row_seq.data();
     a.row_end = row_end.data();
@@ -187,10 +207,6 @@ static int run(const tcase &C, int R, int64_t tpc) {
     a.T = T;
     a.out = out.data();
     const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB;
-    a.ldk = ph_ldk(nbmax);
-    std::vector<float> kt((size_t)(nseq * dI * a.ldk), 54321.f); /* poisoned: tiles past a sequence stay unwritten */
-    a.kt = kt.data();
-    launch((unsigned)(a.ldk / PH_MB), (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
     a.tpc = tpc;
     if (R == 1)
         launch((unsigned)T, (unsigned)((ntiles + tpc - 1) / tpc), 128, ph_tile<1>::SMEM_FLOATS * 4,
@@ -222,10 +238,11 @@ static int run(const tcase &C, int R, int64_t tpc) {
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d tiles/CTA %lld %s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d tiles/CTA %lld %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
            bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, (long long)tpc,
-           C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", T, (long long)nbmax,
+           C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", C.tight ? " tight" : "",
+           C.misalign ? " misaligned" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
     return bad || kbad;
 }
@@ -243,6 +260,11 @@ int main() {
         {8, 64, 1, 64, 32, 0, 0, 1, 0, {20000}},
         {64, 128, 2, 7, 128, 1, 1, 2, 0, {6400, 3000}}, /* every full block the same: all tied */
         {64, 128, 1, 16, 96, 1, 1, 0, 0, {9000, 4000}}, /* B 96: the mean's division is not a scaling */
+        {64, 128, 1, 8, 128, 1, 1, 0, 1, {16385, 300, 129, 1}, 1, 0}, /* decode, max_blocks < nbmax */
+        {64, 128, 3, 8, 128, 1, 1, 1, 0, {2000, 1111}, 0, 1},       /* misaligned sums: plain loads */
+        {16, 68, 3, 5, 128, 0, 1, 0, 0, {3000, 250}, 1, 0},         /* dI 68: a chunk of one quarter */
+        {16, 68, 2, 5, 96, 0, 0, 0, 0, {3000, 250}, 0, 0},
+        {64, 128, 1, 32, 128, 1, 0, 0, 1, {7000, 128, 256, 1}, 0, 1}, /* means, misaligned */
     };
     int fails = 0;
     for (const tcase &c : cases)

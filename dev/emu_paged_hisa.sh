@@ -18,8 +18,7 @@ import sys
 o = sys.argv[1]
 h = open("src/cuda/paged_hisa.cuh").read()
 a = h.index("struct ph_blk_args {")
-l = h.index("static inline int64_t ph_ldk(")
-open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n" + h[l:h.index("\n", l)] + "\n")
+open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n")
 s = open("src/cuda/paged_hisa.cu").read()
 k = s[s.index("/* PH_KERNELS_BEGIN */"):s.index("/* PH_KERNELS_END */")]
 assert "__shared__" not in k and "__shfl" not in k and "__ballot" not in k
@@ -37,5 +36,3 @@ g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_his
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"
 "$O/emu_paged_hisa_cand"
 "$O/emu_paged_hisa"
-g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"
-"$O/emu_paged_hisa_cand"

@@ -6,15 +6,17 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_means_t_kernel: the block means once per call (sum / count, the
- *   division of pg_means_kernel, from the pooled sums or the precomputed
- *   means), transposed to [seq][d][block] so that the score kernel copies
- *   them as 16-byte rows.
  * ph_block_scores_kernel<R>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
  *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
  *   flight during this one's FMAs), q as floats in shared memory for all
- *   the CTA's tiles. Each (row, head, block) sum runs over d ascending with
+ *   the CTA's tiles. A chunk lands as the sequence's block rows ([block][d],
+ *   64 contiguous bytes a block: the pooled sums or the means as stored);
+ *   each thread then turns the items it copied into means (sum / count,
+ *   pg_means_kernel's division: an exact IEEE quotient, so the same bits
+ *   in any kernel) and, after a barrier, writes them back transposed
+ *   [d][block] for the FMA loop. No separate means pass: its write and
+ *   re-read of the means are gone. Each (row, head, block) sum runs over d ascending with
  *   fmaf from 0 (the CPU kernel's per-head dot product, bit for bit). The
  *   ReLU'd sums then go through the ring and one thread per (row, block)
  *   folds the heads in ascending order (fmaf from 0). First / last block of
@@ -49,19 +51,25 @@ template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>();
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
-enum { PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_TK = 256, PH_MT = 256, PH_MB = 32 };
+/* A ring slot (PH_CHUNK floats): a chunk lands as [PH_NB][PH_KC] (the
+ * block rows, swizzled: ph_land) and is rewritten in place as the means
+ * [PH_KC][PH_KS] (rows padded by 4 floats: the transposing stores are
+ * conflict-free); PH_ITEMS 16-byte items (4 d of a block) a chunk. */
+enum {
+    PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
+    PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4
+};
 /* The score kernel's tile for R query rows: ROWS = 64R (row, head) pairs x
  * PH_NB blocks, NT = 128R threads of 8 x 8 outputs. Shared floats: w
- * [R][PH_HI]; q [PH_DI][ROWS] (all of d, as floats); a ring of PH_ST chunks
- * of the transposed means [PH_KC][PH_NB], reused between tiles by the fold
- * as the ReLU'd sums of HS heads [R][HS][PH_LD] (rows padded by 4 floats). */
+ * [R][PH_HI]; q [PH_DI][ROWS] (all of d, as floats); a ring of PH_ST chunk
+ * slots, reused between tiles by the fold as the ReLU'd sums of HS heads
+ * [R][HS][PH_LD] (rows padded by 4 floats). */
 template <int R> struct ph_tile {
-    static constexpr int ROWS = 64 * R, NT = 128 * R, CHUNK = PH_KC * PH_NB, HS = PH_HI / R;
-    static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + PH_ST * CHUNK;
-    static_assert(R * HS * PH_LD <= PH_ST * CHUNK, "the fold's sums fit in the ring");
+    static constexpr int ROWS = 64 * R, NT = 128 * R, HS = PH_HI / R, CI = PH_ITEMS / NT;
+    static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + PH_ST * PH_CHUNK;
+    static_assert(R * HS * PH_LD <= PH_ST * PH_CHUNK, "the fold's sums fit in the ring");
+    static_assert(CI * NT == PH_ITEMS, "every item of a chunk has one thread");
 };
-/* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
-enum { PH_MEANS_SMEM_FLOATS = PH_MB * (PH_DI + 1) };
 
 __device__ __forceinline__ float ph_e4m3(unsigned b) {
     const unsigned e = (b >> 3) & 15u, m = b & 7u;
@@ -70,42 +78,6 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     else if (e == 15 && m == 7) v = __int_as_float(0x7fc00000);
     else v = __int_as_float((int)(((e + 120u) << 23) | (m << 20)));
     return (b & 0x80u) ? -v : v;
-}
-
-/* The means of the PH_MB blocks of tile x of sequence y, transposed into
- * kt [nseq][dI][ldk]: sum / count (pg_means_kernel's division) from the
- * pooled sums, or the precomputed means; 0 past the sequence's blocks.
- * Tiles past the sequence are not written (the score kernel reads them but
- * its columns there are -inf whatever they hold). Each thread's loads are
- * issued together (one DRAM latency per CTA). */
-__global__ void __launch_bounds__(PH_MT) ph_means_t_kernel(ph_blk_args a) {
-    float *tile = ph_smem();
-    constexpr int PER = PH_MB * PH_DI / PH_MT, LD = PH_DI + 1;
-    const int tid = threadIdx.x, dI = a.dI;
-    const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_MB, L = a.lens[s], B = a.B;
-    if (b0 * B >= L) return;
-    const float *src = a.psum ? a.psum + s * a.max_blocks * dI : a.kbar + s * a.nbmax * dI;
-    float v[PER];
-#pragma unroll
-    for (int e = 0; e < PER; e++) {
-        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
-        const int64_t b = b0 + j;
-        const bool ok = b * B < L && b < a.nbmax && d < dI; /* a block of at least one token */
-        v[e] = ok ? src[b * dI + d] : 0.f;
-    }
-#pragma unroll
-    for (int e = 0; e < PER; e++) {
-        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
-        const int64_t b = b0 + j;
-        if (a.psum && b * B < L) v[e] = v[e] / (float)(L - b * B < B ? L - b * B : B);
-        tile[j * LD + d] = v[e];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int e = 0; e < PER; e++) {
-        const int i = tid + e * PH_MT, d = i / PH_MB, j = i % PH_MB;
-        if (d < dI) a.kt[(s * dI + d) * a.ldk + b0 + j] = tile[j * LD + d];
-    }
 }
 
 /* q of rows [t0, t0 + nr) as floats [d][row], the element type a constant
@@ -149,19 +121,106 @@ template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args 
     }
 }
 
-/* chunk c of a tile (d in [16c, 16c + 16), blocks [b0, b0 + 128) of kt)
- * into its ring slot, 16 bytes a copy; one commit group per call */
+/* One sequence's block rows as the score kernel reads them: p [rows][dI]
+ * (the pooled sums, div: the mean is sum / the block's token count, or the
+ * means), blocks [0, nvalid) present (at least one token, inside the
+ * buffer); vec: 16-byte aligned rows (cp.async), else plain loads. */
+struct ph_src {
+    const float *p;
+    int64_t nvalid, L, B;
+    bool div, vec;
+};
+__device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq) {
+    ph_src S;
+    S.L = a.lens[seq];
+    S.B = a.B;
+    S.div = a.psum != nullptr;
+    S.p = S.div ? a.psum + seq * a.max_blocks * a.dI : a.kbar + seq * a.nbmax * a.dI;
+    const int64_t rows = S.div ? a.max_blocks : a.nbmax, nb = S.L > 0 ? (S.L + a.B - 1) / a.B : 0;
+    S.nvalid = nb < rows ? nb : rows;
+    S.vec = a.dI % 4 == 0 && ((uintptr_t)(S.div ? a.psum : a.kbar) & 15) == 0;
+    return S;
+}
+/* Item i of a chunk (PH_ITEMS of them: 4 d of one block): block j, quarter
+ * dq. Consecutive threads take the two halves (32 bytes, a sector) of a
+ * block's 64 bytes, a warp 16 blocks. */
+__device__ __forceinline__ void ph_item(int i, int &j, int &dq) {
+    const int h = i / (2 * PH_NB), r = i % (2 * PH_NB);
+    j = r / 2;
+    dq = 2 * h + r % 2;
+}
+/* where item (j, dq) lands in its slot: [j][PH_KC], the quarters of odd
+ * pairs of blocks swapped by halves (the landing copies and their reads by
+ * 8 lanes at a time meet 8 distinct 16-byte bank groups) */
+__device__ __forceinline__ int ph_land(int j, int dq) { return j * PH_KC + 4 * (dq ^ (j & 2)); }
+
+/* chunk c of a tile (d in [16c, 16c + 16), blocks [b0, b0 + 128) of S)
+ * into its ring slot: 16-byte copies, or plain loads (0 past dI); items of
+ * blocks not present not copied. One commit group per call. */
 template <int NT>
-__device__ __forceinline__ void ph_issue_chunk(float *ring, const float *kt, int64_t ldk, int64_t b0, int c, int nch, int dI) {
+__device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int64_t b0, int c, int nch, int dI) {
     if (c < nch) {
-        float *slot = ring + (c % PH_ST) * (PH_KC * PH_NB);
+        float *slot = ring + (c % PH_ST) * PH_CHUNK;
 #pragma unroll
-        for (int e = 0; e < PH_KC * PH_NB / 4 / NT; e++) {
-            const int i = threadIdx.x + e * NT, d = c * PH_KC + i / (PH_NB / 4), j = 4 * (i % (PH_NB / 4));
-            if (d < dI) ph_cp16(slot + 4 * i, kt + d * ldk + b0 + j);
+        for (int e = 0; e < PH_ITEMS / NT; e++) {
+            int j, dq;
+            ph_item(threadIdx.x + e * NT, j, dq);
+            const int d = c * PH_KC + 4 * dq;
+            const int64_t b = b0 + j;
+            if (b < S.nvalid && d < dI) {
+                const float *src = S.p + b * dI + d;
+                float *dst = slot + ph_land(j, dq);
+                if (S.vec) ph_cp16(dst, src);
+                else
+                    for (int u = 0; u < 4; u++) dst[u] = d + u < dI ? src[u] : 0.f;
+            }
         }
     }
     ph_cp_commit();
+}
+
+/* The means of this thread's items of chunk c (landed: this thread's own
+ * copies), into v: sum / count with count = min(B, L - b·B) (a power of two:
+ * the product with its exact reciprocal, the same correctly rounded
+ * quotient), the means as stored, or 0 for items not copied. */
+template <int NT>
+__device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S, int64_t b0, int c, int dI, float4 *v) {
+#pragma unroll
+    for (int e = 0; e < PH_ITEMS / NT; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * NT, j, dq);
+        const int64_t b = b0 + j;
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (b < S.nvalid && c * PH_KC + 4 * dq < dI) {
+            x = *(const float4 *)(slot + ph_land(j, dq));
+            if (S.div) {
+                const int64_t n = S.L - b * S.B < S.B ? S.L - b * S.B : S.B;
+                const float cnt = (float)n;
+                if ((n & (n - 1)) == 0) {
+                    const float inv = __frcp_rn(cnt);
+                    x = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
+                } else {
+                    x = make_float4(x.x / cnt, x.y / cnt, x.z / cnt, x.w / cnt);
+                }
+            }
+        }
+        v[e] = x;
+    }
+}
+/* ... written transposed into the slot (after a barrier: every landed item
+ * read): d 4dq + u of block j at [4dq + u][j] (a warp's stores: 16 blocks x
+ * 2 quarters, 16 rows apart = 16 banks apart: conflict-free) */
+template <int NT> __device__ __forceinline__ void ph_put_chunk(float *slot, const float4 *v) {
+#pragma unroll
+    for (int e = 0; e < PH_ITEMS / NT; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * NT, j, dq);
+        float *dst = slot + 4 * dq * PH_KS + j;
+        dst[0] = v[e].x;
+        dst[PH_KS] = v[e].y;
+        dst[2 * PH_KS] = v[e].z;
+        dst[3 * PH_KS] = v[e].w;
+    }
 }
 
 template <int R>
@@ -190,8 +249,10 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
     /* pass 0's first tile: its first chunks in flight while q loads */
     const int64_t nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
     const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
-    if (primed)
-        for (int c = 0; c < PH_ST - 1; c++) ph_issue_chunk<NT>(ring, a.kt + seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
+    if (primed) {
+        const ph_src S0 = ph_src_of(a, seq0);
+        for (int c = 0; c < PH_ST - 1; c++) ph_issue_chunk<NT>(ring, S0, tile0 * PH_NB, c, nch, dI);
+    }
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
                       a.q.nb[0] % 4 == 0 && ((uintptr_t)a.q.data & 3) == 0;
@@ -205,13 +266,13 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
         int64_t nbp = in0 ? nblk0 : 0;
         if (in1 && nblk1 > nbp) nbp = nblk1;
-        const float *kt = a.kt + sp * dI * a.ldk;
+        const ph_src S = ph_src_of(a, sp);
         for (int64_t tile = tile0; tile < tile1; tile++) {
             const int64_t b0 = tile * PH_NB;
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-                auto issue = [&](int c) { ph_issue_chunk<NT>(ring, kt, a.ldk, b0, c, nch, dI); };
+                auto issue = [&](int c) { ph_issue_chunk<NT>(ring, S, b0, c, nch, dI); };
                 if (!(pass == 0 && tile == tile0 && primed)) {
                     __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
                     for (int c = 0; c < PH_ST - 1; c++) issue(c);
@@ -222,10 +283,15 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
 #pragma unroll
                     for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
                 for (int c = 0; c < nch; c++) {
+                    float *slot = ring + (c % PH_ST) * PH_CHUNK;
                     ph_cp_wait<PH_ST - 2>(); /* this thread's copies of chunk c have landed */
-                    __syncthreads();         /* everyone's; chunk c - 1's slot has been read */
+                    float4 v[P::CI];
+                    ph_take_chunk<NT>(slot, S, b0, c, dI, v);
+                    __syncthreads(); /* slot c's landed rows read; chunk c - 1's slot has been read */
+                    ph_put_chunk<NT>(slot, v);
                     issue(c + PH_ST - 1);
-                    const float *ks = ring + (c % PH_ST) * P::CHUNK, *qc = qs + c * PH_KC * ROWS;
+                    __syncthreads(); /* slot c holds the chunk's means [d][block] */
+                    const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
                     /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
 #pragma unroll
@@ -233,8 +299,8 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
                         if (kk < kc) {
                             const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
                             const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
-                            const float4 k0 = *(const float4 *)(ks + kk * PH_NB + 4 * tx);
-                            const float4 k1 = *(const float4 *)(ks + kk * PH_NB + PH_NB / 2 + 4 * tx);
+                            const float4 k0 = *(const float4 *)(ks + kk * PH_KS + 4 * tx);
+                            const float4 k1 = *(const float4 *)(ks + kk * PH_KS + PH_NB / 2 + 4 * tx);
                             const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
                             const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
 #pragma unroll
@@ -410,11 +476,6 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     if (ntiles > 65535 || nseq > 65535 || a.T > 0x7fffffffLL)
         return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows x %lld blocks of %lld sequences exceed the grid",
                       (long long)a.T, (long long)a.nbmax, (long long)nseq);
-    a.ldk = ph_ldk(a.nbmax);
-    const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
-    LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
-    ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
-    LA_CU_LAUNCH("paged hisa block means");
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */

@@ -1,10 +1,10 @@
 /* HISA's block stage on the paged index-key cache (paged_hisa.cu), used by
  * la_paged_topk_cuda's HISA branch (paged_index.cu). Family "paged_hisa":
  *   - "fused" (the default where it applies, switch kPagedHisaFused): the
- *     block means formed once per call, transposed (from the pooled sums,
- *     or from the classic means kernel's without them), the scores as an
- *     SGEMM-shaped fp32 kernel over (query rows x heads) x blocks, then one
- *     CTA per row selects the m kept blocks and writes them ascending;
+ *     scores as an SGEMM-shaped fp32 kernel over (query rows x heads) x
+ *     blocks that forms the block means itself (from the pooled sums, or
+ *     reads the classic means kernel's without them), then one CTA per row
+ *     selects the m kept blocks and writes them ascending;
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
  * Both give the same bits: each (row, block, head) dot product runs over d
@@ -20,7 +20,9 @@
 #include "cuda/common.cuh"
 
 /* Block scores [T][nbmax] of every query row (+inf for the first and last
- * block of the row's range, -inf past it). */
+ * block of the row's range, -inf past it). The score kernel reads the block
+ * rows [block][dI] of the row's sequence itself: the pooled sums (divided
+ * by the block's token count in shared memory) or the means. */
 struct ph_blk_args {
     const float *psum;       /* pooled sums [max_seqs][max_blocks][dI] (mean = sum / count), or NULL: */
     int64_t max_blocks;
@@ -31,19 +33,15 @@ struct ph_blk_args {
     int HI, dI;
     int64_t B;               /* tokens per block */
     int64_t T;               /* query rows */
-    float *kt;               /* workspace: the means transposed, [nseq][dI][ph_ldk(nbmax)] floats */
-    int64_t ldk, tpc;        /* set by the launch: kt's row length; 128-block tiles per score CTA */
+    int64_t tpc;             /* set by the launch: 128-block tiles per score CTA */
     float *out;
 };
-/* kt's row length: nbmax rounded up to the score kernel's 128-block tiles */
-static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; }
 
 /* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
  * under kPagedHisaFused) where HI <= 64 and dI <= 128; "classic" or another
  * shape: 0. A forced "fused" on another shape is LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
-/* The block scores of a.T rows of nseq sequences (the means kernel into
- * a.kt, then the score kernel). */
+/* The block scores of a.T rows of nseq sequences (one kernel). */
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */

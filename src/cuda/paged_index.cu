@@ -495,8 +495,8 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
     la_cu_ws dkbar, dbsc, dkept, dcand;
     size_t bytes;
-    /* the fused path forms the means from the pooled sums itself (transposed
-     * for its score kernel, the same division) */
+    /* the fused path's score kernel forms the means from the pooled sums
+     * itself (the same division), or reads pg_means_kernel's */
     const int own_means = fused && pooled;
     if (!own_means) {
         LA_TRY(la_mul_size((size_t)(nseq * nbmax), (size_t)C.dI * 4u, &bytes, "paged (cuda): block means"));
@@ -526,10 +526,6 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.dI = (int)C.dI;
         ba.B = B;
         ba.T = T;
-        la_cu_ws dkt;
-        LA_TRY(la_mul_size((size_t)(nseq * C.dI), (size_t)ph_ldk(nbmax) * 4u, &bytes, "paged (cuda): transposed means"));
-        LA_TRY(la_cu_ws_alloc(&dkt, bytes, s, "paged transposed means"));
-        ba.kt = (float *)dkt.p;
         ba.out = (float *)dbsc.p;
         LA_TRY(la_ph_block_scores(ba, nseq, s));
         LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
