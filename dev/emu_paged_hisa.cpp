@@ -8,18 +8,19 @@
  * ascending order; first / last block +inf, blocks past the range -inf),
  * la_topk's order (descending key, ties to the lower block, NaN first, -inf
  * never) and the ascending sort of the kept lists (-1 last).
- * Cases: HI 1/5/32/64, dI 16/63/68/128, f32 and e4m3 q, lengths 1, 63, 65, 128,
- * 1000, 5000, 40000, next_n 1-3 (ranges ending before the length), psum
- * present (the score kernel divides: B 128 / 64 / 32 by the exact
- * reciprocal, B 96 and partial last blocks by division) or the means
- * precomputed, ties (repeated blocks, zero queries), every block equal, NaN
- * means, m 1 ... every block, 1 and 2 query rows per CTA (2 rows: 2 tiles per
- * CTA; pairs across sequence boundaries included: next_n 1 and 3, rows of the
- * later sequences first). Poisoned: the outputs, shared memory (NaN at every
- * CTA's start), the pooled sums past each sequence's blocks (NaN); the pooled
- * sums sized to the longest sequence's blocks (max_blocks < nbmax) or
- * misaligned by one float (the plain-load path), with ASan in
- * dev/emu_paged_hisa.sh's second build. */
+ * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA)
+ * and two rows per CTA (pairs across sequence boundaries included: next_n 1
+ * and 3, rows of the later sequences first). Cases: HI 1/5/32/64, dI
+ * 16/63/68/128, f32 and e4m3 q, lengths 1, 63, 65, 128, 1000, 5000, 40000,
+ * next_n 1-4 (ranges ending before the length), the pooled sums (the score
+ * kernel divides: B 128 / 64 / 32 by the exact reciprocal, B 96 and partial
+ * last blocks by division) or the means precomputed, ties (repeated blocks,
+ * zero queries), every block equal, NaN means, m 1 ... every block.
+ * Poisoned: the outputs, shared memory (NaN at every CTA's start), the
+ * pooled sums past each sequence's blocks (NaN). The pooled sums sized to
+ * the longest sequence's blocks (max_blocks < nbmax: dev/emu_paged_hisa.sh
+ * also runs an AddressSanitizer build) or one float off 16-byte alignment
+ * (the plain-load path). */
 #include <atomic>
 #include <barrier>
 #include <cmath>
@@ -109,7 +110,7 @@ struct tcase {
     int tight = 0, misalign = 0; /* max_blocks = the longest sequence's blocks; psum one float off 16-byte alignment */
 };
 
-static int run(const tcase &C, int R, int64_t tpc) {
+static int run(const tcase &C, int R, int W, int64_t tpc) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
     int64_t Lmax = 1;
@@ -208,12 +209,13 @@ static int run(const tcase &C, int R, int64_t tpc) {
     a.out = out.data();
     const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB;
     a.tpc = tpc;
-    if (R == 1)
-        launch((unsigned)T, (unsigned)((ntiles + tpc - 1) / tpc), 128, ph_tile<1>::SMEM_FLOATS * 4,
-               [&] { ph_block_scores_kernel<1>(a); });
+    const unsigned gy = (unsigned)((ntiles + tpc - 1) / tpc);
+    if (R == 1 && W == 4)
+        launch((unsigned)T, gy, 128, ph_tile<1, 4>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 4>(a); });
+    else if (R == 1)
+        launch((unsigned)T, gy, 128, ph_tile<1, 3>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 3>(a); });
     else
-        launch((unsigned)(T + 1) / 2, (unsigned)((ntiles + tpc - 1) / tpc), 256, ph_tile<2>::SMEM_FLOATS * 4,
-               [&] { ph_block_scores_kernel<2>(a); });
+        launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2>(a); });
     int64_t bad = 0;
     for (size_t i = 0; i < out.size(); i++)
         if (memcmp(&out[i], &ref[i], 4)) {
@@ -238,9 +240,9 @@ static int run(const tcase &C, int R, int64_t tpc) {
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d tiles/CTA %lld %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d tiles/CTA %lld %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, (long long)tpc,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, (long long)tpc,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", C.tight ? " tight" : "",
            C.misalign ? " misaligned" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
@@ -266,9 +268,12 @@ int main() {
         {16, 68, 2, 5, 96, 0, 0, 0, 0, {3000, 250}, 0, 0},
         {64, 128, 1, 32, 128, 1, 0, 0, 1, {7000, 128, 256, 1}, 0, 1}, /* means, misaligned */
     };
-    int fails = 0;
+    /* (rows per CTA, CTAs per SM, tiles per CTA): the decode kernel ("fused"
+     * and "fused3", one and several tiles a CTA) and the prefill one */
+    const int cfg[][3] = {{1, 4, 1}, {1, 4, 3}, {1, 3, 2}, {2, 2, 2}};
+    int fails = 0, runs = 0;
     for (const tcase &c : cases)
-        for (int R = 1; R <= 2; R++) fails += run(c, R, R == 1 ? 1 : 2);
-    printf("%s: %d of %zu runs failed\n", fails ? "FAIL" : "ok", fails, 2 * (sizeof cases / sizeof cases[0]));
+        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2]), runs++;
+    printf("%s: %d of %d runs failed\n", fails ? "FAIL" : "ok", fails, runs);
     return fails != 0;
 }

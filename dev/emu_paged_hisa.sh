@@ -7,8 +7,9 @@
 # between its SC_MMA markers), compiles them with dev/emu_paged_hisa.cpp
 # and dev/emu_paged_hisa_cand.cpp (g++ -std=c++20, no CUDA headers;
 # -ffp-contract=off so that only the written fmaf are fused) and compares
-# the block scores and kept lists with the classic chain, and the
-# block-major candidate scores with the gather kernel's order, bit for bit.
+# the block scores and kept lists with the classic chain (also under
+# AddressSanitizer), and the block-major candidate scores with the gather
+# kernel's order, bit for bit.
 #   bash dev/emu_paged_hisa.sh [BUILD_DIR]
 set -e
 O=${1:-build-emu}
@@ -36,3 +37,12 @@ g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_his
 g++ -std=c++20 -O1 -ffp-contract=off -pthread -Iinclude -I"$O" dev/emu_paged_hisa_cand.cpp -o "$O/emu_paged_hisa_cand"
 "$O/emu_paged_hisa_cand"
 "$O/emu_paged_hisa"
+# again under AddressSanitizer: no read past the pooled sums' max_blocks rows
+# (sized to the longest sequence in some cases) or the shared memory
+g++ -std=c++20 -O1 -g -fsanitize=address -fno-omit-frame-pointer -ffp-contract=off -pthread -Iinclude -I"$O" \
+    dev/emu_paged_hisa.cpp -o "$O/emu_paged_hisa_asan"
+if ! ASAN_OPTIONS=detect_leaks=0 "$O/emu_paged_hisa_asan" >"$O/emu_paged_hisa_asan.log" 2>&1; then
+    cat "$O/emu_paged_hisa_asan.log"
+    exit 1
+fi
+tail -1 "$O/emu_paged_hisa_asan.log"

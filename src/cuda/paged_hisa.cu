@@ -56,18 +56,23 @@ template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>();
  * [PH_KC][PH_KS] (rows padded by 4 floats: the transposing stores are
  * conflict-free); PH_ITEMS 16-byte items (4 d of a block) a chunk. */
 enum {
-    PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_ST = 5, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
+    PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
     PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4
 };
-/* The score kernel's tile for R query rows: ROWS = 64R (row, head) pairs x
- * PH_NB blocks, NT = 128R threads of 8 x 8 outputs. Shared floats: w
- * [R][PH_HI]; q [PH_DI][ROWS] (all of d, as floats); a ring of PH_ST chunk
- * slots, reused between tiles by the fold as the ReLU'd sums of HS heads
- * [R][HS][PH_LD] (rows padded by 4 floats). */
-template <int R> struct ph_tile {
-    static constexpr int ROWS = 64 * R, NT = 128 * R, HS = PH_HI / R, CI = PH_ITEMS / NT;
-    static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + PH_ST * PH_CHUNK;
-    static_assert(R * HS * PH_LD <= PH_ST * PH_CHUNK, "the fold's sums fit in the ring");
+/* The score kernel's tile for R query rows, W CTAs per SM (sm_90):
+ * ROWS = 64R (row, head) pairs x PH_NB blocks, NT = 128R threads of 8 x 8
+ * outputs. Shared floats: w [R][PH_HI]; q [PH_DI][ROWS] (all of d, as
+ * floats); a ring of ST chunk slots, reused between tiles by the fold as
+ * the ReLU'd sums of HS heads [R][HS][PH_LD] (rows padded by 4 floats), NS
+ * steps of HS heads. W 4 (R 1): a ring of 2 slots (one chunk in flight
+ * during another's FMAs) and the heads folded in 2 steps, so that four
+ * CTAs' shared memory fit an SM, and at most 128 registers. */
+template <int R, int W> struct ph_tile {
+    static constexpr int ROWS = 64 * R, NT = 128 * R, CI = PH_ITEMS / NT;
+    static constexpr int ST = W == 4 ? 2 : 5, NS = R == 1 && W == 3 ? 1 : 2, HS = PH_HI / NS;
+    static constexpr bool SPLIT = W == 4; /* the chunk transposed in two halves (ph_land) */
+    static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + ST * PH_CHUNK;
+    static_assert(R * HS * PH_LD <= ST * PH_CHUNK, "the fold's sums fit in the ring");
     static_assert(CI * NT == PH_ITEMS, "every item of a chunk has one thread");
 };
 
@@ -124,49 +129,53 @@ template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args 
 /* One sequence's block rows as the score kernel reads them: p [rows][dI]
  * (the pooled sums, div: the mean is sum / the block's token count, or the
  * means), blocks [0, nvalid) present (at least one token, inside the
- * buffer); vec: 16-byte aligned rows (cp.async), else plain loads. */
+ * buffer); vec: 16-byte aligned rows (cp.async), else plain loads. 32-bit
+ * indices (the launch bounds the blocks; a sequence's length is int32). */
 struct ph_src {
     const float *p;
-    int64_t nvalid, L, B;
+    int nvalid, L, B;
     bool div, vec;
 };
 __device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq) {
     ph_src S;
     S.L = a.lens[seq];
-    S.B = a.B;
+    S.B = (int)a.B;
     S.div = a.psum != nullptr;
     S.p = S.div ? a.psum + seq * a.max_blocks * a.dI : a.kbar + seq * a.nbmax * a.dI;
     const int64_t rows = S.div ? a.max_blocks : a.nbmax, nb = S.L > 0 ? (S.L + a.B - 1) / a.B : 0;
-    S.nvalid = nb < rows ? nb : rows;
+    S.nvalid = (int)(nb < rows ? nb : rows);
     S.vec = a.dI % 4 == 0 && ((uintptr_t)(S.div ? a.psum : a.kbar) & 15) == 0;
     return S;
 }
 /* Item i of a chunk (PH_ITEMS of them: 4 d of one block): block j, quarter
  * dq. Consecutive threads take the two halves (32 bytes, a sector) of a
- * block's 64 bytes, a warp 16 blocks. */
+ * block's 64 bytes, a warp 16 blocks; items [0, PH_ITEMS / 2) are the
+ * quarters 0-1, the rest 2-3. */
 __device__ __forceinline__ void ph_item(int i, int &j, int &dq) {
     const int h = i / (2 * PH_NB), r = i % (2 * PH_NB);
     j = r / 2;
     dq = 2 * h + r % 2;
 }
-/* where item (j, dq) lands in its slot: [j][PH_KC], the quarters of odd
- * pairs of blocks swapped by halves (the landing copies and their reads by
- * 8 lanes at a time meet 8 distinct 16-byte bank groups) */
-__device__ __forceinline__ int ph_land(int j, int dq) { return j * PH_KC + 4 * (dq ^ (j & 2)); }
+/* where item (j, dq) lands in its slot: quarters 0-1 as [j][8] from 0,
+ * quarters 2-3 from PH_LH, past the transposed rows 0-7 (8 PH_KS floats),
+ * so that a CTA can transpose the two halves one after the other; 8 lanes'
+ * 16-byte copies and reads meet 8 distinct bank groups */
+enum { PH_LH = 8 * PH_KS + 32 };
+static_assert(PH_LH % 32 == 0 && PH_LH + PH_NB * 8 <= PH_CHUNK, "the landing halves fit a slot");
+__device__ __forceinline__ int ph_land(int j, int dq) { return (dq >> 1) * PH_LH + j * 8 + 4 * (dq & 1); }
 
 /* chunk c of a tile (d in [16c, 16c + 16), blocks [b0, b0 + 128) of S)
  * into its ring slot: 16-byte copies, or plain loads (0 past dI); items of
  * blocks not present not copied. One commit group per call. */
-template <int NT>
-__device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int64_t b0, int c, int nch, int dI) {
+template <int NT, int ST>
+__device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int b0, int c, int nch, int dI) {
     if (c < nch) {
-        float *slot = ring + (c % PH_ST) * PH_CHUNK;
+        float *slot = ring + (c % ST) * PH_CHUNK;
 #pragma unroll
         for (int e = 0; e < PH_ITEMS / NT; e++) {
             int j, dq;
             ph_item(threadIdx.x + e * NT, j, dq);
-            const int d = c * PH_KC + 4 * dq;
-            const int64_t b = b0 + j;
+            const int d = c * PH_KC + 4 * dq, b = b0 + j;
             if (b < S.nvalid && d < dI) {
                 const float *src = S.p + b * dI + d;
                 float *dst = slot + ph_land(j, dq);
@@ -179,22 +188,23 @@ __device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int
     ph_cp_commit();
 }
 
-/* The means of this thread's items of chunk c (landed: this thread's own
- * copies), into v: sum / count with count = min(B, L - b·B) (a power of two:
- * the product with its exact reciprocal, the same correctly rounded
- * quotient), the means as stored, or 0 for items not copied. */
-template <int NT>
-__device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S, int64_t b0, int c, int dI, float4 *v) {
+/* The means of this thread's items [E0, E1) of chunk c (landed: this
+ * thread's own copies), into v: sum / count with count = min(B, L - b·B)
+ * (a power of two: the product with its exact reciprocal, the same
+ * correctly rounded quotient), the means as stored, or 0 for items not
+ * copied. */
+template <int NT, int E0, int E1>
+__device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S, int b0, int c, int dI, float4 *v) {
 #pragma unroll
-    for (int e = 0; e < PH_ITEMS / NT; e++) {
+    for (int e = E0; e < E1; e++) {
         int j, dq;
         ph_item(threadIdx.x + e * NT, j, dq);
-        const int64_t b = b0 + j;
+        const int b = b0 + j;
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (b < S.nvalid && c * PH_KC + 4 * dq < dI) {
             x = *(const float4 *)(slot + ph_land(j, dq));
             if (S.div) {
-                const int64_t n = S.L - b * S.B < S.B ? S.L - b * S.B : S.B;
+                const int n = S.L - b * S.B < S.B ? S.L - b * S.B : S.B;
                 const float cnt = (float)n;
                 if ((n & (n - 1)) == 0) {
                     const float inv = __frcp_rn(cnt);
@@ -204,41 +214,42 @@ __device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S
                 }
             }
         }
-        v[e] = x;
+        v[e - E0] = x;
     }
 }
-/* ... written transposed into the slot (after a barrier: every landed item
- * read): d 4dq + u of block j at [4dq + u][j] (a warp's stores: 16 blocks x
- * 2 quarters, 16 rows apart = 16 banks apart: conflict-free) */
-template <int NT> __device__ __forceinline__ void ph_put_chunk(float *slot, const float4 *v) {
+/* ... written transposed into the slot (after a barrier: those items'
+ * landed rows read by every thread): d 4dq + u of block j at [4dq + u][j]
+ * (a warp's stores: 16 blocks x 2 quarters, 16 banks apart: conflict-free) */
+template <int NT, int E0, int E1> __device__ __forceinline__ void ph_put_chunk(float *slot, const float4 *v) {
 #pragma unroll
-    for (int e = 0; e < PH_ITEMS / NT; e++) {
+    for (int e = E0; e < E1; e++) {
         int j, dq;
         ph_item(threadIdx.x + e * NT, j, dq);
         float *dst = slot + 4 * dq * PH_KS + j;
-        dst[0] = v[e].x;
-        dst[PH_KS] = v[e].y;
-        dst[2 * PH_KS] = v[e].z;
-        dst[3 * PH_KS] = v[e].w;
+        dst[0] = v[e - E0].x;
+        dst[PH_KS] = v[e - E0].y;
+        dst[2 * PH_KS] = v[e - E0].z;
+        dst[3 * PH_KS] = v[e - E0].w;
     }
 }
 
-template <int R>
-__global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kernel(ph_blk_args a) {
-    typedef ph_tile<R> P;
-    constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS;
+template <int R, int W>
+__global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
+    typedef ph_tile<R, W> P;
+    constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
     float *ws = ph_smem(), *qs = ws + R * PH_HI, *ring = qs + PH_DI * ROWS, *red = ring;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
     const int64_t t0 = (int64_t)blockIdx.x * R;
-    const int64_t tile0 = (int64_t)blockIdx.y * a.tpc, ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
-    const int64_t tile1 = tile0 + a.tpc < ntiles ? tile0 + a.tpc : ntiles;
+    /* tiles, blocks and lengths in 32 bits (the launch bounds the tiles to 65535) */
+    const int tile0 = (int)(blockIdx.y * a.tpc), ntiles = (int)((a.nbmax + PH_NB - 1) / PH_NB);
+    const int tile1 = tile0 + a.tpc < ntiles ? tile0 + (int)a.tpc : ntiles;
     const int nr = t0 + R <= a.T ? R : (int)(a.T - t0); /* query rows of this CTA */
     const int HI = a.HI, dI = a.dI, nch = (dI + PH_KC - 1) / PH_KC;
-    const int64_t B = a.B;
+    const int B = (int)a.B;
     /* the rows' sequences and the blocks meeting their ranges [0, end) */
     const int64_t seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
-    const int64_t e0 = a.row_end[t0], e1 = nr > 1 ? a.row_end[t0 + 1] : 0;
-    const int64_t nblk0 = e0 > 0 ? (e0 + B - 1) / B : 0, nblk1 = e1 > 0 ? (e1 + B - 1) / B : 0;
+    const int e0 = a.row_end[t0], e1 = nr > 1 ? a.row_end[t0 + 1] : 0;
+    const int nblk0 = e0 > 0 ? (e0 - 1) / B + 1 : 0, nblk1 = e1 > 0 ? (e1 - 1) / B + 1 : 0;
     for (int i = tid; i < R * PH_HI; i += NT) {
         const int r = i / PH_HI, h = i % PH_HI;
         ws[i] = r < nr && h < HI ? la_cu_ld(a.w.data, a.w.dt, (t0 + r) * a.w.nb[0] + h * a.w.nb[1]) : 0.f;
@@ -247,11 +258,11 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
      * row, each with its sequence's means (the other row's sums unused) */
     const int npass = nr == 2 && seq1 != seq0 ? 2 : 1;
     /* pass 0's first tile: its first chunks in flight while q loads */
-    const int64_t nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
+    const int nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
     const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
     if (primed) {
         const ph_src S0 = ph_src_of(a, seq0);
-        for (int c = 0; c < PH_ST - 1; c++) ph_issue_chunk<NT>(ring, S0, tile0 * PH_NB, c, nch, dI);
+        for (int c = 0; c < ST - 1; c++) ph_issue_chunk<NT, ST>(ring, S0, tile0 * PH_NB, c, nch, dI);
     }
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
@@ -264,18 +275,18 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
     for (int pass = 0; pass < npass; pass++) {
         const int64_t sp = pass ? seq1 : seq0;
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
-        int64_t nbp = in0 ? nblk0 : 0;
+        int nbp = in0 ? nblk0 : 0;
         if (in1 && nblk1 > nbp) nbp = nblk1;
         const ph_src S = ph_src_of(a, sp);
-        for (int64_t tile = tile0; tile < tile1; tile++) {
-            const int64_t b0 = tile * PH_NB;
+        for (int tile = tile0; tile < tile1; tile++) {
+            const int b0 = tile * PH_NB;
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-                auto issue = [&](int c) { ph_issue_chunk<NT>(ring, S, b0, c, nch, dI); };
+                auto issue = [&](int c) { ph_issue_chunk<NT, ST>(ring, S, b0, c, nch, dI); };
                 if (!(pass == 0 && tile == tile0 && primed)) {
                     __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
-                    for (int c = 0; c < PH_ST - 1; c++) issue(c);
+                    for (int c = 0; c < ST - 1; c++) issue(c);
                 }
                 float acc[8][8];
 #pragma unroll
@@ -283,13 +294,24 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
 #pragma unroll
                     for (int j = 0; j < 8; j++) acc[i][j] = 0.f;
                 for (int c = 0; c < nch; c++) {
-                    float *slot = ring + (c % PH_ST) * PH_CHUNK;
-                    ph_cp_wait<PH_ST - 2>(); /* this thread's copies of chunk c have landed */
-                    float4 v[P::CI];
-                    ph_take_chunk<NT>(slot, S, b0, c, dI, v);
-                    __syncthreads(); /* slot c's landed rows read; chunk c - 1's slot has been read */
-                    ph_put_chunk<NT>(slot, v);
-                    issue(c + PH_ST - 1);
+                    float *slot = ring + (c % ST) * PH_CHUNK;
+                    ph_cp_wait<ST - 2>(); /* this thread's copies of chunk c have landed */
+                    constexpr int CI = P::CI, CH = CI / 2;
+                    if constexpr (P::SPLIT) { /* half the items in registers at a time (W 4: 128 registers) */
+                        float4 v[CH];
+                        ph_take_chunk<NT, 0, CH>(slot, S, b0, c, dI, v);
+                        __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
+                        ph_put_chunk<NT, 0, CH>(slot, v);
+                        ph_take_chunk<NT, CH, CI>(slot, S, b0, c, dI, v);
+                        __syncthreads(); /* quarters 2-3 read */
+                        ph_put_chunk<NT, CH, CI>(slot, v);
+                    } else {
+                        float4 v[CI];
+                        ph_take_chunk<NT, 0, CI>(slot, S, b0, c, dI, v);
+                        __syncthreads(); /* slot c's landed rows read; chunk c - 1's slot has been read */
+                        ph_put_chunk<NT, 0, CI>(slot, v);
+                    }
+                    issue(c + ST - 1);
                     __syncthreads(); /* slot c holds the chunk's means [d][block] */
                     const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
@@ -313,16 +335,19 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
                 /* the heads folded in ascending order with fmaf from 0, HS
                  * heads at a time through the ring (all its copies landed) */
 #pragma unroll
-                for (int step = 0; step < R; step++) {
+                for (int step = 0; step < P::NS; step++) {
                     __syncthreads();
 #pragma unroll
                     for (int i = 0; i < 8; i++) {
                         const int r = i < 4 ? 4 * ty + i : ROWS / 2 + 4 * ty + i - 4, h = r % PH_HI, rr = r / PH_HI;
-                        if (h / HS == step) {
+                        /* one row, two steps: outputs i < 4 are heads 4ty + i < 32, the rest 32 + 4ty + i - 4
+                         * (known to the compiler: one address for both steps) */
+                        constexpr bool halves = R == 1 && P::NS == 2;
+                        if (halves ? i / 4 == step : h / HS == step) {
                             float v[8];
 #pragma unroll
                             for (int j = 0; j < 8; j++) v[j] = acc[i][j] < 0.f ? 0.f : acc[i][j]; /* NaN kept, as torch.relu */
-                            float *dst = red + (rr * HS + h % HS) * PH_LD + 4 * tx;
+                            float *dst = red + (halves ? 4 * ty + i % 4 : rr * HS + h % HS) * PH_LD + 4 * tx;
                             *(float4 *)dst = make_float4(v[0], v[1], v[2], v[3]);
                             *(float4 *)(dst + PH_NB / 2) = make_float4(v[4], v[5], v[6], v[7]);
                         }
@@ -345,7 +370,7 @@ __global__ void __launch_bounds__(128 * R, R == 1 ? 3 : 2) ph_block_scores_kerne
                 }
             }
             /* first / last block of the range +inf, past it -inf (NT = R x PH_NB: every column once) */
-            const int64_t b = b0 + fj, nb = fr ? nblk1 : nblk0;
+            const int b = b0 + fj, nb = fr ? nblk1 : nblk0;
             if ((fr ? in1 : in0) && b < a.nbmax)
                 a.out[(t0 + fr) * a.nbmax + b] = b >= nb ? -INFINITY : b == 0 || b == nb - 1 ? INFINITY : sc;
         }
@@ -445,27 +470,27 @@ __global__ void __launch_bounds__(PH_TK) ph_block_topk_kernel(const float *sc, i
 } // namespace
 
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
-    static const char *const names[] = {"fused", "classic"};
+    static const char *const names[] = {"fused", "classic", "fused3"};
     const char *forced = la_context_variant(ctx, "paged_hisa");
-    const int v = forced ? la_cu_variant_index(forced, names, 2) : (kPagedHisaFused ? 0 : 1);
-    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic");
+    const int v = forced ? la_cu_variant_index(forced, names, 3) : (kPagedHisaFused ? 0 : 1);
+    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic, fused3");
     const bool ok = HI >= 1 && HI <= PH_HI && dI >= 1 && dI <= PH_DI;
-    if (v == 0 && forced && !ok) return la_cu_variant_unsupported("paged_hisa", "fused", "HI <= 64, dI <= 128");
-    *fused = v == 0 && ok;
-    la_cu_report(ctx, "paged_hisa", *fused ? "fused" : "classic", "HI=%lld dI=%lld", (long long)HI, (long long)dI);
+    if (v != 1 && forced && !ok) return la_cu_variant_unsupported("paged_hisa", names[v], "HI <= 64, dI <= 128");
+    *fused = v == 1 || !ok ? 0 : v == 2 ? 2 : 1;
+    la_cu_report(ctx, "paged_hisa", *fused ? names[v] : "classic", "HI=%lld dI=%lld", (long long)HI, (long long)dI);
     return LA_OK;
 }
 
-template <int R> static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
-    const int64_t groups = (a.T + R - 1) / R, slots = 132 * (R == 1 ? 3 : 2);
+template <int R, int W> static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
+    const int64_t groups = (a.T + R - 1) / R, slots = 132 * W;
     /* several tiles per CTA (q loaded once for them) while the grid keeps
      * ~4 CTAs per slot; decode: one */
     int64_t tpc = groups * ntiles / (4 * slots);
     a.tpc = tpc < 1 ? 1 : tpc > ntiles ? ntiles : tpc;
-    const size_t smem = ph_tile<R>::SMEM_FLOATS * sizeof(float);
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = ph_tile<R, W>::SMEM_FLOATS * sizeof(float);
+    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    ph_block_scores_kernel<R><<<grid, 128 * R, smem, s>>>(a);
+    ph_block_scores_kernel<R, W><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -479,7 +504,10 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */
-    return a.T >= 2 * nseq ? ph_launch_block_scores<2>(a, ntiles, s) : ph_launch_block_scores<1>(a, ntiles, s);
+    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, s);
+    /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
+     * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
+    return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, s) : ph_launch_block_scores<1, 4>(a, ntiles, s);
 }
 
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {

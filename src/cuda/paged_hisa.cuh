@@ -5,6 +5,7 @@
  *     blocks that forms the block means itself (from the pooled sums, or
  *     reads the classic means kernel's without them), then one CTA per row
  *     selects the m kept blocks and writes them ascending;
+ *   - "fused3": "fused" with its one-row score kernel at 3 CTAs per SM;
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
  * Both give the same bits: each (row, block, head) dot product runs over d
@@ -33,13 +34,16 @@ struct ph_blk_args {
     int HI, dI;
     int64_t B;               /* tokens per block */
     int64_t T;               /* query rows */
+    int w3;                  /* one-row tiles at 3 CTAs per SM (variant "fused3"), else 4 */
     int64_t tpc;             /* set by the launch: 128-block tiles per score CTA */
     float *out;
 };
 
 /* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
- * under kPagedHisaFused) where HI <= 64 and dI <= 128; "classic" or another
- * shape: 0. A forced "fused" on another shape is LA_ERR_UNSUPPORTED. */
+ * under kPagedHisaFused) where HI <= 64 and dI <= 128, 2 for "fused3" (the
+ * same with the one-row score kernel at 3 CTAs per SM and a 5-chunk ring
+ * instead of 4 and 2: the same bits); "classic" or another shape: 0. A
+ * forced "fused" / "fused3" on another shape is LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
 /* The block scores of a.T rows of nseq sequences (one kernel). */
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);

@@ -526,6 +526,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.dI = (int)C.dI;
         ba.B = B;
         ba.T = T;
+        ba.w3 = fused == 2;
         ba.out = (float *)dbsc.p;
         LA_TRY(la_ph_block_scores(ba, nseq, s));
         LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
