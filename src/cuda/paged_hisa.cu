@@ -128,23 +128,27 @@ template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args 
 
 /* One sequence's block rows as the score kernel reads them: p [rows][dI]
  * (the pooled sums, div: the mean is sum / the block's token count, or the
- * means), blocks [0, nvalid) present (at least one token, inside the
- * buffer); vec: 16-byte aligned rows (cp.async), else plain loads. 32-bit
- * indices (the launch bounds the blocks; a sequence's length is int32). */
+ * means), blocks [0, nvalid) read: those meeting the pass's row ranges
+ * (nbp; a range ends at most at the length L, so each has a token), inside
+ * the buffer. L is needed only by the division, after the q load: the
+ * first copies wait for no load of it. vec: 16-byte aligned rows
+ * (cp.async), else plain loads. 32-bit indices (the launch bounds the
+ * blocks; a sequence's length is int32). */
 struct ph_src {
     const float *p;
-    int nvalid, L, B;
-    bool div, vec;
+    int nvalid, L;
 };
-__device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq) {
+/* the kernel-wide rest (parameters, no registers): div, vec */
+__device__ __forceinline__ bool ph_div(const ph_blk_args &a) { return a.psum != nullptr; }
+__device__ __forceinline__ bool ph_vec(const ph_blk_args &a) {
+    return a.dI % 4 == 0 && ((uintptr_t)(a.psum ? a.psum : a.kbar) & 15) == 0;
+}
+__device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq, int nbp) {
     ph_src S;
     S.L = a.lens[seq];
-    S.B = (int)a.B;
-    S.div = a.psum != nullptr;
-    S.p = S.div ? a.psum + seq * a.max_blocks * a.dI : a.kbar + seq * a.nbmax * a.dI;
-    const int64_t rows = S.div ? a.max_blocks : a.nbmax, nb = S.L > 0 ? (S.L + a.B - 1) / a.B : 0;
-    S.nvalid = (int)(nb < rows ? nb : rows);
-    S.vec = a.dI % 4 == 0 && ((uintptr_t)(S.div ? a.psum : a.kbar) & 15) == 0;
+    S.p = a.psum ? a.psum + seq * a.max_blocks * a.dI : a.kbar + seq * a.nbmax * a.dI;
+    const int64_t rows = a.psum ? a.max_blocks : a.nbmax;
+    S.nvalid = (int)(nbp < rows ? nbp : rows);
     return S;
 }
 /* Item i of a chunk (PH_ITEMS of them: 4 d of one block): block j, quarter
@@ -168,7 +172,8 @@ __device__ __forceinline__ int ph_land(int j, int dq) { return (dq >> 1) * PH_LH
  * into its ring slot: 16-byte copies, or plain loads (0 past dI); items of
  * blocks not present not copied. One commit group per call. */
 template <int NT, int ST>
-__device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int b0, int c, int nch, int dI) {
+__device__ __forceinline__ void ph_issue_chunk(const ph_blk_args &a, float *ring, const ph_src &S, int b0, int c, int nch) {
+    const int dI = a.dI;
     if (c < nch) {
         float *slot = ring + (c % ST) * PH_CHUNK;
 #pragma unroll
@@ -179,7 +184,7 @@ __device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int
             if (b < S.nvalid && d < dI) {
                 const float *src = S.p + b * dI + d;
                 float *dst = slot + ph_land(j, dq);
-                if (S.vec) ph_cp16(dst, src);
+                if (ph_vec(a)) ph_cp16(dst, src);
                 else
                     for (int u = 0; u < 4; u++) dst[u] = d + u < dI ? src[u] : 0.f;
             }
@@ -194,7 +199,8 @@ __device__ __forceinline__ void ph_issue_chunk(float *ring, const ph_src &S, int
  * correctly rounded quotient), the means as stored, or 0 for items not
  * copied. */
 template <int NT, int E0, int E1>
-__device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S, int b0, int c, int dI, float4 *v) {
+__device__ __forceinline__ void ph_take_chunk(const ph_blk_args &a, const float *slot, const ph_src &S, int b0, int c, float4 *v) {
+    const int dI = a.dI, B = (int)a.B;
 #pragma unroll
     for (int e = E0; e < E1; e++) {
         int j, dq;
@@ -203,8 +209,8 @@ __device__ __forceinline__ void ph_take_chunk(const float *slot, const ph_src &S
         float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
         if (b < S.nvalid && c * PH_KC + 4 * dq < dI) {
             x = *(const float4 *)(slot + ph_land(j, dq));
-            if (S.div) {
-                const int n = S.L - b * S.B < S.B ? S.L - b * S.B : S.B;
+            if (ph_div(a)) {
+                const int n = S.L - b * B < B ? S.L - b * B : B;
                 const float cnt = (float)n;
                 if ((n & (n - 1)) == 0) {
                     const float inv = __frcp_rn(cnt);
@@ -243,11 +249,11 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     /* tiles, blocks and lengths in 32 bits (the launch bounds the tiles to 65535) */
     const int tile0 = (int)(blockIdx.y * a.tpc), ntiles = (int)((a.nbmax + PH_NB - 1) / PH_NB);
     const int tile1 = tile0 + a.tpc < ntiles ? tile0 + (int)a.tpc : ntiles;
-    const int nr = t0 + R <= a.T ? R : (int)(a.T - t0); /* query rows of this CTA */
+    const int nr = R == 1 || t0 + R <= a.T ? R : (int)(a.T - t0); /* query rows of this CTA (R 1: one, known) */
     const int HI = a.HI, dI = a.dI, nch = (dI + PH_KC - 1) / PH_KC;
     const int B = (int)a.B;
     /* the rows' sequences and the blocks meeting their ranges [0, end) */
-    const int64_t seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
+    const int seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
     const int e0 = a.row_end[t0], e1 = nr > 1 ? a.row_end[t0 + 1] : 0;
     const int nblk0 = e0 > 0 ? (e0 - 1) / B + 1 : 0, nblk1 = e1 > 0 ? (e1 - 1) / B + 1 : 0;
     for (int i = tid; i < R * PH_HI; i += NT) {
@@ -261,8 +267,8 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     const int nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
     const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
     if (primed) {
-        const ph_src S0 = ph_src_of(a, seq0);
-        for (int c = 0; c < ST - 1; c++) ph_issue_chunk<NT, ST>(ring, S0, tile0 * PH_NB, c, nch, dI);
+        const ph_src S0 = ph_src_of(a, seq0, nbp0);
+        for (int c = 0; c < ST - 1; c++) ph_issue_chunk<NT, ST>(a, ring, S0, tile0 * PH_NB, c, nch);
     }
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
@@ -273,17 +279,17 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
     else ph_load_q<R, LA_F32>(a, t0, nr, qs);
     for (int pass = 0; pass < npass; pass++) {
-        const int64_t sp = pass ? seq1 : seq0;
+        const int sp = pass ? seq1 : seq0;
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
         int nbp = in0 ? nblk0 : 0;
         if (in1 && nblk1 > nbp) nbp = nblk1;
-        const ph_src S = ph_src_of(a, sp);
+        const ph_src S = ph_src_of(a, sp, nbp);
         for (int tile = tile0; tile < tile1; tile++) {
             const int b0 = tile * PH_NB;
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-                auto issue = [&](int c) { ph_issue_chunk<NT, ST>(ring, S, b0, c, nch, dI); };
+                auto issue = [&](int c) { ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch); };
                 if (!(pass == 0 && tile == tile0 && primed)) {
                     __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
                     for (int c = 0; c < ST - 1; c++) issue(c);
@@ -299,15 +305,15 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     constexpr int CI = P::CI, CH = CI / 2;
                     if constexpr (P::SPLIT) { /* half the items in registers at a time (W 4: 128 registers) */
                         float4 v[CH];
-                        ph_take_chunk<NT, 0, CH>(slot, S, b0, c, dI, v);
+                        ph_take_chunk<NT, 0, CH>(a, slot, S, b0, c, v);
                         __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
                         ph_put_chunk<NT, 0, CH>(slot, v);
-                        ph_take_chunk<NT, CH, CI>(slot, S, b0, c, dI, v);
+                        ph_take_chunk<NT, CH, CI>(a, slot, S, b0, c, v);
                         __syncthreads(); /* quarters 2-3 read */
                         ph_put_chunk<NT, CH, CI>(slot, v);
                     } else {
                         float4 v[CI];
-                        ph_take_chunk<NT, 0, CI>(slot, S, b0, c, dI, v);
+                        ph_take_chunk<NT, 0, CI>(a, slot, S, b0, c, v);
                         __syncthreads(); /* slot c's landed rows read; chunk c - 1's slot has been read */
                         ph_put_chunk<NT, 0, CI>(slot, v);
                     }
@@ -489,6 +495,9 @@ template <int R, int W> static la_status ph_launch_block_scores(ph_blk_args a, i
     a.tpc = tpc < 1 ? 1 : tpc > ntiles ? ntiles : tpc;
     const size_t smem = ph_tile<R, W>::SMEM_FLOATS * sizeof(float);
     LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest carveout */
+    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W>, cudaFuncAttributePreferredSharedMemoryCarveout,
+                               (int)cudaSharedmemCarveoutMaxShared));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
     ph_block_scores_kernel<R, W><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
