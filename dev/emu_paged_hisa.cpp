@@ -110,7 +110,7 @@ struct tcase {
     int tight = 0, misalign = 0; /* max_blocks = the longest sequence's blocks; psum one float off 16-byte alignment */
 };
 
-static int run(const tcase &C, int R, int W, int64_t tpc) {
+static int run(const tcase &C, int R, int W, int64_t tpc, bool topk_plain) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
     int64_t Lmax = 1;
@@ -224,8 +224,13 @@ static int run(const tcase &C, int R, int W, int64_t tpc) {
             bad++;
         }
     /* the top-k on the reference scores (so that a score bug does not hide a selection bug) */
-    launch((unsigned)T, 1, PH_TK, (256 + PH_TK + 2) * 4, [&] {
-        ph_block_topk_kernel(ref.data(), nbmax, m, kept.data());
+    /* the launch's choice (a thread's chunk in registers) and the plain one */
+    const int64_t per = (nbmax + PH_TK - 1) / PH_TK;
+    const int topk_per = topk_plain ? 0 : per <= 4 ? 4 : per <= 8 ? 8 : 0;
+    launch((unsigned)T, 1, PH_TK, (256 + PH_TK + 3) * 4, [&] {
+        if (topk_per == 4) ph_block_topk_kernel<4>(ref.data(), nbmax, m, kept.data());
+        else if (topk_per == 8) ph_block_topk_kernel<8>(ref.data(), nbmax, m, kept.data());
+        else ph_block_topk_kernel<0>(ref.data(), nbmax, m, kept.data());
     });
     int64_t kbad = 0;
     for (int t = 0; t < T; t++)
@@ -240,9 +245,9 @@ static int run(const tcase &C, int R, int W, int64_t tpc) {
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d tiles/CTA %lld %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d tiles/CTA %lld top-k regs %d %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, (long long)tpc,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, (long long)tpc, topk_per,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", C.tight ? " tight" : "",
            C.misalign ? " misaligned" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
@@ -267,13 +272,17 @@ int main() {
         {16, 68, 3, 5, 128, 0, 1, 0, 0, {3000, 250}, 1, 0},         /* dI 68: a chunk of one quarter */
         {16, 68, 2, 5, 96, 0, 0, 0, 0, {3000, 250}, 0, 0},
         {64, 128, 1, 32, 128, 1, 0, 0, 1, {7000, 128, 256, 1}, 0, 1}, /* means, misaligned */
+        {4, 16, 1, 200, 32, 0, 1, 1, 0, {50000}},      /* > 1024 blocks: the top-k's 8 registers a thread */
+        {4, 16, 2, 100, 32, 0, 1, 0, 1, {70000, 3000}}, /* > 2048 blocks: the top-k from global memory */
+        {4, 16, 1, 300, 32, 0, 1, 2, 0, {45000}},      /* every full block the same, 8 registers */
     };
     /* (rows per CTA, CTAs per SM, tiles per CTA): the decode kernel ("fused"
-     * and "fused3", one and several tiles a CTA) and the prefill one */
+     * and "fused3", one and several tiles a CTA) and the prefill one; the
+     * top-k from global memory with "fused3", else the launch's choice */
     const int cfg[][3] = {{1, 4, 1}, {1, 4, 3}, {1, 3, 2}, {2, 2, 2}};
     int fails = 0, runs = 0;
     for (const tcase &c : cases)
-        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2]), runs++;
+        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2], k[1] == 3), runs++;
     printf("%s: %d of %d runs failed\n", fails ? "FAIL" : "ok", fails, runs);
     return fails != 0;
 }
