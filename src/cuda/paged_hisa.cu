@@ -6,32 +6,34 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_block_scores_kernel<R>: an SGEMM-shaped tile per CTA: R query rows
+ * ph_block_scores_kernel<R, W>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
  *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
  *   flight during this one's FMAs), q as floats in shared memory for all
- *   the CTA's tiles. A chunk lands as the sequence's block rows ([block][d],
- *   64 contiguous bytes a block: the pooled sums or the means as stored);
- *   each thread then turns the items it copied into means (sum / count,
- *   pg_means_kernel's division: an exact IEEE quotient, so the same bits
- *   in any kernel) and, after a barrier, writes them back transposed
- *   [d][block] for the FMA loop. No separate means pass: its write and
- *   re-read of the means are gone. Each (row, head, block) sum runs over d ascending with
- *   fmaf from 0 (the CPU kernel's per-head dot product, bit for bit). The
- *   ReLU'd sums then go through the ring and one thread per (row, block)
- *   folds the heads in ascending order (fmaf from 0). First / last block of
- *   the row's range +inf, blocks past it -inf, as pg_score_kernel's
- *   PG_BLOCKS mode. A pair of rows of two sequences runs one pass per row.
- * ph_block_topk_kernel: one CTA per row, each thread a contiguous chunk of
- *   the row (in registers up to 8 blocks a thread): an exact radix select
- *   of the m-th key (up to 4 passes of 8 bits over the 32-bit sortable
- *   score: NaN above +inf, -inf never; the search ends at the first digit
- *   whose keys are all kept), the keys equal to it taken from the lowest
- *   block up (ties to the lower block), and the
- *   kept blocks written in ascending order with -1 after them: la_topk's set
- *   followed by pg_sort_kept_kernel's order. Only __syncthreads and shared
- *   atomics (no warp intrinsics), so dev/emu_paged_hisa.sh runs the kernel
- *   text on the CPU. */
+ *   the CTA's tiles, W CTAs per SM. A chunk lands as the sequence's block
+ *   rows ([block][d], 64 contiguous bytes a block: the pooled sums or the
+ *   means as stored); each thread turns the items it copied into means
+ *   (sum / count, pg_means_kernel's division: an exact IEEE quotient, so
+ *   the same bits in any kernel) and, after a barrier, writes them back
+ *   transposed [d][block] for the FMA loop: no separate means pass writing
+ *   and re-reading the means. Each (row, head, block) sum runs over d
+ *   ascending with fmaf from 0 (the CPU kernel's per-head dot product, bit
+ *   for bit). The ReLU'd sums then go through the ring and one thread per
+ *   (row, block) folds the heads in ascending order (fmaf from 0). First /
+ *   last block of the row's range +inf, blocks past it -inf, as
+ *   pg_score_kernel's PG_BLOCKS mode. A pair of rows of two sequences runs
+ *   one pass per row. Decode (R 1, one tile per CTA): W 4, so that a grid
+ *   of 512 tiles (64 sequences of 128K) is one wave of 528 slots.
+ * ph_block_topk_kernel<PER>: one CTA per row, each thread a contiguous
+ *   chunk of the row (in registers up to PER = 8 blocks a thread): an exact
+ *   radix select of the m-th key (up to 4 passes of 8 bits over the 32-bit
+ *   sortable score: NaN above +inf, -inf never; the search ends at the
+ *   first digit whose keys are all kept), the keys equal to it taken from
+ *   the lowest block up (ties to the lower block), and the kept blocks
+ *   written in ascending order with -1 after them: la_topk's set followed
+ *   by pg_sort_kept_kernel's order. Only __syncthreads and shared atomics
+ *   (no warp intrinsics), so dev/emu_paged_hisa.sh runs the kernel text on
+ *   the CPU. */
 #include "cuda/paged_hisa.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/select.cuh"
