@@ -9,8 +9,9 @@
  * la_topk's order (descending key, ties to the lower block, NaN first, -inf
  * never) and the ascending sort of the kept lists (-1 last).
  * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA)
- * and two rows per CTA (pairs across sequence boundaries included: next_n 1
- * and 3, rows of the later sequences first). Cases: HI 1/5/32/64, dI
+ * and two rows per CTA after the transposed-means pass (pairs across
+ * sequence boundaries included: next_n 1 and 3, rows of the later sequences
+ * first). Cases: HI 1/5/32/64, dI
  * 16/63/68/128, f32 and e4m3 q, lengths 1, 63, 65, 128, 1000, 5000, 40000,
  * next_n 1-4 (ranges ending before the length), the pooled sums (the score
  * kernel divides: B 128 / 64 / 32 by the exact reciprocal, B 96 and partial
@@ -214,8 +215,14 @@ static int run(const tcase &C, int R, int W, int64_t tpc, bool topk_plain) {
         launch((unsigned)T, gy, 128, ph_tile<1, 4>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 4>(a); });
     else if (R == 1)
         launch((unsigned)T, gy, 128, ph_tile<1, 3>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 3>(a); });
-    else
+    std::vector<float> kt;
+    if (R == 2) { /* the means pass first (la_ph_block_scores' order) */
+        a.ldk = ph_ldk(nbmax);
+        kt.assign((size_t)(nseq * dI * a.ldk), 54321.f); /* poisoned: tiles past a sequence stay unwritten */
+        a.kt = kt.data();
+        launch((unsigned)(a.ldk / PH_MB), (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
         launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2>(a); });
+    }
     int64_t bad = 0;
     for (size_t i = 0; i < out.size(); i++)
         if (memcmp(&out[i], &ref[i], 4)) {

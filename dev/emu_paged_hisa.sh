@@ -19,7 +19,8 @@ import sys
 o = sys.argv[1]
 h = open("src/cuda/paged_hisa.cuh").read()
 a = h.index("struct ph_blk_args {")
-open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n")
+l = h.index("static inline int64_t ph_ldk(")
+open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n" + h[l:h.index("\n", l)] + "\n")
 s = open("src/cuda/paged_hisa.cu").read()
 k = s[s.index("/* PH_KERNELS_BEGIN */"):s.index("/* PH_KERNELS_END */")]
 assert "__shared__" not in k and "__shfl" not in k and "__ballot" not in k

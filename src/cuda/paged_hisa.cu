@@ -55,13 +55,14 @@ template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>();
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
-/* A ring slot (PH_CHUNK floats): a chunk lands as [PH_NB][PH_KC] (the
- * block rows, swizzled: ph_land) and is rewritten in place as the means
- * [PH_KC][PH_KS] (rows padded by 4 floats: the transposing stores are
- * conflict-free); PH_ITEMS 16-byte items (4 d of a block) a chunk. */
+/* A ring slot (PH_CHUNK floats): a chunk lands as the block rows (ph_land)
+ * and is rewritten in place as the means [PH_KC][PH_KS] (rows padded by 4
+ * floats: the transposing stores are conflict-free), PH_ITEMS 16-byte items
+ * (4 d of a block) a chunk; or (two-row tiles) lands as [PH_KC][PH_KS] from
+ * the transposed means. */
 enum {
     PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
-    PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4
+    PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4, PH_MT = 256, PH_MB = 32
 };
 /* The score kernel's tile for R query rows, W CTAs per SM (sm_90):
  * ROWS = 64R (row, head) pairs x PH_NB blocks, NT = 128R threads of 8 x 8
@@ -74,7 +75,11 @@ enum {
 template <int R, int W> struct ph_tile {
     static constexpr int ROWS = 64 * R, NT = 128 * R, CI = PH_ITEMS / NT;
     static constexpr int ST = W == 4 ? 2 : 5, NS = R == 1 && W == 3 ? 1 : 2, HS = PH_HI / NS;
-    static constexpr bool SPLIT = W == 4; /* the chunk transposed in two halves (ph_land) */
+    /* two rows (prefill): the means pass's transposed means (kt) copied as
+     * they are. Prefill reads each chunk in every CTA of the sequence's
+     * rows: transposing it there (~6% of the FMA loop's issue, and a
+     * barrier) would cost more than the pass; decode reads each once. */
+    static constexpr bool KT = R == 2;
     static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + ST * PH_CHUNK;
     static_assert(R * HS * PH_LD <= ST * PH_CHUNK, "the fold's sums fit in the ring");
     static_assert(CI * NT == PH_ITEMS, "every item of a chunk has one thread");
@@ -87,6 +92,44 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     else if (e == 15 && m == 7) v = __int_as_float(0x7fc00000);
     else v = __int_as_float((int)(((e + 120u) << 23) | (m << 20)));
     return (b & 0x80u) ? -v : v;
+}
+
+/* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
+enum { PH_MEANS_SMEM_FLOATS = PH_MB * (PH_DI + 1) };
+/* The means of the PH_MB blocks of tile x of sequence y, transposed into
+ * kt [nseq][dI][ldk]: sum / count (pg_means_kernel's division) from the
+ * pooled sums, or the precomputed means; 0 past the sequence's blocks.
+ * Tiles past the sequence are not written (the score kernel reads them but
+ * its columns there are -inf whatever they hold). Each thread's loads are
+ * issued together (one DRAM latency per CTA). */
+__global__ void __launch_bounds__(PH_MT) ph_means_t_kernel(ph_blk_args a) {
+    float *tile = ph_smem();
+    constexpr int PER = PH_MB * PH_DI / PH_MT, LD = PH_DI + 1;
+    const int tid = threadIdx.x, dI = a.dI;
+    const int64_t s = blockIdx.y, b0 = (int64_t)blockIdx.x * PH_MB, L = a.lens[s], B = a.B;
+    if (b0 * B >= L) return;
+    const float *src = a.psum ? a.psum + s * a.max_blocks * dI : a.kbar + s * a.nbmax * dI;
+    float v[PER];
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
+        const int64_t b = b0 + j;
+        const bool ok = b * B < L && b < a.nbmax && d < dI; /* a block of at least one token */
+        v[e] = ok ? src[b * dI + d] : 0.f;
+    }
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, j = i / PH_DI, d = i % PH_DI;
+        const int64_t b = b0 + j;
+        if (a.psum && b * B < L) v[e] = v[e] / (float)(L - b * B < B ? L - b * B : B);
+        tile[j * LD + d] = v[e];
+    }
+    __syncthreads();
+#pragma unroll
+    for (int e = 0; e < PER; e++) {
+        const int i = tid + e * PH_MT, d = i / PH_MB, j = i % PH_MB;
+        if (d < dI) a.kt[(s * dI + d) * a.ldk + b0 + j] = tile[j * LD + d];
+    }
 }
 
 /* q of rows [t0, t0 + nr) as floats [d][row], the element type a constant
@@ -243,6 +286,22 @@ template <int NT, int E0, int E1> __device__ __forceinline__ void ph_put_chunk(f
     }
 }
 
+/* chunk c of a tile of the transposed means (d in [16c, 16c + 16), blocks
+ * [b0, b0 + 128) of kt) into its ring slot as [d][PH_KS], 16 bytes a copy;
+ * one commit group per call */
+template <int NT, int ST>
+__device__ __forceinline__ void ph_issue_kt_chunk(float *ring, const float *kt, int64_t ldk, int b0, int c, int nch, int dI) {
+    if (c < nch) {
+        float *slot = ring + (c % ST) * PH_CHUNK;
+#pragma unroll
+        for (int e = 0; e < PH_KC * PH_NB / 4 / NT; e++) {
+            const int i = threadIdx.x + e * NT, dl = i / (PH_NB / 4), j = 4 * (i % (PH_NB / 4)), d = c * PH_KC + dl;
+            if (d < dI) ph_cp16(slot + dl * PH_KS + j, kt + d * ldk + b0 + j);
+        }
+    }
+    ph_cp_commit();
+}
+
 template <int R, int W>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
     typedef ph_tile<R, W> P;
@@ -272,7 +331,10 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
     if (primed) {
         const ph_src S0 = ph_src_of(a, seq0, nbp0);
-        for (int c = 0; c < ST - 1; c++) ph_issue_chunk<NT, ST>(a, ring, S0, tile0 * PH_NB, c, nch);
+        for (int c = 0; c < ST - 1; c++) {
+            if constexpr (P::KT) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
+            else ph_issue_chunk<NT, ST>(a, ring, S0, tile0 * PH_NB, c, nch);
+        }
     }
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
@@ -293,7 +355,10 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
-                auto issue = [&](int c) { ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch); };
+                auto issue = [&](int c) {
+                    if constexpr (P::KT) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)sp * dI * a.ldk, a.ldk, b0, c, nch, dI);
+                    else ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch);
+                };
                 if (!(pass == 0 && tile == tile0 && primed)) {
                     __syncthreads(); /* the ring's previous contents (chunks, the fold's sums) have been read */
                     for (int c = 0; c < ST - 1; c++) issue(c);
@@ -307,7 +372,9 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     float *slot = ring + (c % ST) * PH_CHUNK;
                     ph_cp_wait<ST - 2>(); /* this thread's copies of chunk c have landed */
                     constexpr int CI = P::CI, CH = CI / 2;
-                    if constexpr (P::SPLIT) { /* half the items in registers at a time (W 4: 128 registers) */
+                    if constexpr (P::KT) {
+                        __syncthreads(); /* everyone's copies of chunk c; chunk c - 1's slot has been read */
+                    } else if constexpr (W == 4) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
                         float4 v[CH];
                         ph_take_chunk<NT, 0, CH>(a, slot, S, b0, c, v);
                         __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
@@ -322,7 +389,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                         ph_put_chunk<NT, 0, CI>(slot, v);
                     }
                     issue(c + ST - 1);
-                    __syncthreads(); /* slot c holds the chunk's means [d][block] */
+                    if constexpr (!P::KT) __syncthreads(); /* slot c holds the chunk's means [d][block] */
                     const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
                     /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
@@ -534,7 +601,20 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */
-    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, s);
+    if (a.T >= 2 * nseq) {
+        /* the means once, transposed, for the two-row kernel */
+        a.ldk = ph_ldk(a.nbmax);
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)(nseq * a.dI), (size_t)a.ldk * 4u, &bytes, "paged hisa: transposed means"));
+        la_cu_ws dkt;
+        LA_TRY(la_cu_ws_alloc(&dkt, bytes, s, "paged hisa transposed means"));
+        a.kt = (float *)dkt.p;
+        const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
+        LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
+        ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
+        LA_CU_LAUNCH("paged hisa block means");
+        return ph_launch_block_scores<2, 2>(a, ntiles, s);
+    }
     /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
      * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
     return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, s) : ph_launch_block_scores<1, 4>(a, ntiles, s);

@@ -2,9 +2,10 @@
  * la_paged_topk_cuda's HISA branch (paged_index.cu). Family "paged_hisa":
  *   - "fused" (the default where it applies, switch kPagedHisaFused): the
  *     scores as an SGEMM-shaped fp32 kernel over (query rows x heads) x
- *     blocks that forms the block means itself (from the pooled sums, or
- *     reads the classic means kernel's without them), then one CTA per row
- *     selects the m kept blocks and writes them ascending;
+ *     blocks that forms the block means itself in decode (from the pooled
+ *     sums, or reads the classic means kernel's without them; prefill: the
+ *     means once per call, transposed), then one CTA per row selects the m
+ *     kept blocks and writes them ascending;
  *   - "fused3": "fused" with its one-row score kernel at 3 CTAs per SM;
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
@@ -21,9 +22,10 @@
 #include "cuda/common.cuh"
 
 /* Block scores [T][nbmax] of every query row (+inf for the first and last
- * block of the row's range, -inf past it). The score kernel reads the block
- * rows [block][dI] of the row's sequence itself: the pooled sums (divided
- * by the block's token count in shared memory) or the means. */
+ * block of the row's range, -inf past it). The one-row score kernel
+ * (decode) reads the block rows [block][dI] of the row's sequence itself:
+ * the pooled sums (divided by the block's token count in shared memory) or
+ * the means; the two-row one (prefill) the means transposed once per call. */
 struct ph_blk_args {
     const float *psum;       /* pooled sums [max_seqs][max_blocks][dI] (mean = sum / count), or NULL: */
     int64_t max_blocks;
@@ -36,8 +38,12 @@ struct ph_blk_args {
     int64_t T;               /* query rows */
     int w3;                  /* one-row tiles at 3 CTAs per SM (variant "fused3"), else 4 */
     int64_t tpc;             /* set by the launch: 128-block tiles per score CTA */
+    float *kt;               /* set by the launch for two-row tiles: the means transposed, [nseq][dI][ldk] */
+    int64_t ldk;
     float *out;
 };
+/* kt's row length: nbmax rounded up to the score kernel's 128-block tiles */
+static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; }
 
 /* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
  * under kPagedHisaFused) where HI <= 64 and dI <= 128, 2 for "fused3" (the
@@ -45,7 +51,8 @@ struct ph_blk_args {
  * instead of 4 and 2: the same bits); "classic" or another shape: 0. A
  * forced "fused" / "fused3" on another shape is LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
-/* The block scores of a.T rows of nseq sequences (one kernel). */
+/* The block scores of a.T rows of nseq sequences (one kernel; two-row
+ * tiles: the means kernel into a workspace first). */
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */
