@@ -6,7 +6,7 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_block_scores_kernel<R, W>: an SGEMM-shaped tile per CTA: R query rows
+ * ph_block_scores_kernel<R, W, TK>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
  *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
  *   flight during this one's FMAs), q as floats in shared memory for all
@@ -16,7 +16,9 @@
  *   (sum / count, pg_means_kernel's division: an exact IEEE quotient, so
  *   the same bits in any kernel) and, after a barrier, writes them back
  *   transposed [d][block] for the FMA loop: no separate means pass writing
- *   and re-reading the means. Each (row, head, block) sum runs over d
+ *   and re-reading the means. TK (PH_TK_ROWS+ rows a sequence: prefill,
+ *   whose CTAs each read all of their sequence's chunks): the chunks of
+ *   ph_means_t_kernel's transposed means instead, formed once per call. Each (row, head, block) sum runs over d
  *   ascending with fmaf from 0 (the CPU kernel's per-head dot product, bit
  *   for bit). The ReLU'd sums then go through the ring and one thread per
  *   (row, block) folds the heads in ascending order (fmaf from 0). First /
@@ -62,7 +64,8 @@ template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>();
  * the transposed means. */
 enum {
     PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
-    PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4, PH_MT = 256, PH_MB = 32
+    PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4, PH_MT = 256, PH_MB = 32,
+    PH_TK_ROWS = 16 /* query rows per sequence from which two-row tiles read the transposed-means pass */
 };
 /* The score kernel's tile for R query rows, W CTAs per SM (sm_90):
  * ROWS = 64R (row, head) pairs x PH_NB blocks, NT = 128R threads of 8 x 8
@@ -72,14 +75,14 @@ enum {
  * steps of HS heads. W 4 (R 1): a ring of 2 slots (one chunk in flight
  * during another's FMAs) and the heads folded in 2 steps, so that four
  * CTAs' shared memory fit an SM, and at most 128 registers. */
-template <int R, int W> struct ph_tile {
+template <int R, int W, bool TK> struct ph_tile {
     static constexpr int ROWS = 64 * R, NT = 128 * R, CI = PH_ITEMS / NT;
     static constexpr int ST = W == 4 ? 2 : 5, NS = R == 1 && W == 3 ? 1 : 2, HS = PH_HI / NS;
-    /* two rows (prefill): the means pass's transposed means (kt) copied as
-     * they are. Prefill reads each chunk in every CTA of the sequence's
-     * rows: transposing it there (~6% of the FMA loop's issue, and a
-     * barrier) would cost more than the pass; decode reads each once. */
-    static constexpr bool KT = R == 2;
+    /* TK (two rows, many a sequence: prefill): the means pass's transposed
+     * means (kt) copied as they are. Every CTA of a sequence's rows reads
+     * each chunk: transposing it in each (~6% of the FMA loop's issue, and
+     * a barrier) would cost more than the pass from ~16 rows a sequence */
+    static constexpr bool KT = TK;
     static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + ST * PH_CHUNK;
     static_assert(R * HS * PH_LD <= ST * PH_CHUNK, "the fold's sums fit in the ring");
     static_assert(CI * NT == PH_ITEMS, "every item of a chunk has one thread");
@@ -302,9 +305,9 @@ __device__ __forceinline__ void ph_issue_kt_chunk(float *ring, const float *kt, 
     ph_cp_commit();
 }
 
-template <int R, int W>
+template <int R, int W, bool TK>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
-    typedef ph_tile<R, W> P;
+    typedef ph_tile<R, W, TK> P;
     constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
     float *ws = ph_smem(), *qs = ws + R * PH_HI, *ring = qs + PH_DI * ROWS, *red = ring;
     const int tid = threadIdx.x, tx = tid % 16, ty = tid / 16;
@@ -575,19 +578,20 @@ la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
     return LA_OK;
 }
 
-template <int R, int W> static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
+template <int R, int W, bool TK = false>
+static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
     const int64_t groups = (a.T + R - 1) / R, slots = 132 * W;
     /* several tiles per CTA (q loaded once for them) while the grid keeps
      * ~4 CTAs per slot; decode: one */
     int64_t tpc = groups * ntiles / (4 * slots);
     a.tpc = tpc < 1 ? 1 : tpc > ntiles ? ntiles : tpc;
-    const size_t smem = ph_tile<R, W>::SMEM_FLOATS * sizeof(float);
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = ph_tile<R, W, TK>::SMEM_FLOATS * sizeof(float);
+    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W, TK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest carveout */
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W>, cudaFuncAttributePreferredSharedMemoryCarveout,
+    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W, TK>, cudaFuncAttributePreferredSharedMemoryCarveout,
                                (int)cudaSharedmemCarveoutMaxShared));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    ph_block_scores_kernel<R, W><<<grid, 128 * R, smem, s>>>(a);
+    ph_block_scores_kernel<R, W, TK><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -601,8 +605,8 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */
-    if (a.T >= 2 * nseq) {
-        /* the means once, transposed, for the two-row kernel */
+    if (a.T >= PH_TK_ROWS * nseq) {
+        /* the means once, transposed, for the two-row kernel of many rows */
         a.ldk = ph_ldk(a.nbmax);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(nseq * a.dI), (size_t)a.ldk * 4u, &bytes, "paged hisa: transposed means"));
@@ -613,8 +617,9 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
         LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
         ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
         LA_CU_LAUNCH("paged hisa block means");
-        return ph_launch_block_scores<2, 2>(a, ntiles, s);
+        return ph_launch_block_scores<2, 2, true>(a, ntiles, s);
     }
+    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, s); /* MTP */
     /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
      * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
     return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, s) : ph_launch_block_scores<1, 4>(a, ntiles, s);
