@@ -36,11 +36,11 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     auto dsa = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     /* HISA variants: (block stage, candidates); the first is the chain before this session */
-    const char *hv[5][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
-                            {nullptr, nullptr}};
-    double hms[5];
-    std::vector<int32_t> res[5];
-    for (int v = 0; v < 5; v++) {
+    const char *hv[6][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
+                            {"fused3", "gather"}, {nullptr, nullptr}};
+    double hms[6];
+    std::vector<int32_t> res[6];
+    for (int v = 0; v < 6; v++) {
         bench_variant("paged_hisa", hv[v][0]);
         bench_variant("paged_hisa_cand", hv[v][1]);
         hms[v] = time_ms(hisa, reps);
@@ -49,8 +49,8 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     }
     bench_variant("paged_hisa", nullptr);
     bench_variant("paged_hisa_cand", nullptr);
-    int64_t differ[5] = {0, 0, 0, 0, 0};
-    for (int v = 1; v < 5; v++)
+    int64_t differ[6] = {0, 0, 0, 0, 0, 0};
+    for (int v = 1; v < 6; v++)
         for (int64_t t = 0; t < T; t++)
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
     const double dms = time_ms(dsa, reps);
@@ -58,12 +58,12 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     const double wms = nq == 1 ? time_ms(dsa, reps) : NAN; /* wgmma: the decode kernel (next_n rows per CTA: 1) */
     bench_variant("paged", nullptr);
     LK(la_paged_index_cache_check(cache, BCTX));
-    printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA mma %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
-           "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | default %.3f ms | "
-           "DSA(mma)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld %lld\n",
+    printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA default %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
+           "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | default %.3f ms | "
+           "DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld %lld %lld\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
-           hms[1], hms[2], hms[3], hms[4], dms / hms[4], wms / hms[4], (long long)differ[1], (long long)differ[2],
-           (long long)differ[3], (long long)differ[4]);
+           hms[1], hms[2], hms[3], hms[4], hms[5], dms / hms[5], wms / hms[5], (long long)differ[1], (long long)differ[2],
+           (long long)differ[3], (long long)differ[4], (long long)differ[5]);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);

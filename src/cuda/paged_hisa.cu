@@ -579,24 +579,23 @@ la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
 }
 
 template <int R, int W, bool TK = false>
-static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, cudaStream_t s) {
+static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_context *ctx, cudaStream_t s) {
     const int64_t groups = (a.T + R - 1) / R, slots = 132 * W;
     /* several tiles per CTA (q loaded once for them) while the grid keeps
      * ~4 CTAs per slot; decode: one */
     int64_t tpc = groups * ntiles / (4 * slots);
     a.tpc = tpc < 1 ? 1 : tpc > ntiles ? ntiles : tpc;
     const size_t smem = ph_tile<R, W, TK>::SMEM_FLOATS * sizeof(float);
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W, TK>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
-    /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest carveout */
-    LA_CU(cudaFuncSetAttribute(ph_block_scores_kernel<R, W, TK>, cudaFuncAttributePreferredSharedMemoryCarveout,
-                               (int)cudaSharedmemCarveoutMaxShared));
+    /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest
+     * carveout; set once per context (a host call costs as much as a launch) */
+    LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
     ph_block_scores_kernel<R, W, TK><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
 
-la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
+la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx, cudaStream_t s) {
     if (a.T <= 0 || a.nbmax <= 0) return LA_OK;
     const int64_t ntiles = (a.nbmax + PH_NB - 1) / PH_NB;
     if (ntiles > 65535 || nseq > 65535 || a.T > 0x7fffffffLL)
@@ -614,15 +613,14 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s) {
         LA_TRY(la_cu_ws_alloc(&dkt, bytes, s, "paged hisa transposed means"));
         a.kt = (float *)dkt.p;
         const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
-        LA_CU(cudaFuncSetAttribute(ph_means_t_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)msmem));
         ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
         LA_CU_LAUNCH("paged hisa block means");
-        return ph_launch_block_scores<2, 2, true>(a, ntiles, s);
+        return ph_launch_block_scores<2, 2, true>(a, ntiles, ctx, s);
     }
-    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, s); /* MTP */
+    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, ctx, s); /* MTP */
     /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
      * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
-    return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, s) : ph_launch_block_scores<1, 4>(a, ntiles, s);
+    return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, ctx, s) : ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
 }
 
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {

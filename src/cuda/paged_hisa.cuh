@@ -53,7 +53,7 @@ static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; 
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
 /* The block scores of a.T rows of nseq sequences (one kernel; two-row
  * tiles: the means kernel into a workspace first). */
-la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, cudaStream_t s);
+la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s);

@@ -528,7 +528,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.T = T;
         ba.w3 = fused == 2;
         ba.out = (float *)dbsc.p;
-        LA_TRY(la_ph_block_scores(ba, nseq, s));
+        LA_TRY(la_ph_block_scores(ba, nseq, ctx, s));
         LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
     } else {
         LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));

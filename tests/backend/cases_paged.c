@@ -508,7 +508,7 @@ static void run_paged(const void *arg) {
      * "direct", vs the stage-ring gather kernel) on the tensor-core path.
      * Outputs poisoned differently. */
     static const char *const fam[2] = {"paged_hisa", "paged_hisa_cand"};
-    static const char *const vn[2][3] = {{"classic", "fused", NULL}, {"gather", "blockmajor", "direct"}};
+    static const char *const vn[2][3] = {{"classic", "fused", "fused3"}, {"gather", "blockmajor", "direct"}};
     for (int f = 0; f < (C->tcq ? 2 : 1); f++)
         for (int slots = 0; slots < 2; slots++) {
             la_paged_query pd;
