@@ -172,14 +172,15 @@ def decode_row(name, lens, bw, res, kern, bf16_row=False):
     res[name] = r
     del peer
     if bf16_row:
-        cache, table, cl, _ = build(lens, dtype="bf16", peer=False)
+        # its own names: the fp8 row's lambdas (kern) still read cache, table, cl
+        cb, tb, clb, _ = build(lens, dtype="bf16", peer=False)
         qb = q.bfloat16()
-        t_b = med(lambda: longattn.dsa_topk_paged(qb, w, cache, table, cl, topk=TOPK))
+        t_b = med(lambda: longattn.dsa_topk_paged(qb, w, cb, tb, clb, topk=TOPK))
         fl = tokens * DI * 2 / bw * 1e3
         res[name + "_bf16"] = {"dsa_ms": t_b, "byte_floor_ms": fl, "dsa_over_floor": t_b / fl}
         print("%-10s bf16 cache: DSA paged %.3f ms (%.2fx the %.3f ms floor of 256 B/token)"
               % (name, t_b, t_b / fl, fl), flush=True)
-        del cache
+        del cb
         torch.cuda.empty_cache()
 
 
