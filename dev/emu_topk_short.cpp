@@ -46,21 +46,13 @@ static inline int __ffs(uint32_t x) { return __builtin_ffs((int)x); }
 static inline int __clzll(long long x) { return x ? __builtin_clzll((unsigned long long)x) : 64; }
 using std::isfinite;
 
-/* copies of topk_common.cuh's key definitions (that header needs CUDA) */
-#define TK_KEY_NAN 0xFFFFFFFFu
-static inline uint32_t tk_rawkey(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-static inline uint32_t tk_fkey(float f) { return f != f ? TK_KEY_NAN : tk_rawkey(f); }
-static inline bool tk_valid(float f) { return f != -INFINITY; }
-template <bool GATHER> static inline uint32_t tk_token(const int32_t *blocks, int B, int64_t p) {
-    if (GATHER) {
-        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)B, bi = pu / Bu;
-        return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
-    }
-    return (uint32_t)p;
-}
+/* topk_common.cuh's keys and token map (that header needs CUDA): its text
+ * between the TK_KEYS markers, cut by emu_topk_short.sh */
+#define __device__
+#define __forceinline__ inline
+#include "emu_tk_keys.inc"
+#undef __device__
+#undef __forceinline__
 
 struct emu_cta {
     std::barrier<> *bar;

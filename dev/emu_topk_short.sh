@@ -7,6 +7,8 @@
 set -e
 O=${1:-build-emu-ts}
 mkdir -p "$O"
-g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -Iinclude -Isrc \
+# topk_common.cuh's key definitions, as the kernel text sees them
+sed -n '/TK_KEYS_BEGIN/,/TK_KEYS_END/p' src/cuda/topk_common.cuh > "$O/emu_tk_keys.inc"
+g++ -std=c++20 -O2 -Wall -Wno-unused-function -Wno-unknown-pragmas -Iinclude -Isrc -I"$O" \
     dev/emu_topk_short.cpp -o "$O/emu_topk_short" -lpthread
 "$O/emu_topk_short" $2

@@ -11,6 +11,7 @@
 #define TK_SAMPLE 2048                      /* sampled keys for the threshold guess */
 #define TK_CAP (TK_BUF - LA_SP_TOPK_MAX)    /* members of the final bin (multiple of TK_THREADS) */
 
+/* TK_KEYS_BEGIN (dev/emu_topk_short.sh cuts the keys and the token map for the host emulation) */
 /* Sortable key of a score: order-preserving on the floats, every NaN mapped
  * to the largest key (above +inf), so that NaN ranks first as in
  * torch.topk; several NaN tie and go to the lower index like equal scores.
@@ -23,6 +24,17 @@ __device__ __forceinline__ uint32_t tk_rawkey(float f) {
 }
 __device__ __forceinline__ uint32_t tk_fkey(float f) { return f != f ? TK_KEY_NAN : tk_rawkey(f); }
 __device__ __forceinline__ bool tk_valid(float f) { return f != -INFINITY; }
+/* Token of column p: p itself, or in gather mode (HISA candidates) token
+ * blocks[p / B]·B + p % B (columns < 2^31: 32-bit division). */
+template <bool GATHER>
+__device__ __forceinline__ uint32_t tk_token(const int32_t *blocks, int B, int64_t p) {
+    if (GATHER) {
+        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)B, bi = pu / Bu;
+        return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
+    }
+    return (uint32_t)p;
+}
+/* TK_KEYS_END */
 
 /* Visit (column, score) of [lo, hi): 16-byte loads when the row is
  * contiguous. */
@@ -104,17 +116,6 @@ __device__ __forceinline__ void tk_find_bin(const uint32_t *hist, int nbins, uin
         cum += c[j];
     }
     __syncthreads();
-}
-
-/* Token of column p: p itself, or in gather mode (HISA candidates) token
- * blocks[p / B]·B + p % B (columns < 2^31: 32-bit division). */
-template <bool GATHER>
-__device__ __forceinline__ uint32_t tk_token(const int32_t *blocks, int B, int64_t p) {
-    if (GATHER) {
-        const uint32_t pu = (uint32_t)p, Bu = (uint32_t)B, bi = pu / Bu;
-        return (uint32_t)blocks[bi] * Bu + (pu - bi * Bu);
-    }
-    return (uint32_t)p;
 }
 
 
