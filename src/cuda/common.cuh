@@ -155,6 +155,11 @@ struct la_cu_ws {
  * docs/CUDA.md, Memory). NULL: use the
  * device's current pool (also with LA_CUDA_POOL=default). */
 cudaMemPool_t la_cu_pool(void);
+/* Attribute attr of the current device (the SM count, the opt-in shared
+ * memory per CTA, ...), or fallback when the query fails or answers <= 0.
+ * A cheap host-side query, asked per call: a cached value would answer the
+ * first device's for every device. */
+int la_cu_device_attr(cudaDeviceAttr attr, int fallback);
 static inline la_status la_cu_ws_alloc(la_cu_ws *w, size_t bytes, cudaStream_t s,
                                        const char *what) {
     w->s = s;

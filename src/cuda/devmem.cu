@@ -45,6 +45,14 @@ cudaMemPool_t la_cu_pool(void) {
     return pools[dev];
 }
 
+int la_cu_device_attr(cudaDeviceAttr attr, int fallback) {
+    int dev = 0, n = 0;
+    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&n, attr, dev) == cudaSuccess && n > 0)
+        return n;
+    cudaGetLastError();
+    return fallback;
+}
+
 /* The context's slot of kernel fn (claimed when free), or -1 when all
  * slots hold other kernels. */
 static int attr_slot(la_context *c, const void *fn) {

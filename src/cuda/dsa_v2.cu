@@ -366,18 +366,6 @@ __global__ void __launch_bounds__(V2_CTA_THREADS, 1)
 #endif
 }
 
-/* SM count of the current device, asked every call (cudaDeviceGetAttribute
- * is a cheap host-side query): a cached static was a data race between first
- * calls and answered the first device's count for every device. */
-static int la_sp_num_sms() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
-        return n;
-    cudaGetLastError();
-    return 132;
-}
-
 /* Whether the v2 kernel takes these views: an sm_90 device, HI = 64, dI =
  * 128, q rows and k rows 16-byte aligned and contiguous along dI, dense DSA
  * mode. */
@@ -397,7 +385,7 @@ static la_status v2_launch(const la_sp_score_args &a, const sc_scales &sc, int q
     /* queries per CTA: long groups amortize the A-tile load (~2 chunks'
      * worth of time, not overlapped with 1 CTA per SM); pick the group size
      * with the fewest (waves x (chunks + 2)) */
-    const int nsm = la_sp_num_sms();
+    const int nsm = la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132);
     static const int cand[] = {128, 96, 64, 48, 32, 24, 16, 8, 4, 2};
     int qg = 2;
     double best = 1e300;

@@ -469,12 +469,7 @@ bool hb2_dense_ok(const la_sp_score_args &a) {
  * v2_launch does (fewest waves x (chunks + 2) over 2 CTAs per SM). */
 la_status hb2_dense_launch(la_sp_score_args a, cudaStream_t s) {
     a.B = (int)a.Lk;
-    int dev = 0, nsm = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess ||
-        cudaDeviceGetAttribute(&nsm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || nsm < 1) {
-        cudaGetLastError();
-        nsm = 132;
-    }
+    const int nsm = la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132);
     const int64_t ntiles = la_cu_cdiv(a.Lk, HB_ROWS);
     static const int cand[] = {64, 48, 32, 24, 16, 8, 4, 2};
     int qs = 2;

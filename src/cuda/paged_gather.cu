@@ -548,16 +548,6 @@ __global__ void __launch_bounds__(SC_THREADS, 2) pg_gather_f16q_kernel(la_sp_sco
     la_cp_wait_all_nc();
 }
 
-/* SM count, and the opt-in shared memory per CTA, of the current device
- * (cheap host-side queries, asked per call: no cached static) */
-int pg_device_attr(cudaDeviceAttr attr, int fallback) {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess && cudaDeviceGetAttribute(&n, attr, dev) == cudaSuccess && n > 0)
-        return n;
-    cudaGetLastError();
-    return fallback;
-}
-
 size_t pg_smem(int HI, int EB) {
     if (EB == 1) return HI == 64 ? pg_geom16<64>::SMEM : pg_geom16<32>::SMEM;
     return HI == 64 ? pg_geom<64, 2>::SMEM : pg_geom<32, 2>::SMEM;
@@ -575,7 +565,7 @@ la_status pg_gather_launch(const la_sp_score_args &a, const sc_pages &pg, cudaSt
      * fewest chunks per CTA that fill the slots (a decode batch of 64 rows
      * at 128K: 8 chunks of 256 candidates, 4 CTAs per row) */
     const int64_t nchunks = la_cu_cdiv(a.ncols, G::ROWS);
-    int64_t per = la_cu_cdiv(nchunks * a.T, 2 * (int64_t)pg_device_attr(cudaDevAttrMultiProcessorCount, 132));
+    int64_t per = la_cu_cdiv(nchunks * a.T, 2 * (int64_t)la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132));
     if (per > nchunks) per = nchunks;
     if (per < 1) per = 1;
     dim3 grid((unsigned)la_cu_cdiv(nchunks, per), (unsigned)a.T);
@@ -594,7 +584,7 @@ bool la_sp_paged_gather_ok(const la_sp_score_args &a, const sc_pages &pg, int EB
            (pg.fp8 != 0) == (EB == 1) && ((uintptr_t)pg.pages & 15) == 0 && pg.page_bytes % 16 == 0 &&
            a.T >= 1 && a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX &&
            /* the ring fits a CTA (bf16 HI 64: 113 KB; not on sm_86 / sm_89) */
-           pg_smem((int)a.HI, EB) <= (size_t)pg_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
+           pg_smem((int)a.HI, EB) <= (size_t)la_cu_device_attr(cudaDevAttrMaxSharedMemoryPerBlockOptin, 0);
 }
 
 la_status la_sp_scores_paged_gather(const la_sp_score_args &a, const sc_pages &pg, int EB, cudaStream_t s) {

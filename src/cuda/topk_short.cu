@@ -43,13 +43,5 @@ la_status la_sp_topk_short(const la_sp_topk_args &a, const la_context *ctx, cuda
     return a.blocks ? ts_launch<true>(a, ctx, s) : ts_launch<false>(a, ctx, s);
 }
 
-/* The SM count is asked every call (a cheap host-side query; a cached value
- * would answer the first device's count for every device). */
-int la_sp_topk_short_rows_max() {
-    int dev = 0, n = 0;
-    if (cudaGetDevice(&dev) == cudaSuccess &&
-        cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess && n > 0)
-        return 2 * n;
-    cudaGetLastError();
-    return 2 * 132;
-}
+/* two rows per SM: the SM count asked per call (la_cu_device_attr) */
+int la_sp_topk_short_rows_max() { return 2 * la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132); }
