@@ -74,15 +74,14 @@ enum {
  * the ReLU'd sums of HS heads [R][HS][PH_LD] (rows padded by 4 floats), NS
  * steps of HS heads. W 4 (R 1): a ring of 2 slots (one chunk in flight
  * during another's FMAs) and the heads folded in 2 steps, so that four
- * CTAs' shared memory fit an SM, and at most 128 registers. */
+ * CTAs' shared memory fit an SM, and at most 128 registers. TK (two rows,
+ * many a sequence: prefill): the means pass's transposed means (kt) copied
+ * as they are. Every CTA of a sequence's rows reads each chunk: transposing
+ * it in each (~6% of the FMA loop's issue, and a barrier) would cost more
+ * than the pass from ~16 rows a sequence. */
 template <int R, int W, bool TK> struct ph_tile {
     static constexpr int ROWS = 64 * R, NT = 128 * R, CI = PH_ITEMS / NT;
     static constexpr int ST = W == 4 ? 2 : 5, NS = R == 1 && W == 3 ? 1 : 2, HS = PH_HI / NS;
-    /* TK (two rows, many a sequence: prefill): the means pass's transposed
-     * means (kt) copied as they are. Every CTA of a sequence's rows reads
-     * each chunk: transposing it in each (~6% of the FMA loop's issue, and
-     * a barrier) would cost more than the pass from ~16 rows a sequence */
-    static constexpr bool KT = TK;
     static constexpr int SMEM_FLOATS = R * PH_HI + PH_DI * ROWS + ST * PH_CHUNK;
     static_assert(R * HS * PH_LD <= ST * PH_CHUNK, "the fold's sums fit in the ring");
     static_assert(CI * NT == PH_ITEMS, "every item of a chunk has one thread");
@@ -335,7 +334,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     if (primed) {
         const ph_src S0 = ph_src_of(a, seq0, nbp0);
         for (int c = 0; c < ST - 1; c++) {
-            if constexpr (P::KT) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
+            if constexpr (TK) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
             else ph_issue_chunk<NT, ST>(a, ring, S0, tile0 * PH_NB, c, nch);
         }
     }
@@ -359,7 +358,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
                 auto issue = [&](int c) {
-                    if constexpr (P::KT) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)sp * dI * a.ldk, a.ldk, b0, c, nch, dI);
+                    if constexpr (TK) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)sp * dI * a.ldk, a.ldk, b0, c, nch, dI);
                     else ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch);
                 };
                 if (!(pass == 0 && tile == tile0 && primed)) {
@@ -375,7 +374,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     float *slot = ring + (c % ST) * PH_CHUNK;
                     ph_cp_wait<ST - 2>(); /* this thread's copies of chunk c have landed */
                     constexpr int CI = P::CI, CH = CI / 2;
-                    if constexpr (P::KT) {
+                    if constexpr (TK) {
                         __syncthreads(); /* everyone's copies of chunk c; chunk c - 1's slot has been read */
                     } else if constexpr (W == 4) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
                         float4 v[CH];
@@ -392,7 +391,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                         ph_put_chunk<NT, 0, CI>(slot, v);
                     }
                     issue(c + ST - 1);
-                    if constexpr (!P::KT) __syncthreads(); /* slot c holds the chunk's means [d][block] */
+                    if constexpr (!TK) __syncthreads(); /* slot c holds the chunk's means [d][block] */
                     const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
                     /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
