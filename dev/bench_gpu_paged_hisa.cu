@@ -1,14 +1,15 @@
 /* Paged HISA (issue 18): the variants of its block stage (family
  * "paged_hisa": classic, fused) and candidate scores ("paged_hisa_cand":
- * gather, blockmajor, direct) side by side, against paged DSA (default and
+ * gather, blockmajor, direct, wgmma) side by side, against paged DSA (default and
  * "wgmma" of family "paged"). e4m3 paged cache with pooled sums (132 B per
  * token, shuffled pages), e4m3 queries, HI 64, dI 128, B 128, m 64, k 2048.
  * Rows: decode (64 sequences, next_n 1) at all 32K, all 128K and the
  * 32K-128K spread; prefill (one sequence, 4096 query rows at 128K).
  * la_*_topk_paged per call from C (CUDA events, median), so it includes the
- * metadata kernel, the top-k passes and the finish. Every HISA variant must
- * give the same indices as "classic + gather" (rows differing printed; 0
- * expected: same arithmetic).
+ * metadata kernel, the top-k passes and the finish. Every mma.sync HISA
+ * variant must give the same indices as "classic + gather" (rows differing
+ * printed; 0 expected: same arithmetic); "wgmma" candidates (DSA v2's bits)
+ * differ at near-ties only, and the decode default is them (0 expected).
  *   make BUILD=build-gpu CUDA_ARCH=sm90a build-gpu/dev/bench_gpu_paged_hisa
  *   build-gpu/dev/bench_gpu_paged_hisa [--quick] [--prefill-only | --decode-only] */
 #include "bench_gpu_common.cuh"
@@ -35,12 +36,14 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     pq.next_n = nq;
     auto dsa = [&]() { return la_dsa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
-    /* HISA variants: (block stage, candidates); the first is the chain before this session */
-    const char *hv[6][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
-                            {"fused3", "gather"}, {nullptr, nullptr}};
-    double hms[6];
-    std::vector<int32_t> res[6];
-    for (int v = 0; v < 6; v++) {
+    /* HISA variants: (block stage, candidates); the first is the chain before this session;
+     * "wgmma" candidates score with DSA v2's bits (not the mma.sync ones): compared with the default */
+    constexpr int NV = 7;
+    const char *hv[NV][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
+                             {"fused3", "gather"}, {"fused", "wgmma"}, {nullptr, nullptr}};
+    double hms[NV];
+    std::vector<int32_t> res[NV];
+    for (int v = 0; v < NV; v++) {
         bench_variant("paged_hisa", hv[v][0]);
         bench_variant("paged_hisa_cand", hv[v][1]);
         hms[v] = time_ms(hisa, reps);
@@ -49,21 +52,25 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     }
     bench_variant("paged_hisa", nullptr);
     bench_variant("paged_hisa_cand", nullptr);
-    int64_t differ[6] = {0, 0, 0, 0, 0, 0};
-    for (int v = 1; v < 6; v++)
+    int64_t differ[NV + 1] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (int v = 1; v < NV; v++)
         for (int64_t t = 0; t < T; t++)
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
+    for (int64_t t = 0; t < T; t++) /* the default against the wgmma candidates */
+        differ[NV] += memcmp(res[5].data() + t * TOPK, res[NV - 1].data() + t * TOPK, 4 * TOPK) != 0;
     const double dms = time_ms(dsa, reps);
     bench_variant("paged", "wgmma");
     const double wms = nq == 1 ? time_ms(dsa, reps) : NAN; /* wgmma: the decode kernel (next_n rows per CTA: 1) */
     bench_variant("paged", nullptr);
     LK(la_paged_index_cache_check(cache, BCTX));
     printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA default %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
-           "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | default %.3f ms | "
-           "DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: %lld %lld %lld %lld %lld\n",
+           "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | fused+wgmma %.3f | "
+           "default %.3f ms | DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: "
+           "%lld %lld %lld %lld (wgmma %lld, default %lld); default vs fused+wgmma: %lld\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
-           hms[1], hms[2], hms[3], hms[4], hms[5], dms / hms[5], wms / hms[5], (long long)differ[1], (long long)differ[2],
-           (long long)differ[3], (long long)differ[4], (long long)differ[5]);
+           hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], dms / hms[6], wms / hms[6], (long long)differ[1],
+           (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[5], (long long)differ[6],
+           (long long)differ[7]);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);

@@ -91,9 +91,11 @@ struct pc_args {
  * Else the gather mode of la_sp_scores_paged: *ring (variant "gather", the
  * default) on the stage-ring kernel where it applies, or (forced "direct")
  * the mma.sync kernel's gather mode, the A fragments loaded into registers;
- * the same bits. */
-la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
-                            int *blockmajor, int *ring);
+ * the same bits. *wg: variant "wgmma" (forced, or the default in place of
+ * "gather" where wg_ok: la_sp_paged_wgmma_blocks_ok), DSA v2's bits on the
+ * candidates' keys; forced where !wg_ok: LA_ERR_UNSUPPORTED. */
+la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq, bool wg_ok,
+                            int *blockmajor, int *ring, int *wg);
 /* Bucket the pairs and score them (EB = eb, HI 32 or 64). */
 la_status la_ph_cand_scores(pc_args a, int EB, int HI, int64_t nseq, cudaStream_t s);
 

@@ -38,6 +38,11 @@
 /* The default of family "paged_hisa_cand": true runs "blockmajor" where it
  * applies and pays (rows per sequence >= PC_MIN_ROWS); false: "gather". */
 constexpr bool kPagedHisaBlockMajor = true;
+/* Where the block-major kernel is not taken (decode): true runs "wgmma"
+ * (paged_wgmma.cu's pw2 kernel on the candidates: DSA v2's bits, a quarter
+ * of the emulated e4m3 mma.sync's tensor instructions) where it applies;
+ * false: "gather". */
+constexpr bool kPagedHisaWgmma = true;
 
 namespace {
 
@@ -221,24 +226,30 @@ __global__ void __launch_bounds__(PC_THREADS, 3) pc_score_kernel(pc_args a) {
 
 } // namespace
 
-la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq,
-                            int *blockmajor, int *ring) {
-    static const char *const names[] = {"blockmajor", "gather", "direct"};
+la_status la_ph_cand_select(la_context *ctx, int eb, int64_t HI, int64_t B, int64_t T, int64_t nseq, bool wg_ok,
+                            int *blockmajor, int *ring, int *wg) {
+    static const char *const names[] = {"blockmajor", "gather", "direct", "wgmma"};
     const char *forced = la_context_variant(ctx, "paged_hisa_cand");
-    const int v = forced ? la_cu_variant_index(forced, names, 3) : (kPagedHisaBlockMajor ? 0 : 1);
+    const int v = forced ? la_cu_variant_index(forced, names, 4) : (kPagedHisaBlockMajor ? 0 : 1);
     *blockmajor = 0;
     *ring = v != 2;
-    if (v < 0) return la_cu_unknown_variant("paged_hisa_cand", forced, "blockmajor, gather, direct");
+    *wg = 0;
+    if (v < 0) return la_cu_unknown_variant("paged_hisa_cand", forced, "blockmajor, gather, direct, wgmma");
     const bool ok = eb && (HI == 64 || HI == 32) && B == PC_KEYS;
     if (v == 0 && forced && !ok)
         return la_cu_variant_unsupported("paged_hisa_cand", "blockmajor",
                                          "the paged tensor-core path (variant mma), HI 32 or 64, block 128");
+    if (v == 3 && !wg_ok)
+        return la_cu_variant_unsupported("paged_hisa_cand", "wgmma",
+                                         "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, q rows contiguous");
     /* by default only where a block is shared by several queries (prefill
-     * chunks): a decode row's blocks are its own, and the gather kernel's
-     * 256-key CTAs serve one query as well */
+     * chunks): a decode row's blocks are its own, and the gather kernels
+     * serve one query as well */
     *blockmajor = v == 0 && ok && (forced || T >= PC_MIN_ROWS * nseq);
-    la_cu_report(ctx, "paged_hisa_cand", *blockmajor ? "blockmajor" : names[v == 2 ? 2 : 1], "T=%lld nseq=%lld",
-                 (long long)T, (long long)nseq);
+    /* decode's default on Hopper with e4m3: the wgmma gather (kPagedHisaWgmma) */
+    *wg = v == 3 || (!forced && !*blockmajor && wg_ok && kPagedHisaWgmma);
+    la_cu_report(ctx, "paged_hisa_cand", *blockmajor ? "blockmajor" : *wg ? "wgmma" : names[v == 2 ? 2 : 1],
+                 "T=%lld nseq=%lld", (long long)T, (long long)nseq);
     return LA_OK;
 }
 

@@ -541,8 +541,19 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     const int64_t W = m * B > topk ? m * B : topk;
     LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
     LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
-    int bm = 0, ring = 1; /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu) */
-    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, &bm, &ring));
+    /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu),
+     * the wgmma gather (paged_wgmma.cu) or the mma.sync gather kernels */
+    la_sp_score_args ag = a; /* the gather mode's args, as set below */
+    ag.blocks = R.kept;
+    ag.blocks_ld = m;
+    ag.m = m;
+    ag.B = (int)B;
+    ag.ncols = W;
+    ag.out = (float *)dcand.p;
+    ag.out_ld = W;
+    const bool wg_ok = eb == 1 && la_sp_paged_wgmma_blocks_ok(ag, pg);
+    int bm = 0, ring = 1, wgk = 0;
+    LA_TRY(la_ph_cand_select(ctx, eb, q->ne[1], B, T, nseq, wg_ok, &bm, &ring, &wgk));
     if (bm) {
         pc_args pa = {};
         pa.T = T;
@@ -570,17 +581,12 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         pa.out_ld = W;
         pa.ncols = W;
         LA_TRY(la_ph_cand_scores(pa, eb, (int)q->ne[1], nseq, s));
+    } else if (wgk) {
+        LA_TRY(la_sp_scores_paged_wgmma_blocks(ag, pg, s));
     } else if (eb) {
         /* candidate p of row t: token p % B of block kept[t][p / B]; columns
          * past m·B (topk > m·B) are -inf */
-        a.blocks = R.kept;
-        a.blocks_ld = m;
-        a.m = m;
-        a.B = (int)B;
-        a.ncols = W;
-        a.out = (float *)dcand.p;
-        a.out_ld = W;
-        LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, ring != 0, s));
+        LA_TRY(la_sp_scores_paged(ag, pg, eb, nseq, ring != 0, s));
     } else if (W > m * B) {
         /* columns past m·B (topk > m·B): −inf, written as the tiles of empty DSA ranges */
         pg_rows E = R;

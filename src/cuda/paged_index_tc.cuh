@@ -68,5 +68,11 @@ la_status la_sp_scores_paged_gather(const la_sp_score_args &a, const sc_pages &p
  * a.blocks NULL), and its launch: grid (ncols / 1024, T). */
 bool la_sp_paged_wgmma_ok(const la_sp_score_args &a, const sc_pages &pg);
 la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s);
+/* The same kernel's pipelined form (pw2) in gather mode: HISA's candidate
+ * scores (a.blocks set, no force_ends; sm_90, HI 64, dI 128, e4m3 q and
+ * cache), each equal to DSA v2's on the candidate's key; grid (ncols /
+ * 1024, T), every column < ncols written (-inf where no key). */
+bool la_sp_paged_wgmma_blocks_ok(const la_sp_score_args &a, const sc_pages &pg);
+la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s);
 
 #endif

@@ -15,10 +15,16 @@
  * blocks, the quad sum (V0 + V1) + (V2 + V3)), times the key's fp32 scale,
  * -inf outside [0, end[t]); so with the same tensor-core dot products a
  * score equals DSA v2's on the gathered keys. Every column < ncols of the
- * CTA's span is written. Keys only (bf16 caches and HISA's candidates stay
- * on the mma.sync kernel). pw2_kernel (variant "wgmma2", the e4m3 default
+ * CTA's span is written. Keys only (bf16 caches stay on the mma.sync
+ * kernel). pw2_kernel (variant "wgmma2", the e4m3 default
  * where it applies: paged_index.cu's kPagedWgmma2Default) is the same
- * computation with the key addresses and scales off the critical path. */
+ * computation with the key addresses and scales off the critical path;
+ * pw2_kernel<true> (variant "wgmma" of family "paged_hisa_cand") runs it
+ * on HISA's candidates instead of a span of positions: column p of row t is
+ * token p % B of kept block blocks[t][p / B] (sc_key_of's map), so each
+ * candidate's score is DSA v2's on that key, the bits of the dense HISA's
+ * block-major wgmma stage 2 (hisa_stage2.cu), and a HISA call keeping every
+ * block selects what the paged DSA default selects. */
 #include "cuda/common.cuh"
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_wgmma.cuh"
@@ -172,6 +178,7 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
 #define PW2_KEYS (PW_TILES * 64)
 #define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
 
+template <bool BLK>
 __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg) {
 #if LA_CU_SM90_CODE
     extern __shared__ uint8_t pw_raw[];
@@ -179,12 +186,26 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
     uint8_t *Qs = sm, *Ks = sm + PW_TILE_BYTES;
     float *scs = (float *)(Ks + PW_STAGES * PW_TILE_BYTES); /* [PW_STAGES][64] key scales */
     float *ws = scs + PW_STAGES * 64;
-    int2 *rowat = (int2 *)(ws + 64); /* [PW2_KEYS]: (page id, row in page) of position key0 + i */
+    /* [PW2_KEYS]: (page id, row in page) of column key0 + i; BLK: page id -1 for a
+     * candidate without a key (no block in its slot, or outside the row's range) */
+    int2 *rowat = (int2 *)(ws + 64);
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int t = blockIdx.y, seq = pg.row_seq[t];
-    const int end = a.range.end[(int64_t)t * a.range.end_nb]; /* <= the sequence's length */
     const int key0 = blockIdx.x * PW2_KEYS;
-    const int colend = (int)min(a.ncols, (int64_t)key0 + PW2_KEYS), kend = min(end, colend);
+    const int colend = (int)min(a.ncols, (int64_t)key0 + PW2_KEYS);
+    int kend, lo = 0, hi = 0;
+    if constexpr (BLK) {
+        /* the candidates of the row's kept blocks (columns < m·B); each one's
+         * validity is its own (pg_lookup's test, force_ends excluded by pwb_ok) */
+        int64_t lo64, hi64;
+        la_sp_row_range(a.range, t, &lo64, &hi64);
+        lo = (int)lo64;
+        hi = (int)min(hi64, a.Lk);
+        kend = (int)min((int64_t)colend, a.m * a.B);
+    } else {
+        const int end = a.range.end[(int64_t)t * a.range.end_nb]; /* <= the sequence's length */
+        kend = min(end, colend);
+    }
     const int nt = kend > key0 ? (kend - key0 + 63) / 64 : 0;
     float *orow = a.out + (int64_t)t * a.out_ld;
     for (int p = key0 + nt * 64 + tid; p < colend; p += PW_THREADS) orow[p] = -INFINITY;
@@ -205,8 +226,23 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         for (int j = 0; j < PW2_KEYS / PW_THREADS; j++) {
             const int i = tid + j * PW_THREADS;
             if (i < nk) {
-                const unsigned p = (unsigned)(key0 + i), pi = p / ps;
-                rowat[i] = make_int2(trow[pi], (int)(p - pi * ps));
+                if constexpr (BLK) {
+                    /* sc_key_of's map: candidate p = token p % B of kept block p / B */
+                    const unsigned p = (unsigned)(key0 + i), Bu = (unsigned)a.B, bi = p / Bu;
+                    const int32_t b = a.blocks[(int64_t)t * a.blocks_ld + bi];
+                    int2 at = make_int2(-1, 0);
+                    if (b >= 0) {
+                        const int64_t s = (int64_t)b * a.B + (p - bi * Bu);
+                        if (s >= lo && s < hi) {
+                            const unsigned su = (unsigned)s, pi = su / ps;
+                            at = make_int2(trow[pi], (int)(su - pi * ps));
+                        }
+                    }
+                    rowat[i] = at;
+                } else {
+                    const unsigned p = (unsigned)(key0 + i), pi = p / ps;
+                    rowat[i] = make_int2(trow[pi], (int)(p - pi * ps));
+                }
             }
         }
     }
@@ -222,20 +258,22 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
 #pragma unroll
         for (int j = 0; j < 4; j++) {
             const int r = lr + 16 * j;
-            const bool ok = i0 + r < nk;
+            bool ok = i0 + r < nk;
             const uint8_t *src = pg.pages;
             if (ok) {
                 const int2 at = rowat[i0 + r];
-                src = pg.pages + (int64_t)at.x * pb + at.y * 128 + lc * 16;
+                if constexpr (BLK) ok = at.x >= 0;
+                if (ok) src = pg.pages + (int64_t)at.x * pb + at.y * 128 + lc * 16;
             }
             la_cp16z_n(dst + la_wg_off(64, r, lc), src, ok ? 16 : 0);
         }
         if (tid < 64) {
-            const bool ok = i0 + tid < nk;
+            bool ok = i0 + tid < nk;
             const uint8_t *src = pg.pages;
             if (ok) {
                 const int2 at = rowat[i0 + tid];
-                src = pg.pages + (int64_t)at.x * pb + sc_off + at.y * 4;
+                if constexpr (BLK) ok = at.x >= 0;
+                if (ok) src = pg.pages + (int64_t)at.x * pb + sc_off + at.y * 4;
             }
             la_cp4z_n(scs + st * 64 + tid, src, ok ? 4 : 0);
         }
@@ -289,7 +327,8 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         s0 += __shfl_xor_sync(0xffffffffu, s0, 2);
         s1 += __shfl_xor_sync(0xffffffffu, s1, 2);
         const int p = key0 + k * 64 + r_out;
-        const bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
+        bool on = qd < 2 && p < kend; /* a valid key's score (kend <= colend) */
+        if constexpr (BLK) on = on && rowat[p - key0].x >= 0;
         const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
         if (qd < 2 && p < colend) orow[p] = o;
     }
@@ -317,9 +356,25 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
 la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     static_assert(PW2_SMEM <= 227 * 1024, "one CTA's shared memory");
-    LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel, PW2_SMEM, PW2_SMEM, true));
+    LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel<false>, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    pw2_kernel<<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
+    pw2_kernel<false><<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
     LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma, pipelined)");
+    return LA_OK;
+}
+
+bool la_sp_paged_wgmma_blocks_ok(const la_sp_score_args &a, const sc_pages &pg) {
+    return a.hopper && pg.fp8 && a.HI == 64 && a.dI == 128 && a.blocks && !a.force_ends && a.B > 0 &&
+           a.q_dt == LA_FP8_E4M3 && a.q_nb2 == 1 && a.q_nb1 % 16 == 0 && a.q_nb0 % 16 == 0 &&
+           ((uintptr_t)a.q & 15) == 0 && pg.page_bytes % 16 == 0 && ((uintptr_t)pg.pages & 15) == 0 &&
+           a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX && a.m * a.B <= (int64_t)INT32_MAX;
+}
+
+la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
+    if (a.T == 0 || a.ncols == 0) return LA_OK;
+    LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel<true>, PW2_SMEM, PW2_SMEM, true));
+    dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
+    pw2_kernel<true><<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
+    LA_CU_LAUNCH("paged hisa candidates (fp8 e4m3 wgmma)");
     return LA_OK;
 }

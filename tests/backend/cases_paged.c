@@ -210,7 +210,6 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
         free(r1); free(r2);
         bo_use_variant("paged", NULL);
     }
-    free(dflt); free(dmma); free(have);
     /* HISA keeping every block == DSA */
     la_index_params ih = *ip;
     ih.block_topk = nbmax;
@@ -226,17 +225,34 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     la_tensor ti;
     const int64_t ine[2] = {T, topk};
     la_tensor_init(&ti, d_i, LA_I32, LA_DEVICE_CUDA, 2, ine);
-    CHECK_OK(la_hisa_topk_paged(&ih, dq, dw, dc, &pq, &ti, NULL));
+    /* the mma.sync candidate kernels (forced "gather") select as the paged
+     * mma.sync DSA; the wgmma gather (forced "wgmma", fp8 at HI 64 on sm_90)
+     * as the dense default, DSA v2, on the gathered keys */
     int32_t *all = malloc((size_t)(T * topk) * 4);
-    la_dev_download(all, d_i, (size_t)(T * topk) * 4);
-    int64_t hd = 0;
-    const int32_t *dsa_mma = fp8 && HI == 64 ? pmma : idsa; /* NULL: "mma" not run */
-    for (int64_t t = 0; dsa_mma && t < T; t++) hd += memcmp(all + t * topk, dsa_mma + t * topk, (size_t)topk * 4) != 0;
-    CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa (mma.sync)",
-          la_dtype_name(C->dt), (long long)nbmax, (long long)hd);
-    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld; "
-           "paged wgmma variants (worst) vs dense default, vs paged mma: %lld, %lld\n",
-           (long long)diff[0], (long long)diff[1], (long long)hd, (long long)wd_dense, (long long)wd_mma);
+    int64_t hd = 0, hw = -1;
+    if (bo_use_variant("paged_hisa_cand", "gather")) {
+        CHECK_OK(la_hisa_topk_paged(&ih, dq, dw, dc, &pq, &ti, bo_ctx()));
+        la_dev_download(all, d_i, (size_t)(T * topk) * 4);
+        const int32_t *dsa_mma = fp8 && HI == 64 ? pmma : idsa; /* NULL: "mma" not run */
+        for (int64_t t = 0; dsa_mma && t < T; t++) hd += memcmp(all + t * topk, dsa_mma + t * topk, (size_t)topk * 4) != 0;
+        CHECK(hd == 0, "%s paged hisa keeping all %lld blocks: %lld rows differ from paged dsa (mma.sync)",
+              la_dtype_name(C->dt), (long long)nbmax, (long long)hd);
+    }
+    if (fp8 && HI == 64 && bo_use_variant("paged_hisa_cand", "wgmma")) {
+        la_dev_memset(d_i, 0x5a, (size_t)(T * topk) * 4);
+        CHECK_OK(la_hisa_topk_paged(&ih, dq, dw, dc, &pq, &ti, bo_ctx()));
+        la_dev_download(all, d_i, (size_t)(T * topk) * 4);
+        hw = 0;
+        for (int64_t t = 0; t < T; t++)
+            hw += memcmp(all + t * topk, have[t] ? dflt + t * topk : idsa + t * topk, (size_t)topk * 4) != 0;
+        CHECK(hw == 0, "%s paged hisa (wgmma) keeping all %lld blocks: %lld rows differ from the dense dsa default",
+              la_dtype_name(C->dt), (long long)nbmax, (long long)hw);
+    }
+    bo_use_variant("paged_hisa_cand", NULL);
+    free(dflt); free(dmma); free(have);
+    printf("  tensor cores: dense dsa rows differing (default, mma): %lld, %lld; hisa(all blocks) vs dsa: %lld, "
+           "wgmma vs dense default: %lld; paged wgmma variants (worst) vs dense default, vs paged mma: %lld, %lld\n",
+           (long long)diff[0], (long long)diff[1], (long long)hd, (long long)hw, (long long)wd_dense, (long long)wd_mma);
     la_dev_free(d_i);
     free(all); free(got); free(qd); free(wd); free(ones); free(pmma);
 }
