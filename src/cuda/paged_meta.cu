@@ -8,7 +8,12 @@
 #include "cpu/paged_index_cpu.h"
 #include "cuda/paged_meta.cuh"
 
-enum { PG_META_THREADS = 256 };
+/* One CTA per sequence: a decode call has few of them (64 at the serving
+ * shape) and the next kernel waits for this one, so its time is one CTA's
+ * chain of dependent global reads: 1024 threads, and each thread's table
+ * entries read before any is written (the writes could alias the reads for
+ * the compiler), make it two or three round trips instead of a dozen. */
+enum { PG_META_THREADS = 1024, PG_META_UNROLL = 4 };
 
 namespace {
 
@@ -42,22 +47,41 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
     }
     __syncthreads();
     const int64_t L = sh_len, np = (L + M.ps - 1) / M.ps;
-    for (int64_t j = tid; j < M.maxp; j += PG_META_THREADS) {
-        int64_t v = 0;
-        if (j < np) {
-            v = M.bt[s * M.bt0 + j * M.bt1];
-            if (v < 0 || v >= M.num_pages) {
-                pg_flag(M.status, LA_PG_BAD_PAGE, s, j, v, M.num_pages);
-                v = 0;
+    for (int64_t j0 = 0; j0 < M.maxp; j0 += PG_META_THREADS * PG_META_UNROLL) {
+        int64_t v[PG_META_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PG_META_UNROLL; u++) {
+            const int64_t j = j0 + u * PG_META_THREADS + tid;
+            v[u] = j < np ? M.bt[s * M.bt0 + j * M.bt1] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < PG_META_UNROLL; u++) {
+            const int64_t j = j0 + u * PG_META_THREADS + tid;
+            if (j >= M.maxp) break;
+            if (v[u] < 0 || v[u] >= M.num_pages) {
+                pg_flag(M.status, LA_PG_BAD_PAGE, s, j, v[u], M.num_pages);
+                v[u] = 0;
+            }
+            M.tab[s * M.maxp + j] = (int32_t)v[u]; /* pages past the length are never read */
+        }
+    }
+    if (M.pcount) {
+        const int64_t nb = (L + M.B - 1) / M.B;
+        for (int64_t b0 = 0; b0 < nb; b0 += PG_META_THREADS * PG_META_UNROLL) {
+            int32_t have[PG_META_UNROLL];
+#pragma unroll
+            for (int u = 0; u < PG_META_UNROLL; u++) {
+                const int64_t b = b0 + u * PG_META_THREADS + tid;
+                have[u] = b < nb ? M.pcount[s * M.max_blocks + b] : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < PG_META_UNROLL; u++) {
+                const int64_t b = b0 + u * PG_META_THREADS + tid;
+                const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B;
+                if (b < nb && have[u] != want) pg_flag(M.status, LA_PG_BAD_POOL, s, b, L, have[u]);
             }
         }
-        M.tab[s * M.maxp + j] = (int32_t)v; /* pages past the length are never read */
     }
-    if (M.pcount)
-        for (int64_t b = tid; b < (L + M.B - 1) / M.B; b += PG_META_THREADS) {
-            const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B, have = M.pcount[s * M.max_blocks + b];
-            if (have != want) pg_flag(M.status, LA_PG_BAD_POOL, s, b, L, have);
-        }
     if (!M.qs) { /* next_n consecutive rows per sequence */
         const int64_t nq = M.next_n, base = s * nq;
         for (int64_t j = tid; j < nq; j += PG_META_THREADS) {
