@@ -222,24 +222,40 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         const unsigned ps = (unsigned)pg.ps;
         const int32_t *trow = pg.table + (int64_t)seq * pg.maxp;
         const int nk = kend - key0;
+        if constexpr (BLK) {
+            /* sc_key_of's map: candidate p = token p % B of kept block p / B.
+             * Two rounds of independent loads (every kept-block entry, then
+             * every table entry), not a chain of dependent pairs: a decode
+             * call is one wave of these CTAs, so the prologue's latency is
+             * not hidden behind other CTAs' tiles. */
+            constexpr int J = PW2_KEYS / PW_THREADS;
+            const unsigned Bu = (unsigned)a.B;
+            const int32_t *brow = a.blocks + (int64_t)t * a.blocks_ld;
+            int32_t b[J];
 #pragma unroll
-        for (int j = 0; j < PW2_KEYS / PW_THREADS; j++) {
-            const int i = tid + j * PW_THREADS;
-            if (i < nk) {
-                if constexpr (BLK) {
-                    /* sc_key_of's map: candidate p = token p % B of kept block p / B */
-                    const unsigned p = (unsigned)(key0 + i), Bu = (unsigned)a.B, bi = p / Bu;
-                    const int32_t b = a.blocks[(int64_t)t * a.blocks_ld + bi];
-                    int2 at = make_int2(-1, 0);
-                    if (b >= 0) {
-                        const int64_t s = (int64_t)b * a.B + (p - bi * Bu);
-                        if (s >= lo && s < hi) {
-                            const unsigned su = (unsigned)s, pi = su / ps;
-                            at = make_int2(trow[pi], (int)(su - pi * ps));
-                        }
-                    }
-                    rowat[i] = at;
-                } else {
+            for (int j = 0; j < J; j++) {
+                const int i = tid + j * PW_THREADS;
+                b[j] = i < nk ? brow[(unsigned)(key0 + i) / Bu] : -1;
+            }
+            int2 at[J];
+#pragma unroll
+            for (int j = 0; j < J; j++) {
+                const unsigned p = (unsigned)(key0 + tid + j * PW_THREADS), bi = p / Bu;
+                const int64_t s = (int64_t)b[j] * a.B + (p - bi * Bu);
+                at[j] = make_int2(-1, 0);
+                if (b[j] >= 0 && s >= lo && s < hi) {
+                    const unsigned su = (unsigned)s, pi = su / ps;
+                    at[j] = make_int2(trow[pi], (int)(su - pi * ps));
+                }
+            }
+#pragma unroll
+            for (int j = 0; j < J; j++)
+                if (tid + j * PW_THREADS < nk) rowat[tid + j * PW_THREADS] = at[j];
+        } else {
+#pragma unroll
+            for (int j = 0; j < PW2_KEYS / PW_THREADS; j++) {
+                const int i = tid + j * PW_THREADS;
+                if (i < nk) {
                     const unsigned p = (unsigned)(key0 + i), pi = p / ps;
                     rowat[i] = make_int2(trow[pi], (int)(p - pi * ps));
                 }
