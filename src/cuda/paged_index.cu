@@ -596,6 +596,29 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         LA_TRY(pg_launch_score(C, E, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dcand.p, W, s));
     }
     if (!eb) LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, (float *)dcand.p, W, s));
+    if (!return_slots && W == m * B) {
+        /* positions: the top-k maps each candidate column through the kept
+         * blocks itself (la_sp_topk's gather mode: ascending kept blocks map
+         * columns to positions in the same order, so the same indices as
+         * the finish kernel's mapping of its columns) and writes idx, so no
+         * finish kernel follows. Not when k > m·B: the gather mode reads a
+         * block for every column of a row. */
+        la_sp_topk_args ta;
+        memset(&ta, 0, sizeof ta);
+        ta.scores = (const float *)dcand.p;
+        ta.R = T;
+        ta.L = W;
+        ta.ld = W;
+        ta.cs = 1;
+        ta.blocks = R.kept;
+        ta.blocks_ld = m;
+        ta.B = (int)B;
+        ta.k = topk;
+        ta.out = (int32_t *)iv.data;
+        ta.out_ld = iv.nb[0];
+        ta.out_cs = iv.nb[1];
+        return la_sp_topk(ta, ctx, s);
+    }
     la_cu_ws dsel2;
     LA_TRY(la_cu_ws_alloc(&dsel2, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
     LA_TRY(pg_topk((float *)dcand.p, T, W, (int32_t *)dsel2.p, topk, ctx));
