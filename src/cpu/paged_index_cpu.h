@@ -27,11 +27,14 @@ struct la_paged_index_cache {
     /* CUDA caches: the device copy of pcount (kept by the append's pooling
      * kernel, checked by the paged calls) and the status of the paged calls'
      * device-side checks (LA_PG_STATUS_WORDS int32: kinds found, then the
-     * first error's kind and values), with a pinned host mirror that each
-     * call refreshes asynchronously (docs/CUDA.md "Paged indexers") */
+     * first error's kind and values), and a word of mapped pinned host
+     * memory that the checking kernel itself sets nonzero with an error
+     * (status_host; status_mirror its device address), so a call adds no
+     * copy to the stream (docs/CUDA.md "Paged indexers") */
     int32_t *pcount_dev;
     int32_t *status_dev;
     int32_t *status_host;
+    int32_t *status_mirror;
 };
 
 /* Errors that the CUDA paged calls find on the device in the values of

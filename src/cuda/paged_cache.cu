@@ -105,9 +105,12 @@ extern "C" la_status la_paged_alloc_cuda(la_paged_index_cache *c, size_t pages_b
     LA_TRY(la_dev_malloc(&st, LA_PG_STATUS_WORDS * 4));
     c->status_dev = (int32_t *)st;
     LA_CU(cudaMemset(st, 0, LA_PG_STATUS_WORDS * 4));
-    LA_CU(cudaHostAlloc(&st, LA_PG_STATUS_WORDS * 4, cudaHostAllocDefault));
+    LA_CU(cudaHostAlloc(&st, LA_PG_STATUS_WORDS * 4, cudaHostAllocMapped));
     c->status_host = (int32_t *)st;
     memset(st, 0, LA_PG_STATUS_WORDS * 4);
+    void *mirror = nullptr;
+    LA_CU(cudaHostGetDevicePointer(&mirror, st, 0));
+    c->status_mirror = (int32_t *)mirror;
     return LA_OK;
 }
 
@@ -119,7 +122,7 @@ extern "C" void la_paged_free_cuda(la_paged_index_cache *c) {
     if (c->status_host) cudaFreeHost(c->status_host);
     c->pages = nullptr;
     c->psum = nullptr;
-    c->pcount_dev = c->status_dev = c->status_host = nullptr;
+    c->pcount_dev = c->status_dev = c->status_host = c->status_mirror = nullptr;
 }
 
 extern "C" la_status la_paged_check_finite_cuda(const la_tensor *k, la_context *ctx) {
@@ -242,7 +245,7 @@ extern "C" la_status la_paged_status_cuda(const la_paged_index_cache *c, int wai
     cudaStream_t s = la_cu_stream(ctx);
     out[0] = 0;
     if (!wait && !((volatile const int32_t *)c->status_host)[0]) return LA_OK;
-    LA_CU(cudaStreamSynchronize(s)); /* every earlier call's checks and mirror copies are done */
+    LA_CU(cudaStreamSynchronize(s)); /* every earlier call's checks are done */
     LA_CU(cudaMemcpy(out, c->status_dev, LA_PG_STATUS_WORDS * 4, cudaMemcpyDeviceToHost));
     LA_CU(cudaMemset(c->status_dev, 0, LA_PG_STATUS_WORDS * 4));
     memset(c->status_host, 0, LA_PG_STATUS_WORDS * 4);

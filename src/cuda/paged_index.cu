@@ -371,6 +371,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     M.max_blocks = c->max_blocks;
     M.B = p->block;
     M.status = c->status_dev;
+    M.mirror = c->status_mirror;
     M.tab = (int32_t *)dtab.p;
     M.row_seq = (int32_t *)drow.p;
     M.row_end = M.row_seq + T;
@@ -630,19 +631,14 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     return LA_OK;
 }
 
-/* The status mirror is refreshed after the call's last launch, not right
- * after the checks: its copy costs the host as much as a launch, and the
- * GPU would wait for it between the metadata kernel and the first score
- * kernel. The next call reads the mirror without waiting either way (an
- * error becomes visible a few kernels later, never lost: the device word
- * stays set until la_paged_index_cache_check or the next call clears it). */
+/* No status copy follows the launches: the metadata kernel sets the
+ * cache's mapped host word itself when it finds an error (pg_flag), so the
+ * next call sees it without waiting and without a copy on the stream (an
+ * error becomes visible once that kernel has run, never lost: the device
+ * words stay set until la_paged_index_cache_check or a call that sees the
+ * word reads and clears them). */
 extern "C" la_status la_paged_topk_cuda(const la_paged_index_cache *c, const la_index_params *p, int hisa,
                                         const la_tensor *q, const la_tensor *w, const la_paged_query *pq,
                                         la_tensor *idx, la_context *ctx) {
-    const la_status st = pg_topk_launch(c, p, hisa, q, w, pq, idx, ctx);
-    const cudaError_t e = cudaMemcpyAsync(c->status_host, c->status_dev, LA_PG_STATUS_WORDS * 4,
-                                          cudaMemcpyDeviceToHost, la_cu_stream(ctx));
-    if (st != LA_OK) return st;
-    if (e != cudaSuccess) LA_CU(e);
-    return LA_OK;
+    return pg_topk_launch(c, p, hisa, q, w, pq, idx, ctx);
 }

@@ -17,8 +17,9 @@ enum { PG_META_THREADS = 1024, PG_META_UNROLL = 4 };
 
 namespace {
 
-__device__ void pg_flag(int32_t *st, int kind, int64_t a, int64_t b, int64_t v, int64_t x) {
+__device__ void pg_flag(int32_t *st, int32_t *mirror, int kind, int64_t a, int64_t b, int64_t v, int64_t x) {
     atomicOr(st, kind);
+    *(volatile int32_t *)mirror = 1; /* the host's cue to read st (a plain store: any nonzero will do) */
     if (atomicCAS(st + 1, 0, kind) == 0) { /* the first error keeps its values */
         st[2] = (int32_t)a;
         st[3] = (int32_t)b;
@@ -35,11 +36,11 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
     if (tid == 0) {
         int64_t L = M.cl[s * M.cl0];
         if (L < 0 || L > M.cap) {
-            pg_flag(M.status, LA_PG_BAD_LEN, s, 0, L, M.cap);
+            pg_flag(M.status, M.mirror, LA_PG_BAD_LEN, s, 0, L, M.cap);
             L = L < 0 ? 0 : M.cap;
         }
         if (L > M.lenmax) {
-            pg_flag(M.status, LA_PG_BAD_POOL, s, -1, L, M.lenmax);
+            pg_flag(M.status, M.mirror, LA_PG_BAD_POOL, s, -1, L, M.lenmax);
             L = M.lenmax;
         }
         M.lens[s] = (int32_t)L;
@@ -59,7 +60,7 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
             const int64_t j = j0 + u * PG_META_THREADS + tid;
             if (j >= M.maxp) break;
             if (v[u] < 0 || v[u] >= M.num_pages) {
-                pg_flag(M.status, LA_PG_BAD_PAGE, s, j, v[u], M.num_pages);
+                pg_flag(M.status, M.mirror, LA_PG_BAD_PAGE, s, j, v[u], M.num_pages);
                 v[u] = 0;
             }
             M.tab[s * M.maxp + j] = (int32_t)v[u]; /* pages past the length are never read */
@@ -78,7 +79,7 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
             for (int u = 0; u < PG_META_UNROLL; u++) {
                 const int64_t b = b0 + u * PG_META_THREADS + tid;
                 const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B;
-                if (b < nb && have[u] != want) pg_flag(M.status, LA_PG_BAD_POOL, s, b, L, have[u]);
+                if (b < nb && have[u] != want) pg_flag(M.status, M.mirror, LA_PG_BAD_POOL, s, b, L, have[u]);
             }
         }
     }
@@ -101,7 +102,7 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
     auto seq_of = [&](int64_t t, bool report) -> int64_t {
         int64_t v = M.qs[t * M.qs0];
         if (v < 0 || v >= M.nseq) {
-            if (report) pg_flag(M.status, LA_PG_BAD_QSEQ, t, 0, v, M.nseq);
+            if (report) pg_flag(M.status, M.mirror, LA_PG_BAD_QSEQ, t, 0, v, M.nseq);
             v = v < 0 ? 0 : M.nseq - 1;
         }
         return v;

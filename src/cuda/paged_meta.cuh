@@ -22,6 +22,7 @@ struct pg_meta {
     const int32_t *pcount;       /* HISA on pooled sums: the device counts [max_seqs][max_blocks], else NULL */
     int64_t max_blocks, B;
     int32_t *status;
+    int32_t *mirror;             /* the status's mapped host word: set nonzero with any error */
     int32_t *tab, *row_seq, *row_end, *lens, *rows, *row0; /* out: [nseq][maxp], [T], [T], [nseq], [T], [nseq+1] */
 };
 
