@@ -351,6 +351,17 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     la_cu_ws dtab, drow;
     LA_TRY(la_cu_ws_alloc(&dtab, (size_t)(nseq * maxp) * 4, s, "page table"));
     LA_TRY(la_cu_ws_alloc(&drow, (size_t)nmeta * 4, s, "row metadata"));
+    /* HISA's block scores and kept blocks: allocated before the metadata
+     * launch, so the block-score kernel's launch follows it directly */
+    const int64_t B = hisa ? p->block : 1, nbmax = la_cu_cdiv(Lmax, B);
+    const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
+    la_cu_ws dbsc, dkept;
+    if (hisa) {
+        size_t bytes;
+        LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
+        LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
+        LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
+    }
     pg_meta M;
     M.bt = (const int32_t *)bt->data;
     M.bt0 = bt->nb[0];
@@ -492,9 +503,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
      * the default where it applies; "classic": the chain below) */
     int fused = 0;
     LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
-    const int64_t B = p->block, nbmax = la_cu_cdiv(Lmax, B);
-    const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
-    la_cu_ws dkbar, dbsc, dkept, dcand;
+    la_cu_ws dkbar, dcand;
     size_t bytes;
     /* the fused path's score kernel forms the means from the pooled sums
      * itself (the same division), or reads pg_means_kernel's */
@@ -509,9 +518,6 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     }
     R.nbmax = nbmax;
     R.B = B;
-    LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
-    LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
-    LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
     if (fused) {
         ph_blk_args ba = {};
         ba.psum = own_means ? c->psum : nullptr;
