@@ -19,7 +19,10 @@
            after every row's event timings: the profiler's hooks slow the
            launches that follow it); call - kernels is the host side
            (argument checks, launches: the block table, lengths and q_seq
-           stay on the device, their values checked there).
+           stay on the device, their values checked there); "host time"
+           is time.perf_counter around one call after a synchronization:
+           the host's share up to the call's return (Python layers, C
+           checks, allocations, launches), the kernels running on after it.
   prefill: one sequence, 4096 queries at 128K context: HISA paged vs DSA
            paged (both measured on the full chunk), HISA's kernel time.
 Times: medians of CUDA-event timings through the Python package. The
@@ -51,6 +54,23 @@ def pipelined_ms(fn, calls=10, iters=10):
     (a decode loop that does not wait for each step: the host's launch work
     then overlaps the previous call's kernels)."""
     return cuda_median_ms(lambda: [fn() for _ in range(calls)], reps=iters, warm=1) / calls
+
+
+def host_us(fn, warm=3, iters=20):
+    """Median host time of one call in microseconds: time.perf_counter
+    around the call after a synchronization (the Python layers, the C
+    checks, allocations and launches up to its return; not the kernels,
+    which run on after it returns)."""
+    for _ in range(warm):
+        fn()
+    ts = []
+    for _ in range(iters):
+        torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    torch.cuda.synchronize()
+    return float(np.median(ts)) * 1e6
 
 
 def kernel_ms(fn):
@@ -153,6 +173,7 @@ def decode_row(name, lens, bw, res, kern, bf16_row=False):
     hisa = lambda: longattn.hisa_topk_paged(q8, w8, cache, table, cl, topk=TOPK)
     t_dsa, t_hisa = med(dsa), med(hisa)
     p_dsa, p_hisa = pipelined_ms(dsa), pipelined_ms(hisa)
+    h_dsa, h_hisa = host_us(dsa), host_us(hisa)
     # kernel sums last: torch.profiler's CUPTI hooks stay in the process and
     # slow every later launch, so no event timing may follow them (the
     # kernel sums of all rows are taken after all rows are timed: main)
@@ -163,11 +184,13 @@ def decode_row(name, lens, bw, res, kern, bf16_row=False):
     r = {"contexts": [lens[0], lens[-1]], "tokens": tokens, "dsa_ms": t_dsa, "dsa_pipelined_ms": p_dsa,
          "hisa_ms": t_hisa, "hisa_pipelined_ms": p_hisa, "torch_peer_ms": t_peer, "byte_floor_ms": floor_ms,
          "dsa_over_floor": t_dsa / floor_ms, "hisa_speedup_vs_dsa": t_dsa / t_hisa,
-         "hisa_speedup_vs_dsa_pipelined": p_dsa / p_hisa}
+         "hisa_speedup_vs_dsa_pipelined": p_dsa / p_hisa, "dsa_host_us": h_dsa, "hisa_host_us": h_hisa}
     print("%-10s %d seqs, ctx %d..%d: DSA paged %.3f ms (back to back %.3f; %.2fx / %.2fx the %.3f ms floor), "
           "HISA paged %.3f ms (back to back %.3f): %.2fx / %.2fx faster, PyTorch gather+score %.2f ms"
           % (name, nseq, lens[0], lens[-1], t_dsa, p_dsa, t_dsa / floor_ms, p_dsa / floor_ms, floor_ms,
              t_hisa, p_hisa, t_dsa / t_hisa, p_dsa / p_hisa, t_peer), flush=True)
+    print("%-10s host time per call (perf_counter around one call, to its return): DSA %.1f us, HISA %.1f us"
+          % (name, h_dsa, h_hisa), flush=True)
     kern.append((name, r, dsa, hisa, cache))
     res[name] = r
     del peer

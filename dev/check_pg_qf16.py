@@ -2,9 +2,10 @@
 """Host check of pg_gather_f16q_kernel's query staging (src/cuda/paged_gather.cu).
 
 For random e4m3 query blocks (HI 64 and 32, dI 128) this replays
-  old: sc_load_q's swizzled e4m3 rows, pg_gather_kernel's B ldmatrix.x4
-       (lane addressing, then the m8n8 distribution: register m of lane L =
-       word L % 4 of the row L / 4 of matrix m) and the emulation's
+  old: sc_load_q's swizzled e4m3 rows, the B ldmatrix.x4 of pg_gather_kernel
+       when it also ran e4m3 (lane addressing as in its bf16 form, then the
+       m8n8 distribution: register m of lane L = word L % 4 of the row L / 4
+       of matrix m) and the emulation's
        F2FP.F16.E4M3.UNPACK_B of each register's low / high 16 bits, giving
        per (k-step, n-tile, lane) B_lo = {lo r[2n], lo r[2n+1]},
        B_hi = {hi r[2n], hi r[2n+1]} (n-tile 2jp + n; dev/sass_trace_e4m3_mma.py

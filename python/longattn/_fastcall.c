@@ -14,15 +14,29 @@
  *         CUDA tensor on that device index;
  * dtypes  dict torch.dtype -> (la_dtype, element size);
  * names   one str per tensor; a name ending in '?' marks an optional tensor
- *         (None is passed as NULL), None elsewhere is not accepted;
+ *         (None is passed as NULL), None elsewhere is not accepted. Two
+ *         prefixes (module attribute FIELDS = 1 says they are understood)
+ *         serve entry points with a handle or a struct of views among the
+ *         tensors (la_{dsa,hisa}_topk_paged):
+ *           "*name": not a tensor but a pointer argument: an int (an address,
+ *                    e.g. a handle) is passed as a pointer; an object with
+ *                    the buffer protocol (a ctypes struct, at most
+ *                    FIELD_STRUCT_MAX bytes, read by the callee only) is
+ *                    copied onto this function's stack and the copy's
+ *                    address passed;
+ *           "@K:name" (or "@K:name?"): a tensor that is a field of the last
+ *                    "*" struct before it: its view's address (NULL for an
+ *                    optional None) is written at byte offset K of the
+ *                    struct's copy; it is not an argument of its own;
  * lead    None (no leading argument), an int (passed as a pointer: a state
  *         handle) or an object with the buffer protocol (a ctypes params
  *         struct: its address is passed);
  * tensors torch tensors (or None where optional).
  *
  * The call is fn(lead, &view_0, ..., &view_n-1, ctx), or fn(&view_0, ...,
- * ctx) without a lead. Views are la_tensor structs on this function's stack
- * (no shared slots: thread-safe). Returns the la_status, or None without
+ * ctx) without a lead ("@" entries left out of the list). Views and struct
+ * copies are on this function's stack (no shared slots: thread-safe; the
+ * caller's struct is never written). Returns the la_status, or None without
  * calling anything when an argument is anything but the common case (not a
  * tensor, a dtype outside `dtypes`, rank > 4, another device, a misaligned
  * address, a required None): the caller then takes the ctypes path, which
@@ -50,6 +64,8 @@
 #define FASTCALL_API 2
 #define MAX_TENSORS 20
 #define MAX_ARGS (MAX_TENSORS + 2)
+#define FIELD_STRUCT_MAX 256 /* bytes of a "*" struct copied onto the stack */
+#define MAX_STRUCTS 2
 
 typedef struct {
     PyObject *s_dtype, *s_is_cuda, *s_is_cpu, *s_data_ptr, *s_shape, *s_stride, *s_get_device;
@@ -197,6 +213,30 @@ static int optional_name(PyObject *name)
     return n > 0 && PyUnicode_READ_CHAR(name, n - 1) == '?';
 }
 
+/* The first character of a name ('*', '@' or another), 0 if not a str. */
+static Py_UCS4 name_kind(PyObject *name)
+{
+    if (!PyUnicode_Check(name) || PyUnicode_GET_LENGTH(name) == 0) return 0;
+    return PyUnicode_READ_CHAR(name, 0);
+}
+
+/* K of an "@K:name" entry, or -1 (with TypeError) when malformed. */
+static Py_ssize_t field_offset(PyObject *name)
+{
+    Py_ssize_t n = PyUnicode_GET_LENGTH(name), k = 0, i = 1;
+    for (; i < n && i < 8; i++) {
+        Py_UCS4 ch = PyUnicode_READ_CHAR(name, i);
+        if (ch == ':') break;
+        if (ch < '0' || ch > '9') break;
+        k = k * 10 + (Py_ssize_t)(ch - '0');
+    }
+    if (i == 1 || i >= n || PyUnicode_READ_CHAR(name, i) != ':') {
+        PyErr_Format(PyExc_TypeError, "call: field entry %R: expected \"@OFFSET:name\"", name);
+        return -1;
+    }
+    return k;
+}
+
 static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
 {
     enum { FIXED = 7 };
@@ -223,9 +263,12 @@ static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
     void *ctx = PyLong_AsVoidPtr(args[2]);
     long device = PyLong_AsLong(args[3]);
     if (PyErr_Occurred()) return NULL;
-    if (nparams != (lead != Py_None) + nt + 1) {
+    Py_ssize_t nfields = 0; /* "@" entries: struct fields, not arguments */
+    for (Py_ssize_t i = 0; i < nt; i++)
+        nfields += name_kind(PyTuple_GET_ITEM(names, i)) == '@';
+    if (nparams != (lead != Py_None) + nt - nfields + 1) {
         PyErr_Format(PyExc_TypeError, "call: %ld parameters, called with %zd arguments",
-                     nparams, (Py_ssize_t)(lead != Py_None) + nt + 1);
+                     nparams, (Py_ssize_t)(lead != Py_None) + nt - nfields + 1);
         return NULL;
     }
 
@@ -246,17 +289,63 @@ static PyObject *fc_call(PyObject *m, PyObject *const *args, Py_ssize_t nargs)
         }
     }
     PyObject *result = NULL;
+    /* "*" struct copies (pointer-aligned); cur: the last one, its size */
+    void *copies[MAX_STRUCTS][FIELD_STRUCT_MAX / sizeof(void *)];
+    int ncopies = 0;
+    unsigned char *cur = NULL;
+    Py_ssize_t cur_len = 0;
     for (Py_ssize_t i = 0; i < nt; i++) {
-        PyObject *x = args[FIXED + i];
-        if (x == Py_None) {
-            if (!optional_name(PyTuple_GET_ITEM(names, i))) goto fallback;
-            a[n++] = NULL;
+        PyObject *x = args[FIXED + i], *name = PyTuple_GET_ITEM(names, i);
+        const Py_UCS4 kind = name_kind(name);
+        if (kind == '*') { /* a pointer argument: an address, or a struct copied */
+            if (PyLong_Check(x)) {
+                a[n] = PyLong_AsVoidPtr(x);
+                if (PyErr_Occurred()) goto done;
+                n++;
+                continue;
+            }
+            Py_buffer sb;
+            if (ncopies == MAX_STRUCTS || PyObject_GetBuffer(x, &sb, PyBUF_SIMPLE) < 0) {
+                PyErr_Clear();
+                goto fallback;
+            }
+            const Py_ssize_t len = sb.len;
+            if (len > FIELD_STRUCT_MAX) {
+                PyBuffer_Release(&sb);
+                goto fallback;
+            }
+            cur = (unsigned char *)copies[ncopies++];
+            memcpy(cur, sb.buf, (size_t)len);
+            PyBuffer_Release(&sb);
+            cur_len = len;
+            a[n++] = cur;
             continue;
         }
-        int r = pack_view(st, x, device, dtypes, &views[i]);
-        if (r < 0) goto done;
-        if (r == 0) goto fallback;
-        a[n++] = &views[i];
+        void *field = NULL; /* where an "@" entry's view address goes */
+        if (kind == '@') {
+            const Py_ssize_t k = field_offset(name);
+            if (k < 0) goto done;
+            if (!cur || k % (Py_ssize_t)sizeof(void *) || k + (Py_ssize_t)sizeof(void *) > cur_len) {
+                PyErr_Format(PyExc_TypeError, "call: field entry %R: no struct before it holds a pointer "
+                                              "at that offset", name);
+                goto done;
+            }
+            field = cur + k;
+        }
+        void *v;
+        if (x == Py_None) {
+            if (!optional_name(name)) goto fallback;
+            v = NULL;
+        } else {
+            int r = pack_view(st, x, device, dtypes, &views[i]);
+            if (r < 0) goto done;
+            if (r == 0) goto fallback;
+            v = &views[i];
+        }
+        if (field)
+            memcpy(field, &v, sizeof v);
+        else
+            a[n++] = v;
     }
     a[n++] = ctx;
     la_status status;
@@ -297,6 +386,8 @@ static int fc_exec(PyObject *m)
     if (PyModule_AddIntConstant(m, "API", FASTCALL_API) < 0) return -1;
     if (PyModule_AddIntConstant(m, "TENSOR_SIZE", (long)sizeof(la_tensor)) < 0) return -1;
     if (PyModule_AddIntConstant(m, "MAX_TENSORS", MAX_TENSORS) < 0) return -1;
+    if (PyModule_AddIntConstant(m, "FIELDS", 1) < 0) return -1; /* "*" and "@K:" names */
+    if (PyModule_AddIntConstant(m, "FIELD_STRUCT_MAX", FIELD_STRUCT_MAX) < 0) return -1;
     return 0;
 }
 

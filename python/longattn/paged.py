@@ -14,7 +14,8 @@ import ctypes
 import numpy as np
 
 from . import _lib as L
-from ._errors import call
+from . import _tensor as TT
+from ._errors import call, error_from_status
 from ._tensor import Call, is_torch, view
 from .index_ops import _index_params
 from .ops import _CHandle
@@ -118,23 +119,117 @@ class PagedIndexCache(_CHandle):
         return np.frombuffer(buf, dtype=np.uint8).reshape(self.num_pages, pb.value).copy()
 
 
+# The paged indexers' C arguments after the params struct, for
+# longattn._fastcall (its "*" and "@K:" names): q, w, the cache handle, the
+# la_paged_query (a cached template holding next_n and return_slots, copied
+# by the extension with the three views written into its fields), idx.
+_QUERY = L.la_paged_query
+_PAGED_NAMES = ("q", "w", "*cache", "*query", "@%d:block_table" % _QUERY.block_table.offset,
+                "@%d:context_lens" % _QUERY.context_lens.offset, "@%d:q_seq?" % _QUERY.q_seq.offset, "idx")
+# A call's options (the C function, topk, block, block_topk, next_n with
+# their types, return_slots) -> (its la_index_params, its la_paged_query
+# template, topk), recorded by a call that passed the full path: a later
+# call with the same options skips the option checks, the Call and the
+# output's dtype lookup (the per-call host time ahead of the kernels).
+_FAST_ARGS = {}
+
+
+class _Like:
+    """What _tensor._cuda_handle reads of a Call."""
+    __slots__ = ("op", "torch", "like_index")
+
+
+def _query_template(next_n, return_slots):
+    pq = L.la_paged_query()
+    call("la_paged_query_init", ctypes.byref(pq))
+    pq.next_n, pq.return_slots = next_n, return_slots
+    return pq
+
+
+def _fast_call(fc, fn, ctx, device, p, q, w, cache, pq, block_table, context_lens, q_seq, idx):
+    """One call through longattn._fastcall: True when made (an error status
+    raised), False when an argument is not its common case (the caller then
+    takes the ctypes path, which raises the argument errors with their
+    messages). The C side writes nothing before it accepts the arguments."""
+    address, nparams = TT._ADDRESSES.get(fn) or TT._address(fn)
+    status = fc.call(address, nparams, ctx.addr, device, TT._TORCH_CODES or TT._torch_codes(),
+                     _PAGED_NAMES, p, q, w, cache._live().value, pq, block_table, context_lens, q_seq,
+                     idx)
+    if status is None:
+        return False
+    if status:
+        raise error_from_status(fn, status)
+    return True
+
+
 def _paged(fn, op, q, w, cache, block_table, context_lens, q_seq, next_n, topk, return_slots,
            block=None, block_topk=None):
     if not isinstance(cache, PagedIndexCache):
         raise TypeError("%s: cache must be a PagedIndexCache" % op)
+    key = (fn, type(topk), topk, type(block), block, type(block_topk), block_topk, type(next_n),
+           next_n, bool(return_slots))
+    try:
+        args = _FAST_ARGS.get(key)
+    except TypeError:  # an unhashable option: the full path (it raises)
+        args = None
+    torch = TT._torch()
+    fc = TT._FASTCALL[0] if TT._FASTCALL else None
+    if args is not None and fc is not None and type(q) is torch.Tensor and getattr(fc, "FIELDS", 0):
+        # the common case: a plain torch q and options seen before
+        p, pq, k = args
+        ctx = TT.thread_context()
+        if q.is_cuda:
+            like = _Like()
+            like.op, like.torch, like.like_index = op, torch, q.get_device()
+            device, handle = like.like_index, TT._cuda_handle(like, ctx)
+        else:
+            device, handle = -1, ctx.prepare(None)
+        if handle is not None:  # else another device than the current one: the full path
+            idx = q.new_empty((q.shape[0], k), dtype=torch.int32)
+            if TT._POISON:
+                idx.fill_(-7)
+            if _fast_call(fc, fn, ctx, device, p, q, w, cache, pq, block_table, context_lens, q_seq,
+                          idx):
+                return idx
     c = Call(op, q)
-    p = _index_params(c, topk, block, block_topk)
-    pq = L.la_paged_query()
-    call("la_paged_query_init", ctypes.byref(pq))
+    try:
+        p = _index_params(c, topk, block, block_topk)
+        pq = _query_template(int(next_n), 1 if return_slots else 0)
+        T = q.shape[0]
+        idx = c.empty((T, p.topk), "int32")
+        fc = TT._FASTCALL[0] if TT._FASTCALL else TT.fastcall_module()
+        if fc is not None and c.is_torch and getattr(fc, "FIELDS", 0):
+            ctx = c.ctx
+            if c.cuda:
+                device, handle = c.like_index, TT._cuda_handle(c, ctx)
+            else:
+                device, handle = -1, ctx.prepare(None)
+            if handle is not None and _fast_call(fc, fn, ctx, device, p, q, w, cache, pq, block_table,
+                                                 context_lens, q_seq, idx):
+                c._release()
+                _remember(key, p, pq)
+                return idx
+    except BaseException:
+        c._release()  # a traceback keeps this Call alive: free the slots now
+        raise
     pq.block_table = c.view_field(block_table, "block_table")
     pq.context_lens = c.view_field(context_lens, "context_lens")
     pq.q_seq = c.view_field(q_seq, "q_seq", True)
-    pq.next_n = int(next_n)
-    pq.return_slots = 1 if return_slots else 0
-    T = q.shape[0]
-    idx, vi = c.out((T, p.topk), "idx", "int32")
+    vi = c.view(idx, "idx")
     c.run(fn, ctypes.byref(p), c.view(q, "q"), c.view(w, "w"), cache._live(), ctypes.byref(pq), vi)
     return idx
+
+
+def _remember(key, p, pq):
+    """Record a call's options for the fast path (topk > 0: its output
+    shape then needs no clamping)."""
+    if p.topk > 0:
+        if len(_FAST_ARGS) >= 256:
+            _FAST_ARGS.clear()
+        try:
+            _FAST_ARGS[key] = (p, pq, p.topk)
+        except TypeError:
+            pass
 
 
 def dsa_topk_paged(q, w, cache, block_table, context_lens, q_seq=None, next_n=1, topk=2048,

@@ -507,15 +507,15 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
         LA_TRY(check_table(c, pq->block_table));
     }
     const int64_t T = q->ne[0], HI = q->ne[1], dI = q->ne[2], nseq = pq->block_table->ne[0];
-    la_shape_str(q, sq, sizeof sq);
-    la_shape_str(w, sw, sizeof sw);
+    /* the shapes' strings only for a message (per call they cost more than
+     * the checks around them) */
     if (dI != c->p.head_dim)
-        return la_err(LA_ERR_SHAPE, "q: [T,HI,dI] = %s, but the cache holds keys of dI=%lld", sq,
-                      (long long)c->p.head_dim);
-    if (HI > 65536) return la_err(LA_ERR_SHAPE, "q: %s has HI above 65536", sq);
+        return la_err(LA_ERR_SHAPE, "q: [T,HI,dI] = %s, but the cache holds keys of dI=%lld",
+                      la_shape_str(q, sq, sizeof sq), (long long)c->p.head_dim);
+    if (HI > 65536) return la_err(LA_ERR_SHAPE, "q: %s has HI above 65536", la_shape_str(q, sq, sizeof sq));
     if (w->ne[0] != T || w->ne[1] != HI)
-        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q %s", sw, (long long)T,
-                      (long long)HI, sq);
+        return la_err(LA_ERR_SHAPE, "w: shape %s, expected [T,HI] = [%lld, %lld] from q %s",
+                      la_shape_str(w, sw, sizeof sw), (long long)T, (long long)HI, la_shape_str(q, sq, sizeof sq));
     if (p->topk <= 0) return la_err(LA_ERR_ARG, "topk: %lld, must be > 0", (long long)p->topk);
     LA_TRY(la_check_dim(idx, "idx", 0, T, "(queries of q)"));
     LA_TRY(la_check_dim(idx, "idx", 1, p->topk, "(topk)"));
@@ -534,7 +534,8 @@ static la_status resolve_paged(const char *op, const la_index_params *p, int his
     } else {
         if (pq->next_n <= 0) return la_err(LA_ERR_ARG, "next_n: %lld, must be > 0", (long long)pq->next_n);
         if (T != nseq * pq->next_n)
-            return la_err(LA_ERR_SHAPE, "q: %s has T=%lld query rows, expected nseq x next_n = %lld x %lld", sq,
+            return la_err(LA_ERR_SHAPE, "q: %s has T=%lld query rows, expected nseq x next_n = %lld x %lld",
+                          la_shape_str(q, sq, sizeof sq),
                           (long long)T, (long long)nseq, (long long)pq->next_n);
     }
     const la_tensor *ins[5] = {q, w, pq->block_table, pq->context_lens, pq->q_seq};

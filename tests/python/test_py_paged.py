@@ -168,6 +168,115 @@ def test_q_seq_order_and_errors():
         longattn.PagedIndexCache(4, dtype="fp16")
 
 
+def _torch_batch():
+    rng = np.random.default_rng(11)
+    lens, dI = [1, 130, 700], 32
+    pages, table, keys = make_batch(rng, lens, dI)
+    cache = longattn.PagedIndexCache(pages, head_dim=dI, dtype="bf16", max_seqs=len(lens))
+    fill(cache, table, keys, rng)
+    g = torch.Generator().manual_seed(3)
+    T = 2 * len(lens)
+    q = torch.randn(T, 4, dI, generator=g)
+    w = torch.rand(T, 4, generator=g)
+    qs = torch.tensor([2, 0, 1, 1, 0, 2], dtype=torch.int32)
+    return cache, torch.from_numpy(table), torch.tensor(lens, dtype=torch.int32), q, w, qs
+
+
+def _paged_calls(cache, table, cl, q, w, qs):
+    return [
+        lambda: longattn.dsa_topk_paged(q, w, cache, table, cl, next_n=2, topk=40),
+        lambda: longattn.dsa_topk_paged(q, w, cache, table, cl, q_seq=qs, topk=40, return_slots=True),
+        lambda: longattn.hisa_topk_paged(q, w, cache, table, cl, next_n=2, topk=40, block_topk=2),
+        lambda: longattn.hisa_topk_paged(q, w, cache, table, cl, q_seq=qs, topk=40, block_topk=2,
+                                         return_slots=True),
+    ]
+
+
+def test_paged_fast_path_equals_ctypes(monkeypatch):
+    """torch inputs take longattn._fastcall (its "*" / "@K:" arguments: the
+    cache handle, la_paged_query's views), the first call with some options
+    and every later one: the same indices as the ctypes path, which is not
+    called."""
+    from test_py_common import ctypes_calls, use_path
+    from longattn import _tensor
+    cache, table, cl, q, w, qs = _torch_batch()
+    calls = _paged_calls(cache, table, cl, q, w, qs)
+    try:
+        use_path("ctypes")
+        ref = [f() for f in calls]
+        use_path("fastcall")
+        if not getattr(_tensor.fastcall_module(), "FIELDS", 0):
+            pytest.skip("longattn._fastcall predates struct fields (rebuild: make pyext)")
+        seen = ctypes_calls(monkeypatch)
+        for _ in range(3):  # the first call records the options, later ones skip their checks
+            for f, r in zip(calls, ref):
+                assert torch.equal(f(), r)
+        assert not [n for n in seen if "paged" in n], seen
+    finally:
+        _tensor.use_fastcall(True)
+
+
+@pytest.mark.parametrize("path", ["fastcall", "ctypes"])
+def test_paged_errors_after_a_call(path):
+    """Once a call with some options went through, bad arguments with the
+    same options still raise what they raised before, with the same
+    messages on both call paths; the cache is unchanged."""
+    from test_py_common import use_path
+    from longattn import _tensor
+    cache, table, cl, q, w, qs = _torch_batch()
+    try:
+        use_path(path)
+        before = cache.pages()
+        for f in (longattn.dsa_topk_paged, longattn.hisa_topk_paged):
+            f(q, w, cache, table, cl, next_n=2, topk=40)
+            bad = [
+                ((q, w, cache, None, cl), TypeError, "block_table is required"),
+                ((q, w, cache, table, cl.float()), ValueError, "context_lens"),
+                ((q, w, cache, table, torch.tensor([1, -1, 5], dtype=torch.int32)), ValueError,
+                 r"context_lens\[1\] = -1 is negative"),
+                ((q, w[:, :3], cache, table, cl), ValueError, "w: shape"),
+                ((q, w, cache, table[:2], cl), ValueError, "context_lens"),
+                ((q, w, cache, table.t(), cl), ValueError, "block_table"),
+                ((q[..., :16], w, cache, table, cl), ValueError, "keys of dI=32"),
+            ]
+            for args, exc, msg in bad:
+                with pytest.raises(exc, match=msg):
+                    f(*args, next_n=2, topk=40)
+            # a numpy w beside torch q: the extension declines, ctypes calls
+            ref = f(q, w, cache, table, cl, next_n=2, topk=40)
+            assert torch.equal(f(q, w.numpy(), cache, table, cl, next_n=2, topk=40), ref)
+            with pytest.raises(ValueError, match="topk"):
+                f(q, w, cache, table, cl, next_n=2, topk=0)
+            with pytest.raises(ValueError, match="next_n"):
+                f(q, w, cache, table, cl, next_n=0, topk=40)
+        np.testing.assert_array_equal(cache.pages(), before)
+        cache.close()
+        with pytest.raises(ValueError, match="closed"):
+            longattn.dsa_topk_paged(q, w, cache, table, cl, next_n=2, topk=40)
+    finally:
+        _tensor.use_fastcall(True)
+
+
+def test_fastcall_field_entries_are_checked():
+    """A malformed "@K:name" entry, or one without a struct holding a
+    pointer at K before it, raises TypeError and calls nothing."""
+    from test_py_common import fastcall_or_skip
+    from longattn import _tensor, _lib
+    fastcall_or_skip()
+    fc = _tensor.fastcall_module()
+    if not getattr(fc, "FIELDS", 0):
+        pytest.skip("longattn._fastcall predates struct fields (rebuild: make pyext)")
+    fn, n = _tensor._address("la_dsa_topk_paged")
+    ctx = _tensor.thread_context()
+    p, pq = _lib.la_index_params(), _lib.la_paged_query()
+    x = torch.zeros(2, 2)
+    codes = _tensor._torch_codes()
+    for names in [("q", "w", "*c", "*pq", "@x:bt", "idx"), ("q", "w", "*c", "@0:bt", "*pq", "idx"),
+                  ("q", "w", "*c", "*pq", "@4:bt", "idx"), ("q", "w", "*c", "*pq", "@40:bt", "idx")]:
+        with pytest.raises(TypeError, match="field entry"):
+            fc.call(fn, n, ctx.addr, -1, codes, names, p, x, x, 0, pq, x, x)
+
+
 def test_serve_sim_cli(tmp_path):
     import json
     import os
