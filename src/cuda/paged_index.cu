@@ -348,20 +348,30 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     if (pq->q_seq && nseq * la_cu_cdiv(maxnq, 64) > 65535) LA_TRY(la_pg_max_rows(pq->q_seq, nseq, &maxnq));
     /* device metadata: clamped page table, then the rows (paged_index_tc.cuh's sc_pages layout) */
     const int64_t nmeta = 3 * T + 2 * nseq + 1;
-    la_cu_ws dtab, drow;
-    LA_TRY(la_cu_ws_alloc(&dtab, (size_t)(nseq * maxp) * 4, s, "page table"));
-    LA_TRY(la_cu_ws_alloc(&drow, (size_t)nmeta * 4, s, "row metadata"));
-    /* HISA's block scores and kept blocks: allocated before the metadata
-     * launch, so the block-score kernel's launch follows it directly */
+    /* one workspace for the page table, the row metadata and (HISA) the
+     * block scores, kept blocks and candidate scores: each allocation is a
+     * host call before or between the launches */
     const int64_t B = hisa ? p->block : 1, nbmax = la_cu_cdiv(Lmax, B);
     const int64_t m = p->block_topk < nbmax ? p->block_topk : nbmax;
-    la_cu_ws dbsc, dkept;
-    if (hisa) {
+    const int64_t W = m * B > topk ? m * B : topk; /* HISA's candidate columns */
+    size_t off_row, off_bsc = 0, off_kept = 0, off_cand = 0, total;
+    {
         size_t bytes;
-        LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
-        LA_TRY(la_cu_ws_alloc(&dbsc, bytes, s, "paged block scores"));
-        LA_TRY(la_cu_ws_alloc(&dkept, (size_t)T * (size_t)m * 4u, s, "paged kept blocks"));
+        LA_TRY(la_mul_size((size_t)nseq, (size_t)maxp * 4u, &bytes, "paged (cuda): page table"));
+        off_row = (bytes + 255) / 256 * 256;
+        total = off_row + ((size_t)nmeta * 4 + 255) / 256 * 256;
+        if (hisa) {
+            off_bsc = total;
+            LA_TRY(la_mul_size((size_t)T, (size_t)nbmax * 4u, &bytes, "paged (cuda): block scores"));
+            off_kept = off_bsc + (bytes + 255) / 256 * 256;
+            off_cand = off_kept + ((size_t)T * (size_t)m * 4u + 255) / 256 * 256;
+            LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
+            total = off_cand + bytes;
+        }
     }
+    la_cu_ws dws;
+    LA_TRY(la_cu_ws_alloc(&dws, total, s, "paged call workspace"));
+    uint8_t *const ws0 = (uint8_t *)dws.p;
     pg_meta M;
     M.bt = (const int32_t *)bt->data;
     M.bt0 = bt->nb[0];
@@ -383,8 +393,8 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     M.B = p->block;
     M.status = c->status_dev;
     M.mirror = c->status_mirror;
-    M.tab = (int32_t *)dtab.p;
-    M.row_seq = (int32_t *)drow.p;
+    M.tab = (int32_t *)ws0;
+    M.row_seq = (int32_t *)(ws0 + off_row);
     M.row_end = M.row_seq + T;
     M.lens = M.row_end + T;
     M.rows = M.lens + nseq;
@@ -503,8 +513,10 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
      * the default where it applies; "classic": the chain below) */
     int fused = 0;
     LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
-    la_cu_ws dkbar, dcand;
+    la_cu_ws dkbar;
     size_t bytes;
+    float *const bsc = (float *)(ws0 + off_bsc), *const cand = (float *)(ws0 + off_cand);
+    int32_t *const kept = (int32_t *)(ws0 + off_kept);
     /* the fused path's score kernel forms the means from the pooled sums
      * itself (the same division), or reads pg_means_kernel's */
     const int own_means = fused && pooled;
@@ -534,20 +546,17 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.B = B;
         ba.T = T;
         ba.w3 = fused == 2;
-        ba.out = (float *)dbsc.p;
+        ba.out = bsc;
         LA_TRY(la_ph_block_scores(ba, nseq, ctx, s));
-        LA_TRY(la_ph_block_topk((const float *)dbsc.p, T, nbmax, m, (int32_t *)dkept.p, s));
+        LA_TRY(la_ph_block_topk(bsc, T, nbmax, m, kept, s));
     } else {
-        LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, (float *)dbsc.p, nbmax, s));
-        LA_TRY(pg_topk((float *)dbsc.p, T, nbmax, (int32_t *)dkept.p, m, ctx));
-        pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>((int32_t *)dkept.p, T, m);
+        LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, bsc, nbmax, s));
+        LA_TRY(pg_topk(bsc, T, nbmax, kept, m, ctx));
+        pg_sort_kept_kernel<<<(unsigned)la_cu_cdiv(T, 128), 128, 0, s>>>(kept, T, m);
         LA_CU_LAUNCH("paged kept sort");
     }
-    R.kept = (const int32_t *)dkept.p;
+    R.kept = kept;
     R.m = m;
-    const int64_t W = m * B > topk ? m * B : topk;
-    LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): candidate scores"));
-    LA_TRY(la_cu_ws_alloc(&dcand, bytes, s, "paged candidate scores"));
     /* family "paged_hisa_cand": block-major candidate scores (paged_hisa_cand.cu),
      * the wgmma gather (paged_wgmma.cu) or the mma.sync gather kernels */
     la_sp_score_args ag = a; /* the gather mode's args, as set below */
@@ -556,7 +565,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     ag.m = m;
     ag.B = (int)B;
     ag.ncols = W;
-    ag.out = (float *)dcand.p;
+    ag.out = cand;
     ag.out_ld = W;
     const bool wg_ok = eb == 1 && la_sp_paged_wgmma_blocks_ok(ag, pg);
     int bm = 0, ring = 1, wgk = 0;
@@ -584,7 +593,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         pa.w_nb0 = w->nb[0];
         pa.w_nb1 = w->nb[1];
         pa.Lk = Lmax;
-        pa.out = (float *)dcand.p;
+        pa.out = cand;
         pa.out_ld = W;
         pa.ncols = W;
         LA_TRY(la_ph_cand_scores(pa, eb, (int)q->ne[1], nseq, s));
@@ -600,9 +609,9 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         LA_TRY(la_cu_ws_alloc(&dsel, (size_t)T * 4u, s, "paged zero ends"));
         LA_CU(cudaMemsetAsync(dsel.p, 0, (size_t)T * 4u, s));
         E.row_end = (const int32_t *)dsel.p; /* empty ranges: every DSA column −inf */
-        LA_TRY(pg_launch_score(C, E, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dcand.p, W, s));
+        LA_TRY(pg_launch_score(C, E, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, cand, W, s));
     }
-    if (!eb) LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, (float *)dcand.p, W, s));
+    if (!eb) LA_TRY(pg_launch_score(C, R, q, w, PG_CAND, m * la_cu_cdiv(B, PG_TILE), T, cand, W, s));
     if (!return_slots && W == m * B) {
         /* positions: the top-k maps each candidate column through the kept
          * blocks itself (la_sp_topk's gather mode: ascending kept blocks map
@@ -612,7 +621,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
          * block for every column of a row. */
         la_sp_topk_args ta;
         memset(&ta, 0, sizeof ta);
-        ta.scores = (const float *)dcand.p;
+        ta.scores = cand;
         ta.R = T;
         ta.L = W;
         ta.ld = W;
@@ -628,7 +637,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     }
     la_cu_ws dsel2;
     LA_TRY(la_cu_ws_alloc(&dsel2, (size_t)T * (size_t)topk * 4u, s, "paged selection"));
-    LA_TRY(pg_topk((float *)dcand.p, T, W, (int32_t *)dsel2.p, topk, ctx));
+    LA_TRY(pg_topk(cand, T, W, (int32_t *)dsel2.p, topk, ctx));
     const int64_t n = T * topk;
     pg_finish_kernel<<<(unsigned)la_cu_cdiv(n, 256), 256, 0, s>>>((const int32_t *)dsel2.p, topk, T, R.kept, m, B,
                                                                  return_slots, R.table, maxp, R.row_seq, ps,
