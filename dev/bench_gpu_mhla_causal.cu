@@ -8,14 +8,15 @@
  * 4.2 TB/s and FLOPs (2·N·D·Dv pass 1, 4·N·D·Dv + 2·N·64·(D+Dv)/2 pass 3,
  * 2·(M²/2)·(D·Dv + D) the strict-triangle mixing) over 760 TFLOP/s.
  * Variants: the family's default pick ("default"), mma, mma_bf16s (bf16
- * block states: half the state bytes in its floor), mma_split and portable
- * (N <= 32K); each row ends with the variants the call takes (bench_pick),
- * a call the library refuses prints "refused: <message>". First a check:
- * mma, mma_split and mma_bf16s against the portable engine at N = 4097 (max
- * rel).
+ * block states: half the state bytes in its floor), mma_f16s (fp16 inputs:
+ * scaled fp16 block states, the same bytes as mma_bf16s), mma_split and
+ * portable (N <= 32K); each row ends with the variants the call takes
+ * (bench_pick), a call the library refuses prints "refused: <message>"
+ * (mma_bf16s on f16, mma_f16s on bf16). First a check: mma, mma_split,
+ * mma_bf16s and mma_f16s against the portable engine at N = 4097 (max rel).
  *   build-gpu/dev/bench_gpu_mhla_causal [--dtype bf16|f16] [--variants LIST] [--no-check] [H D Ns...]
- *   (default bf16, default,mma,mma_bf16s,mma_split,portable, 12 128 32768 131072; f16: the same
- *   values converted on the device, every row in f16)
+ *   (default bf16, default,mma,mma_bf16s,mma_f16s,mma_split,portable, 12 128 32768 131072; f16:
+ *   the same values converted on the device, every row in f16)
  *   --passes: instead, where the time of mma_bf16s goes, with each bf16 mixing GEMM ("v1"
  *   mct_mix_bf16_kernel, "v2" mct_mix2_kernel, "wgmma" mct_mixw_kernel: family
  *   mhla_causal_mix): CUDA events on the
@@ -176,7 +177,7 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
 int main(int argc, char **argv) {
     la_dtype dt = LA_BF16;
     bool check = true, passes = false;
-    std::string vlist = "default,mma,mma_bf16s,mma_split,portable";
+    std::string vlist = "default,mma,mma_bf16s,mma_f16s,mma_split,portable";
     std::vector<const char *> pos;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f16")))
@@ -225,7 +226,7 @@ int main(int argc, char **argv) {
     if (passes) return run_passes(H, D, Ns, q, k, v, o, Wd);
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
-    if (check) { /* mma, mma_split and mma_bf16s against the portable engine at N = 4097 */
+    if (check) { /* mma, mma_split, mma_bf16s and mma_f16s against the portable engine at N = 4097 */
         const int64_t N = 4097, M = (N + 63) / 64;
         tril_fill<<<256, 256>>>(Wd, M);
         la_tensor tq = tview(q, N), tk = tview(k, N), tv = tview(v, N), to = tview(o, N), t2 = tview(o2, N), W;
@@ -242,7 +243,7 @@ int main(int argc, char **argv) {
             printf("# check: portable refused: %s\n", la_last_error());
         } else {
             CK(cudaMemcpy(a.data(), o, n * 2, cudaMemcpyDeviceToHost));
-            for (const char *var : {"mma", "mma_split", "mma_bf16s"}) {
+            for (const char *var : {"mma", "mma_split", "mma_bf16s", "mma_f16s"}) {
                 bench_variant("mhla_causal", var);
                 CK(cudaMemset(o2, 0xff, n * 2));
                 if (la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &t2, BCTX) != LA_OK) {
@@ -298,8 +299,10 @@ int main(int argc, char **argv) {
                 return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX);
             };
             const std::string pick = bench_pick(call);
-            /* bf16 block states (mma_bf16s, or the default when it picks that): half the state bytes */
-            const double sb = pick.find("mma_bf16s") != std::string::npos ? st_bytes / 2 : st_bytes;
+            /* 16-bit block states (mma_bf16s, mma_f16s, or the default when it picks one): half
+             * the state bytes */
+            const double sb = pick.find("mma_bf16s") != std::string::npos || pick.find("mma_f16s") != std::string::npos
+                                  ? st_bytes / 2 : st_bytes;
             const double ms = pick == "refused" ? NAN
                               : time_ms(call, !strcmp(var, "portable") ? 3 : 10, !strcmp(var, "portable") ? 1 : 3);
             char name[48];
