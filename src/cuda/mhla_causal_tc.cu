@@ -1,5 +1,5 @@
 /* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family "mhla_causal",
- * variants "mma", "mma_split" and "mma_bf16s"): the causal linear passes of
+ * variants "mma", "mma_split", "mma_bf16s" and "mma_f16s"): the causal linear passes of
  * linear_causal_tc.cu with one 64-token chunk per block and the prefix scan
  * replaced by the mixing (lct_mixing):
  *   1. S_b = K̃_bᵀ V_b, z_b = Σ k̃ per block (lct_state_mma_kernel, fp32);
@@ -15,6 +15,10 @@
  *                   writes bf16 H_i, pass 3 reads those): half the state
  *                   bytes, one more bf16 rounding (of H_i before pass 3's
  *                   own, of S_b and z_b after pass 1);
+ *        mma_f16s:  the same bytes for fp16 inputs (sm_90): fp16 block states
+ *                   each scaled by its own power of two, the scales folded
+ *                   into W's rows, the wgmma GEMM in fp16
+ *                   (mhla_causal_mix_f16s.cuh);
  *   3. per block: o = q̃ H_i + W[i,i]·tril(q̃ k̃ᵀ) v, den = q̃·z̃_i +
  *      W[i,i]·rowsum(tril(q̃ k̃ᵀ)) (lct_output_mma_kernel with lct_args.mixw).
  * Rounding: as the causal linear path (φ(q), φ(k), V, A and a bf16 copy of
@@ -27,8 +31,12 @@
  *
  * fp16 inputs (while mct_f16_tc): passes 1 and 3 in their fp16
  * instantiations (linear_causal_tc.cu: S̃ and A scaled by powers of two in
- * pass 3) and, by default, the "mma" structure with fp32 block states and
- * mct_mix_f16_kernel: fp16 operands, each scaled by a power of two into
+ * pass 3) and, on sm_90 by default (mct_f16s_default), "mma_f16s": fp16
+ * block states with a scale per block, which the GEMM's B operand cannot
+ * take but its A operand can (A'_ib = W_ib 2^(ρ_i - σ_b): a column scale of
+ * W, the row's own exponent ρ_i, an output exponent from a bound on H_i;
+ * mhla_causal_mix_f16s.cuh); elsewhere the "mma" structure with fp32 block
+ * states and mct_mix_f16_kernel: fp16 operands, each scaled by a power of two into
  * [2^14, 2^15) at its max (exact; undone in fp32 on the output H_i): row i
  * of W by 2^wexp[i] (mct_wrow_exp_kernel, one warp per row of the padded
  * triangle), the states of head bh by one 2^es from max |[S_b | z_b]| over
@@ -36,10 +44,9 @@
  * per z warp). Values more than 2^28 below their scale's max become fp16
  * subnormals; the same formula in plain fp16 would overflow instead (S_b
  * passes 65504 at inputs ×10). Not "mma_bf16s": bf16 states would cost
- * fp16's precision (2^-9 per state against 2^-12) and fp16 states need a
- * scale per block that the mixing GEMM's B operand cannot take; fp32
- * states move twice the state bytes of mma_bf16s (on bf16, "mma" took
- * 1.4-1.8x the time of "mma_bf16s": docs/PERF.md). */
+ * fp16's precision (2^-9 per state against 2^-12); fp32 states move twice
+ * the state bytes of mma_bf16s (on bf16, "mma" took 1.4-1.8x the time of
+ * "mma_bf16s": docs/PERF.md), which mma_f16s avoids. */
 #include "cuda/bwd_common.cuh"
 #include "cuda/linear_causal_tc.cuh"
 #include "cuda/mhla_causal_mix.cuh"
