@@ -200,7 +200,7 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
      * the whole block), so |S'_b| <= 2^15 < 65504 (the max in [2^14, 2^15),
      * fp16 rounding at most to 2^15); σ into a.sexp. Elements below 2^-14
      * (2^28 under the max) become subnormals: their absolute error 2^-25 is
-     * 2^-39 of the block's max, far below the 2^-12 relative rounding of the
+     * 2^-39 of the block's max, far below the 2^-11 relative rounding of the
      * elements near it. σ <= 126 (la_exp16's clamp) only leaves blocks under
      * 2^-112 short of 2^14 (no overflow either way). */
     constexpr bool FS = BS && X::is_f16;

@@ -18,7 +18,7 @@
  * Subnormals: A'_ib below 2^-14 (2^28 under the row's max) and outputs
  * below 2^-14 (2^28 under β_i·2^u_i >= 2^14, the bound of Σ |terms|) keep
  * an absolute error <= 2^-25, 2^-39 of that scale: far below the relative
- * 2^-12 of the fp16 roundings of the terms themselves. ρ and σ arithmetic
+ * 2^-11 of the fp16 roundings of the terms themselves. ρ and σ arithmetic
  * in double (range 2^±1022, exact power-of-two scaling of an fp32 W, so the
  * double-to-float step is exact wherever the fp16 result is not zero).
  * Bytes: A' is [G][Mp][Mp] fp16 for G heads at a time (mct_f16s_heads),

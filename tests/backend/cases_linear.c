@@ -563,6 +563,10 @@ static void mhla_causal_mma(bo_list *L) {
                               fpq[(ni + di + 1) % 3]);
         }
     add_mhla_causal_f(&rf, 1, 8200, 1, 32, 32, 64, PQ, 1, LA_F16, 1, LA_FEATURE_ELU1);
+    /* f16 with fp32 block states (mma: the default off sm_90) */
+    add_mhla_causal_f(&rs, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, LA_FEATURE_RELU_EPS);
+    add_mhla_causal_f(&rs, 2, 65, 2, 64, 64, 64, NO, 0, LA_F16, 0, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rs, 1, 4097, 1, 32, 32, 64, PQ, 0, LA_F16, 1, LA_FEATURE_RELU1);
     add_mhla_causal_f(&rfl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_F16, 0, LA_FEATURE_RELU_EPS);
     const bo_opts of = opts(&rfl, "mhla_causal");
     bo_add(L, &of, run_no_overflow_mhla_causal_f16, NULL, 0, "mhla-causal f16 N=256K x10, outputs finite");
