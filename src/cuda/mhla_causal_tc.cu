@@ -370,7 +370,7 @@ enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1, MCT_MIXK_WG = 2 };
 
 /* dev/bench_gpu_mhla_causal --passes: events recorded around the mixing
  * (mct_dev_pass_events; NULL: none) */
-cudaEvent_t mct_ev_prep = nullptr, mct_ev_mix0 = nullptr, mct_ev_mix1 = nullptr;
+cudaEvent_t mct_ev_prep = nullptr, mct_ev_mix0 = nullptr, mct_ev_mix1 = nullptr, mct_ev_aprep = nullptr;
 
 #include "cuda/mhla_causal_mix_f16s.cuh"
 
@@ -471,6 +471,7 @@ la_status mct_combine_f16s(const void *ctx, const __half *S, __half *Hs, int64_t
         mct_f16s_prep_kernel<<<(unsigned)la_cu_cdiv(g * Mp, 8), 256, 0, s>>>(
             c->W, c->WM, c->whs, H, z0, M, Mp, g * Mp, c->sexp, c->Ap, c->oexp, c->hexp);
         LA_CU_LAUNCH("mct_f16s_prep_kernel");
+        if (mct_ev_aprep && z0 == 0) LA_CU(cudaEventRecord(mct_ev_aprep, s));
         const dim3 grid((unsigned)((Mp / MXW_BM + 1) / 2), (unsigned)la_cu_cdiv(SE, MXW_BN), (unsigned)g);
         mct_mixw_f16_kernel<<<grid, 256, MXW_SMEM, s>>>(c->Ap, Mp, g, S + z0 * M * SE, Hs + z0 * M * SE, M, SE,
                                                         c->oexp);
@@ -489,8 +490,8 @@ int64_t mct_f16s_heads(int64_t BH, int64_t Mp) {
 
 } // namespace
 
-void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1) {
-    mct_ev_prep = prep, mct_ev_mix0 = mix0, mct_ev_mix1 = mix1;
+void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1, cudaEvent_t aprep) {
+    mct_ev_prep = prep, mct_ev_mix0 = mix0, mct_ev_mix1 = mix1, mct_ev_aprep = aprep;
 }
 
 la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,

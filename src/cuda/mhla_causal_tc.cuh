@@ -29,8 +29,9 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
 
 /* dev drivers only (dev/bench_gpu_mhla_causal.cu, linked with the static
  * library): events recorded on the stream after the W preparation and
- * around the mixing of the following calls (NULL: none; not thread safe) */
-void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1);
+ * around the mixing of the following calls, and (mma_f16s, one batch of
+ * heads) after the A' preparation inside it (NULL: none; not thread safe) */
+void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1, cudaEvent_t aprep = nullptr);
 /* the bf16 mixing GEMM alone ("v1", "v2"): Hs = W_strict·S, Wph the padded
  * bf16 strict triangle [Hw][Mp][Mp], S and Hs [BH][M][SE] */
 la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
