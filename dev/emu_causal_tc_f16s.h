@@ -173,6 +173,7 @@ static int run_mhla_f16s_cases() {
         {129, 520, 2, 1, false, true, true},   /* two row tiles; saturated: β reached */
         {300, 264, 4, 2, true, false, false},  /* three row tiles; batches of 2 heads */
         {1000, 256, 1, 1, false, true, true},  /* eight row tiles, saturated */
+        {4096, 8, 1, 1, false, true, true},    /* N = 256K's blocks, saturated: the largest β */
     };
     for (auto &x : xc)
         fails += run_mix_f16s_case(x.M, x.SE, x.BH, x.H, x.ph, x.pos, x.sat, (unsigned)(x.M * 3 + x.SE));

@@ -33,7 +33,7 @@ struct lct_args {
     void *wsh;
     /* mma_f16s (fp16 BS): pass 1 writes S_b·2^sexp[bh·nch + c] (the block's
      * max |[S_b | z_b]| in [2^14, 2^15)), pass 3 reads H_c·2^hexp[bh·nch + c]
-     * (mhla_causal_f16s.cu) */
+     * (mhla_causal_mix_f16s.cuh) */
     int *sexp;
     const int *hexp;
     /* causal MHLA with fp16 inputs (non-NULL there, zeroed before pass 1):

@@ -178,8 +178,8 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     {   /* the state before this chunk: P_c from pass 2 (fp32, global; BS: 16-bit) */
         const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
         const E *Ph = (const E *)a.wsh + ((size_t)bh * a.nch + c) * LS;
-        /* BS fp16: H_c = H'_c·2^-τ with τ = hexp[c] (mhla_causal_f16s.cu), in two
-         * factors 2^-⌊τ/2⌋·2^-(τ-⌊τ/2⌋) (each in fp32's range for |τ| <= 252;
+        /* BS fp16: H_c = H'_c·2^-τ with τ = hexp[c] (mhla_causal_mix_f16s.cuh), in two
+         * factors 2^(t/2)·2^(t-t/2), t = -τ, (each in fp32's range for |τ| <= 252;
          * beyond, H_c is outside fp32 anyway): exact, where the fp32 result is
          * normal */
         float hf0 = 1.f, hf1 = 1.f;

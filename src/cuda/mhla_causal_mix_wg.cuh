@@ -8,7 +8,7 @@
  * m64n256k16 accumulator, 128 floats a thread), k steps of 64. E = bf16
  * (mct_mixw_kernel) or fp16 (mct_mixw_f16_kernel: Wp is the scaled A' of
  * one head, hw = z, and row i of the output is written times 2^oexp[z·Mp +
- * i], mhla_causal_f16s.cu); one template, the instruction's type differs.
+ * i], mhla_causal_mix_f16s.cuh); one template, the instruction's type differs.
  *
  * Shared memory, per stage (1024-byte aligned), in the layouts of the
  * sparse-attention kernel's Q (K-major) and V (N-major) operands
