@@ -694,6 +694,7 @@ int main(int argc, char **argv) {
     }
     if (argc > 1 && !strcmp(argv[1], "mhla_f16")) return run_mhla_f16_cases() != 0;
     if (argc > 1 && !strcmp(argv[1], "mhla_f16s")) return run_mhla_f16s_cases() != 0;
+    if (argc > 1 && !strcmp(argv[1], "mhla_f16cmp")) return run_mhla_f16_compare() != 0;
     if (argc > 1 && !strcmp(argv[1], "mhla_mix")) return run_mix_cases() != 0;
     if (argc > 1 && (!strcmp(argv[1], "mhla") || bf16s_only)) { /* causal MHLA only */
         if (!bf16s_only) { /* the fp32-state path: host mixing, then mct_mix_kernel */

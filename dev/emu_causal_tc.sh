@@ -10,6 +10,7 @@
 #   "mhla_bf16s": its variant mma_bf16s only (mixing v1 and v2); "mhla_v2": mixing v2 only;
 #   "mhla_f16": its fp16 cases only; "mhla_f16s": variant mma_f16s only (fp16 block
 #   states: pass 1, the A' preparation, the fp16 wgmma GEMM, pass 3; and the last two alone);
+#   "mhla_f16cmp": fp16 mma and mma_f16s on the same inputs;
 #   "mhla_mix": the bf16 mixing GEMMs alone, mct_mix2_kernel against float64 and
 #   mct_mix_bf16_kernel, both cp.async schedules)
 set -e

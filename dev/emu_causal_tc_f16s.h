@@ -180,3 +180,23 @@ static int run_mhla_f16s_cases() {
     printf("mhla f16s: %d failed\n", fails);
     return fails;
 }
+
+/* mma (gemm 1: fp32 block states) and mma_f16s (gemm 4) on the same
+ * inputs ("mhla_f16cmp"): what the fp16 roundings of S_b and H_i cost */
+static int run_mhla_f16_compare() {
+    int fails = 0;
+    struct { int64_t D, N, H; int feat, ph; unsigned seed; int perm; float sc; } mc[] = {
+        {128, 1000, 2, LA_FEATURE_RELU, 1, 204, 1, 1.f},
+        {64, 4097, 1, LA_FEATURE_RELU_EPS, 1, 215, 1, 1.f},
+        {32, 8200, 1, LA_FEATURE_RELU_EPS, 1, 224, 0, 1.f},
+        {64, 2000, 1, LA_FEATURE_RELU, 0, 231, 0, 10.f},
+        {128, 700, 1, LA_FEATURE_ELU1, 1, 232, 1, 100.f},
+    };
+    for (auto &c : mc) {
+        g_D = c.D;
+        for (int gemm : {1, 4}) fails += run_mhla_case_h(1, c.N, c.H, c.feat, 1, c.ph, c.seed, c.perm, gemm, c.sc);
+    }
+    g_D = 128;
+    printf("mhla f16 mma vs mma_f16s: %d failed\n", fails);
+    return fails;
+}
