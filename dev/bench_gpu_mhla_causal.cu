@@ -8,17 +8,19 @@
  * 4.2 TB/s and FLOPs (2·N·D·Dv pass 1, 4·N·D·Dv + 2·N·64·(D+Dv)/2 pass 3,
  * 2·(M²/2)·(D·Dv + D) the strict-triangle mixing) over 760 TFLOP/s.
  * Variants: the family's default pick ("default"), mma, mma_bf16s (bf16
- * block states: half the state bytes in its floor), mma_split and portable
- * (N <= 32K); each row ends with the variants the call takes (bench_pick),
- * a call the library refuses prints "refused: <message>". First a check:
- * mma, mma_split and mma_bf16s against the portable engine at N = 4097 (max
- * rel).
+ * block states: half the state bytes in its floor), mma_f16s (fp16 inputs:
+ * scaled fp16 block states, the same bytes as mma_bf16s), mma_split and
+ * portable (N <= 32K); each row ends with the variants the call takes
+ * (bench_pick), a call the library refuses prints "refused: <message>"
+ * (mma_bf16s on f16, mma_f16s on bf16). First a check: mma, mma_split,
+ * mma_bf16s and mma_f16s against the portable engine at N = 4097 (max rel).
  *   build-gpu/dev/bench_gpu_mhla_causal [--dtype bf16|f16] [--variants LIST] [--no-check] [H D Ns...]
- *   (default bf16, default,mma,mma_bf16s,mma_split,portable, 12 128 32768 131072; f16: the same
- *   values converted on the device, every row in f16)
+ *   (default bf16, default,mma,mma_bf16s,mma_f16s,mma_split,portable, 12 128 32768 131072; f16:
+ *   the same values converted on the device, every row in f16)
  *   --passes: instead, where the time of mma_bf16s goes, with each bf16 mixing GEMM ("v1"
  *   mct_mix_bf16_kernel, "v2" mct_mix2_kernel, "wgmma" mct_mixw_kernel: family
- *   mhla_causal_mix): CUDA events on the
+ *   mhla_causal_mix; with --dtype f16: mma_f16s, its mixing split into the A' preparation
+ *   and the fp16 wgmma GEMM, no GEMM-alone part): CUDA events on the
  *   stream after the W preparation and around the mixing (mct_dev_pass_events), medians of 10
  *   calls of W prep (with the workspace), pass 1, the mixing, pass 3, each against its byte
  *   floor (the mixing also in TFLOP/s on the strict triangle); then the mixing GEMM alone on
@@ -71,10 +73,11 @@ static double med(std::vector<float> v) {
     return v[v.size() / 2];
 }
 
-/* --passes (see the head): bf16, B = 1, the N's of the command line */
-static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv_bfloat16 *q, __nv_bfloat16 *k,
-                      __nv_bfloat16 *v, __nv_bfloat16 *o, float *Wd) {
-    cudaEvent_t ev[5];
+/* --passes (see the head): bf16 (mma_bf16s) or f16 (mma_f16s), B = 1, the N's of the command line */
+static int run_passes(la_dtype dt, int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv_bfloat16 *q,
+                      __nv_bfloat16 *k, __nv_bfloat16 *v, __nv_bfloat16 *o, float *Wd) {
+    const bool f16 = dt == LA_F16;
+    cudaEvent_t ev[6];
     for (auto &e : ev) CK(cudaEventCreate(&e));
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
@@ -83,18 +86,19 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
         const int64_t M = (N + 63) / 64, Mp = (M + 127) / 128 * 128;
         tril_fill<<<256, 256>>>(Wd, M);
         CK(cudaDeviceSynchronize());
-        la_tensor tq = view(q, 1, N, H, D), tk = view(k, 1, N, H, D), tv = view(v, 1, N, H, D),
-                  to = view(o, 1, N, H, D), W;
+        la_tensor tq = view(q, dt, 4, 1, N, H, D), tk = view(k, dt, 4, 1, N, H, D), tv = view(v, dt, 4, 1, N, H, D),
+                  to = view(o, dt, 4, 1, N, H, D), W;
         int64_t nw[2] = {M, M};
         la_tensor_init(&W, Wd, LA_F32, LA_DEVICE_CUDA, 2, nw);
         const double st = 2.0 * H * M * SE;           /* one bf16 state array */
         const double qkv = 2.0 * N * H * D;          /* one bf16 [N, H, D] tensor */
         const double fl_mix = 2.0 * H * (M * (M - 1) / 2.0) * SE;
-        printf("# passes, H%lld D%lld N=%lld M=%lld (bf16 states, mma_bf16s)\n", (long long)H, (long long)D,
-               (long long)N, (long long)M);
-        bench_variant("mhla_causal", "mma_bf16s");
+        printf("# passes, H%lld D%lld N=%lld M=%lld (%s)\n", (long long)H, (long long)D, (long long)N,
+               (long long)M, f16 ? "f16 states, mma_f16s" : "bf16 states, mma_bf16s");
+        bench_variant("mhla_causal", f16 ? "mma_f16s" : "mma_bf16s");
         for (const char *mix : {"v1", "v2", "wgmma"}) {
-            bench_variant("mhla_causal_mix", mix);
+            if (f16 && strcmp(mix, "wgmma")) continue; /* mma_f16s: its fp16 wgmma GEMM only */
+            bench_variant("mhla_causal_mix", f16 ? nullptr : mix);
             const auto call = [&] { return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX); };
             bool ok = true;
             for (int i = 0; i < 3 && ok; i++) ok = call() == LA_OK;
@@ -102,8 +106,8 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
                 printf("passes mixing %s: refused: %s\n", mix, la_last_error());
                 continue;
             }
-            std::vector<float> tp, t1, tm, t3, tt;
-            mct_dev_pass_events(ev[1], ev[2], ev[3]);
+            std::vector<float> tp, t1, tm, t3, tt, ta;
+            mct_dev_pass_events(ev[1], ev[2], ev[3], f16 ? ev[5] : nullptr);
             for (int r = 0; r < 10; r++) {
                 CK(cudaEventRecord(ev[0]));
                 LK(call());
@@ -116,6 +120,10 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
                 CK(cudaEventElapsedTime(&d, ev[3], ev[4]));
                 CK(cudaEventElapsedTime(&e, ev[0], ev[4]));
                 tp.push_back(a), t1.push_back(b), tm.push_back(c), t3.push_back(d), tt.push_back(e);
+                if (f16) {
+                    CK(cudaEventElapsedTime(&a, ev[2], ev[5]));
+                    ta.push_back(a);
+                }
             }
             mct_dev_pass_events(nullptr, nullptr, nullptr);
             /* floors: pass 1 reads k, v and writes the states; the mixing reads
@@ -126,10 +134,15 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
                    "%.0f TFLOP/s strict)  pass 3 %.4f (floor %.4f)\n",
                    mix, med(tt), med(tp), med(t1), f1, med(tm), std::max(fm, fl_mix / FL * 1e3),
                    fl_mix / (med(tm) * 1e-3) / 1e12, med(t3), f3);
+            if (f16) /* A' (B·H·M²/2 fp16 written, W and σ read) */
+                printf("passes mma_f16s  A' preparation %.4f ms (floor %.4f), fp16 GEMM %.4f ms (%.0f TFLOP/s strict)\n",
+                       med(ta), (double)H * Mp * Mp / BW * 1e3, med(tm) - med(ta),
+                       fl_mix / ((med(tm) - med(ta)) * 1e-3) / 1e12);
             fflush(stdout);
         }
         bench_variant("mhla_causal_mix", nullptr);
         bench_variant("mhla_causal", nullptr);
+        if (f16) continue; /* the GEMM alone: bf16 (mct_dev_mix_bf16) */
         /* the GEMM alone on random states: v1 against v2 */
         const size_t ns = (size_t)H * M * (size_t)SE;
         __nv_bfloat16 *S = make(ns, 11, 0.1f), *H1, *H2, *Wp;
@@ -176,7 +189,7 @@ static int run_passes(int64_t H, int64_t D, const std::vector<int64_t> &Ns, __nv
 int main(int argc, char **argv) {
     la_dtype dt = LA_BF16;
     bool check = true, passes = false;
-    std::string vlist = "default,mma,mma_bf16s,mma_split,portable";
+    std::string vlist = "default,mma,mma_bf16s,mma_f16s,mma_split,portable";
     std::vector<const char *> pos;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--dtype") && i + 1 < argc && (!strcmp(argv[i + 1], "bf16") || !strcmp(argv[i + 1], "f16")))
@@ -218,14 +231,10 @@ int main(int argc, char **argv) {
     const int64_t Mmax = (Nmax + 63) / 64;
     float *Wd;
     CK(cudaMalloc(&Wd, sizeof(float) * Mmax * Mmax));
-    if (passes && dt != LA_BF16) {
-        fprintf(stderr, "bench_gpu_mhla_causal: --passes times the bf16 block states (--dtype bf16)\n");
-        return 2;
-    }
-    if (passes) return run_passes(H, D, Ns, q, k, v, o, Wd);
+    if (passes) return run_passes(dt, H, D, Ns, q, k, v, o, Wd);
     la_mhla_causal_params p;
     la_mhla_causal_params_init(&p);
-    if (check) { /* mma, mma_split and mma_bf16s against the portable engine at N = 4097 */
+    if (check) { /* mma, mma_split, mma_bf16s and mma_f16s against the portable engine at N = 4097 */
         const int64_t N = 4097, M = (N + 63) / 64;
         tril_fill<<<256, 256>>>(Wd, M);
         la_tensor tq = tview(q, N), tk = tview(k, N), tv = tview(v, N), to = tview(o, N), t2 = tview(o2, N), W;
@@ -242,7 +251,7 @@ int main(int argc, char **argv) {
             printf("# check: portable refused: %s\n", la_last_error());
         } else {
             CK(cudaMemcpy(a.data(), o, n * 2, cudaMemcpyDeviceToHost));
-            for (const char *var : {"mma", "mma_split", "mma_bf16s"}) {
+            for (const char *var : {"mma", "mma_split", "mma_bf16s", "mma_f16s"}) {
                 bench_variant("mhla_causal", var);
                 CK(cudaMemset(o2, 0xff, n * 2));
                 if (la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &t2, BCTX) != LA_OK) {
@@ -298,8 +307,10 @@ int main(int argc, char **argv) {
                 return la_mhla_causal_forward(&p, &tq, &tk, &tv, &W, &to, BCTX);
             };
             const std::string pick = bench_pick(call);
-            /* bf16 block states (mma_bf16s, or the default when it picks that): half the state bytes */
-            const double sb = pick.find("mma_bf16s") != std::string::npos ? st_bytes / 2 : st_bytes;
+            /* 16-bit block states (mma_bf16s, mma_f16s, or the default when it picks one): half
+             * the state bytes */
+            const double sb = pick.find("mma_bf16s") != std::string::npos || pick.find("mma_f16s") != std::string::npos
+                                  ? st_bytes / 2 : st_bytes;
             const double ms = pick == "refused" ? NAN
                               : time_ms(call, !strcmp(var, "portable") ? 3 : 10, !strcmp(var, "portable") ? 1 : 3);
             char name[48];

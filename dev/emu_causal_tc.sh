@@ -1,13 +1,16 @@
 #!/bin/bash
 # Host emulation of the causal tensor-core kernels (no GPU needed): cuts the
 # kernel text out of src/cuda/linear_causal_scan.cu and linear_causal_tc.cu,
-# compiles it with dev/emu_causal_tc.cpp (with dev/emu_causal_tc_wgmma.h and
-# emu_causal_tc_mix.h; g++ -std=c++20, CUDA headers only) and runs the cases.
+# compiles it with dev/emu_causal_tc.cpp (with dev/emu_causal_tc_wgmma.h,
+# emu_causal_tc_mix.h and emu_causal_tc_f16s.h; g++ -std=c++20, CUDA headers
+# only) and runs the cases.
 #   bash dev/emu_causal_tc.sh [BUILD_DIR [wide|f16|mhla|mhla_bf16s|mhla_mix]]   (the wide and the walking
 #   scan, then the fp16 cases; "wide": wide only; "f16": the fp16 cases only;
 #   "mhla": the causal MHLA forward, mhla_causal_tc.cu;
 #   "mhla_bf16s": its variant mma_bf16s only (mixing v1 and v2); "mhla_v2": mixing v2 only;
-#   "mhla_f16": its fp16 cases only;
+#   "mhla_f16": its fp16 cases only; "mhla_f16s": variant mma_f16s only (fp16 block
+#   states: pass 1, the A' preparation, the fp16 wgmma GEMM, pass 3; and the last two alone);
+#   "mhla_f16cmp": fp16 mma and mma_f16s on the same inputs;
 #   "mhla_mix": the bf16 mixing GEMMs alone, mct_mix2_kernel against float64 and
 #   mct_mix_bf16_kernel, both cp.async schedules)
 set -e
@@ -72,6 +75,12 @@ m3 = m3.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()").re
 m3 = m3.replace("blockIdx.z", "emu_bz()")
 m3 = re.sub(r"__launch_bounds__\([^)]*\)", "", m3)
 m += m3
+# variant mma_f16s's A' preparation (src/cuda/mhla_causal_mix_f16s.cuh)
+m = m.replace('#include "cuda/mhla_causal_mix_f16s.cuh"', "")  # appended here
+m4 = open("src/cuda/mhla_causal_mix_f16s.cuh").read()
+m4 = m4[m4.index("__global__ void mct_f16s_prep_kernel"):m4.rindex("#endif")]
+m4 = m4.replace("threadIdx.x", "emu_tid()").replace("blockIdx.x", "emu_bx()")
+m += m4
 assert "__shared__" not in m
 open(sys.argv[1] + "/kern_mix.inc", "w").write(m)
 PY

@@ -26,10 +26,16 @@ struct lct_args {
      * (NULL: 1) */
     const float *mixw;
     int64_t mix_hs, mix_ld;
-    /* causal MHLA, variant mma_bf16s: the block states in bf16 ([B·H][nch][LS],
-     * pass 1 writes S_b here, pass 3 reads H_c from here; the kernels' BS
+    /* causal MHLA, variants mma_bf16s / mma_f16s: the block states in the
+     * inputs' 16-bit type ([B·H][nch][LS] bf16 or fp16 elements, pass 1
+     * writes S_b here, pass 3 reads H_c from here; the kernels' BS
      * instantiations), in place of the fp32 ws */
-    __nv_bfloat16 *wsh;
+    void *wsh;
+    /* mma_f16s (fp16 BS): pass 1 writes S_b·2^sexp[bh·nch + c] (the block's
+     * max |[S_b | z_b]| in [2^14, 2^15)), pass 3 reads H_c·2^hexp[bh·nch + c]
+     * (mhla_causal_mix_f16s.cuh) */
+    int *sexp;
+    const int *hexp;
     /* causal MHLA with fp16 inputs (non-NULL there, zeroed before pass 1):
      * pass 1 raises smax[bh] to max |[S_b | z_b]| over the head's blocks
      * (atomicMax on the float bits), the scale of the fp16 mixing GEMM's

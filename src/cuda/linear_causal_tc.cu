@@ -30,7 +30,9 @@
  * Causal MHLA (lct_mixing, mhla_causal_tc.cu) runs the same passes with L =
  * 64 (a chunk is a block), the mixing of the chunk states in place of pass 2
  * and W[c,c] on the block's own part in pass 3 (lct_mixing.combine_bf16: the
- * states in bf16 from pass 1 to pass 3, the kernels' BS instantiations).
+ * states in bf16 from pass 1 to pass 3, the kernels' BS instantiations;
+ * combine_f16s: the same in fp16, each block state scaled by its own power
+ * of two, sexp from pass 1 and hexp into pass 3).
  *
  * Passes 1 and 3 use raw ldmatrix + mma.sync m16n8k16 fragments: A =
  * tril(Q̃K̃ᵀ) stays in registers as the A operand of A·V, row sums and S̃
@@ -151,6 +153,10 @@ __device__ __forceinline__ void lct_phi8(float *x, const lct_phi &f) {
         for (int i = 0; i < 8; i++) x[i] = x[i] >= 0.f ? x[i] + 1.f : expf(x[i]);
     }
 }
+template <typename E> __device__ __forceinline__ E lct_to16(float x) { /* round to nearest even */
+    if constexpr (la_t16<E>::is_f16) return __float2half_rn(x);
+    else return __float2bfloat16_rn(x);
+}
 template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pack2(float lo, float hi) {
     const typename la_t16<E>::T2 h = la_t16<E>::pack2(lo, hi);
     return *(const uint32_t *)&h;
@@ -163,8 +169,9 @@ template <typename E = __nv_bfloat16> __device__ __forceinline__ uint32_t lct_pa
  * needs before that. Warp w owns rows 32(w%4) + [0, 32) and columns
  * 64(w/4) + [0, 64) of ΔS: per 16 tokens 2 (4 with hi/lo) ldmatrix.trans of
  * K̃ᵀ, 4 of V, 16 (32) mma. */
-/* E: bf16 or fp16; BS: bf16 states into a.wsh; SMX (fp16 causal MHLA): the
- * block's max |[S_b | z_b]| into a.smax[bh] */
+/* E: bf16 or fp16; BS: 16-bit states into a.wsh (bf16 as they are; fp16
+ * scaled: below); SMX (fp16 causal MHLA, variant mma): the block's max
+ * |[S_b | z_b]| into a.smax[bh] */
 /* max |x| over a warp's state fragments (0 in warps that hold none: sw
  * false), then over the warp's lanes: fp16's state scales, passes 1 and 3 */
 template <int MI, int NJ>
@@ -186,8 +193,17 @@ template <typename E, int D, int MODE, bool SPLIT, bool BS = false, bool SMX = f
 __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
     using G = lct_g<D>;
     using X = la_t16<E>;
-    static_assert(!BS || !X::is_f16, "16-bit block states: bf16 inputs only");
+    static_assert(!BS || !SPLIT, "16-bit block states: causal MHLA only (no returned state)");
     static_assert(!SMX || (X::is_f16 && !SPLIT && !BS), "state maxima: fp16 causal MHLA only");
+    /* fp16 block states (variant mma_f16s): S'_b = fp16([S_b | z_b]·2^σ), σ =
+     * la_exp16 of the block's own max |[S_b | z_b]| (over the CTA: it holds
+     * the whole block), so |S'_b| <= 2^15 < 65504 (the max in [2^14, 2^15),
+     * fp16 rounding at most to 2^15); σ into a.sexp. Elements below 2^-14
+     * (2^28 under the max) become subnormals: their absolute error 2^-25 is
+     * 2^-39 of the block's max, far below the 2^-11 relative rounding of the
+     * elements near it. σ <= 126 (la_exp16's clamp) only leaves blocks under
+     * 2^-112 short of 2^14 (no overflow either way). */
+    constexpr bool FS = BS && X::is_f16;
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT;
     extern __shared__ __align__(128) unsigned char lct_sm2[];
     E *sm = (E *)lct_sm2;
@@ -288,8 +304,8 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
         }
     }
     float *dst = a.ws + ((size_t)bh * a.nch + c) * LS;
-    __nv_bfloat16 *dsh = a.wsh + ((size_t)bh * a.nch + c) * LS;
-    if (sw)
+    E *dsh = (E *)a.wsh + ((size_t)bh * a.nch + c) * LS;
+    if (!FS && sw)
 #pragma unroll
         for (int i = 0; i < G::MIS; i++)
 #pragma unroll
@@ -303,14 +319,14 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
                     *(float2 *)&dst[(row + 8) * D + col] = make_float2(acc[i][j][2], acc[i][j][3]);
                 }
             }
-    float smw = 0.f; /* SMX: the warp's max |S_b| */
-    if constexpr (SMX) smw = lct_warp_absmax(acc, sw);
+    float smw = 0.f; /* SMX, FS: the warp's max |S_b| */
+    if constexpr (SMX || FS) smw = lct_warp_absmax(acc, sw);
     la_cp_wait<0>();
     __syncthreads();
-    float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima */
+    float *zbuf = (float *)lct_sm2; /* [NT][8], then fp16: [8] warp maxima, FS: [4] of |z| */
 #pragma unroll
     for (int i = 0; i < 8; i++) zbuf[tid * 8 + i] = zp[i];
-    if constexpr (SMX)
+    if constexpr (SMX || FS)
         if (lane == 0) zbuf[NT * 8 + warp] = smw;
     __syncthreads();
     if constexpr (SMX)
@@ -319,10 +335,40 @@ __global__ void __launch_bounds__(NT, 2) lct_state_mma_kernel(lct_args a) {
             for (int w = 1; w < NT / 32; w++) m = fmaxf(m, zbuf[NT * 8 + w]);
             if (m > 0.f) atomicMax((int *)&a.smax[bh], __float_as_int(m));
         }
+    if constexpr (FS) { /* the block's max over S and z, then S'_b, z'_b and σ */
+        float z = 0.f;
+        if (tid < D) {
+            for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
+            float mz = fabsf(z); /* tid < D: whole warps */
+#pragma unroll
+            for (int o = 16; o >= 1; o >>= 1) mz = fmaxf(mz, __shfl_xor_sync(0xffffffffu, mz, o));
+            if (lane == 0) zbuf[NT * 8 + 8 + warp] = mz;
+        }
+        __syncthreads();
+        float m = zbuf[NT * 8];
+#pragma unroll
+        for (int w = 1; w < NT / 32; w++) m = fmaxf(m, zbuf[NT * 8 + w]);
+#pragma unroll
+        for (int w = 0; w < D / 32; w++) m = fmaxf(m, zbuf[NT * 8 + 8 + w]);
+        const int sg = la_exp16(m, -126, 126);
+        const float sc = la_pow2f(sg);
+        if (sw)
+#pragma unroll
+            for (int i = 0; i < G::MIS; i++)
+#pragma unroll
+                for (int j = 0; j < G::NJS; j++) {
+                    const int row = rb + 16 * i + g, col = cb + 8 * j + 2 * cq;
+                    *(uint32_t *)&dsh[row * D + col] = lct_pack2<E>(acc[i][j][0] * sc, acc[i][j][1] * sc);
+                    *(uint32_t *)&dsh[(row + 8) * D + col] = lct_pack2<E>(acc[i][j][2] * sc, acc[i][j][3] * sc);
+                }
+        if (tid < D) dsh[D * D + tid] = lct_to16<E>(z * sc);
+        if (tid == 0) a.sexp[(size_t)bh * a.nch + c] = sg;
+        return;
+    }
     if (tid < D) {
         float z = 0.f;
         for (int m = 0; m < RPT; m++) z += zbuf[((tid / 8) + CK * m) * 8 + tid % 8];
-        if (BS) dsh[D * D + tid] = __float2bfloat16_rn(z);
+        if (BS) dsh[D * D + tid] = lct_to16<E>(z);
         else dst[D * D + tid] = z;
         if constexpr (SMX) { /* and max |z_b| (tid < D: whole warps) */
             float m = fabsf(z);
@@ -363,20 +409,26 @@ template <typename E> lct_kernel_fn lct_output_mma_fn_e(int64_t D, int mode) {
                                                                         : lct_output_mma_fn_d<E, 128, false>(mode);
 }
 /* the instantiations for head dim D (lct_dims) and the element type (f16:
- * fp16, else bf16); bs: bf16 states (causal MHLA's mma_bf16s, bf16 inputs
- * only, never with split); smx: fp16 causal MHLA's state maxima (never with
- * split) */
+ * fp16, else bf16); bs: 16-bit states (causal MHLA's mma_bf16s on bf16,
+ * mma_f16s on fp16: scaled; never with split); smx: fp16 causal MHLA's
+ * state maxima (variant mma; never with split) */
+template <typename E> lct_kernel_fn lct_state_bs_fn(int64_t D, int mode) {
+    return D == 32 ? lct_state_mma_fn_d<E, 32, true>(mode, false)
+           : D == 64 ? lct_state_mma_fn_d<E, 64, true>(mode, false) : lct_state_mma_fn_d<E, 128, true>(mode, false);
+}
+template <typename E> lct_kernel_fn lct_output_bs_fn(int64_t D, int mode) {
+    return D == 32 ? lct_output_mma_fn_d<E, 32, true>(mode) : D == 64 ? lct_output_mma_fn_d<E, 64, true>(mode)
+                                                                      : lct_output_mma_fn_d<E, 128, true>(mode);
+}
 lct_kernel_fn lct_state_mma_fn(int64_t D, int mode, bool split, bool bs = false, bool f16 = false,
                                bool smx = false) {
     using B16 = __nv_bfloat16;
-    if (bs) return D == 32 ? lct_state_mma_fn_d<B16, 32, true>(mode, false)
-                   : D == 64 ? lct_state_mma_fn_d<B16, 64, true>(mode, false) : lct_state_mma_fn_d<B16, 128, true>(mode, false);
+    if (bs) return f16 ? lct_state_bs_fn<__half>(D, mode) : lct_state_bs_fn<B16>(D, mode);
     return f16 ? lct_state_mma_fn_e<__half>(D, mode, split, smx) : lct_state_mma_fn_e<B16>(D, mode, split, false);
 }
 lct_kernel_fn lct_output_mma_fn(int64_t D, int mode, bool bs = false, bool f16 = false) {
     using B16 = __nv_bfloat16;
-    if (bs) return D == 32 ? lct_output_mma_fn_d<B16, 32, true>(mode) : D == 64 ? lct_output_mma_fn_d<B16, 64, true>(mode)
-                                                                              : lct_output_mma_fn_d<B16, 128, true>(mode);
+    if (bs) return f16 ? lct_output_bs_fn<__half>(D, mode) : lct_output_bs_fn<B16>(D, mode);
     return f16 ? lct_output_mma_fn_e<__half>(D, mode) : lct_output_mma_fn_e<B16>(D, mode);
 }
 size_t lct_out_smem(int64_t D, bool f16 = false) {
@@ -421,7 +473,6 @@ la_status lct_prepare_device(int dev, int *nsm) {
                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
                                            (int)(sizeof(__nv_bfloat16) * TS1 * 3 * lct_tile(D))));
                 for (bool bs : {false, true}) {
-                    if (bs && f16) continue; /* bf16 states: bf16 inputs only */
                     LA_CU(cudaFuncSetAttribute(lct_output_mma_fn(D, m, bs, f16),
                                                cudaFuncAttributeMaxDynamicSharedMemorySize, (int)lct_out_smem(D, f16)));
                     LA_CU(cudaFuncSetAttribute(lct_state_mma_fn(D, m, false, bs, f16),
@@ -525,15 +576,18 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
     size_t nf, bytes;
     LA_TRY(la_mul_size((size_t)BH, (size_t)a.nch, &nf, "CUDA causal states"));
     LA_TRY(la_mul_size(nf, (size_t)a.LS, &nf, "CUDA causal states"));
-    const bool bs = mix && mix->combine_bf16; /* bf16 block states (a.wsh) */
-    a.smax = mix && f16 ? mix->smax : nullptr;
-    if (bs && f16)
-        return la_err(LA_ERR_UNSUPPORTED, "CUDA causal linear: bf16 block states with f16 inputs");
+    /* 16-bit block states (a.wsh): bf16 (mma_bf16s) or scaled fp16 (mma_f16s) */
+    const bool bs = mix && (f16 ? mix->combine_f16s != nullptr : mix->combine_bf16 != nullptr);
+    a.smax = mix && f16 && !bs ? mix->smax : nullptr;
+    if (bs && f16) {
+        a.sexp = mix->sexp;
+        a.hexp = mix->hexp;
+    }
     LA_TRY(la_mul_size(nf, bs ? sizeof(__nv_bfloat16) : sizeof(float), &bytes, "CUDA causal states"));
     la_cu_ws ws, wsm;
     LA_TRY(la_cu_ws_alloc(&ws, bytes, st, "causal linear chunk states"));
     a.ws = bs ? nullptr : (float *)ws.p; /* pass 1's states, then P_c for pass 3, in place: [B·H][nch][LS] */
-    a.wsh = bs ? (__nv_bfloat16 *)ws.p : nullptr;
+    a.wsh = bs ? ws.p : nullptr;
     if (mix) { /* the mixed states H_c: a second buffer (the GEMM is not in place) */
         LA_TRY(la_cu_ws_alloc(&wsm, bytes, st, "causal mhla mixed states"));
         a.mixw = mix->W;
@@ -552,9 +606,10 @@ la_status lct_run(const lct_choice &c, const la_linear_params *p, const la_tenso
         LA_CU_LAUNCH("lct_state_mma_kernel");
     }
     if (mix) { /* pass 2: H_c = Σ_{b<c} W[c,b] S_b over [S | z] in place of the prefix sums */
-        if (bs) LA_TRY(mix->combine_bf16(mix->ctx, a.wsh, (__nv_bfloat16 *)wsm.p, BH, H, a.nch, a.LS, st));
+        if (bs && f16) LA_TRY(mix->combine_f16s(mix->ctx, (const __half *)a.wsh, (__half *)wsm.p, BH, H, a.nch, a.LS, st));
+        else if (bs) LA_TRY(mix->combine_bf16(mix->ctx, (const __nv_bfloat16 *)a.wsh, (__nv_bfloat16 *)wsm.p, BH, H, a.nch, a.LS, st));
         else LA_TRY(mix->combine(mix->ctx, a.ws, (float *)wsm.p, BH, H, a.nch, a.LS, st));
-        if (bs) a.wsh = (__nv_bfloat16 *)wsm.p;
+        if (bs) a.wsh = wsm.p;
         else a.ws = (float *)wsm.p;
     } else {
         LA_TRY(lct_launch_scan(a, BH, nd, wide, st));

@@ -43,6 +43,13 @@ struct lct_mixing {
     /* fp16 inputs: [B·H] floats, zeroed, that pass 1 raises to max |[S_b |
      * z_b]| per head (lct_args.smax; NULL for bf16) */
     float *smax;
+    /* non-NULL (fp16 inputs, variant mma_f16s): fp16 block states scaled by
+     * powers of two, pass 1 writes S_b·2^sexp[bh][b] (sexp: [B·H][M] ints),
+     * this mixes them into fp16 H_c·2^hexp[bh][c] (hexp: [B·H][M], written
+     * by it), pass 3 reads those, in place of `combine` */
+    la_status (*combine_f16s)(const void *ctx, const __half *S, __half *Hs, int64_t BH, int64_t H,
+                              int64_t M, int64_t SE, cudaStream_t s);
+    int *sexp, *hexp;
 };
 
 /* Runs the tensor-core path (c.kernel == LCT_TC); with `mix` (no states in

@@ -86,12 +86,12 @@ __device__ __forceinline__ void lct_mask_rowsum(float (&sA)[8][4], int kb4, int 
     }
 }
 
-template <typename E, int D, int MODE, bool BS = false> /* E: bf16 or fp16; BS: H_c in bf16 from a.wsh */
+/* E: bf16 or fp16; BS: H_c in E from a.wsh (fp16: H_c·2^hexp[c], below) */
+template <typename E, int D, int MODE, bool BS = false>
 __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
     using G = lct_g<D>;
     using X = la_t16<E>;
     constexpr bool F16 = X::is_f16;
-    static_assert(!BS || !F16, "16-bit block states: bf16 inputs only");
     using SM = lct_smem4<D, F16>;
     constexpr int LD = G::LD, TILE = G::TILE, LS = G::LS, CK = G::CK, RPT = G::RPT, OLD = G::OLD;
     extern __shared__ __align__(128) unsigned char lct_sm4[];
@@ -175,18 +175,37 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
                 }
             }
     };
-    {   /* the state before this chunk: P_c from pass 2 (fp32, global; BS: bf16) */
+    {   /* the state before this chunk: P_c from pass 2 (fp32, global; BS: 16-bit) */
         const float *P = a.ws + ((size_t)bh * a.nch + c) * LS;
-        const __nv_bfloat16 *Ph = a.wsh + ((size_t)bh * a.nch + c) * LS;
+        const E *Ph = (const E *)a.wsh + ((size_t)bh * a.nch + c) * LS;
+        /* BS fp16: H_c = H'_c·2^-τ with τ = hexp[c] (mhla_causal_mix_f16s.cuh), in two
+         * factors 2^(t/2)·2^(t-t/2), t = -τ, (each in fp32's range for |τ| <= 252;
+         * beyond, H_c is outside fp32 anyway): exact, where the fp32 result is
+         * normal */
+        float hf0 = 1.f, hf1 = 1.f;
+        if constexpr (BS && F16) {
+            int t = -a.hexp[(size_t)bh * a.nch + c];
+            t = t < -252 ? -252 : t > 252 ? 252 : t;
+            hf0 = la_pow2f(t / 2);
+            hf1 = la_pow2f(t - t / 2);
+        }
 #pragma unroll
         for (int i = 0; i < G::MIS; i++)
 #pragma unroll
             for (int j = 0; j < G::NJS; j++) {
                 const int row = sw ? rb + 16 * i + g : 0, col = sw ? cb + 8 * j + 2 * cq : 0;
-                const float2 u = BS ? __bfloat1622float2(*(const __nv_bfloat162 *)&Ph[row * D + col])
-                                    : *(const float2 *)&P[row * D + col];
-                const float2 w = BS ? __bfloat1622float2(*(const __nv_bfloat162 *)&Ph[(row + 8) * D + col])
-                                    : *(const float2 *)&P[(row + 8) * D + col];
+                float2 u, w;
+                if constexpr (BS) {
+                    u = X::unpack2(*(const typename X::T2 *)&Ph[row * D + col]);
+                    w = X::unpack2(*(const typename X::T2 *)&Ph[(row + 8) * D + col]);
+                    if constexpr (F16) {
+                        u = make_float2(u.x * hf0 * hf1, u.y * hf0 * hf1);
+                        w = make_float2(w.x * hf0 * hf1, w.y * hf0 * hf1);
+                    }
+                } else {
+                    u = *(const float2 *)&P[row * D + col];
+                    w = *(const float2 *)&P[(row + 8) * D + col];
+                }
                 accS[i][j][0] = u.x;
                 accS[i][j][1] = u.y;
                 accS[i][j][2] = w.x;
@@ -198,7 +217,7 @@ __global__ void __launch_bounds__(NT, 1) lct_output_mma_kernel(lct_args a) {
             state_scale();
         }
         state_to_smem();
-        if (tid < D) zs[tid] = BS ? __bfloat162float(Ph[D * D + tid]) : P[D * D + tid];
+        if (tid < D) zs[tid] = BS ? (float)Ph[D * D + tid] * hf0 * hf1 : P[D * D + tid];
     }
     __syncthreads(); /* zs, S̃ */
 

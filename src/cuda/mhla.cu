@@ -4,7 +4,8 @@
  * src/ops/mhla.c; family "mhla" (lf_select). Causal: family "mhla_causal",
  * "mma" (mhla_causal_tc.cu: bf16 / fp16 tensor cores, any lower-triangular W;
  * "mma_split": its fp32-accurate mixing; "mma_bf16s": bf16 block states,
- * bf16 inputs only)
+ * bf16 inputs only; "mma_f16s": scaled fp16 block states, fp16 inputs on
+ * sm_90)
  * where it takes the views, else "portable" (the engine, as "mhla" picks).
  * The decoding state is mhla_decode.cu. */
 #include "core/variant.h"
@@ -84,21 +85,23 @@ extern "C" la_status la_mhla_causal_forward_cuda(const la_mhla_causal_params *p,
     /* family "mhla_causal": "mma" (mhla_causal_tc.cu) where it takes the views, else the
      * portable engine (lf_select, with the variant forced for "mhla" if any) */
     const char *v = la_context_variant(ctx, "mhla_causal");
-    /* the mixing when no variant is forced: bf16 block states for bf16 inputs
-     * (mma keeps them in fp32); fp16 inputs: mma (fp32 block states, the fp16
-     * mixing GEMM with power-of-two scales: bf16 states would cost fp16's
-     * precision, fp16 ones its range) */
-    const int kind_default = q->dtype == LA_F16 ? MCT_MIX_MMA : MCT_MIX_BF16S;
-    const int kind = !v                         ? kind_default
+    /* the mixing when no variant is forced (mct_default_kind): bf16 block
+     * states for bf16 inputs (mma keeps them in fp32); fp16 inputs: fp16
+     * block states scaled per block (mma_f16s) on sm_90, else mma (fp32
+     * block states, the fp16 mixing GEMM with power-of-two scales) */
+    const int kind = !v                         ? mct_default_kind(q, ctx)
                      : !strcmp(v, "mma_split") ? MCT_MIX_SPLIT
                      : !strcmp(v, "mma_bf16s") ? MCT_MIX_BF16S
+                     : !strcmp(v, "mma_f16s")  ? MCT_MIX_F16S
                                                : MCT_MIX_MMA;
     if (v && strcmp(v, "portable") && strcmp(v, "mma") && kind == MCT_MIX_MMA)
-        return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, mma_bf16s, portable");
+        return la_cu_unknown_variant("mhla_causal", v, "mma, mma_split, mma_bf16s, mma_f16s, portable");
     const int ok = mct_eligible(p, q, k, v_, out);
     if (v && strcmp(v, "portable") && !ok) return la_cu_variant_unsupported("mhla_causal", v, MCT_NEEDS);
     if (ok && kind == MCT_MIX_BF16S && q->dtype != LA_BF16)
         return la_cu_variant_unsupported("mhla_causal", v, "bf16 q, k, v, out (bf16 block states)");
+    if (ok && kind == MCT_MIX_F16S && (q->dtype != LA_F16 || !la_cu_hopper(ctx)))
+        return la_cu_variant_unsupported("mhla_causal", v, "f16 q, k, v, out on an sm_90 GPU (fp16 wgmma)");
     if (ok && !(v && !strcmp(v, "portable")))
         return mct_forward(p, sq, q, k, v_, mixing, out, kind, ctx, la_cu_stream(ctx));
     la_cu_report(ctx, "mhla_causal", "portable", "%s", v ? "forced" : MCT_NEEDS);

@@ -1,10 +1,14 @@
-/* The bf16 mixing GEMM of causal MHLA on sm_90a wgmma (variant "mma_bf16s",
- * mixing "wgmma": forced only, not yet run on a GPU; mhla_causal_tc.cu
- * includes this inside its anonymous namespace after mhla_causal_mix2.cuh).
- * The same product, grid and row-tile pairs as mct_mix2_kernel:
+/* The 16-bit mixing GEMM of causal MHLA on sm_90a wgmma (variant
+ * "mma_bf16s" with mixing "wgmma", and variant "mma_f16s";
+ * mhla_causal_tc.cu includes this inside its anonymous namespace after
+ * mhla_causal_mix2.cuh). The same product, grid and row-tile pairs as
+ * mct_mix2_kernel:
  *   Hs[z][i][e] = Σ_{b<i} Wp[hw][i][b] S[z][b][e]
  * with 128 × 256 tiles, two warpgroups of 64 rows × 256 columns each (one
- * m64n256k16 accumulator, 128 floats a thread), k steps of 64.
+ * m64n256k16 accumulator, 128 floats a thread), k steps of 64. E = bf16
+ * (mct_mixw_kernel) or fp16 (mct_mixw_f16_kernel: Wp is the scaled A' of
+ * one head, hw = z, and row i of the output is written times 2^oexp[z·Mp +
+ * i], mhla_causal_mix_f16s.cuh); one template, the instruction's type differs.
  *
  * Shared memory, per stage (1024-byte aligned), in the layouts of the
  * sparse-attention kernel's Q (K-major) and V (N-major) operands
@@ -28,6 +32,14 @@ constexpr int MXW_A = MXW_BM * MXW_BK, MXW_STAGE = MXW_A + MXW_BK * MXW_BN; /* e
 constexpr size_t MXW_SMEM = sizeof(__nv_bfloat16) * MXW_STAGE * MXW_S + 1024; /* + alignment */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+/* wgmma m64n256k16 with fp16 operands (ptx.cuh has the bf16 one) */
+__device__ __forceinline__ void la_wg_m64n256k16_f16_ss(float (*o)[4], uint64_t da, uint64_t db) {
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" LA_WG_O128_REGS
+                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
+                 : LA_WG_O128_OPS(o)
+                 : "l"(da), "l"(db));
+}
 #define MXW_HAVE_WGMMA 1
 #else
 #define MXW_HAVE_WGMMA 0
@@ -38,20 +50,19 @@ __device__ __forceinline__ int mct_mixw_nk(int i0, int M) {
     return kend > 0 ? (kend + MXW_BK - 1) / MXW_BK : 0;
 }
 
-__global__ void __launch_bounds__(256, 1)
-    mct_mixw_kernel(const __nv_bfloat16 *Wp, int64_t Mp, int64_t H, int64_t Hw,
-                    const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t M, int64_t SE) {
+template <typename E>
+__device__ __forceinline__ void mct_mixw_body(const E *Wp, int64_t Mp, int64_t H, int64_t Hw, const E *S, E *Hs,
+                                              int64_t M, int64_t SE, const int *oexp) {
 #if MXW_HAVE_WGMMA
     extern __shared__ __align__(1024) unsigned char mct_smw_raw[];
-    __nv_bfloat16 *sm = (__nv_bfloat16 *)(mct_smw_raw +
-                                          ((1024 - ((uint32_t)__cvta_generic_to_shared(mct_smw_raw) & 1023)) & 1023));
+    E *sm = (E *)(mct_smw_raw + ((1024 - ((uint32_t)__cvta_generic_to_shared(mct_smw_raw) & 1023)) & 1023));
     const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
     const int g = lane / 4, cq = lane % 4, wg = warp / 4;
     const int Mi = (int)M, SEi = (int)SE, Mpi = (int)Mp, R = Mpi / MXW_BM;
     const int e0 = (int)blockIdx.y * MXW_BN;
     const int64_t z = blockIdx.z;
-    const __nv_bfloat16 *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
-    const __nv_bfloat16 *Bm = S + z * M * SE;
+    const E *A = Wp + (Hw == 1 ? 0 : z % H) * Mp * Mp;
+    const E *Bm = S + z * M * SE;
     const int rx = (int)blockIdx.x, ntile = R - 1 - rx != rx ? 2 : 1;
     const int ia = (R - 1 - rx) * MXW_BM, ib = rx * MXW_BM;
     const int nk0 = mct_mixw_nk(ia, Mi), nk1 = ntile == 2 ? mct_mixw_nk(ib, Mi) : 0;
@@ -61,18 +72,18 @@ __global__ void __launch_bounds__(256, 1)
      * tid/32 + 8u (u < 8), column piece tid%32 (block (tid%32)/8) */
     const int ar = tid / 8, ac = tid % 8, br = tid / 32, bcn = tid % 32;
     const bool colok = e0 + 8 * bcn < SEi; /* SE % 8 == 0 */
-    const __nv_bfloat16 *pb = Bm + (colok ? br * SEi + e0 + 8 * bcn : 0);
+    const E *pb = Bm + (colok ? br * SEi + e0 + 8 * bcn : 0);
     auto issue = [&](int t) { /* stream step t into stage t % MXW_S; always one group */
         if (t < nt) {
             const int tile = t >= nk0, kk = t - (tile ? nk0 : 0);
-            __nv_bfloat16 *sA = sm + (t % MXW_S) * MXW_STAGE, *sB = sA + MXW_A;
-            const __nv_bfloat16 *qa = A + ((tile ? ib : ia) + ar) * Mpi + kk * MXW_BK + 8 * ac;
+            E *sA = sm + (t % MXW_S) * MXW_STAGE, *sB = sA + MXW_A;
+            const E *qa = A + ((tile ? ib : ia) + ar) * Mpi + kk * MXW_BK + 8 * ac;
 #pragma unroll
             for (int u = 0; u < 4; u++) {
                 const int m = ar + 32 * u;
                 la_cp16z(&sA[m * 64 + ((ac ^ (m & 7)) << 3)], qa + 32 * u * Mpi, true);
             }
-            const __nv_bfloat16 *qb = pb + (colok ? kk * MXW_BK * SEi : 0);
+            const E *qb = pb + (colok ? kk * MXW_BK * SEi : 0);
 #pragma unroll
             for (int u = 0; u < 8; u++) {
                 const int b = br + 8 * u;
@@ -101,11 +112,15 @@ __global__ void __launch_bounds__(256, 1)
             __syncthreads(); /* everyone's; every warpgroup is done with step t - 2 */
             issue(t + MXW_S - 2);
             if (kk * MXW_BK < klim) {
-                const __nv_bfloat16 *a_ = sm + (t % MXW_S) * MXW_STAGE + wg * 64 * 64, *b_ = sm + (t % MXW_S) * MXW_STAGE + MXW_A;
+                const E *a_ = sm + (t % MXW_S) * MXW_STAGE + wg * 64 * 64, *b_ = sm + (t % MXW_S) * MXW_STAGE + MXW_A;
                 asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
 #pragma unroll
-                for (int s = 0; s < 4; s++)
-                    la_wg_m64n256k16_bf16_ss(acc, la_wg_desc_ptr(a_ + 16 * s), la_wg_desc_nmajor(b_ + 16 * 64 * s));
+                for (int s = 0; s < 4; s++) {
+                    if constexpr (la_t16<E>::is_f16)
+                        la_wg_m64n256k16_f16_ss(acc, la_wg_desc_ptr(a_ + 16 * s), la_wg_desc_nmajor(b_ + 16 * 64 * s));
+                    else
+                        la_wg_m64n256k16_bf16_ss(acc, la_wg_desc_ptr(a_ + 16 * s), la_wg_desc_nmajor(b_ + 16 * 64 * s));
+                }
                 asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
             }
             asm volatile("wgmma.wait_group.sync.aligned 1;\n" ::: "memory");
@@ -115,21 +130,35 @@ __global__ void __launch_bounds__(256, 1)
         for (int j = 0; j < 32; j++)
 #pragma unroll
             for (int e = 0; e < 4; e++) asm volatile("" : "+f"(acc[j][e])::"memory");
-        __nv_bfloat16 *C = Hs + z * M * SE;
+        E *C = Hs + z * M * SE;
 #pragma unroll
         for (int hr = 0; hr < 2; hr++) {
             const int i = i0 + 64 * wg + 16 * (warp % 4) + g + 8 * hr;
             if (i >= Mi) continue;
+            /* fp16: the row's output scale 2^oexp (exact; |acc|·2^oexp < 2^15) */
+            const float f = oexp ? la_pow2f(oexp[z * Mp + i]) : 1.f;
 #pragma unroll
             for (int j = 0; j < 32; j++) {
                 const int e = e0 + 8 * j + 2 * cq; /* even; SE % 8 == 0 */
                 if (e < SEi)
-                    *(__nv_bfloat162 *)&C[i * SEi + e] = __floats2bfloat162_rn(acc[j][2 * hr], acc[j][2 * hr + 1]);
+                    *(typename la_t16<E>::T2 *)&C[i * SEi + e] = la_t16<E>::pack2(acc[j][2 * hr] * f, acc[j][2 * hr + 1] * f);
             }
         }
     }
     la_cp_wait<0>();
 #endif
+}
+__global__ void __launch_bounds__(256, 1)
+    mct_mixw_kernel(const __nv_bfloat16 *Wp, int64_t Mp, int64_t H, int64_t Hw,
+                    const __nv_bfloat16 *S, __nv_bfloat16 *Hs, int64_t M, int64_t SE) {
+    mct_mixw_body<__nv_bfloat16>(Wp, Mp, H, Hw, S, Hs, M, SE, nullptr);
+}
+/* fp16 (variant mma_f16s): A' [z][Mp][Mp] per head z (Hw = H = the heads of
+ * the launch), rows scaled by 2^oexp[z·Mp + i] on output */
+__global__ void __launch_bounds__(256, 1)
+    mct_mixw_f16_kernel(const __half *Ap, int64_t Mp, int64_t BH, const __half *S, __half *Hs, int64_t M,
+                        int64_t SE, const int *oexp) {
+    mct_mixw_body<__half>(Ap, Mp, BH, BH, S, Hs, M, SE, oexp);
 }
 
 #endif

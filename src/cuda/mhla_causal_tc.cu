@@ -1,5 +1,5 @@
 /* Causal MHLA forward on bf16 tensor cores (SPEC §5.4; family "mhla_causal",
- * variants "mma", "mma_split" and "mma_bf16s"): the causal linear passes of
+ * variants "mma", "mma_split", "mma_bf16s" and "mma_f16s"): the causal linear passes of
  * linear_causal_tc.cu with one 64-token chunk per block and the prefix scan
  * replaced by the mixing (lct_mixing):
  *   1. S_b = K̃_bᵀ V_b, z_b = Σ k̃ per block (lct_state_mma_kernel, fp32);
@@ -15,6 +15,10 @@
  *                   writes bf16 H_i, pass 3 reads those): half the state
  *                   bytes, one more bf16 rounding (of H_i before pass 3's
  *                   own, of S_b and z_b after pass 1);
+ *        mma_f16s:  the same bytes for fp16 inputs (sm_90): fp16 block states
+ *                   each scaled by its own power of two, the scales folded
+ *                   into W's rows, the wgmma GEMM in fp16
+ *                   (mhla_causal_mix_f16s.cuh);
  *   3. per block: o = q̃ H_i + W[i,i]·tril(q̃ k̃ᵀ) v, den = q̃·z̃_i +
  *      W[i,i]·rowsum(tril(q̃ k̃ᵀ)) (lct_output_mma_kernel with lct_args.mixw).
  * Rounding: as the causal linear path (φ(q), φ(k), V, A and a bf16 copy of
@@ -27,8 +31,12 @@
  *
  * fp16 inputs (while mct_f16_tc): passes 1 and 3 in their fp16
  * instantiations (linear_causal_tc.cu: S̃ and A scaled by powers of two in
- * pass 3) and, by default, the "mma" structure with fp32 block states and
- * mct_mix_f16_kernel: fp16 operands, each scaled by a power of two into
+ * pass 3) and, on sm_90 by default (mct_f16s_default), "mma_f16s": fp16
+ * block states with a scale per block, which the GEMM's B operand cannot
+ * take but its A operand can (A'_ib = W_ib 2^(ρ_i - σ_b): a column scale of
+ * W, the row's own exponent ρ_i, an output exponent from a bound on H_i;
+ * mhla_causal_mix_f16s.cuh); elsewhere the "mma" structure with fp32 block
+ * states and mct_mix_f16_kernel: fp16 operands, each scaled by a power of two into
  * [2^14, 2^15) at its max (exact; undone in fp32 on the output H_i): row i
  * of W by 2^wexp[i] (mct_wrow_exp_kernel, one warp per row of the padded
  * triangle), the states of head bh by one 2^es from max |[S_b | z_b]| over
@@ -36,10 +44,9 @@
  * per z warp). Values more than 2^28 below their scale's max become fp16
  * subnormals; the same formula in plain fp16 would overflow instead (S_b
  * passes 65504 at inputs ×10). Not "mma_bf16s": bf16 states would cost
- * fp16's precision (2^-9 per state against 2^-12) and fp16 states need a
- * scale per block that the mixing GEMM's B operand cannot take; fp32
- * states move twice the state bytes of mma_bf16s (on bf16, "mma" took
- * 1.4-1.8x the time of "mma_bf16s": docs/PERF.md). */
+ * fp16's precision (2^-9 per state against 2^-12); fp32 states move twice
+ * the state bytes of mma_bf16s (on bf16, "mma" took 1.4-1.8x the time of
+ * "mma_bf16s": docs/PERF.md), which mma_f16s avoids. */
 #include "cuda/bwd_common.cuh"
 #include "cuda/linear_causal_tc.cuh"
 #include "cuda/mhla_causal_mix.cuh"
@@ -363,7 +370,9 @@ enum { MCT_MIXK_V1 = 0, MCT_MIXK_V2 = 1, MCT_MIXK_WG = 2 };
 
 /* dev/bench_gpu_mhla_causal --passes: events recorded around the mixing
  * (mct_dev_pass_events; NULL: none) */
-cudaEvent_t mct_ev_prep = nullptr, mct_ev_mix0 = nullptr, mct_ev_mix1 = nullptr;
+cudaEvent_t mct_ev_prep = nullptr, mct_ev_mix0 = nullptr, mct_ev_mix1 = nullptr, mct_ev_aprep = nullptr;
+
+#include "cuda/mhla_causal_mix_f16s.cuh"
 
 struct mct_mix_ctx {
     const float *Wp; /* [Hw][Mp][Mp] (mma) */
@@ -373,6 +382,15 @@ struct mct_mix_ctx {
     int64_t Mp, Hw;
     const lcb_mixing *split; /* mma_split: mcb_combine */
     int mixk;                /* mma_bf16s: MCT_MIXK_* */
+    /* mma_f16s (mct_combine_f16s): the packed fp32 W (head stride whs), A'
+     * for G heads at a time ([G][Mp][Mp] fp16), their output exponents
+     * ([G][Mp]), pass 1's σ and pass 3's τ ([B·H][M]) */
+    const float *W;
+    int64_t WM, whs, G;
+    __half *Ap;
+    int *oexp;
+    const int *sexp;
+    int *hexp;
 };
 
 la_status mct_launch_bf16(int mixk, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
@@ -437,10 +455,43 @@ la_status mct_combine(const void *ctx, const float *S, float *Hs, int64_t BH, in
     return LA_OK;
 }
 
+/* mma_f16s: A' and the GEMM for G heads at a time (mhla_causal_mix_f16s.cuh) */
+la_status mct_combine_f16s(const void *ctx, const __half *S, __half *Hs, int64_t BH, int64_t H, int64_t M,
+                           int64_t SE, cudaStream_t s) {
+    const mct_mix_ctx *c = (const mct_mix_ctx *)ctx;
+    const int64_t Mp = c->Mp;
+    if (SE % 8 || Mp % MXW_BM || c->G > 65535 || la_cu_cdiv(SE, MXW_BN) > 65535 || Mp * Mp >= INT32_MAX ||
+        (Mp + MXW_BK) * SE >= INT32_MAX) /* as mct_launch_bf16 */
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla fp16 mixing: SE = %lld, M = %lld", (long long)SE,
+                      (long long)M);
+    if (mct_ev_mix0) LA_CU(cudaEventRecord(mct_ev_mix0, s));
+    LA_CU(cudaFuncSetAttribute(mct_mixw_f16_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)MXW_SMEM));
+    for (int64_t z0 = 0; z0 < BH; z0 += c->G) {
+        const int64_t g = BH - z0 < c->G ? BH - z0 : c->G;
+        mct_f16s_prep_kernel<<<(unsigned)la_cu_cdiv(g * Mp, 8), 256, 0, s>>>(
+            c->W, c->WM, c->whs, H, z0, M, Mp, g * Mp, c->sexp, c->Ap, c->oexp, c->hexp);
+        LA_CU_LAUNCH("mct_f16s_prep_kernel");
+        if (mct_ev_aprep && z0 == 0) LA_CU(cudaEventRecord(mct_ev_aprep, s));
+        const dim3 grid((unsigned)((Mp / MXW_BM + 1) / 2), (unsigned)la_cu_cdiv(SE, MXW_BN), (unsigned)g);
+        mct_mixw_f16_kernel<<<grid, 256, MXW_SMEM, s>>>(c->Ap, Mp, g, S + z0 * M * SE, Hs + z0 * M * SE, M, SE,
+                                                        c->oexp);
+        LA_CU_LAUNCH("mct_mixw_f16_kernel");
+    }
+    if (mct_ev_mix1) LA_CU(cudaEventRecord(mct_ev_mix1, s));
+    return LA_OK;
+}
+
+/* mma_f16s: the heads of one A' batch, so that A' ([G][Mp][Mp] fp16) stays
+ * within 256 MB or one head's */
+int64_t mct_f16s_heads(int64_t BH, int64_t Mp) {
+    const int64_t per = Mp * Mp * 2, g = ((int64_t)256 << 20) / per;
+    return g < 1 ? 1 : g > BH ? BH : g;
+}
+
 } // namespace
 
-void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1) {
-    mct_ev_prep = prep, mct_ev_mix0 = mix0, mct_ev_mix1 = mix1;
+void mct_dev_pass_events(cudaEvent_t prep, cudaEvent_t mix0, cudaEvent_t mix1, cudaEvent_t aprep) {
+    mct_ev_prep = prep, mct_ev_mix0 = mix0, mct_ev_mix1 = mix1, mct_ev_aprep = aprep;
 }
 
 la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t Mp, int64_t Hw,
@@ -453,6 +504,17 @@ la_status mct_dev_mix_bf16(const char *impl, const __nv_bfloat16 *Wph, int64_t M
         return la_err(LA_ERR_UNSUPPORTED, "mct_dev_mix_bf16: wgmma needs an sm_90 GPU");
     if (Mp % MX_BM || Mp < M) return la_err(LA_ERR_ARG, "mct_dev_mix_bf16: Mp = %lld", (long long)Mp);
     return mct_launch_bf16(k, Wph, Mp, Hw, S, Hs, BH, H, M, SE, s);
+}
+
+/* fp16 inputs take mma_f16s by default on sm_90 where its GEMM's limits
+ * hold (mct_combine_f16s); false keeps them on "mma" (fp32 block states) */
+constexpr bool mct_f16s_default = true;
+
+int mct_default_kind(const la_tensor *q, const la_context *ctx) {
+    if (q->dtype != LA_F16) return MCT_MIX_BF16S;
+    const int64_t D = q->ne[3], SE = D * D + D, Mp = la_cu_cdiv(la_cu_cdiv(q->ne[1], 64), MX_BM) * MX_BM;
+    const bool fits = SE % 8 == 0 && Mp * Mp < INT32_MAX && (Mp + MXW_BK) * SE < INT32_MAX;
+    return mct_f16s_default && fits && la_cu_hopper(ctx) ? MCT_MIX_F16S : MCT_MIX_MMA;
 }
 
 int mct_eligible(const la_mhla_causal_params *p, const la_tensor *q, const la_tensor *k,
@@ -473,11 +535,14 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     const int64_t N = q->ne[1], H = q->ne[2], M = la_cu_cdiv(N, 64);
     const int64_t Mp = la_cu_cdiv(M, MX_BM) * MX_BM;
     const int64_t WM = mixing->ne[mixing->ndim - 1], Hw = mixing->ndim == 3 ? mixing->ne[0] : 1;
-    const bool split = kind == MCT_MIX_SPLIT, bs = kind == MCT_MIX_BF16S;
+    const bool split = kind == MCT_MIX_SPLIT, bs = kind == MCT_MIX_BF16S, fs = kind == MCT_MIX_F16S;
     const bool f16 = q->dtype == LA_F16, f16mix = f16 && kind == MCT_MIX_MMA;
     if (f16 && bs)
         return la_err(LA_ERR_UNSUPPORTED, "causal mhla: variant mma_bf16s (bf16 block states) needs bf16 "
                                           "inputs, q is f16");
+    if (fs && (!f16 || !la_cu_hopper(ctx)))
+        return la_err(LA_ERR_UNSUPPORTED, "causal mhla: variant mma_f16s (fp16 block states) needs f16 "
+                                          "inputs on an sm_90 GPU");
     /* the bf16 mixing GEMM (family "mhla_causal_mix"; the name checked before any work, and
      * used by mma_bf16s only) */
     const char *mv = la_context_variant(ctx, "mhla_causal_mix");
@@ -501,6 +566,14 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
         ws.want(&wexp, Hw, Mp);
         ws.want(&smax, BH);
     }
+    const int64_t G = fs ? mct_f16s_heads(BH, Mp) : 0; /* mma_f16s: heads per A' batch */
+    float *Ap = nullptr, *oexp = nullptr, *sexp = nullptr, *hexp = nullptr;
+    if (fs) {
+        ws.want(&Ap, G, Mp, Mp / 2); /* fp16 */
+        ws.want(&oexp, G, Mp);       /* ints */
+        ws.want(&sexp, BH, M);
+        ws.want(&hexp, BH, M);
+    }
     LA_TRY(ws.alloc(s, "causal mhla mixing"));
     lcb_mixing mx;
     LA_TRY(mcb_mixing_prepare(mixing, M, W, Ws, &mx, s));
@@ -513,12 +586,15 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     }
     if (mct_ev_prep) LA_CU(cudaEventRecord(mct_ev_prep, s));
     const mct_mix_ctx mc = {Wp,     (const int *)wexp,       smax, (const __nv_bfloat16 *)Wph, Mp, Hw,
-                            split ? &mx : nullptr, mixk};
+                            split ? &mx : nullptr, mixk, W, WM, Hw == 1 ? 0 : WM * WM, G,
+                            (__half *)Ap, (int *)oexp, (const int *)sexp, (int *)hexp};
     lct_mixing lm;
     lm.W = W, lm.hs = Hw == 1 ? 0 : WM * WM, lm.ld = WM;
     lm.combine = mct_combine, lm.ctx = &mc;
     lm.combine_bf16 = bs ? mct_combine_bf16 : nullptr;
     lm.smax = smax;
+    lm.combine_f16s = fs ? mct_combine_f16s : nullptr;
+    lm.sexp = (int *)sexp, lm.hexp = (int *)hexp;
     la_linear_params lp;
     la_linear_params_init(&lp);
     lp.causal = 1;
@@ -527,7 +603,7 @@ la_status mct_forward(const la_mhla_causal_params *p, float scale_q, const la_te
     lp.scale_q = scale_q;
     lp.eps = p->eps;
     lp.chunk = 64;
-    la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : "mma",
+    la_cu_report(ctx, "mhla_causal", split ? "mma_split" : bs ? "mma_bf16s" : fs ? "mma_f16s" : "mma",
                  "%s B*H=%lld N=%lld blocks=%lld per-head W=%d%s", f16 ? "f16" : "bf16", (long long)BH,
                  (long long)N, (long long)M, Hw != 1,
                  !bs ? "" : mixk == MCT_MIXK_WG ? " mixing=wgmma" : mixk == MCT_MIXK_V2 ? " mixing=v2" : " mixing=v1");

@@ -224,15 +224,16 @@ static void t_focused(la_focused_variant var, int64_t B, int64_t Hm, int64_t Wm,
 }
 
 /* bf16 and f16 at N = 256K with inputs of scale 10: outputs finite (no overflow;
- * the true results are convex combinations of v, far below f16's 65504). */
-static void t_no_overflow_dt(la_dtype dt) {
+ * the true results are convex combinations of v, far below f16's 65504); the
+ * calls from c0 on (4: causal MHLA only). */
+static void t_no_overflow_dt(la_dtype dt, int c0) {
     const int64_t N = 262144, H = 2, D = 64;
     int64_t nq[4] = {1, N, H, D};
     tb q = tb_rand(4, nq, dt, 0, 10.0), k = tb_rand(4, nq, dt, 0, 10.0),
        v = tb_rand(4, nq, dt, 0, 10.0), o = tb_poison(4, nq, dt, 0);
     const char *names[5] = {"linear", "linear-causal", "mhla 512x512/8x8", "focused-flatten 512x512",
                             "mhla-causal 4096 blocks"};
-    for (int c = 0; c < 5; c++) {
+    for (int c = c0; c < 5; c++) {
         la_dev_memset(o.dev.data, 0xff, o.bytes);
         la_status s;
         if (c < 2) {
@@ -277,8 +278,8 @@ static void t_no_overflow_dt(la_dtype dt) {
     tb_free(&q); tb_free(&k); tb_free(&v); tb_free(&o);
 }
 static void t_no_overflow(void) {
-    t_no_overflow_dt(LA_BF16);
-    t_no_overflow_dt(LA_F16);
+    t_no_overflow_dt(LA_BF16, 0);
+    t_no_overflow_dt(LA_F16, 0);
 }
 
 
@@ -329,6 +330,7 @@ static void run_no_overflow(const void *p) {
     (void)p;
     t_no_overflow();
 }
+static void run_no_overflow_mhla_causal_f16(const void *p) { (void)p; t_no_overflow_dt(LA_F16, 4); }
 
 /* Registration state of this table: where cases go, whether they are in
  * the --small subset, and the variant they force (NULL: default) in the
@@ -482,8 +484,9 @@ la_status bo_probe_mhla_causal(la_context *ctx) {
  * GEMM while mct_f16_tc in mhla_causal_tc.cu is true, else portable: odd N,
  * D 128/64/32, both W kinds and normalize modes, permuted; N = 16K and 32K
  * in the long cases; and forced mma_split), the forced portable engine,
- * "mma_split" (the fp32-accurate mixing) and "mma_bf16s" (bf16 block states:
- * odd N, D 128/64/32, shared and per-head W, per_query, permuted views);
+ * "mma_split" (the fp32-accurate mixing), "mma_bf16s" (bf16 block states:
+ * odd N, D 128/64/32, shared and per-head W, per_query, permuted views) and
+ * "mma_f16s" (scaled fp16 block states: the f16 rows, and N = 256K ×10);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
 static void mhla_causal_mma(bo_list *L) {
     bo_add_probe(L, "mhla_causal", bo_probe_mhla_causal);
@@ -547,6 +550,26 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rbl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rp, 1, 1000, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rp, 2, 65, 2, 64, 64, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
+    /* fp16 block states scaled per block (mma_f16s, sm_90: skipped elsewhere): the f16 rows
+     * above forced, N = 8200 (two row tiles), 32K, and N = 256K with inputs ×10 */
+    const reg rf = {L, 1, "mma_f16s"}, rfl = {L, 0, "mma_f16s"};
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            const int f0 = fnone[(ni + di + 1) % 4];
+            add_mhla_causal_f(&rf, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_F16, ni & 1,
+                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
+            add_mhla_causal_f(&rf, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_F16, (ni + 1) & 1,
+                              fpq[(ni + di + 1) % 3]);
+        }
+    add_mhla_causal_f(&rf, 1, 8200, 1, 32, 32, 64, PQ, 1, LA_F16, 1, LA_FEATURE_ELU1);
+    /* f16 with fp32 block states (mma: the default off sm_90) */
+    add_mhla_causal_f(&rs, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, LA_FEATURE_RELU_EPS);
+    add_mhla_causal_f(&rs, 2, 65, 2, 64, 64, 64, NO, 0, LA_F16, 0, LA_FEATURE_ELU1);
+    add_mhla_causal_f(&rs, 1, 4097, 1, 32, 32, 64, PQ, 0, LA_F16, 1, LA_FEATURE_RELU1);
+    add_mhla_causal_f(&rfl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_F16, 0, LA_FEATURE_RELU_EPS);
+    const bo_opts of = opts(&rfl, "mhla_causal");
+    bo_add(L, &of, run_no_overflow_mhla_causal_f16, NULL, 0, "mhla-causal f16 N=256K x10, outputs finite");
 }
 
 /* dt: bf16 (the default and the forced portable engine on each shape) or
