@@ -304,7 +304,33 @@ __device__ __forceinline__ void ph_issue_kt_chunk(float *ring, const float *kt, 
     ph_cp_commit();
 }
 
-template <int R, int W, bool TK>
+/* The FMAs of one chunk: kc d steps (kk ascending) of the thread's 8 x 8
+ * outputs, (row, head) 4ty + i and ROWS / 2 + 4ty + i - 4, blocks 4tx + j
+ * and PH_NB / 2 + 4tx + j - 4. GUARD: each step behind kk < kc (a chunk
+ * past dI's end; the layout before: a branch per step, so that no step's
+ * loads could be issued before the one before it had run its FMAs); else
+ * all PH_KC steps in one block, which the compiler software-pipelines (the
+ * next step's shared loads in flight during this one's FMAs). */
+template <int ROWS, bool GUARD>
+__device__ __forceinline__ void ph_fma_steps(float (&acc)[8][8], const float *qc, const float *ks, int ty, int tx, int kc) {
+#pragma unroll
+    for (int kk = 0; kk < PH_KC; kk++) {
+        if (!GUARD || kk < kc) {
+            const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
+            const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
+            const float4 k0 = *(const float4 *)(ks + kk * PH_KS + 4 * tx);
+            const float4 k1 = *(const float4 *)(ks + kk * PH_KS + PH_NB / 2 + 4 * tx);
+            const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
+        }
+    }
+}
+
+template <int R, int W, bool TK, bool GD>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
     typedef ph_tile<R, W, TK> P;
     constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
@@ -395,21 +421,8 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
                     /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
-#pragma unroll
-                    for (int kk = 0; kk < PH_KC; kk++) {
-                        if (kk < kc) {
-                            const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
-                            const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
-                            const float4 k0 = *(const float4 *)(ks + kk * PH_KS + 4 * tx);
-                            const float4 k1 = *(const float4 *)(ks + kk * PH_KS + PH_NB / 2 + 4 * tx);
-                            const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-                            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-#pragma unroll
-                            for (int i = 0; i < 8; i++)
-#pragma unroll
-                                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
-                        }
-                    }
+                    if (!GD && kc == PH_KC) ph_fma_steps<ROWS, false>(acc, qc, ks, ty, tx, PH_KC);
+                    else ph_fma_steps<ROWS, true>(acc, qc, ks, ty, tx, kc);
                 }
                 /* the heads folded in ascending order with fmaf from 0, HS
                  * heads at a time through the ring (all its copies landed) */
@@ -565,21 +578,28 @@ __global__ void __launch_bounds__(PH_TK) ph_block_topk_kernel(const float *sc, i
 
 } // namespace
 
-la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
-    static const char *const names[] = {"fused", "classic", "fused3"};
+static const char *const ph_names[] = {"fused", "classic", "fused3", "fused_guarded"};
+/* the family's variant: an index into ph_names, -1 for an unknown name */
+static int ph_variant(const la_context *ctx) {
     const char *forced = la_context_variant(ctx, "paged_hisa");
-    const int v = forced ? la_cu_variant_index(forced, names, 3) : (kPagedHisaFused ? 0 : 1);
-    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic, fused3");
+    return forced ? la_cu_variant_index(forced, ph_names, 4) : (kPagedHisaFused ? 0 : 1);
+}
+
+la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
+    const char *const *names = ph_names;
+    const char *forced = la_context_variant(ctx, "paged_hisa");
+    const int v = ph_variant(ctx);
+    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic, fused3, fused_guarded");
     const bool ok = HI >= 1 && HI <= PH_HI && dI >= 1 && dI <= PH_DI;
     if (v != 1 && forced && !ok) return la_cu_variant_unsupported("paged_hisa", names[v], "HI <= 64, dI <= 128");
-    *fused = v == 1 || !ok ? 0 : v == 2 ? 2 : 1;
+    *fused = v == 1 || !ok ? 0 : v == 0 ? 1 : v;
     la_cu_report(ctx, "paged_hisa", *fused ? names[v] : "classic", "HI=%lld dI=%lld", (long long)HI, (long long)dI);
     return LA_OK;
 }
 
-template <int R, int W, bool TK = false>
+template <int R, int W, bool TK = false, bool GD = false>
 static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_context *ctx, cudaStream_t s) {
-    const int64_t groups = (a.T + R - 1) / R, slots = 132 * W;
+    const int64_t groups = (a.T + R - 1) / R, slots = (int64_t)la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132) * W;
     /* several tiles per CTA (q loaded once for them) while the grid keeps
      * ~4 CTAs per slot; decode: one */
     int64_t tpc = groups * ntiles / (4 * slots);
@@ -587,9 +607,9 @@ static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_
     const size_t smem = ph_tile<R, W, TK>::SMEM_FLOATS * sizeof(float);
     /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest
      * carveout; set once per context (a host call costs as much as a launch) */
-    LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK>, smem, smem, true));
+    LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK, GD>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    ph_block_scores_kernel<R, W, TK><<<grid, 128 * R, smem, s>>>(a);
+    ph_block_scores_kernel<R, W, TK, GD><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -614,12 +634,16 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx,
         const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
         ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
         LA_CU_LAUNCH("paged hisa block means");
-        return ph_launch_block_scores<2, 2, true>(a, ntiles, ctx, s);
+        return ph_launch_block_scores<2, 2, true, true>(a, ntiles, ctx, s);
     }
-    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, ctx, s); /* MTP */
+    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2, false, true>(a, ntiles, ctx, s); /* MTP */
     /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
-     * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
-    return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, ctx, s) : ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
+     * wave of 528 slots), or 3 with the deeper ring (variant "fused3");
+     * "fused_guarded" (the loop before: a guard per d step) is read from the
+     * context, which paged_index.cu passes (it sets only w3) */
+    if (a.w3) return ph_launch_block_scores<1, 3>(a, ntiles, ctx, s);
+    if (ph_variant(ctx) == 3) return ph_launch_block_scores<1, 4, false, true>(a, ntiles, ctx, s);
+    return ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
 }
 
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {
