@@ -8,7 +8,9 @@
  * ascending order; first / last block +inf, blocks past the range -inf),
  * la_topk's order (descending key, ties to the lower block, NaN first, -inf
  * never) and the ascending sort of the kept lists (-1 last).
- * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA)
+ * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA;
+ * at 4 also the guarded d loop of variant "fused_guarded"; the branch-free
+ * e4m3 q decode also checked on its own for every byte)
  * and two rows per CTA, forming the means or after the transposed-means
  * pass (pairs across sequence boundaries included: next_n 1 and 3, rows of
  * the later sequences first). Cases: HI 1/5/32/64, dI
@@ -266,6 +268,15 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
 }
 
 int main() {
+    /* the branch-free e4m3 decode of the one-row kernel's q load, every byte
+     * in every position of a word: ph_e4m3's float (NaN for NaN) */
+    int dbad = 0;
+    for (unsigned b = 0; b < 256; b++)
+        for (int c = 0; c < 4; c++) {
+            const float x = ph_e4m3_of_word(b << (8 * c) | (0x5au << (8 * ((c + 1) % 4))), c), y = ph_e4m3(b);
+            dbad += x != x ? y == y : memcmp(&x, &y, 4) != 0;
+        }
+    printf("%s e4m3 word decode: %d of 1024 differ from ph_e4m3\n", dbad ? "FAIL" : "ok  ", dbad);
     const tcase cases[] = {
         {64, 128, 1, 64, 128, 1, 1, 0, 0, {40000, 1000, 65, 0}},
         {64, 128, 2, 8, 128, 1, 1, 1, 0, {5000, 129, 1}},
@@ -296,6 +307,6 @@ int main() {
     int fails = 0, runs = 0;
     for (const tcase &c : cases)
         for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2] != 0, k[3], k[1] == 3, k[4] != 0), runs++;
-    printf("%s: %d of %d runs failed\n", fails ? "FAIL" : "ok", fails, runs);
-    return fails != 0;
+    printf("%s: %d of %d runs failed\n", fails || dbad ? "FAIL" : "ok", fails, runs);
+    return fails != 0 || dbad != 0;
 }

@@ -96,6 +96,18 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     return (b & 0x80u) ? -v : v;
 }
 
+/* ph_e4m3 of byte c of v without branches: the byte's magnitude bits
+ * moved to a float's exponent and mantissa fields, (e << 23) | (m << 20),
+ * are 2^(e-127)·(1 + m/8) (e > 0) or m·2^-129 (e = 0, a subnormal), so the
+ * exact product by 2^120 is the e4m3 value either way; sign from bit 7,
+ * 0x7f the NaN. The same floats as ph_e4m3 (NaN: some NaN, which the
+ * score's fmaf turns into its own), without its branches. */
+__device__ __forceinline__ float ph_e4m3_of_word(uint32_t v, int c) {
+    const uint32_t b = (v >> (8 * c)) & 255u, mag = b & 0x7fu;
+    const float x = __int_as_float((int)(((b & 0x80u) << 24) | (mag << 20))) * 0x1p120f;
+    return mag == 0x7fu ? __int_as_float((int)(((b & 0x80u) << 24) | 0x7fc00000u)) : x;
+}
+
 /* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
 enum { PH_MEANS_SMEM_FLOATS = PH_MB * (PH_DI + 1) };
 /* The means of the PH_MB blocks of tile x of sequence y, transposed into
@@ -155,23 +167,35 @@ template <int R, int DT> __device__ __forceinline__ void ph_load_q(const ph_blk_
 }
 
 /* The same for e4m3 q with d contiguous and 4-byte aligned rows: four
- * elements a load, all of a thread's loads in one batch */
-template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
+ * elements a load, all of a thread's loads in one batch. FAST: one row
+ * pointer a thread (NT = 2 ROWS: a thread's items are one (row, head), d
+ * groups g0 + 2u) and the branch-free decode. */
+template <int R, bool FAST = false> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
     constexpr int ROWS = 64 * R, NT = 128 * R, PER = PH_DI / 4 * ROWS / NT;
+    static_assert(NT == 2 * ROWS, "a thread's items share a row");
     const int tid = threadIdx.x;
     const unsigned char *q = (const unsigned char *)a.q.data;
     uint32_t v[PER];
-#pragma unroll
-    for (int u = 0; u < PER; u++) {
-        const int i = tid + u * NT, r = i % ROWS, g = i / ROWS, h = r % PH_HI;
+    if constexpr (FAST) {
+        const int r = tid % ROWS, g0 = tid / ROWS, h = r % PH_HI;
         const int64_t t = t0 + r / PH_HI;
-        v[u] = t < t0 + nr && h < a.HI && 4 * g < a.dI ? *(const uint32_t *)(q + t * a.q.nb[0] + h * a.q.nb[1] + 4 * g) : 0u;
+        const bool ok = t < t0 + nr && h < a.HI;
+        const uint32_t *row = (const uint32_t *)(q + (ok ? t * a.q.nb[0] + h * a.q.nb[1] : 0));
+#pragma unroll
+        for (int u = 0; u < PER; u++) v[u] = ok && 4 * (g0 + 2 * u) < a.dI ? row[g0 + 2 * u] : 0u;
+    } else {
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = tid + u * NT, r = i % ROWS, g = i / ROWS, h = r % PH_HI;
+            const int64_t t = t0 + r / PH_HI;
+            v[u] = t < t0 + nr && h < a.HI && 4 * g < a.dI ? *(const uint32_t *)(q + t * a.q.nb[0] + h * a.q.nb[1] + 4 * g) : 0u;
+        }
     }
 #pragma unroll
     for (int u = 0; u < PER; u++) {
         const int i = tid + u * NT, r = i % ROWS, g = i / ROWS;
 #pragma unroll
-        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = ph_e4m3((v[u] >> (8 * c)) & 255u);
+        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = FAST ? ph_e4m3_of_word(v[u], c) : ph_e4m3((v[u] >> (8 * c)) & 255u);
     }
 }
 
@@ -242,6 +266,32 @@ __device__ __forceinline__ void ph_issue_chunk(const ph_blk_args &a, float *ring
     ph_cp_commit();
 }
 
+/* ph_issue_chunk for the one-row tile (NT 128: items e and e + 2 are the
+ * quarters dq and dq + 2 of one block) from what a tile fixes: off[e] (e <
+ * 2) the item's first float in S.p, chunk 0 (b·dI + 4dq), f[e] != 0 where
+ * its block is copied (ph_scales); the same copies. */
+template <int ST>
+__device__ __forceinline__ void ph_issue_items(const ph_blk_args &a, float *ring, const float *p, const int *off, const float *f, int c, int nch) {
+    const int dI = a.dI;
+    if (c < nch) {
+        float *slot = ring + (c % ST) * PH_CHUNK;
+#pragma unroll
+        for (int e = 0; e < PH_ITEMS / 128; e++) {
+            int j, dq;
+            ph_item(threadIdx.x + e * 128, j, dq);
+            const int d = c * PH_KC + 4 * dq;
+            if (f[e % 2] != 0.f && d < dI) {
+                const float *sp = p + off[e % 2] + c * PH_KC + (e / 2) * 8;
+                float *dst = slot + ph_land(j, dq);
+                if (ph_vec(a)) ph_cp16(dst, sp);
+                else
+                    for (int u = 0; u < 4; u++) dst[u] = d + u < dI ? sp[u] : 0.f;
+            }
+        }
+    }
+    ph_cp_commit();
+}
+
 /* The means of this thread's items [E0, E1) of chunk c (landed: this
  * thread's own copies), into v: sum / count with count = min(B, L - b·B)
  * (a power of two: the product with its exact reciprocal, the same
@@ -265,6 +315,45 @@ __device__ __forceinline__ void ph_take_chunk(const ph_blk_args &a, const float 
                     const float inv = __frcp_rn(cnt);
                     x = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
                 } else {
+                    x = make_float4(x.x / cnt, x.y / cnt, x.z / cnt, x.w / cnt);
+                }
+            }
+        }
+        v[e - E0] = x;
+    }
+}
+/* The same for the one-row tile (NT 128: items e and e + 2 are two
+ * quarters of one block) with each item's division chosen once per tile
+ * (ph_scales): f[e % 2] > 0 the reciprocal of a power-of-two count, < 0
+ * minus a count to divide by, 0 an item not copied (its block past the
+ * valid ones). The same quotients (bits) as ph_take_chunk, fewer
+ * instructions a chunk. */
+__device__ __forceinline__ void ph_scales(const ph_blk_args &a, const ph_src &S, int b0, float *f) {
+    const int B = (int)a.B;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * 128, j, dq);
+        const int b = b0 + j, n = S.L - b * B < B ? S.L - b * B : B;
+        f[e] = b >= S.nvalid ? 0.f : (n & (n - 1)) == 0 ? __frcp_rn((float)n) : -(float)n;
+    }
+}
+template <int E0, int E1>
+__device__ __forceinline__ void ph_take_scaled(const ph_blk_args &a, const float *slot, const float *f, int c, float4 *v) {
+    const int dI = a.dI;
+#pragma unroll
+    for (int e = E0; e < E1; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * 128, j, dq);
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (f[e % 2] != 0.f && c * PH_KC + 4 * dq < dI) {
+            x = *(const float4 *)(slot + ph_land(j, dq));
+            if (ph_div(a)) {
+                const float g = f[e % 2];
+                if (g > 0.f) {
+                    x = make_float4(x.x * g, x.y * g, x.z * g, x.w * g);
+                } else {
+                    const float cnt = -g;
                     x = make_float4(x.x / cnt, x.y / cnt, x.z / cnt, x.w / cnt);
                 }
             }
@@ -367,7 +456,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
                       a.q.nb[0] % 4 == 0 && ((uintptr_t)a.q.data & 3) == 0;
-    if (q8x4) ph_load_q8x4<R>(a, t0, nr, qs);
+    if (q8x4) ph_load_q8x4<R, !GD>(a, t0, nr, qs); /* the branch-free decode (not GD: the layout before) */
     else if (a.q.dt == LA_FP8_E4M3) ph_load_q<R, LA_FP8_E4M3>(a, t0, nr, qs);
     else if (a.q.dt == LA_BF16) ph_load_q<R, LA_BF16>(a, t0, nr, qs);
     else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
@@ -383,8 +472,21 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
+                constexpr bool fast = W == 4 && !GD && !TK; /* the one-row tile's items fixed once a tile */
+                float fsc[2]; /* the items' divisions and presence (fast) */
+                int ioff[2];   /* their offsets in S.p, chunk 0 (a sequence's block rows: 32 bits) */
+                if constexpr (fast) {
+                    ph_scales(a, S, b0, fsc);
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int j, dq;
+                        ph_item(tid + e * NT, j, dq);
+                        ioff[e] = (b0 + j) * dI + 4 * dq;
+                    }
+                }
                 auto issue = [&](int c) {
                     if constexpr (TK) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)sp * dI * a.ldk, a.ldk, b0, c, nch, dI);
+                    else if constexpr (fast) ph_issue_items<ST>(a, ring, S.p, ioff, fsc, c, nch);
                     else ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch);
                 };
                 if (!(pass == 0 && tile == tile0 && primed)) {
@@ -402,7 +504,15 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     constexpr int CI = P::CI, CH = CI / 2;
                     if constexpr (TK) {
                         __syncthreads(); /* everyone's copies of chunk c; chunk c - 1's slot has been read */
-                    } else if constexpr (W == 4) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
+                    } else if constexpr (fast) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
+                        float4 v[CH];
+                        ph_take_scaled<0, CH>(a, slot, fsc, c, v);
+                        __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
+                        ph_put_chunk<NT, 0, CH>(slot, v);
+                        ph_take_scaled<CH, CI>(a, slot, fsc, c, v);
+                        __syncthreads(); /* quarters 2-3 read */
+                        ph_put_chunk<NT, CH, CI>(slot, v);
+                    } else if constexpr (W == 4) {
                         float4 v[CH];
                         ph_take_chunk<NT, 0, CH>(a, slot, S, b0, c, v);
                         __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
