@@ -268,12 +268,15 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
 }
 
 int main() {
-    /* the branch-free e4m3 decode of the one-row kernel's q load, every byte
-     * in every position of a word: ph_e4m3's float (NaN for NaN) */
+    /* the branch-free e4m3 decode of the one-row kernel's q load (ph_e4m3x4
+     * below sm_89: the emulator's), every byte in every position of a word:
+     * ph_e4m3's float (NaN for NaN) */
     int dbad = 0;
     for (unsigned b = 0; b < 256; b++)
         for (int c = 0; c < 4; c++) {
-            const float x = ph_e4m3_of_word(b << (8 * c) | (0x5au << (8 * ((c + 1) % 4))), c), y = ph_e4m3(b);
+            float o[4];
+            ph_e4m3x4(b << (8 * c) | (0x5au << (8 * ((c + 1) % 4))), o);
+            const float x = o[c], y = ph_e4m3(b);
             dbad += x != x ? y == y : memcmp(&x, &y, 4) != 0;
         }
     printf("%s e4m3 word decode: %d of 1024 differ from ph_e4m3\n", dbad ? "FAIL" : "ok  ", dbad);

@@ -6,7 +6,7 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_block_scores_kernel<R, W, TK>: an SGEMM-shaped tile per CTA: R query rows
+ * ph_block_scores_kernel<R, W, TK, GD>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
  *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
  *   flight during this one's FMAs), q as floats in shared memory for all
@@ -25,7 +25,15 @@
  *   last block of the row's range +inf, blocks past it -inf, as
  *   pg_score_kernel's PG_BLOCKS mode. A pair of rows of two sequences runs
  *   one pass per row. Decode (R 1, one tile per CTA): W 4, so that a grid
- *   of 512 tiles (64 sequences of 128K) is one wave of 528 slots.
+ *   of 512 tiles (64 sequences of 128K) is one wave of 528 slots. A chunk
+ *   that fills its 16 d runs its FMAs as one block (no guard per d step:
+ *   the compiler issues each step's shared loads during the previous
+ *   step's FMAs); GD keeps the guarded loop (variant "fused_guarded", and
+ *   the two-row tiles, where the unguarded block spills at 128 registers).
+ *   The one-row tile at W 4 (not GD) also fixes each thread's items once a
+ *   tile (two blocks: their divisions, their copy offsets) and decodes e4m3
+ *   q four bytes at a time (ph_e4m3x4), so that its instructions are
+ *   mostly the FMAs.
  * ph_block_topk_kernel<PER>: one CTA per row, each thread a contiguous
  *   chunk of the row (in registers up to PER = 8 blocks a thread): an exact
  *   radix select of the m-th key (up to 4 passes of 8 bits over the 32-bit
@@ -96,16 +104,29 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     return (b & 0x80u) ? -v : v;
 }
 
-/* ph_e4m3 of byte c of v without branches: the byte's magnitude bits
- * moved to a float's exponent and mantissa fields, (e << 23) | (m << 20),
- * are 2^(e-127)·(1 + m/8) (e > 0) or m·2^-129 (e = 0, a subnormal), so the
- * exact product by 2^120 is the e4m3 value either way; sign from bit 7,
- * 0x7f the NaN. The same floats as ph_e4m3 (NaN: some NaN, which the
- * score's fmaf turns into its own), without its branches. */
-__device__ __forceinline__ float ph_e4m3_of_word(uint32_t v, int c) {
-    const uint32_t b = (v >> (8 * c)) & 255u, mag = b & 0x7fu;
-    const float x = __int_as_float((int)(((b & 0x80u) << 24) | (mag << 20))) * 0x1p120f;
-    return mag == 0x7fu ? __int_as_float((int)(((b & 0x80u) << 24) | 0x7fc00000u)) : x;
+/* The four e4m3 bytes of v (byte c in o[c]) as ph_e4m3's floats (NaN:
+ * some NaN, which the score's fmaf turns into its own). sm_89+ converts
+ * pairs to f16 and those to f32 (both exact: every e4m3 value is an f16).
+ * Elsewhere (and in the emulator) without branches: a byte's magnitude
+ * bits moved to a float's exponent and mantissa fields, (e << 23) |
+ * (m << 20), are 2^(e-127)·(1 + m/8) (e > 0) or m·2^-129 (e = 0, a
+ * subnormal), so the exact product by 2^120 is the e4m3 value either way;
+ * sign from bit 7, 0x7f the NaN. */
+__device__ __forceinline__ void ph_e4m3x4(uint32_t v, float *o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h01, h23;
+    asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;}"
+        : "=r"(h01), "=r"(h23) : "r"(v));
+    asm("{.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.f32.f16 %0, a;\n\tcvt.f32.f16 %1, b;}" : "=f"(o[0]), "=f"(o[1]) : "r"(h01));
+    asm("{.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.f32.f16 %0, a;\n\tcvt.f32.f16 %1, b;}" : "=f"(o[2]), "=f"(o[3]) : "r"(h23));
+#else
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const uint32_t b = (v >> (8 * c)) & 255u, mag = b & 0x7fu, sign = (b & 0x80u) << 24;
+        const float x = __int_as_float((int)(sign | (mag << 20))) * 0x1p120f;
+        o[c] = mag == 0x7fu ? __int_as_float((int)(sign | 0x7fc00000u)) : x;
+    }
+#endif
 }
 
 /* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
@@ -169,7 +190,7 @@ template <int R, int DT> __device__ __forceinline__ void ph_load_q(const ph_blk_
 /* The same for e4m3 q with d contiguous and 4-byte aligned rows: four
  * elements a load, all of a thread's loads in one batch. FAST: one row
  * pointer a thread (NT = 2 ROWS: a thread's items are one (row, head), d
- * groups g0 + 2u) and the branch-free decode. */
+ * groups g0 + 2u) and ph_e4m3x4's decode. */
 template <int R, bool FAST = false> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
     constexpr int ROWS = 64 * R, NT = 128 * R, PER = PH_DI / 4 * ROWS / NT;
     static_assert(NT == 2 * ROWS, "a thread's items share a row");
@@ -194,8 +215,10 @@ template <int R, bool FAST = false> __device__ __forceinline__ void ph_load_q8x4
 #pragma unroll
     for (int u = 0; u < PER; u++) {
         const int i = tid + u * NT, r = i % ROWS, g = i / ROWS;
+        float f[4];
+        if (FAST) ph_e4m3x4(v[u], f);
 #pragma unroll
-        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = FAST ? ph_e4m3_of_word(v[u], c) : ph_e4m3((v[u] >> (8 * c)) & 255u);
+        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = FAST ? f[c] : ph_e4m3((v[u] >> (8 * c)) & 255u);
     }
 }
 
@@ -275,17 +298,25 @@ __device__ __forceinline__ void ph_issue_items(const ph_blk_args &a, float *ring
     const int dI = a.dI;
     if (c < nch) {
         float *slot = ring + (c % ST) * PH_CHUNK;
+        const float *cp = p + c * PH_KC; /* the chunk's first column */
+        if (ph_vec(a)) { /* uniform: one test a chunk */
 #pragma unroll
-        for (int e = 0; e < PH_ITEMS / 128; e++) {
-            int j, dq;
-            ph_item(threadIdx.x + e * 128, j, dq);
-            const int d = c * PH_KC + 4 * dq;
-            if (f[e % 2] != 0.f && d < dI) {
-                const float *sp = p + off[e % 2] + c * PH_KC + (e / 2) * 8;
-                float *dst = slot + ph_land(j, dq);
-                if (ph_vec(a)) ph_cp16(dst, sp);
-                else
+            for (int e = 0; e < PH_ITEMS / 128; e++) {
+                int j, dq;
+                ph_item(threadIdx.x + e * 128, j, dq);
+                if (f[e % 2] != 0.f && c * PH_KC + 4 * dq < dI) ph_cp16(slot + ph_land(j, dq), cp + off[e % 2] + (e / 2) * 8);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < PH_ITEMS / 128; e++) {
+                int j, dq;
+                ph_item(threadIdx.x + e * 128, j, dq);
+                const int d = c * PH_KC + 4 * dq;
+                if (f[e % 2] != 0.f && d < dI) {
+                    const float *sp = cp + off[e % 2] + (e / 2) * 8;
+                    float *dst = slot + ph_land(j, dq);
                     for (int u = 0; u < 4; u++) dst[u] = d + u < dI ? sp[u] : 0.f;
+                }
             }
         }
     }
@@ -473,6 +504,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
                 constexpr bool fast = W == 4 && !GD && !TK; /* the one-row tile's items fixed once a tile */
+                static_assert(!fast || NT == 128, "ph_scales / ph_issue_items: two blocks a thread");
                 float fsc[2]; /* the items' divisions and presence (fast) */
                 int ioff[2];   /* their offsets in S.p, chunk 0 (a sequence's block rows: 32 bits) */
                 if constexpr (fast) {
