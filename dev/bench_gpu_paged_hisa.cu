@@ -1,5 +1,5 @@
 /* Paged HISA (issue 18): the variants of its block stage (family
- * "paged_hisa": classic, fused) and candidate scores ("paged_hisa_cand":
+ * "paged_hisa": classic, fused, fused3, fused_guarded) and candidate scores ("paged_hisa_cand":
  * gather, blockmajor, direct, wgmma) side by side, against paged DSA (default and
  * "wgmma" of family "paged"). e4m3 paged cache with pooled sums (132 B per
  * token, shuffled pages), e4m3 queries, HI 64, dI 128, B 128, m 64, k 2048.
@@ -38,9 +38,9 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     auto hisa = [&]() { return la_hisa_topk_paged(&ip, &tq, &tw, cache, &pq, &ti, BCTX); };
     /* HISA variants: (block stage, candidates); the first is the chain before this session;
      * "wgmma" candidates score with DSA v2's bits (not the mma.sync ones): compared with the default */
-    constexpr int NV = 7;
+    constexpr int NV = 8;
     const char *hv[NV][2] = {{"classic", "gather"}, {"fused", "gather"}, {"fused", "blockmajor"}, {"fused", "direct"},
-                             {"fused3", "gather"}, {"fused", "wgmma"}, {nullptr, nullptr}};
+                             {"fused3", "gather"},  {"fused", "wgmma"}, {"fused_guarded", "gather"}, {nullptr, nullptr}};
     double hms[NV];
     std::vector<int32_t> res[NV];
     for (int v = 0; v < NV; v++) {
@@ -52,7 +52,7 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     }
     bench_variant("paged_hisa", nullptr);
     bench_variant("paged_hisa_cand", nullptr);
-    int64_t differ[NV + 1] = {0, 0, 0, 0, 0, 0, 0, 0};
+    int64_t differ[NV + 1] = {0, 0, 0, 0, 0, 0, 0, 0, 0};
     for (int v = 1; v < NV; v++)
         for (int64_t t = 0; t < T; t++)
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
@@ -65,12 +65,13 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     LK(la_paged_index_cache_check(cache, BCTX));
     printf("%-9s %lld seqs x %lld rows, ctx %lld..%lld: DSA default %.3f ms, wgmma %.3f ms | HISA classic+gather %.3f | "
            "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | fused+wgmma %.3f | "
-           "default %.3f ms | DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | rows differing from classic: "
-           "%lld %lld %lld %lld (wgmma %lld, default %lld); default vs fused+wgmma: %lld\n",
+           "fused_guarded+gather %.3f | default %.3f ms | DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | "
+           "rows differing from classic: %lld %lld %lld %lld %lld (wgmma %lld, default %lld); default vs fused+wgmma: "
+           "%lld\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
-           hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], dms / hms[6], wms / hms[6], (long long)differ[1],
-           (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[5], (long long)differ[6],
-           (long long)differ[7]);
+           hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], hms[7], dms / hms[7], wms / hms[7], (long long)differ[1],
+           (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[6], (long long)differ[5],
+           (long long)differ[7], (long long)differ[8]);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);

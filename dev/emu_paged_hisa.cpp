@@ -8,7 +8,9 @@
  * ascending order; first / last block +inf, blocks past the range -inf),
  * la_topk's order (descending key, ties to the lower block, NaN first, -inf
  * never) and the ascending sort of the kept lists (-1 last).
- * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA)
+ * Kernels: one row per CTA at 4 and 3 CTAs per SM (1, 2 and 3 tiles a CTA;
+ * at 4 also the guarded d loop of variant "fused_guarded"; the branch-free
+ * e4m3 q decode also checked on its own for every byte)
  * and two rows per CTA, forming the means or after the transposed-means
  * pass (pairs across sequence boundaries included: next_n 1 and 3, rows of
  * the later sequences first). Cases: HI 1/5/32/64, dI
@@ -111,7 +113,7 @@ struct tcase {
     int tight = 0, misalign = 0; /* max_blocks = the longest sequence's blocks; psum one float off 16-byte alignment */
 };
 
-static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_plain) {
+static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_plain, bool guarded) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
     int64_t Lmax = 1;
@@ -211,19 +213,21 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
     const int64_t ntiles = (nbmax + PH_NB - 1) / PH_NB;
     a.tpc = tpc;
     const unsigned gy = (unsigned)((ntiles + tpc - 1) / tpc);
-    if (R == 1 && W == 4)
-        launch((unsigned)T, gy, 128, ph_tile<1, 4, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 4, false>(a); });
+    if (R == 1 && W == 4 && guarded)
+        launch((unsigned)T, gy, 128, ph_tile<1, 4, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 4, false, true>(a); });
+    else if (R == 1 && W == 4)
+        launch((unsigned)T, gy, 128, ph_tile<1, 4, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 4, false, false>(a); });
     else if (R == 1)
-        launch((unsigned)T, gy, 128, ph_tile<1, 3, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 3, false>(a); });
+        launch((unsigned)T, gy, 128, ph_tile<1, 3, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<1, 3, false, false>(a); });
     std::vector<float> kt;
     if (R == 2 && !tk)
-        launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2, false>(a); });
+        launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2, false>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2, false, true>(a); });
     if (R == 2 && tk) { /* the means pass first (la_ph_block_scores' order) */
         a.ldk = ph_ldk(nbmax);
         kt.assign((size_t)(nseq * dI * a.ldk), 54321.f); /* poisoned: tiles past a sequence stay unwritten */
         a.kt = kt.data();
         launch((unsigned)(a.ldk / PH_MB), (unsigned)nseq, PH_MT, PH_MEANS_SMEM_FLOATS * 4, [&] { ph_means_t_kernel(a); });
-        launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2, true>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2, true>(a); });
+        launch((unsigned)(T + 1) / 2, gy, 256, ph_tile<2, 2, true>::SMEM_FLOATS * 4, [&] { ph_block_scores_kernel<2, 2, true, true>(a); });
     }
     int64_t bad = 0;
     for (size_t i = 0; i < out.size(); i++)
@@ -254,9 +258,9 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d%s tiles/CTA %lld top-k regs %d %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d%s%s tiles/CTA %lld top-k regs %d %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, tk ? " (means pass)" : "", (long long)tpc, topk_per,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, tk ? " (means pass)" : "", guarded ? " (guarded d loop)" : "", (long long)tpc, topk_per,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", C.tight ? " tight" : "",
            C.misalign ? " misaligned" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
@@ -264,6 +268,18 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
 }
 
 int main() {
+    /* the branch-free e4m3 decode of the one-row kernel's q load (ph_e4m3x4
+     * below sm_89: the emulator's), every byte in every position of a word:
+     * ph_e4m3's float (NaN for NaN) */
+    int dbad = 0;
+    for (unsigned b = 0; b < 256; b++)
+        for (int c = 0; c < 4; c++) {
+            float o[4];
+            ph_e4m3x4(b << (8 * c) | (0x5au << (8 * ((c + 1) % 4))), o);
+            const float x = o[c], y = ph_e4m3(b);
+            dbad += x != x ? y == y : memcmp(&x, &y, 4) != 0;
+        }
+    printf("%s e4m3 word decode: %d of 1024 differ from ph_e4m3\n", dbad ? "FAIL" : "ok  ", dbad);
     const tcase cases[] = {
         {64, 128, 1, 64, 128, 1, 1, 0, 0, {40000, 1000, 65, 0}},
         {64, 128, 2, 8, 128, 1, 1, 1, 0, {5000, 129, 1}},
@@ -285,14 +301,15 @@ int main() {
         {4, 16, 2, 100, 32, 0, 1, 0, 1, {70000, 3000}}, /* > 2048 blocks: the top-k from global memory */
         {4, 16, 1, 300, 32, 0, 1, 2, 0, {45000}},      /* every full block the same, 8 registers */
     };
-    /* (rows per CTA, CTAs per SM, transposed-means pass, tiles per CTA): the
-     * decode kernel ("fused" and "fused3", one and several tiles a CTA), the
-     * two-row one of MTP and that of prefill; the top-k from global memory
-     * with "fused3", else the launch's choice */
-    const int cfg[][4] = {{1, 4, 0, 1}, {1, 4, 0, 3}, {1, 3, 0, 2}, {2, 2, 0, 2}, {2, 2, 1, 2}};
+    /* (rows per CTA, CTAs per SM, transposed-means pass, tiles per CTA,
+     * guarded d loop): the decode kernel ("fused", "fused_guarded" and
+     * "fused3", one and several tiles a CTA), the two-row one of MTP and that
+     * of prefill (guarded, as launched); the top-k from global memory with
+     * "fused3", else the launch's choice */
+    const int cfg[][5] = {{1, 4, 0, 1, 0}, {1, 4, 0, 3, 0}, {1, 4, 0, 2, 1}, {1, 3, 0, 2, 0}, {2, 2, 0, 2, 1}, {2, 2, 1, 2, 1}};
     int fails = 0, runs = 0;
     for (const tcase &c : cases)
-        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2] != 0, k[3], k[1] == 3), runs++;
-    printf("%s: %d of %d runs failed\n", fails ? "FAIL" : "ok", fails, runs);
-    return fails != 0;
+        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2] != 0, k[3], k[1] == 3, k[4] != 0), runs++;
+    printf("%s: %d of %d runs failed\n", fails || dbad ? "FAIL" : "ok", fails, runs);
+    return fails != 0 || dbad != 0;
 }

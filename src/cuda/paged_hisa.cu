@@ -6,7 +6,7 @@
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
  * decode call on these short rows. Here:
  *
- * ph_block_scores_kernel<R, W, TK>: an SGEMM-shaped tile per CTA: R query rows
+ * ph_block_scores_kernel<R, W, TK, GD>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
  *   thread, d in chunks of 16 through a cp.async ring (the next chunks in
  *   flight during this one's FMAs), q as floats in shared memory for all
@@ -25,7 +25,15 @@
  *   last block of the row's range +inf, blocks past it -inf, as
  *   pg_score_kernel's PG_BLOCKS mode. A pair of rows of two sequences runs
  *   one pass per row. Decode (R 1, one tile per CTA): W 4, so that a grid
- *   of 512 tiles (64 sequences of 128K) is one wave of 528 slots.
+ *   of 512 tiles (64 sequences of 128K) is one wave of 528 slots. A chunk
+ *   that fills its 16 d runs its FMAs as one block (no guard per d step:
+ *   the compiler issues each step's shared loads during the previous
+ *   step's FMAs); GD keeps the guarded loop (variant "fused_guarded", and
+ *   the two-row tiles, where the unguarded block spills at 128 registers).
+ *   The one-row tile at W 4 (not GD) also fixes each thread's items once a
+ *   tile (two blocks: their divisions, their copy offsets) and decodes e4m3
+ *   q four bytes at a time (ph_e4m3x4), so that its instructions are
+ *   mostly the FMAs.
  * ph_block_topk_kernel<PER>: one CTA per row, each thread a contiguous
  *   chunk of the row (in registers up to PER = 8 blocks a thread): an exact
  *   radix select of the m-th key (up to 4 passes of 8 bits over the 32-bit
@@ -96,6 +104,31 @@ __device__ __forceinline__ float ph_e4m3(unsigned b) {
     return (b & 0x80u) ? -v : v;
 }
 
+/* The four e4m3 bytes of v (byte c in o[c]) as ph_e4m3's floats (NaN:
+ * some NaN, which the score's fmaf turns into its own). sm_89+ converts
+ * pairs to f16 and those to f32 (both exact: every e4m3 value is an f16).
+ * Elsewhere (and in the emulator) without branches: a byte's magnitude
+ * bits moved to a float's exponent and mantissa fields, (e << 23) |
+ * (m << 20), are 2^(e-127)·(1 + m/8) (e > 0) or m·2^-129 (e = 0, a
+ * subnormal), so the exact product by 2^120 is the e4m3 value either way;
+ * sign from bit 7, 0x7f the NaN. */
+__device__ __forceinline__ void ph_e4m3x4(uint32_t v, float *o) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t h01, h23;
+    asm("{.reg .b16 lo, hi;\n\tmov.b32 {lo, hi}, %2;\n\tcvt.rn.f16x2.e4m3x2 %0, lo;\n\tcvt.rn.f16x2.e4m3x2 %1, hi;}"
+        : "=r"(h01), "=r"(h23) : "r"(v));
+    asm("{.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.f32.f16 %0, a;\n\tcvt.f32.f16 %1, b;}" : "=f"(o[0]), "=f"(o[1]) : "r"(h01));
+    asm("{.reg .b16 a, b;\n\tmov.b32 {a, b}, %2;\n\tcvt.f32.f16 %0, a;\n\tcvt.f32.f16 %1, b;}" : "=f"(o[2]), "=f"(o[3]) : "r"(h23));
+#else
+#pragma unroll
+    for (int c = 0; c < 4; c++) {
+        const uint32_t b = (v >> (8 * c)) & 255u, mag = b & 0x7fu, sign = (b & 0x80u) << 24;
+        const float x = __int_as_float((int)(sign | (mag << 20))) * 0x1p120f;
+        o[c] = mag == 0x7fu ? __int_as_float((int)(sign | 0x7fc00000u)) : x;
+    }
+#endif
+}
+
 /* shared floats of the means kernel: a tile [PH_MB][PH_DI + 1] */
 enum { PH_MEANS_SMEM_FLOATS = PH_MB * (PH_DI + 1) };
 /* The means of the PH_MB blocks of tile x of sequence y, transposed into
@@ -155,23 +188,37 @@ template <int R, int DT> __device__ __forceinline__ void ph_load_q(const ph_blk_
 }
 
 /* The same for e4m3 q with d contiguous and 4-byte aligned rows: four
- * elements a load, all of a thread's loads in one batch */
-template <int R> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
+ * elements a load, all of a thread's loads in one batch. FAST: one row
+ * pointer a thread (NT = 2 ROWS: a thread's items are one (row, head), d
+ * groups g0 + 2u) and ph_e4m3x4's decode. */
+template <int R, bool FAST = false> __device__ __forceinline__ void ph_load_q8x4(const ph_blk_args &a, int64_t t0, int nr, float *qs) {
     constexpr int ROWS = 64 * R, NT = 128 * R, PER = PH_DI / 4 * ROWS / NT;
+    static_assert(NT == 2 * ROWS, "a thread's items share a row");
     const int tid = threadIdx.x;
     const unsigned char *q = (const unsigned char *)a.q.data;
     uint32_t v[PER];
-#pragma unroll
-    for (int u = 0; u < PER; u++) {
-        const int i = tid + u * NT, r = i % ROWS, g = i / ROWS, h = r % PH_HI;
+    if constexpr (FAST) {
+        const int r = tid % ROWS, g0 = tid / ROWS, h = r % PH_HI;
         const int64_t t = t0 + r / PH_HI;
-        v[u] = t < t0 + nr && h < a.HI && 4 * g < a.dI ? *(const uint32_t *)(q + t * a.q.nb[0] + h * a.q.nb[1] + 4 * g) : 0u;
+        const bool ok = t < t0 + nr && h < a.HI;
+        const uint32_t *row = (const uint32_t *)(q + (ok ? t * a.q.nb[0] + h * a.q.nb[1] : 0));
+#pragma unroll
+        for (int u = 0; u < PER; u++) v[u] = ok && 4 * (g0 + 2 * u) < a.dI ? row[g0 + 2 * u] : 0u;
+    } else {
+#pragma unroll
+        for (int u = 0; u < PER; u++) {
+            const int i = tid + u * NT, r = i % ROWS, g = i / ROWS, h = r % PH_HI;
+            const int64_t t = t0 + r / PH_HI;
+            v[u] = t < t0 + nr && h < a.HI && 4 * g < a.dI ? *(const uint32_t *)(q + t * a.q.nb[0] + h * a.q.nb[1] + 4 * g) : 0u;
+        }
     }
 #pragma unroll
     for (int u = 0; u < PER; u++) {
         const int i = tid + u * NT, r = i % ROWS, g = i / ROWS;
+        float f[4];
+        if (FAST) ph_e4m3x4(v[u], f);
 #pragma unroll
-        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = ph_e4m3((v[u] >> (8 * c)) & 255u);
+        for (int c = 0; c < 4; c++) qs[(4 * g + c) * ROWS + r] = FAST ? f[c] : ph_e4m3((v[u] >> (8 * c)) & 255u);
     }
 }
 
@@ -242,6 +289,40 @@ __device__ __forceinline__ void ph_issue_chunk(const ph_blk_args &a, float *ring
     ph_cp_commit();
 }
 
+/* ph_issue_chunk for the one-row tile (NT 128: items e and e + 2 are the
+ * quarters dq and dq + 2 of one block) from what a tile fixes: off[e] (e <
+ * 2) the item's first float in S.p, chunk 0 (b·dI + 4dq), f[e] != 0 where
+ * its block is copied (ph_scales); the same copies. */
+template <int ST>
+__device__ __forceinline__ void ph_issue_items(const ph_blk_args &a, float *ring, const float *p, const int *off, const float *f, int c, int nch) {
+    const int dI = a.dI;
+    if (c < nch) {
+        float *slot = ring + (c % ST) * PH_CHUNK;
+        const float *cp = p + c * PH_KC; /* the chunk's first column */
+        if (ph_vec(a)) { /* uniform: one test a chunk */
+#pragma unroll
+            for (int e = 0; e < PH_ITEMS / 128; e++) {
+                int j, dq;
+                ph_item(threadIdx.x + e * 128, j, dq);
+                if (f[e % 2] != 0.f && c * PH_KC + 4 * dq < dI) ph_cp16(slot + ph_land(j, dq), cp + off[e % 2] + (e / 2) * 8);
+            }
+        } else {
+#pragma unroll
+            for (int e = 0; e < PH_ITEMS / 128; e++) {
+                int j, dq;
+                ph_item(threadIdx.x + e * 128, j, dq);
+                const int d = c * PH_KC + 4 * dq;
+                if (f[e % 2] != 0.f && d < dI) {
+                    const float *sp = cp + off[e % 2] + (e / 2) * 8;
+                    float *dst = slot + ph_land(j, dq);
+                    for (int u = 0; u < 4; u++) dst[u] = d + u < dI ? sp[u] : 0.f;
+                }
+            }
+        }
+    }
+    ph_cp_commit();
+}
+
 /* The means of this thread's items [E0, E1) of chunk c (landed: this
  * thread's own copies), into v: sum / count with count = min(B, L - b·B)
  * (a power of two: the product with its exact reciprocal, the same
@@ -265,6 +346,45 @@ __device__ __forceinline__ void ph_take_chunk(const ph_blk_args &a, const float 
                     const float inv = __frcp_rn(cnt);
                     x = make_float4(x.x * inv, x.y * inv, x.z * inv, x.w * inv);
                 } else {
+                    x = make_float4(x.x / cnt, x.y / cnt, x.z / cnt, x.w / cnt);
+                }
+            }
+        }
+        v[e - E0] = x;
+    }
+}
+/* The same for the one-row tile (NT 128: items e and e + 2 are two
+ * quarters of one block) with each item's division chosen once per tile
+ * (ph_scales): f[e % 2] > 0 the reciprocal of a power-of-two count, < 0
+ * minus a count to divide by, 0 an item not copied (its block past the
+ * valid ones). The same quotients (bits) as ph_take_chunk, fewer
+ * instructions a chunk. */
+__device__ __forceinline__ void ph_scales(const ph_blk_args &a, const ph_src &S, int b0, float *f) {
+    const int B = (int)a.B;
+#pragma unroll
+    for (int e = 0; e < 2; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * 128, j, dq);
+        const int b = b0 + j, n = S.L - b * B < B ? S.L - b * B : B;
+        f[e] = b >= S.nvalid ? 0.f : (n & (n - 1)) == 0 ? __frcp_rn((float)n) : -(float)n;
+    }
+}
+template <int E0, int E1>
+__device__ __forceinline__ void ph_take_scaled(const ph_blk_args &a, const float *slot, const float *f, int c, float4 *v) {
+    const int dI = a.dI;
+#pragma unroll
+    for (int e = E0; e < E1; e++) {
+        int j, dq;
+        ph_item(threadIdx.x + e * 128, j, dq);
+        float4 x = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (f[e % 2] != 0.f && c * PH_KC + 4 * dq < dI) {
+            x = *(const float4 *)(slot + ph_land(j, dq));
+            if (ph_div(a)) {
+                const float g = f[e % 2];
+                if (g > 0.f) {
+                    x = make_float4(x.x * g, x.y * g, x.z * g, x.w * g);
+                } else {
+                    const float cnt = -g;
                     x = make_float4(x.x / cnt, x.y / cnt, x.z / cnt, x.w / cnt);
                 }
             }
@@ -304,7 +424,33 @@ __device__ __forceinline__ void ph_issue_kt_chunk(float *ring, const float *kt, 
     ph_cp_commit();
 }
 
-template <int R, int W, bool TK>
+/* The FMAs of one chunk: kc d steps (kk ascending) of the thread's 8 x 8
+ * outputs, (row, head) 4ty + i and ROWS / 2 + 4ty + i - 4, blocks 4tx + j
+ * and PH_NB / 2 + 4tx + j - 4. GUARD: each step behind kk < kc (a chunk
+ * past dI's end; the layout before: a branch per step, so that no step's
+ * loads could be issued before the one before it had run its FMAs); else
+ * all PH_KC steps in one block, which the compiler software-pipelines (the
+ * next step's shared loads in flight during this one's FMAs). */
+template <int ROWS, bool GUARD>
+__device__ __forceinline__ void ph_fma_steps(float (&acc)[8][8], const float *qc, const float *ks, int ty, int tx, int kc) {
+#pragma unroll
+    for (int kk = 0; kk < PH_KC; kk++) {
+        if (!GUARD || kk < kc) {
+            const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
+            const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
+            const float4 k0 = *(const float4 *)(ks + kk * PH_KS + 4 * tx);
+            const float4 k1 = *(const float4 *)(ks + kk * PH_KS + PH_NB / 2 + 4 * tx);
+            const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
+#pragma unroll
+            for (int i = 0; i < 8; i++)
+#pragma unroll
+                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
+        }
+    }
+}
+
+template <int R, int W, bool TK, bool GD>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
     typedef ph_tile<R, W, TK> P;
     constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
@@ -341,7 +487,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     /* q as floats [d][row] (conflict-free stores) */
     const bool q8x4 = a.q.dt == LA_FP8_E4M3 && a.q.nb[2] == 1 && a.dI % 4 == 0 && a.q.nb[1] % 4 == 0 &&
                       a.q.nb[0] % 4 == 0 && ((uintptr_t)a.q.data & 3) == 0;
-    if (q8x4) ph_load_q8x4<R>(a, t0, nr, qs);
+    if (q8x4) ph_load_q8x4<R, !GD>(a, t0, nr, qs); /* the branch-free decode (not GD: the layout before) */
     else if (a.q.dt == LA_FP8_E4M3) ph_load_q<R, LA_FP8_E4M3>(a, t0, nr, qs);
     else if (a.q.dt == LA_BF16) ph_load_q<R, LA_BF16>(a, t0, nr, qs);
     else if (a.q.dt == LA_F16) ph_load_q<R, LA_F16>(a, t0, nr, qs);
@@ -357,8 +503,22 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
             float sc = 0.f;
             if (b0 < nbp) { /* uniform: some block of the tile meets a row's range */
+                constexpr bool fast = W == 4 && !GD && !TK; /* the one-row tile's items fixed once a tile */
+                static_assert(!fast || NT == 128, "ph_scales / ph_issue_items: two blocks a thread");
+                float fsc[2]; /* the items' divisions and presence (fast) */
+                int ioff[2];   /* their offsets in S.p, chunk 0 (a sequence's block rows: 32 bits) */
+                if constexpr (fast) {
+                    ph_scales(a, S, b0, fsc);
+#pragma unroll
+                    for (int e = 0; e < 2; e++) {
+                        int j, dq;
+                        ph_item(tid + e * NT, j, dq);
+                        ioff[e] = (b0 + j) * dI + 4 * dq;
+                    }
+                }
                 auto issue = [&](int c) {
                     if constexpr (TK) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)sp * dI * a.ldk, a.ldk, b0, c, nch, dI);
+                    else if constexpr (fast) ph_issue_items<ST>(a, ring, S.p, ioff, fsc, c, nch);
                     else ph_issue_chunk<NT, ST>(a, ring, S, b0, c, nch);
                 };
                 if (!(pass == 0 && tile == tile0 && primed)) {
@@ -376,7 +536,15 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     constexpr int CI = P::CI, CH = CI / 2;
                     if constexpr (TK) {
                         __syncthreads(); /* everyone's copies of chunk c; chunk c - 1's slot has been read */
-                    } else if constexpr (W == 4) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
+                    } else if constexpr (fast) { /* the chunk transposed in two halves (ph_land): half the items in registers at a time */
+                        float4 v[CH];
+                        ph_take_scaled<0, CH>(a, slot, fsc, c, v);
+                        __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
+                        ph_put_chunk<NT, 0, CH>(slot, v);
+                        ph_take_scaled<CH, CI>(a, slot, fsc, c, v);
+                        __syncthreads(); /* quarters 2-3 read */
+                        ph_put_chunk<NT, CH, CI>(slot, v);
+                    } else if constexpr (W == 4) {
                         float4 v[CH];
                         ph_take_chunk<NT, 0, CH>(a, slot, S, b0, c, v);
                         __syncthreads(); /* quarters 0-1 read; chunk c - 1's slot has been read */
@@ -395,21 +563,8 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                     const float *ks = slot, *qc = qs + c * PH_KC * ROWS;
                     const int kc = dI - c * PH_KC < PH_KC ? dI - c * PH_KC : PH_KC;
                     /* d ascending from 0 with fmaf: the CPU kernel's per-head dot product */
-#pragma unroll
-                    for (int kk = 0; kk < PH_KC; kk++) {
-                        if (kk < kc) {
-                            const float4 q0 = *(const float4 *)(qc + kk * ROWS + 4 * ty);
-                            const float4 q1 = *(const float4 *)(qc + kk * ROWS + ROWS / 2 + 4 * ty);
-                            const float4 k0 = *(const float4 *)(ks + kk * PH_KS + 4 * tx);
-                            const float4 k1 = *(const float4 *)(ks + kk * PH_KS + PH_NB / 2 + 4 * tx);
-                            const float qa[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-                            const float ka[8] = {k0.x, k0.y, k0.z, k0.w, k1.x, k1.y, k1.z, k1.w};
-#pragma unroll
-                            for (int i = 0; i < 8; i++)
-#pragma unroll
-                                for (int j = 0; j < 8; j++) acc[i][j] = fmaf(qa[i], ka[j], acc[i][j]);
-                        }
-                    }
+                    if (!GD && kc == PH_KC) ph_fma_steps<ROWS, false>(acc, qc, ks, ty, tx, PH_KC);
+                    else ph_fma_steps<ROWS, true>(acc, qc, ks, ty, tx, kc);
                 }
                 /* the heads folded in ascending order with fmaf from 0, HS
                  * heads at a time through the ring (all its copies landed) */
@@ -565,21 +720,28 @@ __global__ void __launch_bounds__(PH_TK) ph_block_topk_kernel(const float *sc, i
 
 } // namespace
 
-la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
-    static const char *const names[] = {"fused", "classic", "fused3"};
+static const char *const ph_names[] = {"fused", "classic", "fused3", "fused_guarded"};
+/* the family's variant: an index into ph_names, -1 for an unknown name */
+static int ph_variant(const la_context *ctx) {
     const char *forced = la_context_variant(ctx, "paged_hisa");
-    const int v = forced ? la_cu_variant_index(forced, names, 3) : (kPagedHisaFused ? 0 : 1);
-    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic, fused3");
+    return forced ? la_cu_variant_index(forced, ph_names, 4) : (kPagedHisaFused ? 0 : 1);
+}
+
+la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused) {
+    const char *const *names = ph_names;
+    const char *forced = la_context_variant(ctx, "paged_hisa");
+    const int v = ph_variant(ctx);
+    if (v < 0) return la_cu_unknown_variant("paged_hisa", forced, "fused, classic, fused3, fused_guarded");
     const bool ok = HI >= 1 && HI <= PH_HI && dI >= 1 && dI <= PH_DI;
     if (v != 1 && forced && !ok) return la_cu_variant_unsupported("paged_hisa", names[v], "HI <= 64, dI <= 128");
-    *fused = v == 1 || !ok ? 0 : v == 2 ? 2 : 1;
+    *fused = v == 1 || !ok ? 0 : v == 0 ? 1 : v;
     la_cu_report(ctx, "paged_hisa", *fused ? names[v] : "classic", "HI=%lld dI=%lld", (long long)HI, (long long)dI);
     return LA_OK;
 }
 
-template <int R, int W, bool TK = false>
+template <int R, int W, bool TK = false, bool GD = false>
 static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_context *ctx, cudaStream_t s) {
-    const int64_t groups = (a.T + R - 1) / R, slots = 132 * W;
+    const int64_t groups = (a.T + R - 1) / R, slots = (int64_t)la_cu_device_attr(cudaDevAttrMultiProcessorCount, 132) * W;
     /* several tiles per CTA (q loaded once for them) while the grid keeps
      * ~4 CTAs per slot; decode: one */
     int64_t tpc = groups * ntiles / (4 * slots);
@@ -587,9 +749,9 @@ static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_
     const size_t smem = ph_tile<R, W, TK>::SMEM_FLOATS * sizeof(float);
     /* W CTAs' shared memory per SM (W x 50-75 KB) only with the largest
      * carveout; set once per context (a host call costs as much as a launch) */
-    LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK>, smem, smem, true));
+    LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK, GD>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    ph_block_scores_kernel<R, W, TK><<<grid, 128 * R, smem, s>>>(a);
+    ph_block_scores_kernel<R, W, TK, GD><<<grid, 128 * R, smem, s>>>(a);
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -614,12 +776,16 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx,
         const size_t msmem = PH_MEANS_SMEM_FLOATS * sizeof(float);
         ph_means_t_kernel<<<dim3((unsigned)(a.ldk / PH_MB), (unsigned)nseq), PH_MT, msmem, s>>>(a);
         LA_CU_LAUNCH("paged hisa block means");
-        return ph_launch_block_scores<2, 2, true>(a, ntiles, ctx, s);
+        return ph_launch_block_scores<2, 2, true, true>(a, ntiles, ctx, s);
     }
-    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2>(a, ntiles, ctx, s); /* MTP */
+    if (a.T >= 2 * nseq) return ph_launch_block_scores<2, 2, false, true>(a, ntiles, ctx, s); /* MTP */
     /* one row per CTA: 4 CTAs per SM (a decode grid of 512 tiles in one
-     * wave of 528 slots), or 3 with the deeper ring (variant "fused3") */
-    return a.w3 ? ph_launch_block_scores<1, 3>(a, ntiles, ctx, s) : ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
+     * wave of 528 slots), or 3 with the deeper ring (variant "fused3");
+     * "fused_guarded" (the loop before: a guard per d step) is read from the
+     * context, which paged_index.cu passes (it sets only w3) */
+    if (a.w3) return ph_launch_block_scores<1, 3>(a, ntiles, ctx, s);
+    if (ph_variant(ctx) == 3) return ph_launch_block_scores<1, 4, false, true>(a, ntiles, ctx, s);
+    return ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
 }
 
 la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {

@@ -7,6 +7,8 @@
  *     means once per call, transposed), then one CTA per row selects the m
  *     kept blocks and writes them ascending;
  *   - "fused3": "fused" with its one-row score kernel at 3 CTAs per SM;
+ *   - "fused_guarded": "fused" with its one-row score kernel as first
+ *     written (a guard per d step, the per-item work formed per chunk);
  *   - "classic": the means kernel, the generic fp32 score kernel, la_topk
  *     over the block rows and the insertion sort of the kept lists.
  * Both give the same bits: each (row, block, head) dot product runs over d
@@ -36,7 +38,8 @@ struct ph_blk_args {
     int HI, dI;
     int64_t B;               /* tokens per block */
     int64_t T;               /* query rows */
-    int w3;                  /* one-row tiles at 3 CTAs per SM (variant "fused3"), else 4 */
+    int w3;                  /* one-row tiles at 3 CTAs per SM (variant "fused3"), else 4 ("fused_guarded":
+                              * read from the context by la_ph_block_scores) */
     int64_t tpc;             /* set by the launch: 128-block tiles per score CTA */
     float *kt;               /* set by the launch for two-row tiles: the means transposed, [nseq][dI][ldk] */
     int64_t ldk;
@@ -48,8 +51,10 @@ static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; 
 /* The family's choice (pure): *fused = 1 for "fused" (forced, or the default
  * under kPagedHisaFused) where HI <= 64 and dI <= 128, 2 for "fused3" (the
  * same with the one-row score kernel at 3 CTAs per SM and a 5-chunk ring
- * instead of 4 and 2: the same bits); "classic" or another shape: 0. A
- * forced "fused" / "fused3" on another shape is LA_ERR_UNSUPPORTED. */
+ * instead of 4 and 2: the same bits), 3 for "fused_guarded" (the one-row
+ * kernel's d loop guarded step by step: the same bits); "classic" or
+ * another shape: 0. A forced fused variant on another shape is
+ * LA_ERR_UNSUPPORTED. */
 la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
 /* The block scores of a.T rows of nseq sequences (one kernel; two-row
  * tiles: the means kernel into a workspace first). */

@@ -518,13 +518,14 @@ static void run_paged(const void *arg) {
                   dn, hisa ? "hisa" : "dsa", slots ? " (slots)" : "", (long long)bad, (long long)nseq, (long long)nn);
         }
     /* HISA's variant families give the same bits, positions and slots:
-     * "paged_hisa" (the fused block stage vs the classic chain) in every
+     * "paged_hisa" (the fused block stage, its 3-CTA layout and its
+     * guarded d loop, vs the classic chain) in every
      * case; "paged_hisa_cand" (block-major candidate scores and the
      * mma.sync gather mode with its fragments loaded into registers,
      * "direct", vs the stage-ring gather kernel) on the tensor-core path.
      * Outputs poisoned differently. */
     static const char *const fam[2] = {"paged_hisa", "paged_hisa_cand"};
-    static const char *const vn[2][3] = {{"classic", "fused", "fused3"}, {"gather", "blockmajor", "direct"}};
+    static const char *const vn[2][4] = {{"classic", "fused", "fused3", "fused_guarded"}, {"gather", "blockmajor", "direct", NULL}};
     for (int f = 0; f < (C->tcq ? 2 : 1); f++)
         for (int slots = 0; slots < 2; slots++) {
             la_paged_query pd;
@@ -535,7 +536,7 @@ static void run_paged(const void *arg) {
             pd.q_seq = C->qseq ? &dqs : NULL;
             pd.return_slots = slots;
             int got0 = 0;
-            for (int v = 0; v < 3 && vn[f][v]; v++) {
+            for (int v = 0; v < 4 && vn[f][v]; v++) {
                 if (!bo_use_variant(fam[f], vn[f][v])) continue;
                 la_dev_memset(d_idx, v ? 0x5a : 0x7f, (size_t)(T * topk) * 4);
                 if (!CHECK_DEV(la_hisa_topk_paged(&ip, &dq, &dw, dc, &pd, &didx, bo_ctx()))) continue;
