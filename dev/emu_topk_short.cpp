@@ -105,6 +105,20 @@ static inline uint32_t ts_match_any(uint32_t x) {
         return (uint64_t)m;
     });
 }
+static inline uint32_t ts_atomic_max(uint32_t *p, uint32_t v) {
+    std::atomic_ref<uint32_t> a(*p);
+    uint32_t o = a.load();
+    while (o < v && !a.compare_exchange_weak(o, v)) {
+    }
+    return o;
+}
+static inline uint32_t ts_reduce_max(uint32_t x) {
+    return (uint32_t)emu_warp(x, [&](const uint64_t *s, int) {
+        uint64_t m = 0;
+        for (int i = 0; i < 32; i++) m = std::max(m, s[i]);
+        return m;
+    });
+}
 static inline float4 ts_ldg4(const float4 *p) {
     if (((uintptr_t)p) & 15) {
         fprintf(stderr, "unaligned float4 load\n");
@@ -114,9 +128,10 @@ static inline float4 ts_ldg4(const float4 *p) {
 }
 static inline float ts_ldg(const float *p) { return *p; }
 
-static std::atomic<int> emu_bitonic{0}, emu_pass[7];
+static std::atomic<int> emu_bitonic{0}, emu_pass[7], emu_direct{0};
 #define TS_NOTE_BITONIC() emu_bitonic++
 #define TS_NOTE_PASSES(n) emu_pass[n]++
+#define TS_NOTE_DIRECT() emu_direct++
 #include "cuda/topk_short.cuh"
 
 /* ---- the test --------------------------------------------------------------- */
@@ -280,7 +295,7 @@ int main(int argc, char **argv) {
     }
     printf("rows: %lld; radix passes (rows):", (long long)nrows_total);
     for (int i = 1; i < 7; i++) printf(" %d:%d", i, emu_pass[i].load());
-    printf("; bitonic order: %d\n", emu_bitonic.load());
+    printf("; bitonic order: %d; direct order (one pass): %d\n", emu_bitonic.load(), emu_direct.load());
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails != 0;
 }

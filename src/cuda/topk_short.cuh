@@ -74,6 +74,9 @@ struct ts_smem {
     uint32_t hmn[TS_NW], hmx[TS_NW]; /* the candidates' smallest score word, largest finite one */
     int32_t blk[TS_BLK];               /* gather mode: the row's blocks */
     uint32_t s_n, s_bin, s_above, s_cnt, s_E, s_hib;
+    uint32_t s_fmax;     /* the row's largest finite key word (0: none) */
+    uint32_t s_mb;       /* the direct ordering: its largest bucket at or above the k-th key */
+    uint32_t s_ob, s_oE; /* the direct ordering: the k-th key's bucket, keys in it and above */
 };
 static_assert(TS_CAP >= 2 * TS_KMAX, "bitonic fallback and collect capacity");
 static_assert(TS_CAP < 65536, "bucket start and count are packed in 16 bits each");
@@ -118,6 +121,8 @@ TS_DEV uint64_t ts_shfl_xor64(uint64_t x, int o) {
 }
 TS_DEV uint32_t ts_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 TS_DEV uint32_t ts_match_any(uint32_t x) { return __match_any_sync(0xffffffffu, x); }
+TS_DEV uint32_t ts_atomic_max(uint32_t *p, uint32_t v) { return atomicMax(p, v); }
+TS_DEV uint32_t ts_reduce_max(uint32_t x) { return __reduce_max_sync(0xffffffffu, x); }
 TS_DEV float4 ts_ldg4(const float4 *p) { return __ldg(p); }
 TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #endif
@@ -128,6 +133,9 @@ TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #endif
 #ifndef TS_NOTE_PASSES
 #define TS_NOTE_PASSES(n)
+#endif
+#ifndef TS_NOTE_DIRECT
+#define TS_NOTE_DIRECT()
 #endif
 
 template <typename T> TS_DEV T ts_min(T a, T b) { return b < a ? b : a; }
@@ -362,6 +370,119 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
     for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = i < kk ? ob[i] : -1;
 }
 
+/* The bin of H (2048 bins, scanned from the top; thread t: bins 2047 - 2t,
+ * 2046 - 2t) holding the need-th largest key, for the first pass (need 0)
+ * the min(k, total)-th: S.s_bin, S.s_above (keys in higher bins), S.s_cnt
+ * (its keys), visible after the barrier at the end. Returns that rank,
+ * uniform (0: no key, no bin). */
+TS_DEV uint32_t ts_find_bin(const uint32_t *H, uint32_t need, uint32_t k, ts_smem &S, int &ws) {
+    const int tid = ts_tid();
+    uint32_t c[2];
+    c[0] = H[2047 - 2 * tid];
+    c[1] = H[2046 - 2 * tid];
+    uint32_t tot;
+    uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
+    if (need == 0) need = ts_min(tot, k);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        if (cum < need && cum + c[j] >= need) {
+            S.s_bin = 2047 - 2 * tid - j;
+            S.s_above = cum;
+            S.s_cnt = c[j];
+        }
+        cum += c[j];
+    }
+    ts_sync();
+    return need;
+}
+
+/* The direct ordering, right after the first radix pass (the common case):
+ * the candidates are the keys from the k-th key's first-pass bin up, still
+ * in registers, and phase B's counting sort runs on them there, with its
+ * buckets linear in the score over [the bin's lowest score, the row's
+ * largest finite one]: histogram (in S.cand, zeroed by the caller), scan,
+ * scatter of the keys from the k-th key's bucket up into S.tmp, each one's
+ * rank = its bucket's start + its larger bucket mates, written straight to
+ * r.out. No candidate buffer, no staged output: 4 barriers (gather mode +
+ * 1: the tokens). Any monotone bucket map gives the same ranks, so the
+ * result is phase B's. False (uniform) where the score range does not
+ * allow linear buckets or a bucket at or above the k-th key's holds more
+ * than TS_LIMIT keys: the caller goes on with the radix passes, the collect
+ * and ts_order_out, whose state (S.hist, the pass variables) this leaves
+ * as it found it. */
+template <bool GATHER, typename ACT, typename COL, typename TOK>
+TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t bin, uint32_t cnt,
+                            uint32_t kk, const ts_row &r, ts_smem &S, int &ws) {
+    const int tid = ts_tid();
+    const uint32_t lo = ts_max(bin << 21, TS_ULO), hx = S.s_fmax;
+    if (hx <= lo) return false; /* no finite candidate above the bin's lowest key */
+    const float vmn = ts_fval((uint64_t)lo << 32), vr = ts_fval((uint64_t)hx << 32) - vmn, sc = 2047.f / vr;
+    if (!(vr > 0.f && isfinite(vr) && isfinite(sc))) return false;
+    const ts_dig dig = {true, vmn, sc, 0, 0};
+    /* the bin's cnt keys lie in its span of buckets: a sure overflow there
+     * (far outliers, many equal scores) skips the histogram */
+    const uint32_t span = dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32);
+    if (cnt > TS_LIMIT * (span + 1)) return false;
+    uint32_t *oh = (uint32_t *)S.cand;
+#pragma unroll
+    for (int e = 0; e < TS_EPT; e++)
+        if (act(e) && u[e] >= lo) ts_atomic_add(&oh[dig((uint64_t)u[e] << 32)], 1u);
+    ts_sync();
+    /* buckets in descending order (thread t: 2047 - 2t, 2046 - 2t), as in
+     * ts_order_out: oh[b] = count << 16 | start */
+    uint32_t c[2];
+    c[0] = oh[2047 - 2 * tid];
+    c[1] = oh[2046 - 2 * tid];
+    uint32_t tot;
+    uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
+    uint32_t mb = 0;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t b = 2047 - 2 * tid - j;
+        if (cum < kk) {
+            mb = ts_max(mb, c[j]);
+            if (cum + c[j] >= kk) {
+                S.s_ob = b;
+                S.s_oE = cum + c[j];
+            }
+        }
+        oh[b] = (c[j] << 16) | cum;
+        cum += c[j];
+    }
+    mb = ts_reduce_max(mb);
+    if ((tid & 31) == 0 && mb > TS_LIMIT) ts_atomic_max(&S.s_mb, mb); /* zeroed by the caller */
+    ts_sync();
+    if (S.s_mb > TS_LIMIT) return false;
+    const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
+#pragma unroll
+    for (int e = 0; e < TS_EPT; e++)
+        if (act(e) && u[e] >= lo) {
+            /* gather mode: the column now, its token after the barrier */
+            const uint64_t key = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
+            const uint32_t d = dig(key);
+            if (d >= b0) S.tmp[ts_atomic_add(&oh[d], 1u) & 0xFFFFu] = key;
+        }
+    ts_sync();
+    if (GATHER) {
+        for (uint32_t i = tid; i < E; i += TS_NT) {
+            const uint64_t key = S.tmp[i];
+            S.tmp[i] = (key & 0xFFFFFFFF00000000ull) | (uint32_t)~tok(~(uint32_t)key);
+        }
+        ts_sync();
+    }
+    /* oh[d] = count << 16 | end */
+    for (uint32_t i = tid; i < E; i += TS_NT) {
+        const uint64_t key = S.tmp[i];
+        const uint32_t h = oh[dig(key)];
+        const uint32_t end = h & 0xFFFFu, st = end - (h >> 16);
+        uint32_t rk = st;
+        for (uint32_t j = st; j < end; j++) rk += S.tmp[j] > key;
+        if (rk < kk) r.out[(int64_t)rk * r.out_cs] = (int32_t)~(uint32_t)key;
+    }
+    for (uint32_t i = kk + tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
+    return true;
+}
+
 /* The row's top k (all TS_NT threads of the CTA; the row is at most TS_LMAX
  * columns past its aligned start, TS_LMAX + 3 in all). */
 template <bool GATHER>
@@ -377,10 +498,8 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     const int64_t tail0 = a + 4 * (int64_t)nvec;
     const uint32_t nt = (uint32_t)(r.hi > tail0 ? r.hi - tail0 : 0);
     /* column of element e (32 bits: the caller checks L < 2^31) */
-    const uint32_t a32 = (uint32_t)a, lo32 = (uint32_t)r.lo, t32 = (uint32_t)tail0;
-    auto col = [&](int e) -> uint32_t {
-        return e < 16 ? a32 + 4 * (uint32_t)(tid + TS_NT * (e >> 2)) + (e & 3) : tid < 4 ? lo32 + tid : t32 + tid - 4;
-    };
+    const uint32_t a32 = (uint32_t)a, c16 = tid < 4 ? (uint32_t)r.lo + tid : (uint32_t)tail0 + tid - 4;
+    auto col = [&](int e) -> uint32_t { return e < 16 ? a32 + 4 * (uint32_t)(tid + TS_NT * (e >> 2)) + (e & 3) : c16; };
     /* whether element e can be valid in some lane of this warp (uniform) */
     auto act = [&](int e) -> bool {
         return e < 16 ? (uint32_t)(wbase + TS_NT * (e >> 2)) < nvec : wbase == 0 && nh + nt > 0;
@@ -415,19 +534,53 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             const uint32_t nblk = (uint32_t)((r.hi + r.B - 1) / r.B);
             for (uint32_t i = tid; i < nblk; i += TS_NT) S.blk[i] = r.blocks[i];
         }
-        /* while the loads are in flight */
+        /* while the loads are in flight (S.cand: ts_direct_order's histogram) */
         for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
-        if (tid == 0) S.s_n = 0;
+        for (int i = tid; i < 1024; i += TS_NT) S.cand[i] = 0;
+        if (tid == 0) S.s_n = 0, S.s_fmax = 0, S.s_mb = 0;
         ts_sync();
 #pragma unroll
         for (int e = 0; e < TS_EPT; e++) u[e] = tk_valid(f[e]) ? tk_fkey(f[e]) : 0u;
     }
     int ws = 0;
-    /* radix passes: pass p < 3 on the score word, p >= 3 on the ~token word
-     * (shifts 21, 10, 0); ph/pl: the k-th key's prefix so far, under mh/ml */
-    uint32_t ph = 0, pl = 0, mh = 0, ml = 0, kk = 0, need = 0, taken = 0, cnt = 0;
-    int pass = 0;
-    for (;; pass++) {
+    /* pass 0: the top 11 bits of every valid key; the largest finite key
+     * for ts_direct_order on the way */
+    {
+        uint32_t fm = 0;
+#pragma unroll
+        for (int e = 0; e < TS_EPT; e++) {
+            if (!act(e)) continue;
+            const uint32_t bin = u[e] ? u[e] >> 21 : TS_NONE;
+            const uint32_t peers = ts_match_any(bin);
+            if (bin != TS_NONE && lane == __ffs(peers) - 1) ts_atomic_add(&S.hist[0][bin], (uint32_t)__popc(peers));
+            if (u[e] < TS_UINF) fm = ts_max(fm, u[e]);
+        }
+        fm = ts_reduce_max(fm);
+        if (lane == 0 && fm) ts_atomic_max(&S.s_fmax, fm);
+        for (int i = tid; i < 2048; i += TS_NT) S.hist[1][i] = 0; /* pass 1's */
+        ts_sync();
+    }
+    const uint32_t kk = ts_find_bin(S.hist[0], 0, r.k, S, ws);
+    if (tid == 0 && kk == 0) TS_NOTE_PASSES(1);
+    if (kk == 0) { /* no candidate (uniform) */
+        for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
+        return;
+    }
+    if (ts_direct_order<GATHER>(u, act, col, tok, S.s_bin, S.s_cnt, kk, r, S, ws)) {
+        if (tid == 0) TS_NOTE_DIRECT();
+        return;
+    }
+    /* the radix passes after the first (their state from S: fewer registers
+     * live in ts_direct_order): pass p < 3 on the score word, p >= 3 on the
+     * ~token word (shifts 21, 10, 0); ph/pl: the k-th key's prefix so far,
+     * under mh/ml; need: its rank among the keys of that prefix, taken: the
+     * keys above the prefix, cnt: the keys in it */
+    uint32_t ph = S.s_bin << 21, pl = 0, mh = 2047u << 21, ml = 0;
+    uint32_t taken = S.s_above, need = kk - taken, cnt = S.s_cnt;
+    int pass = 1; /* passes done */
+    /* pass 5 leaves one key per full prefix (unique tokens); equal tokens
+     * (duplicate gather blocks) stop there too, clamped below */
+    for (; taken + cnt > TS_CAP && pass < 6; pass++) {
         const int sh = pass % 3 == 0 ? 21 : pass % 3 == 1 ? 10 : 0;
         const uint32_t dm = pass % 3 == 2 ? 1023u : 2047u;
         uint32_t *H = S.hist[pass & 1], *O = S.hist[(pass + 1) & 1];
@@ -449,26 +602,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         /* O was last read before the previous pass's final barrier */
         for (int i = tid; i < 2048; i += TS_NT) O[i] = 0;
         ts_sync();
-        uint32_t c[2];
-        c[0] = H[2047 - 2 * tid];
-        c[1] = H[2046 - 2 * tid];
-        uint32_t tot;
-        uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
-        if (pass == 0) {
-            kk = ts_min(tot, r.k);
-            need = kk;
-            if (kk == 0) break; /* no candidate (uniform) */
-        }
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (cum < need && cum + c[j] >= need) {
-                S.s_bin = 2047 - 2 * tid - j;
-                S.s_above = cum;
-                S.s_cnt = c[j];
-            }
-            cum += c[j];
-        }
-        ts_sync();
+        ts_find_bin(H, need, r.k, S, ws);
         const uint32_t bin = S.s_bin, above = S.s_above;
         cnt = S.s_cnt;
         need -= above;
@@ -480,15 +614,9 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             pl |= bin << sh;
             ml |= dm << sh;
         }
-        /* pass 5 leaves one key per full prefix (unique tokens); equal
-         * tokens (duplicate gather blocks) stop there too, clamped below */
-        if (taken + cnt <= TS_CAP || pass == 5) break;
     }
-    if (tid == 0) TS_NOTE_PASSES(kk ? pass + 1 : 1);
-    if (kk == 0) {
-        for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
-        return;
-    }
+    if (tid == 0) TS_NOTE_PASSES(pass);
+    pass--; /* the last pass's index */
     /* collect the keys >= the prefix (ph, pl): exactly taken + cnt of them */
     const uint32_t uth = ts_max(ph, TS_ULO);
     uint32_t m = 0;
