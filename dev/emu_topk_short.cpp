@@ -112,6 +112,12 @@ static inline uint32_t ts_atomic_max(uint32_t *p, uint32_t v) {
     }
     return o;
 }
+static inline void ts_add_if(bool c, uint32_t *h, uint32_t i, uint32_t v) {
+    if (c) ts_atomic_add(&h[i], v);
+}
+static inline void ts_push_if(bool c, uint32_t *h, uint32_t i, uint64_t *dst, uint64_t x) {
+    if (c) dst[ts_atomic_add(&h[i], 1u) & 0xFFFFu] = x;
+}
 static inline uint32_t ts_reduce_max(uint32_t x) {
     return (uint32_t)emu_warp(x, [&](const uint64_t *s, int) {
         uint64_t m = 0;

@@ -122,6 +122,23 @@ TS_DEV uint64_t ts_shfl_xor64(uint64_t x, int o) {
 TS_DEV uint32_t ts_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 TS_DEV uint32_t ts_match_any(uint32_t x) { return __match_any_sync(0xffffffffu, x); }
 TS_DEV uint32_t ts_atomic_max(uint32_t *p, uint32_t v) { return atomicMax(p, v); }
+/* h[i] += v where c; where c: dst[h[i]++ & 0xFFFF] = x (h[i] atomically).
+ * Shared addresses from the loop-invariant bases (one window base, not one
+ * per element); predicated in PTX, though ptxas still branches around the
+ * atomics. */
+TS_DEV void ts_add_if(bool c, uint32_t *h, uint32_t i, uint32_t v) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q red.shared.add.u32 [%1], %2;\n\t}" ::"r"((uint32_t)c),
+                 "r"((uint32_t)__cvta_generic_to_shared(h) + 4 * i), "r"(v)
+                 : "memory");
+}
+TS_DEV void ts_push_if(bool c, uint32_t *h, uint32_t i, uint64_t *dst, uint64_t x) {
+    asm volatile("{\n\t.reg .pred q;\n\t.reg .u32 j;\n\tsetp.ne.u32 q, %0, 0;\n\t"
+                 "@q atom.shared.add.u32 j, [%1], 1;\n\t@q and.b32 j, j, 65535;\n\t"
+                 "@q mad.lo.u32 j, j, 8, %2;\n\t@q st.shared.u64 [j], %3;\n\t}" ::"r"((uint32_t)c),
+                 "r"((uint32_t)__cvta_generic_to_shared(h) + 4 * i), "r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"((unsigned long long)x)
+                 : "memory");
+}
 TS_DEV uint32_t ts_reduce_max(uint32_t x) { return __reduce_max_sync(0xffffffffu, x); }
 TS_DEV float4 ts_ldg4(const float4 *p) { return __ldg(p); }
 TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
@@ -424,9 +441,13 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     const uint32_t span = dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32);
     if (cnt > TS_LIMIT * (span + 1)) return false;
     uint32_t *oh = (uint32_t *)S.cand;
+    /* a warp-uniform branch per element, the rest straight-line (invalid
+     * keys: 0 < lo) */
 #pragma unroll
-    for (int e = 0; e < TS_EPT; e++)
-        if (act(e) && u[e] >= lo) ts_atomic_add(&oh[dig((uint64_t)u[e] << 32)], 1u);
+    for (int e = 0; e < TS_EPT; e++) {
+        if (!act(e)) continue;
+        ts_add_if(u[e] >= lo, oh, dig((uint64_t)u[e] << 32), 1u);
+    }
     ts_sync();
     /* buckets in descending order (thread t: 2047 - 2t, 2046 - 2t), as in
      * ts_order_out: oh[b] = count << 16 | start */
@@ -455,13 +476,13 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     if (S.s_mb > TS_LIMIT) return false;
     const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
 #pragma unroll
-    for (int e = 0; e < TS_EPT; e++)
-        if (act(e) && u[e] >= lo) {
-            /* gather mode: the column now, its token after the barrier */
-            const uint64_t key = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
-            const uint32_t d = dig(key);
-            if (d >= b0) S.tmp[ts_atomic_add(&oh[d], 1u) & 0xFFFFu] = key;
-        }
+    for (int e = 0; e < TS_EPT; e++) {
+        if (!act(e)) continue;
+        /* gather mode: the column now, its token after the barrier */
+        const uint64_t key = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
+        const uint32_t d = dig(key);
+        ts_push_if(u[e] >= lo && d >= b0, oh, d, S.tmp, key);
+    }
     ts_sync();
     if (GATHER) {
         for (uint32_t i = tid; i < E; i += TS_NT) {
@@ -546,14 +567,15 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     /* pass 0: the top 11 bits of every valid key; the largest finite key
      * for ts_direct_order on the way */
     {
-        uint32_t fm = 0;
+        uint32_t fm = 0, *H = S.hist[0];
+        const uint32_t below = (1u << lane) - 1u; /* the lanes below this one */
 #pragma unroll
         for (int e = 0; e < TS_EPT; e++) {
             if (!act(e)) continue;
             const uint32_t bin = u[e] ? u[e] >> 21 : TS_NONE;
             const uint32_t peers = ts_match_any(bin);
-            if (bin != TS_NONE && lane == __ffs(peers) - 1) ts_atomic_add(&S.hist[0][bin], (uint32_t)__popc(peers));
-            if (u[e] < TS_UINF) fm = ts_max(fm, u[e]);
+            ts_add_if(bin != TS_NONE && !(peers & below), H, bin, (uint32_t)__popc(peers));
+            fm = ts_max(fm, u[e] < TS_UINF ? u[e] : 0u);
         }
         fm = ts_reduce_max(fm);
         if (lane == 0 && fm) ts_atomic_max(&S.s_fmax, fm);
