@@ -79,6 +79,7 @@ struct ts_smem {
     uint32_t s_ob, s_oE; /* the direct ordering: the k-th key's bucket, keys in it and above */
 };
 static_assert(TS_CAP >= 2 * TS_KMAX, "bitonic fallback and collect capacity");
+static_assert(TS_NT == 1024 && TS_CAP >= TS_NT / 2, "S.cand holds ts_direct_order's 2048 bins: one entry a thread");
 static_assert(TS_CAP < 65536, "bucket start and count are packed in 16 bits each");
 
 /* One row: columns [lo, hi) of row (stride cs), tokens of gather mode from
@@ -230,6 +231,13 @@ TS_DEV uint32_t ts_reserve(uint32_t c, uint32_t *s_n) {
     return ts_shfl(base, 31) + x - c;
 }
 
+/* A 2048-bin histogram zeroed by all threads (fixed trip count: the
+ * compiler does not know tid < TS_NT). */
+TS_DEV void ts_zero_hist(uint32_t *h) {
+#pragma unroll
+    for (int j = 0; j < 2048 / TS_NT; j++) h[ts_tid() + j * TS_NT] = 0;
+}
+
 /* Score of a key (the inverse of tk_fkey on its high word). */
 TS_DEV float ts_fval(uint64_t key) {
     const uint32_t u = (uint32_t)(key >> 32);
@@ -289,7 +297,7 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
                     if ((uint32_t)(key >> 32) < TS_UINF) lmx = ts_max(lmx, key); /* finite */
                 }
             }
-            for (int i = tid; i < 2048; i += TS_NT) hist[i] = 0;
+            ts_zero_hist(hist);
             ts_block_minmax64(lmn, lmx, S, ws); /* its barrier: hist cleared too */
             lmx = ts_min(lmx, cap);
             const uint64_t range = lmx > lmn ? lmx - lmn : 0;
@@ -413,6 +421,19 @@ TS_DEV uint32_t ts_find_bin(const uint32_t *H, uint32_t need, uint32_t k, ts_sme
     return need;
 }
 
+/* f(e) for the elements e that some lane of the warp holds (act, uniform):
+ * one branch per float4 group (act(4g) covers 4g .. 4g + 3), one for the
+ * head / tail element. */
+template <typename ACT, typename F> TS_DEV void ts_each(ACT act, F f) {
+#pragma unroll
+    for (int g = 0; g < TS_VPT; g++)
+        if (act(4 * g)) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) f(4 * g + j);
+        }
+    if (act(TS_EPT - 1)) f(TS_EPT - 1);
+}
+
 /* The direct ordering, right after the first radix pass (the common case):
  * the candidates are the keys from the k-th key's first-pass bin up, still
  * in registers, and phase B's counting sort runs on them there, with its
@@ -441,13 +462,8 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     const uint32_t span = dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32);
     if (cnt > TS_LIMIT * (span + 1)) return false;
     uint32_t *oh = (uint32_t *)S.cand;
-    /* a warp-uniform branch per element, the rest straight-line (invalid
-     * keys: 0 < lo) */
-#pragma unroll
-    for (int e = 0; e < TS_EPT; e++) {
-        if (!act(e)) continue;
-        ts_add_if(u[e] >= lo, oh, dig((uint64_t)u[e] << 32), 1u);
-    }
+    /* invalid keys: 0 < lo */
+    ts_each(act, [&](int e) { ts_add_if(u[e] >= lo, oh, dig((uint64_t)u[e] << 32), 1u); });
     ts_sync();
     /* buckets in descending order (thread t: 2047 - 2t, 2046 - 2t), as in
      * ts_order_out: oh[b] = count << 16 | start */
@@ -475,14 +491,12 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     ts_sync();
     if (S.s_mb > TS_LIMIT) return false;
     const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
-#pragma unroll
-    for (int e = 0; e < TS_EPT; e++) {
-        if (!act(e)) continue;
+    ts_each(act, [&](int e) {
         /* gather mode: the column now, its token after the barrier */
         const uint64_t key = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
         const uint32_t d = dig(key);
         ts_push_if(u[e] >= lo && d >= b0, oh, d, S.tmp, key);
-    }
+    });
     ts_sync();
     if (GATHER) {
         for (uint32_t i = tid; i < E; i += TS_NT) {
@@ -556,12 +570,12 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             for (uint32_t i = tid; i < nblk; i += TS_NT) S.blk[i] = r.blocks[i];
         }
         /* while the loads are in flight (S.cand: ts_direct_order's histogram) */
-        for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
-        for (int i = tid; i < 1024; i += TS_NT) S.cand[i] = 0;
+        ts_zero_hist(S.hist[0]);
+        S.cand[tid] = 0; /* 1024 = TS_NT entries */
         if (tid == 0) S.s_n = 0, S.s_fmax = 0, S.s_mb = 0;
         ts_sync();
 #pragma unroll
-        for (int e = 0; e < TS_EPT; e++) u[e] = tk_valid(f[e]) ? tk_fkey(f[e]) : 0u;
+        for (int e = 0; e < TS_EPT; e++) u[e] = act(e) && tk_valid(f[e]) ? tk_fkey(f[e]) : 0u; /* uniform act */
     }
     int ws = 0;
     /* pass 0: the top 11 bits of every valid key; the largest finite key
@@ -569,17 +583,15 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     {
         uint32_t fm = 0, *H = S.hist[0];
         const uint32_t below = (1u << lane) - 1u; /* the lanes below this one */
-#pragma unroll
-        for (int e = 0; e < TS_EPT; e++) {
-            if (!act(e)) continue;
+        ts_each(act, [&](int e) {
             const uint32_t bin = u[e] ? u[e] >> 21 : TS_NONE;
             const uint32_t peers = ts_match_any(bin);
             ts_add_if(bin != TS_NONE && !(peers & below), H, bin, (uint32_t)__popc(peers));
             fm = ts_max(fm, u[e] < TS_UINF ? u[e] : 0u);
-        }
+        });
         fm = ts_reduce_max(fm);
         if (lane == 0 && fm) ts_atomic_max(&S.s_fmax, fm);
-        for (int i = tid; i < 2048; i += TS_NT) S.hist[1][i] = 0; /* pass 1's */
+        ts_zero_hist(S.hist[1]); /* pass 1's */
         ts_sync();
     }
     const uint32_t kk = ts_find_bin(S.hist[0], 0, r.k, S, ws);
@@ -622,7 +634,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             if (bin != TS_NONE && lane == __ffs(peers) - 1) ts_atomic_add(&H[bin], (uint32_t)__popc(peers));
         }
         /* O was last read before the previous pass's final barrier */
-        for (int i = tid; i < 2048; i += TS_NT) O[i] = 0;
+        ts_zero_hist(O);
         ts_sync();
         ts_find_bin(H, need, r.k, S, ws);
         const uint32_t bin = S.s_bin, above = S.s_above;
@@ -666,7 +678,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     }
     if (lane == 0) S.hmn[tid >> 5] = hmn, S.hmx[tid >> 5] = hmx;
     /* the passes' histograms were last read before their final barrier */
-    for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
+    ts_zero_hist(S.hist[0]);
     /* gather mode: columns first, their tokens after the barrier (the 17
      * block lookups in the loop with the 17 keys live spill, ptxas) */
 #pragma unroll
