@@ -74,7 +74,7 @@ struct ts_smem {
     uint32_t hmn[TS_NW], hmx[TS_NW]; /* the candidates' smallest score word, largest finite one */
     int32_t blk[TS_BLK];               /* gather mode: the row's blocks */
     uint32_t s_n, s_bin, s_above, s_cnt, s_E, s_hib;
-    uint32_t s_fmax;     /* the row's largest finite key word (0: none) */
+    uint32_t wfmx[TS_NW], wfmn[TS_NW], wlo[TS_NW]; /* per warp: ts_direct_order's range (the keys' loop) */
     uint32_t s_mb;       /* the direct ordering: its largest bucket at or above the k-th key */
     uint32_t s_ob, s_oE; /* the direct ordering: the k-th key's bucket, keys in it and above */
 };
@@ -141,6 +141,7 @@ TS_DEV void ts_push_if(bool c, uint32_t *h, uint32_t i, uint64_t *dst, uint64_t 
                  : "memory");
 }
 TS_DEV uint32_t ts_reduce_max(uint32_t x) { return __reduce_max_sync(0xffffffffu, x); }
+TS_DEV uint32_t ts_reduce_min(uint32_t x) { return __reduce_min_sync(0xffffffffu, x); }
 TS_DEV float4 ts_ldg4(const float4 *p) { return __ldg(p); }
 TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #endif
@@ -153,7 +154,7 @@ TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #define TS_NOTE_PASSES(n)
 #endif
 #ifndef TS_NOTE_DIRECT
-#define TS_NOTE_DIRECT()
+#define TS_NOTE_DIRECT(after_pass0)
 #endif
 
 template <typename T> TS_DEV T ts_min(T a, T b) { return b < a ? b : a; }
@@ -434,33 +435,32 @@ template <typename ACT, typename F> TS_DEV void ts_each(ACT act, F f) {
     if (act(TS_EPT - 1)) f(TS_EPT - 1);
 }
 
-/* The direct ordering, right after the first radix pass (the common case):
- * the candidates are the keys from the k-th key's first-pass bin up, still
- * in registers, and phase B's counting sort runs on them there, with its
- * buckets linear in the score over [the bin's lowest score, the row's
- * largest finite one]: histogram (in S.cand, zeroed by the caller), scan,
- * scatter of the keys from the k-th key's bucket up into S.tmp, each one's
- * rank = its bucket's start + its larger bucket mates, written straight to
- * r.out. No candidate buffer, no staged output: 4 barriers (gather mode +
- * 1: the tokens). Any monotone bucket map gives the same ranks, so the
- * result is phase B's. False (uniform) where the score range does not
- * allow linear buckets or a bucket at or above the k-th key's holds more
- * than TS_LIMIT keys: the caller goes on with the radix passes, the collect
- * and ts_order_out, whose state (S.hist, the pass variables) this leaves
- * as it found it. */
-template <bool GATHER, typename ACT, typename COL, typename TOK>
-TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t bin, uint32_t cnt,
-                            uint32_t kk, const ts_row &r, ts_smem &S, int &ws) {
-    const int tid = ts_tid();
-    const uint32_t lo = ts_max(bin << 21, TS_ULO), hx = S.s_fmax;
-    if (hx <= lo) return false; /* no finite candidate above the bin's lowest key */
+/* The direct ordering (the common case): phase B's counting sort on the
+ * keys >= lo, still in registers, with buckets linear in the score over
+ * [score(lo), score(hx)] (hx: the row's largest finite key): histogram (in
+ * S.cand, zeroed by the caller), scan, scatter of the keys from the k-th
+ * key's bucket up into S.tmp, each one's rank = its bucket's start + its
+ * larger bucket mates, written straight to r.out. No candidate buffer, no
+ * radix pass, no staged output: 4 barriers (gather mode + 1: the tokens).
+ * lo must not exceed the kk-th largest key; kk = 0: min(k, keys >= lo)
+ * (lo then bounds it for the row, or is the smallest valid key). Any
+ * monotone bucket map gives the same ranks, so the result is phase B's.
+ * Returns (uniform) 1: done; 0: the score range does not allow linear
+ * buckets, nothing touched; -1: a bucket at or above the k-th key's holds
+ * more than TS_LIMIT keys (ties, outliers), S.cand and S.s_mb spent. The
+ * caller then goes on with the radix passes, the collect and ts_order_out,
+ * whose state (S.hist, S.s_n) this leaves as it found it. */
+TS_DEV bool ts_lin_dig(uint32_t lo, uint32_t hx, ts_dig &dig) {
+    if (hx <= lo) return false; /* no finite key above lo */
     const float vmn = ts_fval((uint64_t)lo << 32), vr = ts_fval((uint64_t)hx << 32) - vmn, sc = 2047.f / vr;
     if (!(vr > 0.f && isfinite(vr) && isfinite(sc))) return false;
-    const ts_dig dig = {true, vmn, sc, 0, 0};
-    /* the bin's cnt keys lie in its span of buckets: a sure overflow there
-     * (far outliers, many equal scores) skips the histogram */
-    const uint32_t span = dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32);
-    if (cnt > TS_LIMIT * (span + 1)) return false;
+    dig = {true, vmn, sc, 0, 0};
+    return true;
+}
+template <bool GATHER, typename ACT, typename COL, typename TOK>
+TS_DEV int ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t lo, const ts_dig &dig,
+                           uint32_t kk, const ts_row &r, ts_smem &S, int &ws) {
+    const int tid = ts_tid();
     uint32_t *oh = (uint32_t *)S.cand;
     /* invalid keys: 0 < lo */
     ts_each(act, [&](int e) { ts_add_if(u[e] >= lo, oh, dig((uint64_t)u[e] << 32), 1u); });
@@ -472,6 +472,7 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     c[1] = oh[2046 - 2 * tid];
     uint32_t tot;
     uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
+    if (kk == 0) kk = ts_min(tot, r.k); /* >= 1: hx >= lo is a key */
     uint32_t mb = 0;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -489,7 +490,7 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
     mb = ts_reduce_max(mb);
     if ((tid & 31) == 0 && mb > TS_LIMIT) ts_atomic_max(&S.s_mb, mb); /* zeroed by the caller */
     ts_sync();
-    if (S.s_mb > TS_LIMIT) return false;
+    if (S.s_mb > TS_LIMIT) return -1;
     const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
     ts_each(act, [&](int e) {
         /* gather mode: the column now, its token after the barrier */
@@ -515,7 +516,7 @@ TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK t
         if (rk < kk) r.out[(int64_t)rk * r.out_cs] = (int32_t)~(uint32_t)key;
     }
     for (uint32_t i = kk + tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
-    return true;
+    return 1;
 }
 
 /* The row's top k (all TS_NT threads of the CTA; the row is at most TS_LMAX
@@ -572,25 +573,49 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         /* while the loads are in flight (S.cand: ts_direct_order's histogram) */
         ts_zero_hist(S.hist[0]);
         S.cand[tid] = 0; /* 1024 = TS_NT entries */
-        if (tid == 0) S.s_n = 0, S.s_fmax = 0, S.s_mb = 0;
-        ts_sync();
+        if (tid == 0) S.s_n = 0, S.s_mb = 0;
+        /* the keys; per warp for ts_direct_order's range: the largest and
+         * the smallest finite key, and the smallest over the lanes of a
+         * lane's j-th largest key (0: fewer than j valid), j = ceil(k /
+         * TS_NT): every lane holds j keys >= it, so the row >= k: a lower
+         * bound of the kk-th key well above the row's low tail */
+        uint32_t t1 = 0, t2 = 0, fmx = 0, fmn = ~0u;
 #pragma unroll
-        for (int e = 0; e < TS_EPT; e++) u[e] = act(e) && tk_valid(f[e]) ? tk_fkey(f[e]) : 0u; /* uniform act */
+        for (int e = 0; e < TS_EPT; e++) {
+            u[e] = act(e) && tk_valid(f[e]) ? tk_fkey(f[e]) : 0u; /* uniform act */
+            t2 = ts_max(t2, ts_min(t1, u[e]));
+            t1 = ts_max(t1, u[e]);
+            const bool fin = u[e] && u[e] < TS_UINF;
+            fmx = ts_max(fmx, fin ? u[e] : 0u);
+            fmn = ts_min(fmn, fin ? u[e] : ~0u);
+        }
+        fmx = ts_reduce_max(fmx);
+        fmn = ts_reduce_min(fmn);
+        t1 = ts_reduce_min(r.k > TS_NT ? t2 : t1);
+        if (lane == 0) S.wfmx[tid >> 5] = fmx, S.wfmn[tid >> 5] = fmn, S.wlo[tid >> 5] = t1;
+        ts_sync();
     }
     int ws = 0;
-    /* pass 0: the top 11 bits of every valid key; the largest finite key
-     * for ts_direct_order on the way */
+    const uint32_t fmx = ts_reduce_max(S.wfmx[lane]);
+    ts_dig dig;
+    int direct = 0;
     {
-        uint32_t fm = 0, *H = S.hist[0];
+        const uint32_t lb = ts_reduce_min(S.wlo[lane]), lo = lb ? lb : ts_reduce_min(S.wfmn[lane]);
+        if (ts_lin_dig(lo, fmx, dig)) direct = ts_direct_order<GATHER>(u, act, col, tok, lo, dig, 0, r, S, ws);
+    }
+    if (direct == 1) {
+        if (tid == 0) TS_NOTE_DIRECT(0);
+        return;
+    }
+    /* pass 0: the top 11 bits of every valid key */
+    {
+        uint32_t *H = S.hist[0];
         const uint32_t below = (1u << lane) - 1u; /* the lanes below this one */
         ts_each(act, [&](int e) {
             const uint32_t bin = u[e] ? u[e] >> 21 : TS_NONE;
             const uint32_t peers = ts_match_any(bin);
             ts_add_if(bin != TS_NONE && !(peers & below), H, bin, (uint32_t)__popc(peers));
-            fm = ts_max(fm, u[e] < TS_UINF ? u[e] : 0u);
         });
-        fm = ts_reduce_max(fm);
-        if (lane == 0 && fm) ts_atomic_max(&S.s_fmax, fm);
         ts_zero_hist(S.hist[1]); /* pass 1's */
         ts_sync();
     }
@@ -600,9 +625,17 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
         return;
     }
-    if (ts_direct_order<GATHER>(u, act, col, tok, S.s_bin, S.s_cnt, kk, r, S, ws)) {
-        if (tid == 0) TS_NOTE_DIRECT();
-        return;
+    /* the row's range did not allow linear buckets (S.cand untouched): the
+     * keys from the k-th key's bin up may (far outliers below it, a range
+     * past FLT_MAX); a bin of more than TS_LIMIT keys per bucket it spans
+     * surely overflows (many equal scores) */
+    if (direct == 0) {
+        const uint32_t bin = S.s_bin, lo = ts_max(bin << 21, TS_ULO);
+        if (ts_lin_dig(lo, fmx, dig) && S.s_cnt <= TS_LIMIT * (dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32) + 1) &&
+            ts_direct_order<GATHER>(u, act, col, tok, lo, dig, kk, r, S, ws) == 1) {
+            if (tid == 0) TS_NOTE_DIRECT(1);
+            return;
+        }
     }
     /* the radix passes after the first (their state from S: fewer registers
      * live in ts_direct_order): pass p < 3 on the score word, p >= 3 on the
