@@ -12,16 +12,29 @@
  * read once, into registers (thread t holds float4 t, t + 1024, ... of the
  * row's aligned body: up to 16 scores; threads 0..2 also hold the <= 3
  * unaligned head columns, threads 4..6 the <= 3 tail columns), and never
- * again:
+ * again; the loops over a thread's keys branch once per float4 group
+ * (ts_each: warp-uniform), so a row of 8192 costs 8 keys' work, not 17.
+ *  0. the direct order (ts_direct_order, the common case): with the keys
+ *     come a lower bound of the k-th key (the smallest over the lanes of a
+ *     lane's ceil(k / 1024)-th largest key) and the largest finite key;
+ *     topk.cu's phase B counting sort runs on the keys above the bound
+ *     straight from the registers: 2048 buckets linear in the score, each
+ *     key's rank = its bucket's start + its larger bucket mates, written
+ *     to the output. Barriers for a row of continuous scores: 1 (keys,
+ *     bounds, histograms cleared) + 1 (histogram) + 2 (scan) + 1 (scatter;
+ *     gather mode + 1: tokens) = 5, no radix pass, no candidate buffer, no
+ *     staged output. Where a bucket at or above the k-th key's holds more
+ *     than TS_LIMIT keys (many equal scores, far outliers), steps 1-3;
+ *     where the range does not allow linear buckets (no finite key, a
+ *     range past FLT_MAX), step 1's first pass, then the direct order
+ *     over the keys from the k-th key's bin up.
  *  1. radix select over the keys held in registers: 11-bit digits of the
  *     score word (bits 31..21, 20..10, 9..0), then of the ~token word when
  *     equal scores straddle the k-th key; histograms in shared memory,
  *     warp-aggregated (__match_any_sync: one atomic per distinct bin per
  *     warp), two buffers so that a pass never waits to clear the one just
  *     read. A pass ends as soon as the keys at or above the k-th key's bin
- *     fit the candidate buffer (TS_CAP): for continuous scores that is the
- *     first pass (a bin of the top 11 bits is a quarter octave: ~430 of
- *     8192 normal scores at most, and k <= 2048). Three barriers a pass.
+ *     fit the candidate buffer (TS_CAP). Three barriers a pass.
  *  2. collect: every key >= the prefix into cand (one warp scan and one
  *     shared atomic per warp), nc = keys above the bin + the bin's count;
  *     the candidates' smallest and largest finite score on the way, for
@@ -29,16 +42,12 @@
  *     TS_BLK) are staged in shared memory with the row's loads, a column's
  *     token is a shared load.
  *  3. order the kk = min(k, valid) largest of the nc candidates: topk.cu's
- *     phase B (tb_order_out) at 1024 threads: a counting sort on 2048
- *     buckets linear in the score (key space when the score range does not
- *     allow it), each key's rank = its bucket's start + its larger bucket
- *     mates; buckets over TS_LIMIT keys narrow the range (key space, twice
- *     at most), then a bitonic sort of the candidates (many equal scores,
- *     more than TS_LIMIT NaN / +inf: correct, slower).
- * Barriers for a row of continuous scores: 1 (hist cleared) + 3 (pass 1) +
- * 1 (collect; gather mode + 1: tokens) + 4 (ordering: histogram, scan,
- * largest bucket, scatter) + 1 (output staged) = 10; one global round trip
- * (the row and the blocks).
+ *     phase B (tb_order_out) at 1024 threads: the counting sort of step 0
+ *     over the candidates (key space when the score range does not allow
+ *     linear buckets); buckets over TS_LIMIT keys narrow the range (key
+ *     space, twice at most), then a bitonic sort of the candidates (many
+ *     equal scores, more than TS_LIMIT NaN / +inf: correct, slower).
+ * One global round trip (the row and the blocks).
  *
  * The text below uses only ts_* primitives (defined here for CUDA and by
  * dev/emu_topk_short.cpp, LA_TS_EMU, for a host emulation with one
@@ -79,6 +88,7 @@ struct ts_smem {
     uint32_t s_ob, s_oE; /* the direct ordering: the k-th key's bucket, keys in it and above */
 };
 static_assert(TS_CAP >= 2 * TS_KMAX, "bitonic fallback and collect capacity");
+static_assert(TS_KMAX <= 2 * TS_NT, "the direct order's bound: a lane's first or second largest key");
 static_assert(TS_NT == 1024 && TS_CAP >= TS_NT / 2, "S.cand holds ts_direct_order's 2048 bins: one entry a thread");
 static_assert(TS_CAP < 65536, "bucket start and count are packed in 16 bits each");
 
@@ -581,14 +591,15 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
          * bound of the kk-th key well above the row's low tail */
         uint32_t t1 = 0, t2 = 0, fmx = 0, fmn = ~0u;
 #pragma unroll
-        for (int e = 0; e < TS_EPT; e++) {
-            u[e] = act(e) && tk_valid(f[e]) ? tk_fkey(f[e]) : 0u; /* uniform act */
+        for (int e = 0; e < TS_EPT; e++) u[e] = 0;
+        ts_each(act, [&](int e) {
+            u[e] = tk_valid(f[e]) ? tk_fkey(f[e]) : 0u;
             t2 = ts_max(t2, ts_min(t1, u[e]));
             t1 = ts_max(t1, u[e]);
             const bool fin = u[e] && u[e] < TS_UINF;
             fmx = ts_max(fmx, fin ? u[e] : 0u);
             fmn = ts_min(fmn, fin ? u[e] : ~0u);
-        }
+        });
         fmx = ts_reduce_max(fmx);
         fmn = ts_reduce_min(fmn);
         t1 = ts_reduce_min(r.k > TS_NT ? t2 : t1);
