@@ -24,10 +24,9 @@
  *     bounds, histograms cleared) + 1 (histogram) + 2 (scan) + 1 (scatter;
  *     gather mode + 1: tokens) = 5, no radix pass, no candidate buffer, no
  *     staged output. Where a bucket at or above the k-th key's holds more
- *     than TS_LIMIT keys (many equal scores, far outliers), steps 1-3;
- *     where the range does not allow linear buckets (no finite key, a
- *     range past FLT_MAX), step 1's first pass, then the direct order
- *     over the keys from the k-th key's bin up.
+ *     than TS_LIMIT keys (many equal scores, far outliers) or the range
+ *     does not allow linear buckets (no finite key, a range past
+ *     FLT_MAX): steps 1-3.
  *  1. radix select over the keys held in registers: 11-bit digits of the
  *     score word (bits 31..21, 20..10, 9..0), then of the ~token word when
  *     equal scores straddle the k-th key; histograms in shared memory,
@@ -164,7 +163,7 @@ TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #define TS_NOTE_PASSES(n)
 #endif
 #ifndef TS_NOTE_DIRECT
-#define TS_NOTE_DIRECT(after_pass0)
+#define TS_NOTE_DIRECT()
 #endif
 
 template <typename T> TS_DEV T ts_min(T a, T b) { return b < a ? b : a; }
@@ -446,20 +445,21 @@ template <typename ACT, typename F> TS_DEV void ts_each(ACT act, F f) {
 }
 
 /* The direct ordering (the common case): phase B's counting sort on the
- * keys >= lo, still in registers, with buckets linear in the score over
- * [score(lo), score(hx)] (hx: the row's largest finite key): histogram (in
- * S.cand, zeroed by the caller), scan, scatter of the keys from the k-th
- * key's bucket up into S.tmp, each one's rank = its bucket's start + its
- * larger bucket mates, written straight to r.out. No candidate buffer, no
- * radix pass, no staged output: 4 barriers (gather mode + 1: the tokens).
- * lo must not exceed the kk-th largest key; kk = 0: min(k, keys >= lo)
- * (lo then bounds it for the row, or is the smallest valid key). Any
- * monotone bucket map gives the same ranks, so the result is phase B's.
- * Returns (uniform) 1: done; 0: the score range does not allow linear
- * buckets, nothing touched; -1: a bucket at or above the k-th key's holds
- * more than TS_LIMIT keys (ties, outliers), S.cand and S.s_mb spent. The
- * caller then goes on with the radix passes, the collect and ts_order_out,
- * whose state (S.hist, S.s_n) this leaves as it found it. */
+ * keys >= lo, still in registers, with buckets linear in the score (dig:
+ * ts_lin_dig over [score(lo), the row's largest finite score]): histogram
+ * (in S.cand, zeroed by the caller), scan, scatter of the keys from the
+ * k-th key's bucket up into S.tmp, each one's rank = its bucket's start +
+ * its larger bucket mates, written straight to r.out. No candidate buffer,
+ * no radix pass, no staged output: 4 barriers (gather mode + 1: the
+ * tokens). lo is at most the kk-th largest key, kk = min(k, valid keys) =
+ * min(k, keys >= lo): lo bounds the k-th key for the whole row, or is the
+ * smallest valid key. Any monotone bucket map gives the same ranks, so the
+ * result is phase B's. False (uniform) where a bucket at or above the k-th
+ * key's holds more than TS_LIMIT keys (many equal scores, far outliers):
+ * S.cand and S.s_mb are spent, and the caller goes on with the radix
+ * passes, the collect and ts_order_out, whose state (S.hist, S.s_n) this
+ * leaves as it found it. ts_lin_dig: false where the range does not allow
+ * linear buckets (no finite key above lo, a range past FLT_MAX). */
 TS_DEV bool ts_lin_dig(uint32_t lo, uint32_t hx, ts_dig &dig) {
     if (hx <= lo) return false; /* no finite key above lo */
     const float vmn = ts_fval((uint64_t)lo << 32), vr = ts_fval((uint64_t)hx << 32) - vmn, sc = 2047.f / vr;
@@ -468,8 +468,8 @@ TS_DEV bool ts_lin_dig(uint32_t lo, uint32_t hx, ts_dig &dig) {
     return true;
 }
 template <bool GATHER, typename ACT, typename COL, typename TOK>
-TS_DEV int ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t lo, const ts_dig &dig,
-                           uint32_t kk, const ts_row &r, ts_smem &S, int &ws) {
+TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t lo, const ts_dig &dig,
+                            const ts_row &r, ts_smem &S, int &ws) {
     const int tid = ts_tid();
     uint32_t *oh = (uint32_t *)S.cand;
     /* invalid keys: 0 < lo */
@@ -482,7 +482,7 @@ TS_DEV int ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK to
     c[1] = oh[2046 - 2 * tid];
     uint32_t tot;
     uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
-    if (kk == 0) kk = ts_min(tot, r.k); /* >= 1: hx >= lo is a key */
+    const uint32_t kk = ts_min(tot, r.k); /* >= 1: hx > lo is a key */
     uint32_t mb = 0;
 #pragma unroll
     for (int j = 0; j < 2; j++) {
@@ -500,7 +500,7 @@ TS_DEV int ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK to
     mb = ts_reduce_max(mb);
     if ((tid & 31) == 0 && mb > TS_LIMIT) ts_atomic_max(&S.s_mb, mb); /* zeroed by the caller */
     ts_sync();
-    if (S.s_mb > TS_LIMIT) return -1;
+    if (S.s_mb > TS_LIMIT) return false;
     const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
     ts_each(act, [&](int e) {
         /* gather mode: the column now, its token after the barrier */
@@ -526,7 +526,7 @@ TS_DEV int ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK to
         if (rk < kk) r.out[(int64_t)rk * r.out_cs] = (int32_t)~(uint32_t)key;
     }
     for (uint32_t i = kk + tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
-    return 1;
+    return true;
 }
 
 /* The row's top k (all TS_NT threads of the CTA; the row is at most TS_LMAX
@@ -607,16 +607,14 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
         ts_sync();
     }
     int ws = 0;
-    const uint32_t fmx = ts_reduce_max(S.wfmx[lane]);
-    ts_dig dig;
-    int direct = 0;
     {
         const uint32_t lb = ts_reduce_min(S.wlo[lane]), lo = lb ? lb : ts_reduce_min(S.wfmn[lane]);
-        if (ts_lin_dig(lo, fmx, dig)) direct = ts_direct_order<GATHER>(u, act, col, tok, lo, dig, 0, r, S, ws);
-    }
-    if (direct == 1) {
-        if (tid == 0) TS_NOTE_DIRECT(0);
-        return;
+        ts_dig dig;
+        if (ts_lin_dig(lo, ts_reduce_max(S.wfmx[lane]), dig) &&
+            ts_direct_order<GATHER>(u, act, col, tok, lo, dig, r, S, ws)) {
+            if (tid == 0) TS_NOTE_DIRECT();
+            return;
+        }
     }
     /* pass 0: the top 11 bits of every valid key */
     {
@@ -635,18 +633,6 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     if (kk == 0) { /* no candidate (uniform) */
         for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
         return;
-    }
-    /* the row's range did not allow linear buckets (S.cand untouched): the
-     * keys from the k-th key's bin up may (far outliers below it, a range
-     * past FLT_MAX); a bin of more than TS_LIMIT keys per bucket it spans
-     * surely overflows (many equal scores) */
-    if (direct == 0) {
-        const uint32_t bin = S.s_bin, lo = ts_max(bin << 21, TS_ULO);
-        if (ts_lin_dig(lo, fmx, dig) && S.s_cnt <= TS_LIMIT * (dig((uint64_t)(bin << 21 | 0x1FFFFFu) << 32) + 1) &&
-            ts_direct_order<GATHER>(u, act, col, tok, lo, dig, kk, r, S, ws) == 1) {
-            if (tid == 0) TS_NOTE_DIRECT(1);
-            return;
-        }
     }
     /* the radix passes after the first (their state from S: fewer registers
      * live in ts_direct_order): pass p < 3 on the score word, p >= 3 on the
