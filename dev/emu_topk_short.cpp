@@ -13,7 +13,8 @@
  * lengths 1 .. 16384 (+ unaligned head and tail), k 1 .. 2048 and k > L;
  * contiguous rows at every alignment, a column stride of 3, column ranges,
  * gather mode (tokens through shuffled blocks). The rows whose ordering fell
- * back to the bitonic sort and the radix passes are counted.
+ * back to the bitonic sort, the radix passes and the rows of the direct
+ * order are counted.
  *   bash dev/emu_topk_short.sh [BUILD_DIR] */
 #include <algorithm>
 #include <atomic>
@@ -105,6 +106,33 @@ static inline uint32_t ts_match_any(uint32_t x) {
         return (uint64_t)m;
     });
 }
+static inline uint32_t ts_atomic_max(uint32_t *p, uint32_t v) {
+    std::atomic_ref<uint32_t> a(*p);
+    uint32_t o = a.load();
+    while (o < v && !a.compare_exchange_weak(o, v)) {
+    }
+    return o;
+}
+static inline void ts_add_if(bool c, uint32_t *h, uint32_t i, uint32_t v) {
+    if (c) ts_atomic_add(&h[i], v);
+}
+static inline void ts_push_if(bool c, uint32_t *h, uint32_t i, uint64_t *dst, uint64_t x) {
+    if (c) dst[ts_atomic_add(&h[i], 1u) & 0xFFFFu] = x;
+}
+static inline uint32_t ts_reduce_max(uint32_t x) {
+    return (uint32_t)emu_warp(x, [&](const uint64_t *s, int) {
+        uint64_t m = 0;
+        for (int i = 0; i < 32; i++) m = std::max(m, s[i]);
+        return m;
+    });
+}
+static inline uint32_t ts_reduce_min(uint32_t x) {
+    return (uint32_t)emu_warp(x, [&](const uint64_t *s, int) {
+        uint64_t m = ~0ull;
+        for (int i = 0; i < 32; i++) m = std::min(m, s[i]);
+        return m;
+    });
+}
 static inline float4 ts_ldg4(const float4 *p) {
     if (((uintptr_t)p) & 15) {
         fprintf(stderr, "unaligned float4 load\n");
@@ -114,9 +142,10 @@ static inline float4 ts_ldg4(const float4 *p) {
 }
 static inline float ts_ldg(const float *p) { return *p; }
 
-static std::atomic<int> emu_bitonic{0}, emu_pass[7];
+static std::atomic<int> emu_bitonic{0}, emu_pass[7], emu_direct{0};
 #define TS_NOTE_BITONIC() emu_bitonic++
 #define TS_NOTE_PASSES(n) emu_pass[n]++
+#define TS_NOTE_DIRECT() emu_direct++
 #include "cuda/topk_short.cuh"
 
 /* ---- the test --------------------------------------------------------------- */
@@ -160,7 +189,8 @@ static int64_t nrows_total = 0;
  * rounded (small ties), 7 far outliers, 8 NaN only and -inf, 9 distinct
  * scores in one bin of the first radix pass (the second pass resolves), 10
  * in one bin of the second (the third resolves; L > 1024: ties, the token
- * passes)
+ * passes), 11 the last 30% of the row -1e30 (masked by a large negative),
+ * 12 a few +-3e38 (a score range past FLT_MAX)
  * layout: 0 contiguous (rows at every alignment), 1 column stride 3,
  * 2 column ranges, 3 gather mode (tokens through shuffled blocks of 16) */
 static void run(int R, int64_t L, int k, int kind, int layout, unsigned seed) {
@@ -190,6 +220,8 @@ static void run(int R, int64_t L, int k, int kind, int layout, unsigned seed) {
             else if (kind == 6) v = std::round(v * 256.f) / 256.f;
             else if (kind == 7) v = x == 0 ? 1e30f * (1.f + (float)(g() % 100)) : v;
             else if (kind == 8) v = x < 300 ? NAN : -INFINITY;
+            else if (kind == 11) v = p >= L * 7 / 10 ? -1e30f : v; /* masked by a large negative: the low tail */
+            else if (kind == 12) v = x < 3 ? (x & 1 ? 3e38f : -3e38f) : v; /* a score range past FLT_MAX */
             else if (kind == 9 || kind == 10) { /* one bin of the first pass (9) or of the second (10) */
                 const uint32_t m = kind == 9 ? 0x1FFFFFu : 0x3FFu;
                 v = __uint_as_float(0x3F800000u + (uint32_t)((p * 40503 + rw * 977) & m));
@@ -243,7 +275,7 @@ static void run(int R, int64_t L, int k, int kind, int layout, unsigned seed) {
     nrows_total += R;
     static const char *kinds[] = {"normal", "7 values", "all equal", "NaN/inf/-inf/0", "all -inf",
                                   "mostly -inf", "rounded", "outliers", "NaN and -inf", "one bin 1",
-                                  "one bin 2"};
+                                  "one bin 2", "-1e30 tail", "past FLT_MAX"};
     static const char *lays[] = {"contiguous", "stride 3", "ranges", "gather"};
     printf("L %5lld k %4d %-15s %-10s: %lld of %d rows wrong%s\n", (long long)L, k, kinds[kind], lays[layout],
            (long long)bad, R, emu_bitonic - b0 ? " (bitonic order)" : "");
@@ -267,12 +299,15 @@ int main(int argc, char **argv) {
     /* the other kinds at a few sizes, every layout */
     const int64_t Ls2[] = {65, 8192, 16384};
     for (int64_t L : Ls2)
-        for (int kind = 2; kind <= 10; kind++) {
+        for (int kind = 2; kind <= 12; kind++) {
             if (kind == 3) continue;
             run(2, L, 2048, kind, (int)(seed % 4), seed), seed++;
             if (!quick) run(1, L, 100, kind, (int)((seed + 1) % 4), seed), seed++;
         }
     run(2, 1000, 64, 10, 0, seed++); /* distinct: the third pass resolves */
+    for (int k : {1023, 1024, 1025}) /* the direct order's lower bound: the lanes' 1st or 2nd largest key */
+        run(2, 8192, k, 0, (int)(seed % 4), seed), seed++;
+    run(2, 4096, 2048, 0, 0, seed++); /* the k-th key near 0: a range across the sign */
     run(2, 1024, 2048, 10, 1, seed++);
     for (int layout = 0; layout < 4; layout++) {
         run(3, 8192, 2048, 0, layout, seed++); /* HISA's candidate rows */
@@ -280,7 +315,7 @@ int main(int argc, char **argv) {
     }
     printf("rows: %lld; radix passes (rows):", (long long)nrows_total);
     for (int i = 1; i < 7; i++) printf(" %d:%d", i, emu_pass[i].load());
-    printf("; bitonic order: %d\n", emu_bitonic.load());
+    printf("; bitonic order: %d; direct order: %d\n", emu_bitonic.load(), emu_direct.load());
     printf("%s\n", fails ? "FAILED" : "all passed");
     return fails != 0;
 }

@@ -12,16 +12,28 @@
  * read once, into registers (thread t holds float4 t, t + 1024, ... of the
  * row's aligned body: up to 16 scores; threads 0..2 also hold the <= 3
  * unaligned head columns, threads 4..6 the <= 3 tail columns), and never
- * again:
+ * again; the loops over a thread's keys branch once per float4 group
+ * (ts_each: warp-uniform), so a row of 8192 costs 8 keys' work, not 17.
+ *  0. the direct order (ts_direct_order, the common case): with the keys
+ *     come a lower bound of the k-th key (the smallest over the lanes of a
+ *     lane's ceil(k / 1024)-th largest key) and the largest finite key;
+ *     topk.cu's phase B counting sort runs on the keys above the bound
+ *     straight from the registers: 2048 buckets linear in the score, each
+ *     key's rank = its bucket's start + its larger bucket mates, written
+ *     to the output. Barriers for a row of continuous scores: 1 (keys,
+ *     bounds, histograms cleared) + 1 (histogram) + 2 (scan) + 1 (scatter;
+ *     gather mode + 1: tokens) = 5, no radix pass, no candidate buffer, no
+ *     staged output. Where a bucket at or above the k-th key's holds more
+ *     than TS_LIMIT keys (many equal scores, far outliers) or the range
+ *     does not allow linear buckets (no finite key, a range past
+ *     FLT_MAX): steps 1-3.
  *  1. radix select over the keys held in registers: 11-bit digits of the
  *     score word (bits 31..21, 20..10, 9..0), then of the ~token word when
  *     equal scores straddle the k-th key; histograms in shared memory,
  *     warp-aggregated (__match_any_sync: one atomic per distinct bin per
  *     warp), two buffers so that a pass never waits to clear the one just
  *     read. A pass ends as soon as the keys at or above the k-th key's bin
- *     fit the candidate buffer (TS_CAP): for continuous scores that is the
- *     first pass (a bin of the top 11 bits is a quarter octave: ~430 of
- *     8192 normal scores at most, and k <= 2048). Three barriers a pass.
+ *     fit the candidate buffer (TS_CAP). Three barriers a pass.
  *  2. collect: every key >= the prefix into cand (one warp scan and one
  *     shared atomic per warp), nc = keys above the bin + the bin's count;
  *     the candidates' smallest and largest finite score on the way, for
@@ -29,16 +41,12 @@
  *     TS_BLK) are staged in shared memory with the row's loads, a column's
  *     token is a shared load.
  *  3. order the kk = min(k, valid) largest of the nc candidates: topk.cu's
- *     phase B (tb_order_out) at 1024 threads: a counting sort on 2048
- *     buckets linear in the score (key space when the score range does not
- *     allow it), each key's rank = its bucket's start + its larger bucket
- *     mates; buckets over TS_LIMIT keys narrow the range (key space, twice
- *     at most), then a bitonic sort of the candidates (many equal scores,
- *     more than TS_LIMIT NaN / +inf: correct, slower).
- * Barriers for a row of continuous scores: 1 (hist cleared) + 3 (pass 1) +
- * 1 (collect; gather mode + 1: tokens) + 4 (ordering: histogram, scan,
- * largest bucket, scatter) + 1 (output staged) = 10; one global round trip
- * (the row and the blocks).
+ *     phase B (tb_order_out) at 1024 threads: the counting sort of step 0
+ *     over the candidates (key space when the score range does not allow
+ *     linear buckets); buckets over TS_LIMIT keys narrow the range (key
+ *     space, twice at most), then a bitonic sort of the candidates (many
+ *     equal scores, more than TS_LIMIT NaN / +inf: correct, slower).
+ * One global round trip (the row and the blocks).
  *
  * The text below uses only ts_* primitives (defined here for CUDA and by
  * dev/emu_topk_short.cpp, LA_TS_EMU, for a host emulation with one
@@ -74,8 +82,13 @@ struct ts_smem {
     uint32_t hmn[TS_NW], hmx[TS_NW]; /* the candidates' smallest score word, largest finite one */
     int32_t blk[TS_BLK];               /* gather mode: the row's blocks */
     uint32_t s_n, s_bin, s_above, s_cnt, s_E, s_hib;
+    uint32_t wfmx[TS_NW], wfmn[TS_NW], wlo[TS_NW]; /* per warp: ts_direct_order's range (the keys' loop) */
+    uint32_t s_mb;       /* the direct ordering: its largest bucket at or above the k-th key */
+    uint32_t s_ob, s_oE; /* the direct ordering: the k-th key's bucket, keys in it and above */
 };
 static_assert(TS_CAP >= 2 * TS_KMAX, "bitonic fallback and collect capacity");
+static_assert(TS_KMAX <= 2 * TS_NT, "the direct order's bound: a lane's first or second largest key");
+static_assert(TS_NT == 1024 && TS_CAP >= TS_NT / 2, "S.cand holds ts_direct_order's 2048 bins: one entry a thread");
 static_assert(TS_CAP < 65536, "bucket start and count are packed in 16 bits each");
 
 /* One row: columns [lo, hi) of row (stride cs), tokens of gather mode from
@@ -118,6 +131,26 @@ TS_DEV uint64_t ts_shfl_xor64(uint64_t x, int o) {
 }
 TS_DEV uint32_t ts_ballot(bool p) { return __ballot_sync(0xffffffffu, p); }
 TS_DEV uint32_t ts_match_any(uint32_t x) { return __match_any_sync(0xffffffffu, x); }
+TS_DEV uint32_t ts_atomic_max(uint32_t *p, uint32_t v) { return atomicMax(p, v); }
+/* h[i] += v where c; where c: dst[h[i]++ & 0xFFFF] = x (h[i] atomically).
+ * Shared addresses from the loop-invariant bases (one window base, not one
+ * per element); predicated in PTX, though ptxas still branches around the
+ * atomics. */
+TS_DEV void ts_add_if(bool c, uint32_t *h, uint32_t i, uint32_t v) {
+    asm volatile("{\n\t.reg .pred q;\n\tsetp.ne.u32 q, %0, 0;\n\t@q red.shared.add.u32 [%1], %2;\n\t}" ::"r"((uint32_t)c),
+                 "r"((uint32_t)__cvta_generic_to_shared(h) + 4 * i), "r"(v)
+                 : "memory");
+}
+TS_DEV void ts_push_if(bool c, uint32_t *h, uint32_t i, uint64_t *dst, uint64_t x) {
+    asm volatile("{\n\t.reg .pred q;\n\t.reg .u32 j;\n\tsetp.ne.u32 q, %0, 0;\n\t"
+                 "@q atom.shared.add.u32 j, [%1], 1;\n\t@q and.b32 j, j, 65535;\n\t"
+                 "@q mad.lo.u32 j, j, 8, %2;\n\t@q st.shared.u64 [j], %3;\n\t}" ::"r"((uint32_t)c),
+                 "r"((uint32_t)__cvta_generic_to_shared(h) + 4 * i), "r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"((unsigned long long)x)
+                 : "memory");
+}
+TS_DEV uint32_t ts_reduce_max(uint32_t x) { return __reduce_max_sync(0xffffffffu, x); }
+TS_DEV uint32_t ts_reduce_min(uint32_t x) { return __reduce_min_sync(0xffffffffu, x); }
 TS_DEV float4 ts_ldg4(const float4 *p) { return __ldg(p); }
 TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #endif
@@ -128,6 +161,9 @@ TS_DEV float ts_ldg(const float *p) { return __ldg(p); }
 #endif
 #ifndef TS_NOTE_PASSES
 #define TS_NOTE_PASSES(n)
+#endif
+#ifndef TS_NOTE_DIRECT
+#define TS_NOTE_DIRECT()
 #endif
 
 template <typename T> TS_DEV T ts_min(T a, T b) { return b < a ? b : a; }
@@ -205,6 +241,13 @@ TS_DEV uint32_t ts_reserve(uint32_t c, uint32_t *s_n) {
     return ts_shfl(base, 31) + x - c;
 }
 
+/* A 2048-bin histogram zeroed by all threads (fixed trip count: the
+ * compiler does not know tid < TS_NT). */
+TS_DEV void ts_zero_hist(uint32_t *h) {
+#pragma unroll
+    for (int j = 0; j < 2048 / TS_NT; j++) h[ts_tid() + j * TS_NT] = 0;
+}
+
 /* Score of a key (the inverse of tk_fkey on its high word). */
 TS_DEV float ts_fval(uint64_t key) {
     const uint32_t u = (uint32_t)(key >> 32);
@@ -264,7 +307,7 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
                     if ((uint32_t)(key >> 32) < TS_UINF) lmx = ts_max(lmx, key); /* finite */
                 }
             }
-            for (int i = tid; i < 2048; i += TS_NT) hist[i] = 0;
+            ts_zero_hist(hist);
             ts_block_minmax64(lmn, lmx, S, ws); /* its barrier: hist cleared too */
             lmx = ts_min(lmx, cap);
             const uint64_t range = lmx > lmn ? lmx - lmn : 0;
@@ -362,6 +405,130 @@ TS_DEV void ts_order_out(ts_smem &S, uint32_t nc, uint32_t kk, const ts_row &r, 
     for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = i < kk ? ob[i] : -1;
 }
 
+/* The bin of H (2048 bins, scanned from the top; thread t: bins 2047 - 2t,
+ * 2046 - 2t) holding the need-th largest key, for the first pass (need 0)
+ * the min(k, total)-th: S.s_bin, S.s_above (keys in higher bins), S.s_cnt
+ * (its keys), visible after the barrier at the end. Returns that rank,
+ * uniform (0: no key, no bin). */
+TS_DEV uint32_t ts_find_bin(const uint32_t *H, uint32_t need, uint32_t k, ts_smem &S, int &ws) {
+    const int tid = ts_tid();
+    uint32_t c[2];
+    c[0] = H[2047 - 2 * tid];
+    c[1] = H[2046 - 2 * tid];
+    uint32_t tot;
+    uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
+    if (need == 0) need = ts_min(tot, k);
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        if (cum < need && cum + c[j] >= need) {
+            S.s_bin = 2047 - 2 * tid - j;
+            S.s_above = cum;
+            S.s_cnt = c[j];
+        }
+        cum += c[j];
+    }
+    ts_sync();
+    return need;
+}
+
+/* f(e) for the elements e that some lane of the warp holds (act, uniform):
+ * one branch per float4 group (act(4g) covers 4g .. 4g + 3), one for the
+ * head / tail element. */
+template <typename ACT, typename F> TS_DEV void ts_each(ACT act, F f) {
+#pragma unroll
+    for (int g = 0; g < TS_VPT; g++)
+        if (act(4 * g)) {
+#pragma unroll
+            for (int j = 0; j < 4; j++) f(4 * g + j);
+        }
+    if (act(TS_EPT - 1)) f(TS_EPT - 1);
+}
+
+/* The direct ordering (the common case): phase B's counting sort on the
+ * keys >= lo, still in registers, with buckets linear in the score (dig:
+ * ts_lin_dig over [score(lo), the row's largest finite score]): histogram
+ * (in S.cand, zeroed by the caller), scan, scatter of the keys from the
+ * k-th key's bucket up into S.tmp, each one's rank = its bucket's start +
+ * its larger bucket mates, written straight to r.out. No candidate buffer,
+ * no radix pass, no staged output: 4 barriers (gather mode + 1: the
+ * tokens). lo is at most the kk-th largest key, kk = min(k, valid keys) =
+ * min(k, keys >= lo): lo bounds the k-th key for the whole row, or is the
+ * smallest valid key. Any monotone bucket map gives the same ranks, so the
+ * result is phase B's. False (uniform) where a bucket at or above the k-th
+ * key's holds more than TS_LIMIT keys (many equal scores, far outliers):
+ * S.cand and S.s_mb are spent, and the caller goes on with the radix
+ * passes, the collect and ts_order_out, whose state (S.hist, S.s_n) this
+ * leaves as it found it. ts_lin_dig: false where the range does not allow
+ * linear buckets (no finite key above lo, a range past FLT_MAX). */
+TS_DEV bool ts_lin_dig(uint32_t lo, uint32_t hx, ts_dig &dig) {
+    if (hx <= lo) return false; /* no finite key above lo */
+    const float vmn = ts_fval((uint64_t)lo << 32), vr = ts_fval((uint64_t)hx << 32) - vmn, sc = 2047.f / vr;
+    if (!(vr > 0.f && isfinite(vr) && isfinite(sc))) return false;
+    dig = {true, vmn, sc, 0, 0};
+    return true;
+}
+template <bool GATHER, typename ACT, typename COL, typename TOK>
+TS_DEV bool ts_direct_order(const uint32_t (&u)[TS_EPT], ACT act, COL col, TOK tok, uint32_t lo, const ts_dig &dig,
+                            const ts_row &r, ts_smem &S, int &ws) {
+    const int tid = ts_tid();
+    uint32_t *oh = (uint32_t *)S.cand;
+    /* invalid keys: 0 < lo */
+    ts_each(act, [&](int e) { ts_add_if(u[e] >= lo, oh, dig((uint64_t)u[e] << 32), 1u); });
+    ts_sync();
+    /* buckets in descending order (thread t: 2047 - 2t, 2046 - 2t), as in
+     * ts_order_out: oh[b] = count << 16 | start */
+    uint32_t c[2];
+    c[0] = oh[2047 - 2 * tid];
+    c[1] = oh[2046 - 2 * tid];
+    uint32_t tot;
+    uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
+    const uint32_t kk = ts_min(tot, r.k); /* >= 1: hx > lo is a key */
+    uint32_t mb = 0;
+#pragma unroll
+    for (int j = 0; j < 2; j++) {
+        const uint32_t b = 2047 - 2 * tid - j;
+        if (cum < kk) {
+            mb = ts_max(mb, c[j]);
+            if (cum + c[j] >= kk) {
+                S.s_ob = b;
+                S.s_oE = cum + c[j];
+            }
+        }
+        oh[b] = (c[j] << 16) | cum;
+        cum += c[j];
+    }
+    mb = ts_reduce_max(mb);
+    if ((tid & 31) == 0 && mb > TS_LIMIT) ts_atomic_max(&S.s_mb, mb); /* zeroed by the caller */
+    ts_sync();
+    if (S.s_mb > TS_LIMIT) return false;
+    const uint32_t b0 = S.s_ob, E = S.s_oE; /* E < kk + TS_LIMIT <= TS_TMP */
+    ts_each(act, [&](int e) {
+        /* gather mode: the column now, its token after the barrier */
+        const uint64_t key = ((uint64_t)u[e] << 32) | (uint32_t)~(GATHER ? col(e) : tok(col(e)));
+        const uint32_t d = dig(key);
+        ts_push_if(u[e] >= lo && d >= b0, oh, d, S.tmp, key);
+    });
+    ts_sync();
+    if (GATHER) {
+        for (uint32_t i = tid; i < E; i += TS_NT) {
+            const uint64_t key = S.tmp[i];
+            S.tmp[i] = (key & 0xFFFFFFFF00000000ull) | (uint32_t)~tok(~(uint32_t)key);
+        }
+        ts_sync();
+    }
+    /* oh[d] = count << 16 | end */
+    for (uint32_t i = tid; i < E; i += TS_NT) {
+        const uint64_t key = S.tmp[i];
+        const uint32_t h = oh[dig(key)];
+        const uint32_t end = h & 0xFFFFu, st = end - (h >> 16);
+        uint32_t rk = st;
+        for (uint32_t j = st; j < end; j++) rk += S.tmp[j] > key;
+        if (rk < kk) r.out[(int64_t)rk * r.out_cs] = (int32_t)~(uint32_t)key;
+    }
+    for (uint32_t i = kk + tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
+    return true;
+}
+
 /* The row's top k (all TS_NT threads of the CTA; the row is at most TS_LMAX
  * columns past its aligned start, TS_LMAX + 3 in all). */
 template <bool GATHER>
@@ -377,10 +544,8 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     const int64_t tail0 = a + 4 * (int64_t)nvec;
     const uint32_t nt = (uint32_t)(r.hi > tail0 ? r.hi - tail0 : 0);
     /* column of element e (32 bits: the caller checks L < 2^31) */
-    const uint32_t a32 = (uint32_t)a, lo32 = (uint32_t)r.lo, t32 = (uint32_t)tail0;
-    auto col = [&](int e) -> uint32_t {
-        return e < 16 ? a32 + 4 * (uint32_t)(tid + TS_NT * (e >> 2)) + (e & 3) : tid < 4 ? lo32 + tid : t32 + tid - 4;
-    };
+    const uint32_t a32 = (uint32_t)a, c16 = tid < 4 ? (uint32_t)r.lo + tid : (uint32_t)tail0 + tid - 4;
+    auto col = [&](int e) -> uint32_t { return e < 16 ? a32 + 4 * (uint32_t)(tid + TS_NT * (e >> 2)) + (e & 3) : c16; };
     /* whether element e can be valid in some lane of this warp (uniform) */
     auto act = [&](int e) -> bool {
         return e < 16 ? (uint32_t)(wbase + TS_NT * (e >> 2)) < nvec : wbase == 0 && nh + nt > 0;
@@ -415,19 +580,71 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             const uint32_t nblk = (uint32_t)((r.hi + r.B - 1) / r.B);
             for (uint32_t i = tid; i < nblk; i += TS_NT) S.blk[i] = r.blocks[i];
         }
-        /* while the loads are in flight */
-        for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
-        if (tid == 0) S.s_n = 0;
-        ts_sync();
+        /* while the loads are in flight (S.cand: ts_direct_order's histogram) */
+        ts_zero_hist(S.hist[0]);
+        S.cand[tid] = 0; /* 1024 = TS_NT entries */
+        if (tid == 0) S.s_n = 0, S.s_mb = 0;
+        /* the keys; per warp for ts_direct_order's range: the largest and
+         * the smallest finite key, and the smallest over the lanes of a
+         * lane's j-th largest key (0: fewer than j valid), j = ceil(k /
+         * TS_NT): every lane holds j keys >= it, so the row >= k: a lower
+         * bound of the kk-th key well above the row's low tail */
+        uint32_t t1 = 0, t2 = 0, fmx = 0, fmn = ~0u;
 #pragma unroll
-        for (int e = 0; e < TS_EPT; e++) u[e] = tk_valid(f[e]) ? tk_fkey(f[e]) : 0u;
+        for (int e = 0; e < TS_EPT; e++) u[e] = 0;
+        ts_each(act, [&](int e) {
+            u[e] = tk_valid(f[e]) ? tk_fkey(f[e]) : 0u;
+            t2 = ts_max(t2, ts_min(t1, u[e]));
+            t1 = ts_max(t1, u[e]);
+            const bool fin = u[e] && u[e] < TS_UINF;
+            fmx = ts_max(fmx, fin ? u[e] : 0u);
+            fmn = ts_min(fmn, fin ? u[e] : ~0u);
+        });
+        fmx = ts_reduce_max(fmx);
+        fmn = ts_reduce_min(fmn);
+        t1 = ts_reduce_min(r.k > TS_NT ? t2 : t1);
+        if (lane == 0) S.wfmx[tid >> 5] = fmx, S.wfmn[tid >> 5] = fmn, S.wlo[tid >> 5] = t1;
+        ts_sync();
     }
     int ws = 0;
-    /* radix passes: pass p < 3 on the score word, p >= 3 on the ~token word
-     * (shifts 21, 10, 0); ph/pl: the k-th key's prefix so far, under mh/ml */
-    uint32_t ph = 0, pl = 0, mh = 0, ml = 0, kk = 0, need = 0, taken = 0, cnt = 0;
-    int pass = 0;
-    for (;; pass++) {
+    {
+        const uint32_t lb = ts_reduce_min(S.wlo[lane]), lo = lb ? lb : ts_reduce_min(S.wfmn[lane]);
+        ts_dig dig;
+        if (ts_lin_dig(lo, ts_reduce_max(S.wfmx[lane]), dig) &&
+            ts_direct_order<GATHER>(u, act, col, tok, lo, dig, r, S, ws)) {
+            if (tid == 0) TS_NOTE_DIRECT();
+            return;
+        }
+    }
+    /* pass 0: the top 11 bits of every valid key */
+    {
+        uint32_t *H = S.hist[0];
+        const uint32_t below = (1u << lane) - 1u; /* the lanes below this one */
+        ts_each(act, [&](int e) {
+            const uint32_t bin = u[e] ? u[e] >> 21 : TS_NONE;
+            const uint32_t peers = ts_match_any(bin);
+            ts_add_if(bin != TS_NONE && !(peers & below), H, bin, (uint32_t)__popc(peers));
+        });
+        ts_zero_hist(S.hist[1]); /* pass 1's */
+        ts_sync();
+    }
+    const uint32_t kk = ts_find_bin(S.hist[0], 0, r.k, S, ws);
+    if (tid == 0 && kk == 0) TS_NOTE_PASSES(1);
+    if (kk == 0) { /* no candidate (uniform) */
+        for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
+        return;
+    }
+    /* the radix passes after the first (their state from S: fewer registers
+     * live in ts_direct_order): pass p < 3 on the score word, p >= 3 on the
+     * ~token word (shifts 21, 10, 0); ph/pl: the k-th key's prefix so far,
+     * under mh/ml; need: its rank among the keys of that prefix, taken: the
+     * keys above the prefix, cnt: the keys in it */
+    uint32_t ph = S.s_bin << 21, pl = 0, mh = 2047u << 21, ml = 0;
+    uint32_t taken = S.s_above, need = kk - taken, cnt = S.s_cnt;
+    int pass = 1; /* passes done */
+    /* pass 5 leaves one key per full prefix (unique tokens); equal tokens
+     * (duplicate gather blocks) stop there too, clamped below */
+    for (; taken + cnt > TS_CAP && pass < 6; pass++) {
         const int sh = pass % 3 == 0 ? 21 : pass % 3 == 1 ? 10 : 0;
         const uint32_t dm = pass % 3 == 2 ? 1023u : 2047u;
         uint32_t *H = S.hist[pass & 1], *O = S.hist[(pass + 1) & 1];
@@ -447,28 +664,9 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             if (bin != TS_NONE && lane == __ffs(peers) - 1) ts_atomic_add(&H[bin], (uint32_t)__popc(peers));
         }
         /* O was last read before the previous pass's final barrier */
-        for (int i = tid; i < 2048; i += TS_NT) O[i] = 0;
+        ts_zero_hist(O);
         ts_sync();
-        uint32_t c[2];
-        c[0] = H[2047 - 2 * tid];
-        c[1] = H[2046 - 2 * tid];
-        uint32_t tot;
-        uint32_t cum = ts_excl_scan(c[0] + c[1], S, ws, tot);
-        if (pass == 0) {
-            kk = ts_min(tot, r.k);
-            need = kk;
-            if (kk == 0) break; /* no candidate (uniform) */
-        }
-#pragma unroll
-        for (int j = 0; j < 2; j++) {
-            if (cum < need && cum + c[j] >= need) {
-                S.s_bin = 2047 - 2 * tid - j;
-                S.s_above = cum;
-                S.s_cnt = c[j];
-            }
-            cum += c[j];
-        }
-        ts_sync();
+        ts_find_bin(H, need, r.k, S, ws);
         const uint32_t bin = S.s_bin, above = S.s_above;
         cnt = S.s_cnt;
         need -= above;
@@ -480,15 +678,9 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
             pl |= bin << sh;
             ml |= dm << sh;
         }
-        /* pass 5 leaves one key per full prefix (unique tokens); equal
-         * tokens (duplicate gather blocks) stop there too, clamped below */
-        if (taken + cnt <= TS_CAP || pass == 5) break;
     }
-    if (tid == 0) TS_NOTE_PASSES(kk ? pass + 1 : 1);
-    if (kk == 0) {
-        for (uint32_t i = tid; i < r.k; i += TS_NT) r.out[(int64_t)i * r.out_cs] = -1;
-        return;
-    }
+    if (tid == 0) TS_NOTE_PASSES(pass);
+    pass--; /* the last pass's index */
     /* collect the keys >= the prefix (ph, pl): exactly taken + cnt of them */
     const uint32_t uth = ts_max(ph, TS_ULO);
     uint32_t m = 0;
@@ -516,7 +708,7 @@ TS_DEV void ts_topk_row(const ts_row &r, ts_smem &S) {
     }
     if (lane == 0) S.hmn[tid >> 5] = hmn, S.hmx[tid >> 5] = hmx;
     /* the passes' histograms were last read before their final barrier */
-    for (int i = tid; i < 2048; i += TS_NT) S.hist[0][i] = 0;
+    ts_zero_hist(S.hist[0]);
     /* gather mode: columns first, their tokens after the barrier (the 17
      * block lookups in the loop with the 17 keys live spill, ptxas) */
 #pragma unroll

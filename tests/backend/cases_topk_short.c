@@ -17,12 +17,16 @@ typedef struct ts_args {
     int64_t R, L, k;
     int kind; /* 0 normal, 1 seven values, 2 all equal, 3 NaN/+-inf/-inf/+-0, 4 all -inf,
                * 5 mostly -inf (fewer valid than k), 6 far outliers, 7 rounded (small ties),
-               * 8 distinct scores in one bin of the first radix pass, 9 in one bin of the second */
+               * 8 distinct scores in one bin of the first radix pass, 9 in one bin of the second,
+               * 10 the last 30% of the row -1e30 (masked by a large negative), 11 a few +-3e38
+               * (a score range past FLT_MAX) */
     int layout; /* 0 contiguous, 1 odd row stride (every alignment), 2 column stride 3 */
 } ts_args;
 
-static float ts_value(int kind, int64_t c) {
+static float ts_value(int kind, int64_t c, int64_t col, int64_t L) {
     const double u = la_rng_normal(&bo_rng), w = la_rng_uniform(&bo_rng);
+    if (kind == 10) return col >= L * 7 / 10 ? -1e30f : (float)u;
+    if (kind == 11) return w < 3e-3 ? (w < 1.5e-3 ? 3e38f : -3e38f) : (float)u;
     if (kind == 8 || kind == 9) { /* 1.0 plus a column's distinct (8: < 2^21, 9: < 2^10 ulps) */
         const uint32_t b = 0x3F800000u + (uint32_t)((c * 40503) & (kind == 8 ? 0x1FFFFF : 0x3FF));
         float f;
@@ -50,7 +54,7 @@ static void run_topk_short(const void *arg) {
     float *x = malloc((size_t)n * 4);
     for (int64_t i = 0; i < n; i++) x[i] = NAN; /* the gaps: never read */
     for (int64_t r = 0; r < R; r++)
-        for (int64_t c = 0; c < L; c++) x[r * ld + c * cs] = ts_value(A->kind, c + 977 * r);
+        for (int64_t c = 0; c < L; c++) x[r * ld + c * cs] = ts_value(A->kind, c + 977 * r, c, L);
     dbuf ds = dput(x, n, LA_F32);
     dbuf di = dalloc((size_t)(R * k) * 4);
     la_tensor ts, ti, hs, hi;
@@ -133,6 +137,13 @@ void cases_topk_short(bo_list *L) {
     TS_CASE(0, sh, 3, 8192, 2048, 9, 1);  /* one bin of pass 2: pass 3 resolves (8 ties per score) */
     TS_CASE(0, sh, 64, 8192, 2048, 0, 0); /* the HISA decode shape */
     TS_CASE(0, sh, 2, 1, 2048, 4, 0);     /* one -inf column */
+    /* the direct order's edges: its bound from a lane's 1st or 2nd largest
+     * key, a range across the sign, low outliers, a range past FLT_MAX */
+    TS_CASE(0, sh, 3, 8192, 1024, 0, 0);
+    TS_CASE(0, sh, 3, 8192, 1025, 0, 1);
+    TS_CASE(0, sh, 3, 4096, 2048, 0, 2);
+    TS_CASE(0, sh, 3, 8192, 2048, 10, 0);
+    TS_CASE(0, sh, 3, 16384, 2048, 11, 1);
     /* the library's choice: "short" up to two rows per SM, "sample" past it */
     TS_CASE(1, def, 5, 8192, 2048, 0, 0);
     TS_CASE(1, def, 3, 4100, 300, 3, 1);
