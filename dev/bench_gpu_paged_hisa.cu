@@ -58,6 +58,9 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
     for (int64_t t = 0; t < T; t++) /* the default against the wgmma candidates */
         differ[NV] += memcmp(res[5].data() + t * TOPK, res[NV - 1].data() + t * TOPK, 4 * TOPK) != 0;
+    bench_variant("paged_pdl", "off"); /* the default's chain with plain launches */
+    const double noplms = time_ms(hisa, reps);
+    bench_variant("paged_pdl", nullptr);
     const double dms = time_ms(dsa, reps);
     bench_variant("paged", "wgmma");
     const double wms = nq == 1 ? time_ms(dsa, reps) : NAN; /* wgmma: the decode kernel (next_n rows per CTA: 1) */
@@ -67,11 +70,11 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
            "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | fused+wgmma %.3f | "
            "fused_guarded+gather %.3f | default %.3f ms | DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | "
            "rows differing from classic: %lld %lld %lld %lld %lld (wgmma %lld, default %lld); default vs fused+wgmma: "
-           "%lld\n",
+           "%lld | default without PDL %.3f ms\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
            hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], hms[7], dms / hms[7], wms / hms[7], (long long)differ[1],
            (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[6], (long long)differ[5],
-           (long long)differ[7], (long long)differ[8]);
+           (long long)differ[7], (long long)differ[8], noplms);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);

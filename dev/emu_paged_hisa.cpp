@@ -73,6 +73,7 @@ static inline float la_cu_ld(const void *p, int dt, int64_t off) {
 }
 static inline float *ph_smem() { return emu_sm; }
 static inline void ph_cp16(float *dst, const float *src) { memcpy(dst, src, 16); }
+static inline void ph_pdl_begin() {}
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline void ph_cp_commit() {}
 template <int N> static inline void ph_cp_wait() {}

@@ -177,4 +177,41 @@ static inline la_status la_cu_ws_alloc(la_cu_ws *w, size_t bytes, cudaStream_t s
     return LA_OK;
 }
 
+/* Programmatic dependent launch (sm_90): a kernel launched with
+ * la_cu_launch_pdl may be scheduled while the previous kernel of its stream
+ * is finishing; la_pdl_wait, first in its body, returns once that kernel has
+ * completed and its memory is visible (a no-op for a normal launch and
+ * before sm_90), and la_pdl_launch_dependents lets the next such kernel be
+ * scheduled once every CTA of this one has run it. The saving is the
+ * launch latency between the short kernels of one call. */
+__device__ __forceinline__ void la_pdl_wait() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void la_pdl_launch_dependents() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
+}
+template <typename... KArgs, typename... Args>
+static inline cudaError_t la_cu_launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
+                                           cudaStream_t s, Args... args) {
+    if (!pdl) {
+        kernel<<<grid, block, smem, s>>>(args...);
+        return cudaSuccess;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    at[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = at;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, kernel, (KArgs)args...);
+}
+
 #endif

@@ -62,6 +62,12 @@ __device__ __forceinline__ float *ph_smem() {
 __device__ __forceinline__ void ph_cp16(float *dst, const float *src) { la_cp16(dst, src); }
 __device__ __forceinline__ void ph_cp_commit() { la_cp_commit(); }
 template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>(); }
+/* the kernels' first step: let the call's next kernel be scheduled, then
+ * wait for the previous one (la_pdl_*; no-ops in the emulator) */
+__device__ __forceinline__ void ph_pdl_begin() {
+    la_pdl_launch_dependents();
+    la_pdl_wait();
+}
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
@@ -452,6 +458,7 @@ __device__ __forceinline__ void ph_fma_steps(float (&acc)[8][8], const float *qc
 
 template <int R, int W, bool TK, bool GD>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
+    ph_pdl_begin();
     typedef ph_tile<R, W, TK> P;
     constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
     float *ws = ph_smem(), *qs = ws + R * PH_HI, *ring = qs + PH_DI * ROWS, *red = ring;
@@ -650,6 +657,7 @@ __device__ __forceinline__ void ph_each(const float *row, const float *v, int64_
 
 template <int PER>
 __global__ void __launch_bounds__(PH_TK) ph_block_topk_kernel(const float *sc, int64_t n, int64_t m, int32_t *kept) {
+    ph_pdl_begin();
     uint32_t *hist = (uint32_t *)ph_smem(), *buf = hist + 256, *found = buf + PH_TK;
     const int tid = threadIdx.x;
     const int64_t t = blockIdx.x;
@@ -751,7 +759,7 @@ static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_
      * carveout; set once per context (a host call costs as much as a launch) */
     LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK, GD>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    ph_block_scores_kernel<R, W, TK, GD><<<grid, 128 * R, smem, s>>>(a);
+    LA_CU(la_cu_launch_pdl(a.pdl != 0, ph_block_scores_kernel<R, W, TK, GD>, grid, dim3(128 * R), smem, s, a));
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
@@ -788,15 +796,15 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx,
     return ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
 }
 
-la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s) {
+la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, bool pdl,
+                           cudaStream_t s) {
     if (T <= 0 || m <= 0) return LA_OK;
     if (T > 0x7fffffffLL) return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows exceed the grid", (long long)T);
     /* a row's scores in registers where a thread's chunk is at most 8 */
     const size_t smem = (256 + PH_TK + 3) * sizeof(uint32_t);
     const int64_t per = (n + PH_TK - 1) / PH_TK;
-    if (per <= 4) ph_block_topk_kernel<4><<<(unsigned)T, PH_TK, smem, s>>>(sc, n, m, kept);
-    else if (per <= 8) ph_block_topk_kernel<8><<<(unsigned)T, PH_TK, smem, s>>>(sc, n, m, kept);
-    else ph_block_topk_kernel<0><<<(unsigned)T, PH_TK, smem, s>>>(sc, n, m, kept);
+    auto *k = per <= 4 ? ph_block_topk_kernel<4> : per <= 8 ? ph_block_topk_kernel<8> : ph_block_topk_kernel<0>;
+    LA_CU(la_cu_launch_pdl(pdl, k, dim3((unsigned)T), dim3(PH_TK), smem, s, sc, n, m, kept));
     LA_CU_LAUNCH("paged hisa block top-k");
     return LA_OK;
 }

@@ -44,6 +44,7 @@ struct ph_blk_args {
     float *kt;               /* set by the launch for two-row tiles: the means transposed, [nseq][dI][ldk] */
     int64_t ldk;
     float *out;
+    int pdl;                 /* the score kernel launched as a programmatic dependent (la_cu_launch_pdl) */
 };
 /* kt's row length: nbmax rounded up to the score kernel's 128-block tiles */
 static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; }
@@ -61,7 +62,8 @@ la_status la_ph_select(la_context *ctx, int64_t HI, int64_t dI, int *fused);
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx, cudaStream_t s);
 /* kept [T][m]: the m best blocks of each score row sc [T][n], ascending,
  * -1 after the row's valid ones. */
-la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, cudaStream_t s);
+la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, bool pdl,
+                           cudaStream_t s);
 
 /* ---- candidate scores, block-major (paged_hisa_cand.cu) -------------------
  * Family "paged_hisa_cand": "blockmajor" (the default under

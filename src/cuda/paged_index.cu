@@ -249,6 +249,12 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * kPagedTopkRange: la_topk scans each row's range [0, end) only (the
  * columns past it are -inf, so the same indices), not the table's capacity. */
 constexpr bool kPagedWgmma2Default = true;
+/* kPagedHisaPdl: HISA decode's fused chain (block scores, block top-k,
+ * wgmma candidates, the short top-k) launched as programmatic dependents,
+ * each kernel scheduled while its predecessor finishes (la_cu_launch_pdl);
+ * false: plain launches (the same results). Family "paged_pdl" forces it:
+ * "on" or "off". */
+constexpr bool kPagedHisaPdl = true;
 constexpr bool kPagedTopkRows = true;
 constexpr bool kPagedTopkRange = true;
 constexpr int64_t kPagedRowsMaxT = 256;
@@ -513,6 +519,11 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
      * the default where it applies; "classic": the chain below) */
     int fused = 0;
     LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
+    bool pdl = kPagedHisaPdl;
+    if (const char *pv = la_context_variant(ctx, "paged_pdl")) {
+        if (strcmp(pv, "on") && strcmp(pv, "off")) return la_cu_unknown_variant("paged_pdl", pv, "on, off");
+        pdl = !strcmp(pv, "on");
+    }
     la_cu_ws dkbar;
     size_t bytes;
     float *const bsc = (float *)(ws0 + off_bsc), *const cand = (float *)(ws0 + off_cand);
@@ -546,9 +557,10 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.B = B;
         ba.T = T;
         ba.w3 = fused == 2;
+        ba.pdl = pdl;
         ba.out = bsc;
         LA_TRY(la_ph_block_scores(ba, nseq, ctx, s));
-        LA_TRY(la_ph_block_topk(bsc, T, nbmax, m, kept, s));
+        LA_TRY(la_ph_block_topk(bsc, T, nbmax, m, kept, pdl, s));
     } else {
         LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, bsc, nbmax, s));
         LA_TRY(pg_topk(bsc, T, nbmax, kept, m, ctx));
@@ -598,7 +610,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         pa.ncols = W;
         LA_TRY(la_ph_cand_scores(pa, eb, (int)q->ne[1], nseq, s));
     } else if (wgk) {
-        LA_TRY(la_sp_scores_paged_wgmma_blocks(ag, pg, s));
+        LA_TRY(la_sp_scores_paged_wgmma_blocks(ag, pg, pdl, s));
     } else if (eb) {
         /* candidate p of row t: token p % B of block kept[t][p / B]; columns
          * past m·B (topk > m·B) are -inf */
@@ -633,6 +645,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ta.out = (int32_t *)iv.data;
         ta.out_ld = iv.nb[0];
         ta.out_cs = iv.nb[1];
+        ta.pdl = pdl && wgk; /* right after the wgmma candidates */
         return la_sp_topk(ta, ctx, s);
     }
     la_cu_ws dsel2;

@@ -71,8 +71,9 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
 /* The same kernel's pipelined form (pw2) in gather mode: HISA's candidate
  * scores (a.blocks set, no force_ends; sm_90, HI 64, dI 128, e4m3 q and
  * cache), each equal to DSA v2's on the candidate's key; grid (ncols /
- * 1024, T), every column < ncols written (-inf where no key). */
+ * 1024, T), every column < ncols written (-inf where no key); pdl: as a
+ * programmatic dependent of the stream's previous kernel. */
 bool la_sp_paged_wgmma_blocks_ok(const la_sp_score_args &a, const sc_pages &pg);
-la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s);
+la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, bool pdl, cudaStream_t s);
 
 #endif

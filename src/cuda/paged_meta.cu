@@ -29,6 +29,7 @@ __device__ void pg_flag(int32_t *st, int32_t *mirror, int kind, int64_t a, int64
 }
 
 __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
+    la_pdl_launch_dependents(); /* the block-score kernel may be scheduled (it waits for this one) */
     const int64_t s = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __shared__ int64_t sh_len;

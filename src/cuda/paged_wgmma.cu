@@ -189,6 +189,10 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
     /* [PW2_KEYS]: (page id, row in page) of column key0 + i; BLK: page id -1 for a
      * candidate without a key (no block in its slot, or outside the row's range) */
     int2 *rowat = (int2 *)(ws + 64);
+    if constexpr (BLK) { /* after the block top-k, as a programmatic dependent (la_pdl_*) */
+        la_pdl_launch_dependents();
+        la_pdl_wait();
+    }
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, qd = lane & 3;
     const int t = blockIdx.y, seq = pg.row_seq[t];
     const int key0 = blockIdx.x * PW2_KEYS;
@@ -386,11 +390,11 @@ bool la_sp_paged_wgmma_blocks_ok(const la_sp_score_args &a, const sc_pages &pg) 
            a.T <= 65535 && a.ncols <= (int64_t)INT32_MAX && a.m * a.B <= (int64_t)INT32_MAX;
 }
 
-la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
+la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pages &pg, bool pdl, cudaStream_t s) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel<true>, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    pw2_kernel<true><<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
+    LA_CU(la_cu_launch_pdl(pdl, pw2_kernel<true>, grid, dim3(PW_THREADS), PW2_SMEM, s, a, pg));
     LA_CU_LAUNCH("paged hisa candidates (fp8 e4m3 wgmma)");
     return LA_OK;
 }

@@ -53,6 +53,7 @@ struct la_sp_topk_args {
     int64_t k;
     int32_t *out;
     int64_t out_ld, out_cs;
+    int pdl; /* launched as a programmatic dependent of the stream's previous kernel (la_cu_launch_pdl) */
 };
 #define LA_SP_TOPK_MAX 2048
 /* The top-k kernels (family "topk"): the sampled-threshold kernel

@@ -13,6 +13,7 @@
 template <bool GATHER>
 __global__ void __launch_bounds__(TS_NT, 1) ts_kernel(la_sp_topk_args a) {
     extern __shared__ __align__(16) unsigned char ts_dyn_smem[];
+    la_pdl_wait(); /* a.pdl: after the score kernel (a no-op for a normal launch) */
     ts_smem &S = *(ts_smem *)ts_dyn_smem;
     const int64_t rw = blockIdx.x;
     int64_t lo = 0, hi = a.L;
@@ -34,7 +35,7 @@ template <bool GATHER>
 static la_status ts_launch(const la_sp_topk_args &a, const la_context *ctx, cudaStream_t s) {
     const size_t smem = sizeof(ts_smem);
     LA_TRY(la_cu_func_smem(ctx, (const void *)ts_kernel<GATHER>, smem, smem, true));
-    ts_kernel<GATHER><<<(unsigned)a.R, TS_NT, smem, s>>>(a);
+    LA_CU(la_cu_launch_pdl(a.pdl != 0, ts_kernel<GATHER>, dim3((unsigned)a.R), dim3(TS_NT), smem, s, a));
     LA_CU_LAUNCH("topk short");
     return LA_OK;
 }
