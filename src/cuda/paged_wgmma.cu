@@ -271,10 +271,6 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
     /* tile k into stage k % PW_STAGES: thread tid copies column tid & 7 of rows
      * tid / 8 + 16j, and threads < 64 the scale of row tid */
     const int lc = tid & 7, lr = tid >> 3;
-    /* every key row is read once: evicted from L2 first, so that the score
-     * rows (DSA: 33.5 MB at 64 x 128K, read twice by topk_rows.cuh's passes
-     * next) stay there */
-    const uint64_t keys_pol = la_l2_evict_first();
     auto load = [&](int k) {
         const int st = k % PW_STAGES;
         uint8_t *dst = Ks + st * PW_TILE_BYTES;
@@ -289,7 +285,7 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
                 if constexpr (BLK) ok = at.x >= 0;
                 if (ok) src = pg.pages + (int64_t)at.x * pb + at.y * 128 + lc * 16;
             }
-            la_cp16z_n_pol(dst + la_wg_off(64, r, lc), src, ok ? 16 : 0, keys_pol);
+            la_cp16z_n(dst + la_wg_off(64, r, lc), src, ok ? 16 : 0);
         }
         if (tid < 64) {
             bool ok = i0 + tid < nk;

@@ -110,19 +110,6 @@ __device__ __forceinline__ void la_cp16z_n(void *sdst, const void *gsrc, int src
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
                  "r"(src_bytes));
 }
-/* la_cp16z_n under an L2 cache policy (la_l2_evict_first) */
-__device__ __forceinline__ void la_cp16z_n_pol(void *sdst, const void *gsrc, int src_bytes, uint64_t pol) {
-    uint32_t sa = (uint32_t)__cvta_generic_to_shared(sdst);
-    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(sa), "l"(gsrc),
-                 "r"(src_bytes), "l"(pol));
-}
-/* An L2 policy for data read once (streamed keys): its lines are evicted
- * first, so what the kernel writes for the next one stays in L2. */
-__device__ __forceinline__ uint64_t la_l2_evict_first() {
-    uint64_t pol;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(pol));
-    return pol;
-}
 /* the same with the shared address already converted */
 __device__ __forceinline__ void la_cp16z_sa(uint32_t sa, const void *gsrc, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(sa), "l"(gsrc),
