@@ -16,6 +16,8 @@
 #include "bench_gpu_paged_common.cuh"
 #include "cpu/paged_index_cpu.h"
 
+static bool g_pdl = false; /* --pdl: the extra column times family paged_pdl "on", else "off" */
+
 static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
 
 static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t nq, int reps) {
@@ -58,7 +60,8 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
             differ[v] += memcmp(res[0].data() + t * TOPK, res[v].data() + t * TOPK, 4 * TOPK) != 0;
     for (int64_t t = 0; t < T; t++) /* the default against the wgmma candidates */
         differ[NV] += memcmp(res[5].data() + t * TOPK, res[NV - 1].data() + t * TOPK, 4 * TOPK) != 0;
-    bench_variant("paged_pdl", "off"); /* the default's chain with plain launches */
+    /* the default's chain with the other launch mode (family paged_pdl; --pdl: on) */
+    bench_variant("paged_pdl", g_pdl ? "on" : "off");
     const double noplms = time_ms(hisa, reps);
     bench_variant("paged_pdl", nullptr);
     const double dms = time_ms(dsa, reps);
@@ -70,11 +73,11 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
            "fused+gather %.3f | fused+blockmajor %.3f | fused+direct %.3f | fused3+gather %.3f | fused+wgmma %.3f | "
            "fused_guarded+gather %.3f | default %.3f ms | DSA(default)/HISA(default) %.2fx, DSA(wgmma)/HISA %.2fx | "
            "rows differing from classic: %lld %lld %lld %lld %lld (wgmma %lld, default %lld); default vs fused+wgmma: "
-           "%lld | default without PDL %.3f ms\n",
+           "%lld | default with paged_pdl %s %.3f ms\n",
            name, (long long)nseq, (long long)nq, (long long)lens.front(), (long long)lens.back(), dms, wms, hms[0],
            hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], hms[7], dms / hms[7], wms / hms[7], (long long)differ[1],
            (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[6], (long long)differ[5],
-           (long long)differ[7], (long long)differ[8], noplms);
+           (long long)differ[7], (long long)differ[8], g_pdl ? "on" : "off", noplms);
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);
@@ -86,6 +89,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--quick")) quick = true;
         if (!strcmp(argv[i], "--prefill-only")) dec = false;
         if (!strcmp(argv[i], "--decode-only")) pre = false;
+        if (!strcmp(argv[i], "--pdl")) g_pdl = true; /* time the chain with paged_pdl on too */
     }
     const int64_t nseq = quick ? 8 : 64;
     if (dec) {
