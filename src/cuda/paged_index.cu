@@ -253,9 +253,10 @@ constexpr bool kPagedWgmma2Default = true;
  * wgmma candidates, the short top-k) launched as programmatic dependents,
  * each kernel scheduled while its predecessor finishes (la_cu_launch_pdl);
  * false: plain launches (the same results). Family "paged_pdl" forces it:
- * "on" or "off". Off: the device harness found an illegal-instruction
- * fault in the paged HISA calls of a build with it on (and the L2 policy
- * change, since reverted), not yet told apart (docs/PERF.md). */
+ * "on" or "off". Off: it bought no measurable time (docs/PERF.md), and a
+ * build with it on together with an L2-policy change (reverted) faulted in
+ * the device harness; with it on alone the bench ran clean under
+ * compute-sanitizer, but the harness has not run it. */
 constexpr bool kPagedHisaPdl = false;
 constexpr bool kPagedTopkRows = true;
 constexpr bool kPagedTopkRange = true;
