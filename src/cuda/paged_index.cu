@@ -309,9 +309,10 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
 /* DSA's top-k of the score rows [T, W] into sel [T, k]: la_topk's kernel,
  * over [0, end[t]) of each row with kPagedTopkRange (same indices: the
  * columns past end[t] are -inf). */
-la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end, int32_t *sel, int64_t k,
-                      la_context *ctx) {
-    if (!kPagedTopkRange) return pg_topk((float *)sc, T, W, sel, k, ctx);
+/* la_sp_topk's args for k of each contiguous score row [T, W] into out
+ * (row stride out_ld, column stride out_cs); the rest zero */
+la_sp_topk_args pg_topk_args(const float *sc, int64_t T, int64_t W, int64_t k, int32_t *out, int64_t out_ld,
+                             int64_t out_cs) {
     la_sp_topk_args t;
     memset(&t, 0, sizeof t);
     t.scores = sc;
@@ -319,16 +320,23 @@ la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end,
     t.L = W;
     t.ld = W;
     t.cs = 1;
+    t.k = k;
+    t.out = out;
+    t.out_ld = out_ld;
+    t.out_cs = out_cs;
+    return t;
+}
+
+la_status pg_topk_dsa(const float *sc, int64_t T, int64_t W, const int32_t *end, int32_t *sel, int64_t k,
+                      la_context *ctx) {
+    if (!kPagedTopkRange) return pg_topk((float *)sc, T, W, sel, k, ctx);
+    la_sp_topk_args t = pg_topk_args(sc, T, W, k, sel, k, 1);
     t.use_range = 1;
     t.range.end = end;
     t.range.end_nb = 1;
     t.range.T = T;
     t.range.L = W;
     t.range.blk = 1;
-    t.k = k;
-    t.out = sel;
-    t.out_ld = k;
-    t.out_cs = 1;
     return la_sp_topk(t, ctx, la_cu_stream(ctx));
 }
 
@@ -634,20 +642,10 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
          * the finish kernel's mapping of its columns) and writes idx, so no
          * finish kernel follows. Not when k > m·B: the gather mode reads a
          * block for every column of a row. */
-        la_sp_topk_args ta;
-        memset(&ta, 0, sizeof ta);
-        ta.scores = cand;
-        ta.R = T;
-        ta.L = W;
-        ta.ld = W;
-        ta.cs = 1;
+        la_sp_topk_args ta = pg_topk_args(cand, T, W, topk, (int32_t *)iv.data, iv.nb[0], iv.nb[1]);
         ta.blocks = R.kept;
         ta.blocks_ld = m;
         ta.B = (int)B;
-        ta.k = topk;
-        ta.out = (int32_t *)iv.data;
-        ta.out_ld = iv.nb[0];
-        ta.out_cs = iv.nb[1];
         ta.pdl = pdl && wgk; /* right after the wgmma candidates */
         return la_sp_topk(ta, ctx, s);
     }
