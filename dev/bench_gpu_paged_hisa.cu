@@ -16,7 +16,12 @@
 #include "bench_gpu_paged_common.cuh"
 #include "cpu/paged_index_cpu.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 static bool g_pdl = false; /* --pdl: the extra column times family paged_pdl "on", else "off" */
+static std::vector<std::pair<std::string, std::string>> g_ab; /* --ab FAMILY=VARIANT */
 
 static const int64_t PS = 64, DI = 128, HI = 64, TOPK = 2048;
 
@@ -65,6 +70,8 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
     const double noplms = time_ms(hisa, reps);
     bench_variant("paged_pdl", nullptr);
     const double dms = time_ms(dsa, reps);
+    std::vector<int32_t> dres(T * TOPK);
+    CK(cudaMemcpy(dres.data(), di, 4 * T * TOPK, cudaMemcpyDeviceToHost));
     bench_variant("paged", "wgmma");
     const double wms = nq == 1 ? time_ms(dsa, reps) : NAN; /* wgmma: the decode kernel (next_n rows per CTA: 1) */
     bench_variant("paged", nullptr);
@@ -78,6 +85,30 @@ static void run_row(const char *name, const std::vector<int64_t> &lens, int64_t 
            hms[1], hms[2], hms[3], hms[4], hms[5], hms[6], hms[7], dms / hms[7], wms / hms[7], (long long)differ[1],
            (long long)differ[2], (long long)differ[3], (long long)differ[4], (long long)differ[6], (long long)differ[5],
            (long long)differ[7], (long long)differ[8], g_pdl ? "on" : "off", noplms);
+    /* --ab FAMILY=VARIANT: both calls with that variant forced, against the defaults' indices */
+    for (const auto &fv : g_ab) {
+        bench_variant(fv.first.c_str(), fv.second.c_str());
+        std::vector<int32_t> o(T * TOPK);
+        int64_t dd = -1, hd = -1;
+        double d2 = NAN, h2 = NAN;
+        if (dsa() == LA_OK) {
+            d2 = time_ms(dsa, reps);
+            CK(cudaMemcpy(o.data(), di, 4 * T * TOPK, cudaMemcpyDeviceToHost));
+            dd = 0;
+            for (int64_t t = 0; t < T; t++) dd += memcmp(o.data() + t * TOPK, dres.data() + t * TOPK, 4 * TOPK) != 0;
+        }
+        if (hisa() == LA_OK) {
+            h2 = time_ms(hisa, reps);
+            CK(cudaMemcpy(o.data(), di, 4 * T * TOPK, cudaMemcpyDeviceToHost));
+            hd = 0;
+            for (int64_t t = 0; t < T; t++) hd += memcmp(o.data() + t * TOPK, res[NV - 1].data() + t * TOPK, 4 * TOPK) != 0;
+        }
+        bench_variant(fv.first.c_str(), nullptr);
+        printf("%-9s   %s=%s: DSA %.3f ms (default %.3f; rows differing %lld) | HISA %.3f ms (default %.3f; rows "
+               "differing %lld) | DSA/HISA %.2fx (%s forced), %.2fx (defaults)\n",
+               name, fv.first.c_str(), fv.second.c_str(), d2, dms, (long long)dd, h2, hms[NV - 1], (long long)hd,
+               d2 / h2, fv.first.c_str(), dms / hms[NV - 1]);
+    }
     fflush(stdout);
     pgb_queries_free(Q);
     la_paged_index_cache_destroy(cache);
@@ -90,6 +121,11 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--prefill-only")) dec = false;
         if (!strcmp(argv[i], "--decode-only")) pre = false;
         if (!strcmp(argv[i], "--pdl")) g_pdl = true; /* time the chain with paged_pdl on too */
+        if (!strcmp(argv[i], "--ab") && i + 1 < argc) { /* FAMILY=VARIANT, repeatable */
+            const std::string fv = argv[++i];
+            const size_t e = fv.find('=');
+            if (e != std::string::npos) g_ab.emplace_back(fv.substr(0, e), fv.substr(e + 1));
+        }
     }
     const int64_t nseq = quick ? 8 : 64;
     if (dec) {
