@@ -453,7 +453,6 @@ static la_status probe_with(la_context *ctx, int which) {
 }
 static la_status probe_linear(la_context *ctx) { return probe_with(ctx, 0); }
 static la_status probe_mhla(la_context *ctx) { return probe_with(ctx, 2); }
-/* family "mhla_causal": the 16-token bf16 problem, chunk 64, a 1×1 W */
 /* a causal MHLA forward of 16 tokens (the probe of families mhla_causal and
  * mhla_causal_mix, cases_causal.c) */
 la_status bo_probe_mhla_causal(la_context *ctx) {
@@ -488,23 +487,33 @@ la_status bo_probe_mhla_causal(la_context *ctx) {
  * odd N, D 128/64/32, shared and per-head W, per_query, permuted views) and
  * "mma_f16s" (scaled fp16 block states: the f16 rows, and N = 256K ×10);
  * N = 16K and 32K (M = 256, 512 blocks) in the long cases. */
+static const int mc_fnone[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY,
+                                LA_FEATURE_RELU_EPS};
+static const int mc_fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
+static const int64_t mc_Ns[5] = {1, 63, 65, 1000, 4097}, mc_Ds[3] = {128, 64, 32};
+
+/* The 30 rows of dt on the shapes mc_Ns x mc_Ds, normalize none and
+ * per_query each, W kinds and views alternating; fshift moves the feature
+ * maps along (the f16 rows take the next ones, so that each shape sees a
+ * different map than in bf16). */
+static void add_mhla_causal_rows(const reg *r, la_dtype dt, int fshift) {
+    for (int di = 0; di < 3; di++)
+        for (int ni = 0; ni < 5; ni++) {
+            const int64_t D = mc_Ds[di], N = mc_Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            /* N = 1, identity, no normalize: ill-conditioned in bf16 (see tc_paths) */
+            const int f0 = mc_fnone[(ni + di + fshift) % 4];
+            add_mhla_causal_f(r, B, N, H, D, D, 64, LA_MHLA_NORM_NONE, (ni + di) & 1, dt, ni & 1,
+                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
+            add_mhla_causal_f(r, B, N, H, D, D, 64, LA_MHLA_NORM_PER_QUERY, (ni + di + 1) & 1, dt,
+                              (ni + 1) & 1, mc_fpq[(ni + di + fshift) % 3]);
+        }
+}
+
 static void mhla_causal_mma(bo_list *L) {
     bo_add_probe(L, "mhla_causal", bo_probe_mhla_causal);
     const reg rs = {L, 1, "mma"}, rl = {L, 0, "mma"}, rd = {L, 1, NULL}, rp = {L, 1, "portable"};
-    const int fnone[4] = {LA_FEATURE_RELU, LA_FEATURE_ELU1, LA_FEATURE_IDENTITY, LA_FEATURE_RELU_EPS};
-    const int fpq[3] = {LA_FEATURE_RELU_EPS, LA_FEATURE_ELU1, LA_FEATURE_RELU1};
-    const int64_t Ns[5] = {1, 63, 65, 1000, 4097}, Ds[3] = {128, 64, 32};
     const la_mhla_normalize NO = LA_MHLA_NORM_NONE, PQ = LA_MHLA_NORM_PER_QUERY;
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
-            /* N = 1, identity, no normalize: ill-conditioned in bf16 (see tc_paths) */
-            const int f0 = fnone[(ni + di) % 4];
-            add_mhla_causal_f(&rs, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_BF16, ni & 1,
-                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
-            add_mhla_causal_f(&rs, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_BF16,
-                              (ni + 1) & 1, fpq[(ni + di) % 3]);
-        }
+    add_mhla_causal_rows(&rs, LA_BF16, 0);
     add_mhla_causal_f(&rs, 1, 1000, 3, 128, 128, 64, NO, 1, LA_BF16, 0, LA_FEATURE_RELU);
     add_mhla_causal_f(&rl, 1, 16384, 2, 128, 128, 64, NO, 1, LA_BF16, 1, LA_FEATURE_RELU);
     add_mhla_causal_f(&rl, 1, 32768, 1, 128, 128, 64, PQ, 0, LA_BF16, 0, LA_FEATURE_RELU_EPS);
@@ -516,15 +525,7 @@ static void mhla_causal_mma(bo_list *L) {
     add_mhla_causal_f(&rd, 1, 300, 2, 63, 63, 64, NO, 0, LA_BF16, 0, -1);
     /* f16 under the default choice */
     const reg rdl = {L, 0, NULL};
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
-            const int f0 = fnone[(ni + di + 1) % 4];
-            add_mhla_causal_f(&rd, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_F16, ni & 1,
-                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
-            add_mhla_causal_f(&rd, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_F16, (ni + 1) & 1,
-                              fpq[(ni + di + 1) % 3]);
-        }
+    add_mhla_causal_rows(&rd, LA_F16, 1);
     add_mhla_causal_f(&rdl, 1, 16384, 2, 128, 128, 64, NO, 1, LA_F16, 1, LA_FEATURE_RELU);
     add_mhla_causal_f(&rdl, 1, 32768, 1, 64, 64, 64, PQ, 0, LA_F16, 0, LA_FEATURE_RELU_EPS);
     add_mhla_causal_f(&rd, 1, 300, 2, 64, 64, 7, PQ, 1, LA_BF16, 1, -1);
@@ -538,11 +539,11 @@ static void mhla_causal_mma(bo_list *L) {
     const reg rb = {L, 1, "mma_bf16s"};
     for (int di = 0; di < 2; di++)
         for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
+            const int64_t D = mc_Ds[di], N = mc_Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
             add_mhla_causal_f(&rb, B, N, H, D, D, 64, NO, ni & 1, LA_BF16, (ni + di) & 1,
-                              ni == 0 ? LA_FEATURE_RELU : fnone[(ni + di) % 4]);
+                              ni == 0 ? LA_FEATURE_RELU : mc_fnone[(ni + di) % 4]);
             add_mhla_causal_f(&rb, B, N, H, D, D, 64, PQ, (ni + 1) & 1, LA_BF16, ni & 1,
-                              fpq[(ni + di) % 3]);
+                              mc_fpq[(ni + di) % 3]);
         }
     add_mhla_causal_f(&rb, 1, 8200, 1, 32, 32, 64, PQ, 1, LA_BF16, 1, LA_FEATURE_ELU1);
     add_mhla_causal_f(&rb, 1, 1000, 2, 32, 32, 64, NO, 0, LA_BF16, 0, LA_FEATURE_RELU);
@@ -553,15 +554,7 @@ static void mhla_causal_mma(bo_list *L) {
     /* fp16 block states scaled per block (mma_f16s, sm_90: skipped elsewhere): the f16 rows
      * above forced, N = 8200 (two row tiles), 32K, and N = 256K with inputs ×10 */
     const reg rf = {L, 1, "mma_f16s"}, rfl = {L, 0, "mma_f16s"};
-    for (int di = 0; di < 3; di++)
-        for (int ni = 0; ni < 5; ni++) {
-            const int64_t D = Ds[di], N = Ns[ni], B = ni == 2 ? 2 : 1, H = ni == 4 ? 1 : 2;
-            const int f0 = fnone[(ni + di + 1) % 4];
-            add_mhla_causal_f(&rf, B, N, H, D, D, 64, NO, (ni + di) & 1, LA_F16, ni & 1,
-                              ni == 0 && f0 == LA_FEATURE_IDENTITY ? LA_FEATURE_RELU : f0);
-            add_mhla_causal_f(&rf, B, N, H, D, D, 64, PQ, (ni + di + 1) & 1, LA_F16, (ni + 1) & 1,
-                              fpq[(ni + di + 1) % 3]);
-        }
+    add_mhla_causal_rows(&rf, LA_F16, 1);
     add_mhla_causal_f(&rf, 1, 8200, 1, 32, 32, 64, PQ, 1, LA_F16, 1, LA_FEATURE_ELU1);
     /* f16 with fp32 block states (mma: the default off sm_90) */
     add_mhla_causal_f(&rs, 1, 1000, 2, 128, 128, 64, PQ, 1, LA_F16, 1, LA_FEATURE_RELU_EPS);
@@ -626,7 +619,6 @@ static void tc_paths(bo_list *L, la_dtype dt) {
         }
     }
 }
-
 
 /* The head dims of the tensor-core path besides 128 (D = Dv = 64, 32 and
  * (D, Dv) = (64, 128), (128, 64)), forced to "tc" (so that a shape the path
