@@ -32,14 +32,8 @@ constexpr int MXW_A = MXW_BM * MXW_BK, MXW_STAGE = MXW_A + MXW_BK * MXW_BN; /* e
 constexpr size_t MXW_SMEM = sizeof(__nv_bfloat16) * MXW_STAGE * MXW_S + 1024; /* + alignment */
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-/* wgmma m64n256k16 with fp16 operands (ptx.cuh has the bf16 one) */
-__device__ __forceinline__ void la_wg_m64n256k16_f16_ss(float (*o)[4], uint64_t da, uint64_t db) {
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16 {" LA_WG_O128_REGS
-                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-                 : LA_WG_O128_OPS(o)
-                 : "l"(da), "l"(db));
-}
+/* wgmma m64n256k16 with fp16 operands (ptx.cuh's macro, which also makes the bf16 one) */
+LA_WG_M64N256K16_SS(la_wg_m64n256k16_f16_ss, "f16")
 #define MXW_HAVE_WGMMA 1
 #else
 #define MXW_HAVE_WGMMA 0

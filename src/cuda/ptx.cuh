@@ -282,14 +282,19 @@ __device__ __forceinline__ void la_wg_m64n256k16_bf16_rs(float (*o)[4], const ui
                  : LA_WG_O128_OPS(o)
                  : "r"(pa[0]), "r"(pa[1]), "r"(pa[2]), "r"(pa[3]), "l"(db));
 }
-__device__ __forceinline__ void la_wg_m64n256k16_bf16_ss(float (*o)[4], uint64_t da, uint64_t db) {
-    /* O(64 x 256) += P(64 x 16, K-major smem) V(16 x 256, N-major smem) */
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
-                 "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {" LA_WG_O128_REGS
-                 "}, %128, %129, p, 1, 1, 0, 1;\n}\n"
-                 : LA_WG_O128_OPS(o)
-                 : "l"(da), "l"(db));
-}
+/* LA_WG_M64N256K16_SS(NAME, T) defines NAME(o, da, db): O(64 x 256) +=
+ * P(64 x 16, K-major smem) V(16 x 256, N-major smem) with 16-bit operands of
+ * PTX type T ("bf16" here; "f16" in mhla_causal_mix_wg.cuh): one asm text
+ * for both types, so they differ in the type alone. */
+#define LA_WG_M64N256K16_SS(NAME, T)                                                             \
+    __device__ __forceinline__ void NAME(float (*o)[4], uint64_t da, uint64_t db) {              \
+        asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                  \
+                     "wgmma.mma_async.sync.aligned.m64n256k16.f32." T "." T " {" LA_WG_O128_REGS \
+                     "}, %128, %129, p, 1, 1, 0, 1;\n}\n"                                        \
+                     : LA_WG_O128_OPS(o)                                                         \
+                     : "l"(da), "l"(db));                                                        \
+    }
+LA_WG_M64N256K16_SS(la_wg_m64n256k16_bf16_ss, "bf16")
 
 /* The indexer's ReLU-weighted head sum over one m64n128 accumulator holding
  * 2 queries × 64 heads (columns 64q + h) for this thread's two key rows:
