@@ -194,6 +194,7 @@ __device__ __forceinline__ void la_pdl_launch_dependents() {
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 #endif
 }
+#ifdef __CUDACC__ /* host-compiled emulators (dev/emu_*.cpp) include this header */
 template <typename... KArgs, typename... Args>
 static inline cudaError_t la_cu_launch_pdl(bool pdl, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem,
                                            cudaStream_t s, Args... args) {
@@ -213,5 +214,6 @@ static inline cudaError_t la_cu_launch_pdl(bool pdl, void (*kernel)(KArgs...), d
     cfg.numAttrs = 1;
     return cudaLaunchKernelEx(&cfg, kernel, (KArgs)args...);
 }
+#endif
 
 #endif
