@@ -649,9 +649,9 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     /* derived rows: the metadata kernel has completed (and its writes are
      * visible) once this grid has. The next kernels read its outputs (the
      * kept-block top-k the block scores only, but the candidates read the
-     * clamped table and the rows); a plain launch after this one, or a
-     * programmatic dependent's la_pdl_wait, waits only for this grid, which
-     * without the wait could finish before the metadata kernel. */
+     * clamped table and the rows); a programmatic dependent's la_pdl_wait
+     * waits only for this grid (and a plain launch is not promised more),
+     * which without this wait could finish before the metadata kernel. */
     if (a.cl) ph_pdl_wait();
 }
 
