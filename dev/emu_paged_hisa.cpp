@@ -73,7 +73,10 @@ static inline float la_cu_ld(const void *p, int dt, int64_t off) {
 }
 static inline float *ph_smem() { return emu_sm; }
 static inline void ph_cp16(float *dst, const float *src) { memcpy(dst, src, 16); }
-static inline void ph_pdl_begin() {}
+static inline void ph_pdl_launch() {}
+static inline void ph_pdl_wait() {}
+static inline uint32_t *ph_tk_smem() { return (uint32_t *)emu_sm; }
+static inline void ph_tk_pdl_begin() {}
 static inline float4 make_float4(float x, float y, float z, float w) { return {x, y, z, w}; }
 static inline void ph_cp_commit() {}
 template <int N> static inline void ph_cp_wait() {}
@@ -114,16 +117,35 @@ struct tcase {
     int tight = 0, misalign = 0; /* max_blocks = the longest sequence's blocks; psum one float off 16-byte alignment */
 };
 
-static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_plain, bool guarded) {
+/* derived: 0 the rows from the metadata arrays (rows of the later
+ * sequences first); 1 derived from context_lens (family
+ * "paged_meta_overlap": rows next_n consecutive ones a sequence, the
+ * metadata arrays NULL; context_lens strided, garbage between); 2 the same
+ * with garbage lengths: the first sequence's negative (clamped to 0), the
+ * last one's INT32_MAX (clamped to cap, then lenmax: the pooled sums' rows
+ * when tight) */
+static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_plain, bool guarded, int derived) {
     const int nseq = (int)C.lens.size(), T = nseq * C.nn, HI = C.HI, dI = C.dI;
     const int64_t B = C.B;
-    int64_t Lmax = 1;
-    for (int L : C.lens) Lmax = std::max<int64_t>(Lmax, L + 5);
+    int64_t Lmax = 1, maxlen = 1;
+    for (int L : C.lens) Lmax = std::max<int64_t>(Lmax, L + 5), maxlen = std::max<int64_t>(maxlen, L);
     const int64_t nbmax = (Lmax + B - 1) / B;
     int64_t max_blocks = nbmax + 1;
     if (C.tight) {
         max_blocks = 1;
         for (int L : C.lens) max_blocks = std::max<int64_t>(max_blocks, (L + B - 1) / B);
+    }
+    /* the cap (the table's capacity: Lmax, nbmax = its blocks) and lenmax
+     * (the pooled max_seq_len when tight, whose blocks are max_blocks) of
+     * paged_index.cu; context_lens as the caller passes it (stride 2) and
+     * the lengths pg_meta_kernel makes of it */
+    const int64_t cap = Lmax, lenmax = C.tight ? std::min(cap, maxlen) : cap;
+    std::vector<int32_t> cl(2 * (size_t)nseq, -123456);
+    std::vector<int> Ls(C.lens.begin(), C.lens.end());
+    for (int s = 0; s < nseq; s++) cl[2 * (size_t)s] = Ls[s];
+    if (derived == 2) {
+        cl[0] = -9, Ls[0] = 0;
+        cl[2 * (size_t)(nseq - 1)] = 0x7fffffff, Ls[nseq - 1] = (int)lenmax;
     }
     const int64_t m = std::min<int64_t>(C.m, nbmax);
     /* pooled sums (NaN past each sequence's blocks), and the means the classic chain forms from them */
@@ -131,14 +153,14 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
     float *psum = psum_buf.data() + (C.misalign ? 1 : 0);
     for (size_t i = 0; i < (size_t)(nseq * max_blocks * dI); i++) psum[i] = (float)(ur() * 2 - 1) * 40.f;
     for (int s = 0; s < nseq; s++)
-        for (int64_t b = (C.lens[s] + B - 1) / B; b < max_blocks; b++)
+        for (int64_t b = (Ls[s] + B - 1) / B; b < max_blocks; b++)
             for (int d = 0; d < dI; d++) psum[(s * max_blocks + b) * dI + d] = NAN;
     for (int s = 0; s < nseq; s++)
-        for (int64_t b = 0; b * B < C.lens[s]; b++) {
+        for (int64_t b = 0; b * B < Ls[s]; b++) {
             if ((C.ties == 1 && b % 3 == 2) || (C.ties == 2 && b > 0)) /* a block equal to the one before it: tied scores */
                 memcpy(&psum[(s * max_blocks + b) * dI], &psum[(s * max_blocks + b - 1) * dI], sizeof(float) * dI);
             if (C.nan && b == 5) psum[(s * max_blocks + b) * dI + 1] = NAN;
-            const int64_t cnt = std::min<int64_t>(B, C.lens[s] - b * B);
+            const int64_t cnt = std::min<int64_t>(B, Ls[s] - b * B);
             for (int d = 0; d < dI; d++)
                 kbar[(s * nbmax + b) * dI + d] = psum[(s * max_blocks + b) * dI + d] / (float)cnt;
         }
@@ -152,12 +174,12 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
         if (C.ties && i / dI % HI == 0 && i / (HI * dI) == 1) q[i] = 0.f, q8[i] = 0; /* head 0 of row 1: zero */
     }
     for (auto &x : w) x = (float)(ur() * 1.2 - 0.2);
-    std::vector<int32_t> row_seq(T), row_end(T), lens(C.lens.begin(), C.lens.end());
+    std::vector<int32_t> row_seq(T), row_end(T), lens(Ls.begin(), Ls.end());
     for (int s = 0; s < nseq; s++)
         for (int j = 0; j < C.nn; j++) {
-            const int t = (nseq - 1 - s) * C.nn + j; /* rows of the later sequences first */
+            const int t = derived ? s * C.nn + j : (nseq - 1 - s) * C.nn + j; /* metadata: rows of the later sequences first */
             row_seq[t] = s;
-            row_end[t] = std::max(0, C.lens[s] - C.nn + j + 1);
+            row_end[t] = std::max(0, Ls[s] - C.nn + j + 1);
         }
     /* reference: the classic chain */
     std::vector<float> ref((size_t)T * nbmax);
@@ -200,9 +222,16 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
     std::copy(kbar.begin(), kbar.end(), kbar_buf.begin() + (C.misalign ? 1 : 0));
     a.kbar = kbar_buf.data() + (C.misalign ? 1 : 0);
     a.nbmax = nbmax;
-    a.row_seq = row_seq.data();
-    a.row_end = row_end.data();
-    a.lens = lens.data();
+    a.row_seq = derived ? nullptr : row_seq.data();
+    a.row_end = derived ? nullptr : row_end.data();
+    a.lens = derived ? nullptr : lens.data();
+    if (derived) {
+        a.cl = cl.data();
+        a.cl0 = 2;
+        a.next_n = C.nn;
+        a.cap = cap;
+        a.lenmax = lenmax;
+    }
     a.q = {C.e4m3 ? (const void *)q8.data() : (const void *)q.data(), C.e4m3 ? LA_FP8_E4M3 : LA_F32,
            {(int64_t)HI * dI, dI, 1, 0}};
     a.w = {w.data(), LA_F32, {HI, 1, 0, 0}};
@@ -259,9 +288,10 @@ static int run(const tcase &C, int R, int W, bool tk, int64_t tpc, bool topk_pla
         }
     int64_t ninf = 0, nnan = 0;
     for (float x : ref) ninf += x == INFINITY, nnan += x != x;
-    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d%s%s tiles/CTA %lld top-k regs %d %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
+    printf("%s HI %d dI %d q %s next_n %d m %lld B %d rows/CTA %d CTAs/SM %d%s%s%s tiles/CTA %lld top-k regs %d %s%s%s%s%s rows %d blocks %lld (+inf %lld, NaN %lld): "
            "scores differing %lld, kept rows differing %lld\n",
-           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, tk ? " (means pass)" : "", guarded ? " (guarded d loop)" : "", (long long)tpc, topk_per,
+           bad || kbad ? "FAIL" : "ok  ", HI, dI, C.e4m3 ? "e4m3" : "f32", C.nn, (long long)m, C.B, R, W, tk ? " (means pass)" : "", guarded ? " (guarded d loop)" : "",
+           derived == 2 ? " (rows from garbage context_lens)" : derived ? " (rows from context_lens)" : "", (long long)tpc, topk_per,
            C.pooled ? "pooled" : "means", C.ties ? " ties" : "", C.nan ? " nan" : "", C.tight ? " tight" : "",
            C.misalign ? " misaligned" : "", T, (long long)nbmax,
            (long long)ninf, (long long)nnan, (long long)bad, (long long)kbad);
@@ -294,6 +324,7 @@ int main() {
         {64, 128, 2, 7, 128, 1, 1, 2, 0, {6400, 3000}}, /* every full block the same: all tied */
         {64, 128, 1, 16, 96, 1, 1, 0, 0, {9000, 4000}}, /* B 96: the mean's division is not a scaling */
         {64, 128, 1, 8, 128, 1, 1, 0, 1, {16385, 300, 129, 1}, 1, 0}, /* decode, max_blocks < nbmax */
+        {64, 128, 2, 8, 128, 1, 1, 0, 0, {4096, 300, 700}, 1, 0},    /* tight, lenmax a block short of the cap's */
         {64, 128, 3, 8, 128, 1, 1, 1, 0, {2000, 1111}, 0, 1},       /* misaligned sums: plain loads */
         {16, 68, 3, 5, 128, 0, 1, 0, 0, {3000, 250}, 1, 0},         /* dI 68: a chunk of one quarter */
         {16, 68, 2, 5, 96, 0, 0, 0, 0, {3000, 250}, 0, 0},
@@ -310,7 +341,17 @@ int main() {
     const int cfg[][5] = {{1, 4, 0, 1, 0}, {1, 4, 0, 3, 0}, {1, 4, 0, 2, 1}, {1, 3, 0, 2, 0}, {2, 2, 0, 2, 1}, {2, 2, 1, 2, 1}};
     int fails = 0, runs = 0;
     for (const tcase &c : cases)
-        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2] != 0, k[3], k[1] == 3, k[4] != 0), runs++;
+        for (const auto &k : cfg) fails += run(c, k[0], k[1], k[2] != 0, k[3], k[1] == 3, k[4] != 0, 0), runs++;
+    /* the rows derived from context_lens (family "paged_meta_overlap"): every
+     * kernel without the means pass (that pass runs after the metadata
+     * kernel), garbage lengths in one case in three and where the pooled
+     * sums are tight (lenmax's clamp) */
+    int ci = 0;
+    for (const tcase &c : cases) {
+        for (const auto &k : cfg)
+            if (!k[2]) fails += run(c, k[0], k[1], false, k[3], k[1] == 3, k[4] != 0, ci % 3 == 0 || c.tight ? 2 : 1), runs++;
+        ci++;
+    }
     printf("%s: %d of %d runs failed\n", fails || dbad ? "FAIL" : "ok", fails, runs);
     return fails != 0 || dbad != 0;
 }

@@ -1,10 +1,12 @@
 #!/bin/bash
-# Host emulation of src/cuda/paged_hisa.cu (variant "fused" of family
-# "paged_hisa") and src/cuda/paged_hisa_cand.cu (variant "blockmajor" of
-# family "paged_hisa_cand"), no GPU needed: cuts the args structs out of
-# paged_hisa.cuh and the kernel text between the PH_/PC_KERNELS_BEGIN / END
-# markers out of the .cu files (and dsa_mma.cuh's sc_mma / sc_head_sum,
-# between its SC_MMA markers), compiles them with dev/emu_paged_hisa.cpp
+# Host emulation of src/cuda/paged_hisa.cu and paged_hisa_topk.cu (variant
+# "fused" of family "paged_hisa"; the rows from the metadata, or derived from
+# context_lens: family "paged_meta_overlap") and src/cuda/paged_hisa_cand.cu
+# (variant "blockmajor" of family "paged_hisa_cand"), no GPU needed: cuts
+# the args structs out of paged_hisa.cuh and the kernel text between the
+# markers PH_KERNELS_, PH_TOPK_, PC_KERNELS_BEGIN / END out of the .cu files
+# (and dsa_mma.cuh's sc_mma / sc_head_sum, between its SC_MMA markers),
+# compiles them with dev/emu_paged_hisa.cpp
 # and dev/emu_paged_hisa_cand.cpp (g++ -std=c++20, no CUDA headers;
 # -ffp-contract=off so that only the written fmaf are fused) and compares
 # the block scores and kept lists with the classic chain (also under
@@ -23,6 +25,8 @@ l = h.index("static inline int64_t ph_ldk(")
 open(o + "/emu_ph_args.inc", "w").write(h[a:h.index("};", a) + 2] + "\n" + h[l:h.index("\n", l)] + "\n")
 s = open("src/cuda/paged_hisa.cu").read()
 k = s[s.index("/* PH_KERNELS_BEGIN */"):s.index("/* PH_KERNELS_END */")]
+s = open("src/cuda/paged_hisa_topk.cu").read() # the block top-k
+k += s[s.index("/* PH_TOPK_BEGIN */"):s.index("/* PH_TOPK_END */")]
 assert "__shared__" not in k and "__shfl" not in k and "__ballot" not in k
 open(o + "/emu_ph_kern.inc", "w").write(k)
 a = h.index("struct pc_args {")

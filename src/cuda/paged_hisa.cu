@@ -4,7 +4,8 @@
  * Why: the classic chain (means kernel, generic fp32 score kernel with one
  * thread per block reading q from shared memory for every FMA, la_topk over
  * rows of ~1K blocks, a one-thread-per-row insertion sort) spent most of a
- * decode call on these short rows. Here:
+ * decode call on these short rows. Here (the block top-k that follows them:
+ * paged_hisa_topk.cu):
  *
  * ph_block_scores_kernel<R, W, TK, GD>: an SGEMM-shaped tile per CTA: R query rows
  *   of one sequence (64R (row, head) pairs) x 128 blocks, 8 x 8 outputs per
@@ -33,17 +34,7 @@
  *   The one-row tile at W 4 (not GD) also fixes each thread's items once a
  *   tile (two blocks: their divisions, their copy offsets) and decodes e4m3
  *   q four bytes at a time (ph_e4m3x4), so that its instructions are
- *   mostly the FMAs.
- * ph_block_topk_kernel<PER>: one CTA per row, each thread a contiguous
- *   chunk of the row (in registers up to PER = 8 blocks a thread): an exact
- *   radix select of the m-th key (up to 4 passes of 8 bits over the 32-bit
- *   sortable score: NaN above +inf, -inf never; the search ends at the
- *   first digit whose keys are all kept), the keys equal to it taken from
- *   the lowest block up (ties to the lower block), and the kept blocks
- *   written in ascending order with -1 after them: la_topk's set followed
- *   by pg_sort_kept_kernel's order. Only __syncthreads and shared atomics
- *   (no warp intrinsics), so dev/emu_paged_hisa.sh runs the kernel text on
- *   the CPU. */
+ *   mostly the FMAs. */
 #include "cuda/paged_hisa.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/select.cuh"
@@ -62,12 +53,10 @@ __device__ __forceinline__ float *ph_smem() {
 __device__ __forceinline__ void ph_cp16(float *dst, const float *src) { la_cp16(dst, src); }
 __device__ __forceinline__ void ph_cp_commit() { la_cp_commit(); }
 template <int N> __device__ __forceinline__ void ph_cp_wait() { la_cp_wait<N>(); }
-/* the kernels' first step: let the call's next kernel be scheduled, then
- * wait for the previous one (la_pdl_*; no-ops in the emulator) */
-__device__ __forceinline__ void ph_pdl_begin() {
-    la_pdl_launch_dependents();
-    la_pdl_wait();
-}
+/* programmatic dependent launch (la_pdl_*; no-ops in the emulator): let the
+ * call's next kernel be scheduled; wait for the previous one */
+__device__ __forceinline__ void ph_pdl_launch() { la_pdl_launch_dependents(); }
+__device__ __forceinline__ void ph_pdl_wait() { la_pdl_wait(); }
 
 /* ---- kernel text (dev/emu_paged_hisa.sh cuts it between the markers) ---- */
 /* PH_KERNELS_BEGIN */
@@ -77,7 +66,7 @@ __device__ __forceinline__ void ph_pdl_begin() {
  * (4 d of a block) a chunk; or (two-row tiles) lands as [PH_KC][PH_KS] from
  * the transposed means. */
 enum {
-    PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4, PH_TK = 256,
+    PH_HI = 64, PH_DI = 128, PH_NB = 128, PH_KC = 16, PH_LD = PH_NB + 4, PH_KS = PH_NB + 4,
     PH_CHUNK = PH_KC * PH_KS, PH_ITEMS = PH_NB * PH_KC / 4, PH_MT = 256, PH_MB = 32,
     PH_TK_ROWS = 16 /* query rows per sequence from which two-row tiles read the transposed-means pass */
 };
@@ -245,14 +234,51 @@ __device__ __forceinline__ bool ph_div(const ph_blk_args &a) { return a.psum != 
 __device__ __forceinline__ bool ph_vec(const ph_blk_args &a) {
     return a.dI % 4 == 0 && ((uintptr_t)(a.psum ? a.psum : a.kbar) & 15) == 0;
 }
-__device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq, int nbp) {
+__device__ __forceinline__ ph_src ph_src_of(const ph_blk_args &a, int64_t seq, int nbp, int Lrow) {
     ph_src S;
-    S.L = a.lens[seq];
+    S.L = a.cl ? Lrow : a.lens[seq]; /* derived (ph_row_of) or the metadata's */
     S.p = a.psum ? a.psum + seq * a.max_blocks * a.dI : a.kbar + seq * a.nbmax * a.dI;
     const int64_t rows = a.psum ? a.max_blocks : a.nbmax;
     S.nvalid = (int)(nbp < rows ? nbp : rows);
     return S;
 }
+/* Row t's sequence, range end and (derived rows only) length. With a.cl
+ * (family "paged_meta_overlap": rows next_n consecutive ones a sequence)
+ * derived from context_lens as pg_meta_kernel derives them, so the same
+ * values bit for bit: sequence t / next_n, row j = t % next_n of it, L =
+ * context_lens clamped to [0, cap] and then to lenmax, end = max(0, L -
+ * next_n + j + 1). The kernel reads nothing else of the metadata: the
+ * block rows are indexed by the sequence (ph_src_of: psum + seq ·
+ * max_blocks · dI; ph_issue_* read S.p + block · dI + d), not through the
+ * page table, and q / w by the row. Garbage lengths stay in bounds: L <=
+ * lenmax <= max_blocks · B (the pooled sums' rows: lenmax is at most the
+ * cache's max_seq_len, max_blocks its blocks), so the blocks read (those
+ * below ceil(end / B), and below nvalid <= max_blocks) are inside the
+ * sequence's sums, and end <= cap keeps the columns below nbmax; the
+ * metadata kernel reports the bad values (its status word). Else from
+ * row_seq / row_end (L then read by ph_src_of, after the q load). */
+struct ph_row {
+    int seq, end, L;
+};
+__device__ __forceinline__ ph_row ph_row_of(const ph_blk_args &a, int64_t t) {
+    ph_row r;
+    if (a.cl) {
+        const int64_t s = t / a.next_n, j = t - s * a.next_n;
+        int64_t L = a.cl[s * a.cl0];
+        if (L < 0 || L > a.cap) L = L < 0 ? 0 : a.cap;
+        if (L > a.lenmax) L = a.lenmax;
+        const int64_t e = L - a.next_n + j + 1;
+        r.seq = (int)s;
+        r.end = (int)(e < 0 ? 0 : e);
+        r.L = (int)L;
+    } else {
+        r.seq = a.row_seq[t];
+        r.end = a.row_end[t];
+        r.L = 0;
+    }
+    return r;
+}
+
 /* Item i of a chunk (PH_ITEMS of them: 4 d of one block): block j, quarter
  * dq. Consecutive threads take the two halves (32 bytes, a sector) of a
  * block's 64 bytes, a warp 16 blocks; items [0, PH_ITEMS / 2) are the
@@ -458,7 +484,11 @@ __device__ __forceinline__ void ph_fma_steps(float (&acc)[8][8], const float *qc
 
 template <int R, int W, bool TK, bool GD>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
-    ph_pdl_begin();
+    /* derived rows (a.cl): launched as a programmatic dependent of the
+     * metadata kernel, whose outputs this kernel does not read, so no wait
+     * here (the wait is at the end); else wait for the previous kernel */
+    ph_pdl_launch();
+    if (!a.cl) ph_pdl_wait();
     typedef ph_tile<R, W, TK> P;
     constexpr int ROWS = P::ROWS, NT = P::NT, HS = P::HS, ST = P::ST;
     float *ws = ph_smem(), *qs = ws + R * PH_HI, *ring = qs + PH_DI * ROWS, *red = ring;
@@ -471,8 +501,8 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     const int HI = a.HI, dI = a.dI, nch = (dI + PH_KC - 1) / PH_KC;
     const int B = (int)a.B;
     /* the rows' sequences and the blocks meeting their ranges [0, end) */
-    const int seq0 = a.row_seq[t0], seq1 = nr > 1 ? a.row_seq[t0 + 1] : -1;
-    const int e0 = a.row_end[t0], e1 = nr > 1 ? a.row_end[t0 + 1] : 0;
+    const ph_row r0 = ph_row_of(a, t0), r1 = nr > 1 ? ph_row_of(a, t0 + 1) : ph_row{-1, 0, 0};
+    const int seq0 = r0.seq, seq1 = r1.seq, e0 = r0.end, e1 = r1.end;
     const int nblk0 = e0 > 0 ? (e0 - 1) / B + 1 : 0, nblk1 = e1 > 0 ? (e1 - 1) / B + 1 : 0;
     for (int i = tid; i < R * PH_HI; i += NT) {
         const int r = i / PH_HI, h = i % PH_HI;
@@ -485,7 +515,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
     const int nbp0 = nr > 1 && npass == 1 && nblk1 > nblk0 ? nblk1 : nblk0;
     const bool primed = tile0 < tile1 && tile0 * PH_NB < nbp0;
     if (primed) {
-        const ph_src S0 = ph_src_of(a, seq0, nbp0);
+        const ph_src S0 = ph_src_of(a, seq0, nbp0, r0.L);
         for (int c = 0; c < ST - 1; c++) {
             if constexpr (TK) ph_issue_kt_chunk<NT, ST>(ring, a.kt + (int64_t)seq0 * dI * a.ldk, a.ldk, tile0 * PH_NB, c, nch, dI);
             else ph_issue_chunk<NT, ST>(a, ring, S0, tile0 * PH_NB, c, nch);
@@ -504,7 +534,7 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
         const bool in0 = npass == 1 || pass == 0, in1 = nr > 1 && (npass == 1 || pass == 1);
         int nbp = in0 ? nblk0 : 0;
         if (in1 && nblk1 > nbp) nbp = nblk1;
-        const ph_src S = ph_src_of(a, sp, nbp);
+        const ph_src S = ph_src_of(a, sp, nbp, pass ? r1.L : r0.L);
         for (int tile = tile0; tile < tile1; tile++) {
             const int b0 = tile * PH_NB;
             const int fr = tid / PH_NB, fj = tid % PH_NB; /* this thread's (row, block) of the fold */
@@ -616,114 +646,15 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                 a.out[(t0 + fr) * a.nbmax + b] = b >= nb ? -INFINITY : b == 0 || b == nb - 1 ? INFINITY : sc;
         }
     }
+    /* derived rows: the metadata kernel has completed (and its writes are
+     * visible) once this grid has. The next kernels read its outputs (the
+     * kept-block top-k the block scores only, but the candidates read the
+     * clamped table and the rows); a programmatic dependent's la_pdl_wait
+     * waits only for this grid (and a plain launch is not promised more),
+     * which without this wait could finish before the metadata kernel. */
+    if (a.cl) ph_pdl_wait();
 }
 
-/* sortable key (topk_common.cuh's tk_fkey): order-preserving, NaN largest */
-__device__ __forceinline__ uint32_t ph_fkey(float f) {
-    const uint32_t u = __float_as_uint(f);
-    return f != f ? 0xFFFFFFFFu : (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-}
-
-/* Exclusive scan of one value per thread over the CTA (PH_TK threads); the
- * total in *tot. Ends with a barrier. */
-__device__ __forceinline__ uint32_t ph_excl_scan(uint32_t v, uint32_t *buf, uint32_t *tot) {
-    const int tid = threadIdx.x;
-    buf[tid] = v;
-    __syncthreads();
-    for (int o = 1; o < PH_TK; o <<= 1) {
-        const uint32_t x = tid >= o ? buf[tid - o] : 0u;
-        __syncthreads();
-        buf[tid] += x;
-        __syncthreads();
-    }
-    const uint32_t incl = buf[tid];
-    *tot = buf[PH_TK - 1];
-    __syncthreads();
-    return incl - v;
-}
-
-/* f(i, row[i]) for this thread's chunk [i0, i1): from PER registers
- * loaded once (-inf past i1: skipped like the row's own -inf), or from the
- * row (PER 0: rows of more than PH_TK x 8 blocks) */
-template <int PER, class F>
-__device__ __forceinline__ void ph_each(const float *row, const float *v, int64_t i0, int64_t i1, F f) {
-    if (PER) {
-#pragma unroll
-        for (int u = 0; u < (PER ? PER : 1); u++) f(i0 + u, v[u]);
-    } else {
-        for (int64_t i = i0; i < i1; i++) f(i, row[i]);
-    }
-}
-
-template <int PER>
-__global__ void __launch_bounds__(PH_TK) ph_block_topk_kernel(const float *sc, int64_t n, int64_t m, int32_t *kept) {
-    ph_pdl_begin();
-    uint32_t *hist = (uint32_t *)ph_smem(), *buf = hist + 256, *found = buf + PH_TK;
-    const int tid = threadIdx.x;
-    const int64_t t = blockIdx.x;
-    const float *row = sc + t * n;
-    int32_t *out = kept + t * m;
-    const int64_t per = (n + PH_TK - 1) / PH_TK;
-    const int64_t i0 = (int64_t)tid * per < n ? (int64_t)tid * per : n, i1 = i0 + per < n ? i0 + per : n;
-    float v[PER ? PER : 1];
-#pragma unroll
-    for (int u = 0; u < (PER ? PER : 1); u++) v[u] = PER && i0 + u < i1 ? row[i0 + u] : -INFINITY;
-    uint32_t nv = 0, tot;
-    ph_each<PER>(row, v, i0, i1, [&](int64_t, float f) { nv += f != -INFINITY; });
-    ph_excl_scan(nv, buf, &tot);
-    const bool all = tot <= (uint32_t)m; /* every valid block is kept */
-    /* the m-th key's high bits found so far (key, under mask); keys with
-     * those bits to take. A digit whose keys are all taken ends the search
-     * early: the keys above it and all of its own are then the same set. */
-    uint32_t key = 0, mask = 0, need = (uint32_t)m;
-    if (!all)
-        for (int shift = 24; shift >= 0; shift -= 8) {
-            hist[tid] = 0; /* PH_TK == 256 bins */
-            __syncthreads();
-            ph_each<PER>(row, v, i0, i1, [&](int64_t, float f) {
-                if (f == -INFINITY) return;
-                const uint32_t k = ph_fkey(f);
-                if ((k & mask) == key) atomicAdd(&hist[(k >> shift) & 255u], 1u);
-            });
-            __syncthreads();
-            /* digit 255 - tid: above = keys with a larger digit */
-            const uint32_t dg = 255u - (uint32_t)tid, c = hist[dg];
-            const uint32_t above = ph_excl_scan(c, buf, &tot);
-            if (above < need && above + c >= need) {
-                found[0] = dg;
-                found[1] = above;
-                found[2] = above + c == need;
-            }
-            __syncthreads();
-            key |= found[0] << shift;
-            mask |= 255u << shift;
-            need -= found[1];
-            const bool whole = found[2] != 0;
-            __syncthreads(); /* found is rewritten by the next pass */
-            if (whole) break; /* uniform */
-        }
-    /* keys above the m-th (under mask) all kept; equal ones from the lowest block up */
-    uint32_t eq = 0;
-    if (!all)
-        ph_each<PER>(row, v, i0, i1, [&](int64_t, float f) { eq += f != -INFINITY && (ph_fkey(f) & mask) == key; });
-    uint32_t r = ph_excl_scan(eq, buf, &tot), cnt = 0;
-    ph_each<PER>(row, v, i0, i1, [&](int64_t, float f) {
-        if (f == -INFINITY) return;
-        const uint32_t k = ph_fkey(f) & mask;
-        if (all || k > key) cnt++;
-        else if (k == key) cnt += r++ < need;
-    });
-    uint32_t pos = ph_excl_scan(cnt, buf, &tot);
-    r -= eq;
-    ph_each<PER>(row, v, i0, i1, [&](int64_t i, float f) {
-        if (f == -INFINITY) return;
-        const uint32_t k = ph_fkey(f) & mask;
-        bool take = all || k > key;
-        if (!take && k == key) take = r++ < need;
-        if (take) out[pos++] = (int32_t)i;
-    });
-    for (int64_t j = tot + tid; j < m; j += PH_TK) out[j] = -1;
-}
 /* PH_KERNELS_END */
 
 } // namespace
@@ -759,10 +690,14 @@ static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_
      * carveout; set once per context (a host call costs as much as a launch) */
     LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK, GD>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    LA_CU(la_cu_launch_pdl(a.pdl != 0, ph_block_scores_kernel<R, W, TK, GD>, grid, dim3(128 * R), smem, s, a));
+    /* derived rows: a programmatic dependent of the metadata kernel whatever a.pdl */
+    LA_CU(la_cu_launch_pdl(a.pdl != 0 || a.cl != nullptr, ph_block_scores_kernel<R, W, TK, GD>, grid, dim3(128 * R),
+                           smem, s, a));
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;
 }
+
+bool la_ph_means_pass(int64_t T, int64_t nseq) { return T >= PH_TK_ROWS * nseq; }
 
 la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx, cudaStream_t s) {
     if (a.T <= 0 || a.nbmax <= 0) return LA_OK;
@@ -773,8 +708,10 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx,
     /* two query rows per CTA where sequences have several (prefill, MTP):
      * each means chunk then serves 128 (row, head) pairs; one row per CTA in
      * decode, where a row's neighbour is another sequence's */
-    if (a.T >= PH_TK_ROWS * nseq) {
-        /* the means once, transposed, for the two-row kernel of many rows */
+    if (la_ph_means_pass(a.T, nseq)) {
+        /* the means once, transposed, for the two-row kernel of many rows
+         * (after the metadata kernel: it reads the lengths) */
+        a.cl = nullptr;
         a.ldk = ph_ldk(a.nbmax);
         size_t bytes;
         LA_TRY(la_mul_size((size_t)(nseq * a.dI), (size_t)a.ldk * 4u, &bytes, "paged hisa: transposed means"));
@@ -794,17 +731,4 @@ la_status la_ph_block_scores(ph_blk_args a, int64_t nseq, const la_context *ctx,
     if (a.w3) return ph_launch_block_scores<1, 3>(a, ntiles, ctx, s);
     if (ph_variant(ctx) == 3) return ph_launch_block_scores<1, 4, false, true>(a, ntiles, ctx, s);
     return ph_launch_block_scores<1, 4>(a, ntiles, ctx, s);
-}
-
-la_status la_ph_block_topk(const float *sc, int64_t T, int64_t n, int64_t m, int32_t *kept, bool pdl,
-                           cudaStream_t s) {
-    if (T <= 0 || m <= 0) return LA_OK;
-    if (T > 0x7fffffffLL) return la_err(LA_ERR_UNSUPPORTED, "paged hisa: %lld query rows exceed the grid", (long long)T);
-    /* a row's scores in registers where a thread's chunk is at most 8 */
-    const size_t smem = (256 + PH_TK + 3) * sizeof(uint32_t);
-    const int64_t per = (n + PH_TK - 1) / PH_TK;
-    auto *k = per <= 4 ? ph_block_topk_kernel<4> : per <= 8 ? ph_block_topk_kernel<8> : ph_block_topk_kernel<0>;
-    LA_CU(la_cu_launch_pdl(pdl, k, dim3((unsigned)T), dim3(PH_TK), smem, s, sc, n, m, kept));
-    LA_CU_LAUNCH("paged hisa block top-k");
-    return LA_OK;
 }

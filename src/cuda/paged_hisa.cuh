@@ -45,7 +45,27 @@ struct ph_blk_args {
     int64_t ldk;
     float *out;
     int pdl;                 /* the score kernel launched as a programmatic dependent (la_cu_launch_pdl) */
+    /* Family "paged_meta_overlap" (paged_index.cu): cl non-NULL (rows next_n
+     * consecutive ones per sequence, no q_seq; the pooled sums; one kernel
+     * after the metadata kernel, no means pass between) derives row t's
+     * sequence t / next_n, length and end from context_lens exactly as
+     * pg_meta_kernel does (the same clamps: [0, cap], then lenmax), reads
+     * none of row_seq / row_end / lens, and is launched as a programmatic
+     * dependent of the metadata kernel: its CTAs run while that one does,
+     * waiting for it only before they exit (la_ph_block_scores). */
+    const int32_t *cl;       /* context_lens [nseq] (stride cl0), or NULL: the metadata's arrays */
+    int64_t cl0, next_n, cap, lenmax;
 };
+/* Family "paged_meta_overlap" ("on", "off"): the default (true: "on" where
+ * it applies: the fused scores on the pooled sums, no q_seq, no means
+ * pass) of ph_blk_args::cl. The same bits either way; "on" takes the
+ * metadata kernel off the critical path (its time overlaps the block
+ * scores'). A forced "on" where it does not apply runs as "off". */
+constexpr bool kPagedMetaOverlap = true;
+/* la_ph_block_scores' two-row tiles on the transposed means, a pass over
+ * them first (prefill: T >= 16 rows a sequence), where the derived rows of
+ * cl do not apply (that pass reads the metadata's lengths) */
+bool la_ph_means_pass(int64_t T, int64_t nseq);
 /* kt's row length: nbmax rounded up to the score kernel's 128-block tiles */
 static inline int64_t ph_ldk(int64_t nbmax) { return (nbmax + 127) / 128 * 128; }
 

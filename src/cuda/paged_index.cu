@@ -535,6 +535,11 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         if (strcmp(pv, "on") && strcmp(pv, "off")) return la_cu_unknown_variant("paged_pdl", pv, "on, off");
         pdl = !strcmp(pv, "on");
     }
+    bool overlap = kPagedMetaOverlap; /* family "paged_meta_overlap" (paged_hisa.cuh) */
+    if (const char *ov = la_context_variant(ctx, "paged_meta_overlap")) {
+        if (strcmp(ov, "on") && strcmp(ov, "off")) return la_cu_unknown_variant("paged_meta_overlap", ov, "on, off");
+        overlap = !strcmp(ov, "on");
+    }
     la_cu_ws dkbar;
     size_t bytes;
     float *const bsc = (float *)(ws0 + off_bsc), *const cand = (float *)(ws0 + off_cand);
@@ -570,6 +575,27 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.w3 = fused == 2;
         ba.pdl = pdl;
         ba.out = bsc;
+        /* the rows derived from context_lens (M's values: the same clamps),
+         * the scores a programmatic dependent of the metadata kernel: only
+         * right after it (no means kernel between: the pooled sums) and
+         * without q_seq or the means pass, which read its outputs; sm_90
+         * (griddepcontrol: before it the launch would be a plain one, so
+         * the same results, but the programmatic attribute is not asked for) */
+        const bool sm90 = la_cu_device_attr(cudaDevAttrComputeCapabilityMajor, 0) >= 9;
+        const bool ov_ok = own_means && !pq->q_seq && !la_ph_means_pass(T, nseq) && sm90;
+        if (overlap && ov_ok) {
+            ba.cl = M.cl;
+            ba.cl0 = M.cl0;
+            ba.next_n = M.next_n;
+            ba.cap = M.cap;
+            ba.lenmax = M.lenmax;
+        }
+        la_cu_report(ctx, "paged_meta_overlap", ba.cl ? "on" : "off", "%s",
+                     ba.cl ? "block scores from context_lens, beside the metadata kernel"
+                     : !overlap ? "forced off"
+                     : !own_means ? "no pooled sums (the means kernel reads the metadata)"
+                     : pq->q_seq ? "q_seq rows"
+                     : !sm90 ? "before sm_90" : "prefill: the means pass reads the metadata");
         LA_TRY(la_ph_block_scores(ba, nseq, ctx, s));
         LA_TRY(la_ph_block_topk(bsc, T, nbmax, m, kept, pdl, s));
     } else {

@@ -6,17 +6,22 @@
 
 #include "core/devmem.h"
 #include "cpu/paged_index_cpu.h"
+#include "cuda/paged_hisa.cuh"
 #include "cuda/paged_meta.cuh"
 
-/* One CTA per sequence: a decode call has few of them (64 at the serving
- * shape) and the next kernel waits for this one, so its time is one CTA's
+/* pg_meta_kernel: one CTA per sequence: a decode call has few of them (64
+ * at the serving shape) and the next kernel waits for this one, so its time is one CTA's
  * chain of dependent global reads: 1024 threads, and each thread's table
  * entries read before any is written (the writes could alias the reads for
- * the compiler), make it two or three round trips instead of a dozen. */
+ * the compiler), make it two or three round trips instead of a dozen.
+ * (pg_meta_packed_kernel, below: the shape where HISA's block scores run
+ * beside this kernel instead of after it.) */
 enum { PG_META_THREADS = 1024, PG_META_UNROLL = 4 };
 
 namespace {
 
+/* ---- kernel text (dev/emu_paged_meta.sh cuts it between the markers) ---- */
+/* PG_META_BEGIN */
 __device__ void pg_flag(int32_t *st, int32_t *mirror, int kind, int64_t a, int64_t b, int64_t v, int64_t x) {
     atomicOr(st, kind);
     *(volatile int32_t *)mirror = 1; /* the host's cue to read st (a plain store: any nonzero will do) */
@@ -29,7 +34,7 @@ __device__ void pg_flag(int32_t *st, int32_t *mirror, int kind, int64_t a, int64
 }
 
 __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
-    la_pdl_launch_dependents(); /* the block-score kernel may be scheduled (it waits for this one) */
+    la_pdl_launch_dependents(); /* the block-score kernel may be scheduled (it waits for this one first) */
     const int64_t s = blockIdx.x;
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     __shared__ int64_t sh_len;
@@ -139,10 +144,99 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
     }
 }
 
+/* pg_meta_kernel's values (the same checks, flags and outputs) for rows
+ * next_n consecutive ones a sequence (no q_seq), one warp a sequence,
+ * PG_PACK_SEQ sequences a CTA of at most 64 registers a thread: where
+ * HISA's block scores run beside this kernel (family "paged_meta_overlap":
+ * they derive the rows themselves and wait for this kernel only at their
+ * end), its CTAs take the SM resources those need. The decode grid (64
+ * sequences of 128K: 512 score CTAs in 528 slots of 4 a SM, each of the
+ * four fill an SM's registers) then loses 8 slots to these 8 CTAs (a CTA's 256 x 64
+ * registers: one slot), not 64 SMs' worth of 1024-thread CTAs (56
+ * registers a thread: no score CTA beside one), so every score CTA starts
+ * at once. Its time (more round trips: a warp reads its table and counts
+ * in batches of 32 x PG_PACK_UNROLL entries, four and two at 2048 pages of
+ * 64 and 1024 blocks; 64 registers a thread bound the batch) is off the
+ * critical path there. */
+enum { PG_PACK_SEQ = 8, PG_PACK_UNROLL = 16 };
+__global__ void __launch_bounds__(32 * PG_PACK_SEQ, 4) pg_meta_packed_kernel(pg_meta M) {
+    la_pdl_launch_dependents(); /* the block-score kernel may be scheduled */
+    const int64_t s = (int64_t)blockIdx.x * PG_PACK_SEQ + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (s >= M.nseq) return; /* no barrier follows */
+    int64_t L = M.cl[s * M.cl0]; /* every lane's (one transaction): no shared broadcast, no barrier */
+    if (L < 0 || L > M.cap) {
+        if (lane == 0) pg_flag(M.status, M.mirror, LA_PG_BAD_LEN, s, 0, L, M.cap);
+        L = L < 0 ? 0 : M.cap;
+    }
+    if (L > M.lenmax) {
+        if (lane == 0) pg_flag(M.status, M.mirror, LA_PG_BAD_POOL, s, -1, L, M.lenmax);
+        L = M.lenmax;
+    }
+    if (lane == 0) M.lens[s] = (int32_t)L;
+    const int64_t np = (L + M.ps - 1) / M.ps;
+    for (int64_t j0 = 0; j0 < M.maxp; j0 += 32 * PG_PACK_UNROLL) {
+        int32_t v[PG_PACK_UNROLL];
+#pragma unroll
+        for (int u = 0; u < PG_PACK_UNROLL; u++) {
+            const int64_t j = j0 + u * 32 + lane;
+            v[u] = j < np ? M.bt[s * M.bt0 + j * M.bt1] : 0;
+        }
+#pragma unroll
+        for (int u = 0; u < PG_PACK_UNROLL; u++) {
+            const int64_t j = j0 + u * 32 + lane;
+            if (j >= M.maxp) break;
+            if (v[u] < 0 || v[u] >= M.num_pages) {
+                pg_flag(M.status, M.mirror, LA_PG_BAD_PAGE, s, j, v[u], M.num_pages);
+                v[u] = 0;
+            }
+            M.tab[s * M.maxp + j] = v[u]; /* pages past the length are never read */
+        }
+    }
+    if (M.pcount) {
+        const int64_t nb = (L + M.B - 1) / M.B;
+        for (int64_t b0 = 0; b0 < nb; b0 += 32 * PG_PACK_UNROLL) {
+            int32_t have[PG_PACK_UNROLL];
+#pragma unroll
+            for (int u = 0; u < PG_PACK_UNROLL; u++) {
+                const int64_t b = b0 + u * 32 + lane;
+                have[u] = b < nb ? M.pcount[s * M.max_blocks + b] : 0;
+            }
+#pragma unroll
+            for (int u = 0; u < PG_PACK_UNROLL; u++) {
+                const int64_t b = b0 + u * 32 + lane;
+                const int64_t want = L - b * M.B < M.B ? L - b * M.B : M.B;
+                if (b < nb && have[u] != want) pg_flag(M.status, M.mirror, LA_PG_BAD_POOL, s, b, L, have[u]);
+            }
+        }
+    }
+    const int64_t nq = M.next_n, base = s * nq;
+    for (int64_t j = lane; j < nq; j += 32) {
+        const int64_t t = base + j, e = L - nq + j + 1;
+        M.rows[t] = (int32_t)t;
+        M.row_seq[t] = (int32_t)s;
+        M.row_end[t] = (int32_t)(e < 0 ? 0 : e);
+    }
+    if (lane == 0) {
+        M.row0[s] = (int32_t)base;
+        if (s == M.nseq - 1) M.row0[M.nseq] = (int32_t)M.T;
+    }
+}
+
+/* PG_META_END */
+
 } // namespace
 
 la_status la_pg_meta_launch(const pg_meta &M, cudaStream_t s) {
     if (M.nseq <= 0) return LA_OK;
+    /* the packed kernel where HISA's block scores may run beside this one
+     * (paged_index.cu's ov_ok: the pooled sums, no q_seq, no means pass; a
+     * shape rule: this launch has no context) */
+    if (!M.qs && M.pcount && !la_ph_means_pass(M.T, M.nseq)) {
+        pg_meta_packed_kernel<<<(unsigned)((M.nseq + PG_PACK_SEQ - 1) / PG_PACK_SEQ), 32 * PG_PACK_SEQ, 0, s>>>(M);
+        LA_CU_LAUNCH("paged metadata");
+        return LA_OK;
+    }
     pg_meta_kernel<<<(unsigned)M.nseq, PG_META_THREADS, 0, s>>>(M);
     LA_CU_LAUNCH("paged metadata");
     return LA_OK;

@@ -26,7 +26,11 @@ struct pg_meta {
     int32_t *tab, *row_seq, *row_end, *lens, *rows, *row0; /* out: [nseq][maxp], [T], [T], [nseq], [T], [nseq+1] */
 };
 
-/* pg_meta_kernel over M.nseq sequences (one CTA each) on stream s. */
+/* pg_meta_kernel over M.nseq sequences (one CTA each) on stream s; for
+ * rows without q_seq on HISA's pooled sums short of the means pass
+ * (la_ph_means_pass: where family "paged_meta_overlap" may run the block
+ * scores beside it), pg_meta_packed_kernel (one warp a sequence): the same
+ * outputs and flags. */
 la_status la_pg_meta_launch(const pg_meta &M, cudaStream_t s);
 /* The most query rows of one sequence in q_seq [T] (device view), read back
  * to the host: only where the bound T would overflow the scoring grid.

@@ -165,6 +165,7 @@ int bo_have_cuda(void);
     X(dsa_epi)                                                                                 \
     X(nan)                                                                                     \
     X(paged)                                                                                   \
+    X(paged_meta)                                                                              \
     X(smla_paged)                                                                              \
     X(backward_lin)                                                                            \
     X(backward_attn)                                                                           \
