@@ -42,6 +42,7 @@ static inline int atomicCAS(int32_t *p, int cmp, int v) {
     return cmp;
 }
 static inline void la_pdl_launch_dependents() {}
+static inline void la_pdl_wait() {}
 #include "emu_pg_args.inc"
 namespace {
 #include "emu_pg_kern.inc"

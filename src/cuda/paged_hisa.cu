@@ -484,9 +484,9 @@ __device__ __forceinline__ void ph_fma_steps(float (&acc)[8][8], const float *qc
 
 template <int R, int W, bool TK, bool GD>
 __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args a) {
-    /* derived rows (a.cl): launched as a programmatic dependent of the
-     * metadata kernel, whose outputs this kernel does not read, so no wait
-     * here (the wait is at the end); else wait for the previous kernel */
+    /* derived rows (a.cl): a plain launch (the previous work done), the
+     * metadata kernel its programmatic dependent, whose outputs this kernel
+     * does not read; else wait for the previous kernel (a.pdl) */
     ph_pdl_launch();
     if (!a.cl) ph_pdl_wait();
     typedef ph_tile<R, W, TK> P;
@@ -646,13 +646,6 @@ __global__ void __launch_bounds__(128 * R, W) ph_block_scores_kernel(ph_blk_args
                 a.out[(t0 + fr) * a.nbmax + b] = b >= nb ? -INFINITY : b == 0 || b == nb - 1 ? INFINITY : sc;
         }
     }
-    /* derived rows: the metadata kernel has completed (and its writes are
-     * visible) once this grid has. The next kernels read its outputs (the
-     * kept-block top-k the block scores only, but the candidates read the
-     * clamped table and the rows); a programmatic dependent's la_pdl_wait
-     * waits only for this grid (and a plain launch is not promised more),
-     * which without this wait could finish before the metadata kernel. */
-    if (a.cl) ph_pdl_wait();
 }
 
 /* PH_KERNELS_END */
@@ -690,8 +683,9 @@ static la_status ph_launch_block_scores(ph_blk_args a, int64_t ntiles, const la_
      * carveout; set once per context (a host call costs as much as a launch) */
     LA_TRY(la_cu_func_smem(ctx, (const void *)ph_block_scores_kernel<R, W, TK, GD>, smem, smem, true));
     const dim3 grid((unsigned)groups, (unsigned)((ntiles + a.tpc - 1) / a.tpc));
-    /* derived rows: a programmatic dependent of the metadata kernel whatever a.pdl */
-    LA_CU(la_cu_launch_pdl(a.pdl != 0 || a.cl != nullptr, ph_block_scores_kernel<R, W, TK, GD>, grid, dim3(128 * R),
+    /* derived rows: a plain launch whatever a.pdl (this kernel never waits
+     * then: it must not start before the previous work, e.g. an append, ends) */
+    LA_CU(la_cu_launch_pdl(a.pdl != 0 && a.cl == nullptr, ph_block_scores_kernel<R, W, TK, GD>, grid, dim3(128 * R),
                            smem, s, a));
     LA_CU_LAUNCH("paged hisa block scores");
     return LA_OK;

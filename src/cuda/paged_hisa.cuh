@@ -50,9 +50,9 @@ struct ph_blk_args {
      * after the metadata kernel, no means pass between) derives row t's
      * sequence t / next_n, length and end from context_lens exactly as
      * pg_meta_kernel does (the same clamps: [0, cap], then lenmax), reads
-     * none of row_seq / row_end / lens, and is launched as a programmatic
-     * dependent of the metadata kernel: its CTAs run while that one does,
-     * waiting for it only before they exit (la_ph_block_scores). */
+     * none of row_seq / row_end / lens, and is launched before the metadata
+     * kernel, which follows as its programmatic dependent and runs beside
+     * it (paged_meta.cu: pg_meta::after_scores). */
     const int32_t *cl;       /* context_lens [nseq] (stride cl0), or NULL: the metadata's arrays */
     int64_t cl0, next_n, cap, lenmax;
 };

@@ -416,7 +416,32 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     M.lens = M.row_end + T;
     M.rows = M.lens + nseq;
     M.row0 = M.rows + T;
-    LA_TRY(la_pg_meta_launch(M, s));
+    M.after_scores = 0;
+    /* HISA's families first: with "paged_meta_overlap" the metadata kernel
+     * is launched after the block scores (below) */
+    int fused = 0;
+    bool pdl = kPagedHisaPdl, overlap = kPagedMetaOverlap;
+    if (hisa) {
+        LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
+        if (const char *pv = la_context_variant(ctx, "paged_pdl")) {
+            if (strcmp(pv, "on") && strcmp(pv, "off")) return la_cu_unknown_variant("paged_pdl", pv, "on, off");
+            pdl = !strcmp(pv, "on");
+        }
+        if (const char *ov = la_context_variant(ctx, "paged_meta_overlap")) {
+            if (strcmp(ov, "on") && strcmp(ov, "off"))
+                return la_cu_unknown_variant("paged_meta_overlap", ov, "on, off");
+            overlap = !strcmp(ov, "on");
+        }
+    }
+    /* the rows derived from context_lens in the block-score kernel (M's
+     * values: the same clamps), the metadata kernel launched after it as
+     * its programmatic dependent: the fused scores on the pooled sums
+     * (no means kernel reading the metadata before them), without q_seq or
+     * the means pass, which read its outputs; sm_90 (griddepcontrol) */
+    const bool sm90 = la_cu_device_attr(cudaDevAttrComputeCapabilityMajor, 0) >= 9;
+    const bool ov_ok = hisa && fused && pooled && !pq->q_seq && !la_ph_means_pass(T, nseq) && sm90;
+    const bool meta_after = overlap && ov_ok;
+    if (!meta_after) LA_TRY(la_pg_meta_launch(M, s));
     pg_rows R = {};
     R.table = M.tab;
     R.maxp = maxp;
@@ -528,18 +553,6 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
     }
     /* HISA: the block stage on family "paged_hisa" (paged_hisa.cu: "fused",
      * the default where it applies; "classic": the chain below) */
-    int fused = 0;
-    LA_TRY(la_ph_select(ctx, q->ne[1], C.dI, &fused));
-    bool pdl = kPagedHisaPdl;
-    if (const char *pv = la_context_variant(ctx, "paged_pdl")) {
-        if (strcmp(pv, "on") && strcmp(pv, "off")) return la_cu_unknown_variant("paged_pdl", pv, "on, off");
-        pdl = !strcmp(pv, "on");
-    }
-    bool overlap = kPagedMetaOverlap; /* family "paged_meta_overlap" (paged_hisa.cuh) */
-    if (const char *ov = la_context_variant(ctx, "paged_meta_overlap")) {
-        if (strcmp(ov, "on") && strcmp(ov, "off")) return la_cu_unknown_variant("paged_meta_overlap", ov, "on, off");
-        overlap = !strcmp(ov, "on");
-    }
     la_cu_ws dkbar;
     size_t bytes;
     float *const bsc = (float *)(ws0 + off_bsc), *const cand = (float *)(ws0 + off_cand);
@@ -575,15 +588,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         ba.w3 = fused == 2;
         ba.pdl = pdl;
         ba.out = bsc;
-        /* the rows derived from context_lens (M's values: the same clamps),
-         * the scores a programmatic dependent of the metadata kernel: only
-         * right after it (no means kernel between: the pooled sums) and
-         * without q_seq or the means pass, which read its outputs; sm_90
-         * (griddepcontrol: before it the launch would be a plain one, so
-         * the same results, but the programmatic attribute is not asked for) */
-        const bool sm90 = la_cu_device_attr(cudaDevAttrComputeCapabilityMajor, 0) >= 9;
-        const bool ov_ok = own_means && !pq->q_seq && !la_ph_means_pass(T, nseq) && sm90;
-        if (overlap && ov_ok) {
+        if (meta_after) {
             ba.cl = M.cl;
             ba.cl0 = M.cl0;
             ba.next_n = M.next_n;
@@ -597,6 +602,10 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
                      : pq->q_seq ? "q_seq rows"
                      : !sm90 ? "before sm_90" : "prefill: the means pass reads the metadata");
         LA_TRY(la_ph_block_scores(ba, nseq, ctx, s));
+        if (meta_after) { /* beside the block scores; it completes after them */
+            M.after_scores = 1;
+            LA_TRY(la_pg_meta_launch(M, s));
+        }
         LA_TRY(la_ph_block_topk(bsc, T, nbmax, m, kept, pdl, s));
     } else {
         LA_TRY(pg_launch_score(C, R, q, w, PG_BLOCKS, la_cu_cdiv(nbmax, PG_TILE), T, bsc, nbmax, s));

@@ -148,22 +148,22 @@ __global__ void __launch_bounds__(PG_META_THREADS) pg_meta_kernel(pg_meta M) {
  * next_n consecutive ones a sequence (no q_seq), one warp a sequence,
  * PG_PACK_SEQ sequences a CTA of at most 64 registers a thread: where
  * HISA's block scores run beside this kernel (family "paged_meta_overlap":
- * they derive the rows themselves and wait for this kernel only at their
- * end), its CTAs take the SM resources those need. The decode grid (64
- * sequences of 128K: 512 score CTAs in 528 slots of 4 a SM, each of the
- * four fill an SM's registers) then loses 8 slots to these 8 CTAs (a CTA's 256 x 64
- * registers: one slot), not 64 SMs' worth of 1024-thread CTAs (56
- * registers a thread: no score CTA beside one), so every score CTA starts
- * at once. Its time (more round trips: a warp reads its table and counts
- * in batches of 32 x PG_PACK_UNROLL entries, four and two at 2048 pages of
- * 64 and 1024 blocks; 64 registers a thread bound the batch) is off the
- * critical path there. */
+ * they derive the rows themselves, are launched first, and this kernel
+ * follows as their programmatic dependent, M.after_scores), its CTAs must
+ * fit in the SM resources those leave. The decode grid (64 sequences of
+ * 128K: 512 score CTAs in 528 slots of 4 a SM, each of the four fill an
+ * SM's registers) leaves 16 slots; these 8 CTAs take one each (a CTA's
+ * 256 x 64 registers), where pg_meta_kernel's 1024-thread CTAs (56
+ * registers a thread) would find no room until score CTAs finish. Its time
+ * (more round trips: a warp reads its table and counts in batches of
+ * 32 x PG_PACK_UNROLL entries, four and two at 2048 pages of 64 and 1024
+ * blocks; 64 registers a thread bound the batch) is off the critical path
+ * there. Launched second, not first: a programmatic dependent starts some
+ * microseconds after its primary does, about what this kernel takes, so
+ * the block scores must be the primary for the overlap to save anything. */
 enum { PG_PACK_SEQ = 8, PG_PACK_UNROLL = 16 };
-__global__ void __launch_bounds__(32 * PG_PACK_SEQ, 4) pg_meta_packed_kernel(pg_meta M) {
-    la_pdl_launch_dependents(); /* the block-score kernel may be scheduled */
-    const int64_t s = (int64_t)blockIdx.x * PG_PACK_SEQ + threadIdx.x / 32;
-    const int lane = threadIdx.x % 32;
-    if (s >= M.nseq) return; /* no barrier follows */
+/* pg_meta_packed_kernel's work for sequence s (one warp) */
+__device__ __forceinline__ void pg_meta_packed_seq(const pg_meta &M, int64_t s, int lane) {
     int64_t L = M.cl[s * M.cl0]; /* every lane's (one transaction): no shared broadcast, no barrier */
     if (L < 0 || L > M.cap) {
         if (lane == 0) pg_flag(M.status, M.mirror, LA_PG_BAD_LEN, s, 0, L, M.cap);
@@ -223,6 +223,16 @@ __global__ void __launch_bounds__(32 * PG_PACK_SEQ, 4) pg_meta_packed_kernel(pg_
     }
 }
 
+__global__ void __launch_bounds__(32 * PG_PACK_SEQ, 4) pg_meta_packed_kernel(pg_meta M) {
+    const int64_t s = (int64_t)blockIdx.x * PG_PACK_SEQ + threadIdx.x / 32;
+    const int lane = threadIdx.x % 32;
+    if (s < M.nseq) pg_meta_packed_seq(M, s, lane);
+    /* after the block scores (M.after_scores): this grid completes after
+     * theirs, so the plain launches after it see the scores too */
+    if (M.after_scores) la_pdl_wait();
+}
+
+
 /* PG_META_END */
 
 } // namespace
@@ -233,7 +243,8 @@ la_status la_pg_meta_launch(const pg_meta &M, cudaStream_t s) {
      * (paged_index.cu's ov_ok: the pooled sums, no q_seq, no means pass; a
      * shape rule: this launch has no context) */
     if (!M.qs && M.pcount && !la_ph_means_pass(M.T, M.nseq)) {
-        pg_meta_packed_kernel<<<(unsigned)((M.nseq + PG_PACK_SEQ - 1) / PG_PACK_SEQ), 32 * PG_PACK_SEQ, 0, s>>>(M);
+        const dim3 grid((unsigned)((M.nseq + PG_PACK_SEQ - 1) / PG_PACK_SEQ));
+        LA_CU(la_cu_launch_pdl(M.after_scores != 0, pg_meta_packed_kernel, grid, dim3(32 * PG_PACK_SEQ), 0, s, M));
         LA_CU_LAUNCH("paged metadata");
         return LA_OK;
     }

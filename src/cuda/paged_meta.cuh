@@ -24,6 +24,11 @@ struct pg_meta {
     int32_t *status;
     int32_t *mirror;             /* the status's mapped host word: set nonzero with any error */
     int32_t *tab, *row_seq, *row_end, *lens, *rows, *row0; /* out: [nseq][maxp], [T], [T], [nseq], [T], [nseq+1] */
+    /* launched right after HISA's block scores as their programmatic dependent
+     * (family "paged_meta_overlap"; the packed kernel's shape only): it runs
+     * beside them and waits for them before it exits, so that the kernels
+     * after it, plain launches, see both grids' writes */
+    int after_scores;
 };
 
 /* pg_meta_kernel over M.nseq sequences (one CTA each) on stream s; for
