@@ -100,8 +100,10 @@ struct la_tr_args {
 la_status la_tr_launch(const la_tr_args &a, const la_context *ctx, cudaStream_t s);
 #endif
 
-/* the kernels: topk_rows.cu and the emulator only */
-#ifdef LA_TR_KERNELS
+/* the kernels: topk_rows.cu and the emulator only; with LA_TR_HELPERS (and
+ * not LA_TR_KERNELS) only the device helpers and tr_final_row, for
+ * topk_groups.cuh */
+#if defined(LA_TR_KERNELS) || defined(LA_TR_HELPERS)
 #ifdef LA_TR_EMU
 /* dev/emu_topk_rows.cpp defines tr_tid, tr_bx, tr_by, tr_sync, tr_smem, tr_atomic_add */
 #define TR_KERNEL(nt) static void
@@ -248,6 +250,9 @@ TR_DEV void tr_find_small(const uint32_t *hist, uint32_t need, uint32_t *sc, uin
     tr_sync();
 }
 
+#endif /* LA_TR_KERNELS || LA_TR_HELPERS */
+
+#ifdef LA_TR_KERNELS
 /* 1. per (chunk, row): the chunk's valid keys counted by bin in shared
  * memory, then added to the row's histograms (nonzero bins only). A thread
  * adds a run of equal bins once (equal scores are common in a row's tail). */
@@ -362,14 +367,21 @@ TR_KERNEL_MIN(TR_CNT, 6) tr_collect_kernel(la_tr_args a) {
         if ((in >> i & 1u) && at < TR_CAP) out[at++] = tr_key(v[i], lo + tid + (int64_t)i * TR_CNT);
 }
 
-/* 3. per row: exact selection, order, output */
-TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
+#endif /* LA_TR_KERNELS */
+
+#if defined(LA_TR_KERNELS) || defined(LA_TR_HELPERS)
+/* 3. per row t: exact selection, order, output. hist: the row's TR_BINS
+ * counts (global or shared memory: read into registers before the first
+ * barrier, so it may lie over sk, dig and off); src: the n candidates in
+ * global memory (CAND_IN_SMEM: none, they are in shared memory already, cand,
+ * 0 for an empty slot). TR_FINAL_SMEM of shared memory. */
+template <bool CAND_IN_SMEM>
+TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, const uint64_t *src, int64_t n) {
     unsigned char *raw = tr_smem();
     uint64_t *cand = (uint64_t *)raw, *sk = cand + TR_CAP;
     uint32_t *dig = (uint32_t *)(sk + TR_KMAX);
     uint16_t *off = (uint16_t *)(dig + TR_DIG);
     uint32_t *sc = (uint32_t *)(off + TR_BINS), *s8 = sc + TR_NT;
-    const int64_t t = tr_bx();
     const int tid = tr_tid();
     const uint32_t k = (uint32_t)a.k;
     const float *row = a.scores + t * a.ld;
@@ -377,13 +389,11 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
      * b1, A = off[b1], m1 = the keys of b1 (b1 = 0, A = total, m1 = 0 when
      * the row has fewer than k keys) */
     constexpr int BPER = TR_BINS / TR_NT;
-    int64_t n = a.cnt[t] < TR_CAP ? a.cnt[t] : TR_CAP;
     {
         uint32_t c[BPER], loc = 0;
-        tr_load_desc<TR_NT, TR_BINS>(a.hist + t * TR_BINS, c);
+        tr_load_desc<TR_NT, TR_BINS>(hist, c);
         /* the candidates (none appended when n1 > TR_CAP) while the bins load: 4 loads per round trip */
-        const uint64_t *src = a.cand + t * TR_CAP;
-        for (int64_t i = tid; i < n; i += 4 * TR_NT) {
+        for (int64_t i = tid; !CAND_IN_SMEM && i < n; i += 4 * TR_NT) {
             uint64_t x[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) x[j] = i + j * TR_NT < n ? src[i + j * TR_NT] : 0;
@@ -523,6 +533,12 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
         }
     for (uint32_t i = tid; i < kk; i += TR_NT) put(i, sk[i]);
 }
+#endif /* LA_TR_KERNELS || LA_TR_HELPERS */
 
+#ifdef LA_TR_KERNELS
+TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
+    const int64_t t = tr_bx();
+    tr_final_row<false>(a, t, a.hist + t * TR_BINS, a.cand + t * TR_CAP, a.cnt[t] < TR_CAP ? (int64_t)a.cnt[t] : TR_CAP);
+}
 #endif /* LA_TR_KERNELS */
 #endif

@@ -1,0 +1,207 @@
+/* Exact top-k of paged DSA decode's score rows from their group maxima
+ * (variant "wgmma2g" of family "paged", the e4m3 default where it applies:
+ * rows of W <= TG_WMAX columns, 1 <= k <= TR_KMAX; else "wgmma2r",
+ * topk_rows.cuh). Same order as la_topk (SPEC §6) and the same keys as
+ * topk_rows.cuh: key = fkey(score) << 32 | ~column, descending score, ties
+ * to the lower column, NaN first, -inf (and columns >= end) not a
+ * candidate, -1 padding.
+ *
+ * Why: topk_rows.cuh reads every score row twice (a histogram pass, then a
+ * candidate pass) before its per-row selection. Here pw2_kernel's epilogue
+ * (paged_wgmma.cu, la_pw_gmax) also stores, per group of 8 consecutive
+ * columns, the largest fkey of its valid scores (0: none), three warp
+ * shuffles per tile; then one CTA per row (tg_kernel, TR_NT threads):
+ *   a. the row's ceil(end/8) <= 16384 group maxima u_j, 16 per thread in
+ *      registers (the groups past them are never read: pw2 writes only the
+ *      row's tiles); group key G_j = u_j << 32 | ~j, valid iff u_j != 0;
+ *   b. the k largest valid group keys (every valid group when there are at
+ *      most k): a radix select on u (digits of 12, 12 and 8 bits), stopping
+ *      at the first prefix P that exactly k groups reach (then the taken
+ *      groups are u >= P); if the last digit leaves groups tied at u == P,
+ *      the lower columns first (a block scan of the tied counts);
+ *   c. each taken group's 8 scores (one 32-byte sector) read from the score
+ *      row, and the keys of its valid columns with fkey >= P kept in shared
+ *      memory (8 slots per taken group, 0 for a key not kept: at most 8k
+ *      <= TR_CAP), with their 14-bit bins counted;
+ *   d. tr_final_row (topk_rows.cuh) on those candidates and that histogram:
+ *      the exact kk = min(k, candidates) largest keys, ordered, written as
+ *      positions or slots exactly as tr_final_kernel writes them.
+ *
+ * Why it is exact. Let tau = u of the k-th largest group key G (when there
+ * are more than k valid groups; otherwise every valid group is taken with P
+ * = 1 and the candidates are every valid key). The k taken groups' maxima
+ * are k distinct elements with fkey >= tau, so the k-th largest element key
+ * has fkey >= tau and every top-k element has fkey >= tau >= P. An element
+ * with fkey > tau lies in a group with u > tau, and every such group is
+ * taken. An element with fkey == tau in a group not taken lies in a group
+ * with u == tau that lost the tie to k groups of larger G (each holding an
+ * element with fkey > tau, or fkey == tau at a lower column since the tied
+ * groups are taken in column order), i.e. k larger keys: it is not in the
+ * top-k. So the candidates hold the exact top-k, no more than 8k keys, and
+ * at least min(k, valid keys) of them (one per taken group at least), and
+ * the top-k of the candidates is the row's.
+ *
+ * Shared memory: tr_final_row's layout (TR_FINAL_SMEM: candidates, then
+ * sk, dig and off, where the 64 KB of step b's digits and step c's
+ * histogram lie, then the scan slots and 16 words), then the list of the
+ * taken groups (TR_KMAX words). The kernel text uses topk_rows.cuh's
+ * primitives only, so dev/emu_topk_groups.cpp runs it on the host.
+ * Internal. */
+#ifndef LA_CUDA_TOPK_GROUPS_CUH
+#define LA_CUDA_TOPK_GROUPS_CUH
+
+#include "cuda/topk_rows.cuh"
+
+#define TG_GROUPS 16384                 /* largest groups per row (16 per thread) */
+#define TG_WMAX (8 * TG_GROUPS)         /* largest row (131072 columns) */
+#define TG_PER (TG_GROUPS / TR_NT)      /* groups per thread */
+#define TG_SMEM (TR_FINAL_SMEM + TR_KMAX * 4)
+
+struct la_tg_args {
+    la_tr_args r;         /* scores, ld, T, W, end, k and the output (hist, coarse, cnt, cand unused) */
+    const uint32_t *gmax; /* [T][gmax_ld]: la_pw_gmax's group maxima of the rows */
+    int64_t gmax_ld;      /* a multiple of 4, >= ceil(W / 8) rounded up to 4 */
+};
+
+#ifndef LA_TR_EMU
+/* Launch tg_kernel on s (topk_groups.cu): 1 <= k <= TR_KMAX, W <= TG_WMAX. */
+la_status la_tg_launch(const la_tg_args &a, const la_context *ctx, cudaStream_t s);
+#endif
+
+#if defined(LA_TR_KERNELS) || defined(LA_TR_HELPERS)
+TR_DEV uint32_t tg_popc(uint32_t x) {
+#ifdef LA_TR_EMU
+    return (uint32_t)__builtin_popcount(x);
+#else
+    return (uint32_t)__popc(x);
+#endif
+}
+
+/* columns [c, c + 8) of row (in the row): two vector loads when aligned */
+TR_DEV void tg_load8(const float *row, int64_t c, bool vec, float *v) {
+#ifdef LA_TR_EMU
+    (void)vec;
+    for (int e = 0; e < 8; e++) v[e] = row[c + e];
+#else
+    if (vec) {
+        const float4 x = *(const float4 *)(row + c), y = *(const float4 *)(row + c + 4);
+        v[0] = x.x, v[1] = x.y, v[2] = x.z, v[3] = x.w, v[4] = y.x, v[5] = y.y, v[6] = y.z, v[7] = y.w;
+    } else {
+#pragma unroll
+        for (int e = 0; e < 8; e++) v[e] = row[c + e];
+    }
+#endif
+}
+
+TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
+    const la_tr_args &a = A.r;
+    unsigned char *raw = tr_smem();
+    uint64_t *cand = (uint64_t *)raw;
+    uint32_t *H = (uint32_t *)(cand + TR_CAP); /* TR_BINS words: tr_final_row's sk, dig and off */
+    uint32_t *sc = H + TR_BINS, *s8 = sc + TR_NT, *glist = s8 + 16;
+    const int64_t t = tr_bx();
+    const int tid = tr_tid();
+    const uint32_t k = (uint32_t)a.k;
+    const int64_t end = a.end[t];
+    const int ng = (int)((end + 7) >> 3), g0 = TG_PER * tid;
+    /* a. this thread's groups g0 .. g0 + 15 (0 past the row's) */
+    uint32_t u[TG_PER];
+    {
+        const uint32_t *gr = A.gmax + t * A.gmax_ld + g0;
+#pragma unroll
+        for (int q = 0; q < TG_PER; q += 4) {
+            if (g0 + q < ng) tr_load4(gr + q, u + q);
+            else u[q] = u[q + 1] = u[q + 2] = u[q + 3] = 0;
+        }
+#pragma unroll
+        for (int j = 0; j < TG_PER; j++)
+            if (g0 + j >= ng) u[j] = 0;
+    }
+    /* b. P: the groups u >= P are the k largest (tied: u > P, then the
+     * first `need` of u == P); P = 1 when at most k groups are valid */
+    uint32_t P = 0, M = 0, need = k;
+    bool tied = false;
+    for (int shift = 20;; shift = shift > 8 ? shift - 12 : 0) { /* digits 31-20, 19-8, 7-0 */
+        const uint32_t dm = shift > 0 ? TR_DIG - 1 : 0xFFu;
+        for (int i = tid; i < TR_DIG; i += TR_NT) H[i] = 0;
+        tr_sync();
+#pragma unroll
+        for (int j = 0; j < TG_PER; j++)
+            if (u[j] && (u[j] & M) == P) tr_atomic_add(H + ((u[j] >> shift) & dm), 1u);
+        tr_sync();
+        tr_find_bin<TR_NT, TR_DIG>(H, need, sc, s8 + 8); /* ends with a barrier */
+        const uint32_t bin = s8[8], above = s8[9], inbin = s8[10];
+        if (bin == TR_DIG) { /* fewer than k valid groups (first digit only: later ones hold >= need) */
+            P = 1;
+            break;
+        }
+        P |= bin << shift;
+        M |= dm << shift;
+        need -= above;
+        if (inbin == need) break; /* every group of this prefix is taken */
+        if (shift == 0) {
+            tied = true;
+            break;
+        }
+    }
+    /* the taken groups of this thread (bit j), and the histogram zeroed for c */
+    uint32_t mask = 0;
+    if (!tied) { /* uniform */
+#pragma unroll
+        for (int j = 0; j < TG_PER; j++)
+            if (u[j] >= P) mask |= 1u << j; /* P >= 1: valid groups only */
+    } else {
+        uint32_t eq = 0, tot;
+#pragma unroll
+        for (int j = 0; j < TG_PER; j++) eq += u[j] == P;
+        uint32_t r = tr_excl_scan<TR_NT>(eq, sc, &tot); /* the tied groups of lower threads */
+#pragma unroll
+        for (int j = 0; j < TG_PER; j++) {
+            if (u[j] > P) mask |= 1u << j;
+            else if (u[j] == P) {
+                if (r < need) mask |= 1u << j;
+                r++;
+            }
+        }
+    }
+    for (int i = tid; i < TR_BINS; i += TR_NT) H[i] = 0; /* step b's digits were read before its last barrier */
+    uint32_t nsel;
+    uint32_t at = tr_excl_scan<TR_NT>(tg_popc(mask), sc, &nsel); /* its barriers publish the zeros */
+#pragma unroll
+    for (int j = 0; j < TG_PER; j++)
+        if (mask >> j & 1u) glist[at++] = (uint32_t)(g0 + j);
+    tr_sync();
+    /* c. the taken groups' keys with fkey >= P (P = 1: every valid one), counted by bin */
+    const float *row = a.scores + t * a.ld;
+    const bool vec = ((uintptr_t)row & 15) == 0;
+    constexpr int GS = TR_KMAX / TR_NT; /* taken groups per thread, at most */
+    float v[GS][8];
+    int64_t c0[GS];
+#pragma unroll
+    for (int s = 0; s < GS; s++) { /* the loads first, issued together */
+        const uint32_t i = (uint32_t)tid + (uint32_t)s * TR_NT;
+        c0[s] = i < nsel ? 8 * (int64_t)glist[i] : -1;
+        if (c0[s] >= 0) {
+            if (c0[s] + 8 <= end) tg_load8(row, c0[s], vec, v[s]);
+            else
+                for (int e = 0; e < 8; e++) v[s][e] = c0[s] + e < end ? row[c0[s] + e] : -INFINITY;
+        }
+    }
+#pragma unroll
+    for (int s = 0; s < GS; s++) {
+        if (c0[s] < 0) continue;
+        const uint32_t i = (uint32_t)tid + (uint32_t)s * TR_NT;
+#pragma unroll
+        for (int e = 0; e < 8; e++) {
+            uint64_t x = tr_key(v[s][e], c0[s] + e); /* 0 for -inf (and the columns >= end) */
+            if ((uint32_t)(x >> 32) < P) x = 0;
+            cand[8 * i + e] = x;
+            if (x) tr_atomic_add(H + tr_bin_of(x), 1u);
+        }
+    }
+    tr_sync();
+    /* d. exact order of the candidates (never more than TR_CAP: no whole-row fallback) */
+    tr_final_row<true>(a, t, H, nullptr, 8 * (int64_t)nsel);
+}
+#endif /* LA_TR_KERNELS || LA_TR_HELPERS */
+#endif
