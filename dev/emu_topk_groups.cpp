@@ -51,6 +51,16 @@ static inline uint32_t __shfl_up_sync(unsigned, uint32_t x, int o) {
 }
 #endif
 
+/* tg_reduce's butterfly (both builds): a full warp exchanges through its slots */
+static inline uint32_t __shfl_xor_sync(unsigned, uint32_t x, int o) {
+    const int w = emu_tid_v / 32, lane = emu_tid_v % 32;
+    emu_c->slot[w][lane] = x;
+    emu_c->warp[w]->arrive_and_wait();
+    const uint32_t y = emu_c->slot[w][lane ^ o];
+    emu_c->warp[w]->arrive_and_wait();
+    return y;
+}
+
 static std::atomic<int> emu_bitonic{0}; /* rows ordered by tr_final_row's bitonic fallback */
 #define TR_NOTE_BITONIC() emu_bitonic++
 #define LA_TR_EMU
@@ -210,7 +220,7 @@ int main() {
             if (W == 131072 && ki == 3) continue;
             const int kinds = W >= 4096 ? 3 : 8; /* every kind on the short rows, a rotation on the long */
             for (int c = 0; c < kinds; c++) {
-                const int kind = W >= 4096 ? (int)((seed + c) % 8) : c;
+                const int kind = W < 4096 ? c : c == 0 ? (int)K_CONT : (int)((seed + c) % 8);
                 static const char *const kn[8] = {"continuous", "ties (7 values)", "one value", "NaN inf -inf +-0",
                                                   "negative", "ascending", "descending", "rounded"};
                 char name[64];

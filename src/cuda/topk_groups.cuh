@@ -11,21 +11,29 @@
  * (paged_wgmma.cu, la_pw_gmax) also stores, per group of 8 consecutive
  * columns, the largest fkey of its valid scores (0: none), three warp
  * shuffles per tile; then one CTA per row (tg_kernel, TR_NT threads):
- *   a. the row's ceil(end/8) <= 16384 group maxima u_j, 16 per thread in
- *      registers (the groups past them are never read: pw2 writes only the
- *      row's tiles); group key G_j = u_j << 32 | ~j, valid iff u_j != 0;
+ *   a. the row's ceil(end/8) <= 16384 group maxima u_j, 16 per thread
+ *      (the groups past them are never read: pw2 writes only the row's
+ *      tiles), held in the candidates' shared memory until c; group key
+ *      G_j = u_j << 32 | ~j, valid iff u_j != 0;
  *   b. the k largest valid group keys (every valid group when there are at
- *      most k): a radix select on u (digits of 12, 12 and 8 bits), stopping
- *      at the first prefix P that exactly k groups reach (then the taken
- *      groups are u >= P); if the last digit leaves groups tied at u == P,
- *      the lower columns first (a block scan of the tied counts);
- *   c. each taken group's 8 scores (one 32-byte sector) read from the score
- *      row, and the keys of its valid columns with fkey >= P kept in shared
- *      memory (8 slots per taken group, 0 for a key not kept: at most 8k
- *      <= TR_CAP), with their 14-bit bins counted;
+ *      most k): a radix select on u in digits of 12 bits from the highest
+ *      bit where the valid maxima differ (their count, largest and
+ *      smallest first: a warp-shuffle reduction), so the first digit's bins
+ *      spread over the maxima's own narrow range instead of serializing
+ *      the atomics on the two or three top-bit bins they share; it stops at
+ *      the first prefix P that exactly k groups reach (the taken groups are
+ *      then u >= P); if every bit leaves groups tied at u == P, the lower
+ *      columns first (a block scan of the tied counts);
+ *   c. each taken group's 8 scores (one 32-byte sector, two vector loads,
+ *      every thread's issued together) read from the score row; the keys
+ *      of its valid columns with fkey >= P compacted (a block scan) into
+ *      shared memory, at most 8k <= TR_CAP of them, typically ~1.1 k, with
+ *      their 14-bit bins counted (the sectors are read a second time after
+ *      the scan, from the cache, instead of held in registers across it);
  *   d. tr_final_row (topk_rows.cuh) on those candidates and that histogram:
  *      the exact kk = min(k, candidates) largest keys, ordered, written as
  *      positions or slots exactly as tr_final_kernel writes them.
+ * The score rows are read once, in ~k sectors per row, not twice whole.
  *
  * Why it is exact. Let tau = u of the k-th largest group key G (when there
  * are more than k valid groups; otherwise every valid group is taken with P
@@ -41,10 +49,10 @@
  * at least min(k, valid keys) of them (one per taken group at least), and
  * the top-k of the candidates is the row's.
  *
- * Shared memory: tr_final_row's layout (TR_FINAL_SMEM: candidates, then
- * sk, dig and off, where the 64 KB of step b's digits and step c's
- * histogram lie, then the scan slots and 16 words), then the list of the
- * taken groups (TR_KMAX words). The kernel text uses topk_rows.cuh's
+ * Shared memory: tr_final_row's layout (TR_FINAL_SMEM: candidates, where
+ * the group maxima lie until c, then sk, dig and off, where the 64 KB of
+ * step b's digits and step c's histogram lie, then the scan slots and 16
+ * words), then the list of the taken groups (TR_KMAX words). The kernel text uses topk_rows.cuh's
  * primitives only, so dev/emu_topk_groups.cpp runs it on the host.
  * Internal. */
 #ifndef LA_CUDA_TOPK_GROUPS_CUH
@@ -77,8 +85,41 @@ TR_DEV uint32_t tg_popc(uint32_t x) {
 #endif
 }
 
+TR_DEV int tg_clz(uint32_t x) {
+#ifdef LA_TR_EMU
+    return __builtin_clz(x);
+#else
+    return __clz(x);
+#endif
+}
+
+/* the CTA's sum of c and largest hi, smallest lo (every thread gets them);
+ * sc: 96 words. Ends with a barrier. */
+TR_DEV void tg_reduce(uint32_t *c, uint32_t *hi, uint32_t *lo, uint32_t *sc) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t c2 = __shfl_xor_sync(0xffffffffu, *c, o), h2 = __shfl_xor_sync(0xffffffffu, *hi, o),
+                       l2 = __shfl_xor_sync(0xffffffffu, *lo, o);
+        *c += c2;
+        *hi = h2 > *hi ? h2 : *hi;
+        *lo = l2 < *lo ? l2 : *lo;
+    }
+    const int tid = tr_tid(), w = tid >> 5;
+    if ((tid & 31) == 0) sc[w] = *c, sc[32 + w] = *hi, sc[64 + w] = *lo;
+    tr_sync();
+    uint32_t c3 = 0, h3 = 0, l3 = 0xFFFFFFFFu;
+#pragma unroll
+    for (int i = 0; i < TR_NT / 32; i++) {
+        c3 += sc[i];
+        h3 = sc[32 + i] > h3 ? sc[32 + i] : h3;
+        l3 = sc[64 + i] < l3 ? sc[64 + i] : l3;
+    }
+    *c = c3, *hi = h3, *lo = l3;
+    tr_sync(); /* sc is reused */
+}
+
 /* columns [c, c + 8) of row (in the row): two vector loads when aligned */
-TR_DEV void tg_load8(const float *row, int64_t c, bool vec, float *v) {
+TR_DEV void tg_load8(const float *row, int c, bool vec, float *v) {
 #ifdef LA_TR_EMU
     (void)vec;
     for (int e = 0; e < 8; e++) v[e] = row[c + e];
@@ -99,66 +140,89 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
     uint64_t *cand = (uint64_t *)raw;
     uint32_t *H = (uint32_t *)(cand + TR_CAP); /* TR_BINS words: tr_final_row's sk, dig and off */
     uint32_t *sc = H + TR_BINS, *s8 = sc + TR_NT, *glist = s8 + 16;
-    const int64_t t = tr_bx();
+    const int t = tr_bx();
     const int tid = tr_tid();
     const uint32_t k = (uint32_t)a.k;
-    const int64_t end = a.end[t];
-    const int ng = (int)((end + 7) >> 3), g0 = TG_PER * tid;
-    /* a. this thread's groups g0 .. g0 + 15 (0 past the row's) */
-    uint32_t u[TG_PER];
+    const int end = a.end[t]; /* <= W <= TG_WMAX: 32-bit columns */
+    const int ng = (end + 7) >> 3, g0 = TG_PER * tid;
+    /* a. this thread's groups g0 .. g0 + 15 (0 past the row's), kept in
+     * the candidates' space until c (us[j TR_NT + tid]: conflict-free), with
+     * their count, largest and smallest valid maxima */
+    uint32_t *us = (uint32_t *)cand;
+    uint32_t cnt = 0, hi = 0, lo = 0xFFFFFFFFu;
     {
-        const uint32_t *gr = A.gmax + t * A.gmax_ld + g0;
+        uint32_t u[TG_PER];
+        const uint32_t *gr = A.gmax + (int64_t)t * A.gmax_ld + g0;
 #pragma unroll
         for (int q = 0; q < TG_PER; q += 4) {
             if (g0 + q < ng) tr_load4(gr + q, u + q);
             else u[q] = u[q + 1] = u[q + 2] = u[q + 3] = 0;
         }
 #pragma unroll
-        for (int j = 0; j < TG_PER; j++)
+        for (int j = 0; j < TG_PER; j++) {
             if (g0 + j >= ng) u[j] = 0;
+            us[j * TR_NT + tid] = u[j];
+            if (u[j]) {
+                cnt++;
+                hi = u[j] > hi ? u[j] : hi;
+                lo = u[j] < lo ? u[j] : lo;
+            }
+        }
     }
     /* b. P: the groups u >= P are the k largest (tied: u > P, then the
-     * first `need` of u == P); P = 1 when at most k groups are valid */
-    uint32_t P = 0, M = 0, need = k;
+     * first `need` of u == P); P = 1 when at most k groups are valid. The
+     * digits start at the highest bit where the valid maxima differ: they
+     * spread over the maxima's own range, not over the few top-bit bins
+     * that they share (a bin's atomics serialize) */
+    tg_reduce(&cnt, &hi, &lo, sc);
+    uint32_t P = 1, need = k;
     bool tied = false;
-    for (int shift = 20;; shift = shift > 8 ? shift - 12 : 0) { /* digits 31-20, 19-8, 7-0 */
-        const uint32_t dm = shift > 0 ? TR_DIG - 1 : 0xFFu;
-        for (int i = tid; i < TR_DIG; i += TR_NT) H[i] = 0;
-        tr_sync();
+    if (cnt > k) { /* uniform */
+        const int top = hi != lo ? 31 - tg_clz(hi ^ lo) : -1; /* bits above top: every valid u's */
+        uint32_t M = top >= 31 ? 0u : ~0u << (top + 1);
+        P = hi & M;
+        tied = true; /* unless a prefix is reached that exactly need groups share */
+        for (int h = top; h >= 0;) {
+            const int l = h >= 11 ? h - 11 : 0; /* digit bits h .. l */
+            const uint32_t dm = (2u << (h - l)) - 1u;
+            for (int i = tid; i < TR_DIG; i += TR_NT) H[i] = 0;
+            tr_sync();
 #pragma unroll
-        for (int j = 0; j < TG_PER; j++)
-            if (u[j] && (u[j] & M) == P) tr_atomic_add(H + ((u[j] >> shift) & dm), 1u);
-        tr_sync();
-        tr_find_bin<TR_NT, TR_DIG>(H, need, sc, s8 + 8); /* ends with a barrier */
-        const uint32_t bin = s8[8], above = s8[9], inbin = s8[10];
-        if (bin == TR_DIG) { /* fewer than k valid groups (first digit only: later ones hold >= need) */
-            P = 1;
-            break;
-        }
-        P |= bin << shift;
-        M |= dm << shift;
-        need -= above;
-        if (inbin == need) break; /* every group of this prefix is taken */
-        if (shift == 0) {
-            tied = true;
-            break;
+            for (int j = 0; j < TG_PER; j++) {
+                const uint32_t u = us[j * TR_NT + tid];
+                if (u && (u & M) == P) tr_atomic_add(H + ((u >> l) & dm), 1u);
+            }
+            tr_sync();
+            tr_find_bin<TR_NT, TR_DIG>(H, need, sc, s8 + 8); /* ends with a barrier; some bin holds the need-th */
+            const uint32_t bin = s8[8], above = s8[9], inbin = s8[10];
+            P |= bin << l;
+            M |= dm << l;
+            need -= above;
+            if (inbin == need) { /* every group of this prefix is taken */
+                tied = false;
+                break;
+            }
+            h = l - 1;
         }
     }
     /* the taken groups of this thread (bit j), and the histogram zeroed for c */
     uint32_t mask = 0;
     if (!tied) { /* uniform */
 #pragma unroll
-        for (int j = 0; j < TG_PER; j++)
-            if (u[j] >= P) mask |= 1u << j; /* P >= 1: valid groups only */
+        for (int j = 0; j < TG_PER; j++) {
+            const uint32_t u = us[j * TR_NT + tid];
+            if (u && u >= P) mask |= 1u << j;
+        }
     } else {
         uint32_t eq = 0, tot;
 #pragma unroll
-        for (int j = 0; j < TG_PER; j++) eq += u[j] == P;
+        for (int j = 0; j < TG_PER; j++) eq += us[j * TR_NT + tid] == P;
         uint32_t r = tr_excl_scan<TR_NT>(eq, sc, &tot); /* the tied groups of lower threads */
 #pragma unroll
         for (int j = 0; j < TG_PER; j++) {
-            if (u[j] > P) mask |= 1u << j;
-            else if (u[j] == P) {
+            const uint32_t u = us[j * TR_NT + tid];
+            if (u > P) mask |= 1u << j;
+            else if (u == P) {
                 if (r < need) mask |= 1u << j;
                 r++;
             }
@@ -172,36 +236,53 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
         if (mask >> j & 1u) glist[at++] = (uint32_t)(g0 + j);
     tr_sync();
     /* c. the taken groups' keys with fkey >= P (P = 1: every valid one), counted by bin */
-    const float *row = a.scores + t * a.ld;
+    const float *row = a.scores + (int64_t)t * a.ld;
     const bool vec = ((uintptr_t)row & 15) == 0;
     constexpr int GS = TR_KMAX / TR_NT; /* taken groups per thread, at most */
     float v[GS][8];
-    int64_t c0[GS];
+    int c0[GS];
+    auto load = [&]() {
 #pragma unroll
-    for (int s = 0; s < GS; s++) { /* the loads first, issued together */
-        const uint32_t i = (uint32_t)tid + (uint32_t)s * TR_NT;
-        c0[s] = i < nsel ? 8 * (int64_t)glist[i] : -1;
-        if (c0[s] >= 0) {
-            if (c0[s] + 8 <= end) tg_load8(row, c0[s], vec, v[s]);
-            else
-                for (int e = 0; e < 8; e++) v[s][e] = c0[s] + e < end ? row[c0[s] + e] : -INFINITY;
+        for (int s = 0; s < GS; s++) { /* issued together */
+            const uint32_t i = (uint32_t)tid + (uint32_t)s * TR_NT;
+            c0[s] = i < nsel ? 8 * (int)glist[i] : -1;
+            if (c0[s] >= 0) {
+                if (c0[s] + 8 <= end) tg_load8(row, c0[s], vec, v[s]);
+                else
+                    for (int e = 0; e < 8; e++) v[s][e] = c0[s] + e < end ? row[c0[s] + e] : -INFINITY;
+            }
         }
-    }
+    };
+    auto kept = [&](int s, int e) -> uint64_t {
+        if (c0[s] < 0) return 0;
+        const uint64_t x = tr_key(v[s][e], c0[s] + e); /* 0 for -inf (and the columns >= end) */
+        return (uint32_t)(x >> 32) < P ? 0u : x;
+    };
+    /* counted, then compacted (a thread's keys in column order); the
+     * sectors are read again after the scan (cache hits) rather than held
+     * in registers across it */
+    load();
+    uint32_t nmine = 0;
 #pragma unroll
-    for (int s = 0; s < GS; s++) {
-        if (c0[s] < 0) continue;
-        const uint32_t i = (uint32_t)tid + (uint32_t)s * TR_NT;
+    for (int s = 0; s < GS; s++)
+#pragma unroll
+        for (int e = 0; e < 8; e++) nmine += kept(s, e) != 0;
+    uint32_t nc;
+    at = tr_excl_scan<TR_NT>(nmine, sc, &nc);
+    load();
+#pragma unroll
+    for (int s = 0; s < GS; s++)
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            uint64_t x = tr_key(v[s][e], c0[s] + e); /* 0 for -inf (and the columns >= end) */
-            if ((uint32_t)(x >> 32) < P) x = 0;
-            cand[8 * i + e] = x;
-            if (x) tr_atomic_add(H + tr_bin_of(x), 1u);
+            const uint64_t x = kept(s, e);
+            if (x) {
+                cand[at++] = x;
+                tr_atomic_add(H + tr_bin_of(x), 1u);
+            }
         }
-    }
     tr_sync();
     /* d. exact order of the candidates (never more than TR_CAP: no whole-row fallback) */
-    tr_final_row<true>(a, t, H, nullptr, 8 * (int64_t)nsel);
+    tr_final_row<true>(a, t, H, nullptr, (int64_t)nc);
 }
 #endif /* LA_TR_KERNELS || LA_TR_HELPERS */
 #endif

@@ -374,7 +374,8 @@ TR_KERNEL_MIN(TR_CNT, 6) tr_collect_kernel(la_tr_args a) {
  * counts (global or shared memory: read into registers before the first
  * barrier, so it may lie over sk, dig and off); src: the n candidates in
  * global memory (CAND_IN_SMEM: none, they are in shared memory already, cand,
- * 0 for an empty slot). TR_FINAL_SMEM of shared memory. */
+ * 0 for an empty slot, and the histogram's total is at most TR_CAP: no
+ * whole-row fallback). TR_FINAL_SMEM of shared memory. */
 template <bool CAND_IN_SMEM>
 TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, const uint64_t *src, int64_t n) {
     unsigned char *raw = tr_smem();
@@ -425,7 +426,7 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
     const uint32_t b1 = s8[0], A = s8[1], m1 = s8[2], kk = s8[4], nb1 = kk - A; /* nb1: the keys taken from b1 */
     bool inl = true; /* candidates in shared memory; else the whole row */
     auto keyat = [&](int64_t i) -> uint64_t { return inl ? cand[i] : tr_key(row[i], i); };
-    if (A + m1 > TR_CAP) { /* n1 as tr_collect_kernel found it (A + m1 = total when total < k) */
+    if (!CAND_IN_SMEM && A + m1 > TR_CAP) { /* n1 as tr_collect_kernel found it (A + m1 = total when total < k) */
         inl = false;
         n = a.end[t];
     }
