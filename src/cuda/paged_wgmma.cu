@@ -310,6 +310,8 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
     const int r_out = 16 * warp + g + 8 * (qd & 1);
     float2 wr[8];
     float acc[32];
+    /* !BLK with gm.p: the shared address of rowat[r_out] (tile 0's entry of this thread's key) */
+    [[maybe_unused]] const uint32_t park = (uint32_t)__cvta_generic_to_shared(rowat + r_out);
 #pragma unroll
     for (int i = 0; i < 32; i++) acc[i] = 0.f;
     for (int k = 0; k < nt; k++) {
@@ -353,13 +355,38 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
         if (qd < 2 && p < colend) orow[p] = o;
         if constexpr (!BLK) {
-            if (gm.p) { /* uniform: the group maxima of "wgmma2g" (topk_groups.cuh) */
-                /* lanes g = 0..7 of one qd hold the 8 keys 16 warp + 8 qd + g, a group */
-                uint32_t u = on && o != -INFINITY ? tk_fkey(o) : 0u;
-                u = max(u, __shfl_xor_sync(0xffffffffu, u, 4));
-                u = max(u, __shfl_xor_sync(0xffffffffu, u, 8));
-                u = max(u, __shfl_xor_sync(0xffffffffu, u, 16));
-                if (lane < 2) gm.p[(int64_t)t * gm.ld + ((key0 + k * 64 + 16 * warp + 8 * lane) >> 3)] = u;
+            /* uniform: the group maxima of "wgmma2g" (topk_groups.cuh). The
+             * key's fkey (0: not valid) parks in the first word of its rowat
+             * entry, dead since load(k) read it (before the barrier at the top
+             * of iteration k - PW_STAGES + 2); the maxima after the loop. One
+             * shared store here, not shuffles and a global store per tile:
+             * the serial tile loop paces this kernel. */
+            if (gm.p && qd < 2 && p < kend) {
+                const uint32_t u = o != -INFINITY ? tk_fkey(o) : 0u, sa = park + (uint32_t)(k * 64 * 8);
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sa), "r"(u) : "memory");
+            }
+        }
+    }
+    if constexpr (!BLK) {
+        if (gm.p) { /* uniform */
+            __syncthreads(); /* every tile's parked fkeys */
+            /* thread i: group i of the CTA's 1024 columns, for the groups of
+             * its nt tiles (8 nt); columns >= kend were never parked: 0 */
+            const int nk = kend - key0;
+            if (tid < 8 * nt) {
+                uint32_t u = 0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int c = 8 * tid + e;
+                    uint32_t w = 0;
+                    if (c < nk)
+                        asm volatile("ld.shared.u32 %0, [%1];\n"
+                                     : "=r"(w)
+                                     : "r"((uint32_t)__cvta_generic_to_shared(rowat + c))
+                                     : "memory");
+                    u = max(u, w);
+                }
+                gm.p[(int64_t)t * gm.ld + (key0 >> 3) + tid] = u;
             }
         }
     }

@@ -9,8 +9,8 @@
  * Why: topk_rows.cuh reads every score row twice (a histogram pass, then a
  * candidate pass) before its per-row selection. Here pw2_kernel's epilogue
  * (paged_wgmma.cu, la_pw_gmax) also stores, per group of 8 consecutive
- * columns, the largest fkey of its valid scores (0: none), three warp
- * shuffles per tile; then one CTA per row (tg_kernel, TR_NT threads):
+ * columns, the largest fkey of its valid scores (0: none), from the
+ * fkeys each tile's epilogue parks in shared memory; then one CTA per row (tg_kernel, TR_NT threads):
  *   a. the row's ceil(end/8) <= 16384 group maxima u_j, 16 per thread
  *      (the groups past them are never read: pw2 writes only the row's
  *      tiles), held in the candidates' shared memory until c; group key
