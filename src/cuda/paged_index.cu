@@ -241,8 +241,10 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * to kPagedWgmmaRowsPerSeq query rows per sequence (decode; more: prefill,
  * mma.sync); false: "mma" (the mma.sync kernel, equal to the dense mma.sync
  * variant).
- * kPagedTopkRows: that default ("wgmma2g", else "wgmma2") selects with
- * topk_groups.cuh at up to kPagedRowsMaxT query rows: pw2_kernel's epilogue
+ * kPagedTopkRows: that default selects with topk_rows.cuh or
+ * topk_groups.cuh (kPagedTopkGroups) at up to kPagedRowsMaxT query rows
+ * ("wgmma2g" or "wgmma2r"; false: "wgmma2", la_topk).
+ * kPagedTopkGroups: "wgmma2g", topk_groups.cuh: pw2_kernel's epilogue
  * also stores the largest key of every 8 columns (T x W / 2 bytes), and one
  * CTA per row takes the k largest groups and orders their keys, where
  * la_topk reads the whole row in one CTA. Rows over TG_WMAX columns take
@@ -264,6 +266,7 @@ constexpr bool kPagedWgmma2Default = true;
  * compute-sanitizer, but the harness has not run it. */
 constexpr bool kPagedHisaPdl = false;
 constexpr bool kPagedTopkRows = true;
+constexpr bool kPagedTopkGroups = true; /* false: the default is "wgmma2r" */
 constexpr bool kPagedTopkRange = true;
 constexpr int64_t kPagedRowsMaxT = 256;
 constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this many query rows per sequence */
@@ -305,7 +308,7 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     if (!forced && kPagedWgmma2Default && *eb == 1 && a->hopper && a->HI == 64 && a->dI == 128 && a->q_nb2 == 1 &&
         a->q_nb1 % 16 == 0 && a->q_nb0 % 16 == 0 && ((uintptr_t)a->q & 15) == 0 && c->page_bytes % 16 == 0 &&
         ((uintptr_t)c->pages & 15) == 0 && T <= 65535)
-        *wg = 8 | (kPagedTopkRows && T <= kPagedRowsMaxT ? 4 : 2);
+        *wg = 8 | (kPagedTopkRows && T <= kPagedRowsMaxT ? (kPagedTopkGroups ? 4 : 3) : 2);
     la_cu_report(ctx, "paged", *eb ? ((*wg & 7) ? names[(*wg & 7) + 1] : "mma") : "portable",
                  "T=%lld HI=%lld dI=%lld cache %s q %s%s", (long long)T, (long long)a->HI, (long long)a->dI,
                  la_dtype_name(c->p.dtype), la_dtype_name(q->dtype), (*wg & 7) ? " (DSA; HISA as mma)" : "");
