@@ -35,7 +35,15 @@ static thread_local emu_cta *emu_c;
 static inline int tr_tid() { return emu_tid_v; }
 static inline int tr_bx() { return emu_c->bx; }
 static inline int tr_by() { return emu_c->by; }
-static inline void tr_sync() { emu_c->bar->arrive_and_wait(); }
+/* per phase (TR_PHASE): barriers (thread 0's) and loop trips (every thread's) */
+static thread_local int emu_phase;
+static std::atomic<long long> emu_bars[9], emu_trips[9];
+#define TR_PHASE(p) (emu_phase = (p))
+#define TR_TRIP() (emu_trips[emu_phase]++)
+static inline void tr_sync() {
+    if (emu_tid_v == 0) emu_bars[emu_phase]++;
+    emu_c->bar->arrive_and_wait();
+}
 static inline unsigned char *tr_smem() { return emu_c->smem; }
 static inline uint32_t tr_atomic_add(uint32_t *p, uint32_t v) { return std::atomic_ref<uint32_t>(*p).fetch_add(v); }
 #ifdef LA_TR_EMU_SHFL
@@ -46,6 +54,14 @@ static inline uint32_t __shfl_up_sync(unsigned, uint32_t x, int o) {
     emu_c->slot[w][lane] = x;
     emu_c->warp[w]->arrive_and_wait();
     const uint32_t y = lane >= o ? emu_c->slot[w][lane - o] : x;
+    emu_c->warp[w]->arrive_and_wait();
+    return y;
+}
+static inline uint32_t __shfl_sync(unsigned, uint32_t x, int src) {
+    const int w = emu_tid_v / 32, lane = emu_tid_v % 32;
+    emu_c->slot[w][lane] = x;
+    emu_c->warp[w]->arrive_and_wait();
+    const uint32_t y = emu_c->slot[w][src & 31];
     emu_c->warp[w]->arrive_and_wait();
     return y;
 }
@@ -209,8 +225,19 @@ static void run(const char *name, int64_t T, int64_t W, int k, int kind, unsigne
     if (bad) fails++;
 }
 
-int main() {
+int main(int argc, char **argv) {
     setvbuf(stdout, NULL, _IOLBF, 0);
+    if (argc > 1) { /* "profile": the bench's shape, one row of 131072 continuous scores, k 2048 */
+        for (int i = 0; i < 9; i++) emu_bars[i] = emu_trips[i] = 0;
+        run("profile (continuous)", 1, 131072, 2048, K_CONT, 7, 0, 0);
+        static const char *const ph[9] = {"a load maxima", "a reduce", "b group select", "b mask, list",
+                                          "c gather, compact", "d hist scan", "d radix in b1",
+                                          "d bucket count, scatter", "d rank, output"};
+        for (int i = 0; i < 9; i++)
+            printf("  phase %-24s barriers %3lld  trips/thread %8.2f\n", ph[i], emu_bars[i].load(),
+                   emu_trips[i].load() / (double)TR_NT);
+        return fails != 0;
+    }
     static const int64_t Ws[8] = {1, 7, 8, 9, 63, 1000, 4096, 131072};
     static const int ks[4] = {1, 5, 2048, 700};
     unsigned seed = 1;

@@ -107,15 +107,41 @@ TR_DEV void tg_reduce(uint32_t *c, uint32_t *hi, uint32_t *lo, uint32_t *sc) {
     const int tid = tr_tid(), w = tid >> 5;
     if ((tid & 31) == 0) sc[w] = *c, sc[32 + w] = *hi, sc[64 + w] = *lo;
     tr_sync();
-    uint32_t c3 = 0, h3 = 0, l3 = 0xFFFFFFFFu;
+    /* lane i: warp i's (TR_NT = 1024: 32 warps), then the same butterfly */
+    static_assert(TR_NT == 1024, "one warp total per lane");
+    const int lane = tid & 31;
+    uint32_t c3 = sc[lane], h3 = sc[32 + lane], l3 = sc[64 + lane];
 #pragma unroll
-    for (int i = 0; i < TR_NT / 32; i++) {
-        c3 += sc[i];
-        h3 = sc[32 + i] > h3 ? sc[32 + i] : h3;
-        l3 = sc[64 + i] < l3 ? sc[64 + i] : l3;
+    for (int o = 16; o > 0; o >>= 1) {
+        const uint32_t c2 = __shfl_xor_sync(0xffffffffu, c3, o), h2 = __shfl_xor_sync(0xffffffffu, h3, o),
+                       l2 = __shfl_xor_sync(0xffffffffu, l3, o);
+        c3 += c2;
+        h3 = h2 > h3 ? h2 : h3;
+        l3 = l2 < l3 ? l2 : l3;
     }
     *c = c3, *hi = h3, *lo = l3;
     tr_sync(); /* sc is reused */
+}
+
+/* n slots of a shared array whose fill count is *ctr (order does not
+ * matter: the groups' and the candidates' lists are used as sets): the
+ * first one's index; a warp scan and one atomic per warp, no block scan */
+TR_DEV uint32_t tg_alloc(uint32_t n, uint32_t *ctr) {
+#if defined(LA_TR_EMU) && !defined(LA_TR_EMU_SHFL)
+    return tr_atomic_add(ctr, n);
+#else
+    const int lane = tr_tid() & 31;
+    uint32_t x = n;
+#pragma unroll
+    for (int o = 1; o < 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, x, o);
+        if (lane >= o) x += y;
+    }
+    uint32_t base = 0;
+    if (lane == 31) base = tr_atomic_add(ctr, x);
+    base = __shfl_sync(0xffffffffu, base, 31);
+    return base + x - n;
+#endif
 }
 
 /* columns [c, c + 8) of row (in the row): two vector loads when aligned */
@@ -149,6 +175,8 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
      * the candidates' space until c (us[j TR_NT + tid]: conflict-free), with
      * their count, largest and smallest valid maxima */
     uint32_t *us = (uint32_t *)cand;
+    TR_PHASE(0);
+    if (tid == 0) s8[12] = 0, s8[13] = 0; /* the counts of glist and of the candidates (tg_alloc) */
     uint32_t cnt = 0, hi = 0, lo = 0xFFFFFFFFu;
     {
         uint32_t u[TG_PER];
@@ -174,7 +202,9 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
      * digits start at the highest bit where the valid maxima differ: they
      * spread over the maxima's own range, not over the few top-bit bins
      * that they share (a bin's atomics serialize) */
+    TR_PHASE(1);
     tg_reduce(&cnt, &hi, &lo, sc);
+    TR_PHASE(2);
     uint32_t P = 1, need = k;
     bool tied = false;
     if (cnt > k) { /* uniform */
@@ -190,6 +220,7 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
 #pragma unroll
             for (int j = 0; j < TG_PER; j++) {
                 const uint32_t u = us[j * TR_NT + tid];
+                TR_TRIP();
                 if (u && (u & M) == P) tr_atomic_add(H + ((u >> l) & dm), 1u);
             }
             tr_sync();
@@ -206,6 +237,7 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
         }
     }
     /* the taken groups of this thread (bit j), and the histogram zeroed for c */
+    TR_PHASE(3);
     uint32_t mask = 0;
     if (!tied) { /* uniform */
 #pragma unroll
@@ -229,13 +261,13 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
         }
     }
     for (int i = tid; i < TR_BINS; i += TR_NT) H[i] = 0; /* step b's digits were read before its last barrier */
-    uint32_t nsel;
-    uint32_t at = tr_excl_scan<TR_NT>(tg_popc(mask), sc, &nsel); /* its barriers publish the zeros */
-#pragma unroll
-    for (int j = 0; j < TG_PER; j++)
-        if (mask >> j & 1u) glist[at++] = (uint32_t)(g0 + j);
-    tr_sync();
+    uint32_t at = tg_alloc(tg_popc(mask), s8 + 12);
+    for (uint32_t m = mask; m; m &= m - 1u) /* its set bits only (~2 of 16) */
+        glist[at++] = (uint32_t)g0 + tg_popc((m & (0u - m)) - 1u);
+    tr_sync(); /* glist, its count and the zeros */
+    const uint32_t nsel = s8[12];
     /* c. the taken groups' keys with fkey >= P (P = 1: every valid one), counted by bin */
+    TR_PHASE(4);
     const float *row = a.scores + (int64_t)t * a.ld;
     const bool vec = ((uintptr_t)row & 15) == 0;
     constexpr int GS = TR_KMAX / TR_NT; /* taken groups per thread, at most */
@@ -253,34 +285,38 @@ TR_KERNEL(TR_NT) tg_kernel(la_tg_args A) {
             }
         }
     };
-    auto kept = [&](int s, int e) -> uint64_t {
-        if (c0[s] < 0) return 0;
-        const uint64_t x = tr_key(v[s][e], c0[s] + e); /* 0 for -inf (and the columns >= end) */
-        return (uint32_t)(x >> 32) < P ? 0u : x;
-    };
-    /* counted, then compacted (a thread's keys in column order); the
-     * sectors are read again after the scan (cache hits) rather than held
-     * in registers across it */
+    /* each key's fkey where kept (not -inf, fkey >= P), else 0 (P >= 1),
+     * in place of the scores; counted, then stored at tg_alloc's slots
+     * (the candidates are a set: tr_final_row's result does not depend on
+     * their order) with their bins counted */
     load();
     uint32_t nmine = 0;
 #pragma unroll
     for (int s = 0; s < GS; s++)
 #pragma unroll
-        for (int e = 0; e < 8; e++) nmine += kept(s, e) != 0;
-    uint32_t nc;
-    at = tr_excl_scan<TR_NT>(nmine, sc, &nc);
-    load();
+        for (int e = 0; e < 8; e++) {
+            uint32_t f = 0;
+            if (c0[s] >= 0 && v[s][e] != -INFINITY) f = tr_fkey(v[s][e]); /* -inf: the columns >= end too */
+            f = f < P ? 0u : f;
+            TR_TRIP();
+            nmine += f != 0;
+            memcpy(&v[s][e], &f, 4);
+        }
+    at = tg_alloc(nmine, s8 + 13);
 #pragma unroll
     for (int s = 0; s < GS; s++)
 #pragma unroll
         for (int e = 0; e < 8; e++) {
-            const uint64_t x = kept(s, e);
-            if (x) {
+            uint32_t f;
+            memcpy(&f, &v[s][e], 4);
+            if (f) {
+                const uint64_t x = (uint64_t)f << 32 | (uint32_t)~(uint32_t)(c0[s] + e);
                 cand[at++] = x;
                 tr_atomic_add(H + tr_bin_of(x), 1u);
             }
         }
     tr_sync();
+    const uint32_t nc = s8[13];
     /* d. exact order of the candidates (never more than TR_CAP: no whole-row fallback) */
     tr_final_row<true>(a, t, H, nullptr, (int64_t)nc);
 }

@@ -125,6 +125,10 @@ TR_DEV uint32_t tr_atomic_add(uint32_t *p, uint32_t v) { return atomicAdd(p, v);
 #ifndef TR_NOTE_BITONIC /* the emulator counts the rows of tr_final_kernel's fallback */
 #define TR_NOTE_BITONIC()
 #endif
+#ifndef TR_PHASE /* the emulator counts each phase's barriers and loop trips (dev/emu_topk_groups.cpp) */
+#define TR_PHASE(p) ((void)0)
+#define TR_TRIP() ((void)0)
+#endif
 
 /* 4 words from p (16-byte aligned): one vector load on the GPU */
 TR_DEV void tr_load4(const uint32_t *p, uint32_t *o) {
@@ -178,16 +182,19 @@ TR_DEV uint32_t tr_excl_scan(uint32_t v, uint32_t *sc, uint32_t *tot) {
     }
     if (lane == 31) sc[wid] = x;
     __syncthreads();
-    uint32_t pre = 0, t = 0;
+    /* every warp scans the NT / 32 warp totals with shuffles (lane w: warp
+     * w's), not a loop over them: a few instructions instead of ~4 NT / 32 */
+    static_assert(NT % 32 == 0 && NT <= 1024, "at most 32 warps");
+    uint32_t c = lane < NT / 32 ? sc[lane] : 0u;
 #pragma unroll
-    for (int w = 0; w < NT / 32; w++) {
-        const uint32_t c = sc[w];
-        pre += w < wid ? c : 0u;
-        t += c;
+    for (int o = 1; o < NT / 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, c, o);
+        if (lane >= o) c += y;
     }
-    *tot = t;
+    *tot = __shfl_sync(0xffffffffu, c, NT / 32 - 1);
+    const uint32_t pre = __shfl_sync(0xffffffffu, c, wid > 0 ? wid - 1 : 0);
     __syncthreads(); /* sc is reused */
-    return pre + x - v;
+    return (wid > 0 ? pre : 0u) + x - v;
 #endif
 }
 
@@ -390,6 +397,7 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
      * b1, A = off[b1], m1 = the keys of b1 (b1 = 0, A = total, m1 = 0 when
      * the row has fewer than k keys) */
     constexpr int BPER = TR_BINS / TR_NT;
+    TR_PHASE(5);
     {
         uint32_t c[BPER], loc = 0;
         tr_load_desc<TR_NT, TR_BINS>(hist, c);
@@ -432,6 +440,7 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
     }
     /* P: exactly kk keys >= P; a radix select inside b1 unless all or none of it is taken */
     uint64_t P = nb1 == 0 ? 1u : (uint64_t)b1 << (32 + TR_SHIFT);
+    TR_PHASE(6);
     if (nb1 > 0 && nb1 < m1) {
         uint64_t M = (uint64_t)(TR_BINS - 1) << (32 + TR_SHIFT);
         uint32_t need = nb1;
@@ -441,6 +450,7 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
             tr_sync();
             for (int64_t i = tid; i < n; i += TR_NT) {
                 const uint64_t x = keyat(i);
+                TR_TRIP();
                 if (x && (x & M) == P) tr_atomic_add(dig + ((x >> shift) & dm), 1u);
             }
             tr_sync();
@@ -462,13 +472,17 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
             const uint32_t st = off[b], c = (uint32_t)off[b - 1] - st;
             return st + c - 1 - ((f * c) >> TR_SHIFT);
         }
-        return A + nb1 - 1 - (uint32_t)((uint64_t)(f - plo) * nb1 / ((TR_LOW + 1) - plo));
+        /* 32-bit: (f - plo) nb1 < 2^18 2^11 (nb1 <= kk <= TR_KMAX) */
+        static_assert(TR_KMAX <= (1 << 11) && TR_SHIFT <= 18, "the bucket's product fits 32 bits");
+        return A + nb1 - 1 - (f - plo) * nb1 / ((TR_LOW + 1) - plo);
     };
+    TR_PHASE(7);
     for (int i = tid; i < TR_KMAX; i += TR_NT) dig[i] = 0;
     if (tid == 0) s8[3] = 0;
     tr_sync();
     for (int64_t i = tid; i < n; i += TR_NT) {
         const uint64_t x = keyat(i);
+        TR_TRIP();
         if (x >= P) tr_atomic_add(dig + bucket(x), 1u);
     }
     tr_sync();
@@ -493,13 +507,18 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
     }
     for (int64_t i = tid; i < n; i += TR_NT) {
         const uint64_t x = keyat(i);
+        TR_TRIP();
         if (x >= P) sk[tr_atomic_add(dig + bucket(x), 1u) & 0xFFFFu] = x;
     }
     tr_sync();
+    TR_PHASE(8);
     int32_t *out = a.idx + t * a.nb0;
     auto put = [&](uint32_t i, uint64_t x) {
         int64_t v = (int64_t)(uint32_t)~(uint32_t)x;
-        if (a.to_slots) v = (int64_t)a.table[(int64_t)a.row_seq[t] * a.maxp + v / a.ps] * a.ps + v % a.ps;
+        if (a.to_slots) { /* 32-bit division: the column < 2^31, the page size an int32 (paged_index.cu) */
+            const uint32_t vu = (uint32_t)v, pu = (uint32_t)a.ps, pi = vu / pu;
+            v = (int64_t)a.table[(int64_t)a.row_seq[t] * a.maxp + pi] * a.ps + (vu - pi * pu);
+        }
         out[(int64_t)i * a.nb1] = (int32_t)v;
     };
     for (uint32_t i = kk + tid; i < k; i += TR_NT) out[(int64_t)i * a.nb1] = -1;
@@ -508,7 +527,7 @@ TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, c
             const uint64_t x = sk[i];
             const uint32_t h = dig[bucket(x)], e = h & 0xFFFFu, st = e - (h >> 16);
             uint32_t rk = st;
-            for (uint32_t j = st; j < e; j++) rk += sk[j] > x;
+            for (uint32_t j = st; j < e; j++) TR_TRIP(), rk += sk[j] > x;
             put(rk, x);
         }
         return;
