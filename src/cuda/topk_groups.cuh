@@ -26,10 +26,10 @@
  *      columns first (a block scan of the tied counts);
  *   c. each taken group's 8 scores (one 32-byte sector, two vector loads,
  *      every thread's issued together) read from the score row; the keys
- *      of its valid columns with fkey >= P compacted (a block scan) into
- *      shared memory, at most 8k <= TR_CAP of them, typically ~1.1 k, with
- *      their 14-bit bins counted (the sectors are read a second time after
- *      the scan, from the cache, instead of held in registers across it);
+ *      of its valid columns with fkey >= P stored into shared memory at
+ *      slots from a warp scan and one atomic per warp (tg_alloc: the
+ *      candidates are a set, their order is not used), at most 8k <= TR_CAP
+ *      of them, typically ~2 k, with their 14-bit bins counted;
  *   d. tr_final_row (topk_rows.cuh) on those candidates and that histogram:
  *      the exact kk = min(k, candidates) largest keys, ordered, written as
  *      positions or slots exactly as tr_final_kernel writes them.
