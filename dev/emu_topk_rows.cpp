@@ -48,6 +48,14 @@ static inline uint32_t __shfl_up_sync(unsigned, uint32_t x, int o) {
     emu_c->warp[w]->arrive_and_wait();
     return y;
 }
+static inline uint32_t __shfl_sync(unsigned, uint32_t x, int src) {
+    const int w = emu_tid_v / 32, lane = emu_tid_v % 32;
+    emu_c->slot[w][lane] = x;
+    emu_c->warp[w]->arrive_and_wait();
+    const uint32_t y = emu_c->slot[w][src & 31];
+    emu_c->warp[w]->arrive_and_wait();
+    return y;
+}
 #endif
 
 static std::atomic<int> emu_bitonic{0}; /* rows ordered by tr_final_kernel's bitonic fallback */

@@ -28,8 +28,9 @@
  * kernel (q of any float dtype or e4m3, the CPU's order). "wgmma",
  * "wgmma2" and "wgmma2r" run DSA's scores of an e4m3 cache on paged_wgmma.cu
  * (equal to the dense DSA v2 kernel on the gathered keys; HISA as "mma");
- * "wgmma2r", the e4m3 default (pg_select's switches), selects with
- * topk_rows.cuh instead of la_topk.
+ * "wgmma2r" selects with topk_rows.cuh instead of la_topk, and "wgmma2g",
+ * the e4m3 default (pg_select's switches), with topk_groups.cuh (pw2's
+ * group maxima, one CTA per row; rows over TG_WMAX columns: "wgmma2r").
  * Metadata: block_table / context_lens / q_seq stay on the device; their
  * values are checked and clamped by paged_meta.cu's kernel, which records a
  * bad one in the cache's status words (copied to a pinned mirror after each
@@ -45,6 +46,7 @@
 #include "cuda/paged_meta.cuh"
 #include "cuda/paged_wgmma.cuh"
 #include "cuda/topk_rows.cuh"
+#include "cuda/topk_groups.cuh"
 #include "cuda/select.cuh"
 
 #include "cuda/paged_common.cuh"
@@ -239,13 +241,18 @@ la_status pg_topk(float *sc, int64_t R, int64_t L, int32_t *dst, int64_t k, la_c
  * to kPagedWgmmaRowsPerSeq query rows per sequence (decode; more: prefill,
  * mma.sync); false: "mma" (the mma.sync kernel, equal to the dense mma.sync
  * variant).
- * kPagedTopkRows: that default ("wgmma2r", else "wgmma2") selects with
- * topk_rows.cuh (many CTAs per row: a histogram pass over the score rows,
- * then the candidates of the k-th key's bin and a counting-sort order) at
- * up to kPagedRowsMaxT query rows, where la_topk's one CTA per row leaves
- * the GPU idle (its workspace: T x 192 KB). The histogram is its own pass:
- * made in pw2_kernel's epilogue (global atomics) it slowed the score kernel
- * more than the top-k gained.
+ * kPagedTopkRows: that default selects with topk_rows.cuh or
+ * topk_groups.cuh (kPagedTopkGroups) at up to kPagedRowsMaxT query rows
+ * ("wgmma2g" or "wgmma2r"; false: "wgmma2", la_topk).
+ * kPagedTopkGroups: "wgmma2g", topk_groups.cuh: pw2_kernel's epilogue
+ * also stores the largest key of every 8 columns (T x W / 2 bytes), and one
+ * CTA per row takes the k largest groups and orders their keys, where
+ * la_topk reads the whole row in one CTA. Rows over TG_WMAX columns take
+ * "wgmma2r": topk_rows.cuh (many CTAs per row: a histogram pass over the
+ * score rows, then the candidates of the k-th key's bin and a counting-sort
+ * order; its workspace: T x 192 KB; its histogram made in pw2_kernel's
+ * epilogue with global atomics slowed the score kernel more than the top-k
+ * gained).
  * kPagedTopkRange: la_topk scans each row's range [0, end) only (the
  * columns past it are -inf, so the same indices), not the table's capacity. */
 constexpr bool kPagedWgmma2Default = true;
@@ -259,6 +266,7 @@ constexpr bool kPagedWgmma2Default = true;
  * compute-sanitizer, but the harness has not run it. */
 constexpr bool kPagedHisaPdl = false;
 constexpr bool kPagedTopkRows = true;
+constexpr bool kPagedTopkGroups = true; /* false: the default is "wgmma2r" */
 constexpr bool kPagedTopkRange = true;
 constexpr int64_t kPagedRowsMaxT = 256;
 constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this many query rows per sequence */
@@ -266,15 +274,16 @@ constexpr int64_t kPagedWgmmaRowsPerSeq = 16; /* the default's pw2: at most this
 /* The paged tensor-core path (family "paged": "mma" where it applies, else
  * or forced "portable": the fp32 kernel); *eb = 2 bf16, 1 e4m3, 0 fp32.
  * *wg, DSA's scores (HISA runs as "mma"): bits 0-2 the kernel (0 mma.sync,
- * 1 "wgmma", 2 "wgmma2", 3 "wgmma2r": pw2_kernel + topk_rows), bit 3 set
+ * 1 "wgmma", 2 "wgmma2", 3 "wgmma2r": pw2_kernel + topk_rows, 4 "wgmma2g":
+ * pw2_kernel with group maxima + topk_groups), bit 3 set
  * for the default (kPagedWgmma2Default), which falls back to mma.sync at
  * the launch where la_sp_paged_wgmma_ok fails; a forced one fails there. */
 la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T, la_context *ctx, int *eb,
                     int *wg, la_sp_score_args *a) {
-    static const char *const names[] = {"mma", "portable", "wgmma", "wgmma2", "wgmma2r"};
+    static const char *const names[] = {"mma", "portable", "wgmma", "wgmma2", "wgmma2r", "wgmma2g"};
     const char *forced = la_context_variant(ctx, "paged");
-    int v = forced ? la_cu_variant_index(forced, names, 5) : 0;
-    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma, wgmma2, wgmma2r");
+    int v = forced ? la_cu_variant_index(forced, names, 6) : 0;
+    if (v < 0) return la_cu_unknown_variant("paged", forced, "mma, portable, wgmma, wgmma2, wgmma2r, wgmma2g");
     const int fv = v;
     *wg = v >= 2 ? v - 1 : 0; /* checked at the launch; otherwise as "mma" */
     if (v >= 2) v = 0;
@@ -299,7 +308,7 @@ la_status pg_select(const la_paged_index_cache *c, const la_tensor *q, int64_t T
     if (!forced && kPagedWgmma2Default && *eb == 1 && a->hopper && a->HI == 64 && a->dI == 128 && a->q_nb2 == 1 &&
         a->q_nb1 % 16 == 0 && a->q_nb0 % 16 == 0 && ((uintptr_t)a->q & 15) == 0 && c->page_bytes % 16 == 0 &&
         ((uintptr_t)c->pages & 15) == 0 && T <= 65535)
-        *wg = 8 | (kPagedTopkRows && T <= kPagedRowsMaxT ? 3 : 2);
+        *wg = 8 | (kPagedTopkRows && T <= kPagedRowsMaxT ? (kPagedTopkGroups ? 4 : 3) : 2);
     la_cu_report(ctx, "paged", *eb ? ((*wg & 7) ? names[(*wg & 7) + 1] : "mma") : "portable",
                  "T=%lld HI=%lld dI=%lld cache %s q %s%s", (long long)T, (long long)a->HI, (long long)a->dI,
                  la_dtype_name(c->p.dtype), la_dtype_name(q->dtype), (*wg & 7) ? " (DSA; HISA as mma)" : "");
@@ -480,7 +489,8 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
         size_t bytes;
         LA_TRY(la_mul_size((size_t)T, (size_t)W * 4u, &bytes, "paged (cuda): score rows"));
         LA_TRY(la_cu_ws_alloc(&dsc, bytes, s, "paged score rows"));
-        const int wk = wg & 7; /* DSA's scores: 0 mma.sync, 1 wgmma, 2 wgmma2, 3 wgmma2 + topk_rows */
+        const int wk = wg & 7; /* DSA's scores: 0 mma.sync, 1 wgmma, 2 wgmma2, 3 wgmma2 + topk_rows, 4 + topk_groups */
+        static const char *const wkn[] = {"mma", "wgmma", "wgmma2", "wgmma2r", "wgmma2g"};
         int use = 0;
         if (eb) {
             a.ncols = W;
@@ -488,7 +498,7 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
             a.out_ld = W;
             const bool wok = eb == 1 && la_sp_paged_wgmma_ok(a, pg);
             if (wk && !(wg & 8) && !wok)
-                return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
+                return la_cu_variant_unsupported("paged", wkn[wk],
                                                  "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128, q rows contiguous");
             use = wok ? wk : 0;
             /* the pw kernels read a sequence's keys once per query row (the
@@ -499,9 +509,43 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
                 la_cu_report(ctx, "paged", "mma", "DSA scores: T=%lld rows over %lld sequences", (long long)T,
                              (long long)nseq);
             }
-            /* topk_rows: k <= its maximum, la_topk's family not forced (then la_topk) */
-            if (use == 3 && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
-            if (use == 3) {
+            /* topk_rows / topk_groups: k <= their maximum, la_topk's family not forced (then la_topk) */
+            if ((use == 3 || use == 4) && (topk > TR_KMAX || la_context_variant(ctx, "topk"))) use = 2;
+            /* topk_groups: rows of at most TG_WMAX columns (longer: topk_rows) */
+            if (use == 4 && W > TG_WMAX) {
+                use = 3;
+                la_cu_report(ctx, "paged", "wgmma2r", "DSA top-k: rows of %lld columns (wgmma2g: at most %d)",
+                             (long long)W, TG_WMAX);
+            }
+            if (use == 3 || use == 4) {
+                la_tr_args tr;
+                memset(&tr, 0, sizeof tr);
+                tr.scores = (const float *)dsc.p;
+                tr.ld = W;
+                tr.T = T;
+                tr.W = W;
+                tr.end = R.row_end;
+                tr.k = (int32_t)topk;
+                tr.to_slots = return_slots;
+                tr.table = R.table;
+                tr.maxp = maxp;
+                tr.ps = ps;
+                tr.row_seq = R.row_seq;
+                tr.idx = (int32_t *)iv.data;
+                tr.nb0 = iv.nb[0];
+                tr.nb1 = iv.nb[1];
+                if (use == 4) { /* the group maxima of every row's tiles: no memset (only those are read) */
+                    la_cu_ws dg;
+                    const int64_t gld = la_cu_cdiv(W, 64) * 8;
+                    LA_TRY(la_cu_ws_alloc(&dg, (size_t)T * (size_t)gld * 4u, s, "paged top-k group maxima"));
+                    LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s, la_pw_gmax{(uint32_t *)dg.p, gld}));
+                    la_tg_args tg;
+                    memset(&tg, 0, sizeof tg);
+                    tg.r = tr;
+                    tg.gmax = (const uint32_t *)dg.p;
+                    tg.gmax_ld = gld;
+                    return la_tg_launch(tg, ctx, s);
+                }
                 la_cu_ws dh, dcand;
                 const size_t hb = (size_t)T * (TR_BINS + TR_CBINS + 1) * 4u; /* hist, coarse, cnt: zeroed together */
                 /* the scores first: the host's allocations and memset then
@@ -511,34 +555,17 @@ static la_status pg_topk_launch(const la_paged_index_cache *c, const la_index_pa
                 LA_TRY(la_cu_ws_alloc(&dcand, (size_t)T * TR_CAP * 8u, s, "paged top-k candidates"));
                 LA_CU(cudaMemsetAsync(dh.p, 0, hb, s));
                 uint32_t *hist = (uint32_t *)dh.p;
-                la_tr_args tr;
-                memset(&tr, 0, sizeof tr);
-                tr.scores = (const float *)dsc.p;
-                tr.ld = W;
-                tr.T = T;
-                tr.W = W;
-                tr.end = R.row_end;
-                tr.k = (int32_t)topk;
                 tr.hist = hist;
                 tr.coarse = hist + (size_t)T * TR_BINS;
                 tr.cnt = tr.coarse + (size_t)T * TR_CBINS;
                 tr.cand = (uint64_t *)dcand.p;
-                tr.to_slots = return_slots;
-                tr.table = R.table;
-                tr.maxp = maxp;
-                tr.ps = ps;
-                tr.row_seq = R.row_seq;
-                tr.idx = (int32_t *)iv.data;
-                tr.nb0 = iv.nb[0];
-                tr.nb1 = iv.nb[1];
                 return la_tr_launch(tr, ctx, s);
             }
             if (use == 1) LA_TRY(la_sp_scores_paged_wgmma(a, pg, s));
             else if (use == 2) LA_TRY(la_sp_scores_paged_wgmma2(a, pg, s));
             else LA_TRY(la_sp_scores_paged(a, pg, eb, nseq, true, s));
         } else if (wk) {
-            return la_cu_variant_unsupported("paged", wk == 1 ? "wgmma" : wk == 2 ? "wgmma2" : "wgmma2r",
-                                             "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
+            return la_cu_variant_unsupported("paged", wkn[wk], "an e4m3 cache with e4m3 q (sm_90), HI 64, dI 128");
         } else {
             LA_TRY(pg_launch_score(C, R, q, w, PG_DSA, la_cu_cdiv(W, PG_TILE), T, (float *)dsc.p, W, s));
         }

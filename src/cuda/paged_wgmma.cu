@@ -29,6 +29,7 @@
 #include "cuda/paged_index_tc.cuh"
 #include "cuda/paged_wgmma.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/topk_common.cuh"
 
 #define PW_THREADS 128
 #define PW_STAGES 4
@@ -179,7 +180,7 @@ __global__ void __launch_bounds__(PW_THREADS) pw_kernel(la_sp_score_args a, sc_p
 #define PW2_SMEM (1024 + PW_TILE_BYTES * (1 + PW_STAGES) + PW_STAGES * 64 * 4 + 64 * 4 + PW2_KEYS * 8)
 
 template <bool BLK>
-__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg) {
+__global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_pages pg, la_pw_gmax gm) {
 #if LA_CU_SM90_CODE
     extern __shared__ uint8_t pw_raw[];
     uint8_t *sm = (uint8_t *)(((uintptr_t)pw_raw + 1023) & ~(uintptr_t)1023);
@@ -309,6 +310,8 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
     const int r_out = 16 * warp + g + 8 * (qd & 1);
     float2 wr[8];
     float acc[32];
+    /* !BLK with gm.p: the shared address of rowat[r_out] (tile 0's entry of this thread's key) */
+    [[maybe_unused]] const uint32_t park = (uint32_t)__cvta_generic_to_shared(rowat + r_out);
 #pragma unroll
     for (int i = 0; i < 32; i++) acc[i] = 0.f;
     for (int k = 0; k < nt; k++) {
@@ -351,6 +354,41 @@ __global__ void __launch_bounds__(PW_THREADS) pw2_kernel(la_sp_score_args a, sc_
         if constexpr (BLK) on = on && rowat[p - key0].x >= 0;
         const float o = on ? __fmul_rn(qd & 1 ? s1 : s0, scs[st * 64 + r_out]) : -INFINITY;
         if (qd < 2 && p < colend) orow[p] = o;
+        if constexpr (!BLK) {
+            /* uniform: the group maxima of "wgmma2g" (topk_groups.cuh). The
+             * key's fkey (0: not valid) parks in the first word of its rowat
+             * entry, dead since load(k) read it (before the barrier at the top
+             * of iteration k - PW_STAGES + 2); the maxima after the loop. One
+             * shared store here, not shuffles and a global store per tile:
+             * the serial tile loop paces this kernel. */
+            if (gm.p && qd < 2 && p < kend) {
+                const uint32_t u = o != -INFINITY ? tk_fkey(o) : 0u, sa = park + (uint32_t)(k * 64 * 8);
+                asm volatile("st.shared.u32 [%0], %1;\n" ::"r"(sa), "r"(u) : "memory");
+            }
+        }
+    }
+    if constexpr (!BLK) {
+        if (gm.p) { /* uniform */
+            __syncthreads(); /* every tile's parked fkeys */
+            /* thread i: group i of the CTA's 1024 columns, for the groups of
+             * its nt tiles (8 nt); columns >= kend were never parked: 0 */
+            const int nk = kend - key0;
+            if (tid < 8 * nt) {
+                uint32_t u = 0;
+#pragma unroll
+                for (int e = 0; e < 8; e++) {
+                    const int c = 8 * tid + e;
+                    uint32_t w = 0;
+                    if (c < nk)
+                        asm volatile("ld.shared.u32 %0, [%1];\n"
+                                     : "=r"(w)
+                                     : "r"((uint32_t)__cvta_generic_to_shared(rowat + c))
+                                     : "memory");
+                    u = max(u, w);
+                }
+                gm.p[(int64_t)t * gm.ld + (key0 >> 3) + tid] = u;
+            }
+        }
     }
 #else
     __trap(); /* built without sm_90a: pw_ok never takes this kernel there */
@@ -373,12 +411,12 @@ la_status la_sp_scores_paged_wgmma(const la_sp_score_args &a, const sc_pages &pg
     return LA_OK;
 }
 
-la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s) {
+la_status la_sp_scores_paged_wgmma2(const la_sp_score_args &a, const sc_pages &pg, cudaStream_t s, la_pw_gmax gm) {
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     static_assert(PW2_SMEM <= 227 * 1024, "one CTA's shared memory");
     LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel<false>, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    pw2_kernel<false><<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg);
+    pw2_kernel<false><<<grid, PW_THREADS, PW2_SMEM, s>>>(a, pg, gm);
     LA_CU_LAUNCH("paged indexer scores (fp8 e4m3 wgmma, pipelined)");
     return LA_OK;
 }
@@ -394,7 +432,7 @@ la_status la_sp_scores_paged_wgmma_blocks(const la_sp_score_args &a, const sc_pa
     if (a.T == 0 || a.ncols == 0) return LA_OK;
     LA_TRY(la_cu_func_smem(a.ctx, (const void *)pw2_kernel<true>, PW2_SMEM, PW2_SMEM, true));
     dim3 grid((unsigned)la_cu_cdiv(a.ncols, PW2_KEYS), (unsigned)a.T);
-    LA_CU(la_cu_launch_pdl(pdl, pw2_kernel<true>, grid, dim3(PW_THREADS), PW2_SMEM, s, a, pg));
+    LA_CU(la_cu_launch_pdl(pdl, pw2_kernel<true>, grid, dim3(PW_THREADS), PW2_SMEM, s, a, pg, la_pw_gmax{}));
     LA_CU_LAUNCH("paged hisa candidates (fp8 e4m3 wgmma)");
     return LA_OK;
 }

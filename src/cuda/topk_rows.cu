@@ -17,7 +17,8 @@ static la_status tr_hist_chunk(int64_t T, int64_t W, int64_t *chunk) {
 
 la_status la_tr_launch(const la_tr_args &args, const la_context *ctx, cudaStream_t s) {
     if (args.T == 0) return LA_OK;
-    if (args.T > 65535 || args.k < 1 || args.k > TR_KMAX || args.W > (int64_t)INT32_MAX)
+    if (args.T > 65535 || args.k < 1 || args.k > TR_KMAX || args.W > (int64_t)INT32_MAX ||
+        (args.to_slots && (args.ps < 1 || args.ps > (int64_t)INT32_MAX))) /* tr_final_row's 32-bit slot division */
         return la_err(LA_ERR_UNSUPPORTED, "topk rows: T=%lld k=%d W=%lld outside the kernel's range",
                       (long long)args.T, (int)args.k, (long long)args.W);
     la_tr_args a = args;

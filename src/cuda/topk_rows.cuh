@@ -100,8 +100,10 @@ struct la_tr_args {
 la_status la_tr_launch(const la_tr_args &a, const la_context *ctx, cudaStream_t s);
 #endif
 
-/* the kernels: topk_rows.cu and the emulator only */
-#ifdef LA_TR_KERNELS
+/* the kernels: topk_rows.cu and the emulator only; with LA_TR_HELPERS (and
+ * not LA_TR_KERNELS) only the device helpers and tr_final_row, for
+ * topk_groups.cuh */
+#if defined(LA_TR_KERNELS) || defined(LA_TR_HELPERS)
 #ifdef LA_TR_EMU
 /* dev/emu_topk_rows.cpp defines tr_tid, tr_bx, tr_by, tr_sync, tr_smem, tr_atomic_add */
 #define TR_KERNEL(nt) static void
@@ -122,6 +124,10 @@ TR_DEV uint32_t tr_atomic_add(uint32_t *p, uint32_t v) { return atomicAdd(p, v);
 
 #ifndef TR_NOTE_BITONIC /* the emulator counts the rows of tr_final_kernel's fallback */
 #define TR_NOTE_BITONIC()
+#endif
+#ifndef TR_PHASE /* the emulator counts each phase's barriers and loop trips (dev/emu_topk_groups.cpp) */
+#define TR_PHASE(p) ((void)0)
+#define TR_TRIP() ((void)0)
 #endif
 
 /* 4 words from p (16-byte aligned): one vector load on the GPU */
@@ -176,16 +182,19 @@ TR_DEV uint32_t tr_excl_scan(uint32_t v, uint32_t *sc, uint32_t *tot) {
     }
     if (lane == 31) sc[wid] = x;
     __syncthreads();
-    uint32_t pre = 0, t = 0;
+    /* every warp scans the NT / 32 warp totals with shuffles (lane w: warp
+     * w's), not a loop over them: a few instructions instead of ~4 NT / 32 */
+    static_assert(NT % 32 == 0 && NT <= 1024, "at most 32 warps");
+    uint32_t c = lane < NT / 32 ? sc[lane] : 0u;
 #pragma unroll
-    for (int w = 0; w < NT / 32; w++) {
-        const uint32_t c = sc[w];
-        pre += w < wid ? c : 0u;
-        t += c;
+    for (int o = 1; o < NT / 32; o <<= 1) {
+        const uint32_t y = __shfl_up_sync(0xffffffffu, c, o);
+        if (lane >= o) c += y;
     }
-    *tot = t;
+    *tot = __shfl_sync(0xffffffffu, c, NT / 32 - 1);
+    const uint32_t pre = __shfl_sync(0xffffffffu, c, wid > 0 ? wid - 1 : 0);
     __syncthreads(); /* sc is reused */
-    return pre + x - v;
+    return (wid > 0 ? pre : 0u) + x - v;
 #endif
 }
 
@@ -248,6 +257,9 @@ TR_DEV void tr_find_small(const uint32_t *hist, uint32_t need, uint32_t *sc, uin
     tr_sync();
 }
 
+#endif /* LA_TR_KERNELS || LA_TR_HELPERS */
+
+#ifdef LA_TR_KERNELS
 /* 1. per (chunk, row): the chunk's valid keys counted by bin in shared
  * memory, then added to the row's histograms (nonzero bins only). A thread
  * adds a run of equal bins once (equal scores are common in a row's tail). */
@@ -362,14 +374,22 @@ TR_KERNEL_MIN(TR_CNT, 6) tr_collect_kernel(la_tr_args a) {
         if ((in >> i & 1u) && at < TR_CAP) out[at++] = tr_key(v[i], lo + tid + (int64_t)i * TR_CNT);
 }
 
-/* 3. per row: exact selection, order, output */
-TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
+#endif /* LA_TR_KERNELS */
+
+#if defined(LA_TR_KERNELS) || defined(LA_TR_HELPERS)
+/* 3. per row t: exact selection, order, output. hist: the row's TR_BINS
+ * counts (global or shared memory: read into registers before the first
+ * barrier, so it may lie over sk, dig and off); src: the n candidates in
+ * global memory (CAND_IN_SMEM: none, they are in shared memory already, cand,
+ * 0 for an empty slot, and the histogram's total is at most TR_CAP: no
+ * whole-row fallback). TR_FINAL_SMEM of shared memory. */
+template <bool CAND_IN_SMEM>
+TR_DEV void tr_final_row(const la_tr_args &a, int64_t t, const uint32_t *hist, const uint64_t *src, int64_t n) {
     unsigned char *raw = tr_smem();
     uint64_t *cand = (uint64_t *)raw, *sk = cand + TR_CAP;
     uint32_t *dig = (uint32_t *)(sk + TR_KMAX);
     uint16_t *off = (uint16_t *)(dig + TR_DIG);
     uint32_t *sc = (uint32_t *)(off + TR_BINS), *s8 = sc + TR_NT;
-    const int64_t t = tr_bx();
     const int tid = tr_tid();
     const uint32_t k = (uint32_t)a.k;
     const float *row = a.scores + t * a.ld;
@@ -377,13 +397,12 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
      * b1, A = off[b1], m1 = the keys of b1 (b1 = 0, A = total, m1 = 0 when
      * the row has fewer than k keys) */
     constexpr int BPER = TR_BINS / TR_NT;
-    int64_t n = a.cnt[t] < TR_CAP ? a.cnt[t] : TR_CAP;
+    TR_PHASE(5);
     {
         uint32_t c[BPER], loc = 0;
-        tr_load_desc<TR_NT, TR_BINS>(a.hist + t * TR_BINS, c);
+        tr_load_desc<TR_NT, TR_BINS>(hist, c);
         /* the candidates (none appended when n1 > TR_CAP) while the bins load: 4 loads per round trip */
-        const uint64_t *src = a.cand + t * TR_CAP;
-        for (int64_t i = tid; i < n; i += 4 * TR_NT) {
+        for (int64_t i = tid; !CAND_IN_SMEM && i < n; i += 4 * TR_NT) {
             uint64_t x[4];
 #pragma unroll
             for (int j = 0; j < 4; j++) x[j] = i + j * TR_NT < n ? src[i + j * TR_NT] : 0;
@@ -415,12 +434,13 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
     const uint32_t b1 = s8[0], A = s8[1], m1 = s8[2], kk = s8[4], nb1 = kk - A; /* nb1: the keys taken from b1 */
     bool inl = true; /* candidates in shared memory; else the whole row */
     auto keyat = [&](int64_t i) -> uint64_t { return inl ? cand[i] : tr_key(row[i], i); };
-    if (A + m1 > TR_CAP) { /* n1 as tr_collect_kernel found it (A + m1 = total when total < k) */
+    if (!CAND_IN_SMEM && A + m1 > TR_CAP) { /* n1 as tr_collect_kernel found it (A + m1 = total when total < k) */
         inl = false;
         n = a.end[t];
     }
     /* P: exactly kk keys >= P; a radix select inside b1 unless all or none of it is taken */
     uint64_t P = nb1 == 0 ? 1u : (uint64_t)b1 << (32 + TR_SHIFT);
+    TR_PHASE(6);
     if (nb1 > 0 && nb1 < m1) {
         uint64_t M = (uint64_t)(TR_BINS - 1) << (32 + TR_SHIFT);
         uint32_t need = nb1;
@@ -430,6 +450,7 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
             tr_sync();
             for (int64_t i = tid; i < n; i += TR_NT) {
                 const uint64_t x = keyat(i);
+                TR_TRIP();
                 if (x && (x & M) == P) tr_atomic_add(dig + ((x >> shift) & dm), 1u);
             }
             tr_sync();
@@ -451,13 +472,17 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
             const uint32_t st = off[b], c = (uint32_t)off[b - 1] - st;
             return st + c - 1 - ((f * c) >> TR_SHIFT);
         }
-        return A + nb1 - 1 - (uint32_t)((uint64_t)(f - plo) * nb1 / ((TR_LOW + 1) - plo));
+        /* 32-bit: (f - plo) nb1 < 2^18 2^11 (nb1 <= kk <= TR_KMAX) */
+        static_assert(TR_KMAX <= (1 << 11) && TR_SHIFT <= 18, "the bucket's product fits 32 bits");
+        return A + nb1 - 1 - (f - plo) * nb1 / ((TR_LOW + 1) - plo);
     };
+    TR_PHASE(7);
     for (int i = tid; i < TR_KMAX; i += TR_NT) dig[i] = 0;
     if (tid == 0) s8[3] = 0;
     tr_sync();
     for (int64_t i = tid; i < n; i += TR_NT) {
         const uint64_t x = keyat(i);
+        TR_TRIP();
         if (x >= P) tr_atomic_add(dig + bucket(x), 1u);
     }
     tr_sync();
@@ -482,13 +507,18 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
     }
     for (int64_t i = tid; i < n; i += TR_NT) {
         const uint64_t x = keyat(i);
+        TR_TRIP();
         if (x >= P) sk[tr_atomic_add(dig + bucket(x), 1u) & 0xFFFFu] = x;
     }
     tr_sync();
+    TR_PHASE(8);
     int32_t *out = a.idx + t * a.nb0;
     auto put = [&](uint32_t i, uint64_t x) {
         int64_t v = (int64_t)(uint32_t)~(uint32_t)x;
-        if (a.to_slots) v = (int64_t)a.table[(int64_t)a.row_seq[t] * a.maxp + v / a.ps] * a.ps + v % a.ps;
+        if (a.to_slots) { /* 32-bit division: the column < 2^31, the page size an int32 (paged_index.cu) */
+            const uint32_t vu = (uint32_t)v, pu = (uint32_t)a.ps, pi = vu / pu;
+            v = (int64_t)a.table[(int64_t)a.row_seq[t] * a.maxp + pi] * a.ps + (vu - pi * pu);
+        }
         out[(int64_t)i * a.nb1] = (int32_t)v;
     };
     for (uint32_t i = kk + tid; i < k; i += TR_NT) out[(int64_t)i * a.nb1] = -1;
@@ -497,7 +527,7 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
             const uint64_t x = sk[i];
             const uint32_t h = dig[bucket(x)], e = h & 0xFFFFu, st = e - (h >> 16);
             uint32_t rk = st;
-            for (uint32_t j = st; j < e; j++) rk += sk[j] > x;
+            for (uint32_t j = st; j < e; j++) TR_TRIP(), rk += sk[j] > x;
             put(rk, x);
         }
         return;
@@ -523,6 +553,12 @@ TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
         }
     for (uint32_t i = tid; i < kk; i += TR_NT) put(i, sk[i]);
 }
+#endif /* LA_TR_KERNELS || LA_TR_HELPERS */
 
+#ifdef LA_TR_KERNELS
+TR_KERNEL(TR_NT) tr_final_kernel(la_tr_args a) {
+    const int64_t t = tr_bx();
+    tr_final_row<false>(a, t, a.hist + t * TR_BINS, a.cand + t * TR_CAP, a.cnt[t] < TR_CAP ? (int64_t)a.cnt[t] : TR_CAP);
+}
 #endif /* LA_TR_KERNELS */
 #endif

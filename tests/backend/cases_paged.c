@@ -70,9 +70,9 @@ static int cmp_desc(const void *a, const void *b) {
  * paged mma.sync kernel (the default for bf16 and at HI != 64; forced "mma"
  * for fp8 at HI 64) equals the dense mma.sync variant, and the dense default
  * for bf16 (wgmma at HI 64: equal) and at HI != 64 (mma.sync); fp8 at HI 64:
- * the variants "wgmma", "wgmma2", "wgmma2r" (pw2_kernel with topk_rows) equal
- * the dense default (DSA v2's e4m3 wgmma) and give the same bits on a second
- * call, and the paged default equals one of the two dense kernels (wgmma2r,
+ * the variants "wgmma", "wgmma2", "wgmma2r" (pw2_kernel with topk_rows),
+ * "wgmma2g" (with topk_groups) equal the dense default (DSA v2's e4m3 wgmma),
+ * the same bits on a second call; the paged default equals a dense kernel (wgmma2g,
  * or mma.sync with paged_index.cu's kPagedWgmma2Default off); (2) paged HISA
  * keeping every block equals paged DSA on the mma.sync kernel (HISA's
  * candidate scores are that kernel in gather mode). dl: the device pages. */
@@ -164,7 +164,7 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
     if (fp8 && HI == 64) {
         CHECK(diff[0] == 0 || (have_mma && diff[1] == 0), "fp8 paged dsa (default): %lld rows differ from the dense "
               "default, %lld from the dense mma.sync variant", (long long)diff[0], have_mma ? (long long)diff[1] : -1LL);
-        static const char *const pv[4] = {"mma", "wgmma", "wgmma2", "wgmma2r"};
+        static const char *const pv[5] = {"mma", "wgmma", "wgmma2", "wgmma2r", "wgmma2g"};
         la_paged_query pw;
         la_paged_query_init(&pw);
         pw.block_table = dbt;
@@ -177,7 +177,7 @@ static void tc_equalities(const cfg *C, la_paged_index_cache *dc, const unsigned
         const int64_t wne1[2] = {T, topk};
         la_tensor_init(&tw1, d_w1, LA_I32, LA_DEVICE_CUDA, 2, wne1);
         int32_t *r1 = malloc((size_t)(T * topk) * 4), *r2 = malloc((size_t)(T * topk) * 4);
-        for (int v = 0; v < 4; v++) {
+        for (int v = 0; v < 5; v++) {
             if (!bo_use_variant("paged", pv[v])) continue;
             la_dev_memset(d_w1, 0x7f, (size_t)(T * topk) * 4);
             if (CHECK_DEV(la_dsa_topk_paged(ip, dq, dw, dc, &pw, &tw1, bo_ctx()))) {
